@@ -1,0 +1,103 @@
+"""What a person sees while a run goes: a progress bar over the schedule and a final summary table."""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from harness.protocol import Plan, ScheduledTrial
+from harness.tables import Summaries
+
+# Rich falls back to 80 columns off a terminal (CI logs, pipes); tables need more to stay readable.
+console = Console(stderr=False, highlight=False, width=None if sys.stdout.isatty() else 140)
+errors = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)
+
+
+def format_figure(value: float | None, unit: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if math.isinf(value):
+        return "failed" if value > 0 else "−∞"
+    return f"{value:.4g} {unit}".strip()
+
+
+def format_percent(value: float | None) -> str:
+    if value is None or math.isnan(value):
+        return "n/a"
+    if math.isinf(value):
+        return "−∞ (candidate failed)" if value < 0 else "+∞"
+    return f"{100 * value:.2f}%"
+
+
+class ScheduleProgress:
+    """A rich progress bar over the trials still to run; silent when ``quiet`` (CI logs get one line each)."""
+
+    def __init__(self, plan: Plan, total: int, done: int, quiet: bool) -> None:
+        self.plan, self.quiet, self.total, self.done = plan, quiet, total, done
+        self.last = "—"
+        self.progress: Progress | None = None
+        if not quiet:
+            self.progress = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("last: {task.fields[last]}"),
+                TimeElapsedColumn(),
+                console=console,
+                transient=False,
+            )
+            self.task = self.progress.add_task("starting", total=total, completed=done, last=self.last)
+
+    def __enter__(self) -> ScheduleProgress:
+        if self.progress:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress:
+            self.progress.stop()
+
+    def start(self, trial: ScheduledTrial) -> None:
+        label = f"{trial.case} · {trial.arm} ({trial.phase}) · trial {trial.index + 1} of {self.total}"
+        if self.progress:
+            self.progress.update(self.task, description=label)
+
+    def end(self, row: dict[str, Any]) -> None:
+        self.done += 1
+        figure = format_figure(row.get("value"), self.plan.unit) if row["status"] == "ok" else row["status"]
+        self.last = f"{row['arm']} {figure}"
+        if self.progress:
+            self.progress.update(self.task, advance=1, last=self.last)
+        else:
+            console.print(
+                f"trial {row['index'] + 1}/{self.total} {row['case']} {row['phase']} {row['arm']}: {figure}"
+            )
+
+
+def print_summary(plan: Plan, summaries: Summaries) -> None:
+    """Per case: each arm's median (min–max); each candidate's paired reduction, interval and verdict."""
+    table = Table(title=f"{plan.tier}: {plan.metric} ({plan.unit}), measured trials only", show_lines=False)
+    for column in ("case", "arm", "trials", "median (min–max)", "reduction median (min–max)", "interval", "verdict"):
+        table.add_column(column)
+    claims = summaries.claims.set_index(["case", "arm"]) if not summaries.claims.empty else None
+    for _, arm in summaries.arms.iterrows():
+        figure = (
+            f"{format_figure(arm['median'], plan.unit)} "
+            f"({format_figure(arm['min'], '')}–{format_figure(arm['max'], '')})"
+        )
+        failed = f" [red]{arm['failed']} failed[/red]" if arm["failed"] else ""
+        reduction = interval = verdict = ""
+        if claims is not None and (arm["case"], arm["arm"]) in claims.index:
+            claim = claims.loc[(arm["case"], arm["arm"])]
+            reduction = (
+                f"{format_percent(claim['median'])} ({format_percent(claim['min'])}–{format_percent(claim['max'])})"
+            )
+            interval = f"{format_percent(claim['ci_low'])} … {format_percent(claim['ci_high'])}"
+            verdict = str(claim["verdict"])
+        table.add_row(str(arm["case"]), str(arm["arm"]), f"{arm['trials']}{failed}", figure, reduction, interval, verdict)
+    console.print(table)

@@ -1,0 +1,132 @@
+"""The environment fingerprint of a run: hardware, driver, CUDA, libraries, speed settings, revision, clocks.
+
+Written once per run to ``env.json`` (GPU clocks and temperature read again when the run ends) and shown by
+``bench env``. Anything that cannot be read is recorded as None (null), never guessed.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_SMI_FIELDS = ("index", "name", "clocks.sm", "clocks.mem", "temperature.gpu", "power.draw", "driver_version")
+
+
+def _run(args: list[str], cwd: Path | None = None, timeout: float = 10.0) -> str | None:
+    try:
+        out = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(str(text).split()[0])
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def gpu_snapshot() -> list[dict[str, Any]]:
+    """Per GPU: index, name, SM and memory clocks (MHz), temperature (°C), power (W), driver; [] if none."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    text = _run(["nvidia-smi", f"--query-gpu={','.join(_SMI_FIELDS)}", "--format=csv,noheader,nounits"])
+    if not text:
+        return []
+    gpus = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != len(_SMI_FIELDS):
+            continue
+        gpus.append(
+            {
+                "index": int(cells[0]),
+                "name": cells[1],
+                "sm_clock_mhz": _number(cells[2]),
+                "mem_clock_mhz": _number(cells[3]),
+                "temperature_c": _number(cells[4]),
+                "power_w": _number(cells[5]),
+                "driver_version": cells[6] or None,
+            }
+        )
+    return gpus
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _git(repo: Path) -> dict[str, Any]:
+    revision = _run(["git", "rev-parse", "HEAD"], cwd=repo)
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo) if revision else None
+    return {"git_revision": revision, "git_dirty": None if status is None else bool(status)}
+
+
+def project_root() -> Path:
+    """The checkout this package runs from (where its git revision is read)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def _cudnn_version() -> int | None:
+    try:
+        return torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    except RuntimeError:
+        return None
+
+
+def _package_version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def collect() -> dict[str, Any]:
+    """The fingerprint of this process's machine and settings, as JSON-ready values."""
+    cuda = torch.cuda.is_available()
+    gpus = gpu_snapshot()
+    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else []
+    return {
+        "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "hostname": platform.node() or None,
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "cuda_available": cuda,
+        "cuda_runtime": torch.version.cuda,
+        "cudnn": _cudnn_version(),
+        "gpu_count": torch.cuda.device_count() if cuda else 0,
+        "gpu_names": names,
+        "gpu_memory_bytes": [torch.cuda.get_device_properties(i).total_memory for i in range(len(names))],
+        "driver_version": gpus[0]["driver_version"] if gpus else None,
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+        "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "ultralytics": _package_version("ultralytics"),
+        "musgd_bench": _package_version("musgd-bench"),
+        **_git(project_root()),
+        "gpus_start": gpus,
+        "gpus_end": None,
+    }

@@ -1,0 +1,134 @@
+"""The protocol options every tier shares, checked once, with one clear line for each bad value.
+
+``InputError`` carries that line; the CLI prints it and exits with status 2 before anything is written.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import torch
+
+from harness.protocol import ORDERS, Arm
+from harness.timing import parse_bytes
+
+
+class InputError(ValueError):
+    """A bad user input: the message names what is wrong and what is accepted."""
+
+
+@dataclass(frozen=True)
+class ProtocolOptions:
+    arms: tuple[Arm, ...]
+    warmup: int
+    pairs: int
+    order: str
+    seed: int
+    bar: float | None
+    device: str
+    budget: int | None
+    control: bool
+
+
+_DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+
+
+def check_device(device: str) -> str:
+    """``cpu``, ``cuda`` or ``cuda:N``, and CUDA only where a CUDA device is present."""
+    if not _DEVICE.match(device):
+        raise InputError(f"--device '{device}' is not a device; use cpu, cuda or cuda:N")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise InputError(
+                f"--device {device}: no CUDA device is available here (torch {torch.__version__}); use --device cpu"
+            )
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            raise InputError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
+    return device
+
+
+def check_positive(name: str, value: int) -> int:
+    if value < 1:
+        raise InputError(f"{name} must be a positive whole number (got {value})")
+    return value
+
+
+def check_non_negative(name: str, value: int) -> int:
+    if value < 0:
+        raise InputError(f"{name} must be zero or more (got {value})")
+    return value
+
+
+def check_choice(name: str, value: str, accepted: tuple[str, ...]) -> str:
+    if value not in accepted:
+        raise InputError(f"{name} '{value}' is not accepted; use one of: {', '.join(accepted)}")
+    return value
+
+
+def split_list(name: str, text: str) -> list[str]:
+    """A comma-separated option value as a list, refusing empty items."""
+    items = [item.strip() for item in text.split(",")]
+    if not text.strip() or any(not item for item in items):
+        raise InputError(f"{name} '{text}' must be a comma-separated list with no empty items")
+    return items
+
+
+def parse_arms(text: str, control: bool) -> tuple[Arm, ...]:
+    """``baseline,candidate`` → arms; the first is the reference. ``control`` runs the first against itself."""
+    specs = split_list("--arms", text)
+    if control:
+        return (Arm("baseline", "baseline", specs[0]), Arm("baseline-control", "candidate", specs[0]))
+    if len(specs) < 2:
+        raise InputError(f"--arms '{text}' names one arm; name two or more (baseline first), or add --control")
+    if len(set(specs)) != len(specs):
+        raise InputError(f"--arms '{text}' names an arm twice; use --control for an A/A run")
+    return tuple(
+        Arm(spec, "baseline" if i == 0 else "candidate", spec) for i, spec in enumerate(specs)
+    )
+
+
+def parse_budget(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise InputError(f"--budget {exc}") from None
+
+
+def check_bar(bar: float | None) -> float | None:
+    if bar is not None and (not math.isfinite(bar) or not -100 < bar < 100):
+        raise InputError(f"--bar {bar} is not a percentage; use a number between -100 and 100, e.g. 8")
+    return bar
+
+
+def protocol_options(
+    arms: str,
+    warmup: int,
+    pairs: int,
+    order: str,
+    seed: int,
+    bar: float | None,
+    device: str,
+    budget: str | None,
+    control: bool,
+) -> ProtocolOptions:
+    """Check every shared option and return them parsed (``InputError`` on the first bad one)."""
+    budget_bytes = parse_budget(budget)
+    device = check_device(device)
+    if budget_bytes is not None and not device.startswith("cuda"):
+        raise InputError("--budget needs a CUDA device (it caps device memory); use --device cuda or drop --budget")
+    return ProtocolOptions(
+        arms=parse_arms(arms, control),
+        warmup=check_non_negative("--warmup", warmup),
+        pairs=check_positive("--pairs", pairs),
+        order=check_choice("--order", order, ORDERS),
+        seed=seed,
+        bar=check_bar(bar),
+        device=device,
+        budget=budget_bytes,
+        control=control,
+    )

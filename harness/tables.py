@@ -1,0 +1,136 @@
+"""The run folder: the append-only trial log and the tidy tables written beside it.
+
+A run folder holds ``plan.json`` (what was asked), ``env.json`` (where it ran), ``trials.jsonl`` (one row
+per finished trial, appended and flushed as each trial ends: the record of the run) and the tidy CSVs that
+are derived from it (``trials.csv``, ``arms.csv``, ``pairs.csv``, ``claims.csv``). Everything but the log,
+the plan and the environment can be regenerated from those three.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness import stats
+
+PLAN = "plan.json"
+ENV = "env.json"
+LOG = "trials.jsonl"
+TRIALS_CSV = "trials.csv"
+ARMS_CSV = "arms.csv"
+PAIRS_CSV = "pairs.csv"
+CLAIMS_CSV = "claims.csv"
+
+
+class NotARunFolder(ValueError):
+    """Raised for a path that is not a run folder (no plan.json)."""
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON-serializable: {type(value).__name__}")
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no infinities or NaN: store them as null (the row's status says why a figure is missing)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON through a temporary file and a rename, so a reader never sees half a file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=_json_default) + "\n")
+    os.replace(tmp, path)
+
+
+class RunFolder:
+    """Paths and I/O of one run folder."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    @classmethod
+    def open(cls, path: str | Path) -> RunFolder:
+        """An existing run folder; ``NotARunFolder`` with one clear line otherwise."""
+        folder = cls(path)
+        if not folder.path.is_dir():
+            raise NotARunFolder(f"'{path}' is not a run folder: no such directory (a run folder holds {PLAN})")
+        if not (folder.path / PLAN).is_file():
+            raise NotARunFolder(f"'{path}' is not a run folder: it has no {PLAN}")
+        return folder
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def read_json(self, name: str) -> Any:
+        path = self.file(name)
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    def write_json(self, name: str, data: Any) -> None:
+        write_json_atomic(self.file(name), data)
+
+    def append_row(self, row: dict[str, Any]) -> None:
+        """Append one trial row to the log and push it to disk before returning."""
+        line = json.dumps({k: _clean(v) for k, v in row.items()}, default=_json_default)
+        with open(self.file(LOG), "a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every complete row of the log; a torn last line (a process killed mid-write) is ignored."""
+        path = self.file(LOG)
+        if not path.is_file():
+            return []
+        rows = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return rows
+
+    def completed_indices(self) -> set[int]:
+        return {int(r["index"]) for r in self.rows()}
+
+    def trials(self) -> pd.DataFrame:
+        """The log as a tidy table, one row per trial, in schedule order."""
+        frame = pd.DataFrame(self.rows())
+        if not frame.empty:
+            frame = frame.sort_values("index", kind="stable").reset_index(drop=True)
+        return frame
+
+    def write_csv(self, name: str, frame: pd.DataFrame) -> Path:
+        path = self.file(name)
+        tmp = path.with_suffix(".csv.tmp")
+        frame.to_csv(tmp, index=False)
+        os.replace(tmp, path)
+        return path
+
+
+class Summaries:
+    """The tidy tables of a run, derived from its log and plan (and written as CSV beside the log)."""
+
+    def __init__(self, trials: pd.DataFrame, arms: pd.DataFrame, pairs: pd.DataFrame, claims: pd.DataFrame):
+        self.trials, self.arms, self.pairs, self.claims = trials, arms, pairs, claims
+
+
+def write_summaries(folder: RunFolder, bar_percent: float | None, seed: int, planned_pairs: int) -> Summaries:
+    """Read the log, compute every summary once, and write the four CSVs."""
+    trials = folder.trials()
+    arms = stats.arm_table(trials)
+    pairs = stats.pair_table(trials)
+    claims = stats.claim_table(pairs, stats.ClaimSettings(bar_percent, seed), planned_pairs)
+    for name, frame in ((TRIALS_CSV, trials), (ARMS_CSV, arms), (PAIRS_CSV, pairs), (CLAIMS_CSV, claims)):
+        folder.write_csv(name, frame)
+    return Summaries(trials, arms, pairs, claims)

@@ -1,0 +1,213 @@
+"""Synchronized brackets, peak memory, device-memory budgets and out-of-memory capture.
+
+Everything a trial needs to be timed and sized honestly lives here, in one place:
+
+* ``SyncTimer``: ``torch.cuda.synchronize()`` (where CUDA) right before the start clock and right before
+  the stop clock, ``time.perf_counter_ns`` in between; nothing else inside the bracket.
+* ``reset_peaks`` / ``read_peaks``: peak allocated and reserved bytes of one trial.
+* ``parse_bytes`` / ``apply_budget``: a device-memory cap (``24GiB``) emulated on a larger card with the
+  per-process memory fraction.
+* ``parse_oom``: the byte figures of a PyTorch out-of-memory message, so a failure is data.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+_UNITS: dict[str, int] = {
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$")
+BYTES_ACCEPTED = "a positive number with a unit B, KB, MB, GB, TB, KiB, MiB, GiB or TiB, e.g. 24GiB or 800MiB"
+
+
+def parse_bytes(text: str) -> int:
+    """Parse a size such as ``24GiB``, ``800MiB`` or ``1.5GB`` into bytes (a bare number means bytes)."""
+    match = _SIZE.match(str(text))
+    if not match:
+        raise ValueError(f"'{text}' is not a size; use {BYTES_ACCEPTED}")
+    number, unit = match.groups()
+    factor = _UNITS.get((unit or "B").upper())
+    if factor is None:
+        raise ValueError(f"'{text}' has an unknown unit '{unit}'; use {BYTES_ACCEPTED}")
+    value = int(round(float(number) * factor))
+    if value <= 0:
+        raise ValueError(f"'{text}' is not positive; use {BYTES_ACCEPTED}")
+    return value
+
+
+def format_bytes(value: float | int | None) -> str:
+    """Human-readable bytes in binary units (MiB below 1 GiB, else GiB); 'n/a' for None."""
+    if value is None:
+        return "n/a"
+    value = float(value)
+    if abs(value) < 2**20:
+        return f"{value / 2**10:.1f} KiB"
+    if abs(value) < 2**30:
+        return f"{value / 2**20:.1f} MiB"
+    return f"{value / 2**30:.2f} GiB"
+
+
+def is_cuda(device: str | torch.device) -> bool:
+    return torch.device(device).type == "cuda"
+
+
+def synchronize(device: str | torch.device) -> None:
+    """Wait for all queued work on ``device`` (a no-op off CUDA, where work is already synchronous)."""
+    if is_cuda(device):
+        torch.cuda.synchronize(torch.device(device))
+
+
+class SyncTimer:
+    """A synchronized wall-clock bracket: ``with SyncTimer(dev) as t: work()`` then ``t.seconds``."""
+
+    def __init__(self, device: str | torch.device = "cpu") -> None:
+        self.device = device
+        self.start_ns = 0
+        self.stop_ns = 0
+
+    def __enter__(self) -> SyncTimer:
+        synchronize(self.device)
+        self.start_ns = time.perf_counter_ns()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        synchronize(self.device)
+        self.stop_ns = time.perf_counter_ns()
+
+    @property
+    def seconds(self) -> float:
+        return (self.stop_ns - self.start_ns) / 1e9
+
+
+def reset_peaks(device: str | torch.device) -> None:
+    """Reset the allocator's peak counters so the next ``read_peaks`` covers one trial only."""
+    if is_cuda(device):
+        torch.cuda.reset_peak_memory_stats(torch.device(device))
+
+
+def read_peaks(device: str | torch.device) -> tuple[int | None, int | None]:
+    """(peak allocated, peak reserved) bytes since the last reset; (None, None) where not measurable."""
+    if not is_cuda(device):
+        return None, None
+    dev = torch.device(device)
+    return int(torch.cuda.max_memory_allocated(dev)), int(torch.cuda.max_memory_reserved(dev))
+
+
+def current_allocated(device: str | torch.device) -> int | None:
+    return int(torch.cuda.memory_allocated(torch.device(device))) if is_cuda(device) else None
+
+
+def apply_budget(budget_bytes: int | None, device: str | torch.device) -> float | None:
+    """Cap this process's device memory at ``budget_bytes`` through the per-process memory fraction.
+
+    Returns the fraction set (None when no budget). A budget larger than the card is refused, since it
+    could not mean what it says.
+    """
+    if budget_bytes is None:
+        return None
+    if not is_cuda(device):
+        raise ValueError("a device-memory budget needs a CUDA device; drop --budget or use --device cuda")
+    dev = torch.device(device)
+    total = torch.cuda.get_device_properties(dev).total_memory
+    if budget_bytes > total:
+        raise ValueError(
+            f"budget {format_bytes(budget_bytes)} exceeds the card's {format_bytes(total)}; "
+            "use a budget at most the card's memory"
+        )
+    fraction = budget_bytes / total
+    torch.cuda.set_per_process_memory_fraction(fraction, dev)
+    return fraction
+
+
+def release_budget(device: str | torch.device) -> None:
+    """Undo ``apply_budget`` (fraction 1.0) and return cached blocks to the driver."""
+    if is_cuda(device):
+        torch.cuda.empty_cache()
+        torch.cuda.set_per_process_memory_fraction(1.0, torch.device(device))
+
+
+# --- out-of-memory as data --------------------------------------------------------------------------
+
+_SIZE_IN_TEXT = r"(\d+(?:\.\d+)?)\s*(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)"
+_OOM_FIELDS: dict[str, re.Pattern[str]] = {
+    "requested": re.compile(r"[Tt]ried to allocate " + _SIZE_IN_TEXT),
+    "total": re.compile(r"total capacity of " + _SIZE_IN_TEXT),
+    "free": re.compile(r"of which " + _SIZE_IN_TEXT + r" is free"),
+    "process_in_use": re.compile(r"this process has " + _SIZE_IN_TEXT + r" memory in use"),
+    "budget": re.compile(_SIZE_IN_TEXT + r" allowed;"),
+    "allocated": re.compile(r"[Oo]f the allocated memory " + _SIZE_IN_TEXT + r" is allocated by PyTorch"),
+    "reserved_unallocated": re.compile(_SIZE_IN_TEXT + r" is reserved by PyTorch but unallocated"),
+}
+_CPU_OOM = re.compile(r"you tried to allocate (\d+) bytes")
+
+
+def _to_bytes(number: str, unit: str) -> int:
+    unit = {"bytes": "B"}.get(unit, unit)
+    return int(round(float(number) * _UNITS[unit.upper()]))
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for PyTorch's out-of-memory errors on any device, including the CPU allocator's."""
+    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
+        return True
+    text = str(exc)
+    return "out of memory" in text.lower() or bool(_CPU_OOM.search(text))
+
+
+def parse_oom(message: str) -> dict[str, int | None]:
+    """Byte figures of an out-of-memory message: requested, total, free, allocated, reserved, budget.
+
+    ``reserved`` is allocated plus the 'reserved but unallocated' slack, which is how PyTorch counts its
+    reserved pool. Figures the message does not carry are None.
+    """
+    found: dict[str, int | None] = {}
+    for name, pattern in _OOM_FIELDS.items():
+        match = pattern.search(message)
+        found[name] = _to_bytes(*match.groups()) if match else None
+    cpu = _CPU_OOM.search(message)
+    if cpu and found["requested"] is None:
+        found["requested"] = int(cpu.group(1))
+    allocated, slack = found.pop("allocated"), found.pop("reserved_unallocated")
+    found.pop("process_in_use")
+    reserved = allocated + slack if allocated is not None and slack is not None else None
+    return {
+        "requested": found["requested"],
+        "total": found["total"],
+        "free": found["free"],
+        "allocated": allocated,
+        "reserved": reserved,
+        "budget": found["budget"],
+    }
+
+
+@dataclass
+class TrialFailure:
+    """How a trial failed: ``resource_failure`` (out of memory, with byte figures) or ``error``."""
+
+    status: str
+    message: str
+    oom: dict[str, Any]
+
+    @classmethod
+    def from_exception(cls, exc: BaseException, budget: int | None = None) -> TrialFailure:
+        message = f"{type(exc).__name__}: {exc}".strip()
+        if is_out_of_memory(exc):
+            figures = parse_oom(str(exc))
+            if figures["budget"] is None:
+                figures["budget"] = budget
+            return cls("resource_failure", message, figures)
+        return cls("error", message, {})
