@@ -7,7 +7,9 @@ status 2. The tier commands share one set of protocol options (below) and one ru
 from __future__ import annotations
 
 import json
+import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -16,7 +18,9 @@ import typer
 from harness import env as env_module
 from harness.console import console, errors
 from harness.options import InputError
-from harness.tables import NotARunFolder
+from harness.protocol import Plan
+from harness.run import resume_run, start_run
+from harness.tables import NotARunFolder, RunFolder
 
 app = typer.Typer(
     name="bench",
@@ -47,6 +51,29 @@ ResumeOption = Annotated[
 OutOption = Annotated[Path, typer.Option(help="Folder under which run folders are created.")]
 QuietOption = Annotated[bool, typer.Option("--quiet", help="No live progress bar: one plain line per trial (for CI logs).")]
 NoReportOption = Annotated[bool, typer.Option("--no-report", help="Do not write the markdown report when the run ends.")]
+
+
+def command_line() -> str:
+    """The exact command as typed, recorded in the plan and shown in the report."""
+    return "bench " + shlex.join(sys.argv[1:])
+
+
+def write_default_report(folder: RunFolder) -> Path:
+    """The report every tier command writes when its run ends (unless --no-report)."""
+    from harness.report import write_report
+
+    return write_report([folder])
+
+
+def launch(build_plan: Callable[[], Plan], resume: Path | None, out: Path, quiet: bool, no_report: bool) -> RunFolder:
+    """Start the run ``build_plan`` describes, or resume ``resume`` (whose saved plan wins over options).
+
+    ``build_plan`` checks every input before anything is written, so a bad input leaves no run folder.
+    """
+    report = None if no_report else write_default_report
+    if resume is not None:
+        return resume_run(resume, quiet=quiet, report=report)
+    return start_run(build_plan(), out, quiet=quiet, report=report)
 
 
 def not_available(command: str, issue: int) -> None:

@@ -112,7 +112,9 @@ class Plan:
     """Everything a run needs, fixed before the first trial and saved as ``plan.json``.
 
     ``factory`` names (``module:function``) the function that turns a plan into a trial function, so a
-    run folder alone is enough to resume it or regenerate its report.
+    run folder alone is enough to resume it. ``sections``, where set, names (``module:function``) the tier's
+    report-section writer, called by the report with the run folder and its summaries, so a report too can
+    be regenerated from the folder alone.
     """
 
     tier: str
@@ -133,6 +135,7 @@ class Plan:
     in_process: bool = True
     isolation: str = "in-process, a fresh optimizer per trial"
     timed_region: str = ""
+    sections: str = ""
     created: str = ""
     schedule: list[ScheduledTrial] = field(default_factory=list)
 
