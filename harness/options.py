@@ -80,7 +80,7 @@ def parse_arms(text: str, control: bool) -> tuple[Arm, ...]:
     """``baseline,candidate`` → arms; the first is the reference. ``control`` runs the first against itself."""
     specs = split_list("--arms", text)
     if control:
-        return (Arm("baseline", "baseline", specs[0]), Arm("baseline-control", "candidate", specs[0]))
+        return (Arm(specs[0], "baseline", specs[0]), Arm(f"{specs[0]}-control", "candidate", specs[0]))
     if len(specs) < 2:
         raise InputError(f"--arms '{text}' names one arm; name two or more (baseline first), or add --control")
     if len(set(specs)) != len(specs):

@@ -1,0 +1,53 @@
+"""The environment fingerprint: every field present and typed; unreadable ones null, never guessed."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from harness import env
+
+EXPECTED_TYPES = {
+    "python": str, "os": str, "torch": str, "cuda_available": bool, "gpu_count": int, "gpu_names": list,
+    "tf32_matmul": bool, "tf32_cudnn": bool, "cudnn_benchmark": bool, "deterministic_algorithms": bool,
+    "float32_matmul_precision": str, "gpus_start": list,
+}
+NULLABLE = {
+    "cuda_runtime": str, "cudnn": int, "driver_version": str, "cpu_model": str, "git_revision": str,
+    "git_dirty": bool, "hostname": str,
+}
+
+
+def test_fields_present_and_typed() -> None:
+    record = env.collect()
+    for key, kind in EXPECTED_TYPES.items():
+        assert isinstance(record[key], kind), key
+    for key, kind in NULLABLE.items():
+        assert key in record and (record[key] is None or isinstance(record[key], kind)), key
+    assert record["torch"] == torch.__version__
+    assert record["gpu_count"] == len(record["gpu_names"])
+    json.dumps(record)
+
+
+def test_git_revision_is_read_from_the_checkout() -> None:
+    record = env.collect()
+    if record["git_revision"] is not None:
+        assert len(record["git_revision"]) == 40 and isinstance(record["git_dirty"], bool)
+
+
+def test_unreadable_gpu_figures_are_null_not_guessed(monkeypatch) -> None:
+    monkeypatch.setattr(env.shutil, "which", lambda name: None)  # as on a machine without nvidia-smi
+    record = env.collect()
+    assert record["gpus_start"] == [] and record["driver_version"] is None
+
+
+def test_gpu_snapshot_parses_nvidia_smi(monkeypatch) -> None:
+    monkeypatch.setattr(env.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(env, "_run", lambda args, **kw: "0, NVIDIA H200, 1980, 3201, 34, 118.5, 580.159.04")
+    (gpu,) = env.gpu_snapshot()
+    assert gpu == {"index": 0, "name": "NVIDIA H200", "sm_clock_mhz": 1980.0, "mem_clock_mhz": 3201.0,
+                   "temperature_c": 34.0, "power_w": 118.5, "driver_version": "580.159.04"}
+    monkeypatch.setattr(env, "_run", lambda args, **kw: "0, NVIDIA H200, [N/A], [N/A], 34, [N/A], 580.159.04")
+    (gpu,) = env.gpu_snapshot()
+    assert gpu["sm_clock_mhz"] is None and gpu["power_w"] is None and gpu["temperature_c"] == 34.0

@@ -1,0 +1,175 @@
+"""The paired protocol: schedule order, counterbalancing, warm-ups, the log, failures and resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.protocol import Arm, Case, Plan, build_schedule
+from harness.run import resume_run, start_run
+from harness.tables import LOG, PLAN, RunFolder
+
+ROOT = Path(__file__).resolve().parent.parent
+TWO_ARMS = (Arm("baseline", "baseline", "baseline"), Arm("candidate", "candidate", "candidate"))
+REAL_OOM = (
+    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.81 GiB of which "
+    "1.15 GiB is free. Including non-PyTorch memory, this process has 24.00 GiB memory in use. 24.00 GiB "
+    "allowed; Of the allocated memory 21.90 GiB is allocated by PyTorch, and 1.06 GiB is reserved by PyTorch "
+    "but unallocated. If reserved but unallocated memory is large try setting "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+)
+
+
+def plan_of(factory: str, warmup: int = 2, pairs: int = 3, **kwargs) -> Plan:
+    return Plan(
+        tier="test",
+        factory=factory,
+        unit="ms",
+        metric="test figure",
+        cases=[Case("only", {"size": 1}, TWO_ARMS)],
+        warmup=warmup,
+        pairs=pairs,
+        **kwargs,
+    )
+
+
+def test_pairs_alternate_ab_ba_after_warmups() -> None:
+    schedule = build_schedule([Case("c", {}, TWO_ARMS)], warmup=2, pairs=4)
+    phases = [t.phase for t in schedule]
+    assert phases == ["warmup"] * 2 + ["measured"] * 8
+    assert [t.arm for t in schedule[:2]] == ["baseline", "candidate"]
+    measured = schedule[2:]
+    assert [t.order for t in measured[::2]] == ["AB", "BA", "AB", "BA"]
+    assert [t.arm for t in measured] == [
+        "baseline", "candidate", "candidate", "baseline", "baseline", "candidate", "candidate", "baseline",
+    ]
+    # Counterbalanced: each arm runs first in exactly half of the pairs.
+    firsts = [t.arm for t in measured if t.slot == 0]
+    assert firsts.count("baseline") == firsts.count("candidate") == 2
+    assert [t.index for t in schedule] == list(range(len(schedule)))
+
+
+def test_three_arms_alternate_forward_and_reverse() -> None:
+    arms = TWO_ARMS + (Arm("upstream", "candidate", "upstream"),)
+    schedule = build_schedule([Case("c", {}, arms)], warmup=0, pairs=2)
+    assert [t.arm for t in schedule] == ["baseline", "candidate", "upstream", "upstream", "candidate", "baseline"]
+    assert {t.order for t in schedule} == {"ABC", "CBA"}
+
+
+def test_random_order_is_seeded_and_complete() -> None:
+    cases = [Case("c", {}, TWO_ARMS)]
+    first = build_schedule(cases, warmup=0, pairs=20, order="random", seed=7)
+    again = build_schedule(cases, warmup=0, pairs=20, order="random", seed=7)
+    other = build_schedule(cases, warmup=0, pairs=20, order="random", seed=8)
+    assert first == again
+    assert [t.arm for t in first] != [t.arm for t in other]
+    for r in range(20):
+        assert sorted(t.arm for t in first if t.round == r) == ["baseline", "candidate"]
+
+
+def test_cases_run_one_after_another_each_with_warmups() -> None:
+    cases = [Case("n", {}, TWO_ARMS), Case("s", {}, TWO_ARMS)]
+    schedule = build_schedule(cases, warmup=1, pairs=1)
+    assert [(t.case, t.phase) for t in schedule] == [
+        ("n", "warmup"), ("n", "measured"), ("n", "measured"),
+        ("s", "warmup"), ("s", "measured"), ("s", "measured"),
+    ]
+
+
+def test_unknown_order_is_refused() -> None:
+    with pytest.raises(ValueError, match="alternate, random"):
+        build_schedule([Case("c", {}, TWO_ARMS)], 0, 1, order="zigzag")
+
+
+def test_run_logs_every_trial_with_warmups_flagged(tmp_path: Path) -> None:
+    plan = plan_of("tests.trialfns:sleepy", warmup=2, pairs=3)
+    folder = start_run(plan, tmp_path, quiet=True)
+    rows = folder.rows()
+    assert len(rows) == 8
+    assert [r["phase"] for r in rows] == ["warmup"] * 2 + ["measured"] * 6
+    assert all(r["status"] == "ok" for r in rows)
+    # Both arms of a round see the same seed; warm-ups another.
+    by_round = {}
+    for r in rows[2:]:
+        by_round.setdefault(r["round"], set()).add(r["seed_seen"])
+    assert all(len(seeds) == 1 for seeds in by_round.values())
+    assert len({next(iter(s)) for s in by_round.values()}) == 3
+    for name in ("trials.csv", "arms.csv", "pairs.csv", "claims.csv", "env.json", PLAN):
+        assert folder.file(name).is_file(), name
+    claims = folder.file("claims.csv").read_text()
+    assert "0.2" in claims  # (10 - 8) / 10
+
+
+def test_failures_are_rows_and_the_run_goes_on(tmp_path: Path) -> None:
+    figures = {"baseline": [10, 10, 10], "candidate": [8, "oom", "error"]}
+    plan = plan_of("tests.trialfns:scripted", warmup=0, pairs=3, options={"figures": figures, "oom_message": REAL_OOM})
+    folder = start_run(plan, tmp_path, quiet=True)
+    rows = {(r["arm"], r["round"]): r for r in folder.rows()}
+    assert len(rows) == 6
+    oom = rows[("candidate", 1)]
+    assert oom["status"] == "resource_failure"
+    assert oom["oom_requested"] == 2 * 2**30
+    assert oom["oom_budget"] == 24 * 2**30
+    assert oom["oom_allocated"] == round(21.90 * 2**30)
+    assert oom["value"] is None
+    error = rows[("candidate", 2)]
+    assert error["status"] == "error" and "the trial broke" in error["message"]
+
+
+def test_plan_round_trips_through_json(tmp_path: Path) -> None:
+    plan = plan_of("tests.trialfns:sleepy", options={"sleep": 0.0})
+    again = Plan.from_json(json.loads(json.dumps(plan.to_json())))
+    assert again == plan
+
+
+def _wait_for(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting")
+        time.sleep(0.05)
+
+
+def test_resume_after_a_kill_mid_trial_loses_nothing_and_repeats_nothing(tmp_path: Path) -> None:
+    """A real process runs the schedule; it is killed (SIGKILL) while a trial is running; resume finishes."""
+    runs = tmp_path / "runs"
+    script = (
+        "import sys; from tests.test_protocol import plan_of; from harness.run import start_run; "
+        "start_run(plan_of('tests.trialfns:sleepy', warmup=2, pairs=4, options={'sleep': 0.4}), sys.argv[1], quiet=True)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, "-c", script, str(runs)], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: runs.is_dir() and any(runs.iterdir()))
+        folder = RunFolder(next(runs.iterdir()))
+        # Kill while trial 3 (the fourth) is running: it has started but has no row yet.
+        _wait_for(lambda: folder.file("started-3").exists() and len(folder.rows()) == 3)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    before = folder.rows()
+    assert [r["index"] for r in before] == [0, 1, 2]
+
+    resume_run(folder.path, quiet=True)
+    after = folder.rows()
+    indices = [r["index"] for r in after]
+    assert sorted(indices) == list(range(10)) and len(indices) == len(set(indices))
+    assert after[:3] == before  # finished trials kept as they were, not re-run
+    assert "resumes" in folder.read_json("env.json")
+
+
+def test_torn_last_line_is_ignored(tmp_path: Path) -> None:
+    folder = start_run(plan_of("tests.trialfns:sleepy", warmup=0, pairs=1), tmp_path, quiet=True)
+    with open(folder.file(LOG), "a") as handle:
+        handle.write('{"index": 99, "pha')
+    assert [r["index"] for r in folder.rows()] == [0, 1]
