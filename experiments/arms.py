@@ -1,0 +1,58 @@
+"""Naming arms: the one resolver every command uses to turn an arm spec into an optimizer class.
+
+An arm spec is `baseline` (optimizers.MuSGD), `candidate` (optimizers.BatchedMuSGD), `upstream` (the
+installed `ultralytics.optim.MuSGD`) or `package.module:Class` for any optimizer with MuSGD's constructor.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import torch
+
+from optimizers import BatchedMuSGD, MuSGD
+
+ARM_NAMES = ("baseline", "candidate", "upstream")
+
+
+class ArmError(ValueError):
+    """An arm spec that names no usable optimizer class; the message says what to do instead."""
+
+
+def resolve_optimizer(spec: str) -> type[torch.optim.Optimizer]:
+    """The optimizer class an arm spec names (see the module docstring); ArmError when it cannot."""
+    spec = spec.strip()
+    if spec == "baseline":
+        return MuSGD
+    if spec == "candidate":
+        return BatchedMuSGD
+    if spec == "upstream":
+        try:
+            from ultralytics.optim import MuSGD as UpstreamMuSGD
+        except ImportError as error:
+            raise ArmError(
+                "arm 'upstream' needs ultralytics (the MuSGD it ships); install the extra: "
+                f"pip install 'musgd-bench[ultralytics]' ({error})"
+            ) from None
+        return UpstreamMuSGD
+    module_name, colon, class_name = spec.partition(":")
+    if not colon or not module_name or not class_name:
+        raise ArmError(f"unknown arm {spec!r}: use one of {', '.join(ARM_NAMES)} or package.module:Class")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ArmError(f"arm {spec!r}: cannot import module {module_name!r} ({error})") from None
+    optimizer_class = module
+    for attribute in class_name.split("."):
+        optimizer_class = getattr(optimizer_class, attribute, None)
+        if optimizer_class is None:
+            raise ArmError(f"arm {spec!r}: module {module_name!r} has no attribute {class_name!r}")
+    if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)):
+        raise ArmError(f"arm {spec!r}: {class_name} is not a torch.optim.Optimizer subclass")
+    return optimizer_class
+
+
+def make_optimizer(spec: str, groups: list[dict[str, Any]], kwargs: dict[str, Any]) -> torch.optim.Optimizer:
+    """Resolve an arm and build it over param groups with the given constructor kwargs (e.g. muon, sgd)."""
+    return resolve_optimizer(spec)(groups, **kwargs)
