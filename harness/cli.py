@@ -134,9 +134,23 @@ def parity_command() -> None:
 
 
 @app.command("report")
-def report_command() -> None:
-    """Write the markdown report of one or more run folders."""
-    not_available("report", 7)
+def report_command(
+    run_dirs: Annotated[
+        list[Path] | None,
+        typer.Argument(help="Run folders; several make one report side by side (e.g. a claim and its A/A control).",
+                       metavar="RUN_DIR...", show_default=False),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("-o", "--output", help="Markdown file to write (.md); needed for several run folders. "
+                     "Default: report.md inside the single run folder."),
+    ] = None,
+) -> None:
+    """Write the markdown report (with PNG plots beside it) of one or more run folders, from the folders alone."""
+    from harness.report import write_report
+
+    folders = [RunFolder.open(path) for path in run_dirs or []]
+    console.print(f"report: {write_report(folders, output)}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,309 @@
+"""Plots of a run, for the report: headless (Agg), readable in print, the same bytes for the same inputs.
+
+Shared style, used by every plot here and by the tier plots at the end of this file:
+
+* ``figure(path, width, height)``: a context manager that yields ``(fig, ax)`` under the house style
+  (large fonts, grid, tight layout) and saves a PNG with fixed metadata when the block ends.
+* ``arm_styles(labels)``: a colour *and* a marker per arm (Okabe–Ito colours, safe for colour-blind
+  readers; the marker carries the arm in grey print too), stable by the arms' order in the plan.
+* ``FAILED``, ``WARMUP``, ``BAR``: how failures (red x), warm-ups (hollow, grey) and the bar (dashed) look.
+* ``percent_axis(ax, axis)``: tick labels in percent for fractions.
+
+Figures are made through ``matplotlib.figure.Figure`` directly (never pyplot), so no global state or GUI
+backend is involved and plotting is safe in any process.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402 - after the backend is fixed
+import pandas as pd  # noqa: E402
+from matplotlib import rc_context  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
+
+# --- shared style ----------------------------------------------------------------------------------------
+
+STYLE: dict[str, Any] = {
+    "font.size": 13,
+    "axes.titlesize": 14,
+    "axes.labelsize": 13,
+    "xtick.labelsize": 12,
+    "ytick.labelsize": 12,
+    "legend.fontsize": 11,
+    "axes.grid": True,
+    "grid.alpha": 0.35,
+    "grid.linestyle": ":",
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "lines.markersize": 8,
+    "svg.hashsalt": "musgd-bench",
+}
+DPI = 150
+PNG_METADATA = {"Software": None}  # no matplotlib version stamp: same inputs, same PNG bytes
+
+# Okabe–Ito: distinguishable by colour-blind readers; vermillion is kept back for failures.
+ARM_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
+ARM_MARKERS = ("o", "s", "^", "D", "v", "P", "*")
+
+
+@dataclass(frozen=True)
+class MarkStyle:
+    color: str
+    marker: str
+
+
+FAILED = MarkStyle("#D55E00", "x")
+WARMUP = MarkStyle("#8C8C8C", "o")
+BAR = MarkStyle("#D55E00", "")
+INTERVAL_COLOR = "#7F7F7F"
+
+
+def arm_styles(labels: Sequence[str]) -> dict[str, MarkStyle]:
+    """A colour and a marker per arm label, in the given (plan) order, so every plot agrees."""
+    return {
+        label: MarkStyle(ARM_COLORS[i % len(ARM_COLORS)], ARM_MARKERS[i % len(ARM_MARKERS)])
+        for i, label in enumerate(labels)
+    }
+
+
+def percent_axis(ax: Axes, axis: str = "y", decimals: int = 0) -> None:
+    """Show fractions (0.12) as percent (12%) on ``axis`` ('x' or 'y')."""
+    formatter = FuncFormatter(lambda v, _pos: f"{100 * v:.{decimals}f}%")
+    (ax.xaxis if axis == "x" else ax.yaxis).set_major_formatter(formatter)
+
+
+@contextmanager
+def figure(path: Path, width: float = 9.0, height: float = 4.8) -> Iterator[tuple[Figure, Axes]]:
+    """``with figure(path) as (fig, ax): ...`` draws under the house style and saves a PNG at the end."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with rc_context(STYLE):
+        fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+        ax = fig.add_subplot()
+        yield fig, ax
+        fig.savefig(path, dpi=DPI, format="png", metadata=PNG_METADATA)
+
+
+def arm_order(plan: Any) -> list[str]:
+    """Arm labels in plan order (first appearance over the cases)."""
+    labels: list[str] = []
+    for case in plan.cases:
+        for arm in case.arms:
+            if arm.label not in labels:
+                labels.append(arm.label)
+    return labels
+
+
+def _spans(indices: Sequence[int]) -> list[tuple[int, int]]:
+    """Contiguous runs [first, last] of sorted integers."""
+    spans: list[tuple[int, int]] = []
+    for i in sorted(indices):
+        if spans and i == spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], i)
+        else:
+            spans.append((i, i))
+    return spans
+
+
+# --- the report's own plots ------------------------------------------------------------------------------
+
+
+def plot_timeline(trials: pd.DataFrame, plan: Any, path: Path) -> Path:
+    """Every trial's figure in schedule order: arms by colour and marker, warm-ups hollow grey, failures a
+    red x along the top, cases separated, scheduled trials with no row (not run yet) shaded."""
+    styles = arm_styles(arm_order(plan))
+    scheduled = len(plan.schedule)
+    rows = _timeline_rows(trials)
+    ok = (rows["status"] == "ok") & rows["value"].notna()
+    finite = rows.loc[ok, "value"]
+    width = min(16.0, max(10.0, 6.0 + 0.03 * scheduled))
+    with figure(path, width=width, height=5.0) as (fig, ax):
+        positive = finite[finite > 0]
+        if len(positive) and positive.max() / positive.min() >= 20:
+            ax.set_yscale("log")
+        for label, style in styles.items():
+            for phase in ("warmup", "measured"):
+                mask = ok & (rows["arm"] == label) & (rows["phase"] == phase)
+                if not mask.any():
+                    continue
+                x, y = rows.loc[mask, "index"].to_numpy(dtype=float), rows.loc[mask, "value"].to_numpy(dtype=float)
+                if phase == "warmup":
+                    ax.scatter(x, y, marker=style.marker, facecolors="none", edgecolors=WARMUP.color,
+                               linewidths=1.5, s=70, zorder=3)
+                else:
+                    ax.scatter(x, y, marker=style.marker, color=style.color, s=70, zorder=3)
+        failed = rows[rows["status"] != "ok"]
+        if len(failed):
+            ax.plot([0, 1], [0.96, 0.96], transform=ax.transAxes, color=FAILED.color, linestyle=":", linewidth=1,
+                    alpha=0.6, zorder=1)
+            ax.scatter(failed["index"].to_numpy(dtype=float), np.full(len(failed), 0.96), marker=FAILED.marker,
+                       color=FAILED.color, s=110, linewidths=2.5, transform=ax.get_xaxis_transform(),
+                       zorder=4, clip_on=False)
+        done = {int(i) for i in rows["index"]}
+        missing = [i for i in range(scheduled) if i not in done]
+        for first, last in _spans(missing):
+            ax.axvspan(first - 0.5, last + 0.5, facecolor="#DDDDDD", edgecolor="#AAAAAA", alpha=0.6, hatch="//",
+                       linewidth=0, zorder=0)
+        if len(failed) and len(finite):
+            _headroom(ax, 0.14)  # the failures' row sits above every measured point
+        _case_dividers(ax, plan)
+        ax.set_xlim(-0.7, max(scheduled, 1) - 0.3)
+        if len(finite) == 0:
+            ax.set_yticks([])
+        ax.set_xlabel("trial (schedule order)")
+        ax.set_ylabel(f"{plan.metric} ({plan.unit})")
+        ax.set_title(f"{plan.tier}: every trial in schedule order", pad=_case_label_height(plan))
+        handles = [
+            Line2D([], [], linestyle="", marker=s.marker, color=s.color, markersize=9, label=f"{label} (measured)")
+            for label, s in styles.items()
+        ]
+        if (rows["phase"] == "warmup").any():
+            handles.append(Line2D([], [], linestyle="", marker="o", markerfacecolor="none",
+                                  markeredgecolor=WARMUP.color, markersize=9, label="warm-up (discarded)"))
+        if len(failed):
+            handles.append(Line2D([], [], linestyle="", marker=FAILED.marker, color=FAILED.color, markersize=10,
+                                  markeredgewidth=2.5, label="failed (counts as ∞)"))
+        if missing:
+            handles.append(Patch(facecolor="#DDDDDD", edgecolor="#AAAAAA", hatch="//", label="scheduled, not run"))
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return path
+
+
+def _timeline_rows(trials: pd.DataFrame) -> pd.DataFrame:
+    """index, case, arm, phase, status and value (float; NaN where failed) of every logged trial."""
+    columns = ["index", "case", "arm", "phase", "status", "value"]
+    if trials.empty:
+        return pd.DataFrame({c: pd.Series(dtype=float if c in ("index", "value") else object) for c in columns})
+    rows = trials.reindex(columns=columns).copy()
+    rows["value"] = pd.to_numeric(rows["value"], errors="coerce").astype(float)
+    return rows
+
+
+def _headroom(ax: Axes, fraction: float) -> None:
+    """Raise the top of the y axis by ``fraction`` of its span (in log space on a log axis)."""
+    low, high = ax.get_ylim()
+    if ax.get_yscale() == "log":
+        ax.set_ylim(low, high * (high / low) ** fraction)
+    else:
+        ax.set_ylim(low, high + fraction * (high - low))
+
+
+def _case_dividers(ax: Axes, plan: Any) -> None:
+    """Dotted lines between cases in the schedule, with each case's label along the top."""
+    if len(plan.cases) < 2:
+        return
+    firsts: dict[str, int] = {}
+    lasts: dict[str, int] = {}
+    for trial in plan.schedule:
+        firsts.setdefault(trial.case, trial.index)
+        lasts[trial.case] = trial.index
+    for case in plan.cases:
+        if case.label not in firsts:
+            continue
+        start, end = firsts[case.label], lasts[case.label]
+        if start > 0:
+            ax.axvline(start - 0.5, color="#555555", linestyle=":", linewidth=1.2)
+        ax.text((start + end) / 2, 1.01, case.label, transform=ax.get_xaxis_transform(), ha="center",
+                va="bottom", fontsize=CASE_LABEL_SIZE, rotation=90 if len(plan.cases) > FLAT_CASE_LABELS else 0)
+
+
+CASE_LABEL_SIZE = 10
+FLAT_CASE_LABELS = 6  # more cases than this: their labels stand upright so they cannot collide
+
+
+def _case_label_height(plan: Any) -> float:
+    """Title padding (points) that clears the case labels drawn above the axes."""
+    if len(plan.cases) < 2:
+        return 8.0
+    if len(plan.cases) <= FLAT_CASE_LABELS:
+        return 8.0 + 1.6 * CASE_LABEL_SIZE
+    longest = max(len(c.label) for c in plan.cases)
+    return 12.0 + 0.65 * CASE_LABEL_SIZE * longest
+
+
+def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: Path) -> Path:
+    """Paired reductions per case and arm: each pair a point, the median a bar-shaped tick, the bootstrap
+    interval a thick line, the bar a dashed line; a failed candidate's pair (−∞) is a red x at the left."""
+    keys = [(str(c["case"]), str(c["arm"])) for _, c in claims.iterrows()]
+    styles = arm_styles(arm_order(plan))
+    height = min(20.0, max(3.2, 1.4 + (0.75 if len(keys) <= 10 else 0.45) * len(keys)))
+    with figure(path, width=10.0, height=height) as (fig, ax):
+        finite = pairs["reduction"].to_numpy(dtype=float) if not pairs.empty else np.array([])
+        finite = finite[np.isfinite(finite)]
+        lows = claims["ci_low"].to_numpy(dtype=float) if not claims.empty else np.array([])
+        highs = claims["ci_high"].to_numpy(dtype=float) if not claims.empty else np.array([])
+        bar = plan.bar / 100 if plan.bar is not None else None
+        span_values = np.concatenate([finite, lows[np.isfinite(lows)], highs[np.isfinite(highs)], [0.0]]
+                                     + ([[bar]] if bar is not None else []))
+        left, right = float(span_values.min()), float(span_values.max())
+        pad = max(0.02, 0.08 * (right - left))
+        left, right = left - pad, right + pad
+        failed_x = left + 0.3 * pad
+        any_failed = False
+        for y, (case, arm) in enumerate(keys):
+            style = styles.get(arm, MarkStyle(ARM_COLORS[0], "o"))
+            mine = pairs[(pairs["case"].astype(str) == case) & (pairs["arm"].astype(str) == arm)]
+            values = mine["reduction"].to_numpy(dtype=float)
+            rounds = mine["round"].to_numpy(dtype=int)
+            # A fixed vertical offset per round (not random jitter) keeps overlapping points apart.
+            offsets = 0.07 * ((rounds % 5) - 2)
+            fin = np.isfinite(values)
+            ax.scatter(values[fin], y + offsets[fin], marker=style.marker, color=style.color, s=60, alpha=0.9,
+                       zorder=3)
+            if (~fin).any():
+                any_failed = True
+                ax.scatter(np.full(int((~fin).sum()), failed_x), y + offsets[~fin], marker=FAILED.marker,
+                           color=FAILED.color, s=90, linewidths=2.5, zorder=4)
+            claim = claims.iloc[y]
+            low, high, median = float(claim["ci_low"]), float(claim["ci_high"]), float(claim["median"])
+            if not (math.isnan(low) or math.isnan(high)):
+                ax.plot([max(low, left), min(high, right)], [y + 0.3, y + 0.3], color=INTERVAL_COLOR, linewidth=5,
+                        solid_capstyle="butt", zorder=2)
+                if math.isinf(low):  # the interval runs off to -inf: an arrowhead says so
+                    ax.scatter([left], [y + 0.3], marker="<", color=INTERVAL_COLOR, s=80, zorder=2, clip_on=False)
+            if math.isfinite(median):
+                ax.plot([median, median], [y - 0.25, y + 0.38], color="#000000", linewidth=3, zorder=4)
+        if bar is not None:
+            ax.axvline(bar, color=BAR.color, linestyle="--", linewidth=2)
+        ax.axvline(0.0, color="#555555", linewidth=1)
+        ax.set_xlim(left, right)
+        ax.set_ylim(len(keys) - 0.45, -0.55)
+        ax.set_yticks(range(len(keys)))
+        ax.set_yticklabels([f"{case} · {arm}" if len(plan.cases) > 1 else arm for case, arm in keys])
+        ax.grid(axis="y", visible=False)
+        percent_axis(ax, "x", decimals=1 if right - left < 0.2 else 0)
+        ax.set_xlabel("paired reduction (baseline − arm) / baseline   (higher is faster)")
+        level = float(claims["ci_level"].iloc[0]) if not claims.empty else 0.95
+        ax.set_title(f"{plan.tier}: paired reductions of {plan.metric}")
+        handles = [
+            Line2D([], [], linestyle="", marker="o", color="#666666", markersize=8, label="one pair"),
+            Line2D([], [], color="#000000", linewidth=3, label="median"),
+            Line2D([], [], color=INTERVAL_COLOR, linewidth=5, label=f"{100 * level:.0f}% bootstrap interval"),
+        ]
+        if bar is not None:
+            handles.append(Line2D([], [], color=BAR.color, linestyle="--", linewidth=2,
+                                  label=f"bar {plan.bar:g}%"))
+        if any_failed:
+            handles.append(Line2D([], [], linestyle="", marker=FAILED.marker, color=FAILED.color, markersize=10,
+                                  markeredgewidth=2.5, label="arm failed (−∞)"))
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return path
+
+
+# --- tier plots ------------------------------------------------------------------------------------------
+# Tier engineers: add your plot functions below this line (crossover, memory, divergence, stage shares).
+# Draw through ``figure(path, ...)`` and colour arms with ``arm_styles``; return the PNG's path.

@@ -1,0 +1,391 @@
+"""The markdown report: every section and plot, byte-for-byte regeneration, failures, A/A controls,
+interrupted runs, several runs side by side, the claim sentence, the tier hook and `bench report`.
+
+Run folders are built here through the real protocol (``start_run`` with small trial functions), so the
+fixtures can never drift from what the harness writes.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import cli, report
+from harness.options import InputError
+from harness.protocol import Arm, Case, Plan, TrialContext, TrialFunction
+from harness.run import resume_run, start_run, summarize
+from harness.tables import LOG, RunFolder
+
+# A real CUDA caching-allocator message (torch 2.x); the byte figures below are what it says.
+OOM_MESSAGE = (
+    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.81 GiB of which "
+    "1.15 GiB is free. Including non-PyTorch memory, this process has 137.9 GiB memory in use. Of the "
+    "allocated memory 21.90 GiB is allocated by PyTorch, and 1.06 GiB is reserved by PyTorch but unallocated. "
+    "If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+    "to avoid fragmentation.  See documentation for Memory Management  "
+    "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+)
+PEAK = 849_244_160  # 809.9 MiB
+
+# Per arm, per measured round: the figure the trial returns ('oom' / 'error' raise instead).
+FIGURES: dict[str, list] = {
+    "baseline": [89.448, 88.765, 89.646],
+    "candidate": [79.183, 77.799, 79.660],
+}
+
+
+def scripted(figures: dict[str, list], peaks: dict[str, int] | None = None, stop_at: int | None = None):
+    """A trial function returning ``figures[arm][round]`` (warm-ups use round 0's figure), optional peak
+    bytes per arm; 'oom' raises a real-text OutOfMemoryError, 'error' a RuntimeError; ``stop_at`` raises
+    KeyboardInterrupt at that schedule index (a run interrupted by the user)."""
+
+    def trial(ctx: TrialContext) -> dict:
+        if stop_at is not None and ctx.trial.index == stop_at:
+            raise KeyboardInterrupt
+        figure = figures[ctx.arm.label][ctx.trial.round if ctx.trial.phase == "measured" else 0]
+        if figure == "oom":
+            raise torch.OutOfMemoryError(OOM_MESSAGE)
+        if figure == "error":
+            raise RuntimeError("worker died | exit status -9\nwhile loading the batch")
+        row = {"value": float(figure)}
+        if peaks:
+            row.update(peak_allocated=peaks[ctx.arm.label], peak_reserved=peaks[ctx.arm.label] + 2**26)
+        return row
+
+    return trial
+
+
+def make_plan(
+    tier: str = "pair",
+    arms: tuple[str, ...] = ("baseline", "candidate"),
+    pairs: int = 3,
+    warmup: int = 2,
+    control: bool = False,
+    cases: tuple[str, ...] = ("yolo26n",),
+    sections: str = "",
+    factory: str = "tests.test_report:fixture_factory",
+    options: dict | None = None,
+) -> Plan:
+    if control:
+        arm_objects = (Arm(arms[0], "baseline", arms[0]), Arm(f"{arms[0]}-control", "candidate", arms[0]))
+    else:
+        arm_objects = tuple(Arm(a, "baseline" if i == 0 else "candidate", a) for i, a in enumerate(arms))
+    return Plan(
+        tier=tier,
+        factory=factory,
+        unit="s",
+        metric="whole-fit wall time",
+        cases=[Case(label, {"model": f"{label}.yaml"}, arm_objects) for label in cases],
+        warmup=warmup,
+        pairs=pairs,
+        bar=8.0,
+        control=control,
+        options=options or {"steps": 384, "images": 256},
+        command=f"bench {tier} --steps 384 --pairs {pairs} --bar 8",
+        isolation="each trial in a fresh worker process",
+        timed_region="the whole fit, synchronized at both ends",
+        sections=sections,
+    )
+
+
+def run_folder(tmp_path: Path, plan: Plan, trial_fn: TrialFunction) -> RunFolder:
+    return start_run(plan, tmp_path / "runs", quiet=True, trial_fn=trial_fn)
+
+
+@pytest.fixture(scope="module")
+def pristine_claim_run(tmp_path_factory: pytest.TempPathFactory) -> RunFolder:
+    """One claim run, built once through the real protocol; tests get copies they may change."""
+    root = tmp_path_factory.mktemp("pristine")
+    return run_folder(root, make_plan(), scripted(FIGURES, {"baseline": PEAK, "candidate": PEAK}))
+
+
+def copy_run(pristine: RunFolder, where: Path) -> RunFolder:
+    target = where / pristine.path.name
+    shutil.copytree(pristine.path, target)
+    return RunFolder(target)
+
+
+@pytest.fixture
+def claim_run(pristine_claim_run: RunFolder, tmp_path: Path) -> RunFolder:
+    return copy_run(pristine_claim_run, tmp_path / "runs")
+
+
+def reduction_text(baseline: list[float], candidate: list[float]) -> str:
+    """The reduction clause computed by hand from the figures: median (min–max) of the paired reductions."""
+    values = sorted((b - c) / b for b, c in zip(baseline, candidate, strict=True))
+    return f"{100 * values[len(values) // 2]:.2f}% ({100 * values[0]:.2f}–{100 * values[-1]:.2f}%)"
+
+
+# --- every section, every plot ---------------------------------------------------------------------------
+
+
+def test_report_has_every_section_and_both_plots(claim_run: RunFolder) -> None:
+    path = report.write_report([claim_run])
+    assert path == claim_run.path / "report.md"
+    text = path.read_text(encoding="utf-8")
+    for heading in ("# musgd-bench report: pair", "## Summary", "## Environment", "### Protocol", "### Results",
+                    "### Verdict", "### Failed trials", "### Caveats", "### Plots"):
+        assert heading in text, heading
+    plan = summarize(claim_run)[0]
+    assert f"Date: {plan.created[:10]}" in text
+    assert "```sh\nbench pair --steps 384 --pairs 3 --bar 8\n```" in text
+    for field in ("| GPU |", "| driver |", "| CUDA runtime (torch build) |", "| cuDNN |", "| torch |",
+                  "| Python |", "| CPU |", "| git revision |", "GPU clocks, temperature, power at start",
+                  "| … at end |"):
+        assert field in text, field
+    assert "not recorded" in text  # this machine has no nvidia-smi / driver: said, never guessed
+    for phrase in ("2 warm-up trials", "discarded from every statistic", "then 3 pairs",
+                   "counterbalanced order (AB, BA, AB, …)", "Isolation: each trial in a fresh worker process",
+                   "Timed region: the whole fit, synchronized at both ends", "memory budget: none", "seed 0",
+                   "percentile bootstrap of the median, 10000 resamples", "the 8% bar"):
+        assert phrase in text, phrase
+    assert "| peak allocated (median) | peak reserved (median) |" in text
+    assert "short fit: no accuracy claim" in text
+    assert "None: every logged trial finished." in text
+    for name in ("timeline.png", "reductions.png"):
+        png = claim_run.path / "report-figures" / name
+        assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+        assert f"](report-figures/{name})" in text
+
+
+def test_claim_sentence_in_the_project_form(claim_run: RunFolder) -> None:
+    plan, summaries = summarize(claim_run)
+    sentence = report.claim_sentence(plan, summaries, "yolo26n", "candidate")
+    expected = (
+        "Baseline median 89.448 s (88.765–89.646); candidate 79.183 s (77.799–79.660). The paired reduction "
+        f"median is {reduction_text(FIGURES['baseline'], FIGURES['candidate'])}, with the same 809.9 MiB peak "
+        "allocated."
+    )
+    assert sentence == expected
+    assert sentence in report.write_report([claim_run]).read_text(encoding="utf-8")
+
+
+def test_claim_sentence_with_different_peaks_other_labels_and_no_peaks(tmp_path: Path) -> None:
+    figures = {"upstream": FIGURES["baseline"], "candidate": FIGURES["candidate"]}
+    plan = make_plan(arms=("upstream", "candidate"))
+    folder = run_folder(tmp_path, plan, scripted(figures, {"upstream": PEAK, "candidate": 851_763_200}))
+    plan, summaries = summarize(folder)
+    sentence = report.claim_sentence(plan, summaries, "yolo26n", "candidate")
+    assert sentence.startswith("Upstream median 89.448 s (88.765–89.646); candidate 79.183 s")
+    assert sentence.endswith("with peak allocated 809.9 MiB vs 812.3 MiB (+0.3%).")
+
+    bare = run_folder(tmp_path / "bare", make_plan(), scripted(FIGURES))
+    plan, summaries = summarize(bare)
+    sentence = report.claim_sentence(plan, summaries, "yolo26n", "candidate")
+    assert sentence.endswith(f"The paired reduction median is {reduction_text(FIGURES['baseline'], FIGURES['candidate'])}.")
+
+
+def test_same_inputs_same_markdown_byte_for_byte(claim_run: RunFolder, tmp_path: Path) -> None:
+    first = report.write_report([claim_run]).read_bytes()
+    pngs = {p.name: p.read_bytes() for p in (claim_run.path / "report-figures").iterdir()}
+    second = report.write_report([claim_run]).read_bytes()
+    assert first == second
+    assert pngs == {p.name: p.read_bytes() for p in (claim_run.path / "report-figures").iterdir()}
+    # The same report written elsewhere differs only in where its figures live.
+    elsewhere = report.write_report([claim_run], tmp_path / "out" / "report.md").read_bytes()
+    assert elsewhere == first
+
+
+# --- failures, controls, interruptions ---------------------------------------------------------------------
+
+
+def test_failed_trials_are_shown_with_bytes_or_message(tmp_path: Path) -> None:
+    figures = {"baseline": [10.0, 10.0, 10.0], "candidate": [8.0, "oom", "error"]}
+    folder = run_folder(tmp_path, make_plan(tier="probe"), scripted(figures))
+    text = report.write_report([folder]).read_text(encoding="utf-8")
+    assert "Out of memory (`resource_failure`)" in text
+    # requested, total, free, allocated, reserved (= allocated + reserved-but-unallocated), budget
+    assert "| 2.00 GiB | 139.81 GiB | 1.15 GiB | 21.90 GiB | 22.96 GiB | n/a |" in text
+    assert "`RuntimeError: worker died | exit status -9 while loading the batch`" in text
+    assert "failures: 2 measured trials failed and count as infinitely slow." in text
+    assert "head-only: not a training claim" in text
+    assert "2 of 3 candidate trials failed and count as infinitely slow." in text
+    assert "-∞" in text  # a pair whose candidate failed has reduction -∞, shown, not dropped
+
+
+def test_a_control_says_it_is_the_noise_floor(tmp_path: Path) -> None:
+    figures = {"baseline": [10.0, 10.1, 9.9], "baseline-control": [10.05, 10.0, 10.0]}
+    folder = run_folder(tmp_path, make_plan(control=True), scripted(figures))
+    text = report.write_report([folder]).read_text(encoding="utf-8")
+    assert "# musgd-bench report: pair A/A control" in text
+    assert "A/A control: it measures the noise floor, not a speed-up." in text
+    assert "The first arm ran against itself" in text and "median difference" in text
+    assert "This run is an A/A control" in text
+
+
+def test_an_interrupted_run_says_how_far_it_got(tmp_path: Path) -> None:
+    plan = make_plan(pairs=4, warmup=2)
+    # Schedule: 2 warm-ups, then pairs at indices 2-3, 4-5, 6-7, 8-9; stop when trial 7 starts.
+    with pytest.raises(KeyboardInterrupt):
+        run_folder(tmp_path, plan, scripted({"baseline": [10.0] * 4, "candidate": [8.0] * 4}, stop_at=7))
+    folder = RunFolder(next((tmp_path / "runs").iterdir()))
+    text = report.write_report([folder]).read_text(encoding="utf-8")
+    assert "interrupted: 2 of 4 pairs." in text
+    assert "7 of 10 scheduled trials are in the log" in text
+    assert (folder.path / "report-figures" / "timeline.png").is_file()
+    # Resumed to the end, the same folder reads as complete, and says it was resumed.
+    resume_run(folder.path, quiet=True, trial_fn=scripted({"baseline": [10.0] * 4, "candidate": [8.0] * 4}))
+    text = report.write_report([folder]).read_text(encoding="utf-8")
+    assert "interrupted:" not in text
+    assert "The run was resumed 1 time; finished trials were never re-run." in text
+    assert "| … at resume 1 (" in text
+
+
+H200_GPU = {"index": 0, "name": "NVIDIA H200", "sm_clock_mhz": 1980.0, "mem_clock_mhz": 3201.0,
+            "temperature_c": 34.0, "power_w": 118.5, "driver_version": "580.159.04"}
+
+
+def test_environment_of_a_gpu_run(claim_run: RunFolder) -> None:
+    """An env.json shaped as harness.env.collect writes it on an H200 (clocks read again at the end)."""
+    env = claim_run.read_json("env.json")
+    env.update(
+        cuda_available=True, gpu_count=1, gpu_names=["NVIDIA H200"], gpu_memory_bytes=[150_119_841_792],
+        driver_version="580.159.04", cudnn=91002, git_revision="0123abc", git_dirty=True, gpus_start=[H200_GPU],
+        gpus_end=[{**H200_GPU, "sm_clock_mhz": 1755.0, "temperature_c": 61.0, "power_w": None}],
+    )
+    claim_run.write_json("env.json", env)
+    text = report.write_report([claim_run]).read_text(encoding="utf-8")
+    assert "| GPU | 1 × NVIDIA H200 (139.81 GiB) |" in text
+    assert "| driver | 580.159.04 |" in text
+    assert "| cuDNN | 9.10.2 (91002) |" in text
+    assert "GPU 0: SM 1980 MHz, memory 3201 MHz, 34 °C, 118.5 W |" in text
+    assert "| … at end | GPU 0: SM 1755 MHz, memory 3201 MHz, 61 °C, power not recorded |" in text
+    assert "| git revision | `0123abc`, dirty (uncommitted changes) |" in text
+    assert "uncommitted changes: the code differed from its git revision." in text
+
+
+def test_a_truncated_log_reads_as_interrupted(claim_run: RunFolder) -> None:
+    log = claim_run.file(LOG)
+    lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
+    log.write_text("".join(lines[:5]), encoding="utf-8")  # 2 warm-ups, pair 0, half of pair 1
+    text = report.write_report([claim_run]).read_text(encoding="utf-8")
+    assert "interrupted: 1 of 3 pairs." in text
+
+
+def test_a_run_with_no_trial_yet_still_reports(tmp_path: Path) -> None:
+    with pytest.raises(KeyboardInterrupt):
+        run_folder(tmp_path, make_plan(), scripted(FIGURES, stop_at=0))
+    folder = RunFolder(next((tmp_path / "runs").iterdir()))
+    text = report.write_report([folder]).read_text(encoding="utf-8")
+    assert "interrupted: 0 of 3 pairs." in text
+    assert "No measured trial in the log" in text
+    assert "No complete pair in any run: no claim can be made." in text
+
+
+# --- several runs side by side ---------------------------------------------------------------------------
+
+
+def test_two_runs_side_by_side(claim_run: RunFolder, tmp_path: Path) -> None:
+    control = run_folder(
+        tmp_path / "control", make_plan(control=True),
+        scripted({"baseline": [10.0, 10.1, 9.9], "baseline-control": [10.05, 10.0, 10.0]}),
+    )
+    out = tmp_path / "reports" / "claim-and-control.md"
+    path = report.write_report([claim_run, control], out)
+    assert path == out
+    text = out.read_text(encoding="utf-8")
+    assert "## Run 1: pair" in text and "## Run 2: pair (A/A control)" in text
+    assert "| field | run 1 | run 2 |" in text
+    summary = text.split("## Summary", 1)[1].split("## Environment", 1)[0]
+    assert "| 1 | yolo26n | candidate vs baseline | 3 of 3 |" in summary
+    assert "| 2 (A/A control) | yolo26n | baseline-control vs baseline | 3 of 3 |" in summary
+    assert "Run 2 is an A/A control." in summary
+    for k in (1, 2):
+        assert (out.parent / f"claim-and-control-figures-{k}" / "timeline.png").is_file()
+        assert f"](claim-and-control-figures-{k}/reductions.png)" in text
+    with pytest.raises(InputError, match="name it with -o"):
+        report.write_report([claim_run, control])
+
+
+# --- the tier's own section ------------------------------------------------------------------------------
+
+
+def fixture_section(folder: RunFolder, summaries, figures_dir: Path) -> str:
+    """A tier section as a tier engineer writes one: a table and a plot drawn through harness.plots."""
+    from harness import plots
+
+    png = figures_dir / "fixture-tier.png"
+    with plots.figure(png, width=6, height=3) as (_fig, ax):
+        ax.plot([0, 1], [0, 1])
+        ax.set_xlabel("x (unit)")
+    rows = [[r["arm"], report.format_number(r["median"])] for _, r in summaries.arms.iterrows()]
+    return "\n\n".join([
+        "### Fixture tier section",
+        report.markdown_table(["arm", "median"], rows),
+        report.markdown_image(png, "fixture plot"),
+    ])
+
+
+def fixture_factory(plan: Plan) -> TrialFunction:
+    return scripted(FIGURES)
+
+
+def test_the_tier_section_hook_is_included(tmp_path: Path) -> None:
+    plan = make_plan(sections="tests.test_report:fixture_section")
+    folder = run_folder(tmp_path, plan, scripted(FIGURES))
+    text = report.write_report([folder]).read_text(encoding="utf-8")
+    assert "### Fixture tier section" in text
+    assert "| baseline | 89.448 |" in text
+    assert "![fixture plot](report-figures/fixture-tier.png)" in text
+    assert (folder.path / "report-figures" / "fixture-tier.png").is_file()
+
+
+def test_a_tier_section_that_cannot_be_imported_is_said(tmp_path: Path) -> None:
+    folder = run_folder(tmp_path, make_plan(sections="tests.no_such_tier:section"), scripted(FIGURES))
+    text = report.write_report([folder]).read_text(encoding="utf-8")
+    assert "could not be loaded here (ModuleNotFoundError" in text
+
+
+def test_a_tier_command_writes_its_report_when_the_run_ends(tmp_path: Path) -> None:
+    folder = cli.launch(lambda: make_plan(), resume=None, out=tmp_path / "runs", quiet=True, no_report=False)
+    assert (folder.path / "report.md").is_file()
+    assert (folder.path / "report-figures" / "reductions.png").is_file()
+    skipped = cli.launch(lambda: make_plan(), resume=None, out=tmp_path / "quiet", quiet=True, no_report=True)
+    assert not (skipped.path / "report.md").exists()
+
+
+# --- `bench report` ----------------------------------------------------------------------------------------
+
+
+def test_bench_report_happy_path(claim_run: RunFolder, tmp_path: Path, capsys) -> None:
+    assert cli.main(["report", str(claim_run.path)]) == 0
+    assert (claim_run.path / "report.md").is_file()
+    out = tmp_path / "reports" / "named.md"
+    assert cli.main(["report", str(claim_run.path), "-o", str(out)]) == 0
+    named = out.read_text(encoding="utf-8")
+    assert named == (claim_run.path / "report.md").read_text(encoding="utf-8").replace("](report-figures/", "](named-figures/")
+    assert (out.parent / "named-figures" / "timeline.png").is_file()
+    assert str(out) in capsys.readouterr().out
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "no run folder given"),
+        (["{missing}"], "is not a run folder: no such directory"),
+        (["{plain}"], "is not a run folder: it has no plan.json"),
+        (["{run}", "-o", "{tmp}/report.txt"], "is not a markdown file; give a path ending in .md"),
+        (["{run}", "{run}", "-o", "{tmp}/both.md"], "is given twice"),
+        (["{run}", "{run2}"], "name it with -o"),
+    ],
+)
+def test_bench_report_bad_inputs(args: list[str], message: str, claim_run: RunFolder, tmp_path: Path,
+                                 capsys) -> None:
+    other = copy_run(claim_run, tmp_path / "second")
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    names = {"run": claim_run.path, "run2": other.path, "missing": tmp_path / "missing", "plain": plain,
+             "tmp": tmp_path}
+    before = _tree(tmp_path)
+    capsys.readouterr()
+    assert cli.main(["report", *[a.format(**names) for a in args]]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.strip().count("\n") == 0
+    assert _tree(tmp_path) == before  # nothing written, not even the recomputed CSVs
