@@ -1,0 +1,194 @@
+"""The probe tier's plan: its options, their checks, and the cases (one per head variant, or per scale).
+
+``bench probe --head lm`` compares the arms on the softcapped LM head in each ``--variants`` (``native``,
+``chunked``); ``--head detect`` on the YOLO26 detect head of each ``--scale``. Every input is checked here
+before anything is written; a bad one raises ``InputError`` (one line, exit status 2, no run folder).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from experiments.arms import ArmError, resolve_optimizer
+from experiments.probe.detect import FIRST_STRIDE
+from experiments.probe.lm import VARIANTS as LM_VARIANTS
+from experiments.workloads import SCALES
+from harness.options import InputError, check_choice, check_positive, protocol_options, split_list
+from harness.protocol import Case, Plan
+from harness.timing import format_bytes, parse_bytes
+
+HEADS = ("lm", "detect")
+DETECT_VARIANTS = ("native",)
+DEFAULT_VARIANTS = {"lm": "native,chunked", "detect": "native"}
+LM_DEFAULTS = {"tokens": 131072, "vocab": 8192, "dim": 512, "cap": 30.0, "chunk": 16384}
+DETECT_DEFAULTS = {"scale": "n", "imgsz": 640, "batch": 16}
+P5_STRIDE = FIRST_STRIDE * 4
+
+FACTORY = "experiments.probe:trial_function"
+SECTIONS = "experiments.probe:write_section"
+METRIC = "head step time"
+TIMED_REGION = (
+    "one head step after an untimed priming step (which creates the optimizer state, as every step of a running "
+    "learner but its first finds it): forward and backward through the head, then the arm's optimizer.step() on "
+    "the head's parameters, inside one synchronized bracket (torch.cuda.synchronize before each clock read). "
+    "Nothing inside the bracket synchronizes: CUDA events mark the boundary between forward/backward and the "
+    "step (fwd_bwd_ms, step_ms), and at that boundary the allocator's peak counters are read and reset "
+    "(host-side bookkeeping) so the step's own extra peak is measured in the same step"
+)
+ISOLATION = (
+    "in-process; every trial builds a fresh seeded workload and a fresh optimizer, holds --reserve bytes for "
+    "its whole length, and frees everything (garbage collection, empty allocator cache) before the next"
+)
+
+
+def parse_reserve(text: str | None, device: str) -> int | None:
+    if text is None:
+        return None
+    if not device.startswith("cuda"):
+        raise InputError("--reserve needs a CUDA device (it holds device memory); use --device cuda or drop --reserve")
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise InputError(f"--reserve {exc}") from None
+
+
+def check_learner_ms(learner_ms: float | None) -> float | None:
+    if learner_ms is not None and (not math.isfinite(learner_ms) or learner_ms <= 0):
+        raise InputError(
+            f"--learner-ms {learner_ms} is not a time; give the measured milliseconds of one whole learner step (> 0)"
+        )
+    return learner_ms
+
+
+def check_budget_fits(budget: int | None, reserve: int | None, device: str) -> None:
+    """A budget the card can honour, and a reserve that leaves the head something inside it."""
+    if budget is not None:
+        total = torch.cuda.get_device_properties(torch.device(device)).total_memory
+        if budget > total:
+            raise InputError(
+                f"--budget {format_bytes(budget)} exceeds the card's {format_bytes(total)}; use at most the card's memory"
+            )
+    if reserve is not None and budget is not None and reserve >= budget:
+        raise InputError(
+            f"--reserve {format_bytes(reserve)} leaves nothing of --budget {format_bytes(budget)} for the head; "
+            "use a reserve smaller than the budget"
+        )
+
+
+def lm_cases(
+    variants: list[str], tokens: int, vocab: int, dim: int, cap: float, chunk: int
+) -> list[dict[str, Any]]:
+    for name, value in (("--tokens", tokens), ("--vocab", vocab), ("--dim", dim), ("--chunk", chunk)):
+        check_positive(name, value)
+    if not math.isfinite(cap) or cap <= 0:
+        raise InputError(f"--cap {cap} is not a softcap; use a positive number of logits units, e.g. 30")
+    sizes = {"tokens": tokens, "vocab": vocab, "dim": dim, "cap": cap}
+    return [
+        {"label": f"lm-{v}", "head": "lm", "variant": v, **sizes, **({"chunk": chunk} if v == "chunked" else {})}
+        for v in variants
+    ]
+
+
+def detect_cases(variants: list[str], scales: list[str], imgsz: int, batch: int) -> list[dict[str, Any]]:
+    for scale in scales:
+        check_choice("--scale", scale, SCALES)
+    check_positive("--batch", batch)
+    check_positive("--imgsz", imgsz)
+    if imgsz % P5_STRIDE:
+        raise InputError(f"--imgsz {imgsz} is not a multiple of the P5 stride {P5_STRIDE} (e.g. 640, 320, 64)")
+    if batch * (imgsz // P5_STRIDE) ** 2 < 2:
+        raise InputError(
+            f"--batch {batch} at --imgsz {imgsz} leaves one value per channel on the P5 map, and batch norm in "
+            "training needs more; use --imgsz 64 or more, or --batch 2 or more"
+        )
+    return [
+        {"label": f"yolo26{s}-detect" + ("" if v == "native" else f"-{v}"), "head": "detect", "variant": v,
+         "scale": s, "imgsz": imgsz, "batch": batch}
+        for s in scales
+        for v in variants
+    ]
+
+
+def make_plan(
+    *,
+    head: str = "lm",
+    variants: str | None = None,
+    arms: str = "baseline,candidate",
+    warmup: int = 2,
+    pairs: int = 5,
+    order: str = "alternate",
+    seed: int = 0,
+    bar: float | None = None,
+    device: str = "cpu",
+    budget: str | None = None,
+    control: bool = False,
+    reserve: str | None = None,
+    learner_ms: float | None = None,
+    tokens: int = LM_DEFAULTS["tokens"],
+    vocab: int = LM_DEFAULTS["vocab"],
+    dim: int = LM_DEFAULTS["dim"],
+    cap: float = LM_DEFAULTS["cap"],
+    chunk: int = LM_DEFAULTS["chunk"],
+    scale: str = DETECT_DEFAULTS["scale"],
+    imgsz: int = DETECT_DEFAULTS["imgsz"],
+    batch: int = DETECT_DEFAULTS["batch"],
+    command: str = "",
+) -> Plan:
+    """Check every option (``InputError`` on the first bad one) and build the plan; nothing is written."""
+    check_choice("--head", head, HEADS)
+    accepted = LM_VARIANTS if head == "lm" else DETECT_VARIANTS
+    chosen = split_list("--variants", variants or DEFAULT_VARIANTS[head])
+    for variant in chosen:
+        if variant not in accepted:
+            raise InputError(
+                f"--variants '{variant}' is not a variant of the {head} head; use one or more of: {', '.join(accepted)}"
+            )
+    if len(set(chosen)) != len(chosen):
+        raise InputError(f"--variants '{variants}' names a variant twice")
+    protocol = protocol_options(arms, warmup, pairs, order, seed, bar, device, budget, control)
+    for arm in protocol.arms:
+        try:
+            resolve_optimizer(arm.spec)
+        except ArmError as exc:
+            raise InputError(f"--arms: {exc}") from None
+    reserve_bytes = parse_reserve(reserve, protocol.device)
+    check_budget_fits(protocol.budget, reserve_bytes, protocol.device)
+    check_learner_ms(learner_ms)
+    if head == "lm":
+        specs = lm_cases(chosen, tokens, vocab, dim, cap, chunk)
+    else:
+        scales = split_list("--scale", scale)
+        if len(set(scales)) != len(scales):
+            raise InputError(f"--scale '{scale}' names a scale twice")
+        specs = detect_cases(chosen, scales, imgsz, batch)
+    cases = [Case(spec.pop("label"), spec, protocol.arms) for spec in specs]
+    options: dict[str, Any] = {
+        "head": head,
+        "variants": chosen,
+        "reserve_bytes": reserve_bytes,
+        "learner_ms": learner_ms,
+    }
+    return Plan(
+        tier="probe",
+        factory=FACTORY,
+        unit="ms",
+        metric=METRIC,
+        cases=cases,
+        warmup=protocol.warmup,
+        pairs=protocol.pairs,
+        order=protocol.order,
+        seed=protocol.seed,
+        bar=protocol.bar,
+        device=protocol.device,
+        budget=protocol.budget,
+        control=protocol.control,
+        options=options,
+        command=command,
+        in_process=True,
+        isolation=ISOLATION,
+        timed_region=TIMED_REGION,
+        sections=SECTIONS,
+    )

@@ -1,0 +1,284 @@
+"""The probe tier's report section: memory against the budget, the step's own extra peak, stage share.
+
+Everything comes from the run folder (plan and trial log), so the section can be regenerated at any time. It
+writes two tidy CSVs beside the log: ``probe_memory.csv`` (one row per case and arm) and, when the run was
+given ``--learner-ms``, ``stage_share.csv`` (the head's share of one learner step and the ceiling that puts on
+any whole-run saving).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness import plots
+from harness.protocol import Plan
+from harness.report import format_bytes, format_number, format_percent, markdown_image, markdown_table
+from harness.tables import PLAN, RunFolder, Summaries
+
+MEMORY_CSV = "probe_memory.csv"
+SHARE_CSV = "stage_share.csv"
+MEMORY_COLUMNS = ("peak_allocated", "peak_reserved", "head_extra_peak", "step_extra_peak")
+TIME_COLUMNS = ("fwd_bwd_ms", "step_ms")
+
+
+def _numbers(rows: pd.DataFrame, column: str) -> pd.Series:
+    if column not in rows:
+        return pd.Series(dtype=float)
+    return pd.to_numeric(rows[column], errors="coerce").dropna()
+
+
+def _median(rows: pd.DataFrame, column: str) -> float | None:
+    values = _numbers(rows, column)
+    return float(values.median()) if len(values) else None
+
+
+def _max(rows: pd.DataFrame, column: str) -> float | None:
+    values = _numbers(rows, column)
+    return float(values.max()) if len(values) else None
+
+
+def describe_head(params: dict[str, Any]) -> str:
+    """One case's head in words."""
+    if params["head"] == "lm":
+        text = (
+            f"softcapped LM head, N={params['tokens']} tokens, V={params['vocab']}, d={params['dim']}, "
+            f"cap {params['cap']:g}, {params['variant']}"
+        )
+        return text + (f" in chunks of {params['chunk']} rows" if params["variant"] == "chunked" else "")
+    return f"YOLO26{params['scale']} detect head, batch {params['batch']} at {params['imgsz']} px"
+
+
+def memory_table(plan: Plan, trials: pd.DataFrame) -> pd.DataFrame:
+    """Per case and arm (plan order): measured trials, failures, time split and memory figures."""
+    out = []
+    measured = trials[trials["phase"] == "measured"] if not trials.empty else trials
+    for case in plan.cases:
+        for arm in case.arms:
+            mine = measured[(measured["case"] == case.label) & (measured["arm"] == arm.label)] if len(measured) else measured
+            ok = mine[mine["status"] == "ok"] if len(mine) else mine
+            oom = mine[mine["status"] == "resource_failure"] if len(mine) else mine
+            row: dict[str, Any] = {
+                "case": case.label,
+                "arm": arm.label,
+                "role": arm.role,
+                "measured": len(mine),
+                "ok": len(ok),
+                "out_of_memory": len(oom),
+                "other_failures": len(mine) - len(ok) - len(oom),
+                "time_ms_median": _median(ok, "value"),
+                "fwd_bwd_ms_median": _median(ok, "fwd_bwd_ms"),
+                "step_ms_median": _median(ok, "step_ms"),
+                "peak_allocated_median": _median(ok, "peak_allocated"),
+                "peak_allocated_max": _max(ok, "peak_allocated"),
+                "peak_reserved_median": _median(ok, "peak_reserved"),
+                "peak_reserved_max": _max(ok, "peak_reserved"),
+                "head_extra_peak_median": _median(ok, "head_extra_peak"),
+                "step_extra_peak_median": _median(ok, "step_extra_peak"),
+                "oom_requested_median": _median(oom, "oom_requested"),
+                "oom_free_median": _median(oom, "oom_free"),
+                "oom_allocated_median": _median(oom, "oom_allocated"),
+                "budget": plan.budget,
+                "reserve": plan.options.get("reserve_bytes"),
+            }
+            out.append(row)
+    return pd.DataFrame(out)
+
+
+def zero_cost_bound(share: float) -> float:
+    """The round figure a share stays strictly under: 9.82% → 10%, 0.37% → 0.4%, 10% → 11%."""
+    percent = round(100 * share, 6)  # 10% stays 10%, not 9.999…%
+    step = 1.0 if percent >= 1 else 0.1
+    return (math.floor(percent / step) + 1) * step
+
+
+def share_table(plan: Plan, summaries: Summaries, learner_ms: float) -> pd.DataFrame:
+    """Per case and arm: the head's median (failures count as infinitely slow), its share of one learner
+    step, and what the arm's head saving against its case's baseline would take off a learner step."""
+    arms = summaries.arms
+    out = []
+    for case in plan.cases:
+        base_label = case.arms[0].label
+        base = arms[(arms["case"] == case.label) & (arms["arm"] == base_label)]
+        base_ms = float(base["median"].iloc[0]) if len(base) else math.nan
+        for arm in case.arms:
+            row = arms[(arms["case"] == case.label) & (arms["arm"] == arm.label)]
+            head_ms = float(row["median"].iloc[0]) if len(row) else math.nan
+            finite = math.isfinite(head_ms)
+            share = head_ms / learner_ms if finite else math.nan
+            saving = (base_ms - head_ms) / learner_ms if finite and math.isfinite(base_ms) else math.nan
+            out.append(
+                {
+                    "case": case.label,
+                    "arm": arm.label,
+                    "role": arm.role,
+                    "head_median_ms": head_ms,
+                    "learner_ms": learner_ms,
+                    "head_share": share,
+                    "zero_cost_saving_under_percent": zero_cost_bound(share) if finite and share <= 1 else math.nan,
+                    "saving_vs_baseline_ms": base_ms - head_ms if finite and arm.label != base_label else math.nan,
+                    "learner_step_reduction": saving if arm.label != base_label else math.nan,
+                }
+            )
+    return pd.DataFrame(out)
+
+
+def _fit_sentence(row: pd.Series, plan: Plan) -> str:
+    where = f"{row['case']} · {row['arm']}"
+    budget = f"the {format_bytes(plan.budget)} budget" if plan.budget is not None else "the device"
+    if row["measured"] == 0:
+        return f"- {where}: no measured trial in the log."
+    if row["ok"] == row["measured"]:
+        peak = row["peak_reserved_max"]
+        headroom = (
+            f", leaving {format_bytes(plan.budget - peak)} of it at the highest reserved peak"
+            if plan.budget is not None and peak is not None and not pd.isna(peak)
+            else ""
+        )
+        return f"- {where}: fits {budget} in all {int(row['measured'])} measured trials{headroom}."
+    parts = [f"- {where}: out of memory in {int(row['out_of_memory'])} of {int(row['measured'])} measured trials"]
+    if int(row["other_failures"]):
+        parts.append(f", {int(row['other_failures'])} other failure(s)")
+    if row["oom_requested_median"] is not None and not pd.isna(row["oom_requested_median"]):
+        parts.append(
+            f" (a {format_bytes(row['oom_requested_median'])} allocation with "
+            f"{format_bytes(row['oom_free_median'])} free and {format_bytes(row['oom_allocated_median'])} "
+            f"already allocated, median over the failures)"
+        )
+    return "".join(parts) + f" under {budget}."
+
+
+def _bound_cell(share: float, bound: float) -> str:
+    if pd.isna(share):
+        return "n/a (failed)"
+    return "n/a (head > step)" if share > 1 else f"under {bound:g}%"
+
+
+def _share_lines(plan: Plan, shares: pd.DataFrame, learner_ms: float) -> list[str]:
+    lines = [
+        "### Stage share",
+        "",
+        f"One whole learner step was given as {format_number(learner_ms)} ms (`--learner-ms`). The head's share "
+        "of it bounds any whole-run saving from the head: removing the head entirely would save exactly its share.",
+        "",
+    ]
+    rows = []
+    for _, r in shares.iterrows():
+        rows.append([
+            r["case"], r["arm"], format_number(r["head_median_ms"]), format_percent(r["head_share"]),
+            _bound_cell(r["head_share"], r["zero_cost_saving_under_percent"]),
+            format_percent(r["learner_step_reduction"]),
+        ])
+    lines += [
+        markdown_table(
+            ["case", "arm", "head median (ms)", "share of a learner step", "zero-cost head saves",
+             "arm's head saving as a share of a learner step"],
+            rows, "llrrrr",
+        ),
+        "",
+    ]
+    for _, r in shares.iterrows():
+        where = f"{r['case']} · {r['arm']}"
+        if not math.isfinite(r["head_median_ms"]):
+            lines.append(f"- {where}: the head did not finish in most measured trials; it has no share to bound.")
+            continue
+        text = (
+            f"- {where}: the head's median {format_number(r['head_median_ms'])} ms is "
+            f"{format_percent(r['head_share'])} of a {format_number(learner_ms)} ms learner step"
+        )
+        if r["head_share"] > 1:
+            text += (
+                ": the head alone takes longer than the stated learner step, so that step cannot carry this head "
+                "and no bound follows; check `--learner-ms`."
+            )
+        else:
+            text += (
+                f": even a zero-cost head would save under {r['zero_cost_saving_under_percent']:g}% "
+                "of the whole run."
+            )
+        if not pd.isna(r["learner_step_reduction"]):
+            text += (
+                f" Its median head saving against the baseline ({format_number(r['saving_vs_baseline_ms'])} ms) "
+                f"would change a learner step by {format_percent(r['learner_step_reduction'])}."
+            )
+        lines.append(text)
+    return lines
+
+
+def write_section(folder: RunFolder, summaries: Summaries, figures_dir: Path) -> str:
+    """``plan.sections`` of the probe tier: the markdown section, its plots and its CSVs."""
+    plan = Plan.from_json(folder.read_json(PLAN))
+    trials = summaries.trials
+    memory = memory_table(plan, trials)
+    folder.write_csv(MEMORY_CSV, memory)
+    reserve = plan.options.get("reserve_bytes")
+    lines = ["### Head probe", ""]
+    lines.append(
+        "Heads: " + "; ".join(f"`{c.label}`: {describe_head(c.params)}" for c in plan.cases) + ". "
+        f"Budget {format_bytes(plan.budget) if plan.budget is not None else 'none (the whole device)'}"
+        + (f", of which {format_bytes(reserve)} is held for the whole of every trial by `--reserve`, "
+           "standing for the rest of the learner" if reserve else "")
+        + ". Head-only figures: a head that fits and runs fast alone says nothing about a whole learner "
+        "until the learner, with everything it holds, fits the same budget."
+    )
+    lines += ["", "Memory and time split, measured trials that finished (medians; peaks over the timed step):", ""]
+    has_memory = memory["peak_allocated_median"].notna().any()
+    rows = []
+    for _, r in memory.iterrows():
+        row = [
+            r["case"], r["arm"], f"{int(r['ok'])} of {int(r['measured'])}",
+            format_number(r["time_ms_median"]), format_number(r["fwd_bwd_ms_median"]),
+            format_number(r["step_ms_median"]),
+        ]
+        if has_memory:
+            row += [
+                format_bytes(r["peak_allocated_median"]), format_bytes(r["peak_allocated_max"]),
+                format_bytes(r["peak_reserved_median"]), format_bytes(r["head_extra_peak_median"]),
+                format_bytes(r["step_extra_peak_median"]),
+            ]
+        rows.append(row)
+    columns = ["case", "arm", "finished", "head step (ms)", "forward+backward (ms)", "optimizer step (ms)"]
+    if has_memory:
+        columns += ["peak allocated", "max peak allocated", "peak reserved", "head's extra peak", "step's extra peak"]
+    lines += [markdown_table(columns, rows, "llr" + "r" * (len(columns) - 3)), ""]
+    lines.append(
+        "The forward+backward and step columns come from CUDA events recorded inside the bracket (the host clock "
+        "on the CPU); the head's extra peak is its peak allocation above what was allocated when the timed step "
+        "began (inputs, parameters, optimizer state, reserve); the step's extra peak is the optimizer step's peak "
+        "above what was allocated when it began."
+        + ("" if has_memory else " No memory figures: the allocator's counters exist only on CUDA.")
+    )
+    lines += ["", "Against the budget:", ""]
+    lines += [_fit_sentence(r, plan) for _, r in memory.iterrows()]
+    if has_memory or (memory["out_of_memory"] > 0).any():
+        path = plots.plot_probe_memory(memory, plan, figures_dir / "probe-memory.png")
+        lines += [
+            "",
+            markdown_image(path, "probe: peak memory against the budget"),
+            "",
+            "Median peak allocated per case and arm (the whisker reaches the highest peak), the reserve held "
+            "for the rest of the learner hatched, the budget dashed; a red x marks an arm whose measured trials "
+            "ran out of memory.",
+        ]
+    learner_ms = plan.options.get("learner_ms")
+    if learner_ms:
+        shares = share_table(plan, summaries, float(learner_ms))
+        folder.write_csv(SHARE_CSV, shares)
+        lines += [""] + _share_lines(plan, shares, float(learner_ms))
+        finite = shares[np.isfinite(shares["head_median_ms"].to_numpy(dtype=float))]
+        if len(finite):
+            path = plots.plot_stage_share(shares, figures_dir / "probe-stage-share.png")
+            lines += [
+                "",
+                markdown_image(path, "probe: the head's share of one learner step"),
+                "",
+                "Each bar is one learner step: the head's median (coloured) and the rest of the step (grey).",
+            ]
+    else:
+        lines += ["", "No `--learner-ms` given: no stage share (the head's share of a whole learner step) is stated."]
+    lines += ["", f"Tidy tables: `{MEMORY_CSV}`" + (f", `{SHARE_CSV}`" if learner_ms else "") + " in the run folder."]
+    return "\n".join(lines)

@@ -1,0 +1,169 @@
+"""One probe trial: build a head workload and the arm's optimizer, prime, then time one head step.
+
+A trial, in order (everything freed at the end, whatever happens):
+
+1. ``--reserve`` bytes are allocated and held for the whole trial: the rest of a learner (trunk weights,
+   activations, optimizer state) that shares the device with the head, so a budget means what it says.
+2. The seeded workload (``lm`` or ``detect``) and a fresh optimizer of the arm (``experiments.arms``) over the
+   head's parameters in their groups.
+3. One untimed priming step (forward, backward, ``optimizer.step()``): creates the optimizer's state and the
+   candidate's batch plan, as every step of a running learner after its first has them; gradients are then
+   dropped (``set_to_none``) as a trainer's ``zero_grad`` does.
+4. The timed head step, inside one synchronized bracket (``harness.timing.SyncTimer``): forward and backward,
+   then ``optimizer.step()``. Nothing inside the bracket synchronizes: the split between the two stages is
+   marked with CUDA events (read after the bracket), and the allocator's peak counters are read and reset at
+   that boundary (host-side bookkeeping of the stream-ordered allocator, no device wait) so the optimizer
+   step's own extra peak is measured in the same step.
+
+An out-of-memory anywhere (the reserve, building, priming, the timed step) propagates: the protocol records it
+as a ``resource_failure`` row with the byte figures of the error and goes on with the next trial.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import traceback
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import torch
+
+from experiments.arms import make_optimizer
+from experiments.probe.detect import DetectHeadWorkload
+from experiments.probe.lm import LMHead
+from harness.protocol import Plan, TrialContext, TrialFunction
+from harness.timing import SyncTimer, current_allocated, is_cuda, read_peaks, reset_peaks
+
+
+class HeadWorkload(Protocol):
+    """What a head offers the trial: its groups, the optimizer's extra arguments and one forward/backward."""
+
+    def param_groups(self) -> list[dict[str, Any]]: ...
+
+    def optimizer_kwargs(self) -> dict[str, Any]: ...
+
+    def forward_backward(self) -> torch.Tensor: ...
+
+    def clear_input_grads(self) -> None: ...
+
+
+def build_workload(params: dict[str, Any], device: str, seed: int) -> HeadWorkload:
+    """The head a case describes (``case.params``), seeded so both arms of a pair see the same data."""
+    if params["head"] == "lm":
+        return LMHead.build(
+            params["variant"], params["tokens"], params["vocab"], params["dim"], params["cap"],
+            params.get("chunk") or params["tokens"], device, seed,
+        )
+    if params["head"] == "detect":
+        return DetectHeadWorkload.build(params["scale"], params["imgsz"], params["batch"], device, seed)
+    raise ValueError(f"unknown head '{params['head']}'")
+
+
+class StageClock:
+    """Marks between stages inside a synchronized bracket, without synchronizing.
+
+    On CUDA each mark records an event on the current stream (the device's own clock, read after the bracket
+    has synchronized); on the CPU, where work is synchronous, it reads the host clock.
+    """
+
+    def __init__(self, device: str) -> None:
+        self.cuda = is_cuda(device)
+        self.marks: list[Any] = []
+
+    def mark(self) -> None:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks.append(event)
+        else:
+            self.marks.append(time.perf_counter_ns())
+
+    def intervals_ms(self) -> list[float]:
+        """Milliseconds between consecutive marks (call only after the bracket has closed)."""
+        pairs = zip(self.marks, self.marks[1:], strict=False)
+        if self.cuda:
+            return [float(start.elapsed_time(stop)) for start, stop in pairs]
+        return [(stop - start) / 1e6 for start, stop in pairs]
+
+
+@contextlib.contextmanager
+def on_device(device: str) -> Iterator[None]:
+    """Make ``device`` current for the trial (events and default allocations follow it)."""
+    if is_cuda(device):
+        with torch.cuda.device(torch.device(device)):
+            yield
+    else:
+        yield
+
+
+def _difference(high: int | None, low: int | None) -> int | None:
+    return None if high is None or low is None else high - low
+
+
+def _larger(a: int | None, b: int | None) -> int | None:
+    return None if a is None or b is None else max(a, b)
+
+
+def run_head_trial(
+    params: dict[str, Any], spec: str, device: str, seed: int, reserve_bytes: int | None
+) -> dict[str, Any]:
+    """One probe trial of arm ``spec`` on the head ``params`` describes; returns its figures.
+
+    On any exception the frames of the failed trial are cleared before it propagates, so none of its
+    tensors outlives the trial (the protocol then collects garbage and empties the allocator's cache).
+    """
+    try:
+        with on_device(device):
+            return _measure(params, spec, device, seed, reserve_bytes)
+    except BaseException as exc:
+        traceback.clear_frames(exc.__traceback__)
+        raise
+
+
+def _measure(params: dict[str, Any], spec: str, device: str, seed: int, reserve_bytes: int | None) -> dict[str, Any]:
+    reserve = torch.empty(reserve_bytes, dtype=torch.uint8, device=device) if reserve_bytes else None
+    workload = build_workload(params, device, seed)
+    optimizer = make_optimizer(spec, workload.param_groups(), workload.optimizer_kwargs())
+    workload.forward_backward()  # priming step: untimed
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    workload.clear_input_grads()
+
+    clock = StageClock(device)
+    at_start = current_allocated(device)
+    reset_peaks(device)
+    with SyncTimer(device) as timer:
+        clock.mark()
+        loss = workload.forward_backward()
+        clock.mark()
+        head_peak, head_reserved = read_peaks(device)
+        before_step = current_allocated(device)
+        reset_peaks(device)
+        optimizer.step()
+        clock.mark()
+    step_peak, step_reserved = read_peaks(device)
+    fwd_bwd_ms, step_ms = clock.intervals_ms()
+    del reserve
+    return {
+        "value": timer.seconds * 1000.0,
+        "fwd_bwd_ms": fwd_bwd_ms,
+        "step_ms": step_ms,
+        "loss": float(loss),
+        "peak_allocated": _larger(head_peak, step_peak),
+        "peak_reserved": _larger(head_reserved, step_reserved),
+        "allocated_at_start": at_start,
+        "head_extra_peak": _difference(head_peak, at_start),
+        "step_extra_peak": _difference(step_peak, before_step),
+        "reserve_bytes": reserve_bytes or 0,
+    }
+
+
+def trial_function(plan: Plan) -> TrialFunction:
+    """``plan.factory`` of the probe tier: one head step of the case's head with the trial's arm."""
+    reserve_bytes = plan.options.get("reserve_bytes")
+
+    def trial(ctx: TrialContext) -> dict[str, Any]:
+        return run_head_trial(ctx.case.params, ctx.arm.spec, ctx.device, ctx.seed, reserve_bytes)
+
+    return trial
