@@ -260,6 +260,48 @@ def test_share_table_states_share_and_saving_and_skips_failed_heads() -> None:
     assert math.isnan(shares.loc[("lm-chunked", "candidate"), "learner_step_reduction"])
 
 
+def test_section_with_device_memory_figures_and_failures(tmp_path: Path) -> None:
+    """The section's CUDA side, exercised on the CPU with rows shaped like a CUDA run's: memory table, the fit
+    and failure sentences, the memory plot and the stage-share plot, and both tidy CSVs."""
+    from experiments.probe import make_plan, write_section
+    from harness.run import start_run, summarize
+
+    gib = 2**30
+    plan = make_plan(head="lm", tokens=64, vocab=32, dim=8, chunk=24, warmup=0, pairs=2, learner_ms=288.6)
+    plan.budget, plan.options["reserve_bytes"] = 6 * gib, 1 * gib
+    plan.in_process = False  # the runner caps device memory only for in-process runs; there is no device here
+    message = (
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which 130.00 "
+        "GiB is free. Of the allocated memory 4.50 GiB is allocated by PyTorch, and 0.20 GiB is reserved by "
+        "PyTorch but unallocated. 6.00 GiB allowed; ..."
+    )
+
+    def trial(ctx):
+        if ctx.case.params["variant"] == "native":
+            raise torch.OutOfMemoryError(message)
+        fast = ctx.arm.role == "candidate"
+        return {"value": 30.0 if fast else 32.0, "fwd_bwd_ms": 25.0, "step_ms": 5.0 if fast else 7.0,
+                "peak_allocated": int(2.1 * gib), "peak_reserved": int(2.4 * gib), "allocated_at_start": gib + 2**27,
+                "head_extra_peak": int(0.9 * gib), "step_extra_peak": 2**25, "reserve_bytes": gib}
+
+    folder = start_run(plan, tmp_path, quiet=True, trial_fn=trial)
+    _, summaries = summarize(folder)
+    text = write_section(folder, summaries, folder.path / "figures")
+    assert "lm-native · baseline: out of memory in 2 of 2 measured trials (a 2.00 GiB allocation refused" in text
+    assert "so the budget refused it" in text  # 130 GiB free on the card: the 6 GiB budget said no
+    assert "which would take 0.69% off a learner step" in text  # (32 − 30) / 288.6
+    assert "lm-chunked · candidate: fits the 6.00 GiB budget in all 2 measured trials" in text
+    assert "even a zero-cost head would save under 12% of the whole run" in text  # 32 / 288.6 = 11.09%
+    assert (folder.path / "figures" / "probe-memory.png").stat().st_size > 0
+    assert (folder.path / "figures" / "probe-stage-share.png").stat().st_size > 0
+    memory = pd.read_csv(folder.file("probe_memory.csv")).set_index(["case", "arm"])
+    assert memory.loc[("lm-chunked", "baseline"), "step_extra_peak_median"] == 2**25
+    assert memory.loc[("lm-native", "baseline"), "oom_requested_median"] == 2 * gib
+    shares = pd.read_csv(folder.file("stage_share.csv")).set_index(["case", "arm"])
+    assert math.isnan(shares.loc[("lm-native", "baseline"), "head_share"])
+    assert shares.loc[("lm-chunked", "candidate"), "learner_step_reduction"] == pytest.approx(2.0 / 288.6)
+
+
 # --- the command ------------------------------------------------------------------------------------------
 
 TINY_LM = ["--tokens", "64", "--vocab", "32", "--dim", "8", "--chunk", "24"]

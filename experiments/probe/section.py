@@ -143,12 +143,12 @@ def _fit_sentence(row: pd.Series, plan: Plan) -> str:
     parts = [f"- {where}: out of memory in {int(row['out_of_memory'])} of {int(row['measured'])} measured trials"]
     if int(row["other_failures"]):
         parts.append(f", {int(row['other_failures'])} other failure(s)")
-    if row["oom_requested_median"] is not None and not pd.isna(row["oom_requested_median"]):
-        parts.append(
-            f" (a {format_bytes(row['oom_requested_median'])} allocation with "
-            f"{format_bytes(row['oom_free_median'])} free and {format_bytes(row['oom_allocated_median'])} "
-            f"already allocated, median over the failures)"
-        )
+    requested, free = row["oom_requested_median"], row["oom_free_median"]
+    if requested is not None and not pd.isna(requested):
+        text = f" (a {format_bytes(requested)} allocation refused with {format_bytes(row['oom_allocated_median'])} allocated"
+        if plan.budget is not None and free is not None and not pd.isna(free) and free > requested:
+            text += f"; the card itself had {format_bytes(free)} free, so the budget refused it"
+        parts.append(text + "; medians over the failures)")
     return "".join(parts) + f" under {budget}."
 
 
@@ -201,9 +201,14 @@ def _share_lines(plan: Plan, shares: pd.DataFrame, learner_ms: float) -> list[st
                 "of the whole run."
             )
         if not pd.isna(r["learner_step_reduction"]):
+            saving = float(r["learner_step_reduction"])
+            difference = float(r["saving_vs_baseline_ms"])
             text += (
-                f" Its median head saving against the baseline ({format_number(r['saving_vs_baseline_ms'])} ms) "
-                f"would change a learner step by {format_percent(r['learner_step_reduction'])}."
+                f" Its median head step is {format_number(abs(difference))} ms "
+                + ("below" if difference >= 0 else "above")
+                + " the baseline's, which would "
+                + (f"take {format_percent(saving)} off" if saving >= 0 else f"add {format_percent(-saving)} to")
+                + " a learner step."
             )
         lines.append(text)
     return lines
