@@ -17,7 +17,7 @@ import typer
 
 from harness import env as env_module
 from harness.console import console, errors
-from harness.options import InputError
+from harness.options import InputError, check_choice, check_device, check_positive
 from harness.protocol import Plan
 from harness.run import resume_run, start_run
 from harness.tables import NotARunFolder, RunFolder
@@ -110,27 +110,191 @@ def env_command(
 
 
 @app.command("pair")
-def pair_command() -> None:
+def pair_command(
+    arms: ArmsOption = "baseline,candidate",
+    steps: Annotated[
+        int, typer.Option(help="Optimizer steps per fit; a whole number of epochs of images/batch iterations.")
+    ] = 384,
+    workload: Annotated[
+        str, typer.Option(help="auto (the real trainer when ultralytics is importable, else embedded), ultralytics or embedded.")
+    ] = "auto",
+    images: Annotated[
+        int | None, typer.Option(help="Synthetic training images (default 256; with --data, counted from it).")
+    ] = None,
+    val_images: Annotated[int, typer.Option(help="Synthetic validation images (32 = four validation batches).")] = 32,
+    imgsz: Annotated[int | None, typer.Option(help="Image size in pixels (default 640 real trainer, 32 embedded).")] = None,
+    batch: Annotated[int, typer.Option(help="Batch size; nbs is set to it so every iteration steps the optimizer.")] = 4,
+    amp: Annotated[str, typer.Option(help="Precision: auto (bf16 on CUDA, fp32 on cpu), bf16, fp16 or fp32.")] = "auto",
+    model: Annotated[str, typer.Option(help="Model yaml for the real trainer (no pretrained weights).")] = "yolo26n.yaml",
+    data: Annotated[
+        Path | None, typer.Option(help="A YOLO-format data.yaml (real trainer); default: a generated synthetic set.")
+    ] = None,
+    data_cache: Annotated[
+        Path | None, typer.Option(help="Folder for generated synthetic sets (default OUT/datasets).")
+    ] = None,
+    workers: Annotated[int, typer.Option(help="Real trainer: dataloader workers (0 on cpu, upstream's rule).")] = 4,
+    cache: Annotated[str, typer.Option(help="Real trainer: image cache ram, disk or none.")] = "ram",
+    close_mosaic: Annotated[int, typer.Option(help="Real trainer: close mosaic for the final N epochs (upstream's 10).")] = 10,
+    stages: Annotated[
+        bool, typer.Option("--stages", help="Diagnostic run (own run folder, never a claim): stage shares and the ceiling.")
+    ] = False,
+    trial_timeout: Annotated[int, typer.Option(help="Seconds before a worker is killed (its trial fails).")] = 3600,
+    keep_checkpoints: Annotated[
+        bool, typer.Option("--keep-checkpoints", help="Keep each fit's checkpoint files (deleted after each trial by default).")
+    ] = False,
+    warmup: WarmupOption = 2,
+    pairs: PairsOption = 5,
+    order: OrderOption = "alternate",
+    seed: SeedOption = 0,
+    bar: BarOption = None,
+    device: DeviceOption = "cpu",
+    budget: BudgetOption = None,
+    control: ControlOption = False,
+    resume: ResumeOption = None,
+    out: OutOption = Path("runs"),
+    quiet: QuietOption = False,
+    no_report: NoReportOption = False,
+) -> None:
     """Complete paired fits (the decisive tier): `bench pair --steps 384`."""
-    not_available("pair", 5)
+    from experiments import fit
+    from experiments.fit.report import finish
+
+    folder = launch(
+        lambda: fit.make_plan(
+            arms=arms, warmup=warmup, pairs=pairs, order=order, seed=seed, bar=bar, device=device, budget=budget,
+            control=control, workload=workload, steps=steps, images=images, val_images=val_images, batch=batch,
+            imgsz=imgsz, amp=amp, model=model, data=data, data_cache=data_cache or out / "datasets",
+            workers=workers, cache=cache, close_mosaic=close_mosaic, stages=stages, trial_timeout=trial_timeout,
+            keep_checkpoints=keep_checkpoints, command=command_line(), announce=console.print,
+        ),
+        resume, out, quiet, no_report,
+    )
+    finish(folder, echo=console.print)
 
 
 @app.command("screen")
-def screen_command() -> None:
+def screen_command(
+    scales: Annotated[str, typer.Option(help="Comma-separated YOLO26 scales: n, s, m, l, x.")] = "n,s,m,l,x",
+    guards: Annotated[
+        str, typer.Option(help="Padding guards for arms that have one: whole numbers (0 = exact shapes) or none.")
+    ] = "0,256,512,none",
+    arms: ArmsOption = "baseline,candidate",
+    steps: Annotated[int, typer.Option(help="Timed optimizer steps per trial (the window).")] = 10,
+    repeats: Annotated[int, typer.Option(help="Measured rounds per scale (each arm once per round).")] = 5,
+    warmup: Annotated[int, typer.Option(help="Untimed warm-up STEPS inside each trial, before the window.")] = 3,
+    warmup_trials: Annotated[
+        int, typer.Option(help="Discarded warm-up TRIALS per arm per scale, before the rounds.")
+    ] = 1,
+    floor_replays: Annotated[int, typer.Option(help="CUDA-graph replays timed for the launch floor.")] = 20,
+    dtype: Annotated[str, typer.Option(help="Parameter dtype: float32, bfloat16 or float16.")] = "float32",
+    device: DeviceOption = "cuda",
+    order: OrderOption = "alternate",
+    seed: SeedOption = 0,
+    bar: BarOption = None,
+    resume: ResumeOption = None,
+    out: OutOption = Path("runs"),
+    quiet: QuietOption = False,
+    no_report: NoReportOption = False,
+) -> None:
     """Optimizer-only crossover screen over YOLO26 scales and padding guards."""
-    not_available("screen", 4)
+    from experiments import screen
+    from harness.run import summarize
+
+    folder = launch(
+        lambda: screen.make_plan(scales, guards, arms, steps, repeats, warmup, warmup_trials, floor_replays, dtype,
+                                 device, seed, order, bar, command_line()),
+        resume, out, quiet, no_report,
+    )
+    if no_report:  # the report's screen section writes screen_summary.csv; without a report, write it here
+        screen.write_screen_summary(folder, summarize(folder)[1])
 
 
 @app.command("probe")
-def probe_command() -> None:
+def probe_command(
+    head: Annotated[str, typer.Option(help="Head workload: lm (softcapped LM head) or detect (YOLO26 detect head).")] = "lm",
+    variants: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated variants, one case each: lm takes native,chunked (default both); "
+                     "detect takes native."),
+    ] = None,
+    arms: ArmsOption = "baseline,candidate",
+    warmup: WarmupOption = 2,
+    pairs: PairsOption = 5,
+    order: OrderOption = "alternate",
+    seed: SeedOption = 0,
+    bar: BarOption = None,
+    device: DeviceOption = "cpu",
+    budget: BudgetOption = None,
+    reserve: Annotated[
+        str | None,
+        typer.Option(help="Device memory held for the whole of every trial, standing for the rest of the learner "
+                     "(e.g. 14GiB); needs CUDA."),
+    ] = None,
+    learner_ms: Annotated[
+        float | None,
+        typer.Option(help="Measured milliseconds of one whole learner step: the report states the head's share "
+                     "and the most a zero-cost head could save."),
+    ] = None,
+    tokens: Annotated[int, typer.Option(help="lm: hidden states N (rows).")] = 131072,
+    vocab: Annotated[int, typer.Option(help="lm: vocabulary V (head weight rows).")] = 8192,
+    dim: Annotated[int, typer.Option(help="lm: model width d.")] = 512,
+    cap: Annotated[float, typer.Option(help="lm: logit softcap, cap·tanh(z/cap).")] = 30.0,
+    chunk: Annotated[int, typer.Option(help="lm chunked: rows per chunk (memory O(chunk·V)).")] = 16384,
+    scale: Annotated[str, typer.Option(help="detect: YOLO26 scale(s), comma-separated: n, s, m, l, x.")] = "n",
+    imgsz: Annotated[int, typer.Option(help="detect: image size in pixels (a multiple of 32).")] = 640,
+    batch: Annotated[int, typer.Option(help="detect: images per batch.")] = 16,
+    control: ControlOption = False,
+    resume: ResumeOption = None,
+    out: OutOption = Path("runs"),
+    quiet: QuietOption = False,
+    no_report: NoReportOption = False,
+) -> None:
     """Head-memory probes under a device budget; out-of-memory is a recorded result."""
-    not_available("probe", 6)
+    from experiments import probe
+
+    launch(
+        lambda: probe.make_plan(
+            head=head, variants=variants, arms=arms, warmup=warmup, pairs=pairs, order=order, seed=seed, bar=bar,
+            device=device, budget=budget, control=control, reserve=reserve, learner_ms=learner_ms, tokens=tokens,
+            vocab=vocab, dim=dim, cap=cap, chunk=chunk, scale=scale, imgsz=imgsz, batch=batch,
+            command=command_line(),
+        ),
+        resume, out, quiet, no_report,
+    )
 
 
 @app.command("parity")
-def parity_command() -> None:
-    """The numerical contract of candidate against baseline, as a command."""
-    not_available("parity", 3)
+def parity_command(
+    scale: Annotated[str, typer.Option(help="YOLO26 parameter set: n, s, m, l or x.")] = "n",
+    steps: Annotated[int, typer.Option(help="Steps to follow; step one is judged, later ones are reported.")] = 1,
+    fit: Annotated[
+        bool, typer.Option("--fit", help="Real forward/backward steps of the embedded fit workload instead.")
+    ] = False,
+    candidate: Annotated[str, typer.Option(help="The arm checked against the baseline.")] = "candidate",
+    device: DeviceOption = "cpu",
+    seed: SeedOption = 0,
+    out: OutOption = Path("runs"),
+) -> None:
+    """The numerical contract of candidate against baseline, as a command (exit 1 when it breaks)."""
+    from experiments import parity
+    from experiments.arms import ArmError, resolve_optimizer
+    from experiments.workloads import SCALES
+
+    check_choice("--scale", scale, SCALES)
+    check_positive("--steps", steps)
+    check_device(device)
+    try:
+        resolve_optimizer(candidate)
+    except ArmError as exc:
+        raise InputError(f"--candidate: {exc}") from None
+    settings = parity.ParitySettings(scale=scale, device=device, steps=steps, seed=seed, fit=fit, candidate=candidate)
+    result = parity.run_parity(settings)
+    folder = parity.write_parity_folder(result, out, command_line())
+    console.print(folder.file("report.md").read_text())
+    console.print(f"parity folder: {folder.path}")
+    if not result.holds:
+        errors.print("bench parity: the one-step contract is broken (see the table above)")
+        raise typer.Exit(1)
 
 
 @app.command("report")
