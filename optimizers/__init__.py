@@ -1,0 +1,11 @@
+"""MuSGD implementations, pure torch: copy this folder into another project and it works there.
+
+- `MuSGD`: the per-parameter baseline (Ultralytics 8.4.101 semantics, bit for bit).
+- `BatchedMuSGD`: the candidate; batched Newton-Schulz and foreach momentum on CUDA, same state.
+"""
+
+from .batched import BatchedMuSGD
+from .musgd import MuSGD
+from .newton_schulz import muon_scale, newton_schulz
+
+__all__ = ["BatchedMuSGD", "MuSGD", "muon_scale", "newton_schulz"]

@@ -1,0 +1,544 @@
+"""BatchedMuSGD: MuSGD with Newton-Schulz batched across parameters and foreach momentum, on CUDA.
+
+It computes what the per-parameter MuSGD computes, with fewer, larger kernels:
+
+- Zero extension changes the batch, not the quintic. A wide matrix with zero columns appended keeps its
+  Frobenius norm and X X^T, so every Newton-Schulz iterate keeps those columns zero. Matrices sharing their
+  smaller dimension (at most `pad_guard`) are laid out wide in one zero-padded bf16 stack, run as one batch,
+  and each is cropped and transposed back before its own gain, learning rate and weight decay. Each stack is
+  bounded by the parameter and gradient bytes of its own members. Matrices of one shape, and matrices above
+  the guard, run as exact-shape batches; a lone matrix runs exactly as in the baseline.
+- Momentum keeps its rounded operations: the baseline's lerp, mul and add, dispatched as foreach lists per
+  (group, device, dtype), in the same order, so momentum buffers stay bit-equal to the baseline's.
+- Whatever reordering could change is kept in the baseline's order: parameters whose memory overlaps another
+  parameter, and parameter subclasses that refuse storage inspection (and their whole group), keep
+  exact-shape batches but take scalar momentum and are applied one by one in order; parameters whose
+  gradient or buffers share memory with anything, odd restored state (a buffer of another dtype, device or
+  shape), non-matrix Muon parameters, and CPU/MPS tensors take the baseline's per-parameter step.
+- The plan (which parameter goes where) is a pure function of the parameter set. It is built once and reused
+  while the parameters, their devices, dtypes and memory, the presence and memory of their gradients, the
+  groups' `use_muon` and the state object are unchanged (`load_state_dict` replaces the state object).
+
+No public flag and no checkpoint field is added: the state is exactly the baseline's, so a state_dict moves
+between MuSGD and BatchedMuSGD both ways. `pad_guard` (class attribute, or `with_pad_guard`) is an internal
+knob for crossover screens: None pads every size, 0 pads nothing.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .musgd import MuSGD, muon_momentum, musgd_param_step, sgd_momentum_step
+from .newton_schulz import muon_scale, newton_schulz
+
+DEFAULT_PAD_GUARD = 256
+STACK_DTYPE = torch.bfloat16
+_OPAQUE = -1  # fingerprint of a tensor that refuses data_ptr()
+
+# Test-only: route CPU tensors through the batched path, so CPU-only CI exercises batching and foreach logic.
+_FORCE_BATCHED_ON_CPU = False
+
+
+@contextlib.contextmanager
+def _batched_on_cpu(enabled: bool = True) -> Iterator[None]:
+    """Test-only: within the block, CPU parameters take the batched path (as CUDA ones do)."""
+    global _FORCE_BATCHED_ON_CPU
+    previous, _FORCE_BATCHED_ON_CPU = _FORCE_BATCHED_ON_CPU, enabled
+    try:
+        yield
+    finally:
+        _FORCE_BATCHED_ON_CPU = previous
+
+
+def _batches_on(device: torch.device) -> bool:
+    return device.type == "cuda" or (device.type == "cpu" and _FORCE_BATCHED_ON_CPU)
+
+
+# ---------------------------------------------------------------------------------------------- memory
+
+
+def _address(t: torch.Tensor | None) -> int | None:
+    """A cheap per-step fingerprint: data_ptr, None for a missing tensor, _OPAQUE when it refuses inspection."""
+    if t is None:
+        return None
+    try:
+        return t.data_ptr()
+    except Exception:
+        return _OPAQUE
+
+
+def _refuses_inspection(t: torch.Tensor) -> bool:
+    """Tensor subclasses may refuse storage inspection (data_ptr, untyped_storage raise): opaque memory."""
+    try:
+        t.untyped_storage()
+        t.data_ptr()
+    except Exception:
+        return True
+    return False
+
+
+def _memory_span(t: torch.Tensor) -> tuple[int, int]:
+    """The bytes [start, end) a tensor can reach (empty for an empty tensor); the caller checked inspectability."""
+    start = t.data_ptr()
+    if t.numel() == 0:
+        return start, start
+    if t.is_contiguous():
+        return start, start + t.numel() * t.element_size()
+    reach = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride(), strict=True))
+    return start, start + (reach + 1) * t.element_size()
+
+
+def _overlapping(spans: list[tuple[str, int, int, Any]]) -> set[Any]:
+    """Owners of spans (device, start, end, owner) that share at least one byte with another span.
+
+    Sorted by start, spans merge into runs while each starts before the run's furthest end; every member of a
+    run of two or more overlaps an earlier member (or, for the first, the second), and nothing else does.
+    This compares addresses, not storage objects: two DLPack views over one buffer are different storages.
+    """
+    flagged: set[Any] = set()
+    run: list[Any] = []
+    run_device, run_end = None, 0
+    for device, start, end, owner in sorted(s for s in spans if s[2] > s[1]):
+        if run and device == run_device and start < run_end:
+            run.append(owner)
+            run_end = max(run_end, end)
+            continue
+        if len(run) > 1:
+            flagged.update(run)
+        run, run_device, run_end = [owner], device, end
+    if len(run) > 1:
+        flagged.update(run)
+    return flagged
+
+
+def _span_index(spans: list[tuple[str, int, int, Any]]) -> dict[str, tuple[list[int], list[int]]]:
+    """Per device, span starts in order and the running maximum of their ends (for binary searches)."""
+    index: dict[str, tuple[list[int], list[int]]] = {}
+    for device, start, end, _ in sorted(spans, key=lambda s: (s[0], s[1])):
+        if end > start:
+            starts, reach = index.setdefault(device, ([], []))
+            starts.append(start)
+            reach.append(max(end, reach[-1]) if reach else end)
+    return index
+
+
+# ---------------------------------------------------------------------------------------------- the plan
+
+
+@dataclass
+class _Member:
+    """One matrix of a Newton-Schulz batch and where it lives in the batch's stack."""
+
+    param: torch.Tensor
+    group: dict[str, Any]
+    order: int  # position in the optimizer's parameter order
+    ordered: bool  # scalar momentum, applied in order in phase 3 (overlapping memory, opaque group)
+    small: int  # the matrix's smaller dimension
+    large: int  # and its larger one
+    scale: float
+    nbytes: int  # parameter + gradient bytes: the budget this member brings to a padded stack
+    view_stride: tuple[int, ...] = ()  # the parameter-shaped view of its slot in a padded stack
+    view_offset: int = 0
+
+
+@dataclass
+class _Segment:
+    """The clean members of one batch from one group: momentum and the Muon apply run as foreach lists."""
+
+    group: dict[str, Any]
+    start: int  # members[start:stop] of the batch
+    stop: int
+    params: list[torch.Tensor]
+    muon_buffers: list[torch.Tensor]
+
+
+@dataclass
+class _Batch:
+    """Matrices orthogonalized by one Newton-Schulz call; `kind` is "single", "uniform" or "padded"."""
+
+    kind: str
+    device: torch.device
+    dtype: torch.dtype
+    members: list[_Member]
+    segments: list[_Segment] = field(default_factory=list)
+    stack_shape: tuple[int, ...] = ()
+    upcast: bool = False  # uniform batches whose update is converted to the parameter dtype/layout in one go
+    update_strides: tuple[int, ...] = ()
+
+
+@dataclass
+class _Bucket:
+    """Clean parameters of one group with one device and dtype: their SGD momentum runs as foreach lists."""
+
+    params: list[torch.Tensor]
+    buffers: list[torch.Tensor]
+
+
+@dataclass
+class _GroupPlan:
+    group: dict[str, Any]
+    buckets: list[_Bucket]
+    in_order: list[torch.Tensor]  # parameters stepped one by one, in the baseline's order
+    whole_step: set[int]  # ids of in_order parameters that take the baseline's whole per-parameter step
+
+
+@dataclass
+class _Plan:
+    signature: tuple[Any, ...]
+    grad_addresses: tuple[Any, ...]
+    grads_overlap: bool
+    span_index: dict[str, tuple[list[int], list[int]]]  # per device: sorted starts, running max of ends
+    batches: list[_Batch]
+    groups: list[_GroupPlan]
+
+
+def _state_is_usual(p: torch.Tensor, state: dict[str, Any], keys: tuple[str, ...]) -> bool:
+    """Buffers as the baseline would create them: plain tensors of the parameter's shape, dtype and device."""
+    for key in keys:
+        buffer = state.get(key)
+        if (type(buffer) is not torch.Tensor or buffer.shape != p.shape or buffer.dtype != p.dtype
+                or buffer.device != p.device):
+            return False
+    return True
+
+
+def _split_by_budget(members: list[_Member], element_size: int) -> list[list[_Member]]:
+    """Cut members sorted by decreasing width into runs whose padded stack fits their own param+grad bytes."""
+    runs: list[list[_Member]] = []
+    for member in members:
+        run = runs[-1] if runs else None
+        if run is not None:
+            stack_bytes = (len(run) + 1) * member.small * run[0].large * element_size
+            if stack_bytes <= sum(m.nbytes for m in run) + member.nbytes:
+                run.append(member)
+                continue
+        runs.append([member])
+    return runs
+
+
+def _make_batch(members: list[_Member]) -> _Batch:
+    """Lay out one batch: its kind, the stack shape and each member's slot, its foreach segments."""
+    first = members[0].param
+    device, dtype = first.device, first.dtype
+    # Clean members grouped by group (their segments), then ordered members, each in optimizer order.
+    members = sorted(members, key=lambda m: (m.ordered, m.order))
+    if len(members) == 1:
+        batch = _Batch("single", device, dtype, members)
+    elif all(m.param.shape == first.shape and m.param.stride() == first.stride() for m in members):
+        rows, cols = first.shape[0], math.prod(first.shape[1:])
+        batch = _Batch("uniform", device, dtype, members, stack_shape=(len(members), rows, cols))
+        batch.upcast = dtype in (torch.float32, torch.float64, torch.bfloat16)
+        template = torch.empty_like(first, device="meta")  # a dense layout like the parameter's
+        batch.update_strides = (first.numel(), *template.stride())
+    else:
+        small = members[0].small
+        large = max(m.large for m in members)
+        batch = _Batch("padded", device, dtype, members, stack_shape=(len(members), small, large))
+        for index, member in enumerate(members):
+            # Slot `index` holds the matrix wide: (small, large) row-major, zero columns on the right. A wide
+            # parameter reads its rows along the stack's rows, a tall one along the stack's columns.
+            row_stride, col_stride = (large, 1) if member.param.shape[0] == member.small else (1, large)
+            column_dims = member.param.shape[1:]  # (cols,) or (in, kh, kw): row-major within a matrix row
+            member.view_stride = (row_stride, *(col_stride * math.prod(column_dims[i + 1:])
+                                                for i in range(len(column_dims))))
+            member.view_offset = index * small * large
+    position = 0
+    while position < len(members) and not members[position].ordered:
+        group = members[position].group
+        stop = position
+        while stop < len(members) and not members[stop].ordered and members[stop].group is group:
+            stop += 1
+        params = [m.param for m in members[position:stop]]
+        batch.segments.append(_Segment(group, position, stop, params, []))
+        position = stop
+    return batch
+
+
+# ---------------------------------------------------------------------------------------------- the optimizer
+
+
+class BatchedMuSGD(MuSGD):
+    """MuSGD with batched Newton-Schulz and foreach momentum on CUDA; same constructor, same state.
+
+    See the module docstring for the rules. `pad_guard` is the largest smaller-dimension that may be
+    zero-padded into a shared batch (None: no limit, 0: exact-shape batches only); set it on the class, on
+    an instance before its first step, or take a subclass from `with_pad_guard`.
+    """
+
+    pad_guard: int | None = DEFAULT_PAD_GUARD
+
+    @classmethod
+    def with_pad_guard(cls, guard: int | None) -> type[BatchedMuSGD]:
+        """A subclass whose padding guard is `guard` (for screens that construct optimizers from a class)."""
+        key = (cls, guard)
+        if key not in _GUARDED_CLASSES:
+            name = f"{cls.__name__}_pad_{'any' if guard is None else guard}"
+            _GUARDED_CLASSES[key] = type(name, (cls,), {"pad_guard": guard, "__module__": cls.__module__,
+                                                       "__qualname__": name})
+        return _GUARDED_CLASSES[key]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._plan: _Plan | None = None
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load as torch does; the restored buffers are new tensors, so the plan is rebuilt on the next step."""
+        super().load_state_dict(state_dict)
+        self._plan = None
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """One MuSGD step: Muon momentum and orthogonalization batch by batch, then SGD group by group."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        plan = self._current_plan()
+        in_order_updates: dict[int, torch.Tensor] = {}
+        for batch in plan.batches:
+            self._muon_batch(batch, in_order_updates)
+        for group_plan in plan.groups:
+            self._sgd_group(group_plan, in_order_updates)
+        return loss
+
+    # ------------------------------------------------------------------------------------------ step phases
+
+    def _muon_batch(self, batch: _Batch, in_order_updates: dict[int, torch.Tensor]) -> None:
+        """Momentum, Newton-Schulz and (for clean members) the Muon apply of one batch."""
+        to_orthogonalize: list[torch.Tensor] = []
+        for segment in batch.segments:
+            group = segment.group
+            grads = [p.grad for p in segment.params]
+            torch._foreach_lerp_(segment.muon_buffers, grads, 1 - group["momentum"])
+            if group["nesterov"]:
+                to_orthogonalize.extend(torch._foreach_lerp(grads, segment.muon_buffers, group["momentum"]))
+            else:
+                to_orthogonalize.extend(segment.muon_buffers)
+        for member in batch.members[len(to_orthogonalize):]:
+            buffer = self.state[member.param]["momentum_buffer"]
+            group = member.group
+            to_orthogonalize.append(muon_momentum(member.param.grad, buffer, group["momentum"], group["nesterov"]))
+        updates = _orthogonalize(batch, to_orthogonalize)
+        del to_orthogonalize
+        for segment in batch.segments:
+            alpha = -(segment.group["lr"] * self.muon)
+            torch._foreach_add_(segment.params, updates[segment.start:segment.stop], alpha=alpha)
+        for member, update in zip(batch.members, updates, strict=True):
+            if member.ordered:
+                in_order_updates[id(member.param)] = update
+
+    def _sgd_group(self, group_plan: _GroupPlan, in_order_updates: dict[int, torch.Tensor]) -> None:
+        """SGD momentum of a group's clean buckets as foreach lists, then its in-order parameters one by one."""
+        group = group_plan.group
+        lr, momentum, nesterov, weight_decay = group["lr"], group["momentum"], group["nesterov"], group["weight_decay"]
+        sgd_lr = lr * self.sgd if group["use_muon"] else lr
+        for bucket in group_plan.buckets:
+            grads = [p.grad for p in bucket.params]
+            if weight_decay != 0:
+                grads = torch._foreach_add(grads, bucket.params, alpha=weight_decay)
+            torch._foreach_mul_(bucket.buffers, momentum)
+            torch._foreach_add_(bucket.buffers, grads)
+            updates = torch._foreach_add(grads, bucket.buffers, alpha=momentum) if nesterov else bucket.buffers
+            torch._foreach_add_(bucket.params, updates, alpha=-sgd_lr)
+        for p in group_plan.in_order:
+            state = self.state[p]
+            if id(p) in group_plan.whole_step:
+                musgd_param_step(p, state, group, self.muon, self.sgd)
+                continue
+            p.add_(in_order_updates.pop(id(p)), alpha=-(lr * self.muon))
+            sgd_momentum_step(p, p.grad, state["momentum_buffer_SGD"], sgd_lr, momentum, weight_decay, nesterov)
+
+    # ------------------------------------------------------------------------------------------ planning
+
+    def _signature(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """What the plan depends on (cheap, per step), and the gradients' addresses (checked separately)."""
+        parts: list[Any] = [id(self.state), self.pad_guard, _FORCE_BATCHED_ON_CPU]
+        grad_addresses: list[Any] = []
+        for group in self.param_groups:
+            params = group["params"]
+            addresses = tuple(map(_address, [p.grad for p in params]))
+            parts += [id(group), group["use_muon"], tuple(map(id, params)), tuple(map(_address, params)),
+                      tuple(a is None for a in addresses)]
+            grad_addresses.append(addresses)
+        return tuple(parts), tuple(grad_addresses)
+
+    def _current_plan(self) -> _Plan:
+        signature, grad_addresses = self._signature()
+        plan = self._plan
+        if plan is not None and plan.signature == signature:
+            if plan.grad_addresses == grad_addresses:
+                return plan
+            # Gradients moved (fresh allocations): the plan holds unless a gradient now overlaps something.
+            if not plan.grads_overlap and not self._grads_overlap(plan):
+                plan.grad_addresses = grad_addresses
+                return plan
+        self._plan = self._build_plan(signature, grad_addresses)
+        return self._plan
+
+    def _grads_overlap(self, plan: _Plan) -> bool:
+        """Whether any gradient now shares memory with a tracked parameter or buffer, or with another gradient.
+
+        Per step only when gradients moved; a binary search per gradient against the plan's sorted spans.
+        """
+        grad_spans = []
+        for group in self.param_groups:
+            for p in group["params"]:
+                grad = p.grad
+                if grad is None or not _batches_on(p.device):
+                    continue
+                if _address(grad) == _OPAQUE:
+                    return True
+                start, end = _memory_span(grad)
+                device = str(p.device)
+                starts, reach = plan.span_index.get(device, ((), ()))
+                below = bisect.bisect_left(starts, end)  # spans starting before this gradient ends...
+                if below and reach[below - 1] > start:  # ...of which one ends after it starts
+                    return True
+                grad_spans.append((device, start, end, None))
+        return len(_overlapping(grad_spans)) > 0
+
+
+    def _build_plan(self, signature: tuple[Any, ...], grad_addresses: tuple[Any, ...]) -> _Plan:
+        """Sort every parameter with a gradient into a batch and a foreach bucket, or the in-order list."""
+        # 1. Parameters the batched path may take at all: on CUDA (or forced CPU), usual state, matrices
+        #    in Muon groups. State is created here as the baseline would create it (zeros like p).
+        tracked: list[tuple[dict[str, Any], torch.Tensor]] = []
+        whole_step: set[int] = set()  # ids taking the baseline's per-parameter step
+        opaque_groups: set[int] = set()
+        for group in self.param_groups:
+            keys = ("momentum_buffer", "momentum_buffer_SGD") if group["use_muon"] else ("momentum_buffer",)
+            for p in group["params"]:
+                if p.grad is None or not _batches_on(p.device):
+                    if p.grad is not None:
+                        whole_step.add(id(p))
+                    continue
+                tracked.append((group, p))
+                state = self.state[p]
+                if (state and not _state_is_usual(p, state, keys)) or (group["use_muon"] and p.ndim not in (2, 4)):
+                    whole_step.add(id(p))  # the baseline step does (or refuses) what the user expects
+                elif not state:
+                    for key in keys:
+                        state[key] = torch.zeros_like(p)
+                if _refuses_inspection(p):
+                    opaque_groups.add(id(group))
+
+        # 2. Memory: a parameter overlapping anything keeps exact shapes and its order; a gradient or buffer
+        #    that shares memory with anything sends its parameter to the whole per-parameter step.
+        static_spans, grad_spans = [], []
+        for _, p in tracked:
+            device = str(p.device)
+            for role, tensor in [("param", p), ("grad", p.grad), *self.state[p].items()]:
+                if not isinstance(tensor, torch.Tensor):
+                    continue
+                if _refuses_inspection(tensor):
+                    if role != "param":
+                        whole_step.add(id(p))
+                    continue
+                spans = grad_spans if role == "grad" else static_spans
+                spans.append((device, *_memory_span(tensor), (id(p), role)))
+        flagged = _overlapping(static_spans + grad_spans)
+        grads_overlap = any(role == "grad" for _, role in flagged)
+        overlapping_params = {pid for pid, role in flagged if role == "param"}
+        whole_step |= {pid for pid, role in flagged if role != "param"}
+
+        # 3. Newton-Schulz batches, across groups: padded keys share the smaller dimension (up to the guard),
+        #    exact keys share shape and layout.
+        orders = {id(p): order for order, p in enumerate(p for g in self.param_groups for p in g["params"])}
+        padded: dict[tuple[Any, ...], list[_Member]] = {}
+        exact: dict[tuple[Any, ...], list[_Member]] = {}
+        clean: set[int] = set()
+        for group, p in tracked:
+            if id(p) in whole_step:
+                continue
+            ordered = id(group) in opaque_groups or id(p) in overlapping_params
+            if not ordered:
+                clean.add(id(p))
+            if not group["use_muon"]:
+                continue
+            rows, cols = p.shape[0], math.prod(p.shape[1:])
+            member = _Member(p, group, orders[id(p)], ordered, min(rows, cols), max(rows, cols),
+                             muon_scale(p.shape), 2 * p.numel() * p.element_size())
+            if not ordered and (self.pad_guard is None or member.small <= self.pad_guard):
+                padded.setdefault((p.device, p.dtype, member.small), []).append(member)
+            else:
+                exact.setdefault((p.device, p.dtype, tuple(p.shape), p.stride()), []).append(member)
+        batches = [_make_batch(members) for members in exact.values()]
+        element_size = torch.empty((), dtype=STACK_DTYPE).element_size()
+        for members in padded.values():
+            members.sort(key=lambda m: (-m.large, m.order))
+            batches += [_make_batch(run) for run in _split_by_budget(members, element_size)]
+        for batch in batches:
+            for segment in batch.segments:
+                segment.muon_buffers = [self.state[p]["momentum_buffer"] for p in segment.params]
+
+        # 4. Per group: SGD buckets of clean parameters by (device, dtype); everything else in order.
+        group_plans = []
+        for group in self.param_groups:
+            sgd_key = "momentum_buffer_SGD" if group["use_muon"] else "momentum_buffer"
+            buckets: dict[tuple[torch.device, torch.dtype], _Bucket] = {}
+            in_order = []
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if id(p) in clean:
+                    bucket = buckets.setdefault((p.device, p.dtype), _Bucket([], []))
+                    bucket.params.append(p)
+                    bucket.buffers.append(self.state[p][sgd_key])
+                else:
+                    in_order.append(p)
+            group_whole = {id(p) for p in in_order if id(p) in whole_step or not group["use_muon"]}
+            group_plans.append(_GroupPlan(group, list(buckets.values()), in_order, group_whole))
+        return _Plan(signature, grad_addresses, grads_overlap, _span_index(static_spans), batches, group_plans)
+
+
+_GUARDED_CLASSES: dict[tuple[type, int | None], type[BatchedMuSGD]] = {}
+
+
+# ---------------------------------------------------------------------------------------------- Newton-Schulz
+
+
+def _orthogonalize(
+    batch: _Batch, to_orthogonalize: list[torch.Tensor], compute_dtype: torch.dtype = STACK_DTYPE
+) -> list[torch.Tensor]:
+    """Orthogonalized, scaled updates of a batch's members, each shaped like its parameter.
+
+    single: exactly the baseline's per-matrix computation. uniform: one exact-shape stack; the update is
+    converted to the parameter's dtype and layout in one copy where that is exact. padded: one zero-padded
+    wide stack; each update is the member's bf16 crop, transposed back, scaled in place.
+    `compute_dtype` is bf16 for the optimizer; tests pass float64 to check that padding is exact.
+    """
+    members = batch.members
+    if batch.kind == "single":
+        update, member = to_orthogonalize[0], members[0]
+        matrix = update.reshape(len(update), -1) if update.ndim == 4 else update
+        orthogonal = newton_schulz(matrix, compute_dtype)
+        orthogonal *= member.scale
+        return [orthogonal.reshape(member.param.shape)]
+    stack = (torch.empty if batch.kind == "uniform" else torch.zeros)(
+        batch.stack_shape, dtype=compute_dtype, device=batch.device)
+    if batch.kind == "uniform":
+        slots = list(stack.view(len(members), *members[0].param.shape).unbind(0))
+    else:
+        slots = [stack.as_strided(m.param.shape, m.view_stride, m.view_offset) for m in members]
+    torch._foreach_copy_(slots, to_orthogonalize)
+    newton_schulz(stack, compute_dtype, in_place=True)  # the slots now read the orthogonalized matrices
+    if batch.kind == "padded":
+        scaled = [(slot, m.scale) for slot, m in zip(slots, members, strict=True) if m.scale != 1]
+        if scaled:
+            torch._foreach_mul_([slot for slot, _ in scaled], [scale for _, scale in scaled])
+        return slots
+    if members[0].scale != 1:
+        stack *= members[0].scale
+    if not batch.upcast or compute_dtype != STACK_DTYPE:
+        return slots
+    shape = (len(members), *members[0].param.shape)
+    converted = torch.empty_strided(shape, batch.update_strides, dtype=batch.dtype, device=batch.device)
+    converted.copy_(stack.view(shape))
+    return list(converted.unbind(0))

@@ -1,0 +1,595 @@
+"""The candidate BatchedMuSGD against the per-parameter baseline: every rule of GUIDE §5 and the §6 contract.
+
+CPU tests force the batched path (`_batched_on_cpu`), so batching, padding, planning and the foreach calls
+run in CI; CUDA tests check what only CUDA can show (foreach fast paths, cuBLAS batched rounding).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.dlpack import from_dlpack, to_dlpack
+
+from experiments.workloads import build_param_groups, fill_synthetic_grads
+from optimizers import BatchedMuSGD, MuSGD, newton_schulz
+from optimizers.batched import _batched_on_cpu, _orthogonalize, _Plan
+
+cuda = pytest.mark.cuda
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+DEVICES = ["cpu", pytest.param("cuda", marks=[cuda, needs_cuda])]
+
+# A reordered or zero-padded GEMM rounds differently, which perturbs each Newton-Schulz iterate by about one
+# bf16 ulp. The baseline's own response to a 1-ulp perturbation of its input (measured, per test) is the
+# scale of that effect; the factor 2 allows the perturbation to enter at more than one of the five
+# iterations. It is stated here, not tuned: the measured ratio is reported by the agreement test.
+ULP_SENSITIVITY_FACTOR = 2.0
+
+
+@pytest.fixture(autouse=True)
+def _batched_cpu_one_thread() -> Iterator[None]:
+    """Force the batched path on CPU; one intra-op thread, since these small matrices only lose from more
+    (on a busy two-core runner, oversubscribed threads made the tests ten times slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with _batched_on_cpu():
+            yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _muon_group(params: list[torch.Tensor], **overrides: Any) -> dict[str, Any]:
+    group = {"params": params, "lr": 0.02, "momentum": 0.9, "nesterov": True, "weight_decay": 5e-4,
+             "use_muon": True, "param_group": "muon"}
+    return {**group, **overrides}
+
+
+def _sgd_group(params: list[torch.Tensor], **overrides: Any) -> dict[str, Any]:
+    group = {"params": params, "lr": 0.02, "momentum": 0.9, "nesterov": True, "weight_decay": 5e-4,
+             "use_muon": False, "param_group": "bn"}
+    return {**group, **overrides}
+
+
+def _make_params(shapes: list[tuple[int, ...]], seed: int = 0, dtype: torch.dtype = torch.float32,
+                 device: str = "cpu") -> list[torch.nn.Parameter]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.nn.Parameter((torch.randn(s, generator=generator) * 0.02).to(device=device, dtype=dtype))
+            for s in shapes]
+
+
+def _fill_grads(params: list[torch.Tensor], seed: int) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    for p in params:
+        p.grad = (torch.randn(p.shape, generator=generator) * 0.01).to(device=p.device, dtype=p.dtype)
+
+
+def _clone_groups(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same groups over independent copies of their parameters (same class, values, dtype, device, layout)."""
+    clones = []
+    for group in groups:
+        params = [type(p)(p.detach().clone(memory_format=torch.preserve_format), requires_grad=p.requires_grad)
+                  for p in group["params"]]
+        clones.append({**group, "params": params})
+    return clones
+
+
+def _params_of(groups: list[dict[str, Any]]) -> list[torch.Tensor]:
+    return [p for group in groups for p in group["params"]]
+
+
+def _run_both(
+    groups: list[dict[str, Any]], steps: int, set_grads: Callable[[list[dict[str, Any]], int], None],
+    kwargs: dict[str, Any] | None = None, candidate_class: type[BatchedMuSGD] = BatchedMuSGD,
+) -> tuple[MuSGD, list[dict[str, Any]], BatchedMuSGD, list[dict[str, Any]]]:
+    """Step the baseline and the candidate on identical copies with identical gradients."""
+    kwargs = kwargs if kwargs is not None else {"muon": 0.2, "sgd": 1.0}
+    base_groups, cand_groups = _clone_groups(groups), _clone_groups(groups)
+    baseline, candidate = MuSGD(base_groups, **kwargs), candidate_class(cand_groups, **kwargs)
+    for step in range(steps):
+        for optimizer, optimizer_groups in ((baseline, base_groups), (candidate, cand_groups)):
+            set_grads(optimizer_groups, step)
+            optimizer.step()
+    return baseline, base_groups, candidate, cand_groups
+
+
+def _grads_by_seed(groups: list[dict[str, Any]], step: int) -> None:
+    _fill_grads([p for p in _params_of(groups) if p.requires_grad], seed=100 + step)
+
+
+def _plan(optimizer: BatchedMuSGD) -> _Plan:
+    assert optimizer._plan is not None
+    return optimizer._plan
+
+
+def _batch_of(optimizer: BatchedMuSGD, p: torch.Tensor) -> str | None:
+    for batch in _plan(optimizer).batches:
+        if any(member.param is p for member in batch.members):
+            return batch.kind
+    return None
+
+
+def _ids(params: list[torch.Tensor]) -> list[int]:
+    """Identities, for comparing lists of tensors (== on tensors compares values)."""
+    return [id(p) for p in params]
+
+
+def _in_order(optimizer: BatchedMuSGD) -> list[int]:
+    """Ids of the parameters stepped one by one, in order."""
+    return [id(p) for group_plan in _plan(optimizer).groups for p in group_plan.in_order]
+
+
+def _in_buckets(optimizer: BatchedMuSGD) -> list[int]:
+    """Ids of the parameters whose SGD momentum runs as foreach lists."""
+    return [id(p) for group_plan in _plan(optimizer).groups for bucket in group_plan.buckets for p in bucket.params]
+
+
+def _ulp_sensitivity(matrix: torch.Tensor, trials: int = 3, seed: int = 0) -> float:
+    """Largest change of the exact-shape bf16 Newton-Schulz output when each input element moves by ±1 ulp."""
+    generator = torch.Generator().manual_seed(seed)
+    rounded = matrix.to(torch.bfloat16)
+    reference = newton_schulz(rounded).float()
+    spread = 0.0
+    for _ in range(trials):
+        up = torch.rand(rounded.shape, generator=generator).to(rounded.device) < 0.5
+        target = torch.where(up, float("inf"), float("-inf")).to(rounded)
+        perturbed = newton_schulz(torch.nextafter(rounded, target)).float()
+        spread = max(spread, (perturbed - reference).abs().max().item())
+    return spread
+
+
+def _muon_matrices(optimizer: MuSGD, groups: list[dict[str, Any]]) -> list[torch.Tensor]:
+    """The baseline's Newton-Schulz input of the last step (Nesterov groups), one per distinct matrix shape
+    and dtype: enough to measure the 1-ulp sensitivity at every size without paying for every matrix."""
+    matrices: dict[tuple[Any, ...], torch.Tensor] = {}
+    for group in groups:
+        if group["use_muon"]:
+            for p in group["params"]:
+                if p.grad is not None:
+                    update = p.grad.lerp(optimizer.state[p]["momentum_buffer"], group["momentum"])
+                    matrix = update.reshape(len(update), -1)
+                    matrices.setdefault((*matrix.shape, matrix.dtype), matrix)
+    return list(matrices.values())
+
+
+def _assert_contract(baseline: MuSGD, base_groups: list[dict[str, Any]], candidate: BatchedMuSGD,
+                     cand_groups: list[dict[str, Any]], muon_tolerance: float) -> None:
+    """One step from identical state: momentum buffers bit-equal, parameters within lr*muon*tolerance.
+
+    `momentum_buffer_SGD` of a decayed Muon group reads p after the Muon update, so it may differ by the
+    decay times the parameter difference; everything else that depends only on gradients is exact.
+    """
+    for base_group, cand_group in zip(base_groups, cand_groups, strict=True):
+        lr, wd = base_group["lr"], base_group["weight_decay"]
+        for pb, pc in zip(base_group["params"], cand_group["params"], strict=True):
+            assert pc.dtype == pb.dtype and pc.stride() == pb.stride()
+            if pb.grad is None:
+                assert torch.equal(pb, pc)
+                continue
+            own_rounding = 4 * torch.finfo(pb.dtype).eps * pb.abs().max().item()
+            bound = lr * candidate.muon * muon_tolerance * (1 + lr * candidate.sgd * 2 * wd) + own_rounding
+            difference = (pb.double() - pc.double()).abs().max().item()
+            if base_group["use_muon"]:
+                assert difference <= bound, (tuple(pb.shape), difference, bound)
+            else:
+                assert difference == 0, tuple(pb.shape)
+            for key, buffer in baseline.state[pb].items():
+                other = candidate.state[pc][key]
+                if key == "momentum_buffer_SGD" and wd != 0:
+                    slack = wd * bound + 4 * torch.finfo(buffer.dtype).eps * buffer.abs().max().item()
+                    assert (buffer.double() - other.double()).abs().max().item() <= slack
+                else:
+                    assert torch.equal(buffer, other), (key, tuple(pb.shape))
+
+
+# ---------------------------------------------------------------------------------------------- oracle
+
+
+def test_yolo26n_matches_the_per_matrix_baseline() -> None:
+    """The real YOLO26n parameter set: padded, exact-shape and single batches against the baseline."""
+    groups, kwargs = build_param_groups("n", seed=0)
+    baseline, base_groups, candidate, cand_groups = _run_both(
+        groups, 1, lambda g, step: fill_synthetic_grads(g, seed=1 + step), kwargs)
+    kinds = {batch.kind for batch in _plan(candidate).batches}
+    assert kinds == {"padded", "uniform", "single"}
+    tolerance = ULP_SENSITIVITY_FACTOR * max(_ulp_sensitivity(m, trials=2) for m in
+                                             _muon_matrices(baseline, base_groups))
+    _assert_contract(baseline, base_groups, candidate, cand_groups, tolerance)
+
+
+# ---------------------------------------------------------------------------------------------- padding
+
+MIXED_SMALL_16 = [(16, 8, 3, 3), (32, 16, 1, 1), (16, 16, 3, 3), (64, 16), (16, 40), (16, 16)]
+
+
+def _single_padded_batch(shapes: list[tuple[int, ...]], device: str = "cpu") -> tuple[Any, list[torch.Tensor]]:
+    params = _make_params(shapes, seed=3, device=device)
+    _fill_grads(params, seed=4)
+    optimizer = BatchedMuSGD([_muon_group(params)])
+    plan = optimizer._current_plan()
+    (batch,) = plan.batches
+    assert batch.kind == "padded" and len(batch.members) == len(shapes)
+    return batch, [member.param.grad for member in batch.members]
+
+
+def test_padding_is_exact_in_float64() -> None:
+    """Zero extension changes the batch, not the quintic: padded float64 equals per-matrix float64."""
+    batch, updates = _single_padded_batch(MIXED_SMALL_16)
+    padded = _orthogonalize(batch, updates, compute_dtype=torch.float64)
+    for member, update, result in zip(batch.members, updates, padded, strict=True):
+        exact = newton_schulz(update.reshape(len(update), -1), compute_dtype=torch.float64) * member.scale
+        assert result.shape == member.param.shape
+        assert (result.reshape(exact.shape) - exact).abs().max().item() < 1e-12
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_padded_bf16_agrees_within_the_baselines_own_ulp_sensitivity(device: str) -> None:
+    batch, updates = _single_padded_batch(MIXED_SMALL_16, device=device)
+    padded = _orthogonalize(batch, updates)
+    differences, sensitivities = [], []
+    for member, update, result in zip(batch.members, updates, padded, strict=True):
+        matrix = update.reshape(len(update), -1)
+        exact = newton_schulz(matrix) * member.scale
+        differences.append((result.reshape(exact.shape).float() - exact.float()).abs().max().item())
+        sensitivities.append(_ulp_sensitivity(matrix) * member.scale)
+    tolerance = ULP_SENSITIVITY_FACTOR * max(sensitivities)
+    print(f"\n{device}: padded-vs-exact max {max(differences):.3g}, 1-ulp spread {max(sensitivities):.3g}")
+    assert max(differences) <= tolerance
+
+
+def test_padded_stacks_stay_within_their_own_param_and_grad_bytes() -> None:
+    groups, kwargs = build_param_groups("n", seed=0)
+    fill_synthetic_grads(groups, seed=1)
+    optimizer = BatchedMuSGD(groups, **kwargs)
+    plan = optimizer._current_plan()
+    padded = [batch for batch in plan.batches if batch.kind == "padded"]
+    assert padded
+    for batch in padded:
+        stack_bytes = torch.Size(batch.stack_shape).numel() * 2  # bf16
+        assert stack_bytes <= sum(member.nbytes for member in batch.members)
+        assert all(member.small <= BatchedMuSGD.pad_guard for member in batch.members)
+
+    # One wide fp32 matrix with many tiny ones of the same smaller dimension: the wide one brings 8 bytes
+    # per element (param + grad), a bf16 slot costs 2, so exactly three tiny ones fit in its stack; padding
+    # all ten to 4096 columns would cost 2.5 times the budget. The other seven run as an exact-shape batch.
+    params = _make_params([(8, 4096)] + [(8, 8)] * 10)
+    _fill_grads(params, seed=2)
+    optimizer = BatchedMuSGD([_muon_group(params)])
+    kinds = sorted((batch.kind, len(batch.members)) for batch in optimizer._current_plan().batches)
+    assert kinds == [("padded", 4), ("uniform", 7)]
+
+
+@pytest.mark.parametrize(("guard", "expect_padded"), [(0, False), (8, False), (16, True), (None, True)])
+def test_pad_guard_is_an_internal_knob(guard: int | None, expect_padded: bool) -> None:
+    params = _make_params(MIXED_SMALL_16)
+    _fill_grads(params, seed=5)
+    optimizer = BatchedMuSGD.with_pad_guard(guard)([_muon_group(params)])
+    assert issubclass(type(optimizer), BatchedMuSGD) and optimizer.pad_guard == guard
+    kinds = {batch.kind for batch in optimizer._current_plan().batches}
+    assert ("padded" in kinds) == expect_padded
+
+
+# ---------------------------------------------------------------------------------------------- memory rules
+
+
+def test_a_parameter_viewing_another_keeps_exact_shapes_and_order() -> None:
+    """Aliases: exact-shape batches, scalar momentum, applied in order; equal to the baseline bit for bit.
+
+    Order matters here: decay reads the owner after its alias's update only if the alias came first.
+    """
+
+    def aliased_params(values: torch.Tensor) -> list[torch.nn.Parameter]:
+        owner = torch.nn.Parameter(values)
+        alias = torch.nn.Parameter(values[4:12])  # a view of the parameter above
+        return [owner, alias, *_make_params([(16, 72), (32, 16)], seed=6)]
+
+    base = torch.randn(16, 32) * 0.02
+    candidate_params, baseline_params = aliased_params(base.clone()), aliased_params(base.clone())
+    candidate, baseline = BatchedMuSGD([_muon_group(candidate_params)]), MuSGD([_muon_group(baseline_params)])
+    for step in range(2):
+        for optimizer, params in ((candidate, candidate_params), (baseline, baseline_params)):
+            _fill_grads(params, seed=10 + step)
+            optimizer.step()
+    owner, alias = candidate_params[:2]
+    assert _batch_of(candidate, owner) == "single" and _batch_of(candidate, alias) == "single"
+    assert _in_order(candidate) == _ids([owner, alias])
+    assert _in_buckets(candidate) == _ids(candidate_params[2:])
+    assert torch.equal(owner, baseline_params[0]) and torch.equal(alias, baseline_params[1])
+
+
+def test_dlpack_views_over_one_buffer_overlap_although_their_storages_differ() -> None:
+    buffer = torch.randn(1024) * 0.02
+    first = from_dlpack(to_dlpack(buffer[: 16 * 32])).view(16, 32)
+    second = from_dlpack(to_dlpack(buffer[256: 256 + 16 * 24])).view(16, 24)
+    assert first.untyped_storage()._cdata != second.untyped_storage()._cdata  # different storage objects
+    params = [torch.nn.Parameter(first), torch.nn.Parameter(second), *_make_params([(16, 40)], seed=7)]
+    _fill_grads(params, seed=8)
+    optimizer = BatchedMuSGD([_muon_group(params)])
+    optimizer.step()
+    assert _in_order(optimizer) == _ids(params[:2])
+    assert _batch_of(optimizer, params[0]) == "single" and _batch_of(optimizer, params[1]) == "single"
+    assert _in_buckets(optimizer) == _ids(params[2:])
+
+
+class OpaqueParameter(torch.nn.Parameter):
+    """A parameter subclass that refuses storage inspection (as some wrapper subclasses do)."""
+
+    def data_ptr(self) -> int:
+        raise RuntimeError("opaque parameter: no data_ptr")
+
+    def untyped_storage(self) -> torch.UntypedStorage:
+        raise RuntimeError("opaque parameter: no storage")
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_opaque_parameters_keep_exact_shapes_and_scalar_momentum(mixed: bool) -> None:
+    """Alone or mixed with ordinary parameters, the whole group keeps exact shapes, scalar momentum, order."""
+    shapes = [(16, 72), (16, 72), (32, 16)]
+    opaque = [OpaqueParameter(p.detach()) for p in _make_params(shapes, seed=9)]
+    ordinary = _make_params([(16, 40)], seed=10) if mixed else []
+    sgd_params = _make_params([(16,)], seed=11)
+    groups = [_muon_group(opaque + ordinary), _sgd_group(sgd_params)]
+    baseline, base_groups, candidate, cand_groups = _run_both(groups, 2, _grads_by_seed)
+    group_plan = _plan(candidate).groups[0]
+    assert group_plan.buckets == [] and len(group_plan.in_order) == len(opaque + ordinary)
+    assert all(batch.kind != "padded" for batch in _plan(candidate).batches)
+    assert _in_buckets(candidate) == _ids(cand_groups[1]["params"])  # other groups stay batched
+    assert {type(p) for p in cand_groups[0]["params"][: len(opaque)]} == {OpaqueParameter}
+    for pb, pc in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
+        for key in baseline.state[pb]:
+            if key == "momentum_buffer":
+                assert torch.equal(baseline.state[pb][key], candidate.state[pc][key])
+    for pb, pc in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
+        if _batch_of(candidate, pc) == "single":
+            assert torch.equal(pb, pc)  # a lone matrix runs exactly the baseline's computation
+
+
+def test_shared_gradient_storage_and_odd_restored_state_take_the_scalar_path() -> None:
+    shared, odd_state, ordinary = _make_params([(8,), (8,), (8,)], seed=12)
+    muon_odd, muon_ok = _make_params([(16, 40), (16, 72)], seed=13)
+    groups = [_sgd_group([shared, odd_state, ordinary]), _muon_group([muon_odd, muon_ok])]
+    optimizer = BatchedMuSGD(groups)
+    _fill_grads(_params_of(groups), seed=14)
+    optimizer.step()
+    shared.grad = shared.detach()  # gradient storage shared with its own parameter
+    optimizer.state[odd_state]["momentum_buffer"] = optimizer.state[odd_state]["momentum_buffer"].double()
+    optimizer.state[muon_odd]["momentum_buffer_SGD"] = optimizer.state[muon_odd]["momentum_buffer_SGD"].bfloat16()
+    reference = {id(p): (p.detach().clone(), {k: v.clone() for k, v in optimizer.state[p].items()})
+                 for p in _params_of(groups)}
+    optimizer._plan = None  # hand edits of state are not watched; a checkpoint load would reset the plan
+    optimizer.step()
+    assert set(_in_order(optimizer)) == {id(shared), id(odd_state), id(muon_odd)}
+    # The scalar path is the baseline's per-parameter step, state dtype and all.
+    for p in (shared, odd_state, muon_odd):
+        before, state = reference[id(p)]
+        expected = torch.nn.Parameter(before.clone())
+        expected.grad = expected.detach() if p is shared else p.grad.clone()
+        group = next(g for g in groups if any(q is p for q in g["params"]))
+        check = MuSGD([{**group, "params": [expected]}])
+        check.state[expected] = state
+        check.step()
+        assert torch.equal(expected, p)
+        assert all(torch.equal(check.state[expected][k], optimizer.state[p][k]) for k in state)
+    assert optimizer.state[odd_state]["momentum_buffer"].dtype == torch.float64
+
+
+# ---------------------------------------------------------------------------------------------- dtypes, grads
+
+
+def test_fp32_bf16_fp16_parameters_in_one_group_keep_independent_buckets() -> None:
+    shapes = [(16, 72), (16, 40), (32, 16)]
+    params = [p for i, dtype in enumerate((torch.float32, torch.bfloat16, torch.float16))
+              for p in _make_params(shapes, seed=20 + i, dtype=dtype)]
+    sgd_params = [p for dtype in (torch.float32, torch.bfloat16, torch.float16)
+                  for p in _make_params([(16,)], seed=30, dtype=dtype)]
+    groups = [_muon_group(params), _sgd_group(sgd_params)]
+    baseline, base_groups, candidate, cand_groups = _run_both(groups, 1, _grads_by_seed)
+    for group_plan in _plan(candidate).groups:
+        dtypes = [bucket.params[0].dtype for bucket in group_plan.buckets]
+        assert sorted(map(str, dtypes)) == sorted(map(str, {torch.float32, torch.bfloat16, torch.float16}))
+        assert all(len({p.dtype for p in bucket.params}) == 1 for bucket in group_plan.buckets)
+    assert all(len({m.param.dtype for m in batch.members}) == 1 for batch in _plan(candidate).batches)
+    tolerance = ULP_SENSITIVITY_FACTOR * max(_ulp_sensitivity(m) for m in _muon_matrices(baseline, base_groups))
+    _assert_contract(baseline, base_groups, candidate, cand_groups, tolerance)
+
+
+def test_none_gradients_and_parameters_frozen_then_unfrozen() -> None:
+    shapes = [(16, 72), (16, 40), (32, 16), (16, 16)]
+    params = _make_params(shapes, seed=40)
+    groups = [_muon_group(params), _sgd_group(_make_params([(16,), (8,)], seed=41))]
+    frozen_at = {0: {1}, 1: {1, 2}, 2: set(), 3: {0}}  # step -> indices (into every param) without grads
+
+    def grads(groups: list[dict[str, Any]], step: int) -> None:
+        every = _params_of(groups)
+        _fill_grads(every, seed=50 + step)
+        for index in frozen_at[step]:
+            every[index].grad = None
+
+    baseline, base_groups, candidate, cand_groups = _run_both(groups, 4, grads)
+    for pb, pc in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
+        assert set(baseline.state[pb]) == set(candidate.state[pc])
+        for key in baseline.state[pb]:
+            if key == "momentum_buffer":
+                assert torch.equal(baseline.state[pb][key], candidate.state[pc][key])
+        assert (pb - pc).abs().max().item() < 1e-4  # a few steps of lr*muon*bf16 rounding at most
+
+
+def test_all_zero_gradients_give_no_nan() -> None:
+    """A zero matrix normalizes to zero (norm + 1e-7), padded or not: no NaN anywhere."""
+    shapes = [*MIXED_SMALL_16, (260, 260), (260, 260), (300, 300)]
+    groups = [_muon_group(_make_params(shapes, seed=15)), _sgd_group(_make_params([(16,)], seed=16))]
+    optimizer = BatchedMuSGD(groups)
+    for p in _params_of(groups):
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    assert {batch.kind for batch in _plan(optimizer).batches} == {"padded", "uniform", "single"}
+    assert all(torch.isfinite(p).all() for p in _params_of(groups))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_updates_are_written_into_parameters_in_place_and_layouts_stay(device: str) -> None:
+    shapes = [(16, 8, 3, 3), (32, 16, 1, 1), (16, 16, 3, 3), (64, 16), (260, 260), (260, 260), (300, 300)]
+    contiguous = _make_params(shapes, seed=60, device=device)
+    channels_last = [torch.nn.Parameter(p.detach().clone().to(memory_format=torch.channels_last))
+                     if p.ndim == 4 else torch.nn.Parameter(p.detach().clone()) for p in contiguous]
+    results = []
+    for params in (contiguous, channels_last):
+        layouts = [(p.data_ptr(), p.stride()) for p in params]
+        optimizer = BatchedMuSGD([_muon_group(params)])
+        for step in range(2):
+            _fill_grads(params, seed=61 + step)
+            for p in params:
+                p.grad = p.grad.contiguous(memory_format=torch.preserve_format)
+                if p.ndim == 4 and params is channels_last:
+                    p.grad = p.grad.contiguous(memory_format=torch.channels_last)
+            optimizer.step()
+        assert {batch.kind for batch in _plan(optimizer).batches} == {"padded", "uniform", "single"}
+        assert [(p.data_ptr(), p.stride()) for p in params] == layouts
+        results.append([p.detach().clone() for p in params])
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)  # the stacks are built row-major either way, so channels_last changes nothing
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints
+
+
+def test_checkpoint_resume_both_ways_equals_an_uninterrupted_run() -> None:
+    """baseline -> candidate -> baseline through state_dicts equals never stopping, bit for bit.
+
+    Distinct shapes keep every matrix a lone one (the baseline's exact computation), so bit-equality is
+    the right bar; the state_dicts carry no field the other class would not know.
+    """
+    shapes = [(16, 8, 3, 3), (32, 72), (24, 40)]
+    params = _make_params(shapes, seed=70)
+    sgd_params = _make_params([(16,), (32,)], seed=71)
+    groups = [_muon_group(params), _sgd_group(sgd_params)]
+
+    uninterrupted = _clone_groups(groups)
+    optimizer = MuSGD(uninterrupted)
+    for step in range(6):
+        _grads_by_seed(uninterrupted, step)
+        optimizer.step()
+
+    resumed = _clone_groups(groups)
+    arms = [MuSGD, BatchedMuSGD, MuSGD]
+    state: dict[str, Any] | None = None
+    for leg, arm in enumerate(arms):
+        optimizer = arm(resumed, muon=0.2, sgd=1.0)
+        if state is not None:
+            optimizer.load_state_dict(state)
+        for step in range(2 * leg, 2 * leg + 2):
+            _grads_by_seed(resumed, step)
+            optimizer.step()
+        state = copy.deepcopy(optimizer.state_dict())
+        assert state["param_groups"][0]["param_group"] == "muon"
+        assert {key for entry in state["state"].values() for key in entry} == {"momentum_buffer",
+                                                                               "momentum_buffer_SGD"}
+    for a, b in zip(_params_of(uninterrupted), _params_of(resumed), strict=True):
+        assert torch.equal(a, b)
+
+
+# ---------------------------------------------------------------------------------------------- plan cache
+
+
+def test_the_plan_is_reused_until_the_parameter_set_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    params = _make_params([(16, 72), (16, 40), (8,)], seed=80)
+    optimizer = BatchedMuSGD([_muon_group(params[:2]), _sgd_group(params[2:])])
+    builds = []
+    original = BatchedMuSGD._build_plan
+    monkeypatch.setattr(BatchedMuSGD, "_build_plan", lambda self, *a: builds.append(1) or original(self, *a))
+
+    for step in range(3):  # fresh gradient tensors every step (as zero_grad(set_to_none=True) gives)
+        _fill_grads(params, seed=81 + step)
+        optimizer.step()
+    assert len(builds) == 1
+
+    params[1].grad = None  # grad presence changes
+    optimizer.step()
+    assert len(builds) == 2
+    _fill_grads(params, seed=90)
+    optimizer.step()
+    assert len(builds) == 3
+
+    optimizer.load_state_dict(copy.deepcopy(optimizer.state_dict()))  # new state object
+    optimizer.step()
+    assert len(builds) == 4
+
+    with torch.no_grad():
+        params[0].data = params[0].data.to(torch.float64)  # dtype (and memory) change
+    optimizer.state[params[0]] = {k: v.double() for k, v in optimizer.state[params[0]].items()}
+    params[0].grad = torch.zeros_like(params[0])
+    optimizer.step()
+    assert len(builds) == 5
+
+
+def test_cpu_keeps_the_baseline_path_unless_forced() -> None:
+    groups = [_muon_group(_make_params(MIXED_SMALL_16, seed=95)), _sgd_group(_make_params([(8,)], seed=96))]
+    with _batched_on_cpu(False):
+        baseline, base_groups, candidate, cand_groups = _run_both(groups, 2, _grads_by_seed)
+    assert _plan(candidate).batches == [] and _in_buckets(candidate) == []
+    for pb, pc in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
+        assert torch.equal(pb, pc)
+
+
+# ---------------------------------------------------------------------------------------------- CUDA
+
+
+@cuda
+@needs_cuda
+def test_cuda_foreach_momentum_recurrence_is_bit_equal_to_the_scalar_path() -> None:
+    """Twelve steps on YOLO26n: every momentum buffer bit-equal to the baseline's, step after step.
+
+    Muon groups run without weight decay here so their SGD buffers read only gradients; one SGD group gets
+    decay so the foreach decay path (which reads p, updated by foreach adds) is covered too.
+    """
+    groups, kwargs = build_param_groups("n", device="cuda", seed=0)
+    for group in groups:
+        group["weight_decay"] = 0.0 if group["use_muon"] else group["weight_decay"]
+    groups[0]["weight_decay"] = 5e-4
+    base_groups, cand_groups = _clone_groups(groups), _clone_groups(groups)
+    baseline, candidate = MuSGD(base_groups, **kwargs), BatchedMuSGD(cand_groups, **kwargs)
+    for step in range(12):
+        fill_synthetic_grads(base_groups, seed=step)
+        fill_synthetic_grads(cand_groups, seed=step)
+        baseline.step()
+        candidate.step()
+        for pb, pc in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
+            for key, buffer in baseline.state[pb].items():
+                assert torch.equal(buffer, candidate.state[pc][key]), (step, key, tuple(pb.shape))
+    assert _in_order(candidate) == []  # every parameter took the foreach path
+    for base_group, cand_group in zip(base_groups, cand_groups, strict=True):
+        if not base_group["use_muon"]:
+            assert all(torch.equal(a, b) for a, b in zip(base_group["params"], cand_group["params"], strict=True))
+
+
+@cuda
+@needs_cuda
+def test_cuda_one_step_contract_on_yolo26n() -> None:
+    groups, kwargs = build_param_groups("n", device="cuda", seed=0)
+    baseline, base_groups, candidate, cand_groups = _run_both(
+        groups, 1, lambda g, step: fill_synthetic_grads(g, seed=1 + step), kwargs)
+    tolerance = ULP_SENSITIVITY_FACTOR * max(_ulp_sensitivity(m, trials=2) for m in
+                                             _muon_matrices(baseline, base_groups))
+    _assert_contract(baseline, base_groups, candidate, cand_groups, tolerance)
+
+
+@cuda
+@needs_cuda
+def test_cuda_device_and_dtype_buckets_in_one_group() -> None:
+    """CUDA fp32/bf16 and CPU fp32 parameters in one group: separate buckets, CPU on the baseline path."""
+    with _batched_on_cpu(False):
+        cuda_params = (_make_params([(16, 72), (16, 40)], seed=110, device="cuda")
+                       + _make_params([(16, 72), (16, 40)], seed=111, dtype=torch.bfloat16, device="cuda"))
+        cpu_params = _make_params([(16, 72)], seed=112)
+        groups = [_muon_group(cuda_params + cpu_params), _sgd_group(_make_params([(16,)], seed=113, device="cuda"))]
+        baseline, base_groups, candidate, cand_groups = _run_both(groups, 2, _grads_by_seed)
+        buckets = _plan(candidate).groups[0].buckets
+        assert sorted((str(b.params[0].device), str(b.params[0].dtype)) for b in buckets) == [
+            ("cuda:0", "torch.bfloat16"), ("cuda:0", "torch.float32")]
+        assert _in_order(candidate) == _ids(cand_groups[0]["params"][-1:])
+        for pb, pc in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
+            assert torch.equal(baseline.state[pb]["momentum_buffer"], candidate.state[pc]["momentum_buffer"])
+        assert torch.equal(base_groups[0]["params"][-1], cand_groups[0]["params"][-1])
