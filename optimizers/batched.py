@@ -105,7 +105,7 @@ def _overlapping(spans: list[tuple[str, int, int, Any]]) -> set[Any]:
     flagged: set[Any] = set()
     run: list[Any] = []
     run_device, run_end = None, 0
-    for device, start, end, owner in sorted(s for s in spans if s[2] > s[1]):
+    for device, start, end, owner in sorted((s for s in spans if s[2] > s[1]), key=lambda s: (s[0], s[1])):
         if run and device == run_device and start < run_end:
             run.append(owner)
             run_end = max(run_end, end)
@@ -139,7 +139,7 @@ class _Member:
     param: torch.Tensor
     group: dict[str, Any]
     order: int  # position in the optimizer's parameter order
-    ordered: bool  # scalar momentum, applied in order in phase 3 (overlapping memory, opaque group)
+    ordered: bool  # scalar momentum, applied in order with its group's SGD (overlapping memory, opaque group)
     small: int  # the matrix's smaller dimension
     large: int  # and its larger one
     scale: float
@@ -169,8 +169,10 @@ class _Batch:
     members: list[_Member]
     segments: list[_Segment] = field(default_factory=list)
     stack_shape: tuple[int, ...] = ()
-    upcast: bool = False  # uniform batches whose update is converted to the parameter dtype/layout in one go
-    update_strides: tuple[int, ...] = ()
+    # Uniform batches only: the stride of a (members, *shape) tensor whose slices are laid out like the
+    # parameters, when the bf16 result is copied once into the parameters' dtype and layout (bf16 widens to
+    # fp32/fp64 exactly) so the Muon apply takes the foreach fast path; None keeps the bf16 slices.
+    update_strides: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -183,6 +185,8 @@ class _Bucket:
 
 @dataclass
 class _GroupPlan:
+    """How one group's SGD part runs: foreach buckets of clean parameters, then the rest in order."""
+
     group: dict[str, Any]
     buckets: list[_Bucket]
     in_order: list[torch.Tensor]  # parameters stepped one by one, in the baseline's order
@@ -191,6 +195,8 @@ class _GroupPlan:
 
 @dataclass
 class _Plan:
+    """Everything a step needs to know about the parameter set, and what it was built from."""
+
     signature: tuple[Any, ...]
     grad_addresses: tuple[Any, ...]
     grads_overlap: bool
@@ -234,9 +240,9 @@ def _make_batch(members: list[_Member]) -> _Batch:
     elif all(m.param.shape == first.shape and m.param.stride() == first.stride() for m in members):
         rows, cols = first.shape[0], math.prod(first.shape[1:])
         batch = _Batch("uniform", device, dtype, members, stack_shape=(len(members), rows, cols))
-        batch.upcast = dtype in (torch.float32, torch.float64, torch.bfloat16)
-        template = torch.empty_like(first, device="meta")  # a dense layout like the parameter's
-        batch.update_strides = (first.numel(), *template.stride())
+        layout = torch.empty_like(first, device="meta").stride()  # dense, ordered like the parameter's
+        if dtype in (torch.float32, torch.float64) or (dtype == STACK_DTYPE and not first.is_contiguous()):
+            batch.update_strides = (first.numel(), *layout)
     else:
         small = members[0].small
         large = max(m.large for m in members)
@@ -404,7 +410,6 @@ class BatchedMuSGD(MuSGD):
                 grad_spans.append((device, start, end, None))
         return len(_overlapping(grad_spans)) > 0
 
-
     def _build_plan(self, signature: tuple[Any, ...], grad_addresses: tuple[Any, ...]) -> _Plan:
         """Sort every parameter with a gradient into a batch and a foreach bucket, or the in-order list."""
         # 1. Parameters the batched path may take at all: on CUDA (or forced CPU), usual state, matrices
@@ -536,7 +541,7 @@ def _orthogonalize(
         return slots
     if members[0].scale != 1:
         stack *= members[0].scale
-    if not batch.upcast or compute_dtype != STACK_DTYPE:
+    if batch.update_strides is None or compute_dtype != STACK_DTYPE:
         return slots
     shape = (len(members), *members[0].param.shape)
     converted = torch.empty_strided(shape, batch.update_strides, dtype=batch.dtype, device=batch.device)

@@ -134,9 +134,10 @@ def _ulp_sensitivity(matrix: torch.Tensor, trials: int = 3, seed: int = 0) -> fl
     reference = newton_schulz(rounded).float()
     spread = 0.0
     for _ in range(trials):
-        up = torch.rand(rounded.shape, generator=generator).to(rounded.device) < 0.5
-        target = torch.where(up, float("inf"), float("-inf")).to(rounded)
-        perturbed = newton_schulz(torch.nextafter(rounded, target)).float()
+        up = torch.rand(rounded.shape, generator=generator) < 0.5
+        target = torch.where(up, float("inf"), float("-inf")).bfloat16()
+        neighbour = torch.nextafter(rounded.cpu(), target).to(rounded.device)  # one ulp up or down, each
+        perturbed = newton_schulz(neighbour).float()
         spread = max(spread, (perturbed - reference).abs().max().item())
     return spread
 
