@@ -16,8 +16,9 @@ It computes what the per-parameter MuSGD computes, with fewer, larger kernels:
   gradient or buffers share memory with anything, odd restored state (a buffer of another dtype, device or
   shape), non-matrix Muon parameters, and CPU/MPS tensors take the baseline's per-parameter step.
 - The plan (which parameter goes where) is a pure function of the parameter set. It is built once and reused
-  while the parameters, their devices, dtypes and memory, the presence and memory of their gradients, the
-  groups' `use_muon` and the state object are unchanged (`load_state_dict` replaces the state object).
+  while the parameters (by identity and address: a new device, dtype or shape comes with new memory), the
+  presence of their gradients, the groups' `use_muon` and the state object are unchanged (`load_state_dict`
+  replaces the state object). Gradients that move (fresh allocations) only re-check memory overlaps.
 
 No public flag and no checkpoint field is added: the state is exactly the baseline's, so a state_dict moves
 between MuSGD and BatchedMuSGD both ways. `pad_guard` (class attribute, or `with_pad_guard`) is an internal

@@ -409,13 +409,18 @@ def test_none_gradients_and_parameters_frozen_then_unfrozen() -> None:
         for index in frozen_at[step]:
             every[index].grad = None
 
-    baseline, base_groups, candidate, cand_groups = _run_both(groups, 4, grads)
+    steps = len(frozen_at)
+    baseline, base_groups, candidate, cand_groups = _run_both(groups, steps, grads)
+    # Muon inputs depend on gradients only, so each step's Newton-Schulz difference is bounded on its own;
+    # parameter differences add up over the steps (decay feeds back only a 1e-5 fraction of them).
+    tolerance = ULP_SENSITIVITY_FACTOR * max(_ulp_sensitivity(m) for m in _muon_matrices(baseline, base_groups))
     for pb, pc in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
         assert set(baseline.state[pb]) == set(candidate.state[pc])
         for key in baseline.state[pb]:
             if key == "momentum_buffer":
                 assert torch.equal(baseline.state[pb][key], candidate.state[pc][key])
-        assert (pb - pc).abs().max().item() < 1e-4  # a few steps of lr*muon*bf16 rounding at most
+        bound = steps * 0.02 * candidate.muon * tolerance * 1.01 + 4 * torch.finfo(pb.dtype).eps
+        assert (pb - pc).abs().max().item() <= bound
 
 
 def test_all_zero_gradients_give_no_nan() -> None:
