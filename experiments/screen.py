@@ -14,11 +14,18 @@ see the same values), then:
    window of the host time from calling ``step()`` to its return (a per-step mean is logged), and the
    step's extra peak memory is the allocator's peak over the window minus what was allocated when the
    window opened (the state already exists then, so it is the step's transient working memory; the state
-   itself is logged as ``state_bytes``);
+   itself is logged as ``state_bytes``). With ``W = 0`` the window's first step creates the state, and
+   the extra peak includes it;
 3. the launch floor, a diagnostic outside the claim bracket: the same step captured once in a CUDA graph
-   (after warm-up steps on a side stream, as PyTorch documents) and replayed ``K`` times in a synchronized
-   bracket, ms/replay. It is GPU time without host launch cost. Where capture is impossible the floor is
-   null and ``floor_note`` says why ('n/a: CPU', 'n/a: capture failed: …').
+   (after warm-up steps on a side stream, as PyTorch documents; the side stream is the capture stream
+   itself, so its per-stream lazy set-up such as the cuBLAS workspace happens before capture) and replayed
+   ``K`` times in a synchronized bracket, ms/replay. It is GPU time without host launch cost. Where capture
+   is impossible the floor is null and ``floor_note`` says why ('n/a: CPU', 'n/a: capture failed: …').
+
+Why ``--warmup`` counts steps while ``--warmup-trials`` counts trials: the issue's ``W`` is warm-up steps
+inside each trial (state, plan, caches of one optimizer); the protocol's warm-up trials (default one per
+arm per scale, discarded from the statistics) absorb what a process warms once: CUDA context, cuBLAS,
+kernel loading, allocator growth at a new scale.
 
 The guard is set on the trial's own optimizer instance before its first step, so no class (and no other
 arm or trial) ever sees it. Parameters and gradients are built once per round on the CPU by
@@ -63,7 +70,7 @@ NO_LIMIT = "none"
 NO_GUARD = "no-guard"  # the arm's class has no guard (not "n/a": pandas reads that as NaN)
 DEFAULT_GUARD = "default"  # the first arm of a guarded class runs at its class default
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-FLOOR_WARMUP_STEPS = 3  # side-stream steps before capture (PyTorch's CUDA-graph example uses 3)
+FLOOR_WARMUP_STEPS = 2  # steps on the capture stream before capture (the state already exists by then)
 SUMMARY_CSV = "screen_summary.csv"
 CROSSOVER_PNG = "screen_crossover.png"
 MEMORY_PNG = "screen_memory.png"
@@ -74,7 +81,7 @@ UPSTREAM_SPEEDUP_AT_N = 4.0  # candidate ≥ 4 × faster than upstream at n
 BOUND_SHARE = 0.8  # a step is 'bound' by host dispatch (or GPU time) when that explains ≥ 80% of it
 
 DEFAULTS = {"scales": "n,s,m,l,x", "guards": "0,256,512,none", "arms": "baseline,candidate", "steps": 10,
-            "repeats": 5, "warmup": 3, "warmup_trials": 1, "floor_replays": 20, "dtype": "float32"}
+            "repeats": 5, "warmup": 2, "warmup_trials": 1, "floor_replays": 20, "dtype": "float32"}
 
 
 # --- options → plan ---------------------------------------------------------------------------------------
@@ -335,18 +342,27 @@ def time_window(optimizer: torch.optim.Optimizer, device: str, steps: int) -> di
     }
 
 
+_CAPTURE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
+
+
+def capture_stream(device: torch.device) -> torch.cuda.Stream:
+    """One side stream per device for every capture of the run (its lazy per-stream set-up happens once)."""
+    if device not in _CAPTURE_STREAMS:
+        _CAPTURE_STREAMS[device] = torch.cuda.Stream(device)
+    return _CAPTURE_STREAMS[device]
+
+
 def capture_step(optimizer: torch.optim.Optimizer, device: torch.device) -> torch.cuda.CUDAGraph:
-    """One ``step()`` captured in a CUDA graph, after warm-up steps on a side stream (PyTorch's recipe)."""
-    side = torch.cuda.Stream(device)
+    """One ``step()`` captured in a CUDA graph, after warm-up steps on the side stream (PyTorch's recipe)."""
+    side = capture_stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
         for _ in range(FLOOR_WARMUP_STEPS):
             optimizer.step()
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    capture_stream = torch.cuda.Stream(device)
     # The outer stream context restores the current stream even if capture_end raises inside graph.__exit__.
-    with torch.cuda.stream(capture_stream), torch.cuda.graph(graph, stream=capture_stream):
+    with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
         optimizer.step()
     return graph
 

@@ -181,7 +181,7 @@ def screen_command(
     arms: ArmsOption = "baseline,candidate",
     steps: Annotated[int, typer.Option(help="Timed optimizer steps per trial (the window).")] = 10,
     repeats: Annotated[int, typer.Option(help="Measured rounds per scale (each arm once per round).")] = 5,
-    warmup: Annotated[int, typer.Option(help="Untimed warm-up STEPS inside each trial, before the window.")] = 3,
+    warmup: Annotated[int, typer.Option(help="Untimed warm-up STEPS inside each trial, before the window.")] = 2,
     warmup_trials: Annotated[
         int, typer.Option(help="Discarded warm-up TRIALS per arm per scale, before the rounds.")
     ] = 1,

@@ -76,6 +76,17 @@ def test_a_guarded_first_arm_runs_once_at_its_default() -> None:
     assert plan.cases[0].arms[0].params["guard"] == "default"
 
 
+def test_cli_defaults_are_the_screen_defaults() -> None:
+    import typer
+
+    from harness.cli import app
+
+    command = typer.main.get_command(app).commands["screen"]
+    defaults = {param.name: param.default for param in command.params}
+    for name, value in screen.DEFAULTS.items():
+        assert defaults[name] == value, name
+
+
 @pytest.mark.parametrize(("text", "expected"), [("0", 0), ("256", 256), ("none", None), ("NONE", None)])
 def test_guard_parsing(text: str, expected: int | None) -> None:
     assert screen.parse_guard(text) == expected
