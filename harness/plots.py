@@ -7,7 +7,7 @@ Shared style, used by every plot here and by the tier plots at the end of this f
 * ``arm_styles(labels)``: a colour *and* a marker per arm (Okabe–Ito colours, safe for colour-blind
   readers; the marker carries the arm in grey print too), stable by the arms' order in the plan.
 * ``FAILED``, ``WARMUP``, ``BAR``: how failures (red x), warm-ups (hollow, grey) and the bar (dashed) look.
-* ``percent_axis(ax, axis)``: tick labels in percent for fractions.
+* ``percent_axis(ax, axis)``: tick labels in percent for fractions; ``axis_label(text)`` wraps long labels.
 
 Figures are made through ``matplotlib.figure.Figure`` directly (never pyplot), so no global state or GUI
 backend is involved and plotting is safe in any process.
@@ -16,6 +16,7 @@ backend is involved and plotting is safe in any process.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -98,6 +99,11 @@ def figure(path: Path, width: float = 9.0, height: float = 4.8) -> Iterator[tupl
         fig.savefig(path, dpi=DPI, format="png", metadata=PNG_METADATA)
 
 
+def axis_label(text: str, width: int = 36) -> str:
+    """An axis label wrapped onto lines of at most ``width`` characters, so long metrics stay on the page."""
+    return textwrap.fill(text, width=width, break_long_words=False)
+
+
 def arm_order(plan: Any) -> list[str]:
     """Arm labels in plan order (first appearance over the cases)."""
     labels: list[str] = []
@@ -165,7 +171,7 @@ def plot_timeline(trials: pd.DataFrame, plan: Any, path: Path) -> Path:
         if len(finite) == 0:
             ax.set_yticks([])
         ax.set_xlabel("trial (schedule order)")
-        ax.set_ylabel(f"{plan.metric} ({plan.unit})")
+        ax.set_ylabel(axis_label(f"{plan.metric} ({plan.unit})"))
         ax.set_title(f"{plan.tier}: every trial in schedule order", pad=_case_label_height(plan))
         handles = [
             Line2D([], [], linestyle="", marker=s.marker, color=s.color, markersize=9, label=f"{label} (measured)")

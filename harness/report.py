@@ -758,7 +758,7 @@ def _verdict(run: LoadedRun) -> list[str]:
             "clears": f"{interval} lies wholly above the {_bar_text(plan)} bar",
             "fails": f"{interval} lies wholly below the {_bar_text(plan)} bar",
             "ambiguous": f"{interval} straddles the {_bar_text(plan)} bar: more pairs or less noise are needed to decide",
-            "no bar": f"no bar was set (`--bar`); {interval}",
+            "no bar": f"no bar was set (`--bar`); {interval} is shown for reference",
             "no pairs": "no complete pair",
         }.get(verdict, interval)
         where = f"case {_code(c['case'])}, " if len(plan.cases) > 1 else ""
