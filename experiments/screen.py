@@ -472,6 +472,8 @@ class Paired:
     def text(self, a: str, b: str) -> str:
         if not self.rounds:
             return f"no common round of {a} and {b}"
+        if math.isinf(self.median) and self.median < 0:
+            return f"{a} failed where {b} finished (paired median; {a} faster in {self.a_faster} of {self.rounds} rounds)"
         direction = "faster" if self.median > 0 else ("slower" if self.median < 0 else "no faster")
         return (f"{a} {direction} than {b} by {format_percent(abs(self.median))} (paired median; {a} faster in "
                 f"{self.a_faster} of {self.rounds} rounds)")
@@ -538,7 +540,7 @@ def guard_analysis(plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, spec: 
         best_by_scale[scale] = finite[fastest]
         runner_up = min((g for g in finite if g != fastest), key=finite.get, default=None)
         versus = paired(trials, scale, labels[fastest], labels[runner_up]).text(labels[fastest], labels[runner_up]) \
-            if runner_up is not None else "only guard measured"
+            if runner_up is not None else "no other guard finished"
         rows.append([scale, fastest] + [format_number(medians[g]) for g in guards] + [versus])
     if not rows:
         return [f"No finished trial of `{spec}` at any guard."], None
@@ -582,8 +584,8 @@ def guard_analysis(plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, spec: 
         lines.append(
             f"**The data supports guard {supported}** (`{labels[supported]}`): across the scales its median is at "
             f"most {format_number(ratio)}× the fastest guard's (worst at {where}); the other guards' worst cases: "
-            + ", ".join(f"g{g} {format_number(worst[g][0])}× at {worst[g][1]}" for g in guards
-                        if g in worst and g != supported) + "."
+            + ", ".join(f"g{g} {format_number(worst[g][0])}× at {worst[g][1]}" if g in worst
+                        else f"g{g} did not finish at every scale" for g in guards if g != supported) + "."
         )
         default = plan.options["default_guards"].get(spec)
         if default is not None and default != supported and default in worst:

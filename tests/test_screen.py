@@ -306,6 +306,31 @@ def test_section_changes_with_the_data(tmp_path: Path) -> None:
     assert "| ≤ 1.5× own floor | n | 8.000 ms = 2.667× floor 3.000 ms" in text
 
 
+def test_section_reads_failed_trials_as_failures(tmp_path: Path) -> None:
+    """An arm that runs out of memory at one scale is a recorded failure: shown, never the fastest guard."""
+    plan = screen.make_plan(scales="n,s", guards="0,none", arms="baseline,candidate", repeats=2, warmup_trials=0,
+                            device="cpu")
+    plan.device = "cuda"
+
+    def trial(ctx: TrialContext) -> dict[str, Any]:
+        if ctx.case.label == "s" and ctx.arm.label == "candidate@gnone":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB.")
+        ms = {"baseline": 90.0, "candidate@g0": 12.0, "candidate@gnone": 10.0}[ctx.arm.label]
+        return {"value": ms, "host_ms": ms * 0.9, "floor_ms": ms / 3, "floor_note": "", "extra_peak_bytes": MiB}
+
+    folder = start_run(plan, tmp_path, quiet=True, trial_fn=trial)
+    table = screen.write_screen_summary(folder, summarize(folder)[1])
+    failed = table[(table["scale"] == "s") & (table["arm"] == "candidate@gnone")].iloc[0]
+    assert failed["failed"] == 2 and math.isinf(failed["ms_median"])
+    text = screen.report_section(folder, summarize(folder)[1], tmp_path / "figs")
+    assert "| s | candidate@gnone | 2 (2 failed) | failed (failed–failed) |" in text
+    assert "| n | none | 12.000 | 10.000 |" in text and "| s | 0 | 12.000 | failed |" in text
+    assert "`candidate@gnone` is slower than `candidate@g0` at: s (candidate@gnone failed where candidate@g0 " \
+           "finished" in text
+    assert "| s | 0 | 12.000 | failed | no other guard finished |" in text
+    assert "**The data supports guard 0**" in text and "gnone did not finish at every scale." in text
+
+
 # --- bad inputs ---------------------------------------------------------------------------------------------
 
 
