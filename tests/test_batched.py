@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch.utils.dlpack import from_dlpack, to_dlpack
 
+from experiments.parity import ULP_SENSITIVITY_FACTOR, ulp_sensitivity
 from experiments.workloads import build_param_groups, fill_synthetic_grads
 from optimizers import BatchedMuSGD, MuSGD, newton_schulz
 from optimizers.batched import _batched_on_cpu, _orthogonalize, _Plan
@@ -22,11 +23,8 @@ cuda = pytest.mark.cuda
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 DEVICES = ["cpu", pytest.param("cuda", marks=[cuda, needs_cuda])]
 
-# A reordered or zero-padded GEMM rounds differently, which perturbs each Newton-Schulz iterate by about one
-# bf16 ulp. The baseline's own response to a 1-ulp perturbation of its input (measured, per test) is the
-# scale of that effect; the factor 2 allows the perturbation to enter at more than one of the five
-# iterations. It is stated here, not tuned: the measured ratio is reported by the agreement test.
-ULP_SENSITIVITY_FACTOR = 2.0
+# The tolerance of every bf16 agreement check: ULP_SENSITIVITY_FACTOR times the baseline's own measured
+# response to ±1-ulp input perturbations (experiments.parity, where `bench parity` uses the same rule).
 
 
 @pytest.fixture(autouse=True)
@@ -127,21 +125,6 @@ def _in_buckets(optimizer: BatchedMuSGD) -> list[int]:
     return [id(p) for group_plan in _plan(optimizer).groups for bucket in group_plan.buckets for p in bucket.params]
 
 
-def _ulp_sensitivity(matrix: torch.Tensor, trials: int = 3, seed: int = 0) -> float:
-    """Largest change of the exact-shape bf16 Newton-Schulz output when each input element moves by ±1 ulp."""
-    generator = torch.Generator().manual_seed(seed)
-    rounded = matrix.to(torch.bfloat16)
-    reference = newton_schulz(rounded).float()
-    spread = 0.0
-    for _ in range(trials):
-        up = torch.rand(rounded.shape, generator=generator) < 0.5
-        target = torch.where(up, float("inf"), float("-inf")).bfloat16()
-        neighbour = torch.nextafter(rounded.cpu(), target).to(rounded.device)  # one ulp up or down, each
-        perturbed = newton_schulz(neighbour).float()
-        spread = max(spread, (perturbed - reference).abs().max().item())
-    return spread
-
-
 def _muon_matrices(optimizer: MuSGD, groups: list[dict[str, Any]]) -> list[torch.Tensor]:
     """The baseline's Newton-Schulz input of the last step (Nesterov groups), one per distinct matrix shape
     and dtype: enough to measure the 1-ulp sensitivity at every size without paying for every matrix."""
@@ -196,7 +179,7 @@ def test_yolo26n_matches_the_per_matrix_baseline() -> None:
         groups, 1, lambda g, step: fill_synthetic_grads(g, seed=1 + step), kwargs)
     kinds = {batch.kind for batch in _plan(candidate).batches}
     assert kinds == {"padded", "uniform", "single"}
-    tolerance = ULP_SENSITIVITY_FACTOR * max(_ulp_sensitivity(m, trials=2) for m in
+    tolerance = ULP_SENSITIVITY_FACTOR * max(ulp_sensitivity(m, trials=2) for m in
                                              _muon_matrices(baseline, base_groups))
     _assert_contract(baseline, base_groups, candidate, cand_groups, tolerance)
 
@@ -227,7 +210,7 @@ def test_padding_is_exact_in_float64() -> None:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_padded_bf16_agrees_within_the_baselines_own_ulp_sensitivity(device: str) -> None:
+def test_padded_bf16_agrees_within_the_baselines_ownulp_sensitivity(device: str) -> None:
     batch, updates = _single_padded_batch(MIXED_SMALL_16, device=device)
     padded = _orthogonalize(batch, updates)
     differences, sensitivities = [], []
@@ -235,7 +218,7 @@ def test_padded_bf16_agrees_within_the_baselines_own_ulp_sensitivity(device: str
         matrix = update.reshape(len(update), -1)
         exact = newton_schulz(matrix) * member.scale
         differences.append((result.reshape(exact.shape).float() - exact.float()).abs().max().item())
-        sensitivities.append(_ulp_sensitivity(matrix) * member.scale)
+        sensitivities.append(ulp_sensitivity(matrix) * member.scale)
     tolerance = ULP_SENSITIVITY_FACTOR * max(sensitivities)
     print(f"\n{device}: padded-vs-exact max {max(differences):.3g}, 1-ulp spread {max(sensitivities):.3g}")
     assert max(differences) <= tolerance
@@ -393,7 +376,7 @@ def test_fp32_bf16_fp16_parameters_in_one_group_keep_independent_buckets() -> No
         assert sorted(map(str, dtypes)) == sorted(map(str, {torch.float32, torch.bfloat16, torch.float16}))
         assert all(len({p.dtype for p in bucket.params}) == 1 for bucket in group_plan.buckets)
     assert all(len({m.param.dtype for m in batch.members}) == 1 for batch in _plan(candidate).batches)
-    tolerance = ULP_SENSITIVITY_FACTOR * max(_ulp_sensitivity(m) for m in _muon_matrices(baseline, base_groups))
+    tolerance = ULP_SENSITIVITY_FACTOR * max(ulp_sensitivity(m) for m in _muon_matrices(baseline, base_groups))
     _assert_contract(baseline, base_groups, candidate, cand_groups, tolerance)
 
 
@@ -413,7 +396,7 @@ def test_none_gradients_and_parameters_frozen_then_unfrozen() -> None:
     baseline, base_groups, candidate, cand_groups = _run_both(groups, steps, grads)
     # Muon inputs depend on gradients only, so each step's Newton-Schulz difference is bounded on its own;
     # parameter differences add up over the steps (decay feeds back only a 1e-5 fraction of them).
-    tolerance = ULP_SENSITIVITY_FACTOR * max(_ulp_sensitivity(m) for m in _muon_matrices(baseline, base_groups))
+    tolerance = ULP_SENSITIVITY_FACTOR * max(ulp_sensitivity(m) for m in _muon_matrices(baseline, base_groups))
     for pb, pc in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
         assert set(baseline.state[pb]) == set(candidate.state[pc])
         for key in baseline.state[pb]:
@@ -577,7 +560,7 @@ def test_cuda_one_step_contract_on_yolo26n() -> None:
     groups, kwargs = build_param_groups("n", device="cuda", seed=0)
     baseline, base_groups, candidate, cand_groups = _run_both(
         groups, 1, lambda g, step: fill_synthetic_grads(g, seed=1 + step), kwargs)
-    tolerance = ULP_SENSITIVITY_FACTOR * max(_ulp_sensitivity(m, trials=2) for m in
+    tolerance = ULP_SENSITIVITY_FACTOR * max(ulp_sensitivity(m, trials=2) for m in
                                              _muon_matrices(baseline, base_groups))
     _assert_contract(baseline, base_groups, candidate, cand_groups, tolerance)
 

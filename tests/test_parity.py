@@ -1,0 +1,87 @@
+"""`bench parity`: the one-step contract holds for the candidate, is exactly zero for the control, and breaks
+(exit 1) for an optimizer that computes something else."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from experiments import parity
+from harness.cli import main
+from optimizers import MuSGD
+from optimizers.batched import _batched_on_cpu
+
+
+class NudgedMuSGD(MuSGD):
+    """The baseline plus a nudge of 1e-3 × lr on every parameter: a candidate that computes something else."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = super().step(closure)
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.add_(1e-3 * group["lr"])
+        return loss
+
+
+def test_candidate_on_the_batched_path_keeps_the_contract() -> None:
+    """The test-only switch routes CPU tensors through the padded batches and foreach momentum."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small bf16 products only lose from threads on a busy two-core runner
+    try:
+        with _batched_on_cpu():
+            result = parity.run_parity(parity.ParitySettings(scale="n", steps=1))
+    finally:
+        torch.set_num_threads(threads)
+    first = {f.comparison: f for f in result.steps if f.step == 1}
+    control, candidate = first["control"], first["candidate"]
+    assert control.max_abs_diff == 0.0 and control.params_equal == control.params_total
+    assert control.buffers_equal == control.buffers_total == 492
+    assert result.contract["candidate: largest difference within lr·muon·bf16 rounding of the update"]
+    assert 0 < result.bound_worst_ratio["candidate"] <= 1.0 or candidate.max_abs_diff == 0.0
+    # CPU bf16 GEMMs over a zero-padded width may sum in another order, so a Muon update can round
+    # differently; the SGD momentum of that parameter then reads a different p through weight decay. Any
+    # buffer that differs must belong to a parameter that differs, never to one that matches.
+    differing_buffers = candidate.buffers_total - candidate.buffers_equal
+    assert differing_buffers <= candidate.params_total - candidate.params_equal
+
+
+def test_a_candidate_that_computes_something_else_breaks_the_contract(tmp_path: Path, capsys) -> None:
+    code = main(["parity", "--candidate", "tests.test_parity:NudgedMuSGD", "--out", str(tmp_path)])
+    assert code == 1
+    (folder,) = tmp_path.iterdir()
+    summary = json.loads((folder / "parity.json").read_text())
+    assert summary["contract_holds"] is False
+    assert summary["contract"]["candidate: largest difference within lr·muon·bf16 rounding of the update"] is False
+    assert summary["contract"]["control: parameters identical"] is True
+    assert "BROKEN" in (folder / "report.md").read_text()
+
+
+def test_fit_mode_compares_loss_bytes_and_writes_divergence(tmp_path: Path) -> None:
+    assert main(["parity", "--fit", "--steps", "3", "--out", str(tmp_path)]) == 0
+    (folder,) = tmp_path.iterdir()
+    summary = json.loads((folder / "parity.json").read_text())
+    assert summary["contract"]["candidate: loss bytes identical"] is True
+    lines = (folder / "divergence.csv").read_text().splitlines()
+    assert len(lines) == 1 + 2 * 3  # header, control and candidate for each step
+    assert (folder / "env.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--scale", "q"], "--scale 'q'"), (["--steps", "0"], "--steps must be"), (["--candidate", "nope"], "unknown arm")],
+)
+def test_bad_inputs_exit_2_and_write_nothing(args: list[str], message: str, tmp_path: Path, capsys) -> None:
+    assert main(["parity", *args, "--out", str(tmp_path / "runs")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_parity_over_ten_steps() -> None:
+    result = parity.run_parity(parity.ParitySettings(scale="n", device="cuda", steps=10))
+    assert result.holds, result.contract
