@@ -142,6 +142,11 @@ def pair_command(
     keep_checkpoints: Annotated[
         bool, typer.Option("--keep-checkpoints", help="Keep each fit's checkpoint files (deleted after each trial by default).")
     ] = False,
+    stop_after: Annotated[
+        int | None,
+        typer.Option(help="Stop cleanly (exit 130) before a trial that would not end within this many seconds of "
+                     "the command's start (estimated from the log); continue with --resume."),
+    ] = None,
     warmup: WarmupOption = 2,
     pairs: PairsOption = 5,
     order: OrderOption = "alternate",
@@ -159,6 +164,7 @@ def pair_command(
     from experiments import fit
     from experiments.fit.report import finish
 
+    fit.stop_after(stop_after)
     folder = launch(
         lambda: fit.make_plan(
             arms=arms, warmup=warmup, pairs=pairs, order=order, seed=seed, bar=bar, device=device, budget=budget,

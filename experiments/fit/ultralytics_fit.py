@@ -1,0 +1,212 @@
+"""The real-trainer adapter: an Ultralytics YOLO fit with the arm's optimizer substituted, fully offline.
+
+Substitution (GUIDE §7): a ``DetectionTrainer`` subclass overrides ``build_optimizer``. The parent builds
+its MuSGD groups exactly as upstream does (with ``optimizer='MuSGD'``: muon, bn and bias groups, the head's
+triple-lr split, the ``param_group`` key, ``muon=0.2, sgd=1.0``); the override rebuilds those same groups,
+parameters and hyperparameters into the arm's class through ``experiments.arms.make_optimizer``. Everything
+else is upstream's: dataset checks and image cache, augmentation and mosaic closure, LR warm-up and decay,
+EMA, validation each epoch, checkpoints and the final validation. ``nbs`` equals the batch, so every
+iteration steps the optimizer.
+
+Offline: the worker runs with ``YOLO_OFFLINE=1``, its own writable ``YOLO_CONFIG_DIR`` holding
+``Ultralytics/Arial.ttf`` (matplotlib's DejaVuSans), third-party logger integrations off, and HTTP(S)
+proxies pointed at a closed local port, so any download upstream might attempt (fonts, the AMP check's
+weights) fails at once instead of waiting on a network that is not there; with ``amp=True`` (fp16) on a GPU,
+upstream then logs that its AMP check was skipped and keeps AMP on. The bf16 default never runs that check.
+
+polars: upstream reads ``results.csv`` with polars at each checkpoint; ``read_results_csv`` is overridden
+with the standard library, so polars is never imported on the training path (the H200 image has none).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+CLOSED_PORT_PROXY = "http://127.0.0.1:9"  # the discard port: nothing listens, a connection is refused at once
+FONT_NAMES = ("Arial.ttf", "Arial.Unicode.ttf")
+INTEGRATIONS_OFF = {k: False for k in ("sync", "clearml", "comet", "dvc", "mlflow", "raytune", "tensorboard", "wandb")}
+AMP_ARGUMENT = {"bf16": "bf16", "fp16": True, "fp32": False}
+
+
+def offline_environment(config_dir: Path) -> dict[str, str]:
+    """Environment variables that keep an Ultralytics worker offline and writing only where it is told."""
+    return {
+        "YOLO_OFFLINE": "1",
+        "YOLO_CONFIG_DIR": str(Path(config_dir).resolve()),
+        "MPLBACKEND": "Agg",
+        "HTTP_PROXY": CLOSED_PORT_PROXY,
+        "HTTPS_PROXY": CLOSED_PORT_PROXY,
+        "http_proxy": CLOSED_PORT_PROXY,
+        "https_proxy": CLOSED_PORT_PROXY,
+        "NO_PROXY": "",
+        "no_proxy": "",
+    }
+
+
+def prepare_config_dir(config_dir: Path) -> None:
+    """Put a TTF where Ultralytics looks for Arial (its font check would otherwise try to download one)."""
+    from matplotlib import font_manager
+
+    target = Path(config_dir) / "Ultralytics"
+    target.mkdir(parents=True, exist_ok=True)
+    source = Path(font_manager.findfont("DejaVu Sans", fallback_to_default=True))
+    for name in FONT_NAMES:
+        if not (target / name).is_file():
+            staging = target / f".{name}.{os.getpid()}.tmp"
+            shutil.copyfile(source, staging)
+            os.replace(staging, target / name)
+
+
+def read_results_csv(path: Path) -> dict[str, list[Any]]:
+    """``results.csv`` as {column: values}, numbers as floats — what upstream builds with polars."""
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            rows = list(csv.reader(handle))
+    except OSError:
+        return {}
+    if not rows:
+        return {}
+    header = [name.strip() for name in rows[0]]
+    columns: dict[str, list[Any]] = {name: [] for name in header}
+    for row in rows[1:]:
+        for name, cell in zip(header, row, strict=False):  # a short row leaves columns short
+            cell = cell.strip()
+            try:
+                columns[name].append(float(cell))
+            except ValueError:
+                columns[name].append(cell)
+    return columns
+
+
+def device_argument(device: str) -> str:
+    """The harness's ``cpu`` / ``cuda`` / ``cuda:N`` as Ultralytics' ``cpu`` / ``N``."""
+    if device.startswith("cuda"):
+        return device.split(":")[1] if ":" in device else "0"
+    return "cpu"
+
+
+def make_trainer_class(make_optimizer: Callable[..., Any], clock: Any, stamps: list[float]) -> type:
+    """A ``DetectionTrainer`` whose optimizer is the arm's; stage marks only when ``clock.enabled``."""
+    from ultralytics.models.yolo.detect import DetectionTrainer
+
+    class ArmTrainer(DetectionTrainer):
+        """Upstream's trainer, with the arm's optimizer and a polars-free ``read_results_csv``."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            # A host timestamp per iteration (no synchronization) for the median-iteration diagnostic.
+            self.add_callback("on_train_batch_end", lambda _trainer: stamps.append(time.perf_counter()))
+
+        def build_optimizer(self, model, name="auto", lr=0.001, momentum=0.9, decay=1e-5, iterations=1e5):
+            upstream = super().build_optimizer(model, name, lr, momentum, decay, iterations)
+            if not hasattr(upstream, "muon"):
+                raise RuntimeError(f"upstream built {type(upstream).__name__}, not MuSGD: the fit passes optimizer='MuSGD'")
+            groups = [dict(group) for group in upstream.param_groups]  # same params and hyperparameters
+            kwargs = {**upstream.defaults, "muon": upstream.muon, "sgd": upstream.sgd}
+            return make_optimizer(groups, kwargs)
+
+        def read_results_csv(self):
+            return read_results_csv(self.csv)
+
+    class StagedTrainer(ArmTrainer):
+        """The ``--stages`` diagnostic: a synchronized mark at every stage boundary (never in a claim)."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.add_callback("on_train_epoch_start", lambda _trainer: clock.mark("other"))
+            self.add_callback("on_train_batch_start", lambda _trainer: clock.iteration())
+            self.add_callback("on_train_batch_end", lambda _trainer: clock.mark("other"))
+            self.add_callback("on_pretrain_routine_end", self._time_ema)
+
+        def build_optimizer(self, *args: Any, **kwargs: Any):
+            optimizer = super().build_optimizer(*args, **kwargs)
+            optimizer.register_step_pre_hook(lambda *_: clock.mark("step_overhead"))
+            optimizer.register_step_post_hook(lambda *_: clock.mark("optimizer"))
+            return optimizer
+
+        def _time_ema(self, _trainer: Any) -> None:
+            self.ema.update = clock.wrap(self.ema.update, "step_overhead", "ema")
+
+        def preprocess_batch(self, batch):
+            batch = super().preprocess_batch(batch)
+            clock.mark("data")
+            return batch
+
+        def optimizer_step(self):
+            clock.mark("forward_backward")
+            super().optimizer_step()
+
+        def validate(self):
+            return clock.wrap(super().validate, "other", "validation")()
+
+        def save_model(self):
+            return clock.wrap(super().save_model, "other", "checkpoint")()
+
+        def final_eval(self):
+            return clock.wrap(super().final_eval, "other", "validation")()
+
+    return StagedTrainer if clock.enabled else ArmTrainer
+
+
+def prepare_fit(
+    settings: Any,
+    data_yaml: str,
+    make_optimizer: Callable[..., Any],
+    device: str,
+    seed: int,
+    trial_dir: Path,
+    clock: Any,
+) -> Callable[[], dict[str, Any]]:
+    """Import and configure Ultralytics (outside the timed bracket); return the fit to time."""
+    prepare_config_dir(Path(os.environ["YOLO_CONFIG_DIR"]))
+    from ultralytics import YOLO
+    from ultralytics.utils import SETTINGS
+
+    SETTINGS.update(INTEGRATIONS_OFF)
+    stamps: list[float] = []
+    trainer_class = make_trainer_class(make_optimizer, clock, stamps)
+    model = YOLO(settings.model, task="detect")
+    arguments = {
+        "data": data_yaml, "epochs": settings.epochs, "imgsz": settings.imgsz, "batch": settings.batch,
+        "nbs": settings.batch, "optimizer": "MuSGD", "amp": AMP_ARGUMENT[settings.amp],
+        "workers": settings.workers, "device": device_argument(device), "project": str(trial_dir), "name": "fit",
+        "exist_ok": True, "plots": False, "val": True, "save": True, "seed": seed, "deterministic": False,
+        "verbose": False, "pretrained": False, "close_mosaic": settings.close_mosaic,
+        "cache": False if settings.cache == "none" else settings.cache,
+    }
+
+    def fit() -> dict[str, Any]:
+        model.train(trainer=trainer_class, **arguments)
+        trainer = model.trainer
+        if trainer.batch_size != settings.batch:
+            # Upstream halves the batch after an out-of-memory in the first epoch: a different workload.
+            raise RuntimeError(
+                f"CUDA out of memory at batch {settings.batch}: the trainer fell back to batch {trainer.batch_size}"
+            )
+        metrics = trainer.metrics or {}
+        weights = Path(trainer.wdir)
+        return {
+            "iterations": len(stamps),
+            "iteration_stamps": stamps,
+            "iterations_per_epoch": len(trainer.train_loader),
+            "val_map50_95": _number(metrics.get("metrics/mAP50-95(B)")),
+            "val_map50": _number(metrics.get("metrics/mAP50(B)")),
+            "checkpoint_bytes": sum(p.stat().st_size for p in weights.glob("*.pt")),
+            "optimizer_class": f"{type(trainer.optimizer).__module__}.{type(trainer.optimizer).__qualname__}",
+            "amp_used": bool(trainer.amp),
+        }
+
+    return fit
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return round(float(value), 6)
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,106 @@
+"""What runs inside a fit trial's fresh worker process: one whole fit, timed, sized and checked.
+
+``run_fit(payload)`` is the target ``harness.isolation`` calls. Around the fit it does only what must happen
+outside the timed bracket: tie the worker's life to the parent's, import the workload, initialize the
+device and apply any memory budget, reset the peak-memory counters. The bracket itself is one
+``SyncTimer`` (synchronize, clock, fit, synchronize, clock); nothing inside it synchronizes unless this is a
+``--stages`` diagnostic run. After it: peaks, checks that the fit did what was asked, the row's figures.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from experiments.fit.plan import FitSettings
+from experiments.fit.stages import NullClock, StageClock, host_iteration_median
+from harness.timing import SyncTimer, apply_budget, read_peaks, reset_peaks
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int | None) -> None:
+    """Ask Linux to kill this worker when the parent dies (a killed run must not leave a fit on the GPU),
+    and leave at once if the parent already died while this process was still starting."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def arm_optimizer_factory(spec: str):
+    """``(groups, kwargs) -> optimizer`` of the arm's class, through the one arm resolver."""
+    from experiments.arms import make_optimizer
+
+    return lambda groups, kwargs: make_optimizer(spec, groups, kwargs)
+
+
+def _prepare_device(device: str, budget: int | None) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+        torch.cuda.init()
+        apply_budget(budget, device)
+
+
+def run_fit(payload: dict[str, Any]) -> dict[str, Any]:
+    """One whole fit of the payload's arm; returns the trial's figures (``value`` = wall seconds)."""
+    die_with_parent(payload.get("parent_pid"))
+    settings = FitSettings(**payload["settings"])
+    device, seed = payload["device"], int(payload["seed"])
+    trial_dir = Path(payload["trial_dir"])
+    shutil.rmtree(trial_dir, ignore_errors=True)  # a resumed trial starts clean
+    trial_dir.mkdir(parents=True)
+    make_optimizer = arm_optimizer_factory(payload["arm_spec"])
+    clock = StageClock(device) if settings.stages else NullClock()
+    _prepare_device(device, payload.get("budget"))
+
+    if settings.workload == "ultralytics":
+        from experiments.fit import ultralytics_fit
+
+        fit = ultralytics_fit.prepare_fit(settings, payload["data_yaml"], make_optimizer, device, seed, trial_dir, clock)
+    else:
+        from experiments.fit import embedded
+
+        def fit() -> dict[str, Any]:
+            return embedded.fit(
+                make_optimizer, device=device, images=settings.images, val_images=settings.val_images,
+                imgsz=settings.imgsz, batch=settings.batch, epochs=settings.epochs, amp=settings.amp,
+                data_seed=settings.data_seed, seed=seed, trial_dir=trial_dir, clock=clock,
+            )
+
+    reset_peaks(device)
+    with SyncTimer(device) as timer:
+        clock.start()
+        result = fit()
+        clock.mark("other")
+    peak_allocated, peak_reserved = read_peaks(device)
+
+    if result["iterations"] != settings.steps:
+        raise RuntimeError(
+            f"the fit ran {result['iterations']} iterations, not the {settings.steps} steps asked "
+            f"({settings.epochs} epochs of {settings.iterations_per_epoch}); its figure would not be comparable"
+        )
+    stamps = result.pop("iteration_stamps")
+    per_epoch = result.pop("iterations_per_epoch")
+    figures: dict[str, Any] = {
+        "value": round(timer.seconds, 6),
+        "iteration_host_median_s": host_iteration_median(stamps, per_epoch),
+        "peak_allocated": peak_allocated,
+        "peak_reserved": peak_reserved,
+        **result,
+        "worker_torch": torch.__version__,
+        "worker_cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+    }
+    if isinstance(clock, StageClock):
+        figures.update(clock.figures(timer.seconds, per_epoch))
+    return figures

@@ -1,0 +1,216 @@
+"""The complete-fit tier (`bench pair`) on the embedded workload: end to end, stages, worker death, resume,
+and every refused input. Each trial is a real worker process, so the settings are tiny."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from experiments.fit.plan import FitSettings, check_steps
+from experiments.fit.stages import STAGES, host_iteration_median, stage_column, within_epoch_gaps
+from harness.cli import main
+from harness.options import InputError
+from harness.tables import RunFolder
+from optimizers import MuSGD
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "4", "--val-images", "8", "--quiet"]
+
+
+class DiesMidFit(MuSGD):
+    """An optimizer whose process is killed (SIGKILL) at its second step: a worker that dies mid-fit."""
+
+    def step(self, closure=None):  # type: ignore[override]
+        self.steps_taken = getattr(self, "steps_taken", 0) + 1
+        if self.steps_taken == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().step(closure)
+
+
+def only_run(root: Path) -> RunFolder:
+    folders = [p for p in root.iterdir() if p.is_dir() and p.name != "datasets"]
+    assert len(folders) == 1, folders
+    return RunFolder(folders[0])
+
+
+def test_steps_must_be_whole_epochs() -> None:
+    assert check_steps(384, 256, 4) == 6
+    assert check_steps(64, 256, 4) == 1
+    with pytest.raises(InputError, match="--steps 100 is not a whole number of epochs of 64 iterations.*--steps 128 or 64"):
+        check_steps(100, 256, 4)
+    with pytest.raises(InputError, match="250 training images are not a whole number of batches of 4.*--images 252 or 248"):
+        check_steps(384, 250, 4)
+
+
+def test_host_iteration_median_skips_the_gap_across_an_epoch_end() -> None:
+    # Two epochs of three iterations; the epoch boundary gap (validation) is 100 s and must not count.
+    stamps = [0.0, 1.0, 2.0, 102.0, 103.0, 104.0]
+    assert within_epoch_gaps(stamps, 3) == [1.0, 1.0, 1.0, 1.0]
+    assert host_iteration_median(stamps, 3) == 1.0
+
+
+def test_pair_embedded_end_to_end(tmp_path: Path, capsys) -> None:
+    """`bench pair` through the CLI: a warm-up and two pairs, each a fresh worker; claim, report, rows."""
+    assert main(["pair", *TINY, "--warmup", "1", "--pairs", "2", "--bar", "8", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "workload: embedded (--workload embedded)" in out
+    folder = only_run(tmp_path)
+    rows = folder.rows()
+    assert [r["phase"] for r in rows] == ["warmup"] + ["measured"] * 4
+    assert all(r["status"] == "ok" for r in rows), [r["message"] for r in rows]
+    classes = {r["arm"]: r["optimizer_class"] for r in rows}
+    assert classes == {"baseline": "optimizers.musgd.MuSGD", "candidate": "optimizers.batched.BatchedMuSGD"}
+    for row in rows:
+        assert row["iterations"] == 4 and row["value"] > 0
+        assert row["checkpoint_bytes"] > 0  # real checkpoint files were written each epoch ...
+        assert row["iteration_host_median_s"] > 0
+        assert row["peak_allocated"] is None  # no device-memory figure on the CPU, never a made-up one
+        assert (folder.path / "trials" / f"{row['index']}.log").is_file()
+    assert not list((folder.path / "trials").rglob("*.pt"))  # ... and deleted after the trial
+    plan = json.loads(folder.file("plan.json").read_text())
+    assert plan["tier"] == "pair" and plan["in_process"] is False
+    assert FitSettings.from_options(plan["options"]).epochs == 2
+    claim = folder.file("claim.txt").read_text()
+    assert claim.startswith("Baseline median ") and "The paired reduction median is" in claim
+    assert "verdict against the 8% bar:" in claim and "1 warm-up fit(s) discarded, then 2 pair(s)" in claim
+    assert "Environment: " in claim
+    assert "Baseline median " in out  # the claim is shown on the console too
+    report = folder.file("report.md").read_text()
+    assert "### Fit settings" in report and "4 = 2 epochs × 2 iterations (8 images / batch 4)" in report
+    assert "### Per-trial figures" in report
+
+
+def test_stages_run_attributes_the_whole_fit(tmp_path: Path, capsys) -> None:
+    """`--stages` is its own diagnostic run: the stages add up to the fit, and the ceiling is stated."""
+    assert main(["pair", *TINY, "--stages", "--warmup", "0", "--pairs", "1", "--out", str(tmp_path)]) == 0
+    folder = only_run(tmp_path)
+    assert folder.path.name.startswith("stages-")
+    rows = folder.rows()
+    assert all(r["status"] == "ok" for r in rows), [r["message"] for r in rows]
+    for row in rows:
+        stages = [row[stage_column(s)] for s in STAGES]
+        assert all(v >= 0 for v in stages)
+        assert row[stage_column("optimizer")] > 0 and row[stage_column("forward_backward")] > 0
+        assert abs(sum(stages) - row["value"]) < 0.05 * row["value"]  # the marks cover the bracket
+        assert row["iteration_sync_median_s"] > 0
+    claim = folder.file("claim.txt").read_text()
+    assert claim.startswith("Stages diagnostic (not a claim):") and "Ceiling: in baseline's fits" in claim
+    stages_csv = folder.file("stages.csv").read_text()
+    assert "optimizer" in stages_csv and "share" in stages_csv
+    assert "### Stage shares" in folder.file("report.md").read_text()
+
+
+def test_a_worker_that_dies_is_a_failed_row_and_the_run_goes_on(tmp_path: Path) -> None:
+    arms = "baseline,tests.test_fit:DiesMidFit"
+    # The dying arm runs first in the pair, so the baseline after it shows the run went on.
+    assert main(["pair", *TINY, "--arms", arms, "--order", "random", "--seed", "1", "--warmup", "0", "--pairs", "1",
+                 "--out", str(tmp_path), "--no-report"]) == 0
+    rows = only_run(tmp_path).rows()
+    assert [r["arm"] for r in rows] == ["tests.test_fit:DiesMidFit", "baseline"]
+    died, survivor = rows
+    assert died["status"] == "error" and died["value"] is None
+    assert "worker died without a result (exit -9)" in died["message"]
+    assert survivor["status"] == "ok" and survivor["iterations"] == 4
+
+
+def _children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        text = (task / "children").read_text().split() if (task / "children").exists() else []
+        found |= {int(p) for p in text}
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_for(predicate, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting")
+        time.sleep(0.05)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find the worker")
+def test_a_killed_run_resumes_with_only_the_rest(tmp_path: Path) -> None:
+    """The parent is SIGKILLed during trial 2; its worker dies with it; --resume runs trial 2 only."""
+    command = [sys.executable, "-m", "harness.cli", "pair", *TINY, "--warmup", "0", "--pairs", "1",
+               "--out", str(tmp_path), "--no-report"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: any(p.name.startswith("pair-") for p in tmp_path.glob("*")))
+        folder = only_run(tmp_path)
+        _wait_for(lambda: len(folder.rows()) == 1 and (folder.path / "trials" / "1.log").exists())
+        _wait_for(lambda: bool(_children(process.pid)))
+        workers = _children(process.pid)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    _wait_for(lambda: not any(_alive(w) for w in workers), timeout=60)  # no orphaned fit left running
+    before = folder.rows()
+    assert [r["index"] for r in before] == [0]
+
+    assert main(["pair", "--resume", str(folder.path), "--quiet", "--no-report"]) == 0
+    after = folder.rows()
+    assert sorted(r["index"] for r in after) == [0, 1] and len(after) == 2
+    assert after[0] == before[0]  # the finished trial was kept, not re-run
+    assert all(r["status"] == "ok" for r in after)
+    assert folder.file("claim.txt").is_file()
+
+
+def test_stop_after_stops_between_trials_and_resume_finishes(tmp_path: Path, capsys) -> None:
+    """--stop-after 1: the first trial runs (nothing to estimate from), the second would overrun: a clean stop."""
+    assert main(["pair", *TINY, "--warmup", "0", "--pairs", "1", "--stop-after", "1", "--out", str(tmp_path),
+                 "--no-report"]) == 130
+    folder = only_run(tmp_path)
+    assert [r["index"] for r in folder.rows()] == [0]
+    assert "stopping before trial 2 of 2 (candidate" in capsys.readouterr().out
+    assert not (folder.path / "trials" / "1.log").exists()  # the second trial never started
+    assert main(["pair", "--resume", str(folder.path), "--quiet", "--no-report"]) == 0
+    assert sorted(r["index"] for r in folder.rows()) == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--steps", "100"], "--steps 100 is not a whole number of epochs of 64 iterations"),
+        (["--images", "250"], "250 training images are not a whole number of batches of 4"),
+        (["--workload", "bogus"], "--workload 'bogus' is not accepted"),
+        (["--amp", "fp16"], "--amp fp16 needs a CUDA device"),
+        (["--amp", "fp64"], "--amp 'fp64' is not accepted"),
+        (["--data", "x.yaml"], "--data needs the real trainer"),
+        (["--cache", "ssd"], "--cache 'ssd' is not accepted"),
+        (["--imgsz", "4"], "--imgsz 4 is too small for the embedded model"),
+        (["--arms", "baseline,nowhere:Nothing"], "--arms: arm 'nowhere:Nothing': cannot import module"),
+        (["--pairs", "0"], "--pairs must be a positive whole number"),
+        (["--stop-after", "0"], "--stop-after must be a positive whole number"),
+        (["--workers", "-1"], "--workers must be zero or more"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_no_run_folder(tmp_path: Path, capsys, arguments, message) -> None:
+    out = tmp_path / "runs"
+    assert main(["pair", "--workload", "embedded", *arguments, "--out", str(out)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and message in error, error
+    assert not out.exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where no CUDA device exists")
+def test_cuda_where_there_is_none_is_refused(tmp_path: Path, capsys) -> None:
+    assert main(["pair", "--workload", "embedded", "--device", "cuda", "--out", str(tmp_path / "r")]) == 2
+    assert "no CUDA device is available here" in capsys.readouterr().err

@@ -1,0 +1,122 @@
+"""The complete-fit tier on the real Ultralytics trainer, on the CPU with a tiny synthetic set, offline and
+with polars made unimportable (the H200 image has none): the arm's optimizer is substituted, every upstream
+loop element runs, and nothing is downloaded."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from experiments.fit.dataset import SyntheticSet, describe_user_set, ensure_synthetic_set
+from experiments.fit.stages import STAGES, stage_column
+from experiments.fit.ultralytics_fit import offline_environment, read_results_csv
+from harness.cli import main
+from harness.tables import RunFolder
+
+ROOT = Path(__file__).resolve().parent.parent
+HAS_ULTRALYTICS = importlib.util.find_spec("ultralytics") is not None and importlib.util.find_spec("torchvision") is not None
+NO_EXTRA = "needs the ultralytics extra (pip install -e '.[ultralytics]')"
+TINY = ["--workload", "ultralytics", "--images", "8", "--val-images", "8", "--imgsz", "64", "--batch", "4",
+        "--steps", "2", "--warmup", "0", "--pairs", "1", "--quiet"]
+BLOCKED = ("polars", "thop", "ultralytics_platform")  # absent on the H200 unless carried: prove none is needed
+
+
+@pytest.fixture
+def without_optional_packages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Workers see stand-ins for polars, thop and ultralytics_platform that refuse to import."""
+    blocked = tmp_path.parent / f"{tmp_path.name}-blocked"
+    for name in BLOCKED:
+        (blocked / name).mkdir(parents=True)
+        (blocked / name / "__init__.py").write_text(f"raise ImportError('{name} is blocked by the test')\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(blocked), os.environ.get("PYTHONPATH")) if p))
+    return blocked
+
+
+def only_run(root: Path) -> RunFolder:
+    folders = [p for p in root.iterdir() if p.is_dir() and p.name != "datasets"]
+    assert len(folders) == 1, folders
+    return RunFolder(folders[0])
+
+
+def test_synthetic_set_is_deterministic_and_keyed(tmp_path: Path) -> None:
+    spec = SyntheticSet(train_images=4, val_images=2, imgsz=64, seed=3)
+    first = ensure_synthetic_set(spec, tmp_path / "a")
+    second = ensure_synthetic_set(spec, tmp_path / "b")
+    files = sorted(p.relative_to(first.parent) for p in first.parent.rglob("*") if p.is_file() and p.name != "data.yaml")
+    assert len(files) == 12  # 6 images and 6 label files
+    for name in files:
+        assert (first.parent / name).read_bytes() == (second.parent / name).read_bytes()
+    assert first.parent.name == "synthetic-t4-v2-64px-seed3"
+    assert describe_user_set(first) == (4, 2)
+    assert not [p for p in (tmp_path / "a").iterdir() if p.name.endswith(".tmp")]  # no staging folder left
+    labels = (first.parent / "labels" / "train" / "train_00000.txt").read_text().split()
+    assert 0 <= int(labels[0]) < 80 and all(0 < float(v) <= 1 for v in labels[1:5])
+
+
+def test_results_csv_is_read_without_polars(tmp_path: Path) -> None:
+    csv = tmp_path / "results.csv"
+    csv.write_text("epoch,time, train/box_loss,metrics/mAP50(B)\n1,2.5,4.2,0\n2,5.0,3.9,0.125\n")
+    assert read_results_csv(csv) == {
+        "epoch": [1.0, 2.0], "time": [2.5, 5.0], "train/box_loss": [4.2, 3.9], "metrics/mAP50(B)": [0.0, 0.125],
+    }
+    assert read_results_csv(tmp_path / "missing.csv") == {}
+
+
+@pytest.mark.ultralytics
+@pytest.mark.skipif(not HAS_ULTRALYTICS, reason=NO_EXTRA)
+def test_offline_worker_environment_fails_downloads_at_once(tmp_path: Path) -> None:
+    """What the AMP check would fetch (yolo26n.pt) fails fast with ConnectionError and writes nothing."""
+    script = (
+        "import time; t = time.perf_counter()\n"
+        "from ultralytics.utils.downloads import attempt_download_asset\n"
+        "try:\n    attempt_download_asset(r'%s')\nexcept ConnectionError:\n    print('refused', time.perf_counter() - t)\n"
+    ) % (tmp_path / "yolo26n.pt")
+    env = {**os.environ, **offline_environment(tmp_path / "config")}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert "refused" in result.stdout, result.stdout + result.stderr
+    assert float(result.stdout.split()[-1]) < 30
+    assert not (tmp_path / "yolo26n.pt").exists()
+
+
+@pytest.mark.ultralytics
+@pytest.mark.skipif(not HAS_ULTRALYTICS, reason=NO_EXTRA)
+def test_real_trainer_pair_end_to_end_on_cpu(tmp_path: Path, without_optional_packages: Path, capsys) -> None:
+    started = time.monotonic()
+    assert main(["pair", *TINY, "--out", str(tmp_path)]) == 0
+    assert "workload: ultralytics" in capsys.readouterr().out
+    folder = only_run(tmp_path)
+    rows = folder.rows()
+    assert len(rows) == 2 and all(r["status"] == "ok" for r in rows), [r["message"] for r in rows]
+    classes = {r["arm"]: r["optimizer_class"] for r in rows}
+    assert classes == {"baseline": "optimizers.musgd.MuSGD", "candidate": "optimizers.batched.BatchedMuSGD"}
+    for row in rows:
+        assert row["iterations"] == 2 and row["value"] > 0
+        assert row["checkpoint_bytes"] > 0  # upstream's last.pt and best.pt were written
+        log = (folder.path / "trials" / f"{row['index']}.log").read_text()
+        assert "Closing dataloader mosaic" in log  # upstream's mosaic closure ran
+        assert "blocked by the test" not in log
+        fit_dir = folder.path / "trials" / f"{row['index']:03d}" / "fit"
+        assert (fit_dir / "results.csv").is_file() and not list(fit_dir.rglob("*.pt"))
+    config = folder.path / "ultralytics-config" / "Ultralytics"
+    assert (config / "Arial.ttf").is_file()
+    assert folder.file("claim.txt").read_text().startswith("Baseline median")
+    assert "the real Ultralytics trainer" in folder.file("report.md").read_text()
+    assert time.monotonic() - started < 300
+
+
+@pytest.mark.ultralytics
+@pytest.mark.skipif(not HAS_ULTRALYTICS, reason=NO_EXTRA)
+def test_real_trainer_stage_marks_cover_the_fit(tmp_path: Path, without_optional_packages: Path) -> None:
+    assert main(["pair", *TINY, "--stages", "--control", "--no-report", "--out", str(tmp_path)]) == 0
+    rows = only_run(tmp_path).rows()
+    assert all(r["status"] == "ok" for r in rows), [r["message"] for r in rows]
+    for row in rows:
+        stages = {s: row[stage_column(s)] for s in STAGES}
+        assert all(v > 0 for v in stages.values()), stages  # every stage was reached, validation and EMA too
+        assert abs(sum(stages.values()) - row["value"]) < 0.05 * row["value"]
