@@ -219,6 +219,11 @@ def make_plan(
     )
     if announce is not None:
         announce(f"workload: {chosen} ({why})")
+        if chosen == "ultralytics" and not protocol.device.startswith("cuda"):
+            announce(
+                f"note: the real trainer on the CPU at {imgsz} px runs for many minutes per fit; "
+                "--device cuda on a GPU, or --workload embedded for a quick CPU run"
+            )
     label = (
         f"{Path(settings.model).stem if chosen == 'ultralytics' else 'embedded'} {imgsz}px b{batch} "
         f"{steps} steps ({epochs}×{settings.iterations_per_epoch})"
@@ -297,8 +302,8 @@ def _check_deadline(ctx: TrialContext) -> None:
     if estimate > left:
         console.print(
             f"stopping before trial {ctx.trial.index + 1} of {len(ctx.plan.schedule)} ({ctx.arm.label}, about "
-            f"{estimate:.0f} s by the log; {max(left, 0):.0f} s left of --stop-after): continue with "
-            f"bench pair --resume {ctx.run_dir}"
+            f"{estimate:.0f} s by the log; {max(left, 0):.0f} s left of --stop-after); continue with "
+            f"bench pair --resume {ctx.run_dir} (with --stop-after again to slice the rest)"
         )
         raise PlannedStop
 
