@@ -25,7 +25,7 @@ from experiments.arms import ArmError, resolve_optimizer
 from harness.console import console
 from harness.isolation import run_in_worker
 from harness.options import InputError, check_choice, check_non_negative, check_positive, protocol_options
-from harness.protocol import Case, Plan, TrialContext, TrialFunction
+from harness.protocol import Arm, Case, Plan, TrialContext, TrialFunction
 from harness.tables import RunFolder
 
 WORKLOADS = ("auto", "ultralytics", "embedded")
@@ -145,6 +145,23 @@ def resolve_amp(amp: str, device: str) -> str:
     return amp
 
 
+def check_arms(arms: tuple[Arm, ...]) -> None:
+    """Every arm names an optimizer class (``InputError`` otherwise), resolved the one way, by the arm resolver.
+
+    ``upstream`` is only checked for presence here: importing ultralytics in the parent would read its settings
+    and probe the network; the worker resolves it, offline.
+    """
+    for arm in arms:
+        if arm.spec.strip() == "upstream":
+            if importlib.util.find_spec("ultralytics") is None:
+                raise InputError("--arms: arm 'upstream' needs ultralytics; install the extra (pip install -e '.[ultralytics]')")
+            continue
+        try:
+            resolve_optimizer(arm.spec)
+        except ArmError as exc:
+            raise InputError(f"--arms: {exc}") from None
+
+
 def make_plan(
     *,
     arms: str = "baseline,candidate",
@@ -177,11 +194,7 @@ def make_plan(
 ) -> Plan:
     """Check every option (``InputError`` on the first bad one) and build the plan; nothing is written."""
     protocol = protocol_options(arms, warmup, pairs, order, seed, bar, device, budget, control)
-    for arm in protocol.arms:
-        try:
-            resolve_optimizer(arm.spec)
-        except ArmError as exc:
-            raise InputError(f"--arms: {exc}") from None
+    check_arms(protocol.arms)
     chosen, why = resolve_workload(workload)
     check_non_negative("--workers", workers)
     check_choice("--cache", cache, CACHE_CHOICES)
@@ -268,10 +281,9 @@ def make_plan(
     )
 
 
-def worker_environment(settings: FitSettings, run_dir: Path) -> dict[str, str]:
-    """Environment of a worker: for the real trainer, offline, with its own writable config folder."""
-    if settings.workload != "ultralytics":
-        return {}
+def worker_environment(run_dir: Path) -> dict[str, str]:
+    """Environment of every worker: offline, with its own writable Ultralytics config folder (the embedded
+    workload needs it too when an arm is ``upstream``, whose import reads settings and probes the network)."""
     from experiments.fit.ultralytics_fit import offline_environment
 
     return offline_environment(run_dir / "ultralytics-config")
@@ -337,7 +349,7 @@ def trial_factory(plan: Plan) -> TrialFunction:
         try:
             return run_in_worker(
                 WORKER_TARGET, payload, timeout_s=settings.trial_timeout_s,
-                log_path=trials_dir / f"{ctx.trial.index}.log", env=worker_environment(settings, ctx.run_dir),
+                log_path=trials_dir / f"{ctx.trial.index}.log", env=worker_environment(ctx.run_dir),
             )
         finally:
             if not settings.keep_checkpoints and trial_dir.exists():

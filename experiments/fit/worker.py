@@ -47,7 +47,7 @@ def arm_optimizer_factory(spec: str):
 
 def _prepare_device(device: str, budget: int | None) -> None:
     if device.startswith("cuda"):
-        torch.cuda.set_device(torch.device(device))
+        torch.cuda.set_device(torch.device(device).index or 0)  # "cuda" alone names no index
         torch.cuda.init()
         apply_budget(budget, device)
 
