@@ -200,6 +200,7 @@ def test_stop_after_stops_between_trials_and_resume_finishes(tmp_path: Path, cap
         (["--pairs", "0"], "--pairs must be a positive whole number"),
         (["--stop-after", "0"], "--stop-after must be a positive whole number"),
         (["--workers", "-1"], "--workers must be zero or more"),
+        (["--stages", "--bar", "8"], "--bar with --stages: a stages run is a diagnostic with no verdict"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_no_run_folder(tmp_path: Path, capsys, arguments, message) -> None:

@@ -120,3 +120,22 @@ def test_real_trainer_stage_marks_cover_the_fit(tmp_path: Path, without_optional
         stages = {s: row[stage_column(s)] for s in STAGES}
         assert all(v > 0 for v in stages.values()), stages  # every stage was reached, validation and EMA too
         assert abs(sum(stages.values()) - row["value"]) < 0.05 * row["value"]
+
+
+@pytest.mark.ultralytics
+@pytest.mark.skipif(not HAS_ULTRALYTICS, reason=NO_EXTRA)
+def test_user_data_yaml_is_counted_and_checked(tmp_path: Path, capsys) -> None:
+    data = ensure_synthetic_set(SyntheticSet(train_images=8, val_images=2, imgsz=64, seed=0), tmp_path / "sets")
+    out = tmp_path / "runs"
+    base = ["pair", "--workload", "ultralytics", "--data", str(data), "--imgsz", "64", "--out", str(out)]
+    assert main([*base, "--steps", "3"]) == 2
+    assert "--steps 3 is not a whole number of epochs of 2 iterations (8 images / batch 4)" in capsys.readouterr().err
+    assert main([*base, "--images", "16"]) == 2
+    assert "--images 16 disagrees with --data, which has 8 training images" in capsys.readouterr().err
+    assert main([*base[:4], str(tmp_path / "missing.yaml"), "--out", str(out)]) == 2
+    assert "cannot read it as YAML" in capsys.readouterr().err
+    assert main([*base, "--model", "yolo26n.pt"]) == 2
+    assert "is not a model yaml" in capsys.readouterr().err
+    assert main([*base, "--imgsz", "100"]) == 2
+    assert "--imgsz 100 is not a multiple of the YOLO stride 32" in capsys.readouterr().err
+    assert not out.exists()

@@ -195,6 +195,8 @@ def make_plan(
     """Check every option (``InputError`` on the first bad one) and build the plan; nothing is written."""
     protocol = protocol_options(arms, warmup, pairs, order, seed, bar, device, budget, control)
     check_arms(protocol.arms)
+    if stages and protocol.bar is not None:
+        raise InputError("--bar with --stages: a stages run is a diagnostic with no verdict; drop --bar (or --stages)")
     chosen, why = resolve_workload(workload)
     check_non_negative("--workers", workers)
     check_choice("--cache", cache, CACHE_CHOICES)
