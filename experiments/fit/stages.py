@@ -10,7 +10,8 @@ this runs only in its own diagnostic run folder and never inside a claim (GUIDE 
 Stages (both workloads use the same names):
 
 * ``data``: fetching the batch (loader, augmentation), moving it to the device and normalizing it
-* ``forward_backward``: forward, loss and backward (with the warm-up learning-rate interpolation)
+* ``forward_backward``: forward, loss and backward (the warm-up learning-rate interpolation, microseconds,
+  falls in this stage in the embedded loop and in ``data`` in the real trainer, whose loop runs it first)
 * ``optimizer``: ``optimizer.step()`` alone — the only stage an optimizer-only change can shorten
 * ``step_overhead``: gradient unscale and clipping, scaler update, ``zero_grad``
 * ``ema``: the EMA update of the weights
