@@ -57,6 +57,7 @@ def test_host_iteration_median_skips_the_gap_across_an_epoch_end() -> None:
     assert host_iteration_median(stamps, 3) == 1.0
 
 
+@pytest.mark.slow
 def test_pair_embedded_end_to_end(tmp_path: Path, capsys) -> None:
     """`bench pair` through the CLI: a warm-up and two pairs, each a fresh worker; claim, report, rows."""
     assert main(["pair", *TINY, "--warmup", "1", "--pairs", "2", "--bar", "8", "--out", str(tmp_path)]) == 0
@@ -88,6 +89,7 @@ def test_pair_embedded_end_to_end(tmp_path: Path, capsys) -> None:
     assert "### Per-trial figures" in report
 
 
+@pytest.mark.slow
 def test_stages_run_attributes_the_whole_fit(tmp_path: Path, capsys) -> None:
     """`--stages` is its own diagnostic run: the stages add up to the fit, and the ceiling is stated."""
     assert main(["pair", *TINY, "--stages", "--warmup", "0", "--pairs", "1", "--out", str(tmp_path)]) == 0
@@ -108,6 +110,7 @@ def test_stages_run_attributes_the_whole_fit(tmp_path: Path, capsys) -> None:
     assert "### Stage shares" in folder.file("report.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_worker_that_dies_is_a_failed_row_and_the_run_goes_on(tmp_path: Path) -> None:
     arms = "baseline,tests.test_fit:DiesMidFit"
     # The dying arm runs first in the pair, so the baseline after it shows the run went on.
@@ -144,6 +147,7 @@ def _wait_for(predicate, timeout: float = 90.0) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find the worker")
 def test_a_killed_run_resumes_with_only_the_rest(tmp_path: Path) -> None:
     """The parent is SIGKILLed during trial 2; its worker dies with it; --resume runs trial 2 only."""
@@ -173,6 +177,7 @@ def test_a_killed_run_resumes_with_only_the_rest(tmp_path: Path) -> None:
     assert folder.file("claim.txt").is_file()
 
 
+@pytest.mark.slow
 def test_stop_after_stops_between_trials_and_resume_finishes(tmp_path: Path, capsys) -> None:
     """--stop-after 1: the first trial runs (nothing to estimate from), the second would overrun: a clean stop."""
     assert main(["pair", *TINY, "--warmup", "0", "--pairs", "1", "--stop-after", "1", "--out", str(tmp_path),
@@ -215,3 +220,27 @@ def test_bad_input_is_one_line_exit_2_and_no_run_folder(tmp_path: Path, capsys, 
 def test_cuda_where_there_is_none_is_refused(tmp_path: Path, capsys) -> None:
     assert main(["pair", "--workload", "embedded", "--device", "cuda", "--out", str(tmp_path / "r")]) == 2
     assert "no CUDA device is available here" in capsys.readouterr().err
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("amp", ["fp16", "bf16"])
+def test_embedded_fit_on_cuda_records_peaks(tmp_path: Path, amp: str) -> None:
+    assert main(["pair", *TINY, "--device", "cuda", "--amp", amp, "--warmup", "0", "--pairs", "1", "--no-report",
+                 "--out", str(tmp_path)]) == 0
+    rows = only_run(tmp_path).rows()
+    assert all(r["status"] == "ok" for r in rows), [r["message"] for r in rows]
+    for row in rows:
+        assert row["peak_allocated"] > 0 and row["peak_reserved"] >= row["peak_allocated"]
+        assert row["iterations"] == 4
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_stages_on_cuda_cover_the_fit(tmp_path: Path) -> None:
+    assert main(["pair", *TINY, "--device", "cuda", "--stages", "--warmup", "0", "--pairs", "1", "--no-report",
+                 "--out", str(tmp_path)]) == 0
+    for row in only_run(tmp_path).rows():
+        assert row["status"] == "ok", row["message"]
+        total = sum(row[stage_column(s)] for s in STAGES)
+        assert abs(total - row["value"]) < 0.05 * row["value"]
