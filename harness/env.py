@@ -72,8 +72,16 @@ def _cpu_model() -> str | None:
 
 
 def _git(repo: Path) -> dict[str, Any]:
+    """Revision and dirty flag of the checkout; where the tree is a copy without .git (a remote GPU machine),
+    the ``BENCH_GIT_REVISION`` / ``BENCH_GIT_DIRTY`` variables set by whoever copied it, else null."""
     revision = _run(["git", "rev-parse", "HEAD"], cwd=repo)
-    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo) if revision else None
+    if revision is None:
+        dirty = os.environ.get("BENCH_GIT_DIRTY")
+        return {
+            "git_revision": os.environ.get("BENCH_GIT_REVISION") or None,
+            "git_dirty": None if dirty is None else dirty.strip().lower() in ("1", "true", "yes"),
+        }
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo)
     return {"git_revision": revision, "git_dirty": None if status is None else bool(status)}
 
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from harness import env
 from harness.console import ScheduleProgress, console, print_summary
+from harness.options import InputError
 from harness.protocol import Plan, TrialFunction, load_factory, pending, run_schedule
 from harness.tables import ENV, PLAN, RunFolder, Summaries, write_summaries
 from harness.timing import apply_budget, release_budget
@@ -43,10 +45,11 @@ def start_run(
 ) -> RunFolder:
     """Start a new run of ``plan`` under ``runs_root`` and carry it to the end."""
     trial_fn = trial_fn or load_factory(plan)
-    folder = new_run_folder(runs_root, plan.tier)
-    folder.write_json(PLAN, plan.to_json())
-    folder.write_json(ENV, env.collect())
-    return _carry_out(plan, trial_fn, folder, quiet, report)
+    with _device_budget(plan):  # a budget the device refuses fails here, before any folder exists
+        folder = new_run_folder(runs_root, plan.tier)
+        folder.write_json(PLAN, plan.to_json())
+        folder.write_json(ENV, env.collect())
+        return _carry_out(plan, trial_fn, folder, quiet, report)
 
 
 def resume_run(
@@ -61,7 +64,24 @@ def resume_run(
         {"recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "gpus": env.gpu_snapshot()}
     )
     folder.write_json(ENV, record)
-    return _carry_out(plan, trial_fn, folder, quiet, report)
+    with _device_budget(plan):
+        return _carry_out(plan, trial_fn, folder, quiet, report)
+
+
+@contextmanager
+def _device_budget(plan: Plan) -> Iterator[None]:
+    """Hold the plan's device-memory budget for an in-process run (workers apply their own)."""
+    if plan.budget is None or not plan.in_process:
+        yield
+        return
+    try:
+        apply_budget(plan.budget, plan.device)
+    except ValueError as exc:
+        raise InputError(f"--budget: {exc}") from None
+    try:
+        yield
+    finally:
+        release_budget(plan.device)
 
 
 def _carry_out(
@@ -71,15 +91,10 @@ def _carry_out(
     done = len(plan.schedule) - remaining
     if not quiet:
         console.print(f"run folder: {folder.path}  ({remaining} of {len(plan.schedule)} trials to run)")
-    budget_set = plan.budget is not None and plan.in_process
-    if budget_set:
-        apply_budget(plan.budget, plan.device)
     try:
         with ScheduleProgress(plan, len(plan.schedule), done, quiet) as progress:
             run_schedule(plan, trial_fn, folder, progress.start, progress.end)
     finally:
-        if budget_set:
-            release_budget(plan.device)
         record = folder.read_json(ENV) or {}
         record["gpus_end"] = env.gpu_snapshot()
         folder.write_json(ENV, record)

@@ -65,6 +65,12 @@ def is_cuda(device: str | torch.device) -> bool:
     return torch.device(device).type == "cuda"
 
 
+def cuda_index(device: str | torch.device) -> int:
+    """The ordinal of a CUDA device; plain ``cuda`` means the current device (some torch calls need it)."""
+    index = torch.device(device).index
+    return torch.cuda.current_device() if index is None else index
+
+
 def synchronize(device: str | torch.device) -> None:
     """Wait for all queued work on ``device`` (a no-op off CUDA, where work is already synchronous)."""
     if is_cuda(device):
@@ -121,15 +127,15 @@ def apply_budget(budget_bytes: int | None, device: str | torch.device) -> float 
         return None
     if not is_cuda(device):
         raise ValueError("a device-memory budget needs a CUDA device; drop --budget or use --device cuda")
-    dev = torch.device(device)
-    total = torch.cuda.get_device_properties(dev).total_memory
+    index = cuda_index(device)
+    total = torch.cuda.get_device_properties(index).total_memory
     if budget_bytes > total:
         raise ValueError(
             f"budget {format_bytes(budget_bytes)} exceeds the card's {format_bytes(total)}; "
             "use a budget at most the card's memory"
         )
     fraction = budget_bytes / total
-    torch.cuda.set_per_process_memory_fraction(fraction, dev)
+    torch.cuda.set_per_process_memory_fraction(fraction, index)
     return fraction
 
 
@@ -137,7 +143,7 @@ def release_budget(device: str | torch.device) -> None:
     """Undo ``apply_budget`` (fraction 1.0) and return cached blocks to the driver."""
     if is_cuda(device):
         torch.cuda.empty_cache()
-        torch.cuda.set_per_process_memory_fraction(1.0, torch.device(device))
+        torch.cuda.set_per_process_memory_fraction(1.0, cuda_index(device))
 
 
 # --- out-of-memory as data --------------------------------------------------------------------------

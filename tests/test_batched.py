@@ -210,7 +210,7 @@ def test_padding_is_exact_in_float64() -> None:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_padded_bf16_agrees_within_the_baselines_ownulp_sensitivity(device: str) -> None:
+def test_padded_bf16_agrees_within_the_baselines_own_ulp_sensitivity(device: str) -> None:
     batch, updates = _single_padded_batch(MIXED_SMALL_16, device=device)
     padded = _orthogonalize(batch, updates)
     differences, sensitivities = [], []

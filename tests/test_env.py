@@ -51,3 +51,15 @@ def test_gpu_snapshot_parses_nvidia_smi(monkeypatch) -> None:
     monkeypatch.setattr(env, "_run", lambda args, **kw: "0, NVIDIA H200, [N/A], [N/A], 34, [N/A], 580.159.04")
     (gpu,) = env.gpu_snapshot()
     assert gpu["sm_clock_mhz"] is None and gpu["power_w"] is None and gpu["temperature_c"] == 34.0
+
+
+def test_a_copied_tree_without_git_takes_the_revision_it_was_given(monkeypatch) -> None:
+    monkeypatch.setattr(env, "_run", lambda args, **kw: None)  # no git answers here
+    monkeypatch.setenv("BENCH_GIT_REVISION", "a" * 40)
+    monkeypatch.setenv("BENCH_GIT_DIRTY", "0")
+    record = env.collect()
+    assert record["git_revision"] == "a" * 40 and record["git_dirty"] is False
+    monkeypatch.delenv("BENCH_GIT_REVISION")
+    monkeypatch.delenv("BENCH_GIT_DIRTY")
+    record = env.collect()
+    assert record["git_revision"] is None and record["git_dirty"] is None

@@ -173,3 +173,12 @@ def test_torn_last_line_is_ignored(tmp_path: Path) -> None:
     with open(folder.file(LOG), "a") as handle:
         handle.write('{"index": 99, "pha')
     assert [r["index"] for r in folder.rows()] == [0, 1]
+
+
+def test_a_budget_the_device_refuses_leaves_no_run_folder(tmp_path: Path) -> None:
+    from harness.options import InputError
+
+    plan = plan_of("tests.trialfns:sleepy", warmup=0, pairs=1, budget=2**30)  # a budget on the CPU
+    with pytest.raises(InputError, match="needs a CUDA device"):
+        start_run(plan, tmp_path / "runs", quiet=True)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
