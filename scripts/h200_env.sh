@@ -1,0 +1,12 @@
+# Source on the H200 (device tool) before any bench command: the carried wheels (ultralytics 8.4.190,
+# Call it as: BENCH_GIT_REVISION=<sha> BENCH_GIT_DIRTY=0|1 bash scripts/... (the copied tree has no .git, so
+# env.json records the revision it is given here, or null).
+# ultralytics-thop, ultralytics-platform; --no-deps, everything else is on the image), offline settings, and
+# a writable Ultralytics config folder with a font so nothing is downloaded.
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || return 1
+export PYTHONPATH="$PWD:/tmp/site" PYTHONUNBUFFERED=1 YOLO_OFFLINE=1 YOLO_CONFIG_DIR=/tmp/yolo-cfg
+mkdir -p /tmp/yolo-cfg/Ultralytics
+cp "$(python3 -c 'import matplotlib, pathlib; print(pathlib.Path(matplotlib.__file__).parent / "mpl-data/fonts/ttf/DejaVuSans.ttf")')" /tmp/yolo-cfg/Ultralytics/Arial.ttf
+RUNS="$OUT/runs"; mkdir -p "$RUNS"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+python3 -c "import torch, typer, pandas, ultralytics; print('torch', torch.__version__, 'typer', typer.__version__, 'pandas', pandas.__version__, 'ultralytics', ultralytics.__version__)"
