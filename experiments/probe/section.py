@@ -254,7 +254,8 @@ def write_section(folder: RunFolder, summaries: Summaries, figures_dir: Path) ->
         "The forward+backward and step columns come from CUDA events recorded inside the bracket (the host clock "
         "on the CPU); the head's extra peak is its peak allocation above what was allocated when the timed step "
         "began (inputs, parameters, optimizer state, reserve); the step's extra peak is the optimizer step's peak "
-        "above what was allocated when it began."
+        "above what was allocated when it began, measured in an untimed step before the timed one (the allocator "
+        "is never read inside the bracket)."
         + ("" if has_memory else " No memory figures: the allocator's counters exist only on CUDA.")
     )
     lines += ["", "Against the budget:", ""]

@@ -9,11 +9,13 @@ A trial, in order (everything freed at the end, whatever happens):
 3. One untimed priming step (forward, backward, ``optimizer.step()``): creates the optimizer's state and the
    candidate's batch plan, as every step of a running learner after its first has them; gradients are then
    dropped (``set_to_none``) as a trainer's ``zero_grad`` does.
-4. The timed head step, inside one synchronized bracket (``harness.timing.SyncTimer``): forward and backward,
-   then ``optimizer.step()``. Nothing inside the bracket synchronizes: the split between the two stages is
-   marked with CUDA events (read after the bracket), and the allocator's peak counters are read and reset at
-   that boundary (host-side bookkeeping of the stream-ordered allocator, no device wait) so the optimizer
-   step's own extra peak is measured in the same step.
+4. One untimed attribution step, state in place: the allocator's peak counters are read and reset between
+   backward and ``optimizer.step()``, which gives the step's own extra peak. This bookkeeping stays out of the
+   timed step on purpose: nothing but the work may sit inside a claim's bracket.
+5. The timed head step, inside one synchronized bracket (``harness.timing.SyncTimer``): forward and backward,
+   then ``optimizer.step()``. Nothing inside the bracket synchronizes or reads the allocator: the split between
+   the two stages is marked with CUDA events (read after the bracket); peaks are reset before it and read
+   after it.
 
 An out-of-memory anywhere (the reserve, building, priming, the timed step) propagates: the protocol records it
 as a ``resource_failure`` row with the byte figures of the error and goes on with the next trial.
@@ -101,10 +103,6 @@ def _difference(high: int | None, low: int | None) -> int | None:
     return None if high is None or low is None else high - low
 
 
-def _larger(a: int | None, b: int | None) -> int | None:
-    return None if a is None or b is None else max(a, b)
-
-
 def run_head_trial(
     params: dict[str, Any], spec: str, device: str, seed: int, reserve_bytes: int | None
 ) -> dict[str, Any]:
@@ -127,8 +125,14 @@ def _measure(params: dict[str, Any], spec: str, device: str, seed: int, reserve_
     optimizer = make_optimizer(spec, workload.param_groups(), workload.optimizer_kwargs())
     workload.forward_backward()  # priming step: untimed
     optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    workload.clear_input_grads()
+    _drop_grads(optimizer, workload)
+
+    workload.forward_backward()  # attribution step: untimed, the optimizer step's own extra peak
+    before_step = current_allocated(device)
+    reset_peaks(device)
+    optimizer.step()
+    step_peak, _ = read_peaks(device)
+    _drop_grads(optimizer, workload)
 
     clock = StageClock(device)
     at_start = current_allocated(device)
@@ -137,12 +141,9 @@ def _measure(params: dict[str, Any], spec: str, device: str, seed: int, reserve_
         clock.mark()
         loss = workload.forward_backward()
         clock.mark()
-        head_peak, head_reserved = read_peaks(device)
-        before_step = current_allocated(device)
-        reset_peaks(device)
         optimizer.step()
         clock.mark()
-    step_peak, step_reserved = read_peaks(device)
+    peak_allocated, peak_reserved = read_peaks(device)
     fwd_bwd_ms, step_ms = clock.intervals_ms()
     del reserve
     return {
@@ -150,13 +151,19 @@ def _measure(params: dict[str, Any], spec: str, device: str, seed: int, reserve_
         "fwd_bwd_ms": fwd_bwd_ms,
         "step_ms": step_ms,
         "loss": float(loss),
-        "peak_allocated": _larger(head_peak, step_peak),
-        "peak_reserved": _larger(head_reserved, step_reserved),
+        "peak_allocated": peak_allocated,
+        "peak_reserved": peak_reserved,
         "allocated_at_start": at_start,
-        "head_extra_peak": _difference(head_peak, at_start),
+        "head_extra_peak": _difference(peak_allocated, at_start),
         "step_extra_peak": _difference(step_peak, before_step),
         "reserve_bytes": reserve_bytes or 0,
     }
+
+
+def _drop_grads(optimizer: torch.optim.Optimizer, workload: HeadWorkload) -> None:
+    """What a trainer's ``zero_grad`` does between steps (gradients freed, not zeroed)."""
+    optimizer.zero_grad(set_to_none=True)
+    workload.clear_input_grads()
 
 
 def trial_function(plan: Plan) -> TrialFunction:
