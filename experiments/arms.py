@@ -7,10 +7,12 @@ installed `ultralytics.optim.MuSGD`) or `package.module:Class` for any optimizer
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Any
 
 import torch
 
+from harness.options import InputError
 from optimizers import BatchedMuSGD, MuSGD
 
 ARM_NAMES = ("baseline", "candidate", "upstream")
@@ -51,6 +53,23 @@ def resolve_optimizer(spec: str) -> type[torch.optim.Optimizer]:
     if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)):
         raise ArmError(f"arm {spec!r}: {class_name} is not a torch.optim.Optimizer subclass")
     return optimizer_class
+
+
+def checked_optimizer(spec: str, option: str = "--arms", import_upstream: bool = True) -> type[torch.optim.Optimizer] | None:
+    """The class an arm spec names, or ``InputError`` (one line, exit 2) naming the option that gave it.
+
+    ``import_upstream=False`` only checks that ultralytics is installed for ``upstream`` (and returns None):
+    a parent that hands trials to workers must not import it, since importing reads its settings and may try
+    the network; the worker resolves it.
+    """
+    if spec.strip() == "upstream" and not import_upstream:
+        if importlib.util.find_spec("ultralytics") is None:
+            raise InputError(f"{option}: arm 'upstream' needs ultralytics; install the extra (pip install -e '.[ultralytics]')")
+        return None
+    try:
+        return resolve_optimizer(spec)
+    except ArmError as exc:
+        raise InputError(f"{option}: {exc}") from None
 
 
 def make_optimizer(spec: str, groups: list[dict[str, Any]], kwargs: dict[str, Any]) -> torch.optim.Optimizer:

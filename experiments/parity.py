@@ -17,10 +17,7 @@ real forward/backward step of the embedded fit workload (a small conv net with t
 from __future__ import annotations
 
 import copy
-import datetime as _dt
-import json
 import math
-import secrets
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,6 +29,7 @@ import torch
 from experiments.arms import make_optimizer
 from experiments.workloads import build_param_groups, fill_synthetic_grads
 from harness import env
+from harness.run import new_run_folder
 from harness.tables import RunFolder, write_json_atomic
 from optimizers.musgd import muon_momentum
 from optimizers.newton_schulz import muon_scale, newton_schulz
@@ -80,6 +78,7 @@ class ParityResult:
     bound_worst_ratio: dict[str, float] = field(default_factory=dict)
     bound_largest: float = 0.0
     contract: dict[str, bool] = field(default_factory=dict)
+    gpus_start: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def holds(self) -> bool:
@@ -211,7 +210,7 @@ def run_parity(settings: ParitySettings) -> ParityResult:
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
     workload = Workload(settings)
-    result = ParityResult(settings, workload.name)
+    result = ParityResult(settings, workload.name, gpus_start=env.gpu_snapshot())
     bounds: dict[int, float] | None = None
     for comparison, other_spec in (("control", settings.baseline), ("candidate", settings.candidate)):
         states = workload.copy(), workload.copy()
@@ -271,11 +270,10 @@ def divergence_table(result: ParityResult) -> pd.DataFrame:
 
 def write_parity_folder(result: ParityResult, runs_root: Path, command: str) -> RunFolder:
     """A parity run folder: parity.json (settings, contract, figures), divergence.csv, env.json, report.md."""
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    folder = RunFolder(Path(runs_root) / f"parity-{stamp}-{secrets.token_hex(2)}")
-    folder.path.mkdir(parents=True, exist_ok=False)
+    folder = new_run_folder(runs_root, "parity")
     record = env.collect()
-    record["gpus_end"] = record["gpus_start"]
+    record["gpus_start"] = result.gpus_start
+    record["gpus_end"] = env.gpu_snapshot()
     write_json_atomic(folder.file("env.json"), record)
     summary = {
         "command": command,
@@ -364,7 +362,3 @@ def parity_markdown(result: ParityResult, record: dict[str, Any], command: str) 
         "",
     ]
     return "\n".join(lines)
-
-
-def summary_json(result: ParityResult) -> str:
-    return json.dumps({"contract": result.contract, "holds": result.holds}, indent=1)

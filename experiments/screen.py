@@ -50,7 +50,7 @@ import pandas as pd
 import torch
 
 from experiments import workloads
-from experiments.arms import ArmError, make_optimizer, resolve_optimizer
+from experiments.arms import checked_optimizer, make_optimizer
 from harness import plots, stats
 from harness.options import (
     InputError,
@@ -91,7 +91,7 @@ def parse_guard(text: str) -> int | None:
     """``'256'`` → 256, ``'none'`` → None (no limit); ``InputError`` for anything else."""
     if text.strip().lower() == NO_LIMIT:
         return None
-    if not text.strip().isdigit():
+    if not (text.strip().isascii() and text.strip().isdigit()):  # '²' is a digit to str.isdigit, not to int()
         raise InputError(f"--guards: '{text}' is not a guard; use whole numbers ≥ 0 or 'none', e.g. 0,256,512,none")
     return int(text)
 
@@ -177,10 +177,7 @@ def make_plan(
     guarded: set[str] = set()
     default_guards: dict[str, str] = {}
     for arm in shared.arms:
-        try:
-            optimizer_class = resolve_optimizer(arm.spec)
-        except ArmError as exc:
-            raise InputError(f"--arms: {exc}") from None
+        optimizer_class = checked_optimizer(arm.spec)
         if has_guard(optimizer_class):
             guarded.add(arm.spec)
             default_guards[arm.spec] = guard_name(getattr(optimizer_class, GUARD_ATTRIBUTE))

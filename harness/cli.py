@@ -17,10 +17,10 @@ import typer
 
 from harness import env as env_module
 from harness.console import console, errors
-from harness.options import InputError, check_choice, check_device, check_positive
+from harness.options import InputError, check_choice, check_device, check_non_negative, check_positive
 from harness.protocol import Plan
 from harness.run import resume_run, start_run
-from harness.tables import NotARunFolder, RunFolder
+from harness.tables import PLAN, NotARunFolder, RunFolder
 
 app = typer.Typer(
     name="bench",
@@ -65,21 +65,24 @@ def write_default_report(folder: RunFolder) -> Path:
     return write_report([folder])
 
 
-def launch(build_plan: Callable[[], Plan], resume: Path | None, out: Path, quiet: bool, no_report: bool) -> RunFolder:
+def launch(
+    build_plan: Callable[[], Plan], resume: Path | None, out: Path, quiet: bool, no_report: bool, tiers: tuple[str, ...]
+) -> RunFolder:
     """Start the run ``build_plan`` describes, or resume ``resume`` (whose saved plan wins over options).
 
-    ``build_plan`` checks every input before anything is written, so a bad input leaves no run folder.
+    ``build_plan`` checks every input before anything is written, so a bad input leaves no run folder; a
+    resumed folder must be one of this command's ``tiers``.
     """
     report = None if no_report else write_default_report
     if resume is not None:
+        tier = Plan.from_json(RunFolder.open(resume).read_json(PLAN)).tier
+        if tier not in tiers:
+            raise InputError(
+                f"--resume {resume} is a '{tier}' run; resume it with the command that started it "
+                f"(this one resumes {', '.join(tiers)} runs)"
+            )
         return resume_run(resume, quiet=quiet, report=report)
     return start_run(build_plan(), out, quiet=quiet, report=report)
-
-
-def not_available(command: str, issue: int) -> None:
-    """Say plainly that a command has not landed yet, and exit non-zero."""
-    errors.print(f"bench {command} is not available yet (see issue {issue}); nothing was run.")
-    raise typer.Exit(1)
 
 
 @app.command("env")
@@ -173,7 +176,7 @@ def pair_command(
             workers=workers, cache=cache, close_mosaic=close_mosaic, stages=stages, trial_timeout=trial_timeout,
             keep_checkpoints=keep_checkpoints, command=command_line(), announce=console.print,
         ),
-        resume, out, quiet, no_report,
+        resume, out, quiet, no_report, tiers=("pair", "stages"),
     )
     finish(folder, echo=console.print)
 
@@ -209,7 +212,7 @@ def screen_command(
     folder = launch(
         lambda: screen.make_plan(scales, guards, arms, steps, repeats, warmup, warmup_trials, floor_replays, dtype,
                                  device, seed, order, bar, command_line()),
-        resume, out, quiet, no_report,
+        resume, out, quiet, no_report, tiers=("screen",),
     )
     if no_report:  # the report's screen section writes screen_summary.csv; without a report, write it here
         screen.write_screen_summary(folder, summarize(folder)[1])
@@ -265,7 +268,7 @@ def probe_command(
             vocab=vocab, dim=dim, cap=cap, chunk=chunk, scale=scale, imgsz=imgsz, batch=batch,
             command=command_line(),
         ),
-        resume, out, quiet, no_report,
+        resume, out, quiet, no_report, tiers=("probe",),
     )
 
 
@@ -283,16 +286,14 @@ def parity_command(
 ) -> None:
     """The numerical contract of candidate against baseline, as a command (exit 1 when it breaks)."""
     from experiments import parity
-    from experiments.arms import ArmError, resolve_optimizer
+    from experiments.arms import checked_optimizer
     from experiments.workloads import SCALES
 
     check_choice("--scale", scale, SCALES)
     check_positive("--steps", steps)
+    check_non_negative("--seed", seed)
     check_device(device)
-    try:
-        resolve_optimizer(candidate)
-    except ArmError as exc:
-        raise InputError(f"--candidate: {exc}") from None
+    checked_optimizer(candidate, option="--candidate")
     settings = parity.ParitySettings(scale=scale, device=device, steps=steps, seed=seed, fit=fit, candidate=candidate)
     result = parity.run_parity(settings)
     folder = parity.write_parity_folder(result, out, command_line())

@@ -17,7 +17,9 @@ from typing import Any
 
 import torch
 
-_SMI_FIELDS = ("index", "name", "clocks.sm", "clocks.mem", "temperature.gpu", "power.draw", "driver_version")
+_SMI_FIELDS = (
+    "index", "name", "clocks.sm", "clocks.mem", "temperature.gpu", "power.draw", "driver_version", "memory.total",
+)
 
 
 def _run(args: list[str], cwd: Path | None = None, timeout: float = 10.0) -> str | None:
@@ -36,7 +38,7 @@ def _number(text: str | None) -> float | None:
 
 
 def gpu_snapshot() -> list[dict[str, Any]]:
-    """Per GPU: index, name, SM and memory clocks (MHz), temperature (°C), power (W), driver; [] if none."""
+    """Per GPU: index, name, clocks (MHz), temperature (°C), power (W), driver, memory (MiB); [] if none."""
     if shutil.which("nvidia-smi") is None:
         return []
     text = _run(["nvidia-smi", f"--query-gpu={','.join(_SMI_FIELDS)}", "--format=csv,noheader,nounits"])
@@ -56,6 +58,7 @@ def gpu_snapshot() -> list[dict[str, Any]]:
                 "temperature_c": _number(cells[4]),
                 "power_w": _number(cells[5]),
                 "driver_version": cells[6] or None,
+                "memory_total_mib": _number(cells[7]),
             }
         )
     return gpus
@@ -106,11 +109,20 @@ def _package_version(name: str) -> str | None:
         return None
 
 
-def collect() -> dict[str, Any]:
-    """The fingerprint of this process's machine and settings, as JSON-ready values."""
+def collect(touch_device: bool = True) -> dict[str, Any]:
+    """The fingerprint of this process's machine and settings, as JSON-ready values.
+
+    ``touch_device=False`` reads GPU names and memory from nvidia-smi only, so a parent that must never touch
+    the GPU (runs whose trials are worker processes) creates no CUDA context of its own.
+    """
     cuda = torch.cuda.is_available()
     gpus = gpu_snapshot()
-    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else []
+    if touch_device and cuda:
+        names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        memory = [torch.cuda.get_device_properties(i).total_memory for i in range(len(names))]
+    else:
+        names = [gpu["name"] for gpu in gpus]
+        memory = [None if gpu["memory_total_mib"] is None else int(gpu["memory_total_mib"] * 2**20) for gpu in gpus]
     return {
         "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "hostname": platform.node() or None,
@@ -125,7 +137,7 @@ def collect() -> dict[str, Any]:
         "cudnn": _cudnn_version(),
         "gpu_count": torch.cuda.device_count() if cuda else 0,
         "gpu_names": names,
-        "gpu_memory_bytes": [torch.cuda.get_device_properties(i).total_memory for i in range(len(names))],
+        "gpu_memory_bytes": memory,
         "driver_version": gpus[0]["driver_version"] if gpus else None,
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
         "tf32_cudnn": torch.backends.cudnn.allow_tf32,

@@ -6,13 +6,15 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 
 import torch
 
+from harness.env import gpu_snapshot
 from harness.protocol import ORDERS, Arm
-from harness.timing import parse_bytes
+from harness.timing import format_bytes, parse_bytes
 
 
 class InputError(ValueError):
@@ -99,6 +101,32 @@ def parse_budget(text: str | None) -> int | None:
         raise InputError(f"--budget {exc}") from None
 
 
+def card_bytes(device: str) -> int | None:
+    """Total memory of a CUDA card, from nvidia-smi where it answers (so a parent that must never touch the GPU
+    creates no CUDA context), else from torch; None off CUDA."""
+    if not device.startswith("cuda"):
+        return None
+    index = int(device.split(":")[1]) if ":" in device else torch.cuda.current_device()
+    for gpu in gpu_snapshot():
+        if gpu["index"] == index and gpu["memory_total_mib"] is not None and "CUDA_VISIBLE_DEVICES" not in os.environ:
+            return int(gpu["memory_total_mib"] * 2**20)
+    return int(torch.cuda.get_device_properties(index).total_memory)
+
+
+def check_budget_fits(budget: int | None, device: str) -> int | None:
+    """A budget needs a CUDA device and must fit the card, or it would not mean what it says."""
+    if budget is None:
+        return None
+    if not device.startswith("cuda"):
+        raise InputError("--budget needs a CUDA device (it caps device memory); use --device cuda or drop --budget")
+    total = card_bytes(device)
+    if total is not None and budget > total:
+        raise InputError(
+            f"--budget {format_bytes(budget)} exceeds the card's {format_bytes(total)}; use at most the card's memory"
+        )
+    return budget
+
+
 def check_bar(bar: float | None) -> float | None:
     if bar is not None and (not math.isfinite(bar) or not -100 < bar < 100):
         raise InputError(f"--bar {bar} is not a percentage; use a number between -100 and 100, e.g. 8")
@@ -119,14 +147,13 @@ def protocol_options(
     """Check every shared option and return them parsed (``InputError`` on the first bad one)."""
     budget_bytes = parse_budget(budget)
     device = check_device(device)
-    if budget_bytes is not None and not device.startswith("cuda"):
-        raise InputError("--budget needs a CUDA device (it caps device memory); use --device cuda or drop --budget")
+    check_budget_fits(budget_bytes, device)
     return ProtocolOptions(
         arms=parse_arms(arms, control),
         warmup=check_non_negative("--warmup", warmup),
         pairs=check_positive("--pairs", pairs),
         order=check_choice("--order", order, ORDERS),
-        seed=seed,
+        seed=check_non_negative("--seed", seed),
         bar=check_bar(bar),
         device=device,
         budget=budget_bytes,

@@ -27,9 +27,7 @@ import torch
 from harness.tables import RunFolder
 from harness.timing import TrialFailure
 
-ROLES = ("baseline", "candidate")
 ORDERS = ("alternate", "random")
-PHASES = ("warmup", "measured")
 
 
 @dataclass(frozen=True)

@@ -58,8 +58,13 @@ TIER_CAVEATS: dict[str, tuple[str, str]] = {
         "short fit: no accuracy claim.",
         "A short training run measures speed and memory; it is too short to say anything about final accuracy.",
     ),
+    "stages": (
+        "diagnostic, not a claim: synchronized at every stage boundary inside the timed region.",
+        "A stage-attribution run adds synchronizations inside each fit; its figures bound and explain a claim "
+        "(stage shares, the ceiling), they are never one, so it carries no verdict.",
+    ),
 }
-TIER_CAVEATS["fit"] = TIER_CAVEATS["pair"]
+DIAGNOSTIC_TIERS = frozenset({"stages"})
 FEW_PAIRS = 5
 
 
@@ -464,7 +469,7 @@ def _summary(runs: list[LoadedRun]) -> list[str]:
                     f"{format_percent(claim['median'])} ({format_percent_range(claim['min'], claim['max'])})",
                     format_interval(claim["ci_low"], claim["ci_high"]),
                     _bar_text(run.plan),
-                    f"**{claim['verdict']}**",
+                    "diagnostic" if run.plan.tier in DIAGNOSTIC_TIERS else f"**{claim['verdict']}**",
                 ]
             )
     lines = ["## Summary", ""]
@@ -741,7 +746,8 @@ def _results(run: LoadedRun) -> list[str]:
     for _, c in claims.iterrows():
         case, arm = str(c["case"]), str(c["arm"])
         where = f"case {_code(case)}, " if len(plan.cases) > 1 else ""
-        lines += ["", f"**Claim ({where}{arm} vs {c['baseline_arm']}).** {claim_sentence(plan, summaries, case, arm)}"]
+        kind = "Diagnostic, not a claim" if plan.tier in DIAGNOSTIC_TIERS else "Claim"
+        lines += ["", f"**{kind} ({where}{arm} vs {c['baseline_arm']}).** {claim_sentence(plan, summaries, case, arm)}"]
     return lines
 
 
@@ -751,6 +757,8 @@ def _verdict(run: LoadedRun) -> list[str]:
     lines = ["### Verdict", ""]
     if claims.empty:
         return lines + ["No complete pair: no verdict."]
+    if plan.tier in DIAGNOSTIC_TIERS:
+        return lines + ["A diagnostic run (synchronized inside the timed region): no verdict."]
     for _, c in claims.iterrows():
         interval = f"the {100 * float(c['ci_level']):.0f}% interval {format_interval(c['ci_low'], c['ci_high'])}"
         verdict = str(c["verdict"])

@@ -48,7 +48,7 @@ def start_run(
     with _device_budget(plan):  # a budget the device refuses fails here, before any folder exists
         folder = new_run_folder(runs_root, plan.tier)
         folder.write_json(PLAN, plan.to_json())
-        folder.write_json(ENV, env.collect())
+        folder.write_json(ENV, env.collect(touch_device=plan.in_process))
         return _carry_out(plan, trial_fn, folder, quiet, report)
 
 

@@ -46,6 +46,16 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def _ends_a_line(path: Path) -> bool:
+    """True for an empty file or one whose last byte is a newline."""
+    with open(path, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        if handle.tell() == 0:
+            return True
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) == b"\n"
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON through a temporary file and a rename, so a reader never sees half a file."""
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -82,8 +92,10 @@ class RunFolder:
     def append_row(self, row: dict[str, Any]) -> None:
         """Append one trial row to the log and push it to disk before returning."""
         line = json.dumps({k: _clean(v) for k, v in row.items()}, default=_json_default)
-        with open(self.file(LOG), "a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
+        path = self.file(LOG)
+        torn = path.is_file() and not _ends_a_line(path)  # a process killed mid-write: end that line first
+        with open(path, "ab") as handle:
+            handle.write((("\n" if torn else "") + line + "\n").encode("utf-8"))
             handle.flush()
             os.fsync(handle.fileno())
 

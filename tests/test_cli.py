@@ -92,3 +92,32 @@ def test_control_runs_the_first_arm_against_itself() -> None:
     assert [(a.label, a.role, a.spec) for a in parsed.arms] == [
         ("candidate", "baseline", "candidate"), ("candidate-control", "candidate", "candidate"),
     ]
+
+
+def test_negative_seed_is_refused_before_anything_runs(tmp_path: Path, capsys) -> None:
+    assert main(["probe", "--seed", "-1", "--device", "cpu", "--out", str(tmp_path / "runs")]) == 2
+    assert "--seed must be zero or more" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_resume_refuses_another_tiers_run_folder(tmp_path: Path, capsys) -> None:
+    from harness.run import start_run
+    from tests.test_protocol import plan_of
+
+    folder = start_run(plan_of("tests.trialfns:sleepy", warmup=0, pairs=1), tmp_path, quiet=True)
+    before = sorted(p.name for p in folder.path.iterdir())
+    assert main(["screen", "--resume", str(folder.path)]) == 2
+    assert "is a 'test' run" in capsys.readouterr().err
+    assert sorted(p.name for p in folder.path.iterdir()) == before
+
+
+def test_a_budget_larger_than_the_card_is_refused_without_touching_the_gpu(monkeypatch) -> None:
+    """Every tier (the fit's parent too) refuses it up front; the card's size comes from nvidia-smi."""
+    monkeypatch.setattr(options, "check_device", lambda device: device)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(options, "gpu_snapshot", lambda: [{"index": 0, "memory_total_mib": 143771.0}])
+    monkeypatch.setattr(options.torch.cuda, "get_device_properties", lambda i: pytest.fail("created a CUDA context"))
+    with pytest.raises(options.InputError, match="exceeds the card's 140.40 GiB"):
+        options.protocol_options("baseline,candidate", 1, 2, "alternate", 0, None, "cuda:0", "200GiB", False)
+    parsed = options.protocol_options("baseline,candidate", 1, 2, "alternate", 0, None, "cuda:0", "24GiB", False)
+    assert parsed.budget == 24 * 2**30

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from harness import env
@@ -31,9 +32,18 @@ def test_fields_present_and_typed() -> None:
 
 
 def test_git_revision_is_read_from_the_checkout() -> None:
+    if not (env.project_root() / ".git").exists():
+        pytest.skip("not a git checkout")
     record = env.collect()
-    if record["git_revision"] is not None:
-        assert len(record["git_revision"]) == 40 and isinstance(record["git_dirty"], bool)
+    assert len(record["git_revision"]) == 40 and isinstance(record["git_dirty"], bool)
+
+
+def test_a_parent_that_must_not_touch_the_gpu_takes_names_from_nvidia_smi(monkeypatch) -> None:
+    monkeypatch.setattr(env.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(env, "_run", lambda args, **kw: "0, NVIDIA H200, 345, 3201, 31, 78.7, 580.159.04, 143771")
+    monkeypatch.setattr(env.torch.cuda, "get_device_name", lambda i: pytest.fail("created a CUDA context"))
+    record = env.collect(touch_device=False)
+    assert record["gpu_names"] == ["NVIDIA H200"] and record["gpu_memory_bytes"] == [143771 * 2**20]
 
 
 def test_unreadable_gpu_figures_are_null_not_guessed(monkeypatch) -> None:
@@ -44,11 +54,12 @@ def test_unreadable_gpu_figures_are_null_not_guessed(monkeypatch) -> None:
 
 def test_gpu_snapshot_parses_nvidia_smi(monkeypatch) -> None:
     monkeypatch.setattr(env.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
-    monkeypatch.setattr(env, "_run", lambda args, **kw: "0, NVIDIA H200, 1980, 3201, 34, 118.5, 580.159.04")
+    monkeypatch.setattr(env, "_run", lambda args, **kw: "0, NVIDIA H200, 1980, 3201, 34, 118.5, 580.159.04, 143771")
     (gpu,) = env.gpu_snapshot()
     assert gpu == {"index": 0, "name": "NVIDIA H200", "sm_clock_mhz": 1980.0, "mem_clock_mhz": 3201.0,
-                   "temperature_c": 34.0, "power_w": 118.5, "driver_version": "580.159.04"}
-    monkeypatch.setattr(env, "_run", lambda args, **kw: "0, NVIDIA H200, [N/A], [N/A], 34, [N/A], 580.159.04")
+                   "temperature_c": 34.0, "power_w": 118.5, "driver_version": "580.159.04",
+                   "memory_total_mib": 143771.0}
+    monkeypatch.setattr(env, "_run", lambda args, **kw: "0, NVIDIA H200, [N/A], [N/A], 34, [N/A], 580.159.04, 143771")
     (gpu,) = env.gpu_snapshot()
     assert gpu["sm_clock_mhz"] is None and gpu["power_w"] is None and gpu["temperature_c"] == 34.0
 

@@ -107,7 +107,10 @@ def test_stages_run_attributes_the_whole_fit(tmp_path: Path, capsys) -> None:
     assert claim.startswith("Stages diagnostic (not a claim):") and "Ceiling: in baseline's fits" in claim
     stages_csv = folder.file("stages.csv").read_text()
     assert "optimizer" in stages_csv and "share" in stages_csv
-    assert "### Stage shares" in folder.file("report.md").read_text()
+    report = folder.file("report.md").read_text()
+    assert "### Stage shares" in report
+    assert "diagnostic, not a claim" in report and "**Claim (" not in report  # never read as a claim
+    assert "A diagnostic run (synchronized inside the timed region): no verdict." in report
 
 
 @pytest.mark.slow

@@ -168,11 +168,16 @@ def test_resume_after_a_kill_mid_trial_loses_nothing_and_repeats_nothing(tmp_pat
     assert "resumes" in folder.read_json("env.json")
 
 
-def test_torn_last_line_is_ignored(tmp_path: Path) -> None:
-    folder = start_run(plan_of("tests.trialfns:sleepy", warmup=0, pairs=1), tmp_path, quiet=True)
-    with open(folder.file(LOG), "a") as handle:
-        handle.write('{"index": 99, "pha')
-    assert [r["index"] for r in folder.rows()] == [0, 1]
+def test_torn_last_line_is_ignored_and_resume_appends_after_it(tmp_path: Path) -> None:
+    folder = start_run(plan_of("tests.trialfns:sleepy", warmup=0, pairs=2), tmp_path, quiet=True)
+    lines = folder.file(LOG).read_text().splitlines(keepends=True)
+    # The last trial was being written when its process died: half a line, no newline.
+    folder.file(LOG).write_text("".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
+    assert [r["index"] for r in folder.rows()] == [0, 1, 2]
+    resume_run(folder.path, quiet=True)
+    assert [r["index"] for r in folder.rows()] == [0, 1, 2, 3]
+    resume_run(folder.path, quiet=True)  # nothing left to run: nothing is run again
+    assert [r["index"] for r in folder.rows()] == [0, 1, 2, 3]
 
 
 def test_a_budget_the_device_refuses_leaves_no_run_folder(tmp_path: Path) -> None:

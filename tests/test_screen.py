@@ -13,6 +13,7 @@ import torch
 
 from experiments import screen
 from harness.cli import main
+from harness.options import InputError
 from harness.protocol import Arm, Plan, TrialContext
 from harness.run import start_run, summarize
 from harness.tables import RunFolder
@@ -91,6 +92,12 @@ def test_cli_defaults_are_the_screen_defaults() -> None:
 def test_guard_parsing(text: str, expected: int | None) -> None:
     assert screen.parse_guard(text) == expected
     assert screen.guard_label("candidate", expected) == f"candidate@g{text.lower()}"
+
+
+@pytest.mark.parametrize("text", ["²", "-1", "2.5", "big", ""])
+def test_guard_parsing_refuses_what_int_would_not_take_cleanly(text: str) -> None:
+    with pytest.raises(InputError, match="is not a guard"):
+        screen.parse_guard(text)
 
 
 # --- the guard reaches the trial's optimizer and nothing else ------------------------------------------------

@@ -120,9 +120,3 @@ def host_iteration_median(stamps: list[float], iterations_per_epoch: int) -> flo
     """
     gaps = within_epoch_gaps(stamps, iterations_per_epoch)
     return round(statistics.median(gaps), 6) if gaps else None
-
-
-def shares(stage_seconds: dict[str, float]) -> dict[str, float]:
-    """Each stage's fraction of the sum of stages."""
-    total = sum(stage_seconds.values())
-    return {s: (v / total if total > 0 else float("nan")) for s, v in stage_seconds.items()}

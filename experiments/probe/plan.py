@@ -10,9 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import torch
-
-from experiments.arms import ArmError, resolve_optimizer
+from experiments.arms import checked_optimizer
 from experiments.probe.detect import FIRST_STRIDE
 from experiments.probe.lm import VARIANTS as LM_VARIANTS
 from experiments.workloads import SCALES
@@ -63,14 +61,9 @@ def check_learner_ms(learner_ms: float | None) -> float | None:
     return learner_ms
 
 
-def check_budget_fits(budget: int | None, reserve: int | None, device: str) -> None:
-    """A budget the card can honour, and a reserve that leaves the head something inside it."""
-    if budget is not None:
-        total = torch.cuda.get_device_properties(torch.device(device)).total_memory
-        if budget > total:
-            raise InputError(
-                f"--budget {format_bytes(budget)} exceeds the card's {format_bytes(total)}; use at most the card's memory"
-            )
+def check_reserve_fits(budget: int | None, reserve: int | None) -> None:
+    """A reserve that leaves the head something inside the budget (the budget itself is checked with the
+    protocol options)."""
     if reserve is not None and budget is not None and reserve >= budget:
         raise InputError(
             f"--reserve {format_bytes(reserve)} leaves nothing of --budget {format_bytes(budget)} for the head; "
@@ -150,12 +143,9 @@ def make_plan(
         raise InputError(f"--variants '{variants}' names a variant twice")
     protocol = protocol_options(arms, warmup, pairs, order, seed, bar, device, budget, control)
     for arm in protocol.arms:
-        try:
-            resolve_optimizer(arm.spec)
-        except ArmError as exc:
-            raise InputError(f"--arms: {exc}") from None
+        checked_optimizer(arm.spec)
     reserve_bytes = parse_reserve(reserve, protocol.device)
-    check_budget_fits(protocol.budget, reserve_bytes, protocol.device)
+    check_reserve_fits(protocol.budget, reserve_bytes)
     check_learner_ms(learner_ms)
     if head == "lm":
         specs = lm_cases(chosen, tokens, vocab, dim, cap, chunk)
