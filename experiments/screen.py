@@ -52,6 +52,7 @@ import torch
 from experiments import workloads
 from experiments.arms import checked_optimizer, make_optimizer
 from harness import plots, stats
+from harness.formatting import format_bytes, format_number, format_percent
 from harness.options import (
     InputError,
     check_choice,
@@ -61,7 +62,7 @@ from harness.options import (
     split_list,
 )
 from harness.protocol import Arm, Case, Plan, TrialContext, TrialFunction
-from harness.report import format_bytes, format_number, format_percent, markdown_image, markdown_table
+from harness.report import markdown_image, markdown_table
 from harness.tables import PLAN, RunFolder, Summaries
 from harness.timing import SyncTimer, current_allocated, is_cuda, read_peaks, reset_peaks
 

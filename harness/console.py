@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 from typing import Any
 
@@ -10,28 +9,19 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from harness.formatting import (
+    format_interval,
+    format_percent,
+    format_percent_range,
+    format_range,
+    format_value,
+)
 from harness.protocol import Plan, ScheduledTrial
 from harness.tables import Summaries
 
 # Rich falls back to 80 columns off a terminal (CI logs, pipes); tables need more to stay readable.
 console = Console(stderr=False, highlight=False, width=None if sys.stdout.isatty() else 140)
 errors = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)
-
-
-def format_figure(value: float | None, unit: str) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    if math.isinf(value):
-        return "failed" if value > 0 else "−∞"
-    return f"{value:.4g} {unit}".strip()
-
-
-def format_percent(value: float | None) -> str:
-    if value is None or math.isnan(value):
-        return "n/a"
-    if math.isinf(value):
-        return "−∞ (candidate failed)" if value < 0 else "+∞"
-    return f"{100 * value:.2f}%"
 
 
 class ScheduleProgress:
@@ -69,7 +59,7 @@ class ScheduleProgress:
 
     def end(self, row: dict[str, Any]) -> None:
         self.done += 1
-        figure = format_figure(row.get("value"), self.plan.unit) if row["status"] == "ok" else row["status"]
+        figure = format_value(row.get("value"), self.plan.unit) if row["status"] == "ok" else row["status"]
         self.last = f"{row['arm']} {figure}"
         if self.progress:
             self.progress.update(self.task, advance=1, last=self.last)
@@ -87,17 +77,16 @@ def print_summary(plan: Plan, summaries: Summaries) -> None:
     claims = summaries.claims.set_index(["case", "arm"]) if not summaries.claims.empty else None
     for _, arm in summaries.arms.iterrows():
         figure = (
-            f"{format_figure(arm['median'], plan.unit)} "
-            f"({format_figure(arm['min'], '')}–{format_figure(arm['max'], '')})"
+            f"{format_value(arm['median'], plan.unit)} ({format_range(arm['min'], arm['max'])})"
         )
         failed = f" [red]{arm['failed']} failed[/red]" if arm["failed"] else ""
         reduction = interval = verdict = ""
         if claims is not None and (arm["case"], arm["arm"]) in claims.index:
             claim = claims.loc[(arm["case"], arm["arm"])]
             reduction = (
-                f"{format_percent(claim['median'])} ({format_percent(claim['min'])}–{format_percent(claim['max'])})"
+                f"{format_percent(claim['median'])} ({format_percent_range(claim['min'], claim['max'])})"
             )
-            interval = f"{format_percent(claim['ci_low'])} … {format_percent(claim['ci_high'])}"
+            interval = format_interval(claim["ci_low"], claim["ci_high"])
             verdict = str(claim["verdict"])
         table.add_row(str(arm["case"]), str(arm["arm"]), f"{arm['trials']}{failed}", figure, reduction, interval, verdict)
     console.print(table)

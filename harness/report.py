@@ -35,11 +35,20 @@ from typing import Any
 import pandas as pd
 
 from harness import plots
+from harness.formatting import (
+    format_bytes,
+    format_interval,
+    format_number,
+    format_percent,
+    format_percent_range,
+    format_range,
+    format_value,
+    is_missing,
+)
 from harness.options import InputError
 from harness.protocol import Plan
 from harness.run import summarize
 from harness.tables import ENV, RunFolder, Summaries
-from harness.timing import format_bytes as _format_bytes
 
 REPORT_NAME = "report.md"
 NOT_RECORDED = "not recorded"
@@ -68,74 +77,8 @@ DIAGNOSTIC_TIERS = frozenset({"stages"})
 FEW_PAIRS = 5
 
 
-# --- formatting (one way for every number in a report) ------------------------------------------------
-
-
-def _is_missing(value: Any) -> bool:
-    if value is None:
-        return True
-    try:
-        return bool(pd.isna(value))
-    except (TypeError, ValueError):
-        return False
-
-
-def format_number(value: Any) -> str:
-    """A figure without unit: 3 decimals from 1 up, 4 significant digits below; 'failed' for +∞."""
-    if _is_missing(value):
-        return "n/a"
-    value = float(value)
-    if math.isinf(value):
-        return "failed" if value > 0 else "-∞"
-    if value == 0 or abs(value) >= 1:
-        return f"{value:.3f}"
-    decimals = min(12, 3 - math.floor(math.log10(abs(value))))
-    return f"{value:.{decimals}f}"
-
-
-def format_value(value: Any, unit: str) -> str:
-    """A figure with its unit: ``89.448 s``."""
-    text = format_number(value)
-    return text if text in ("n/a", "failed", "-∞") or not unit else f"{text} {unit}"
-
-
-def format_range(low: Any, high: Any) -> str:
-    """``88.765–89.646``."""
-    return f"{format_number(low)}–{format_number(high)}"
-
-
-def _percent_number(value: Any) -> str:
-    if _is_missing(value):
-        return "n/a"
-    value = float(value)
-    if math.isinf(value):
-        return "+∞" if value > 0 else "-∞"
-    return f"{100 * value:.2f}"
-
-
-def format_percent(value: Any) -> str:
-    """A fraction as percent: ``11.19%``."""
-    text = _percent_number(value)
-    return text if text in ("n/a", "+∞", "-∞") else f"{text}%"
-
-
-def format_percent_range(low: Any, high: Any) -> str:
-    """``10.88–13.22%``."""
-    return f"{_percent_number(low)}–{_percent_number(high)}%"
-
-
-def format_interval(low: Any, high: Any) -> str:
-    """A confidence interval: ``[10.88%, 13.22%]``."""
-    return f"[{format_percent(low)}, {format_percent(high)}]"
-
-
-def format_bytes(value: Any) -> str:
-    """Bytes in binary units (``809.9 MiB``), 'n/a' where missing."""
-    return "n/a" if _is_missing(value) else _format_bytes(float(value))
-
-
 def _text(value: Any) -> str:
-    return NOT_RECORDED if _is_missing(value) or value == "" else str(value)
+    return NOT_RECORDED if is_missing(value) or value == "" else str(value)
 
 
 def _cell(text: Any) -> str:
@@ -167,7 +110,7 @@ def markdown_image(path: Path, caption: str) -> str:
 
 def _time(iso: Any) -> str:
     """``2026-11-29T21:11:28+00:00`` → ``2026-11-29 21:11:28 UTC``."""
-    if _is_missing(iso) or not iso:
+    if is_missing(iso) or not iso:
         return NOT_RECORDED
     try:
         moment = _dt.datetime.fromisoformat(str(iso))
@@ -502,7 +445,7 @@ def _level(runs: list[LoadedRun]) -> str:
 
 
 def _cudnn(value: Any) -> str:
-    if _is_missing(value):
+    if is_missing(value):
         return NOT_RECORDED
     v = int(value)
     major, rest = (v // 10000, v % 10000) if v >= 10000 else (v // 1000, v % 1000)
@@ -510,7 +453,7 @@ def _cudnn(value: Any) -> str:
 
 
 def _on_off(value: Any) -> str:
-    return NOT_RECORDED if _is_missing(value) else ("on" if value else "off")
+    return NOT_RECORDED if is_missing(value) else ("on" if value else "off")
 
 
 def _gpus(env: dict[str, Any]) -> str:
@@ -537,7 +480,7 @@ def _clocks(snapshot: Any) -> str:
         return f"{NOT_RECORDED} (nvidia-smi did not answer)"
 
     def figure(value: Any, unit: str, name: str = "") -> str:
-        if _is_missing(value):
+        if is_missing(value):
             return f"{name} {NOT_RECORDED}".strip()
         return f"{float(value):g} {unit}"
 
@@ -551,7 +494,7 @@ def _clocks(snapshot: Any) -> str:
 
 def _git(env: dict[str, Any]) -> str:
     revision = env.get("git_revision")
-    if _is_missing(revision):
+    if is_missing(revision):
         return NOT_RECORDED
     dirty = env.get("git_dirty")
     state = {True: "dirty (uncommitted changes)", False: "clean"}.get(dirty, f"dirty flag {NOT_RECORDED}")
@@ -560,8 +503,8 @@ def _git(env: dict[str, Any]) -> str:
 
 def _environment_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
     cpu = env.get("cpu_model")
-    cpu_text = NOT_RECORDED if _is_missing(cpu) else str(cpu) + (
-        f" ({env['cpu_count']} logical cores)" if not _is_missing(env.get("cpu_count")) else ""
+    cpu_text = NOT_RECORDED if is_missing(cpu) else str(cpu) + (
+        f" ({env['cpu_count']} logical cores)" if not is_missing(env.get("cpu_count")) else ""
     )
     speed = (
         f"TF32 matmul {_on_off(env.get('tf32_matmul'))}, TF32 cuDNN {_on_off(env.get('tf32_cudnn'))}, "
@@ -633,7 +576,7 @@ def _log_span(trials: pd.DataFrame) -> str | None:
     starts = [
         (_dt.datetime.fromisoformat(str(s)), float(d))
         for s, d in zip(trials["started"], trials["trial_seconds"], strict=True)
-        if not _is_missing(s) and not _is_missing(d)
+        if not is_missing(s) and not is_missing(d)
     ]
     if not starts:
         return None

@@ -340,10 +340,12 @@ def test_a_tier_section_that_cannot_be_imported_is_said(tmp_path: Path) -> None:
 
 
 def test_a_tier_command_writes_its_report_when_the_run_ends(tmp_path: Path) -> None:
-    folder = cli.launch(lambda: make_plan(), resume=None, out=tmp_path / "runs", quiet=True, no_report=False)
+    folder = cli.launch(lambda: make_plan(), resume=None, out=tmp_path / "runs", quiet=True, no_report=False,
+                        tiers=("fixture",))
     assert (folder.path / "report.md").is_file()
     assert (folder.path / "report-figures" / "reductions.png").is_file()
-    skipped = cli.launch(lambda: make_plan(), resume=None, out=tmp_path / "quiet", quiet=True, no_report=True)
+    skipped = cli.launch(lambda: make_plan(), resume=None, out=tmp_path / "quiet", quiet=True, no_report=True,
+                         tiers=("fixture",))
     assert not (skipped.path / "report.md").exists()
 
 

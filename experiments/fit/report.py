@@ -64,7 +64,7 @@ def stage_findings(plan: Plan, table: pd.DataFrame) -> list[str]:
     """The ceiling and the stage-implied saving, in sentences derived from the stage table."""
     if table.empty:
         return []
-    from harness.report import format_percent, format_value
+    from harness.formatting import format_percent, format_value
 
     labels = [a for a in _arm_labels(plan) if a in set(table["arm"])]
     reference = labels[0]
@@ -120,7 +120,8 @@ def _settings_text(plan: Plan) -> list[str]:
 
 
 def _figures_text(plan: Plan, trials: pd.DataFrame) -> list[str]:
-    from harness.report import format_bytes, format_number, markdown_table
+    from harness.formatting import format_bytes, format_number
+    from harness.report import markdown_table
 
     rows = _measured_ok(trials)
     if rows.empty:
@@ -163,7 +164,8 @@ def _figures_text(plan: Plan, trials: pd.DataFrame) -> list[str]:
 
 def _stages_text(folder: RunFolder, plan: Plan, trials: pd.DataFrame, figures_dir: Path) -> list[str]:
     from harness import plots
-    from harness.report import format_percent, format_value, markdown_image, markdown_table
+    from harness.formatting import format_percent, format_value
+    from harness.report import markdown_image, markdown_table
 
     table = stage_table(plan, trials)
     if table.empty:
@@ -220,7 +222,8 @@ def _environment_line(env: dict[str, Any]) -> str:
 
 def claim_text(folder: RunFolder) -> str:
     """The claim of a paired run (or the stage shares of a stages run), as plain text."""
-    from harness.report import claim_sentence, format_interval
+    from harness.formatting import format_interval
+    from harness.report import claim_sentence
 
     plan, summaries = summarize(folder)
     settings = FitSettings.from_options(plan.options)

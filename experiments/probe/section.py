@@ -16,8 +16,9 @@ import numpy as np
 import pandas as pd
 
 from harness import plots
+from harness.formatting import format_bytes, format_number, format_percent
 from harness.protocol import Plan
-from harness.report import format_bytes, format_number, format_percent, markdown_image, markdown_table
+from harness.report import markdown_image, markdown_table
 from harness.tables import PLAN, RunFolder, Summaries
 
 MEMORY_CSV = "probe_memory.csv"

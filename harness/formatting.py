@@ -1,0 +1,73 @@
+"""One way to write every figure the harness shows, in the console and in reports alike."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from harness.timing import format_bytes as _format_bytes
+
+
+def is_missing(value: Any) -> bool:
+    if value is None:
+        return True
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def format_number(value: Any) -> str:
+    """A figure without unit: 3 decimals from 1 up, 4 significant digits below; 'failed' for +∞."""
+    if is_missing(value):
+        return "n/a"
+    value = float(value)
+    if math.isinf(value):
+        return "failed" if value > 0 else "-∞"
+    if value == 0 or abs(value) >= 1:
+        return f"{value:.3f}"
+    decimals = min(12, 3 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}"
+
+
+def format_value(value: Any, unit: str) -> str:
+    """A figure with its unit: ``89.448 s``."""
+    text = format_number(value)
+    return text if text in ("n/a", "failed", "-∞") or not unit else f"{text} {unit}"
+
+
+def format_range(low: Any, high: Any) -> str:
+    """``88.765–89.646``."""
+    return f"{format_number(low)}–{format_number(high)}"
+
+
+def _percent_number(value: Any) -> str:
+    if is_missing(value):
+        return "n/a"
+    value = float(value)
+    if math.isinf(value):
+        return "+∞" if value > 0 else "-∞"
+    return f"{100 * value:.2f}"
+
+
+def format_percent(value: Any) -> str:
+    """A fraction as percent: ``11.19%``."""
+    text = _percent_number(value)
+    return text if text in ("n/a", "+∞", "-∞") else f"{text}%"
+
+
+def format_percent_range(low: Any, high: Any) -> str:
+    """``10.88–13.22%``."""
+    return f"{_percent_number(low)}–{_percent_number(high)}%"
+
+
+def format_interval(low: Any, high: Any) -> str:
+    """A confidence interval: ``[10.88%, 13.22%]``."""
+    return f"[{format_percent(low)}, {format_percent(high)}]"
+
+
+def format_bytes(value: Any) -> str:
+    """Bytes in binary units (``809.9 MiB``), 'n/a' where missing."""
+    return "n/a" if is_missing(value) else _format_bytes(float(value))
