@@ -7,7 +7,12 @@ larger than the bf16 rounding of the Muon update times lr·muon, tensor by tenso
 Muon part). "bf16 rounding of the update" is measured, not picked: the larger of one bf16 ulp of the update's
 largest entry and ``ULP_SENSITIVITY_FACTOR`` times the baseline's own sensitivity to a ±1-ulp perturbation of
 its bf16 Newton-Schulz input (``ulp_sensitivity``), since a reordered or zero-padded GEMM perturbs the
-iterates by about that much. Over ``--steps N`` the trajectories are followed and their divergence is
+iterates by about that much.
+
+The buffer clause is GUIDE §6's claim, judged literally: every buffer bit-equal. It is stricter than the bound:
+the SGD buffer of a weight-decayed Muon parameter reads p after its Muon update, so a Muon update that
+differs within the bound can make that buffer differ by weight decay times the difference (the batched-path
+tests allow exactly that slack). On the H200 the one-step difference was zero, so both clauses held. Over ``--steps N`` the trajectories are followed and their divergence is
 reported step by step; no agreement is claimed there (BF16 trajectories drift apart).
 
 Inputs: the YOLO26 parameter set of a scale with seeded synthetic gradients (default), or with ``--fit`` a
