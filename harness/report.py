@@ -636,7 +636,13 @@ def _protocol(run: LoadedRun) -> list[str]:
     log = []
     resumes = run.env.get("resumes") or []
     if resumes:
-        log.append(f"The run was resumed {_plural(len(resumes), 'time')}; finished trials were never re-run.")
+        indices = run.summaries.trials["index"] if not run.summaries.trials.empty else []
+        repeated = len(indices) - len(set(indices))
+        log.append(
+            f"The run was resumed {_plural(len(resumes), 'time')}; "
+            + ("the log holds each scheduled trial at most once (none re-run)." if repeated == 0
+               else f"**{_plural(repeated, 'trial')} appear twice in the log** (re-run after a resume).")
+        )
     span = _log_span(run.summaries.trials)
     if span:
         log.append(span)

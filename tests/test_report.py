@@ -230,7 +230,7 @@ def test_an_interrupted_run_says_how_far_it_got(tmp_path: Path) -> None:
     resume_run(folder.path, quiet=True, trial_fn=scripted({"baseline": [10.0] * 4, "candidate": [8.0] * 4}))
     text = report.write_report([folder]).read_text(encoding="utf-8")
     assert "interrupted:" not in text
-    assert "The run was resumed 1 time; finished trials were never re-run." in text
+    assert "The run was resumed 1 time; the log holds each scheduled trial at most once (none re-run)." in text
     assert "| … at resume 1 (" in text
 
 
