@@ -641,7 +641,7 @@ def _protocol(run: LoadedRun) -> list[str]:
         log.append(
             f"The run was resumed {_plural(len(resumes), 'time')}; "
             + ("the log holds each scheduled trial at most once (none re-run)." if repeated == 0
-               else f"**{_plural(repeated, 'trial')} appear twice in the log** (re-run after a resume).")
+               else f"**{repeated} row(s) of the log repeat a trial already logged** (re-run after a resume).")
         )
     span = _log_span(run.summaries.trials)
     if span:

@@ -232,6 +232,10 @@ def test_an_interrupted_run_says_how_far_it_got(tmp_path: Path) -> None:
     assert "interrupted:" not in text
     assert "The run was resumed 1 time; the log holds each scheduled trial at most once (none re-run)." in text
     assert "| … at resume 1 (" in text
+    # Had a trial run twice (a log with the same index appended again), the report would say so.
+    folder.append_row(folder.rows()[-1])
+    text = report.write_report([folder]).read_text(encoding="utf-8")
+    assert "**1 row(s) of the log repeat a trial already logged**" in text
 
 
 H200_GPU = {"index": 0, "name": "NVIDIA H200", "sm_clock_mhz": 1980.0, "mem_clock_mhz": 3201.0,
