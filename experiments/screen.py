@@ -63,6 +63,7 @@ from harness.options import (
 )
 from harness.protocol import Arm, Case, Plan, TrialContext, TrialFunction
 from harness.report import markdown_image, markdown_table
+from harness.stats import finished, numeric_column
 from harness.tables import PLAN, RunFolder, Summaries
 from harness.timing import SyncTimer, current_allocated, is_cuda, read_peaks, reset_peaks
 
@@ -404,16 +405,14 @@ SUMMARY_COLUMNS = [
 
 
 def _median(rows: pd.DataFrame, column: str) -> float:
-    if column not in rows:
-        return math.nan
-    values = pd.to_numeric(rows[column], errors="coerce").dropna()
+    values = numeric_column(rows, column)
     return float(values.median()) if len(values) else math.nan
 
 
 def summary_table(plan: Plan, summaries: Summaries) -> pd.DataFrame:
     """One row per scale × arm (× guard): the spine's median and range, plus the screen's own figures."""
     trials = summaries.trials
-    ok = trials[(trials["phase"] == "measured") & (trials["status"] == "ok")] if not trials.empty else trials
+    ok = finished(trials)
     arms = summaries.arms.set_index(["case", "arm"]) if not summaries.arms.empty else None
     claims = summaries.claims.set_index(["case", "arm"]) if not summaries.claims.empty else None
     rows = []

@@ -48,6 +48,7 @@ from harness.formatting import (
 from harness.options import InputError
 from harness.protocol import Plan
 from harness.run import summarize
+from harness.stats import finished, numeric_column
 from harness.tables import ENV, RunFolder, Summaries
 
 REPORT_NAME = "report.md"
@@ -170,19 +171,13 @@ def _sorted(frame: pd.DataFrame, run: LoadedRun) -> pd.DataFrame:
     return frame.iloc[order].reset_index(drop=True)
 
 
-def _measured_ok(trials: pd.DataFrame) -> pd.DataFrame:
-    if trials.empty:
-        return trials
-    return trials[(trials["phase"] == "measured") & (trials["status"] == "ok")]
-
-
 def peak_median(trials: pd.DataFrame, case: str, arm: str, column: str) -> float | None:
     """Median of a per-trial byte figure (``peak_allocated``/``peak_reserved``) over measured, finished
     trials of one arm; None where the trials carry no such figure (e.g. on the CPU)."""
-    rows = _measured_ok(trials)
-    if rows.empty or column not in rows:
+    rows = finished(trials)
+    if rows.empty:
         return None
-    values = pd.to_numeric(rows[(rows["case"] == case) & (rows["arm"] == arm)][column], errors="coerce").dropna()
+    values = numeric_column(rows[(rows["case"] == case) & (rows["arm"] == arm)], column)
     return float(values.median()) if len(values) else None
 
 
@@ -655,7 +650,7 @@ def _results(run: LoadedRun) -> list[str]:
     arms = _sorted(summaries.arms, run)
     trials = summaries.trials
     has_peaks = {
-        column: column in trials and pd.to_numeric(_measured_ok(trials)[column], errors="coerce").notna().any()
+        column: column in trials and pd.to_numeric(finished(trials)[column], errors="coerce").notna().any()
         for column in ("peak_allocated", "peak_reserved")
     } if not trials.empty else {"peak_allocated": False, "peak_reserved": False}
     lines = ["### Results", ""]

@@ -36,6 +36,21 @@ def measured(trials: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
+def finished(trials: pd.DataFrame) -> pd.DataFrame:
+    """Measured rows whose trial finished: where figures other than the primary one (peaks, host time,
+    stage times) exist. A failure still counts against its arm in the primary figure (``measured``)."""
+    if trials.empty:
+        return trials
+    return trials[(trials["phase"] == "measured") & (trials["status"] == "ok")]
+
+
+def numeric_column(rows: pd.DataFrame, column: str) -> pd.Series:
+    """A per-trial figure as numbers, missing values dropped; empty where the trials do not carry it."""
+    if column not in rows:
+        return pd.Series(dtype=float)
+    return pd.to_numeric(rows[column], errors="coerce").dropna()
+
+
 def reduction(baseline: float, candidate: float) -> float:
     """(baseline − candidate) / baseline, with the failure conventions of this module."""
     if math.isinf(baseline) and math.isinf(candidate):

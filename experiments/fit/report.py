@@ -19,16 +19,11 @@ from experiments.fit.plan import FitSettings
 from experiments.fit.stages import OPTIMIZER_STAGE, STAGES, stage_column
 from harness.protocol import Plan
 from harness.run import summarize
+from harness.stats import finished
 from harness.tables import ENV, RunFolder, Summaries
 
 CLAIM_FILE = "claim.txt"
 STAGES_CSV = "stages.csv"
-
-
-def _measured_ok(trials: pd.DataFrame) -> pd.DataFrame:
-    if trials.empty:
-        return trials
-    return trials[(trials["phase"] == "measured") & (trials["status"] == "ok")]
 
 
 def _arm_labels(plan: Plan) -> list[str]:
@@ -41,7 +36,7 @@ def stage_table(plan: Plan, trials: pd.DataFrame) -> pd.DataFrame:
     Also, per arm, the whole fit's median and, for the reference (first) arm, the ceiling of an
     optimizer-only change: its optimizer share (a candidate whose step took no time at all saves that much).
     """
-    rows = _measured_ok(trials)
+    rows = finished(trials)
     columns = ["arm", "stage", "median_s", "share", "fit_median_s", "trials"]
     if rows.empty or stage_column(OPTIMIZER_STAGE) not in rows:
         return pd.DataFrame(columns=columns)
@@ -123,7 +118,7 @@ def _figures_text(plan: Plan, trials: pd.DataFrame) -> list[str]:
     from harness.formatting import format_bytes, format_number
     from harness.report import markdown_table
 
-    rows = _measured_ok(trials)
+    rows = finished(trials)
     if rows.empty:
         return []
     quality = "val_map50_95" if "val_map50_95" in rows else "val_accuracy" if "val_accuracy" in rows else None

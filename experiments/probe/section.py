@@ -19,6 +19,7 @@ from harness import plots
 from harness.formatting import format_bytes, format_number, format_percent
 from harness.protocol import Plan
 from harness.report import markdown_image, markdown_table
+from harness.stats import numeric_column
 from harness.tables import PLAN, RunFolder, Summaries
 
 MEMORY_CSV = "probe_memory.csv"
@@ -27,19 +28,13 @@ MEMORY_COLUMNS = ("peak_allocated", "peak_reserved", "head_extra_peak", "step_ex
 TIME_COLUMNS = ("fwd_bwd_ms", "step_ms")
 
 
-def _numbers(rows: pd.DataFrame, column: str) -> pd.Series:
-    if column not in rows:
-        return pd.Series(dtype=float)
-    return pd.to_numeric(rows[column], errors="coerce").dropna()
-
-
 def _median(rows: pd.DataFrame, column: str) -> float | None:
-    values = _numbers(rows, column)
+    values = numeric_column(rows, column)
     return float(values.median()) if len(values) else None
 
 
 def _max(rows: pd.DataFrame, column: str) -> float | None:
-    values = _numbers(rows, column)
+    values = numeric_column(rows, column)
     return float(values.max()) if len(values) else None
 
 
