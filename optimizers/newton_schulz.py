@@ -41,16 +41,13 @@ def newton_schulz(
     tall = G.size(-2) > G.size(-1)
     if tall:
         X = X.mT
-    # A batch calls bmm directly: `@` on 3-D tensors dispatches to the same bmm (same operands, same bits)
-    # but adds expand and reshape calls around it, host work that the batched path exists to avoid.
-    product = torch.bmm if X.ndim == 3 else torch.matmul
     for step in range(NS_STEPS):
-        A = product(X, X.mT)
-        B = b * A + product(c * A, A)
+        A = X @ X.mT
+        B = b * A + (c * A) @ A
         if in_place and step == NS_STEPS - 1:  # the same elementwise sum, written back into the caller's stack
-            torch.add(a * X, product(B, X), out=G.mT if tall else G)
+            torch.add(a * X, B @ X, out=G.mT if tall else G)
             return G
-        X = a * X + product(B, X)
+        X = a * X + B @ X
     return X.mT if tall else X
 
 

@@ -146,27 +146,3 @@ def test_state_dict_round_trip_continues_identically() -> None:
     resumed.step()
     for p, expected in zip(params, after_uninterrupted, strict=True):
         assert torch.equal(p, expected)
-
-
-@pytest.mark.parametrize(
-    "device",
-    ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda,
-                                        pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")])],
-)
-@pytest.mark.parametrize("shape", [(6, 16, 144), (5, 72, 16)])
-def test_batched_newton_schulz_calls_bmm_with_the_same_bits_as_matmul(device: str, shape: tuple[int, ...]) -> None:
-    """newton_schulz calls bmm directly on a batch (less host work); `@` on the same stack must give the same bits."""
-    from optimizers.newton_schulz import NS_COEFFICIENTS, NS_EPS, NS_STEPS
-
-    stack = torch.randn(shape, generator=torch.Generator().manual_seed(3)).to(device)
-    a, b, c = NS_COEFFICIENTS
-    X = stack.to(torch.bfloat16)
-    X = X / (X.norm(dim=(-2, -1), keepdim=True) + NS_EPS)
-    tall = shape[-2] > shape[-1]
-    if tall:
-        X = X.mT
-    for _ in range(NS_STEPS):
-        A = X @ X.mT
-        X = a * X + (b * A + (c * A) @ A) @ X
-    expected = X.mT if tall else X
-    assert torch.equal(newton_schulz(stack), expected)
