@@ -75,15 +75,19 @@ def _cpu_model() -> str | None:
 
 
 def _git(repo: Path) -> dict[str, Any]:
-    """Revision and dirty flag of the checkout; where the tree is a copy without .git (a remote GPU machine),
-    the ``BENCH_GIT_REVISION`` / ``BENCH_GIT_DIRTY`` variables set by whoever copied it, else null."""
-    revision = _run(["git", "rev-parse", "HEAD"], cwd=repo)
-    if revision is None:
+    """Revision and dirty flag of the code that runs. ``BENCH_GIT_REVISION`` / ``BENCH_GIT_DIRTY``, set by
+    whoever copied the tree to another machine, win over git: such a copy may carry no ``.git``, or a stale one
+    (the GPU machine's copy holds the ``.git`` of the session's start while the tree is newer). Else git, else null."""
+    given = os.environ.get("BENCH_GIT_REVISION")
+    if given:
         dirty = os.environ.get("BENCH_GIT_DIRTY")
         return {
-            "git_revision": os.environ.get("BENCH_GIT_REVISION") or None,
+            "git_revision": given.strip(),
             "git_dirty": None if dirty is None else dirty.strip().lower() in ("1", "true", "yes"),
         }
+    revision = _run(["git", "rev-parse", "HEAD"], cwd=repo)
+    if revision is None:
+        return {"git_revision": None, "git_dirty": None}
     status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo)
     return {"git_revision": revision, "git_dirty": None if status is None else bool(status)}
 

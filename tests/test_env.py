@@ -74,3 +74,14 @@ def test_a_copied_tree_without_git_takes_the_revision_it_was_given(monkeypatch) 
     monkeypatch.delenv("BENCH_GIT_DIRTY")
     record = env.collect()
     assert record["git_revision"] is None and record["git_dirty"] is None
+
+
+def test_a_given_revision_wins_over_a_stale_git(monkeypatch) -> None:
+    """The GPU machine's copy carries the .git of the session's start: the revision the copier gives is the truth."""
+    stale = "b" * 40
+    monkeypatch.setattr(env, "_run", lambda args, **kw: stale if args[:2] == ["git", "rev-parse"] else "")
+    assert env.collect()["git_revision"] == stale  # nothing given: git answers
+    monkeypatch.setenv("BENCH_GIT_REVISION", "c" * 40)
+    monkeypatch.setenv("BENCH_GIT_DIRTY", "1")
+    record = env.collect()
+    assert record["git_revision"] == "c" * 40 and record["git_dirty"] is True
