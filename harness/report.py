@@ -48,7 +48,7 @@ from harness.formatting import (
 from harness.options import InputError
 from harness.protocol import Plan
 from harness.run import summarize
-from harness.stats import finished, numeric_column
+from harness.stats import finished, numeric_column, pairs_for_level, range_coverage
 from harness.tables import ENV, RunFolder, Summaries
 
 REPORT_NAME = "report.md"
@@ -75,7 +75,6 @@ TIER_CAVEATS: dict[str, tuple[str, str]] = {
     ),
 }
 DIAGNOSTIC_TIERS = frozenset({"stages"})
-FEW_PAIRS = 5
 
 
 def _text(value: Any) -> str:
@@ -310,11 +309,14 @@ def caveats(run: LoadedRun) -> list[Caveat]:
             f"The working tree had changes against {_code(run.env.get('git_revision'))} when the run started.",
         ))
     if not claims.empty:
-        few = int(claims["pairs"].min())
-        if few < FEW_PAIRS:
+        few, level = int(claims["pairs"].min()), float(claims["ci_level"].iloc[0])
+        if range_coverage(few) < level:
             out.append(Caveat(
-                f"few pairs: {few} per claim, so the interval is coarse.",
-                "A bootstrap interval of the median can only fall on (midpoints of) the observed reductions.",
+                f"few pairs: {few} per claim, so the stated {100 * level:.0f}% interval is nominal.",
+                "A bootstrap interval of the median never leaves the range of the observed reductions, and with "
+                f"{few} pairs even that range covers the true median with probability only "
+                f"{100 * range_coverage(few):.1f}% (1 − 2·0.5^{few}, distribution-free); {pairs_for_level(level)} "
+                f"pairs are the fewest that can reach {100 * level:.0f}%.",
             ))
     if plan.bar is None:
         out.append(Caveat("no bar set (`--bar`): the claims carry no verdict."))

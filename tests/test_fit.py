@@ -82,6 +82,7 @@ def test_pair_embedded_end_to_end(tmp_path: Path, capsys) -> None:
     claim = folder.file("claim.txt").read_text()
     assert claim.startswith("Baseline median ") and "The paired reduction median is" in claim
     assert "verdict against the 8% bar:" in claim and "1 warm-up fit(s) discarded, then 2 pair(s)" in claim
+    assert "With 2 pairs the interval is nominal" in claim and "probability only 50.0%" in claim
     assert "Environment: " in claim
     assert "Baseline median " in out  # the claim is shown on the console too
     report = folder.file("report.md").read_text()

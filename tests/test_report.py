@@ -144,6 +144,8 @@ def test_report_has_every_section_and_both_plots(claim_run: RunFolder) -> None:
         assert phrase in text, phrase
     assert "| peak allocated (median) | peak reserved (median) |" in text
     assert "short fit: no accuracy claim" in text
+    assert "few pairs: 3 per claim, so the stated 95% interval is nominal." in text
+    assert "covers the true median with probability only 75.0%" in text and "6 pairs are the fewest" in text
     assert "None: every logged trial finished." in text
     for name in ("timeline.png", "reductions.png"):
         png = claim_run.path / "report-figures" / name

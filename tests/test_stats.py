@@ -102,6 +102,29 @@ def test_bootstrap_is_seeded_and_brackets_the_median() -> None:
     assert values.min() <= first[0] and first[1] <= values.max()
 
 
+@pytest.mark.parametrize("pairs", [1, 2, 3, 5, 6])
+def test_range_coverage_matches_simulation(pairs: int) -> None:
+    """How often [min, max] of n draws covers the true median, simulated on a skewed law (median log 2)."""
+    rng = np.random.default_rng(pairs)
+    draws = rng.exponential(size=(200_000, pairs))
+    median = math.log(2.0)
+    covered = (draws.min(axis=1) <= median) & (median <= draws.max(axis=1))
+    assert abs(covered.mean() - stats.range_coverage(pairs)) < 0.005  # binomial s.e. of the mean ≤ 0.0012
+
+
+def test_three_pairs_cannot_reach_the_stated_level() -> None:
+    """With 3 pairs the bootstrap interval is the observed range: 75% coverage, not 95%; 6 pairs can reach 95%."""
+    values = np.array([0.3313, 0.3712, 0.3984])
+    assert stats.bootstrap_median_interval(values) == (values.min(), values.max())
+    assert stats.range_coverage(3) == 0.75
+    assert stats.pairs_for_level(0.95) == 6 and stats.range_coverage(5) < 0.95 <= stats.range_coverage(6)
+    table = stats.claim_table(
+        pd.DataFrame({"case": "c", "arm": "cand", "baseline_arm": "base", "reduction": values}),
+        stats.ClaimSettings(bar_percent=60),
+    )
+    assert table["range_coverage"].iloc[0] == 0.75 and table["verdict"].iloc[0] == "fails"
+
+
 def test_interrupted_round_is_left_out_of_pairs() -> None:
     frame = trials([
         (0, "baseline", "baseline", "ok", 10.0, "measured"),

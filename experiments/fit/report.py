@@ -243,6 +243,7 @@ def claim_text(folder: RunFolder) -> str:
             f"{100 * float(claim['ci_level']):.0f}% interval of the median reduction "
             f"{format_interval(claim['ci_low'], claim['ci_high'])} ({claim['ci_method']}, {int(claim['pairs'])} "
             f"pairs); {verdict}."
+            + _nominal_note(int(claim["pairs"]), float(claim["ci_level"]))
         )
     lines.append(
         f"Protocol: {plan.warmup} warm-up fit(s) discarded, then {plan.pairs} pair(s) in {plan.order} order "
@@ -251,6 +252,19 @@ def claim_text(folder: RunFolder) -> str:
     )
     lines.append(_environment_line(env))
     return "\n".join(lines) + "\n"
+
+
+def _nominal_note(pairs: int, level: float) -> str:
+    """What a small number of pairs does to the stated level (empty where it can be attained)."""
+    from harness.stats import range_coverage
+
+    coverage = range_coverage(pairs)
+    if coverage >= level:
+        return ""
+    return (
+        f" With {pairs} pairs the interval is nominal: even the range of the reductions covers the true median "
+        f"with probability only {100 * coverage:.1f}% (distribution-free)."
+    )
 
 
 def finish(folder: RunFolder, echo: Any = print) -> Path:
