@@ -88,6 +88,9 @@ def test_pair_embedded_end_to_end(tmp_path: Path, capsys) -> None:
     report = folder.file("report.md").read_text()
     assert "### Fit settings" in report and "4 = 2 epochs × 2 iterations (8 images / batch 4)" in report
     assert "### Per-trial figures" in report
+    folder.file("claim.txt").write_text("stale")  # `bench report` regenerates the claim from the log too
+    assert main(["report", str(folder.path)]) == 0
+    assert folder.file("claim.txt").read_text() == claim
 
 
 @pytest.mark.slow

@@ -3,7 +3,8 @@
 ``sections`` is the tier's report section (``plan.sections``): the fit settings and how steps map to epochs,
 per-arm medians of the trial's own figures, and — in a ``--stages`` run — each stage's share of the fit and
 the ceiling it puts on the whole-fit saving. ``finish`` runs when a ``bench pair`` command ends: it prints the
-claim (or, for a stages run, the shares) and writes it into the run folder as ``claim.txt``.
+claim (or, for a stages run, the shares) and writes it into the run folder as ``claim.txt`` (which the report
+section rewrites too, so ``bench report`` refreshes it).
 
 Everything here is derived from the run folder alone, so it can be regenerated at any time.
 """
@@ -187,8 +188,10 @@ def _stages_text(folder: RunFolder, plan: Plan, trials: pd.DataFrame, figures_di
 
 
 def sections(folder: RunFolder, summaries: Summaries, figures_dir: Path) -> str:
-    """The tier's report section (named in ``plan.sections``)."""
+    """The tier's report section (named in ``plan.sections``); it refreshes ``claim.txt`` too, so that
+    ``bench report`` regenerates everything a fit run folder shows from its log."""
     plan = Plan.from_json(folder.read_json("plan.json"))
+    write_claim(folder)
     lines = _settings_text(plan) + _figures_text(plan, summaries.trials)
     if FitSettings.from_options(plan.options).stages:
         lines += _stages_text(folder, plan, summaries.trials, figures_dir)
@@ -267,12 +270,17 @@ def _nominal_note(pairs: int, level: float) -> str:
     )
 
 
-def finish(folder: RunFolder, echo: Any = print) -> Path:
-    """Write ``claim.txt`` into the run folder and show it (called when a ``bench pair`` command ends)."""
+def write_claim(folder: RunFolder) -> str:
+    """Write ``claim.txt`` from the run folder alone (atomically) and return its text."""
     text = claim_text(folder)
     path = folder.file(CLAIM_FILE)
     tmp = path.with_suffix(".txt.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
-    echo(text.rstrip())
-    return path
+    return text
+
+
+def finish(folder: RunFolder, echo: Any = print) -> Path:
+    """Write ``claim.txt`` into the run folder and show it (called when a ``bench pair`` command ends)."""
+    echo(write_claim(folder).rstrip())
+    return folder.file(CLAIM_FILE)
