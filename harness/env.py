@@ -113,6 +113,21 @@ def _package_version(name: str) -> str | None:
         return None
 
 
+def _own_version() -> str | None:
+    """musgd-bench's version: the installed metadata, else the ``pyproject.toml`` of the tree that runs (a
+    copy run from ``PYTHONPATH``, as on the GPU machine, is not installed)."""
+    installed = _package_version("musgd-bench")
+    if installed is not None:
+        return installed
+    import tomllib
+
+    try:
+        with open(project_root() / "pyproject.toml", "rb") as handle:
+            return str(tomllib.load(handle)["project"]["version"])
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return None
+
+
 def collect(touch_device: bool = True) -> dict[str, Any]:
     """The fingerprint of this process's machine and settings, as JSON-ready values.
 
@@ -149,7 +164,7 @@ def collect(touch_device: bool = True) -> dict[str, Any]:
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
         "ultralytics": _package_version("ultralytics"),
-        "musgd_bench": _package_version("musgd-bench"),
+        "musgd_bench": _own_version(),
         **_git(project_root()),
         "gpus_start": gpus,
         "gpus_end": None,

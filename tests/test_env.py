@@ -85,3 +85,12 @@ def test_a_given_revision_wins_over_a_stale_git(monkeypatch) -> None:
     monkeypatch.setenv("BENCH_GIT_DIRTY", "1")
     record = env.collect()
     assert record["git_revision"] == "c" * 40 and record["git_dirty"] is True
+
+
+def test_an_uninstalled_tree_reads_its_version_from_pyproject(monkeypatch) -> None:
+    """Run from PYTHONPATH (the GPU machine's way) there is no package metadata: the tree's own pyproject says."""
+    import tomllib
+
+    expected = tomllib.loads((env.project_root() / "pyproject.toml").read_text())["project"]["version"]
+    monkeypatch.setattr(env, "_package_version", lambda name: None)
+    assert env.collect(touch_device=False)["musgd_bench"] == expected
