@@ -41,7 +41,9 @@ WarmupOption = Annotated[int, typer.Option(help="Warm-up trials per case (altern
 PairsOption = Annotated[int, typer.Option(help="Measured pairs (rounds) per case, in counterbalanced order.")]
 OrderOption = Annotated[str, typer.Option(help="Arm order within pairs: alternate (AB, BA, …) or random (seeded).")]
 SeedOption = Annotated[int, typer.Option(help="Seed for data, random order and the bootstrap.")]
-BarOption = Annotated[float | None, typer.Option(help="The bar, in percent, the paired reduction must clear (e.g. 8).")]
+BarOption = Annotated[float | None, typer.Option(
+    help="The bar, in percent, the paired reduction must clear (e.g. 8); with --control, the tolerance ±bar "
+    "the A/A difference must stay within (e.g. 1).")]
 DeviceOption = Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")]
 BudgetOption = Annotated[str | None, typer.Option(help="Device-memory cap emulated on a larger card, e.g. 24GiB or 800MiB.")]
 ControlOption = Annotated[bool, typer.Option("--control", help="A/A control: run the first arm against itself.")]

@@ -127,9 +127,12 @@ def check_budget_fits(budget: int | None, device: str) -> int | None:
     return budget
 
 
-def check_bar(bar: float | None) -> float | None:
+def check_bar(bar: float | None, control: bool = False) -> float | None:
+    """A claim's bar in percent; with ``control``, the A/A tolerance ±bar, so it must be positive."""
     if bar is not None and (not math.isfinite(bar) or not -100 < bar < 100):
         raise InputError(f"--bar {bar} is not a percentage; use a number between -100 and 100, e.g. 8")
+    if control and bar is not None and bar <= 0:
+        raise InputError(f"--bar {bar} with --control is the A/A tolerance ±bar; use a positive percentage, e.g. 1")
     return bar
 
 
@@ -154,7 +157,7 @@ def protocol_options(
         pairs=check_positive("--pairs", pairs),
         order=check_choice("--order", order, ORDERS),
         seed=check_non_negative("--seed", seed),
-        bar=check_bar(bar),
+        bar=check_bar(bar, control),
         device=device,
         budget=budget_bytes,
         control=control,

@@ -252,9 +252,9 @@ def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: 
         finite = finite[np.isfinite(finite)]
         lows = claims["ci_low"].to_numpy(dtype=float) if not claims.empty else np.array([])
         highs = claims["ci_high"].to_numpy(dtype=float) if not claims.empty else np.array([])
-        bar = plan.bar / 100 if plan.bar is not None else None
-        span_values = np.concatenate([finite, lows[np.isfinite(lows)], highs[np.isfinite(highs)], [0.0]]
-                                     + ([[bar]] if bar is not None else []))
+        # The bar's dashed line(s): a claim's bar, or an A/A control's tolerance at ±bar.
+        lines = [] if plan.bar is None else ([-plan.bar / 100, plan.bar / 100] if plan.control else [plan.bar / 100])
+        span_values = np.concatenate([finite, lows[np.isfinite(lows)], highs[np.isfinite(highs)], [0.0], lines])
         left, right = float(span_values.min()), float(span_values.max())
         pad = max(0.02, 0.08 * (right - left))
         left, right = left - pad, right + pad
@@ -283,8 +283,8 @@ def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: 
                     ax.scatter([left], [y + 0.3], marker="<", color=INTERVAL_COLOR, s=80, zorder=2, clip_on=False)
             if math.isfinite(median):
                 ax.plot([median, median], [y - 0.25, y + 0.38], color="#000000", linewidth=3, zorder=4)
-        if bar is not None:
-            ax.axvline(bar, color=BAR.color, linestyle="--", linewidth=2)
+        for line in lines:
+            ax.axvline(line, color=BAR.color, linestyle="--", linewidth=2)
         ax.axvline(0.0, color="#555555", linewidth=1)
         ax.set_xlim(left, right)
         ax.set_ylim(len(keys) - 0.45, -0.55)
@@ -300,9 +300,9 @@ def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: 
             Line2D([], [], color="#000000", linewidth=3, label="median"),
             Line2D([], [], color=INTERVAL_COLOR, linewidth=5, label=f"{100 * level:.0f}% bootstrap interval"),
         ]
-        if bar is not None:
-            handles.append(Line2D([], [], color=BAR.color, linestyle="--", linewidth=2,
-                                  label=f"bar {plan.bar:g}%"))
+        if lines:
+            label = f"tolerance ±{plan.bar:g}%" if plan.control else f"bar {plan.bar:g}%"
+            handles.append(Line2D([], [], color=BAR.color, linestyle="--", linewidth=2, label=label))
         if any_failed:
             handles.append(Line2D([], [], linestyle="", marker=FAILED.marker, color=FAILED.color, markersize=10,
                                   markeredgewidth=2.5, label="arm failed (−∞)"))

@@ -253,7 +253,10 @@ def is_interrupted(plan: Plan, trials: pd.DataFrame) -> bool:
 
 
 def _bar_text(plan: Plan) -> str:
-    return f"{plan.bar:g}%" if plan.bar is not None else "none"
+    """The bar as the tables show it; an A/A control's is a tolerance, ±bar."""
+    if plan.bar is None:
+        return "none"
+    return f"±{plan.bar:g}%" if plan.control else f"{plan.bar:g}%"
 
 
 def _plural(count: int, word: str) -> str:
@@ -606,12 +609,18 @@ def _protocol(run: LoadedRun) -> list[str]:
         else "none"
     )
     level = _level([run])
-    bar = (
-        f"the verdict against the {plan.bar:g}% bar is `clears` when the whole interval lies above it, `fails` when "
-        "it lies wholly below, `ambiguous` when it straddles it"
-        if plan.bar is not None
-        else "no bar was set, so there is no verdict"
-    )
+    if plan.bar is None:
+        bar = "no bar was set, so there is no verdict"
+    elif plan.control:
+        bar = (
+            f"the A/A verdict against the ±{plan.bar:g}% tolerance is `within` when the whole interval lies inside "
+            "it, `outside` when it lies wholly beyond it, `ambiguous` otherwise"
+        )
+    else:
+        bar = (
+            f"the verdict against the {plan.bar:g}% bar is `clears` when the whole interval lies above it, `fails` "
+            "when it lies wholly below, `ambiguous` when it straddles it"
+        )
     design = [
         f"Arms: {_describe_arms(plan)}.",
         f"Cases: {_describe_cases(plan)}.",
@@ -708,10 +717,13 @@ def _verdict(run: LoadedRun) -> list[str]:
     for _, c in claims.iterrows():
         interval = f"the {100 * float(c['ci_level']):.0f}% interval {format_interval(c['ci_low'], c['ci_high'])}"
         verdict = str(c["verdict"])
+        limit = f"the {_bar_text(plan)} " + ("tolerance" if plan.control else "bar")
         explanation = {
-            "clears": f"{interval} lies wholly above the {_bar_text(plan)} bar",
-            "fails": f"{interval} lies wholly below the {_bar_text(plan)} bar",
-            "ambiguous": f"{interval} straddles the {_bar_text(plan)} bar: more pairs or less noise are needed to decide",
+            "clears": f"{interval} lies wholly above {limit}",
+            "fails": f"{interval} lies wholly below {limit}",
+            "within": f"{interval} lies inside {limit}: the noise floor is within it",
+            "outside": f"{interval} lies wholly beyond {limit}: the arms differ by more than it",
+            "ambiguous": f"{interval} straddles {limit}: more pairs or less noise are needed to decide",
             "no bar": f"no bar was set (`--bar`); {interval} is shown for reference",
             "no pairs": "no complete pair",
         }.get(verdict, interval)
@@ -777,7 +789,8 @@ def _plots(run: LoadedRun) -> list[str]:
     lines += [
         "", markdown_image(reductions, f"{plan.tier}: paired reductions"), "",
         "Paired reductions: one point per pair, the black tick is the median, the thick grey line the bootstrap "
-        "interval" + (", the dashed line the bar" if plan.bar is not None else "") + "; right of zero is faster.",
+        "interval" + ("" if plan.bar is None else ", the dashed lines the tolerance" if plan.control
+                      else ", the dashed line the bar") + "; right of zero is faster.",
     ]
     return lines
 

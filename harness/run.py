@@ -33,7 +33,7 @@ def new_run_folder(runs_root: str | Path, tier: str) -> RunFolder:
 def summarize(folder: RunFolder) -> tuple[Plan, Summaries]:
     """The plan and the summaries of a run folder, recomputed from its log (and written as CSV)."""
     plan = Plan.from_json(folder.read_json(PLAN))
-    return plan, write_summaries(folder, plan.bar, plan.seed, plan.pairs)
+    return plan, write_summaries(folder, plan.bar, plan.seed, plan.pairs, plan.control)
 
 
 def start_run(

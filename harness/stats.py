@@ -156,12 +156,20 @@ def pairs_for_level(level: float = CONFIDENCE) -> int:
     return max(1, math.ceil(math.log2(2.0 / (1.0 - level)) - 1e-12))
 
 
-def verdict(low: float, high: float, bar: float | None) -> str:
-    """``clears`` / ``fails`` / ``ambiguous`` for an interval [low, high] against a bar (fractions)."""
+def verdict(low: float, high: float, bar: float | None, control: bool = False) -> str:
+    """The verdict of an interval [low, high] (fractions). A claim against a bar: ``clears`` / ``fails`` /
+    ``ambiguous``. An A/A control against a tolerance of ±bar: ``within`` (the interval lies inside it),
+    ``outside`` (wholly beyond it on one side) or ``ambiguous``."""
     if bar is None:
         return "no bar"
     if math.isnan(low) or math.isnan(high):
         return "no pairs"
+    if control:
+        if -bar <= low and high <= bar:
+            return "within"
+        if low > bar or high < -bar:
+            return "outside"
+        return "ambiguous"
     if low > bar:
         return "clears"
     if high < bar:
@@ -171,9 +179,10 @@ def verdict(low: float, high: float, bar: float | None) -> str:
 
 @dataclass(frozen=True)
 class ClaimSettings:
-    bar_percent: float | None
+    bar_percent: float | None  # with ``control``, the A/A tolerance ±bar
     seed: int = 0
     level: float = CONFIDENCE
+    control: bool = False
 
 
 def claim_table(pairs: pd.DataFrame, settings: ClaimSettings, planned_pairs: int | None = None) -> pd.DataFrame:
@@ -205,7 +214,7 @@ def claim_table(pairs: pd.DataFrame, settings: ClaimSettings, planned_pairs: int
                 "ci_method": CI_METHOD,
                 "range_coverage": range_coverage(len(values)),
                 "bar": bar,
-                "verdict": verdict(low, high, bar),
+                "verdict": verdict(low, high, bar, settings.control),
             }
         )
     return pd.DataFrame(out, columns=columns)

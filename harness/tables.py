@@ -137,12 +137,14 @@ class Summaries:
         self.trials, self.arms, self.pairs, self.claims = trials, arms, pairs, claims
 
 
-def write_summaries(folder: RunFolder, bar_percent: float | None, seed: int, planned_pairs: int) -> Summaries:
+def write_summaries(
+    folder: RunFolder, bar_percent: float | None, seed: int, planned_pairs: int, control: bool = False
+) -> Summaries:
     """Read the log, compute every summary once, and write the four CSVs."""
     trials = folder.trials()
     arms = stats.arm_table(trials)
     pairs = stats.pair_table(trials)
-    claims = stats.claim_table(pairs, stats.ClaimSettings(bar_percent, seed), planned_pairs)
+    claims = stats.claim_table(pairs, stats.ClaimSettings(bar_percent, seed, control=control), planned_pairs)
     for name, frame in ((TRIALS_CSV, trials), (ARMS_CSV, arms), (PAIRS_CSV, pairs), (CLAIMS_CSV, claims)):
         folder.write_csv(name, frame)
     return Summaries(trials, arms, pairs, claims)

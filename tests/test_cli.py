@@ -69,6 +69,7 @@ def test_unknown_command_is_exit_2() -> None:
         ({"arms": "baseline,,candidate"}, "no empty items"),
         ({"arms": "baseline,baseline"}, "names an arm twice"),
         ({"bar": 250.0}, "between -100 and 100"),
+        ({"bar": -1.0, "control": True}, "--bar -1.0 with --control is the A/A tolerance ±bar; use a positive"),
     ],
 )
 def test_protocol_options_refuse_bad_values(kwargs: dict, message: str) -> None:

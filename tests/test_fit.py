@@ -94,6 +94,19 @@ def test_pair_embedded_end_to_end(tmp_path: Path, capsys) -> None:
 
 
 @pytest.mark.slow
+def test_an_aa_control_fit_is_judged_against_its_tolerance(tmp_path: Path) -> None:
+    """`--control --bar 50`: the baseline against itself, its claim a noise floor judged against ±50%."""
+    assert main(["pair", *TINY, "--arms", "baseline", "--control", "--bar", "50", "--warmup", "0", "--pairs", "1",
+                 "--out", str(tmp_path)]) == 0
+    folder = only_run(tmp_path)
+    assert {r["optimizer_class"] for r in folder.rows()} == {"optimizers.musgd.MuSGD"}
+    claim = folder.file("claim.txt").read_text()
+    assert claim.startswith("A/A control (noise floor): Baseline median ")
+    (verdict,) = {line.split("tolerance: ")[1].split(".")[0] for line in claim.splitlines() if "tolerance: " in line}
+    assert "A/A verdict against the ±50% tolerance: " in claim and verdict in {"within", "outside", "ambiguous"}
+
+
+@pytest.mark.slow
 def test_stages_run_attributes_the_whole_fit(tmp_path: Path, capsys) -> None:
     """`--stages` is its own diagnostic run: the stages add up to the fit, and the ceiling is stated."""
     assert main(["pair", *TINY, "--stages", "--warmup", "0", "--pairs", "1", "--out", str(tmp_path)]) == 0

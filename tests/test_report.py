@@ -216,6 +216,9 @@ def test_a_control_says_it_is_the_noise_floor(tmp_path: Path) -> None:
     assert "A/A control: it measures the noise floor, not a speed-up." in text
     assert "The first arm ran against itself" in text and "median difference" in text
     assert "This run is an A/A control" in text
+    # The plan's --bar 8 is, for a control, the tolerance ±8%: the differences (≤ 1%) lie inside it.
+    assert "the A/A verdict against the ±8% tolerance is `within` when the whole interval lies inside it" in text
+    assert "| ±8% | **within** |" in text and "lies inside the ±8% tolerance: the noise floor is within it" in text
 
 
 def test_an_interrupted_run_says_how_far_it_got(tmp_path: Path) -> None:

@@ -85,6 +85,16 @@ def test_verdict_three_outcomes(low: float, high: float, bar: float | None, expe
     assert stats.verdict(low, high, bar) == expected
 
 
+@pytest.mark.parametrize(
+    ("low", "high", "expected"),
+    [(-0.004, 0.009, "within"), (-0.01, 0.01, "within"), (-0.1363, -0.0123, "outside"), (0.02, 0.05, "outside"),
+     (-0.05, 0.005, "ambiguous"), (-0.02, 0.02, "ambiguous"), (-math.inf, -0.02, "outside")],
+)
+def test_a_control_is_judged_against_a_tolerance(low: float, high: float, expected: str) -> None:
+    """An A/A control's --bar is a tolerance ±bar: inside it, wholly beyond it, or neither."""
+    assert stats.verdict(low, high, 0.01, control=True) == expected
+
+
 def test_clear_win_clears_and_clear_loss_fails() -> None:
     rows = []
     for r, (b, c) in enumerate([(100, 80), (101, 81), (99, 79), (100, 79), (102, 82)]):

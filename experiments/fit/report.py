@@ -237,10 +237,12 @@ def claim_text(folder: RunFolder) -> str:
         if settings.stages:
             continue
         kind = "A/A control (noise floor): " if plan.control else ""
-        verdict = (
-            f"verdict against the {plan.bar:g}% bar: {claim['verdict']}" if plan.bar is not None
-            else "no bar set (--bar), so no verdict"
-        )
+        if plan.bar is None:
+            verdict = "no bar set (--bar), so no verdict"
+        elif plan.control:
+            verdict = f"A/A verdict against the ±{plan.bar:g}% tolerance: {claim['verdict']}"
+        else:
+            verdict = f"verdict against the {plan.bar:g}% bar: {claim['verdict']}"
         lines.append(f"{kind}{claim_sentence(plan, summaries, case, arm)}")
         lines.append(
             f"{100 * float(claim['ci_level']):.0f}% interval of the median reduction "
