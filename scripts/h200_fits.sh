@@ -3,7 +3,8 @@
 #   BENCH_GIT_REVISION=<sha> bash scripts/h200_fits.sh STEP...
 # STEP is one of
 #   tests     pytest -m cuda (every CUDA test, the fit tier's included) -> $OUT/cuda-tests.log
-#   control   A/A control: baseline against itself, YOLO26n 640 px b4 bf16, 128 steps, 2 warm-ups, 3 pairs
+#   control   A/A control: baseline against itself, YOLO26n 640 px b4 bf16, 128 steps, 2 warm-ups, 3 pairs, ±1%
+#             (the 2026-11-29 run predates --bar for controls and ran without it)
 #   upstream  candidate against upstream 8.4.190 MuSGD, the claim's settings (384 steps), 2 warm-ups, 3 pairs
 #   stages    the --stages diagnostic for upstream and candidate (384 steps, 1 pair): what bounds the upstream claim
 # A fit step starts its run under runs/<step>/, or resumes the one there (carry `runs` back between calls when
@@ -30,7 +31,7 @@ fit() {  # fit NAME START-OPTIONS...: start runs/NAME's run, or resume it, stopp
 for step in "$@"; do
   case $step in
     tests) set -o pipefail; python3 -m pytest -q -m cuda -rs 2>&1 | tee "$OUT/cuda-tests.log"; echo "tests rc=$?" ;;
-    control) fit control --arms baseline --control --steps 128 --warmup 2 --pairs 3 ;;
+    control) fit control --arms baseline --control --bar 1 --steps 128 --warmup 2 --pairs 3 ;;
     upstream) fit upstream --arms upstream,candidate --steps 384 --warmup 2 --pairs 3 --bar 20 ;;
     stages) fit stages --arms upstream,candidate --steps 384 --stages --warmup 0 --pairs 1 ;;
     *) echo "unknown step $step (tests, control, upstream, stages)"; exit 2 ;;
