@@ -38,6 +38,11 @@ def format_value(value: Any, unit: str) -> str:
     return text if text in ("n/a", "failed", "-∞") or not unit else f"{text} {unit}"
 
 
+def format_limit(bar_percent: float, control: bool) -> str:
+    """What a verdict is judged against: ``the 8% bar``, or for an A/A control ``the ±1% tolerance``."""
+    return f"the ±{bar_percent:g}% tolerance" if control else f"the {bar_percent:g}% bar"
+
+
 def format_range(low: Any, high: Any) -> str:
     """``88.765–89.646``."""
     return f"{format_number(low)}–{format_number(high)}"

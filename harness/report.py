@@ -38,6 +38,7 @@ from harness import plots
 from harness.formatting import (
     format_bytes,
     format_interval,
+    format_limit,
     format_number,
     format_percent,
     format_percent_range,
@@ -613,13 +614,13 @@ def _protocol(run: LoadedRun) -> list[str]:
         bar = "no bar was set, so there is no verdict"
     elif plan.control:
         bar = (
-            f"the A/A verdict against the ±{plan.bar:g}% tolerance is `within` when the whole interval lies inside "
-            "it, `outside` when it lies wholly beyond it, `ambiguous` otherwise"
+            f"the A/A verdict against {format_limit(plan.bar, True)} is `within` when the whole interval lies "
+            "inside it, `outside` when it lies wholly beyond it, `ambiguous` otherwise"
         )
     else:
         bar = (
-            f"the verdict against the {plan.bar:g}% bar is `clears` when the whole interval lies above it, `fails` "
-            "when it lies wholly below, `ambiguous` when it straddles it"
+            f"the verdict against {format_limit(plan.bar, False)} is `clears` when the whole interval lies above "
+            "it, `fails` when it lies wholly below, `ambiguous` when it straddles it"
         )
     design = [
         f"Arms: {_describe_arms(plan)}.",
@@ -717,7 +718,7 @@ def _verdict(run: LoadedRun) -> list[str]:
     for _, c in claims.iterrows():
         interval = f"the {100 * float(c['ci_level']):.0f}% interval {format_interval(c['ci_low'], c['ci_high'])}"
         verdict = str(c["verdict"])
-        limit = f"the {_bar_text(plan)} " + ("tolerance" if plan.control else "bar")
+        limit = "no bar" if plan.bar is None else format_limit(plan.bar, plan.control)
         explanation = {
             "clears": f"{interval} lies wholly above {limit}",
             "fails": f"{interval} lies wholly below {limit}",

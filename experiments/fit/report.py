@@ -191,7 +191,7 @@ def sections(folder: RunFolder, summaries: Summaries, figures_dir: Path) -> str:
     """The tier's report section (named in ``plan.sections``); it refreshes ``claim.txt`` too, so that
     ``bench report`` regenerates everything a fit run folder shows from its log."""
     plan = Plan.from_json(folder.read_json("plan.json"))
-    write_claim(folder)
+    write_claim(folder, plan, summaries)
     lines = _settings_text(plan) + _figures_text(plan, summaries.trials)
     if FitSettings.from_options(plan.options).stages:
         lines += _stages_text(folder, plan, summaries.trials, figures_dir)
@@ -218,12 +218,11 @@ def _environment_line(env: dict[str, Any]) -> str:
     return "Environment: " + ", ".join(parts) + "."
 
 
-def claim_text(folder: RunFolder) -> str:
+def claim_text(folder: RunFolder, plan: Plan, summaries: Summaries) -> str:
     """The claim of a paired run (or the stage shares of a stages run), as plain text."""
-    from harness.formatting import format_interval
+    from harness.formatting import format_interval, format_limit
     from harness.report import claim_sentence
 
-    plan, summaries = summarize(folder)
     settings = FitSettings.from_options(plan.options)
     env = folder.read_json(ENV) or {}
     lines: list[str] = []
@@ -237,12 +236,11 @@ def claim_text(folder: RunFolder) -> str:
         if settings.stages:
             continue
         kind = "A/A control (noise floor): " if plan.control else ""
-        if plan.bar is None:
-            verdict = "no bar set (--bar), so no verdict"
-        elif plan.control:
-            verdict = f"A/A verdict against the ±{plan.bar:g}% tolerance: {claim['verdict']}"
-        else:
-            verdict = f"verdict against the {plan.bar:g}% bar: {claim['verdict']}"
+        verdict = (
+            "no bar set (--bar), so no verdict" if plan.bar is None
+            else f"{'A/A ' if plan.control else ''}verdict against {format_limit(plan.bar, plan.control)}: "
+            f"{claim['verdict']}"
+        )
         lines.append(f"{kind}{claim_sentence(plan, summaries, case, arm)}")
         lines.append(
             f"{100 * float(claim['ci_level']):.0f}% interval of the median reduction "
@@ -272,9 +270,9 @@ def _nominal_note(pairs: int, level: float) -> str:
     )
 
 
-def write_claim(folder: RunFolder) -> str:
-    """Write ``claim.txt`` from the run folder alone (atomically) and return its text."""
-    text = claim_text(folder)
+def write_claim(folder: RunFolder, plan: Plan, summaries: Summaries) -> str:
+    """Write ``claim.txt`` (atomically) from the run's plan and summaries, and return its text."""
+    text = claim_text(folder, plan, summaries)
     path = folder.file(CLAIM_FILE)
     tmp = path.with_suffix(".txt.tmp")
     tmp.write_text(text, encoding="utf-8")
@@ -284,5 +282,5 @@ def write_claim(folder: RunFolder) -> str:
 
 def finish(folder: RunFolder, echo: Any = print) -> Path:
     """Write ``claim.txt`` into the run folder and show it (called when a ``bench pair`` command ends)."""
-    echo(write_claim(folder).rstrip())
+    echo(write_claim(folder, *summarize(folder)).rstrip())
     return folder.file(CLAIM_FILE)
