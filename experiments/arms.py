@@ -55,7 +55,9 @@ def resolve_optimizer(spec: str) -> type[torch.optim.Optimizer]:
     return optimizer_class
 
 
-def checked_optimizer(spec: str, option: str = "--arms", import_upstream: bool = True) -> type[torch.optim.Optimizer] | None:
+def checked_optimizer(
+    spec: str, option: str = "--arms", import_upstream: bool = True
+) -> type[torch.optim.Optimizer] | None:
     """The class an arm spec names, or ``InputError`` (one line, exit 2) naming the option that gave it.
 
     ``import_upstream=False`` only checks that ultralytics is installed for ``upstream`` (and returns None):
@@ -64,7 +66,9 @@ def checked_optimizer(spec: str, option: str = "--arms", import_upstream: bool =
     """
     if spec.strip() == "upstream" and not import_upstream:
         if importlib.util.find_spec("ultralytics") is None:
-            raise InputError(f"{option}: arm 'upstream' needs ultralytics; install the extra (pip install -e '.[ultralytics]')")
+            raise InputError(
+                f"{option}: arm 'upstream' needs ultralytics; install the extra (pip install -e '.[ultralytics]')"
+            )
         return None
     try:
         return resolve_optimizer(spec)

@@ -103,21 +103,25 @@ class Workload:
             self.model = embedded.SmallConvNet().to(device)
             self.images, self.labels = embedded.synthetic_images(64, embedded.DEFAULT_IMGSZ, settings.seed)
             self.images, self.labels = self.images.to(device), self.labels.to(device)
-            self.groups_of: Callable[[torch.nn.Module], list[dict[str, Any]]] = lambda m: embedded.build_param_groups(
-                m, embedded.LR0, embedded.MOMENTUM, embedded.WEIGHT_DECAY
+            self.groups_of: Callable[[torch.nn.Module], list[dict[str, Any]]] = lambda m: (
+                embedded.build_param_groups(m, embedded.LR0, embedded.MOMENTUM, embedded.WEIGHT_DECAY)
             )
             self.kwargs = {"muon": embedded.MUON_SCALE, "sgd": embedded.SGD_SCALE}
             self.name = "embedded fit workload (SmallConvNet, one real forward/backward per step)"
         else:
-            self.groups, self.kwargs = build_param_groups(settings.scale, device, torch.float32, settings.seed)
+            self.groups, self.kwargs = build_param_groups(
+                settings.scale, device, torch.float32, settings.seed
+            )
             self.name = f"YOLO26{settings.scale} parameter set, seeded synthetic gradients"
 
     def copy(self) -> Any:
         """A fresh, identical copy of the parameters (a model in fit mode, param groups otherwise)."""
         if self.settings.fit:
             return copy.deepcopy(self.model)
-        return [{**g, "params": [torch.nn.Parameter(p.detach().clone(), p.requires_grad) for p in g["params"]]}
-                for g in self.groups]
+        return [
+            {**g, "params": [torch.nn.Parameter(p.detach().clone(), p.requires_grad) for p in g["params"]]}
+            for g in self.groups
+        ]
 
     def groups_for(self, state: Any) -> list[dict[str, Any]]:
         return self.groups_of(state) if self.settings.fit else state
@@ -160,7 +164,9 @@ def ulp_sensitivity(matrix: torch.Tensor, trials: int = SENSITIVITY_TRIALS, seed
     return spread
 
 
-def update_bounds(optimizer: torch.optim.Optimizer, groups: list[dict[str, Any]], muon: float) -> dict[int, float]:
+def update_bounds(
+    optimizer: torch.optim.Optimizer, groups: list[dict[str, Any]], muon: float
+) -> dict[int, float]:
     """Per parameter (by position): lr·muon times the bf16 rounding of its Muon update; 0 without Muon.
 
     Computed from the baseline's own building blocks on a copy of the pre-step buffer: the update's largest
@@ -183,7 +189,9 @@ def update_bounds(optimizer: torch.optim.Optimizer, groups: list[dict[str, Any]]
 
 
 def _compare(
-    name: str, step: int, reference: tuple[torch.optim.Optimizer, list[torch.Tensor]],
+    name: str,
+    step: int,
+    reference: tuple[torch.optim.Optimizer, list[torch.Tensor]],
     other: tuple[torch.optim.Optimizer, list[torch.Tensor]],
 ) -> tuple[StepFigures, list[float]]:
     (ref_opt, ref_params), (other_opt, other_params) = reference, other
@@ -205,7 +213,9 @@ def _compare(
             buffers_total += 1
             other_buffer = other_state.get(key)
             buffers_equal += int(other_buffer is not None and torch.equal(ref_state[key], other_buffer))
-    figures = StepFigures(name, step, buffers_equal, buffers_total, params_equal, len(ref_params), max_abs, max_rel)
+    figures = StepFigures(
+        name, step, buffers_equal, buffers_total, params_equal, len(ref_params), max_abs, max_rel
+    )
     return figures, per_param
 
 
@@ -241,7 +251,10 @@ def run_parity(settings: ParitySettings) -> ParityResult:
                 figures.loss_bytes_equal = _same_bytes(losses[0], losses[1])
             result.steps.append(figures)
             if step == 1:
-                ratios = [d / b if b > 0 else (0.0 if d == 0 else math.inf) for d, b in zip(per_param, bounds.values(), strict=True)]
+                ratios = [
+                    d / b if b > 0 else (0.0 if d == 0 else math.inf)
+                    for d, b in zip(per_param, bounds.values(), strict=True)
+                ]
                 result.bound_worst_ratio[comparison] = max(ratios, default=0.0)
                 result.bound_largest = max(result.bound_largest, max(bounds.values(), default=0.0))
     _judge(result)
@@ -249,9 +262,10 @@ def run_parity(settings: ParitySettings) -> ParityResult:
 
 
 def _same_bytes(a: float, b: float) -> bool:
-    return torch.tensor(a, dtype=torch.float32).view(torch.int32).item() == torch.tensor(
-        b, dtype=torch.float32
-    ).view(torch.int32).item()
+    return (
+        torch.tensor(a, dtype=torch.float32).view(torch.int32).item()
+        == torch.tensor(b, dtype=torch.float32).view(torch.int32).item()
+    )
 
 
 def _judge(result: ParityResult) -> None:
@@ -262,7 +276,10 @@ def _judge(result: ParityResult) -> None:
         "control: parameters identical": control.params_equal == control.params_total,
         "control: buffers bit-equal": control.buffers_equal == control.buffers_total,
         "candidate: buffers bit-equal": candidate.buffers_equal == candidate.buffers_total,
-        "candidate: largest difference within lr·muon·bf16 rounding of the update": result.bound_worst_ratio["candidate"] <= 1.0,
+        "candidate: largest difference within lr·muon·bf16 rounding of the update": result.bound_worst_ratio[
+            "candidate"
+        ]
+        <= 1.0,
     }
     if control.loss_bytes_equal is not None:
         result.contract["control: loss bytes identical"] = bool(control.loss_bytes_equal)
@@ -349,7 +366,9 @@ def parity_markdown(result: ParityResult, record: dict[str, Any], command: str) 
             by_step.setdefault(f.step, {})[f.comparison] = f
         for step, pair in sorted(by_step.items()):
             c, k = pair["control"], pair["candidate"]
-            lines.append(f"| {step} | {_g(c.max_abs_diff)} | {_g(k.max_abs_diff)} | {k.buffers_equal} of {k.buffers_total} |")
+            lines.append(
+                f"| {step} | {_g(c.max_abs_diff)} | {_g(k.max_abs_diff)} | {k.buffers_equal} of {k.buffers_total} |"
+            )
         lines.append("")
     lines += [
         "## Environment",
@@ -358,8 +377,17 @@ def parity_markdown(result: ParityResult, record: dict[str, Any], command: str) 
         "| --- | --- |",
         *[
             f"| {key} | {'not recorded' if record.get(key) is None else record.get(key)} |"
-            for key in ("gpu_names", "driver_version", "cuda_runtime", "cudnn", "torch", "python", "cpu_model",
-                        "git_revision", "git_dirty")
+            for key in (
+                "gpu_names",
+                "driver_version",
+                "cuda_runtime",
+                "cudnn",
+                "torch",
+                "python",
+                "cpu_model",
+                "git_revision",
+                "git_dirty",
+            )
         ],
         "",
         "Not claimed: identical multi-step training. On the CPU the candidate keeps the baseline's per-parameter "

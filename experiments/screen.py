@@ -71,7 +71,11 @@ GUARD_ATTRIBUTE = "pad_guard"  # an optimizer class with this attribute has a pa
 NO_LIMIT = "none"
 NO_GUARD = "no-guard"  # the arm's class has no guard (not "n/a": pandas reads that as NaN)
 DEFAULT_GUARD = "default"  # the first arm of a guarded class runs at its class default
-DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
 FLOOR_WARMUP_STEPS = 2  # steps on the capture stream before capture (the state already exists by then)
 SUMMARY_CSV = "screen_summary.csv"
 CROSSOVER_PNG = "screen_crossover.png"
@@ -82,8 +86,17 @@ FLOOR_TARGET = 1.5  # candidate ≤ 1.5 × its own launch floor
 UPSTREAM_SPEEDUP_AT_N = 4.0  # candidate ≥ 4 × faster than upstream at n
 BOUND_SHARE = 0.8  # a step is 'bound' by host dispatch (or GPU time) when that explains ≥ 80% of it
 
-DEFAULTS = {"scales": "n,s,m,l,x", "guards": "0,256,512,none", "arms": "baseline,candidate", "steps": 10,
-            "repeats": 5, "warmup": 2, "warmup_trials": 1, "floor_replays": 20, "dtype": "float32"}
+DEFAULTS = {
+    "scales": "n,s,m,l,x",
+    "guards": "0,256,512,none",
+    "arms": "baseline,candidate",
+    "steps": 10,
+    "repeats": 5,
+    "warmup": 2,
+    "warmup_trials": 1,
+    "floor_replays": 20,
+    "dtype": "float32",
+}
 
 
 # --- options → plan ---------------------------------------------------------------------------------------
@@ -94,7 +107,9 @@ def parse_guard(text: str) -> int | None:
     if text.strip().lower() == NO_LIMIT:
         return None
     if not (text.strip().isascii() and text.strip().isdigit()):  # '²' is a digit to str.isdigit, not to int()
-        raise InputError(f"--guards: '{text}' is not a guard; use whole numbers ≥ 0 or 'none', e.g. 0,256,512,none")
+        raise InputError(
+            f"--guards: '{text}' is not a guard; use whole numbers ≥ 0 or 'none', e.g. 0,256,512,none"
+        )
     return int(text)
 
 
@@ -116,7 +131,9 @@ def parse_scales(text: str) -> list[str]:
     for scale in scales:
         check_choice("--scales", scale, workloads.SCALES)
     if len(set(scales)) != len(scales):
-        raise InputError(f"--scales '{text}' names a scale twice; name each of {', '.join(workloads.SCALES)} once")
+        raise InputError(
+            f"--scales '{text}' names a scale twice; name each of {', '.join(workloads.SCALES)} once"
+        )
     return scales
 
 
@@ -134,12 +151,20 @@ def build_cases(
     cases = []
     for scale in scales:
         first = arms[0]
-        case_arms = [Arm(first.label, "baseline", first.spec,
-                         {"guard": DEFAULT_GUARD if first.spec in guarded else NO_GUARD})]
+        case_arms = [
+            Arm(
+                first.label,
+                "baseline",
+                first.spec,
+                {"guard": DEFAULT_GUARD if first.spec in guarded else NO_GUARD},
+            )
+        ]
         for arm in arms[1:]:
             if arm.spec in guarded:
-                case_arms += [Arm(guard_label(arm.spec, g), "candidate", arm.spec, {"guard": guard_name(g)})
-                              for g in guards]
+                case_arms += [
+                    Arm(guard_label(arm.spec, g), "candidate", arm.spec, {"guard": guard_name(g)})
+                    for g in guards
+                ]
             else:
                 case_arms.append(Arm(arm.label, "candidate", arm.spec, {"guard": NO_GUARD}))
         cases.append(Case(scale, {"scale": scale, "model": f"yolo26{scale}"}, tuple(case_arms)))
@@ -250,7 +275,9 @@ class WorkloadCache:
         self.groups: list[dict[str, Any]] = []
         self.kwargs: dict[str, float] = {}
 
-    def fresh(self, scale: str, seed: int, dtype: torch.dtype, device: str) -> tuple[list[dict[str, Any]], dict]:
+    def fresh(
+        self, scale: str, seed: int, dtype: torch.dtype, device: str
+    ) -> tuple[list[dict[str, Any]], dict]:
         """New parameter tensors with gradients on ``device``, equal to the seeded workload's values."""
         key = (scale, seed, dtype)
         if key != self.key:
@@ -262,7 +289,9 @@ class WorkloadCache:
         for group in self.groups:
             params = []
             for source in group["params"]:
-                param = torch.nn.Parameter(source.detach().to(device, copy=True), requires_grad=source.requires_grad)
+                param = torch.nn.Parameter(
+                    source.detach().to(device, copy=True), requires_grad=source.requires_grad
+                )
                 if source.grad is not None:
                     param.grad = source.grad.to(device, copy=True)
                 params.append(param)
@@ -282,7 +311,9 @@ def make_trial_function(plan: Plan) -> TrialFunction:
     return trial
 
 
-def make_arm_optimizer(arm: Arm, groups: list[dict[str, Any]], kwargs: dict[str, float]) -> torch.optim.Optimizer:
+def make_arm_optimizer(
+    arm: Arm, groups: list[dict[str, Any]], kwargs: dict[str, float]
+) -> torch.optim.Optimizer:
     """The arm's optimizer over ``groups``, its guard (if the arm has one) set on this instance only.
 
     Setting the guard on the instance, before its first step, means no class attribute ever changes: the
@@ -300,7 +331,9 @@ def run_trial(
 ) -> dict[str, Any]:
     """Warm-up steps, the timed window, then the launch floor, on a fresh optimizer of ``arm``."""
     optimizer = make_arm_optimizer(arm, groups, kwargs)
-    guard_in_effect = guard_name(getattr(optimizer, GUARD_ATTRIBUTE)) if has_guard(type(optimizer)) else NO_GUARD
+    guard_in_effect = (
+        guard_name(getattr(optimizer, GUARD_ATTRIBUTE)) if has_guard(type(optimizer)) else NO_GUARD
+    )
     allocated_at_start = current_allocated(device)
     for _ in range(settings.warmup_steps):
         optimizer.step()
@@ -374,14 +407,22 @@ def _reason(exc: BaseException) -> str:
 def launch_floor(optimizer: torch.optim.Optimizer, device: str, replays: int) -> dict[str, Any]:
     """ms per replay of the captured step (``floor_ms``), or None with ``floor_note`` saying why."""
     if not is_cuda(device):
-        return {"floor_ms": None, "floor_note": "n/a: CPU (CUDA graphs need a CUDA device)", "floor_replays": 0}
+        return {
+            "floor_ms": None,
+            "floor_note": "n/a: CPU (CUDA graphs need a CUDA device)",
+            "floor_replays": 0,
+        }
     dev = torch.device(device)
     with torch.cuda.device(dev):
         try:
             graph = capture_step(optimizer, dev)
         except Exception as exc:  # noqa: BLE001 - a step that cannot be captured is a recorded fact
             torch.cuda.synchronize(dev)
-            return {"floor_ms": None, "floor_note": f"n/a: capture failed: {_reason(exc)}", "floor_replays": 0}
+            return {
+                "floor_ms": None,
+                "floor_note": f"n/a: capture failed: {_reason(exc)}",
+                "floor_replays": 0,
+            }
         try:
             graph.replay()  # the first replay uploads the graph; not timed
             with SyncTimer(dev) as bracket:
@@ -397,10 +438,29 @@ def launch_floor(optimizer: torch.optim.Optimizer, device: str, replays: int) ->
 # --- summary ----------------------------------------------------------------------------------------------
 
 SUMMARY_COLUMNS = [
-    "scale", "arm", "spec", "role", "guard", "trials", "failed", "ms_median", "ms_min", "ms_max",
-    "host_ms_median", "floor_ms_median", "floor_note", "over_floor", "extra_peak_bytes_median",
-    "extra_peak_bytes_max", "state_bytes_median", "peak_allocated_median", "reduction_vs_baseline_median",
-    "reduction_vs_baseline_min", "reduction_vs_baseline_max", "ci_low", "ci_high",
+    "scale",
+    "arm",
+    "spec",
+    "role",
+    "guard",
+    "trials",
+    "failed",
+    "ms_median",
+    "ms_min",
+    "ms_max",
+    "host_ms_median",
+    "floor_ms_median",
+    "floor_note",
+    "over_floor",
+    "extra_peak_bytes_median",
+    "extra_peak_bytes_max",
+    "state_bytes_median",
+    "peak_allocated_median",
+    "reduction_vs_baseline_median",
+    "reduction_vs_baseline_min",
+    "reduction_vs_baseline_max",
+    "ci_low",
+    "ci_high",
 ]
 
 
@@ -426,24 +486,39 @@ def summary_table(plan: Plan, summaries: Summaries) -> pd.DataFrame:
             notes = sorted({str(n) for n in mine.get("floor_note", pd.Series(dtype=str)).dropna() if str(n)})
             floor = _median(mine, "floor_ms")
             claim = claims.loc[key] if claims is not None and key in claims.index else None
-            rows.append({
-                "scale": case.label, "arm": arm.label, "spec": arm.spec, "role": arm.role,
-                "guard": arm.params.get("guard", NO_GUARD), "trials": int(spine["trials"]),
-                "failed": int(spine["failed"]), "ms_median": float(spine["median"]), "ms_min": float(spine["min"]),
-                "ms_max": float(spine["max"]), "host_ms_median": _median(mine, "host_ms"),
-                "floor_ms_median": floor, "floor_note": "; ".join(notes),
-                "over_floor": float(spine["median"]) / floor if floor and math.isfinite(floor) else math.nan,
-                "extra_peak_bytes_median": _median(mine, "extra_peak_bytes"),
-                "extra_peak_bytes_max": float(pd.to_numeric(mine["extra_peak_bytes"], errors="coerce").max())
-                if "extra_peak_bytes" in mine and len(mine) else math.nan,
-                "state_bytes_median": _median(mine, "state_bytes"),
-                "peak_allocated_median": _median(mine, "peak_allocated"),
-                "reduction_vs_baseline_median": float(claim["median"]) if claim is not None else math.nan,
-                "reduction_vs_baseline_min": float(claim["min"]) if claim is not None else math.nan,
-                "reduction_vs_baseline_max": float(claim["max"]) if claim is not None else math.nan,
-                "ci_low": float(claim["ci_low"]) if claim is not None else math.nan,
-                "ci_high": float(claim["ci_high"]) if claim is not None else math.nan,
-            })
+            rows.append(
+                {
+                    "scale": case.label,
+                    "arm": arm.label,
+                    "spec": arm.spec,
+                    "role": arm.role,
+                    "guard": arm.params.get("guard", NO_GUARD),
+                    "trials": int(spine["trials"]),
+                    "failed": int(spine["failed"]),
+                    "ms_median": float(spine["median"]),
+                    "ms_min": float(spine["min"]),
+                    "ms_max": float(spine["max"]),
+                    "host_ms_median": _median(mine, "host_ms"),
+                    "floor_ms_median": floor,
+                    "floor_note": "; ".join(notes),
+                    "over_floor": float(spine["median"]) / floor
+                    if floor and math.isfinite(floor)
+                    else math.nan,
+                    "extra_peak_bytes_median": _median(mine, "extra_peak_bytes"),
+                    "extra_peak_bytes_max": float(
+                        pd.to_numeric(mine["extra_peak_bytes"], errors="coerce").max()
+                    )
+                    if "extra_peak_bytes" in mine and len(mine)
+                    else math.nan,
+                    "state_bytes_median": _median(mine, "state_bytes"),
+                    "peak_allocated_median": _median(mine, "peak_allocated"),
+                    "reduction_vs_baseline_median": float(claim["median"]) if claim is not None else math.nan,
+                    "reduction_vs_baseline_min": float(claim["min"]) if claim is not None else math.nan,
+                    "reduction_vs_baseline_max": float(claim["max"]) if claim is not None else math.nan,
+                    "ci_low": float(claim["ci_low"]) if claim is not None else math.nan,
+                    "ci_high": float(claim["ci_high"]) if claim is not None else math.nan,
+                }
+            )
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
@@ -472,8 +547,10 @@ class Paired:
         if math.isinf(self.median) and self.median < 0:
             return f"{a} failed where {b} finished (paired median; {a} faster in {self.a_faster} of {self.rounds} rounds)"
         direction = "faster" if self.median > 0 else ("slower" if self.median < 0 else "no faster")
-        return (f"{a} {direction} than {b} by {format_percent(abs(self.median))} (paired median; {a} faster in "
-                f"{self.a_faster} of {self.rounds} rounds)")
+        return (
+            f"{a} {direction} than {b} by {format_percent(abs(self.median))} (paired median; {a} faster in "
+            f"{self.a_faster} of {self.rounds} rounds)"
+        )
 
 
 def paired(trials: pd.DataFrame, scale: str, a: str, b: str) -> Paired:
@@ -486,7 +563,9 @@ def paired(trials: pd.DataFrame, scale: str, a: str, b: str) -> Paired:
     if a not in values or b not in values:
         return Paired(0, 0, math.nan)
     both = values[[a, b]].dropna()
-    reductions = np.array([stats.reduction(float(rb), float(ra)) for ra, rb in zip(both[a], both[b], strict=True)])
+    reductions = np.array(
+        [stats.reduction(float(rb), float(ra)) for ra, rb in zip(both[a], both[b], strict=True)]
+    )
     if not len(reductions):
         return Paired(0, 0, math.nan)
     return Paired(len(reductions), int((reductions > 0).sum()), float(np.median(reductions)))
@@ -497,9 +576,13 @@ def bound_by(ms: float, host_ms: float, floor_ms: float) -> str:
     if math.isfinite(floor_ms) and floor_ms >= BOUND_SHARE * ms:
         return f"GPU time (launch-free floor {format_number(floor_ms)} ms is ≥ {BOUND_SHARE:.0%} of the step)"
     if math.isfinite(host_ms) and host_ms >= BOUND_SHARE * ms:
-        return f"host dispatch ({format_number(host_ms)} ms of host time per step is ≥ {BOUND_SHARE:.0%} of it)"
-    return (f"neither alone (host dispatch {format_number(host_ms)} ms, floor {format_number(floor_ms)} ms per "
-            f"{format_number(ms)} ms step)")
+        return (
+            f"host dispatch ({format_number(host_ms)} ms of host time per step is ≥ {BOUND_SHARE:.0%} of it)"
+        )
+    return (
+        f"neither alone (host dispatch {format_number(host_ms)} ms, floor {format_number(floor_ms)} ms per "
+        f"{format_number(ms)} ms step)"
+    )
 
 
 def memory_bound(table: pd.DataFrame, scale: str, candidate: str) -> str:
@@ -508,8 +591,10 @@ def memory_bound(table: pd.DataFrame, scale: str, candidate: str) -> str:
     exact = _row(table, scale, guard_label(spec, 0)) if guard and guard != "0" else None
     if exact is None or not math.isfinite(float(exact["extra_peak_bytes_median"])):
         return "memory, not time (no exact-shape arm to compare with)"
-    return (f"memory, not time: with exact shapes (g0) the step takes {format_bytes(exact['extra_peak_bytes_median'])}, "
-            "so padding accounts for the rest")
+    return (
+        f"memory, not time: with exact shapes (g0) the step takes {format_bytes(exact['extra_peak_bytes_median'])}, "
+        "so padding accounts for the rest"
+    )
 
 
 def _row(table: pd.DataFrame, scale: str, arm: str) -> pd.Series | None:
@@ -521,7 +606,9 @@ def _ms(row: pd.Series | None) -> float:
     return math.nan if row is None else float(row["ms_median"])
 
 
-def guard_analysis(plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, spec: str) -> tuple[list[str], str | None]:
+def guard_analysis(
+    plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, spec: str
+) -> tuple[list[str], str | None]:
     """Markdown lines on where padding stops paying for ``spec``, and the guard the data supports."""
     guards = list(plan.options["guards"])
     labels = {g: guard_label(spec, parse_guard(g)) for g in guards}
@@ -536,36 +623,56 @@ def guard_analysis(plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, spec: 
         fastest = min(finite, key=finite.get)
         best_by_scale[scale] = finite[fastest]
         runner_up = min((g for g in finite if g != fastest), key=finite.get, default=None)
-        versus = paired(trials, scale, labels[fastest], labels[runner_up]).text(labels[fastest], labels[runner_up]) \
-            if runner_up is not None else "no other guard finished"
+        versus = (
+            paired(trials, scale, labels[fastest], labels[runner_up]).text(labels[fastest], labels[runner_up])
+            if runner_up is not None
+            else "no other guard finished"
+        )
         rows.append([scale, fastest] + [format_number(medians[g]) for g in guards] + [versus])
     if not rows:
         return [f"No finished trial of `{spec}` at any guard."], None
     lines.append(f"Per scale, `{spec}` ms/step (median) at each guard, and the fastest guard:")
     lines.append("")
-    lines.append(markdown_table(["scale", "fastest guard"] + [f"g{g}" for g in guards] + ["fastest vs next"],
-                                rows, "ll" + "r" * len(guards) + "l"))
+    lines.append(
+        markdown_table(
+            ["scale", "fastest guard"] + [f"g{g}" for g in guards] + ["fastest vs next"],
+            rows,
+            "ll" + "r" * len(guards) + "l",
+        )
+    )
     lines.append("")
 
     # Where the unguarded arm (or the largest guard) turns slower than the default guard and than exact shapes.
     widest = NO_LIMIT if NO_LIMIT in guards else max((g for g in guards), key=lambda g: int(g))
-    for reference in [g for g in (plan.options["default_guards"].get(spec), "0") if g in guards and g != widest]:
+    for reference in [
+        g for g in (plan.options["default_guards"].get(spec), "0") if g in guards and g != widest
+    ]:
         turned = []
         for scale in plan.options["scales"]:
             comparison = paired(trials, scale, labels[widest], labels[reference])
             if comparison.rounds and comparison.median < 0:
                 turned.append(f"{scale} ({comparison.text(labels[widest], labels[reference])})")
         if turned:
-            lines.append(f"- `{labels[widest]}` is slower than `{labels[reference]}` at: " + "; ".join(turned) + ".")
+            lines.append(
+                f"- `{labels[widest]}` is slower than `{labels[reference]}` at: " + "; ".join(turned) + "."
+            )
         else:
-            lines.append(f"- `{labels[widest]}` is never slower than `{labels[reference]}` in this data "
-                         "(paired medians).")
+            lines.append(
+                f"- `{labels[widest]}` is never slower than `{labels[reference]}` in this data "
+                "(paired medians)."
+            )
     if "0" in guards and len(guards) > 1:
         pays = []
         for scale in plan.options["scales"]:
-            beating = [f"g{g}" for g in guards if g != "0" and paired(trials, scale, labels[g], labels["0"]).median > 0]
+            beating = [
+                f"g{g}"
+                for g in guards
+                if g != "0" and paired(trials, scale, labels[g], labels["0"]).median > 0
+            ]
             pays.append(f"{scale}: {', '.join(beating) if beating else 'none'}")
-        lines.append("- Guards faster than exact shapes (g0) by paired median, per scale: " + "; ".join(pays) + ".")
+        lines.append(
+            "- Guards faster than exact shapes (g0) by paired median, per scale: " + "; ".join(pays) + "."
+        )
 
     # The supported guard: the smallest worst-case slowdown against the fastest guard of each scale.
     worst: dict[str, tuple[float, str]] = {}
@@ -581,12 +688,20 @@ def guard_analysis(plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, spec: 
         lines.append(
             f"**The data supports guard {supported}** (`{labels[supported]}`): across the scales its median is at "
             f"most {format_number(ratio)}× the fastest guard's (worst at {where}); the other guards' worst cases: "
-            + ", ".join(f"g{g} {format_number(worst[g][0])}× at {worst[g][1]}" if g in worst
-                        else f"g{g} did not finish at every scale" for g in guards if g != supported) + "."
+            + ", ".join(
+                f"g{g} {format_number(worst[g][0])}× at {worst[g][1]}"
+                if g in worst
+                else f"g{g} did not finish at every scale"
+                for g in guards
+                if g != supported
+            )
+            + "."
         )
         default = plan.options["default_guards"].get(spec)
         if default is not None and default != supported and default in worst:
-            lines.append(f"The shipped default is g{default} (worst {format_number(worst[default][0])}× the fastest).")
+            lines.append(
+                f"The shipped default is g{default} (worst {format_number(worst[default][0])}× the fastest)."
+            )
     return lines, supported
 
 
@@ -608,43 +723,77 @@ def target_lines(plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, candidat
         mine = _row(table, scale, candidate)
         if mine is None:
             continue
-        ms, host, floor = float(mine["ms_median"]), float(mine["host_ms_median"]), float(mine["floor_ms_median"])
-        bound = bound_by(ms, host, floor) if is_cuda(plan.device) else "n/a on the CPU (host and device are one)"
+        ms, host, floor = (
+            float(mine["ms_median"]),
+            float(mine["host_ms_median"]),
+            float(mine["floor_ms_median"]),
+        )
+        bound = (
+            bound_by(ms, host, floor) if is_cuda(plan.device) else "n/a on the CPU (host and device are one)"
+        )
         if math.isfinite(floor):
             ratio = ms / floor
-            add(f"≤ {FLOOR_TARGET:g}× own floor", scale,
+            add(
+                f"≤ {FLOOR_TARGET:g}× own floor",
+                scale,
                 f"{format_number(ms)} ms = {format_number(ratio)}× floor {format_number(floor)} ms "
                 f"({'under' if ratio <= FLOOR_TARGET else 'over'} by {format_number(abs(ms - FLOOR_TARGET * floor))} ms)",
-                ratio <= FLOOR_TARGET, bound)
+                ratio <= FLOOR_TARGET,
+                bound,
+            )
         else:
-            add(f"≤ {FLOOR_TARGET:g}× own floor", scale, f"floor {mine['floor_note'] or 'not measured'}", None, "")
+            add(
+                f"≤ {FLOOR_TARGET:g}× own floor",
+                scale,
+                f"floor {mine['floor_note'] or 'not measured'}",
+                None,
+                "",
+            )
         theirs = _row(table, scale, upstream) if upstream else None
         if theirs is not None:
             speedup = _ms(theirs) / ms
             need = UPSTREAM_SPEEDUP_AT_N if scale == "n" else 1.0
             comparison = paired(trials, scale, candidate, upstream)
-            add(f"≥ {need:g}× faster than upstream" if scale == "n" else "faster than upstream", scale,
+            add(
+                f"≥ {need:g}× faster than upstream" if scale == "n" else "faster than upstream",
+                scale,
                 f"{format_number(speedup)}× ({format_number(_ms(theirs))} vs {format_number(ms)} ms; faster in "
                 f"{comparison.a_faster} of {comparison.rounds} rounds)",
-                speedup >= need if scale == "n" else speedup > 1, bound)
-            peak_mine, peak_theirs = float(mine["extra_peak_bytes_median"]), float(theirs["extra_peak_bytes_median"])
+                speedup >= need if scale == "n" else speedup > 1,
+                bound,
+            )
+            peak_mine, peak_theirs = (
+                float(mine["extra_peak_bytes_median"]),
+                float(theirs["extra_peak_bytes_median"]),
+            )
             if math.isfinite(peak_mine) and math.isfinite(peak_theirs):
-                add("extra peak ≤ upstream's", scale,
+                add(
+                    "extra peak ≤ upstream's",
+                    scale,
                     f"{format_bytes(peak_mine)} vs {format_bytes(peak_theirs)} "
                     f"({'+' if peak_mine > peak_theirs else '−'}{format_bytes(abs(peak_mine - peak_theirs))})",
-                    peak_mine <= peak_theirs, memory_bound(table, scale, candidate))
+                    peak_mine <= peak_theirs,
+                    memory_bound(table, scale, candidate),
+                )
             else:
                 add("extra peak ≤ upstream's", scale, "not measurable here (no CUDA allocator)", None, "")
         else:
             add("vs upstream", scale, "upstream not in this run", None, "")
         versus = paired(trials, scale, candidate, baseline)
         if versus.rounds:
-            add("never slower than baseline", scale,
+            add(
+                "never slower than baseline",
+                scale,
                 f"{'faster' if versus.median > 0 else 'slower'} by {format_percent(abs(versus.median))} (paired "
                 f"median; faster in {versus.a_faster} of {versus.rounds} rounds)",
-                versus.a_faster == versus.rounds, bound)
-    lines = [markdown_table(["target", "scale", "figure", "verdict", "what bounds it (where missed)"], rows,
-                            "lllll")]
+                versus.a_faster == versus.rounds,
+                bound,
+            )
+    lines = [
+        markdown_table(
+            ["target", "scale", "figure", "verdict", "what bounds it (where missed)"], rows, "lllll"
+        )
+    ]
     lines.append("")
     if misses:
         lines += ["Missed:", ""] + [f"- {miss}." for miss in misses]
@@ -658,23 +807,37 @@ def next_step(table: pd.DataFrame, candidate: str, scales: list[str]) -> str:
     rows = [r for s in scales if (r := _row(table, s, candidate)) is not None]
     if not rows:
         return "No finished candidate trial: rerun the screen before drawing conclusions."
-    worst = max(rows, key=lambda r: (r["over_floor"] if math.isfinite(r["over_floor"]) else -1, r["ms_median"]))
-    ms, host, floor = float(worst["ms_median"]), float(worst["host_ms_median"]), float(worst["floor_ms_median"])
+    worst = max(
+        rows, key=lambda r: (r["over_floor"] if math.isfinite(r["over_floor"]) else -1, r["ms_median"])
+    )
+    ms, host, floor = (
+        float(worst["ms_median"]),
+        float(worst["host_ms_median"]),
+        float(worst["floor_ms_median"]),
+    )
     where = f"At {worst['scale']} the candidate takes {format_number(ms)} ms/step"
     if not math.isfinite(floor):
-        return (f"{where}, with no launch floor measured here ({worst['floor_note'] or 'no floor'}); run the screen "
-                "on a CUDA device to split host dispatch from GPU time before optimizing.")
+        return (
+            f"{where}, with no launch floor measured here ({worst['floor_note'] or 'no floor'}); run the screen "
+            "on a CUDA device to split host dispatch from GPU time before optimizing."
+        )
     where += f", {format_number(ms / floor)}× its launch floor of {format_number(floor)} ms"
     if host >= BOUND_SHARE * ms:
-        return (f"{where}, and {format_number(host)} ms of it is host dispatch: the step is bound by launches. "
-                "Next: cut Python and launch work per step (fewer, larger foreach lists; reuse the cached plan's "
-                f"lists), or capture the step in a CUDA graph where the trainer allows it (the floor shows the "
-                f"most that can save: {format_number(ms - floor)} ms/step).")
+        return (
+            f"{where}, and {format_number(host)} ms of it is host dispatch: the step is bound by launches. "
+            "Next: cut Python and launch work per step (fewer, larger foreach lists; reuse the cached plan's "
+            f"lists), or capture the step in a CUDA graph where the trainer allows it (the floor shows the "
+            f"most that can save: {format_number(ms - floor)} ms/step)."
+        )
     if floor >= BOUND_SHARE * ms:
-        return (f"{where}: GPU time bounds it. Next: less GPU work per step (less padding in the widest batches, "
-                "or a cheaper Newton-Schulz kernel), not fewer launches.")
-    return (f"{where}; neither host dispatch ({format_number(host)} ms) nor the floor explains the step alone. Next: "
-            "profile one step (a separate diagnostic run) to find the gaps between launches and GPU work.")
+        return (
+            f"{where}: GPU time bounds it. Next: less GPU work per step (less padding in the widest batches, "
+            "or a cheaper Newton-Schulz kernel), not fewer launches."
+        )
+    return (
+        f"{where}; neither host dispatch ({format_number(host)} ms) nor the floor explains the step alone. Next: "
+        "profile one step (a separate diagnostic run) to find the gaps between launches and GPU work."
+    )
 
 
 def report_section(folder: RunFolder, summaries: Summaries, figures_dir: Path) -> str:
@@ -696,17 +859,38 @@ def report_section(folder: RunFolder, summaries: Summaries, figures_dir: Path) -
     rows = []
     for _, r in table.iterrows():
         floor = format_number(r["floor_ms_median"]) if math.isfinite(r["floor_ms_median"]) else "n/a"
-        rows.append([
-            r["scale"], r["arm"], f"{int(r['trials'])}" + (f" ({int(r['failed'])} failed)" if r["failed"] else ""),
-            f"{format_number(r['ms_median'])} ({format_number(r['ms_min'])}–{format_number(r['ms_max'])})",
-            format_number(r["host_ms_median"]), floor,
-            format_number(r["over_floor"]) if math.isfinite(r["over_floor"]) else "n/a",
-            format_bytes(r["extra_peak_bytes_median"]), format_bytes(r["state_bytes_median"]),
-            "—" if r["role"] == "baseline" else format_percent(r["reduction_vs_baseline_median"]),
-        ])
-    lines.append(markdown_table(
-        ["scale", "arm", "trials", "ms/step median (min–max)", "host ms/step", "floor ms", "× floor",
-         "extra peak", "state", "vs baseline (paired median)"], rows, "llrrrrrrrr"))
+        rows.append(
+            [
+                r["scale"],
+                r["arm"],
+                f"{int(r['trials'])}" + (f" ({int(r['failed'])} failed)" if r["failed"] else ""),
+                f"{format_number(r['ms_median'])} ({format_number(r['ms_min'])}–{format_number(r['ms_max'])})",
+                format_number(r["host_ms_median"]),
+                floor,
+                format_number(r["over_floor"]) if math.isfinite(r["over_floor"]) else "n/a",
+                format_bytes(r["extra_peak_bytes_median"]),
+                format_bytes(r["state_bytes_median"]),
+                "—" if r["role"] == "baseline" else format_percent(r["reduction_vs_baseline_median"]),
+            ]
+        )
+    lines.append(
+        markdown_table(
+            [
+                "scale",
+                "arm",
+                "trials",
+                "ms/step median (min–max)",
+                "host ms/step",
+                "floor ms",
+                "× floor",
+                "extra peak",
+                "state",
+                "vs baseline (paired median)",
+            ],
+            rows,
+            "llrrrrrrrr",
+        )
+    )
     lines.append("")
     notes: dict[str, list[str]] = {}
     for _, r in table[table["floor_note"] != ""].iterrows():
@@ -718,18 +902,41 @@ def report_section(folder: RunFolder, summaries: Summaries, figures_dir: Path) -
         lines.append("")
 
     labels = plots.arm_order(plan)
-    lines_table = table.rename(columns={"scale": "x", "arm": "series", "ms_median": "median", "ms_min": "low",
-                                        "ms_max": "high", "floor_ms_median": "floor"})
-    crossover = plots.plot_crossover(lines_table, labels, plan.options["scales"], figures_dir / CROSSOVER_PNG,
-                                     title="optimizer step vs scale (floors dashed)")
+    lines_table = table.rename(
+        columns={
+            "scale": "x",
+            "arm": "series",
+            "ms_median": "median",
+            "ms_min": "low",
+            "ms_max": "high",
+            "floor_ms_median": "floor",
+        }
+    )
+    crossover = plots.plot_crossover(
+        lines_table,
+        labels,
+        plan.options["scales"],
+        figures_dir / CROSSOVER_PNG,
+        title="optimizer step vs scale (floors dashed)",
+    )
     memory_table = table.rename(columns={"scale": "x", "arm": "series", "extra_peak_bytes_median": "bytes"})
-    memory = plots.plot_memory(memory_table, labels, plan.options["scales"], figures_dir / MEMORY_PNG,
-                               title="extra peak memory of one step vs scale")
-    lines += [markdown_image(crossover, "crossover: ms/step vs scale"), "",
-              "Median ms/step per arm (bars: min–max over rounds), log axis; dashed: the same arm's launch floor "
-              "(CUDA-graph replay), where it could be captured.", "",
-              markdown_image(memory, "extra peak memory vs scale"), "",
-              "Median extra peak of one step (allocator peak over the window minus what was allocated when it opened)."]
+    memory = plots.plot_memory(
+        memory_table,
+        labels,
+        plan.options["scales"],
+        figures_dir / MEMORY_PNG,
+        title="extra peak memory of one step vs scale",
+    )
+    lines += [
+        markdown_image(crossover, "crossover: ms/step vs scale"),
+        "",
+        "Median ms/step per arm (bars: min–max over rounds), log axis; dashed: the same arm's launch floor "
+        "(CUDA-graph replay), where it could be captured.",
+        "",
+        markdown_image(memory, "extra peak memory vs scale"),
+        "",
+        "Median extra peak of one step (allocator peak over the window minus what was allocated when it opened).",
+    ]
 
     for spec in plan.options["guarded_specs"]:
         if spec == plan.options["arm_specs"][0]:
@@ -750,6 +957,9 @@ def report_section(folder: RunFolder, summaries: Summaries, figures_dir: Path) -
         lines += target_lines(plan, table, trials, candidate)
         lines += ["", f"**Next step.** {next_step(table, candidate, plan.options['scales'])}"]
     if plan.device == "cpu":
-        lines += ["", "This run was on the CPU: no launch floor, no allocator peaks; its timings say nothing about "
-                  "a GPU."]
+        lines += [
+            "",
+            "This run was on the CPU: no launch floor, no allocator peaks; its timings say nothing about "
+            "a GPU.",
+        ]
     return "\n".join(lines)

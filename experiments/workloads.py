@@ -52,8 +52,11 @@ def build_param_groups(
         params = []
         for entry in entries:
             values = torch.randn(entry["shape"], generator=generator) * PARAM_INIT_STD
-            params.append(torch.nn.Parameter(values.to(device=device, dtype=dtype),
-                                             requires_grad=entry["requires_grad"]))
+            params.append(
+                torch.nn.Parameter(
+                    values.to(device=device, dtype=dtype), requires_grad=entry["requires_grad"]
+                )
+            )
         groups.append({"params": params, **{key: group_spec[key] for key in GROUP_KEYS}})
     return groups, dict(workload["optimizer_kwargs"])
 

@@ -37,22 +37,40 @@ ArmsOption = Annotated[
         help="Comma-separated arms, baseline first: baseline, candidate, upstream, or package.module:Class."
     ),
 ]
-WarmupOption = Annotated[int, typer.Option(help="Warm-up trials per case (alternating arms; kept in the log, not in the statistics).")]
+WarmupOption = Annotated[
+    int,
+    typer.Option(help="Warm-up trials per case (alternating arms; kept in the log, not in the statistics)."),
+]
 PairsOption = Annotated[int, typer.Option(help="Measured pairs (rounds) per case, in counterbalanced order.")]
-OrderOption = Annotated[str, typer.Option(help="Arm order within pairs: alternate (AB, BA, …) or random (seeded).")]
+OrderOption = Annotated[
+    str, typer.Option(help="Arm order within pairs: alternate (AB, BA, …) or random (seeded).")
+]
 SeedOption = Annotated[int, typer.Option(help="Seed for data, random order and the bootstrap.")]
-BarOption = Annotated[float | None, typer.Option(
-    help="The bar, in percent, the paired reduction must clear (e.g. 8); with --control, the tolerance ±bar "
-    "the A/A difference must stay within (e.g. 1).")]
+BarOption = Annotated[
+    float | None,
+    typer.Option(
+        help="The bar, in percent, the paired reduction must clear (e.g. 8); with --control, the tolerance ±bar "
+        "the A/A difference must stay within (e.g. 1)."
+    ),
+]
 DeviceOption = Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")]
-BudgetOption = Annotated[str | None, typer.Option(help="Device-memory cap emulated on a larger card, e.g. 24GiB or 800MiB.")]
-ControlOption = Annotated[bool, typer.Option("--control", help="A/A control: run the first arm against itself.")]
+BudgetOption = Annotated[
+    str | None, typer.Option(help="Device-memory cap emulated on a larger card, e.g. 24GiB or 800MiB.")
+]
+ControlOption = Annotated[
+    bool, typer.Option("--control", help="A/A control: run the first arm against itself.")
+]
 ResumeOption = Annotated[
-    Path | None, typer.Option(help="Continue an interrupted run folder where it stopped (its saved plan wins).")
+    Path | None,
+    typer.Option(help="Continue an interrupted run folder where it stopped (its saved plan wins)."),
 ]
 OutOption = Annotated[Path, typer.Option(help="Folder under which run folders are created.")]
-QuietOption = Annotated[bool, typer.Option("--quiet", help="No live progress bar: one plain line per trial (for CI logs).")]
-NoReportOption = Annotated[bool, typer.Option("--no-report", help="Do not write the markdown report when the run ends.")]
+QuietOption = Annotated[
+    bool, typer.Option("--quiet", help="No live progress bar: one plain line per trial (for CI logs).")
+]
+NoReportOption = Annotated[
+    bool, typer.Option("--no-report", help="Do not write the markdown report when the run ends.")
+]
 
 
 def command_line() -> str:
@@ -68,7 +86,12 @@ def write_default_report(folder: RunFolder) -> Path:
 
 
 def launch(
-    build_plan: Callable[[], Plan], resume: Path | None, out: Path, quiet: bool, no_report: bool, tiers: tuple[str, ...]
+    build_plan: Callable[[], Plan],
+    resume: Path | None,
+    out: Path,
+    quiet: bool,
+    no_report: bool,
+    tiers: tuple[str, ...],
 ) -> RunFolder:
     """Start the run ``build_plan`` describes, or resume ``resume`` (whose saved plan wins over options).
 
@@ -118,39 +141,70 @@ def env_command(
 def pair_command(
     arms: ArmsOption = "baseline,candidate",
     steps: Annotated[
-        int, typer.Option(help="Optimizer steps per fit; a whole number of epochs of images/batch iterations.")
+        int,
+        typer.Option(help="Optimizer steps per fit; a whole number of epochs of images/batch iterations."),
     ] = 384,
     workload: Annotated[
-        str, typer.Option(help="auto (the real trainer when ultralytics is importable, else embedded), ultralytics or embedded.")
+        str,
+        typer.Option(
+            help="auto (the real trainer when ultralytics is importable, else embedded), ultralytics or embedded."
+        ),
     ] = "auto",
     images: Annotated[
-        int | None, typer.Option(help="Synthetic training images (default 256; with --data, counted from it).")
+        int | None,
+        typer.Option(help="Synthetic training images (default 256; with --data, counted from it)."),
     ] = None,
-    val_images: Annotated[int, typer.Option(help="Synthetic validation images (32 = four validation batches).")] = 32,
-    imgsz: Annotated[int | None, typer.Option(help="Image size in pixels (default 640 real trainer, 32 embedded).")] = None,
-    batch: Annotated[int, typer.Option(help="Batch size; nbs is set to it so every iteration steps the optimizer.")] = 4,
-    amp: Annotated[str, typer.Option(help="Precision: auto (bf16 on CUDA, fp32 on cpu), bf16, fp16 or fp32.")] = "auto",
-    model: Annotated[str, typer.Option(help="Model yaml for the real trainer (no pretrained weights).")] = "yolo26n.yaml",
+    val_images: Annotated[
+        int, typer.Option(help="Synthetic validation images (32 = four validation batches).")
+    ] = 32,
+    imgsz: Annotated[
+        int | None, typer.Option(help="Image size in pixels (default 640 real trainer, 32 embedded).")
+    ] = None,
+    batch: Annotated[
+        int, typer.Option(help="Batch size; nbs is set to it so every iteration steps the optimizer.")
+    ] = 4,
+    amp: Annotated[
+        str, typer.Option(help="Precision: auto (bf16 on CUDA, fp32 on cpu), bf16, fp16 or fp32.")
+    ] = "auto",
+    model: Annotated[
+        str, typer.Option(help="Model yaml for the real trainer (no pretrained weights).")
+    ] = "yolo26n.yaml",
     data: Annotated[
-        Path | None, typer.Option(help="A YOLO-format data.yaml (real trainer); default: a generated synthetic set.")
+        Path | None,
+        typer.Option(help="A YOLO-format data.yaml (real trainer); default: a generated synthetic set."),
     ] = None,
     data_cache: Annotated[
         Path | None, typer.Option(help="Folder for generated synthetic sets (default OUT/datasets).")
     ] = None,
-    workers: Annotated[int, typer.Option(help="Real trainer: dataloader workers (0 on cpu, upstream's rule).")] = 4,
+    workers: Annotated[
+        int, typer.Option(help="Real trainer: dataloader workers (0 on cpu, upstream's rule).")
+    ] = 4,
     cache: Annotated[str, typer.Option(help="Real trainer: image cache ram, disk or none.")] = "ram",
-    close_mosaic: Annotated[int, typer.Option(help="Real trainer: close mosaic for the final N epochs (upstream's 10).")] = 10,
+    close_mosaic: Annotated[
+        int, typer.Option(help="Real trainer: close mosaic for the final N epochs (upstream's 10).")
+    ] = 10,
     stages: Annotated[
-        bool, typer.Option("--stages", help="Diagnostic run (own run folder, never a claim): stage shares and the ceiling.")
+        bool,
+        typer.Option(
+            "--stages", help="Diagnostic run (own run folder, never a claim): stage shares and the ceiling."
+        ),
     ] = False,
-    trial_timeout: Annotated[int, typer.Option(help="Seconds before a worker is killed (its trial fails).")] = 3600,
+    trial_timeout: Annotated[
+        int, typer.Option(help="Seconds before a worker is killed (its trial fails).")
+    ] = 3600,
     keep_checkpoints: Annotated[
-        bool, typer.Option("--keep-checkpoints", help="Keep each fit's checkpoint files (deleted after each trial by default).")
+        bool,
+        typer.Option(
+            "--keep-checkpoints",
+            help="Keep each fit's checkpoint files (deleted after each trial by default).",
+        ),
     ] = False,
     stop_after: Annotated[
         int | None,
-        typer.Option(help="Stop cleanly (exit 130) before a trial that would not end within this many seconds of "
-                     "the command's start (estimated from the log); continue with --resume."),
+        typer.Option(
+            help="Stop cleanly (exit 130) before a trial that would not end within this many seconds of "
+            "the command's start (estimated from the log); continue with --resume."
+        ),
     ] = None,
     warmup: WarmupOption = 2,
     pairs: PairsOption = 5,
@@ -172,13 +226,39 @@ def pair_command(
     fit.stop_after(stop_after)
     folder = launch(
         lambda: fit.make_plan(
-            arms=arms, warmup=warmup, pairs=pairs, order=order, seed=seed, bar=bar, device=device, budget=budget,
-            control=control, workload=workload, steps=steps, images=images, val_images=val_images, batch=batch,
-            imgsz=imgsz, amp=amp, model=model, data=data, data_cache=data_cache or out / "datasets",
-            workers=workers, cache=cache, close_mosaic=close_mosaic, stages=stages, trial_timeout=trial_timeout,
-            keep_checkpoints=keep_checkpoints, command=command_line(), announce=console.print,
+            arms=arms,
+            warmup=warmup,
+            pairs=pairs,
+            order=order,
+            seed=seed,
+            bar=bar,
+            device=device,
+            budget=budget,
+            control=control,
+            workload=workload,
+            steps=steps,
+            images=images,
+            val_images=val_images,
+            batch=batch,
+            imgsz=imgsz,
+            amp=amp,
+            model=model,
+            data=data,
+            data_cache=data_cache or out / "datasets",
+            workers=workers,
+            cache=cache,
+            close_mosaic=close_mosaic,
+            stages=stages,
+            trial_timeout=trial_timeout,
+            keep_checkpoints=keep_checkpoints,
+            command=command_line(),
+            announce=console.print,
         ),
-        resume, out, quiet, no_report, tiers=("pair", "stages"),
+        resume,
+        out,
+        quiet,
+        no_report,
+        tiers=("pair", "stages"),
     )
     finish(folder, echo=console.print)
 
@@ -187,12 +267,15 @@ def pair_command(
 def screen_command(
     scales: Annotated[str, typer.Option(help="Comma-separated YOLO26 scales: n, s, m, l, x.")] = "n,s,m,l,x",
     guards: Annotated[
-        str, typer.Option(help="Padding guards for arms that have one: whole numbers (0 = exact shapes) or none.")
+        str,
+        typer.Option(help="Padding guards for arms that have one: whole numbers (0 = exact shapes) or none."),
     ] = "0,256,512,none",
     arms: ArmsOption = "baseline,candidate",
     steps: Annotated[int, typer.Option(help="Timed optimizer steps per trial (the window).")] = 10,
     repeats: Annotated[int, typer.Option(help="Measured rounds per scale (each arm once per round).")] = 5,
-    warmup: Annotated[int, typer.Option(help="Untimed warm-up STEPS inside each trial, before the window.")] = 2,
+    warmup: Annotated[
+        int, typer.Option(help="Untimed warm-up STEPS inside each trial, before the window.")
+    ] = 2,
     warmup_trials: Annotated[
         int, typer.Option(help="Discarded warm-up TRIALS per arm per scale, before the rounds.")
     ] = 1,
@@ -212,9 +295,27 @@ def screen_command(
     from harness.run import summarize
 
     folder = launch(
-        lambda: screen.make_plan(scales, guards, arms, steps, repeats, warmup, warmup_trials, floor_replays, dtype,
-                                 device, seed, order, bar, command_line()),
-        resume, out, quiet, no_report, tiers=("screen",),
+        lambda: screen.make_plan(
+            scales,
+            guards,
+            arms,
+            steps,
+            repeats,
+            warmup,
+            warmup_trials,
+            floor_replays,
+            dtype,
+            device,
+            seed,
+            order,
+            bar,
+            command_line(),
+        ),
+        resume,
+        out,
+        quiet,
+        no_report,
+        tiers=("screen",),
     )
     if no_report:  # the report's screen section writes screen_summary.csv; without a report, write it here
         screen.write_screen_summary(folder, summarize(folder)[1])
@@ -222,11 +323,15 @@ def screen_command(
 
 @app.command("probe")
 def probe_command(
-    head: Annotated[str, typer.Option(help="Head workload: lm (softcapped LM head) or detect (YOLO26 detect head).")] = "lm",
+    head: Annotated[
+        str, typer.Option(help="Head workload: lm (softcapped LM head) or detect (YOLO26 detect head).")
+    ] = "lm",
     variants: Annotated[
         str | None,
-        typer.Option(help="Comma-separated variants, one case each: lm takes native,chunked (default both); "
-                     "detect takes native."),
+        typer.Option(
+            help="Comma-separated variants, one case each: lm takes native,chunked (default both); "
+            "detect takes native."
+        ),
     ] = None,
     arms: ArmsOption = "baseline,candidate",
     warmup: WarmupOption = 2,
@@ -238,20 +343,26 @@ def probe_command(
     budget: BudgetOption = None,
     reserve: Annotated[
         str | None,
-        typer.Option(help="Device memory held for the whole of every trial, standing for the rest of the learner "
-                     "(e.g. 14GiB); needs CUDA."),
+        typer.Option(
+            help="Device memory held for the whole of every trial, standing for the rest of the learner "
+            "(e.g. 14GiB); needs CUDA."
+        ),
     ] = None,
     learner_ms: Annotated[
         float | None,
-        typer.Option(help="Measured milliseconds of one whole learner step: the report states the head's share "
-                     "and the most a zero-cost head could save."),
+        typer.Option(
+            help="Measured milliseconds of one whole learner step: the report states the head's share "
+            "and the most a zero-cost head could save."
+        ),
     ] = None,
     tokens: Annotated[int, typer.Option(help="lm: hidden states N (rows).")] = 131072,
     vocab: Annotated[int, typer.Option(help="lm: vocabulary V (head weight rows).")] = 8192,
     dim: Annotated[int, typer.Option(help="lm: model width d.")] = 512,
     cap: Annotated[float, typer.Option(help="lm: logit softcap, cap·tanh(z/cap).")] = 30.0,
     chunk: Annotated[int, typer.Option(help="lm chunked: rows per chunk (memory O(chunk·V)).")] = 16384,
-    scale: Annotated[str, typer.Option(help="detect: YOLO26 scale(s), comma-separated: n, s, m, l, x.")] = "n",
+    scale: Annotated[
+        str, typer.Option(help="detect: YOLO26 scale(s), comma-separated: n, s, m, l, x.")
+    ] = "n",
     imgsz: Annotated[int, typer.Option(help="detect: image size in pixels (a multiple of 32).")] = 640,
     batch: Annotated[int, typer.Option(help="detect: images per batch.")] = 16,
     control: ControlOption = False,
@@ -265,19 +376,43 @@ def probe_command(
 
     launch(
         lambda: probe.make_plan(
-            head=head, variants=variants, arms=arms, warmup=warmup, pairs=pairs, order=order, seed=seed, bar=bar,
-            device=device, budget=budget, control=control, reserve=reserve, learner_ms=learner_ms, tokens=tokens,
-            vocab=vocab, dim=dim, cap=cap, chunk=chunk, scale=scale, imgsz=imgsz, batch=batch,
+            head=head,
+            variants=variants,
+            arms=arms,
+            warmup=warmup,
+            pairs=pairs,
+            order=order,
+            seed=seed,
+            bar=bar,
+            device=device,
+            budget=budget,
+            control=control,
+            reserve=reserve,
+            learner_ms=learner_ms,
+            tokens=tokens,
+            vocab=vocab,
+            dim=dim,
+            cap=cap,
+            chunk=chunk,
+            scale=scale,
+            imgsz=imgsz,
+            batch=batch,
             command=command_line(),
         ),
-        resume, out, quiet, no_report, tiers=("probe",),
+        resume,
+        out,
+        quiet,
+        no_report,
+        tiers=("probe",),
     )
 
 
 @app.command("parity")
 def parity_command(
     scale: Annotated[str, typer.Option(help="YOLO26 parameter set: n, s, m, l or x.")] = "n",
-    steps: Annotated[int, typer.Option(help="Steps to follow; step one is judged, later ones are reported.")] = 1,
+    steps: Annotated[
+        int, typer.Option(help="Steps to follow; step one is judged, later ones are reported.")
+    ] = 1,
     fit: Annotated[
         bool, typer.Option("--fit", help="Real forward/backward steps of the embedded fit workload instead.")
     ] = False,
@@ -296,7 +431,9 @@ def parity_command(
     check_non_negative("--seed", seed)
     check_device(device)
     checked_optimizer(candidate, option="--candidate")
-    settings = parity.ParitySettings(scale=scale, device=device, steps=steps, seed=seed, fit=fit, candidate=candidate)
+    settings = parity.ParitySettings(
+        scale=scale, device=device, steps=steps, seed=seed, fit=fit, candidate=candidate
+    )
     result = parity.run_parity(settings)
     folder = parity.write_parity_folder(result, out, command_line())
     console.print(folder.file("report.md").read_text())
@@ -310,13 +447,20 @@ def parity_command(
 def report_command(
     run_dirs: Annotated[
         list[Path] | None,
-        typer.Argument(help="Run folders; several make one report side by side (e.g. a claim and its A/A control).",
-                       metavar="RUN_DIR...", show_default=False),
+        typer.Argument(
+            help="Run folders; several make one report side by side (e.g. a claim and its A/A control).",
+            metavar="RUN_DIR...",
+            show_default=False,
+        ),
     ] = None,
     output: Annotated[
         Path | None,
-        typer.Option("-o", "--output", help="Markdown file to write (.md); needed for several run folders. "
-                     "Default: report.md inside the single run folder."),
+        typer.Option(
+            "-o",
+            "--output",
+            help="Markdown file to write (.md); needed for several run folders. "
+            "Default: report.md inside the single run folder.",
+        ),
     ] = None,
 ) -> None:
     """Write the markdown report (with PNG plots beside it) of one or more run folders, from the folders alone."""

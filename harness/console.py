@@ -72,13 +72,19 @@ class ScheduleProgress:
 def print_summary(plan: Plan, summaries: Summaries) -> None:
     """Per case: each arm's median (min–max); each candidate's paired reduction, interval and verdict."""
     table = Table(title=f"{plan.tier}: {plan.metric} ({plan.unit}), measured trials only", show_lines=False)
-    for column in ("case", "arm", "trials", "median (min–max)", "reduction median (min–max)", "interval", "verdict"):
+    for column in (
+        "case",
+        "arm",
+        "trials",
+        "median (min–max)",
+        "reduction median (min–max)",
+        "interval",
+        "verdict",
+    ):
         table.add_column(column)
     claims = summaries.claims.set_index(["case", "arm"]) if not summaries.claims.empty else None
     for _, arm in summaries.arms.iterrows():
-        figure = (
-            f"{format_value(arm['median'], plan.unit)} ({format_range(arm['min'], arm['max'])})"
-        )
+        figure = f"{format_value(arm['median'], plan.unit)} ({format_range(arm['min'], arm['max'])})"
         failed = f" [red]{arm['failed']} failed[/red]" if arm["failed"] else ""
         reduction = interval = verdict = ""
         if claims is not None and (arm["case"], arm["arm"]) in claims.index:
@@ -88,5 +94,13 @@ def print_summary(plan: Plan, summaries: Summaries) -> None:
             )
             interval = format_interval(claim["ci_low"], claim["ci_high"])
             verdict = str(claim["verdict"])
-        table.add_row(str(arm["case"]), str(arm["arm"]), f"{arm['trials']}{failed}", figure, reduction, interval, verdict)
+        table.add_row(
+            str(arm["case"]),
+            str(arm["arm"]),
+            f"{arm['trials']}{failed}",
+            figure,
+            reduction,
+            interval,
+            verdict,
+        )
     console.print(table)

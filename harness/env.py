@@ -18,7 +18,14 @@ from typing import Any
 import torch
 
 _SMI_FIELDS = (
-    "index", "name", "clocks.sm", "clocks.mem", "temperature.gpu", "power.draw", "driver_version", "memory.total",
+    "index",
+    "name",
+    "clocks.sm",
+    "clocks.mem",
+    "temperature.gpu",
+    "power.draw",
+    "driver_version",
+    "memory.total",
 )
 
 
@@ -141,7 +148,9 @@ def collect(touch_device: bool = True) -> dict[str, Any]:
         memory = [torch.cuda.get_device_properties(i).total_memory for i in range(len(names))]
     else:
         names = [gpu["name"] for gpu in gpus]
-        memory = [None if gpu["memory_total_mib"] is None else int(gpu["memory_total_mib"] * 2**20) for gpu in gpus]
+        memory = [
+            None if gpu["memory_total_mib"] is None else int(gpu["memory_total_mib"] * 2**20) for gpu in gpus
+        ]
     return {
         "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "hostname": platform.node() or None,

@@ -84,12 +84,12 @@ def parse_arms(text: str, control: bool) -> tuple[Arm, ...]:
     if control:
         return (Arm(specs[0], "baseline", specs[0]), Arm(f"{specs[0]}-control", "candidate", specs[0]))
     if len(specs) < 2:
-        raise InputError(f"--arms '{text}' names one arm; name two or more (baseline first), or add --control")
+        raise InputError(
+            f"--arms '{text}' names one arm; name two or more (baseline first), or add --control"
+        )
     if len(set(specs)) != len(specs):
         raise InputError(f"--arms '{text}' names an arm twice; use --control for an A/A run")
-    return tuple(
-        Arm(spec, "baseline" if i == 0 else "candidate", spec) for i, spec in enumerate(specs)
-    )
+    return tuple(Arm(spec, "baseline" if i == 0 else "candidate", spec) for i, spec in enumerate(specs))
 
 
 def parse_budget(text: str | None) -> int | None:
@@ -108,7 +108,11 @@ def card_bytes(device: str) -> int | None:
         return None
     index = int(device.split(":")[1]) if ":" in device else torch.cuda.current_device()
     for gpu in gpu_snapshot():
-        if gpu["index"] == index and gpu["memory_total_mib"] is not None and "CUDA_VISIBLE_DEVICES" not in os.environ:
+        if (
+            gpu["index"] == index
+            and gpu["memory_total_mib"] is not None
+            and "CUDA_VISIBLE_DEVICES" not in os.environ
+        ):
             return int(gpu["memory_total_mib"] * 2**20)
     return int(torch.cuda.get_device_properties(index).total_memory)
 
@@ -118,7 +122,9 @@ def check_budget_fits(budget: int | None, device: str) -> int | None:
     if budget is None:
         return None
     if not device.startswith("cuda"):
-        raise InputError("--budget needs a CUDA device (it caps device memory); use --device cuda or drop --budget")
+        raise InputError(
+            "--budget needs a CUDA device (it caps device memory); use --device cuda or drop --budget"
+        )
     total = card_bytes(device)
     if total is not None and budget > total:
         raise InputError(
@@ -132,7 +138,9 @@ def check_bar(bar: float | None, control: bool = False) -> float | None:
     if bar is not None and (not math.isfinite(bar) or not -100 < bar < 100):
         raise InputError(f"--bar {bar} is not a percentage; use a number between -100 and 100, e.g. 8")
     if control and bar is not None and bar <= 0:
-        raise InputError(f"--bar {bar} with --control is the A/A tolerance ±bar; use a positive percentage, e.g. 1")
+        raise InputError(
+            f"--bar {bar} with --control is the A/A tolerance ±bar; use a positive percentage, e.g. 1"
+        )
     return bar
 
 

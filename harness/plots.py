@@ -146,24 +146,59 @@ def plot_timeline(trials: pd.DataFrame, plan: Any, path: Path) -> Path:
                 mask = ok & (rows["arm"] == label) & (rows["phase"] == phase)
                 if not mask.any():
                     continue
-                x, y = rows.loc[mask, "index"].to_numpy(dtype=float), rows.loc[mask, "value"].to_numpy(dtype=float)
+                x, y = (
+                    rows.loc[mask, "index"].to_numpy(dtype=float),
+                    rows.loc[mask, "value"].to_numpy(dtype=float),
+                )
                 if phase == "warmup":
-                    ax.scatter(x, y, marker=style.marker, facecolors="none", edgecolors=WARMUP.color,
-                               linewidths=1.5, s=70, zorder=3)
+                    ax.scatter(
+                        x,
+                        y,
+                        marker=style.marker,
+                        facecolors="none",
+                        edgecolors=WARMUP.color,
+                        linewidths=1.5,
+                        s=70,
+                        zorder=3,
+                    )
                 else:
                     ax.scatter(x, y, marker=style.marker, color=style.color, s=70, zorder=3)
         failed = rows[rows["status"] != "ok"]
         if len(failed):
-            ax.plot([0, 1], [0.96, 0.96], transform=ax.transAxes, color=FAILED.color, linestyle=":", linewidth=1,
-                    alpha=0.6, zorder=1)
-            ax.scatter(failed["index"].to_numpy(dtype=float), np.full(len(failed), 0.96), marker=FAILED.marker,
-                       color=FAILED.color, s=110, linewidths=2.5, transform=ax.get_xaxis_transform(),
-                       zorder=4, clip_on=False)
+            ax.plot(
+                [0, 1],
+                [0.96, 0.96],
+                transform=ax.transAxes,
+                color=FAILED.color,
+                linestyle=":",
+                linewidth=1,
+                alpha=0.6,
+                zorder=1,
+            )
+            ax.scatter(
+                failed["index"].to_numpy(dtype=float),
+                np.full(len(failed), 0.96),
+                marker=FAILED.marker,
+                color=FAILED.color,
+                s=110,
+                linewidths=2.5,
+                transform=ax.get_xaxis_transform(),
+                zorder=4,
+                clip_on=False,
+            )
         done = {int(i) for i in rows["index"]}
         missing = [i for i in range(scheduled) if i not in done]
         for first, last in _spans(missing):
-            ax.axvspan(first - 0.5, last + 0.5, facecolor="#DDDDDD", edgecolor="#AAAAAA", alpha=0.6, hatch="//",
-                       linewidth=0, zorder=0)
+            ax.axvspan(
+                first - 0.5,
+                last + 0.5,
+                facecolor="#DDDDDD",
+                edgecolor="#AAAAAA",
+                alpha=0.6,
+                hatch="//",
+                linewidth=0,
+                zorder=0,
+            )
         if len(failed) and len(finite):
             _headroom(ax, 0.14)  # the failures' row sits above every measured point
         _case_dividers(ax, plan)
@@ -174,17 +209,47 @@ def plot_timeline(trials: pd.DataFrame, plan: Any, path: Path) -> Path:
         ax.set_ylabel(axis_label(f"{plan.metric} ({plan.unit})"))
         ax.set_title(f"{plan.tier}: every trial in schedule order", pad=_case_label_height(plan))
         handles = [
-            Line2D([], [], linestyle="", marker=s.marker, color=s.color, markersize=9, label=f"{label} (measured)")
+            Line2D(
+                [],
+                [],
+                linestyle="",
+                marker=s.marker,
+                color=s.color,
+                markersize=9,
+                label=f"{label} (measured)",
+            )
             for label, s in styles.items()
         ]
         if (rows["phase"] == "warmup").any():
-            handles.append(Line2D([], [], linestyle="", marker="o", markerfacecolor="none",
-                                  markeredgecolor=WARMUP.color, markersize=9, label="warm-up (discarded)"))
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    linestyle="",
+                    marker="o",
+                    markerfacecolor="none",
+                    markeredgecolor=WARMUP.color,
+                    markersize=9,
+                    label="warm-up (discarded)",
+                )
+            )
         if len(failed):
-            handles.append(Line2D([], [], linestyle="", marker=FAILED.marker, color=FAILED.color, markersize=10,
-                                  markeredgewidth=2.5, label="failed (counts as ∞)"))
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    linestyle="",
+                    marker=FAILED.marker,
+                    color=FAILED.color,
+                    markersize=10,
+                    markeredgewidth=2.5,
+                    label="failed (counts as ∞)",
+                )
+            )
         if missing:
-            handles.append(Patch(facecolor="#DDDDDD", edgecolor="#AAAAAA", hatch="//", label="scheduled, not run"))
+            handles.append(
+                Patch(facecolor="#DDDDDD", edgecolor="#AAAAAA", hatch="//", label="scheduled, not run")
+            )
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return path
 
@@ -193,7 +258,9 @@ def _timeline_rows(trials: pd.DataFrame) -> pd.DataFrame:
     """index, case, arm, phase, status and value (float; NaN where failed) of every logged trial."""
     columns = ["index", "case", "arm", "phase", "status", "value"]
     if trials.empty:
-        return pd.DataFrame({c: pd.Series(dtype=float if c in ("index", "value") else object) for c in columns})
+        return pd.DataFrame(
+            {c: pd.Series(dtype=float if c in ("index", "value") else object) for c in columns}
+        )
     rows = trials.reindex(columns=columns).copy()
     rows["value"] = pd.to_numeric(rows["value"], errors="coerce").astype(float)
     return rows
@@ -223,8 +290,16 @@ def _case_dividers(ax: Axes, plan: Any) -> None:
         start, end = firsts[case.label], lasts[case.label]
         if start > 0:
             ax.axvline(start - 0.5, color="#555555", linestyle=":", linewidth=1.2)
-        ax.text((start + end) / 2, 1.01, case.label, transform=ax.get_xaxis_transform(), ha="center",
-                va="bottom", fontsize=CASE_LABEL_SIZE, rotation=90 if len(plan.cases) > FLAT_CASE_LABELS else 0)
+        ax.text(
+            (start + end) / 2,
+            1.01,
+            case.label,
+            transform=ax.get_xaxis_transform(),
+            ha="center",
+            va="bottom",
+            fontsize=CASE_LABEL_SIZE,
+            rotation=90 if len(plan.cases) > FLAT_CASE_LABELS else 0,
+        )
 
 
 CASE_LABEL_SIZE = 10
@@ -253,8 +328,14 @@ def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: 
         lows = claims["ci_low"].to_numpy(dtype=float) if not claims.empty else np.array([])
         highs = claims["ci_high"].to_numpy(dtype=float) if not claims.empty else np.array([])
         # The bar's dashed line(s): a claim's bar, or an A/A control's tolerance at ±bar.
-        lines = [] if plan.bar is None else ([-plan.bar / 100, plan.bar / 100] if plan.control else [plan.bar / 100])
-        span_values = np.concatenate([finite, lows[np.isfinite(lows)], highs[np.isfinite(highs)], [0.0], lines])
+        lines = (
+            []
+            if plan.bar is None
+            else ([-plan.bar / 100, plan.bar / 100] if plan.control else [plan.bar / 100])
+        )
+        span_values = np.concatenate(
+            [finite, lows[np.isfinite(lows)], highs[np.isfinite(highs)], [0.0], lines]
+        )
         left, right = float(span_values.min()), float(span_values.max())
         pad = max(0.02, 0.08 * (right - left))
         left, right = left - pad, right + pad
@@ -268,19 +349,41 @@ def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: 
             # A fixed vertical offset per round (not random jitter) keeps overlapping points apart.
             offsets = 0.07 * ((rounds % 5) - 2)
             fin = np.isfinite(values)
-            ax.scatter(values[fin], y + offsets[fin], marker=style.marker, color=style.color, s=60, alpha=0.9,
-                       zorder=3)
+            ax.scatter(
+                values[fin],
+                y + offsets[fin],
+                marker=style.marker,
+                color=style.color,
+                s=60,
+                alpha=0.9,
+                zorder=3,
+            )
             if (~fin).any():
                 any_failed = True
-                ax.scatter(np.full(int((~fin).sum()), failed_x), y + offsets[~fin], marker=FAILED.marker,
-                           color=FAILED.color, s=90, linewidths=2.5, zorder=4)
+                ax.scatter(
+                    np.full(int((~fin).sum()), failed_x),
+                    y + offsets[~fin],
+                    marker=FAILED.marker,
+                    color=FAILED.color,
+                    s=90,
+                    linewidths=2.5,
+                    zorder=4,
+                )
             claim = claims.iloc[y]
             low, high, median = float(claim["ci_low"]), float(claim["ci_high"]), float(claim["median"])
             if not (math.isnan(low) or math.isnan(high)):
-                ax.plot([max(low, left), min(high, right)], [y + 0.3, y + 0.3], color=INTERVAL_COLOR, linewidth=5,
-                        solid_capstyle="butt", zorder=2)
+                ax.plot(
+                    [max(low, left), min(high, right)],
+                    [y + 0.3, y + 0.3],
+                    color=INTERVAL_COLOR,
+                    linewidth=5,
+                    solid_capstyle="butt",
+                    zorder=2,
+                )
                 if math.isinf(low):  # the interval runs off to -inf: an arrowhead says so
-                    ax.scatter([left], [y + 0.3], marker="<", color=INTERVAL_COLOR, s=80, zorder=2, clip_on=False)
+                    ax.scatter(
+                        [left], [y + 0.3], marker="<", color=INTERVAL_COLOR, s=80, zorder=2, clip_on=False
+                    )
             if math.isfinite(median):
                 ax.plot([median, median], [y - 0.25, y + 0.38], color="#000000", linewidth=3, zorder=4)
         for line in lines:
@@ -304,8 +407,18 @@ def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: 
             label = f"tolerance ±{plan.bar:g}%" if plan.control else f"bar {plan.bar:g}%"
             handles.append(Line2D([], [], color=BAR.color, linestyle="--", linewidth=2, label=label))
         if any_failed:
-            handles.append(Line2D([], [], linestyle="", marker=FAILED.marker, color=FAILED.color, markersize=10,
-                                  markeredgewidth=2.5, label="arm failed (−∞)"))
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    linestyle="",
+                    marker=FAILED.marker,
+                    color=FAILED.color,
+                    markersize=10,
+                    markeredgewidth=2.5,
+                    label="arm failed (−∞)",
+                )
+            )
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return path
 
@@ -338,15 +451,31 @@ def plot_probe_memory(memory: pd.DataFrame, plan: Any, path: Path) -> Path:
             if np.isfinite(median):
                 ax.barh(y, median, color=style.color, height=0.6, zorder=2)
                 if reserve:
-                    ax.barh(y, min(reserve, median), facecolor="none", edgecolor="#FFFFFF", hatch="//", height=0.6,
-                            linewidth=0, zorder=3)
+                    ax.barh(
+                        y,
+                        min(reserve, median),
+                        facecolor="none",
+                        edgecolor="#FFFFFF",
+                        hatch="//",
+                        height=0.6,
+                        linewidth=0,
+                        zorder=3,
+                    )
                 if np.isfinite(top) and top > median:
                     ax.plot([median, top], [y, y], color="#000000", linewidth=1.5, zorder=4)
                     ax.plot([top, top], [y - 0.15, y + 0.15], color="#000000", linewidth=1.5, zorder=4)
             if int(row["out_of_memory"]):
                 failed_any = True
-                ax.scatter([budget if budget is not None else right / 1.12], [y], marker=FAILED.marker,
-                           color=FAILED.color, s=140, linewidths=3, zorder=5, clip_on=False)
+                ax.scatter(
+                    [budget if budget is not None else right / 1.12],
+                    [y],
+                    marker=FAILED.marker,
+                    color=FAILED.color,
+                    s=140,
+                    linewidths=3,
+                    zorder=5,
+                    clip_on=False,
+                )
         if budget is not None:
             ax.axvline(budget, color=BAR.color, linestyle="--", linewidth=2)
         ax.set_xlim(0, right)
@@ -361,12 +490,26 @@ def plot_probe_memory(memory: pd.DataFrame, plan: Any, path: Path) -> Path:
         ]
         handles.append(Line2D([], [], color="#000000", linewidth=1.5, label="highest peak"))
         if reserve:
-            handles.append(Patch(facecolor="#999999", edgecolor="#FFFFFF", hatch="//", label="--reserve (rest of learner)"))
+            handles.append(
+                Patch(
+                    facecolor="#999999", edgecolor="#FFFFFF", hatch="//", label="--reserve (rest of learner)"
+                )
+            )
         if budget is not None:
             handles.append(Line2D([], [], color=BAR.color, linestyle="--", linewidth=2, label="budget"))
         if failed_any:
-            handles.append(Line2D([], [], linestyle="", marker=FAILED.marker, color=FAILED.color, markersize=10,
-                                  markeredgewidth=2.5, label="out of memory"))
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    linestyle="",
+                    marker=FAILED.marker,
+                    color=FAILED.color,
+                    markersize=10,
+                    markeredgewidth=2.5,
+                    label="out of memory",
+                )
+            )
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return path
 
@@ -385,8 +528,17 @@ def plot_stage_share(shares: pd.DataFrame, path: Path) -> Path:
             head, learner = float(row["head_median_ms"]), float(row["learner_ms"])
             style = styles[str(row["arm"])]
             ax.barh(y, min(head, learner), color=style.color, height=0.6, zorder=2)
-            ax.barh(y, max(learner - head, 0.0), left=min(head, learner), color="#D9D9D9", height=0.6, zorder=2)
-            ax.text(learner, y, f"  head {100 * float(row['head_share']):.2f}%", va="center", ha="left", fontsize=11)
+            ax.barh(
+                y, max(learner - head, 0.0), left=min(head, learner), color="#D9D9D9", height=0.6, zorder=2
+            )
+            ax.text(
+                learner,
+                y,
+                f"  head {100 * float(row['head_share']):.2f}%",
+                va="center",
+                ha="left",
+                fontsize=11,
+            )
         ax.set_ylim(len(rows) - 0.5, -0.5)
         ax.set_yticks(range(len(rows)))
         ax.set_yticklabels([f"{r['case']} · {r['arm']}" for _, r in rows.iterrows()])
@@ -401,8 +553,14 @@ def plot_stage_share(shares: pd.DataFrame, path: Path) -> Path:
     return path
 
 
-def plot_crossover(table: pd.DataFrame, series: Sequence[str], x_order: Sequence[str], path: Path,
-                   title: str = "crossover", unit: str = "ms/step") -> Path:
+def plot_crossover(
+    table: pd.DataFrame,
+    series: Sequence[str],
+    x_order: Sequence[str],
+    path: Path,
+    title: str = "crossover",
+    unit: str = "ms/step",
+) -> Path:
     """A crossover plot (the screen's): one line per series over categorical x, log y.
 
     ``table`` columns: ``x``, ``series``, ``median``, ``low``, ``high`` (the range, drawn as error bars) and
@@ -415,7 +573,9 @@ def plot_crossover(table: pd.DataFrame, series: Sequence[str], x_order: Sequence
         ax.set_yscale("log")
         for label in series:
             rows = table[table["series"] == label]
-            rows = rows[rows["x"].isin(positions)].assign(pos=lambda r: r["x"].map(positions)).sort_values("pos")
+            rows = (
+                rows[rows["x"].isin(positions)].assign(pos=lambda r: r["x"].map(positions)).sort_values("pos")
+            )
             median = pd.to_numeric(rows["median"], errors="coerce").to_numpy(dtype=float)
             keep = np.isfinite(median) & (median > 0)
             if not keep.any():
@@ -424,15 +584,35 @@ def plot_crossover(table: pd.DataFrame, series: Sequence[str], x_order: Sequence
             x = rows["pos"].to_numpy(dtype=float)[keep]
             low = pd.to_numeric(rows["low"], errors="coerce").to_numpy(dtype=float)[keep]
             high = pd.to_numeric(rows["high"], errors="coerce").to_numpy(dtype=float)[keep]
-            low, high = np.where(np.isfinite(low), low, median[keep]), np.where(np.isfinite(high), high, median[keep])
-            ax.errorbar(x, median[keep], yerr=[median[keep] - low, high - median[keep]], color=style.color,
-                        marker=style.marker, linewidth=2, capsize=3, label=label, zorder=3)
+            low, high = (
+                np.where(np.isfinite(low), low, median[keep]),
+                np.where(np.isfinite(high), high, median[keep]),
+            )
+            ax.errorbar(
+                x,
+                median[keep],
+                yerr=[median[keep] - low, high - median[keep]],
+                color=style.color,
+                marker=style.marker,
+                linewidth=2,
+                capsize=3,
+                label=label,
+                zorder=3,
+            )
             floor = pd.to_numeric(rows["floor"], errors="coerce").to_numpy(dtype=float)
             has_floor = np.isfinite(floor) & (floor > 0)
             if has_floor.any():
                 any_floor = True
-                ax.plot(rows["pos"].to_numpy(dtype=float)[has_floor], floor[has_floor], color=style.color,
-                        linestyle="--", linewidth=1.5, marker=style.marker, markerfacecolor="none", zorder=2)
+                ax.plot(
+                    rows["pos"].to_numpy(dtype=float)[has_floor],
+                    floor[has_floor],
+                    color=style.color,
+                    linestyle="--",
+                    linewidth=1.5,
+                    marker=style.marker,
+                    markerfacecolor="none",
+                    zorder=2,
+                )
         ax.set_xticks(range(len(x_order)))
         ax.set_xticklabels(list(x_order))
         ax.set_xlim(-0.3, len(x_order) - 0.7)
@@ -441,22 +621,40 @@ def plot_crossover(table: pd.DataFrame, series: Sequence[str], x_order: Sequence
         ax.set_title(title)
         handles, labels = ax.get_legend_handles_labels()
         if any_floor:
-            handles.append(Line2D([], [], color="#555555", linestyle="--", marker="o", markerfacecolor="none",
-                                  label="launch floor (CUDA graph)"))
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    color="#555555",
+                    linestyle="--",
+                    marker="o",
+                    markerfacecolor="none",
+                    label="launch floor (CUDA graph)",
+                )
+            )
             labels.append("launch floor (CUDA graph)")
         ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return path
 
 
-def plot_memory(table: pd.DataFrame, series: Sequence[str], x_order: Sequence[str], path: Path,
-                title: str = "extra peak memory") -> Path:
+def plot_memory(
+    table: pd.DataFrame,
+    series: Sequence[str],
+    x_order: Sequence[str],
+    path: Path,
+    title: str = "extra peak memory",
+) -> Path:
     """Bytes per series over categorical x (``table`` columns ``x``, ``series``, ``bytes``), in MiB.
 
     A log axis when every value is positive and they span 20× or more; a linear one otherwise.
     """
     styles = arm_styles(series)
     positions = {x: i for i, x in enumerate(x_order)}
-    values = pd.to_numeric(table["bytes"], errors="coerce").to_numpy(dtype=float) / 2**20 if len(table) else np.array([])
+    values = (
+        pd.to_numeric(table["bytes"], errors="coerce").to_numpy(dtype=float) / 2**20
+        if len(table)
+        else np.array([])
+    )
     finite = values[np.isfinite(values)]
     with figure(path, width=10.0, height=5.0) as (fig, ax):
         if len(finite) and finite.min() > 0 and finite.max() / finite.min() >= 20:
@@ -464,18 +662,32 @@ def plot_memory(table: pd.DataFrame, series: Sequence[str], x_order: Sequence[st
         drawn = False
         for label in series:
             rows = table[table["series"] == label]
-            rows = rows[rows["x"].isin(positions)].assign(pos=lambda r: r["x"].map(positions)).sort_values("pos")
+            rows = (
+                rows[rows["x"].isin(positions)].assign(pos=lambda r: r["x"].map(positions)).sort_values("pos")
+            )
             mib = pd.to_numeric(rows["bytes"], errors="coerce").to_numpy(dtype=float) / 2**20
             keep = np.isfinite(mib)
             if not keep.any():
                 continue
             drawn = True
             style = styles[label]
-            ax.plot(rows["pos"].to_numpy(dtype=float)[keep], mib[keep], color=style.color, marker=style.marker,
-                    linewidth=2, label=label)
+            ax.plot(
+                rows["pos"].to_numpy(dtype=float)[keep],
+                mib[keep],
+                color=style.color,
+                marker=style.marker,
+                linewidth=2,
+                label=label,
+            )
         if not drawn:
-            ax.text(0.5, 0.5, "no memory figures (CPU run: no CUDA allocator)", transform=ax.transAxes,
-                    ha="center", va="center")
+            ax.text(
+                0.5,
+                0.5,
+                "no memory figures (CPU run: no CUDA allocator)",
+                transform=ax.transAxes,
+                ha="center",
+                va="center",
+            )
             ax.set_yticks([])
         ax.set_xticks(range(len(x_order)))
         ax.set_xticklabels(list(x_order))
@@ -516,13 +728,27 @@ def plot_fit_stage_shares(table: pd.DataFrame, plan: Any, path: Path) -> Path:
             left = 0.0
             for stage in stages:
                 seconds = float(mine.loc[stage, "median_s"]) if stage in mine.index else 0.0
-                ax.barh(y, seconds, left=left, color=FIT_STAGE_COLORS.get(stage, "#BBBBBB"), height=0.6,
-                        edgecolor="#FFFFFF", linewidth=0.8, zorder=2)
+                ax.barh(
+                    y,
+                    seconds,
+                    left=left,
+                    color=FIT_STAGE_COLORS.get(stage, "#BBBBBB"),
+                    height=0.6,
+                    edgecolor="#FFFFFF",
+                    linewidth=0.8,
+                    zorder=2,
+                )
                 left += seconds
             right = max(right, left)
             if "optimizer" in mine.index:
-                ax.text(left, y, f"  optimizer {100 * float(mine.loc['optimizer', 'share']):.1f}%", va="center",
-                        ha="left", fontsize=11)
+                ax.text(
+                    left,
+                    y,
+                    f"  optimizer {100 * float(mine.loc['optimizer', 'share']):.1f}%",
+                    va="center",
+                    ha="left",
+                    fontsize=11,
+                )
         ax.set_xlim(0, max(right, 1e-9) * 1.3)
         ax.set_ylim(len(arms) - 0.5, -0.5)
         ax.set_yticks(range(len(arms)))
@@ -530,6 +756,8 @@ def plot_fit_stage_shares(table: pd.DataFrame, plan: Any, path: Path) -> Path:
         ax.grid(axis="y", visible=False)
         ax.set_xlabel(f"median seconds of one whole fit ({plan.device})")
         ax.set_title(f"{plan.tier}: where the whole fit's time goes (synchronized stage marks)")
-        handles = [Patch(facecolor=FIT_STAGE_COLORS.get(s, "#BBBBBB"), label=s.replace("_", " ")) for s in stages]
+        handles = [
+            Patch(facecolor=FIT_STAGE_COLORS.get(s, "#BBBBBB"), label=s.replace("_", " ")) for s in stages
+        ]
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return path

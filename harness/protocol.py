@@ -88,7 +88,16 @@ def build_schedule(
             k = w % len(case.arms)
             arm = case.arms[k]
             schedule.append(
-                ScheduledTrial(len(schedule), case.label, "warmup", w // len(case.arms), k, letters[k], arm.label, arm.role)
+                ScheduledTrial(
+                    len(schedule),
+                    case.label,
+                    "warmup",
+                    w // len(case.arms),
+                    k,
+                    letters[k],
+                    arm.label,
+                    arm.role,
+                )
             )
         for r in range(pairs):
             positions = list(range(len(case.arms)))
@@ -100,7 +109,9 @@ def build_schedule(
             for slot, p in enumerate(positions):
                 arm = case.arms[p]
                 schedule.append(
-                    ScheduledTrial(len(schedule), case.label, "measured", r, slot, round_order, arm.label, arm.role)
+                    ScheduledTrial(
+                        len(schedule), case.label, "measured", r, slot, round_order, arm.label, arm.role
+                    )
                 )
     return schedule
 

@@ -144,7 +144,9 @@ class LoadedRun:
     @property
     def title(self) -> str:
         kind = " (A/A control)" if self.plan.control else ""
-        return f"Run {self.number}: {self.plan.tier}{kind}" if self.several else f"Run: {self.plan.tier}{kind}"
+        return (
+            f"Run {self.number}: {self.plan.tier}{kind}" if self.several else f"Run: {self.plan.tier}{kind}"
+        )
 
     @property
     def tag(self) -> str:
@@ -222,13 +224,13 @@ def claim_sentence(plan: Plan, summaries: Summaries, case: str, arm: str) -> str
         else:
             change = (arm_peak - base_peak) / base_peak if base_peak else math.inf
             change_text = f"{100 * change:+.1f}%" if math.isfinite(change) else "from zero"
-            text += f", with peak allocated {format_bytes(base_peak)} vs {format_bytes(arm_peak)} ({change_text})"
+            text += (
+                f", with peak allocated {format_bytes(base_peak)} vs {format_bytes(arm_peak)} ({change_text})"
+            )
     text += "."
     for label, row in ((base_label, base), (arm, mine)):
         if int(row["failed"]):
-            text += (
-                f" {int(row['failed'])} of {int(row['trials'])} {label} trials failed and count as infinitely slow."
-            )
+            text += f" {int(row['failed'])} of {int(row['trials'])} {label} trials failed and count as infinitely slow."
     return text
 
 
@@ -285,43 +287,53 @@ def caveats(run: LoadedRun) -> list[Caveat]:
         out.append(Caveat("A/A control: it measures the noise floor, not a speed-up.", _control_text(run)))
     if is_interrupted(plan, trials):
         planned = plan.pairs * len(plan.cases)
-        out.append(Caveat(
-            f"interrupted: {completed_pairs(plan, trials)} of {planned} pairs.",
-            f"{len(trials)} of {len(plan.schedule)} scheduled trials are in the log; the figures cover only what "
-            "ran. `--resume` with this run folder continues it.",
-        ))
+        out.append(
+            Caveat(
+                f"interrupted: {completed_pairs(plan, trials)} of {planned} pairs.",
+                f"{len(trials)} of {len(plan.schedule)} scheduled trials are in the log; the figures cover only what "
+                "ran. `--resume` with this run folder continues it.",
+            )
+        )
     if not trials.empty:
         failed = trials[trials["status"] != "ok"]
         measured_failed = int((failed["phase"] == "measured").sum())
         warmup_failed = int((failed["phase"] == "warmup").sum())
         if measured_failed:
-            out.append(Caveat(
-                f"failures: {_plural(measured_failed, 'measured trial')} failed and "
-                f"{'counts' if measured_failed == 1 else 'count'} as infinitely slow.",
-                "A pair whose arm failed has reduction -∞ (whose baseline failed, +100%); no failure is dropped.",
-            ))
+            out.append(
+                Caveat(
+                    f"failures: {_plural(measured_failed, 'measured trial')} failed and "
+                    f"{'counts' if measured_failed == 1 else 'count'} as infinitely slow.",
+                    "A pair whose arm failed has reduction -∞ (whose baseline failed, +100%); no failure is dropped.",
+                )
+            )
         if warmup_failed:
-            out.append(Caveat(
-                f"{_plural(warmup_failed, 'warm-up trial')} failed.",
-                "Warm-ups are discarded from the statistics anyway.",
-            ))
+            out.append(
+                Caveat(
+                    f"{_plural(warmup_failed, 'warm-up trial')} failed.",
+                    "Warm-ups are discarded from the statistics anyway.",
+                )
+            )
     if plan.device == "cpu":
         out.append(Caveat("device cpu: timings on the CPU say nothing about speed on a GPU."))
     if run.env.get("git_dirty") is True:
-        out.append(Caveat(
-            "uncommitted changes: the code differed from its git revision.",
-            f"The working tree had changes against {_code(run.env.get('git_revision'))} when the run started.",
-        ))
+        out.append(
+            Caveat(
+                "uncommitted changes: the code differed from its git revision.",
+                f"The working tree had changes against {_code(run.env.get('git_revision'))} when the run started.",
+            )
+        )
     if not claims.empty:
         few, level = int(claims["pairs"].min()), float(claims["ci_level"].iloc[0])
         if range_coverage(few) < level:
-            out.append(Caveat(
-                f"few pairs: {few} per claim, so the stated {100 * level:.0f}% interval is nominal.",
-                "A bootstrap interval of the median never leaves the range of the observed reductions, and with "
-                f"{few} pairs even that range covers the true median with probability only "
-                f"{100 * range_coverage(few):.1f}% (1 − 2·0.5^{few}, distribution-free); {pairs_for_level(level)} "
-                f"pairs are the fewest that can reach {100 * level:.0f}%.",
-            ))
+            out.append(
+                Caveat(
+                    f"few pairs: {few} per claim, so the stated {100 * level:.0f}% interval is nominal.",
+                    "A bootstrap interval of the median never leaves the range of the observed reductions, and with "
+                    f"{few} pairs even that range covers the true median with probability only "
+                    f"{100 * range_coverage(few):.1f}% (1 − 2·0.5^{few}, distribution-free); {pairs_for_level(level)} "
+                    f"pairs are the fewest that can reach {100 * level:.0f}%.",
+                )
+            )
     if plan.bar is None:
         out.append(Caveat("no bar set (`--bar`): the claims carry no verdict."))
     return out
@@ -357,10 +369,14 @@ def _title(runs: list[LoadedRun]) -> list[str]:
     first = runs[0]
     lines = [f"# musgd-bench report: {' + '.join(kinds)}", ""]
     first_start = _time(min(str(r.plan.created) for r in runs))
-    lines.append(f"Date: {first_start[:10]} (" + (
-        f"first run started {first_start}; the runs table gives each run's start)." if len(runs) > 1
-        else f"run started {first_start})."
-    ))
+    lines.append(
+        f"Date: {first_start[:10]} ("
+        + (
+            f"first run started {first_start}; the runs table gives each run's start)."
+            if len(runs) > 1
+            else f"run started {first_start})."
+        )
+    )
     lines.append("")
     if len(runs) == 1:
         plan, trials = first.plan, first.summaries.trials
@@ -382,7 +398,9 @@ def _title(runs: list[LoadedRun]) -> list[str]:
         ]
         for r in runs
     ]
-    lines.append(markdown_table(["run", "folder", "tier", "kind", "figure", "started", "trials logged"], rows, "rllll"))
+    lines.append(
+        markdown_table(["run", "folder", "tier", "kind", "figure", "started", "trials logged"], rows, "rllll")
+    )
     lines += ["", "Commands:", "", "```sh"]
     for r in runs:
         lines += [f"# run {r.number} ({r.name})", r.plan.command or "# not recorded (started from Python)"]
@@ -393,8 +411,15 @@ def _title(runs: list[LoadedRun]) -> list[str]:
 def _summary(runs: list[LoadedRun]) -> list[str]:
     several = len(runs) > 1
     columns = (["run"] if several else []) + [
-        "case", "arm vs baseline", "pairs", "baseline median", "arm median",
-        "reduction median (min–max)", "interval", "bar", "verdict",
+        "case",
+        "arm vs baseline",
+        "pairs",
+        "baseline median",
+        "arm median",
+        "reduction median (min–max)",
+        "interval",
+        "bar",
+        "verdict",
     ]
     rows = []
     for run in runs:
@@ -427,10 +452,15 @@ def _summary(runs: list[LoadedRun]) -> list[str]:
         lines.append("No complete pair in any run: no claim can be made.")
     for run in runs:
         if run.plan.control and several:
-            lines += ["", f"Run {run.number} is an A/A control. {_control_text(run)} Read the other runs' "
-                      "reductions against it."]
+            lines += [
+                "",
+                f"Run {run.number} is an A/A control. {_control_text(run)} Read the other runs' "
+                "reductions against it.",
+            ]
     caveat_lines = [
-        f"- {f'run {run.number}: ' if several else ''}{caveat.headline}" for run in runs for caveat in caveats(run)
+        f"- {f'run {run.number}: ' if several else ''}{caveat.headline}"
+        for run in runs
+        for caveat in caveats(run)
     ]
     if caveat_lines:
         lines += ["", "Caveats (details in each run's section):", ""] + caveat_lines
@@ -504,8 +534,11 @@ def _git(env: dict[str, Any]) -> str:
 
 def _environment_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
     cpu = env.get("cpu_model")
-    cpu_text = NOT_RECORDED if is_missing(cpu) else str(cpu) + (
-        f" ({env['cpu_count']} logical cores)" if not is_missing(env.get("cpu_count")) else ""
+    cpu_text = (
+        NOT_RECORDED
+        if is_missing(cpu)
+        else str(cpu)
+        + (f" ({env['cpu_count']} logical cores)" if not is_missing(env.get("cpu_count")) else "")
     )
     speed = (
         f"TF32 matmul {_on_off(env.get('tf32_matmul'))}, TF32 cuDNN {_on_off(env.get('tf32_cudnn'))}, "
@@ -559,7 +592,9 @@ def _describe_arms(plan: Plan) -> str:
     parts = []
     for arm in seen.values():
         params = ", ".join(f"{k}={json.dumps(v)}" for k, v in arm.params.items())
-        parts.append(f"{_code(arm.label)} ({arm.role}, spec {_code(arm.spec)}" + (f", {params})" if params else ")"))
+        parts.append(
+            f"{_code(arm.label)} ({arm.role}, spec {_code(arm.spec)}" + (f", {params})" if params else ")")
+        )
     return "; ".join(parts)
 
 
@@ -595,7 +630,8 @@ def _protocol(run: LoadedRun) -> list[str]:
     plan = run.plan
     arms_per_case = max(len(c.arms) for c in plan.cases) if plan.cases else 2
     unit_word = (
-        ("pair" if plan.pairs == 1 else "pairs") if arms_per_case == 2
+        ("pair" if plan.pairs == 1 else "pairs")
+        if arms_per_case == 2
         else f"rounds (each of the {arms_per_case} arms once per round)"
     )
     letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:arms_per_case]
@@ -630,7 +666,8 @@ def _protocol(run: LoadedRun) -> list[str]:
         f"Isolation: {plan.isolation or NOT_RECORDED}.",
         f"Timed region: {plan.timed_region or 'not stated by the tier'}.",
         f"Device: {_code(plan.device)}; memory budget: {budget}; seed {plan.seed} (shared by the arms of a pair "
-        "for their data; it also seeds the bootstrap" + (" and the order)." if plan.order == "random" else ")."),
+        "for their data; it also seeds the bootstrap"
+        + (" and the order)." if plan.order == "random" else ")."),
     ]
     if plan.options:
         options = ", ".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in plan.options.items())
@@ -647,8 +684,11 @@ def _protocol(run: LoadedRun) -> list[str]:
         repeated = len(indices) - len(set(indices))
         log.append(
             f"The run was resumed {_plural(len(resumes), 'time')}; "
-            + ("the log holds each scheduled trial at most once (none re-run)." if repeated == 0
-               else f"**{repeated} row(s) of the log repeat a trial already logged** (re-run after a resume).")
+            + (
+                "the log holds each scheduled trial at most once (none re-run)."
+                if repeated == 0
+                else f"**{repeated} row(s) of the log repeat a trial already logged** (re-run after a resume)."
+            )
         )
     span = _log_span(run.summaries.trials)
     if span:
@@ -661,24 +701,43 @@ def _results(run: LoadedRun) -> list[str]:
     plan, summaries = run.plan, run.summaries
     arms = _sorted(summaries.arms, run)
     trials = summaries.trials
-    has_peaks = {
-        column: column in trials and pd.to_numeric(finished(trials)[column], errors="coerce").notna().any()
-        for column in ("peak_allocated", "peak_reserved")
-    } if not trials.empty else {"peak_allocated": False, "peak_reserved": False}
+    has_peaks = (
+        {
+            column: column in trials
+            and pd.to_numeric(finished(trials)[column], errors="coerce").notna().any()
+            for column in ("peak_allocated", "peak_reserved")
+        }
+        if not trials.empty
+        else {"peak_allocated": False, "peak_reserved": False}
+    )
     lines = ["### Results", ""]
     if arms.empty:
         return lines + ["No measured trial in the log: nothing to report yet."]
-    columns = ["case", "arm", "role", "measured trials", "failed", f"median ({plan.unit})", f"min–max ({plan.unit})"]
+    columns = [
+        "case",
+        "arm",
+        "role",
+        "measured trials",
+        "failed",
+        f"median ({plan.unit})",
+        f"min–max ({plan.unit})",
+    ]
     columns += [f"peak {c.split('_')[1]} (median)" for c, present in has_peaks.items() if present]
     rows = []
     for _, arm in arms.iterrows():
         row = [
-            arm["case"], arm["arm"], arm["role"], int(arm["trials"]), int(arm["failed"]),
-            format_number(arm["median"]), format_range(arm["min"], arm["max"]),
+            arm["case"],
+            arm["arm"],
+            arm["role"],
+            int(arm["trials"]),
+            int(arm["failed"]),
+            format_number(arm["median"]),
+            format_range(arm["min"], arm["max"]),
         ]
         row += [
             format_bytes(peak_median(trials, str(arm["case"]), str(arm["arm"]), c))
-            for c, present in has_peaks.items() if present
+            for c, present in has_peaks.items()
+            if present
         ]
         rows.append(row)
     lines += [f"Per arm, measured trials only ({plan.metric}; failed trials count as infinitely slow):", ""]
@@ -688,22 +747,44 @@ def _results(run: LoadedRun) -> list[str]:
         return lines + ["No complete pair: no paired reduction yet."]
     rows = [
         [
-            c["case"], f"{c['arm']} vs {c['baseline_arm']}", f"{int(c['pairs'])} of {plan.pairs}",
-            format_percent(c["median"]), format_percent_range(c["min"], c["max"]),
-            format_interval(c["ci_low"], c["ci_high"]), _bar_text(plan), f"**{c['verdict']}**",
+            c["case"],
+            f"{c['arm']} vs {c['baseline_arm']}",
+            f"{int(c['pairs'])} of {plan.pairs}",
+            format_percent(c["median"]),
+            format_percent_range(c["min"], c["max"]),
+            format_interval(c["ci_low"], c["ci_high"]),
+            _bar_text(plan),
+            f"**{c['verdict']}**",
         ]
         for _, c in claims.iterrows()
     ]
     lines += ["Paired reductions (higher is faster):", ""]
-    lines += [markdown_table(
-        ["case", "arm vs baseline", "pairs", "median", "min–max", f"{_level([run]).split(' ')[0]} interval",
-         "bar", "verdict"], rows, "lllrrrll"), ""]
+    lines += [
+        markdown_table(
+            [
+                "case",
+                "arm vs baseline",
+                "pairs",
+                "median",
+                "min–max",
+                f"{_level([run]).split(' ')[0]} interval",
+                "bar",
+                "verdict",
+            ],
+            rows,
+            "lllrrrll",
+        ),
+        "",
+    ]
     lines.append(f"Interval method: {_level([run])}.")
     for _, c in claims.iterrows():
         case, arm = str(c["case"]), str(c["arm"])
         where = f"case {_code(case)}, " if len(plan.cases) > 1 else ""
         kind = "Diagnostic, not a claim" if plan.tier in DIAGNOSTIC_TIERS else "Claim"
-        lines += ["", f"**{kind} ({where}{arm} vs {c['baseline_arm']}).** {claim_sentence(plan, summaries, case, arm)}"]
+        lines += [
+            "",
+            f"**{kind} ({where}{arm} vs {c['baseline_arm']}).** {claim_sentence(plan, summaries, case, arm)}",
+        ]
     return lines
 
 
@@ -716,7 +797,9 @@ def _verdict(run: LoadedRun) -> list[str]:
     if plan.tier in DIAGNOSTIC_TIERS:
         return lines + ["A diagnostic run (synchronized inside the timed region): no verdict."]
     for _, c in claims.iterrows():
-        interval = f"the {100 * float(c['ci_level']):.0f}% interval {format_interval(c['ci_low'], c['ci_high'])}"
+        interval = (
+            f"the {100 * float(c['ci_level']):.0f}% interval {format_interval(c['ci_low'], c['ci_high'])}"
+        )
         verdict = str(c["verdict"])
         limit = "no bar" if plan.bar is None else format_limit(plan.bar, plan.control)
         explanation = {
@@ -753,7 +836,9 @@ def _failures(run: LoadedRun) -> list[str]:
             for _, r in oom.iterrows()
         ]
         lines += [
-            "", "Out of memory (`resource_failure`), with the byte figures parsed from the error:", "",
+            "",
+            "Out of memory (`resource_failure`), with the byte figures parsed from the error:",
+            "",
             markdown_table(["trial", "case", "phase", "round", "arm", *OOM_FIELDS], rows, "rllrl" + "r" * 6),
         ]
     other = failed[failed["status"] != "resource_failure"]
@@ -769,15 +854,19 @@ def _failures(run: LoadedRun) -> list[str]:
 
 def _caveats(run: LoadedRun) -> list[str]:
     items = caveats(run)
-    return ["### Caveats", ""] + ([f"- {c}" for c in items] if items else ["None derived from the tier or the data."])
+    return ["### Caveats", ""] + (
+        [f"- {c}" for c in items] if items else ["None derived from the tier or the data."]
+    )
 
 
 def _plots(run: LoadedRun) -> list[str]:
     plan, summaries = run.plan, run.summaries
     timeline = plots.plot_timeline(summaries.trials, plan, run.figures_dir / "timeline.png")
     lines = [
-        "### Plots", "",
-        markdown_image(timeline, f"{plan.tier}: every trial in schedule order"), "",
+        "### Plots",
+        "",
+        markdown_image(timeline, f"{plan.tier}: every trial in schedule order"),
+        "",
         "Every trial in schedule order: filled markers are measured trials (colour and shape per arm), hollow "
         "grey markers are warm-ups (discarded), a red x along the top is a failed trial, hatched slots were "
         "scheduled but not run.",
@@ -785,13 +874,25 @@ def _plots(run: LoadedRun) -> list[str]:
     if summaries.claims.empty:
         return lines + ["", "No complete pair: no reduction plot."]
     reductions = plots.plot_reductions(
-        _sorted(summaries.pairs, run), _sorted(summaries.claims, run), plan, run.figures_dir / "reductions.png"
+        _sorted(summaries.pairs, run),
+        _sorted(summaries.claims, run),
+        plan,
+        run.figures_dir / "reductions.png",
     )
     lines += [
-        "", markdown_image(reductions, f"{plan.tier}: paired reductions"), "",
+        "",
+        markdown_image(reductions, f"{plan.tier}: paired reductions"),
+        "",
         "Paired reductions: one point per pair, the black tick is the median, the thick grey line the bootstrap "
-        "interval" + ("" if plan.bar is None else ", the dashed lines the tolerance" if plan.control
-                      else ", the dashed line the bar") + "; right of zero is faster.",
+        "interval"
+        + (
+            ""
+            if plan.bar is None
+            else ", the dashed lines the tolerance"
+            if plan.control
+            else ", the dashed line the bar"
+        )
+        + "; right of zero is faster.",
     ]
     return lines
 
@@ -805,7 +906,8 @@ def _tier_section(run: LoadedRun) -> list[str]:
         section = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         return [
-            f"### {run.plan.tier}: tier section", "",
+            f"### {run.plan.tier}: tier section",
+            "",
             f"The tier's section {_code(run.plan.sections)} could not be loaded here "
             f"({type(exc).__name__}: {exc}); regenerate the report where it imports.",
         ]
@@ -843,9 +945,13 @@ def resolve_output(folders: Sequence[RunFolder], output: Path | None) -> Path:
         return folders[0].path / REPORT_NAME
     output = Path(output)
     if output.suffix.lower() != ".md":
-        raise InputError(f"-o '{output}' is not a markdown file; give a path ending in .md, e.g. reports/NAME.md")
+        raise InputError(
+            f"-o '{output}' is not a markdown file; give a path ending in .md, e.g. reports/NAME.md"
+        )
     if output.is_dir():
-        raise InputError(f"-o '{output}' is a directory; give a file path ending in .md, e.g. reports/NAME.md")
+        raise InputError(
+            f"-o '{output}' is a directory; give a file path ending in .md, e.g. reports/NAME.md"
+        )
     return output
 
 
@@ -856,8 +962,15 @@ def _load(folders: Sequence[RunFolder], output: Path) -> list[LoadedRun]:
         plan, summaries = summarize(folder)
         suffix = f"-figures-{number}" if several else "-figures"
         runs.append(
-            LoadedRun(number, folder, plan, summaries, folder.read_json(ENV) or {},
-                      output.parent / f"{output.stem}{suffix}", several)
+            LoadedRun(
+                number,
+                folder,
+                plan,
+                summaries,
+                folder.read_json(ENV) or {},
+                output.parent / f"{output.stem}{suffix}",
+                several,
+            )
         )
     return runs
 

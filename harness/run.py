@@ -53,7 +53,10 @@ def start_run(
 
 
 def resume_run(
-    path: str | Path, quiet: bool = False, trial_fn: TrialFunction | None = None, report: ReportWriter | None = None
+    path: str | Path,
+    quiet: bool = False,
+    trial_fn: TrialFunction | None = None,
+    report: ReportWriter | None = None,
 ) -> RunFolder:
     """Continue an interrupted run exactly where it stopped: the saved schedule, minus the finished trials."""
     folder = RunFolder.open(path)
@@ -61,7 +64,10 @@ def resume_run(
     trial_fn = trial_fn or load_factory(plan)
     record = folder.read_json(ENV) or {}
     record.setdefault("resumes", []).append(
-        {"recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "gpus": env.gpu_snapshot()}
+        {
+            "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "gpus": env.gpu_snapshot(),
+        }
     )
     folder.write_json(ENV, record)
     with _device_budget(plan):

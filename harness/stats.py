@@ -185,11 +185,26 @@ class ClaimSettings:
     control: bool = False
 
 
-def claim_table(pairs: pd.DataFrame, settings: ClaimSettings, planned_pairs: int | None = None) -> pd.DataFrame:
+def claim_table(
+    pairs: pd.DataFrame, settings: ClaimSettings, planned_pairs: int | None = None
+) -> pd.DataFrame:
     """Per case and candidate arm: pairs, median and (min–max) reduction, interval and verdict."""
     columns = [
-        "case", "arm", "baseline_arm", "pairs", "planned_pairs", "median", "min", "max",
-        "ci_low", "ci_high", "ci_level", "ci_method", "range_coverage", "bar", "verdict",
+        "case",
+        "arm",
+        "baseline_arm",
+        "pairs",
+        "planned_pairs",
+        "median",
+        "min",
+        "max",
+        "ci_low",
+        "ci_high",
+        "ci_level",
+        "ci_method",
+        "range_coverage",
+        "bar",
+        "verdict",
     ]
     if pairs.empty:
         return pd.DataFrame(columns=columns)

@@ -74,7 +74,9 @@ class RunFolder:
         """An existing run folder; ``NotARunFolder`` with one clear line otherwise."""
         folder = cls(path)
         if not folder.path.is_dir():
-            raise NotARunFolder(f"'{path}' is not a run folder: no such directory (a run folder holds {PLAN})")
+            raise NotARunFolder(
+                f"'{path}' is not a run folder: no such directory (a run folder holds {PLAN})"
+            )
         if not (folder.path / PLAN).is_file():
             raise NotARunFolder(f"'{path}' is not a run folder: it has no {PLAN}")
         return folder

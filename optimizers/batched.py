@@ -210,8 +210,12 @@ def _state_is_usual(p: torch.Tensor, state: dict[str, Any], keys: tuple[str, ...
     """Buffers as the baseline would create them: plain tensors of the parameter's shape, dtype and device."""
     for key in keys:
         buffer = state.get(key)
-        if (type(buffer) is not torch.Tensor or buffer.shape != p.shape or buffer.dtype != p.dtype
-                or buffer.device != p.device):
+        if (
+            type(buffer) is not torch.Tensor
+            or buffer.shape != p.shape
+            or buffer.dtype != p.dtype
+            or buffer.device != p.device
+        ):
             return False
     return True
 
@@ -253,8 +257,10 @@ def _make_batch(members: list[_Member]) -> _Batch:
             # parameter reads its rows along the stack's rows, a tall one along the stack's columns.
             row_stride, col_stride = (large, 1) if member.param.shape[0] == member.small else (1, large)
             column_dims = member.param.shape[1:]  # (cols,) or (in, kh, kw): row-major within a matrix row
-            member.view_stride = (row_stride, *(col_stride * math.prod(column_dims[i + 1:])
-                                                for i in range(len(column_dims))))
+            member.view_stride = (
+                row_stride,
+                *(col_stride * math.prod(column_dims[i + 1 :]) for i in range(len(column_dims))),
+            )
             member.view_offset = index * small * large
     position = 0
     while position < len(members) and not members[position].ordered:
@@ -287,8 +293,9 @@ class BatchedMuSGD(MuSGD):
         key = (cls, guard)
         if key not in _GUARDED_CLASSES:
             name = f"{cls.__name__}_pad_{'any' if guard is None else guard}"
-            _GUARDED_CLASSES[key] = type(name, (cls,), {"pad_guard": guard, "__module__": cls.__module__,
-                                                       "__qualname__": name})
+            _GUARDED_CLASSES[key] = type(
+                name, (cls,), {"pad_guard": guard, "__module__": cls.__module__, "__qualname__": name}
+            )
         return _GUARDED_CLASSES[key]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -328,15 +335,17 @@ class BatchedMuSGD(MuSGD):
                 to_orthogonalize.extend(torch._foreach_lerp(grads, segment.muon_buffers, group["momentum"]))
             else:
                 to_orthogonalize.extend(segment.muon_buffers)
-        for member in batch.members[len(to_orthogonalize):]:
+        for member in batch.members[len(to_orthogonalize) :]:
             buffer = self.state[member.param]["momentum_buffer"]
             group = member.group
-            to_orthogonalize.append(muon_momentum(member.param.grad, buffer, group["momentum"], group["nesterov"]))
+            to_orthogonalize.append(
+                muon_momentum(member.param.grad, buffer, group["momentum"], group["nesterov"])
+            )
         updates = _orthogonalize(batch, to_orthogonalize)
         del to_orthogonalize
         for segment in batch.segments:
             alpha = -(segment.group["lr"] * self.muon)
-            torch._foreach_add_(segment.params, updates[segment.start:segment.stop], alpha=alpha)
+            torch._foreach_add_(segment.params, updates[segment.start : segment.stop], alpha=alpha)
         for member, update in zip(batch.members, updates, strict=True):
             if member.ordered:
                 in_order_updates[id(member.param)] = update
@@ -344,7 +353,12 @@ class BatchedMuSGD(MuSGD):
     def _sgd_group(self, group_plan: _GroupPlan, in_order_updates: dict[int, torch.Tensor]) -> None:
         """SGD momentum of a group's clean buckets as foreach lists, then its in-order parameters one by one."""
         group = group_plan.group
-        lr, momentum, nesterov, weight_decay = group["lr"], group["momentum"], group["nesterov"], group["weight_decay"]
+        lr, momentum, nesterov, weight_decay = (
+            group["lr"],
+            group["momentum"],
+            group["nesterov"],
+            group["weight_decay"],
+        )
         sgd_lr = lr * self.sgd if group["use_muon"] else lr
         for bucket in group_plan.buckets:
             grads = [p.grad for p in bucket.params]
@@ -352,7 +366,9 @@ class BatchedMuSGD(MuSGD):
                 grads = torch._foreach_add(grads, bucket.params, alpha=weight_decay)
             torch._foreach_mul_(bucket.buffers, momentum)
             torch._foreach_add_(bucket.buffers, grads)
-            updates = torch._foreach_add(grads, bucket.buffers, alpha=momentum) if nesterov else bucket.buffers
+            updates = (
+                torch._foreach_add(grads, bucket.buffers, alpha=momentum) if nesterov else bucket.buffers
+            )
             torch._foreach_add_(bucket.params, updates, alpha=-sgd_lr)
         for p in group_plan.in_order:
             state = self.state[p]
@@ -360,7 +376,9 @@ class BatchedMuSGD(MuSGD):
                 musgd_param_step(p, state, group, self.muon, self.sgd)
                 continue
             p.add_(in_order_updates.pop(id(p)), alpha=-(lr * self.muon))
-            sgd_momentum_step(p, p.grad, state["momentum_buffer_SGD"], sgd_lr, momentum, weight_decay, nesterov)
+            sgd_momentum_step(
+                p, p.grad, state["momentum_buffer_SGD"], sgd_lr, momentum, weight_decay, nesterov
+            )
 
     # ------------------------------------------------------------------------------------------ planning
 
@@ -371,8 +389,13 @@ class BatchedMuSGD(MuSGD):
         for group in self.param_groups:
             params = group["params"]
             addresses = tuple(map(_address, [p.grad for p in params]))
-            parts += [id(group), group["use_muon"], tuple(map(id, params)), tuple(map(_address, params)),
-                      tuple(a is None for a in addresses)]
+            parts += [
+                id(group),
+                group["use_muon"],
+                tuple(map(id, params)),
+                tuple(map(_address, params)),
+                tuple(a is None for a in addresses),
+            ]
             grad_addresses.append(addresses)
         return tuple(parts), tuple(grad_addresses)
 
@@ -427,7 +450,9 @@ class BatchedMuSGD(MuSGD):
                     continue
                 tracked.append((group, p))
                 state = self.state[p]
-                if (state and not _state_is_usual(p, state, keys)) or (group["use_muon"] and p.ndim not in (2, 4)):
+                if (state and not _state_is_usual(p, state, keys)) or (
+                    group["use_muon"] and p.ndim not in (2, 4)
+                ):
                     whole_step.add(id(p))  # the baseline step does (or refuses) what the user expects
                 elif not state:
                     for key in keys:
@@ -469,8 +494,16 @@ class BatchedMuSGD(MuSGD):
             if not group["use_muon"]:
                 continue
             rows, cols = p.shape[0], math.prod(p.shape[1:])
-            member = _Member(p, group, orders[id(p)], ordered, min(rows, cols), max(rows, cols),
-                             muon_scale(p.shape), 2 * p.numel() * p.element_size())
+            member = _Member(
+                p,
+                group,
+                orders[id(p)],
+                ordered,
+                min(rows, cols),
+                max(rows, cols),
+                muon_scale(p.shape),
+                2 * p.numel() * p.element_size(),
+            )
             if not ordered and (self.pad_guard is None or member.small <= self.pad_guard):
                 padded.setdefault((p.device, p.dtype, member.small), []).append(member)
             else:
@@ -501,7 +534,9 @@ class BatchedMuSGD(MuSGD):
                     in_order.append(p)
             group_whole = {id(p) for p in in_order if id(p) in whole_step or not group["use_muon"]}
             group_plans.append(_GroupPlan(group, list(buckets.values()), in_order, group_whole))
-        return _Plan(signature, grad_addresses, grads_overlap, _span_index(static_spans), batches, group_plans)
+        return _Plan(
+            signature, grad_addresses, grads_overlap, _span_index(static_spans), batches, group_plans
+        )
 
 
 _GUARDED_CLASSES: dict[tuple[type, int | None], type[BatchedMuSGD]] = {}
@@ -528,7 +563,8 @@ def _orthogonalize(
         orthogonal *= member.scale
         return [orthogonal.reshape(member.param.shape)]
     stack = (torch.empty if batch.kind == "uniform" else torch.zeros)(
-        batch.stack_shape, dtype=compute_dtype, device=batch.device)
+        batch.stack_shape, dtype=compute_dtype, device=batch.device
+    )
     if batch.kind == "uniform":
         slots = list(stack.view(len(members), *members[0].param.shape).unbind(0))
     else:

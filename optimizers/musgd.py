@@ -16,13 +16,17 @@ import torch
 from .newton_schulz import muon_scale, newton_schulz
 
 
-def muon_momentum(grad: torch.Tensor, momentum_buffer: torch.Tensor, beta: float, nesterov: bool) -> torch.Tensor:
+def muon_momentum(
+    grad: torch.Tensor, momentum_buffer: torch.Tensor, beta: float, nesterov: bool
+) -> torch.Tensor:
     """Advance the Muon momentum in place (an exponential average) and return the tensor to orthogonalize."""
     momentum_buffer.lerp_(grad, 1 - beta)
     return grad.lerp(momentum_buffer, beta) if nesterov else momentum_buffer
 
 
-def muon_update(grad: torch.Tensor, momentum_buffer: torch.Tensor, beta: float, nesterov: bool) -> torch.Tensor:
+def muon_update(
+    grad: torch.Tensor, momentum_buffer: torch.Tensor, beta: float, nesterov: bool
+) -> torch.Tensor:
     """Advance the Muon momentum in place and return the orthogonalized, scaled bf16 update as a matrix.
 
     A 4-D (conv) update is seen as (out, in*kh*kw). The gain uses the gradient's raw last two dims.
@@ -38,7 +42,12 @@ def muon_update(grad: torch.Tensor, momentum_buffer: torch.Tensor, beta: float, 
 
 
 def sgd_momentum_step(
-    p: torch.Tensor, grad: torch.Tensor, buffer: torch.Tensor, lr: float, momentum: float, weight_decay: float,
+    p: torch.Tensor,
+    grad: torch.Tensor,
+    buffer: torch.Tensor,
+    lr: float,
+    momentum: float,
+    weight_decay: float,
     nesterov: bool,
 ) -> None:
     """One SGD momentum step; weight decay is added to the gradient out of place, reading `p` as it is now."""
@@ -49,7 +58,9 @@ def sgd_momentum_step(
     p.add_(update, alpha=-lr)
 
 
-def musgd_param_step(p: torch.Tensor, state: dict[str, Any], group: dict[str, Any], muon: float, sgd: float) -> None:
+def musgd_param_step(
+    p: torch.Tensor, state: dict[str, Any], group: dict[str, Any], muon: float, sgd: float
+) -> None:
     """The whole MuSGD step of one parameter that has a gradient; creates its state on first use."""
     grad = p.grad
     lr, momentum = group["lr"], group["momentum"]
@@ -86,8 +97,13 @@ class MuSGD(torch.optim.Optimizer):
         muon: float = 0.2,
         sgd: float = 1.0,
     ) -> None:
-        defaults = {"lr": lr, "momentum": momentum, "weight_decay": weight_decay, "nesterov": nesterov,
-                    "use_muon": use_muon}
+        defaults = {
+            "lr": lr,
+            "momentum": momentum,
+            "weight_decay": weight_decay,
+            "nesterov": nesterov,
+            "use_muon": use_muon,
+        }
         super().__init__(params, defaults)
         self.muon = muon
         self.sgd = sgd

@@ -44,7 +44,9 @@ def newton_schulz(
     for step in range(NS_STEPS):
         A = X @ X.mT
         B = b * A + (c * A) @ A
-        if in_place and step == NS_STEPS - 1:  # the same elementwise sum, written back into the caller's stack
+        if (
+            in_place and step == NS_STEPS - 1
+        ):  # the same elementwise sum, written back into the caller's stack
             torch.add(a * X, B @ X, out=G.mT if tall else G)
             return G
         X = a * X + B @ X

@@ -43,13 +43,16 @@ def test_any_optimizer_class_by_module_path() -> None:
     assert resolve_optimizer("optimizers.batched:BatchedMuSGD") is BatchedMuSGD
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    ("fastest", "unknown arm 'fastest'.*baseline, candidate, upstream"),
-    ("no_such_module_xyz:Opt", "cannot import module 'no_such_module_xyz'"),
-    ("torch.optim:NoSuchOptimizer", "has no attribute 'NoSuchOptimizer'"),
-    ("collections:OrderedDict", "not a torch.optim.Optimizer subclass"),
-    ("torch.optim:", "unknown arm"),
-])
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("fastest", "unknown arm 'fastest'.*baseline, candidate, upstream"),
+        ("no_such_module_xyz:Opt", "cannot import module 'no_such_module_xyz'"),
+        ("torch.optim:NoSuchOptimizer", "has no attribute 'NoSuchOptimizer'"),
+        ("collections:OrderedDict", "not a torch.optim.Optimizer subclass"),
+        ("torch.optim:", "unknown arm"),
+    ],
+)
 def test_bad_specs_raise_arm_errors(spec: str, message: str) -> None:
     with pytest.raises(ArmError, match=message):
         resolve_optimizer(spec)

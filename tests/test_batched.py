@@ -41,22 +41,39 @@ def _batched_cpu_one_thread() -> Iterator[None]:
 
 
 def _muon_group(params: list[torch.Tensor], **overrides: Any) -> dict[str, Any]:
-    group = {"params": params, "lr": 0.02, "momentum": 0.9, "nesterov": True, "weight_decay": 5e-4,
-             "use_muon": True, "param_group": "muon"}
+    group = {
+        "params": params,
+        "lr": 0.02,
+        "momentum": 0.9,
+        "nesterov": True,
+        "weight_decay": 5e-4,
+        "use_muon": True,
+        "param_group": "muon",
+    }
     return {**group, **overrides}
 
 
 def _sgd_group(params: list[torch.Tensor], **overrides: Any) -> dict[str, Any]:
-    group = {"params": params, "lr": 0.02, "momentum": 0.9, "nesterov": True, "weight_decay": 5e-4,
-             "use_muon": False, "param_group": "bn"}
+    group = {
+        "params": params,
+        "lr": 0.02,
+        "momentum": 0.9,
+        "nesterov": True,
+        "weight_decay": 5e-4,
+        "use_muon": False,
+        "param_group": "bn",
+    }
     return {**group, **overrides}
 
 
-def _make_params(shapes: list[tuple[int, ...]], seed: int = 0, dtype: torch.dtype = torch.float32,
-                 device: str = "cpu") -> list[torch.nn.Parameter]:
+def _make_params(
+    shapes: list[tuple[int, ...]], seed: int = 0, dtype: torch.dtype = torch.float32, device: str = "cpu"
+) -> list[torch.nn.Parameter]:
     generator = torch.Generator().manual_seed(seed)
-    return [torch.nn.Parameter((torch.randn(s, generator=generator) * 0.02).to(device=device, dtype=dtype))
-            for s in shapes]
+    return [
+        torch.nn.Parameter((torch.randn(s, generator=generator) * 0.02).to(device=device, dtype=dtype))
+        for s in shapes
+    ]
 
 
 def _fill_grads(params: list[torch.Tensor], seed: int) -> None:
@@ -69,8 +86,10 @@ def _clone_groups(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The same groups over independent copies of their parameters (same class, values, dtype, device, layout)."""
     clones = []
     for group in groups:
-        params = [type(p)(p.detach().clone(memory_format=torch.preserve_format), requires_grad=p.requires_grad)
-                  for p in group["params"]]
+        params = [
+            type(p)(p.detach().clone(memory_format=torch.preserve_format), requires_grad=p.requires_grad)
+            for p in group["params"]
+        ]
         clones.append({**group, "params": params})
     return clones
 
@@ -80,8 +99,11 @@ def _params_of(groups: list[dict[str, Any]]) -> list[torch.Tensor]:
 
 
 def _run_both(
-    groups: list[dict[str, Any]], steps: int, set_grads: Callable[[list[dict[str, Any]], int], None],
-    kwargs: dict[str, Any] | None = None, candidate_class: type[BatchedMuSGD] = BatchedMuSGD,
+    groups: list[dict[str, Any]],
+    steps: int,
+    set_grads: Callable[[list[dict[str, Any]], int], None],
+    kwargs: dict[str, Any] | None = None,
+    candidate_class: type[BatchedMuSGD] = BatchedMuSGD,
 ) -> tuple[MuSGD, list[dict[str, Any]], BatchedMuSGD, list[dict[str, Any]]]:
     """Step the baseline and the candidate on identical copies with identical gradients."""
     kwargs = kwargs if kwargs is not None else {"muon": 0.2, "sgd": 1.0}
@@ -122,7 +144,12 @@ def _in_order(optimizer: BatchedMuSGD) -> list[int]:
 
 def _in_buckets(optimizer: BatchedMuSGD) -> list[int]:
     """Ids of the parameters whose SGD momentum runs as foreach lists."""
-    return [id(p) for group_plan in _plan(optimizer).groups for bucket in group_plan.buckets for p in bucket.params]
+    return [
+        id(p)
+        for group_plan in _plan(optimizer).groups
+        for bucket in group_plan.buckets
+        for p in bucket.params
+    ]
 
 
 def _muon_matrices(optimizer: MuSGD, groups: list[dict[str, Any]]) -> list[torch.Tensor]:
@@ -139,8 +166,13 @@ def _muon_matrices(optimizer: MuSGD, groups: list[dict[str, Any]]) -> list[torch
     return list(matrices.values())
 
 
-def _assert_contract(baseline: MuSGD, base_groups: list[dict[str, Any]], candidate: BatchedMuSGD,
-                     cand_groups: list[dict[str, Any]], muon_tolerance: float) -> None:
+def _assert_contract(
+    baseline: MuSGD,
+    base_groups: list[dict[str, Any]],
+    candidate: BatchedMuSGD,
+    cand_groups: list[dict[str, Any]],
+    muon_tolerance: float,
+) -> None:
     """One step from identical state: momentum buffers bit-equal, parameters within lr*muon*tolerance.
 
     `momentum_buffer_SGD` of a decayed Muon group reads p after the Muon update, so it may differ by the
@@ -176,11 +208,13 @@ def test_yolo26n_matches_the_per_matrix_baseline() -> None:
     """The real YOLO26n parameter set: padded, exact-shape and single batches against the baseline."""
     groups, kwargs = build_param_groups("n", seed=0)
     baseline, base_groups, candidate, cand_groups = _run_both(
-        groups, 1, lambda g, step: fill_synthetic_grads(g, seed=1 + step), kwargs)
+        groups, 1, lambda g, step: fill_synthetic_grads(g, seed=1 + step), kwargs
+    )
     kinds = {batch.kind for batch in _plan(candidate).batches}
     assert kinds == {"padded", "uniform", "single"}
-    tolerance = ULP_SENSITIVITY_FACTOR * max(ulp_sensitivity(m, trials=2) for m in
-                                             _muon_matrices(baseline, base_groups))
+    tolerance = ULP_SENSITIVITY_FACTOR * max(
+        ulp_sensitivity(m, trials=2) for m in _muon_matrices(baseline, base_groups)
+    )
     _assert_contract(baseline, base_groups, candidate, cand_groups, tolerance)
 
 
@@ -189,7 +223,9 @@ def test_yolo26n_matches_the_per_matrix_baseline() -> None:
 MIXED_SMALL_16 = [(16, 8, 3, 3), (32, 16, 1, 1), (16, 16, 3, 3), (64, 16), (16, 40), (16, 16)]
 
 
-def _single_padded_batch(shapes: list[tuple[int, ...]], device: str = "cpu") -> tuple[Any, list[torch.Tensor]]:
+def _single_padded_batch(
+    shapes: list[tuple[int, ...]], device: str = "cpu"
+) -> tuple[Any, list[torch.Tensor]]:
     params = _make_params(shapes, seed=3, device=device)
     _fill_grads(params, seed=4)
     optimizer = BatchedMuSGD([_muon_group(params)])
@@ -287,7 +323,7 @@ def test_a_parameter_viewing_another_keeps_exact_shapes_and_order() -> None:
 def test_dlpack_views_over_one_buffer_overlap_although_their_storages_differ() -> None:
     buffer = torch.randn(1024) * 0.02
     first = from_dlpack(to_dlpack(buffer[: 16 * 32])).view(16, 32)
-    second = from_dlpack(to_dlpack(buffer[256: 256 + 16 * 24])).view(16, 24)
+    second = from_dlpack(to_dlpack(buffer[256 : 256 + 16 * 24])).view(16, 24)
     assert first.untyped_storage()._cdata != second.untyped_storage()._cdata  # different storage objects
     params = [torch.nn.Parameter(first), torch.nn.Parameter(second), *_make_params([(16, 40)], seed=7)]
     _fill_grads(params, seed=8)
@@ -340,9 +376,13 @@ def test_shared_gradient_storage_and_odd_restored_state_take_the_scalar_path() -
     optimizer.step()
     shared.grad = shared.detach()  # gradient storage shared with its own parameter
     optimizer.state[odd_state]["momentum_buffer"] = optimizer.state[odd_state]["momentum_buffer"].double()
-    optimizer.state[muon_odd]["momentum_buffer_SGD"] = optimizer.state[muon_odd]["momentum_buffer_SGD"].bfloat16()
-    reference = {id(p): (p.detach().clone(), {k: v.clone() for k, v in optimizer.state[p].items()})
-                 for p in _params_of(groups)}
+    optimizer.state[muon_odd]["momentum_buffer_SGD"] = optimizer.state[muon_odd][
+        "momentum_buffer_SGD"
+    ].bfloat16()
+    reference = {
+        id(p): (p.detach().clone(), {k: v.clone() for k, v in optimizer.state[p].items()})
+        for p in _params_of(groups)
+    }
     optimizer._plan = None  # hand edits of state are not watched; a checkpoint load would reset the plan
     optimizer.step()
     assert set(_in_order(optimizer)) == {id(shared), id(odd_state), id(muon_odd)}
@@ -365,10 +405,16 @@ def test_shared_gradient_storage_and_odd_restored_state_take_the_scalar_path() -
 
 def test_fp32_bf16_fp16_parameters_in_one_group_keep_independent_buckets() -> None:
     shapes = [(16, 72), (16, 40), (32, 16)]
-    params = [p for i, dtype in enumerate((torch.float32, torch.bfloat16, torch.float16))
-              for p in _make_params(shapes, seed=20 + i, dtype=dtype)]
-    sgd_params = [p for dtype in (torch.float32, torch.bfloat16, torch.float16)
-                  for p in _make_params([(16,)], seed=30, dtype=dtype)]
+    params = [
+        p
+        for i, dtype in enumerate((torch.float32, torch.bfloat16, torch.float16))
+        for p in _make_params(shapes, seed=20 + i, dtype=dtype)
+    ]
+    sgd_params = [
+        p
+        for dtype in (torch.float32, torch.bfloat16, torch.float16)
+        for p in _make_params([(16,)], seed=30, dtype=dtype)
+    ]
     groups = [_muon_group(params), _sgd_group(sgd_params)]
     baseline, base_groups, candidate, cand_groups = _run_both(groups, 1, _grads_by_seed)
     for group_plan in _plan(candidate).groups:
@@ -376,7 +422,9 @@ def test_fp32_bf16_fp16_parameters_in_one_group_keep_independent_buckets() -> No
         assert sorted(map(str, dtypes)) == sorted(map(str, {torch.float32, torch.bfloat16, torch.float16}))
         assert all(len({p.dtype for p in bucket.params}) == 1 for bucket in group_plan.buckets)
     assert all(len({m.param.dtype for m in batch.members}) == 1 for batch in _plan(candidate).batches)
-    tolerance = ULP_SENSITIVITY_FACTOR * max(ulp_sensitivity(m) for m in _muon_matrices(baseline, base_groups))
+    tolerance = ULP_SENSITIVITY_FACTOR * max(
+        ulp_sensitivity(m) for m in _muon_matrices(baseline, base_groups)
+    )
     _assert_contract(baseline, base_groups, candidate, cand_groups, tolerance)
 
 
@@ -396,7 +444,9 @@ def test_none_gradients_and_parameters_frozen_then_unfrozen() -> None:
     baseline, base_groups, candidate, cand_groups = _run_both(groups, steps, grads)
     # Muon inputs depend on gradients only, so each step's Newton-Schulz difference is bounded on its own;
     # parameter differences add up over the steps (decay feeds back only a 1e-5 fraction of them).
-    tolerance = ULP_SENSITIVITY_FACTOR * max(ulp_sensitivity(m) for m in _muon_matrices(baseline, base_groups))
+    tolerance = ULP_SENSITIVITY_FACTOR * max(
+        ulp_sensitivity(m) for m in _muon_matrices(baseline, base_groups)
+    )
     for pb, pc in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
         assert set(baseline.state[pb]) == set(candidate.state[pc])
         for key in baseline.state[pb]:
@@ -422,8 +472,12 @@ def test_all_zero_gradients_give_no_nan() -> None:
 def test_updates_are_written_into_parameters_in_place_and_layouts_stay(device: str) -> None:
     shapes = [(16, 8, 3, 3), (32, 16, 1, 1), (16, 16, 3, 3), (64, 16), (260, 260), (260, 260), (300, 300)]
     contiguous = _make_params(shapes, seed=60, device=device)
-    channels_last = [torch.nn.Parameter(p.detach().clone().to(memory_format=torch.channels_last))
-                     if p.ndim == 4 else torch.nn.Parameter(p.detach().clone()) for p in contiguous]
+    channels_last = [
+        torch.nn.Parameter(p.detach().clone().to(memory_format=torch.channels_last))
+        if p.ndim == 4
+        else torch.nn.Parameter(p.detach().clone())
+        for p in contiguous
+    ]
     results = []
     for params in (contiguous, channels_last):
         layouts = [(p.data_ptr(), p.stride()) for p in params]
@@ -439,7 +493,9 @@ def test_updates_are_written_into_parameters_in_place_and_layouts_stay(device: s
         assert [(p.data_ptr(), p.stride()) for p in params] == layouts
         results.append([p.detach().clone() for p in params])
     for a, b in zip(*results, strict=True):
-        assert torch.equal(a, b)  # the stacks are built row-major either way, so channels_last changes nothing
+        assert torch.equal(
+            a, b
+        )  # the stacks are built row-major either way, so channels_last changes nothing
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints
@@ -474,8 +530,10 @@ def test_checkpoint_resume_both_ways_equals_an_uninterrupted_run() -> None:
             optimizer.step()
         state = copy.deepcopy(optimizer.state_dict())
         assert state["param_groups"][0]["param_group"] == "muon"
-        assert {key for entry in state["state"].values() for key in entry} == {"momentum_buffer",
-                                                                               "momentum_buffer_SGD"}
+        assert {key for entry in state["state"].values() for key in entry} == {
+            "momentum_buffer",
+            "momentum_buffer_SGD",
+        }
     for a, b in zip(_params_of(uninterrupted), _params_of(resumed), strict=True):
         assert torch.equal(a, b)
 
@@ -551,7 +609,9 @@ def test_cuda_foreach_momentum_recurrence_is_bit_equal_to_the_scalar_path() -> N
     assert _in_order(candidate) == []  # every parameter took the foreach path
     for base_group, cand_group in zip(base_groups, cand_groups, strict=True):
         if not base_group["use_muon"]:
-            assert all(torch.equal(a, b) for a, b in zip(base_group["params"], cand_group["params"], strict=True))
+            assert all(
+                torch.equal(a, b) for a, b in zip(base_group["params"], cand_group["params"], strict=True)
+            )
 
 
 @cuda
@@ -559,9 +619,11 @@ def test_cuda_foreach_momentum_recurrence_is_bit_equal_to_the_scalar_path() -> N
 def test_cuda_one_step_contract_on_yolo26n() -> None:
     groups, kwargs = build_param_groups("n", device="cuda", seed=0)
     baseline, base_groups, candidate, cand_groups = _run_both(
-        groups, 1, lambda g, step: fill_synthetic_grads(g, seed=1 + step), kwargs)
-    tolerance = ULP_SENSITIVITY_FACTOR * max(ulp_sensitivity(m, trials=2) for m in
-                                             _muon_matrices(baseline, base_groups))
+        groups, 1, lambda g, step: fill_synthetic_grads(g, seed=1 + step), kwargs
+    )
+    tolerance = ULP_SENSITIVITY_FACTOR * max(
+        ulp_sensitivity(m, trials=2) for m in _muon_matrices(baseline, base_groups)
+    )
     _assert_contract(baseline, base_groups, candidate, cand_groups, tolerance)
 
 
@@ -570,14 +632,20 @@ def test_cuda_one_step_contract_on_yolo26n() -> None:
 def test_cuda_device_and_dtype_buckets_in_one_group() -> None:
     """CUDA fp32/bf16 and CPU fp32 parameters in one group: separate buckets, CPU on the baseline path."""
     with _batched_on_cpu(False):
-        cuda_params = (_make_params([(16, 72), (16, 40)], seed=110, device="cuda")
-                       + _make_params([(16, 72), (16, 40)], seed=111, dtype=torch.bfloat16, device="cuda"))
+        cuda_params = _make_params([(16, 72), (16, 40)], seed=110, device="cuda") + _make_params(
+            [(16, 72), (16, 40)], seed=111, dtype=torch.bfloat16, device="cuda"
+        )
         cpu_params = _make_params([(16, 72)], seed=112)
-        groups = [_muon_group(cuda_params + cpu_params), _sgd_group(_make_params([(16,)], seed=113, device="cuda"))]
+        groups = [
+            _muon_group(cuda_params + cpu_params),
+            _sgd_group(_make_params([(16,)], seed=113, device="cuda")),
+        ]
         baseline, base_groups, candidate, cand_groups = _run_both(groups, 2, _grads_by_seed)
         buckets = _plan(candidate).groups[0].buckets
         assert sorted((str(b.params[0].device), str(b.params[0].dtype)) for b in buckets) == [
-            ("cuda:0", "torch.bfloat16"), ("cuda:0", "torch.float32")]
+            ("cuda:0", "torch.bfloat16"),
+            ("cuda:0", "torch.float32"),
+        ]
         assert _in_order(candidate) == _ids(cand_groups[0]["params"][-1:])
         for pb, pc in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
             assert torch.equal(baseline.state[pb]["momentum_buffer"], candidate.state[pc]["momentum_buffer"])

@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_bench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=ROOT, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args], cwd=ROOT, capture_output=True, text=True
+    )
 
 
 def test_help_lists_every_command() -> None:
@@ -69,12 +71,24 @@ def test_unknown_command_is_exit_2() -> None:
         ({"arms": "baseline,,candidate"}, "no empty items"),
         ({"arms": "baseline,baseline"}, "names an arm twice"),
         ({"bar": 250.0}, "between -100 and 100"),
-        ({"bar": -1.0, "control": True}, "--bar -1.0 with --control is the A/A tolerance ±bar; use a positive"),
+        (
+            {"bar": -1.0, "control": True},
+            "--bar -1.0 with --control is the A/A tolerance ±bar; use a positive",
+        ),
     ],
 )
 def test_protocol_options_refuse_bad_values(kwargs: dict, message: str) -> None:
-    values = dict(arms="baseline,candidate", warmup=1, pairs=2, order="alternate", seed=0, bar=8.0,
-                  device="cpu", budget=None, control=False)
+    values = dict(
+        arms="baseline,candidate",
+        warmup=1,
+        pairs=2,
+        order="alternate",
+        seed=0,
+        bar=8.0,
+        device="cpu",
+        budget=None,
+        control=False,
+    )
     values.update(kwargs)
     with pytest.raises(options.InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
         options.protocol_options(**values)
@@ -91,7 +105,8 @@ def test_cuda_where_there_is_none(monkeypatch) -> None:
 def test_control_runs_the_first_arm_against_itself() -> None:
     parsed = options.protocol_options("candidate", 0, 1, "alternate", 0, None, "cpu", None, True)
     assert [(a.label, a.role, a.spec) for a in parsed.arms] == [
-        ("candidate", "baseline", "candidate"), ("candidate-control", "candidate", "candidate"),
+        ("candidate", "baseline", "candidate"),
+        ("candidate-control", "candidate", "candidate"),
     ]
 
 
@@ -117,8 +132,12 @@ def test_a_budget_larger_than_the_card_is_refused_without_touching_the_gpu(monke
     monkeypatch.setattr(options, "check_device", lambda device: device)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(options, "gpu_snapshot", lambda: [{"index": 0, "memory_total_mib": 143771.0}])
-    monkeypatch.setattr(options.torch.cuda, "get_device_properties", lambda i: pytest.fail("created a CUDA context"))
+    monkeypatch.setattr(
+        options.torch.cuda, "get_device_properties", lambda i: pytest.fail("created a CUDA context")
+    )
     with pytest.raises(options.InputError, match="exceeds the card's 140.40 GiB"):
         options.protocol_options("baseline,candidate", 1, 2, "alternate", 0, None, "cuda:0", "200GiB", False)
-    parsed = options.protocol_options("baseline,candidate", 1, 2, "alternate", 0, None, "cuda:0", "24GiB", False)
+    parsed = options.protocol_options(
+        "baseline,candidate", 1, 2, "alternate", 0, None, "cuda:0", "24GiB", False
+    )
     assert parsed.budget == 24 * 2**30

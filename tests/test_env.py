@@ -10,13 +10,27 @@ import torch
 from harness import env
 
 EXPECTED_TYPES = {
-    "python": str, "os": str, "torch": str, "cuda_available": bool, "gpu_count": int, "gpu_names": list,
-    "tf32_matmul": bool, "tf32_cudnn": bool, "cudnn_benchmark": bool, "deterministic_algorithms": bool,
-    "float32_matmul_precision": str, "gpus_start": list,
+    "python": str,
+    "os": str,
+    "torch": str,
+    "cuda_available": bool,
+    "gpu_count": int,
+    "gpu_names": list,
+    "tf32_matmul": bool,
+    "tf32_cudnn": bool,
+    "cudnn_benchmark": bool,
+    "deterministic_algorithms": bool,
+    "float32_matmul_precision": str,
+    "gpus_start": list,
 }
 NULLABLE = {
-    "cuda_runtime": str, "cudnn": int, "driver_version": str, "cpu_model": str, "git_revision": str,
-    "git_dirty": bool, "hostname": str,
+    "cuda_runtime": str,
+    "cudnn": int,
+    "driver_version": str,
+    "cpu_model": str,
+    "git_revision": str,
+    "git_dirty": bool,
+    "hostname": str,
 }
 
 
@@ -47,7 +61,9 @@ def test_git_revision_is_read_from_the_checkout() -> None:
 
 def test_a_parent_that_must_not_touch_the_gpu_takes_names_from_nvidia_smi(monkeypatch) -> None:
     monkeypatch.setattr(env.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
-    monkeypatch.setattr(env, "_run", lambda args, **kw: "0, NVIDIA H200, 345, 3201, 31, 78.7, 580.159.04, 143771")
+    monkeypatch.setattr(
+        env, "_run", lambda args, **kw: "0, NVIDIA H200, 345, 3201, 31, 78.7, 580.159.04, 143771"
+    )
     monkeypatch.setattr(env.torch.cuda, "get_device_name", lambda i: pytest.fail("created a CUDA context"))
     record = env.collect(touch_device=False)
     assert record["gpu_names"] == ["NVIDIA H200"] and record["gpu_memory_bytes"] == [143771 * 2**20]
@@ -61,12 +77,23 @@ def test_unreadable_gpu_figures_are_null_not_guessed(monkeypatch) -> None:
 
 def test_gpu_snapshot_parses_nvidia_smi(monkeypatch) -> None:
     monkeypatch.setattr(env.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
-    monkeypatch.setattr(env, "_run", lambda args, **kw: "0, NVIDIA H200, 1980, 3201, 34, 118.5, 580.159.04, 143771")
+    monkeypatch.setattr(
+        env, "_run", lambda args, **kw: "0, NVIDIA H200, 1980, 3201, 34, 118.5, 580.159.04, 143771"
+    )
     (gpu,) = env.gpu_snapshot()
-    assert gpu == {"index": 0, "name": "NVIDIA H200", "sm_clock_mhz": 1980.0, "mem_clock_mhz": 3201.0,
-                   "temperature_c": 34.0, "power_w": 118.5, "driver_version": "580.159.04",
-                   "memory_total_mib": 143771.0}
-    monkeypatch.setattr(env, "_run", lambda args, **kw: "0, NVIDIA H200, [N/A], [N/A], 34, [N/A], 580.159.04, 143771")
+    assert gpu == {
+        "index": 0,
+        "name": "NVIDIA H200",
+        "sm_clock_mhz": 1980.0,
+        "mem_clock_mhz": 3201.0,
+        "temperature_c": 34.0,
+        "power_w": 118.5,
+        "driver_version": "580.159.04",
+        "memory_total_mib": 143771.0,
+    }
+    monkeypatch.setattr(
+        env, "_run", lambda args, **kw: "0, NVIDIA H200, [N/A], [N/A], 34, [N/A], 580.159.04, 143771"
+    )
     (gpu,) = env.gpu_snapshot()
     assert gpu["sm_clock_mhz"] is None and gpu["power_w"] is None and gpu["temperature_c"] == 34.0
 

@@ -22,7 +22,19 @@ from harness.tables import RunFolder
 from optimizers import MuSGD
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "4", "--val-images", "8", "--quiet"]
+TINY = [
+    "--workload",
+    "embedded",
+    "--images",
+    "8",
+    "--batch",
+    "4",
+    "--steps",
+    "4",
+    "--val-images",
+    "8",
+    "--quiet",
+]
 
 
 class DiesMidFit(MuSGD):
@@ -44,9 +56,13 @@ def only_run(root: Path) -> RunFolder:
 def test_steps_must_be_whole_epochs() -> None:
     assert check_steps(384, 256, 4) == 6
     assert check_steps(64, 256, 4) == 1
-    with pytest.raises(InputError, match="--steps 100 is not a whole number of epochs of 64 iterations.*--steps 128 or 64"):
+    with pytest.raises(
+        InputError, match="--steps 100 is not a whole number of epochs of 64 iterations.*--steps 128 or 64"
+    ):
         check_steps(100, 256, 4)
-    with pytest.raises(InputError, match="250 training images are not a whole number of batches of 4.*--images 252 or 248"):
+    with pytest.raises(
+        InputError, match="250 training images are not a whole number of batches of 4.*--images 252 or 248"
+    ):
         check_steps(384, 250, 4)
 
 
@@ -96,14 +112,38 @@ def test_pair_embedded_end_to_end(tmp_path: Path, capsys) -> None:
 @pytest.mark.slow
 def test_an_aa_control_fit_is_judged_against_its_tolerance(tmp_path: Path) -> None:
     """`--control --bar 50`: the baseline against itself, its claim a noise floor judged against ±50%."""
-    assert main(["pair", *TINY, "--arms", "baseline", "--control", "--bar", "50", "--warmup", "0", "--pairs", "1",
-                 "--out", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "pair",
+                *TINY,
+                "--arms",
+                "baseline",
+                "--control",
+                "--bar",
+                "50",
+                "--warmup",
+                "0",
+                "--pairs",
+                "1",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     folder = only_run(tmp_path)
     assert {r["optimizer_class"] for r in folder.rows()} == {"optimizers.musgd.MuSGD"}
     claim = folder.file("claim.txt").read_text()
     assert claim.startswith("A/A control (noise floor): Baseline median ")
-    (verdict,) = {line.split("tolerance: ")[1].split(".")[0] for line in claim.splitlines() if "tolerance: " in line}
-    assert "A/A verdict against the ±50% tolerance: " in claim and verdict in {"within", "outside", "ambiguous"}
+    (verdict,) = {
+        line.split("tolerance: ")[1].split(".")[0] for line in claim.splitlines() if "tolerance: " in line
+    }
+    assert "A/A verdict against the ±50% tolerance: " in claim and verdict in {
+        "within",
+        "outside",
+        "ambiguous",
+    }
 
 
 @pytest.mark.slow
@@ -134,8 +174,28 @@ def test_stages_run_attributes_the_whole_fit(tmp_path: Path, capsys) -> None:
 def test_a_worker_that_dies_is_a_failed_row_and_the_run_goes_on(tmp_path: Path) -> None:
     arms = "baseline,tests.test_fit:DiesMidFit"
     # The dying arm runs first in the pair, so the baseline after it shows the run went on.
-    assert main(["pair", *TINY, "--arms", arms, "--order", "random", "--seed", "1", "--warmup", "0", "--pairs", "1",
-                 "--out", str(tmp_path), "--no-report"]) == 0
+    assert (
+        main(
+            [
+                "pair",
+                *TINY,
+                "--arms",
+                arms,
+                "--order",
+                "random",
+                "--seed",
+                "1",
+                "--warmup",
+                "0",
+                "--pairs",
+                "1",
+                "--out",
+                str(tmp_path),
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     rows = only_run(tmp_path).rows()
     assert [r["arm"] for r in rows] == ["tests.test_fit:DiesMidFit", "baseline"]
     died, survivor = rows
@@ -171,8 +231,20 @@ def _wait_for(predicate, timeout: float = 90.0) -> None:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find the worker")
 def test_a_killed_run_resumes_with_only_the_rest(tmp_path: Path) -> None:
     """The parent is SIGKILLed during trial 2; its worker dies with it; --resume runs trial 2 only."""
-    command = [sys.executable, "-m", "harness.cli", "pair", *TINY, "--warmup", "0", "--pairs", "1",
-               "--out", str(tmp_path), "--no-report"]
+    command = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "pair",
+        *TINY,
+        "--warmup",
+        "0",
+        "--pairs",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--no-report",
+    ]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_for(lambda: any(p.name.startswith("pair-") for p in tmp_path.glob("*")))
@@ -200,8 +272,24 @@ def test_a_killed_run_resumes_with_only_the_rest(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_stop_after_stops_between_trials_and_resume_finishes(tmp_path: Path, capsys) -> None:
     """--stop-after 1: the first trial runs (nothing to estimate from), the second would overrun: a clean stop."""
-    assert main(["pair", *TINY, "--warmup", "0", "--pairs", "1", "--stop-after", "1", "--out", str(tmp_path),
-                 "--no-report"]) == 130
+    assert (
+        main(
+            [
+                "pair",
+                *TINY,
+                "--warmup",
+                "0",
+                "--pairs",
+                "1",
+                "--stop-after",
+                "1",
+                "--out",
+                str(tmp_path),
+                "--no-report",
+            ]
+        )
+        == 130
+    )
     folder = only_run(tmp_path)
     assert [r["index"] for r in folder.rows()] == [0]
     assert "stopping before trial 2 of 2 (candidate" in capsys.readouterr().out
@@ -246,8 +334,26 @@ def test_cuda_where_there_is_none_is_refused(tmp_path: Path, capsys) -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("amp", ["fp16", "bf16"])
 def test_embedded_fit_on_cuda_records_peaks(tmp_path: Path, amp: str) -> None:
-    assert main(["pair", *TINY, "--device", "cuda", "--amp", amp, "--warmup", "0", "--pairs", "1", "--no-report",
-                 "--out", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "pair",
+                *TINY,
+                "--device",
+                "cuda",
+                "--amp",
+                amp,
+                "--warmup",
+                "0",
+                "--pairs",
+                "1",
+                "--no-report",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     rows = only_run(tmp_path).rows()
     assert all(r["status"] == "ok" for r in rows), [r["message"] for r in rows]
     for row in rows:
@@ -258,8 +364,25 @@ def test_embedded_fit_on_cuda_records_peaks(tmp_path: Path, amp: str) -> None:
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_stages_on_cuda_cover_the_fit(tmp_path: Path) -> None:
-    assert main(["pair", *TINY, "--device", "cuda", "--stages", "--warmup", "0", "--pairs", "1", "--no-report",
-                 "--out", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "pair",
+                *TINY,
+                "--device",
+                "cuda",
+                "--stages",
+                "--warmup",
+                "0",
+                "--pairs",
+                "1",
+                "--no-report",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     for row in only_run(tmp_path).rows():
         assert row["status"] == "ok", row["message"]
         total = sum(row[stage_column(s)] for s in STAGES)

@@ -20,11 +20,35 @@ from harness.cli import main
 from harness.tables import RunFolder
 
 ROOT = Path(__file__).resolve().parent.parent
-HAS_ULTRALYTICS = importlib.util.find_spec("ultralytics") is not None and importlib.util.find_spec("torchvision") is not None
+HAS_ULTRALYTICS = (
+    importlib.util.find_spec("ultralytics") is not None
+    and importlib.util.find_spec("torchvision") is not None
+)
 NO_EXTRA = "needs the ultralytics extra (pip install -e '.[ultralytics]')"
-TINY = ["--workload", "ultralytics", "--images", "8", "--val-images", "8", "--imgsz", "64", "--batch", "4",
-        "--steps", "2", "--warmup", "0", "--pairs", "1", "--quiet"]
-BLOCKED = ("polars", "thop", "ultralytics_platform")  # absent on the H200 unless carried: prove none is needed
+TINY = [
+    "--workload",
+    "ultralytics",
+    "--images",
+    "8",
+    "--val-images",
+    "8",
+    "--imgsz",
+    "64",
+    "--batch",
+    "4",
+    "--steps",
+    "2",
+    "--warmup",
+    "0",
+    "--pairs",
+    "1",
+    "--quiet",
+]
+BLOCKED = (
+    "polars",
+    "thop",
+    "ultralytics_platform",
+)  # absent on the H200 unless carried: prove none is needed
 
 
 @pytest.fixture
@@ -34,7 +58,9 @@ def without_optional_packages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     for name in BLOCKED:
         (blocked / name).mkdir(parents=True)
         (blocked / name / "__init__.py").write_text(f"raise ImportError('{name} is blocked by the test')\n")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(blocked), os.environ.get("PYTHONPATH")) if p))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(p for p in (str(blocked), os.environ.get("PYTHONPATH")) if p)
+    )
     return blocked
 
 
@@ -48,7 +74,9 @@ def test_synthetic_set_is_deterministic_and_keyed(tmp_path: Path) -> None:
     spec = SyntheticSet(train_images=4, val_images=2, imgsz=64, seed=3)
     first = ensure_synthetic_set(spec, tmp_path / "a")
     second = ensure_synthetic_set(spec, tmp_path / "b")
-    files = sorted(p.relative_to(first.parent) for p in first.parent.rglob("*") if p.is_file() and p.name != "data.yaml")
+    files = sorted(
+        p.relative_to(first.parent) for p in first.parent.rglob("*") if p.is_file() and p.name != "data.yaml"
+    )
     assert len(files) == 12  # 6 images and 6 label files
     for name in files:
         assert (first.parent / name).read_bytes() == (second.parent / name).read_bytes()
@@ -63,7 +91,10 @@ def test_results_csv_is_read_without_polars(tmp_path: Path) -> None:
     csv = tmp_path / "results.csv"
     csv.write_text("epoch,time, train/box_loss,metrics/mAP50(B)\n1,2.5,4.2,0\n2,5.0,3.9,0.125\n")
     assert read_results_csv(csv) == {
-        "epoch": [1.0, 2.0], "time": [2.5, 5.0], "train/box_loss": [4.2, 3.9], "metrics/mAP50(B)": [0.0, 0.125],
+        "epoch": [1.0, 2.0],
+        "time": [2.5, 5.0],
+        "train/box_loss": [4.2, 3.9],
+        "metrics/mAP50(B)": [0.0, 0.125],
     }
     assert read_results_csv(tmp_path / "missing.csv") == {}
 
@@ -78,7 +109,9 @@ def test_offline_worker_environment_fails_downloads_at_once(tmp_path: Path) -> N
         "try:\n    attempt_download_asset(r'%s')\nexcept ConnectionError:\n    print('refused', time.perf_counter() - t)\n"
     ) % (tmp_path / "yolo26n.pt")
     env = {**os.environ, **offline_environment(tmp_path / "config")}
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+    )
     assert "refused" in result.stdout, result.stdout + result.stderr
     assert float(result.stdout.split()[-1]) < 30
     assert not (tmp_path / "yolo26n.pt").exists()
@@ -125,11 +158,16 @@ def test_real_trainer_stage_marks_cover_the_fit(tmp_path: Path, without_optional
 @pytest.mark.ultralytics
 @pytest.mark.skipif(not HAS_ULTRALYTICS, reason=NO_EXTRA)
 def test_user_data_yaml_is_counted_and_checked(tmp_path: Path, capsys) -> None:
-    data = ensure_synthetic_set(SyntheticSet(train_images=8, val_images=2, imgsz=64, seed=0), tmp_path / "sets")
+    data = ensure_synthetic_set(
+        SyntheticSet(train_images=8, val_images=2, imgsz=64, seed=0), tmp_path / "sets"
+    )
     out = tmp_path / "runs"
     base = ["pair", "--workload", "ultralytics", "--data", str(data), "--imgsz", "64", "--out", str(out)]
     assert main([*base, "--steps", "3"]) == 2
-    assert "--steps 3 is not a whole number of epochs of 2 iterations (8 images / batch 4)" in capsys.readouterr().err
+    assert (
+        "--steps 3 is not a whole number of epochs of 2 iterations (8 images / batch 4)"
+        in capsys.readouterr().err
+    )
     assert main([*base, "--images", "16"]) == 2
     assert "--images 16 disagrees with --data, which has 8 training images" in capsys.readouterr().err
     assert main([*base[:4], str(tmp_path / "missing.yaml"), "--out", str(out)]) == 2
@@ -145,12 +183,20 @@ def test_user_data_yaml_is_counted_and_checked(tmp_path: Path, capsys) -> None:
 @pytest.mark.ultralytics
 @pytest.mark.skipif(not HAS_ULTRALYTICS, reason=NO_EXTRA)
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_real_trainer_on_cuda_fp16_skips_the_amp_check_offline(tmp_path: Path, without_optional_packages: Path) -> None:
+def test_real_trainer_on_cuda_fp16_skips_the_amp_check_offline(
+    tmp_path: Path, without_optional_packages: Path
+) -> None:
     """fp16 runs upstream's AMP check, which wants yolo26n.pt: offline it must be skipped (not hang), AMP kept."""
-    assert main(["pair", *TINY, "--device", "cuda", "--amp", "fp16", "--no-report", "--out", str(tmp_path)]) == 0
+    assert (
+        main(["pair", *TINY, "--device", "cuda", "--amp", "fp16", "--no-report", "--out", str(tmp_path)]) == 0
+    )
     folder = only_run(tmp_path)
     rows = folder.rows()
     assert all(r["status"] == "ok" for r in rows), [r["message"] for r in rows]
     for row in rows:
-        assert row["amp_used"] is True and row["peak_allocated"] > 0 and row["peak_reserved"] >= row["peak_allocated"]
+        assert (
+            row["amp_used"] is True
+            and row["peak_allocated"] > 0
+            and row["peak_reserved"] >= row["peak_allocated"]
+        )
         assert "checks skipped" in (folder.path / "trials" / f"{row['index']}.log").read_text()

@@ -11,7 +11,9 @@ from optimizers import MuSGD, newton_schulz
 from optimizers.musgd import muon_update
 
 
-def _params(*shapes: tuple[int, ...], seed: int = 0, dtype: torch.dtype = torch.float32) -> list[torch.nn.Parameter]:
+def _params(
+    *shapes: tuple[int, ...], seed: int = 0, dtype: torch.dtype = torch.float32
+) -> list[torch.nn.Parameter]:
     generator = torch.Generator().manual_seed(seed)
     return [torch.nn.Parameter((torch.randn(s, generator=generator) * 0.02).to(dtype)) for s in shapes]
 
@@ -68,8 +70,21 @@ def test_muon_group_is_muon_then_sgd() -> None:
     grad = p.grad.add(expected, alpha=wd)
     expected.add_(grad.add(grad, alpha=beta), alpha=-(lr * sgd))  # first step: SGD buffer == grad
 
-    optimizer = MuSGD([{"params": [p], "lr": lr, "momentum": beta, "nesterov": True, "weight_decay": wd,
-                        "use_muon": True, "param_group": "muon"}], muon=muon, sgd=sgd)
+    optimizer = MuSGD(
+        [
+            {
+                "params": [p],
+                "lr": lr,
+                "momentum": beta,
+                "nesterov": True,
+                "weight_decay": wd,
+                "use_muon": True,
+                "param_group": "muon",
+            }
+        ],
+        muon=muon,
+        sgd=sgd,
+    )
     optimizer.step()
     assert torch.equal(p.detach(), expected)
     assert set(optimizer.state[p]) == {"momentum_buffer", "momentum_buffer_SGD"}
@@ -79,12 +94,19 @@ def test_muon_group_is_muon_then_sgd() -> None:
 def test_channels_last_gradients_equal_the_contiguous_case() -> None:
     """Upstream fails on channels_last; here the step is accepted and bit-equal to the contiguous one."""
     contiguous = _params((32, 16, 3, 3), (8, 32, 1, 1), seed=4)
-    channels_last = [torch.nn.Parameter(p.detach().clone().to(memory_format=torch.channels_last))
-                     for p in contiguous]
+    channels_last = [
+        torch.nn.Parameter(p.detach().clone().to(memory_format=torch.channels_last)) for p in contiguous
+    ]
     optimizers = []
     for params in (contiguous, channels_last):
-        group = {"params": params, "lr": 0.02, "momentum": 0.9, "nesterov": True, "weight_decay": 5e-4,
-                 "use_muon": True}
+        group = {
+            "params": params,
+            "lr": 0.02,
+            "momentum": 0.9,
+            "nesterov": True,
+            "weight_decay": 5e-4,
+            "use_muon": True,
+        }
         optimizers.append(MuSGD([group]))
     for step in range(2):
         for params, optimizer in zip((contiguous, channels_last), optimizers, strict=True):
@@ -110,8 +132,12 @@ def test_grads_none_are_skipped_and_state_is_lazy() -> None:
 
 def test_all_zero_gradients_give_no_nan() -> None:
     params = _params((16, 8, 3, 3), (32, 8), (8,), seed=7)
-    optimizer = MuSGD([{"params": params[:2], "lr": 0.1, "momentum": 0.9, "nesterov": True, "use_muon": True},
-                       {"params": params[2:], "lr": 0.1, "momentum": 0.9}])
+    optimizer = MuSGD(
+        [
+            {"params": params[:2], "lr": 0.1, "momentum": 0.9, "nesterov": True, "use_muon": True},
+            {"params": params[2:], "lr": 0.1, "momentum": 0.9},
+        ]
+    )
     for p in params:
         p.grad = torch.zeros_like(p)
     optimizer.step()
@@ -127,8 +153,10 @@ def test_muon_rejects_non_matrix_parameters() -> None:
 
 def test_state_dict_round_trip_continues_identically() -> None:
     params = _params((16, 8, 3, 3), (8,), seed=11)
-    groups = [{"params": params[:1], "lr": 0.02, "momentum": 0.9, "nesterov": True, "use_muon": True},
-              {"params": params[1:], "lr": 0.02, "momentum": 0.9}]
+    groups = [
+        {"params": params[:1], "lr": 0.02, "momentum": 0.9, "nesterov": True, "use_muon": True},
+        {"params": params[1:], "lr": 0.02, "momentum": 0.9},
+    ]
     optimizer = MuSGD(groups)
     _set_grads(params, seed=12)
     optimizer.step()

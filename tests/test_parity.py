@@ -55,7 +55,10 @@ def test_a_candidate_that_computes_something_else_breaks_the_contract(tmp_path: 
     (folder,) = tmp_path.iterdir()
     summary = json.loads((folder / "parity.json").read_text())
     assert summary["contract_holds"] is False
-    assert summary["contract"]["candidate: largest difference within lr·muon·bf16 rounding of the update"] is False
+    assert (
+        summary["contract"]["candidate: largest difference within lr·muon·bf16 rounding of the update"]
+        is False
+    )
     assert summary["contract"]["control: parameters identical"] is True
     assert "BROKEN" in (folder / "report.md").read_text()
 
@@ -72,7 +75,11 @@ def test_fit_mode_compares_loss_bytes_and_writes_divergence(tmp_path: Path) -> N
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(["--scale", "q"], "--scale 'q'"), (["--steps", "0"], "--steps must be"), (["--candidate", "nope"], "unknown arm")],
+    [
+        (["--scale", "q"], "--scale 'q'"),
+        (["--steps", "0"], "--steps must be"),
+        (["--candidate", "nope"], "unknown arm"),
+    ],
 )
 def test_bad_inputs_exit_2_and_write_nothing(args: list[str], message: str, tmp_path: Path, capsys) -> None:
     assert main(["parity", *args, "--out", str(tmp_path / "runs")]) == 2

@@ -26,7 +26,9 @@ SMALL_CAP = 2.0
 # --- an independent float64 reference of the softcapped cross-entropy --------------------------------------
 
 
-def reference(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, cap: float) -> dict[str, torch.Tensor]:
+def reference(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, cap: float
+) -> dict[str, torch.Tensor]:
     """Loss and gradients written from the calculus, in float64 (no autograd):
 
     z = H Wᵀ, t = tanh(z / cap), s = cap·t, loss = mean_i(logsumexp(s_i) − s_i,target);
@@ -52,8 +54,9 @@ def reference(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
     }
 
 
-def run_variant(variant: str, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, cap: float,
-                chunk: int) -> dict[str, torch.Tensor]:
+def run_variant(
+    variant: str, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, cap: float, chunk: int
+) -> dict[str, torch.Tensor]:
     h = hidden.detach().clone().requires_grad_()
     w = torch.nn.Parameter(weight.detach().clone())
     if variant == "native":
@@ -64,8 +67,9 @@ def run_variant(variant: str, hidden: torch.Tensor, weight: torch.Tensor, target
     return {"loss": loss.detach(), "grad_hidden": h.grad, "grad_weight": w.grad}
 
 
-def float64_error_bounds(ref: dict[str, torch.Tensor], hidden: torch.Tensor, weight: torch.Tensor,
-                         cap: float) -> dict[str, torch.Tensor]:
+def float64_error_bounds(
+    ref: dict[str, torch.Tensor], hidden: torch.Tensor, weight: torch.Tensor, cap: float
+) -> dict[str, torch.Tensor]:
     """A-priori bounds on float64 rounding error, elementwise (Higham, *Accuracy and Stability of Numerical
     Algorithms*, §3.1: a sum or dot product of n terms computed in any order is off by at most
     γ_n·Σ|terms|, γ_n = n·u / (1 − n·u), u the unit roundoff).
@@ -138,7 +142,9 @@ def one_ulp_perturbed(x: torch.Tensor, generator: torch.Generator) -> torch.Tens
 
 
 @pytest.mark.parametrize("rows,vocab,dim,chunk", [(96, 40, 16, 40), (1000, 300, 64, 128)])
-def test_bf16_chunked_gradients_equal_native_within_input_precision(rows: int, vocab: int, dim: int, chunk: int) -> None:
+def test_bf16_chunked_gradients_equal_native_within_input_precision(
+    rows: int, vocab: int, dim: int, chunk: int
+) -> None:
     """Chunked and native gradients differ by less than one ulp of noise in native's own bf16 inputs moves them.
 
     Tolerance, measured here (GUIDE §6): run native once more on inputs moved by one bf16 ulp (hidden states
@@ -156,14 +162,20 @@ def test_bf16_chunked_gradients_equal_native_within_input_precision(rows: int, v
     chunked = run_variant("chunked", hidden, weight, targets, SMALL_CAP, chunk)
     generator = torch.Generator().manual_seed(11)
     moved = run_variant(
-        "native", one_ulp_perturbed(hidden, generator),
-        one_ulp_perturbed(weight.to(torch.bfloat16), generator).float(), targets, SMALL_CAP, chunk,
+        "native",
+        one_ulp_perturbed(hidden, generator),
+        one_ulp_perturbed(weight.to(torch.bfloat16), generator).float(),
+        targets,
+        SMALL_CAP,
+        chunk,
     )
     for name in ("grad_hidden", "grad_weight"):
         tolerance = float((moved[name].double() - native[name].double()).norm())
         difference = float((chunked[name].double() - native[name].double()).norm())
         assert tolerance > 0
-        assert difference <= tolerance, f"{name}: chunked − native {difference:.3e} > input-ulp spread {tolerance:.3e}"
+        assert difference <= tolerance, (
+            f"{name}: chunked − native {difference:.3e} > input-ulp spread {tolerance:.3e}"
+        )
     with torch.no_grad():
         logits = SMALL_CAP * torch.tanh(hidden @ weight.to(torch.bfloat16).T / SMALL_CAP)
         ulp = (torch.nextafter(logits.abs(), torch.full_like(logits, math.inf)) - logits.abs()).float()
@@ -179,11 +191,19 @@ def test_bf16_tolerance_rejects_a_lost_chunk() -> None:
     weight = head.weight.detach().to(torch.bfloat16).float()
     native = run_variant("native", hidden, weight, targets, SMALL_CAP, chunk)
     generator = torch.Generator().manual_seed(11)
-    moved = run_variant("native", one_ulp_perturbed(hidden, generator),
-                        one_ulp_perturbed(weight.to(torch.bfloat16), generator).float(), targets, SMALL_CAP, chunk)
+    moved = run_variant(
+        "native",
+        one_ulp_perturbed(hidden, generator),
+        one_ulp_perturbed(weight.to(torch.bfloat16), generator).float(),
+        targets,
+        SMALL_CAP,
+        chunk,
+    )
     tolerance = float((moved["grad_weight"] - native["grad_weight"]).norm())
     # what native gives for the last chunk alone, scaled as part of the whole batch
-    last = run_variant("native", hidden[80:], weight, targets[80:], SMALL_CAP, chunk)["grad_weight"] * (16 / rows)
+    last = run_variant("native", hidden[80:], weight, targets[80:], SMALL_CAP, chunk)["grad_weight"] * (
+        16 / rows
+    )
     assert float(last.norm()) > tolerance
 
 
@@ -218,7 +238,11 @@ def test_detect_head_is_built_from_every_recorded_parameter(scale: str) -> None:
     for record in records:
         group = grouped[id(head.head.recorded(record["name"]))]
         spec = workload["groups"][record["group"]]
-        assert (group["lr"], group["use_muon"], group["weight_decay"]) == (spec["lr"], spec["use_muon"], spec["weight_decay"])
+        assert (group["lr"], group["use_muon"], group["weight_decay"]) == (
+            spec["lr"],
+            spec["use_muon"],
+            spec["weight_decay"],
+        )
     assert sum(len(g["params"]) for g in head.groups) == len(records)
 
 
@@ -244,15 +268,27 @@ def test_zero_cost_bound_is_strictly_above_the_share(share: float, bound: float)
 
 def test_share_table_states_share_and_saving_and_skips_failed_heads() -> None:
     arms = (Arm("baseline", "baseline", "baseline"), Arm("candidate", "candidate", "candidate"))
-    plan = Plan("probe", "x:y", "ms", "head step time", [Case("lm-native", {}, arms), Case("lm-chunked", {}, arms)], 0, 1)
-    table = pd.DataFrame([
-        {"case": "lm-native", "arm": "baseline", "median": 28.31},
-        {"case": "lm-native", "arm": "candidate", "median": 20.0},
-        {"case": "lm-chunked", "arm": "baseline", "median": math.inf},
-        {"case": "lm-chunked", "arm": "candidate", "median": 30.0},
-    ])
+    plan = Plan(
+        "probe",
+        "x:y",
+        "ms",
+        "head step time",
+        [Case("lm-native", {}, arms), Case("lm-chunked", {}, arms)],
+        0,
+        1,
+    )
+    table = pd.DataFrame(
+        [
+            {"case": "lm-native", "arm": "baseline", "median": 28.31},
+            {"case": "lm-native", "arm": "candidate", "median": 20.0},
+            {"case": "lm-chunked", "arm": "baseline", "median": math.inf},
+            {"case": "lm-chunked", "arm": "candidate", "median": 30.0},
+        ]
+    )
     empty = pd.DataFrame()
-    shares = share_table(plan, Summaries(empty, table, empty, empty), learner_ms=288.6).set_index(["case", "arm"])
+    shares = share_table(plan, Summaries(empty, table, empty, empty), learner_ms=288.6).set_index(
+        ["case", "arm"]
+    )
     assert shares.loc[("lm-native", "baseline"), "head_share"] == pytest.approx(28.31 / 288.6)
     assert shares.loc[("lm-native", "baseline"), "zero_cost_saving_under_percent"] == 10
     assert shares.loc[("lm-native", "candidate"), "learner_step_reduction"] == pytest.approx(8.31 / 288.6)
@@ -280,14 +316,24 @@ def test_section_with_device_memory_figures_and_failures(tmp_path: Path) -> None
         if ctx.case.params["variant"] == "native":
             raise torch.OutOfMemoryError(message)
         fast = ctx.arm.role == "candidate"
-        return {"value": 30.0 if fast else 32.0, "fwd_bwd_ms": 25.0, "step_ms": 5.0 if fast else 7.0,
-                "peak_allocated": int(2.1 * gib), "peak_reserved": int(2.4 * gib), "allocated_at_start": gib + 2**27,
-                "head_extra_peak": int(0.9 * gib), "step_extra_peak": 2**25, "reserve_bytes": gib}
+        return {
+            "value": 30.0 if fast else 32.0,
+            "fwd_bwd_ms": 25.0,
+            "step_ms": 5.0 if fast else 7.0,
+            "peak_allocated": int(2.1 * gib),
+            "peak_reserved": int(2.4 * gib),
+            "allocated_at_start": gib + 2**27,
+            "head_extra_peak": int(0.9 * gib),
+            "step_extra_peak": 2**25,
+            "reserve_bytes": gib,
+        }
 
     folder = start_run(plan, tmp_path, quiet=True, trial_fn=trial)
     _, summaries = summarize(folder)
     text = write_section(folder, summaries, folder.path / "figures")
-    assert "lm-native · baseline: out of memory in 2 of 2 measured trials (a 2.00 GiB allocation refused" in text
+    assert (
+        "lm-native · baseline: out of memory in 2 of 2 measured trials (a 2.00 GiB allocation refused" in text
+    )
     assert "so the budget refused it" in text  # 130 GiB free on the card: the 6 GiB budget said no
     assert "which would take 0.69% off a learner step" in text  # (32 − 30) / 288.6
     assert "lm-chunked · candidate: fits the 6.00 GiB budget in all 2 measured trials" in text
@@ -312,8 +358,23 @@ def run_folders(root: Path) -> list[Path]:
 
 
 def test_probe_lm_on_cpu_writes_rows_csvs_and_report(tmp_path: Path) -> None:
-    code = main(["probe", "--head", "lm", *TINY_LM, "--warmup", "1", "--pairs", "2", "--learner-ms", "400",
-                 "--out", str(tmp_path), "--quiet"])
+    code = main(
+        [
+            "probe",
+            "--head",
+            "lm",
+            *TINY_LM,
+            "--warmup",
+            "1",
+            "--pairs",
+            "2",
+            "--learner-ms",
+            "400",
+            "--out",
+            str(tmp_path),
+            "--quiet",
+        ]
+    )
     assert code == 0
     (folder,) = run_folders(tmp_path)
     rows = [json.loads(line) for line in (folder / "trials.jsonl").read_text().splitlines()]
@@ -337,8 +398,27 @@ def test_probe_lm_on_cpu_writes_rows_csvs_and_report(tmp_path: Path) -> None:
 
 
 def test_probe_detect_on_cpu(tmp_path: Path) -> None:
-    code = main(["probe", "--head", "detect", "--scale", "n", "--imgsz", "64", "--batch", "1", "--warmup", "0",
-                 "--pairs", "1", "--out", str(tmp_path), "--quiet", "--no-report"])
+    code = main(
+        [
+            "probe",
+            "--head",
+            "detect",
+            "--scale",
+            "n",
+            "--imgsz",
+            "64",
+            "--batch",
+            "1",
+            "--warmup",
+            "0",
+            "--pairs",
+            "1",
+            "--out",
+            str(tmp_path),
+            "--quiet",
+            "--no-report",
+        ]
+    )
     assert code == 0
     (folder,) = run_folders(tmp_path)
     rows = [json.loads(line) for line in (folder / "trials.jsonl").read_text().splitlines()]
@@ -369,8 +449,12 @@ def test_probe_detect_on_cpu(tmp_path: Path) -> None:
         (["--arms", "baseline,nosuch"], "unknown arm 'nosuch'"),
     ],
 )
-def test_bad_inputs_exit_2_with_one_line_and_no_run_folder(tmp_path: Path, capsys, args: list[str], says: str) -> None:
-    code = main(["probe", *TINY_LM, "--device", "cpu", "--pairs", "1", "--out", str(tmp_path / "runs"), *args])
+def test_bad_inputs_exit_2_with_one_line_and_no_run_folder(
+    tmp_path: Path, capsys, args: list[str], says: str
+) -> None:
+    code = main(
+        ["probe", *TINY_LM, "--device", "cpu", "--pairs", "1", "--out", str(tmp_path / "runs"), *args]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert err.count("\n") == 0 and says in err
@@ -390,13 +474,57 @@ def test_budget_too_small_for_native_is_a_resource_failure_and_chunked_fits(tmp_
     # cuBLAS keeps workspaces per handle and stream (main and autograd threads) in the caching allocator for
     # the life of the process: a tiny probe through the same code paths creates them before the baseline is
     # taken, so what is left after the run is only what its trials leaked.
-    assert main(["probe", "--head", "lm", *TINY_LM, "--device", "cuda", "--warmup", "0", "--pairs", "1",
-                 "--out", str(tmp_path / "warm"), "--quiet", "--no-report"]) == 0
+    assert (
+        main(
+            [
+                "probe",
+                "--head",
+                "lm",
+                *TINY_LM,
+                "--device",
+                "cuda",
+                "--warmup",
+                "0",
+                "--pairs",
+                "1",
+                "--out",
+                str(tmp_path / "warm"),
+                "--quiet",
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
-    code = main(["probe", "--head", "lm", "--tokens", str(rows), "--vocab", str(vocab), "--dim", "256",
-                 "--chunk", "1024", "--device", "cuda", "--budget", "1GiB", "--reserve", "256MiB", "--warmup", "1",
-                 "--pairs", "2", "--out", str(tmp_path / "runs"), "--quiet"])
+    code = main(
+        [
+            "probe",
+            "--head",
+            "lm",
+            "--tokens",
+            str(rows),
+            "--vocab",
+            str(vocab),
+            "--dim",
+            "256",
+            "--chunk",
+            "1024",
+            "--device",
+            "cuda",
+            "--budget",
+            "1GiB",
+            "--reserve",
+            "256MiB",
+            "--warmup",
+            "1",
+            "--pairs",
+            "2",
+            "--out",
+            str(tmp_path / "runs"),
+            "--quiet",
+        ]
+    )
     assert code == 0
     (folder,) = run_folders(tmp_path / "runs")
     trials = pd.read_csv(folder / "trials.csv")

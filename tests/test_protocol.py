@@ -48,7 +48,14 @@ def test_pairs_alternate_ab_ba_after_warmups() -> None:
     measured = schedule[2:]
     assert [t.order for t in measured[::2]] == ["AB", "BA", "AB", "BA"]
     assert [t.arm for t in measured] == [
-        "baseline", "candidate", "candidate", "baseline", "baseline", "candidate", "candidate", "baseline",
+        "baseline",
+        "candidate",
+        "candidate",
+        "baseline",
+        "baseline",
+        "candidate",
+        "candidate",
+        "baseline",
     ]
     # Counterbalanced: each arm runs first in exactly half of the pairs.
     firsts = [t.arm for t in measured if t.slot == 0]
@@ -59,7 +66,14 @@ def test_pairs_alternate_ab_ba_after_warmups() -> None:
 def test_three_arms_alternate_forward_and_reverse() -> None:
     arms = TWO_ARMS + (Arm("upstream", "candidate", "upstream"),)
     schedule = build_schedule([Case("c", {}, arms)], warmup=0, pairs=2)
-    assert [t.arm for t in schedule] == ["baseline", "candidate", "upstream", "upstream", "candidate", "baseline"]
+    assert [t.arm for t in schedule] == [
+        "baseline",
+        "candidate",
+        "upstream",
+        "upstream",
+        "candidate",
+        "baseline",
+    ]
     assert {t.order for t in schedule} == {"ABC", "CBA"}
 
 
@@ -78,8 +92,12 @@ def test_cases_run_one_after_another_each_with_warmups() -> None:
     cases = [Case("n", {}, TWO_ARMS), Case("s", {}, TWO_ARMS)]
     schedule = build_schedule(cases, warmup=1, pairs=1)
     assert [(t.case, t.phase) for t in schedule] == [
-        ("n", "warmup"), ("n", "measured"), ("n", "measured"),
-        ("s", "warmup"), ("s", "measured"), ("s", "measured"),
+        ("n", "warmup"),
+        ("n", "measured"),
+        ("n", "measured"),
+        ("s", "warmup"),
+        ("s", "measured"),
+        ("s", "measured"),
     ]
 
 
@@ -109,7 +127,9 @@ def test_run_logs_every_trial_with_warmups_flagged(tmp_path: Path) -> None:
 
 def test_failures_are_rows_and_the_run_goes_on(tmp_path: Path) -> None:
     figures = {"baseline": [10, 10, 10], "candidate": [8, "oom", "error"]}
-    plan = plan_of("tests.trialfns:scripted", warmup=0, pairs=3, options={"figures": figures, "oom_message": REAL_OOM})
+    plan = plan_of(
+        "tests.trialfns:scripted", warmup=0, pairs=3, options={"figures": figures, "oom_message": REAL_OOM}
+    )
     folder = start_run(plan, tmp_path, quiet=True)
     rows = {(r["arm"], r["round"]): r for r in folder.rows()}
     assert len(rows) == 6
@@ -145,8 +165,13 @@ def test_resume_after_a_kill_mid_trial_loses_nothing_and_repeats_nothing(tmp_pat
         "start_run(plan_of('tests.trialfns:sleepy', warmup=2, pairs=4, options={'sleep': 0.4}), sys.argv[1], quiet=True)"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen([sys.executable, "-c", script, str(runs)], cwd=ROOT, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-c", script, str(runs)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         _wait_for(lambda: runs.is_dir() and any(runs.iterdir()))
         folder = RunFolder(next(runs.iterdir()))

@@ -126,21 +126,47 @@ def test_report_has_every_section_and_both_plots(claim_run: RunFolder) -> None:
     path = report.write_report([claim_run])
     assert path == claim_run.path / "report.md"
     text = path.read_text(encoding="utf-8")
-    for heading in ("# musgd-bench report: pair", "## Summary", "## Environment", "### Protocol", "### Results",
-                    "### Verdict", "### Failed trials", "### Caveats", "### Plots"):
+    for heading in (
+        "# musgd-bench report: pair",
+        "## Summary",
+        "## Environment",
+        "### Protocol",
+        "### Results",
+        "### Verdict",
+        "### Failed trials",
+        "### Caveats",
+        "### Plots",
+    ):
         assert heading in text, heading
     plan = summarize(claim_run)[0]
     assert f"Date: {plan.created[:10]}" in text
     assert "```sh\nbench pair --steps 384 --pairs 3 --bar 8\n```" in text
-    for field in ("| GPU |", "| driver |", "| CUDA runtime (torch build) |", "| cuDNN |", "| torch |",
-                  "| Python |", "| CPU |", "| git revision |", "GPU clocks, temperature, power at start",
-                  "| … at end |"):
+    for field in (
+        "| GPU |",
+        "| driver |",
+        "| CUDA runtime (torch build) |",
+        "| cuDNN |",
+        "| torch |",
+        "| Python |",
+        "| CPU |",
+        "| git revision |",
+        "GPU clocks, temperature, power at start",
+        "| … at end |",
+    ):
         assert field in text, field
     assert "not recorded" in text  # this machine has no nvidia-smi / driver: said, never guessed
-    for phrase in ("2 warm-up trials", "discarded from every statistic", "then 3 pairs",
-                   "counterbalanced order (AB, BA, AB, …)", "Isolation: each trial in a fresh worker process",
-                   "Timed region: the whole fit, synchronized at both ends", "memory budget: none", "seed 0",
-                   "percentile bootstrap of the median, 10000 resamples", "the 8% bar"):
+    for phrase in (
+        "2 warm-up trials",
+        "discarded from every statistic",
+        "then 3 pairs",
+        "counterbalanced order (AB, BA, AB, …)",
+        "Isolation: each trial in a fresh worker process",
+        "Timed region: the whole fit, synchronized at both ends",
+        "memory budget: none",
+        "seed 0",
+        "percentile bootstrap of the median, 10000 resamples",
+        "the 8% bar",
+    ):
         assert phrase in text, phrase
     assert "| peak allocated (median) | peak reserved (median) |" in text
     assert "short fit: no accuracy claim" in text
@@ -177,7 +203,9 @@ def test_claim_sentence_with_different_peaks_other_labels_and_no_peaks(tmp_path:
     bare = run_folder(tmp_path / "bare", make_plan(), scripted(FIGURES))
     plan, summaries = summarize(bare)
     sentence = report.claim_sentence(plan, summaries, "yolo26n", "candidate")
-    assert sentence.endswith(f"The paired reduction median is {reduction_text(FIGURES['baseline'], FIGURES['candidate'])}.")
+    assert sentence.endswith(
+        f"The paired reduction median is {reduction_text(FIGURES['baseline'], FIGURES['candidate'])}."
+    )
 
 
 def test_same_inputs_same_markdown_byte_for_byte(claim_run: RunFolder, tmp_path: Path) -> None:
@@ -217,8 +245,13 @@ def test_a_control_says_it_is_the_noise_floor(tmp_path: Path) -> None:
     assert "The first arm ran against itself" in text and "median difference" in text
     assert "This run is an A/A control" in text
     # The plan's --bar 8 is, for a control, the tolerance ±8%: the differences (≤ 1%) lie inside it.
-    assert "the A/A verdict against the ±8% tolerance is `within` when the whole interval lies inside it" in text
-    assert "| ±8% | **within** |" in text and "lies inside the ±8% tolerance: the noise floor is within it" in text
+    assert (
+        "the A/A verdict against the ±8% tolerance is `within` when the whole interval lies inside it" in text
+    )
+    assert (
+        "| ±8% | **within** |" in text
+        and "lies inside the ±8% tolerance: the noise floor is within it" in text
+    )
 
 
 def test_an_interrupted_run_says_how_far_it_got(tmp_path: Path) -> None:
@@ -235,7 +268,9 @@ def test_an_interrupted_run_says_how_far_it_got(tmp_path: Path) -> None:
     resume_run(folder.path, quiet=True, trial_fn=scripted({"baseline": [10.0] * 4, "candidate": [8.0] * 4}))
     text = report.write_report([folder]).read_text(encoding="utf-8")
     assert "interrupted:" not in text
-    assert "The run was resumed 1 time; the log holds each scheduled trial at most once (none re-run)." in text
+    assert (
+        "The run was resumed 1 time; the log holds each scheduled trial at most once (none re-run)." in text
+    )
     assert "| … at resume 1 (" in text
     # Had a trial run twice (a log with the same index appended again), the report would say so.
     folder.append_row(folder.rows()[-1])
@@ -243,16 +278,30 @@ def test_an_interrupted_run_says_how_far_it_got(tmp_path: Path) -> None:
     assert "**1 row(s) of the log repeat a trial already logged**" in text
 
 
-H200_GPU = {"index": 0, "name": "NVIDIA H200", "sm_clock_mhz": 1980.0, "mem_clock_mhz": 3201.0,
-            "temperature_c": 34.0, "power_w": 118.5, "driver_version": "580.159.04"}
+H200_GPU = {
+    "index": 0,
+    "name": "NVIDIA H200",
+    "sm_clock_mhz": 1980.0,
+    "mem_clock_mhz": 3201.0,
+    "temperature_c": 34.0,
+    "power_w": 118.5,
+    "driver_version": "580.159.04",
+}
 
 
 def test_environment_of_a_gpu_run(claim_run: RunFolder) -> None:
     """An env.json shaped as harness.env.collect writes it on an H200 (clocks read again at the end)."""
     env = claim_run.read_json("env.json")
     env.update(
-        cuda_available=True, gpu_count=1, gpu_names=["NVIDIA H200"], gpu_memory_bytes=[150_119_841_792],
-        driver_version="580.159.04", cudnn=91002, git_revision="0123abc", git_dirty=True, gpus_start=[H200_GPU],
+        cuda_available=True,
+        gpu_count=1,
+        gpu_names=["NVIDIA H200"],
+        gpu_memory_bytes=[150_119_841_792],
+        driver_version="580.159.04",
+        cudnn=91002,
+        git_revision="0123abc",
+        git_dirty=True,
+        gpus_start=[H200_GPU],
         gpus_end=[{**H200_GPU, "sm_clock_mhz": 1755.0, "temperature_c": 61.0, "power_w": None}],
     )
     claim_run.write_json("env.json", env)
@@ -289,7 +338,8 @@ def test_a_run_with_no_trial_yet_still_reports(tmp_path: Path) -> None:
 
 def test_two_runs_side_by_side(claim_run: RunFolder, tmp_path: Path) -> None:
     control = run_folder(
-        tmp_path / "control", make_plan(control=True),
+        tmp_path / "control",
+        make_plan(control=True),
         scripted({"baseline": [10.0, 10.1, 9.9], "baseline-control": [10.05, 10.0, 10.0]}),
     )
     out = tmp_path / "reports" / "claim-and-control.md"
@@ -321,11 +371,13 @@ def fixture_section(folder: RunFolder, summaries, figures_dir: Path) -> str:
         ax.plot([0, 1], [0, 1])
         ax.set_xlabel("x (unit)")
     rows = [[r["arm"], report.format_number(r["median"])] for _, r in summaries.arms.iterrows()]
-    return "\n\n".join([
-        "### Fixture tier section",
-        report.markdown_table(["arm", "median"], rows),
-        report.markdown_image(png, "fixture plot"),
-    ])
+    return "\n\n".join(
+        [
+            "### Fixture tier section",
+            report.markdown_table(["arm", "median"], rows),
+            report.markdown_image(png, "fixture plot"),
+        ]
+    )
 
 
 def fixture_factory(plan: Plan) -> TrialFunction:
@@ -349,12 +401,24 @@ def test_a_tier_section_that_cannot_be_imported_is_said(tmp_path: Path) -> None:
 
 
 def test_a_tier_command_writes_its_report_when_the_run_ends(tmp_path: Path) -> None:
-    folder = cli.launch(lambda: make_plan(), resume=None, out=tmp_path / "runs", quiet=True, no_report=False,
-                        tiers=("fixture",))
+    folder = cli.launch(
+        lambda: make_plan(),
+        resume=None,
+        out=tmp_path / "runs",
+        quiet=True,
+        no_report=False,
+        tiers=("fixture",),
+    )
     assert (folder.path / "report.md").is_file()
     assert (folder.path / "report-figures" / "reductions.png").is_file()
-    skipped = cli.launch(lambda: make_plan(), resume=None, out=tmp_path / "quiet", quiet=True, no_report=True,
-                         tiers=("fixture",))
+    skipped = cli.launch(
+        lambda: make_plan(),
+        resume=None,
+        out=tmp_path / "quiet",
+        quiet=True,
+        no_report=True,
+        tiers=("fixture",),
+    )
     assert not (skipped.path / "report.md").exists()
 
 
@@ -367,7 +431,9 @@ def test_bench_report_happy_path(claim_run: RunFolder, tmp_path: Path, capsys) -
     out = tmp_path / "reports" / "named.md"
     assert cli.main(["report", str(claim_run.path), "-o", str(out)]) == 0
     named = out.read_text(encoding="utf-8")
-    assert named == (claim_run.path / "report.md").read_text(encoding="utf-8").replace("](report-figures/", "](named-figures/")
+    assert named == (claim_run.path / "report.md").read_text(encoding="utf-8").replace(
+        "](report-figures/", "](named-figures/"
+    )
     assert (out.parent / "named-figures" / "timeline.png").is_file()
     assert str(out) in capsys.readouterr().out
 
@@ -387,13 +453,19 @@ def _tree(path: Path) -> dict[str, bytes]:
         (["{run}", "{run2}"], "name it with -o"),
     ],
 )
-def test_bench_report_bad_inputs(args: list[str], message: str, claim_run: RunFolder, tmp_path: Path,
-                                 capsys) -> None:
+def test_bench_report_bad_inputs(
+    args: list[str], message: str, claim_run: RunFolder, tmp_path: Path, capsys
+) -> None:
     other = copy_run(claim_run, tmp_path / "second")
     plain = tmp_path / "plain"
     plain.mkdir()
-    names = {"run": claim_run.path, "run2": other.path, "missing": tmp_path / "missing", "plain": plain,
-             "tmp": tmp_path}
+    names = {
+        "run": claim_run.path,
+        "run2": other.path,
+        "missing": tmp_path / "missing",
+        "plain": plain,
+        "tmp": tmp_path,
+    }
     before = _tree(tmp_path)
     capsys.readouterr()
     assert cli.main(["report", *[a.format(**names) for a in args]]) == 2

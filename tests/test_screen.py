@@ -35,8 +35,10 @@ def tiny_groups(device: str = "cpu", seed: int = 0) -> tuple[list[dict[str, Any]
     for p in muon + bias:
         p.grad = torch.randn(p.shape, generator=generator).to(device)
     return (
-        [{"params": bias, **hyper, "weight_decay": 0.0, "use_muon": False, "param_group": "bias"},
-         {"params": muon, **hyper, "weight_decay": 5e-4, "use_muon": True, "param_group": "muon"}],
+        [
+            {"params": bias, **hyper, "weight_decay": 0.0, "use_muon": False, "param_group": "bias"},
+            {"params": muon, **hyper, "weight_decay": 5e-4, "use_muon": True, "param_group": "muon"},
+        ],
         {"muon": 0.2, "sgd": 1.0},
     )
 
@@ -49,8 +51,14 @@ def labels(case) -> list[str]:
 
 
 def test_cases_expand_guarded_arms_only() -> None:
-    plan = screen.make_plan(scales="n,s", guards="0,256,none", arms="baseline,candidate,upstream", repeats=3,
-                            warmup_trials=2, device="cpu")
+    plan = screen.make_plan(
+        scales="n,s",
+        guards="0,256,none",
+        arms="baseline,candidate,upstream",
+        repeats=3,
+        warmup_trials=2,
+        device="cpu",
+    )
     assert [c.label for c in plan.cases] == ["n", "s"]
     for case in plan.cases:
         assert labels(case) == ["baseline", "candidate@g0", "candidate@g256", "candidate@gnone", "upstream"]
@@ -66,7 +74,9 @@ def test_cases_expand_guarded_arms_only() -> None:
     assert len(plan.schedule) == 2 * (10 + 3 * 5)
     for case in ("n", "s"):
         for r in range(3):
-            in_round = [t.arm for t in plan.schedule if t.case == case and t.phase == "measured" and t.round == r]
+            in_round = [
+                t.arm for t in plan.schedule if t.case == case and t.phase == "measured" and t.round == r
+            ]
             assert sorted(in_round) == sorted(labels(plan.cases[0]))
     assert Plan.from_json(plan.to_json()).cases == plan.cases  # a resume rebuilds the same cases
 
@@ -105,8 +115,9 @@ def test_guard_parsing_refuses_what_int_would_not_take_cleanly(text: str) -> Non
 
 def batch_kinds(guard: str) -> set[str]:
     groups, kwargs = tiny_groups()
-    optimizer = screen.make_arm_optimizer(Arm(f"candidate@g{guard}", "candidate", "candidate", {"guard": guard}),
-                                          groups, kwargs)
+    optimizer = screen.make_arm_optimizer(
+        Arm(f"candidate@g{guard}", "candidate", "candidate", {"guard": guard}), groups, kwargs
+    )
     with _batched_on_cpu():
         optimizer.step()
     return {batch.kind for batch in optimizer._plan.batches}
@@ -121,16 +132,20 @@ def test_the_guard_decides_padding() -> None:
 def test_guard_does_not_leak_between_trials() -> None:
     settings = screen.TrialSettings(steps=2, warmup_steps=1, floor_replays=1, dtype=torch.float32)
     groups, kwargs = tiny_groups()
-    row = screen.run_trial(Arm("candidate@g0", "candidate", "candidate", {"guard": "0"}), groups, kwargs, "cpu",
-                           settings)
+    row = screen.run_trial(
+        Arm("candidate@g0", "candidate", "candidate", {"guard": "0"}), groups, kwargs, "cpu", settings
+    )
     assert row["guard_in_effect"] == "0"
     assert BatchedMuSGD.pad_guard == DEFAULT_PAD_GUARD
     groups, kwargs = tiny_groups()
-    row = screen.run_trial(Arm("candidate", "baseline", "candidate", {"guard": "default"}), groups, kwargs, "cpu",
-                           settings)
+    row = screen.run_trial(
+        Arm("candidate", "baseline", "candidate", {"guard": "default"}), groups, kwargs, "cpu", settings
+    )
     assert row["guard_in_effect"] == str(DEFAULT_PAD_GUARD)
     groups, kwargs = tiny_groups()
-    row = screen.run_trial(Arm("baseline", "baseline", "baseline", {"guard": "no-guard"}), groups, kwargs, "cpu", settings)
+    row = screen.run_trial(
+        Arm("baseline", "baseline", "baseline", {"guard": "no-guard"}), groups, kwargs, "cpu", settings
+    )
     assert row["guard_in_effect"] == "no-guard"
 
 
@@ -138,8 +153,9 @@ def test_one_cpu_trial_reports_its_figures_and_no_floor() -> None:
     settings = screen.TrialSettings(steps=3, warmup_steps=1, floor_replays=5, dtype=torch.float32)
     groups, kwargs = tiny_groups()
     before = [p.detach().clone() for g in groups for p in g["params"]]
-    row = screen.run_trial(Arm("baseline", "baseline", "baseline", {"guard": "no-guard"}), groups, kwargs, "cpu",
-                           settings)
+    row = screen.run_trial(
+        Arm("baseline", "baseline", "baseline", {"guard": "no-guard"}), groups, kwargs, "cpu", settings
+    )
     after = [p.detach() for g in groups for p in g["params"]]
     assert all(not torch.equal(a, b) for a, b in zip(before, after, strict=True))  # the steps did run
     assert row["value"] > 0 and math.isclose(row["value"] * 3, row["window_ms"])
@@ -153,7 +169,11 @@ def test_workload_cache_gives_fresh_equal_tensors_per_round() -> None:
     first, kwargs = cache.fresh("n", 7, torch.float32, "cpu")
     second, _ = cache.fresh("n", 7, torch.float32, "cpu")
     assert kwargs == {"muon": 0.2, "sgd": 1.0}
-    pairs = [(a, b) for ga, gb in zip(first, second, strict=True) for a, b in zip(ga["params"], gb["params"], strict=True)]
+    pairs = [
+        (a, b)
+        for ga, gb in zip(first, second, strict=True)
+        for a, b in zip(ga["params"], gb["params"], strict=True)
+    ]
     assert len(pairs) == 366
     for a, b in pairs:
         assert torch.equal(a, b) and a.data_ptr() != b.data_ptr()
@@ -171,9 +191,30 @@ def test_workload_cache_gives_fresh_equal_tensors_per_round() -> None:
 
 @pytest.mark.slow
 def test_cpu_screen_through_the_cli(tmp_path: Path) -> None:
-    code = main(["screen", "--scales", "n", "--guards", "0", "--arms", "baseline,candidate", "--steps", "1",
-                 "--repeats", "1", "--warmup", "0", "--warmup-trials", "0", "--device", "cpu", "--out",
-                 str(tmp_path), "--quiet"])
+    code = main(
+        [
+            "screen",
+            "--scales",
+            "n",
+            "--guards",
+            "0",
+            "--arms",
+            "baseline,candidate",
+            "--steps",
+            "1",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--warmup-trials",
+            "0",
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path),
+            "--quiet",
+        ]
+    )
     assert code == 0
     (run_dir,) = tmp_path.iterdir()
     trials = pd.read_csv(run_dir / "trials.csv")
@@ -197,10 +238,20 @@ def test_cpu_screen_through_the_cli(tmp_path: Path) -> None:
 # arm, ms/step, host ms/step, floor ms and extra peak MiB. Each round scales every arm alike, so paired
 # comparisons are constant and the medians are the figures themselves.
 FIXTURE = {
-    "n": {"baseline": (90, 89, 20, 1), "candidate@g0": (14, 13.5, 5, 20), "candidate@g256": (6, 5.8, 3, 25),
-          "candidate@gnone": (5.5, 5.3, 2.8, 30), "upstream": (16, 15.5, 2.3, 35)},
-    "s": {"baseline": (95, 94, 22, 1), "candidate@g0": (15, 14, 6, 100), "candidate@g256": (7, 4, 5, 150),
-          "candidate@gnone": (9, 4.2, 7, 300), "upstream": (20, 19, 3, 140)},
+    "n": {
+        "baseline": (90, 89, 20, 1),
+        "candidate@g0": (14, 13.5, 5, 20),
+        "candidate@g256": (6, 5.8, 3, 25),
+        "candidate@gnone": (5.5, 5.3, 2.8, 30),
+        "upstream": (16, 15.5, 2.3, 35),
+    },
+    "s": {
+        "baseline": (95, 94, 22, 1),
+        "candidate@g0": (15, 14, 6, 100),
+        "candidate@g256": (7, 4, 5, 150),
+        "candidate@gnone": (9, 4.2, 7, 300),
+        "upstream": (20, 19, 3, 140),
+    },
 }
 
 
@@ -208,16 +259,31 @@ def fixture_trials(plan: Plan):
     def trial(ctx: TrialContext) -> dict[str, Any]:
         ms, host, floor, peak = FIXTURE[ctx.case.label][ctx.arm.label]
         factor = 1 + 0.01 * (ctx.trial.round - 1)
-        return {"value": ms * factor, "host_ms": host * factor, "floor_ms": floor, "floor_note": "",
-                "extra_peak_bytes": peak * MiB, "state_bytes": 10 * MiB, "peak_allocated": (peak + 40) * MiB}
+        return {
+            "value": ms * factor,
+            "host_ms": host * factor,
+            "floor_ms": floor,
+            "floor_note": "",
+            "extra_peak_bytes": peak * MiB,
+            "state_bytes": 10 * MiB,
+            "peak_allocated": (peak + 40) * MiB,
+        }
 
     return trial
 
 
 @pytest.fixture(scope="module")
 def fixture_run(tmp_path_factory) -> tuple[RunFolder, Plan]:
-    plan = screen.make_plan(scales="n,s", guards="0,256,none", arms="baseline,candidate,upstream", repeats=3,
-                            steps=10, warmup=2, warmup_trials=0, device="cpu")
+    plan = screen.make_plan(
+        scales="n,s",
+        guards="0,256,none",
+        arms="baseline,candidate,upstream",
+        repeats=3,
+        steps=10,
+        warmup=2,
+        warmup_trials=0,
+        device="cpu",
+    )
     plan.device = "cuda"  # the fixture stands for a GPU run's log
     folder = start_run(plan, tmp_path_factory.mktemp("runs"), quiet=True, trial_fn=fixture_trials(plan))
     return folder, plan
@@ -245,14 +311,18 @@ def test_section_states_the_crossover_and_targets_from_the_data(fixture_run, tmp
     summaries = summarize(folder)[1]
     figures = tmp_path / "report-figures"
     text = screen.report_section(folder, summaries, figures)
-    assert (figures / screen.CROSSOVER_PNG).stat().st_size > 0 and (figures / screen.MEMORY_PNG).stat().st_size > 0
+    assert (figures / screen.CROSSOVER_PNG).stat().st_size > 0 and (
+        figures / screen.MEMORY_PNG
+    ).stat().st_size > 0
     assert "![crossover: ms/step vs scale](report-figures/screen_crossover.png)" in text
     # Fastest guard per scale: none at n (5.5 < 6), 256 at s (7 < 9).
     assert "| n | none | 14.000 | 6.000 | 5.500 |" in text
     assert "| s | 256 | 15.000 | 7.000 | 9.000 |" in text
     # The unguarded arm turns slower than g256 at s only (by 2/7 = 28.57%), never slower than exact shapes.
-    assert "`candidate@gnone` is slower than `candidate@g256` at: s (candidate@gnone slower than candidate@g256 " \
-           "by 28.57%" in text
+    assert (
+        "`candidate@gnone` is slower than `candidate@g256` at: s (candidate@gnone slower than candidate@g256 "
+        "by 28.57%" in text
+    )
     assert "`candidate@gnone` is never slower than `candidate@g0`" in text
     # Supported guard: g256's worst case is 6/5.5 = 1.091× (at n), better than none's 9/7 = 1.286× (at s).
     assert "**The data supports guard 256** (`candidate@g256`)" in text
@@ -260,23 +330,35 @@ def test_section_states_the_crossover_and_targets_from_the_data(fixture_run, tmp
     assert "gnone 1.286× at s" in text
     # Targets for the shipped default, g256.
     assert "checked for `candidate@g256` (the candidate as shipped)" in text
-    assert "| ≤ 1.5× own floor | n | 6.000 ms = 2.000× floor 3.000 ms (over by 1.500 ms) | **missed** | host dispatch" \
-           in text
+    assert (
+        "| ≤ 1.5× own floor | n | 6.000 ms = 2.000× floor 3.000 ms (over by 1.500 ms) | **missed** | host dispatch"
+        in text
+    )
     assert "| ≤ 1.5× own floor | s | 7.000 ms = 1.400× floor 5.000 ms (under by 0.5000 ms) | met |" in text
-    assert "| ≥ 4× faster than upstream | n | 2.667× (16.000 vs 6.000 ms; faster in 3 of 3 rounds) | **missed** |" \
-           in text
+    assert (
+        "| ≥ 4× faster than upstream | n | 2.667× (16.000 vs 6.000 ms; faster in 3 of 3 rounds) | **missed** |"
+        in text
+    )
     assert "| faster than upstream | s | 2.857× (20.000 vs 7.000 ms; faster in 3 of 3 rounds) | met |" in text
     assert "| extra peak ≤ upstream's | n | 25.0 MiB vs 35.0 MiB (−10.0 MiB) | met |" in text
     assert "| extra peak ≤ upstream's | s | 150.0 MiB vs 140.0 MiB (+10.0 MiB) | **missed** |" in text
-    assert "| never slower than baseline | s | faster by 92.63% (paired median; faster in 3 of 3 rounds) | met |" \
-           in text
-    assert "- extra peak ≤ upstream's at s: 150.0 MiB vs 140.0 MiB (+10.0 MiB); bound by memory, not time: with " \
-           "exact shapes (g0) the step takes 100.0 MiB, so padding accounts for the rest." in text
-    assert "- ≤ 1.5× own floor at n: 6.000 ms = 2.000× floor 3.000 ms (over by 1.500 ms); bound by host dispatch " \
-           "(5.800 ms of host time per step is ≥ 80% of it)." in text
+    assert (
+        "| never slower than baseline | s | faster by 92.63% (paired median; faster in 3 of 3 rounds) | met |"
+        in text
+    )
+    assert (
+        "- extra peak ≤ upstream's at s: 150.0 MiB vs 140.0 MiB (+10.0 MiB); bound by memory, not time: with "
+        "exact shapes (g0) the step takes 100.0 MiB, so padding accounts for the rest." in text
+    )
+    assert (
+        "- ≤ 1.5× own floor at n: 6.000 ms = 2.000× floor 3.000 ms (over by 1.500 ms); bound by host dispatch "
+        "(5.800 ms of host time per step is ≥ 80% of it)." in text
+    )
     # Next step follows from the worst distance to the floor (n, 2×) and its host-bound step.
-    assert "**Next step.** At n the candidate takes 6.000 ms/step, 2.000× its launch floor of 3.000 ms, and " \
-           "5.800 ms of it is host dispatch" in text
+    assert (
+        "**Next step.** At n the candidate takes 6.000 ms/step, 2.000× its launch floor of 3.000 ms, and "
+        "5.800 ms of it is host dispatch" in text
+    )
 
 
 @pytest.mark.parametrize(
@@ -295,15 +377,29 @@ def test_what_bounds_a_step(ms: float, host: float, floor: float, bound: str) ->
 
 def test_section_changes_with_the_data(tmp_path: Path) -> None:
     """The same section over a log where the unguarded arm wins everywhere says so (nothing is canned)."""
-    plan = screen.make_plan(scales="n,s", guards="0,256,none", arms="baseline,candidate", repeats=2,
-                            warmup_trials=0, device="cpu")
+    plan = screen.make_plan(
+        scales="n,s", guards="0,256,none", arms="baseline,candidate", repeats=2, warmup_trials=0, device="cpu"
+    )
     plan.device = "cuda"
-    figures = {s: {"baseline": (90, 89, 20, 1), "candidate@g0": (14, 13, 5, 20), "candidate@g256": (8, 7.9, 3, 25),
-                   "candidate@gnone": (4, 3.9, 3.5, 30)} for s in ("n", "s")}
+    figures = {
+        s: {
+            "baseline": (90, 89, 20, 1),
+            "candidate@g0": (14, 13, 5, 20),
+            "candidate@g256": (8, 7.9, 3, 25),
+            "candidate@gnone": (4, 3.9, 3.5, 30),
+        }
+        for s in ("n", "s")
+    }
 
     def trial(ctx: TrialContext) -> dict[str, Any]:
         ms, host, floor, peak = figures[ctx.case.label][ctx.arm.label]
-        return {"value": ms, "host_ms": host, "floor_ms": floor, "floor_note": "", "extra_peak_bytes": peak * MiB}
+        return {
+            "value": ms,
+            "host_ms": host,
+            "floor_ms": floor,
+            "floor_note": "",
+            "extra_peak_bytes": peak * MiB,
+        }
 
     folder = start_run(plan, tmp_path, quiet=True, trial_fn=trial)
     text = screen.report_section(folder, summarize(folder)[1], tmp_path / "figs")
@@ -315,15 +411,22 @@ def test_section_changes_with_the_data(tmp_path: Path) -> None:
 
 def test_section_reads_failed_trials_as_failures(tmp_path: Path) -> None:
     """An arm that runs out of memory at one scale is a recorded failure: shown, never the fastest guard."""
-    plan = screen.make_plan(scales="n,s", guards="0,none", arms="baseline,candidate", repeats=2, warmup_trials=0,
-                            device="cpu")
+    plan = screen.make_plan(
+        scales="n,s", guards="0,none", arms="baseline,candidate", repeats=2, warmup_trials=0, device="cpu"
+    )
     plan.device = "cuda"
 
     def trial(ctx: TrialContext) -> dict[str, Any]:
         if ctx.case.label == "s" and ctx.arm.label == "candidate@gnone":
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB.")
         ms = {"baseline": 90.0, "candidate@g0": 12.0, "candidate@gnone": 10.0}[ctx.arm.label]
-        return {"value": ms, "host_ms": ms * 0.9, "floor_ms": ms / 3, "floor_note": "", "extra_peak_bytes": MiB}
+        return {
+            "value": ms,
+            "host_ms": ms * 0.9,
+            "floor_ms": ms / 3,
+            "floor_note": "",
+            "extra_peak_bytes": MiB,
+        }
 
     folder = start_run(plan, tmp_path, quiet=True, trial_fn=trial)
     table = screen.write_screen_summary(folder, summarize(folder)[1])
@@ -332,8 +435,10 @@ def test_section_reads_failed_trials_as_failures(tmp_path: Path) -> None:
     text = screen.report_section(folder, summarize(folder)[1], tmp_path / "figs")
     assert "| s | candidate@gnone | 2 (2 failed) | failed (failed–failed) |" in text
     assert "| n | none | 12.000 | 10.000 |" in text and "| s | 0 | 12.000 | failed |" in text
-    assert "`candidate@gnone` is slower than `candidate@g0` at: s (candidate@gnone failed where candidate@g0 " \
-           "finished" in text
+    assert (
+        "`candidate@gnone` is slower than `candidate@g0` at: s (candidate@gnone failed where candidate@g0 "
+        "finished" in text
+    )
     assert "| s | 0 | 12.000 | failed | no other guard finished |" in text
     assert "**The data supports guard 0**" in text and "gnone did not finish at every scale." in text
 
@@ -360,8 +465,9 @@ def test_section_reads_failed_trials_as_failures(tmp_path: Path) -> None:
         (["--device", "tpu"], "use cpu, cuda or cuda:N"),
     ],
 )
-def test_bad_input_is_one_line_exit_2_and_no_run_folder(argv: list[str], message: str, tmp_path: Path,
-                                                         capsys) -> None:
+def test_bad_input_is_one_line_exit_2_and_no_run_folder(
+    argv: list[str], message: str, tmp_path: Path, capsys
+) -> None:
     out = tmp_path / "runs"
     code = main(["screen", "--device", "cpu", "--scales", "n", "--out", str(out), "--quiet", *argv])
     err = capsys.readouterr().err.strip()
@@ -416,8 +522,16 @@ def test_cuda_floor_of_an_uncapturable_step_is_na_with_the_reason() -> None:
 @cuda
 @pytest.mark.cuda
 def test_cuda_screen_trial_on_scale_n() -> None:
-    plan = screen.make_plan(scales="n", guards="256", arms="baseline,candidate", steps=2, repeats=1, warmup=1,
-                            floor_replays=3, device="cuda")
+    plan = screen.make_plan(
+        scales="n",
+        guards="256",
+        arms="baseline,candidate",
+        steps=2,
+        repeats=1,
+        warmup=1,
+        floor_replays=3,
+        device="cuda",
+    )
     trial_fn = screen.make_trial_function(plan)
     case = plan.cases[0]
     for scheduled in plan.schedule:

@@ -15,36 +15,49 @@ def trials(rows: list[tuple]) -> pd.DataFrame:
     """Rows of (round, arm, role, status, value, phase)."""
     return pd.DataFrame(
         [
-            {"case": "c", "round": r, "arm": a, "role": role, "status": s, "value": v, "phase": p, "order": "AB"}
+            {
+                "case": "c",
+                "round": r,
+                "arm": a,
+                "role": role,
+                "status": s,
+                "value": v,
+                "phase": p,
+                "order": "AB",
+            }
             for r, a, role, s, v, p in rows
         ]
     )
 
 
 def test_arm_medians_and_ranges_ignore_warmups() -> None:
-    frame = trials([
-        (0, "baseline", "baseline", "ok", 100.0, "warmup"),
-        (0, "baseline", "baseline", "ok", 10.0, "measured"),
-        (1, "baseline", "baseline", "ok", 12.0, "measured"),
-        (2, "baseline", "baseline", "ok", 11.0, "measured"),
-        (0, "candidate", "candidate", "ok", 8.0, "measured"),
-        (1, "candidate", "candidate", "ok", 9.0, "measured"),
-        (2, "candidate", "candidate", "ok", 7.0, "measured"),
-    ])
+    frame = trials(
+        [
+            (0, "baseline", "baseline", "ok", 100.0, "warmup"),
+            (0, "baseline", "baseline", "ok", 10.0, "measured"),
+            (1, "baseline", "baseline", "ok", 12.0, "measured"),
+            (2, "baseline", "baseline", "ok", 11.0, "measured"),
+            (0, "candidate", "candidate", "ok", 8.0, "measured"),
+            (1, "candidate", "candidate", "ok", 9.0, "measured"),
+            (2, "candidate", "candidate", "ok", 7.0, "measured"),
+        ]
+    )
     arms = stats.arm_table(frame).set_index("arm")
     assert arms.loc["baseline", ["trials", "median", "min", "max"]].tolist() == [3, 11.0, 10.0, 12.0]
     assert arms.loc["candidate", ["median", "min", "max"]].tolist() == [8.0, 7.0, 9.0]
 
 
 def test_paired_reductions_by_hand() -> None:
-    frame = trials([
-        (0, "baseline", "baseline", "ok", 10.0, "measured"),
-        (0, "candidate", "candidate", "ok", 8.0, "measured"),
-        (1, "baseline", "baseline", "ok", 20.0, "measured"),
-        (1, "candidate", "candidate", "ok", 15.0, "measured"),
-        (2, "baseline", "baseline", "ok", 10.0, "measured"),
-        (2, "candidate", "candidate", "ok", 11.0, "measured"),
-    ])
+    frame = trials(
+        [
+            (0, "baseline", "baseline", "ok", 10.0, "measured"),
+            (0, "candidate", "candidate", "ok", 8.0, "measured"),
+            (1, "baseline", "baseline", "ok", 20.0, "measured"),
+            (1, "candidate", "candidate", "ok", 15.0, "measured"),
+            (2, "baseline", "baseline", "ok", 10.0, "measured"),
+            (2, "candidate", "candidate", "ok", 11.0, "measured"),
+        ]
+    )
     pairs = stats.pair_table(frame)
     assert pairs["reduction"].tolist() == pytest.approx([0.2, 0.25, -0.1])
     claims = stats.claim_table(pairs, stats.ClaimSettings(bar_percent=8, seed=0))
@@ -58,14 +71,16 @@ def test_paired_reductions_by_hand() -> None:
 
 
 def test_failed_trials_count_as_infinitely_slow() -> None:
-    frame = trials([
-        (0, "baseline", "baseline", "ok", 10.0, "measured"),
-        (0, "candidate", "candidate", "resource_failure", None, "measured"),
-        (1, "baseline", "baseline", "error", None, "measured"),
-        (1, "candidate", "candidate", "ok", 5.0, "measured"),
-        (2, "baseline", "baseline", "error", None, "measured"),
-        (2, "candidate", "candidate", "error", None, "measured"),
-    ])
+    frame = trials(
+        [
+            (0, "baseline", "baseline", "ok", 10.0, "measured"),
+            (0, "candidate", "candidate", "resource_failure", None, "measured"),
+            (1, "baseline", "baseline", "error", None, "measured"),
+            (1, "candidate", "candidate", "ok", 5.0, "measured"),
+            (2, "baseline", "baseline", "error", None, "measured"),
+            (2, "candidate", "candidate", "error", None, "measured"),
+        ]
+    )
     arms = stats.arm_table(frame).set_index("arm")
     assert arms.loc["candidate", "failed"] == 2 and arms.loc["candidate", "trials"] == 3
     assert math.isinf(arms.loc["candidate", "median"])  # two of three failed
@@ -78,8 +93,13 @@ def test_failed_trials_count_as_infinitely_slow() -> None:
 
 @pytest.mark.parametrize(
     ("low", "high", "bar", "expected"),
-    [(0.10, 0.13, 0.08, "clears"), (0.01, 0.05, 0.08, "fails"), (0.05, 0.10, 0.08, "ambiguous"),
-     (-math.inf, 0.2, 0.08, "ambiguous"), (0.1, 0.2, None, "no bar")],
+    [
+        (0.10, 0.13, 0.08, "clears"),
+        (0.01, 0.05, 0.08, "fails"),
+        (0.05, 0.10, 0.08, "ambiguous"),
+        (-math.inf, 0.2, 0.08, "ambiguous"),
+        (0.1, 0.2, None, "no bar"),
+    ],
 )
 def test_verdict_three_outcomes(low: float, high: float, bar: float | None, expected: str) -> None:
     assert stats.verdict(low, high, bar) == expected
@@ -87,8 +107,15 @@ def test_verdict_three_outcomes(low: float, high: float, bar: float | None, expe
 
 @pytest.mark.parametrize(
     ("low", "high", "expected"),
-    [(-0.004, 0.009, "within"), (-0.01, 0.01, "within"), (-0.1363, -0.0123, "outside"), (0.02, 0.05, "outside"),
-     (-0.05, 0.005, "ambiguous"), (-0.02, 0.02, "ambiguous"), (-math.inf, -0.02, "outside")],
+    [
+        (-0.004, 0.009, "within"),
+        (-0.01, 0.01, "within"),
+        (-0.1363, -0.0123, "outside"),
+        (0.02, 0.05, "outside"),
+        (-0.05, 0.005, "ambiguous"),
+        (-0.02, 0.02, "ambiguous"),
+        (-math.inf, -0.02, "outside"),
+    ],
 )
 def test_a_control_is_judged_against_a_tolerance(low: float, high: float, expected: str) -> None:
     """An A/A control's --bar is a tolerance ±bar: inside it, wholly beyond it, or neither."""
@@ -98,7 +125,10 @@ def test_a_control_is_judged_against_a_tolerance(low: float, high: float, expect
 def test_clear_win_clears_and_clear_loss_fails() -> None:
     rows = []
     for r, (b, c) in enumerate([(100, 80), (101, 81), (99, 79), (100, 79), (102, 82)]):
-        rows += [(r, "baseline", "baseline", "ok", b, "measured"), (r, "candidate", "candidate", "ok", c, "measured")]
+        rows += [
+            (r, "baseline", "baseline", "ok", b, "measured"),
+            (r, "candidate", "candidate", "ok", c, "measured"),
+        ]
     pairs = stats.pair_table(trials(rows))
     assert stats.claim_table(pairs, stats.ClaimSettings(8)).iloc[0]["verdict"] == "clears"
     assert stats.claim_table(pairs, stats.ClaimSettings(30)).iloc[0]["verdict"] == "fails"
@@ -136,10 +166,12 @@ def test_three_pairs_cannot_reach_the_stated_level() -> None:
 
 
 def test_interrupted_round_is_left_out_of_pairs() -> None:
-    frame = trials([
-        (0, "baseline", "baseline", "ok", 10.0, "measured"),
-        (0, "candidate", "candidate", "ok", 8.0, "measured"),
-        (1, "baseline", "baseline", "ok", 10.0, "measured"),
-    ])
+    frame = trials(
+        [
+            (0, "baseline", "baseline", "ok", 10.0, "measured"),
+            (0, "candidate", "candidate", "ok", 8.0, "measured"),
+            (1, "baseline", "baseline", "ok", 10.0, "measured"),
+        ]
+    )
     claim = stats.claim_table(stats.pair_table(frame), stats.ClaimSettings(8), planned_pairs=2).iloc[0]
     assert claim["pairs"] == 1 and claim["planned_pairs"] == 2

@@ -35,7 +35,13 @@ CPU_OOM = "DefaultCPUAllocator: can't allocate memory: you tried to allocate 109
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("24GiB", 24 * GIB), ("800MiB", 800 * MIB), ("1.5GB", 1_500_000_000), ("4096", 4096), ("2 gib", 2 * GIB)],
+    [
+        ("24GiB", 24 * GIB),
+        ("800MiB", 800 * MIB),
+        ("1.5GB", 1_500_000_000),
+        ("4096", 4096),
+        ("2 gib", 2 * GIB),
+    ],
 )
 def test_parse_bytes(text: str, expected: int) -> None:
     assert parse_bytes(text) == expected

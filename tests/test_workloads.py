@@ -44,8 +44,10 @@ def test_parameters_are_seeded_small_and_take_dtype_and_device() -> None:
     first, _ = build_param_groups("n", seed=3)
     again, _ = build_param_groups("n", seed=3, dtype=torch.bfloat16)
     other, _ = build_param_groups("n", seed=4)
-    a, b, c = (torch.cat([p.detach().flatten().float() for g in groups for p in g["params"]])
-               for groups in (first, again, other))
+    a, b, c = (
+        torch.cat([p.detach().flatten().float() for g in groups for p in g["params"]])
+        for groups in (first, again, other)
+    )
     assert torch.equal(a.bfloat16().float(), b) and not torch.equal(a, c)
     assert 0.01 < a.std().item() < 0.03
 
@@ -78,6 +80,9 @@ def test_values_do_not_depend_on_the_device() -> None:
     cuda_groups, _ = build_param_groups("n", device="cuda", seed=5)
     fill_synthetic_grads(cpu_groups, seed=6)
     fill_synthetic_grads(cuda_groups, seed=6)
-    for a, b in zip((p for g in cpu_groups for p in g["params"]), (p for g in cuda_groups for p in g["params"]),
-                    strict=True):
+    for a, b in zip(
+        (p for g in cpu_groups for p in g["params"]),
+        (p for g in cuda_groups for p in g["params"]),
+        strict=True,
+    ):
         assert b.is_cuda and torch.equal(a, b.cpu()) and torch.equal(a.grad, b.grad.cpu())

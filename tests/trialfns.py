@@ -22,7 +22,9 @@ def scripted(plan: Plan) -> TrialFunction:
     """Figures looked up from ``options['figures'][arm][round]``; the string 'oom' raises a real-text OOM."""
 
     def trial(ctx: TrialContext) -> dict:
-        figure = plan.options["figures"][ctx.arm.label][ctx.trial.round if ctx.trial.phase == "measured" else 0]
+        figure = plan.options["figures"][ctx.arm.label][
+            ctx.trial.round if ctx.trial.phase == "measured" else 0
+        ]
         if figure == "oom":
             import torch
 

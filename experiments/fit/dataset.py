@@ -44,7 +44,9 @@ class SyntheticSet:
         return self.folder(root) / "data.yaml"
 
 
-def _draw_image(rng: np.random.Generator, size: int) -> tuple[np.ndarray, list[tuple[int, float, float, float, float]]]:
+def _draw_image(
+    rng: np.random.Generator, size: int
+) -> tuple[np.ndarray, list[tuple[int, float, float, float, float]]]:
     """One image (H, W, 3 uint8) and its labels (class, x-centre, y-centre, width, height; normalized)."""
     base = rng.integers(40, 200, size=3)
     noise = rng.integers(-30, 31, size=(size, size, 3))
@@ -127,7 +129,9 @@ def count_images(path: Path) -> int:
     if path.is_dir():
         return sum(1 for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
     if path.is_file() and path.suffix == ".txt":
-        return sum(1 for line in path.read_text().splitlines() if Path(line.strip()).suffix.lower() in IMAGE_SUFFIXES)
+        return sum(
+            1 for line in path.read_text().splitlines() if Path(line.strip()).suffix.lower() in IMAGE_SUFFIXES
+        )
     return 0
 
 

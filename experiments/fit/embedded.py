@@ -49,7 +49,11 @@ class SmallConvNet(nn.Module):
     def __init__(self, classes: int = CLASSES) -> None:
         super().__init__()
         self.features = nn.Sequential(
-            conv_block(3, 16, 1), conv_block(16, 32, 2), conv_block(32, 32, 1), conv_block(32, 64, 2), conv_block(64, 64, 1)
+            conv_block(3, 16, 1),
+            conv_block(16, 32, 2),
+            conv_block(32, 32, 1),
+            conv_block(32, 64, 2),
+            conv_block(64, 64, 1),
         )
         self.head = nn.Linear(64, classes)
 
@@ -83,8 +87,15 @@ def build_param_groups(model: nn.Module, lr: float, momentum: float, decay: floa
 
 def optimizer_kwargs() -> dict[str, Any]:
     """Constructor defaults for the optimizer (the groups carry their own values)."""
-    return {"lr": LR0, "momentum": MOMENTUM, "weight_decay": 0.0, "nesterov": True, "use_muon": False,
-            "muon": MUON_SCALE, "sgd": SGD_SCALE}
+    return {
+        "lr": LR0,
+        "momentum": MOMENTUM,
+        "weight_decay": 0.0,
+        "nesterov": True,
+        "use_muon": False,
+        "muon": MUON_SCALE,
+        "sgd": SGD_SCALE,
+    }
 
 
 def synthetic_images(count: int, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -145,8 +156,9 @@ def _autocast(device: torch.device, amp: str):
 
 
 @torch.no_grad()
-def _validate(ema: WeightEMA, images: torch.Tensor, labels: torch.Tensor, batch: int, device: torch.device,
-              amp: str) -> tuple[float, float]:
+def _validate(
+    ema: WeightEMA, images: torch.Tensor, labels: torch.Tensor, batch: int, device: torch.device, amp: str
+) -> tuple[float, float]:
     """(mean loss, accuracy) of the EMA model over the validation set, in batches of twice the train batch."""
     loss_sum, correct = torch.zeros((), device=device), torch.zeros((), device=device)
     for start in range(0, len(images), 2 * batch):
@@ -234,8 +246,14 @@ def fit(
         clock.mark("other")
         final = _validate(ema, val_x, val_y, batch, dev, amp)
         clock.mark("validation")
-        state = {"epoch": epoch, "model": model.state_dict(), "ema": ema.model.state_dict(),
-                 "optimizer": optimizer.state_dict(), "val_loss": final[0], "val_accuracy": final[1]}
+        state = {
+            "epoch": epoch,
+            "model": model.state_dict(),
+            "ema": ema.model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "val_loss": final[0],
+            "val_accuracy": final[1],
+        }
         _save_atomic(state, trial_dir / "last.pt")
         if final[1] > best_accuracy:
             best_accuracy = final[1]

@@ -112,7 +112,9 @@ def check_model(model: str) -> str:
             "give a yaml such as yolo26n.yaml or path/to/model.yaml"
         )
     if not _model_known(model):
-        raise InputError(f"--model '{model}': no such file, and ultralytics ships no such model yaml (e.g. yolo26n.yaml)")
+        raise InputError(
+            f"--model '{model}': no such file, and ultralytics ships no such model yaml (e.g. yolo26n.yaml)"
+        )
     return model
 
 
@@ -131,7 +133,8 @@ def check_steps(steps: int, images: int, batch: int) -> int:
         lower, upper = steps - steps % per_epoch, steps - steps % per_epoch + per_epoch
         raise InputError(
             f"--steps {steps} is not a whole number of epochs of {per_epoch} iterations ({images} images / batch "
-            f"{batch}); use a multiple of {per_epoch} (e.g. --steps {upper}" + (f" or {lower})" if lower else ")")
+            f"{batch}); use a multiple of {per_epoch} (e.g. --steps {upper}"
+            + (f" or {lower})" if lower else ")")
         )
     return steps // per_epoch
 
@@ -141,7 +144,9 @@ def resolve_amp(amp: str, device: str) -> str:
     if amp == "auto":
         return "bf16" if device.startswith("cuda") else "fp32"
     if amp == "fp16" and not device.startswith("cuda"):
-        raise InputError("--amp fp16 needs a CUDA device (fp16 autocast with a grad scaler); use bf16 or fp32 on cpu")
+        raise InputError(
+            "--amp fp16 needs a CUDA device (fp16 autocast with a grad scaler); use bf16 or fp32 on cpu"
+        )
     return amp
 
 
@@ -180,7 +185,9 @@ def make_plan(
     for arm in protocol.arms:
         checked_optimizer(arm.spec, import_upstream=False)
     if stages and protocol.bar is not None:
-        raise InputError("--bar with --stages: a stages run is a diagnostic with no verdict; drop --bar (or --stages)")
+        raise InputError(
+            "--bar with --stages: a stages run is a diagnostic with no verdict; drop --bar (or --stages)"
+        )
     chosen, why = resolve_workload(workload)
     check_non_negative("--workers", workers)
     check_choice("--cache", cache, CACHE_CHOICES)
@@ -192,13 +199,17 @@ def make_plan(
     if chosen == "ultralytics":
         check_model(model)
         if imgsz % YOLO_STRIDE:
-            raise InputError(f"--imgsz {imgsz} is not a multiple of the YOLO stride {YOLO_STRIDE} (e.g. 640, 320, 64)")
+            raise InputError(
+                f"--imgsz {imgsz} is not a multiple of the YOLO stride {YOLO_STRIDE} (e.g. 640, 320, 64)"
+            )
     elif imgsz < 8:
         raise InputError(f"--imgsz {imgsz} is too small for the embedded model; use 8 or more (default 32)")
     data_path: str | None = None
     if data is not None:
         if chosen != "ultralytics":
-            raise InputError("--data needs the real trainer (--workload ultralytics); the embedded workload makes its own data")
+            raise InputError(
+                "--data needs the real trainer (--workload ultralytics); the embedded workload makes its own data"
+            )
         from experiments.fit.dataset import describe_user_set
 
         try:
@@ -206,15 +217,31 @@ def make_plan(
         except ValueError as exc:
             raise InputError(str(exc)) from None
         if images is not None and images != counted:
-            raise InputError(f"--images {images} disagrees with --data, which has {counted} training images; drop --images")
+            raise InputError(
+                f"--images {images} disagrees with --data, which has {counted} training images; drop --images"
+            )
         images, data_path = counted, str(Path(data).resolve())
     images = DEFAULT_IMAGES if images is None else check_positive("--images", images)
     epochs = check_steps(steps, images, batch)
     settings = FitSettings(
-        workload=chosen, steps=steps, epochs=epochs, images=images, val_images=val_images, batch=batch,
-        imgsz=imgsz, amp=amp, model=model if chosen == "ultralytics" else "embedded SmallConvNet",
-        data=data_path, data_root=str(data_cache), data_seed=seed, workers=workers, cache=cache,
-        close_mosaic=close_mosaic, stages=stages, trial_timeout_s=trial_timeout, keep_checkpoints=keep_checkpoints,
+        workload=chosen,
+        steps=steps,
+        epochs=epochs,
+        images=images,
+        val_images=val_images,
+        batch=batch,
+        imgsz=imgsz,
+        amp=amp,
+        model=model if chosen == "ultralytics" else "embedded SmallConvNet",
+        data=data_path,
+        data_root=str(data_cache),
+        data_seed=seed,
+        workers=workers,
+        cache=cache,
+        close_mosaic=close_mosaic,
+        stages=stages,
+        trial_timeout_s=trial_timeout,
+        keep_checkpoints=keep_checkpoints,
     )
     if announce is not None:
         announce(f"workload: {chosen} ({why})")
@@ -228,12 +255,19 @@ def make_plan(
         f"{steps} steps ({epochs}×{settings.iterations_per_epoch})"
     )
     case_params = {
-        "workload": chosen, "model": settings.model, "steps": steps, "epochs": epochs, "images": images,
-        "batch": batch, "imgsz": imgsz, "amp": amp,
+        "workload": chosen,
+        "model": settings.model,
+        "steps": steps,
+        "epochs": epochs,
+        "images": images,
+        "batch": batch,
+        "imgsz": imgsz,
+        "amp": amp,
     }
     stage_note = (
         "; --stages: synchronized marks at every stage boundary inside it (diagnostic only, never a claim)"
-        if stages else "; the harness adds no synchronization, profiler or callback inside it (the workload's "
+        if stages
+        else "; the harness adds no synchronization, profiler or callback inside it (the workload's "
         "own reads of the loss for logging are part of what is timed, for both arms alike)"
     )
     return Plan(
@@ -257,11 +291,13 @@ def make_plan(
         "collects rows and never touches the GPU",
         timed_region=(
             "the whole fit, synchronized at both ends: "
-            + ("YOLO(model).train(...) — dataset and cache set-up, augmentation and mosaic closure, LR warm-up and "
-               "decay, forward/backward, optimizer, EMA, validation each epoch, checkpoints, final validation"
-               if chosen == "ultralytics" else
-               "embedded fit — synthetic data, augmentation, LR warm-up and decay, forward/backward, optimizer, "
-               "EMA, validation each epoch, checkpoints")
+            + (
+                "YOLO(model).train(...) — dataset and cache set-up, augmentation and mosaic closure, LR warm-up and "
+                "decay, forward/backward, optimizer, EMA, validation each epoch, checkpoints, final validation"
+                if chosen == "ultralytics"
+                else "embedded fit — synthetic data, augmentation, LR warm-up and decay, forward/backward, optimizer, "
+                "EMA, validation each epoch, checkpoints"
+            )
             + stage_note
         ),
         sections="experiments.fit.report:sections",
@@ -287,7 +323,9 @@ _command_deadline: float | None = None  # monotonic clock; set per command (not 
 def stop_after(seconds: int | None) -> None:
     """Stop this command before any trial that would not finish within ``seconds`` from now."""
     global _command_deadline
-    _command_deadline = None if seconds is None else time.monotonic() + check_positive("--stop-after", seconds)
+    _command_deadline = (
+        None if seconds is None else time.monotonic() + check_positive("--stop-after", seconds)
+    )
 
 
 def _check_deadline(ctx: TrialContext) -> None:
@@ -335,8 +373,11 @@ def trial_factory(plan: Plan) -> TrialFunction:
         }
         try:
             return run_in_worker(
-                WORKER_TARGET, payload, timeout_s=settings.trial_timeout_s,
-                log_path=trials_dir / f"{ctx.trial.index}.log", env=worker_environment(ctx.run_dir),
+                WORKER_TARGET,
+                payload,
+                timeout_s=settings.trial_timeout_s,
+                log_path=trials_dir / f"{ctx.trial.index}.log",
+                env=worker_environment(ctx.run_dir),
             )
         finally:
             if not settings.keep_checkpoints and trial_dir.exists():

@@ -50,9 +50,16 @@ def stage_table(plan: Plan, trials: pd.DataFrame) -> pd.DataFrame:
         total = sum(medians.values())
         fit_median = float(pd.to_numeric(mine["value"]).median())
         for stage in STAGES:
-            out.append({"arm": arm, "stage": stage, "median_s": medians[stage],
-                        "share": medians[stage] / total if total > 0 else float("nan"),
-                        "fit_median_s": fit_median, "trials": len(mine)})
+            out.append(
+                {
+                    "arm": arm,
+                    "stage": stage,
+                    "median_s": medians[stage],
+                    "share": medians[stage] / total if total > 0 else float("nan"),
+                    "fit_median_s": fit_median,
+                    "trials": len(mine),
+                }
+            )
     return pd.DataFrame(out, columns=columns)
 
 
@@ -95,14 +102,21 @@ def _settings_text(plan: Plan) -> list[str]:
     s = FitSettings.from_options(plan.options)
     data = s.data or (
         f"synthetic: {s.images} train + {s.val_images} val images, {s.imgsz} px, seed {s.data_seed} "
-        f"(generated once under {s.data_root})" if s.workload == "ultralytics"
+        f"(generated once under {s.data_root})"
+        if s.workload == "ultralytics"
         else f"synthetic in memory: {s.images} train + {s.val_images} val images, {s.imgsz} px, seed {s.data_seed}"
     )
     rows = [
-        ("workload", "the real Ultralytics trainer" if s.workload == "ultralytics" else "embedded (small conv net)"),
+        (
+            "workload",
+            "the real Ultralytics trainer" if s.workload == "ultralytics" else "embedded (small conv net)",
+        ),
         ("model", s.model),
         ("data", data),
-        ("steps", f"{s.steps} = {s.epochs} epochs × {s.iterations_per_epoch} iterations ({s.images} images / batch {s.batch})"),
+        (
+            "steps",
+            f"{s.steps} = {s.epochs} epochs × {s.iterations_per_epoch} iterations ({s.images} images / batch {s.batch})",
+        ),
         ("batch / nbs", f"{s.batch} / {s.batch} (the optimizer steps every iteration)"),
         ("precision", s.amp),
     ]
@@ -136,19 +150,43 @@ def _figures_text(plan: Plan, trials: pd.DataFrame) -> list[str]:
             return float(values.median()) if len(values) else None
 
         iteration = median("iteration_host_median_s")
-        classes = ", ".join(sorted(set(mine.get("optimizer_class", pd.Series(dtype=str)).dropna().astype(str))))
-        table.append([
-            arm, len(mine), format_number(median("value")),
-            "n/a" if iteration is None else f"{1000 * iteration:.1f}",
-            format_bytes(median("peak_allocated")), format_bytes(median("peak_reserved")),
-            format_bytes(median("checkpoint_bytes")),
-            "n/a" if quality is None else format_number(median(quality)), classes or "n/a",
-        ])
-    quality_name = {"val_map50_95": "val mAP50-95", "val_accuracy": "val accuracy"}.get(quality or "", "val metric")
+        classes = ", ".join(
+            sorted(set(mine.get("optimizer_class", pd.Series(dtype=str)).dropna().astype(str)))
+        )
+        table.append(
+            [
+                arm,
+                len(mine),
+                format_number(median("value")),
+                "n/a" if iteration is None else f"{1000 * iteration:.1f}",
+                format_bytes(median("peak_allocated")),
+                format_bytes(median("peak_reserved")),
+                format_bytes(median("checkpoint_bytes")),
+                "n/a" if quality is None else format_number(median(quality)),
+                classes or "n/a",
+            ]
+        )
+    quality_name = {"val_map50_95": "val mAP50-95", "val_accuracy": "val accuracy"}.get(
+        quality or "", "val metric"
+    )
     return [
-        "### Per-trial figures (medians over measured trials)", "",
-        markdown_table(["arm", "trials", "fit (s)", "iteration (ms, host)", "peak allocated", "peak reserved",
-                        "checkpoints", quality_name, "optimizer class"], table, "lrrrrrrrl"),
+        "### Per-trial figures (medians over measured trials)",
+        "",
+        markdown_table(
+            [
+                "arm",
+                "trials",
+                "fit (s)",
+                "iteration (ms, host)",
+                "peak allocated",
+                "peak reserved",
+                "checkpoints",
+                quality_name,
+                "optimizer class",
+            ],
+            table,
+            "lrrrrrrrl",
+        ),
         "",
         "Iteration: median gap between consecutive iteration ends, read from the host clock with no "
         "synchronization (so nothing is added inside the timed region); a diagnostic, not the claim. "
@@ -176,8 +214,10 @@ def _stages_text(folder: RunFolder, plan: Plan, trials: pd.DataFrame, figures_di
             row.append(f"{format_value(entry['median_s'], 's')} ({format_percent(entry['share'])})")
         rows.append(row)
     lines = [
-        "### Stage shares (diagnostic: synchronized at every stage boundary)", "",
-        markdown_table(["stage", *[f"{a} median (share)" for a in arms]], rows, "l" + "r" * len(arms)), "",
+        "### Stage shares (diagnostic: synchronized at every stage boundary)",
+        "",
+        markdown_table(["stage", *[f"{a} median (share)" for a in arms]], rows, "l" + "r" * len(arms)),
+        "",
     ]
     lines += [f"- {line}" for line in stage_findings(plan, table)]
     lines.append("")
@@ -209,12 +249,16 @@ def _environment_line(env: dict[str, Any]) -> str:
     parts = [device]
     if env.get("driver_version"):
         parts.append(f"driver {env['driver_version']}")
-    parts.append(f"torch {env.get('torch')}" + (f" (CUDA {env['cuda_runtime']})" if env.get("cuda_runtime") else ""))
+    parts.append(
+        f"torch {env.get('torch')}" + (f" (CUDA {env['cuda_runtime']})" if env.get("cuda_runtime") else "")
+    )
     parts.append(f"Python {env.get('python')}")
     if env.get("ultralytics"):
         parts.append(f"ultralytics {env['ultralytics']}")
     if env.get("git_revision"):
-        parts.append(f"revision {str(env['git_revision'])[:10]}" + (" (dirty)" if env.get("git_dirty") else ""))
+        parts.append(
+            f"revision {str(env['git_revision'])[:10]}" + (" (dirty)" if env.get("git_dirty") else "")
+        )
     return "Environment: " + ", ".join(parts) + "."
 
 
@@ -237,7 +281,8 @@ def claim_text(folder: RunFolder, plan: Plan, summaries: Summaries) -> str:
             continue
         kind = "A/A control (noise floor): " if plan.control else ""
         verdict = (
-            "no bar set (--bar), so no verdict" if plan.bar is None
+            "no bar set (--bar), so no verdict"
+            if plan.bar is None
             else f"{'A/A ' if plan.control else ''}verdict against {format_limit(plan.bar, plan.control)}: "
             f"{claim['verdict']}"
         )
@@ -245,8 +290,7 @@ def claim_text(folder: RunFolder, plan: Plan, summaries: Summaries) -> str:
         lines.append(
             f"{100 * float(claim['ci_level']):.0f}% interval of the median reduction "
             f"{format_interval(claim['ci_low'], claim['ci_high'])} ({claim['ci_method']}, {int(claim['pairs'])} "
-            f"pairs); {verdict}."
-            + _nominal_note(int(claim["pairs"]), float(claim["ci_level"]))
+            f"pairs); {verdict}." + _nominal_note(int(claim["pairs"]), float(claim["ci_level"]))
         )
     lines.append(
         f"Protocol: {plan.warmup} warm-up fit(s) discarded, then {plan.pairs} pair(s) in {plan.order} order "

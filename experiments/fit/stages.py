@@ -30,7 +30,16 @@ from typing import Any
 
 from harness.timing import synchronize
 
-STAGES = ("data", "forward_backward", "optimizer", "step_overhead", "ema", "validation", "checkpoint", "other")
+STAGES = (
+    "data",
+    "forward_backward",
+    "optimizer",
+    "step_overhead",
+    "ema",
+    "validation",
+    "checkpoint",
+    "other",
+)
 OPTIMIZER_STAGE = "optimizer"
 
 

@@ -30,7 +30,9 @@ from typing import Any
 
 CLOSED_PORT_PROXY = "http://127.0.0.1:9"  # the discard port: nothing listens, a connection is refused at once
 FONT_NAMES = ("Arial.ttf", "Arial.Unicode.ttf")
-INTEGRATIONS_OFF = {k: False for k in ("sync", "clearml", "comet", "dvc", "mlflow", "raytune", "tensorboard", "wandb")}
+INTEGRATIONS_OFF = {
+    k: False for k in ("sync", "clearml", "comet", "dvc", "mlflow", "raytune", "tensorboard", "wandb")
+}
 AMP_ARGUMENT = {"bf16": "bf16", "fp16": True, "fp32": False}
 
 
@@ -106,7 +108,9 @@ def make_trainer_class(make_optimizer: Callable[..., Any], clock: Any, stamps: l
         def build_optimizer(self, model, name="auto", lr=0.001, momentum=0.9, decay=1e-5, iterations=1e5):
             upstream = super().build_optimizer(model, name, lr, momentum, decay, iterations)
             if not hasattr(upstream, "muon"):
-                raise RuntimeError(f"upstream built {type(upstream).__name__}, not MuSGD: the fit passes optimizer='MuSGD'")
+                raise RuntimeError(
+                    f"upstream built {type(upstream).__name__}, not MuSGD: the fit passes optimizer='MuSGD'"
+                )
             groups = [dict(group) for group in upstream.param_groups]  # same params and hyperparameters
             kwargs = {**upstream.defaults, "muon": upstream.muon, "sgd": upstream.sgd}
             return make_optimizer(groups, kwargs)
@@ -173,11 +177,26 @@ def prepare_fit(
     trainer_class = make_trainer_class(make_optimizer, clock, stamps)
     model = YOLO(settings.model, task="detect")
     arguments = {
-        "data": data_yaml, "epochs": settings.epochs, "imgsz": settings.imgsz, "batch": settings.batch,
-        "nbs": settings.batch, "optimizer": "MuSGD", "amp": AMP_ARGUMENT[settings.amp],
-        "workers": settings.workers, "device": device_argument(device), "project": str(trial_dir), "name": "fit",
-        "exist_ok": True, "plots": False, "val": True, "save": True, "seed": seed, "deterministic": False,
-        "verbose": False, "pretrained": False, "close_mosaic": settings.close_mosaic,
+        "data": data_yaml,
+        "epochs": settings.epochs,
+        "imgsz": settings.imgsz,
+        "batch": settings.batch,
+        "nbs": settings.batch,
+        "optimizer": "MuSGD",
+        "amp": AMP_ARGUMENT[settings.amp],
+        "workers": settings.workers,
+        "device": device_argument(device),
+        "project": str(trial_dir),
+        "name": "fit",
+        "exist_ok": True,
+        "plots": False,
+        "val": True,
+        "save": True,
+        "seed": seed,
+        "deterministic": False,
+        "verbose": False,
+        "pretrained": False,
+        "close_mosaic": settings.close_mosaic,
         "cache": False if settings.cache == "none" else settings.cache,
     }
 

@@ -67,15 +67,26 @@ def run_fit(payload: dict[str, Any]) -> dict[str, Any]:
     if settings.workload == "ultralytics":
         from experiments.fit import ultralytics_fit
 
-        fit = ultralytics_fit.prepare_fit(settings, payload["data_yaml"], make_optimizer, device, seed, trial_dir, clock)
+        fit = ultralytics_fit.prepare_fit(
+            settings, payload["data_yaml"], make_optimizer, device, seed, trial_dir, clock
+        )
     else:
         from experiments.fit import embedded
 
         def fit() -> dict[str, Any]:
             return embedded.fit(
-                make_optimizer, device=device, images=settings.images, val_images=settings.val_images,
-                imgsz=settings.imgsz, batch=settings.batch, epochs=settings.epochs, amp=settings.amp,
-                data_seed=settings.data_seed, seed=seed, trial_dir=trial_dir, clock=clock,
+                make_optimizer,
+                device=device,
+                images=settings.images,
+                val_images=settings.val_images,
+                imgsz=settings.imgsz,
+                batch=settings.batch,
+                epochs=settings.epochs,
+                amp=settings.amp,
+                data_seed=settings.data_seed,
+                seed=seed,
+                trial_dir=trial_dir,
+                clock=clock,
             )
 
     reset_peaks(device)

@@ -76,7 +76,9 @@ def chain_specs(records: list[dict[str, Any]]) -> dict[tuple[int, str], list[Lay
     for record in records:
         match = _HEAD_PARAM.match(record["name"])
         if match is None:
-            raise ValueError(f"detect-head parameter '{record['name']}' does not fit <branch>.<level>.<layer>")
+            raise ValueError(
+                f"detect-head parameter '{record['name']}' does not fit <branch>.<level>.<layer>"
+            )
         order = tuple(int(i) for i in match["layer"].split(".") if i)
         key = (int(match["level"]), match["branch"], order)
         prefix = record["name"][: match.start("kind")]
@@ -102,7 +104,11 @@ class ChainLayer(nn.Module):
             )
         groups = in_channels // per_group
         self.conv = nn.Conv2d(
-            in_channels, out_channels, (kh, kw), padding=(kh // 2, kw // 2), groups=groups,
+            in_channels,
+            out_channels,
+            (kh, kw),
+            padding=(kh // 2, kw // 2),
+            groups=groups,
             bias=not spec.normalized and "bias" in spec.records,
         )
         self.bn = nn.BatchNorm2d(out_channels) if spec.normalized else None
@@ -114,8 +120,11 @@ class ChainLayer(nn.Module):
 
     def recorded_paths(self, spec: LayerSpec) -> dict[str, str]:
         """This layer's parameters: recorded name → attribute path within the layer (shapes checked)."""
-        paths = {"conv.weight": "conv.weight", "bn.weight": "bn.weight", "bn.bias": "bn.bias"} if spec.normalized \
+        paths = (
+            {"conv.weight": "conv.weight", "bn.weight": "bn.weight", "bn.bias": "bn.bias"}
+            if spec.normalized
             else {"weight": "conv.weight", "bias": "conv.bias"}
+        )
         found = {}
         for kind, record in spec.records.items():
             param = self.get_parameter(paths[kind]) if kind in paths else None
@@ -183,7 +192,9 @@ class DetectHeadWorkload:
     autocast: bool
 
     @classmethod
-    def build(cls, scale: str, imgsz: int, batch: int, device: str | torch.device, seed: int) -> DetectHeadWorkload:
+    def build(
+        cls, scale: str, imgsz: int, batch: int, device: str | torch.device, seed: int
+    ) -> DetectHeadWorkload:
         if scale not in SCALES:
             raise ValueError(f"unknown YOLO26 scale '{scale}'; use one of {', '.join(SCALES)}")
         if imgsz % (FIRST_STRIDE * 4):

@@ -95,9 +95,7 @@ class ChunkedSoftcapCrossEntropy(torch.autograd.Function):
             squashed = torch.tanh((hidden[part] @ head.T) / cap)
             # softmax − one-hot, in the loss dtype, from the forward's log-sum-exp (no second reduction).
             grad_logits = (cap * squashed).to(accumulate).sub_(log_norms[part, None]).exp_()
-            grad_logits.scatter_add_(
-                1, targets[part, None], torch.full_like(grad_logits[:, :1], -1.0)
-            )
+            grad_logits.scatter_add_(1, targets[part, None], torch.full_like(grad_logits[:, :1], -1.0))
             grad_logits.mul_(scale)
             # The native backward's order and dtypes: to compute dtype, ×cap, tanh', ÷cap.
             grad_z = torch.ops.aten.tanh_backward(grad_logits.to(compute).mul_(cap), squashed).div_(cap)

@@ -46,7 +46,9 @@ def parse_reserve(text: str | None, device: str) -> int | None:
     if text is None:
         return None
     if not device.startswith("cuda"):
-        raise InputError("--reserve needs a CUDA device (it holds device memory); use --device cuda or drop --reserve")
+        raise InputError(
+            "--reserve needs a CUDA device (it holds device memory); use --device cuda or drop --reserve"
+        )
     try:
         return parse_bytes(text)
     except ValueError as exc:
@@ -80,7 +82,13 @@ def lm_cases(
         raise InputError(f"--cap {cap} is not a softcap; use a positive number of logits units, e.g. 30")
     sizes = {"tokens": tokens, "vocab": vocab, "dim": dim, "cap": cap}
     return [
-        {"label": f"lm-{v}", "head": "lm", "variant": v, **sizes, **({"chunk": chunk} if v == "chunked" else {})}
+        {
+            "label": f"lm-{v}",
+            "head": "lm",
+            "variant": v,
+            **sizes,
+            **({"chunk": chunk} if v == "chunked" else {}),
+        }
         for v in variants
     ]
 
@@ -91,15 +99,23 @@ def detect_cases(variants: list[str], scales: list[str], imgsz: int, batch: int)
     check_positive("--batch", batch)
     check_positive("--imgsz", imgsz)
     if imgsz % P5_STRIDE:
-        raise InputError(f"--imgsz {imgsz} is not a multiple of the P5 stride {P5_STRIDE} (e.g. 640, 320, 64)")
+        raise InputError(
+            f"--imgsz {imgsz} is not a multiple of the P5 stride {P5_STRIDE} (e.g. 640, 320, 64)"
+        )
     if batch * (imgsz // P5_STRIDE) ** 2 < 2:
         raise InputError(
             f"--batch {batch} at --imgsz {imgsz} leaves one value per channel on the P5 map, and batch norm in "
             "training needs more; use --imgsz 64 or more, or --batch 2 or more"
         )
     return [
-        {"label": f"yolo26{s}-detect" + ("" if v == "native" else f"-{v}"), "head": "detect", "variant": v,
-         "scale": s, "imgsz": imgsz, "batch": batch}
+        {
+            "label": f"yolo26{s}-detect" + ("" if v == "native" else f"-{v}"),
+            "head": "detect",
+            "variant": v,
+            "scale": s,
+            "imgsz": imgsz,
+            "batch": batch,
+        }
         for s in scales
         for v in variants
     ]

@@ -55,7 +55,11 @@ def memory_table(plan: Plan, trials: pd.DataFrame) -> pd.DataFrame:
     measured = trials[trials["phase"] == "measured"] if not trials.empty else trials
     for case in plan.cases:
         for arm in case.arms:
-            mine = measured[(measured["case"] == case.label) & (measured["arm"] == arm.label)] if len(measured) else measured
+            mine = (
+                measured[(measured["case"] == case.label) & (measured["arm"] == arm.label)]
+                if len(measured)
+                else measured
+            )
             ok = mine[mine["status"] == "ok"] if len(mine) else mine
             oom = mine[mine["status"] == "resource_failure"] if len(mine) else mine
             row: dict[str, Any] = {
@@ -115,8 +119,12 @@ def share_table(plan: Plan, summaries: Summaries, learner_ms: float) -> pd.DataF
                     "head_median_ms": head_ms,
                     "learner_ms": learner_ms,
                     "head_share": share,
-                    "zero_cost_saving_under_percent": zero_cost_bound(share) if finite and share <= 1 else math.nan,
-                    "saving_vs_baseline_ms": base_ms - head_ms if finite and arm.label != base_label else math.nan,
+                    "zero_cost_saving_under_percent": zero_cost_bound(share)
+                    if finite and share <= 1
+                    else math.nan,
+                    "saving_vs_baseline_ms": base_ms - head_ms
+                    if finite and arm.label != base_label
+                    else math.nan,
                     "learner_step_reduction": saving if arm.label != base_label else math.nan,
                 }
             )
@@ -136,7 +144,9 @@ def _fit_sentence(row: pd.Series, plan: Plan) -> str:
             else ""
         )
         return f"- {where}: fits {budget} in all {int(row['measured'])} measured trials{headroom}."
-    parts = [f"- {where}: out of memory in {int(row['out_of_memory'])} of {int(row['measured'])} measured trials"]
+    parts = [
+        f"- {where}: out of memory in {int(row['out_of_memory'])} of {int(row['measured'])} measured trials"
+    ]
     if int(row["other_failures"]):
         parts.append(f", {int(row['other_failures'])} other failure(s)")
     requested, free = row["oom_requested_median"], row["oom_free_median"]
@@ -164,23 +174,37 @@ def _share_lines(plan: Plan, shares: pd.DataFrame, learner_ms: float) -> list[st
     ]
     rows = []
     for _, r in shares.iterrows():
-        rows.append([
-            r["case"], r["arm"], format_number(r["head_median_ms"]), format_percent(r["head_share"]),
-            _bound_cell(r["head_share"], r["zero_cost_saving_under_percent"]),
-            format_percent(r["learner_step_reduction"]),
-        ])
+        rows.append(
+            [
+                r["case"],
+                r["arm"],
+                format_number(r["head_median_ms"]),
+                format_percent(r["head_share"]),
+                _bound_cell(r["head_share"], r["zero_cost_saving_under_percent"]),
+                format_percent(r["learner_step_reduction"]),
+            ]
+        )
     lines += [
         markdown_table(
-            ["case", "arm", "head median (ms)", "share of a learner step", "zero-cost head saves",
-             "arm's head saving as a share of a learner step"],
-            rows, "llrrrr",
+            [
+                "case",
+                "arm",
+                "head median (ms)",
+                "share of a learner step",
+                "zero-cost head saves",
+                "arm's head saving as a share of a learner step",
+            ],
+            rows,
+            "llrrrr",
         ),
         "",
     ]
     for _, r in shares.iterrows():
         where = f"{r['case']} · {r['arm']}"
         if not math.isfinite(r["head_median_ms"]):
-            lines.append(f"- {where}: the head did not finish in most measured trials; it has no share to bound.")
+            lines.append(
+                f"- {where}: the head did not finish in most measured trials; it has no share to bound."
+            )
             continue
         text = (
             f"- {where}: the head's median {format_number(r['head_median_ms'])} ms is "
@@ -203,7 +227,11 @@ def _share_lines(plan: Plan, shares: pd.DataFrame, learner_ms: float) -> list[st
                 f" Its median head step is {format_number(abs(difference))} ms "
                 + ("below" if difference >= 0 else "above")
                 + " the baseline's, which would "
-                + (f"take {format_percent(saving)} off" if saving >= 0 else f"add {format_percent(-saving)} to")
+                + (
+                    f"take {format_percent(saving)} off"
+                    if saving >= 0
+                    else f"add {format_percent(-saving)} to"
+                )
                 + " a learner step."
             )
         lines.append(text)
@@ -221,30 +249,49 @@ def write_section(folder: RunFolder, summaries: Summaries, figures_dir: Path) ->
     lines.append(
         "Heads: " + "; ".join(f"`{c.label}`: {describe_head(c.params)}" for c in plan.cases) + ". "
         f"Budget {format_bytes(plan.budget) if plan.budget is not None else 'none (the whole device)'}"
-        + (f", of which {format_bytes(reserve)} is held for the whole of every trial by `--reserve`, "
-           "standing for the rest of the learner" if reserve else "")
+        + (
+            f", of which {format_bytes(reserve)} is held for the whole of every trial by `--reserve`, "
+            "standing for the rest of the learner"
+            if reserve
+            else ""
+        )
         + ". Head-only figures: a head that fits and runs fast alone says nothing about a whole learner "
         "until the learner, with everything it holds, fits the same budget."
     )
-    lines += ["", "Memory and time split, measured trials that finished (medians; peaks over the timed step):", ""]
+    lines += [
+        "",
+        "Memory and time split, measured trials that finished (medians; peaks over the timed step):",
+        "",
+    ]
     has_memory = memory["peak_allocated_median"].notna().any()
     rows = []
     for _, r in memory.iterrows():
         row = [
-            r["case"], r["arm"], f"{int(r['ok'])} of {int(r['measured'])}",
-            format_number(r["time_ms_median"]), format_number(r["fwd_bwd_ms_median"]),
+            r["case"],
+            r["arm"],
+            f"{int(r['ok'])} of {int(r['measured'])}",
+            format_number(r["time_ms_median"]),
+            format_number(r["fwd_bwd_ms_median"]),
             format_number(r["step_ms_median"]),
         ]
         if has_memory:
             row += [
-                format_bytes(r["peak_allocated_median"]), format_bytes(r["peak_allocated_max"]),
-                format_bytes(r["peak_reserved_median"]), format_bytes(r["head_extra_peak_median"]),
+                format_bytes(r["peak_allocated_median"]),
+                format_bytes(r["peak_allocated_max"]),
+                format_bytes(r["peak_reserved_median"]),
+                format_bytes(r["head_extra_peak_median"]),
                 format_bytes(r["step_extra_peak_median"]),
             ]
         rows.append(row)
     columns = ["case", "arm", "finished", "head step (ms)", "forward+backward (ms)", "optimizer step (ms)"]
     if has_memory:
-        columns += ["peak allocated", "max peak allocated", "peak reserved", "head's extra peak", "step's extra peak"]
+        columns += [
+            "peak allocated",
+            "max peak allocated",
+            "peak reserved",
+            "head's extra peak",
+            "step's extra peak",
+        ]
     lines += [markdown_table(columns, rows, "llr" + "r" * (len(columns) - 3)), ""]
     lines.append(
         "The forward+backward and step columns come from CUDA events recorded inside the bracket (the host clock "
@@ -281,6 +328,12 @@ def write_section(folder: RunFolder, summaries: Summaries, figures_dir: Path) ->
                 "Each bar is one learner step: the head's median (coloured) and the rest of the step (grey).",
             ]
     else:
-        lines += ["", "No `--learner-ms` given: no stage share (the head's share of a whole learner step) is stated."]
-    lines += ["", f"Tidy tables: `{MEMORY_CSV}`" + (f", `{SHARE_CSV}`" if learner_ms else "") + " in the run folder."]
+        lines += [
+            "",
+            "No `--learner-ms` given: no stage share (the head's share of a whole learner step) is stated.",
+        ]
+    lines += [
+        "",
+        f"Tidy tables: `{MEMORY_CSV}`" + (f", `{SHARE_CSV}`" if learner_ms else "") + " in the run folder.",
+    ]
     return "\n".join(lines)

@@ -54,8 +54,14 @@ def build_workload(params: dict[str, Any], device: str, seed: int) -> HeadWorklo
     """The head a case describes (``case.params``), seeded so both arms of a pair see the same data."""
     if params["head"] == "lm":
         return LMHead.build(
-            params["variant"], params["tokens"], params["vocab"], params["dim"], params["cap"],
-            params.get("chunk") or params["tokens"], device, seed,
+            params["variant"],
+            params["tokens"],
+            params["vocab"],
+            params["dim"],
+            params["cap"],
+            params.get("chunk") or params["tokens"],
+            device,
+            seed,
         )
     if params["head"] == "detect":
         return DetectHeadWorkload.build(params["scale"], params["imgsz"], params["batch"], device, seed)
@@ -119,7 +125,9 @@ def run_head_trial(
         raise
 
 
-def _measure(params: dict[str, Any], spec: str, device: str, seed: int, reserve_bytes: int | None) -> dict[str, Any]:
+def _measure(
+    params: dict[str, Any], spec: str, device: str, seed: int, reserve_bytes: int | None
+) -> dict[str, Any]:
     reserve = torch.empty(reserve_bytes, dtype=torch.uint8, device=device) if reserve_bytes else None
     workload = build_workload(params, device, seed)
     optimizer = make_optimizer(spec, workload.param_groups(), workload.optimizer_kwargs())
