@@ -1,22 +1,18 @@
-"""The numerical contract of GUIDE §6, as a command: does the candidate still compute the same thing?
+"""The numerical contract as a tier (``bench parity``): does the candidate still compute the same thing?
 
 Two comparisons run from identical state on identical inputs: the baseline against itself (the control,
 which must show exactly zero) and the candidate against the baseline. After one step the contract is:
 identical loss bytes (fit mode), momentum buffers equal bit for bit, and a largest parameter difference no
 larger than the bf16 rounding of the Muon update times lr·muon, tensor by tensor (zero for parameters with no
-Muon part). "bf16 rounding of the update" is measured, not picked: the larger of one bf16 ulp of the update's
-largest entry and ``ULP_SENSITIVITY_FACTOR`` times the baseline's own sensitivity to a ±1-ulp perturbation of
-its bf16 Newton-Schulz input (``ulp_sensitivity``), since a reordered or zero-padded GEMM perturbs the
-iterates by about that much.
+Muon part). That rounding is measured, not picked: the larger of one bf16 ulp of the update's largest entry
+and ``ULP_SENSITIVITY_FACTOR`` times the baseline's own spread under ±1-ulp perturbations of its bf16
+Newton-Schulz input (``ulp_sensitivity``), since a reordered or zero-padded GEMM perturbs the iterates by
+about that much. The buffer clause is judged literally (every buffer bit-equal), which is stricter than the
+bound: the SGD buffer of a weight-decayed Muon parameter reads p after its Muon update.
 
-The buffer clause is GUIDE §6's claim, judged literally: every buffer bit-equal. It is stricter than the bound:
-the SGD buffer of a weight-decayed Muon parameter reads p after its Muon update, so a Muon update that
-differs within the bound can make that buffer differ by weight decay times the difference (the batched-path
-tests allow exactly that slack). On the H200 the one-step difference was zero, so both clauses held. Over ``--steps N`` the trajectories are followed and their divergence is
-reported step by step; no agreement is claimed there (BF16 trajectories drift apart).
-
-Inputs: the YOLO26 parameter set of a scale with seeded synthetic gradients (default), or with ``--fit`` a
-real forward/backward step of the embedded fit workload (a small conv net with the trainer's MuSGD groups).
+Later steps are followed and reported as a divergence table, never claimed (BF16 trajectories drift apart).
+A parity run is a run folder like any other: one row per comparison and step, in schedule order; a resumed
+run replays the steps before the first missing one (the trajectories are deterministic) without logging them.
 """
 
 from __future__ import annotations
@@ -24,18 +20,17 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import pandas as pd
 import torch
 
-from experiments.arms import make_optimizer
-from experiments.workloads import build_param_groups, fill_synthetic_grads
-from harness import env
-from harness.run import new_run_folder
-from harness.tables import RunFolder, write_json_atomic
+from experiments.arms import checked_optimizer, make_optimizer
+from experiments.workloads import SCALES, build_param_groups, fill_synthetic_grads
+from harness.options import check_choice, check_positive
+from harness.protocol import Arm, Case, Plan, ProtocolOptions, ScheduledTrial, TrialContext, TrialFunction
+from harness.tier import BaseTier, Caveat, Run
 from optimizers.musgd import muon_momentum
 from optimizers.newton_schulz import muon_scale, newton_schulz
 
@@ -49,11 +44,13 @@ SENSITIVITY_TRIALS = 3
 
 @dataclass(frozen=True)
 class ParitySettings:
+    """The parity tier's own options, with their defaults (the CLI reads them from here)."""
+
     scale: str = "n"
-    device: str = "cpu"
-    steps: int = 1
-    seed: int = 0
-    fit: bool = False
+    steps: int = 1  # steps to follow; step one is judged, later ones are reported
+    fit: bool = (
+        False  # real forward/backward steps of the embedded fit workload instead of synthetic gradients
+    )
     candidate: str = "candidate"
     baseline: str = "baseline"
 
@@ -83,36 +80,55 @@ class ParityResult:
     bound_worst_ratio: dict[str, float] = field(default_factory=dict)
     bound_largest: float = 0.0
     contract: dict[str, bool] = field(default_factory=dict)
-    gpus_start: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def holds(self) -> bool:
-        return all(self.contract.values())
+        return bool(self.contract) and all(self.contract.values())
+
+    @classmethod
+    def from_rows(cls, settings: ParitySettings, workload: str, rows: list[dict[str, Any]]) -> ParityResult:
+        """The result of logged step rows (one per comparison and step), judged at step one."""
+        steps = [StepFigures(**{k: row.get(k) for k in STEP_FIELDS}) for row in rows]
+        result = cls(settings, workload, steps)
+        for row in rows:
+            if (
+                row["step"] == 1 and row.get("bound_largest") is not None
+            ):  # a ratio beyond any bound is logged as null
+                ratio = row.get("bound_worst_ratio")
+                result.bound_worst_ratio[row["comparison"]] = math.inf if ratio is None else float(ratio)
+                result.bound_largest = max(result.bound_largest, float(row["bound_largest"]))
+        if set(result.bound_worst_ratio) == set(COMPARISONS):
+            result.contract = judge(result.steps, result.bound_worst_ratio)
+        return result
 
 
 class Workload:
     """Two identical copies of a parameter set and how to put gradients on them (and compute a loss)."""
 
-    def __init__(self, settings: ParitySettings) -> None:
-        self.settings = settings
-        device = torch.device(settings.device)
+    def __init__(self, settings: ParitySettings, device: str = "cpu", seed: int = 0) -> None:
+        self.settings, self.device, self.seed = settings, torch.device(device), seed
+        self._bounds: dict[int, float] | None = None
         if settings.fit:
             from experiments.fit import embedded
 
-            torch.manual_seed(settings.seed)
+            torch.manual_seed(seed)
             self.model = embedded.SmallConvNet().to(device)
-            self.images, self.labels = embedded.synthetic_images(64, embedded.DEFAULT_IMGSZ, settings.seed)
+            self.images, self.labels = embedded.synthetic_images(64, embedded.DEFAULT_IMGSZ, seed)
             self.images, self.labels = self.images.to(device), self.labels.to(device)
             self.groups_of: Callable[[torch.nn.Module], list[dict[str, Any]]] = lambda m: (
                 embedded.build_param_groups(m, embedded.LR0, embedded.MOMENTUM, embedded.WEIGHT_DECAY)
             )
             self.kwargs = {"muon": embedded.MUON_SCALE, "sgd": embedded.SGD_SCALE}
-            self.name = "embedded fit workload (SmallConvNet, one real forward/backward per step)"
+            self.name = self.describe(settings)
         else:
-            self.groups, self.kwargs = build_param_groups(
-                settings.scale, device, torch.float32, settings.seed
-            )
-            self.name = f"YOLO26{settings.scale} parameter set, seeded synthetic gradients"
+            self.groups, self.kwargs = build_param_groups(settings.scale, self.device, torch.float32, seed)
+            self.name = self.describe(settings)
+
+    @staticmethod
+    def describe(settings: ParitySettings) -> str:
+        if settings.fit:
+            return "embedded fit workload (SmallConvNet, one real forward/backward per step)"
+        return f"YOLO26{settings.scale} parameter set, seeded synthetic gradients"
 
     def copy(self) -> Any:
         """A fresh, identical copy of the parameters (a model in fit mode, param groups otherwise)."""
@@ -123,13 +139,22 @@ class Workload:
             for g in self.groups
         ]
 
+    def step_one_bounds(
+        self, optimizer: torch.optim.Optimizer, groups: list[dict[str, Any]]
+    ) -> dict[int, float]:
+        """The per-tensor bounds of step one, from the reference optimizer: the same for every comparison (they
+        all start from this workload's state), so computed once."""
+        if self._bounds is None:
+            self._bounds = update_bounds(optimizer, groups, self.kwargs.get("muon", 0.2))
+        return self._bounds
+
     def groups_for(self, state: Any) -> list[dict[str, Any]]:
         return self.groups_of(state) if self.settings.fit else state
 
     def backward(self, state: Any, step: int) -> float | None:
         """Put step ``step``'s gradients on ``state``; in fit mode return the loss (fp32) it was taken from."""
         if not self.settings.fit:
-            fill_synthetic_grads(state, self.settings.seed * 1000 + step)
+            fill_synthetic_grads(state, self.seed * 1000 + step)
             return None
         state.zero_grad(set_to_none=True)
         batch = slice((step * 16) % 64, (step * 16) % 64 + 16)
@@ -219,46 +244,75 @@ def _compare(
     return figures, per_param
 
 
-def run_parity(settings: ParitySettings) -> ParityResult:
-    """Run the control and the candidate comparison for ``settings.steps`` steps and judge step one."""
-    if settings.fit and settings.device.startswith("cuda"):
+class Comparison:
+    """One comparison (the reference arm against another) followed step by step from identical state."""
+
+    def __init__(self, name: str, workload: Workload, reference: str, other: str) -> None:
+        self.name, self.workload = name, workload
+        self.states = workload.copy(), workload.copy()
+        self.groups = workload.groups_for(self.states[0]), workload.groups_for(self.states[1])
+        self.optimizers = (
+            make_optimizer(reference, self.groups[0], workload.kwargs),
+            make_optimizer(other, self.groups[1], workload.kwargs),
+        )
+        self.params = _params(self.groups[0]), _params(self.groups[1])
+        self.steps_done = 0
+
+    def step(self) -> dict[str, Any]:
+        """One step of both trajectories; their figures, and at step one the bound and how the worst tensor
+        stands against it."""
+        step = self.steps_done + 1
+        workload = self.workload
+        losses = [workload.backward(state, step) for state in self.states]
+        bounds = workload.step_one_bounds(self.optimizers[0], self.groups[0]) if step == 1 else None
+        for optimizer in self.optimizers:
+            optimizer.step()
+        if workload.device.type == "cuda":
+            torch.cuda.synchronize(workload.device)
+        self.steps_done = step
+        figures, per_param = _compare(
+            self.name, step, (self.optimizers[0], self.params[0]), (self.optimizers[1], self.params[1])
+        )
+        if losses[0] is not None:
+            figures.loss_reference, figures.loss_other = losses
+            figures.loss_bytes_equal = _same_bytes(losses[0], losses[1])
+        row = asdict(figures)
+        if bounds is not None:
+            ratios = [
+                d / b if b > 0 else (0.0 if d == 0 else math.inf)
+                for d, b in zip(per_param, bounds.values(), strict=True)
+            ]
+            worst = max(ratios, default=0.0)
+            row.update(
+                bound_worst_ratio=worst,
+                bound_largest=max(bounds.values(), default=0.0),
+                within_bound=worst <= 1.0,
+            )
+        return row
+
+
+def _prepare(settings: ParitySettings, device: str) -> None:
+    if settings.fit and device.startswith("cuda"):
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
-    workload = Workload(settings)
-    result = ParityResult(settings, workload.name, gpus_start=env.gpu_snapshot())
-    bounds: dict[int, float] | None = None
-    for comparison, other_spec in (("control", settings.baseline), ("candidate", settings.candidate)):
-        states = workload.copy(), workload.copy()
-        groups = workload.groups_for(states[0]), workload.groups_for(states[1])
-        optimizers = (
-            make_optimizer(settings.baseline, groups[0], workload.kwargs),
-            make_optimizer(other_spec, groups[1], workload.kwargs),
-        )
-        params = _params(groups[0]), _params(groups[1])
-        for step in range(1, settings.steps + 1):
-            losses = [workload.backward(state, step) for state in states]
-            if step == 1 and bounds is None:  # the same for both comparisons: identical reference state
-                bounds = update_bounds(optimizers[0], groups[0], workload.kwargs.get("muon", 0.2))
-            for optimizer in optimizers:
-                optimizer.step()
-            if workload.settings.device.startswith("cuda"):
-                torch.cuda.synchronize()
-            figures, per_param = _compare(
-                comparison, step, (optimizers[0], params[0]), (optimizers[1], params[1])
-            )
-            if losses[0] is not None:
-                figures.loss_reference, figures.loss_other = losses
-                figures.loss_bytes_equal = _same_bytes(losses[0], losses[1])
-            result.steps.append(figures)
-            if step == 1:
-                ratios = [
-                    d / b if b > 0 else (0.0 if d == 0 else math.inf)
-                    for d, b in zip(per_param, bounds.values(), strict=True)
-                ]
-                result.bound_worst_ratio[comparison] = max(ratios, default=0.0)
-                result.bound_largest = max(result.bound_largest, max(bounds.values(), default=0.0))
-    _judge(result)
-    return result
+
+
+COMPARISONS = ("control", "candidate")
+
+
+def _other_arm(settings: ParitySettings, comparison: str) -> str:
+    return settings.baseline if comparison == "control" else settings.candidate
+
+
+def run_parity(settings: ParitySettings, device: str = "cpu", seed: int = 0) -> ParityResult:
+    """Run the control and the candidate comparison for ``settings.steps`` steps in memory and judge step one."""
+    _prepare(settings, device)
+    workload = Workload(settings, device, seed)
+    rows = []
+    for name in COMPARISONS:
+        comparison = Comparison(name, workload, settings.baseline, _other_arm(settings, name))
+        rows += [comparison.step() for _ in range(settings.steps)]
+    return ParityResult.from_rows(settings, workload.name, rows)
 
 
 def _same_bytes(a: float, b: float) -> bool:
@@ -268,78 +322,59 @@ def _same_bytes(a: float, b: float) -> bool:
     )
 
 
-def _judge(result: ParityResult) -> None:
+def judge(steps: list[StepFigures], bound_worst_ratio: dict[str, float]) -> dict[str, bool]:
     """The one-step contract, clause by clause."""
-    first = {f.comparison: f for f in result.steps if f.step == 1}
+    first = {f.comparison: f for f in steps if f.step == 1}
     control, candidate = first["control"], first["candidate"]
-    result.contract = {
+    contract = {
         "control: parameters identical": control.params_equal == control.params_total,
         "control: buffers bit-equal": control.buffers_equal == control.buffers_total,
         "candidate: buffers bit-equal": candidate.buffers_equal == candidate.buffers_total,
-        "candidate: largest difference within lr·muon·bf16 rounding of the update": result.bound_worst_ratio[
+        "candidate: largest difference within lr·muon·bf16 rounding of the update": bound_worst_ratio[
             "candidate"
         ]
         <= 1.0,
     }
     if control.loss_bytes_equal is not None:
-        result.contract["control: loss bytes identical"] = bool(control.loss_bytes_equal)
-        result.contract["candidate: loss bytes identical"] = bool(candidate.loss_bytes_equal)
+        contract["control: loss bytes identical"] = bool(control.loss_bytes_equal)
+        contract["candidate: loss bytes identical"] = bool(candidate.loss_bytes_equal)
+    return contract
 
 
 def divergence_table(result: ParityResult) -> pd.DataFrame:
     return pd.DataFrame([asdict(f) for f in result.steps])
 
 
-def write_parity_folder(result: ParityResult, runs_root: Path, command: str) -> RunFolder:
-    """A parity run folder: parity.json (settings, contract, figures), divergence.csv, env.json, report.md."""
-    folder = new_run_folder(runs_root, "parity")
-    record = env.collect()
-    record["gpus_start"] = result.gpus_start
-    record["gpus_end"] = env.gpu_snapshot()
-    write_json_atomic(folder.file("env.json"), record)
-    summary = {
-        "command": command,
-        "settings": asdict(result.settings),
-        "workload": result.workload,
-        "contract": result.contract,
-        "contract_holds": result.holds,
-        "bound_largest": result.bound_largest,
-        "bound_worst_ratio": result.bound_worst_ratio,
-    }
-    write_json_atomic(folder.file("parity.json"), summary)
-    folder.write_csv("divergence.csv", divergence_table(result))
-    folder.file("report.md").write_text(parity_markdown(result, record, command))
-    return folder
-
-
 def _g(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3g}"
 
 
-def parity_markdown(result: ParityResult, record: dict[str, Any], command: str) -> str:
-    """The parity report: verdict, one-step figures, the bound, the divergence table, the environment."""
+def parity_markdown(result: ParityResult, device: str, seed: int) -> str:
+    """The parity section: verdict, one-step figures, the bound and the divergence table."""
     s = result.settings
     first = {f.comparison: f for f in result.steps if f.step == 1}
     lines = [
-        "# Parity: candidate against baseline",
+        "### Parity: candidate against baseline",
         "",
-        f"Command: `{command}`",
-        "",
-        f"Workload: {result.workload}; device `{s.device}`; seed {s.seed}; {s.steps} step(s). Baseline arm "
+        f"Workload: {result.workload}; device `{device}`; seed {seed}; {s.steps} step(s). Baseline arm "
         f"`{s.baseline}`, candidate arm `{s.candidate}`.",
         "",
+    ]
+    if set(first) != set(COMPARISONS):
+        return "\n".join(lines + ["Step one has not run for both comparisons yet: no verdict."])
+    lines += [
         f"**One-step contract: {'holds' if result.holds else 'BROKEN'}.**",
         "",
         "| clause | holds |",
         "| --- | --- |",
         *[f"| {clause} | {'yes' if ok else '**no**'} |" for clause, ok in result.contract.items()],
         "",
-        "## After one step from identical state",
+        "#### After one step from identical state",
         "",
         "| comparison | buffers bit-equal | parameters identical | largest abs diff | largest rel diff | diff / bound | loss bytes equal |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for name in ("control", "candidate"):
+    for name in COMPARISONS:
         f = first[name]
         loss = "n/a" if f.loss_bytes_equal is None else ("yes" if f.loss_bytes_equal else "no")
         lines.append(
@@ -352,11 +387,11 @@ def parity_markdown(result: ParityResult, record: dict[str, Any], command: str) 
         f"one ulp of its largest entry and {ULP_SENSITIVITY_FACTOR:g}× the output's spread under ±1-ulp "
         "perturbations of its bf16 Newton-Schulz input (0 for tensors without a Muon part); the largest bound "
         f"here is {_g(result.bound_largest)}. 'diff / bound' is the worst tensor's ratio (≤ 1 holds).",
-        "",
     ]
     if s.steps > 1:
         lines += [
-            f"## Divergence over {s.steps} steps (reported, not claimed)",
+            "",
+            f"#### Divergence over {s.steps} steps (reported, not claimed)",
             "",
             "| step | control max abs diff | candidate max abs diff | candidate buffers bit-equal |",
             "| --- | --- | --- | --- |",
@@ -365,33 +400,134 @@ def parity_markdown(result: ParityResult, record: dict[str, Any], command: str) 
         for f in result.steps:
             by_step.setdefault(f.step, {})[f.comparison] = f
         for step, pair in sorted(by_step.items()):
+            if set(pair) != set(COMPARISONS):
+                continue
             c, k = pair["control"], pair["candidate"]
             lines.append(
                 f"| {step} | {_g(c.max_abs_diff)} | {_g(k.max_abs_diff)} | {k.buffers_equal} of {k.buffers_total} |"
             )
-        lines.append("")
     lines += [
-        "## Environment",
-        "",
-        "| field | value |",
-        "| --- | --- |",
-        *[
-            f"| {key} | {'not recorded' if record.get(key) is None else record.get(key)} |"
-            for key in (
-                "gpu_names",
-                "driver_version",
-                "cuda_runtime",
-                "cudnn",
-                "torch",
-                "python",
-                "cpu_model",
-                "git_revision",
-                "git_dirty",
-            )
-        ],
         "",
         "Not claimed: identical multi-step training. On the CPU the candidate keeps the baseline's per-parameter "
         "path, so a CPU parity run checks the plumbing; the batched path is exercised on CUDA.",
-        "",
     ]
     return "\n".join(lines)
+
+
+# --- the tier ---------------------------------------------------------------------------------------------
+
+DIVERGENCE_CSV = "divergence.csv"
+
+
+def make_plan(protocol: ProtocolOptions, settings: ParitySettings, command: str = "") -> Plan:
+    """Check the parity options and describe the run: each comparison's steps, one trial per step."""
+    check_choice("--scale", settings.scale, SCALES)
+    check_positive("--steps", settings.steps)
+    checked_optimizer(settings.candidate, option="--candidate")
+    checked_optimizer(settings.baseline, option="--baseline")
+    reference = Arm(settings.baseline, "baseline", settings.baseline)
+    cases = [
+        Case(
+            "control",
+            {"comparison": "control"},
+            (reference, Arm(f"{settings.baseline}-control", "candidate", settings.baseline)),
+        ),
+        Case(
+            "candidate",
+            {"comparison": "candidate"},
+            (reference, Arm(settings.candidate, "candidate", settings.candidate)),
+        ),
+    ]
+    schedule = [
+        ScheduledTrial(
+            i * settings.steps + k, case.label, "measured", k, 0, "", case.arms[1].label, "candidate"
+        )
+        for i, case in enumerate(cases)
+        for k in range(settings.steps)
+    ]
+    return Plan(
+        tier="parity",
+        protocol=protocol,
+        cases=cases,
+        unit="",
+        metric="largest parameter difference after the step",
+        settings=asdict(settings),
+        command=command,
+        isolation="in-process; both trajectories of a comparison from identical state on identical inputs",
+        timed_region="nothing is timed: each trial is one step of both trajectories, compared after it",
+        schedule=schedule,
+    )
+
+
+def trial_function(plan: Plan) -> TrialFunction:
+    """One step of one comparison per trial; a comparison resumed mid-way replays its earlier steps unlogged."""
+    settings = ParitySettings(**plan.settings)
+    device, seed = plan.protocol.device, plan.protocol.seed
+    _prepare(settings, device)
+    workload = Workload(settings, device, seed)
+    comparisons: dict[str, Comparison] = {}
+
+    def trial(ctx: TrialContext) -> dict[str, Any]:
+        name, step = ctx.case.label, ctx.trial.round + 1
+        comparison = comparisons.get(name)
+        if comparison is None or comparison.steps_done >= step:
+            comparison = comparisons[name] = Comparison(
+                name, workload, settings.baseline, _other_arm(settings, name)
+            )
+        while comparison.steps_done < step - 1:
+            comparison.step()
+        row = comparison.step()
+        return {"value": row["max_abs_diff"], **row}
+
+    return trial
+
+
+STEP_FIELDS = tuple(f.name for f in fields(StepFigures))
+
+
+def result_of(run: Run) -> ParityResult:
+    """The parity result recorded in a run's log."""
+    settings = ParitySettings(**run.plan.settings)
+    rows = sorted((r for r in run.folder.rows() if r.get("status") == "ok"), key=lambda r: r["index"])
+    workload = Workload.describe(settings)
+    return ParityResult.from_rows(settings, workload, rows)
+
+
+def contract_text(run: Run) -> str:
+    """The parity run's claim: whether the one-step contract holds, and the largest bound."""
+    result = result_of(run)
+    if not result.contract:
+        return "One-step contract: not judged (step one has not run for both comparisons).\n"
+    broken = [clause for clause, ok in result.contract.items() if not ok]
+    verdict = "holds" if not broken else "BROKEN (" + "; ".join(broken) + ")"
+    return f"One-step contract: {verdict}; largest bound {_g(result.bound_largest)}.\n"
+
+
+class ParityTier(BaseTier):
+    """Parity's rows are steps of two comparisons, not paired trials: its section reads them."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "parity",
+            make_plan=make_plan,
+            trial_function=trial_function,
+            tables=lambda run: {DIVERGENCE_CSV: divergence_table(result_of(run))},
+            section=lambda run: parity_markdown(
+                result_of(run), run.plan.protocol.device, run.plan.protocol.seed
+            ),
+            claim=contract_text,
+            paired=False,
+        )
+
+    def caveats(self, run: Run) -> list[Caveat]:
+        if run.plan.protocol.device != "cpu":
+            return []
+        return [
+            Caveat(
+                "device cpu: the candidate keeps the baseline's per-parameter path there.",
+                "A CPU parity run checks the plumbing; the batched path is exercised on CUDA.",
+            )
+        ]
+
+
+TIER = ParityTier()

@@ -1,26 +1,44 @@
-"""``bench``: the command line, and the composition root that wires experiments into the harness.
+"""``bench``: the command line, and the composition root that wires the project's tiers into the harness.
 
 Every command checks its inputs before anything is written; a bad input is one line on stderr and exit
-status 2. The tier commands share one set of protocol options (below) and one runner (``harness.run``).
+status 2. The tier commands share one set of protocol options and one set of run options (``SHARED`` and
+``RUN`` below, added to each command by ``tier_command``); their defaults come from ``ProtocolOptions``, and
+each tier's own options take theirs from the tier's settings dataclass.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import shlex
 import sys
+import typing
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from experiments.fit.plan import FitSettings as _Fit
+from experiments.parity import ParitySettings as _Parity
+from experiments.probe.plan import ProbeSettings as _Probe
+from experiments.screen.plan import ScreenSettings as _Screen
 from harness import env as env_module
 from harness.console import console, errors
-from harness.options import InputError, check_choice, check_device, check_non_negative, check_positive
-from harness.protocol import Plan
-from harness.run import resume_run, start_run
+from harness.options import (
+    AUTO_DEVICE,
+    DEFAULT_ARMS,
+    InputError,
+    check_non_negative,
+    check_positive,
+    protocol_options,
+    resolve_device,
+)
+from harness.protocol import Arm, Plan, ProtocolOptions
+from harness.run import Runner, RunOptions
 from harness.tables import PLAN, NotARunFolder, RunFolder
+from harness.tier import Run, TierRegistry
 
 app = typer.Typer(
     name="bench",
@@ -30,47 +48,144 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-# --- options shared by the tier commands -----------------------------------------------------------------
-ArmsOption = Annotated[
-    str,
-    typer.Option(
-        help="Comma-separated arms, baseline first: baseline, candidate, upstream, or package.module:Class."
+
+def registry() -> TierRegistry:
+    """The project's tiers (imported on first use, so ``bench --help`` stays quick)."""
+    from experiments.tiers import TIERS
+
+    return TIERS
+
+
+@dataclass(frozen=True)
+class Shared:
+    """One option every tier command takes: its name, type, default and help."""
+
+    name: str
+    kind: Any
+    default: Any
+    help: str
+    flag: str | None = None  # an explicit flag name for booleans (no --no-… twin)
+
+    def parameter(self) -> inspect.Parameter:
+        option = typer.Option(self.flag, help=self.help) if self.flag else typer.Option(help=self.help)
+        return inspect.Parameter(
+            self.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=self.default,
+            annotation=Annotated[self.kind, option],
+        )
+
+
+def _default(name: str) -> Any:
+    return ProtocolOptions.default(name)
+
+
+SHARED = (
+    Shared(
+        "arms",
+        str,
+        DEFAULT_ARMS,
+        "Comma-separated arms, baseline first: baseline, candidate, upstream, or package.module:Class.",
     ),
-]
-WarmupOption = Annotated[
-    int,
-    typer.Option(help="Warm-up trials per case (alternating arms; kept in the log, not in the statistics)."),
-]
-PairsOption = Annotated[int, typer.Option(help="Measured pairs (rounds) per case, in counterbalanced order.")]
-OrderOption = Annotated[
-    str, typer.Option(help="Arm order within pairs: alternate (AB, BA, …) or random (seeded).")
-]
-SeedOption = Annotated[int, typer.Option(help="Seed for data, random order and the bootstrap.")]
-BarOption = Annotated[
-    float | None,
-    typer.Option(
-        help="The bar, in percent, the paired reduction must clear (e.g. 8); with --control, the tolerance ±bar "
-        "the A/A difference must stay within (e.g. 1)."
+    Shared(
+        "warmup",
+        int,
+        _default("warmup"),
+        "Discarded warm-up trials per case, cycling through the arms (kept in the log, not in the statistics).",
     ),
-]
-DeviceOption = Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")]
-BudgetOption = Annotated[
-    str | None, typer.Option(help="Device-memory cap emulated on a larger card, e.g. 24GiB or 800MiB.")
-]
-ControlOption = Annotated[
-    bool, typer.Option("--control", help="A/A control: run the first arm against itself.")
-]
-ResumeOption = Annotated[
-    Path | None,
-    typer.Option(help="Continue an interrupted run folder where it stopped (its saved plan wins)."),
-]
-OutOption = Annotated[Path, typer.Option(help="Folder under which run folders are created.")]
-QuietOption = Annotated[
-    bool, typer.Option("--quiet", help="No live progress bar: one plain line per trial (for CI logs).")
-]
-NoReportOption = Annotated[
-    bool, typer.Option("--no-report", help="Do not write the markdown report when the run ends.")
-]
+    Shared(
+        "pairs",
+        int,
+        _default("pairs"),
+        "Measured pairs (rounds: each arm once) per case, in counterbalanced order.",
+    ),
+    Shared(
+        "order", str, _default("order"), "Arm order within pairs: alternate (AB, BA, …) or random (seeded)."
+    ),
+    Shared("seed", int, _default("seed"), "Seed for data, random order and the bootstrap."),
+    Shared(
+        "bar",
+        float | None,
+        _default("bar"),
+        "The bar, in percent, the paired reduction must clear (e.g. 8); with --control, the tolerance ±bar the A/A difference must stay within (e.g. 1).",
+    ),
+    Shared("device", str, AUTO_DEVICE, "auto (CUDA when present, else the CPU), cpu, cuda or cuda:N."),
+    Shared("budget", str | None, None, "Device-memory cap emulated on a larger card, e.g. 24GiB or 800MiB."),
+    Shared(
+        "control", bool, _default("control"), "A/A control: run the first arm against itself.", "--control"
+    ),
+    Shared(
+        "cooldown",
+        float,
+        _default("cooldown"),
+        "Seconds to pause before each trial (GPU clocks settle between trials).",
+    ),
+)
+RUN = (
+    Shared(
+        "resume",
+        Path | None,
+        None,
+        "Continue an interrupted run folder where it stopped (its saved plan wins).",
+    ),
+    Shared("out", Path, Path("runs"), "Folder under which run folders are created."),
+    Shared(
+        "stop_after",
+        float | None,
+        None,
+        "Stop cleanly (exit 130) before a trial that would not end within this many seconds of the command's start (estimated from the log); continue with --resume.",
+    ),
+    Shared("quiet", bool, False, "No live progress bar: one plain line per trial (for CI logs).", "--quiet"),
+    Shared("no_report", bool, False, "Do not write the markdown report when the run ends.", "--no-report"),
+)
+
+
+@dataclass(frozen=True)
+class RunArgs:
+    """The run options as given: where, how, resume or not."""
+
+    resume: Path | None
+    out: Path
+    stop_after: float | None
+    quiet: bool
+    no_report: bool
+
+    def runner(self) -> Runner:
+        if self.stop_after is not None and not self.stop_after > 0:
+            raise InputError(f"--stop-after must be a positive number of seconds (got {self.stop_after})")
+        options = RunOptions(
+            out=self.out, quiet=self.quiet, report=not self.no_report, stop_after=self.stop_after
+        )
+        return Runner(registry(), options)
+
+
+def tier_command(name: str, protocol: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register ``func`` as command ``name`` with the shared protocol options (unless ``protocol=False``) and
+    the run options after its own; ``func`` receives them as ``protocol`` (a dict of the values as given)
+    and ``run`` (``RunArgs``)."""
+    shared = SHARED if protocol else ()
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        hints = typing.get_type_hints(func, include_extras=True)
+        own = [
+            inspect.Parameter(
+                p.name, inspect.Parameter.KEYWORD_ONLY, default=p.default, annotation=hints[p.name]
+            )
+            for p in inspect.signature(func).parameters.values()
+            if p.name not in ("protocol", "run")
+        ]
+
+        def command(**values: Any) -> Any:
+            given = {option.name: values.pop(option.name) for option in shared}
+            run = RunArgs(**{option.name: values.pop(option.name) for option in RUN})
+            return func(protocol=given, run=run, **values)
+
+        command.__signature__ = inspect.Signature([*own, *(o.parameter() for o in (*shared, *RUN))])
+        command.__doc__, command.__name__ = func.__doc__, func.__name__
+        app.command(name)(command)
+        return func
+
+    return decorate
 
 
 def command_line() -> str:
@@ -78,36 +193,30 @@ def command_line() -> str:
     return "bench " + shlex.join(sys.argv[1:])
 
 
-def write_default_report(folder: RunFolder) -> Path:
-    """The report every tier command writes when its run ends (unless --no-report)."""
-    from harness.report import write_report
-
-    return write_report([folder])
-
-
 def launch(
-    build_plan: Callable[[], Plan],
-    resume: Path | None,
-    out: Path,
-    quiet: bool,
-    no_report: bool,
-    tiers: tuple[str, ...],
-) -> RunFolder:
-    """Start the run ``build_plan`` describes, or resume ``resume`` (whose saved plan wins over options).
+    tier: str,
+    protocol: dict[str, Any] | ProtocolOptions | None,
+    settings: Any,
+    run: RunArgs,
+    accepts: tuple[str, ...],
+) -> Run:
+    """Start a run of ``tier`` from the options given, or resume ``run.resume`` (one of ``accepts``' tiers).
 
-    ``build_plan`` checks every input before anything is written, so a bad input leaves no run folder; a
-    resumed folder must be one of this command's ``tiers``.
+    Every input is checked before anything is written, so a bad input leaves no run folder.
     """
-    report = None if no_report else write_default_report
-    if resume is not None:
-        tier = Plan.from_json(RunFolder.open(resume).read_json(PLAN)).tier
-        if tier not in tiers:
+    runner = run.runner()
+    if run.resume is not None:
+        recorded = Plan.from_json(RunFolder.open(run.resume).read_json(PLAN)).tier
+        if recorded not in accepts:
             raise InputError(
-                f"--resume {resume} is a '{tier}' run; resume it with the command that started it "
-                f"(this one resumes {', '.join(tiers)} runs)"
+                f"--resume {run.resume} is a '{recorded}' run; resume it with the command that started it "
+                f"(this one resumes {', '.join(accepts)} runs)"
             )
-        return resume_run(resume, quiet=quiet, report=report)
-    return start_run(build_plan(), out, quiet=quiet, report=report)
+        return runner.resume(run.resume)
+    if not isinstance(protocol, ProtocolOptions):
+        protocol = protocol_options(**protocol, announce=console.print)
+    plan = runner.tiers.get(tier).make_plan(protocol, settings, command_line())
+    return runner.start(plan)
 
 
 @app.command("env")
@@ -137,38 +246,39 @@ def env_command(
     console.print(table)
 
 
-@app.command("pair")
+@tier_command("pair")
 def pair_command(
-    arms: ArmsOption = "baseline,candidate",
+    protocol: dict[str, Any],
+    run: RunArgs,
     steps: Annotated[
         int,
         typer.Option(help="Optimizer steps per fit; a whole number of epochs of images/batch iterations."),
-    ] = 384,
+    ] = _Fit.steps,
     workload: Annotated[
         str,
         typer.Option(
             help="auto (the real trainer when ultralytics is importable, else embedded), ultralytics or embedded."
         ),
-    ] = "auto",
+    ] = _Fit.workload,
     images: Annotated[
         int | None,
         typer.Option(help="Synthetic training images (default 256; with --data, counted from it)."),
-    ] = None,
+    ] = _Fit.images,
     val_images: Annotated[
         int, typer.Option(help="Synthetic validation images (32 = four validation batches).")
-    ] = 32,
+    ] = _Fit.val_images,
     imgsz: Annotated[
         int | None, typer.Option(help="Image size in pixels (default 640 real trainer, 32 embedded).")
-    ] = None,
+    ] = _Fit.imgsz,
     batch: Annotated[
         int, typer.Option(help="Batch size; nbs is set to it so every iteration steps the optimizer.")
-    ] = 4,
+    ] = _Fit.batch,
     amp: Annotated[
         str, typer.Option(help="Precision: auto (bf16 on CUDA, fp32 on cpu), bf16, fp16 or fp32.")
-    ] = "auto",
+    ] = _Fit.amp,
     model: Annotated[
         str, typer.Option(help="Model yaml for the real trainer (no pretrained weights).")
-    ] = "yolo26n.yaml",
+    ] = _Fit.model,
     data: Annotated[
         Path | None,
         typer.Option(help="A YOLO-format data.yaml (real trainer); default: a generated synthetic set."),
@@ -178,268 +288,162 @@ def pair_command(
     ] = None,
     workers: Annotated[
         int, typer.Option(help="Real trainer: dataloader workers (0 on cpu, upstream's rule).")
-    ] = 4,
-    cache: Annotated[str, typer.Option(help="Real trainer: image cache ram, disk or none.")] = "ram",
+    ] = _Fit.workers,
+    cache: Annotated[str, typer.Option(help="Real trainer: image cache ram, disk or none.")] = _Fit.cache,
     close_mosaic: Annotated[
         int, typer.Option(help="Real trainer: close mosaic for the final N epochs (upstream's 10).")
-    ] = 10,
+    ] = _Fit.close_mosaic,
     stages: Annotated[
         bool,
         typer.Option(
             "--stages", help="Diagnostic run (own run folder, never a claim): stage shares and the ceiling."
         ),
-    ] = False,
+    ] = _Fit.stages,
     trial_timeout: Annotated[
         int, typer.Option(help="Seconds before a worker is killed (its trial fails).")
-    ] = 3600,
+    ] = _Fit.trial_timeout,
     keep_checkpoints: Annotated[
         bool,
         typer.Option(
             "--keep-checkpoints",
             help="Keep each fit's checkpoint files (deleted after each trial by default).",
         ),
-    ] = False,
-    stop_after: Annotated[
-        int | None,
-        typer.Option(
-            help="Stop cleanly (exit 130) before a trial that would not end within this many seconds of "
-            "the command's start (estimated from the log); continue with --resume."
-        ),
-    ] = None,
-    warmup: WarmupOption = 2,
-    pairs: PairsOption = 5,
-    order: OrderOption = "alternate",
-    seed: SeedOption = 0,
-    bar: BarOption = None,
-    device: DeviceOption = "cpu",
-    budget: BudgetOption = None,
-    control: ControlOption = False,
-    resume: ResumeOption = None,
-    out: OutOption = Path("runs"),
-    quiet: QuietOption = False,
-    no_report: NoReportOption = False,
+    ] = _Fit.keep_checkpoints,
 ) -> None:
     """Complete paired fits (the decisive tier): `bench pair --steps 384`."""
-    from experiments import fit
-    from experiments.fit.report import finish
-
-    fit.stop_after(stop_after)
-    folder = launch(
-        lambda: fit.make_plan(
-            arms=arms,
-            warmup=warmup,
-            pairs=pairs,
-            order=order,
-            seed=seed,
-            bar=bar,
-            device=device,
-            budget=budget,
-            control=control,
-            workload=workload,
-            steps=steps,
-            images=images,
-            val_images=val_images,
-            batch=batch,
-            imgsz=imgsz,
-            amp=amp,
-            model=model,
-            data=data,
-            data_cache=data_cache or out / "datasets",
-            workers=workers,
-            cache=cache,
-            close_mosaic=close_mosaic,
-            stages=stages,
-            trial_timeout=trial_timeout,
-            keep_checkpoints=keep_checkpoints,
-            command=command_line(),
-            announce=console.print,
-        ),
-        resume,
-        out,
-        quiet,
-        no_report,
-        tiers=("pair", "stages"),
+    settings = _Fit(
+        workload=workload,
+        steps=steps,
+        images=images,
+        val_images=val_images,
+        batch=batch,
+        imgsz=imgsz,
+        amp=amp,
+        model=model,
+        data=None if data is None else str(data),
+        data_cache=str(data_cache or run.out / "datasets"),
+        workers=workers,
+        cache=cache,
+        close_mosaic=close_mosaic,
+        stages=stages,
+        trial_timeout=trial_timeout,
+        keep_checkpoints=keep_checkpoints,
     )
-    finish(folder, echo=console.print)
+    launch("stages" if stages else "pair", protocol, settings, run, accepts=("pair", "stages"))
 
 
-@app.command("screen")
+@tier_command("screen")
 def screen_command(
-    scales: Annotated[str, typer.Option(help="Comma-separated YOLO26 scales: n, s, m, l, x.")] = "n,s,m,l,x",
+    protocol: dict[str, Any],
+    run: RunArgs,
+    scales: Annotated[
+        str, typer.Option(help="Comma-separated YOLO26 scales: n, s, m, l, x.")
+    ] = _Screen.scales,
     guards: Annotated[
         str,
         typer.Option(help="Padding guards for arms that have one: whole numbers (0 = exact shapes) or none."),
-    ] = "0,256,512,none",
-    arms: ArmsOption = "baseline,candidate",
-    steps: Annotated[int, typer.Option(help="Timed optimizer steps per trial (the window).")] = 10,
-    repeats: Annotated[int, typer.Option(help="Measured rounds per scale (each arm once per round).")] = 5,
-    warmup: Annotated[
-        int, typer.Option(help="Untimed warm-up STEPS inside each trial, before the window.")
-    ] = 2,
-    warmup_trials: Annotated[
-        int, typer.Option(help="Discarded warm-up TRIALS per arm per scale, before the rounds.")
-    ] = 1,
-    floor_replays: Annotated[int, typer.Option(help="CUDA-graph replays timed for the launch floor.")] = 20,
-    dtype: Annotated[str, typer.Option(help="Parameter dtype: float32, bfloat16 or float16.")] = "float32",
-    device: DeviceOption = "cuda",
-    order: OrderOption = "alternate",
-    seed: SeedOption = 0,
-    bar: BarOption = None,
-    resume: ResumeOption = None,
-    out: OutOption = Path("runs"),
-    quiet: QuietOption = False,
-    no_report: NoReportOption = False,
+    ] = _Screen.guards,
+    steps: Annotated[int, typer.Option(help="Timed optimizer steps per trial (the window).")] = _Screen.steps,
+    warmup_steps: Annotated[
+        int, typer.Option(help="Untimed warm-up steps inside each trial, before the window.")
+    ] = _Screen.warmup_steps,
+    floor_replays: Annotated[
+        int, typer.Option(help="CUDA-graph replays timed for the launch floor.")
+    ] = _Screen.floor_replays,
+    dtype: Annotated[
+        str, typer.Option(help="Parameter dtype: float32, bfloat16 or float16.")
+    ] = _Screen.dtype,
 ) -> None:
     """Optimizer-only crossover screen over YOLO26 scales and padding guards."""
-    from experiments import screen
-    from harness.run import summarize
-
-    folder = launch(
-        lambda: screen.make_plan(
-            scales,
-            guards,
-            arms,
-            steps,
-            repeats,
-            warmup,
-            warmup_trials,
-            floor_replays,
-            dtype,
-            device,
-            seed,
-            order,
-            bar,
-            command_line(),
-        ),
-        resume,
-        out,
-        quiet,
-        no_report,
-        tiers=("screen",),
-    )
-    if no_report:  # the report's screen section writes screen_summary.csv; without a report, write it here
-        screen.write_screen_summary(folder, summarize(folder)[1])
+    settings = _Screen(scales, guards, steps, warmup_steps, floor_replays, dtype)
+    launch("screen", protocol, settings, run, accepts=("screen",))
 
 
-@app.command("probe")
+@tier_command("probe")
 def probe_command(
+    protocol: dict[str, Any],
+    run: RunArgs,
     head: Annotated[
         str, typer.Option(help="Head workload: lm (softcapped LM head) or detect (YOLO26 detect head).")
-    ] = "lm",
+    ] = _Probe.head,
     variants: Annotated[
         str | None,
         typer.Option(
-            help="Comma-separated variants, one case each: lm takes native,chunked (default both); "
-            "detect takes native."
+            help="Comma-separated variants, one case each: lm takes native,chunked (default both); detect takes native."
         ),
-    ] = None,
-    arms: ArmsOption = "baseline,candidate",
-    warmup: WarmupOption = 2,
-    pairs: PairsOption = 5,
-    order: OrderOption = "alternate",
-    seed: SeedOption = 0,
-    bar: BarOption = None,
-    device: DeviceOption = "cpu",
-    budget: BudgetOption = None,
+    ] = _Probe.variants,
     reserve: Annotated[
         str | None,
         typer.Option(
-            help="Device memory held for the whole of every trial, standing for the rest of the learner "
-            "(e.g. 14GiB); needs CUDA."
+            help="Device memory held for the whole of every trial, standing for the rest of the learner (e.g. 14GiB); needs CUDA."
         ),
-    ] = None,
+    ] = _Probe.reserve,
     learner_ms: Annotated[
         float | None,
         typer.Option(
-            help="Measured milliseconds of one whole learner step: the report states the head's share "
-            "and the most a zero-cost head could save."
+            help="Measured milliseconds of one whole learner step: the report states the head's share and the most a zero-cost head could save."
         ),
-    ] = None,
-    tokens: Annotated[int, typer.Option(help="lm: hidden states N (rows).")] = 131072,
-    vocab: Annotated[int, typer.Option(help="lm: vocabulary V (head weight rows).")] = 8192,
-    dim: Annotated[int, typer.Option(help="lm: model width d.")] = 512,
-    cap: Annotated[float, typer.Option(help="lm: logit softcap, cap·tanh(z/cap).")] = 30.0,
-    chunk: Annotated[int, typer.Option(help="lm chunked: rows per chunk (memory O(chunk·V)).")] = 16384,
+    ] = _Probe.learner_ms,
+    tokens: Annotated[int, typer.Option(help="lm: hidden states N (rows).")] = _Probe.tokens,
+    vocab: Annotated[int, typer.Option(help="lm: vocabulary V (head weight rows).")] = _Probe.vocab,
+    dim: Annotated[int, typer.Option(help="lm: model width d.")] = _Probe.dim,
+    cap: Annotated[float, typer.Option(help="lm: logit softcap, cap·tanh(z/cap).")] = _Probe.cap,
+    chunk: Annotated[
+        int, typer.Option(help="lm chunked: rows per chunk (memory O(chunk·V)).")
+    ] = _Probe.chunk,
     scale: Annotated[
         str, typer.Option(help="detect: YOLO26 scale(s), comma-separated: n, s, m, l, x.")
-    ] = "n",
-    imgsz: Annotated[int, typer.Option(help="detect: image size in pixels (a multiple of 32).")] = 640,
-    batch: Annotated[int, typer.Option(help="detect: images per batch.")] = 16,
-    control: ControlOption = False,
-    resume: ResumeOption = None,
-    out: OutOption = Path("runs"),
-    quiet: QuietOption = False,
-    no_report: NoReportOption = False,
+    ] = _Probe.scale,
+    imgsz: Annotated[
+        int, typer.Option(help="detect: image size in pixels (a multiple of 32).")
+    ] = _Probe.imgsz,
+    batch: Annotated[int, typer.Option(help="detect: images per batch.")] = _Probe.batch,
 ) -> None:
     """Head-memory probes under a device budget; out-of-memory is a recorded result."""
-    from experiments import probe
-
-    launch(
-        lambda: probe.make_plan(
-            head=head,
-            variants=variants,
-            arms=arms,
-            warmup=warmup,
-            pairs=pairs,
-            order=order,
-            seed=seed,
-            bar=bar,
-            device=device,
-            budget=budget,
-            control=control,
-            reserve=reserve,
-            learner_ms=learner_ms,
-            tokens=tokens,
-            vocab=vocab,
-            dim=dim,
-            cap=cap,
-            chunk=chunk,
-            scale=scale,
-            imgsz=imgsz,
-            batch=batch,
-            command=command_line(),
-        ),
-        resume,
-        out,
-        quiet,
-        no_report,
-        tiers=("probe",),
+    settings = _Probe(
+        head, variants, reserve, learner_ms, tokens, vocab, dim, cap, chunk, scale, imgsz, batch
     )
+    launch("probe", protocol, settings, run, accepts=("probe",))
 
 
-@app.command("parity")
+@tier_command("parity", protocol=False)
 def parity_command(
-    scale: Annotated[str, typer.Option(help="YOLO26 parameter set: n, s, m, l or x.")] = "n",
+    protocol: dict[str, Any],
+    run: RunArgs,
+    scale: Annotated[str, typer.Option(help="YOLO26 parameter set: n, s, m, l or x.")] = _Parity.scale,
     steps: Annotated[
         int, typer.Option(help="Steps to follow; step one is judged, later ones are reported.")
-    ] = 1,
+    ] = _Parity.steps,
     fit: Annotated[
         bool, typer.Option("--fit", help="Real forward/backward steps of the embedded fit workload instead.")
-    ] = False,
-    candidate: Annotated[str, typer.Option(help="The arm checked against the baseline.")] = "candidate",
-    device: DeviceOption = "cpu",
-    seed: SeedOption = 0,
-    out: OutOption = Path("runs"),
+    ] = _Parity.fit,
+    candidate: Annotated[str, typer.Option(help="The arm checked against the baseline.")] = _Parity.candidate,
+    device: Annotated[
+        str, typer.Option(help="auto (CUDA when present, else the CPU), cpu, cuda or cuda:N.")
+    ] = AUTO_DEVICE,
+    seed: Annotated[int, typer.Option(help="Seed for the parameters, gradients and data.")] = _default(
+        "seed"
+    ),
 ) -> None:
-    """The numerical contract of candidate against baseline, as a command (exit 1 when it breaks)."""
+    """The numerical contract of candidate against baseline, as a run folder (exit 1 when it breaks)."""
     from experiments import parity
-    from experiments.arms import checked_optimizer
-    from experiments.workloads import SCALES
 
-    check_choice("--scale", scale, SCALES)
-    check_positive("--steps", steps)
-    check_non_negative("--seed", seed)
-    check_device(device)
-    checked_optimizer(candidate, option="--candidate")
-    settings = parity.ParitySettings(
-        scale=scale, device=device, steps=steps, seed=seed, fit=fit, candidate=candidate
-    )
-    result = parity.run_parity(settings)
-    folder = parity.write_parity_folder(result, out, command_line())
-    console.print(folder.file("report.md").read_text())
-    console.print(f"parity folder: {folder.path}")
-    if not result.holds:
-        errors.print("bench parity: the one-step contract is broken (see the table above)")
+    settings = _Parity(scale=scale, steps=steps, fit=fit, candidate=candidate)
+    options = None
+    if run.resume is None:
+        resolved, why = resolve_device(device)
+        console.print(f"device: {resolved} ({why})")
+        arms = (Arm(settings.baseline, "baseline", settings.baseline), Arm(candidate, "candidate", candidate))
+        options = ProtocolOptions(
+            arms,
+            warmup=0,
+            pairs=check_positive("--steps", steps),
+            seed=int(check_non_negative("--seed", seed)),
+            device=resolved,
+        )
+    result = launch("parity", options, settings, run, accepts=("parity",))
+    if not parity.result_of(result).holds:
+        errors.print("bench parity: the one-step contract is broken (see the report)")
         raise typer.Exit(1)
 
 
@@ -467,7 +471,7 @@ def report_command(
     from harness.report import write_report
 
     folders = [RunFolder.open(path) for path in run_dirs or []]
-    console.print(f"report: {write_report(folders, output)}")
+    console.print(f"report: {write_report(folders, registry(), output)}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,8 +7,6 @@ from typing import Any
 
 import pandas as pd
 
-from harness.timing import format_bytes as _format_bytes
-
 
 def is_missing(value: Any) -> bool:
     if value is None:
@@ -74,5 +72,12 @@ def format_interval(low: Any, high: Any) -> str:
 
 
 def format_bytes(value: Any) -> str:
-    """Bytes in binary units (``809.9 MiB``), 'n/a' where missing."""
-    return "n/a" if is_missing(value) else _format_bytes(float(value))
+    """Bytes in binary units (KiB below 1 MiB, MiB below 1 GiB, else GiB); 'n/a' where missing."""
+    if is_missing(value):
+        return "n/a"
+    value = float(value)
+    if abs(value) < 2**20:
+        return f"{value / 2**10:.1f} KiB"
+    if abs(value) < 2**30:
+        return f"{value / 2**20:.1f} MiB"
+    return f"{value / 2**30:.2f} GiB"

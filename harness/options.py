@@ -1,6 +1,8 @@
-"""The protocol options every tier shares, checked once, with one clear line for each bad value.
+"""The protocol options every tier shares, checked once into one ``ProtocolOptions``.
 
-``InputError`` carries that line; the CLI prints it and exits with status 2 before anything is written.
+``InputError`` carries the one line a bad value gets; the CLI prints it and exits with status 2 before
+anything is written. Defaults live on ``ProtocolOptions`` (and ``DEFAULT_ARMS`` / ``AUTO_DEVICE`` for the two
+options given as text); the CLI reads them from here.
 """
 
 from __future__ import annotations
@@ -8,39 +10,39 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from harness.env import gpu_snapshot
-from harness.protocol import ORDERS, Arm
-from harness.timing import format_bytes, parse_bytes
+from harness.formatting import format_bytes
+from harness.protocol import ORDERS, Arm, ProtocolOptions
+from harness.timing import parse_bytes
+
+DEFAULT_ARMS = "baseline,candidate"
+AUTO_DEVICE = "auto"
 
 
 class InputError(ValueError):
     """A bad user input: the message names what is wrong and what is accepted."""
 
 
-@dataclass(frozen=True)
-class ProtocolOptions:
-    arms: tuple[Arm, ...]
-    warmup: int
-    pairs: int
-    order: str
-    seed: int
-    bar: float | None
-    device: str
-    budget: int | None
-    control: bool
-
-
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+
+
+def resolve_device(device: str) -> tuple[str, str]:
+    """(device, why): ``auto`` is CUDA where a CUDA device is present, else the CPU."""
+    if device != AUTO_DEVICE:
+        return check_device(device), f"--device {device}"
+    if torch.cuda.is_available():
+        return "cuda", "auto: a CUDA device is present"
+    return "cpu", "auto: no CUDA device here"
 
 
 def check_device(device: str) -> str:
     """``cpu``, ``cuda`` or ``cuda:N``, and CUDA only where a CUDA device is present."""
     if not _DEVICE.match(device):
-        raise InputError(f"--device '{device}' is not a device; use cpu, cuda or cuda:N")
+        raise InputError(f"--device '{device}' is not a device; use auto, cpu, cuda or cuda:N")
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise InputError(
@@ -58,8 +60,8 @@ def check_positive(name: str, value: int) -> int:
     return value
 
 
-def check_non_negative(name: str, value: int) -> int:
-    if value < 0:
+def check_non_negative(name: str, value: int | float) -> int | float:
+    if not (isinstance(value, int) or math.isfinite(value)) or value < 0:
         raise InputError(f"{name} must be zero or more (got {value})")
     return value
 
@@ -145,19 +147,26 @@ def check_bar(bar: float | None, control: bool = False) -> float | None:
 
 
 def protocol_options(
-    arms: str,
-    warmup: int,
-    pairs: int,
-    order: str,
-    seed: int,
-    bar: float | None,
-    device: str,
-    budget: str | None,
-    control: bool,
+    arms: str = DEFAULT_ARMS,
+    warmup: int = ProtocolOptions.default("warmup"),
+    pairs: int = ProtocolOptions.default("pairs"),
+    order: str = ProtocolOptions.default("order"),
+    seed: int = ProtocolOptions.default("seed"),
+    bar: float | None = ProtocolOptions.default("bar"),
+    device: str = AUTO_DEVICE,
+    budget: str | None = None,
+    control: bool = ProtocolOptions.default("control"),
+    cooldown: float = ProtocolOptions.default("cooldown"),
+    announce: Any = None,
 ) -> ProtocolOptions:
-    """Check every shared option and return them parsed (``InputError`` on the first bad one)."""
+    """Check every shared option and return them parsed (``InputError`` on the first bad one).
+
+    ``device='auto'`` resolves here (CUDA when present, else the CPU); ``announce`` is told which and why.
+    """
     budget_bytes = parse_budget(budget)
-    device = check_device(device)
+    device, why = resolve_device(device)
+    if announce is not None:
+        announce(f"device: {device} ({why})")
     check_budget_fits(budget_bytes, device)
     return ProtocolOptions(
         arms=parse_arms(arms, control),
@@ -169,4 +178,5 @@ def protocol_options(
         device=device,
         budget=budget_bytes,
         control=control,
+        cooldown=float(check_non_negative("--cooldown", cooldown)),
     )

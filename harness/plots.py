@@ -81,6 +81,20 @@ def arm_styles(labels: Sequence[str]) -> dict[str, MarkStyle]:
     }
 
 
+def failure_handle(label: str) -> Line2D:
+    """The legend entry of a failure (a red x), the same in every plot."""
+    return Line2D(
+        [],
+        [],
+        linestyle="",
+        marker=FAILED.marker,
+        color=FAILED.color,
+        markersize=10,
+        markeredgewidth=2.5,
+        label=label,
+    )
+
+
 def percent_axis(ax: Axes, axis: str = "y", decimals: int = 0) -> None:
     """Show fractions (0.12) as percent (12%) on ``axis`` ('x' or 'y')."""
     formatter = FuncFormatter(lambda v, _pos: f"{100 * v:.{decimals}f}%")
@@ -104,16 +118,6 @@ def axis_label(text: str, width: int = 36) -> str:
     return textwrap.fill(text, width=width, break_long_words=False)
 
 
-def arm_order(plan: Any) -> list[str]:
-    """Arm labels in plan order (first appearance over the cases)."""
-    labels: list[str] = []
-    for case in plan.cases:
-        for arm in case.arms:
-            if arm.label not in labels:
-                labels.append(arm.label)
-    return labels
-
-
 def _spans(indices: Sequence[int]) -> list[tuple[int, int]]:
     """Contiguous runs [first, last] of sorted integers."""
     spans: list[tuple[int, int]] = []
@@ -131,7 +135,7 @@ def _spans(indices: Sequence[int]) -> list[tuple[int, int]]:
 def plot_timeline(trials: pd.DataFrame, plan: Any, path: Path) -> Path:
     """Every trial's figure in schedule order: arms by colour and marker, warm-ups hollow grey, failures a
     red x along the top, cases separated, scheduled trials with no row (not run yet) shaded."""
-    styles = arm_styles(arm_order(plan))
+    styles = arm_styles(plan.arm_labels())
     scheduled = len(plan.schedule)
     rows = _timeline_rows(trials)
     ok = (rows["status"] == "ok") & rows["value"].notna()
@@ -234,18 +238,7 @@ def plot_timeline(trials: pd.DataFrame, plan: Any, path: Path) -> Path:
                 )
             )
         if len(failed):
-            handles.append(
-                Line2D(
-                    [],
-                    [],
-                    linestyle="",
-                    marker=FAILED.marker,
-                    color=FAILED.color,
-                    markersize=10,
-                    markeredgewidth=2.5,
-                    label="failed (counts as ∞)",
-                )
-            )
+            handles.append(failure_handle("failed (counts as ∞)"))
         if missing:
             handles.append(
                 Patch(facecolor="#DDDDDD", edgecolor="#AAAAAA", hatch="//", label="scheduled, not run")
@@ -320,7 +313,7 @@ def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: 
     """Paired reductions per case and arm: each pair a point, the median a bar-shaped tick, the bootstrap
     interval a thick line, the bar a dashed line; a failed candidate's pair (−∞) is a red x at the left."""
     keys = [(str(c["case"]), str(c["arm"])) for _, c in claims.iterrows()]
-    styles = arm_styles(arm_order(plan))
+    styles = arm_styles(plan.arm_labels())
     height = min(20.0, max(3.2, 1.4 + (0.75 if len(keys) <= 10 else 0.45) * len(keys)))
     with figure(path, width=10.0, height=height) as (fig, ax):
         finite = pairs["reduction"].to_numpy(dtype=float) if not pairs.empty else np.array([])
@@ -330,8 +323,12 @@ def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: 
         # The bar's dashed line(s): a claim's bar, or an A/A control's tolerance at ±bar.
         lines = (
             []
-            if plan.bar is None
-            else ([-plan.bar / 100, plan.bar / 100] if plan.control else [plan.bar / 100])
+            if plan.protocol.bar is None
+            else (
+                [-plan.protocol.bar / 100, plan.protocol.bar / 100]
+                if plan.protocol.control
+                else [plan.protocol.bar / 100]
+            )
         )
         span_values = np.concatenate(
             [finite, lows[np.isfinite(lows)], highs[np.isfinite(highs)], [0.0], lines]
@@ -404,360 +401,13 @@ def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: 
             Line2D([], [], color=INTERVAL_COLOR, linewidth=5, label=f"{100 * level:.0f}% bootstrap interval"),
         ]
         if lines:
-            label = f"tolerance ±{plan.bar:g}%" if plan.control else f"bar {plan.bar:g}%"
+            label = (
+                f"tolerance ±{plan.protocol.bar:g}%"
+                if plan.protocol.control
+                else f"bar {plan.protocol.bar:g}%"
+            )
             handles.append(Line2D([], [], color=BAR.color, linestyle="--", linewidth=2, label=label))
         if any_failed:
-            handles.append(
-                Line2D(
-                    [],
-                    [],
-                    linestyle="",
-                    marker=FAILED.marker,
-                    color=FAILED.color,
-                    markersize=10,
-                    markeredgewidth=2.5,
-                    label="arm failed (−∞)",
-                )
-            )
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    return path
-
-
-# --- tier plots ------------------------------------------------------------------------------------------
-# Tier engineers: add your plot functions below this line (crossover, memory, divergence, stage shares).
-# Draw through ``figure(path, ...)`` and colour arms with ``arm_styles``; return the PNG's path.
-
-
-def plot_probe_memory(memory: pd.DataFrame, plan: Any, path: Path) -> Path:
-    """Probe: median peak allocated per case and arm (whisker to the highest peak), the ``--reserve`` held for
-    the rest of the learner hatched, the budget dashed, a red x where an arm's measured trials ran out of memory.
-
-    ``memory`` has one row per case and arm with ``case``, ``arm``, ``peak_allocated_median``,
-    ``peak_allocated_max``, ``out_of_memory``, ``budget`` and ``reserve`` (bytes)."""
-    styles = arm_styles(arm_order(plan))
-    gib = float(2**30)
-    budget = plan.budget / gib if plan.budget is not None else None
-    reserve = (plan.options.get("reserve_bytes") or 0) / gib
-    labels = [f"{r['case']} · {r['arm']}" for _, r in memory.iterrows()]
-    height = max(3.2, 1.2 + 0.6 * len(labels))
-    with figure(path, width=10.0, height=height) as (fig, ax):
-        peaks = pd.to_numeric(memory["peak_allocated_max"], errors="coerce").to_numpy(dtype=float) / gib
-        right = max([v for v in peaks if np.isfinite(v)] + [budget or 0.0, reserve, 1e-3]) * 1.12
-        failed_any = False
-        for y, (_, row) in enumerate(memory.iterrows()):
-            style = styles.get(str(row["arm"]), MarkStyle(ARM_COLORS[0], "o"))
-            median = float(pd.to_numeric(row["peak_allocated_median"], errors="coerce")) / gib
-            top = float(pd.to_numeric(row["peak_allocated_max"], errors="coerce")) / gib
-            if np.isfinite(median):
-                ax.barh(y, median, color=style.color, height=0.6, zorder=2)
-                if reserve:
-                    ax.barh(
-                        y,
-                        min(reserve, median),
-                        facecolor="none",
-                        edgecolor="#FFFFFF",
-                        hatch="//",
-                        height=0.6,
-                        linewidth=0,
-                        zorder=3,
-                    )
-                if np.isfinite(top) and top > median:
-                    ax.plot([median, top], [y, y], color="#000000", linewidth=1.5, zorder=4)
-                    ax.plot([top, top], [y - 0.15, y + 0.15], color="#000000", linewidth=1.5, zorder=4)
-            if int(row["out_of_memory"]):
-                failed_any = True
-                ax.scatter(
-                    [budget if budget is not None else right / 1.12],
-                    [y],
-                    marker=FAILED.marker,
-                    color=FAILED.color,
-                    s=140,
-                    linewidths=3,
-                    zorder=5,
-                    clip_on=False,
-                )
-        if budget is not None:
-            ax.axvline(budget, color=BAR.color, linestyle="--", linewidth=2)
-        ax.set_xlim(0, right)
-        ax.set_ylim(len(labels) - 0.5, -0.5)
-        ax.set_yticks(range(len(labels)))
-        ax.set_yticklabels(labels)
-        ax.grid(axis="y", visible=False)
-        ax.set_xlabel("peak allocated (GiB)")
-        ax.set_title(f"{plan.tier}: peak memory of one head step")
-        handles: list[Any] = [
-            Patch(facecolor=s.color, label=f"{label} (median)") for label, s in styles.items()
-        ]
-        handles.append(Line2D([], [], color="#000000", linewidth=1.5, label="highest peak"))
-        if reserve:
-            handles.append(
-                Patch(
-                    facecolor="#999999", edgecolor="#FFFFFF", hatch="//", label="--reserve (rest of learner)"
-                )
-            )
-        if budget is not None:
-            handles.append(Line2D([], [], color=BAR.color, linestyle="--", linewidth=2, label="budget"))
-        if failed_any:
-            handles.append(
-                Line2D(
-                    [],
-                    [],
-                    linestyle="",
-                    marker=FAILED.marker,
-                    color=FAILED.color,
-                    markersize=10,
-                    markeredgewidth=2.5,
-                    label="out of memory",
-                )
-            )
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    return path
-
-
-def plot_stage_share(shares: pd.DataFrame, path: Path) -> Path:
-    """Probe: one bar per case and arm for one learner step, the head's median coloured and the rest of the
-    step grey, labelled with the head's share (rows whose head failed are left out).
-
-    ``shares`` has ``case``, ``arm``, ``head_median_ms``, ``learner_ms`` and ``head_share``."""
-    rows = shares[np.isfinite(pd.to_numeric(shares["head_median_ms"], errors="coerce").to_numpy(dtype=float))]
-    labels = list(dict.fromkeys(str(a) for a in shares["arm"]))
-    styles = arm_styles(labels)
-    height = max(3.0, 1.2 + 0.6 * len(rows))
-    with figure(path, width=10.0, height=height) as (fig, ax):
-        for y, (_, row) in enumerate(rows.iterrows()):
-            head, learner = float(row["head_median_ms"]), float(row["learner_ms"])
-            style = styles[str(row["arm"])]
-            ax.barh(y, min(head, learner), color=style.color, height=0.6, zorder=2)
-            ax.barh(
-                y, max(learner - head, 0.0), left=min(head, learner), color="#D9D9D9", height=0.6, zorder=2
-            )
-            ax.text(
-                learner,
-                y,
-                f"  head {100 * float(row['head_share']):.2f}%",
-                va="center",
-                ha="left",
-                fontsize=11,
-            )
-        ax.set_ylim(len(rows) - 0.5, -0.5)
-        ax.set_yticks(range(len(rows)))
-        ax.set_yticklabels([f"{r['case']} · {r['arm']}" for _, r in rows.iterrows()])
-        ax.grid(axis="y", visible=False)
-        learner_ms = float(rows["learner_ms"].iloc[0]) if len(rows) else 1.0
-        ax.set_xlim(0, learner_ms * 1.3)
-        ax.set_xlabel("milliseconds of one learner step")
-        ax.set_title("probe: the head's share of one learner step")
-        handles = [Patch(facecolor=s.color, label=f"head, {label}") for label, s in styles.items()]
-        handles.append(Patch(facecolor="#D9D9D9", label="rest of the learner step"))
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    return path
-
-
-def plot_crossover(
-    table: pd.DataFrame,
-    series: Sequence[str],
-    x_order: Sequence[str],
-    path: Path,
-    title: str = "crossover",
-    unit: str = "ms/step",
-) -> Path:
-    """A crossover plot (the screen's): one line per series over categorical x, log y.
-
-    ``table`` columns: ``x``, ``series``, ``median``, ``low``, ``high`` (the range, drawn as error bars) and
-    ``floor`` (drawn dashed in the series' colour; NaN where there is none). Series follow ``series`` order.
-    """
-    styles = arm_styles(series)
-    positions = {x: i for i, x in enumerate(x_order)}
-    any_floor = False
-    with figure(path, width=10.0, height=5.4) as (fig, ax):
-        ax.set_yscale("log")
-        for label in series:
-            rows = table[table["series"] == label]
-            rows = (
-                rows[rows["x"].isin(positions)].assign(pos=lambda r: r["x"].map(positions)).sort_values("pos")
-            )
-            median = pd.to_numeric(rows["median"], errors="coerce").to_numpy(dtype=float)
-            keep = np.isfinite(median) & (median > 0)
-            if not keep.any():
-                continue
-            style = styles[label]
-            x = rows["pos"].to_numpy(dtype=float)[keep]
-            low = pd.to_numeric(rows["low"], errors="coerce").to_numpy(dtype=float)[keep]
-            high = pd.to_numeric(rows["high"], errors="coerce").to_numpy(dtype=float)[keep]
-            low, high = (
-                np.where(np.isfinite(low), low, median[keep]),
-                np.where(np.isfinite(high), high, median[keep]),
-            )
-            ax.errorbar(
-                x,
-                median[keep],
-                yerr=[median[keep] - low, high - median[keep]],
-                color=style.color,
-                marker=style.marker,
-                linewidth=2,
-                capsize=3,
-                label=label,
-                zorder=3,
-            )
-            floor = pd.to_numeric(rows["floor"], errors="coerce").to_numpy(dtype=float)
-            has_floor = np.isfinite(floor) & (floor > 0)
-            if has_floor.any():
-                any_floor = True
-                ax.plot(
-                    rows["pos"].to_numpy(dtype=float)[has_floor],
-                    floor[has_floor],
-                    color=style.color,
-                    linestyle="--",
-                    linewidth=1.5,
-                    marker=style.marker,
-                    markerfacecolor="none",
-                    zorder=2,
-                )
-        ax.set_xticks(range(len(x_order)))
-        ax.set_xticklabels(list(x_order))
-        ax.set_xlim(-0.3, len(x_order) - 0.7)
-        ax.set_xlabel("scale")
-        ax.set_ylabel(unit + " (log)")
-        ax.set_title(title)
-        handles, labels = ax.get_legend_handles_labels()
-        if any_floor:
-            handles.append(
-                Line2D(
-                    [],
-                    [],
-                    color="#555555",
-                    linestyle="--",
-                    marker="o",
-                    markerfacecolor="none",
-                    label="launch floor (CUDA graph)",
-                )
-            )
-            labels.append("launch floor (CUDA graph)")
-        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    return path
-
-
-def plot_memory(
-    table: pd.DataFrame,
-    series: Sequence[str],
-    x_order: Sequence[str],
-    path: Path,
-    title: str = "extra peak memory",
-) -> Path:
-    """Bytes per series over categorical x (``table`` columns ``x``, ``series``, ``bytes``), in MiB.
-
-    A log axis when every value is positive and they span 20× or more; a linear one otherwise.
-    """
-    styles = arm_styles(series)
-    positions = {x: i for i, x in enumerate(x_order)}
-    values = (
-        pd.to_numeric(table["bytes"], errors="coerce").to_numpy(dtype=float) / 2**20
-        if len(table)
-        else np.array([])
-    )
-    finite = values[np.isfinite(values)]
-    with figure(path, width=10.0, height=5.0) as (fig, ax):
-        if len(finite) and finite.min() > 0 and finite.max() / finite.min() >= 20:
-            ax.set_yscale("log")
-        drawn = False
-        for label in series:
-            rows = table[table["series"] == label]
-            rows = (
-                rows[rows["x"].isin(positions)].assign(pos=lambda r: r["x"].map(positions)).sort_values("pos")
-            )
-            mib = pd.to_numeric(rows["bytes"], errors="coerce").to_numpy(dtype=float) / 2**20
-            keep = np.isfinite(mib)
-            if not keep.any():
-                continue
-            drawn = True
-            style = styles[label]
-            ax.plot(
-                rows["pos"].to_numpy(dtype=float)[keep],
-                mib[keep],
-                color=style.color,
-                marker=style.marker,
-                linewidth=2,
-                label=label,
-            )
-        if not drawn:
-            ax.text(
-                0.5,
-                0.5,
-                "no memory figures (CPU run: no CUDA allocator)",
-                transform=ax.transAxes,
-                ha="center",
-                va="center",
-            )
-            ax.set_yticks([])
-        ax.set_xticks(range(len(x_order)))
-        ax.set_xticklabels(list(x_order))
-        ax.set_xlim(-0.3, len(x_order) - 0.7)
-        ax.set_xlabel("scale")
-        ax.set_ylabel("MiB")
-        ax.set_title(title)
-        if drawn:
-            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    return path
-
-
-FIT_STAGE_COLORS = {
-    "data": "#56B4E9",
-    "forward_backward": "#0072B2",
-    "optimizer": "#E69F00",
-    "step_overhead": "#F0E442",
-    "ema": "#009E73",
-    "validation": "#CC79A7",
-    "checkpoint": "#7F7F7F",
-    "other": "#D9D9D9",
-}
-
-
-def plot_fit_stage_shares(table: pd.DataFrame, plan: Any, path: Path) -> Path:
-    """Complete fit (``bench pair --stages``): one stacked bar per arm, the median seconds of each stage of the
-    whole fit, the optimizer step labelled with its share (the ceiling of an optimizer-only change).
-
-    ``table`` has one row per arm and stage with ``arm``, ``stage``, ``median_s`` and ``share``; stages are
-    drawn in the order they first appear."""
-    arms = [a for a in arm_order(plan) if a in set(table["arm"].astype(str))]
-    stages = list(dict.fromkeys(str(s) for s in table["stage"]))
-    height = max(3.0, 1.6 + 0.7 * len(arms))
-    with figure(path, width=11.0, height=height) as (fig, ax):
-        right = 0.0
-        for y, arm in enumerate(arms):
-            mine = table[table["arm"].astype(str) == arm].set_index("stage")
-            left = 0.0
-            for stage in stages:
-                seconds = float(mine.loc[stage, "median_s"]) if stage in mine.index else 0.0
-                ax.barh(
-                    y,
-                    seconds,
-                    left=left,
-                    color=FIT_STAGE_COLORS.get(stage, "#BBBBBB"),
-                    height=0.6,
-                    edgecolor="#FFFFFF",
-                    linewidth=0.8,
-                    zorder=2,
-                )
-                left += seconds
-            right = max(right, left)
-            if "optimizer" in mine.index:
-                ax.text(
-                    left,
-                    y,
-                    f"  optimizer {100 * float(mine.loc['optimizer', 'share']):.1f}%",
-                    va="center",
-                    ha="left",
-                    fontsize=11,
-                )
-        ax.set_xlim(0, max(right, 1e-9) * 1.3)
-        ax.set_ylim(len(arms) - 0.5, -0.5)
-        ax.set_yticks(range(len(arms)))
-        ax.set_yticklabels(arms)
-        ax.grid(axis="y", visible=False)
-        ax.set_xlabel(f"median seconds of one whole fit ({plan.device})")
-        ax.set_title(f"{plan.tier}: where the whole fit's time goes (synchronized stage marks)")
-        handles = [
-            Patch(facecolor=FIT_STAGE_COLORS.get(s, "#BBBBBB"), label=s.replace("_", " ")) for s in stages
-        ]
+            handles.append(failure_handle("arm failed (−∞)"))
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return path

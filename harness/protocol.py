@@ -1,6 +1,6 @@
 """The paired protocol: arms, cases, the counterbalanced schedule, the plan of a run and the trial loop.
 
-Words (GUIDE §3): an *arm* is one implementation (role ``baseline`` or ``candidate``); a *case* is one
+Words: an *arm* is one implementation (role ``baseline`` or ``candidate``); a *case* is one
 setting under which the arms are compared (a scale, a guard, a variant); a *trial* is one measured unit of
 work of one arm; *warm-ups* run first and are kept in the log but not in the statistics; a *round* runs every
 arm of a case once (with two arms, a round is a *pair*), in an order that alternates forward and backward
@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import gc
-import importlib
 import random
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -116,46 +115,76 @@ def build_schedule(
     return schedule
 
 
-@dataclass
-class Plan:
-    """Everything a run needs, fixed before the first trial and saved as ``plan.json``.
+@dataclass(frozen=True)
+class ProtocolOptions:
+    """What every tier's schedule is built from: checked once (``harness.options.protocol_options``) and passed
+    whole. The defaults here are the only ones; the CLI reads them."""
 
-    ``factory`` names (``module:function``) the function that turns a plan into a trial function, so a
-    run folder alone is enough to resume it. ``sections``, where set, names (``module:function``) the tier's
-    report-section writer, called by the report with the run folder and its summaries, so a report too can
-    be regenerated from the folder alone.
-    """
-
-    tier: str
-    factory: str
-    unit: str
-    metric: str
-    cases: list[Case]
-    warmup: int
-    pairs: int
+    arms: tuple[Arm, ...]
+    warmup: int = 2
+    pairs: int = 6
     order: str = "alternate"
     seed: int = 0
     bar: float | None = None
     device: str = "cpu"
     budget: int | None = None
     control: bool = False
-    options: dict[str, Any] = field(default_factory=dict)
+    cooldown: float = 0.0
+
+    @classmethod
+    def default(cls, name: str) -> Any:
+        """The default of one option."""
+        return next(f.default for f in fields(cls) if f.name == name)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProtocolOptions:
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["arms"] = tuple(Arm(**a) for a in data["arms"])
+        return cls(**values)
+
+
+PLAN_FORMAT = 2
+
+
+@dataclass
+class Plan:
+    """Everything a run needs, fixed before the first trial and saved as ``plan.json``.
+
+    ``tier`` names the tier by its registered name (never importable code); ``protocol`` holds the shared
+    options whole; ``settings`` is the tier's own, as the tier resolved them.
+    """
+
+    tier: str
+    protocol: ProtocolOptions
+    cases: list[Case]
+    unit: str
+    metric: str
+    settings: dict[str, Any] = field(default_factory=dict)
     command: str = ""
     in_process: bool = True
     isolation: str = "in-process, a fresh optimizer per trial"
     timed_region: str = ""
-    sections: str = ""
     created: str = ""
     schedule: list[ScheduledTrial] = field(default_factory=list)
+    format: int = PLAN_FORMAT
 
     def __post_init__(self) -> None:
         if not self.created:
             self.created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         if not self.schedule:
-            self.schedule = build_schedule(self.cases, self.warmup, self.pairs, self.order, self.seed)
+            p = self.protocol
+            self.schedule = build_schedule(self.cases, p.warmup, p.pairs, p.order, p.seed)
 
     def case(self, label: str) -> Case:
         return next(c for c in self.cases if c.label == label)
+
+    def arm_labels(self) -> list[str]:
+        """Arm labels in plan order (first appearance over the cases): the one order every table and plot uses."""
+        labels: list[str] = []
+        for case in self.cases:
+            labels += [arm.label for arm in case.arms if arm.label not in labels]
+        return labels
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -163,11 +192,35 @@ class Plan:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Plan:
         data = dict(data)
-        data["cases"] = [
-            Case(c["label"], c["params"], tuple(Arm(**a) for a in c["arms"])) for c in data["cases"]
-        ]
-        data["schedule"] = [ScheduledTrial(**t) for t in data["schedule"]]
-        return cls(**data)
+        cases = [Case(c["label"], c["params"], tuple(Arm(**a) for a in c["arms"])) for c in data["cases"]]
+        if data.get("format", 1) == 1:
+            data = _upgrade_first_format(data, cases)
+        return cls(
+            tier=data["tier"],
+            protocol=ProtocolOptions.from_json(data["protocol"]),
+            cases=cases,
+            unit=data["unit"],
+            metric=data["metric"],
+            settings=dict(data.get("settings") or {}),
+            command=data.get("command", ""),
+            in_process=bool(data.get("in_process", True)),
+            isolation=data.get("isolation", ""),
+            timed_region=data.get("timed_region", ""),
+            created=data.get("created", ""),
+            schedule=[ScheduledTrial(**t) for t in data["schedule"]],
+        )
+
+
+def _upgrade_first_format(data: dict[str, Any], cases: list[Case]) -> dict[str, Any]:
+    """A plan of the first format (shared options flat beside the tier's, and importable code named in
+    ``factory`` / ``sections``, which is never imported) in today's shape."""
+    protocol = {
+        k: data[k]
+        for k in ("warmup", "pairs", "order", "seed", "bar", "device", "budget", "control")
+        if k in data
+    }
+    protocol["arms"] = [asdict(a) for a in (cases[0].arms if cases else ())]
+    return {**data, "protocol": protocol, "settings": data.get("options") or {}}
 
 
 @dataclass(frozen=True)
@@ -186,11 +239,11 @@ class TrialContext:
     @property
     def seed(self) -> int:
         offset = 0 if self.trial.phase == "measured" else 100_000
-        return self.plan.seed * 1_000_003 + offset + self.trial.round
+        return self.plan.protocol.seed * 1_000_003 + offset + self.trial.round
 
     @property
     def device(self) -> str:
-        return self.plan.device
+        return self.plan.protocol.device
 
 
 TrialFunction = Callable[[TrialContext], dict[str, Any]]
@@ -199,24 +252,17 @@ TrialFunction = Callable[[TrialContext], dict[str, Any]]
 ``error`` row."""
 
 
-def load_factory(plan: Plan) -> TrialFunction:
-    """Import ``plan.factory`` and build the trial function for this plan."""
-    module_name, _, attr = plan.factory.partition(":")
-    factory = getattr(importlib.import_module(module_name), attr)
-    return factory(plan)
-
-
 def _release_device_memory() -> None:
     gc.collect()
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
 
 
-def run_trial(plan: Plan, trial: ScheduledTrial, trial_fn: TrialFunction, run_dir: Path) -> dict[str, Any]:
-    """Run one scheduled trial and return its log row, whatever happens inside it."""
+def row_head(plan: Plan, trial: ScheduledTrial) -> dict[str, Any]:
+    """The columns every log row starts with: the trial's slot, arm and case, and the case's and arm's params."""
     case = plan.case(trial.case)
     arm = case.arm(trial.arm)
-    row: dict[str, Any] = {
+    return {
         "index": trial.index,
         "case": trial.case,
         "phase": trial.phase,
@@ -228,8 +274,15 @@ def run_trial(plan: Plan, trial: ScheduledTrial, trial_fn: TrialFunction, run_di
         "spec": arm.spec,
         **{f"case_{k}": v for k, v in case.params.items()},
         **{f"arm_{k}": v for k, v in arm.params.items()},
-        "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
     }
+
+
+def run_trial(plan: Plan, trial: ScheduledTrial, trial_fn: TrialFunction, run_dir: Path) -> dict[str, Any]:
+    """Run one scheduled trial and return its log row, whatever happens inside it."""
+    case = plan.case(trial.case)
+    arm = case.arm(trial.arm)
+    row = row_head(plan, trial)
+    row["started"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
     started = time.perf_counter()
     failure: TrialFailure | None = None
     figures: dict[str, Any] = {}
@@ -240,7 +293,7 @@ def run_trial(plan: Plan, trial: ScheduledTrial, trial_fn: TrialFunction, run_di
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:  # noqa: BLE001 - every failure is a recorded result
-        failure = TrialFailure.from_exception(exc, plan.budget)
+        failure = TrialFailure.from_exception(exc, plan.protocol.budget)
         del exc
     finally:
         _release_device_memory()
@@ -259,15 +312,45 @@ def pending(plan: Plan, folder: RunFolder) -> Iterator[ScheduledTrial]:
     return (t for t in plan.schedule if t.index not in done)
 
 
+class PlannedStop(KeyboardInterrupt):
+    """A clean stop between trials (``--stop-after``): it passes through like Ctrl-C, the log keeps every
+    finished trial, and a resume continues with the next one."""
+
+
+def estimated_seconds(trial: ScheduledTrial, rows: list[dict[str, Any]]) -> float:
+    """How long ``trial`` will take, by the log: the longest finished trial of its arm, else of any arm."""
+    same_arm = [
+        r["trial_seconds"] for r in rows if r.get("arm") == trial.arm and r.get("trial_seconds") is not None
+    ]
+    every = [r["trial_seconds"] for r in rows if r.get("trial_seconds") is not None]
+    return float(max(same_arm or every or [0.0]))
+
+
 def run_schedule(
     plan: Plan,
     trial_fn: TrialFunction,
     folder: RunFolder,
     on_trial_start: Callable[[ScheduledTrial], None] | None = None,
     on_trial_end: Callable[[dict[str, Any]], None] | None = None,
+    deadline: float | None = None,
 ) -> None:
-    """Run every pending trial, appending each row to the log (flushed) as soon as the trial ends."""
+    """Run every pending trial, appending each row to the log (fsynced) as soon as the trial ends.
+
+    Before each trial the protocol pauses ``plan.protocol.cooldown`` seconds (GPU clocks settle between
+    trials); with a ``deadline`` (``time.monotonic()`` seconds) it raises ``PlannedStop`` instead of starting
+    a trial that the log says would not end in time.
+    """
+    cooldown = plan.protocol.cooldown
     for trial in pending(plan, folder):
+        if deadline is not None:
+            needed = cooldown + estimated_seconds(trial, folder.rows())
+            if time.monotonic() + needed > deadline:
+                raise PlannedStop(
+                    f"stopping before trial {trial.index + 1} of {len(plan.schedule)} ({trial.arm}, about "
+                    f"{needed:.0f} s by the log; {max(deadline - time.monotonic(), 0):.0f} s left of --stop-after)"
+                )
+        if cooldown:
+            time.sleep(cooldown)
         if on_trial_start:
             on_trial_start(trial)
         row = run_trial(plan, trial, trial_fn, folder.path)

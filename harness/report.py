@@ -1,20 +1,21 @@
 """The markdown report of one or more run folders: what a reviewer reads.
 
 Everything comes from the run folders alone (``plan.json``, ``env.json``, ``trials.jsonl``; the summaries
-are recomputed through ``harness.run.summarize``), so a report can be regenerated at any time, and the same
-folders give the same markdown byte for byte: no clock is read here (the date is the plan's creation time),
-every ordering follows the plan, and every number goes through one of the formatters below.
+are recomputed from the log), so a report can be regenerated at any time, and the same folders give the same
+markdown byte for byte: no clock is read here (the date is the plan's creation time), every ordering follows
+the plan, and every number goes through ``harness.formatting``. The report writes its markdown and figures and
+nothing else.
 
 Layout: title, date, command(s); a summary of every claim; the environment (one column per run, side by
 side); then one section per run: protocol, results (tables and the claim sentence), verdict, failed trials,
-caveats, plots, and the tier's own section (``plan.sections``).
+caveats, plots, and the tier's own section (``Tier.section``).
 
 Where it is written: ``write_report([folder])`` writes ``<folder>/report.md``; several folders make one
 combined report and need an explicit ``output`` (``bench report A B -o reports/NAME.md``), so a combined
 report never overwrites a run's own report. PNGs go in a folder beside the markdown: ``<stem>-figures/``
 for one run, ``<stem>-figures-<k>/`` for the k-th of several.
 
-For tier sections (``section(folder, summaries, figures_dir) -> str``): draw through ``harness.plots``,
+For tier sections (``Tier.section(run) -> str``): draw into ``run.figures_dir`` through ``harness.plots``,
 reference images with ``markdown_image(path, caption)``, build tables with ``markdown_table`` and format
 numbers with ``format_value`` / ``format_percent`` / ``format_bytes`` so a report reads as one piece. Use
 ``###`` headings: a run's section is a ``##``.
@@ -23,7 +24,6 @@ numbers with ``format_value`` / ``format_percent`` / ``format_bytes`` so a repor
 from __future__ import annotations
 
 import datetime as _dt
-import importlib
 import json
 import math
 import os
@@ -48,34 +48,12 @@ from harness.formatting import (
 )
 from harness.options import InputError
 from harness.protocol import Plan
-from harness.run import summarize
 from harness.stats import finished, numeric_column, pairs_for_level, range_coverage
-from harness.tables import ENV, RunFolder, Summaries
+from harness.tables import RunFolder, Summaries
+from harness.tier import Caveat, Run, TierRegistry
 
 REPORT_NAME = "report.md"
 NOT_RECORDED = "not recorded"
-
-TIER_CAVEATS: dict[str, tuple[str, str]] = {
-    "screen": (
-        "optimizer-only: not a training claim.",
-        "`optimizer.step()` alone, on synthetic gradients; a stage's share of a whole fit bounds what it can "
-        "save there.",
-    ),
-    "probe": (
-        "head-only: not a training claim.",
-        "A head workload under a memory budget; the whole learner may behave differently (it may not even fit).",
-    ),
-    "pair": (
-        "short fit: no accuracy claim.",
-        "A short training run measures speed and memory; it is too short to say anything about final accuracy.",
-    ),
-    "stages": (
-        "diagnostic, not a claim: synchronized at every stage boundary inside the timed region.",
-        "A stage-attribution run adds synchronizations inside each fit; its figures bound and explain a claim "
-        "(stage shares, the ceiling), they are never one, so it carries no verdict.",
-    ),
-}
-DIAGNOSTIC_TIERS = frozenset({"stages"})
 
 
 def _text(value: Any) -> str:
@@ -126,16 +104,16 @@ def _time(iso: Any) -> str:
 
 
 @dataclass
-class LoadedRun:
-    """A run folder with its plan, recomputed summaries, environment and figures folder."""
+class LoadedRun(Run):
+    """A run as one report shows it: numbered among the report's runs, read by its tier."""
 
-    number: int
-    folder: RunFolder
-    plan: Plan
-    summaries: Summaries
-    env: dict[str, Any]
-    figures_dir: Path
-    several: bool
+    number: int = 1
+    several: bool = False
+    tiers: TierRegistry | None = None
+
+    @property
+    def tier(self):
+        return (self.tiers or TierRegistry()).reader(self.plan.tier)
 
     @property
     def name(self) -> str:
@@ -143,7 +121,7 @@ class LoadedRun:
 
     @property
     def title(self) -> str:
-        kind = " (A/A control)" if self.plan.control else ""
+        kind = " (A/A control)" if self.plan.protocol.control else ""
         return (
             f"Run {self.number}: {self.plan.tier}{kind}" if self.several else f"Run: {self.plan.tier}{kind}"
         )
@@ -151,13 +129,13 @@ class LoadedRun:
     @property
     def tag(self) -> str:
         """How the summary names this run."""
-        return f"{self.number}" + (" (A/A control)" if self.plan.control else "")
+        return f"{self.number}" + (" (A/A control)" if self.plan.protocol.control else "")
 
     def case_order(self) -> dict[str, int]:
         return {c.label: i for i, c in enumerate(self.plan.cases)}
 
     def arm_order(self) -> dict[str, int]:
-        return {label: i for i, label in enumerate(plots.arm_order(self.plan))}
+        return {label: i for i, label in enumerate(self.plan.arm_labels())}
 
 
 def _sorted(frame: pd.DataFrame, run: LoadedRun) -> pd.DataFrame:
@@ -257,36 +235,23 @@ def is_interrupted(plan: Plan, trials: pd.DataFrame) -> bool:
 
 def _bar_text(plan: Plan) -> str:
     """The bar as the tables show it; an A/A control's is a tolerance, ±bar."""
-    if plan.bar is None:
+    if plan.protocol.bar is None:
         return "none"
-    return f"±{plan.bar:g}%" if plan.control else f"{plan.bar:g}%"
+    return f"±{plan.protocol.bar:g}%" if plan.protocol.control else f"{plan.protocol.bar:g}%"
 
 
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}" + ("" if count == 1 else "s")
 
 
-@dataclass(frozen=True)
-class Caveat:
-    """A caveat: a headline (shown in the summary too) and the detail (in the run's section)."""
-
-    headline: str
-    detail: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.headline} {self.detail}".strip()
-
-
 def caveats(run: LoadedRun) -> list[Caveat]:
     """Caveats derived from the tier and the data, most important first."""
     plan, trials, claims = run.plan, run.summaries.trials, run.summaries.claims
-    out: list[Caveat] = []
-    if plan.tier in TIER_CAVEATS:
-        out.append(Caveat(*TIER_CAVEATS[plan.tier]))
-    if plan.control:
+    out: list[Caveat] = list(run.tier.caveats(run))
+    if plan.protocol.control:
         out.append(Caveat("A/A control: it measures the noise floor, not a speed-up.", _control_text(run)))
     if is_interrupted(plan, trials):
-        planned = plan.pairs * len(plan.cases)
+        planned = plan.protocol.pairs * len(plan.cases)
         out.append(
             Caveat(
                 f"interrupted: {completed_pairs(plan, trials)} of {planned} pairs.",
@@ -313,7 +278,7 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                     "Warm-ups are discarded from the statistics anyway.",
                 )
             )
-    if plan.device == "cpu":
+    if plan.protocol.device == "cpu" and run.tier.paired:
         out.append(Caveat("device cpu: timings on the CPU say nothing about speed on a GPU."))
     if run.env.get("git_dirty") is True:
         out.append(
@@ -322,6 +287,8 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                 f"The working tree had changes against {_code(run.env.get('git_revision'))} when the run started.",
             )
         )
+    if not run.tier.paired:  # pairs, intervals and bars mean nothing to it
+        return out
     if not claims.empty:
         few, level = int(claims["pairs"].min()), float(claims["ci_level"].iloc[0])
         if range_coverage(few) < level:
@@ -334,7 +301,7 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                     f"pairs are the fewest that can reach {100 * level:.0f}%.",
                 )
             )
-    if plan.bar is None:
+    if plan.protocol.bar is None:
         out.append(Caveat("no bar set (`--bar`): the claims carry no verdict."))
     return out
 
@@ -363,7 +330,7 @@ def _control_text(run: LoadedRun) -> str:
 def _title(runs: list[LoadedRun]) -> list[str]:
     kinds: list[str] = []
     for run in runs:
-        kind = run.plan.tier + (" A/A control" if run.plan.control else "")
+        kind = run.plan.tier + (" A/A control" if run.plan.protocol.control else "")
         if kind not in kinds:
             kinds.append(kind)
     first = runs[0]
@@ -381,8 +348,9 @@ def _title(runs: list[LoadedRun]) -> list[str]:
     if len(runs) == 1:
         plan, trials = first.plan, first.summaries.trials
         lines.append(
-            f"Run folder {_code(first.name)}; tier {_code(plan.tier)}; primary figure: {plan.metric} in "
-            f"{plan.unit} (lower is better); {len(trials)} of {len(plan.schedule)} scheduled trials in the log."
+            f"Run folder {_code(first.name)}; tier {_code(plan.tier)}; primary figure: {plan.metric}"
+            + (f" in {plan.unit}" if plan.unit else "")
+            + f" (lower is better); {len(trials)} of {len(plan.schedule)} scheduled trials in the log."
         )
         lines += ["", "Command:", "", "```sh", plan.command or "# not recorded (started from Python)", "```"]
         return lines
@@ -391,7 +359,7 @@ def _title(runs: list[LoadedRun]) -> list[str]:
             r.number,
             _code(r.name),
             r.plan.tier,
-            "A/A control" if r.plan.control else "claim",
+            "A/A control" if r.plan.protocol.control else "claim",
             f"{r.plan.metric} ({r.plan.unit})",
             _time(r.plan.created),
             f"{len(r.summaries.trials)} of {len(r.plan.schedule)}",
@@ -422,7 +390,7 @@ def _summary(runs: list[LoadedRun]) -> list[str]:
         "verdict",
     ]
     rows = []
-    for run in runs:
+    for run in (r for r in runs if r.tier.paired):
         summaries = run.summaries
         for _, claim in _sorted(summaries.claims, run).iterrows():
             case, arm, base = str(claim["case"]), str(claim["arm"]), str(claim["baseline_arm"])
@@ -432,13 +400,13 @@ def _summary(runs: list[LoadedRun]) -> list[str]:
                 + [
                     case,
                     f"{arm} vs {base}",
-                    f"{int(claim['pairs'])} of {run.plan.pairs}",
+                    f"{int(claim['pairs'])} of {run.plan.protocol.pairs}",
                     format_value(base_row["median"], run.plan.unit),
                     format_value(arm_row["median"], run.plan.unit),
                     f"{format_percent(claim['median'])} ({format_percent_range(claim['min'], claim['max'])})",
                     format_interval(claim["ci_low"], claim["ci_high"]),
                     _bar_text(run.plan),
-                    "diagnostic" if run.plan.tier in DIAGNOSTIC_TIERS else f"**{claim['verdict']}**",
+                    "diagnostic" if run.tier.diagnostic else f"**{claim['verdict']}**",
                 ]
             )
     lines = ["## Summary", ""]
@@ -448,10 +416,16 @@ def _summary(runs: list[LoadedRun]) -> list[str]:
         lines.append(
             f"Reduction = (baseline − arm) / baseline per pair: higher is faster. Interval: {level}, over pairs."
         )
-    else:
+    elif any(r.tier.paired for r in runs):
         lines.append("No complete pair in any run: no claim can be made.")
+    for run in (r for r in runs if not r.tier.paired):
+        claim = run.tier.claim(run)
+        if claim:
+            lines += ([""] if len(lines) > 2 else []) + [
+                f"{f'Run {run.number} ({run.plan.tier}): ' if several else ''}{claim.strip()}"
+            ]
     for run in runs:
-        if run.plan.control and several:
+        if run.plan.protocol.control and several:
             lines += [
                 "",
                 f"Run {run.number} is an A/A control. {_control_text(run)} Read the other runs' "
@@ -630,47 +604,47 @@ def _protocol(run: LoadedRun) -> list[str]:
     plan = run.plan
     arms_per_case = max(len(c.arms) for c in plan.cases) if plan.cases else 2
     unit_word = (
-        ("pair" if plan.pairs == 1 else "pairs")
+        ("pair" if plan.protocol.pairs == 1 else "pairs")
         if arms_per_case == 2
         else f"rounds (each of the {arms_per_case} arms once per round)"
     )
     letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:arms_per_case]
     order = (
         f"counterbalanced order ({letters}, {letters[::-1]}, {letters}, …), so slow drift favours neither arm"
-        if plan.order == "alternate"
-        else f"an order shuffled within each round by a generator seeded with {plan.seed}"
+        if plan.protocol.order == "alternate"
+        else f"an order shuffled within each round by a generator seeded with {plan.protocol.seed}"
     )
     budget = (
-        f"{format_bytes(plan.budget)} (device memory capped through the per-process memory fraction)"
-        if plan.budget is not None
+        f"{format_bytes(plan.protocol.budget)} (device memory capped through the per-process memory fraction)"
+        if plan.protocol.budget is not None
         else "none"
     )
     level = _level([run])
-    if plan.bar is None:
+    if plan.protocol.bar is None:
         bar = "no bar was set, so there is no verdict"
-    elif plan.control:
+    elif plan.protocol.control:
         bar = (
-            f"the A/A verdict against {format_limit(plan.bar, True)} is `within` when the whole interval lies "
+            f"the A/A verdict against {format_limit(plan.protocol.bar, True)} is `within` when the whole interval lies "
             "inside it, `outside` when it lies wholly beyond it, `ambiguous` otherwise"
         )
     else:
         bar = (
-            f"the verdict against {format_limit(plan.bar, False)} is `clears` when the whole interval lies above "
+            f"the verdict against {format_limit(plan.protocol.bar, False)} is `clears` when the whole interval lies above "
             "it, `fails` when it lies wholly below, `ambiguous` when it straddles it"
         )
     design = [
         f"Arms: {_describe_arms(plan)}.",
         f"Cases: {_describe_cases(plan)}.",
-        f"Per case, first {_plural(plan.warmup, 'warm-up trial')} (cycling through the arms; kept in the log as "
-        f"`phase=warmup`, discarded from every statistic), then {plan.pairs} {unit_word}, in {order}.",
+        f"Per case, first {_plural(plan.protocol.warmup, 'warm-up trial')} (cycling through the arms; kept in the log as "
+        f"`phase=warmup`, discarded from every statistic), then {plan.protocol.pairs} {unit_word}, in {order}.",
         f"Isolation: {plan.isolation or NOT_RECORDED}.",
         f"Timed region: {plan.timed_region or 'not stated by the tier'}.",
-        f"Device: {_code(plan.device)}; memory budget: {budget}; seed {plan.seed} (shared by the arms of a pair "
+        f"Device: {_code(plan.protocol.device)}; memory budget: {budget}; seed {plan.protocol.seed} (shared by the arms of a pair "
         "for their data; it also seeds the bootstrap"
-        + (" and the order)." if plan.order == "random" else ")."),
+        + (" and the order)." if plan.protocol.order == "random" else ")."),
     ]
-    if plan.options:
-        options = ", ".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in plan.options.items())
+    if plan.settings:
+        options = ", ".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in plan.settings.items())
         design.append(f"Tier options: {_code(options)}.")
     statistics = [
         f"Primary figure: {plan.metric} in {plan.unit}, lower is better; a failed trial counts as infinitely slow, "
@@ -749,7 +723,7 @@ def _results(run: LoadedRun) -> list[str]:
         [
             c["case"],
             f"{c['arm']} vs {c['baseline_arm']}",
-            f"{int(c['pairs'])} of {plan.pairs}",
+            f"{int(c['pairs'])} of {plan.protocol.pairs}",
             format_percent(c["median"]),
             format_percent_range(c["min"], c["max"]),
             format_interval(c["ci_low"], c["ci_high"]),
@@ -780,7 +754,7 @@ def _results(run: LoadedRun) -> list[str]:
     for _, c in claims.iterrows():
         case, arm = str(c["case"]), str(c["arm"])
         where = f"case {_code(case)}, " if len(plan.cases) > 1 else ""
-        kind = "Diagnostic, not a claim" if plan.tier in DIAGNOSTIC_TIERS else "Claim"
+        kind = "Diagnostic, not a claim" if run.tier.diagnostic else "Claim"
         lines += [
             "",
             f"**{kind} ({where}{arm} vs {c['baseline_arm']}).** {claim_sentence(plan, summaries, case, arm)}",
@@ -794,14 +768,16 @@ def _verdict(run: LoadedRun) -> list[str]:
     lines = ["### Verdict", ""]
     if claims.empty:
         return lines + ["No complete pair: no verdict."]
-    if plan.tier in DIAGNOSTIC_TIERS:
+    if run.tier.diagnostic:
         return lines + ["A diagnostic run (synchronized inside the timed region): no verdict."]
     for _, c in claims.iterrows():
         interval = (
             f"the {100 * float(c['ci_level']):.0f}% interval {format_interval(c['ci_low'], c['ci_high'])}"
         )
         verdict = str(c["verdict"])
-        limit = "no bar" if plan.bar is None else format_limit(plan.bar, plan.control)
+        limit = (
+            "no bar" if plan.protocol.bar is None else format_limit(plan.protocol.bar, plan.protocol.control)
+        )
         explanation = {
             "clears": f"{interval} lies wholly above {limit}",
             "fails": f"{interval} lies wholly below {limit}",
@@ -813,7 +789,7 @@ def _verdict(run: LoadedRun) -> list[str]:
         }.get(verdict, interval)
         where = f"case {_code(c['case'])}, " if len(plan.cases) > 1 else ""
         lines.append(f"- {where}{c['arm']} vs {c['baseline_arm']}: **{verdict}** — {explanation}.")
-    if plan.control:
+    if plan.protocol.control:
         lines += ["", "This run is an A/A control: its verdict is about the noise floor, not a speed-up."]
     return lines
 
@@ -887,9 +863,9 @@ def _plots(run: LoadedRun) -> list[str]:
         "interval"
         + (
             ""
-            if plan.bar is None
+            if plan.protocol.bar is None
             else ", the dashed lines the tolerance"
-            if plan.control
+            if plan.protocol.control
             else ", the dashed line the bar"
         )
         + "; right of zero is faster.",
@@ -898,26 +874,17 @@ def _plots(run: LoadedRun) -> list[str]:
 
 
 def _tier_section(run: LoadedRun) -> list[str]:
-    """The tier's own section (``plan.sections``), imported by name so any run folder can be reported."""
-    if not run.plan.sections:
-        return []
-    module_name, _, attr = run.plan.sections.partition(":")
-    try:
-        section = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        return [
-            f"### {run.plan.tier}: tier section",
-            "",
-            f"The tier's section {_code(run.plan.sections)} could not be loaded here "
-            f"({type(exc).__name__}: {exc}); regenerate the report where it imports.",
-        ]
-    text = section(run.folder, run.summaries, run.figures_dir)
+    """The tier's own section."""
+    text = run.tier.section(run)
     return [str(text).strip()] if text and str(text).strip() else []
 
 
 def _run_section(run: LoadedRun) -> list[str]:
     lines = [f"## {run.title}", "", f"Run folder {_code(run.name)}; started {_time(run.plan.created)}."]
-    for part in (_protocol, _results, _verdict, _failures, _caveats, _plots, _tier_section):
+    parts = (_protocol, _results, _verdict, _failures, _caveats, _plots, _tier_section)
+    if not run.tier.paired:  # a tier whose rows are not paired trials reads them in its own section
+        parts = (_tier_section, _failures, _caveats)
+    for part in parts:
         body = part(run)
         if body:
             lines += [""] + body
@@ -955,23 +922,12 @@ def resolve_output(folders: Sequence[RunFolder], output: Path | None) -> Path:
     return output
 
 
-def _load(folders: Sequence[RunFolder], output: Path) -> list[LoadedRun]:
+def _load(folders: Sequence[RunFolder], output: Path, tiers: TierRegistry) -> list[LoadedRun]:
     several = len(folders) > 1
     runs = []
     for number, folder in enumerate(folders, start=1):
-        plan, summaries = summarize(folder)
-        suffix = f"-figures-{number}" if several else "-figures"
-        runs.append(
-            LoadedRun(
-                number,
-                folder,
-                plan,
-                summaries,
-                folder.read_json(ENV) or {},
-                output.parent / f"{output.stem}{suffix}",
-                several,
-            )
-        )
+        run = Run.load(folder, output.parent / (f"{output.stem}-figures" + (f"-{number}" if several else "")))
+        runs.append(LoadedRun(**vars(run), number=number, several=several, tiers=tiers))
     return runs
 
 
@@ -985,16 +941,19 @@ def render(runs: list[LoadedRun]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write_report(folders: list[RunFolder], output: Path | None = None) -> Path:
+def write_report(
+    folders: list[RunFolder], tiers: TierRegistry | None = None, output: Path | None = None
+) -> Path:
     """Write the report of ``folders`` (one, or several side by side) and return the markdown's path.
 
     One folder: ``<folder>/report.md`` unless ``output`` says otherwise. Several: ``output`` is required
-    (``InputError`` otherwise). Every input is checked before anything is written; the markdown is written
-    through a temporary file and a rename.
+    (``InputError`` otherwise). ``tiers`` reads each run's tier (its section, caveats); an unknown tier gets
+    the defaults. Every input is checked before anything is written; the markdown is written through a
+    temporary file and a rename.
     """
     folders = [RunFolder.open(f.path) for f in folders]
     path = resolve_output(folders, output)
-    runs = _load(folders, path)
+    runs = _load(folders, path, tiers or TierRegistry())
     path.parent.mkdir(parents=True, exist_ok=True)
     text = render(runs)
     tmp = path.with_name(path.name + ".tmp")

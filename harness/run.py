@@ -1,25 +1,40 @@
-"""One run, start to end: plan → run folder → schedule → log → summaries → console (→ report).
+"""The runner: plan → run folder → schedule → log → tables → console (→ report), for any registered tier.
 
-``start_run`` builds the trial function before anything touches the disk, so a plan that cannot run leaves
-no half-written folder; ``resume_run`` reopens a folder and runs only the trials with no row yet.
+``Runner.start`` builds the trial function before anything touches the disk, so a plan that cannot run leaves
+no half-written folder; ``Runner.resume`` reopens a folder and runs only the trials with no row yet. The runner
+is the only writer of a run folder: the log as each trial ends, then the tables (the harness's and the tier's)
+and the tier's claim; the report only reads.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import secrets
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness import env
-from harness.console import ScheduleProgress, console, print_summary
+from harness.console import ScheduleProgress, console, errors, print_summary
 from harness.options import InputError
-from harness.protocol import Plan, TrialFunction, load_factory, pending, run_schedule
-from harness.tables import ENV, PLAN, RunFolder, Summaries, write_summaries
+from harness.protocol import Plan, PlannedStop, TrialFunction, pending, run_schedule
+from harness.tables import ENV, PLAN, RunFolder
+from harness.tier import Run, TierRegistry
 from harness.timing import apply_budget, release_budget
 
-ReportWriter = Callable[[RunFolder], Path]
+CLAIM_FILE = "claim.txt"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a command runs (not part of the plan): where, how loudly, with a report, and until when."""
+
+    out: Path = Path("runs")
+    quiet: bool = False
+    report: bool = True
+    stop_after: float | None = None  # seconds from the runner's creation; see ``run_schedule``
 
 
 def new_run_folder(runs_root: str | Path, tier: str) -> RunFolder:
@@ -30,83 +45,93 @@ def new_run_folder(runs_root: str | Path, tier: str) -> RunFolder:
     return RunFolder(path)
 
 
-def summarize(folder: RunFolder) -> tuple[Plan, Summaries]:
-    """The plan and the summaries of a run folder, recomputed from its log (and written as CSV)."""
-    plan = Plan.from_json(folder.read_json(PLAN))
-    return plan, write_summaries(folder, plan.bar, plan.seed, plan.pairs, plan.control)
+class Runner:
+    """Carries runs of registered tiers from plan to tables (the one way every command and the API run)."""
 
+    def __init__(self, tiers: TierRegistry, options: RunOptions | None = None) -> None:
+        self.tiers = tiers
+        self.options = options or RunOptions()
+        stop_after = self.options.stop_after
+        self.deadline = None if stop_after is None else time.monotonic() + stop_after
 
-def start_run(
-    plan: Plan,
-    runs_root: str | Path,
-    quiet: bool = False,
-    trial_fn: TrialFunction | None = None,
-    report: ReportWriter | None = None,
-) -> RunFolder:
-    """Start a new run of ``plan`` under ``runs_root`` and carry it to the end."""
-    trial_fn = trial_fn or load_factory(plan)
-    with _device_budget(plan):  # a budget the device refuses fails here, before any folder exists
-        folder = new_run_folder(runs_root, plan.tier)
-        folder.write_json(PLAN, plan.to_json())
-        folder.write_json(ENV, env.collect(touch_device=plan.in_process))
-        return _carry_out(plan, trial_fn, folder, quiet, report)
+    def start(self, plan: Plan, trial_fn: TrialFunction | None = None) -> Run:
+        """Start a new run of ``plan`` under ``options.out`` and carry it to the end."""
+        trial_fn = trial_fn or self.tiers.get(plan.tier).trial_function(plan)
+        with _device_budget(plan):  # a budget the device refuses fails here, before any folder exists
+            folder = new_run_folder(self.options.out, plan.tier)
+            folder.write_json(PLAN, plan.to_json())
+            folder.write_json(ENV, env.collect(touch_device=plan.in_process))
+            return self._carry_out(plan, trial_fn, folder)
 
+    def resume(self, path: str | Path, trial_fn: TrialFunction | None = None) -> Run:
+        """Continue an interrupted run exactly where it stopped: the saved schedule, minus the finished trials."""
+        folder = RunFolder.open(path)
+        plan = Plan.from_json(folder.read_json(PLAN))
+        trial_fn = trial_fn or self.tiers.get(plan.tier).trial_function(plan)
+        record = folder.read_json(ENV) or {}
+        record.setdefault("resumes", []).append(
+            {
+                "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                "gpus": env.gpu_snapshot(),
+            }
+        )
+        folder.write_json(ENV, record)
+        with _device_budget(plan):
+            return self._carry_out(plan, trial_fn, folder)
 
-def resume_run(
-    path: str | Path,
-    quiet: bool = False,
-    trial_fn: TrialFunction | None = None,
-    report: ReportWriter | None = None,
-) -> RunFolder:
-    """Continue an interrupted run exactly where it stopped: the saved schedule, minus the finished trials."""
-    folder = RunFolder.open(path)
-    plan = Plan.from_json(folder.read_json(PLAN))
-    trial_fn = trial_fn or load_factory(plan)
-    record = folder.read_json(ENV) or {}
-    record.setdefault("resumes", []).append(
-        {
-            "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "gpus": env.gpu_snapshot(),
-        }
-    )
-    folder.write_json(ENV, record)
-    with _device_budget(plan):
-        return _carry_out(plan, trial_fn, folder, quiet, report)
+    def finish(self, folder: RunFolder) -> Run:
+        """Write what a run folder derives from its log: the tables, the tier's tables and its claim."""
+        run = Run.load(folder)
+        tier = self.tiers.reader(run.plan.tier)
+        for name, frame in {**run.summaries.csv_tables(tier.paired), **tier.tables(run)}.items():
+            folder.write_csv(name, frame)
+        claim = tier.claim(run)
+        if claim is not None:
+            folder.write_text(CLAIM_FILE, claim)
+        return run
+
+    def _carry_out(self, plan: Plan, trial_fn: TrialFunction, folder: RunFolder) -> Run:
+        remaining = sum(1 for _ in pending(plan, folder))
+        done = len(plan.schedule) - remaining
+        console.print(f"run folder: {folder.path}  ({remaining} of {len(plan.schedule)} trials to run)")
+        try:
+            with ScheduleProgress(plan, len(plan.schedule), done, self.options.quiet) as progress:
+                run_schedule(plan, trial_fn, folder, progress.start, progress.end, deadline=self.deadline)
+        except PlannedStop as stop:
+            errors.print(
+                f"bench: {stop}; continue with --resume {folder.path} (with --stop-after again to slice the rest)"
+            )
+            raise
+        finally:
+            record = folder.read_json(ENV) or {}
+            record["gpus_end"] = env.gpu_snapshot()
+            folder.write_json(ENV, record)
+            run = self.finish(folder)
+        tier = self.tiers.reader(plan.tier)
+        if tier.paired:
+            print_summary(run.plan, run.summaries)
+        claim = tier.claim(run)
+        if claim:
+            console.print(claim.rstrip())
+        if self.options.report:
+            from harness.report import write_report
+
+            console.print(f"report: {write_report([folder], self.tiers)}")
+        return run
 
 
 @contextmanager
 def _device_budget(plan: Plan) -> Iterator[None]:
     """Hold the plan's device-memory budget for an in-process run (workers apply their own)."""
-    if plan.budget is None or not plan.in_process:
+    budget, device = plan.protocol.budget, plan.protocol.device
+    if budget is None or not plan.in_process:
         yield
         return
     try:
-        apply_budget(plan.budget, plan.device)
+        apply_budget(budget, device)
     except ValueError as exc:
         raise InputError(f"--budget: {exc}") from None
     try:
         yield
     finally:
-        release_budget(plan.device)
-
-
-def _carry_out(
-    plan: Plan, trial_fn: TrialFunction, folder: RunFolder, quiet: bool, report: ReportWriter | None
-) -> RunFolder:
-    remaining = sum(1 for _ in pending(plan, folder))
-    done = len(plan.schedule) - remaining
-    if not quiet:
-        console.print(f"run folder: {folder.path}  ({remaining} of {len(plan.schedule)} trials to run)")
-    try:
-        with ScheduleProgress(plan, len(plan.schedule), done, quiet) as progress:
-            run_schedule(plan, trial_fn, folder, progress.start, progress.end)
-    finally:
-        record = folder.read_json(ENV) or {}
-        record["gpus_end"] = env.gpu_snapshot()
-        folder.write_json(ENV, record)
-        plan, summaries = summarize(folder)
-    print_summary(plan, summaries)
-    if report is not None:
-        path = report(folder)
-        console.print(f"report: {path}")
-    return folder
+        release_budget(device)

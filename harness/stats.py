@@ -51,6 +51,18 @@ def numeric_column(rows: pd.DataFrame, column: str) -> pd.Series:
     return pd.to_numeric(rows[column], errors="coerce").dropna()
 
 
+def median_of(rows: pd.DataFrame, column: str) -> float:
+    """The median of a per-trial figure over ``rows``; NaN where none of them carries it."""
+    values = numeric_column(rows, column)
+    return float(values.median()) if len(values) else math.nan
+
+
+def max_of(rows: pd.DataFrame, column: str) -> float:
+    """The largest value of a per-trial figure over ``rows``; NaN where none of them carries it."""
+    values = numeric_column(rows, column)
+    return float(values.max()) if len(values) else math.nan
+
+
 def reduction(baseline: float, candidate: float) -> float:
     """(baseline − candidate) / baseline, with the failure conventions of this module."""
     if math.isinf(baseline) and math.isinf(candidate):

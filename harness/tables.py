@@ -1,9 +1,9 @@
 """The run folder: the append-only trial log and the tidy tables written beside it.
 
 A run folder holds ``plan.json`` (what was asked), ``env.json`` (where it ran), ``trials.jsonl`` (one row
-per finished trial, appended and flushed as each trial ends: the record of the run) and the tidy CSVs that
-are derived from it (``trials.csv``, ``arms.csv``, ``pairs.csv``, ``claims.csv``). Everything but the log,
-the plan and the environment can be regenerated from those three.
+per finished trial, appended and fsynced as each trial ends: the record of the run) and the tidy CSVs the
+runner derives from it (``trials.csv``, ``arms.csv``, ``pairs.csv``, ``claims.csv`` and the tier's own).
+Everything but the log, the plan and the environment can be regenerated from those three.
 """
 
 from __future__ import annotations
@@ -124,6 +124,14 @@ class RunFolder:
             frame = frame.sort_values("index", kind="stable").reset_index(drop=True)
         return frame
 
+    def write_text(self, name: str, text: str) -> Path:
+        """Write a text file through a temporary file and a rename."""
+        path = self.file(name)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+        return path
+
     def write_csv(self, name: str, frame: pd.DataFrame) -> Path:
         path = self.file(name)
         tmp = path.with_suffix(".csv.tmp")
@@ -133,20 +141,22 @@ class RunFolder:
 
 
 class Summaries:
-    """The tidy tables of a run, derived from its log and plan (and written as CSV beside the log)."""
+    """The tidy tables of a run, derived from its log and its protocol options (nothing here is written)."""
 
     def __init__(self, trials: pd.DataFrame, arms: pd.DataFrame, pairs: pd.DataFrame, claims: pd.DataFrame):
         self.trials, self.arms, self.pairs, self.claims = trials, arms, pairs, claims
 
+    def csv_tables(self, paired: bool = True) -> dict[str, pd.DataFrame]:
+        """The tables the runner writes beside the log: the trials, and for paired runs arms, pairs, claims."""
+        if not paired:
+            return {TRIALS_CSV: self.trials}
+        return {TRIALS_CSV: self.trials, ARMS_CSV: self.arms, PAIRS_CSV: self.pairs, CLAIMS_CSV: self.claims}
 
-def write_summaries(
-    folder: RunFolder, bar_percent: float | None, seed: int, planned_pairs: int, control: bool = False
-) -> Summaries:
-    """Read the log, compute every summary once, and write the four CSVs."""
-    trials = folder.trials()
+
+def summarize_trials(trials: pd.DataFrame, protocol: Any) -> Summaries:
+    """Every summary of a run, computed once from its trial log and its ``ProtocolOptions``."""
     arms = stats.arm_table(trials)
     pairs = stats.pair_table(trials)
-    claims = stats.claim_table(pairs, stats.ClaimSettings(bar_percent, seed, control=control), planned_pairs)
-    for name, frame in ((TRIALS_CSV, trials), (ARMS_CSV, arms), (PAIRS_CSV, pairs), (CLAIMS_CSV, claims)):
-        folder.write_csv(name, frame)
+    settings = stats.ClaimSettings(protocol.bar, protocol.seed, control=protocol.control)
+    claims = stats.claim_table(pairs, settings, protocol.pairs)
     return Summaries(trials, arms, pairs, claims)

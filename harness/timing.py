@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from harness.formatting import format_bytes
+
 _UNITS: dict[str, int] = {
     "B": 1,
     "KB": 10**3,
@@ -47,18 +49,6 @@ def parse_bytes(text: str) -> int:
     if value <= 0:
         raise ValueError(f"'{text}' is not positive; use {BYTES_ACCEPTED}")
     return value
-
-
-def format_bytes(value: float | int | None) -> str:
-    """Human-readable bytes in binary units (MiB below 1 GiB, else GiB); 'n/a' for None."""
-    if value is None:
-        return "n/a"
-    value = float(value)
-    if abs(value) < 2**20:
-        return f"{value / 2**10:.1f} KiB"
-    if abs(value) < 2**30:
-        return f"{value / 2**20:.1f} MiB"
-    return f"{value / 2**30:.2f} GiB"
 
 
 def is_cuda(device: str | torch.device) -> bool:
@@ -217,3 +207,99 @@ class TrialFailure:
                 figures["budget"] = budget
             return cls("resource_failure", message, figures)
         return cls("error", message, {})
+
+
+class StageClock:
+    """Charges the time between consecutive marks to the stage each mark names.
+
+    ``synchronized=True`` (a stage-attribution diagnostic): each mark synchronizes the device and reads the host
+    clock, so the stages add up to the whole bracket; the synchronizations change what they measure a little,
+    which is why such runs are never a claim. ``synchronized=False``: each mark records a CUDA event (the host
+    clock on the CPU) and nothing synchronizes; read the figures only after the enclosing bracket closed.
+    """
+
+    enabled = True
+
+    def __init__(self, device: str | torch.device = "cpu", synchronized: bool = True) -> None:
+        self.device = device
+        self.synchronized = synchronized
+        self.events = is_cuda(device) and not synchronized
+        self.marks: list[tuple[str, Any]] = []
+        self.iteration_marks: list[int] = []
+
+    def _now(self) -> Any:
+        if self.events:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        if self.synchronized:
+            synchronize(self.device)
+        return time.perf_counter()
+
+    def start(self) -> None:
+        self.marks = [("", self._now())]
+        self.iteration_marks = []
+
+    def mark(self, stage: str) -> None:
+        """Charge the time since the previous mark to ``stage``."""
+        self.marks.append((stage, self._now()))
+
+    def iteration(self) -> None:
+        """Mark the start of a training iteration (the time before it, its fetch, goes to ``data``)."""
+        self.mark("data")
+        self.iteration_marks.append(len(self.marks) - 1)
+
+    def wrap(self, function: Any, before: str, after: str) -> Any:
+        """``function`` bracketed: time up to its call goes to ``before``, its own time to ``after``."""
+
+        def bracketed(*args: Any, **kwargs: Any) -> Any:
+            self.mark(before)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.mark(after)
+
+        return bracketed
+
+    def _seconds(self, earlier: Any, later: Any) -> float:
+        return earlier.elapsed_time(later) / 1e3 if self.events else later - earlier
+
+    def intervals(self) -> list[tuple[str, float]]:
+        """(stage, seconds) for every mark after the start, in order."""
+        return [
+            (stage, self._seconds(a, b))
+            for (_, a), (stage, b) in zip(self.marks, self.marks[1:], strict=False)
+        ]
+
+    def totals(self, stages: tuple[str, ...] = ()) -> dict[str, float]:
+        """Seconds per stage (every stage in ``stages`` present, at 0 when never marked)."""
+        out = dict.fromkeys(stages, 0.0)
+        for stage, seconds in self.intervals():
+            out[stage] = out.get(stage, 0.0) + seconds
+        return out
+
+    def iteration_starts(self) -> list[float]:
+        """Seconds from the start to each iteration's start."""
+        first = self.marks[0][1]
+        return [self._seconds(first, self.marks[i][1]) for i in self.iteration_marks]
+
+
+class NullClock(StageClock):
+    """The clock of a claim run: every mark is a no-op, so nothing is added inside the timed bracket."""
+
+    enabled = False
+
+    def __init__(self) -> None:
+        super().__init__("cpu")
+
+    def start(self) -> None:
+        pass
+
+    def mark(self, stage: str) -> None:
+        pass
+
+    def iteration(self) -> None:
+        pass
+
+    def wrap(self, function: Any, before: str, after: str) -> Any:
+        return function

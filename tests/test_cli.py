@@ -65,7 +65,7 @@ def test_unknown_command_is_exit_2() -> None:
         ({"pairs": 0}, "--pairs must be a positive whole number"),
         ({"warmup": -1}, "--warmup must be zero or more"),
         ({"order": "zigzag"}, "--order 'zigzag' is not accepted; use one of: alternate, random"),
-        ({"device": "tpu"}, "use cpu, cuda or cuda:N"),
+        ({"device": "tpu"}, "use auto, cpu, cuda or cuda:N"),
         ({"budget": "lots"}, "e.g. 24GiB"),
         ({"arms": "baseline"}, "names one arm"),
         ({"arms": "baseline,,candidate"}, "no empty items"),
@@ -117,10 +117,9 @@ def test_negative_seed_is_refused_before_anything_runs(tmp_path: Path, capsys) -
 
 
 def test_resume_refuses_another_tiers_run_folder(tmp_path: Path, capsys) -> None:
-    from harness.run import start_run
-    from tests.test_protocol import plan_of
+    from tests.trialfns import plan_of, runner
 
-    folder = start_run(plan_of("tests.trialfns:sleepy", warmup=0, pairs=1), tmp_path, quiet=True)
+    folder = runner(tmp_path).start(plan_of("sleepy", warmup=0, pairs=1)).folder
     before = sorted(p.name for p in folder.path.iterdir())
     assert main(["screen", "--resume", str(folder.path)]) == 2
     assert "is a 'test' run" in capsys.readouterr().err

@@ -94,7 +94,7 @@ def test_pair_embedded_end_to_end(tmp_path: Path, capsys) -> None:
     assert not list((folder.path / "trials").rglob("*.pt"))  # ... and deleted after the trial
     plan = json.loads(folder.file("plan.json").read_text())
     assert plan["tier"] == "pair" and plan["in_process"] is False
-    assert FitSettings.from_options(plan["options"]).epochs == 2
+    assert FitSettings.from_dict(plan["settings"]).epochs == 2
     claim = folder.file("claim.txt").read_text()
     assert claim.startswith("Baseline median ") and "The paired reduction median is" in claim
     assert "verdict against the 8% bar:" in claim and "1 warm-up fit(s) discarded, then 2 pair(s)" in claim
@@ -104,9 +104,11 @@ def test_pair_embedded_end_to_end(tmp_path: Path, capsys) -> None:
     report = folder.file("report.md").read_text()
     assert "### Fit settings" in report and "4 = 2 epochs × 2 iterations (8 images / batch 4)" in report
     assert "### Per-trial figures" in report
-    folder.file("claim.txt").write_text("stale")  # `bench report` regenerates the claim from the log too
+    folder.file("claim.txt").write_text("stale")
     assert main(["report", str(folder.path)]) == 0
-    assert folder.file("claim.txt").read_text() == claim
+    assert folder.file("claim.txt").read_text() == "stale"  # presentation writes nothing but the report
+    assert main(["pair", "--resume", str(folder.path), "--quiet", "--no-report"]) == 0  # nothing left to run
+    assert folder.file("claim.txt").read_text() == claim  # the runner derives it from the log again
 
 
 @pytest.mark.slow
@@ -292,7 +294,7 @@ def test_stop_after_stops_between_trials_and_resume_finishes(tmp_path: Path, cap
     )
     folder = only_run(tmp_path)
     assert [r["index"] for r in folder.rows()] == [0]
-    assert "stopping before trial 2 of 2 (candidate" in capsys.readouterr().out
+    assert "stopping before trial 2 of 2 (candidate" in capsys.readouterr().err
     assert not (folder.path / "trials" / "1.log").exists()  # the second trial never started
     assert main(["pair", "--resume", str(folder.path), "--quiet", "--no-report"]) == 0
     assert sorted(r["index"] for r in folder.rows()) == [0, 1]
@@ -311,7 +313,7 @@ def test_stop_after_stops_between_trials_and_resume_finishes(tmp_path: Path, cap
         (["--imgsz", "4"], "--imgsz 4 is too small for the embedded model"),
         (["--arms", "baseline,nowhere:Nothing"], "--arms: arm 'nowhere:Nothing': cannot import module"),
         (["--pairs", "0"], "--pairs must be a positive whole number"),
-        (["--stop-after", "0"], "--stop-after must be a positive whole number"),
+        (["--stop-after", "0"], "--stop-after must be a positive number of seconds"),
         (["--workers", "-1"], "--workers must be zero or more"),
         (["--stages", "--bar", "8"], "--bar with --stages: a stages run is a diagnostic with no verdict"),
     ],

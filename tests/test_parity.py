@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,8 @@ import torch
 
 from experiments import parity
 from harness.cli import main
+from harness.tables import RunFolder
+from harness.tier import Run
 from optimizers import MuSGD
 from optimizers.batched import _batched_on_cpu
 
@@ -49,28 +50,52 @@ def test_candidate_on_the_batched_path_keeps_the_contract() -> None:
     assert differing_buffers <= candidate.params_total - candidate.params_equal
 
 
+def result_in(folder: Path) -> parity.ParityResult:
+    return parity.result_of(Run.load(RunFolder.open(folder)))
+
+
 def test_a_candidate_that_computes_something_else_breaks_the_contract(tmp_path: Path, capsys) -> None:
-    code = main(["parity", "--candidate", "tests.test_parity:NudgedMuSGD", "--out", str(tmp_path)])
+    code = main(["parity", "--candidate", "tests.test_parity:NudgedMuSGD", "--out", str(tmp_path), "--quiet"])
     assert code == 1
     (folder,) = tmp_path.iterdir()
-    summary = json.loads((folder / "parity.json").read_text())
-    assert summary["contract_holds"] is False
+    result = result_in(folder)
+    assert result.holds is False
     assert (
-        summary["contract"]["candidate: largest difference within lr·muon·bf16 rounding of the update"]
-        is False
+        result.contract["candidate: largest difference within lr·muon·bf16 rounding of the update"] is False
     )
-    assert summary["contract"]["control: parameters identical"] is True
+    assert result.contract["control: parameters identical"] is True
     assert "BROKEN" in (folder / "report.md").read_text()
+    assert "BROKEN" in (folder / "claim.txt").read_text()
+    assert str(folder) in capsys.readouterr().out  # the run folder is named, --quiet or not
 
 
 def test_fit_mode_compares_loss_bytes_and_writes_divergence(tmp_path: Path) -> None:
-    assert main(["parity", "--fit", "--steps", "3", "--out", str(tmp_path)]) == 0
+    assert main(["parity", "--fit", "--steps", "3", "--out", str(tmp_path), "--quiet"]) == 0
     (folder,) = tmp_path.iterdir()
-    summary = json.loads((folder / "parity.json").read_text())
-    assert summary["contract"]["candidate: loss bytes identical"] is True
+    assert result_in(folder).contract["candidate: loss bytes identical"] is True
     lines = (folder / "divergence.csv").read_text().splitlines()
     assert len(lines) == 1 + 2 * 3  # header, control and candidate for each step
-    assert (folder / "env.json").is_file()
+    for name in ("env.json", "plan.json", "trials.jsonl", "report.md"):
+        assert (folder / name).is_file(), name
+
+
+def test_a_parity_run_is_a_run_folder_that_resumes_and_reports(tmp_path: Path) -> None:
+    """Stopped after some steps, a parity run resumes (replaying the earlier steps unlogged) to the same rows
+    an uninterrupted run logs, and `bench report` regenerates its report byte for byte."""
+    assert main(["parity", "--fit", "--steps", "3", "--out", str(tmp_path / "whole"), "--quiet"]) == 0
+    (whole,) = (tmp_path / "whole").iterdir()
+    assert main(["parity", "--fit", "--steps", "3", "--out", str(tmp_path / "cut"), "--quiet"]) == 0
+    (cut,) = (tmp_path / "cut").iterdir()
+    log = cut / "trials.jsonl"
+    lines = log.read_text().splitlines(keepends=True)
+    log.write_text(lines[0] + lines[4])  # control step 1 and candidate step 2 kept; the rest to run again
+    assert main(["parity", "--resume", str(cut), "--quiet"]) == 0
+    figures = [k for k in parity.STEP_FIELDS]
+    by_index = lambda folder: {r["index"]: {k: r[k] for k in figures} for r in RunFolder(folder).rows()}  # noqa: E731
+    assert by_index(cut) == by_index(whole)
+    report = (whole / "report.md").read_bytes()
+    assert main(["report", str(whole)]) == 0
+    assert (whole / "report.md").read_bytes() == report
 
 
 @pytest.mark.parametrize(
@@ -90,5 +115,5 @@ def test_bad_inputs_exit_2_and_write_nothing(args: list[str], message: str, tmp_
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_parity_over_ten_steps() -> None:
-    result = parity.run_parity(parity.ParitySettings(scale="n", device="cuda", steps=10))
+    result = parity.run_parity(parity.ParitySettings(scale="n", steps=10), device="cuda")
     assert result.holds, result.contract

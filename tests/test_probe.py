@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -15,7 +16,7 @@ from experiments.probe.lm import LMHead, chunked_loss, native_loss
 from experiments.probe.section import share_table, zero_cost_bound
 from experiments.workloads import SCALES, load_workload
 from harness.cli import main
-from harness.protocol import Arm, Case, Plan
+from harness.protocol import Arm, Case, Plan, ProtocolOptions
 from harness.tables import Summaries
 
 # A small softcap makes tanh clearly nonlinear on unit-scale logits (1 - tanh² ≈ 0.8 rather than ≈ 1 at cap
@@ -147,7 +148,7 @@ def test_bf16_chunked_gradients_equal_native_within_input_precision(
 ) -> None:
     """Chunked and native gradients differ by less than one ulp of noise in native's own bf16 inputs moves them.
 
-    Tolerance, measured here (GUIDE §6): run native once more on inputs moved by one bf16 ulp (hidden states
+    Tolerance, measured here: run native once more on inputs moved by one bf16 ulp (hidden states
     and the bf16 image of the weight); the Frobenius distance between the two native results is how much the
     data's own precision moves the gradient. The two variants round at different points (per-chunk bf16
     partial products of dW, fp32 normalizers computed differently), so they may differ, but by less than that.
@@ -270,12 +271,10 @@ def test_share_table_states_share_and_saving_and_skips_failed_heads() -> None:
     arms = (Arm("baseline", "baseline", "baseline"), Arm("candidate", "candidate", "candidate"))
     plan = Plan(
         "probe",
-        "x:y",
+        ProtocolOptions(arms, warmup=0, pairs=1),
+        [Case("lm-native", {}, arms), Case("lm-chunked", {}, arms)],
         "ms",
         "head step time",
-        [Case("lm-native", {}, arms), Case("lm-chunked", {}, arms)],
-        0,
-        1,
     )
     table = pd.DataFrame(
         [
@@ -299,12 +298,18 @@ def test_share_table_states_share_and_saving_and_skips_failed_heads() -> None:
 def test_section_with_device_memory_figures_and_failures(tmp_path: Path) -> None:
     """The section's CUDA side, exercised on the CPU with rows shaped like a CUDA run's: memory table, the fit
     and failure sentences, the memory plot and the stage-share plot, and both tidy CSVs."""
-    from experiments.probe import make_plan, write_section
-    from harness.run import start_run, summarize
+    from experiments.probe import ProbeSettings, make_plan
+    from experiments.probe.section import report_section
+    from experiments.tiers import TIERS
+    from harness.options import protocol_options
+    from harness.run import Runner, RunOptions
+    from harness.tier import Run
 
     gib = 2**30
-    plan = make_plan(head="lm", tokens=64, vocab=32, dim=8, chunk=24, warmup=0, pairs=2, learner_ms=288.6)
-    plan.budget, plan.options["reserve_bytes"] = 6 * gib, 1 * gib
+    settings = ProbeSettings(head="lm", tokens=64, vocab=32, dim=8, chunk=24, learner_ms=288.6)
+    plan = make_plan(protocol_options(warmup=0, pairs=2, device="cpu"), settings)
+    plan.protocol = dataclasses.replace(plan.protocol, budget=6 * gib)
+    plan.settings["reserve_bytes"] = 1 * gib
     plan.in_process = False  # the runner caps device memory only for in-process runs; there is no device here
     message = (
         "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which 130.00 "
@@ -328,9 +333,8 @@ def test_section_with_device_memory_figures_and_failures(tmp_path: Path) -> None
             "reserve_bytes": gib,
         }
 
-    folder = start_run(plan, tmp_path, quiet=True, trial_fn=trial)
-    _, summaries = summarize(folder)
-    text = write_section(folder, summaries, folder.path / "figures")
+    folder = Runner(TIERS, RunOptions(out=tmp_path, quiet=True, report=False)).start(plan, trial).folder
+    text = report_section(Run.load(folder, folder.path / "figures"))
     assert (
         "lm-native · baseline: out of memory in 2 of 2 measured trials (a 2.00 GiB allocation refused" in text
     )
@@ -394,7 +398,7 @@ def test_probe_lm_on_cpu_writes_rows_csvs_and_report(tmp_path: Path) -> None:
     report = (folder / "report.md").read_text()
     assert "### Head probe" in report and "even a zero-cost head would save under" in report
     plan = json.loads((folder / "plan.json").read_text())
-    assert plan["factory"] == "experiments.probe:trial_function" and plan["sections"]
+    assert plan["tier"] == "probe" and "factory" not in plan and "sections" not in plan  # data, never code
 
 
 def test_probe_detect_on_cpu(tmp_path: Path) -> None:

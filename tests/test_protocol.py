@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 
 from harness.protocol import Arm, Case, Plan, build_schedule
-from harness.run import resume_run, start_run
 from harness.tables import LOG, PLAN, RunFolder
+from tests.trialfns import TWO_ARMS, plan_of, runner
 
 ROOT = Path(__file__).resolve().parent.parent
-TWO_ARMS = (Arm("baseline", "baseline", "baseline"), Arm("candidate", "candidate", "candidate"))
 REAL_OOM = (
     "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.81 GiB of which "
     "1.15 GiB is free. Including non-PyTorch memory, this process has 24.00 GiB memory in use. 24.00 GiB "
@@ -25,19 +24,6 @@ REAL_OOM = (
     "but unallocated. If reserved but unallocated memory is large try setting "
     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
 )
-
-
-def plan_of(factory: str, warmup: int = 2, pairs: int = 3, **kwargs) -> Plan:
-    return Plan(
-        tier="test",
-        factory=factory,
-        unit="ms",
-        metric="test figure",
-        cases=[Case("only", {"size": 1}, TWO_ARMS)],
-        warmup=warmup,
-        pairs=pairs,
-        **kwargs,
-    )
 
 
 def test_pairs_alternate_ab_ba_after_warmups() -> None:
@@ -107,8 +93,8 @@ def test_unknown_order_is_refused() -> None:
 
 
 def test_run_logs_every_trial_with_warmups_flagged(tmp_path: Path) -> None:
-    plan = plan_of("tests.trialfns:sleepy", warmup=2, pairs=3)
-    folder = start_run(plan, tmp_path, quiet=True)
+    plan = plan_of("sleepy", warmup=2, pairs=3)
+    folder = runner(tmp_path).start(plan).folder
     rows = folder.rows()
     assert len(rows) == 8
     assert [r["phase"] for r in rows] == ["warmup"] * 2 + ["measured"] * 6
@@ -127,10 +113,8 @@ def test_run_logs_every_trial_with_warmups_flagged(tmp_path: Path) -> None:
 
 def test_failures_are_rows_and_the_run_goes_on(tmp_path: Path) -> None:
     figures = {"baseline": [10, 10, 10], "candidate": [8, "oom", "error"]}
-    plan = plan_of(
-        "tests.trialfns:scripted", warmup=0, pairs=3, options={"figures": figures, "oom_message": REAL_OOM}
-    )
-    folder = start_run(plan, tmp_path, quiet=True)
+    plan = plan_of("scripted", warmup=0, pairs=3, figures=figures, oom_message=REAL_OOM)
+    folder = runner(tmp_path).start(plan).folder
     rows = {(r["arm"], r["round"]): r for r in folder.rows()}
     assert len(rows) == 6
     oom = rows[("candidate", 1)]
@@ -144,7 +128,7 @@ def test_failures_are_rows_and_the_run_goes_on(tmp_path: Path) -> None:
 
 
 def test_plan_round_trips_through_json(tmp_path: Path) -> None:
-    plan = plan_of("tests.trialfns:sleepy", options={"sleep": 0.0})
+    plan = plan_of("sleepy", sleep=0.0, cooldown=0.5, bar=3.0)
     again = Plan.from_json(json.loads(json.dumps(plan.to_json())))
     assert again == plan
 
@@ -161,8 +145,8 @@ def test_resume_after_a_kill_mid_trial_loses_nothing_and_repeats_nothing(tmp_pat
     """A real process runs the schedule; it is killed (SIGKILL) while a trial is running; resume finishes."""
     runs = tmp_path / "runs"
     script = (
-        "import sys; from tests.test_protocol import plan_of; from harness.run import start_run; "
-        "start_run(plan_of('tests.trialfns:sleepy', warmup=2, pairs=4, options={'sleep': 0.4}), sys.argv[1], quiet=True)"
+        "import sys; from tests.trialfns import plan_of, runner; "
+        "runner(sys.argv[1]).start(plan_of('sleepy', warmup=2, pairs=4, sleep=0.4))"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(
@@ -185,7 +169,7 @@ def test_resume_after_a_kill_mid_trial_loses_nothing_and_repeats_nothing(tmp_pat
     before = folder.rows()
     assert [r["index"] for r in before] == [0, 1, 2]
 
-    resume_run(folder.path, quiet=True)
+    runner(runs).resume(folder.path)
     after = folder.rows()
     indices = [r["index"] for r in after]
     assert sorted(indices) == list(range(10)) and len(indices) == len(set(indices))
@@ -194,21 +178,85 @@ def test_resume_after_a_kill_mid_trial_loses_nothing_and_repeats_nothing(tmp_pat
 
 
 def test_torn_last_line_is_ignored_and_resume_appends_after_it(tmp_path: Path) -> None:
-    folder = start_run(plan_of("tests.trialfns:sleepy", warmup=0, pairs=2), tmp_path, quiet=True)
+    folder = runner(tmp_path).start(plan_of("sleepy", warmup=0, pairs=2)).folder
     lines = folder.file(LOG).read_text().splitlines(keepends=True)
     # The last trial was being written when its process died: half a line, no newline.
     folder.file(LOG).write_text("".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
     assert [r["index"] for r in folder.rows()] == [0, 1, 2]
-    resume_run(folder.path, quiet=True)
+    runner(tmp_path).resume(folder.path)
     assert [r["index"] for r in folder.rows()] == [0, 1, 2, 3]
-    resume_run(folder.path, quiet=True)  # nothing left to run: nothing is run again
+    runner(tmp_path).resume(folder.path)  # nothing left to run: nothing is run again
     assert [r["index"] for r in folder.rows()] == [0, 1, 2, 3]
 
 
 def test_a_budget_the_device_refuses_leaves_no_run_folder(tmp_path: Path) -> None:
     from harness.options import InputError
 
-    plan = plan_of("tests.trialfns:sleepy", warmup=0, pairs=1, budget=2**30)  # a budget on the CPU
+    plan = plan_of("sleepy", warmup=0, pairs=1, budget=2**30)  # a budget on the CPU
     with pytest.raises(InputError, match="needs a CUDA device"):
-        start_run(plan, tmp_path / "runs", quiet=True)
+        runner(tmp_path / "runs").start(plan)
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_cooldown_pauses_before_every_trial(tmp_path: Path) -> None:
+    """``--cooldown S``: the protocol sleeps S seconds before each trial, so trial starts lie ≥ S apart."""
+    folder = runner(tmp_path).start(plan_of("sleepy", warmup=1, pairs=2, cooldown=0.3)).folder
+    starts = [os.stat(folder.file(f"started-{i}")).st_mtime for i in range(5)]
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    assert min(gaps) >= 0.3 - 0.02, gaps  # file times tick in ~ms here; 0.3 s is far above that
+    assert folder.read_json(PLAN)["protocol"]["cooldown"] == 0.3
+
+
+def test_a_plan_of_the_first_format_reads_and_never_imports_its_code(tmp_path: Path) -> None:
+    """Run folders written before the tier contract name code (factory, sections) and keep the shared options
+    flat; they still read, with the options gathered into ``protocol`` and nothing imported."""
+    old = {
+        "tier": "pair",
+        "factory": "builtins:print",
+        "sections": "builtins:print",
+        "unit": "s",
+        "metric": "whole-fit wall time",
+        "cases": [
+            {
+                "label": "c",
+                "params": {},
+                "arms": [
+                    {"label": "baseline", "role": "baseline", "spec": "baseline", "params": {}},
+                    {"label": "candidate", "role": "candidate", "spec": "candidate", "params": {}},
+                ],
+            }
+        ],
+        "warmup": 2,
+        "pairs": 3,
+        "order": "alternate",
+        "seed": 4,
+        "bar": 60.0,
+        "device": "cuda",
+        "budget": None,
+        "control": False,
+        "options": {"steps": 384},
+        "command": "bench pair",
+        "schedule": [],
+    }
+    plan = Plan.from_json(old)
+    assert (plan.protocol.warmup, plan.protocol.pairs, plan.protocol.seed, plan.protocol.bar) == (
+        2,
+        3,
+        4,
+        60.0,
+    )
+    assert plan.protocol.device == "cuda" and plan.settings == {"steps": 384}
+    assert [a.label for a in plan.protocol.arms] == ["baseline", "candidate"]
+    assert "factory" not in plan.to_json() and "sections" not in plan.to_json()
+
+
+def test_stop_after_stops_before_a_trial_that_would_not_end_in_time(tmp_path: Path) -> None:
+    from harness.protocol import PlannedStop
+
+    plan = plan_of("sleepy", warmup=0, pairs=3, sleep=0.3)
+    with pytest.raises(PlannedStop):
+        runner(tmp_path, stop_after=0.5).start(plan)
+    (folder,) = [RunFolder(p) for p in tmp_path.iterdir()]
+    assert 1 <= len(folder.rows()) < 6  # stopped early, between trials
+    runner(tmp_path).resume(folder.path)
+    assert sorted(r["index"] for r in folder.rows()) == list(range(6))

@@ -1,7 +1,7 @@
 """The markdown report: every section and plot, byte-for-byte regeneration, failures, A/A controls,
 interrupted runs, several runs side by side, the claim sentence, the tier hook and `bench report`.
 
-Run folders are built here through the real protocol (``start_run`` with small trial functions), so the
+Run folders are built here through the real runner (``Runner.start`` with small trial functions), so the
 fixtures can never drift from what the harness writes.
 """
 
@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from experiments.tiers import TIERS as PROJECT_TIERS
 from harness import cli, report
 from harness.options import InputError
-from harness.protocol import Arm, Case, Plan, TrialContext, TrialFunction
-from harness.run import resume_run, start_run, summarize
+from harness.protocol import Arm, Case, Plan, ProtocolOptions, TrialContext, TrialFunction
+from harness.run import Runner, RunOptions
 from harness.tables import LOG, RunFolder
+from harness.tier import BaseTier, Caveat, Run, TierRegistry
 
 # A real CUDA caching-allocator message (torch 2.x); the byte figures below are what it says.
 OOM_MESSAGE = (
@@ -58,16 +60,41 @@ def scripted(figures: dict[str, list], peaks: dict[str, int] | None = None, stop
     return trial
 
 
+def fixture_section(run: Run) -> str:
+    """A tier section as a tier engineer writes one: a table and a plot drawn through harness.plots."""
+    from harness import plots
+
+    png = run.figures_dir / "fixture-tier.png"
+    with plots.figure(png, width=6, height=3) as (_fig, ax):
+        ax.plot([0, 1], [0, 1])
+        ax.set_xlabel("x (unit)")
+    rows = [[r["arm"], report.format_number(r["median"])] for _, r in run.summaries.arms.iterrows()]
+    return "\n\n".join(
+        [
+            "### Fixture tier section",
+            report.markdown_table(["arm", "median"], rows),
+            report.markdown_image(png, "fixture plot"),
+        ]
+    )
+
+
+FIXTURE = BaseTier(
+    "fixture",
+    trial_function=lambda plan: scripted(FIGURES),
+    section=fixture_section,
+    caveats=(Caveat("fixture tier: not a training claim.", "Its figures are scripted."),),
+)
+TIERS = TierRegistry([FIXTURE])
+
+
 def make_plan(
-    tier: str = "pair",
+    tier: str = "fixture",
     arms: tuple[str, ...] = ("baseline", "candidate"),
     pairs: int = 3,
     warmup: int = 2,
     control: bool = False,
     cases: tuple[str, ...] = ("yolo26n",),
-    sections: str = "",
-    factory: str = "tests.test_report:fixture_factory",
-    options: dict | None = None,
+    settings: dict | None = None,
 ) -> Plan:
     if control:
         arm_objects = (Arm(arms[0], "baseline", arms[0]), Arm(f"{arms[0]}-control", "candidate", arms[0]))
@@ -75,24 +102,31 @@ def make_plan(
         arm_objects = tuple(Arm(a, "baseline" if i == 0 else "candidate", a) for i, a in enumerate(arms))
     return Plan(
         tier=tier,
-        factory=factory,
+        protocol=ProtocolOptions(arm_objects, warmup=warmup, pairs=pairs, bar=8.0, control=control),
         unit="s",
         metric="whole-fit wall time",
         cases=[Case(label, {"model": f"{label}.yaml"}, arm_objects) for label in cases],
-        warmup=warmup,
-        pairs=pairs,
-        bar=8.0,
-        control=control,
-        options=options or {"steps": 384, "images": 256},
+        settings=settings or {"steps": 384, "images": 256},
         command=f"bench {tier} --steps 384 --pairs {pairs} --bar 8",
         isolation="each trial in a fresh worker process",
         timed_region="the whole fit, synchronized at both ends",
-        sections=sections,
     )
 
 
+def runner(root: Path, report: bool = False) -> Runner:
+    return Runner(TIERS, RunOptions(out=root / "runs", quiet=True, report=report))
+
+
 def run_folder(tmp_path: Path, plan: Plan, trial_fn: TrialFunction) -> RunFolder:
-    return start_run(plan, tmp_path / "runs", quiet=True, trial_fn=trial_fn)
+    return runner(tmp_path).start(plan, trial_fn).folder
+
+
+def write(folders: list[RunFolder], output: Path | None = None, tiers: TierRegistry = TIERS) -> Path:
+    return report.write_report(folders, tiers, output)
+
+
+def loaded(folder: RunFolder) -> Run:
+    return Run.load(folder)
 
 
 @pytest.fixture(scope="module")
@@ -123,11 +157,11 @@ def reduction_text(baseline: list[float], candidate: list[float]) -> str:
 
 
 def test_report_has_every_section_and_both_plots(claim_run: RunFolder) -> None:
-    path = report.write_report([claim_run])
+    path = write([claim_run])
     assert path == claim_run.path / "report.md"
     text = path.read_text(encoding="utf-8")
     for heading in (
-        "# musgd-bench report: pair",
+        "# musgd-bench report: fixture",
         "## Summary",
         "## Environment",
         "### Protocol",
@@ -138,9 +172,9 @@ def test_report_has_every_section_and_both_plots(claim_run: RunFolder) -> None:
         "### Plots",
     ):
         assert heading in text, heading
-    plan = summarize(claim_run)[0]
+    plan = loaded(claim_run).plan
     assert f"Date: {plan.created[:10]}" in text
-    assert "```sh\nbench pair --steps 384 --pairs 3 --bar 8\n```" in text
+    assert "```sh\nbench fixture --steps 384 --pairs 3 --bar 8\n```" in text
     for field in (
         "| GPU |",
         "| driver |",
@@ -169,7 +203,7 @@ def test_report_has_every_section_and_both_plots(claim_run: RunFolder) -> None:
     ):
         assert phrase in text, phrase
     assert "| peak allocated (median) | peak reserved (median) |" in text
-    assert "short fit: no accuracy claim" in text
+    assert "fixture tier: not a training claim. Its figures are scripted." in text
     assert "few pairs: 3 per claim, so the stated 95% interval is nominal." in text
     assert "covers the true median with probability only 75.0%" in text and "6 pairs are the fewest" in text
     assert "None: every logged trial finished." in text
@@ -180,7 +214,8 @@ def test_report_has_every_section_and_both_plots(claim_run: RunFolder) -> None:
 
 
 def test_claim_sentence_in_the_project_form(claim_run: RunFolder) -> None:
-    plan, summaries = summarize(claim_run)
+    run = loaded(claim_run)
+    plan, summaries = run.plan, run.summaries
     sentence = report.claim_sentence(plan, summaries, "yolo26n", "candidate")
     expected = (
         "Baseline median 89.448 s (88.765–89.646); candidate 79.183 s (77.799–79.660). The paired reduction "
@@ -188,20 +223,22 @@ def test_claim_sentence_in_the_project_form(claim_run: RunFolder) -> None:
         "allocated."
     )
     assert sentence == expected
-    assert sentence in report.write_report([claim_run]).read_text(encoding="utf-8")
+    assert sentence in write([claim_run]).read_text(encoding="utf-8")
 
 
 def test_claim_sentence_with_different_peaks_other_labels_and_no_peaks(tmp_path: Path) -> None:
     figures = {"upstream": FIGURES["baseline"], "candidate": FIGURES["candidate"]}
     plan = make_plan(arms=("upstream", "candidate"))
     folder = run_folder(tmp_path, plan, scripted(figures, {"upstream": PEAK, "candidate": 851_763_200}))
-    plan, summaries = summarize(folder)
+    run = loaded(folder)
+    plan, summaries = run.plan, run.summaries
     sentence = report.claim_sentence(plan, summaries, "yolo26n", "candidate")
     assert sentence.startswith("Upstream median 89.448 s (88.765–89.646); candidate 79.183 s")
     assert sentence.endswith("with peak allocated 809.9 MiB vs 812.3 MiB (+0.3%).")
 
     bare = run_folder(tmp_path / "bare", make_plan(), scripted(FIGURES))
-    plan, summaries = summarize(bare)
+    run = loaded(bare)
+    plan, summaries = run.plan, run.summaries
     sentence = report.claim_sentence(plan, summaries, "yolo26n", "candidate")
     assert sentence.endswith(
         f"The paired reduction median is {reduction_text(FIGURES['baseline'], FIGURES['candidate'])}."
@@ -209,13 +246,13 @@ def test_claim_sentence_with_different_peaks_other_labels_and_no_peaks(tmp_path:
 
 
 def test_same_inputs_same_markdown_byte_for_byte(claim_run: RunFolder, tmp_path: Path) -> None:
-    first = report.write_report([claim_run]).read_bytes()
+    first = write([claim_run]).read_bytes()
     pngs = {p.name: p.read_bytes() for p in (claim_run.path / "report-figures").iterdir()}
-    second = report.write_report([claim_run]).read_bytes()
+    second = write([claim_run]).read_bytes()
     assert first == second
     assert pngs == {p.name: p.read_bytes() for p in (claim_run.path / "report-figures").iterdir()}
     # The same report written elsewhere differs only in where its figures live.
-    elsewhere = report.write_report([claim_run], tmp_path / "out" / "report.md").read_bytes()
+    elsewhere = write([claim_run], tmp_path / "out" / "report.md").read_bytes()
     assert elsewhere == first
 
 
@@ -224,14 +261,13 @@ def test_same_inputs_same_markdown_byte_for_byte(claim_run: RunFolder, tmp_path:
 
 def test_failed_trials_are_shown_with_bytes_or_message(tmp_path: Path) -> None:
     figures = {"baseline": [10.0, 10.0, 10.0], "candidate": [8.0, "oom", "error"]}
-    folder = run_folder(tmp_path, make_plan(tier="probe"), scripted(figures))
-    text = report.write_report([folder]).read_text(encoding="utf-8")
+    folder = run_folder(tmp_path, make_plan(), scripted(figures))
+    text = write([folder]).read_text(encoding="utf-8")
     assert "Out of memory (`resource_failure`)" in text
     # requested, total, free, allocated, reserved (= allocated + reserved-but-unallocated), budget
     assert "| 2.00 GiB | 139.81 GiB | 1.15 GiB | 21.90 GiB | 22.96 GiB | n/a |" in text
     assert "`RuntimeError: worker died | exit status -9 while loading the batch`" in text
     assert "failures: 2 measured trials failed and count as infinitely slow." in text
-    assert "head-only: not a training claim" in text
     assert "2 of 3 candidate trials failed and count as infinitely slow." in text
     assert "-∞" in text  # a pair whose candidate failed has reduction -∞, shown, not dropped
 
@@ -239,8 +275,8 @@ def test_failed_trials_are_shown_with_bytes_or_message(tmp_path: Path) -> None:
 def test_a_control_says_it_is_the_noise_floor(tmp_path: Path) -> None:
     figures = {"baseline": [10.0, 10.1, 9.9], "baseline-control": [10.05, 10.0, 10.0]}
     folder = run_folder(tmp_path, make_plan(control=True), scripted(figures))
-    text = report.write_report([folder]).read_text(encoding="utf-8")
-    assert "# musgd-bench report: pair A/A control" in text
+    text = write([folder]).read_text(encoding="utf-8")
+    assert "# musgd-bench report: fixture A/A control" in text
     assert "A/A control: it measures the noise floor, not a speed-up." in text
     assert "The first arm ran against itself" in text and "median difference" in text
     assert "This run is an A/A control" in text
@@ -260,13 +296,13 @@ def test_an_interrupted_run_says_how_far_it_got(tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         run_folder(tmp_path, plan, scripted({"baseline": [10.0] * 4, "candidate": [8.0] * 4}, stop_at=7))
     folder = RunFolder(next((tmp_path / "runs").iterdir()))
-    text = report.write_report([folder]).read_text(encoding="utf-8")
+    text = write([folder]).read_text(encoding="utf-8")
     assert "interrupted: 2 of 4 pairs." in text
     assert "7 of 10 scheduled trials are in the log" in text
     assert (folder.path / "report-figures" / "timeline.png").is_file()
     # Resumed to the end, the same folder reads as complete, and says it was resumed.
-    resume_run(folder.path, quiet=True, trial_fn=scripted({"baseline": [10.0] * 4, "candidate": [8.0] * 4}))
-    text = report.write_report([folder]).read_text(encoding="utf-8")
+    runner(tmp_path).resume(folder.path, scripted({"baseline": [10.0] * 4, "candidate": [8.0] * 4}))
+    text = write([folder]).read_text(encoding="utf-8")
     assert "interrupted:" not in text
     assert (
         "The run was resumed 1 time; the log holds each scheduled trial at most once (none re-run)." in text
@@ -274,7 +310,7 @@ def test_an_interrupted_run_says_how_far_it_got(tmp_path: Path) -> None:
     assert "| … at resume 1 (" in text
     # Had a trial run twice (a log with the same index appended again), the report would say so.
     folder.append_row(folder.rows()[-1])
-    text = report.write_report([folder]).read_text(encoding="utf-8")
+    text = write([folder]).read_text(encoding="utf-8")
     assert "**1 row(s) of the log repeat a trial already logged**" in text
 
 
@@ -305,7 +341,7 @@ def test_environment_of_a_gpu_run(claim_run: RunFolder) -> None:
         gpus_end=[{**H200_GPU, "sm_clock_mhz": 1755.0, "temperature_c": 61.0, "power_w": None}],
     )
     claim_run.write_json("env.json", env)
-    text = report.write_report([claim_run]).read_text(encoding="utf-8")
+    text = write([claim_run]).read_text(encoding="utf-8")
     assert "| GPU | 1 × NVIDIA H200 (139.81 GiB) |" in text
     assert "| driver | 580.159.04 |" in text
     assert "| cuDNN | 9.10.2 (91002) |" in text
@@ -319,7 +355,7 @@ def test_a_truncated_log_reads_as_interrupted(claim_run: RunFolder) -> None:
     log = claim_run.file(LOG)
     lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
     log.write_text("".join(lines[:5]), encoding="utf-8")  # 2 warm-ups, pair 0, half of pair 1
-    text = report.write_report([claim_run]).read_text(encoding="utf-8")
+    text = write([claim_run]).read_text(encoding="utf-8")
     assert "interrupted: 1 of 3 pairs." in text
 
 
@@ -327,7 +363,7 @@ def test_a_run_with_no_trial_yet_still_reports(tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         run_folder(tmp_path, make_plan(), scripted(FIGURES, stop_at=0))
     folder = RunFolder(next((tmp_path / "runs").iterdir()))
-    text = report.write_report([folder]).read_text(encoding="utf-8")
+    text = write([folder]).read_text(encoding="utf-8")
     assert "interrupted: 0 of 3 pairs." in text
     assert "No measured trial in the log" in text
     assert "No complete pair in any run: no claim can be made." in text
@@ -343,10 +379,10 @@ def test_two_runs_side_by_side(claim_run: RunFolder, tmp_path: Path) -> None:
         scripted({"baseline": [10.0, 10.1, 9.9], "baseline-control": [10.05, 10.0, 10.0]}),
     )
     out = tmp_path / "reports" / "claim-and-control.md"
-    path = report.write_report([claim_run, control], out)
+    path = write([claim_run, control], out)
     assert path == out
     text = out.read_text(encoding="utf-8")
-    assert "## Run 1: pair" in text and "## Run 2: pair (A/A control)" in text
+    assert "## Run 1: fixture" in text and "## Run 2: fixture (A/A control)" in text
     assert "| field | run 1 | run 2 |" in text
     summary = text.split("## Summary", 1)[1].split("## Environment", 1)[0]
     assert "| 1 | yolo26n | candidate vs baseline | 3 of 3 |" in summary
@@ -356,70 +392,57 @@ def test_two_runs_side_by_side(claim_run: RunFolder, tmp_path: Path) -> None:
         assert (out.parent / f"claim-and-control-figures-{k}" / "timeline.png").is_file()
         assert f"](claim-and-control-figures-{k}/reductions.png)" in text
     with pytest.raises(InputError, match="name it with -o"):
-        report.write_report([claim_run, control])
+        write([claim_run, control])
 
 
 # --- the tier's own section ------------------------------------------------------------------------------
 
 
-def fixture_section(folder: RunFolder, summaries, figures_dir: Path) -> str:
-    """A tier section as a tier engineer writes one: a table and a plot drawn through harness.plots."""
-    from harness import plots
-
-    png = figures_dir / "fixture-tier.png"
-    with plots.figure(png, width=6, height=3) as (_fig, ax):
-        ax.plot([0, 1], [0, 1])
-        ax.set_xlabel("x (unit)")
-    rows = [[r["arm"], report.format_number(r["median"])] for _, r in summaries.arms.iterrows()]
-    return "\n\n".join(
-        [
-            "### Fixture tier section",
-            report.markdown_table(["arm", "median"], rows),
-            report.markdown_image(png, "fixture plot"),
-        ]
-    )
-
-
-def fixture_factory(plan: Plan) -> TrialFunction:
-    return scripted(FIGURES)
-
-
-def test_the_tier_section_hook_is_included(tmp_path: Path) -> None:
-    plan = make_plan(sections="tests.test_report:fixture_section")
-    folder = run_folder(tmp_path, plan, scripted(FIGURES))
-    text = report.write_report([folder]).read_text(encoding="utf-8")
+def test_the_tier_section_is_included(tmp_path: Path) -> None:
+    folder = run_folder(tmp_path, make_plan(), scripted(FIGURES))
+    text = write([folder]).read_text(encoding="utf-8")
     assert "### Fixture tier section" in text
     assert "| baseline | 89.448 |" in text
     assert "![fixture plot](report-figures/fixture-tier.png)" in text
     assert (folder.path / "report-figures" / "fixture-tier.png").is_file()
 
 
-def test_a_tier_section_that_cannot_be_imported_is_said(tmp_path: Path) -> None:
-    folder = run_folder(tmp_path, make_plan(sections="tests.no_such_tier:section"), scripted(FIGURES))
-    text = report.write_report([folder]).read_text(encoding="utf-8")
-    assert "could not be loaded here (ModuleNotFoundError" in text
+def test_a_tier_not_known_here_still_reports_with_the_defaults(claim_run: RunFolder) -> None:
+    text = write([claim_run], tiers=TierRegistry()).read_text(encoding="utf-8")
+    assert "### Results" in text and "### Fixture tier section" not in text
+    assert "fixture tier: not a training claim" not in text
 
 
-def test_a_tier_command_writes_its_report_when_the_run_ends(tmp_path: Path) -> None:
-    folder = cli.launch(
-        lambda: make_plan(),
-        resume=None,
-        out=tmp_path / "runs",
-        quiet=True,
-        no_report=False,
-        tiers=("fixture",),
-    )
+def test_each_project_tier_says_what_its_figures_are_not(claim_run: RunFolder) -> None:
+    """The caveat that every tier's report leads with, by tier (the harness names no tier itself)."""
+    expected = {
+        "screen": "optimizer-only: not a training claim.",
+        "probe": "head-only: not a training claim.",
+        "pair": "short fit: no accuracy claim.",
+        "stages": "diagnostic, not a claim: synchronized at every stage boundary inside the timed region.",
+    }
+    run = loaded(claim_run)
+    for name, headline in expected.items():
+        assert PROJECT_TIERS.get(name).caveats(run)[0].headline == headline
+    assert PROJECT_TIERS.get("stages").diagnostic and not PROJECT_TIERS.get("pair").diagnostic
+    assert not PROJECT_TIERS.get("parity").paired
+
+
+def test_the_runner_writes_the_report_when_the_run_ends_and_only_then(tmp_path: Path) -> None:
+    folder = runner(tmp_path, report=True).start(make_plan(), scripted(FIGURES)).folder
     assert (folder.path / "report.md").is_file()
     assert (folder.path / "report-figures" / "reductions.png").is_file()
-    skipped = cli.launch(
-        lambda: make_plan(),
-        resume=None,
-        out=tmp_path / "quiet",
-        quiet=True,
-        no_report=True,
-        tiers=("fixture",),
-    )
+    skipped = runner(tmp_path / "quiet").start(make_plan(), scripted(FIGURES)).folder
     assert not (skipped.path / "report.md").exists()
+
+
+def test_the_report_writes_nothing_but_itself_and_its_figures(claim_run: RunFolder) -> None:
+    before = {p.name: p.read_bytes() for p in claim_run.path.iterdir() if p.is_file()}
+    write([claim_run])
+    after = {
+        p.name: p.read_bytes() for p in claim_run.path.iterdir() if p.is_file() and p.name != "report.md"
+    }
+    assert after == {k: v for k, v in before.items() if k != "report.md"}
 
 
 # --- `bench report` ----------------------------------------------------------------------------------------

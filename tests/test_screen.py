@@ -3,6 +3,7 @@ the CPU, the summary and report section from a fixture log, bad inputs, and (on 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,18 @@ import pytest
 import torch
 
 from experiments import screen
+from experiments.screen import plan as screen_plan
+from experiments.screen import plots as screen_plots
+from experiments.screen import section as screen_section
+from experiments.screen import summary as screen_summary
+from experiments.screen import trial as screen_trial
+from experiments.tiers import TIERS
 from harness.cli import main
-from harness.options import InputError
+from harness.options import InputError, protocol_options
 from harness.protocol import Arm, Plan, TrialContext
-from harness.run import start_run, summarize
+from harness.run import Runner, RunOptions
 from harness.tables import RunFolder
+from harness.tier import Run
 from optimizers import BatchedMuSGD
 from optimizers.batched import DEFAULT_PAD_GUARD, _batched_on_cpu
 
@@ -43,6 +51,34 @@ def tiny_groups(device: str = "cpu", seed: int = 0) -> tuple[list[dict[str, Any]
     )
 
 
+PROTOCOL_KEYS = ("arms", "warmup", "pairs", "order", "seed", "bar", "device")
+
+
+def make_plan(on: str | None = None, **options: Any) -> Plan:
+    """A screen plan from CLI-style options (protocol ones and the screen's own); ``on='cuda'`` makes it stand
+    for a GPU run's plan (its device says cuda) while it is built on this machine."""
+    protocol = protocol_options(**{k: v for k, v in options.items() if k in PROTOCOL_KEYS})
+    plan = screen.make_plan(
+        protocol, screen_plan.ScreenSettings(**{k: v for k, v in options.items() if k not in PROTOCOL_KEYS})
+    )
+    if on is not None:
+        plan.protocol = dataclasses.replace(plan.protocol, device=on)
+    return plan
+
+
+def start(plan: Plan, root: Path, trial_fn) -> RunFolder:
+    return Runner(TIERS, RunOptions(out=root, quiet=True, report=False)).start(plan, trial_fn).folder
+
+
+def loaded(folder: RunFolder):
+    run = Run.load(folder)
+    return run.plan, run.summaries
+
+
+def section(folder: RunFolder, figures_dir: Path) -> str:
+    return screen_section.report_section(Run.load(folder, figures_dir))
+
+
 def labels(case) -> list[str]:
     return [a.label for a in case.arms]
 
@@ -51,12 +87,12 @@ def labels(case) -> list[str]:
 
 
 def test_cases_expand_guarded_arms_only() -> None:
-    plan = screen.make_plan(
+    plan = make_plan(
         scales="n,s",
         guards="0,256,none",
         arms="baseline,candidate,upstream",
-        repeats=3,
-        warmup_trials=2,
+        pairs=3,
+        warmup=10,
         device="cpu",
     )
     assert [c.label for c in plan.cases] == ["n", "s"]
@@ -65,12 +101,12 @@ def test_cases_expand_guarded_arms_only() -> None:
         assert [a.role for a in case.arms] == ["baseline"] + ["candidate"] * 4
         assert [a.params["guard"] for a in case.arms] == ["no-guard", "0", "256", "none", "no-guard"]
         assert case.params == {"scale": case.label, "model": f"yolo26{case.label}"}
-    # --repeats are the protocol's rounds; --warmup-trials are per arm; --warmup (steps) stays in the options.
-    assert plan.pairs == 3 and plan.warmup == 2 * 5
-    assert plan.options["steps"] == screen.DEFAULTS["steps"]
-    assert plan.options["warmup_steps"] == screen.DEFAULTS["warmup"]
-    assert plan.options["default_guards"] == {"candidate": str(DEFAULT_PAD_GUARD)}
-    assert plan.options["guarded_specs"] == ["candidate"]
+    # --pairs are the protocol's rounds and --warmup its warm-up trials; --warmup-steps stay in the settings.
+    assert plan.protocol.pairs == 3 and plan.protocol.warmup == 10
+    assert plan.settings["steps"] == screen_plan.ScreenSettings.steps
+    assert plan.settings["warmup_steps"] == screen_plan.ScreenSettings.warmup_steps
+    assert plan.settings["default_guards"] == {"candidate": str(DEFAULT_PAD_GUARD)}
+    assert plan.settings["guarded_specs"] == ["candidate"]
     assert len(plan.schedule) == 2 * (10 + 3 * 5)
     for case in ("n", "s"):
         for r in range(3):
@@ -82,7 +118,7 @@ def test_cases_expand_guarded_arms_only() -> None:
 
 
 def test_a_guarded_first_arm_runs_once_at_its_default() -> None:
-    plan = screen.make_plan(scales="n", guards="0,none", arms="candidate,baseline", device="cpu")
+    plan = make_plan(scales="n", guards="0,none", arms="candidate,baseline", device="cpu")
     assert labels(plan.cases[0]) == ["candidate", "baseline"]
     assert plan.cases[0].arms[0].params["guard"] == "default"
 
@@ -94,20 +130,21 @@ def test_cli_defaults_are_the_screen_defaults() -> None:
 
     command = typer.main.get_command(app).commands["screen"]
     defaults = {param.name: param.default for param in command.params}
-    for name, value in screen.DEFAULTS.items():
-        assert defaults[name] == value, name
+    for field in dataclasses.fields(screen_plan.ScreenSettings):
+        assert defaults[field.name] == field.default, field.name
+    assert {"repeats", "warmup_trials"}.isdisjoint(defaults)  # one word, one meaning in every command
 
 
 @pytest.mark.parametrize(("text", "expected"), [("0", 0), ("256", 256), ("none", None), ("NONE", None)])
 def test_guard_parsing(text: str, expected: int | None) -> None:
-    assert screen.parse_guard(text) == expected
-    assert screen.guard_label("candidate", expected) == f"candidate@g{text.lower()}"
+    assert screen_plan.parse_guard(text) == expected
+    assert screen_plan.guard_label("candidate", expected) == f"candidate@g{text.lower()}"
 
 
 @pytest.mark.parametrize("text", ["²", "-1", "2.5", "big", ""])
 def test_guard_parsing_refuses_what_int_would_not_take_cleanly(text: str) -> None:
     with pytest.raises(InputError, match="is not a guard"):
-        screen.parse_guard(text)
+        screen_plan.parse_guard(text)
 
 
 # --- the guard reaches the trial's optimizer and nothing else ------------------------------------------------
@@ -115,7 +152,7 @@ def test_guard_parsing_refuses_what_int_would_not_take_cleanly(text: str) -> Non
 
 def batch_kinds(guard: str) -> set[str]:
     groups, kwargs = tiny_groups()
-    optimizer = screen.make_arm_optimizer(
+    optimizer = screen_trial.make_arm_optimizer(
         Arm(f"candidate@g{guard}", "candidate", "candidate", {"guard": guard}), groups, kwargs
     )
     with _batched_on_cpu():
@@ -130,30 +167,30 @@ def test_the_guard_decides_padding() -> None:
 
 
 def test_guard_does_not_leak_between_trials() -> None:
-    settings = screen.TrialSettings(steps=2, warmup_steps=1, floor_replays=1, dtype=torch.float32)
+    settings = screen_trial.TrialSettings(steps=2, warmup_steps=1, floor_replays=1, dtype=torch.float32)
     groups, kwargs = tiny_groups()
-    row = screen.run_trial(
+    row = screen_trial.measure_step(
         Arm("candidate@g0", "candidate", "candidate", {"guard": "0"}), groups, kwargs, "cpu", settings
     )
     assert row["guard_in_effect"] == "0"
     assert BatchedMuSGD.pad_guard == DEFAULT_PAD_GUARD
     groups, kwargs = tiny_groups()
-    row = screen.run_trial(
+    row = screen_trial.measure_step(
         Arm("candidate", "baseline", "candidate", {"guard": "default"}), groups, kwargs, "cpu", settings
     )
     assert row["guard_in_effect"] == str(DEFAULT_PAD_GUARD)
     groups, kwargs = tiny_groups()
-    row = screen.run_trial(
+    row = screen_trial.measure_step(
         Arm("baseline", "baseline", "baseline", {"guard": "no-guard"}), groups, kwargs, "cpu", settings
     )
     assert row["guard_in_effect"] == "no-guard"
 
 
 def test_one_cpu_trial_reports_its_figures_and_no_floor() -> None:
-    settings = screen.TrialSettings(steps=3, warmup_steps=1, floor_replays=5, dtype=torch.float32)
+    settings = screen_trial.TrialSettings(steps=3, warmup_steps=1, floor_replays=5, dtype=torch.float32)
     groups, kwargs = tiny_groups()
     before = [p.detach().clone() for g in groups for p in g["params"]]
-    row = screen.run_trial(
+    row = screen_trial.measure_step(
         Arm("baseline", "baseline", "baseline", {"guard": "no-guard"}), groups, kwargs, "cpu", settings
     )
     after = [p.detach() for g in groups for p in g["params"]]
@@ -165,7 +202,7 @@ def test_one_cpu_trial_reports_its_figures_and_no_floor() -> None:
 
 
 def test_workload_cache_gives_fresh_equal_tensors_per_round() -> None:
-    cache = screen.WorkloadCache()
+    cache = screen_trial.WorkloadCache()
     first, kwargs = cache.fresh("n", 7, torch.float32, "cpu")
     second, _ = cache.fresh("n", 7, torch.float32, "cpu")
     assert kwargs == {"muon": 0.2, "sgd": 1.0}
@@ -202,11 +239,11 @@ def test_cpu_screen_through_the_cli(tmp_path: Path) -> None:
             "baseline,candidate",
             "--steps",
             "1",
-            "--repeats",
+            "--pairs",
             "1",
             "--warmup",
             "0",
-            "--warmup-trials",
+            "--warmup-steps",
             "0",
             "--device",
             "cpu",
@@ -222,14 +259,14 @@ def test_cpu_screen_through_the_cli(tmp_path: Path) -> None:
     assert (trials["status"] == "ok").all() and (trials["value"] > 0).all()
     assert trials["floor_ms"].isna().all()
     assert trials["floor_note"].str.startswith("n/a: CPU").all()
-    summary = pd.read_csv(run_dir / screen.SUMMARY_CSV)
+    summary = pd.read_csv(run_dir / screen_summary.SUMMARY_CSV)
     assert list(summary["arm"]) == ["baseline", "candidate@g0"]
     assert list(summary["guard"].astype(str)) == ["no-guard", "0"]
     report = (run_dir / "report.md").read_text()
     assert "### Screen: crossover over scales and padding guards" in report
     assert "Floor n/a: CPU" in report
-    assert (run_dir / "report-figures" / screen.CROSSOVER_PNG).stat().st_size > 0
-    assert (run_dir / "report-figures" / screen.MEMORY_PNG).stat().st_size > 0
+    assert (run_dir / "report-figures" / screen_plots.CROSSOVER_PNG).stat().st_size > 0
+    assert (run_dir / "report-figures" / screen_plots.MEMORY_PNG).stat().st_size > 0
 
 
 # --- summary and section from a fixture log ------------------------------------------------------------------
@@ -274,25 +311,25 @@ def fixture_trials(plan: Plan):
 
 @pytest.fixture(scope="module")
 def fixture_run(tmp_path_factory) -> tuple[RunFolder, Plan]:
-    plan = screen.make_plan(
+    plan = make_plan(
+        on="cuda",  # the fixture stands for a GPU run's log
         scales="n,s",
         guards="0,256,none",
         arms="baseline,candidate,upstream",
-        repeats=3,
+        pairs=3,
         steps=10,
-        warmup=2,
-        warmup_trials=0,
+        warmup_steps=2,
+        warmup=0,
         device="cpu",
     )
-    plan.device = "cuda"  # the fixture stands for a GPU run's log
-    folder = start_run(plan, tmp_path_factory.mktemp("runs"), quiet=True, trial_fn=fixture_trials(plan))
+    folder = start(plan, tmp_path_factory.mktemp("runs"), fixture_trials(plan))
     return folder, plan
 
 
 def test_summary_table_from_fixture(fixture_run) -> None:
     folder, _ = fixture_run
-    table = screen.write_screen_summary(folder, summarize(folder)[1])
-    assert (folder.file(screen.SUMMARY_CSV)).is_file()
+    table = screen_summary.summary_table(*loaded(folder))
+    assert (folder.file(screen_summary.SUMMARY_CSV)).is_file()  # the runner wrote it when the run ended
     assert len(table) == 10 and list(table["scale"].unique()) == ["n", "s"]
     row = table[(table["scale"] == "n") & (table["arm"] == "candidate@g256")].iloc[0]
     assert row["guard"] == "256" and row["trials"] == 3 and row["failed"] == 0
@@ -308,11 +345,10 @@ def test_summary_table_from_fixture(fixture_run) -> None:
 
 def test_section_states_the_crossover_and_targets_from_the_data(fixture_run, tmp_path: Path) -> None:
     folder, _ = fixture_run
-    summaries = summarize(folder)[1]
     figures = tmp_path / "report-figures"
-    text = screen.report_section(folder, summaries, figures)
-    assert (figures / screen.CROSSOVER_PNG).stat().st_size > 0 and (
-        figures / screen.MEMORY_PNG
+    text = section(folder, figures)
+    assert (figures / screen_plots.CROSSOVER_PNG).stat().st_size > 0 and (
+        figures / screen_plots.MEMORY_PNG
     ).stat().st_size > 0
     assert "![crossover: ms/step vs scale](report-figures/screen_crossover.png)" in text
     # Fastest guard per scale: none at n (5.5 < 6), 256 at s (7 < 9).
@@ -372,15 +408,20 @@ def test_section_states_the_crossover_and_targets_from_the_data(fixture_run, tmp
     ],
 )
 def test_what_bounds_a_step(ms: float, host: float, floor: float, bound: str) -> None:
-    assert screen.bound_by(ms, host, floor).startswith(bound)
+    assert screen_section.bound_by(ms, host, floor).startswith(bound)
 
 
 def test_section_changes_with_the_data(tmp_path: Path) -> None:
     """The same section over a log where the unguarded arm wins everywhere says so (nothing is canned)."""
-    plan = screen.make_plan(
-        scales="n,s", guards="0,256,none", arms="baseline,candidate", repeats=2, warmup_trials=0, device="cpu"
+    plan = make_plan(
+        on="cuda",
+        scales="n,s",
+        guards="0,256,none",
+        arms="baseline,candidate",
+        pairs=2,
+        warmup=0,
+        device="cpu",
     )
-    plan.device = "cuda"
     figures = {
         s: {
             "baseline": (90, 89, 20, 1),
@@ -401,8 +442,8 @@ def test_section_changes_with_the_data(tmp_path: Path) -> None:
             "extra_peak_bytes": peak * MiB,
         }
 
-    folder = start_run(plan, tmp_path, quiet=True, trial_fn=trial)
-    text = screen.report_section(folder, summarize(folder)[1], tmp_path / "figs")
+    folder = start(plan, tmp_path, trial)
+    text = section(folder, tmp_path / "figs")
     assert "**The data supports guard none**" in text
     assert "`candidate@gnone` is never slower than `candidate@g256`" in text
     assert "upstream not in this run" in text
@@ -411,10 +452,9 @@ def test_section_changes_with_the_data(tmp_path: Path) -> None:
 
 def test_section_reads_failed_trials_as_failures(tmp_path: Path) -> None:
     """An arm that runs out of memory at one scale is a recorded failure: shown, never the fastest guard."""
-    plan = screen.make_plan(
-        scales="n,s", guards="0,none", arms="baseline,candidate", repeats=2, warmup_trials=0, device="cpu"
+    plan = make_plan(
+        on="cuda", scales="n,s", guards="0,none", arms="baseline,candidate", pairs=2, warmup=0, device="cpu"
     )
-    plan.device = "cuda"
 
     def trial(ctx: TrialContext) -> dict[str, Any]:
         if ctx.case.label == "s" and ctx.arm.label == "candidate@gnone":
@@ -428,11 +468,11 @@ def test_section_reads_failed_trials_as_failures(tmp_path: Path) -> None:
             "extra_peak_bytes": MiB,
         }
 
-    folder = start_run(plan, tmp_path, quiet=True, trial_fn=trial)
-    table = screen.write_screen_summary(folder, summarize(folder)[1])
+    folder = start(plan, tmp_path, trial)
+    table = screen_summary.summary_table(*loaded(folder))
     failed = table[(table["scale"] == "s") & (table["arm"] == "candidate@gnone")].iloc[0]
     assert failed["failed"] == 2 and math.isinf(failed["ms_median"])
-    text = screen.report_section(folder, summarize(folder)[1], tmp_path / "figs")
+    text = section(folder, tmp_path / "figs")
     assert "| s | candidate@gnone | 2 (2 failed) | failed (failed–failed) |" in text
     assert "| n | none | 12.000 | 10.000 |" in text and "| s | 0 | 12.000 | failed |" in text
     assert (
@@ -457,12 +497,13 @@ def test_section_reads_failed_trials_as_failures(tmp_path: Path) -> None:
         (["--arms", "baseline,nosuch"], "unknown arm 'nosuch'"),
         (["--arms", "baseline"], "names one arm"),
         (["--steps", "0"], "--steps must be a positive whole number"),
-        (["--repeats", "0"], "--repeats must be a positive whole number"),
+        (["--pairs", "0"], "--pairs must be a positive whole number"),
         (["--warmup=-1"], "--warmup must be zero or more"),
-        (["--warmup-trials=-2"], "--warmup-trials must be zero or more"),
+        (["--warmup-steps=-2"], "--warmup-steps must be zero or more"),
+        (["--repeats", "3"], "No such option: --repeats"),
         (["--floor-replays", "0"], "--floor-replays must be a positive whole number"),
         (["--dtype", "int8"], "--dtype 'int8' is not accepted"),
-        (["--device", "tpu"], "use cpu, cuda or cuda:N"),
+        (["--device", "tpu"], "use auto, cpu, cuda or cuda:N"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_no_run_folder(
@@ -495,13 +536,13 @@ def test_cuda_floor_of_a_captured_step() -> None:
     optimizer = BatchedMuSGD(groups, **kwargs)
     for _ in range(2):
         optimizer.step()
-    window = screen.time_window(optimizer, "cuda", 3)
+    window = screen_trial.time_window(optimizer, "cuda", 3)
     assert window["value"] > 0 and window["extra_peak_bytes"] is not None and window["extra_peak_bytes"] >= 0
-    floor = screen.launch_floor(optimizer, "cuda", 5)
+    floor = screen_trial.launch_floor(optimizer, "cuda", 5)
     assert floor["floor_note"] == "" and floor["floor_ms"] is not None and floor["floor_ms"] > 0
     # A replay is the same step: it keeps moving the parameters.
     before = groups[1]["params"][0].detach().clone()
-    screen.launch_floor(optimizer, "cuda", 1)
+    screen_trial.launch_floor(optimizer, "cuda", 1)
     torch.cuda.synchronize()
     assert not torch.equal(before, groups[1]["params"][0])
 
@@ -512,7 +553,7 @@ def test_cuda_floor_of_an_uncapturable_step_is_na_with_the_reason() -> None:
     groups, kwargs = tiny_groups("cuda")
     optimizer = SyncingMuSGD(groups, **kwargs)
     optimizer.step()
-    floor = screen.launch_floor(optimizer, "cuda", 5)
+    floor = screen_trial.launch_floor(optimizer, "cuda", 5)
     assert floor["floor_ms"] is None and floor["floor_note"].startswith("n/a: capture failed: ")
     # The failed capture leaves the process usable, on its default stream.
     assert torch.cuda.current_stream() == torch.cuda.default_stream()
@@ -522,17 +563,17 @@ def test_cuda_floor_of_an_uncapturable_step_is_na_with_the_reason() -> None:
 @cuda
 @pytest.mark.cuda
 def test_cuda_screen_trial_on_scale_n() -> None:
-    plan = screen.make_plan(
+    plan = make_plan(
         scales="n",
         guards="256",
         arms="baseline,candidate",
         steps=2,
-        repeats=1,
-        warmup=1,
+        pairs=1,
+        warmup_steps=1,
         floor_replays=3,
         device="cuda",
     )
-    trial_fn = screen.make_trial_function(plan)
+    trial_fn = screen_trial.trial_function(plan)
     case = plan.cases[0]
     for scheduled in plan.schedule:
         if scheduled.phase != "measured":

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.timing import SyncTimer, TrialFailure, format_bytes, is_out_of_memory, parse_bytes, parse_oom
+from harness.formatting import format_bytes
+from harness.timing import SyncTimer, TrialFailure, is_out_of_memory, parse_bytes, parse_oom
 
 GIB, MIB = 2**30, 2**20
 

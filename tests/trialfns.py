@@ -1,36 +1,76 @@
-"""Trial functions defined by the tests: plain Python work the protocol can schedule, time and resume."""
+"""A tier for the tests: plain Python work the protocol can schedule, time and resume.
+
+``plan.settings['behaviour']`` names what each trial does (data, not code: a run folder never names code).
+"""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
-from harness.protocol import Plan, TrialContext, TrialFunction
+from harness.protocol import Arm, Case, Plan, ProtocolOptions, TrialContext, TrialFunction
+from harness.run import Runner, RunOptions
+from harness.tier import BaseTier, TierRegistry
+
+TWO_ARMS = (Arm("baseline", "baseline", "baseline"), Arm("candidate", "candidate", "candidate"))
 
 
 def sleepy(plan: Plan) -> TrialFunction:
-    """Each trial marks that it started, sleeps ``options['sleep']`` seconds and returns a fixed figure."""
+    """Each trial marks that it started, sleeps ``settings['sleep']`` seconds and returns a fixed figure."""
 
     def trial(ctx: TrialContext) -> dict:
         (ctx.run_dir / f"started-{ctx.trial.index}").touch()
-        time.sleep(plan.options.get("sleep", 0.0))
+        time.sleep(plan.settings.get("sleep", 0.0))
         return {"value": 10.0 if ctx.arm.role == "baseline" else 8.0, "seed_seen": ctx.seed}
 
     return trial
 
 
 def scripted(plan: Plan) -> TrialFunction:
-    """Figures looked up from ``options['figures'][arm][round]``; the string 'oom' raises a real-text OOM."""
+    """Figures looked up from ``settings['figures'][arm][round]``; the string 'oom' raises a real-text OOM."""
 
     def trial(ctx: TrialContext) -> dict:
-        figure = plan.options["figures"][ctx.arm.label][
-            ctx.trial.round if ctx.trial.phase == "measured" else 0
-        ]
+        figures = plan.settings["figures"][ctx.arm.label]
+        figure = figures[ctx.trial.round if ctx.trial.phase == "measured" else 0]
         if figure == "oom":
             import torch
 
-            raise torch.OutOfMemoryError(plan.options["oom_message"])
+            raise torch.OutOfMemoryError(plan.settings["oom_message"])
         if figure == "error":
             raise RuntimeError("the trial broke")
         return {"value": float(figure)}
 
     return trial
+
+
+BEHAVIOURS = {"sleepy": sleepy, "scripted": scripted}
+
+
+TIERS = TierRegistry(
+    [BaseTier("test", trial_function=lambda plan: BEHAVIOURS[plan.settings["behaviour"]](plan))]
+)
+
+
+def plan_of(
+    behaviour: str, warmup: int = 2, pairs: int = 3, arms: tuple[Arm, ...] = TWO_ARMS, **settings
+) -> Plan:
+    """A one-case plan of the test tier (protocol options given as keywords go to ``ProtocolOptions``)."""
+    protocol_fields = {"order", "seed", "bar", "device", "budget", "control", "cooldown"}
+    protocol = ProtocolOptions(
+        arms, warmup=warmup, pairs=pairs, **{k: v for k, v in settings.items() if k in protocol_fields}
+    )
+    return Plan(
+        tier="test",
+        protocol=protocol,
+        cases=[Case("only", {"size": 1}, arms)],
+        unit="ms",
+        metric="test figure",
+        settings={"behaviour": behaviour, **{k: v for k, v in settings.items() if k not in protocol_fields}},
+    )
+
+
+def runner(out: str | Path, **options) -> Runner:
+    """A quiet runner of the test tier, without a report unless asked."""
+    return Runner(
+        TIERS, RunOptions(out=Path(out), quiet=True, report=options.pop("report", False), **options)
+    )

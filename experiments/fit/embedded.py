@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from experiments.fit.stages import NullClock
+from harness.timing import NullClock
 
 CLASSES = 10
 DEFAULT_IMGSZ = 32

@@ -16,59 +16,60 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from experiments.arms import checked_optimizer
-from harness.console import console
 from harness.isolation import run_in_worker
-from harness.options import InputError, check_choice, check_non_negative, check_positive, protocol_options
-from harness.protocol import Case, Plan, TrialContext, TrialFunction
-from harness.tables import RunFolder
+from harness.options import InputError, check_choice, check_non_negative, check_positive
+from harness.protocol import Case, Plan, ProtocolOptions, TrialContext, TrialFunction
 
 WORKLOADS = ("auto", "ultralytics", "embedded")
 AMP_CHOICES = ("auto", "bf16", "fp16", "fp32")
 CACHE_CHOICES = ("ram", "disk", "none")
-DEFAULT_STEPS, DEFAULT_IMAGES, DEFAULT_VAL_IMAGES, DEFAULT_BATCH = 384, 256, 32, 4
+DEFAULT_IMAGES = 256
 DEFAULT_IMGSZ = {"ultralytics": 640, "embedded": 32}
-DEFAULT_MODEL = "yolo26n.yaml"
-DEFAULT_TRIAL_TIMEOUT_S = 3600
 YOLO_STRIDE = 32
 WORKER_TARGET = "experiments.fit.worker:run_fit"
 
 
 @dataclass(frozen=True)
 class FitSettings:
-    """What one fit does, the same for every trial of a run (saved in ``plan.options``)."""
+    """What one fit does, the same for every trial of a run: the tier's options with their defaults (the CLI
+    reads them from here); ``make_plan`` resolves ``auto`` and ``None`` and saves the result in the plan."""
 
-    workload: str
-    steps: int
-    epochs: int
-    images: int
-    val_images: int
-    batch: int
-    imgsz: int
-    amp: str
-    model: str
-    data: str | None
-    data_root: str
-    data_seed: int
-    workers: int
-    cache: str
-    close_mosaic: int
-    stages: bool
-    trial_timeout_s: int
-    keep_checkpoints: bool
+    workload: str = "auto"
+    steps: int = 384
+    images: int | None = None  # default 256; with ``data``, counted from it
+    val_images: int = 32
+    batch: int = 4
+    imgsz: int | None = None  # default 640 for the real trainer, 32 embedded
+    amp: str = "auto"
+    model: str = "yolo26n.yaml"
+    data: str | None = None
+    data_cache: str = "runs/datasets"
+    workers: int = 4
+    cache: str = "ram"
+    close_mosaic: int = 10
+    stages: bool = False
+    trial_timeout: int = 3600
+    keep_checkpoints: bool = False
 
     @property
     def iterations_per_epoch(self) -> int:
         return self.images // self.batch
 
+    @property
+    def epochs(self) -> int:
+        return self.steps // self.iterations_per_epoch
+
     @classmethod
-    def from_options(cls, options: dict[str, Any]) -> FitSettings:
-        return cls(**{k: options[k] for k in cls.__dataclass_fields__})
+    def from_dict(cls, values: dict[str, Any]) -> FitSettings:
+        """Settings saved in a plan, including those of the first plan format (``data_root``, ``trial_timeout_s``)."""
+        renamed = {"data_root": "data_cache", "trial_timeout_s": "trial_timeout"}
+        known = {f.name for f in fields(cls)}
+        return cls(**{renamed.get(k, k): v for k, v in values.items() if renamed.get(k, k) in known})
 
 
 def ultralytics_importable() -> bool:
@@ -151,61 +152,34 @@ def resolve_amp(amp: str, device: str) -> str:
 
 
 def make_plan(
-    *,
-    arms: str = "baseline,candidate",
-    warmup: int = 2,
-    pairs: int = 5,
-    order: str = "alternate",
-    seed: int = 0,
-    bar: float | None = None,
-    device: str = "cpu",
-    budget: str | None = None,
-    control: bool = False,
-    workload: str = "auto",
-    steps: int = DEFAULT_STEPS,
-    images: int | None = None,
-    val_images: int = DEFAULT_VAL_IMAGES,
-    batch: int = DEFAULT_BATCH,
-    imgsz: int | None = None,
-    amp: str = "auto",
-    model: str = DEFAULT_MODEL,
-    data: Path | None = None,
-    data_cache: Path = Path("runs/datasets"),
-    workers: int = 4,
-    cache: str = "ram",
-    close_mosaic: int = 10,
-    stages: bool = False,
-    trial_timeout: int = DEFAULT_TRIAL_TIMEOUT_S,
-    keep_checkpoints: bool = False,
-    command: str = "",
-    announce: Any = None,
+    protocol: ProtocolOptions, settings: FitSettings, command: str = "", announce: Any = None
 ) -> Plan:
-    """Check every option (``InputError`` on the first bad one) and build the plan; nothing is written."""
-    protocol = protocol_options(arms, warmup, pairs, order, seed, bar, device, budget, control)
+    """Check the fit's options (``InputError`` on the first bad one) and build the plan; nothing is written."""
+    s = settings
     for arm in protocol.arms:
         checked_optimizer(arm.spec, import_upstream=False)
-    if stages and protocol.bar is not None:
+    if s.stages and protocol.bar is not None:
         raise InputError(
             "--bar with --stages: a stages run is a diagnostic with no verdict; drop --bar (or --stages)"
         )
-    chosen, why = resolve_workload(workload)
-    check_non_negative("--workers", workers)
-    check_choice("--cache", cache, CACHE_CHOICES)
-    check_non_negative("--close-mosaic", close_mosaic)
-    check_positive("--trial-timeout", trial_timeout)
-    check_positive("--val-images", val_images)
-    amp = resolve_amp(amp, protocol.device)
-    imgsz = DEFAULT_IMGSZ[chosen] if imgsz is None else check_positive("--imgsz", imgsz)
+    chosen, why = resolve_workload(s.workload)
+    check_non_negative("--workers", s.workers)
+    check_choice("--cache", s.cache, CACHE_CHOICES)
+    check_non_negative("--close-mosaic", s.close_mosaic)
+    check_positive("--trial-timeout", s.trial_timeout)
+    check_positive("--val-images", s.val_images)
+    amp = resolve_amp(s.amp, protocol.device)
+    imgsz = DEFAULT_IMGSZ[chosen] if s.imgsz is None else check_positive("--imgsz", s.imgsz)
     if chosen == "ultralytics":
-        check_model(model)
+        check_model(s.model)
         if imgsz % YOLO_STRIDE:
             raise InputError(
                 f"--imgsz {imgsz} is not a multiple of the YOLO stride {YOLO_STRIDE} (e.g. 640, 320, 64)"
             )
     elif imgsz < 8:
         raise InputError(f"--imgsz {imgsz} is too small for the embedded model; use 8 or more (default 32)")
-    data_path: str | None = None
-    if data is not None:
+    images, val_images, data_path = s.images, s.val_images, None
+    if s.data is not None:
         if chosen != "ultralytics":
             raise InputError(
                 "--data needs the real trainer (--workload ultralytics); the embedded workload makes its own data"
@@ -213,35 +187,26 @@ def make_plan(
         from experiments.fit.dataset import describe_user_set
 
         try:
-            counted, val_images = describe_user_set(Path(data))
+            counted, val_images = describe_user_set(Path(s.data))
         except ValueError as exc:
             raise InputError(str(exc)) from None
         if images is not None and images != counted:
             raise InputError(
                 f"--images {images} disagrees with --data, which has {counted} training images; drop --images"
             )
-        images, data_path = counted, str(Path(data).resolve())
+        images, data_path = counted, str(Path(s.data).resolve())
     images = DEFAULT_IMAGES if images is None else check_positive("--images", images)
-    epochs = check_steps(steps, images, batch)
-    settings = FitSettings(
+    epochs = check_steps(s.steps, images, s.batch)
+    resolved = replace(
+        s,
         workload=chosen,
-        steps=steps,
-        epochs=epochs,
         images=images,
         val_images=val_images,
-        batch=batch,
         imgsz=imgsz,
         amp=amp,
-        model=model if chosen == "ultralytics" else "embedded SmallConvNet",
         data=data_path,
-        data_root=str(data_cache),
-        data_seed=seed,
-        workers=workers,
-        cache=cache,
-        close_mosaic=close_mosaic,
-        stages=stages,
-        trial_timeout_s=trial_timeout,
-        keep_checkpoints=keep_checkpoints,
+        model=s.model if chosen == "ultralytics" else "embedded SmallConvNet",
+        data_cache=str(s.data_cache),
     )
     if announce is not None:
         announce(f"workload: {chosen} ({why})")
@@ -251,40 +216,32 @@ def make_plan(
                 "--device cuda on a GPU, or --workload embedded for a quick CPU run"
             )
     label = (
-        f"{Path(settings.model).stem if chosen == 'ultralytics' else 'embedded'} {imgsz}px b{batch} "
-        f"{steps} steps ({epochs}×{settings.iterations_per_epoch})"
+        f"{Path(resolved.model).stem if chosen == 'ultralytics' else 'embedded'} {imgsz}px b{s.batch} "
+        f"{s.steps} steps ({epochs}×{resolved.iterations_per_epoch})"
     )
     case_params = {
         "workload": chosen,
-        "model": settings.model,
-        "steps": steps,
+        "model": resolved.model,
+        "steps": s.steps,
         "epochs": epochs,
         "images": images,
-        "batch": batch,
+        "batch": s.batch,
         "imgsz": imgsz,
         "amp": amp,
     }
     stage_note = (
         "; --stages: synchronized marks at every stage boundary inside it (diagnostic only, never a claim)"
-        if stages
+        if s.stages
         else "; the harness adds no synchronization, profiler or callback inside it (the workload's "
         "own reads of the loss for logging are part of what is timed, for both arms alike)"
     )
     return Plan(
-        tier="stages" if stages else "pair",
-        factory="experiments.fit.plan:trial_factory",
-        unit="s",
-        metric="whole-fit wall time" + (" with stage marks (diagnostic)" if stages else ""),
+        tier="stages" if s.stages else "pair",
+        protocol=protocol,
         cases=[Case(label, case_params, protocol.arms)],
-        warmup=protocol.warmup,
-        pairs=protocol.pairs,
-        order=protocol.order,
-        seed=protocol.seed,
-        bar=protocol.bar,
-        device=protocol.device,
-        budget=protocol.budget,
-        control=protocol.control,
-        options=asdict(settings),
+        unit="s",
+        metric="whole-fit wall time" + (" with stage marks (diagnostic)" if s.stages else ""),
+        settings=asdict(resolved),
         command=command,
         in_process=False,
         isolation="a fresh worker process per trial (python -m harness.isolation); the parent schedules and "
@@ -300,7 +257,6 @@ def make_plan(
             )
             + stage_note
         ),
-        sections="experiments.fit.report:sections",
     )
 
 
@@ -312,51 +268,17 @@ def worker_environment(run_dir: Path) -> dict[str, str]:
     return offline_environment(run_dir / "ultralytics-config")
 
 
-class PlannedStop(KeyboardInterrupt):
-    """A clean stop between trials (``--stop-after``): the protocol lets it through like Ctrl-C, the log keeps
-    every finished trial, and ``--resume`` continues with the next one."""
-
-
-_command_deadline: float | None = None  # monotonic clock; set per command (not part of the plan)
-
-
-def stop_after(seconds: int | None) -> None:
-    """Stop this command before any trial that would not finish within ``seconds`` from now."""
-    global _command_deadline
-    _command_deadline = (
-        None if seconds is None else time.monotonic() + check_positive("--stop-after", seconds)
-    )
-
-
-def _check_deadline(ctx: TrialContext) -> None:
-    """Raise ``PlannedStop`` when the next trial, estimated from the log, would end past the deadline."""
-    if _command_deadline is None:
-        return
-    rows = [r for r in RunFolder(ctx.run_dir).rows() if r.get("trial_seconds") is not None]
-    same_arm = [r["trial_seconds"] for r in rows if r["arm"] == ctx.arm.label]
-    estimate = max(same_arm or [r["trial_seconds"] for r in rows] or [0.0])
-    left = _command_deadline - time.monotonic()
-    if estimate > left:
-        console.print(
-            f"stopping before trial {ctx.trial.index + 1} of {len(ctx.plan.schedule)} ({ctx.arm.label}, about "
-            f"{estimate:.0f} s by the log; {max(left, 0):.0f} s left of --stop-after); continue with "
-            f"bench pair --resume {ctx.run_dir} (with --stop-after again to slice the rest)"
-        )
-        raise PlannedStop
-
-
-def trial_factory(plan: Plan) -> TrialFunction:
+def trial_function(plan: Plan) -> TrialFunction:
     """The trial function of a fit plan: one worker process per trial, its output in ``trials/<index>.log``."""
-    settings = FitSettings.from_options(plan.options)
+    settings = FitSettings.from_dict(plan.settings)
     data_yaml = settings.data
     if settings.workload == "ultralytics" and data_yaml is None:
         from experiments.fit.dataset import SyntheticSet, ensure_synthetic_set
 
-        spec = SyntheticSet(settings.images, settings.val_images, settings.imgsz, settings.data_seed)
-        data_yaml = str(ensure_synthetic_set(spec, Path(settings.data_root)).resolve())
+        spec = SyntheticSet(settings.images, settings.val_images, settings.imgsz, plan.protocol.seed)
+        data_yaml = str(ensure_synthetic_set(spec, Path(settings.data_cache)).resolve())
 
     def trial(ctx: TrialContext) -> dict[str, Any]:
-        _check_deadline(ctx)
         trials_dir = ctx.run_dir / "trials"
         trials_dir.mkdir(exist_ok=True)
         trial_dir = trials_dir / f"{ctx.trial.index:03d}"
@@ -366,7 +288,8 @@ def trial_factory(plan: Plan) -> TrialFunction:
             "arm_spec": ctx.arm.spec,
             "arm_params": ctx.arm.params,
             "device": ctx.device,
-            "budget": plan.budget,
+            "budget": plan.protocol.budget,
+            "data_seed": plan.protocol.seed,
             "seed": ctx.seed,
             "trial_dir": str(trial_dir.resolve()),
             "parent_pid": os.getpid(),
@@ -375,7 +298,7 @@ def trial_factory(plan: Plan) -> TrialFunction:
             return run_in_worker(
                 WORKER_TARGET,
                 payload,
-                timeout_s=settings.trial_timeout_s,
+                timeout_s=settings.trial_timeout,
                 log_path=trials_dir / f"{ctx.trial.index}.log",
                 env=worker_environment(ctx.run_dir),
             )

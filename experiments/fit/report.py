@@ -1,34 +1,36 @@
-"""The complete-fit tier's words: its report section, the claim it prints, and the stage-share analysis.
+"""The complete-fit tier's words: its report section, its claim and the stage-share analysis.
 
-``sections`` is the tier's report section (``plan.sections``): the fit settings and how steps map to epochs,
-per-arm medians of the trial's own figures, and — in a ``--stages`` run — each stage's share of the fit and
-the ceiling it puts on the whole-fit saving. ``finish`` runs when a ``bench pair`` command ends: it prints the
-claim (or, for a stages run, the shares) and writes it into the run folder as ``claim.txt`` (which the report
-section rewrites too, so ``bench report`` refreshes it).
-
-Everything here is derived from the run folder alone, so it can be regenerated at any time.
+The section gives the fit settings and how steps map to epochs, per-arm medians of the trial's own figures,
+and — in a ``--stages`` run — each stage's share of the fit and the ceiling it puts on the whole-fit saving.
+``claim_text`` is what a ``bench pair`` command prints when it ends (the runner writes it as ``claim.txt``).
+Everything here is derived from the run alone.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from experiments.fit.plan import FitSettings
+from experiments.fit.plots import plot_fit_stage_shares
 from experiments.fit.stages import OPTIMIZER_STAGE, STAGES, stage_column
+from harness.formatting import (
+    format_bytes,
+    format_interval,
+    format_limit,
+    format_number,
+    format_percent,
+    format_value,
+)
 from harness.protocol import Plan
-from harness.run import summarize
-from harness.stats import finished
-from harness.tables import ENV, RunFolder, Summaries
+from harness.report import claim_sentence, markdown_image, markdown_table
+from harness.stats import finished, median_of, range_coverage
+from harness.tier import Run
 
-CLAIM_FILE = "claim.txt"
 STAGES_CSV = "stages.csv"
-
-
-def _arm_labels(plan: Plan) -> list[str]:
-    return [arm.label for case in plan.cases for arm in case.arms]
 
 
 def stage_table(plan: Plan, trials: pd.DataFrame) -> pd.DataFrame:
@@ -42,7 +44,7 @@ def stage_table(plan: Plan, trials: pd.DataFrame) -> pd.DataFrame:
     if rows.empty or stage_column(OPTIMIZER_STAGE) not in rows:
         return pd.DataFrame(columns=columns)
     out = []
-    for arm in _arm_labels(plan):
+    for arm in plan.arm_labels():
         mine = rows[rows["arm"] == arm]
         if mine.empty:
             continue
@@ -67,9 +69,7 @@ def stage_findings(plan: Plan, table: pd.DataFrame) -> list[str]:
     """The ceiling and the stage-implied saving, in sentences derived from the stage table."""
     if table.empty:
         return []
-    from harness.formatting import format_percent, format_value
-
-    labels = [a for a in _arm_labels(plan) if a in set(table["arm"])]
+    labels = [a for a in plan.arm_labels() if a in set(table["arm"])]
     reference = labels[0]
     ref = table[table["arm"] == reference].set_index("stage")
     optimizer_share = float(ref.loc[OPTIMIZER_STAGE, "share"])
@@ -97,14 +97,12 @@ def stage_findings(plan: Plan, table: pd.DataFrame) -> list[str]:
 
 
 def _settings_text(plan: Plan) -> list[str]:
-    from harness.report import markdown_table
-
-    s = FitSettings.from_options(plan.options)
+    s = FitSettings.from_dict(plan.settings)
     data = s.data or (
-        f"synthetic: {s.images} train + {s.val_images} val images, {s.imgsz} px, seed {s.data_seed} "
-        f"(generated once under {s.data_root})"
+        f"synthetic: {s.images} train + {s.val_images} val images, {s.imgsz} px, seed {plan.protocol.seed} "
+        f"(generated once under {s.data_cache})"
         if s.workload == "ultralytics"
-        else f"synthetic in memory: {s.images} train + {s.val_images} val images, {s.imgsz} px, seed {s.data_seed}"
+        else f"synthetic in memory: {s.images} train + {s.val_images} val images, {s.imgsz} px, seed {plan.protocol.seed}"
     )
     rows = [
         (
@@ -130,26 +128,17 @@ def _settings_text(plan: Plan) -> list[str]:
 
 
 def _figures_text(plan: Plan, trials: pd.DataFrame) -> list[str]:
-    from harness.formatting import format_bytes, format_number
-    from harness.report import markdown_table
-
     rows = finished(trials)
     if rows.empty:
         return []
     quality = "val_map50_95" if "val_map50_95" in rows else "val_accuracy" if "val_accuracy" in rows else None
     table = []
-    for arm in _arm_labels(plan):
+    for arm in plan.arm_labels():
         mine = rows[rows["arm"] == arm]
         if mine.empty:
             continue
 
-        def median(column: str, frame: pd.DataFrame = mine) -> float | None:
-            if column not in frame:
-                return None
-            values = pd.to_numeric(frame[column], errors="coerce").dropna()
-            return float(values.median()) if len(values) else None
-
-        iteration = median("iteration_host_median_s")
+        iteration = median_of(mine, "iteration_host_median_s")
         classes = ", ".join(
             sorted(set(mine.get("optimizer_class", pd.Series(dtype=str)).dropna().astype(str)))
         )
@@ -157,12 +146,12 @@ def _figures_text(plan: Plan, trials: pd.DataFrame) -> list[str]:
             [
                 arm,
                 len(mine),
-                format_number(median("value")),
-                "n/a" if iteration is None else f"{1000 * iteration:.1f}",
-                format_bytes(median("peak_allocated")),
-                format_bytes(median("peak_reserved")),
-                format_bytes(median("checkpoint_bytes")),
-                "n/a" if quality is None else format_number(median(quality)),
+                format_number(median_of(mine, "value")),
+                "n/a" if math.isnan(iteration) else f"{1000 * iteration:.1f}",
+                format_bytes(median_of(mine, "peak_allocated")),
+                format_bytes(median_of(mine, "peak_reserved")),
+                format_bytes(median_of(mine, "checkpoint_bytes")),
+                "n/a" if quality is None else format_number(median_of(mine, quality)),
                 classes or "n/a",
             ]
         )
@@ -196,16 +185,11 @@ def _figures_text(plan: Plan, trials: pd.DataFrame) -> list[str]:
     ]
 
 
-def _stages_text(folder: RunFolder, plan: Plan, trials: pd.DataFrame, figures_dir: Path) -> list[str]:
-    from harness import plots
-    from harness.formatting import format_percent, format_value
-    from harness.report import markdown_image, markdown_table
-
+def _stages_text(plan: Plan, trials: pd.DataFrame, figures_dir: Path) -> list[str]:
     table = stage_table(plan, trials)
     if table.empty:
         return ["### Stage shares", "", "No finished measured trial with stage figures yet.", ""]
-    folder.write_csv(STAGES_CSV, table)
-    arms = [a for a in _arm_labels(plan) if a in set(table["arm"])]
+    arms = [a for a in plan.arm_labels() if a in set(table["arm"])]
     rows = []
     for stage in STAGES:
         row: list[Any] = [stage]
@@ -221,20 +205,25 @@ def _stages_text(folder: RunFolder, plan: Plan, trials: pd.DataFrame, figures_di
     ]
     lines += [f"- {line}" for line in stage_findings(plan, table)]
     lines.append("")
-    path = plots.plot_fit_stage_shares(table, plan, figures_dir / "stage_shares.png")
+    path = plot_fit_stage_shares(table, plan, figures_dir / "stage_shares.png")
     lines += [markdown_image(path, "stage shares per arm"), ""]
     lines.append(f"Stage medians per arm are in `{STAGES_CSV}` in the run folder.")
     return lines
 
 
-def sections(folder: RunFolder, summaries: Summaries, figures_dir: Path) -> str:
-    """The tier's report section (named in ``plan.sections``); it refreshes ``claim.txt`` too, so that
-    ``bench report`` regenerates everything a fit run folder shows from its log."""
-    plan = Plan.from_json(folder.read_json("plan.json"))
-    write_claim(folder, plan, summaries)
-    lines = _settings_text(plan) + _figures_text(plan, summaries.trials)
-    if FitSettings.from_options(plan.options).stages:
-        lines += _stages_text(folder, plan, summaries.trials, figures_dir)
+def tables(run: Run) -> dict[str, pd.DataFrame]:
+    """The stage table of a ``--stages`` run (none for a claim run)."""
+    if not FitSettings.from_dict(run.plan.settings).stages:
+        return {}
+    return {STAGES_CSV: stage_table(run.plan, run.summaries.trials)}
+
+
+def report_section(run: Run) -> str:
+    """The fit tier's report section: its settings, per-trial figures and, in a stages run, the stage shares."""
+    plan, trials = run.plan, run.summaries.trials
+    lines = _settings_text(plan) + _figures_text(plan, trials)
+    if FitSettings.from_dict(plan.settings).stages:
+        lines += _stages_text(plan, trials, run.figures_dir)
     else:
         lines += [
             "What bounds the figure: run the same command with `--stages` (its own run folder, never mixed into "
@@ -262,13 +251,10 @@ def _environment_line(env: dict[str, Any]) -> str:
     return "Environment: " + ", ".join(parts) + "."
 
 
-def claim_text(folder: RunFolder, plan: Plan, summaries: Summaries) -> str:
-    """The claim of a paired run (or the stage shares of a stages run), as plain text."""
-    from harness.formatting import format_interval, format_limit
-    from harness.report import claim_sentence
-
-    settings = FitSettings.from_options(plan.options)
-    env = folder.read_json(ENV) or {}
+def claim_text(run: Run) -> str:
+    """The claim of a paired run (or the stage shares of a stages run), as plain text (``claim.txt``)."""
+    plan, summaries, env = run.plan, run.summaries, run.env
+    settings = FitSettings.from_dict(plan.settings)
     lines: list[str] = []
     if settings.stages:
         table = stage_table(plan, summaries.trials)
@@ -279,11 +265,11 @@ def claim_text(folder: RunFolder, plan: Plan, summaries: Summaries) -> str:
         case, arm = str(claim["case"]), str(claim["arm"])
         if settings.stages:
             continue
-        kind = "A/A control (noise floor): " if plan.control else ""
+        kind = "A/A control (noise floor): " if plan.protocol.control else ""
         verdict = (
             "no bar set (--bar), so no verdict"
-            if plan.bar is None
-            else f"{'A/A ' if plan.control else ''}verdict against {format_limit(plan.bar, plan.control)}: "
+            if plan.protocol.bar is None
+            else f"{'A/A ' if plan.protocol.control else ''}verdict against {format_limit(plan.protocol.bar, plan.protocol.control)}: "
             f"{claim['verdict']}"
         )
         lines.append(f"{kind}{claim_sentence(plan, summaries, case, arm)}")
@@ -293,7 +279,7 @@ def claim_text(folder: RunFolder, plan: Plan, summaries: Summaries) -> str:
             f"pairs); {verdict}." + _nominal_note(int(claim["pairs"]), float(claim["ci_level"]))
         )
     lines.append(
-        f"Protocol: {plan.warmup} warm-up fit(s) discarded, then {plan.pairs} pair(s) in {plan.order} order "
+        f"Protocol: {plan.protocol.warmup} warm-up fit(s) discarded, then {plan.protocol.pairs} pair(s) in {plan.protocol.order} order "
         f"(AB, BA, …), {settings.steps} steps each ({settings.epochs} epochs × {settings.iterations_per_epoch}); "
         f"isolation: {plan.isolation}; timed region: {plan.timed_region}."
     )
@@ -303,8 +289,6 @@ def claim_text(folder: RunFolder, plan: Plan, summaries: Summaries) -> str:
 
 def _nominal_note(pairs: int, level: float) -> str:
     """What a small number of pairs does to the stated level (empty where it can be attained)."""
-    from harness.stats import range_coverage
-
     coverage = range_coverage(pairs)
     if coverage >= level:
         return ""
@@ -312,19 +296,3 @@ def _nominal_note(pairs: int, level: float) -> str:
         f" With {pairs} pairs the interval is nominal: even the range of the reductions covers the true median "
         f"with probability only {100 * coverage:.1f}% (distribution-free)."
     )
-
-
-def write_claim(folder: RunFolder, plan: Plan, summaries: Summaries) -> str:
-    """Write ``claim.txt`` (atomically) from the run's plan and summaries, and return its text."""
-    text = claim_text(folder, plan, summaries)
-    path = folder.file(CLAIM_FILE)
-    tmp = path.with_suffix(".txt.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-    return text
-
-
-def finish(folder: RunFolder, echo: Any = print) -> Path:
-    """Write ``claim.txt`` into the run folder and show it (called when a ``bench pair`` command ends)."""
-    echo(write_claim(folder, *summarize(folder)).rstrip())
-    return folder.file(CLAIM_FILE)

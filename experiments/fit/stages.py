@@ -1,11 +1,9 @@
 """Stage attribution for the ``--stages`` diagnostic: where the time of one whole fit goes.
 
-A ``StageClock`` keeps one cursor. Each ``mark(stage)`` synchronizes the device, reads the clock and charges
-the time since the previous mark to ``stage``; the fit calls it at every stage boundary (batch fetched,
-backward done, optimizer step entered and left, EMA updated, validation and checkpoint done), so the stages
-add up exactly to the whole bracket. Those synchronizations change what they measure a little, which is why
-this runs only in its own diagnostic run folder and never inside a claim (GUIDE §3). The claim runs use
-``NullClock``, whose marks do nothing.
+A synchronized ``harness.timing.StageClock`` is marked at every stage boundary (batch fetched, backward done,
+optimizer step entered and left, EMA updated, validation and checkpoint done), so the stages add up exactly to
+the whole bracket. Those synchronizations change what they measure a little, which is why this runs only in
+its own diagnostic run folder and never inside a claim. Claim runs use ``NullClock``, whose marks do nothing.
 
 Stages (both workloads use the same names):
 
@@ -23,12 +21,9 @@ Stages (both workloads use the same names):
 from __future__ import annotations
 
 import statistics
-import time
-from collections.abc import Callable
 from itertools import pairwise
-from typing import Any
 
-from harness.timing import synchronize
+from harness.timing import StageClock
 
 STAGES = (
     "data",
@@ -48,71 +43,16 @@ def stage_column(stage: str) -> str:
     return f"stage_{stage}_s"
 
 
-class NullClock:
-    """The clock of a claim run: every call is a no-op, so nothing is added inside the timed bracket."""
-
-    enabled = False
-
-    def start(self) -> None:
-        pass
-
-    def mark(self, stage: str) -> None:
-        pass
-
-    def iteration(self) -> None:
-        pass
-
-    def wrap(self, function: Callable[..., Any], before: str, after: str) -> Callable[..., Any]:
-        return function
-
-
-class StageClock(NullClock):
-    """Synchronized stage attribution (diagnostic runs only)."""
-
-    enabled = True
-
-    def __init__(self, device: str) -> None:
-        self.device = device
-        self.seconds = dict.fromkeys(STAGES, 0.0)
-        self.iteration_starts: list[float] = []
-        self._last = 0.0
-
-    def start(self) -> None:
-        synchronize(self.device)
-        self._last = time.perf_counter()
-
-    def mark(self, stage: str) -> None:
-        """Charge the time since the previous mark to ``stage``."""
-        synchronize(self.device)
-        now = time.perf_counter()
-        self.seconds[stage] += now - self._last
-        self._last = now
-
-    def iteration(self) -> None:
-        """Mark the start of a training iteration (its fetch is charged to ``data``)."""
-        self.mark("data")
-        self.iteration_starts.append(self._last)
-
-    def wrap(self, function: Callable[..., Any], before: str, after: str) -> Callable[..., Any]:
-        """``function`` bracketed: time up to its call goes to ``before``, its own time to ``after``."""
-
-        def bracketed(*args: Any, **kwargs: Any) -> Any:
-            self.mark(before)
-            try:
-                return function(*args, **kwargs)
-            finally:
-                self.mark(after)
-
-        return bracketed
-
-    def figures(self, whole_seconds: float, iterations_per_epoch: int) -> dict[str, float]:
-        """Per-stage seconds, their sum's gap to the whole bracket, and the synchronized median iteration."""
-        out = {stage_column(s): round(v, 6) for s, v in self.seconds.items()}
-        out["stage_unattributed_s"] = round(whole_seconds - sum(self.seconds.values()), 6)
-        gaps = within_epoch_gaps(self.iteration_starts, iterations_per_epoch)
-        if gaps:
-            out["iteration_sync_median_s"] = round(statistics.median(gaps), 6)
-        return out
+def stage_figures(clock: StageClock, whole_seconds: float, iterations_per_epoch: int) -> dict[str, float]:
+    """Per-stage seconds of a ``--stages`` fit, their sum's gap to the whole bracket, and the synchronized
+    median iteration."""
+    totals = clock.totals(STAGES)
+    out = {stage_column(s): round(v, 6) for s, v in totals.items()}
+    out["stage_unattributed_s"] = round(whole_seconds - sum(totals.values()), 6)
+    gaps = within_epoch_gaps(clock.iteration_starts(), iterations_per_epoch)
+    if gaps:
+        out["iteration_sync_median_s"] = round(statistics.median(gaps), 6)
+    return out
 
 
 def within_epoch_gaps(stamps: list[float], iterations_per_epoch: int) -> list[float]:

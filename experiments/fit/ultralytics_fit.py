@@ -1,6 +1,6 @@
 """The real-trainer adapter: an Ultralytics YOLO fit with the arm's optimizer substituted, fully offline.
 
-Substitution (GUIDE §7): a ``DetectionTrainer`` subclass overrides ``build_optimizer``. The parent builds
+Substitution: a ``DetectionTrainer`` subclass overrides ``build_optimizer``. The parent builds
 its MuSGD groups exactly as upstream does (with ``optimizer='MuSGD'``: muon, bn and bias groups, the head's
 triple-lr split, the ``param_group`` key, ``muon=0.2, sgd=1.0``); the override rebuilds those same groups,
 parameters and hyperparameters into the arm's class through ``experiments.arms.make_optimizer``. Everything

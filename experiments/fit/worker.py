@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from experiments.fit.plan import FitSettings
-from experiments.fit.stages import NullClock, StageClock, host_iteration_median
-from harness.timing import SyncTimer, apply_budget, read_peaks, reset_peaks
+from experiments.fit.stages import host_iteration_median, stage_figures
+from harness.timing import NullClock, StageClock, SyncTimer, apply_budget, read_peaks, reset_peaks
 
 PR_SET_PDEATHSIG = 1
 
@@ -55,7 +55,7 @@ def _prepare_device(device: str, budget: int | None) -> None:
 def run_fit(payload: dict[str, Any]) -> dict[str, Any]:
     """One whole fit of the payload's arm; returns the trial's figures (``value`` = wall seconds)."""
     die_with_parent(payload.get("parent_pid"))
-    settings = FitSettings(**payload["settings"])
+    settings = FitSettings.from_dict(payload["settings"])
     device, seed = payload["device"], int(payload["seed"])
     trial_dir = Path(payload["trial_dir"])
     shutil.rmtree(trial_dir, ignore_errors=True)  # a resumed trial starts clean
@@ -83,7 +83,7 @@ def run_fit(payload: dict[str, Any]) -> dict[str, Any]:
                 batch=settings.batch,
                 epochs=settings.epochs,
                 amp=settings.amp,
-                data_seed=settings.data_seed,
+                data_seed=int(payload["data_seed"]),
                 seed=seed,
                 trial_dir=trial_dir,
                 clock=clock,
@@ -112,6 +112,6 @@ def run_fit(payload: dict[str, Any]) -> dict[str, Any]:
         "worker_torch": torch.__version__,
         "worker_cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
     }
-    if isinstance(clock, StageClock):
-        figures.update(clock.figures(timer.seconds, per_epoch))
+    if clock.enabled:
+        figures.update(stage_figures(clock, timer.seconds, per_epoch))
     return figures

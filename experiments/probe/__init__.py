@@ -4,15 +4,30 @@ A head can look fast alone while the learner that carries it cannot fit; this ti
 (forward, backward, optimizer step) under a stated budget, records an out-of-memory as a result, and, given
 the time of a whole learner step, states how much of it the head could ever save.
 
-* ``lm``: softcapped LM head, ``native`` (materialized logits) or ``chunked`` (streamed, recomputed) —
-  ``experiments.probe.lm``.
-* ``detect``: the YOLO26 detect head rebuilt from the recorded shapes — ``experiments.probe.detect``.
-* ``make_plan`` (``experiments.probe.plan``), ``trial_function`` (``plan.factory``,
-  ``experiments.probe.trial``) and ``write_section`` (``plan.sections``, ``experiments.probe.section``).
+``lm`` (softcapped LM head, native or chunked) and ``detect`` (the YOLO26 detect head); ``plan`` (settings,
+cases), ``trial`` (one head step), ``section`` (tables and the report), ``plots``.
 """
 
-from experiments.probe.plan import make_plan
-from experiments.probe.section import write_section
-from experiments.probe.trial import trial_function
+from __future__ import annotations
 
-__all__ = ["make_plan", "trial_function", "write_section"]
+from experiments.probe.plan import ProbeSettings, make_plan
+from experiments.probe.section import report_section, tables
+from experiments.probe.trial import trial_function
+from harness.tier import BaseTier, Caveat
+
+TIER = BaseTier(
+    "probe",
+    make_plan=make_plan,
+    trial_function=trial_function,
+    tables=tables,
+    section=report_section,
+    caveats=(
+        Caveat(
+            "head-only: not a training claim.",
+            "A head workload under a memory budget; the whole learner may behave differently (it may not even "
+            "fit).",
+        ),
+    ),
+)
+
+__all__ = ["TIER", "ProbeSettings", "make_plan", "trial_function"]

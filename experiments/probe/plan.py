@@ -8,25 +8,23 @@ before anything is written; a bad one raises ``InputError`` (one line, exit stat
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from experiments.arms import checked_optimizer
 from experiments.probe.detect import FIRST_STRIDE
 from experiments.probe.lm import VARIANTS as LM_VARIANTS
 from experiments.workloads import SCALES
-from harness.options import InputError, check_choice, check_positive, protocol_options, split_list
-from harness.protocol import Case, Plan
-from harness.timing import format_bytes, parse_bytes
+from harness.formatting import format_bytes
+from harness.options import InputError, check_choice, check_positive, split_list
+from harness.protocol import Case, Plan, ProtocolOptions
+from harness.timing import parse_bytes
 
 HEADS = ("lm", "detect")
 DETECT_VARIANTS = ("native",)
 DEFAULT_VARIANTS = {"lm": "native,chunked", "detect": "native"}
-LM_DEFAULTS = {"tokens": 131072, "vocab": 8192, "dim": 512, "cap": 30.0, "chunk": 16384}
-DETECT_DEFAULTS = {"scale": "n", "imgsz": 640, "batch": 16}
 P5_STRIDE = FIRST_STRIDE * 4
 
-FACTORY = "experiments.probe:trial_function"
-SECTIONS = "experiments.probe:write_section"
 METRIC = "head step time"
 TIMED_REGION = (
     "one head step after an untimed priming step (which creates the optimizer state, as every step of a running "
@@ -121,80 +119,64 @@ def detect_cases(variants: list[str], scales: list[str], imgsz: int, batch: int)
     ]
 
 
-def make_plan(
-    *,
-    head: str = "lm",
-    variants: str | None = None,
-    arms: str = "baseline,candidate",
-    warmup: int = 2,
-    pairs: int = 5,
-    order: str = "alternate",
-    seed: int = 0,
-    bar: float | None = None,
-    device: str = "cpu",
-    budget: str | None = None,
-    control: bool = False,
-    reserve: str | None = None,
-    learner_ms: float | None = None,
-    tokens: int = LM_DEFAULTS["tokens"],
-    vocab: int = LM_DEFAULTS["vocab"],
-    dim: int = LM_DEFAULTS["dim"],
-    cap: float = LM_DEFAULTS["cap"],
-    chunk: int = LM_DEFAULTS["chunk"],
-    scale: str = DETECT_DEFAULTS["scale"],
-    imgsz: int = DETECT_DEFAULTS["imgsz"],
-    batch: int = DETECT_DEFAULTS["batch"],
-    command: str = "",
-) -> Plan:
-    """Check every option (``InputError`` on the first bad one) and build the plan; nothing is written."""
-    check_choice("--head", head, HEADS)
-    accepted = LM_VARIANTS if head == "lm" else DETECT_VARIANTS
-    chosen = split_list("--variants", variants or DEFAULT_VARIANTS[head])
+@dataclass(frozen=True)
+class ProbeSettings:
+    """The probe's own options, with their defaults (the CLI reads them from here)."""
+
+    head: str = "lm"
+    variants: str | None = None  # default: every variant of the head (``DEFAULT_VARIANTS``)
+    reserve: str | None = None
+    learner_ms: float | None = None
+    tokens: int = 131072
+    vocab: int = 8192
+    dim: int = 512
+    cap: float = 30.0
+    chunk: int = 16384
+    scale: str = "n"
+    imgsz: int = 640
+    batch: int = 16
+
+
+def make_plan(protocol: ProtocolOptions, settings: ProbeSettings, command: str = "") -> Plan:
+    """Check the probe's options (``InputError`` on the first bad one) and build the plan; nothing is written."""
+    s = settings
+    check_choice("--head", s.head, HEADS)
+    accepted = LM_VARIANTS if s.head == "lm" else DETECT_VARIANTS
+    chosen = split_list("--variants", s.variants or DEFAULT_VARIANTS[s.head])
     for variant in chosen:
         if variant not in accepted:
             raise InputError(
-                f"--variants '{variant}' is not a variant of the {head} head; use one or more of: {', '.join(accepted)}"
+                f"--variants '{variant}' is not a variant of the {s.head} head; use one or more of: {', '.join(accepted)}"
             )
     if len(set(chosen)) != len(chosen):
-        raise InputError(f"--variants '{variants}' names a variant twice")
-    protocol = protocol_options(arms, warmup, pairs, order, seed, bar, device, budget, control)
+        raise InputError(f"--variants '{s.variants}' names a variant twice")
     for arm in protocol.arms:
         checked_optimizer(arm.spec)
-    reserve_bytes = parse_reserve(reserve, protocol.device)
+    reserve_bytes = parse_reserve(s.reserve, protocol.device)
     check_reserve_fits(protocol.budget, reserve_bytes)
-    check_learner_ms(learner_ms)
-    if head == "lm":
-        specs = lm_cases(chosen, tokens, vocab, dim, cap, chunk)
+    check_learner_ms(s.learner_ms)
+    if s.head == "lm":
+        specs = lm_cases(chosen, s.tokens, s.vocab, s.dim, s.cap, s.chunk)
     else:
-        scales = split_list("--scale", scale)
+        scales = split_list("--scale", s.scale)
         if len(set(scales)) != len(scales):
-            raise InputError(f"--scale '{scale}' names a scale twice")
-        specs = detect_cases(chosen, scales, imgsz, batch)
+            raise InputError(f"--scale '{s.scale}' names a scale twice")
+        specs = detect_cases(chosen, scales, s.imgsz, s.batch)
     cases = [Case(spec.pop("label"), spec, protocol.arms) for spec in specs]
-    options: dict[str, Any] = {
-        "head": head,
-        "variants": chosen,
-        "reserve_bytes": reserve_bytes,
-        "learner_ms": learner_ms,
-    }
     return Plan(
         tier="probe",
-        factory=FACTORY,
+        protocol=protocol,
+        cases=cases,
         unit="ms",
         metric=METRIC,
-        cases=cases,
-        warmup=protocol.warmup,
-        pairs=protocol.pairs,
-        order=protocol.order,
-        seed=protocol.seed,
-        bar=protocol.bar,
-        device=protocol.device,
-        budget=protocol.budget,
-        control=protocol.control,
-        options=options,
+        settings={
+            "head": s.head,
+            "variants": chosen,
+            "reserve_bytes": reserve_bytes,
+            "learner_ms": s.learner_ms,
+        },
         command=command,
         in_process=True,
         isolation=ISOLATION,
         timed_region=TIMED_REGION,
-        sections=SECTIONS,
     )

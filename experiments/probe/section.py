@@ -1,41 +1,28 @@
 """The probe tier's report section: memory against the budget, the step's own extra peak, stage share.
 
-Everything comes from the run folder (plan and trial log), so the section can be regenerated at any time. It
-writes two tidy CSVs beside the log: ``probe_memory.csv`` (one row per case and arm) and, when the run was
-given ``--learner-ms``, ``stage_share.csv`` (the head's share of one learner step and the ceiling that puts on
-any whole-run saving).
+Everything comes from the run (plan and trial log). Its two tidy tables, written beside the log by the runner:
+``probe_memory.csv`` (one row per case and arm) and, when the run was given ``--learner-ms``,
+``stage_share.csv`` (the head's share of one learner step and the ceiling that puts on any whole-run saving).
 """
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from harness import plots
+from experiments.probe.plots import plot_probe_memory, plot_stage_share
 from harness.formatting import format_bytes, format_number, format_percent
 from harness.protocol import Plan
 from harness.report import markdown_image, markdown_table
-from harness.stats import numeric_column
-from harness.tables import PLAN, RunFolder, Summaries
+from harness.stats import max_of, median_of
+from harness.tables import Summaries
+from harness.tier import Run
 
 MEMORY_CSV = "probe_memory.csv"
 SHARE_CSV = "stage_share.csv"
-MEMORY_COLUMNS = ("peak_allocated", "peak_reserved", "head_extra_peak", "step_extra_peak")
-TIME_COLUMNS = ("fwd_bwd_ms", "step_ms")
-
-
-def _median(rows: pd.DataFrame, column: str) -> float | None:
-    values = numeric_column(rows, column)
-    return float(values.median()) if len(values) else None
-
-
-def _max(rows: pd.DataFrame, column: str) -> float | None:
-    values = numeric_column(rows, column)
-    return float(values.max()) if len(values) else None
 
 
 def describe_head(params: dict[str, Any]) -> str:
@@ -70,20 +57,20 @@ def memory_table(plan: Plan, trials: pd.DataFrame) -> pd.DataFrame:
                 "ok": len(ok),
                 "out_of_memory": len(oom),
                 "other_failures": len(mine) - len(ok) - len(oom),
-                "time_ms_median": _median(ok, "value"),
-                "fwd_bwd_ms_median": _median(ok, "fwd_bwd_ms"),
-                "step_ms_median": _median(ok, "step_ms"),
-                "peak_allocated_median": _median(ok, "peak_allocated"),
-                "peak_allocated_max": _max(ok, "peak_allocated"),
-                "peak_reserved_median": _median(ok, "peak_reserved"),
-                "peak_reserved_max": _max(ok, "peak_reserved"),
-                "head_extra_peak_median": _median(ok, "head_extra_peak"),
-                "step_extra_peak_median": _median(ok, "step_extra_peak"),
-                "oom_requested_median": _median(oom, "oom_requested"),
-                "oom_free_median": _median(oom, "oom_free"),
-                "oom_allocated_median": _median(oom, "oom_allocated"),
-                "budget": plan.budget,
-                "reserve": plan.options.get("reserve_bytes"),
+                "time_ms_median": median_of(ok, "value"),
+                "fwd_bwd_ms_median": median_of(ok, "fwd_bwd_ms"),
+                "step_ms_median": median_of(ok, "step_ms"),
+                "peak_allocated_median": median_of(ok, "peak_allocated"),
+                "peak_allocated_max": max_of(ok, "peak_allocated"),
+                "peak_reserved_median": median_of(ok, "peak_reserved"),
+                "peak_reserved_max": max_of(ok, "peak_reserved"),
+                "head_extra_peak_median": median_of(ok, "head_extra_peak"),
+                "step_extra_peak_median": median_of(ok, "step_extra_peak"),
+                "oom_requested_median": median_of(oom, "oom_requested"),
+                "oom_free_median": median_of(oom, "oom_free"),
+                "oom_allocated_median": median_of(oom, "oom_allocated"),
+                "budget": plan.protocol.budget,
+                "reserve": plan.settings.get("reserve_bytes"),
             }
             out.append(row)
     return pd.DataFrame(out)
@@ -133,14 +120,18 @@ def share_table(plan: Plan, summaries: Summaries, learner_ms: float) -> pd.DataF
 
 def _fit_sentence(row: pd.Series, plan: Plan) -> str:
     where = f"{row['case']} · {row['arm']}"
-    budget = f"the {format_bytes(plan.budget)} budget" if plan.budget is not None else "the device"
+    budget = (
+        f"the {format_bytes(plan.protocol.budget)} budget"
+        if plan.protocol.budget is not None
+        else "the device"
+    )
     if row["measured"] == 0:
         return f"- {where}: no measured trial in the log."
     if row["ok"] == row["measured"]:
         peak = row["peak_reserved_max"]
         headroom = (
-            f", leaving {format_bytes(plan.budget - peak)} of it at the highest reserved peak"
-            if plan.budget is not None and peak is not None and not pd.isna(peak)
+            f", leaving {format_bytes(plan.protocol.budget - peak)} of it at the highest reserved peak"
+            if plan.protocol.budget is not None and peak is not None and not pd.isna(peak)
             else ""
         )
         return f"- {where}: fits {budget} in all {int(row['measured'])} measured trials{headroom}."
@@ -152,7 +143,7 @@ def _fit_sentence(row: pd.Series, plan: Plan) -> str:
     requested, free = row["oom_requested_median"], row["oom_free_median"]
     if requested is not None and not pd.isna(requested):
         text = f" (a {format_bytes(requested)} allocation refused with {format_bytes(row['oom_allocated_median'])} allocated"
-        if plan.budget is not None and free is not None and not pd.isna(free) and free > requested:
+        if plan.protocol.budget is not None and free is not None and not pd.isna(free) and free > requested:
             text += f"; the card itself had {format_bytes(free)} free, so the budget refused it"
         parts.append(text + "; medians over the failures)")
     return "".join(parts) + f" under {budget}."
@@ -238,17 +229,25 @@ def _share_lines(plan: Plan, shares: pd.DataFrame, learner_ms: float) -> list[st
     return lines
 
 
-def write_section(folder: RunFolder, summaries: Summaries, figures_dir: Path) -> str:
-    """``plan.sections`` of the probe tier: the markdown section, its plots and its CSVs."""
-    plan = Plan.from_json(folder.read_json(PLAN))
+def tables(run: Run) -> dict[str, pd.DataFrame]:
+    """The probe's tidy tables: memory per case and arm, and the stage share where ``--learner-ms`` was given."""
+    out = {MEMORY_CSV: memory_table(run.plan, run.summaries.trials)}
+    learner_ms = run.plan.settings.get("learner_ms")
+    if learner_ms:
+        out[SHARE_CSV] = share_table(run.plan, run.summaries, float(learner_ms))
+    return out
+
+
+def report_section(run: Run) -> str:
+    """The probe's report section and its plots."""
+    plan, summaries, figures_dir = run.plan, run.summaries, run.figures_dir
     trials = summaries.trials
     memory = memory_table(plan, trials)
-    folder.write_csv(MEMORY_CSV, memory)
-    reserve = plan.options.get("reserve_bytes")
+    reserve = plan.settings.get("reserve_bytes")
     lines = ["### Head probe", ""]
     lines.append(
         "Heads: " + "; ".join(f"`{c.label}`: {describe_head(c.params)}" for c in plan.cases) + ". "
-        f"Budget {format_bytes(plan.budget) if plan.budget is not None else 'none (the whole device)'}"
+        f"Budget {format_bytes(plan.protocol.budget) if plan.protocol.budget is not None else 'none (the whole device)'}"
         + (
             f", of which {format_bytes(reserve)} is held for the whole of every trial by `--reserve`, "
             "standing for the rest of the learner"
@@ -304,7 +303,7 @@ def write_section(folder: RunFolder, summaries: Summaries, figures_dir: Path) ->
     lines += ["", "Against the budget:", ""]
     lines += [_fit_sentence(r, plan) for _, r in memory.iterrows()]
     if has_memory or (memory["out_of_memory"] > 0).any():
-        path = plots.plot_probe_memory(memory, plan, figures_dir / "probe-memory.png")
+        path = plot_probe_memory(memory, plan, figures_dir / "probe-memory.png")
         lines += [
             "",
             markdown_image(path, "probe: peak memory against the budget"),
@@ -313,14 +312,13 @@ def write_section(folder: RunFolder, summaries: Summaries, figures_dir: Path) ->
             "for the rest of the learner hatched, the budget dashed; a red x marks an arm whose measured trials "
             "ran out of memory.",
         ]
-    learner_ms = plan.options.get("learner_ms")
+    learner_ms = plan.settings.get("learner_ms")
     if learner_ms:
         shares = share_table(plan, summaries, float(learner_ms))
-        folder.write_csv(SHARE_CSV, shares)
         lines += [""] + _share_lines(plan, shares, float(learner_ms))
         finite = shares[np.isfinite(shares["head_median_ms"].to_numpy(dtype=float))]
         if len(finite):
-            path = plots.plot_stage_share(shares, figures_dir / "probe-stage-share.png")
+            path = plot_stage_share(shares, figures_dir / "probe-stage-share.png")
             lines += [
                 "",
                 markdown_image(path, "probe: the head's share of one learner step"),

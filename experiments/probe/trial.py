@@ -24,7 +24,6 @@ as a ``resource_failure`` row with the byte figures of the error and goes on wit
 from __future__ import annotations
 
 import contextlib
-import time
 import traceback
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -35,7 +34,7 @@ from experiments.arms import make_optimizer
 from experiments.probe.detect import DetectHeadWorkload
 from experiments.probe.lm import LMHead
 from harness.protocol import Plan, TrialContext, TrialFunction
-from harness.timing import SyncTimer, current_allocated, is_cuda, read_peaks, reset_peaks
+from harness.timing import StageClock, SyncTimer, current_allocated, is_cuda, read_peaks, reset_peaks
 
 
 class HeadWorkload(Protocol):
@@ -66,33 +65,6 @@ def build_workload(params: dict[str, Any], device: str, seed: int) -> HeadWorklo
     if params["head"] == "detect":
         return DetectHeadWorkload.build(params["scale"], params["imgsz"], params["batch"], device, seed)
     raise ValueError(f"unknown head '{params['head']}'")
-
-
-class StageClock:
-    """Marks between stages inside a synchronized bracket, without synchronizing.
-
-    On CUDA each mark records an event on the current stream (the device's own clock, read after the bracket
-    has synchronized); on the CPU, where work is synchronous, it reads the host clock.
-    """
-
-    def __init__(self, device: str) -> None:
-        self.cuda = is_cuda(device)
-        self.marks: list[Any] = []
-
-    def mark(self) -> None:
-        if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            self.marks.append(event)
-        else:
-            self.marks.append(time.perf_counter_ns())
-
-    def intervals_ms(self) -> list[float]:
-        """Milliseconds between consecutive marks (call only after the bracket has closed)."""
-        pairs = zip(self.marks, self.marks[1:], strict=False)
-        if self.cuda:
-            return [float(start.elapsed_time(stop)) for start, stop in pairs]
-        return [(stop - start) / 1e6 for start, stop in pairs]
 
 
 @contextlib.contextmanager
@@ -142,17 +114,18 @@ def _measure(
     step_peak, _ = read_peaks(device)
     _drop_grads(optimizer, workload)
 
-    clock = StageClock(device)
+    clock = StageClock(device, synchronized=False)
     at_start = current_allocated(device)
     reset_peaks(device)
     with SyncTimer(device) as timer:
-        clock.mark()
+        clock.start()
         loss = workload.forward_backward()
-        clock.mark()
+        clock.mark("forward_backward")
         optimizer.step()
-        clock.mark()
+        clock.mark("step")
     peak_allocated, peak_reserved = read_peaks(device)
-    fwd_bwd_ms, step_ms = clock.intervals_ms()
+    totals = clock.totals()
+    fwd_bwd_ms, step_ms = 1e3 * totals["forward_backward"], 1e3 * totals["step"]
     del reserve
     return {
         "value": timer.seconds * 1000.0,
@@ -175,8 +148,8 @@ def _drop_grads(optimizer: torch.optim.Optimizer, workload: HeadWorkload) -> Non
 
 
 def trial_function(plan: Plan) -> TrialFunction:
-    """``plan.factory`` of the probe tier: one head step of the case's head with the trial's arm."""
-    reserve_bytes = plan.options.get("reserve_bytes")
+    """The probe's trial function: one head step of the case's head with the trial's arm."""
+    reserve_bytes = plan.settings.get("reserve_bytes")
 
     def trial(ctx: TrialContext) -> dict[str, Any]:
         return run_head_trial(ctx.case.params, ctx.arm.spec, ctx.device, ctx.seed, reserve_bytes)

@@ -1,0 +1,154 @@
+"""The screen's settings and plan: one case per YOLO26 scale, each arm once per padding guard where it has one.
+
+Arm labels: ``candidate@g256``, ``candidate@g0`` (exact-shape batches only), ``candidate@gnone`` (no limit).
+The guard is the internal ``pad_guard`` of ``optimizers.BatchedMuSGD``; an arm without it (upstream) runs once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from experiments import workloads
+from experiments.arms import checked_optimizer
+from harness.options import InputError, check_choice, check_non_negative, check_positive, split_list
+from harness.protocol import Arm, Case, Plan, ProtocolOptions
+
+GUARD_ATTRIBUTE = "pad_guard"  # an optimizer class with this attribute has a padding guard (None = no limit)
+NO_LIMIT = "none"
+NO_GUARD = "no-guard"  # the arm's class has no guard (not "n/a": pandas reads that as NaN)
+DEFAULT_GUARD = "default"  # the first arm of a guarded class runs at its class default
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+FLOOR_WARMUP_STEPS = 2  # steps on the capture stream before capture (the state already exists by then)
+
+
+@dataclass(frozen=True)
+class ScreenSettings:
+    """The screen's own options, with their defaults (the CLI reads them from here)."""
+
+    scales: str = "n,s,m,l,x"
+    guards: str = "0,256,512,none"
+    steps: int = 10  # timed optimizer steps per trial (the window)
+    warmup_steps: int = 2  # untimed steps inside each trial, before the window
+    floor_replays: int = 20  # CUDA-graph replays timed for the launch floor
+    dtype: str = "float32"
+
+
+def parse_guard(text: str) -> int | None:
+    """``'256'`` → 256, ``'none'`` → None (no limit); ``InputError`` for anything else."""
+    if text.strip().lower() == NO_LIMIT:
+        return None
+    if not (text.strip().isascii() and text.strip().isdigit()):  # '²' is a digit to str.isdigit, not to int()
+        raise InputError(
+            f"--guards: '{text}' is not a guard; use whole numbers ≥ 0 or 'none', e.g. 0,256,512,none"
+        )
+    return int(text)
+
+
+def guard_name(guard: int | None) -> str:
+    return NO_LIMIT if guard is None else str(guard)
+
+
+def guard_label(spec: str, guard: int | None) -> str:
+    """The arm label of ``spec`` at one guard: ``candidate@g256``, ``candidate@gnone``."""
+    return f"{spec}@g{guard_name(guard)}"
+
+
+def has_guard(optimizer_class: type) -> bool:
+    return hasattr(optimizer_class, GUARD_ATTRIBUTE)
+
+
+def parse_scales(text: str) -> list[str]:
+    scales = split_list("--scales", text)
+    for scale in scales:
+        check_choice("--scales", scale, workloads.SCALES)
+    if len(set(scales)) != len(scales):
+        raise InputError(
+            f"--scales '{text}' names a scale twice; name each of {', '.join(workloads.SCALES)} once"
+        )
+    return scales
+
+
+def parse_guards(text: str) -> list[int | None]:
+    guards = [parse_guard(item) for item in split_list("--guards", text)]
+    if len(set(guards)) != len(guards):
+        raise InputError(f"--guards '{text}' names a guard twice; name each once")
+    return guards
+
+
+def build_cases(
+    scales: list[str], guards: list[int | None], arms: tuple[Arm, ...], guarded: set[str]
+) -> list[Case]:
+    """One case per scale: the first arm as given, then each other arm, once per guard if it has one."""
+    cases = []
+    for scale in scales:
+        first = arms[0]
+        case_arms = [
+            Arm(
+                first.label,
+                "baseline",
+                first.spec,
+                {"guard": DEFAULT_GUARD if first.spec in guarded else NO_GUARD},
+            )
+        ]
+        for arm in arms[1:]:
+            if arm.spec in guarded:
+                case_arms += [
+                    Arm(guard_label(arm.spec, g), "candidate", arm.spec, {"guard": guard_name(g)})
+                    for g in guards
+                ]
+            else:
+                case_arms.append(Arm(arm.label, "candidate", arm.spec, {"guard": NO_GUARD}))
+        cases.append(Case(scale, {"scale": scale, "model": f"yolo26{scale}"}, tuple(case_arms)))
+    return cases
+
+
+def make_plan(protocol: ProtocolOptions, settings: ScreenSettings, command: str = "") -> Plan:
+    """Check the screen's options (``InputError`` with one line on the first bad one) and describe the screen."""
+    check_positive("--steps", settings.steps)
+    check_non_negative("--warmup-steps", settings.warmup_steps)
+    check_positive("--floor-replays", settings.floor_replays)
+    check_choice("--dtype", settings.dtype, tuple(DTYPES))
+    if protocol.budget is not None:
+        raise InputError(
+            "--budget: the screen measures the step's own extra peak, not a budget; drop --budget"
+        )
+    scale_list = parse_scales(settings.scales)
+    guard_list = parse_guards(settings.guards)
+    guarded: set[str] = set()
+    default_guards: dict[str, str] = {}
+    for arm in protocol.arms:
+        optimizer_class = checked_optimizer(arm.spec)
+        if has_guard(optimizer_class):
+            guarded.add(arm.spec)
+            default_guards[arm.spec] = guard_name(getattr(optimizer_class, GUARD_ATTRIBUTE))
+    cases = build_cases(scale_list, guard_list, protocol.arms, guarded)
+    resolved = {
+        **asdict(settings),
+        "scales": scale_list,
+        "guards": [guard_name(g) for g in guard_list],
+        "arm_specs": [a.spec for a in protocol.arms],
+        "guarded_specs": sorted(guarded),
+        "default_guards": default_guards,
+        "floor_warmup_steps": FLOOR_WARMUP_STEPS,
+    }
+    return Plan(
+        tier="screen",
+        protocol=protocol,
+        cases=cases,
+        unit="ms/step",
+        metric="optimizer step time (window total / steps)",
+        settings=resolved,
+        command=command,
+        isolation="in-process; a fresh optimizer on fresh parameters and gradients (seeded by the round) per trial",
+        timed_region=(
+            f"{settings.steps} optimizer.step() calls after {settings.warmup_steps} untimed warm-up steps, in one "
+            "synchronized bracket (no synchronization inside); the launch floor (CUDA-graph replay) is measured "
+            "after it, outside"
+        ),
+    )

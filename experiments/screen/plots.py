@@ -1,0 +1,162 @@
+"""The screen's plots: the crossover (ms/step against scale, floors dashed) and the extra peak memory."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.lines import Line2D
+
+from harness.plots import arm_styles, figure
+
+CROSSOVER_PNG = "screen_crossover.png"
+MEMORY_PNG = "screen_memory.png"
+
+
+def plot_crossover(
+    table: pd.DataFrame,
+    series: Sequence[str],
+    x_order: Sequence[str],
+    path: Path,
+    title: str = "crossover",
+    unit: str = "ms/step",
+) -> Path:
+    """A crossover plot (the screen's): one line per series over categorical x, log y.
+
+    ``table`` columns: ``x``, ``series``, ``median``, ``low``, ``high`` (the range, drawn as error bars) and
+    ``floor`` (drawn dashed in the series' colour; NaN where there is none). Series follow ``series`` order.
+    """
+    styles = arm_styles(series)
+    positions = {x: i for i, x in enumerate(x_order)}
+    any_floor = False
+    with figure(path, width=10.0, height=5.4) as (fig, ax):
+        ax.set_yscale("log")
+        for label in series:
+            rows = table[table["series"] == label]
+            rows = (
+                rows[rows["x"].isin(positions)].assign(pos=lambda r: r["x"].map(positions)).sort_values("pos")
+            )
+            median = pd.to_numeric(rows["median"], errors="coerce").to_numpy(dtype=float)
+            keep = np.isfinite(median) & (median > 0)
+            if not keep.any():
+                continue
+            style = styles[label]
+            x = rows["pos"].to_numpy(dtype=float)[keep]
+            low = pd.to_numeric(rows["low"], errors="coerce").to_numpy(dtype=float)[keep]
+            high = pd.to_numeric(rows["high"], errors="coerce").to_numpy(dtype=float)[keep]
+            low, high = (
+                np.where(np.isfinite(low), low, median[keep]),
+                np.where(np.isfinite(high), high, median[keep]),
+            )
+            ax.errorbar(
+                x,
+                median[keep],
+                yerr=[median[keep] - low, high - median[keep]],
+                color=style.color,
+                marker=style.marker,
+                linewidth=2,
+                capsize=3,
+                label=label,
+                zorder=3,
+            )
+            floor = pd.to_numeric(rows["floor"], errors="coerce").to_numpy(dtype=float)
+            has_floor = np.isfinite(floor) & (floor > 0)
+            if has_floor.any():
+                any_floor = True
+                ax.plot(
+                    rows["pos"].to_numpy(dtype=float)[has_floor],
+                    floor[has_floor],
+                    color=style.color,
+                    linestyle="--",
+                    linewidth=1.5,
+                    marker=style.marker,
+                    markerfacecolor="none",
+                    zorder=2,
+                )
+        ax.set_xticks(range(len(x_order)))
+        ax.set_xticklabels(list(x_order))
+        ax.set_xlim(-0.3, len(x_order) - 0.7)
+        ax.set_xlabel("scale")
+        ax.set_ylabel(unit + " (log)")
+        ax.set_title(title)
+        handles, labels = ax.get_legend_handles_labels()
+        if any_floor:
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    color="#555555",
+                    linestyle="--",
+                    marker="o",
+                    markerfacecolor="none",
+                    label="launch floor (CUDA graph)",
+                )
+            )
+            labels.append("launch floor (CUDA graph)")
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return path
+
+
+def plot_memory(
+    table: pd.DataFrame,
+    series: Sequence[str],
+    x_order: Sequence[str],
+    path: Path,
+    title: str = "extra peak memory",
+) -> Path:
+    """Bytes per series over categorical x (``table`` columns ``x``, ``series``, ``bytes``), in MiB.
+
+    A log axis when every value is positive and they span 20× or more; a linear one otherwise.
+    """
+    styles = arm_styles(series)
+    positions = {x: i for i, x in enumerate(x_order)}
+    values = (
+        pd.to_numeric(table["bytes"], errors="coerce").to_numpy(dtype=float) / 2**20
+        if len(table)
+        else np.array([])
+    )
+    finite = values[np.isfinite(values)]
+    with figure(path, width=10.0, height=5.0) as (fig, ax):
+        if len(finite) and finite.min() > 0 and finite.max() / finite.min() >= 20:
+            ax.set_yscale("log")
+        drawn = False
+        for label in series:
+            rows = table[table["series"] == label]
+            rows = (
+                rows[rows["x"].isin(positions)].assign(pos=lambda r: r["x"].map(positions)).sort_values("pos")
+            )
+            mib = pd.to_numeric(rows["bytes"], errors="coerce").to_numpy(dtype=float) / 2**20
+            keep = np.isfinite(mib)
+            if not keep.any():
+                continue
+            drawn = True
+            style = styles[label]
+            ax.plot(
+                rows["pos"].to_numpy(dtype=float)[keep],
+                mib[keep],
+                color=style.color,
+                marker=style.marker,
+                linewidth=2,
+                label=label,
+            )
+        if not drawn:
+            ax.text(
+                0.5,
+                0.5,
+                "no memory figures (CPU run: no CUDA allocator)",
+                transform=ax.transAxes,
+                ha="center",
+                va="center",
+            )
+            ax.set_yticks([])
+        ax.set_xticks(range(len(x_order)))
+        ax.set_xticklabels(list(x_order))
+        ax.set_xlim(-0.3, len(x_order) - 0.7)
+        ax.set_xlabel("scale")
+        ax.set_ylabel("MiB")
+        ax.set_title(title)
+        if drawn:
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return path

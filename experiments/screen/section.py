@@ -1,0 +1,458 @@
+"""The screen's report section: where padding stops paying, which guard the data supports, the targets."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from experiments.screen.plan import NO_LIMIT, guard_label, parse_guard
+from experiments.screen.plots import CROSSOVER_PNG, MEMORY_PNG, plot_crossover, plot_memory
+from experiments.screen.summary import SUMMARY_CSV, summary_table
+from harness import stats
+from harness.formatting import format_bytes, format_number, format_percent
+from harness.protocol import Plan
+from harness.report import markdown_image, markdown_table
+from harness.tier import Run
+from harness.timing import is_cuda
+
+# Targets of the candidate (a report, not a test).
+FLOOR_TARGET = 1.5  # candidate ≤ 1.5 × its own launch floor
+UPSTREAM_SPEEDUP_AT_N = 4.0  # candidate ≥ 4 × faster than upstream at n
+BOUND_SHARE = 0.8  # a step is 'bound' by host dispatch (or GPU time) when that explains ≥ 80% of it
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Arm ``a`` against arm ``b`` over the rounds of one scale: per round (b − a) / b (positive = a faster)."""
+
+    rounds: int
+    a_faster: int
+    median: float
+
+    def text(self, a: str, b: str) -> str:
+        if not self.rounds:
+            return f"no common round of {a} and {b}"
+        if math.isinf(self.median) and self.median < 0:
+            return f"{a} failed where {b} finished (paired median; {a} faster in {self.a_faster} of {self.rounds} rounds)"
+        direction = "faster" if self.median > 0 else ("slower" if self.median < 0 else "no faster")
+        return (
+            f"{a} {direction} than {b} by {format_percent(abs(self.median))} (paired median; {a} faster in "
+            f"{self.a_faster} of {self.rounds} rounds)"
+        )
+
+
+def paired(trials: pd.DataFrame, scale: str, a: str, b: str) -> Paired:
+    """Round-by-round comparison of two arms of a scale, with the spine's failure conventions."""
+    rows = stats.measured(trials)
+    rows = rows[rows["case"] == scale] if not rows.empty else rows
+    if rows.empty:
+        return Paired(0, 0, math.nan)
+    values = rows.pivot_table(index="round", columns="arm", values="effective", aggfunc="first")
+    if a not in values or b not in values:
+        return Paired(0, 0, math.nan)
+    both = values[[a, b]].dropna()
+    reductions = np.array(
+        [stats.reduction(float(rb), float(ra)) for ra, rb in zip(both[a], both[b], strict=True)]
+    )
+    if not len(reductions):
+        return Paired(0, 0, math.nan)
+    return Paired(len(reductions), int((reductions > 0).sum()), float(np.median(reductions)))
+
+
+def bound_by(ms: float, host_ms: float, floor_ms: float) -> str:
+    """What bounds a step: host dispatch, GPU time, or neither alone (from the three medians)."""
+    if math.isfinite(floor_ms) and floor_ms >= BOUND_SHARE * ms:
+        return f"GPU time (launch-free floor {format_number(floor_ms)} ms is ≥ {BOUND_SHARE:.0%} of the step)"
+    if math.isfinite(host_ms) and host_ms >= BOUND_SHARE * ms:
+        return (
+            f"host dispatch ({format_number(host_ms)} ms of host time per step is ≥ {BOUND_SHARE:.0%} of it)"
+        )
+    return (
+        f"neither alone (host dispatch {format_number(host_ms)} ms, floor {format_number(floor_ms)} ms per "
+        f"{format_number(ms)} ms step)"
+    )
+
+
+def memory_bound(table: pd.DataFrame, scale: str, candidate: str) -> str:
+    """What the data says about a guarded arm's extra peak: the same arm with exact shapes (g0), if screened."""
+    spec, _, guard = candidate.partition("@g")
+    exact = _row(table, scale, guard_label(spec, 0)) if guard and guard != "0" else None
+    if exact is None or not math.isfinite(float(exact["extra_peak_bytes_median"])):
+        return "memory, not time (no exact-shape arm to compare with)"
+    return (
+        f"memory, not time: with exact shapes (g0) the step takes {format_bytes(exact['extra_peak_bytes_median'])}, "
+        "so padding accounts for the rest"
+    )
+
+
+def _row(table: pd.DataFrame, scale: str, arm: str) -> pd.Series | None:
+    match = table[(table["scale"] == scale) & (table["arm"] == arm)]
+    return match.iloc[0] if len(match) else None
+
+
+def _ms(row: pd.Series | None) -> float:
+    return math.nan if row is None else float(row["ms_median"])
+
+
+def guard_analysis(
+    plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, spec: str
+) -> tuple[list[str], str | None]:
+    """Markdown lines on where padding stops paying for ``spec``, and the guard the data supports."""
+    guards = list(plan.settings["guards"])
+    labels = {g: guard_label(spec, parse_guard(g)) for g in guards}
+    lines: list[str] = []
+    best_by_scale: dict[str, float] = {}
+    rows = []
+    for scale in plan.settings["scales"]:
+        medians = {g: _ms(_row(table, scale, labels[g])) for g in guards}
+        finite = {g: m for g, m in medians.items() if math.isfinite(m)}
+        if not finite:
+            continue
+        fastest = min(finite, key=finite.get)
+        best_by_scale[scale] = finite[fastest]
+        runner_up = min((g for g in finite if g != fastest), key=finite.get, default=None)
+        versus = (
+            paired(trials, scale, labels[fastest], labels[runner_up]).text(labels[fastest], labels[runner_up])
+            if runner_up is not None
+            else "no other guard finished"
+        )
+        rows.append([scale, fastest] + [format_number(medians[g]) for g in guards] + [versus])
+    if not rows:
+        return [f"No finished trial of `{spec}` at any guard."], None
+    lines.append(f"Per scale, `{spec}` ms/step (median) at each guard, and the fastest guard:")
+    lines.append("")
+    lines.append(
+        markdown_table(
+            ["scale", "fastest guard"] + [f"g{g}" for g in guards] + ["fastest vs next"],
+            rows,
+            "ll" + "r" * len(guards) + "l",
+        )
+    )
+    lines.append("")
+
+    # Where the unguarded arm (or the largest guard) turns slower than the default guard and than exact shapes.
+    widest = NO_LIMIT if NO_LIMIT in guards else max((g for g in guards), key=lambda g: int(g))
+    for reference in [
+        g for g in (plan.settings["default_guards"].get(spec), "0") if g in guards and g != widest
+    ]:
+        turned = []
+        for scale in plan.settings["scales"]:
+            comparison = paired(trials, scale, labels[widest], labels[reference])
+            if comparison.rounds and comparison.median < 0:
+                turned.append(f"{scale} ({comparison.text(labels[widest], labels[reference])})")
+        if turned:
+            lines.append(
+                f"- `{labels[widest]}` is slower than `{labels[reference]}` at: " + "; ".join(turned) + "."
+            )
+        else:
+            lines.append(
+                f"- `{labels[widest]}` is never slower than `{labels[reference]}` in this data "
+                "(paired medians)."
+            )
+    if "0" in guards and len(guards) > 1:
+        pays = []
+        for scale in plan.settings["scales"]:
+            beating = [
+                f"g{g}"
+                for g in guards
+                if g != "0" and paired(trials, scale, labels[g], labels["0"]).median > 0
+            ]
+            pays.append(f"{scale}: {', '.join(beating) if beating else 'none'}")
+        lines.append(
+            "- Guards faster than exact shapes (g0) by paired median, per scale: " + "; ".join(pays) + "."
+        )
+
+    # The supported guard: the smallest worst-case slowdown against the fastest guard of each scale.
+    worst: dict[str, tuple[float, str]] = {}
+    for g in guards:
+        ratios = [(_ms(_row(table, s, labels[g])) / best, s) for s, best in best_by_scale.items()]
+        ratios = [(r, s) for r, s in ratios if math.isfinite(r)]
+        if len(ratios) == len(best_by_scale):
+            worst[g] = max(ratios)
+    supported = min(worst, key=lambda g: worst[g][0]) if worst else None
+    if supported is not None:
+        ratio, where = worst[supported]
+        lines.append("")
+        lines.append(
+            f"**The data supports guard {supported}** (`{labels[supported]}`): across the scales its median is at "
+            f"most {format_number(ratio)}× the fastest guard's (worst at {where}); the other guards' worst cases: "
+            + ", ".join(
+                f"g{g} {format_number(worst[g][0])}× at {worst[g][1]}"
+                if g in worst
+                else f"g{g} did not finish at every scale"
+                for g in guards
+                if g != supported
+            )
+            + "."
+        )
+        default = plan.settings["default_guards"].get(spec)
+        if default is not None and default != supported and default in worst:
+            lines.append(
+                f"The shipped default is g{default} (worst {format_number(worst[default][0])}× the fastest)."
+            )
+    return lines, supported
+
+
+def target_lines(plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, candidate: str) -> list[str]:
+    """The issue's targets for the candidate arm ``candidate``, checked scale by scale against the data."""
+    baseline = plan.cases[0].arms[0].label
+    upstream = next((a.label for a in plan.cases[0].arms if a.spec == "upstream"), None)
+    scales = plan.settings["scales"]
+    rows = []
+    misses: list[str] = []
+
+    def add(target: str, scale: str, figure: str, met: bool | None, bound: str) -> None:
+        verdict = "n/a" if met is None else ("met" if met else "**missed**")
+        rows.append([target, scale, figure, verdict, bound if met is False else ""])
+        if met is False:
+            misses.append(f"{target} at {scale}: {figure}; bound by {bound}")
+
+    for scale in scales:
+        mine = _row(table, scale, candidate)
+        if mine is None:
+            continue
+        ms, host, floor = (
+            float(mine["ms_median"]),
+            float(mine["host_ms_median"]),
+            float(mine["floor_ms_median"]),
+        )
+        bound = (
+            bound_by(ms, host, floor)
+            if is_cuda(plan.protocol.device)
+            else "n/a on the CPU (host and device are one)"
+        )
+        if math.isfinite(floor):
+            ratio = ms / floor
+            add(
+                f"≤ {FLOOR_TARGET:g}× own floor",
+                scale,
+                f"{format_number(ms)} ms = {format_number(ratio)}× floor {format_number(floor)} ms "
+                f"({'under' if ratio <= FLOOR_TARGET else 'over'} by {format_number(abs(ms - FLOOR_TARGET * floor))} ms)",
+                ratio <= FLOOR_TARGET,
+                bound,
+            )
+        else:
+            add(
+                f"≤ {FLOOR_TARGET:g}× own floor",
+                scale,
+                f"floor {mine['floor_note'] or 'not measured'}",
+                None,
+                "",
+            )
+        theirs = _row(table, scale, upstream) if upstream else None
+        if theirs is not None:
+            speedup = _ms(theirs) / ms
+            need = UPSTREAM_SPEEDUP_AT_N if scale == "n" else 1.0
+            comparison = paired(trials, scale, candidate, upstream)
+            add(
+                f"≥ {need:g}× faster than upstream" if scale == "n" else "faster than upstream",
+                scale,
+                f"{format_number(speedup)}× ({format_number(_ms(theirs))} vs {format_number(ms)} ms; faster in "
+                f"{comparison.a_faster} of {comparison.rounds} rounds)",
+                speedup >= need if scale == "n" else speedup > 1,
+                bound,
+            )
+            peak_mine, peak_theirs = (
+                float(mine["extra_peak_bytes_median"]),
+                float(theirs["extra_peak_bytes_median"]),
+            )
+            if math.isfinite(peak_mine) and math.isfinite(peak_theirs):
+                add(
+                    "extra peak ≤ upstream's",
+                    scale,
+                    f"{format_bytes(peak_mine)} vs {format_bytes(peak_theirs)} "
+                    f"({'+' if peak_mine > peak_theirs else '−'}{format_bytes(abs(peak_mine - peak_theirs))})",
+                    peak_mine <= peak_theirs,
+                    memory_bound(table, scale, candidate),
+                )
+            else:
+                add("extra peak ≤ upstream's", scale, "not measurable here (no CUDA allocator)", None, "")
+        else:
+            add("vs upstream", scale, "upstream not in this run", None, "")
+        versus = paired(trials, scale, candidate, baseline)
+        if versus.rounds:
+            add(
+                "never slower than baseline",
+                scale,
+                f"{'faster' if versus.median > 0 else 'slower'} by {format_percent(abs(versus.median))} (paired "
+                f"median; faster in {versus.a_faster} of {versus.rounds} rounds)",
+                versus.a_faster == versus.rounds,
+                bound,
+            )
+    lines = [
+        markdown_table(
+            ["target", "scale", "figure", "verdict", "what bounds it (where missed)"], rows, "lllll"
+        )
+    ]
+    lines.append("")
+    if misses:
+        lines += ["Missed:", ""] + [f"- {miss}." for miss in misses]
+    elif rows:
+        lines.append("Every target that this run could check is met.")
+    return lines
+
+
+def next_step(table: pd.DataFrame, candidate: str, scales: list[str]) -> str:
+    """A closing proposal that follows from what bounds the candidate where it is furthest from its floor."""
+    rows = [r for s in scales if (r := _row(table, s, candidate)) is not None]
+    if not rows:
+        return "No finished candidate trial: rerun the screen before drawing conclusions."
+    worst = max(
+        rows, key=lambda r: (r["over_floor"] if math.isfinite(r["over_floor"]) else -1, r["ms_median"])
+    )
+    ms, host, floor = (
+        float(worst["ms_median"]),
+        float(worst["host_ms_median"]),
+        float(worst["floor_ms_median"]),
+    )
+    where = f"At {worst['scale']} the candidate takes {format_number(ms)} ms/step"
+    if not math.isfinite(floor):
+        return (
+            f"{where}, with no launch floor measured here ({worst['floor_note'] or 'no floor'}); run the screen "
+            "on a CUDA device to split host dispatch from GPU time before optimizing."
+        )
+    where += f", {format_number(ms / floor)}× its launch floor of {format_number(floor)} ms"
+    if host >= BOUND_SHARE * ms:
+        return (
+            f"{where}, and {format_number(host)} ms of it is host dispatch: the step is bound by launches. "
+            "Next: cut Python and launch work per step (fewer, larger foreach lists; reuse the cached plan's "
+            f"lists), or capture the step in a CUDA graph where the trainer allows it (the floor shows the "
+            f"most that can save: {format_number(ms - floor)} ms/step)."
+        )
+    if floor >= BOUND_SHARE * ms:
+        return (
+            f"{where}: GPU time bounds it. Next: less GPU work per step (less padding in the widest batches, "
+            "or a cheaper Newton-Schulz kernel), not fewer launches."
+        )
+    return (
+        f"{where}; neither host dispatch ({format_number(host)} ms) nor the floor explains the step alone. Next: "
+        "profile one step (a separate diagnostic run) to find the gaps between launches and GPU work."
+    )
+
+
+def report_section(run: Run) -> str:
+    """The screen's report section: tables, crossover and memory plots, and the analysis, from the data."""
+    plan, summaries, figures_dir = run.plan, run.summaries, run.figures_dir
+    table = summary_table(plan, summaries)
+    trials = summaries.trials
+    lines = ["### Screen: crossover over scales and padding guards", ""]
+    if table.empty:
+        return "\n".join(lines + ["No measured trial finished: nothing to analyse."])
+    lines.append(
+        f"Per scale × arm (measured trials; `{SUMMARY_CSV}` in the run folder holds every figure). ms/step = window "
+        f"total / {plan.settings['steps']} steps after {plan.settings['warmup_steps']} warm-up steps; host = host "
+        "time inside `step()` per step, no synchronization; floor = one captured step replayed "
+        f"{plan.settings['floor_replays']} times (CUDA graph); extra peak = allocator peak over the window minus "
+        "what was allocated when it opened (state excluded; state = what the warm-up steps left allocated)."
+    )
+    lines.append("")
+    rows = []
+    for _, r in table.iterrows():
+        floor = format_number(r["floor_ms_median"]) if math.isfinite(r["floor_ms_median"]) else "n/a"
+        rows.append(
+            [
+                r["scale"],
+                r["arm"],
+                f"{int(r['trials'])}" + (f" ({int(r['failed'])} failed)" if r["failed"] else ""),
+                f"{format_number(r['ms_median'])} ({format_number(r['ms_min'])}–{format_number(r['ms_max'])})",
+                format_number(r["host_ms_median"]),
+                floor,
+                format_number(r["over_floor"]) if math.isfinite(r["over_floor"]) else "n/a",
+                format_bytes(r["extra_peak_bytes_median"]),
+                format_bytes(r["state_bytes_median"]),
+                "—" if r["role"] == "baseline" else format_percent(r["reduction_vs_baseline_median"]),
+            ]
+        )
+    lines.append(
+        markdown_table(
+            [
+                "scale",
+                "arm",
+                "trials",
+                "ms/step median (min–max)",
+                "host ms/step",
+                "floor ms",
+                "× floor",
+                "extra peak",
+                "state",
+                "vs baseline (paired median)",
+            ],
+            rows,
+            "llrrrrrrrr",
+        )
+    )
+    lines.append("")
+    notes: dict[str, list[str]] = {}
+    for _, r in table[table["floor_note"] != ""].iterrows():
+        for note in str(r["floor_note"]).split("; "):
+            notes.setdefault(note, []).append(f"{r['scale']} {r['arm']}")
+    for note, where in notes.items():
+        lines.append(f"Floor {note} ({', '.join(where)}).")
+    if notes:
+        lines.append("")
+
+    labels = plan.arm_labels()
+    lines_table = table.rename(
+        columns={
+            "scale": "x",
+            "arm": "series",
+            "ms_median": "median",
+            "ms_min": "low",
+            "ms_max": "high",
+            "floor_ms_median": "floor",
+        }
+    )
+    crossover = plot_crossover(
+        lines_table,
+        labels,
+        plan.settings["scales"],
+        figures_dir / CROSSOVER_PNG,
+        title="optimizer step vs scale (floors dashed)",
+    )
+    memory_table = table.rename(columns={"scale": "x", "arm": "series", "extra_peak_bytes_median": "bytes"})
+    memory = plot_memory(
+        memory_table,
+        labels,
+        plan.settings["scales"],
+        figures_dir / MEMORY_PNG,
+        title="extra peak memory of one step vs scale",
+    )
+    lines += [
+        markdown_image(crossover, "crossover: ms/step vs scale"),
+        "",
+        "Median ms/step per arm (bars: min–max over rounds), log axis; dashed: the same arm's launch floor "
+        "(CUDA-graph replay), where it could be captured.",
+        "",
+        markdown_image(memory, "extra peak memory vs scale"),
+        "",
+        "Median extra peak of one step (allocator peak over the window minus what was allocated when it opened).",
+    ]
+
+    for spec in plan.settings["guarded_specs"]:
+        if spec == plan.settings["arm_specs"][0]:
+            continue
+        guard_text, supported = guard_analysis(plan, table, trials, spec)
+        lines += ["", f"#### Where padding stops paying (`{spec}`)", ""] + guard_text
+
+    if "candidate" in plan.settings["arm_specs"][1:]:
+        default = plan.settings["default_guards"].get("candidate")
+        if "candidate" not in plan.settings["guarded_specs"]:
+            candidate, which = "candidate", "the candidate as shipped"
+        elif default in plan.settings["guards"]:
+            candidate, which = guard_label("candidate", parse_guard(default)), "the candidate as shipped"
+        else:
+            candidate = guard_label("candidate", parse_guard(plan.settings["guards"][0]))
+            which = f"the shipped default g{default} was not screened; the first screened guard instead"
+        lines += ["", f"#### Targets (issue 4), checked for `{candidate}` ({which})", ""]
+        lines += target_lines(plan, table, trials, candidate)
+        lines += ["", f"**Next step.** {next_step(table, candidate, plan.settings['scales'])}"]
+    if plan.protocol.device == "cpu":
+        lines += [
+            "",
+            "This run was on the CPU: no launch floor, no allocator peaks; its timings say nothing about "
+            "a GPU.",
+        ]
+    return "\n".join(lines)

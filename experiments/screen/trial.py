@@ -1,0 +1,219 @@
+"""One screen trial: a fresh optimizer on fresh parameters and gradients, seeded by the round, then
+
+1. ``W`` untimed warm-up steps (they create the optimizer state and, for the candidate, its batch plan);
+2. the window: one synchronized bracket around ``S`` steps (ms/step = total / ``S``). Nothing inside
+   synchronizes: host dispatch is the host time inside ``step()``, and the step's extra peak is the
+   allocator's peak over the window minus what was allocated when it opened (the state already exists);
+3. the launch floor, outside the bracket: the same step captured once in a CUDA graph and replayed ``K``
+   times, ms/replay: GPU time without host launch cost (null with ``floor_note`` where capture is impossible).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from experiments import workloads
+from experiments.arms import make_optimizer
+from experiments.screen.plan import (
+    DEFAULT_GUARD,
+    DTYPES,
+    FLOOR_WARMUP_STEPS,
+    GUARD_ATTRIBUTE,
+    NO_GUARD,
+    guard_name,
+    has_guard,
+    parse_guard,
+)
+from harness.protocol import Arm, Plan, TrialContext, TrialFunction
+from harness.timing import SyncTimer, current_allocated, is_cuda, read_peaks, reset_peaks
+
+
+@dataclass(frozen=True)
+class TrialSettings:
+    """What every trial of a screen does, read from ``plan.settings``."""
+
+    steps: int
+    warmup_steps: int
+    floor_replays: int
+    dtype: torch.dtype
+
+    @classmethod
+    def from_plan(cls, plan: Plan) -> TrialSettings:
+        o = plan.settings
+        return cls(int(o["steps"]), int(o["warmup_steps"]), int(o["floor_replays"]), DTYPES[o["dtype"]])
+
+
+class WorkloadCache:
+    """Parameters and gradients of one (scale, seed, dtype), drawn once on the CPU and copied per trial.
+
+    The arms of a round share the seed, so all but the first arm of a round copy instead of drawing again.
+    Only the latest workload is kept (one scale's values at a time).
+    """
+
+    def __init__(self) -> None:
+        self.key: tuple[str, int, torch.dtype] | None = None
+        self.groups: list[dict[str, Any]] = []
+        self.kwargs: dict[str, float] = {}
+
+    def fresh(
+        self, scale: str, seed: int, dtype: torch.dtype, device: str
+    ) -> tuple[list[dict[str, Any]], dict]:
+        """New parameter tensors with gradients on ``device``, equal to the seeded workload's values."""
+        key = (scale, seed, dtype)
+        if key != self.key:
+            self.key, self.groups = None, []  # drop the old workload before drawing the next
+            groups, self.kwargs = workloads.build_param_groups(scale, "cpu", dtype, seed)
+            workloads.fill_synthetic_grads(groups, seed)
+            self.groups, self.key = groups, key
+        copies = []
+        for group in self.groups:
+            params = []
+            for source in group["params"]:
+                param = torch.nn.Parameter(
+                    source.detach().to(device, copy=True), requires_grad=source.requires_grad
+                )
+                if source.grad is not None:
+                    param.grad = source.grad.to(device, copy=True)
+                params.append(param)
+            copies.append({**group, "params": params})
+        return copies, dict(self.kwargs)
+
+
+def trial_function(plan: Plan) -> TrialFunction:
+    """The screen's trial function: one timed window and one floor per trial."""
+    settings = TrialSettings.from_plan(plan)
+    cache = WorkloadCache()
+
+    def trial(ctx: TrialContext) -> dict[str, Any]:
+        groups, kwargs = cache.fresh(ctx.case.params["scale"], ctx.seed, settings.dtype, ctx.device)
+        return measure_step(ctx.arm, groups, kwargs, ctx.device, settings)
+
+    return trial
+
+
+def make_arm_optimizer(
+    arm: Arm, groups: list[dict[str, Any]], kwargs: dict[str, float]
+) -> torch.optim.Optimizer:
+    """The arm's optimizer over ``groups``, its guard (if the arm has one) set on this instance only.
+
+    Setting the guard on the instance, before its first step, means no class attribute ever changes: the
+    next trial, of any arm, starts from the class default whatever happened in this one.
+    """
+    optimizer = make_optimizer(arm.spec, groups, kwargs)
+    guard = arm.params.get("guard", NO_GUARD)
+    if guard not in (NO_GUARD, DEFAULT_GUARD):
+        setattr(optimizer, GUARD_ATTRIBUTE, parse_guard(guard))
+    return optimizer
+
+
+def measure_step(
+    arm: Arm, groups: list[dict[str, Any]], kwargs: dict[str, float], device: str, settings: TrialSettings
+) -> dict[str, Any]:
+    """Warm-up steps, the timed window, then the launch floor, on a fresh optimizer of ``arm``."""
+    optimizer = make_arm_optimizer(arm, groups, kwargs)
+    guard_in_effect = (
+        guard_name(getattr(optimizer, GUARD_ATTRIBUTE)) if has_guard(type(optimizer)) else NO_GUARD
+    )
+    allocated_at_start = current_allocated(device)
+    for _ in range(settings.warmup_steps):
+        optimizer.step()
+    figures = time_window(optimizer, device, settings.steps)
+    if allocated_at_start is not None and figures["allocated_at_window"] is not None:
+        figures["state_bytes"] = figures["allocated_at_window"] - allocated_at_start
+    else:
+        figures["state_bytes"] = None
+    figures.update(launch_floor(optimizer, device, settings.floor_replays))
+    figures.update(guard_in_effect=guard_in_effect, steps=settings.steps, warmup_steps=settings.warmup_steps)
+    return figures
+
+
+def time_window(optimizer: torch.optim.Optimizer, device: str, steps: int) -> dict[str, Any]:
+    """``steps`` steps in one synchronized bracket: ms/step, host dispatch ms/step and the step's extra peak.
+
+    Nothing inside the bracket synchronizes: the host clock is read around each ``step()`` call only, and
+    the allocator's peak is reset before the bracket opens and read after it closes.
+    """
+    allocated = current_allocated(device)
+    reset_peaks(device)
+    host_ns = 0
+    with SyncTimer(device) as bracket:
+        for _ in range(steps):
+            called = time.perf_counter_ns()
+            optimizer.step()
+            host_ns += time.perf_counter_ns() - called
+    peak_allocated, peak_reserved = read_peaks(device)
+    extra = peak_allocated - allocated if peak_allocated is not None and allocated is not None else None
+    return {
+        "value": bracket.seconds * 1e3 / steps,
+        "window_ms": bracket.seconds * 1e3,
+        "host_ms": host_ns / 1e6 / steps,
+        "allocated_at_window": allocated,
+        "extra_peak_bytes": extra,
+        "peak_allocated": peak_allocated,
+        "peak_reserved": peak_reserved,
+    }
+
+
+_CAPTURE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
+
+
+def capture_stream(device: torch.device) -> torch.cuda.Stream:
+    """One side stream per device for every capture of the run (its lazy per-stream set-up happens once)."""
+    if device not in _CAPTURE_STREAMS:
+        _CAPTURE_STREAMS[device] = torch.cuda.Stream(device)
+    return _CAPTURE_STREAMS[device]
+
+
+def capture_step(optimizer: torch.optim.Optimizer, device: torch.device) -> torch.cuda.CUDAGraph:
+    """One ``step()`` captured in a CUDA graph, after warm-up steps on the side stream (PyTorch's recipe)."""
+    side = capture_stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(FLOOR_WARMUP_STEPS):
+            optimizer.step()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    # The outer stream context restores the current stream even if capture_end raises inside graph.__exit__.
+    with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
+        optimizer.step()
+    return graph
+
+
+def _reason(exc: BaseException) -> str:
+    first_line = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first_line}"[:200]
+
+
+def launch_floor(optimizer: torch.optim.Optimizer, device: str, replays: int) -> dict[str, Any]:
+    """ms per replay of the captured step (``floor_ms``), or None with ``floor_note`` saying why."""
+    if not is_cuda(device):
+        return {
+            "floor_ms": None,
+            "floor_note": "n/a: CPU (CUDA graphs need a CUDA device)",
+            "floor_replays": 0,
+        }
+    dev = torch.device(device)
+    with torch.cuda.device(dev):
+        try:
+            graph = capture_step(optimizer, dev)
+        except Exception as exc:  # noqa: BLE001 - a step that cannot be captured is a recorded fact
+            torch.cuda.synchronize(dev)
+            return {
+                "floor_ms": None,
+                "floor_note": f"n/a: capture failed: {_reason(exc)}",
+                "floor_replays": 0,
+            }
+        try:
+            graph.replay()  # the first replay uploads the graph; not timed
+            with SyncTimer(dev) as bracket:
+                for _ in range(replays):
+                    graph.replay()
+        except Exception as exc:  # noqa: BLE001
+            return {"floor_ms": None, "floor_note": f"n/a: replay failed: {_reason(exc)}", "floor_replays": 0}
+        finally:
+            del graph
+    return {"floor_ms": bracket.seconds * 1e3 / replays, "floor_note": "", "floor_replays": replays}

@@ -1,0 +1,161 @@
+"""A small Python API, the one the CLI uses: paired trials of your own functions, with the same protocol,
+statistics, run folder and report as every ``bench`` command.
+
+    from harness.api import compare
+
+    result = compare({"baseline": old_step, "candidate": new_step}, pairs=6, bar=5, device="cuda")
+    print(result)              # each arm's median and the paired reduction, with its interval and verdict
+    result.claims              # the claims table (pandas)
+    result.report()            # report.md in the run folder
+
+Each function is called with no argument inside one synchronized bracket (``harness.timing.SyncTimer``) and
+its wall seconds are the trial's figure; a function may instead return a mapping with a ``value`` (and any
+other figures) to report its own. ``Runner`` carries runs of any registered ``Tier`` (the CLI's way in).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.options import check_bar, check_choice, check_device, check_non_negative, check_positive
+from harness.protocol import ORDERS, Arm, Case, Plan, ProtocolOptions, TrialContext, TrialFunction
+from harness.run import Runner, RunOptions
+from harness.tier import BaseTier, Run, TierRegistry
+from harness.timing import SyncTimer
+
+__all__ = ["FunctionTier", "Result", "RunOptions", "Runner", "compare"]
+
+
+class FunctionTier(BaseTier):
+    """A tier whose arms are Python callables handed over at run time: the run folder names them by label only,
+    so a resume needs the same callables again (``compare(..., resume=folder)``)."""
+
+    def __init__(self, functions: Mapping[str, Callable[[], Any]]) -> None:
+        super().__init__("function")
+        self.functions = dict(functions)
+
+    def trial_function(self, plan: Plan) -> TrialFunction:
+        device = plan.protocol.device
+
+        def trial(ctx: TrialContext) -> dict[str, Any]:
+            function = self.functions[ctx.arm.spec]
+            with SyncTimer(device) as bracket:
+                returned = function()
+            if isinstance(returned, Mapping) and "value" in returned:
+                return dict(returned)
+            return {"value": bracket.seconds}
+
+        return trial
+
+
+@dataclass
+class Result:
+    """A finished (or stopped) run: its folder, plan and summaries, with the claim in words."""
+
+    run: Run
+    tiers: TierRegistry
+
+    @property
+    def folder(self) -> Path:
+        return self.run.folder.path
+
+    @property
+    def arms(self) -> pd.DataFrame:
+        return self.run.summaries.arms
+
+    @property
+    def pairs(self) -> pd.DataFrame:
+        return self.run.summaries.pairs
+
+    @property
+    def claims(self) -> pd.DataFrame:
+        return self.run.summaries.claims
+
+    def verdict(self, arm: str | None = None) -> str:
+        """The verdict of one arm's claim (the first candidate arm's by default)."""
+        claims = self.claims if arm is None else self.claims[self.claims["arm"] == arm]
+        return str(claims["verdict"].iloc[0]) if len(claims) else "no pairs"
+
+    def report(self, output: Path | None = None) -> Path:
+        """Write the markdown report (``report.md`` in the run folder unless ``output`` says otherwise)."""
+        from harness.report import write_report
+
+        return write_report([self.run.folder], self.tiers, output)
+
+    def __str__(self) -> str:
+        from harness.report import claim_sentence
+
+        plan, summaries = self.run.plan, self.run.summaries
+        lines = [f"run folder: {self.folder}"]
+        for _, claim in summaries.claims.iterrows():
+            lines.append(claim_sentence(plan, summaries, str(claim["case"]), str(claim["arm"])))
+            lines.append(f"verdict: {claim['verdict']}")
+        return "\n".join(lines)
+
+
+def compare(
+    functions: Mapping[str, Callable[[], Any]],
+    *,
+    warmup: int = ProtocolOptions.default("warmup"),
+    pairs: int = ProtocolOptions.default("pairs"),
+    order: str = ProtocolOptions.default("order"),
+    seed: int = ProtocolOptions.default("seed"),
+    bar: float | None = None,
+    control: bool = False,
+    device: str = "cpu",
+    cooldown: float = ProtocolOptions.default("cooldown"),
+    name: str = "functions",
+    metric: str = "call time",
+    unit: str = "s",
+    out: str | Path = "runs",
+    quiet: bool = True,
+    report: bool = False,
+    resume: str | Path | None = None,
+) -> Result:
+    """Paired trials of ``functions`` (label → callable; the first is the baseline), run and summarized.
+
+    The options mean what the CLI's do; ``resume`` continues a run folder this function started, with the same
+    callables.
+    """
+    tier = FunctionTier(functions)
+    tiers = TierRegistry([tier])
+    runner = Runner(tiers, RunOptions(out=Path(out), quiet=quiet, report=report))
+    if resume is not None:
+        return Result(runner.resume(resume), tiers)
+    labels = list(functions)
+    if not labels or (len(labels) < 2 and not control):
+        raise ValueError(
+            "compare needs two or more functions (the first is the baseline), or one with control=True"
+        )
+    if control:
+        arms = (Arm(labels[0], "baseline", labels[0]), Arm(f"{labels[0]}-control", "candidate", labels[0]))
+    else:
+        arms = tuple(
+            Arm(label, "baseline" if i == 0 else "candidate", label) for i, label in enumerate(labels)
+        )
+    protocol = ProtocolOptions(
+        arms=arms,
+        warmup=int(check_non_negative("warmup", warmup)),
+        pairs=check_positive("pairs", pairs),
+        order=check_choice("order", order, ORDERS),
+        seed=int(check_non_negative("seed", seed)),
+        bar=check_bar(bar, control),
+        device=check_device(device),
+        control=control,
+        cooldown=float(check_non_negative("cooldown", cooldown)),
+    )
+    plan = Plan(
+        tier=tier.name,
+        protocol=protocol,
+        cases=[Case(name, {}, arms)],
+        unit=unit,
+        metric=metric,
+        isolation="in-process; each call inside one synchronized bracket",
+        timed_region="one call of the arm's function, synchronized at both ends",
+    )
+    return Result(runner.start(plan), tiers)

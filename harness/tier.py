@@ -1,0 +1,150 @@
+"""The tier contract: what a tier (screen, probe, fit, …) gives the harness, and the registry that names them.
+
+A tier turns the shared protocol options and its own settings into a ``Plan``, makes the trial function that
+runs one scheduled trial, and says what its runs mean: the tables written beside the log, the report section,
+the caveats, the claim printed when a run ends. The harness knows tiers only through this contract, by the
+name a plan records; ``experiments.tiers`` registers the project's tiers in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import pandas as pd
+
+from harness.options import InputError
+from harness.protocol import Plan, ProtocolOptions, TrialFunction
+from harness.tables import ENV, PLAN, RunFolder, Summaries, summarize_trials
+
+
+@dataclass(frozen=True)
+class Caveat:
+    """A caveat of a run: a headline (in the report's summary too) and the detail (in the run's section)."""
+
+    headline: str
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.headline} {self.detail}".strip()
+
+
+@dataclass
+class Run:
+    """A run folder read back: its plan, the summaries recomputed from its log, its environment.
+
+    ``figures_dir`` is where a report draws this run's figures (None outside a report).
+    """
+
+    folder: RunFolder
+    plan: Plan
+    summaries: Summaries
+    env: dict[str, Any]
+    figures_dir: Path | None = None
+
+    @classmethod
+    def load(cls, folder: RunFolder, figures_dir: Path | None = None) -> Run:
+        plan = Plan.from_json(folder.read_json(PLAN))
+        summaries = summarize_trials(folder.trials(), plan.protocol)
+        return cls(folder, plan, summaries, folder.read_json(ENV) or {}, figures_dir)
+
+
+class Tier(Protocol):
+    """One tier of evidence. ``BaseTier`` gives the defaults; a tier overrides what it has."""
+
+    name: str
+    diagnostic: bool  # synchronized inside its timed region: its figures explain a claim, never make one
+    paired: bool  # its rows are paired trials of arms (the harness's statistics apply)
+
+    def make_plan(self, protocol: ProtocolOptions, settings: Any, command: str) -> Plan: ...
+
+    def trial_function(self, plan: Plan) -> TrialFunction: ...
+
+    def tables(self, run: Run) -> dict[str, pd.DataFrame]: ...
+
+    def section(self, run: Run) -> str: ...
+
+    def caveats(self, run: Run) -> list[Caveat]: ...
+
+    def claim(self, run: Run) -> str | None: ...
+
+
+class BaseTier:
+    """A tier assembled from its hook functions; a hook left out takes the default (no tables, no section, no
+    claim of its own; paired, not diagnostic). Subclass it for a hook that needs more than a function."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        make_plan: Callable[[ProtocolOptions, Any, str], Plan] | None = None,
+        trial_function: Callable[[Plan], TrialFunction] | None = None,
+        tables: Callable[[Run], dict[str, pd.DataFrame]] | None = None,
+        section: Callable[[Run], str] | None = None,
+        claim: Callable[[Run], str | None] | None = None,
+        caveats: tuple[Caveat, ...] = (),
+        diagnostic: bool = False,
+        paired: bool = True,
+    ) -> None:
+        self.name, self.diagnostic, self.paired = name, diagnostic, paired
+        self._make_plan, self._trial_function = make_plan, trial_function
+        self._tables, self._section, self._claim, self._caveats = tables, section, claim, caveats
+
+    def make_plan(self, protocol: ProtocolOptions, settings: Any, command: str) -> Plan:
+        if self._make_plan is None:
+            raise NotImplementedError(f"tier '{self.name}' builds no plan here")
+        return self._make_plan(protocol, settings, command)
+
+    def trial_function(self, plan: Plan) -> TrialFunction:
+        if self._trial_function is None:
+            raise InputError(
+                f"tier '{plan.tier}' is not known here, so its trials cannot run; resume it where it was started"
+            )
+        return self._trial_function(plan)
+
+    def tables(self, run: Run) -> dict[str, pd.DataFrame]:
+        return self._tables(run) if self._tables else {}
+
+    def section(self, run: Run) -> str:
+        return self._section(run) if self._section else ""
+
+    def caveats(self, run: Run) -> list[Caveat]:
+        return list(self._caveats)
+
+    def claim(self, run: Run) -> str | None:
+        return self._claim(run) if self._claim else None
+
+
+class TierRegistry:
+    """Tiers by name: how a run folder's ``plan.tier`` finds its tier."""
+
+    def __init__(self, tiers: Iterable[Tier] = ()) -> None:
+        self._tiers: dict[str, Tier] = {}
+        for tier in tiers:
+            if tier.name in self._tiers:
+                raise ValueError(f"two tiers are named '{tier.name}'")
+            self._tiers[tier.name] = tier
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._tiers)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._tiers
+
+    def get(self, name: str) -> Tier:
+        """The tier named ``name``, or ``InputError`` naming the tiers known here."""
+        if name not in self._tiers:
+            raise InputError(
+                f"tier '{name}' is not known here; known tiers: {', '.join(self._tiers) or 'none'}"
+            )
+        return self._tiers[name]
+
+    def reader(self, name: str) -> Tier:
+        """The tier that reads a run folder: its own where known, else the defaults (a report still works)."""
+        return self._tiers.get(name) or BaseTier(name)
+
+    def with_tier(self, tier: Tier) -> TierRegistry:
+        """This registry with one more tier (a user's tier from the Python API)."""
+        return TierRegistry([*self._tiers.values(), tier])

@@ -1,0 +1,63 @@
+"""The Python API (`harness.api.compare`): paired trials of one's own functions, with the harness's
+statistics, run folder and report, resumable with the same functions."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.api import compare
+from harness.tables import PLAN, RunFolder
+
+
+def slow() -> None:
+    time.sleep(0.02)
+
+
+def fast() -> None:
+    time.sleep(0.005)
+
+
+def test_compare_times_each_call_and_gives_the_claim(tmp_path: Path) -> None:
+    result = compare({"slow": slow, "fast": fast}, pairs=4, warmup=1, bar=20, out=tmp_path)
+    assert result.arms["arm"].tolist() == ["slow", "fast"]
+    claim = result.claims.iloc[0]
+    assert claim["arm"] == "fast" and claim["baseline_arm"] == "slow" and claim["pairs"] == 4
+    assert 0.5 < claim["median"] < 0.8  # (0.02 − 0.005) / 0.02 = 75%, less the sleep's overshoot
+    assert result.verdict() == "clears"
+    text = str(result)
+    assert "Slow median" in text and "The paired reduction median is" in text and "verdict: clears" in text
+    report = result.report()
+    assert report == result.folder / "report.md" and "### Verdict" in report.read_text()
+    plan = RunFolder(result.folder).read_json(PLAN)
+    assert plan["tier"] == "function" and [a["label"] for a in plan["protocol"]["arms"]] == ["slow", "fast"]
+
+
+def test_a_function_may_report_its_own_figure(tmp_path: Path) -> None:
+    result = compare(
+        {"a": lambda: {"value": 10.0, "extra": 1}, "b": lambda: {"value": 8.0}},
+        pairs=2,
+        warmup=0,
+        out=tmp_path,
+    )
+    assert result.claims.iloc[0]["median"] == pytest.approx(0.2)
+    assert set(result.run.summaries.trials["extra"].dropna()) == {1}
+
+
+def test_compare_resumes_with_the_same_functions(tmp_path: Path) -> None:
+    first = compare({"slow": slow, "fast": fast}, pairs=2, warmup=0, out=tmp_path)
+    log = first.run.folder.file("trials.jsonl")
+    log.write_text("".join(log.read_text().splitlines(keepends=True)[:2]))
+    again = compare({"slow": slow, "fast": fast}, resume=first.folder)
+    assert sorted(r["index"] for r in again.run.folder.rows()) == [0, 1, 2, 3]
+
+
+def test_a_control_and_bad_input(tmp_path: Path) -> None:
+    result = compare({"slow": slow}, control=True, pairs=2, warmup=0, bar=50, out=tmp_path)
+    assert result.claims.iloc[0]["arm"] == "slow-control" and result.verdict() in ("within", "ambiguous")
+    with pytest.raises(ValueError, match="two or more functions"):
+        compare({"only": slow}, out=tmp_path)
+    with pytest.raises(ValueError, match="pairs must be a positive"):
+        compare({"slow": slow, "fast": fast}, pairs=0, out=tmp_path)
