@@ -23,7 +23,7 @@ Pure functions over numpy arrays. Conventions, stated once:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -666,11 +666,15 @@ def probability_within(pairs: int, sigma: float, tolerance: float, level: float 
     return float(min(1.0, value))
 
 
-def _fewest_pairs(meets, max_pairs: int) -> int | None:
-    """The fewest pairs in 2 … max_pairs for which ``meets`` holds (monotone in the pairs), by bisection."""
-    if not meets(max_pairs):
-        return None
-    low, high = 2, max_pairs
+def _fewest_pairs(meets: Callable[[int], bool], max_pairs: int) -> int | None:
+    """The fewest pairs in 2 … max_pairs for which ``meets`` holds (monotone in the pairs): doubling, then
+    bisection."""
+    high = 2
+    while not meets(high):
+        if high >= max_pairs:
+            return None
+        high = min(2 * high, max_pairs)
+    low = max(2, high // 2)
     while low < high:
         middle = (low + high) // 2
         if meets(middle):
