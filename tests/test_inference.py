@@ -304,6 +304,11 @@ def test_a_short_stopping_plan_is_insufficient() -> None:
     assert worst < 0.95 - TOLERANCE
     decision = inf.should_stop(rows[0, :12], precision=0.1, min_pairs=6, max_pairs=12)
     assert decision.stop and not decision.interval.sufficient and "20 pairs" in decision.interval.reason
+    # A single look is the fixed-n t interval, short of 95% at 20 pairs; a late first look was not simulated.
+    rows = draw("exponential", (DRAWS, 20), seed=410, scale=scale)
+    single = inf.simulate_stopping(rows, precision=1.0, min_pairs=20, max_pairs=20)
+    assert not single.sufficient and covered(single.low, single.high, 0.0) < 0.95 - TOLERANCE
+    assert not inf.should_stop(rows[0, :10], precision=50.0, min_pairs=10, max_pairs=30).interval.sufficient
 
 
 def test_should_stop_agrees_with_the_simulation() -> None:
