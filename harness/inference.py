@@ -721,8 +721,8 @@ def plan_effect(
 ) -> Plan:
     """Pairs needed to resolve a true reduction ``effect`` against ``bar`` (both fractions; 0 for "any
     gain") with probability ``power`` at ``level``, from the per-pair spread σ of the log ratio."""
-    if sigma <= 0 or effect == bar:
-        raise ValueError("need a positive spread and an effect different from the bar")
+    if sigma <= 0 or effect == bar or max(effect, bar) >= 1:
+        raise ValueError("need a positive spread, and an effect and a bar below 100% that differ")
     found = _fewest_pairs(lambda n: power_to_resolve(n, sigma, effect, bar, level) >= power, max_pairs)
     goal = f"resolve a {effect:.1%} reduction against {bar:.1%} with {power:.0%} power at {level:.0%}"
     achieved = power_to_resolve(found, sigma, effect, bar, level) if found else math.nan

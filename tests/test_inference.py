@@ -365,6 +365,13 @@ def test_plan_effect_against_simulation() -> None:
     assert plan.minimum_pairs == 53 and plan.pairs == 54 and plan.seconds == 54 * 120.0
 
 
+def test_plan_refuses_an_unreachable_goal() -> None:
+    with pytest.raises(ValueError):
+        inf.plan_effect(0.05, effect=0.03, bar=0.03)
+    with pytest.raises(ValueError):
+        inf.plan_effect(0.05, effect=1.0)
+
+
 def test_power_at_the_bar_is_half_alpha() -> None:
     # With the true effect on the bar, the interval lies above it with probability α/2 exactly.
     assert inf.power_to_resolve(10, 0.05, 0.03, bar=0.03) == pytest.approx(0.025)
