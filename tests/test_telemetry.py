@@ -510,3 +510,91 @@ def test_nvidia_smi_fallback_reads_the_real_device(monkeypatch) -> None:
     source, devices = telemetry.read_gpus()
     assert source == "nvidia-smi" and devices and devices[0]["sm_clock_mhz"] > 0
     assert devices[0]["throttle_mask"] is not None
+
+
+# --- the noise analysis of fit logs (scripts/noise_from_logs.py) ---------------------------------------------
+
+
+def _noise_script() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("noise_from_logs", ROOT / "scripts" / "noise_from_logs.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bar_times_are_read_at_their_printed_resolution() -> None:
+    noise = _noise_script()
+    assert noise.parse_elapsed("14.0s") == (14.0, 0.1)
+    assert noise.parse_elapsed("6.8s<25.8s") == (6.8, 0.1)
+    assert noise.parse_elapsed("1:02") == (62.0, 1.0) and noise.parse_elapsed("1:02:03") == (3723.0, 1.0)
+    assert noise.parse_elapsed("4.6it/s") is None and noise.parse_elapsed("x") is None
+
+
+def _bar(epoch: int, done: int, elapsed: str, rate: str = "8.0it/s") -> str:
+    return f"\x1b[K        {epoch}/2     0.807G      3.601      10.24    0.06722   15   640: 50% ━━━─── {done}/4 {rate} {elapsed}\r"
+
+
+VAL = "\x1b[K                 Class     Images  Instances      Box(P          R      mAP50  mAP50-95): 100% ━━━━ 4/4 {}\n"
+FIT_LOG = (
+    "Starting training for 2 epochs...\n"
+    + _bar(1, 0, " 6.7s", rate="")
+    + _bar(1, 2, "7.0s<0.3s")
+    + _bar(1, 4, "7.5s")
+    + _bar(1, 4, "7.5s")
+    + "\n"
+    + VAL.format("1.5it/s 2.7s")
+    + "                   all         32        113          0          0          0          0\n"
+    + _bar(2, 0, " 0.2s", rate="")
+    + _bar(2, 4, "5.5s")
+    + "\n"
+    + VAL.format("23.4it/s 0.2s")
+    + "2 epochs completed in 0.005 hours.\nValidating /runs/fit/weights/best.pt...\n"
+    + VAL.format("2.6it/s 1.5s")
+)
+
+
+def test_a_fit_log_is_split_into_its_parts_which_add_up_to_the_wall_time(tmp_path: Path) -> None:
+    noise = _noise_script()
+    (tmp_path / "trials").mkdir()
+    (tmp_path / "trials" / "3.log").write_text(FIT_LOG)
+    row = {
+        "index": 3,
+        "status": "ok",
+        "value": 30.0,
+        "arm": "a",
+        "role": "baseline",
+        "phase": "measured",
+        "round": 1,
+    }
+    fit = noise.read_fit(row, tmp_path)
+    assert fit.per_epoch == [7.5, 5.5]
+    assert fit.parts["first_iter"] == 6.7 and fit.parts["epoch1_rest"] == pytest.approx(0.8)
+    assert fit.parts["steady"] == 5.5 and fit.parts["validation"] == pytest.approx(2.7 + 0.2 + 1.5)
+    assert sum(fit.parts.values()) == pytest.approx(30.0) and fit.parts["setup_other"] == pytest.approx(12.6)
+    (tmp_path / "trials" / "3.log").write_text(FIT_LOG.split("Validating")[0])
+    with pytest.raises(ValueError, match="could not read every epoch"):
+        noise.read_fit(row, tmp_path)
+
+
+@pytest.mark.parametrize("pairs", [3, 6])
+def test_the_sigma_interval_covers_at_its_level(pairs: int) -> None:
+    """Coverage by simulation: normal log ratios of known σ; 4000 runs give the level within ±0.015 (3 s.e.)."""
+    import numpy as np
+
+    noise = _noise_script()
+    rng = np.random.default_rng(pairs)
+    runs, covered = 4000, 0
+    for sample in rng.normal(0.0, 0.05, size=(runs, pairs)):
+        _, low, high = noise.sigma_interval(list(sample), level=0.90)
+        covered += low <= 0.05 <= high
+    assert abs(covered / runs - 0.90) < 0.015
+
+
+def test_variance_shares_of_the_parts_add_up_to_one() -> None:
+    noise = _noise_script()
+    parts = [[1.0, -2.0, 0.5, 3.0], [0.2, 0.1, -0.4, 0.3], [-1.0, 0.0, 2.0, 0.5]]
+    whole = [sum(column) for column in zip(*parts, strict=True)]
+    assert sum(noise.covariance_share(part, whole) for part in parts) == pytest.approx(1.0)
