@@ -1,0 +1,281 @@
+"""CPU placement of a fit: which cores the worker (and its loader workers) run on, apart from the parent.
+
+A fit's step is host-bound, so where its threads run is part of what is measured. A ``Placement`` fixes, for
+every trial of a run alike, the worker's core set and its thread counts (torch intra-op and inter-op,
+OpenMP, MKL) and the parent's core set; it is chosen once from ``--cpus`` (``choose_placement``) and is
+JSON-ready (``to_dict`` / ``from_dict``) for the run's plan and environment records.
+
+How a worker is placed. The parent passes ``worker_environment(placement)`` to the worker's environment
+(thread counts that OpenMP and MKL read when they load, before any Python runs) and the worker calls
+``apply_in_worker(placement)`` first thing. That sets the affinity of *every* thread the worker already has
+(Linux affinity is per thread, and importing torch may have started some), then torch's thread counts. A
+``preexec_fn`` that pins the child between fork and exec was the alternative; it is not used because it is
+documented as unsafe when the parent has threads, turns off subprocess's ``posix_spawn`` path, is refused in
+subinterpreters, cannot set torch's thread counts anyway, and does not reach processes the harness does not
+start itself (ranks of ``torch.distributed.run``, which can call ``apply_from_environment`` instead). The
+worker's interpreter start and imports run unplaced (on the parent's cores when the parent is pinned): they
+happen before its timed bracket. Processes the worker starts afterwards (DataLoader workers, fork or spawn)
+inherit its mask from the kernel.
+
+Linux only: elsewhere ``os.sched_setaffinity`` does not exist and ``choose_placement`` raises ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+PLACEMENT_ENV = "BENCH_CPU_PLACEMENT"
+CPUS_ACCEPTED = "auto, or a list of cores such as 2-7 or 2,3,5-6"
+MIN_CORES_TO_KEEP_APART = 3
+_ITEM = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a fit runs: the worker's cores and thread counts, and the parent's cores (the same every trial)."""
+
+    requested: str
+    parent_cores: tuple[int, ...]
+    worker_cores: tuple[int, ...]
+    torch_threads: int
+    interop_threads: int
+    omp_threads: int
+    mkl_threads: int
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields (core lists as lists)."""
+        record = asdict(self)
+        record["parent_cores"] = list(self.parent_cores)
+        record["worker_cores"] = list(self.worker_cores)
+        return record
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> Placement:
+        fields = {k: record[k] for k in cls.__dataclass_fields__}
+        fields["parent_cores"] = tuple(int(c) for c in fields["parent_cores"])
+        fields["worker_cores"] = tuple(int(c) for c in fields["worker_cores"])
+        return cls(**fields)
+
+    def describe(self) -> str:
+        """One line for the console and the report's protocol paragraph."""
+        return (
+            f"worker on {_cores(self.worker_cores)} (torch {self.torch_threads} intra-op / "
+            f"{self.interop_threads} inter-op threads, OpenMP {self.omp_threads}, MKL {self.mkl_threads}), "
+            f"parent on {_cores(self.parent_cores)}: {self.reason}"
+        )
+
+
+def format_cores(cores: Iterable[int]) -> str:
+    """``[0, 1, 2, 5]`` → ``0-2,5`` (the kernel's ``Cpus_allowed_list`` spelling)."""
+    ordered = sorted(set(cores))
+    spans: list[str] = []
+    start = previous = None
+    for core in ordered:
+        if previous is not None and core == previous + 1:
+            previous = core
+            continue
+        if start is not None:
+            spans.append(str(start) if start == previous else f"{start}-{previous}")
+        start = previous = core
+    if start is not None:
+        spans.append(str(start) if start == previous else f"{start}-{previous}")
+    return ",".join(spans)
+
+
+def _cores(cores: Iterable[int]) -> str:
+    ordered = sorted(set(cores))
+    return f"core {ordered[0]}" if len(ordered) == 1 else f"cores {format_cores(ordered)}"
+
+
+def parse_core_list(text: str) -> tuple[int, ...]:
+    """``2,3,5-6`` → ``(2, 3, 5, 6)``; ``ValueError`` (one line) on anything else."""
+    items = [item.strip() for item in str(text).split(",")]
+    cores: set[int] = set()
+    for item in items:
+        match = _ITEM.match(item)
+        if not match:
+            raise ValueError(f"--cpus '{text}' is not a core list; use {CPUS_ACCEPTED}")
+        low, high = int(match.group(1)), int(match.group(2) or match.group(1))
+        if high < low:
+            raise ValueError(f"--cpus '{text}': the range {item} runs backwards; write {high}-{low}")
+        cores.update(range(low, high + 1))
+    return tuple(sorted(cores))
+
+
+def allowed_cores() -> tuple[int, ...]:
+    """The cores this process may run on (its affinity mask), ascending."""
+    if not hasattr(os, "sched_getaffinity"):
+        raise ValueError("--cpus: CPU placement needs Linux (os.sched_getaffinity is not available here)")
+    return tuple(sorted(os.sched_getaffinity(0)))
+
+
+def choose_placement(cpus: str = "auto", allowed: Iterable[int] | None = None) -> Placement:
+    """The placement for ``--cpus`` (``auto`` or a core list) within ``allowed`` (default: this process's mask).
+
+    ``auto`` keeps the lowest allowed core for the parent and gives the worker the rest. The parent only
+    waits while a trial runs, so below ``MIN_CORES_TO_KEEP_APART`` cores a core of its own would halve the
+    worker for nothing: there the worker gets every allowed core and the parent is pinned to the lowest one,
+    which it then shares (the reason says so). A core list gives the worker exactly those cores and the
+    parent every other allowed core (or, when none is left, the lowest of the worker's, shared).
+    """
+    pool = tuple(sorted(set(allowed))) if allowed is not None else allowed_cores()
+    if not pool:
+        raise ValueError("--cpus: this process may use no core at all")
+    text = str(cpus).strip()
+    if text.lower() == "auto":
+        worker, parent, reason = _auto(pool)
+        requested = "auto"
+    else:
+        worker = parse_core_list(text)
+        refused = sorted(set(worker) - set(pool))
+        if refused:
+            raise ValueError(
+                f"--cpus {text}: core(s) {format_cores(refused)} are not among those this process may use "
+                f"({format_cores(pool)}); use {CPUS_ACCEPTED} within them"
+            )
+        rest = tuple(c for c in pool if c not in worker)
+        if rest:
+            parent = rest
+            reason = f"--cpus {text} as given; the parent keeps the other allowed cores"
+        else:
+            parent = worker[:1]
+            reason = f"--cpus {text} as given takes every allowed core; the parent shares core {worker[0]}"
+        requested = text
+    threads = len(worker)
+    return Placement(
+        requested=requested,
+        parent_cores=parent,
+        worker_cores=worker,
+        torch_threads=threads,
+        interop_threads=threads,
+        omp_threads=threads,
+        mkl_threads=threads,
+        reason=reason,
+    )
+
+
+def _auto(pool: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...], str]:
+    if len(pool) == 1:
+        return pool, pool, f"auto: one allowed core ({pool[0]}), so nothing to keep apart; both share it"
+    if len(pool) < MIN_CORES_TO_KEEP_APART:
+        return (
+            pool,
+            pool[:1],
+            f"auto: only {len(pool)} allowed cores ({format_cores(pool)}); the worker keeps them all, since "
+            f"the parent only waits during a trial, and the parent is pinned to core {pool[0]}, which it shares",
+        )
+    return (
+        pool[1:],
+        pool[:1],
+        f"auto: the lowest allowed core ({pool[0]}) for the parent, the other {len(pool) - 1} for the worker",
+    )
+
+
+def worker_environment(placement: Placement) -> dict[str, str]:
+    """Environment entries for the worker: thread counts read at library load, and the placement itself."""
+    return {
+        "OMP_NUM_THREADS": str(placement.omp_threads),
+        "MKL_NUM_THREADS": str(placement.mkl_threads),
+        PLACEMENT_ENV: json.dumps(placement.to_dict()),
+    }
+
+
+def placement_from_environment(environ: dict[str, str] | None = None) -> Placement | None:
+    """The placement a parent put in ``worker_environment``, or None when there is none."""
+    text = (os.environ if environ is None else environ).get(PLACEMENT_ENV)
+    return None if not text else Placement.from_dict(json.loads(text))
+
+
+def _thread_ids() -> list[int]:
+    try:
+        return [int(name) for name in os.listdir("/proc/self/task")]
+    except OSError:
+        return [0]
+
+
+def set_process_affinity(cores: Iterable[int]) -> None:
+    """Pin every thread of this process (not only the calling one) to ``cores``; new threads inherit it."""
+    mask = set(cores)
+    done: set[int] = set()
+    while True:  # a thread started during the loop is caught on the next pass
+        pending = [tid for tid in _thread_ids() if tid not in done]
+        if not pending:
+            return
+        for tid in pending:
+            try:
+                os.sched_setaffinity(tid, mask)
+            except ProcessLookupError:  # the thread ended meanwhile
+                pass
+            done.add(tid)
+
+
+def apply_in_worker(placement: Placement) -> dict[str, Any]:
+    """Place this worker process: affinity of all its threads, then torch's thread counts.
+
+    Call it before the worker starts any work (and before anything that may fix torch's inter-op pool).
+    Returns what was read back, for the trial's row: the affinity, torch's intra-op and inter-op counts, and
+    whether the inter-op count could still be set (torch refuses once inter-op work has started).
+    """
+    import torch
+
+    set_process_affinity(placement.worker_cores)
+    torch.set_num_threads(placement.torch_threads)
+    try:
+        torch.set_num_interop_threads(placement.interop_threads)
+        interop_set = True
+    except RuntimeError:
+        interop_set = False
+    return {
+        "placed_cores": format_cores(os.sched_getaffinity(0)),
+        "placed_torch_threads": torch.get_num_threads(),
+        "placed_interop_threads": torch.get_num_interop_threads(),
+        "placed_interop_set": interop_set,
+    }
+
+
+def apply_from_environment() -> dict[str, Any] | None:
+    """``apply_in_worker`` with the placement from the environment; None (nothing done) when there is none."""
+    placement = placement_from_environment()
+    return None if placement is None else apply_in_worker(placement)
+
+
+def pin_parent(placement: Placement) -> frozenset[int]:
+    """Pin the calling (parent) process to its cores; returns the mask it had, for ``unpin_parent``."""
+    previous = frozenset(os.sched_getaffinity(0))
+    set_process_affinity(placement.parent_cores)
+    return previous
+
+
+def unpin_parent(previous: Iterable[int]) -> None:
+    """Give the calling process back the mask ``pin_parent`` returned."""
+    set_process_affinity(previous)
+
+
+@contextmanager
+def parent_pinned(placement: Placement) -> Iterator[None]:
+    """The parent pinned to its cores for the ``with`` block, then restored (also on error)."""
+    previous = pin_parent(placement)
+    try:
+        yield
+    finally:
+        unpin_parent(previous)
+
+
+def read_allowed_cores(pid: int | str = "self") -> frozenset[int] | None:
+    """The ``Cpus_allowed_list`` of a process (its main thread) from ``/proc``; None when unreadable."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return frozenset(parse_core_list(line.split(":", 1)[1].strip()))
+    return None

@@ -1,0 +1,704 @@
+"""Per-trial telemetry: what the machine, the trial's process and the GPUs did while one trial ran.
+
+Whoever runs a trial takes a ``snapshot()`` just before it starts and one just after it ends (the parent for a
+worker trial, the process itself for an in-process trial); ``trial_fields(start, end, usage)`` turns the pair
+into one flat row of JSON-ready fields (``FIELD_TYPES``, and ``GPU_FIELD_TYPES`` once per device as
+``gpu<i>_<field>``). Anything unreadable is None (null), never guessed. ``flags(row)`` names what in a row may
+have moved its figure, for the report; a flagged trial is kept.
+
+Where the readings come from:
+
+* machine CPU shares over the trial: deltas of ``/proc/stat`` (else ``psutil.cpu_times()``); 1-minute load
+  average at the start; logical cores (``os.cpu_count()``, the machine's, as the load average is);
+* the trial's process: ``wait_and_reap`` for a worker that exits at the end of its trial (what the lead
+  should use: exact, see its docstring), ``usage_of_pid`` for a live child (``psutil``), ``own_usage`` for
+  the calling process (``resource.getrusage``);
+* CPU clock: ``cpufreq`` in sysfs, else ``/proc/cpuinfo`` (a VM may show a fixed nominal figure there; the
+  source is recorded), else ``psutil.cpu_freq()``;
+* GPUs (NVML indices, which ignore ``CUDA_VISIBLE_DEVICES``): NVML through ``pynvml`` where it imports and
+  initializes, else ``nvidia-smi`` (``clocks_event_reasons.active``, older drivers
+  ``clocks_throttle_reasons.active``), else nothing. Neither creates a CUDA context. A snapshot taken
+  around a trial sees an idle GPU at both ends, so NVML's cumulative violation counters (time spent held
+  down by power or thermal policy) and energy counter are also recorded, as deltas over the trial: they see
+  what happened in between. ``nvidia-smi`` offers no such counters here: they stay null.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PROC_STAT_FIELDS = (
+    "user",
+    "nice",
+    "system",
+    "idle",
+    "iowait",
+    "irq",
+    "softirq",
+    "steal",
+    "guest",
+    "guest_nice",
+)
+BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq")  # guest time is already inside user and nice
+TOTAL_FIELDS = (*BUSY_FIELDS, "idle", "iowait", "steal")
+
+THROTTLE_REASONS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+    0x200: "board_limit",
+    0x400: "reliability",
+}
+# Settings and idleness, not events that take speed from a running trial; every other bit (power, thermal,
+# hardware slowdown, sync boost holding this GPU to a slower one, board and reliability limits, and bits this
+# table does not know) is one that matters.
+BENIGN_REASONS = 0x1 | 0x2 | 0x100
+
+# A host-bound step slows by about the share of the CPU time it wanted that was stolen from it. Steal is
+# divided by busy + steal (the time the CPUs wanted), not by all CPU time: idle CPUs accrue no steal, so the
+# all-time share dilutes the same loss by the idle cores (on a 16-core host running one fit on ~3 busy
+# cores, 5% of all time would be ~25% of the wanted time). 3% is about three standard deviations of one fit
+# at the whole-fit target (1.5% per pair's log ratio, so ~1.1% per fit): beyond it steal alone can make an
+# outlier.
+STEAL_FLAG_SHARE = 0.03
+# A clock-limiting policy active for 1% of the trial costs at most ~1% of its device time even if it halved
+# the clocks; beyond that it may show in the figure.
+VIOLATION_FLAG_SHARE = 0.01
+
+FIELD_TYPES: dict[str, type] = {
+    "telemetry_seconds": float,
+    "cpu_logical": int,
+    "cpu_busy_share": float,
+    "cpu_iowait_share": float,
+    "cpu_steal_share": float,
+    "cpu_times_source": str,
+    "load1_start": float,
+    "cpu_mhz_start": float,
+    "cpu_mhz_end": float,
+    "cpu_mhz_source": str,
+    "worker_user_s": float,
+    "worker_system_s": float,
+    "worker_children_user_s": float,
+    "worker_children_system_s": float,
+    "worker_voluntary_switches": int,
+    "worker_involuntary_switches": int,
+    "worker_usage_source": str,
+    "gpu_source": str,
+    "gpu_count": int,
+}
+GPU_FIELD_TYPES: dict[str, type] = {
+    **{
+        f"{name}_{end}": kind
+        for end in ("start", "end")
+        for name, kind in (
+            ("sm_clock_mhz", float),
+            ("mem_clock_mhz", float),
+            ("temperature_c", float),
+            ("power_w", float),
+            ("throttle_mask", int),
+            ("throttle_reasons", str),
+        )
+    },
+    "power_violation_s": float,
+    "thermal_violation_s": float,
+    "energy_j": float,
+}
+_GPU_KEY = re.compile(r"^gpu(\d+)_(.+)$")
+
+
+# --- machine CPU --------------------------------------------------------------------------------------------
+
+
+def parse_proc_stat(text: str) -> dict[str, int] | None:
+    """The machine-wide ``cpu`` line of ``/proc/stat`` as counters (clock ticks); None if absent or garbled."""
+    for line in text.splitlines():
+        if line.startswith("cpu "):
+            try:
+                values = [int(v) for v in line.split()[1:]]
+            except ValueError:
+                return None
+            if len(values) < 4:
+                return None
+            return dict(zip(PROC_STAT_FIELDS, values, strict=False))  # older kernels have fewer
+    return None
+
+
+def read_cpu_times() -> tuple[dict[str, float] | None, str | None]:
+    """Machine-wide CPU time counters and their source (``proc_stat`` or ``psutil``); (None, None) if neither."""
+    try:
+        parsed = parse_proc_stat(Path("/proc/stat").read_text())
+        if parsed is not None:
+            return {k: float(v) for k, v in parsed.items()}, "proc_stat"
+    except OSError:
+        pass
+    try:
+        import psutil
+
+        return {k: float(v) for k, v in psutil.cpu_times()._asdict().items()}, "psutil"
+    except Exception:  # noqa: BLE001 - psutil missing or unsupported here: unreadable
+        return None, None
+
+
+def cpu_shares(start: dict[str, float] | None, end: dict[str, float] | None) -> dict[str, float | None]:
+    """Busy, iowait and steal as fractions of all CPU time between two counter readings.
+
+    A field missing from either reading is None; so is one whose counter went backwards (the kernel documents
+    that iowait can), which then counts as zero in the total.
+    """
+    shares: dict[str, float | None] = {"busy": None, "iowait": None, "steal": None}
+    if start is None or end is None:
+        return shares
+    deltas = {k: end[k] - start[k] for k in TOTAL_FIELDS if k in start and k in end}
+    valid = {k: d for k, d in deltas.items() if d >= 0}
+    total = sum(valid.values())
+    if total <= 0 or any(k not in deltas for k in ("user", "system", "idle")):
+        return shares
+    shares["busy"] = sum(valid.get(k, 0.0) for k in BUSY_FIELDS) / total
+    for name in ("iowait", "steal"):
+        if name in valid:
+            shares[name] = valid[name] / total
+    return shares
+
+
+def load_average_1min() -> float | None:
+    try:
+        return float(os.getloadavg()[0])
+    except (OSError, AttributeError):
+        return None
+
+
+def read_cpu_mhz(cores: Iterable[int] | None = None) -> tuple[float | None, str | None]:
+    """Mean current clock (MHz) of ``cores`` (default: all) and its source; (None, None) where unreadable."""
+    wanted = None if cores is None else set(cores)
+    readings: list[float] = []
+    for path in sorted(Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/scaling_cur_freq")):
+        core = int(path.parent.parent.name[3:])
+        if wanted is None or core in wanted:
+            try:
+                readings.append(int(path.read_text().strip()) / 1000.0)
+            except (OSError, ValueError):
+                pass
+    if readings:
+        return round(sum(readings) / len(readings), 1), "cpufreq"
+    per_core = _cpuinfo_mhz()
+    chosen = [mhz for core, mhz in per_core.items() if wanted is None or core in wanted]
+    if chosen:
+        return round(sum(chosen) / len(chosen), 1), "cpuinfo"
+    try:
+        import psutil
+
+        frequency = psutil.cpu_freq()
+        if frequency is not None and frequency.current > 0:
+            return round(float(frequency.current), 1), "psutil"
+    except Exception:  # noqa: BLE001 - unsupported here: unreadable
+        pass
+    return None, None
+
+
+def _cpuinfo_mhz() -> dict[int, float]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    found: dict[int, float] = {}
+    core: int | None = None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        try:
+            if key == "processor":
+                core = int(value)
+            elif key == "cpu MHz" and core is not None:
+                found[core] = float(value)
+        except ValueError:
+            continue
+    return found
+
+
+# --- the trial's process -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessUsage:
+    """CPU time (s) of a process and of its reaped children, and its context switches, with their source.
+
+    Switches count the process's threads and its reaped children together (what the kernel reports to the
+    parent that reaps it, and what ``getrusage`` self + children gives), except from ``usage_of_pid``: a
+    live process's reaped children's switches are not readable, so there they count its live threads only
+    (source ``psutil``).
+    """
+
+    user_s: float | None = None
+    system_s: float | None = None
+    children_user_s: float | None = None
+    children_system_s: float | None = None
+    voluntary_switches: int | None = None
+    involuntary_switches: int | None = None
+    source: str | None = None
+
+    def minus(self, earlier: ProcessUsage) -> ProcessUsage:
+        """The usage between ``earlier`` and this reading (None where either is None)."""
+
+        def delta(a: Any, b: Any) -> Any:
+            return None if a is None or b is None else a - b
+
+        return ProcessUsage(
+            delta(self.user_s, earlier.user_s),
+            delta(self.system_s, earlier.system_s),
+            delta(self.children_user_s, earlier.children_user_s),
+            delta(self.children_system_s, earlier.children_system_s),
+            delta(self.voluntary_switches, earlier.voluntary_switches),
+            delta(self.involuntary_switches, earlier.involuntary_switches),
+            self.source if self.source == earlier.source else None,
+        )
+
+
+def own_usage() -> ProcessUsage:
+    """The calling process's usage (all its threads) and its reaped children's, from ``getrusage``."""
+    import resource
+
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ProcessUsage(
+        me.ru_utime,
+        me.ru_stime,
+        children.ru_utime,
+        children.ru_stime,
+        me.ru_nvcsw + children.ru_nvcsw,
+        me.ru_nivcsw + children.ru_nivcsw,
+        "getrusage",
+    )
+
+
+def usage_of_pid(pid: int) -> ProcessUsage:
+    """Another process's usage so far, through ``psutil`` (a live child, or one that exited and is not yet
+    reaped); all None when it cannot be read. Switches: its live threads only (see ``ProcessUsage``)."""
+    try:
+        import psutil
+
+        times = psutil.Process(pid).cpu_times()
+    except Exception:  # noqa: BLE001 - no psutil, no such process, no permission: unreadable
+        return ProcessUsage()
+    voluntary, involuntary = _thread_switches(pid)
+    return ProcessUsage(
+        times.user, times.system, times.children_user, times.children_system, voluntary, involuntary, "psutil"
+    )
+
+
+def _thread_switches(pid: int) -> tuple[int | None, int | None]:
+    """Context switches summed over a process's threads (``psutil`` counts only the main thread's)."""
+    voluntary = involuntary = 0
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        tasks = []
+    for task in tasks:
+        try:
+            text = (task / "status").read_text()
+        except OSError:
+            continue  # the thread ended meanwhile
+        found = dict(
+            re.findall(r"^(voluntary_ctxt_switches|nonvoluntary_ctxt_switches):\s*(\d+)", text, re.M)
+        )
+        if len(found) != 2:
+            return None, None
+        voluntary += int(found["voluntary_ctxt_switches"])
+        involuntary += int(found["nonvoluntary_ctxt_switches"])
+    if not tasks:
+        try:
+            import psutil
+
+            switches = psutil.Process(pid).num_ctx_switches()
+            return switches.voluntary, switches.involuntary
+        except Exception:  # noqa: BLE001 - unreadable
+            return None, None
+    return voluntary, involuntary
+
+
+def wait_and_reap(
+    process: subprocess.Popen, timeout_s: float | None = None, poll_s: float = 0.01
+) -> ProcessUsage:
+    """Wait for a child started with ``subprocess.Popen`` to exit, reap it, and return its whole life's usage.
+
+    The one exact reading for a worker that exits at the end of its trial: once it has exited but before it
+    is reaped (``waitid`` with ``WNOWAIT``), ``/proc`` still holds its CPU time split into its own and its
+    reaped children's (DataLoader workers it joined); reaping it with ``wait4`` then gives the kernel's count
+    of its and its children's context switches, including threads that had already ended. Reading it while
+    it runs cannot see its last moments, and ``getrusage`` in the worker misses loader workers still alive
+    when it reports. Sets ``process.returncode``. On timeout raises ``subprocess.TimeoutExpired`` and leaves
+    the child unreaped: kill it and call again to reap it.
+    """
+    pid = process.pid
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    if not (hasattr(os, "waitid") and hasattr(os, "WNOWAIT")):
+        process.wait(timeout_s)
+        return ProcessUsage()
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if deadline is not None and time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(process.args, timeout_s)
+        time.sleep(poll_s)
+    times = usage_of_pid(pid)
+    _, status, rusage = os.wait4(pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return ProcessUsage(
+        times.user_s,
+        times.system_s,
+        times.children_user_s,
+        times.children_system_s,
+        rusage.ru_nvcsw,
+        rusage.ru_nivcsw,
+        "wait4",
+    )
+
+
+# --- GPUs ----------------------------------------------------------------------------------------------------
+
+
+def decode_reasons(mask: int) -> list[str]:
+    """Names of the set bits of a clock-event (throttle) reasons mask, unknown bits as ``unknown_0x…``."""
+    names = []
+    bit = 1
+    while bit <= mask:
+        if mask & bit:
+            names.append(THROTTLE_REASONS.get(bit, f"unknown_{bit:#x}"))
+        bit <<= 1
+    return names
+
+
+def reasons_that_matter(mask: int) -> list[str]:
+    """The names of the bits of ``mask`` that take speed from a running trial (not idle or settings)."""
+    return decode_reasons(mask & ~BENIGN_REASONS)
+
+
+def _load_nvml() -> Any:
+    """The ``pynvml`` module, or None when it does not import."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    return pynvml
+
+
+def _ask(read: Any, *args: Any) -> Any:
+    """``read(*args)``, or None when it raises (one field NVML cannot read is null, not a failed snapshot)."""
+    try:
+        return read(*args)
+    except Exception:  # noqa: BLE001 - NVMLError and its kin, or a function this pynvml lacks
+        return None
+
+
+def _nvml_readings(indices: set[int] | None) -> list[dict[str, Any]] | None:
+    nvml = _load_nvml()
+    if nvml is None:
+        return None
+    try:
+        nvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no driver, no library, no permission: fall back
+        return None
+    try:
+        count = nvml.nvmlDeviceGetCount()
+        return [
+            _nvml_device(nvml, index, nvml.nvmlDeviceGetHandleByIndex(index))
+            for index in range(count)
+            if indices is None or index in indices
+        ]
+    except Exception:  # noqa: BLE001 - NVML broke mid-way: fall back rather than keep half a reading
+        return None
+    finally:
+        _ask(nvml.nvmlShutdown)
+
+
+def _nvml_device(nvml: Any, index: int, handle: Any) -> dict[str, Any]:
+    reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+    )
+    power_mw = _float(_ask(nvml.nvmlDeviceGetPowerUsage, handle))
+    return {
+        "index": index,
+        "sm_clock_mhz": _float(_ask(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)),
+        "mem_clock_mhz": _float(_ask(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_MEM)),
+        "temperature_c": _float(_temperature(nvml, handle)),
+        "power_w": None if power_mw is None else power_mw / 1000.0,
+        "throttle_mask": None if reasons is None else _int(_ask(reasons, handle)),
+        "power_violation_ns": _violation(nvml, handle, nvml.NVML_PERF_POLICY_POWER),
+        "thermal_violation_ns": _violation(nvml, handle, nvml.NVML_PERF_POLICY_THERMAL),
+        "energy_mj": _float(_ask(nvml.nvmlDeviceGetTotalEnergyConsumption, handle)),
+    }
+
+
+def _temperature(nvml: Any, handle: Any) -> Any:
+    """The GPU die temperature (the older call first: the newer one needs a newer driver)."""
+    for name in ("nvmlDeviceGetTemperature", "nvmlDeviceGetTemperatureV"):
+        read = getattr(nvml, name, None)
+        value = None if read is None else _ask(read, handle, nvml.NVML_TEMPERATURE_GPU)
+        if value is not None:
+            return value
+    return None
+
+
+def _violation(nvml: Any, handle: Any, policy: int) -> int | None:
+    """Cumulative time (ns) the device's clocks were held down by ``policy``."""
+    status = _ask(nvml.nvmlDeviceGetViolationStatus, handle, policy)
+    return None if status is None else _int(getattr(status, "violationTime", None))
+
+
+SMI_FIELDS = ("index", "clocks.sm", "clocks.mem", "temperature.gpu", "power.draw")
+SMI_REASON_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")
+
+
+def _run_smi(fields: list[str]) -> str | None:
+    """``nvidia-smi --query-gpu=FIELDS`` as CSV without header or units; None when it fails."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout
+
+
+def _smi_readings(indices: set[int] | None) -> list[dict[str, Any]] | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    for reason_field in SMI_REASON_FIELDS:  # the newer name first; older drivers know only the second
+        text = _run_smi([*SMI_FIELDS, reason_field])
+        if text is not None:
+            break
+    else:
+        return None
+    devices = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != len(SMI_FIELDS) + 1:
+            continue
+        index = _int(cells[0])
+        if index is None or (indices is not None and index not in indices):
+            continue
+        devices.append(
+            {
+                "index": index,
+                "sm_clock_mhz": _float(cells[1]),
+                "mem_clock_mhz": _float(cells[2]),
+                "temperature_c": _float(cells[3]),
+                "power_w": _float(cells[4]),
+                "throttle_mask": _int(cells[5]),
+                "power_violation_ns": None,
+                "thermal_violation_ns": None,
+                "energy_mj": None,
+            }
+        )
+    return devices or None
+
+
+def read_gpus(indices: Iterable[int] | None = None) -> tuple[str | None, list[dict[str, Any]]]:
+    """(source, one reading per device): NVML, else ``nvidia-smi``, else (None, [])."""
+    wanted = None if indices is None else set(indices)
+    for source, reader in (("nvml", _nvml_readings), ("nvidia-smi", _smi_readings)):
+        devices = reader(wanted)
+        if devices is not None:
+            return source, devices
+    return None, []
+
+
+def _float(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number == number and abs(number) != float("inf") else None
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    for base in (10, 16):  # decimal, or 0x… as nvidia-smi prints masks
+        try:
+            return int(text, base) if base == 10 or text.lower().startswith("0x") else None
+        except ValueError:
+            continue
+    return None
+
+
+# --- snapshots and the row -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything read at one instant: machine CPU counters, load, clock, GPUs, and optionally a process."""
+
+    monotonic_ns: int
+    cpu_logical: int | None
+    cpu_times: dict[str, float] | None
+    cpu_times_source: str | None
+    load1: float | None
+    cpu_mhz: float | None
+    cpu_mhz_source: str | None
+    gpu_source: str | None
+    gpus: tuple[dict[str, Any], ...]
+    usage: ProcessUsage
+
+
+def snapshot(
+    process: int | str | None = None,
+    cores: Iterable[int] | None = None,
+    gpu_indices: Iterable[int] | None = None,
+) -> Snapshot:
+    """Read everything now. ``process``: ``"self"`` for the calling process (``own_usage``), a pid (read with
+    ``usage_of_pid``), or None (a worker not started yet, or one ``wait_and_reap`` will account for).
+    ``cores``: whose clock to average (e.g. the worker's); ``gpu_indices``: which devices (default: all)."""
+    if process == "self":
+        usage = own_usage()
+    elif isinstance(process, int):
+        usage = usage_of_pid(process)
+    else:
+        usage = ProcessUsage()
+    cpu_times, cpu_source = read_cpu_times()
+    mhz, mhz_source = read_cpu_mhz(cores)
+    gpu_source, gpus = read_gpus(gpu_indices)
+    return Snapshot(
+        monotonic_ns=time.monotonic_ns(),
+        cpu_logical=os.cpu_count(),
+        cpu_times=cpu_times,
+        cpu_times_source=cpu_source,
+        load1=load_average_1min(),
+        cpu_mhz=mhz,
+        cpu_mhz_source=mhz_source,
+        gpu_source=gpu_source,
+        gpus=tuple(gpus),
+        usage=usage,
+    )
+
+
+def trial_fields(start: Snapshot, end: Snapshot, usage: ProcessUsage | None = None) -> dict[str, Any]:
+    """The flat row of one trial from its two snapshots.
+
+    ``usage``: the process's usage over the trial when known as a whole (``wait_and_reap`` of a worker);
+    otherwise the difference between the snapshots' readings.
+    """
+    used = usage if usage is not None else end.usage.minus(start.usage)
+    shares = cpu_shares(start.cpu_times, end.cpu_times)
+    row: dict[str, Any] = {
+        "telemetry_seconds": round((end.monotonic_ns - start.monotonic_ns) / 1e9, 6),
+        "cpu_logical": start.cpu_logical,
+        "cpu_busy_share": _rounded(shares["busy"]),
+        "cpu_iowait_share": _rounded(shares["iowait"]),
+        "cpu_steal_share": _rounded(shares["steal"]),
+        "cpu_times_source": start.cpu_times_source
+        if start.cpu_times_source == end.cpu_times_source
+        else None,
+        "load1_start": start.load1,
+        "cpu_mhz_start": start.cpu_mhz,
+        "cpu_mhz_end": end.cpu_mhz,
+        "cpu_mhz_source": start.cpu_mhz_source or end.cpu_mhz_source,
+        "worker_user_s": _rounded(used.user_s),
+        "worker_system_s": _rounded(used.system_s),
+        "worker_children_user_s": _rounded(used.children_user_s),
+        "worker_children_system_s": _rounded(used.children_system_s),
+        "worker_voluntary_switches": used.voluntary_switches,
+        "worker_involuntary_switches": used.involuntary_switches,
+        "worker_usage_source": used.source,
+        "gpu_source": start.gpu_source or end.gpu_source,
+        "gpu_count": None,
+    }
+    first = {gpu["index"]: gpu for gpu in start.gpus}
+    last = {gpu["index"]: gpu for gpu in end.gpus}
+    indices = sorted(set(first) | set(last))
+    if start.gpu_source is not None or end.gpu_source is not None:
+        row["gpu_count"] = len(indices)
+    for index in indices:
+        row.update(_gpu_fields(index, first.get(index, {}), last.get(index, {})))
+    return row
+
+
+def _gpu_fields(index: int, start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for when, reading in (("start", start), ("end", end)):
+        for name in ("sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w", "throttle_mask"):
+            fields[f"gpu{index}_{name}_{when}"] = reading.get(name)
+        mask = reading.get("throttle_mask")
+        fields[f"gpu{index}_throttle_reasons_{when}"] = (
+            None if mask is None else "+".join(decode_reasons(mask))
+        )
+
+    def delta(name: str, scale: float) -> float | None:
+        a, b = start.get(name), end.get(name)
+        return None if a is None or b is None or b < a else round((b - a) * scale, 6)
+
+    fields[f"gpu{index}_power_violation_s"] = delta("power_violation_ns", 1e-9)
+    fields[f"gpu{index}_thermal_violation_s"] = delta("thermal_violation_ns", 1e-9)
+    fields[f"gpu{index}_energy_j"] = delta("energy_mj", 1e-3)
+    return fields
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+# --- flags ---------------------------------------------------------------------------------------------------
+
+
+def flags(row: dict[str, Any]) -> list[str]:
+    """Why this trial's figure may have been moved by its machine, one reason per entry ([] when clean).
+
+    Raised for: a GPU reporting a throttle reason that takes speed (not idle or a clock setting) at the
+    trial's start or end; a GPU held by power or thermal policy for more than ``VIOLATION_FLAG_SHARE`` of
+    the trial; steal above ``STEAL_FLAG_SHARE`` of the CPU time wanted; a 1-minute load at the start above
+    the logical cores. Fields that are null raise nothing. For the report only: a flagged trial is kept.
+    """
+    found: list[str] = []
+    seconds = row.get("telemetry_seconds")
+    for key in sorted(row, key=_gpu_sort_key):
+        match = _GPU_KEY.match(key)
+        if not match or row[key] is None:
+            continue
+        index, field = match.groups()
+        if field in ("throttle_mask_start", "throttle_mask_end"):
+            matter = reasons_that_matter(int(row[key]))
+            if matter:
+                when = field.rsplit("_", 1)[1]
+                found.append(f"gpu{index} reported {'+'.join(matter)} at the trial's {when}")
+        elif field in ("power_violation_s", "thermal_violation_s") and seconds:
+            share = row[key] / seconds
+            if share > VIOLATION_FLAG_SHARE:
+                policy = field.split("_", 1)[0]
+                found.append(
+                    f"gpu{index} was held down by {policy} policy for {row[key]:.2f} s ({share:.1%} of the trial)"
+                )
+    busy, steal = row.get("cpu_busy_share"), row.get("cpu_steal_share")
+    if busy is not None and steal is not None and busy + steal > 0:
+        wanted = steal / (busy + steal)
+        if wanted > STEAL_FLAG_SHARE:
+            found.append(
+                f"CPU steal took {wanted:.1%} of the CPU time wanted ({steal:.1%} of all CPU time; "
+                f"flagged above {STEAL_FLAG_SHARE:.0%})"
+            )
+    load, cores = row.get("load1_start"), row.get("cpu_logical")
+    if load is not None and cores and load > cores:
+        found.append(f"1-minute load {load:.2f} at the start, above the {cores} logical cores")
+    return found
+
+
+def _gpu_sort_key(key: str) -> tuple[int, str]:
+    match = _GPU_KEY.match(key)
+    return (int(match.group(1)), match.group(2)) if match else (-1, key)
