@@ -115,6 +115,13 @@ SHARED = (
         "control", bool, _default("control"), "A/A control: run the first arm against itself.", "--control"
     ),
     Shared(
+        "cpus",
+        str,
+        _default("cpus"),
+        "CPU placement of the trials: none (as the OS schedules), auto (a fixed core set for the worker, "
+        "apart from the parent) or a core list such as 2-7; threads fixed to match.",
+    ),
+    Shared(
         "cooldown",
         float,
         _default("cooldown"),

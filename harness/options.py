@@ -16,10 +16,12 @@ import torch
 
 from harness.env import gpu_snapshot
 from harness.formatting import format_bytes
-from harness.protocol import ORDERS, Arm, ProtocolOptions
+from harness.placement import Placement, choose_placement, split_placement
+from harness.protocol import CONCURRENT_ORDERS, ORDERS, Arm, ProtocolOptions
 from harness.timing import parse_bytes
 
 DEFAULT_ARMS = "baseline,candidate"
+NO_PLACEMENT = "none"
 AUTO_DEVICE = "auto"
 
 
@@ -146,6 +148,30 @@ def check_bar(bar: float | None, control: bool = False) -> float | None:
     return bar
 
 
+def check_cpus(cpus: str, order: str = "alternate") -> str:
+    """``none``, ``auto`` or a core list this process may use (one line for anything else); a concurrent order
+    needs a placement to share."""
+    text = str(cpus).strip()
+    if text.lower() == NO_PLACEMENT:
+        if order in CONCURRENT_ORDERS:
+            raise InputError(
+                f"--order {order} runs the arms at once on shares of the cores: give --cpus auto or a core list"
+            )
+        return NO_PLACEMENT
+    try:
+        placement = choose_placement(text)
+        if order in CONCURRENT_ORDERS:
+            split_placement(placement, 2)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    return text
+
+
+def resolve_placement(cpus: str) -> Placement | None:
+    """The placement ``--cpus`` asks for on this machine, None for ``none``."""
+    return None if cpus.strip().lower() == NO_PLACEMENT else choose_placement(cpus)
+
+
 def protocol_options(
     arms: str = DEFAULT_ARMS,
     warmup: int = ProtocolOptions.default("warmup"),
@@ -157,6 +183,7 @@ def protocol_options(
     budget: str | None = None,
     control: bool = ProtocolOptions.default("control"),
     cooldown: float = ProtocolOptions.default("cooldown"),
+    cpus: str = ProtocolOptions.default("cpus"),
     announce: Any = None,
 ) -> ProtocolOptions:
     """Check every shared option and return them parsed (``InputError`` on the first bad one).
@@ -179,4 +206,5 @@ def protocol_options(
         budget=budget_bytes,
         control=control,
         cooldown=float(check_non_negative("--cooldown", cooldown)),
+        cpus=check_cpus(cpus, order),
     )

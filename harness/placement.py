@@ -27,7 +27,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +177,32 @@ def _auto(pool: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...], str]
         pool[:1],
         f"auto: the lowest allowed core ({pool[0]}) for the parent, the other {len(pool) - 1} for the worker",
     )
+
+
+def split_placement(placement: Placement, parts: int) -> list[Placement]:
+    """The worker cores cut into ``parts`` equal contiguous shares (for workers that run at once), each with
+    thread counts to match; refused when there are fewer cores than parts."""
+    cores = placement.worker_cores
+    if len(cores) < parts:
+        raise ValueError(
+            f"{parts} workers at once need {parts} worker cores or more; the placement has {len(cores)}"
+        )
+    size = len(cores) // parts
+    shares = []
+    for k in range(parts):
+        mine = cores[k * size : (k + 1) * size]
+        shares.append(
+            replace(
+                placement,
+                worker_cores=mine,
+                torch_threads=len(mine),
+                interop_threads=len(mine),
+                omp_threads=len(mine),
+                mkl_threads=len(mine),
+                reason=f"{placement.reason}; share {k + 1} of {parts} of the worker cores",
+            )
+        )
+    return shares
 
 
 def worker_environment(placement: Placement) -> dict[str, str]:

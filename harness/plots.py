@@ -411,3 +411,50 @@ def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: 
             handles.append(failure_handle("arm failed (−∞)"))
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return path
+
+
+def plot_telemetry(trials: pd.DataFrame, plan: Any, columns: Sequence[tuple[str, str]], path: Path) -> Path:
+    """One small panel per telemetry column: each trial's figure (y) against the reading (x), arms by colour and
+    marker, warm-ups hollow, so a slow trial that lines up with steal, load or a low clock shows at a glance."""
+    styles = arm_styles(plan.arm_labels())
+    rows = trials[trials["status"] == "ok"] if "status" in trials else trials
+    count = len(columns)
+    cols = min(3, count)
+    height_rows = (count + cols - 1) // cols
+    with rc_context(STYLE):
+        fig = Figure(figsize=(4.2 * cols + 1.5, 3.4 * height_rows), dpi=DPI, layout="constrained")
+        axes = fig.subplots(height_rows, cols, squeeze=False)
+        for k, (column, label) in enumerate(columns):
+            ax = axes[k // cols][k % cols]
+            for arm, style in styles.items():
+                for phase in ("measured", "warmup"):
+                    mine = rows[(rows["arm"] == arm) & (rows["phase"] == phase)]
+                    x = pd.to_numeric(mine[column], errors="coerce").to_numpy(dtype=float)
+                    y = pd.to_numeric(mine["value"], errors="coerce").to_numpy(dtype=float)
+                    keep = np.isfinite(x) & np.isfinite(y)
+                    if not keep.any():
+                        continue
+                    if phase == "measured":
+                        ax.scatter(x[keep], y[keep], marker=style.marker, color=style.color, s=40, zorder=3)
+                    else:
+                        ax.scatter(
+                            x[keep],
+                            y[keep],
+                            marker=style.marker,
+                            facecolors="none",
+                            edgecolors=style.color,
+                            s=40,
+                            zorder=3,
+                        )
+            ax.set_xlabel(axis_label(label, 30))
+            ax.set_ylabel(axis_label(f"{plan.metric} ({plan.unit})", 24))
+        for k in range(count, height_rows * cols):
+            axes[k // cols][k % cols].set_visible(False)
+        handles = [
+            Line2D([], [], linestyle="", marker=s.marker, color=s.color, markersize=8, label=label)
+            for label, s in styles.items()
+        ]
+        fig.legend(handles=handles, loc="outside right upper", frameon=False)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=DPI, format="png", metadata=PNG_METADATA)
+    return path

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import gc
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
@@ -23,10 +24,13 @@ from typing import Any
 
 import torch
 
+from harness import telemetry
+from harness.placement import Placement, split_placement
 from harness.tables import RunFolder
 from harness.timing import TrialFailure
 
-ORDERS = ("alternate", "random")
+ORDERS = ("alternate", "random", "duet")
+CONCURRENT_ORDERS = ("duet",)  # the trials of a round run at once, each in its own worker on its own cores
 
 
 @dataclass(frozen=True)
@@ -75,7 +79,8 @@ def build_schedule(
     """The whole schedule, case after case: ``warmup`` trials cycling the arms, then ``pairs`` rounds.
 
     Rounds alternate forward and reverse arm order (AB, BA, …; with k arms A…K then K…A), so slow drift
-    cannot favour one arm; ``order='random'`` shuffles each round with a seeded generator instead.
+    cannot favour one arm; ``order='random'`` shuffles each round with a seeded generator instead; ``duet``
+    keeps the alternating order, which then assigns each arm to the other half of the cores each round.
     """
     if order not in ORDERS:
         raise ValueError(f"order must be one of {', '.join(ORDERS)} (got '{order}')")
@@ -130,6 +135,7 @@ class ProtocolOptions:
     budget: int | None = None
     control: bool = False
     cooldown: float = 0.0
+    cpus: str = "none"  # CPU placement: none (as the OS schedules), auto, or a core list (harness.placement)
 
     @classmethod
     def default(cls, name: str) -> Any:
@@ -235,6 +241,7 @@ class TrialContext:
     case: Case
     arm: Arm
     run_dir: Path
+    placement: Placement | None = None  # where a worker runs (None: as the OS schedules)
 
     @property
     def seed(self) -> int:
@@ -277,17 +284,30 @@ def row_head(plan: Plan, trial: ScheduledTrial) -> dict[str, Any]:
     }
 
 
-def run_trial(plan: Plan, trial: ScheduledTrial, trial_fn: TrialFunction, run_dir: Path) -> dict[str, Any]:
-    """Run one scheduled trial and return its log row, whatever happens inside it."""
+def run_trial(
+    plan: Plan,
+    trial: ScheduledTrial,
+    trial_fn: TrialFunction,
+    run_dir: Path,
+    placement: Placement | None = None,
+) -> dict[str, Any]:
+    """Run one scheduled trial and return its log row, whatever happens inside it.
+
+    Telemetry (machine CPU shares, load, clocks, GPU clocks and throttle reasons, the trial process's CPU time
+    and switches) is read just before and just after the trial, outside whatever the trial times.
+    """
     case = plan.case(trial.case)
     arm = case.arm(trial.arm)
     row = row_head(plan, trial)
     row["started"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+    process = "self" if plan.in_process else None  # a worker's usage comes back with its result
+    cores = placement.worker_cores if placement is not None else None
+    before = telemetry.snapshot(process, cores)
     started = time.perf_counter()
     failure: TrialFailure | None = None
     figures: dict[str, Any] = {}
     try:
-        figures = dict(trial_fn(TrialContext(plan, trial, case, arm, run_dir)))
+        figures = dict(trial_fn(TrialContext(plan, trial, case, arm, run_dir, placement)))
         if "value" not in figures:
             raise ValueError("trial function returned no 'value'")
     except (KeyboardInterrupt, SystemExit):
@@ -298,6 +318,10 @@ def run_trial(plan: Plan, trial: ScheduledTrial, trial_fn: TrialFunction, run_di
     finally:
         _release_device_memory()
     row["trial_seconds"] = round(time.perf_counter() - started, 6)
+    usage = figures.pop(telemetry.USAGE_KEY, None)
+    row.update(
+        telemetry.trial_fields(before, telemetry.snapshot(process, cores), telemetry.usage_from(usage))
+    )
     if failure is None:
         row.update(status="ok", message="", **figures)
     else:
@@ -333,27 +357,97 @@ def run_schedule(
     on_trial_start: Callable[[ScheduledTrial], None] | None = None,
     on_trial_end: Callable[[dict[str, Any]], None] | None = None,
     deadline: float | None = None,
+    placement: Placement | None = None,
 ) -> None:
     """Run every pending trial, appending each row to the log (fsynced) as soon as the trial ends.
 
     Before each trial the protocol pauses ``plan.protocol.cooldown`` seconds (GPU clocks settle between
     trials); with a ``deadline`` (``time.monotonic()`` seconds) it raises ``PlannedStop`` instead of starting
-    a trial that the log says would not end in time.
+    a trial that the log says would not end in time. With a concurrent order (``duet``) the measured trials of
+    a round start together, each on its own share of the worker cores (``duet_placements``).
     """
     cooldown = plan.protocol.cooldown
-    for trial in pending(plan, folder):
+    queue = list(pending(plan, folder))
+    while queue:
+        batch = _next_batch(plan, queue)
         if deadline is not None:
-            needed = cooldown + estimated_seconds(trial, folder.rows())
+            needed = cooldown + max(estimated_seconds(t, folder.rows()) for t in batch)
             if time.monotonic() + needed > deadline:
+                first = batch[0]
                 raise PlannedStop(
-                    f"stopping before trial {trial.index + 1} of {len(plan.schedule)} ({trial.arm}, about "
+                    f"stopping before trial {first.index + 1} of {len(plan.schedule)} ({first.arm}, about "
                     f"{needed:.0f} s by the log; {max(deadline - time.monotonic(), 0):.0f} s left of --stop-after)"
                 )
         if cooldown:
             time.sleep(cooldown)
+        if len(batch) == 1:
+            trial = batch[0]
+            if on_trial_start:
+                on_trial_start(trial)
+            row = run_trial(plan, trial, trial_fn, folder.path, placement)
+            folder.append_row(row)
+            if on_trial_end:
+                on_trial_end(row)
+        else:
+            _run_together(plan, batch, trial_fn, folder, on_trial_start, on_trial_end, placement)
+        queue = queue[len(batch) :]
+
+
+def _next_batch(plan: Plan, queue: list[ScheduledTrial]) -> list[ScheduledTrial]:
+    """The next trial, or under a concurrent order every pending measured trial of its round."""
+    first = queue[0]
+    if plan.protocol.order not in CONCURRENT_ORDERS or first.phase != "measured":
+        return [first]
+    batch = [first]
+    for trial in queue[1:]:
+        if (trial.case, trial.phase, trial.round) != (first.case, first.phase, first.round):
+            break
+        batch.append(trial)
+    return batch
+
+
+def duet_placements(placement: Placement | None, trials: list[ScheduledTrial]) -> list[Placement | None]:
+    """One share of the worker cores per slot of a duet round: slot k runs on the k-th share, and since the
+    arms' order alternates from round to round (AB, BA, …), each arm takes each share in turn."""
+    if placement is None:
+        return [None] * len(trials)
+    shares = split_placement(placement, len(trials))
+    return [shares[t.slot] for t in trials]
+
+
+def _run_together(
+    plan: Plan,
+    batch: list[ScheduledTrial],
+    trial_fn: TrialFunction,
+    folder: RunFolder,
+    on_trial_start: Callable[[ScheduledTrial], None] | None,
+    on_trial_end: Callable[[dict[str, Any]], None] | None,
+    placement: Placement | None,
+) -> None:
+    """The trials of one duet round at once, each row appended as its trial ends (worker tiers only)."""
+    if plan.in_process:
+        raise ValueError("a concurrent order needs a tier whose trials run in worker processes")
+    lock = threading.Lock()
+    rows: list[dict[str, Any]] = []
+
+    def one(trial: ScheduledTrial, where: Placement | None) -> None:
+        row = run_trial(plan, trial, trial_fn, folder.path, where)
+        row["concurrent_with"] = [t.index for t in batch if t.index != trial.index]
+        with lock:
+            folder.append_row(row)
+            rows.append(row)
+
+    for trial in batch:
         if on_trial_start:
             on_trial_start(trial)
-        row = run_trial(plan, trial, trial_fn, folder.path)
-        folder.append_row(row)
+    threads = [
+        threading.Thread(target=one, args=(trial, where), daemon=True)
+        for trial, where in zip(batch, duet_placements(placement, batch), strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for row in sorted(rows, key=lambda r: r["index"]):
         if on_trial_end:
             on_trial_end(row)

@@ -34,7 +34,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness import plots
+from harness import plots, telemetry
 from harness.formatting import (
     format_bytes,
     format_interval,
@@ -795,6 +795,14 @@ def _verdict(run: LoadedRun) -> list[str]:
 
 
 OOM_FIELDS = ("requested", "total", "free", "allocated", "reserved", "budget")
+TELEMETRY_FIGURES = (  # (column, what it is) plotted against each trial's figure, where the log has them
+    ("cpu_busy_share", "machine CPU busy share"),
+    ("cpu_steal_share", "machine CPU steal share"),
+    ("load1_start", "1-minute load at the start"),
+    ("worker_involuntary_switches", "involuntary context switches"),
+    ("gpu0_sm_clock_mhz_end", "GPU 0 SM clock at the end (MHz)"),
+    ("gpu0_temperature_c_end", "GPU 0 temperature at the end (°C)"),
+)
 
 
 def _failures(run: LoadedRun) -> list[str]:
@@ -824,6 +832,54 @@ def _failures(run: LoadedRun) -> list[str]:
             f"- trial {int(r['index'])} ({r['case']}, {r['phase']} round {int(r['round'])}, {r['arm']}, "
             f"`{r['status']}`): {_code(r['message'] or 'no message')}"
             for _, r in other.iterrows()
+        ]
+    return lines
+
+
+def _telemetry(run: LoadedRun) -> list[str]:
+    """What the machine did during each trial: the placement, the flagged trials (kept, never dropped), and a
+    plot of each trial's figure against the telemetry that could move it."""
+    trials = run.summaries.trials
+    if trials.empty or "telemetry_seconds" not in trials:
+        return []
+    lines = ["### Telemetry", ""]
+    placement = run.env.get("placement")
+    lines.append(
+        "CPU placement: "
+        + (
+            f"worker on cores {_cell(placement.get('worker_cores'))}, parent on {_cell(placement.get('parent_cores'))}, "
+            f"{placement.get('torch_threads')} torch threads ({placement.get('reason')})."
+            if placement
+            else "none (as the OS scheduled)."
+        )
+    )
+    flagged = []
+    for row in trials.to_dict("records"):
+        reasons = telemetry.flags({k: (None if is_missing(v) else v) for k, v in row.items()})
+        if reasons:
+            flagged.append(
+                f"- trial {int(row['index'])} ({row['phase']}, {row['arm']}): " + "; ".join(reasons) + "."
+            )
+    lines += [
+        "",
+        f"Flagged trials ({len(flagged)} of {len(trials)}; kept in every figure):"
+        if flagged
+        else "No trial was flagged (GPU throttling, CPU steal, load above the cores).",
+    ]
+    if flagged:
+        lines += [""] + flagged
+    present = [
+        (c, label)
+        for c, label in TELEMETRY_FIGURES
+        if c in trials and pd.to_numeric(trials[c], errors="coerce").notna().any()
+    ]
+    if present:
+        path = plots.plot_telemetry(trials, run.plan, present, run.figures_dir / "telemetry.png")
+        lines += [
+            "",
+            markdown_image(path, f"{run.plan.tier}: each trial's figure against its telemetry"),
+            "",
+            "Each trial's figure (y) against what was read around it (x): measured trials filled, warm-ups hollow.",
         ]
     return lines
 
@@ -881,7 +937,7 @@ def _tier_section(run: LoadedRun) -> list[str]:
 
 def _run_section(run: LoadedRun) -> list[str]:
     lines = [f"## {run.title}", "", f"Run folder {_code(run.name)}; started {_time(run.plan.created)}."]
-    parts = (_protocol, _results, _verdict, _failures, _caveats, _plots, _tier_section)
+    parts = (_protocol, _results, _verdict, _failures, _telemetry, _caveats, _plots, _tier_section)
     if not run.tier.paired:  # a tier whose rows are not paired trials reads them in its own section
         parts = (_tier_section, _failures, _caveats)
     for part in parts:

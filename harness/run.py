@@ -13,12 +13,15 @@ import secrets
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+import torch
 
 from harness import env
 from harness.console import ScheduleProgress, console, errors, print_summary
-from harness.options import InputError
+from harness.options import InputError, resolve_placement
+from harness.placement import Placement, parent_pinned, pin_parent, unpin_parent
 from harness.protocol import Plan, PlannedStop, TrialFunction, pending, run_schedule
 from harness.tables import ENV, PLAN, RunFolder
 from harness.tier import Run, TierRegistry
@@ -57,27 +60,32 @@ class Runner:
     def start(self, plan: Plan, trial_fn: TrialFunction | None = None) -> Run:
         """Start a new run of ``plan`` under ``options.out`` and carry it to the end."""
         trial_fn = trial_fn or self.tiers.get(plan.tier).trial_function(plan)
+        placement = resolve_placement(plan.protocol.cpus)
         with _device_budget(plan):  # a budget the device refuses fails here, before any folder exists
             folder = new_run_folder(self.options.out, plan.tier)
             folder.write_json(PLAN, plan.to_json())
-            folder.write_json(ENV, env.collect(touch_device=plan.in_process))
-            return self._carry_out(plan, trial_fn, folder)
+            record = env.collect(touch_device=plan.in_process)
+            record["placement"] = None if placement is None else placement.to_dict()
+            folder.write_json(ENV, record)
+            return self._carry_out(plan, trial_fn, folder, placement)
 
     def resume(self, path: str | Path, trial_fn: TrialFunction | None = None) -> Run:
         """Continue an interrupted run exactly where it stopped: the saved schedule, minus the finished trials."""
         folder = RunFolder.open(path)
         plan = Plan.from_json(folder.read_json(PLAN))
         trial_fn = trial_fn or self.tiers.get(plan.tier).trial_function(plan)
+        placement = resolve_placement(plan.protocol.cpus)  # this machine's, for the plan's --cpus
         record = folder.read_json(ENV) or {}
         record.setdefault("resumes", []).append(
             {
                 "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 "gpus": env.gpu_snapshot(),
+                "placement": None if placement is None else placement.to_dict(),
             }
         )
         folder.write_json(ENV, record)
         with _device_budget(plan):
-            return self._carry_out(plan, trial_fn, folder)
+            return self._carry_out(plan, trial_fn, folder, placement)
 
     def finish(self, folder: RunFolder) -> Run:
         """Write what a run folder derives from its log: the tables, the tier's tables and its claim."""
@@ -90,13 +98,28 @@ class Runner:
             folder.write_text(CLAIM_FILE, claim)
         return run
 
-    def _carry_out(self, plan: Plan, trial_fn: TrialFunction, folder: RunFolder) -> Run:
+    def _carry_out(
+        self, plan: Plan, trial_fn: TrialFunction, folder: RunFolder, placement: Placement | None
+    ) -> Run:
         remaining = sum(1 for _ in pending(plan, folder))
         done = len(plan.schedule) - remaining
         console.print(f"run folder: {folder.path}  ({remaining} of {len(plan.schedule)} trials to run)")
+        if placement is not None:
+            console.print(f"CPU placement: {placement.describe()}")
         try:
-            with ScheduleProgress(plan, len(plan.schedule), done, self.options.quiet) as progress:
-                run_schedule(plan, trial_fn, folder, progress.start, progress.end, deadline=self.deadline)
+            with (
+                ScheduleProgress(plan, len(plan.schedule), done, self.options.quiet) as progress,
+                _placed(plan, placement),
+            ):
+                run_schedule(
+                    plan,
+                    trial_fn,
+                    folder,
+                    progress.start,
+                    progress.end,
+                    deadline=self.deadline,
+                    placement=placement,
+                )
         except PlannedStop as stop:
             errors.print(
                 f"bench: {stop}; continue with --resume {folder.path} (with --stop-after again to slice the rest)"
@@ -118,6 +141,26 @@ class Runner:
 
             console.print(f"report: {write_report([folder], self.tiers)}")
         return run
+
+
+@contextmanager
+def _placed(plan: Plan, placement: Placement | None) -> Iterator[None]:
+    """Where the runner's own process runs for the schedule: apart from the workers it starts (worker tiers),
+    or, for in-process tiers (whose trials run in this process), on the worker cores with their threads."""
+    if placement is None:
+        yield
+    elif plan.in_process:
+        previous = pin_parent(replace(placement, parent_cores=placement.worker_cores))
+        threads = torch.get_num_threads()
+        torch.set_num_threads(placement.torch_threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(threads)
+            unpin_parent(previous)
+    else:
+        with parent_pinned(placement):
+            yield
 
 
 @contextmanager

@@ -267,6 +267,16 @@ class ProcessUsage:
         )
 
 
+USAGE_KEY = (
+    "_worker_usage"  # how a worker's whole-life usage travels back inside its result, to the row's fields
+)
+
+
+def usage_from(record: dict[str, Any] | None) -> ProcessUsage | None:
+    """A ``ProcessUsage`` from its JSON form (what ``harness.isolation`` attaches under ``USAGE_KEY``)."""
+    return None if record is None else ProcessUsage(**record)
+
+
 def own_usage() -> ProcessUsage:
     """The calling process's usage (all its threads) and its reaped children's, from ``getrusage``."""
     import resource

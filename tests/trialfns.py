@@ -43,7 +43,17 @@ def scripted(plan: Plan) -> TrialFunction:
     return trial
 
 
-BEHAVIOURS = {"sleepy": sleepy, "scripted": scripted}
+def affinity(plan: Plan) -> TrialFunction:
+    """Each trial reports the cores its process may run on (an in-process trial runs where the runner does)."""
+    import os
+
+    def trial(ctx: TrialContext) -> dict:
+        return {"value": 1.0, "cores": sorted(os.sched_getaffinity(0))}
+
+    return trial
+
+
+BEHAVIOURS = {"sleepy": sleepy, "scripted": scripted, "affinity": affinity}
 
 
 TIERS = TierRegistry(
@@ -55,7 +65,7 @@ def plan_of(
     behaviour: str, warmup: int = 2, pairs: int = 3, arms: tuple[Arm, ...] = TWO_ARMS, **settings
 ) -> Plan:
     """A one-case plan of the test tier (protocol options given as keywords go to ``ProtocolOptions``)."""
-    protocol_fields = {"order", "seed", "bar", "device", "budget", "control", "cooldown"}
+    protocol_fields = {"order", "seed", "bar", "device", "budget", "control", "cooldown", "cpus"}
     protocol = ProtocolOptions(
         arms, warmup=warmup, pairs=pairs, **{k: v for k, v in settings.items() if k in protocol_fields}
     )

@@ -209,9 +209,11 @@ def fit(
     warmup = round(min(WARMUP_EPOCHS, max(epochs - 1, 0)) * per_epoch)
     decay = lambda epoch: max(1 - epoch / epochs, 0) * (1 - LRF) + LRF  # noqa: E731 - the schedule, named
     stamps: list[float] = []
+    epoch_starts: list[float] = []
     best_accuracy, final = -1.0, (math.nan, math.nan)
     checkpoint_bytes = 0
     for epoch in range(epochs):
+        epoch_starts.append(time.perf_counter())  # after the last epoch's checkpoint, which synchronized
         model.train()
         for group in optimizer.param_groups:
             group["lr"] = group["initial_lr"] * decay(epoch)
@@ -263,6 +265,7 @@ def fit(
     return {
         "iterations": len(stamps),
         "iteration_stamps": stamps,
+        "epoch_start_stamps": epoch_starts,
         "iterations_per_epoch": per_epoch,
         "val_loss": round(final[0], 6),
         "val_accuracy": round(final[1], 6),

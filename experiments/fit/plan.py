@@ -301,6 +301,7 @@ def trial_function(plan: Plan) -> TrialFunction:
                 timeout_s=settings.trial_timeout,
                 log_path=trials_dir / f"{ctx.trial.index}.log",
                 env=worker_environment(ctx.run_dir),
+                placement=ctx.placement,
             )
         finally:
             if not settings.keep_checkpoints and trial_dir.exists():

@@ -69,3 +69,21 @@ def host_iteration_median(stamps: list[float], iterations_per_epoch: int) -> flo
     """
     gaps = within_epoch_gaps(stamps, iterations_per_epoch)
     return round(statistics.median(gaps), 6) if gaps else None
+
+
+def epoch_spans(
+    epoch_starts: list[float], iteration_ends: list[float], iterations_per_epoch: int
+) -> list[float]:
+    """Each epoch's training time: from its start to the end of its last iteration (validation and checkpoints,
+    which follow, are left out)."""
+    return [
+        iteration_ends[(epoch + 1) * iterations_per_epoch - 1] - start
+        for epoch, start in enumerate(epoch_starts)
+        if (epoch + 1) * iterations_per_epoch <= len(iteration_ends)
+    ]
+
+
+def steady_seconds(spans: list[float]) -> float | None:
+    """The steady-state figure: the training time of every epoch after the first (set-up, caches and the first
+    iteration's warm-up fall in the first), None for a one-epoch fit."""
+    return round(sum(spans[1:]), 6) if len(spans) > 1 else None

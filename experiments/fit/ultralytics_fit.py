@@ -93,7 +93,9 @@ def device_argument(device: str) -> str:
     return "cpu"
 
 
-def make_trainer_class(make_optimizer: Callable[..., Any], clock: Any, stamps: list[float]) -> type:
+def make_trainer_class(
+    make_optimizer: Callable[..., Any], clock: Any, stamps: list[float], epoch_starts: list[float]
+) -> type:
     """A ``DetectionTrainer`` whose optimizer is the arm's; stage marks only when ``clock.enabled``."""
     from ultralytics.models.yolo.detect import DetectionTrainer
 
@@ -102,8 +104,12 @@ def make_trainer_class(make_optimizer: Callable[..., Any], clock: Any, stamps: l
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            # A host timestamp per iteration (no synchronization) for the median-iteration diagnostic.
+            # Host timestamps (no synchronization added): each iteration's end, after the trainer has read its
+            # losses back for the progress bar, and each epoch's start, after the last epoch's checkpoint.
             self.add_callback("on_train_batch_end", lambda _trainer: stamps.append(time.perf_counter()))
+            self.add_callback(
+                "on_train_epoch_start", lambda _trainer: epoch_starts.append(time.perf_counter())
+            )
 
         def build_optimizer(self, model, name="auto", lr=0.001, momentum=0.9, decay=1e-5, iterations=1e5):
             upstream = super().build_optimizer(model, name, lr, momentum, decay, iterations)
@@ -174,7 +180,8 @@ def prepare_fit(
 
     SETTINGS.update(INTEGRATIONS_OFF)
     stamps: list[float] = []
-    trainer_class = make_trainer_class(make_optimizer, clock, stamps)
+    epoch_starts: list[float] = []
+    trainer_class = make_trainer_class(make_optimizer, clock, stamps, epoch_starts)
     model = YOLO(settings.model, task="detect")
     arguments = {
         "data": data_yaml,
@@ -213,6 +220,7 @@ def prepare_fit(
         return {
             "iterations": len(stamps),
             "iteration_stamps": stamps,
+            "epoch_start_stamps": epoch_starts,
             "iterations_per_epoch": len(trainer.train_loader),
             "val_map50_95": _number(metrics.get("metrics/mAP50-95(B)")),
             "val_map50": _number(metrics.get("metrics/mAP50(B)")),

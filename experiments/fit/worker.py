@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from experiments.fit.plan import FitSettings
-from experiments.fit.stages import host_iteration_median, stage_figures
+from experiments.fit.stages import epoch_spans, host_iteration_median, stage_figures, steady_seconds
 from harness.timing import NullClock, StageClock, SyncTimer, apply_budget, read_peaks, reset_peaks
 
 PR_SET_PDEATHSIG = 1
@@ -103,9 +103,12 @@ def run_fit(payload: dict[str, Any]) -> dict[str, Any]:
         )
     stamps = result.pop("iteration_stamps")
     per_epoch = result.pop("iterations_per_epoch")
+    spans = epoch_spans(result.pop("epoch_start_stamps"), stamps, per_epoch)
     figures: dict[str, Any] = {
         "value": round(timer.seconds, 6),
         "iteration_host_median_s": host_iteration_median(stamps, per_epoch),
+        "steady_s": steady_seconds(spans),
+        "epoch_train_s": [round(span, 6) for span in spans],
         "peak_allocated": peak_allocated,
         "peak_reserved": peak_reserved,
         **result,
