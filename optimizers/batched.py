@@ -1,6 +1,6 @@
 """BatchedMuSGD: MuSGD with Newton-Schulz batched across parameters and foreach momentum, on CUDA.
 
-It computes what the per-parameter MuSGD computes, with fewer, larger kernels:
+It computes what the per-parameter MuSGD computes, with few operations per step whatever the parameter count:
 
 - Zero extension changes the batch, not the quintic. A wide matrix with zero columns appended keeps its
   Frobenius norm and X X^T, so every Newton-Schulz iterate keeps those columns zero. Matrices sharing their
@@ -8,21 +8,32 @@ It computes what the per-parameter MuSGD computes, with fewer, larger kernels:
   and each is cropped and transposed back before its own gain, learning rate and weight decay. Each stack is
   bounded by the parameter and gradient bytes of its own members. Matrices of one shape, and matrices above
   the guard, run as exact-shape batches; a lone matrix runs exactly as in the baseline.
-- Momentum keeps its rounded operations: the baseline's lerp, mul and add, dispatched as foreach lists per
-  (group, device, dtype), in the same order, so momentum buffers stay bit-equal to the baseline's.
+- The plan owns everything a step needs: the stacks (allocated once), each member's view into its stack, the
+  gains as scalar lists, and the parameter, gradient-owner and buffer lists per group. A step fills the
+  stacks with one foreach copy, advances every stack's Newton-Schulz chain in lockstep (mm/bmm per stack,
+  one foreach operation per elementwise step for all stacks), and applies gains, updates and SGD momentum
+  with foreach operations over lists. The count of operations grows with the number of stacks and groups,
+  not of matrices.
+- Momentum keeps its rounded operations: the baseline's lerp, mul and add, in the same order and with the
+  same Python-float scalars, so momentum buffers stay bit-equal to the baseline's.
 - Whatever reordering could change is kept in the baseline's order: parameters whose memory overlaps another
   parameter, and parameter subclasses that refuse storage inspection (and their whole group), keep
   exact-shape batches but take scalar momentum and are applied one by one in order; parameters whose
   gradient or buffers share memory with anything, odd restored state (a buffer of another dtype, device or
   shape), non-matrix Muon parameters, and CPU/MPS tensors take the baseline's per-parameter step.
-- The plan (which parameter goes where) is a pure function of the parameter set. It is built once and reused
-  while the parameters (by identity and address: a new device, dtype or shape comes with new memory), the
-  presence of their gradients, the groups' `use_muon` and the state object are unchanged (`load_state_dict`
-  replaces the state object). Gradients that move (fresh allocations) only re-check memory overlaps.
+- The plan is a pure function of the parameter set. It is built once and reused while the parameters (by
+  identity and address: a new device, dtype or shape comes with new memory), the presence of their
+  gradients, the groups' `use_muon` and the state object are unchanged (`load_state_dict` replaces the state
+  object). Gradients that move (fresh allocations) only re-check memory overlaps.
+- On one CUDA device the Newton-Schulz core (stacks in, scaled updates out) is replayed from a CUDA graph
+  (`optimizers.graphs`): it reads no gradient, parameter or hyperparameter, so a replay is the eager core's
+  kernels with the eager core's arguments, and learning-rate or momentum schedules need no re-capture.
 
 No public flag and no checkpoint field is added: the state is exactly the baseline's, so a state_dict moves
-between MuSGD and BatchedMuSGD both ways. `pad_guard` (class attribute, or `with_pad_guard`) is an internal
-knob for crossover screens: None pads every size, 0 pads nothing.
+between MuSGD and BatchedMuSGD both ways. `pad_guard` and `graph_replay` (class attributes, or
+`with_pad_guard`) are internal knobs for screens: guard None pads every size, 0 pads nothing; replay off
+runs every core eagerly. The plan's stacks are memory the optimizer keeps between steps, about the bf16
+size of the Muon parameters (plus padding); `plan_bytes` says how much.
 """
 
 from __future__ import annotations
@@ -36,8 +47,9 @@ from typing import Any
 
 import torch
 
+from .graphs import CoreGraph
 from .musgd import MuSGD, muon_momentum, musgd_param_step, sgd_momentum_step
-from .newton_schulz import muon_scale, newton_schulz
+from .newton_schulz import Stack, foreach_mul_, muon_scale, newton_schulz_stacks
 
 DEFAULT_PAD_GUARD = 256
 STACK_DTYPE = torch.bfloat16
@@ -147,33 +159,110 @@ class _Member:
     nbytes: int  # parameter + gradient bytes: the budget this member brings to a padded stack
     view_stride: tuple[int, ...] = ()  # the parameter-shaped view of its slot in a padded stack
     view_offset: int = 0
-
-
-@dataclass
-class _Segment:
-    """The clean members of one batch from one group: momentum and the Muon apply run as foreach lists."""
-
-    group: dict[str, Any]
-    start: int  # members[start:stop] of the batch
-    stop: int
-    params: list[torch.Tensor]
-    muon_buffers: list[torch.Tensor]
+    position: int = -1  # index in the plan's fill order (stack slots, momentum inputs, updates)
 
 
 @dataclass
 class _Batch:
-    """Matrices orthogonalized by one Newton-Schulz call; `kind` is "single", "uniform" or "padded"."""
+    """Matrices orthogonalized by one Newton-Schulz chain; `kind` is "single", "uniform" or "padded"."""
 
     kind: str
     device: torch.device
     dtype: torch.dtype
     members: list[_Member]
-    segments: list[_Segment] = field(default_factory=list)
     stack_shape: tuple[int, ...] = ()
     # Uniform batches only: the stride of a (members, *shape) tensor whose slices are laid out like the
     # parameters, when the bf16 result is copied once into the parameters' dtype and layout (bf16 widens to
     # fp32/fp64 exactly) so the Muon apply takes the foreach fast path; None keeps the bf16 slices.
     update_strides: tuple[int, ...] | None = None
+
+
+@dataclass
+class _BatchStack:
+    """A batch's stack, allocated once, and each member's parameter-shaped view into it (its slot)."""
+
+    batch: _Batch
+    stack: Stack
+    slots: list[torch.Tensor]
+    scale_targets: list[torch.Tensor]  # what its gains multiply, in place: slots, or the whole stack
+    scale_values: list[float]
+
+
+def _allocate_stack(batch: _Batch, dtype: torch.dtype = STACK_DTYPE) -> _BatchStack:
+    """The stack of `batch` in `dtype` (zeros where padded) and its views; bf16 for the optimizer."""
+    members, first = batch.members, batch.members[0]
+    if batch.kind == "single":
+        rows = first.param.shape[0]
+        tensor = torch.empty((rows, first.param.numel() // rows), dtype=dtype, device=batch.device)
+        slots = [tensor.view(first.param.shape)]
+    elif batch.kind == "uniform":
+        tensor = torch.empty(batch.stack_shape, dtype=dtype, device=batch.device)
+        slots = list(tensor.view(len(members), *first.param.shape).unbind(0))
+    else:
+        tensor = torch.zeros(batch.stack_shape, dtype=dtype, device=batch.device)
+        slots = [tensor.as_strided(m.param.shape, m.view_stride, m.view_offset) for m in members]
+    if batch.kind == "padded":
+        scaled = [(slot, m.scale) for slot, m in zip(slots, members, strict=True) if m.scale != 1]
+    else:  # one gain for the whole stack
+        scaled = [(tensor, first.scale)] if first.scale != 1 else []
+    return _BatchStack(batch, Stack.of(tensor), slots, [t for t, _ in scaled], [v for _, v in scaled])
+
+
+def _orthogonalize_stacks(stacks: list[_BatchStack]) -> list[list[torch.Tensor]]:
+    """The core of a step: filled stacks in, each member's orthogonalized, scaled update out (per batch).
+
+    Every stack's Newton-Schulz chain advances in lockstep (per device), then the gains multiply in place:
+    a padded member's crop, or a whole exact-shape stack (bf16, as the baseline multiplies its bf16 result).
+    A uniform batch's result is then converted once into the parameters' dtype and layout where that is
+    exact, so the Muon apply can take the foreach fast path; every other update is a view into its stack.
+    """
+    devices: dict[torch.device, list[Stack]] = {}
+    for entry in stacks:
+        devices.setdefault(entry.batch.device, []).append(entry.stack)
+    for device_stacks in devices.values():
+        newton_schulz_stacks(device_stacks)
+    targets = [t for entry in stacks for t in entry.scale_targets]
+    foreach_mul_(targets, [v for entry in stacks for v in entry.scale_values])
+    updates = []
+    for entry in stacks:
+        batch = entry.batch
+        if batch.update_strides is None or entry.stack.tensor.dtype != STACK_DTYPE:
+            updates.append(entry.slots)
+            continue
+        shape = (len(batch.members), *batch.members[0].param.shape)
+        converted = torch.empty_strided(shape, batch.update_strides, dtype=batch.dtype, device=batch.device)
+        converted.copy_(entry.stack.tensor.view(shape))
+        updates.append(list(converted.unbind(0)))
+    return updates
+
+
+def _orthogonalize(
+    batch: _Batch, to_orthogonalize: list[torch.Tensor], compute_dtype: torch.dtype = STACK_DTYPE
+) -> list[torch.Tensor]:
+    """One batch's updates from its members' Newton-Schulz inputs, on a fresh stack of `compute_dtype`.
+
+    The step runs the same core on the plan's own stacks; this form lets tests pass float64 to check that
+    padding is exact.
+    """
+    entry = _allocate_stack(batch, compute_dtype)
+    torch._foreach_copy_(entry.slots, to_orthogonalize)
+    return _orthogonalize_stacks([entry])[0]
+
+
+@dataclass
+class _MuonGroup:
+    """The clean Muon members of one group (across batches): momentum and apply as foreach lists.
+
+    Members are in fill order `start:stop`; the first `fast` of them get updates laid out like their
+    parameters (same dtype and strides), so their apply can take the foreach fast path on CUDA.
+    """
+
+    group: dict[str, Any]
+    start: int
+    stop: int
+    fast: int
+    params: list[torch.Tensor]
+    buffers: list[torch.Tensor]
 
 
 @dataclass
@@ -204,6 +293,24 @@ class _Plan:
     span_index: dict[str, tuple[list[int], list[int]]]  # per device: sorted starts, running max of ends
     batches: list[_Batch]
     groups: list[_GroupPlan]
+    stacks: list[_BatchStack] = field(default_factory=list)
+    fill: list[_Member] = field(default_factory=list)  # every member, in fill order
+    slots: list[torch.Tensor] = field(default_factory=list)  # their stack views, in fill order
+    padded: list[torch.Tensor] = field(default_factory=list)  # stacks whose padding is zeroed per step
+    muon_groups: list[_MuonGroup] = field(default_factory=list)
+    ordered: list[_Member] = field(default_factory=list)  # fill[len(fill) - len(ordered):]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the plan's stacks hold between steps."""
+        return sum(e.stack.tensor.numel() * e.stack.tensor.element_size() for e in self.stacks)
+
+    def updates_in_fill_order(self, per_batch: list[list[torch.Tensor]]) -> list[torch.Tensor]:
+        updates: list[torch.Tensor] = [None] * len(self.fill)  # type: ignore[list-item]
+        for entry, batch_updates in zip(self.stacks, per_batch, strict=True):
+            for member, update in zip(entry.batch.members, batch_updates, strict=True):
+                updates[member.position] = update
+        return updates
 
 
 def _state_is_usual(p: torch.Tensor, state: dict[str, Any], keys: tuple[str, ...]) -> bool:
@@ -235,43 +342,69 @@ def _split_by_budget(members: list[_Member], element_size: int) -> list[list[_Me
 
 
 def _make_batch(members: list[_Member]) -> _Batch:
-    """Lay out one batch: its kind, the stack shape and each member's slot, its foreach segments."""
+    """Lay out one batch: its kind, the stack shape and each member's slot."""
     first = members[0].param
     device, dtype = first.device, first.dtype
-    # Clean members grouped by group (their segments), then ordered members, each in optimizer order.
     members = sorted(members, key=lambda m: (m.ordered, m.order))
     if len(members) == 1:
-        batch = _Batch("single", device, dtype, members)
-    elif all(m.param.shape == first.shape and m.param.stride() == first.stride() for m in members):
+        return _Batch("single", device, dtype, members)
+    if all(m.param.shape == first.shape and m.param.stride() == first.stride() for m in members):
         rows, cols = first.shape[0], math.prod(first.shape[1:])
         batch = _Batch("uniform", device, dtype, members, stack_shape=(len(members), rows, cols))
         layout = torch.empty_like(first, device="meta").stride()  # dense, ordered like the parameter's
         if dtype in (torch.float32, torch.float64) or (dtype == STACK_DTYPE and not first.is_contiguous()):
             batch.update_strides = (first.numel(), *layout)
-    else:
-        small = members[0].small
-        large = max(m.large for m in members)
-        batch = _Batch("padded", device, dtype, members, stack_shape=(len(members), small, large))
-        for index, member in enumerate(members):
-            # Slot `index` holds the matrix wide: (small, large) row-major, zero columns on the right. A wide
-            # parameter reads its rows along the stack's rows, a tall one along the stack's columns.
-            row_stride, col_stride = (large, 1) if member.param.shape[0] == member.small else (1, large)
-            column_dims = member.param.shape[1:]  # (cols,) or (in, kh, kw): row-major within a matrix row
-            member.view_stride = (
-                row_stride,
-                *(col_stride * math.prod(column_dims[i + 1 :]) for i in range(len(column_dims))),
-            )
-            member.view_offset = index * small * large
-    position = 0
-    while position < len(members) and not members[position].ordered:
-        group = members[position].group
-        stop = position
-        while stop < len(members) and not members[stop].ordered and members[stop].group is group:
-            stop += 1
-        params = [m.param for m in members[position:stop]]
-        batch.segments.append(_Segment(group, position, stop, params, []))
-        position = stop
+        return batch
+    small = members[0].small
+    large = max(m.large for m in members)
+    batch = _Batch("padded", device, dtype, members, stack_shape=(len(members), small, large))
+    for index, member in enumerate(members):
+        # Slot `index` holds the matrix wide: (small, large) row-major, zero columns on the right. A wide
+        # parameter reads its rows along the stack's rows, a tall one along the stack's columns.
+        row_stride, col_stride = (large, 1) if member.param.shape[0] == member.small else (1, large)
+        column_dims = member.param.shape[1:]  # (cols,) or (in, kh, kw): row-major within a matrix row
+        member.view_stride = (
+            row_stride,
+            *(col_stride * math.prod(column_dims[i + 1 :]) for i in range(len(column_dims))),
+        )
+        member.view_offset = index * small * large
     return batch
+
+
+def _lay_out(plan: _Plan, state: dict[torch.Tensor, dict[str, Any]]) -> None:
+    """Allocate the plan's stacks and fix the fill order: each group's clean members, then ordered ones."""
+    plan.stacks = [_allocate_stack(batch) for batch in plan.batches]
+    slot_of = {
+        id(member): slot
+        for entry in plan.stacks
+        for member, slot in zip(entry.batch.members, entry.slots, strict=True)
+    }
+    fast_update = {
+        id(member)
+        for entry in plan.stacks
+        for member, slot in zip(entry.batch.members, entry.slots, strict=True)
+        if entry.batch.update_strides is not None
+        or (slot.dtype == member.param.dtype and slot.stride() == member.param.stride())
+    }
+    members = [m for batch in plan.batches for m in batch.members]
+    by_group: dict[int, list[_Member]] = {}
+    for member in members:
+        if not member.ordered:
+            by_group.setdefault(id(member.group), []).append(member)
+    for clean in by_group.values():
+        clean.sort(key=lambda m: (id(m) not in fast_update, m.order))
+        start = len(plan.fill)
+        plan.fill += clean
+        params = [m.param for m in clean]
+        buffers = [state[p]["momentum_buffer"] for p in params]
+        fast = sum(id(m) in fast_update for m in clean)
+        plan.muon_groups.append(_MuonGroup(clean[0].group, start, len(plan.fill), fast, params, buffers))
+    plan.ordered = sorted((m for m in members if m.ordered), key=lambda m: m.order)
+    plan.fill += plan.ordered
+    for position, member in enumerate(plan.fill):
+        member.position = position
+    plan.slots = [slot_of[id(m)] for m in plan.fill]
+    plan.padded = [e.stack.tensor for e in plan.stacks if e.batch.kind == "padded"]
 
 
 # ---------------------------------------------------------------------------------------------- the optimizer
@@ -282,10 +415,13 @@ class BatchedMuSGD(MuSGD):
 
     See the module docstring for the rules. `pad_guard` is the largest smaller-dimension that may be
     zero-padded into a shared batch (None: no limit, 0: exact-shape batches only); set it on the class, on
-    an instance before its first step, or take a subclass from `with_pad_guard`.
+    an instance before its first step, or take a subclass from `with_pad_guard`. `graph_replay` (default on)
+    lets the Newton-Schulz core replay from a CUDA graph; `graph_stats` counts replays and the reasons for
+    every eager core; `eager_step` runs one step with an eager core whatever replay would do.
     """
 
     pad_guard: int | None = DEFAULT_PAD_GUARD
+    graph_replay: bool = True
 
     @classmethod
     def with_pad_guard(cls, guard: int | None) -> type[BatchedMuSGD]:
@@ -300,55 +436,108 @@ class BatchedMuSGD(MuSGD):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._reset_caches()
+
+    def _reset_caches(self) -> None:
         self._plan: _Plan | None = None
+        self._core_graph = CoreGraph()
+        self._eager_requested = False
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled or deep-copied optimizers carry state and groups only; plan and graph are rebuilt."""
+        super().__setstate__(state)
+        self._reset_caches()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load as torch does; the restored buffers are new tensors, so the plan is rebuilt on the next step."""
         super().load_state_dict(state_dict)
         self._plan = None
+        self._core_graph.reset()
+
+    @property
+    def graph_stats(self) -> dict[str, int]:
+        """How each step's core ran: 'replayed', 'captured', or 'eager: <reason>' (counts since construction)."""
+        return dict(self._core_graph.stats)
+
+    @property
+    def plan_bytes(self) -> int:
+        """Device bytes the optimizer keeps between steps besides its state: the stacks and a captured graph."""
+        return (self._plan.nbytes if self._plan is not None else 0) + self._core_graph.pool_bytes
+
+    def eager_step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """One step whose core runs eagerly, replay or not: the step's own kernels, for an outer capture."""
+        previous, self._eager_requested = self._eager_requested, True
+        try:
+            return self.step(closure)
+        finally:
+            self._eager_requested = previous
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        """One MuSGD step: Muon momentum and orthogonalization batch by batch, then SGD group by group."""
+        """One MuSGD step: Muon momentum, Newton-Schulz and the Muon apply for every batch, then SGD."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         plan = self._current_plan()
-        in_order_updates: dict[int, torch.Tensor] = {}
-        for batch in plan.batches:
-            self._muon_batch(batch, in_order_updates)
+        in_order_updates = self._muon(plan)
         for group_plan in plan.groups:
             self._sgd_group(group_plan, in_order_updates)
         return loss
 
     # ------------------------------------------------------------------------------------------ step phases
 
-    def _muon_batch(self, batch: _Batch, in_order_updates: dict[int, torch.Tensor]) -> None:
-        """Momentum, Newton-Schulz and (for clean members) the Muon apply of one batch."""
-        to_orthogonalize: list[torch.Tensor] = []
-        for segment in batch.segments:
-            group = segment.group
-            grads = [p.grad for p in segment.params]
-            torch._foreach_lerp_(segment.muon_buffers, grads, 1 - group["momentum"])
-            if group["nesterov"]:
-                to_orthogonalize.extend(torch._foreach_lerp(grads, segment.muon_buffers, group["momentum"]))
-            else:
-                to_orthogonalize.extend(segment.muon_buffers)
-        for member in batch.members[len(to_orthogonalize) :]:
-            buffer = self.state[member.param]["momentum_buffer"]
-            group = member.group
-            to_orthogonalize.append(
-                muon_momentum(member.param.grad, buffer, group["momentum"], group["nesterov"])
+    def _muon(self, plan: _Plan) -> dict[int, torch.Tensor]:
+        """Fill the stacks, run the core, apply the clean members' updates; return the ordered members'."""
+        if not plan.stacks:
+            return {}
+        self._fill_stacks(plan)
+        updates = self._core_graph.run(
+            plan,
+            plan.stacks[0].batch.device,
+            lambda: plan.updates_in_fill_order(_orthogonalize_stacks(plan.stacks)),
+            self._replay_refusal(plan),
+        )
+        for muon_group in plan.muon_groups:
+            alpha = -(muon_group.group["lr"] * self.muon)
+            group_updates = updates[muon_group.start : muon_group.stop]
+            for part in (slice(0, muon_group.fast), slice(muon_group.fast, None)):
+                if muon_group.params[part]:
+                    torch._foreach_add_(muon_group.params[part], group_updates[part], alpha=alpha)
+        return {id(member.param): updates[member.position] for member in plan.ordered}
+
+    def _fill_stacks(self, plan: _Plan) -> None:
+        """Muon momentum (foreach per group, scalar for ordered members), copied into the stacks at once."""
+        sources: list[torch.Tensor] = []
+        for muon_group in plan.muon_groups:
+            group, buffers = muon_group.group, muon_group.buffers
+            grads = [p.grad for p in muon_group.params]
+            torch._foreach_lerp_(buffers, grads, 1 - group["momentum"])
+            sources += (
+                torch._foreach_lerp(grads, buffers, group["momentum"]) if group["nesterov"] else buffers
             )
-        updates = _orthogonalize(batch, to_orthogonalize)
-        del to_orthogonalize
-        for segment in batch.segments:
-            alpha = -(segment.group["lr"] * self.muon)
-            torch._foreach_add_(segment.params, updates[segment.start : segment.stop], alpha=alpha)
-        for member, update in zip(batch.members, updates, strict=True):
-            if member.ordered:
-                in_order_updates[id(member.param)] = update
+        for member in plan.ordered:
+            group, p = member.group, member.param
+            buffer = self.state[p]["momentum_buffer"]
+            sources.append(muon_momentum(p.grad, buffer, group["momentum"], group["nesterov"]))
+        if plan.padded:
+            torch._foreach_zero_(plan.padded)  # padding stays zero through Newton-Schulz, even after a NaN
+        torch._foreach_copy_(plan.slots, sources)
+
+    def _replay_refusal(self, plan: _Plan) -> str | None:
+        """Why this step's core must not replay a graph, or None where replay is safe."""
+        if not self.graph_replay:
+            return "replay off"
+        if self._eager_requested:
+            return "eager step asked for"
+        devices = {entry.batch.device for entry in plan.stacks}
+        if any(device.type != "cuda" for device in devices):
+            return "not on CUDA"
+        if len(devices) > 1:
+            return "several CUDA devices"
+        if torch.cuda.is_current_stream_capturing():
+            return "inside another capture"
+        return None
 
     def _sgd_group(self, group_plan: _GroupPlan, in_order_updates: dict[int, torch.Tensor]) -> None:
         """SGD momentum of a group's clean buckets as foreach lists, then its in-order parameters one by one."""
@@ -364,7 +553,7 @@ class BatchedMuSGD(MuSGD):
             grads = [p.grad for p in bucket.params]
             if weight_decay != 0:
                 grads = torch._foreach_add(grads, bucket.params, alpha=weight_decay)
-            torch._foreach_mul_(bucket.buffers, momentum)
+            foreach_mul_(bucket.buffers, momentum)
             torch._foreach_add_(bucket.buffers, grads)
             updates = (
                 torch._foreach_add(grads, bucket.buffers, alpha=momentum) if nesterov else bucket.buffers
@@ -409,6 +598,7 @@ class BatchedMuSGD(MuSGD):
             if not plan.grads_overlap and not self._grads_overlap(plan):
                 plan.grad_addresses = grad_addresses
                 return plan
+        self._plan = None  # the old stacks go before the new ones are allocated
         self._plan = self._build_plan(signature, grad_addresses)
         return self._plan
 
@@ -513,9 +703,6 @@ class BatchedMuSGD(MuSGD):
         for members in padded.values():
             members.sort(key=lambda m: (-m.large, m.order))
             batches += [_make_batch(run) for run in _split_by_budget(members, element_size)]
-        for batch in batches:
-            for segment in batch.segments:
-                segment.muon_buffers = [self.state[p]["momentum_buffer"] for p in segment.params]
 
         # 4. Per group: SGD buckets of clean parameters by (device, dtype); everything else in order.
         group_plans = []
@@ -534,53 +721,11 @@ class BatchedMuSGD(MuSGD):
                     in_order.append(p)
             group_whole = {id(p) for p in in_order if id(p) in whole_step or not group["use_muon"]}
             group_plans.append(_GroupPlan(group, list(buckets.values()), in_order, group_whole))
-        return _Plan(
+        plan = _Plan(
             signature, grad_addresses, grads_overlap, _span_index(static_spans), batches, group_plans
         )
+        _lay_out(plan, self.state)  # 5. the stacks and the fill order
+        return plan
 
 
 _GUARDED_CLASSES: dict[tuple[type, int | None], type[BatchedMuSGD]] = {}
-
-
-# ---------------------------------------------------------------------------------------------- Newton-Schulz
-
-
-def _orthogonalize(
-    batch: _Batch, to_orthogonalize: list[torch.Tensor], compute_dtype: torch.dtype = STACK_DTYPE
-) -> list[torch.Tensor]:
-    """Orthogonalized, scaled updates of a batch's members, each shaped like its parameter.
-
-    single: exactly the baseline's per-matrix computation. uniform: one exact-shape stack; the update is
-    converted to the parameter's dtype and layout in one copy where that is exact. padded: one zero-padded
-    wide stack; each update is the member's bf16 crop, transposed back, scaled in place.
-    `compute_dtype` is bf16 for the optimizer; tests pass float64 to check that padding is exact.
-    """
-    members = batch.members
-    if batch.kind == "single":
-        update, member = to_orthogonalize[0], members[0]
-        matrix = update.reshape(len(update), -1) if update.ndim == 4 else update
-        orthogonal = newton_schulz(matrix, compute_dtype)
-        orthogonal *= member.scale
-        return [orthogonal.reshape(member.param.shape)]
-    stack = (torch.empty if batch.kind == "uniform" else torch.zeros)(
-        batch.stack_shape, dtype=compute_dtype, device=batch.device
-    )
-    if batch.kind == "uniform":
-        slots = list(stack.view(len(members), *members[0].param.shape).unbind(0))
-    else:
-        slots = [stack.as_strided(m.param.shape, m.view_stride, m.view_offset) for m in members]
-    torch._foreach_copy_(slots, to_orthogonalize)
-    newton_schulz(stack, compute_dtype, in_place=True)  # the slots now read the orthogonalized matrices
-    if batch.kind == "padded":
-        scaled = [(slot, m.scale) for slot, m in zip(slots, members, strict=True) if m.scale != 1]
-        if scaled:
-            torch._foreach_mul_([slot for slot, _ in scaled], [scale for _, scale in scaled])
-        return slots
-    if members[0].scale != 1:
-        stack *= members[0].scale
-    if batch.update_strides is None or compute_dtype != STACK_DTYPE:
-        return slots
-    shape = (len(members), *members[0].param.shape)
-    converted = torch.empty_strided(shape, batch.update_strides, dtype=batch.dtype, device=batch.device)
-    converted.copy_(stack.view(shape))
-    return list(converted.unbind(0))

@@ -650,3 +650,22 @@ def test_cuda_device_and_dtype_buckets_in_one_group() -> None:
         for pb, pc in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
             assert torch.equal(baseline.state[pb]["momentum_buffer"], candidate.state[pc]["momentum_buffer"])
         assert torch.equal(base_groups[0]["params"][-1], cand_groups[0]["params"][-1])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_reduced_precision_momentum_buffers_stay_bit_equal_over_steps(dtype: torch.dtype) -> None:
+    """bf16/fp16 buffers: every step's buf*m rounds as the baseline's `mul_` does (scalar kept in float).
+
+    Three steps, so the multiply sees non-zero buffers; no weight decay in the Muon group, so every buffer
+    depends on gradients alone and must be bit-equal (the parameters then are too, for the SGD groups).
+    """
+    muon_params = _make_params([(16, 72), (16, 40), (32, 16), (16, 16), (16, 16)], seed=120, dtype=dtype)
+    sgd_params = _make_params([(16,), (32,), (8, 4)], seed=121, dtype=dtype)
+    groups = [_muon_group(muon_params, weight_decay=0.0), _sgd_group(sgd_params)]
+    baseline, base_groups, candidate, cand_groups = _run_both(groups, 3, _grads_by_seed)
+    assert _in_order(candidate) == []
+    for pb, pc in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
+        for key, buffer in baseline.state[pb].items():
+            assert torch.equal(buffer, candidate.state[pc][key]), (key, tuple(pb.shape))
+    for pb, pc in zip(base_groups[1]["params"], cand_groups[1]["params"], strict=True):
+        assert torch.equal(pb, pc)
