@@ -407,6 +407,17 @@ def _lay_out(plan: _Plan, state: dict[torch.Tensor, dict[str, Any]]) -> None:
     plan.padded = [e.stack.tensor for e in plan.stacks if e.batch.kind == "padded"]
 
 
+def _device_refusal(devices: set[torch.device]) -> str | None:
+    """Why cores on these devices cannot replay a graph now, or None (one CUDA device, not capturing)."""
+    if any(device.type != "cuda" for device in devices):
+        return "not on CUDA"
+    if len(devices) > 1:
+        return "several CUDA devices"
+    if torch.cuda.is_current_stream_capturing():
+        return "inside another capture"
+    return None
+
+
 # ---------------------------------------------------------------------------------------------- the optimizer
 
 
@@ -444,9 +455,13 @@ class BatchedMuSGD(MuSGD):
         self._eager_requested = False
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        """Unpickled or deep-copied optimizers carry state and groups only; plan and graph are rebuilt."""
+        """Unpickled or deep-copied optimizers carry state and groups only: they start a plan and a graph.
+
+        (torch's `load_state_dict` calls this too, on a live optimizer: its counts and graph object stay.)
+        """
         super().__setstate__(state)
-        self._reset_caches()
+        if not hasattr(self, "_core_graph"):
+            self._reset_caches()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load as torch does; the restored buffers are new tensors, so the plan is rebuilt on the next step."""
@@ -530,14 +545,7 @@ class BatchedMuSGD(MuSGD):
             return "replay off"
         if self._eager_requested:
             return "eager step asked for"
-        devices = {entry.batch.device for entry in plan.stacks}
-        if any(device.type != "cuda" for device in devices):
-            return "not on CUDA"
-        if len(devices) > 1:
-            return "several CUDA devices"
-        if torch.cuda.is_current_stream_capturing():
-            return "inside another capture"
-        return None
+        return _device_refusal({entry.batch.device for entry in plan.stacks})
 
     def _sgd_group(self, group_plan: _GroupPlan, in_order_updates: dict[int, torch.Tensor]) -> None:
         """SGD momentum of a group's clean buckets as foreach lists, then its in-order parameters one by one."""
