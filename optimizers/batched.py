@@ -28,6 +28,10 @@ It computes what the per-parameter MuSGD computes, with few operations per step 
 - On one CUDA device the Newton-Schulz core (stacks in, scaled updates out) is replayed from a CUDA graph
   (`optimizers.graphs`): it reads no gradient, parameter or hyperparameter, so a replay is the eager core's
   kernels with the eager core's arguments, and learning-rate or momentum schedules need no re-capture.
+- Under an initialized process group of several ranks (`optimizers.distributed`), each rank orthogonalizes
+  its chunk of every batch and some of the lone matrices into its block of one buffer, one all-gather per
+  step fills the other blocks, and every rank applies gains, updates and momentum as one rank does. One
+  rank, or no process group, is exactly the one-rank step. `sharing` says how the work was split.
 
 No public flag and no checkpoint field is added: the state is exactly the baseline's, so a state_dict moves
 between MuSGD and BatchedMuSGD both ways. `pad_guard` and `graph_replay` (class attributes, or
@@ -47,6 +51,7 @@ from typing import Any
 
 import torch
 
+from .distributed import Partition, agreed, gather_shares, world_and_rank
 from .graphs import CoreGraph
 from .musgd import MuSGD, muon_momentum, musgd_param_step, sgd_momentum_step
 from .newton_schulz import Stack, foreach_mul_, muon_scale, newton_schulz_stacks
@@ -158,7 +163,6 @@ class _Member:
     scale: float
     nbytes: int  # parameter + gradient bytes: the budget this member brings to a padded stack
     view_stride: tuple[int, ...] = ()  # the parameter-shaped view of its slot in a padded stack
-    view_offset: int = 0
     position: int = -1  # index in the plan's fill order (stack slots, momentum inputs, updates)
 
 
@@ -179,61 +183,147 @@ class _Batch:
 
 @dataclass
 class _BatchStack:
-    """A batch's stack, allocated once, and each member's parameter-shaped view into it (its slot)."""
+    """A batch's stack memory, allocated once, and the views a step reads and writes.
+
+    `slots` are every member's parameter-shaped views (all of them filled after a step's gather); `stack` is
+    the part this process orthogonalizes (all of it on one rank, its chunk or None under a process group);
+    `full` is the contiguous tensor of all members where one exists (one rank), `zeroed` what a step zeroes
+    before filling (padded stacks), `scale_targets`/`scale_values` what the gains multiply in place, and
+    `here[i]` whether member i is orthogonalized by this process (so filled by it).
+    """
 
     batch: _Batch
-    stack: Stack
+    stack: Stack | None
     slots: list[torch.Tensor]
-    scale_targets: list[torch.Tensor]  # what its gains multiply, in place: slots, or the whole stack
+    scale_targets: list[torch.Tensor]
     scale_values: list[float]
+    full: torch.Tensor | None
+    zeroed: list[torch.Tensor]
+    here: list[bool]
+
+
+def _matrix_shape(batch: _Batch) -> tuple[int, int]:
+    """(rows, cols) of one slot of the batch's stack (wide for a padded batch)."""
+    if batch.kind == "padded":
+        return batch.stack_shape[1], batch.stack_shape[2]
+    rows = batch.members[0].param.shape[0]
+    return rows, batch.members[0].param.numel() // rows
+
+
+def _member_view(storage: torch.Tensor, member: _Member, batch: _Batch, base: int) -> torch.Tensor:
+    """Member `member` of `batch` as a parameter-shaped view of its matrix at element `base` of `storage`."""
+    shape = member.param.shape
+    if batch.kind == "padded":
+        return storage.as_strided(shape, member.view_stride, base)
+    row_major = tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
+    return storage.as_strided(shape, row_major, base)
+
+
+def _scaled(entry_slots: list[torch.Tensor], batch: _Batch, whole: list[torch.Tensor]) -> tuple[list, list]:
+    """What the gains multiply: a padded member's crop, or the whole memory of an exact-shape batch."""
+    if batch.kind == "padded":
+        pairs = [(slot, m.scale) for slot, m in zip(entry_slots, batch.members, strict=True) if m.scale != 1]
+    else:
+        scale = batch.members[0].scale
+        pairs = [(t, scale) for t in whole] if scale != 1 else []
+    return [t for t, _ in pairs], [v for _, v in pairs]
 
 
 def _allocate_stack(batch: _Batch, dtype: torch.dtype = STACK_DTYPE) -> _BatchStack:
     """The stack of `batch` in `dtype` (zeros where padded) and its views; bf16 for the optimizer."""
-    members, first = batch.members, batch.members[0]
-    if batch.kind == "single":
-        rows = first.param.shape[0]
-        tensor = torch.empty((rows, first.param.numel() // rows), dtype=dtype, device=batch.device)
-        slots = [tensor.view(first.param.shape)]
-    elif batch.kind == "uniform":
-        tensor = torch.empty(batch.stack_shape, dtype=dtype, device=batch.device)
-        slots = list(tensor.view(len(members), *first.param.shape).unbind(0))
-    else:
-        tensor = torch.zeros(batch.stack_shape, dtype=dtype, device=batch.device)
-        slots = [tensor.as_strided(m.param.shape, m.view_stride, m.view_offset) for m in members]
-    if batch.kind == "padded":
-        scaled = [(slot, m.scale) for slot, m in zip(slots, members, strict=True) if m.scale != 1]
-    else:  # one gain for the whole stack
-        scaled = [(tensor, first.scale)] if first.scale != 1 else []
-    return _BatchStack(batch, Stack.of(tensor), slots, [t for t, _ in scaled], [v for _, v in scaled])
+    members = batch.members
+    rows, cols = _matrix_shape(batch)
+    shape = (rows, cols) if batch.kind == "single" else (len(members), rows, cols)
+    tensor = (torch.zeros if batch.kind == "padded" else torch.empty)(shape, dtype=dtype, device=batch.device)
+    flat = tensor.view(-1)
+    slots = [_member_view(flat, m, batch, i * rows * cols) for i, m in enumerate(members)]
+    targets, values = _scaled(slots, batch, [tensor])
+    zeroed = [tensor] if batch.kind == "padded" else []
+    here = [True] * len(members)
+    return _BatchStack(batch, Stack.of(tensor), slots, targets, values, tensor, zeroed, here)
 
 
-def _orthogonalize_stacks(stacks: list[_BatchStack]) -> list[list[torch.Tensor]]:
-    """The core of a step: filled stacks in, each member's orthogonalized, scaled update out (per batch).
+def _allocate_shares(
+    batches: list[_Batch], partition: Partition, dtype: torch.dtype = STACK_DTYPE
+) -> tuple[list[_BatchStack], torch.Tensor]:
+    """Every batch's stack as views of one flat buffer of `partition.world` blocks, one per rank.
 
-    Every stack's Newton-Schulz chain advances in lockstep (per device), then the gains multiply in place:
-    a padded member's crop, or a whole exact-shape stack (bf16, as the baseline multiplies its bf16 result).
-    A uniform batch's result is then converted once into the parameters' dtype and layout where that is
-    exact, so the Muon apply can take the foreach fast path; every other update is a view into its stack.
+    Each rank's block holds that rank's chunk of every batch (same offsets on every rank) and the lone
+    matrices it owns; this process orthogonalizes its own block only, and a gather fills the others.
     """
+    splittable = [b for b in batches if b.kind != "single"]
+    lone = [b for b in batches if b.kind == "single"]
+    per_rank = partition.per_rank
+    buffer = torch.zeros(partition.world * per_rank, dtype=dtype, device=batches[0].device)
+    entries: dict[int, _BatchStack] = {}
+    for batch, chunk, offset in zip(splittable, partition.chunks, partition.offsets, strict=True):
+        rows, cols = _matrix_shape(batch)
+        size = rows * cols
+        blocks = [
+            buffer[r * per_rank + offset :][: chunk * size].view(chunk, rows, cols)
+            for r in range(partition.world)
+        ]
+        slots = [
+            _member_view(buffer, m, batch, (i // chunk) * per_rank + offset + (i % chunk) * size)
+            for i, m in enumerate(batch.members)
+        ]
+        targets, values = _scaled(slots, batch, blocks)
+        mine = blocks[partition.rank]
+        zeroed = [mine] if batch.kind == "padded" else []
+        here = [i // chunk == partition.rank for i in range(len(batch.members))]
+        entries[id(batch)] = _BatchStack(batch, Stack.of(mine), slots, targets, values, None, zeroed, here)
+    for batch, owner, offset in zip(lone, partition.owners, partition.whole_offsets, strict=True):
+        rows, cols = _matrix_shape(batch)
+        matrix = buffer[owner * per_rank + offset :][: rows * cols].view(rows, cols)
+        slots = [matrix.view(batch.members[0].param.shape)]
+        targets, values = _scaled(slots, batch, [matrix])
+        mine = owner == partition.rank
+        stack = Stack.of(matrix) if mine else None
+        entries[id(batch)] = _BatchStack(batch, stack, slots, targets, values, None, [], [mine])
+    return [entries[id(batch)] for batch in batches], buffer
+
+
+def _newton_schulz_here(stacks: list[_BatchStack]) -> list[torch.Tensor]:
+    """Orthogonalize, in place and in lockstep (per device), the stacks this process owns; no outputs."""
     devices: dict[torch.device, list[Stack]] = {}
     for entry in stacks:
-        devices.setdefault(entry.batch.device, []).append(entry.stack)
+        if entry.stack is not None:
+            devices.setdefault(entry.batch.device, []).append(entry.stack)
     for device_stacks in devices.values():
         newton_schulz_stacks(device_stacks)
+    return []
+
+
+def _finish(stacks: list[_BatchStack]) -> list[list[torch.Tensor]]:
+    """Gains in place (a padded member's crop, or a whole exact-shape stack; bf16, as the baseline multiplies
+    its bf16 result), then each member's update, per batch.
+
+    A uniform batch's result is converted once into the parameters' dtype and layout where that is exact,
+    so the Muon apply can take the foreach fast path; every other update is a view into its stack.
+    """
     targets = [t for entry in stacks for t in entry.scale_targets]
     foreach_mul_(targets, [v for entry in stacks for v in entry.scale_values])
     updates = []
     for entry in stacks:
         batch = entry.batch
-        if batch.update_strides is None or entry.stack.tensor.dtype != STACK_DTYPE:
+        if batch.update_strides is None or entry.slots[0].dtype != STACK_DTYPE:
             updates.append(entry.slots)
             continue
         shape = (len(batch.members), *batch.members[0].param.shape)
         converted = torch.empty_strided(shape, batch.update_strides, dtype=batch.dtype, device=batch.device)
-        converted.copy_(entry.stack.tensor.view(shape))
-        updates.append(list(converted.unbind(0)))
+        if entry.full is not None:
+            converted.copy_(entry.full.view(shape))
+            updates.append(list(converted.unbind(0)))
+        else:
+            updates.append(list(converted.unbind(0)))
+            torch._foreach_copy_(updates[-1], entry.slots)
     return updates
+
+
+def _orthogonalize_stacks(stacks: list[_BatchStack]) -> list[list[torch.Tensor]]:
+    """The core of a step on one rank: filled stacks in, each member's orthogonalized, scaled update out."""
+    _newton_schulz_here(stacks)
+    return _finish(stacks)
 
 
 def _orthogonalize(
@@ -254,7 +344,8 @@ class _MuonGroup:
     """The clean Muon members of one group (across batches): momentum and apply as foreach lists.
 
     Members are in fill order `start:stop`; the first `fast` of them get updates laid out like their
-    parameters (same dtype and strides), so their apply can take the foreach fast path on CUDA.
+    parameters (same dtype and strides), so their apply can take the foreach fast path on CUDA. `here` lists
+    (relative) indices of the members this process orthogonalizes: all of them on one rank.
     """
 
     group: dict[str, Any]
@@ -263,6 +354,7 @@ class _MuonGroup:
     fast: int
     params: list[torch.Tensor]
     buffers: list[torch.Tensor]
+    here: list[int]
 
 
 @dataclass
@@ -295,15 +387,21 @@ class _Plan:
     groups: list[_GroupPlan]
     stacks: list[_BatchStack] = field(default_factory=list)
     fill: list[_Member] = field(default_factory=list)  # every member, in fill order
-    slots: list[torch.Tensor] = field(default_factory=list)  # their stack views, in fill order
-    padded: list[torch.Tensor] = field(default_factory=list)  # stacks whose padding is zeroed per step
+    slots: list[torch.Tensor] = field(default_factory=list)  # the stack views this process fills, in order
+    zeroed: list[torch.Tensor] = field(default_factory=list)  # padded stacks (or shares), zeroed per step
     muon_groups: list[_MuonGroup] = field(default_factory=list)
     ordered: list[_Member] = field(default_factory=list)  # fill[len(fill) - len(ordered):]
+    ordered_here: list[bool] = field(default_factory=list)  # which of them are orthogonalized here
+    partition: Partition | None = None  # how a process group shares the work; None on one rank
+    buffer: torch.Tensor | None = None  # the flat buffer every rank's share lives in, under a partition
+    sharing_note: str = ""  # why a process group's ranks do not share the work, where they could
 
     @property
     def nbytes(self) -> int:
         """Bytes the plan's stacks hold between steps."""
-        return sum(e.stack.tensor.numel() * e.stack.tensor.element_size() for e in self.stacks)
+        if self.buffer is not None:
+            return self.buffer.numel() * self.buffer.element_size()
+        return sum(e.full.numel() * e.full.element_size() for e in self.stacks if e.full is not None)
 
     def updates_in_fill_order(self, per_batch: list[list[torch.Tensor]]) -> list[torch.Tensor]:
         updates: list[torch.Tensor] = [None] * len(self.fill)  # type: ignore[list-item]
@@ -358,8 +456,8 @@ def _make_batch(members: list[_Member]) -> _Batch:
     small = members[0].small
     large = max(m.large for m in members)
     batch = _Batch("padded", device, dtype, members, stack_shape=(len(members), small, large))
-    for index, member in enumerate(members):
-        # Slot `index` holds the matrix wide: (small, large) row-major, zero columns on the right. A wide
+    for member in members:
+        # A slot holds the matrix wide: (small, large) row-major, zero columns on the right. A wide
         # parameter reads its rows along the stack's rows, a tall one along the stack's columns.
         row_stride, col_stride = (large, 1) if member.param.shape[0] == member.small else (1, large)
         column_dims = member.param.shape[1:]  # (cols,) or (in, kh, kw): row-major within a matrix row
@@ -367,17 +465,25 @@ def _make_batch(members: list[_Member]) -> _Batch:
             row_stride,
             *(col_stride * math.prod(column_dims[i + 1 :]) for i in range(len(column_dims))),
         )
-        member.view_offset = index * small * large
     return batch
 
 
-def _lay_out(plan: _Plan, state: dict[torch.Tensor, dict[str, Any]]) -> None:
-    """Allocate the plan's stacks and fix the fill order: each group's clean members, then ordered ones."""
-    plan.stacks = [_allocate_stack(batch) for batch in plan.batches]
+def _lay_out(plan: _Plan, state: dict[torch.Tensor, dict[str, Any]], world: int, rank: int) -> None:
+    """Allocate the plan's stacks (shared out over a process group's ranks where it has several) and fix
+    the fill order: each group's clean members, then ordered ones."""
+    plan.stacks = _share_out(plan, world, rank) if world > 1 and plan.batches else []
+    if not plan.stacks:
+        plan.stacks = [_allocate_stack(batch) for batch in plan.batches]
     slot_of = {
         id(member): slot
         for entry in plan.stacks
         for member, slot in zip(entry.batch.members, entry.slots, strict=True)
+    }
+    here = {
+        id(member)
+        for entry in plan.stacks
+        for member, mine in zip(entry.batch.members, entry.here, strict=True)
+        if mine
     }
     fast_update = {
         id(member)
@@ -398,13 +504,41 @@ def _lay_out(plan: _Plan, state: dict[torch.Tensor, dict[str, Any]]) -> None:
         params = [m.param for m in clean]
         buffers = [state[p]["momentum_buffer"] for p in params]
         fast = sum(id(m) in fast_update for m in clean)
-        plan.muon_groups.append(_MuonGroup(clean[0].group, start, len(plan.fill), fast, params, buffers))
+        mine = [i for i, m in enumerate(clean) if id(m) in here]
+        plan.muon_groups.append(
+            _MuonGroup(clean[0].group, start, len(plan.fill), fast, params, buffers, mine)
+        )
     plan.ordered = sorted((m for m in members if m.ordered), key=lambda m: m.order)
+    plan.ordered_here = [id(m) in here for m in plan.ordered]
     plan.fill += plan.ordered
     for position, member in enumerate(plan.fill):
         member.position = position
-    plan.slots = [slot_of[id(m)] for m in plan.fill]
-    plan.padded = [e.stack.tensor for e in plan.stacks if e.batch.kind == "padded"]
+    plan.slots = [slot_of[id(m)] for m in plan.fill if id(m) in here]
+    plan.zeroed = [t for entry in plan.stacks for t in entry.zeroed]
+
+
+def _share_out(plan: _Plan, world: int, rank: int) -> list[_BatchStack]:
+    """The stacks as shares of one buffer per rank, or [] (with the reason noted) where they cannot be."""
+    devices = {batch.device for batch in plan.batches}
+    if len(devices) > 1:
+        plan.sharing_note = "Muon matrices on several devices"
+        return []
+    splittable = [b for b in plan.batches if b.kind != "single"]
+    lone = [b for b in plan.batches if b.kind == "single"]
+    partition = Partition.of(
+        [len(b.members) for b in splittable],
+        [math.prod(_matrix_shape(b)) for b in splittable],
+        [math.prod(_matrix_shape(b)) for b in lone],
+        world,
+        rank,
+    )
+    description = tuple((b.kind, b.stack_shape, len(b.members), str(b.dtype)) for b in plan.batches)
+    if not agreed(partition, description):
+        plan.sharing_note = "the ranks' parameter sets differ"
+        return []
+    plan.partition = partition
+    stacks, plan.buffer = _allocate_shares(plan.batches, partition)
+    return stacks
 
 
 def _device_refusal(devices: set[torch.device]) -> str | None:
@@ -479,6 +613,23 @@ class BatchedMuSGD(MuSGD):
         """Device bytes the optimizer keeps between steps besides its state: the stacks and a captured graph."""
         return (self._plan.nbytes if self._plan is not None else 0) + self._core_graph.pool_bytes
 
+    @property
+    def sharing(self) -> dict[str, Any]:
+        """How the current plan shares Newton-Schulz: over `world` ranks (1: this process does it all), this
+        `rank`'s count of matrices of all of them, and a note where a process group's ranks could not share."""
+        plan = self._plan
+        if plan is None:
+            return {"world": 1, "rank": 0, "matrices_here": 0, "matrices": 0, "note": ""}
+        here = sum(sum(entry.here) for entry in plan.stacks)
+        world, rank = (plan.partition.world, plan.partition.rank) if plan.partition is not None else (1, 0)
+        return {
+            "world": world,
+            "rank": rank,
+            "matrices_here": here,
+            "matrices": len(plan.fill),
+            "note": plan.sharing_note,
+        }
+
     def eager_step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One step whose core runs eagerly, replay or not: the step's own kernels, for an outer capture."""
         previous, self._eager_requested = self._eager_requested, True
@@ -503,16 +654,25 @@ class BatchedMuSGD(MuSGD):
     # ------------------------------------------------------------------------------------------ step phases
 
     def _muon(self, plan: _Plan) -> dict[int, torch.Tensor]:
-        """Fill the stacks, run the core, apply the clean members' updates; return the ordered members'."""
+        """Fill the stacks, run the core, apply the clean members' updates; return the ordered members'.
+
+        On one rank the whole core (Newton-Schulz, gains, conversions) may replay as one graph. Under a
+        process group the graph holds this rank's Newton-Schulz share only; the gather and what follows
+        it run eagerly (no collective is captured).
+        """
         if not plan.stacks:
             return {}
         self._fill_stacks(plan)
-        updates = self._core_graph.run(
-            plan,
-            plan.stacks[0].batch.device,
-            lambda: plan.updates_in_fill_order(_orthogonalize_stacks(plan.stacks)),
-            self._replay_refusal(plan),
-        )
+        device, refusal = plan.stacks[0].batch.device, self._replay_refusal(plan)
+        if plan.partition is None:
+            updates = self._core_graph.run(
+                plan, device, lambda: plan.updates_in_fill_order(_orthogonalize_stacks(plan.stacks)), refusal
+            )
+        else:
+            self._core_graph.run(plan, device, lambda: _newton_schulz_here(plan.stacks), refusal)
+            assert plan.buffer is not None
+            gather_shares(plan.buffer, plan.partition)
+            updates = plan.updates_in_fill_order(_finish(plan.stacks))
         for muon_group in plan.muon_groups:
             alpha = -(muon_group.group["lr"] * self.muon)
             group_updates = updates[muon_group.start : muon_group.stop]
@@ -522,21 +682,26 @@ class BatchedMuSGD(MuSGD):
         return {id(member.param): updates[member.position] for member in plan.ordered}
 
     def _fill_stacks(self, plan: _Plan) -> None:
-        """Muon momentum (foreach per group, scalar for ordered members), copied into the stacks at once."""
+        """Muon momentum for every member (foreach per group, scalar for ordered members); the inputs of
+        the members orthogonalized here copied into the stacks at once."""
         sources: list[torch.Tensor] = []
         for muon_group in plan.muon_groups:
-            group, buffers = muon_group.group, muon_group.buffers
+            group, buffers, here = muon_group.group, muon_group.buffers, muon_group.here
             grads = [p.grad for p in muon_group.params]
             torch._foreach_lerp_(buffers, grads, 1 - group["momentum"])
+            if len(here) < len(buffers):
+                grads, buffers = [grads[i] for i in here], [buffers[i] for i in here]
             sources += (
                 torch._foreach_lerp(grads, buffers, group["momentum"]) if group["nesterov"] else buffers
             )
-        for member in plan.ordered:
+        for member, here in zip(plan.ordered, plan.ordered_here, strict=True):
             group, p = member.group, member.param
             buffer = self.state[p]["momentum_buffer"]
-            sources.append(muon_momentum(p.grad, buffer, group["momentum"], group["nesterov"]))
-        if plan.padded:
-            torch._foreach_zero_(plan.padded)  # padding stays zero through Newton-Schulz, even after a NaN
+            source = muon_momentum(p.grad, buffer, group["momentum"], group["nesterov"])
+            if here:
+                sources.append(source)
+        if plan.zeroed:
+            torch._foreach_zero_(plan.zeroed)  # padding stays zero through Newton-Schulz, even after a NaN
         torch._foreach_copy_(plan.slots, sources)
 
     def _replay_refusal(self, plan: _Plan) -> str | None:
@@ -581,7 +746,7 @@ class BatchedMuSGD(MuSGD):
 
     def _signature(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         """What the plan depends on (cheap, per step), and the gradients' addresses (checked separately)."""
-        parts: list[Any] = [id(self.state), self.pad_guard, _FORCE_BATCHED_ON_CPU]
+        parts: list[Any] = [id(self.state), self.pad_guard, _FORCE_BATCHED_ON_CPU, world_and_rank()]
         grad_addresses: list[Any] = []
         for group in self.param_groups:
             params = group["params"]
@@ -732,7 +897,7 @@ class BatchedMuSGD(MuSGD):
         plan = _Plan(
             signature, grad_addresses, grads_overlap, _span_index(static_spans), batches, group_plans
         )
-        _lay_out(plan, self.state)  # 5. the stacks and the fill order
+        _lay_out(plan, self.state, *world_and_rank())  # 5. the stacks (shared out over ranks), the fill order
         return plan
 
 
