@@ -84,6 +84,15 @@ _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather
 
 
 def gather_shares(buffer: torch.Tensor, partition: Partition) -> None:
-    """Fill every rank's block of `buffer` from that rank, in place: one collective for all the matrices."""
+    """Fill every rank's block of `buffer` from that rank, in place: one collective for all the matrices.
+
+    gloo gathers host tensors only, so with gloo a device buffer goes through a host copy (the plumbing
+    check of several ranks on one GPU; NCCL gathers device memory directly).
+    """
     start = partition.rank * partition.per_rank
+    if buffer.device.type != "cpu" and dist.get_backend() == "gloo":
+        staged = buffer.cpu()
+        _all_gather_single(staged, staged[start : start + partition.per_rank])
+        buffer.copy_(staged)
+        return
     _all_gather_single(buffer, buffer[start : start + partition.per_rank])
