@@ -134,13 +134,13 @@ def test_the_goldens_catch_the_smallest_coefficient_change_bf16_can_see(
     goldens: dict[str, Any], monkeypatch: pytest.MonkeyPatch, index: int, direction: int
 ) -> None:
     """Each coefficient moved to its nearest value that changes a single bf16 product (1 of 128
-    significands): the baseline no longer equals upstream in either dtype."""
+    significands): the baseline no longer equals upstream (the float32 case; its Newton-Schulz is the same
+    bf16 arithmetic as the bfloat16 case's)."""
     coefficients = list(NS_MODULE.NS_COEFFICIENTS)
     coefficients[index] = _nearest_visible_change(coefficients[index], direction)
     monkeypatch.setattr(NS_MODULE, "NS_COEFFICIENTS", tuple(coefficients))
-    for dtype in ("float32", "bfloat16"):
-        case = goldens["cases"][dtype]
-        assert _differences(case, *_run(MuSGD, case)), (dtype, coefficients)
+    case = goldens["cases"]["float32"]
+    assert _differences(case, *_run(MuSGD, case)), coefficients
 
 
 @pytest.mark.parametrize("steps", [4, 6])
