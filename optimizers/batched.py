@@ -1,6 +1,6 @@
 """BatchedMuSGD: MuSGD with Newton-Schulz batched across parameters and foreach momentum, on CUDA.
 
-It computes what the per-parameter MuSGD computes, with fewer, larger kernels:
+It computes what the per-parameter MuSGD computes, with few operations per step whatever the parameter count:
 
 - Zero extension changes the batch, not the quintic. A wide matrix with zero columns appended keeps its
   Frobenius norm and X X^T, so every Newton-Schulz iterate keeps those columns zero. Matrices sharing their
@@ -8,21 +8,36 @@ It computes what the per-parameter MuSGD computes, with fewer, larger kernels:
   and each is cropped and transposed back before its own gain, learning rate and weight decay. Each stack is
   bounded by the parameter and gradient bytes of its own members. Matrices of one shape, and matrices above
   the guard, run as exact-shape batches; a lone matrix runs exactly as in the baseline.
-- Momentum keeps its rounded operations: the baseline's lerp, mul and add, dispatched as foreach lists per
-  (group, device, dtype), in the same order, so momentum buffers stay bit-equal to the baseline's.
+- The plan owns everything a step needs: the stacks (allocated once), each member's view into its stack, the
+  gains as scalar lists, and the parameter, gradient-owner and buffer lists per group. A step fills the
+  stacks with one foreach copy, advances every stack's Newton-Schulz chain in lockstep (mm/bmm per stack,
+  one foreach operation per elementwise step for all stacks), and applies gains, updates and SGD momentum
+  with foreach operations over lists. The count of operations grows with the number of stacks and groups,
+  not of matrices.
+- Momentum keeps its rounded operations: the baseline's lerp, mul and add, in the same order and with the
+  same Python-float scalars, so momentum buffers stay bit-equal to the baseline's.
 - Whatever reordering could change is kept in the baseline's order: parameters whose memory overlaps another
   parameter, and parameter subclasses that refuse storage inspection (and their whole group), keep
   exact-shape batches but take scalar momentum and are applied one by one in order; parameters whose
   gradient or buffers share memory with anything, odd restored state (a buffer of another dtype, device or
   shape), non-matrix Muon parameters, and CPU/MPS tensors take the baseline's per-parameter step.
-- The plan (which parameter goes where) is a pure function of the parameter set. It is built once and reused
-  while the parameters (by identity and address: a new device, dtype or shape comes with new memory), the
-  presence of their gradients, the groups' `use_muon` and the state object are unchanged (`load_state_dict`
-  replaces the state object). Gradients that move (fresh allocations) only re-check memory overlaps.
+- The plan is a pure function of the parameter set. It is built once and reused while the parameters (by
+  identity and address: a new device, dtype or shape comes with new memory), the presence of their
+  gradients, the groups' `use_muon` and the state object are unchanged (`load_state_dict` replaces the state
+  object). Gradients that move (fresh allocations) only re-check memory overlaps.
+- On one CUDA device the Newton-Schulz core (stacks in, scaled updates out) is replayed from a CUDA graph
+  (`optimizers.graphs`): it reads no gradient, parameter or hyperparameter, so a replay is the eager core's
+  kernels with the eager core's arguments, and learning-rate or momentum schedules need no re-capture.
+- Under an initialized process group of several ranks (`optimizers.distributed`), each rank orthogonalizes
+  its chunk of every batch and some of the lone matrices into its block of one buffer, one all-gather per
+  step fills the other blocks, and every rank applies gains, updates and momentum as one rank does. One
+  rank, or no process group, is exactly the one-rank step. `sharing` says how the work was split.
 
 No public flag and no checkpoint field is added: the state is exactly the baseline's, so a state_dict moves
-between MuSGD and BatchedMuSGD both ways. `pad_guard` (class attribute, or `with_pad_guard`) is an internal
-knob for crossover screens: None pads every size, 0 pads nothing.
+between MuSGD and BatchedMuSGD both ways. `pad_guard` and `graph_replay` (class attributes, or
+`with_pad_guard`) are internal knobs for screens: guard None pads every size, 0 pads nothing; replay off
+runs every core eagerly. The plan's stacks are memory the optimizer keeps between steps, about the bf16
+size of the Muon parameters (plus padding); `plan_bytes` says how much.
 """
 
 from __future__ import annotations
@@ -36,8 +51,10 @@ from typing import Any
 
 import torch
 
+from .distributed import Partition, agreed, gather_shares, world_and_rank
+from .graphs import CoreGraph
 from .musgd import MuSGD, muon_momentum, musgd_param_step, sgd_momentum_step
-from .newton_schulz import muon_scale, newton_schulz
+from .newton_schulz import Stack, foreach_mul_, muon_scale, newton_schulz_stacks
 
 DEFAULT_PAD_GUARD = 256
 STACK_DTYPE = torch.bfloat16
@@ -146,34 +163,198 @@ class _Member:
     scale: float
     nbytes: int  # parameter + gradient bytes: the budget this member brings to a padded stack
     view_stride: tuple[int, ...] = ()  # the parameter-shaped view of its slot in a padded stack
-    view_offset: int = 0
-
-
-@dataclass
-class _Segment:
-    """The clean members of one batch from one group: momentum and the Muon apply run as foreach lists."""
-
-    group: dict[str, Any]
-    start: int  # members[start:stop] of the batch
-    stop: int
-    params: list[torch.Tensor]
-    muon_buffers: list[torch.Tensor]
+    position: int = -1  # index in the plan's fill order (stack slots, momentum inputs, updates)
 
 
 @dataclass
 class _Batch:
-    """Matrices orthogonalized by one Newton-Schulz call; `kind` is "single", "uniform" or "padded"."""
+    """Matrices orthogonalized by one Newton-Schulz chain; `kind` is "single", "uniform" or "padded"."""
 
     kind: str
     device: torch.device
     dtype: torch.dtype
     members: list[_Member]
-    segments: list[_Segment] = field(default_factory=list)
     stack_shape: tuple[int, ...] = ()
     # Uniform batches only: the stride of a (members, *shape) tensor whose slices are laid out like the
     # parameters, when the bf16 result is copied once into the parameters' dtype and layout (bf16 widens to
     # fp32/fp64 exactly) so the Muon apply takes the foreach fast path; None keeps the bf16 slices.
     update_strides: tuple[int, ...] | None = None
+
+
+@dataclass
+class _BatchStack:
+    """A batch's stack memory, allocated once, and the views a step reads and writes.
+
+    `slots` are every member's parameter-shaped views (all of them filled after a step's gather); `stack` is
+    the part this process orthogonalizes (all of it on one rank, its chunk or None under a process group);
+    `full` is the contiguous tensor of all members where one exists (one rank), `zeroed` what a step zeroes
+    before filling (padded stacks), `scale_targets`/`scale_values` what the gains multiply in place, and
+    `here[i]` whether member i is orthogonalized by this process (so filled by it).
+    """
+
+    batch: _Batch
+    stack: Stack | None
+    slots: list[torch.Tensor]
+    scale_targets: list[torch.Tensor]
+    scale_values: list[float]
+    full: torch.Tensor | None
+    zeroed: list[torch.Tensor]
+    here: list[bool]
+
+
+def _matrix_shape(batch: _Batch) -> tuple[int, int]:
+    """(rows, cols) of one slot of the batch's stack (wide for a padded batch)."""
+    if batch.kind == "padded":
+        return batch.stack_shape[1], batch.stack_shape[2]
+    rows = batch.members[0].param.shape[0]
+    return rows, batch.members[0].param.numel() // rows
+
+
+def _member_view(storage: torch.Tensor, member: _Member, batch: _Batch, base: int) -> torch.Tensor:
+    """Member `member` of `batch` as a parameter-shaped view of its matrix at element `base` of `storage`."""
+    shape = member.param.shape
+    if batch.kind == "padded":
+        return storage.as_strided(shape, member.view_stride, base)
+    row_major = tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
+    return storage.as_strided(shape, row_major, base)
+
+
+def _scaled(entry_slots: list[torch.Tensor], batch: _Batch, whole: list[torch.Tensor]) -> tuple[list, list]:
+    """What the gains multiply: a padded member's crop, or the whole memory of an exact-shape batch."""
+    if batch.kind == "padded":
+        pairs = [(slot, m.scale) for slot, m in zip(entry_slots, batch.members, strict=True) if m.scale != 1]
+    else:
+        scale = batch.members[0].scale
+        pairs = [(t, scale) for t in whole] if scale != 1 else []
+    return [t for t, _ in pairs], [v for _, v in pairs]
+
+
+def _allocate_stack(batch: _Batch, dtype: torch.dtype = STACK_DTYPE) -> _BatchStack:
+    """The stack of `batch` in `dtype` (zeros where padded) and its views; bf16 for the optimizer."""
+    members = batch.members
+    rows, cols = _matrix_shape(batch)
+    shape = (rows, cols) if batch.kind == "single" else (len(members), rows, cols)
+    tensor = (torch.zeros if batch.kind == "padded" else torch.empty)(shape, dtype=dtype, device=batch.device)
+    flat = tensor.view(-1)
+    slots = [_member_view(flat, m, batch, i * rows * cols) for i, m in enumerate(members)]
+    targets, values = _scaled(slots, batch, [tensor])
+    zeroed = [tensor] if batch.kind == "padded" else []
+    here = [True] * len(members)
+    return _BatchStack(batch, Stack.of(tensor), slots, targets, values, tensor, zeroed, here)
+
+
+def _allocate_shares(
+    batches: list[_Batch], partition: Partition, dtype: torch.dtype = STACK_DTYPE
+) -> tuple[list[_BatchStack], torch.Tensor]:
+    """Every batch's stack as views of one flat buffer of `partition.world` blocks, one per rank.
+
+    Each rank's block holds that rank's chunk of every batch (same offsets on every rank) and the lone
+    matrices it owns; this process orthogonalizes its own block only, and a gather fills the others.
+    """
+    splittable = [b for b in batches if b.kind != "single"]
+    lone = [b for b in batches if b.kind == "single"]
+    per_rank = partition.per_rank
+    buffer = torch.zeros(partition.world * per_rank, dtype=dtype, device=batches[0].device)
+    entries: dict[int, _BatchStack] = {}
+    for batch, chunk, offset in zip(splittable, partition.chunks, partition.offsets, strict=True):
+        rows, cols = _matrix_shape(batch)
+        size = rows * cols
+        blocks = [
+            buffer[r * per_rank + offset :][: chunk * size].view(chunk, rows, cols)
+            for r in range(partition.world)
+        ]
+        slots = [
+            _member_view(buffer, m, batch, (i // chunk) * per_rank + offset + (i % chunk) * size)
+            for i, m in enumerate(batch.members)
+        ]
+        targets, values = _scaled(slots, batch, blocks)
+        mine = blocks[partition.rank]
+        zeroed = [mine] if batch.kind == "padded" else []
+        here = [i // chunk == partition.rank for i in range(len(batch.members))]
+        entries[id(batch)] = _BatchStack(batch, Stack.of(mine), slots, targets, values, None, zeroed, here)
+    for batch, owner, offset in zip(lone, partition.owners, partition.whole_offsets, strict=True):
+        rows, cols = _matrix_shape(batch)
+        matrix = buffer[owner * per_rank + offset :][: rows * cols].view(rows, cols)
+        slots = [matrix.view(batch.members[0].param.shape)]
+        targets, values = _scaled(slots, batch, [matrix])
+        mine = owner == partition.rank
+        stack = Stack.of(matrix) if mine else None
+        entries[id(batch)] = _BatchStack(batch, stack, slots, targets, values, None, [], [mine])
+    return [entries[id(batch)] for batch in batches], buffer
+
+
+def _newton_schulz_here(stacks: list[_BatchStack]) -> list[torch.Tensor]:
+    """Orthogonalize, in place and in lockstep (per device), the stacks this process owns; no outputs."""
+    devices: dict[torch.device, list[Stack]] = {}
+    for entry in stacks:
+        if entry.stack is not None:
+            devices.setdefault(entry.batch.device, []).append(entry.stack)
+    for device_stacks in devices.values():
+        newton_schulz_stacks(device_stacks)
+    return []
+
+
+def _finish(stacks: list[_BatchStack]) -> list[list[torch.Tensor]]:
+    """Gains in place (a padded member's crop, or a whole exact-shape stack; bf16, as the baseline multiplies
+    its bf16 result), then each member's update, per batch.
+
+    A uniform batch's result is converted once into the parameters' dtype and layout where that is exact,
+    so the Muon apply can take the foreach fast path; every other update is a view into its stack.
+    """
+    targets = [t for entry in stacks for t in entry.scale_targets]
+    foreach_mul_(targets, [v for entry in stacks for v in entry.scale_values])
+    updates = []
+    for entry in stacks:
+        batch = entry.batch
+        if batch.update_strides is None or entry.slots[0].dtype != STACK_DTYPE:
+            updates.append(entry.slots)
+            continue
+        shape = (len(batch.members), *batch.members[0].param.shape)
+        converted = torch.empty_strided(shape, batch.update_strides, dtype=batch.dtype, device=batch.device)
+        if entry.full is not None:
+            converted.copy_(entry.full.view(shape))
+            updates.append(list(converted.unbind(0)))
+        else:
+            updates.append(list(converted.unbind(0)))
+            torch._foreach_copy_(updates[-1], entry.slots)
+    return updates
+
+
+def _orthogonalize_stacks(stacks: list[_BatchStack]) -> list[list[torch.Tensor]]:
+    """The core of a step on one rank: filled stacks in, each member's orthogonalized, scaled update out."""
+    _newton_schulz_here(stacks)
+    return _finish(stacks)
+
+
+def _orthogonalize(
+    batch: _Batch, to_orthogonalize: list[torch.Tensor], compute_dtype: torch.dtype = STACK_DTYPE
+) -> list[torch.Tensor]:
+    """One batch's updates from its members' Newton-Schulz inputs, on a fresh stack of `compute_dtype`.
+
+    The step runs the same core on the plan's own stacks; this form lets tests pass float64 to check that
+    padding is exact.
+    """
+    entry = _allocate_stack(batch, compute_dtype)
+    torch._foreach_copy_(entry.slots, to_orthogonalize)
+    return _orthogonalize_stacks([entry])[0]
+
+
+@dataclass
+class _MuonGroup:
+    """The clean Muon members of one group (across batches): momentum and apply as foreach lists.
+
+    Members are in fill order `start:stop`; the first `fast` of them get updates laid out like their
+    parameters (same dtype and strides), so their apply can take the foreach fast path on CUDA. `here` lists
+    (relative) indices of the members this process orthogonalizes: all of them on one rank.
+    """
+
+    group: dict[str, Any]
+    start: int
+    stop: int
+    fast: int
+    params: list[torch.Tensor]
+    buffers: list[torch.Tensor]
+    here: list[int]
 
 
 @dataclass
@@ -204,6 +385,30 @@ class _Plan:
     span_index: dict[str, tuple[list[int], list[int]]]  # per device: sorted starts, running max of ends
     batches: list[_Batch]
     groups: list[_GroupPlan]
+    stacks: list[_BatchStack] = field(default_factory=list)
+    fill: list[_Member] = field(default_factory=list)  # every member, in fill order
+    slots: list[torch.Tensor] = field(default_factory=list)  # the stack views this process fills, in order
+    zeroed: list[torch.Tensor] = field(default_factory=list)  # padded stacks (or shares), zeroed per step
+    muon_groups: list[_MuonGroup] = field(default_factory=list)
+    ordered: list[_Member] = field(default_factory=list)  # fill[len(fill) - len(ordered):]
+    ordered_here: list[bool] = field(default_factory=list)  # which of them are orthogonalized here
+    partition: Partition | None = None  # how a process group shares the work; None on one rank
+    buffer: torch.Tensor | None = None  # the flat buffer every rank's share lives in, under a partition
+    sharing_note: str = ""  # why a process group's ranks do not share the work, where they could
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the plan's stacks hold between steps."""
+        if self.buffer is not None:
+            return self.buffer.numel() * self.buffer.element_size()
+        return sum(e.full.numel() * e.full.element_size() for e in self.stacks if e.full is not None)
+
+    def updates_in_fill_order(self, per_batch: list[list[torch.Tensor]]) -> list[torch.Tensor]:
+        updates: list[torch.Tensor] = [None] * len(self.fill)  # type: ignore[list-item]
+        for entry, batch_updates in zip(self.stacks, per_batch, strict=True):
+            for member, update in zip(entry.batch.members, batch_updates, strict=True):
+                updates[member.position] = update
+        return updates
 
 
 def _state_is_usual(p: torch.Tensor, state: dict[str, Any], keys: tuple[str, ...]) -> bool:
@@ -235,43 +440,116 @@ def _split_by_budget(members: list[_Member], element_size: int) -> list[list[_Me
 
 
 def _make_batch(members: list[_Member]) -> _Batch:
-    """Lay out one batch: its kind, the stack shape and each member's slot, its foreach segments."""
+    """Lay out one batch: its kind, the stack shape and each member's slot."""
     first = members[0].param
     device, dtype = first.device, first.dtype
-    # Clean members grouped by group (their segments), then ordered members, each in optimizer order.
     members = sorted(members, key=lambda m: (m.ordered, m.order))
     if len(members) == 1:
-        batch = _Batch("single", device, dtype, members)
-    elif all(m.param.shape == first.shape and m.param.stride() == first.stride() for m in members):
+        return _Batch("single", device, dtype, members)
+    if all(m.param.shape == first.shape and m.param.stride() == first.stride() for m in members):
         rows, cols = first.shape[0], math.prod(first.shape[1:])
         batch = _Batch("uniform", device, dtype, members, stack_shape=(len(members), rows, cols))
         layout = torch.empty_like(first, device="meta").stride()  # dense, ordered like the parameter's
         if dtype in (torch.float32, torch.float64) or (dtype == STACK_DTYPE and not first.is_contiguous()):
             batch.update_strides = (first.numel(), *layout)
-    else:
-        small = members[0].small
-        large = max(m.large for m in members)
-        batch = _Batch("padded", device, dtype, members, stack_shape=(len(members), small, large))
-        for index, member in enumerate(members):
-            # Slot `index` holds the matrix wide: (small, large) row-major, zero columns on the right. A wide
-            # parameter reads its rows along the stack's rows, a tall one along the stack's columns.
-            row_stride, col_stride = (large, 1) if member.param.shape[0] == member.small else (1, large)
-            column_dims = member.param.shape[1:]  # (cols,) or (in, kh, kw): row-major within a matrix row
-            member.view_stride = (
-                row_stride,
-                *(col_stride * math.prod(column_dims[i + 1 :]) for i in range(len(column_dims))),
-            )
-            member.view_offset = index * small * large
-    position = 0
-    while position < len(members) and not members[position].ordered:
-        group = members[position].group
-        stop = position
-        while stop < len(members) and not members[stop].ordered and members[stop].group is group:
-            stop += 1
-        params = [m.param for m in members[position:stop]]
-        batch.segments.append(_Segment(group, position, stop, params, []))
-        position = stop
+        return batch
+    small = members[0].small
+    large = max(m.large for m in members)
+    batch = _Batch("padded", device, dtype, members, stack_shape=(len(members), small, large))
+    for member in members:
+        # A slot holds the matrix wide: (small, large) row-major, zero columns on the right. A wide
+        # parameter reads its rows along the stack's rows, a tall one along the stack's columns.
+        row_stride, col_stride = (large, 1) if member.param.shape[0] == member.small else (1, large)
+        column_dims = member.param.shape[1:]  # (cols,) or (in, kh, kw): row-major within a matrix row
+        member.view_stride = (
+            row_stride,
+            *(col_stride * math.prod(column_dims[i + 1 :]) for i in range(len(column_dims))),
+        )
     return batch
+
+
+def _lay_out(plan: _Plan, state: dict[torch.Tensor, dict[str, Any]], world: int, rank: int) -> None:
+    """Allocate the plan's stacks (shared out over a process group's ranks where it has several) and fix
+    the fill order: each group's clean members, then ordered ones."""
+    plan.stacks = _share_out(plan, world, rank) if world > 1 and plan.batches else []
+    if not plan.stacks:
+        plan.stacks = [_allocate_stack(batch) for batch in plan.batches]
+    slot_of = {
+        id(member): slot
+        for entry in plan.stacks
+        for member, slot in zip(entry.batch.members, entry.slots, strict=True)
+    }
+    here = {
+        id(member)
+        for entry in plan.stacks
+        for member, mine in zip(entry.batch.members, entry.here, strict=True)
+        if mine
+    }
+    fast_update = {
+        id(member)
+        for entry in plan.stacks
+        for member, slot in zip(entry.batch.members, entry.slots, strict=True)
+        if entry.batch.update_strides is not None
+        or (slot.dtype == member.param.dtype and slot.stride() == member.param.stride())
+    }
+    members = [m for batch in plan.batches for m in batch.members]
+    by_group: dict[int, list[_Member]] = {}
+    for member in members:
+        if not member.ordered:
+            by_group.setdefault(id(member.group), []).append(member)
+    for clean in by_group.values():
+        clean.sort(key=lambda m: (id(m) not in fast_update, m.order))
+        start = len(plan.fill)
+        plan.fill += clean
+        params = [m.param for m in clean]
+        buffers = [state[p]["momentum_buffer"] for p in params]
+        fast = sum(id(m) in fast_update for m in clean)
+        mine = [i for i, m in enumerate(clean) if id(m) in here]
+        plan.muon_groups.append(
+            _MuonGroup(clean[0].group, start, len(plan.fill), fast, params, buffers, mine)
+        )
+    plan.ordered = sorted((m for m in members if m.ordered), key=lambda m: m.order)
+    plan.ordered_here = [id(m) in here for m in plan.ordered]
+    plan.fill += plan.ordered
+    for position, member in enumerate(plan.fill):
+        member.position = position
+    plan.slots = [slot_of[id(m)] for m in plan.fill if id(m) in here]
+    plan.zeroed = [t for entry in plan.stacks for t in entry.zeroed]
+
+
+def _share_out(plan: _Plan, world: int, rank: int) -> list[_BatchStack]:
+    """The stacks as shares of one buffer per rank, or [] (with the reason noted) where they cannot be."""
+    devices = {batch.device for batch in plan.batches}
+    if len(devices) > 1:
+        plan.sharing_note = "Muon matrices on several devices"
+        return []
+    splittable = [b for b in plan.batches if b.kind != "single"]
+    lone = [b for b in plan.batches if b.kind == "single"]
+    partition = Partition.of(
+        [len(b.members) for b in splittable],
+        [math.prod(_matrix_shape(b)) for b in splittable],
+        [math.prod(_matrix_shape(b)) for b in lone],
+        world,
+        rank,
+    )
+    description = tuple((b.kind, b.stack_shape, len(b.members), str(b.dtype)) for b in plan.batches)
+    if not agreed(partition, description):
+        plan.sharing_note = "the ranks' parameter sets differ"
+        return []
+    plan.partition = partition
+    stacks, plan.buffer = _allocate_shares(plan.batches, partition)
+    return stacks
+
+
+def _device_refusal(devices: set[torch.device]) -> str | None:
+    """Why cores on these devices cannot replay a graph now, or None (one CUDA device, not capturing)."""
+    if any(device.type != "cuda" for device in devices):
+        return "not on CUDA"
+    if len(devices) > 1:
+        return "several CUDA devices"
+    if torch.cuda.is_current_stream_capturing():
+        return "inside another capture"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------- the optimizer
@@ -282,10 +560,13 @@ class BatchedMuSGD(MuSGD):
 
     See the module docstring for the rules. `pad_guard` is the largest smaller-dimension that may be
     zero-padded into a shared batch (None: no limit, 0: exact-shape batches only); set it on the class, on
-    an instance before its first step, or take a subclass from `with_pad_guard`.
+    an instance before its first step, or take a subclass from `with_pad_guard`. `graph_replay` (default on)
+    lets the Newton-Schulz core replay from a CUDA graph; `graph_stats` counts replays and the reasons for
+    every eager core; `eager_step` runs one step with an eager core whatever replay would do.
     """
 
     pad_guard: int | None = DEFAULT_PAD_GUARD
+    graph_replay: bool = True
 
     @classmethod
     def with_pad_guard(cls, guard: int | None) -> type[BatchedMuSGD]:
@@ -300,55 +581,136 @@ class BatchedMuSGD(MuSGD):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._reset_caches()
+
+    def _reset_caches(self) -> None:
         self._plan: _Plan | None = None
+        self._core_graph = CoreGraph()
+        self._eager_requested = False
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled or deep-copied optimizers carry state and groups only: they start a plan and a graph.
+
+        (torch's `load_state_dict` calls this too, on a live optimizer: its counts and graph object stay.)
+        """
+        super().__setstate__(state)
+        if not hasattr(self, "_core_graph"):
+            self._reset_caches()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load as torch does; the restored buffers are new tensors, so the plan is rebuilt on the next step."""
         super().load_state_dict(state_dict)
         self._plan = None
+        self._core_graph.reset()
+
+    @property
+    def graph_stats(self) -> dict[str, int]:
+        """How each step's core ran: 'replayed', 'captured', or 'eager: <reason>' (counts since construction)."""
+        return dict(self._core_graph.stats)
+
+    @property
+    def plan_bytes(self) -> int:
+        """Device bytes the optimizer keeps between steps besides its state: the stacks and a captured graph."""
+        return (self._plan.nbytes if self._plan is not None else 0) + self._core_graph.pool_bytes
+
+    @property
+    def sharing(self) -> dict[str, Any]:
+        """How the current plan shares Newton-Schulz: over `world` ranks (1: this process does it all), this
+        `rank`'s count of matrices of all of them, and a note where a process group's ranks could not share."""
+        plan = self._plan
+        if plan is None:
+            return {"world": 1, "rank": 0, "matrices_here": 0, "matrices": 0, "note": ""}
+        here = sum(sum(entry.here) for entry in plan.stacks)
+        world, rank = (plan.partition.world, plan.partition.rank) if plan.partition is not None else (1, 0)
+        return {
+            "world": world,
+            "rank": rank,
+            "matrices_here": here,
+            "matrices": len(plan.fill),
+            "note": plan.sharing_note,
+        }
+
+    def eager_step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """One step whose core runs eagerly, replay or not: the step's own kernels, for an outer capture."""
+        previous, self._eager_requested = self._eager_requested, True
+        try:
+            return self.step(closure)
+        finally:
+            self._eager_requested = previous
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        """One MuSGD step: Muon momentum and orthogonalization batch by batch, then SGD group by group."""
+        """One MuSGD step: Muon momentum, Newton-Schulz and the Muon apply for every batch, then SGD."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         plan = self._current_plan()
-        in_order_updates: dict[int, torch.Tensor] = {}
-        for batch in plan.batches:
-            self._muon_batch(batch, in_order_updates)
+        in_order_updates = self._muon(plan)
         for group_plan in plan.groups:
             self._sgd_group(group_plan, in_order_updates)
         return loss
 
     # ------------------------------------------------------------------------------------------ step phases
 
-    def _muon_batch(self, batch: _Batch, in_order_updates: dict[int, torch.Tensor]) -> None:
-        """Momentum, Newton-Schulz and (for clean members) the Muon apply of one batch."""
-        to_orthogonalize: list[torch.Tensor] = []
-        for segment in batch.segments:
-            group = segment.group
-            grads = [p.grad for p in segment.params]
-            torch._foreach_lerp_(segment.muon_buffers, grads, 1 - group["momentum"])
-            if group["nesterov"]:
-                to_orthogonalize.extend(torch._foreach_lerp(grads, segment.muon_buffers, group["momentum"]))
-            else:
-                to_orthogonalize.extend(segment.muon_buffers)
-        for member in batch.members[len(to_orthogonalize) :]:
-            buffer = self.state[member.param]["momentum_buffer"]
-            group = member.group
-            to_orthogonalize.append(
-                muon_momentum(member.param.grad, buffer, group["momentum"], group["nesterov"])
+    def _muon(self, plan: _Plan) -> dict[int, torch.Tensor]:
+        """Fill the stacks, run the core, apply the clean members' updates; return the ordered members'.
+
+        On one rank the whole core (Newton-Schulz, gains, conversions) may replay as one graph. Under a
+        process group the graph holds this rank's Newton-Schulz share only; the gather and what follows
+        it run eagerly (no collective is captured).
+        """
+        if not plan.stacks:
+            return {}
+        self._fill_stacks(plan)
+        device, refusal = plan.stacks[0].batch.device, self._replay_refusal(plan)
+        if plan.partition is None:
+            updates = self._core_graph.run(
+                plan, device, lambda: plan.updates_in_fill_order(_orthogonalize_stacks(plan.stacks)), refusal
             )
-        updates = _orthogonalize(batch, to_orthogonalize)
-        del to_orthogonalize
-        for segment in batch.segments:
-            alpha = -(segment.group["lr"] * self.muon)
-            torch._foreach_add_(segment.params, updates[segment.start : segment.stop], alpha=alpha)
-        for member, update in zip(batch.members, updates, strict=True):
-            if member.ordered:
-                in_order_updates[id(member.param)] = update
+        else:
+            self._core_graph.run(plan, device, lambda: _newton_schulz_here(plan.stacks), refusal)
+            assert plan.buffer is not None
+            gather_shares(plan.buffer, plan.partition)
+            updates = plan.updates_in_fill_order(_finish(plan.stacks))
+        for muon_group in plan.muon_groups:
+            alpha = -(muon_group.group["lr"] * self.muon)
+            group_updates = updates[muon_group.start : muon_group.stop]
+            for part in (slice(0, muon_group.fast), slice(muon_group.fast, None)):
+                if muon_group.params[part]:
+                    torch._foreach_add_(muon_group.params[part], group_updates[part], alpha=alpha)
+        return {id(member.param): updates[member.position] for member in plan.ordered}
+
+    def _fill_stacks(self, plan: _Plan) -> None:
+        """Muon momentum for every member (foreach per group, scalar for ordered members); the inputs of
+        the members orthogonalized here copied into the stacks at once."""
+        sources: list[torch.Tensor] = []
+        for muon_group in plan.muon_groups:
+            group, buffers, here = muon_group.group, muon_group.buffers, muon_group.here
+            grads = [p.grad for p in muon_group.params]
+            torch._foreach_lerp_(buffers, grads, 1 - group["momentum"])
+            if len(here) < len(buffers):
+                grads, buffers = [grads[i] for i in here], [buffers[i] for i in here]
+            sources += (
+                torch._foreach_lerp(grads, buffers, group["momentum"]) if group["nesterov"] else buffers
+            )
+        for member, here in zip(plan.ordered, plan.ordered_here, strict=True):
+            group, p = member.group, member.param
+            buffer = self.state[p]["momentum_buffer"]
+            source = muon_momentum(p.grad, buffer, group["momentum"], group["nesterov"])
+            if here:
+                sources.append(source)
+        if plan.zeroed:
+            torch._foreach_zero_(plan.zeroed)  # padding stays zero through Newton-Schulz, even after a NaN
+        torch._foreach_copy_(plan.slots, sources)
+
+    def _replay_refusal(self, plan: _Plan) -> str | None:
+        """Why this step's core must not replay a graph, or None where replay is safe."""
+        if not self.graph_replay:
+            return "replay off"
+        if self._eager_requested:
+            return "eager step asked for"
+        return _device_refusal({entry.batch.device for entry in plan.stacks})
 
     def _sgd_group(self, group_plan: _GroupPlan, in_order_updates: dict[int, torch.Tensor]) -> None:
         """SGD momentum of a group's clean buckets as foreach lists, then its in-order parameters one by one."""
@@ -364,7 +726,7 @@ class BatchedMuSGD(MuSGD):
             grads = [p.grad for p in bucket.params]
             if weight_decay != 0:
                 grads = torch._foreach_add(grads, bucket.params, alpha=weight_decay)
-            torch._foreach_mul_(bucket.buffers, momentum)
+            foreach_mul_(bucket.buffers, momentum)
             torch._foreach_add_(bucket.buffers, grads)
             updates = (
                 torch._foreach_add(grads, bucket.buffers, alpha=momentum) if nesterov else bucket.buffers
@@ -384,7 +746,7 @@ class BatchedMuSGD(MuSGD):
 
     def _signature(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         """What the plan depends on (cheap, per step), and the gradients' addresses (checked separately)."""
-        parts: list[Any] = [id(self.state), self.pad_guard, _FORCE_BATCHED_ON_CPU]
+        parts: list[Any] = [id(self.state), self.pad_guard, _FORCE_BATCHED_ON_CPU, world_and_rank()]
         grad_addresses: list[Any] = []
         for group in self.param_groups:
             params = group["params"]
@@ -409,6 +771,7 @@ class BatchedMuSGD(MuSGD):
             if not plan.grads_overlap and not self._grads_overlap(plan):
                 plan.grad_addresses = grad_addresses
                 return plan
+        self._plan = None  # the old stacks go before the new ones are allocated
         self._plan = self._build_plan(signature, grad_addresses)
         return self._plan
 
@@ -513,9 +876,6 @@ class BatchedMuSGD(MuSGD):
         for members in padded.values():
             members.sort(key=lambda m: (-m.large, m.order))
             batches += [_make_batch(run) for run in _split_by_budget(members, element_size)]
-        for batch in batches:
-            for segment in batch.segments:
-                segment.muon_buffers = [self.state[p]["momentum_buffer"] for p in segment.params]
 
         # 4. Per group: SGD buckets of clean parameters by (device, dtype); everything else in order.
         group_plans = []
@@ -534,53 +894,11 @@ class BatchedMuSGD(MuSGD):
                     in_order.append(p)
             group_whole = {id(p) for p in in_order if id(p) in whole_step or not group["use_muon"]}
             group_plans.append(_GroupPlan(group, list(buckets.values()), in_order, group_whole))
-        return _Plan(
+        plan = _Plan(
             signature, grad_addresses, grads_overlap, _span_index(static_spans), batches, group_plans
         )
+        _lay_out(plan, self.state, *world_and_rank())  # 5. the stacks (shared out over ranks), the fill order
+        return plan
 
 
 _GUARDED_CLASSES: dict[tuple[type, int | None], type[BatchedMuSGD]] = {}
-
-
-# ---------------------------------------------------------------------------------------------- Newton-Schulz
-
-
-def _orthogonalize(
-    batch: _Batch, to_orthogonalize: list[torch.Tensor], compute_dtype: torch.dtype = STACK_DTYPE
-) -> list[torch.Tensor]:
-    """Orthogonalized, scaled updates of a batch's members, each shaped like its parameter.
-
-    single: exactly the baseline's per-matrix computation. uniform: one exact-shape stack; the update is
-    converted to the parameter's dtype and layout in one copy where that is exact. padded: one zero-padded
-    wide stack; each update is the member's bf16 crop, transposed back, scaled in place.
-    `compute_dtype` is bf16 for the optimizer; tests pass float64 to check that padding is exact.
-    """
-    members = batch.members
-    if batch.kind == "single":
-        update, member = to_orthogonalize[0], members[0]
-        matrix = update.reshape(len(update), -1) if update.ndim == 4 else update
-        orthogonal = newton_schulz(matrix, compute_dtype)
-        orthogonal *= member.scale
-        return [orthogonal.reshape(member.param.shape)]
-    stack = (torch.empty if batch.kind == "uniform" else torch.zeros)(
-        batch.stack_shape, dtype=compute_dtype, device=batch.device
-    )
-    if batch.kind == "uniform":
-        slots = list(stack.view(len(members), *members[0].param.shape).unbind(0))
-    else:
-        slots = [stack.as_strided(m.param.shape, m.view_stride, m.view_offset) for m in members]
-    torch._foreach_copy_(slots, to_orthogonalize)
-    newton_schulz(stack, compute_dtype, in_place=True)  # the slots now read the orthogonalized matrices
-    if batch.kind == "padded":
-        scaled = [(slot, m.scale) for slot, m in zip(slots, members, strict=True) if m.scale != 1]
-        if scaled:
-            torch._foreach_mul_([slot for slot, _ in scaled], [scale for _, scale in scaled])
-        return slots
-    if members[0].scale != 1:
-        stack *= members[0].scale
-    if batch.update_strides is None or compute_dtype != STACK_DTYPE:
-        return slots
-    shape = (len(members), *members[0].param.shape)
-    converted = torch.empty_strided(shape, batch.update_strides, dtype=batch.dtype, device=batch.device)
-    converted.copy_(stack.view(shape))
-    return list(converted.unbind(0))

@@ -6,6 +6,9 @@ MuSGD bit for bit, and bf16 rounding depends on where each scalar multiply and e
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
 import torch
 
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
@@ -51,6 +54,77 @@ def newton_schulz(
             return G
         X = a * X + B @ X
     return X.mT if tall else X
+
+
+_REDUCED_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def foreach_mul_(tensors: list[torch.Tensor], scalars: float | list[float]) -> None:
+    """`t.mul_(s)` for every tensor, rounded as the per-tensor multiply rounds (the scalar kept in float).
+
+    On the CPU, in-place `_foreach_mul_` on bf16/fp16 tensors rounds the scalar to the tensor's dtype first
+    (seen on torch 2.14.1; the out-of-place form does not), so there the product is taken out of place and
+    copied back. CUDA's foreach kernels keep the scalar in float and run in place.
+    """
+    if not tensors:
+        return
+    if tensors[0].device.type == "cpu" and any(t.dtype in _REDUCED_PRECISION for t in tensors):
+        torch._foreach_copy_(tensors, torch._foreach_mul(tensors, scalars))
+    else:
+        torch._foreach_mul_(tensors, scalars)
+
+
+@dataclass(frozen=True)
+class Stack:
+    """A contiguous stack that Newton-Schulz orthogonalizes in place, and the views its products read.
+
+    `tensor` is a matrix or a batch of matrices (rows, cols); `x` is its wide orientation (X in the iteration:
+    the tensor itself, or its transposed view when tall) and `x_t` the other one. Built once, the views cost
+    nothing per step.
+    """
+
+    tensor: torch.Tensor
+    x: torch.Tensor
+    x_t: torch.Tensor
+    product: Callable[..., torch.Tensor]  # torch.mm for a matrix, torch.bmm for a batch: no `@` wrappers
+
+    @classmethod
+    def of(cls, tensor: torch.Tensor) -> Stack:
+        if tensor.ndim not in (2, 3) or not tensor.is_contiguous():
+            raise ValueError(
+                f"a Newton-Schulz stack is a contiguous 2-D or 3-D tensor, got {tuple(tensor.shape)}"
+            )
+        tall = tensor.size(-2) > tensor.size(-1)
+        x = tensor.mT if tall else tensor
+        return cls(tensor, x, x.mT, torch.mm if tensor.ndim == 2 else torch.bmm)
+
+
+def newton_schulz_stacks(stacks: Sequence[Stack]) -> None:
+    """`newton_schulz` of every stack, in place and in lockstep: bit for bit the same rounded operations.
+
+    Each stack is normalized as `newton_schulz` normalizes (one norm for a matrix, one per matrix of a batch)
+    and iterated with the same products on the same orientations; each elementwise step runs once for all
+    stacks as a foreach operation, and the products call mm/bmm directly. So the host dispatches a number of
+    operations that grows with the number of stacks, not of matrices. In-place updates keep X's layout, which
+    is the layout `newton_schulz` keeps too (an elementwise result follows its first operand's strides).
+    """
+    if not stacks:
+        return
+    a, b, c = NS_COEFFICIENTS
+    tensors = [s.tensor for s in stacks]
+    norms = [t.norm() if t.ndim == 2 else t.norm(dim=(-2, -1), keepdim=True) for t in tensors]
+    torch._foreach_add_(norms, NS_EPS)
+    torch._foreach_div_(tensors, norms)
+    xs = [s.x for s in stacks]
+    for _ in range(NS_STEPS):
+        grams = [s.product(s.x, s.x_t) for s in stacks]  # A = X X^T
+        scaled = torch._foreach_mul(grams, c)
+        squares = [s.product(ca, gram) for s, ca, gram in zip(stacks, scaled, grams, strict=True)]  # (cA) A
+        foreach_mul_(grams, b)
+        torch._foreach_add_(grams, squares)  # B = bA + (cA) A, in the Gram matrices' memory
+        steps = [s.product(gram, s.x) for s, gram in zip(stacks, grams, strict=True)]  # B X, from the old X
+        foreach_mul_(xs, a)
+        torch._foreach_add_(xs, steps)  # X = aX + B X
 
 
 def muon_scale(grad_shape: torch.Size | tuple[int, ...]) -> float:

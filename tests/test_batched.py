@@ -650,3 +650,79 @@ def test_cuda_device_and_dtype_buckets_in_one_group() -> None:
         for pb, pc in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
             assert torch.equal(baseline.state[pb]["momentum_buffer"], candidate.state[pc]["momentum_buffer"])
         assert torch.equal(base_groups[0]["params"][-1], cand_groups[0]["params"][-1])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_reduced_precision_momentum_buffers_stay_bit_equal_over_steps(dtype: torch.dtype) -> None:
+    """bf16/fp16 buffers: every step's buf*m rounds as the baseline's `mul_` does (scalar kept in float).
+
+    Three steps, so the multiply sees non-zero buffers; no weight decay in the Muon group, so every buffer
+    depends on gradients alone and must be bit-equal (the parameters then are too, for the SGD groups).
+    """
+    muon_params = _make_params([(16, 72), (16, 40), (32, 16), (16, 16), (16, 16)], seed=120, dtype=dtype)
+    sgd_params = _make_params([(16,), (32,), (8, 4)], seed=121, dtype=dtype)
+    groups = [_muon_group(muon_params, weight_decay=0.0), _sgd_group(sgd_params)]
+    baseline, base_groups, candidate, cand_groups = _run_both(groups, 3, _grads_by_seed)
+    assert _in_order(candidate) == []
+    for pb, pc in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
+        for key, buffer in baseline.state[pb].items():
+            assert torch.equal(buffer, candidate.state[pc][key]), (key, tuple(pb.shape))
+    for pb, pc in zip(base_groups[1]["params"], cand_groups[1]["params"], strict=True):
+        assert torch.equal(pb, pc)
+
+
+def test_the_plan_allocates_its_stacks_once_and_says_how_big_they_are() -> None:
+    params = _make_params(MIXED_SMALL_16 + [(260, 260), (260, 260), (300, 300)], seed=130)
+    optimizer = BatchedMuSGD([_muon_group(params)])
+    addresses = []
+    for step in range(3):
+        _fill_grads(params, seed=131 + step)
+        optimizer.step()
+        addresses.append([entry.stack.tensor.data_ptr() for entry in _plan(optimizer).stacks])
+    assert addresses[0] == addresses[1] == addresses[2]
+    assert {entry.batch.kind for entry in _plan(optimizer).stacks} == {"padded", "uniform", "single"}
+    expected = sum(entry.stack.tensor.numel() * 2 for entry in _plan(optimizer).stacks)
+    assert optimizer.plan_bytes == expected > 0
+
+
+def test_padding_recovers_after_a_nan_once_the_state_is_reset() -> None:
+    """A NaN gradient poisons its matrix's padding; the step zeroes padding, so a reset member recovers.
+
+    Both optimizers see a NaN gradient for one padded member, then have that member's parameter and
+    buffers reset by hand to the same finite values; the next step must agree within the usual bound.
+    """
+    groups = [_muon_group(_make_params(MIXED_SMALL_16, seed=140))]
+
+    def grads(groups: list[dict[str, Any]], step: int) -> None:
+        _grads_by_seed(groups, step)
+        if step == 0:
+            groups[0]["params"][0].grad[0, 0] = float("nan")
+
+    baseline, base_groups, candidate, cand_groups = _run_both(groups, 1, grads)
+    assert _batch_of(candidate, cand_groups[0]["params"][0]) == "padded"
+    for optimizer, optimizer_groups in ((baseline, base_groups), (candidate, cand_groups)):
+        poisoned = optimizer_groups[0]["params"][0]
+        with torch.no_grad():
+            poisoned.copy_(groups[0]["params"][0])
+        for buffer in optimizer.state[poisoned].values():
+            buffer.zero_()
+        _grads_by_seed(optimizer_groups, 1)
+        optimizer.step()
+    tolerance = ULP_SENSITIVITY_FACTOR * max(
+        ulp_sensitivity(m) for m in _muon_matrices(baseline, base_groups)
+    )
+    assert all(torch.isfinite(p).all() for p in _params_of(cand_groups))
+    for pb, pc in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
+        assert (pb - pc).abs().max().item() <= 2 * 0.02 * candidate.muon * tolerance * 1.01 + 1e-6
+
+
+def test_the_cpu_path_never_tries_to_capture() -> None:
+    """Forced onto the batched path or not, a CPU step counts 'not on CUDA' and never touches CUDA."""
+    cuda_was_initialized = torch.cuda.is_initialized()
+    groups = [_muon_group(_make_params(MIXED_SMALL_16, seed=150)), _sgd_group(_make_params([(8,)], seed=151))]
+    optimizer = BatchedMuSGD(groups)
+    for step in range(3):
+        _grads_by_seed(groups, step)
+        optimizer.step()
+    assert optimizer.graph_stats == {"eager: not on CUDA": 3}
+    assert torch.cuda.is_initialized() == cuda_was_initialized

@@ -9,6 +9,7 @@ import torch
 
 from optimizers import MuSGD, newton_schulz
 from optimizers.musgd import muon_update
+from optimizers.newton_schulz import Stack, foreach_mul_, newton_schulz_stacks
 
 
 def _params(
@@ -174,3 +175,58 @@ def test_state_dict_round_trip_continues_identically() -> None:
     resumed.step()
     for p, expected in zip(params, after_uninterrupted, strict=True):
         assert torch.equal(p, expected)
+
+
+NS_SHAPES = [
+    (16, 40),
+    (72, 16),
+    (32, 32),
+    (9, 256),
+    (300, 64),
+    (5, 16, 40),
+    (6, 72, 16),
+    (3, 32, 32),
+    (6, 4, 16),
+]
+
+
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")],
+        ),
+    ],
+)
+def test_lockstep_newton_schulz_is_bit_equal_to_the_reference(device: str) -> None:
+    """Matrices and batches, wide, tall and square, advanced together with mm/bmm and foreach steps: each
+    stack ends bit-equal to `newton_schulz` of its own (the reference uses `@` and out-of-place steps)."""
+    generator = torch.Generator().manual_seed(21)
+    inputs = [torch.randn(shape, generator=generator).to(device) for shape in NS_SHAPES]
+    stacks = [Stack.of(G.to(torch.bfloat16)) for G in inputs]
+    newton_schulz_stacks(stacks)
+    for G, stack in zip(inputs, stacks, strict=True):
+        assert torch.equal(stack.tensor, newton_schulz(G)), tuple(G.shape)
+
+
+def test_stacks_must_be_contiguous_matrices_or_batches() -> None:
+    with pytest.raises(ValueError, match="contiguous 2-D or 3-D"):
+        Stack.of(torch.zeros(4, 6).bfloat16().mT)
+    with pytest.raises(ValueError, match="contiguous 2-D or 3-D"):
+        Stack.of(torch.zeros(2, 3, 4, 6).bfloat16())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_foreach_mul_rounds_as_the_per_tensor_multiply(dtype: torch.dtype) -> None:
+    """In place, with the scalar kept in float: what `t.mul_(s)` gives, tensor by tensor, for one scalar or
+    one per tensor (CPU's in-place foreach multiply alone would round 0.937 to the tensor's dtype first)."""
+    generator = torch.Generator().manual_seed(22)
+    tensors = [torch.randn(64, 64, generator=generator).to(dtype) for _ in range(3)]
+    for scalars in (0.937, [0.937, 2.0315, 1.4142135623730951]):
+        ours = [t.clone() for t in tensors]
+        foreach_mul_(ours, scalars)
+        per_tensor = scalars if isinstance(scalars, list) else [scalars] * len(tensors)
+        for t, result, s in zip(tensors, ours, per_tensor, strict=True):
+            assert torch.equal(result, t.clone().mul_(s))

@@ -1,0 +1,98 @@
+"""Sharing Newton-Schulz across the ranks of a process group: who orthogonalizes what, and one gather per step.
+
+Under data-parallel training every rank holds the same parameters, gradients (all-reduced) and optimizer
+state, so every rank can compute every update; only the Newton-Schulz work is worth splitting. Each batch of
+matrices is cut into one equal chunk per rank (the last chunks padded with zero matrices, whose
+orthogonalization is zero), each lone matrix goes whole to the least-loaded rank, and every rank writes its
+share into its own block of one flat buffer. One all-gather per step then fills every rank's copy of the
+buffer, and each rank applies gains, updates and momentum exactly as on one rank.
+
+This module knows nothing of batches: it partitions sizes (`Partition`) and runs the collectives. The views
+into the buffer are the batching layer's business. A rank whose partition differs from the others' (its
+parameter set or gradients differ) would deadlock a collective, so the partition is compared across ranks
+once, when it is made, and every rank falls back to doing all the work where any differs. That comparison is
+itself a collective: every rank must rebuild its plan at the same step, as ranks with the same parameters,
+the same gradients present and the same checkpoint loads do (data-parallel training gives them that).
+Collectives are never captured in a CUDA graph here: a rank's graph holds its own share of the work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+def world_and_rank() -> tuple[int, int]:
+    """The default process group's size and this process's rank; (1, 0) without an initialized group."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return 1, 0
+    return dist.get_world_size(), dist.get_rank()
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Offsets, in elements, of every rank's share in one flat buffer of `world * per_rank` elements.
+
+    Splittable batches (`counts[i]` matrices of `sizes[i]` elements) get `chunks[i]` matrices per rank at
+    offset `offsets[i]` of every rank's block; lone matrices (`whole_sizes[j]` elements) go to rank
+    `owners[j]`, at offset `whole_offsets[j]` of that rank's block.
+    """
+
+    world: int
+    rank: int
+    per_rank: int
+    chunks: tuple[int, ...]
+    offsets: tuple[int, ...]
+    owners: tuple[int, ...]
+    whole_offsets: tuple[int, ...]
+
+    @classmethod
+    def of(
+        cls, counts: list[int], sizes: list[int], whole_sizes: list[int], world: int, rank: int
+    ) -> Partition:
+        """Equal chunks of every batch on every rank; lone matrices largest first to the least-loaded rank."""
+        chunks = tuple(-(-count // world) for count in counts)
+        offsets, position = [], 0
+        for chunk, size in zip(chunks, sizes, strict=True):
+            offsets.append(position)
+            position += chunk * size
+        loads = [position] * world
+        owners, whole_offsets = [0] * len(whole_sizes), [0] * len(whole_sizes)
+        for j in sorted(range(len(whole_sizes)), key=lambda j: (-whole_sizes[j], j)):
+            owner = min(range(world), key=lambda r: (loads[r], r))
+            owners[j], whole_offsets[j] = owner, loads[owner]
+            loads[owner] += whole_sizes[j]
+        return cls(world, rank, max(loads), chunks, tuple(offsets), tuple(owners), tuple(whole_offsets))
+
+    def fingerprint(self) -> tuple[Any, ...]:
+        """What every rank's partition must share (everything but the rank)."""
+        return (self.world, self.per_rank, self.chunks, self.offsets, self.owners, self.whole_offsets)
+
+
+def agreed(partition: Partition, description: tuple[Any, ...]) -> bool:
+    """Whether every rank made the same partition of the same matrices (one object all-gather, at plan time)."""
+    mine = (partition.fingerprint(), description)
+    everyone: list[Any] = [None] * partition.world
+    dist.all_gather_object(everyone, mine)
+    return all(other == mine for other in everyone)
+
+
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def gather_shares(buffer: torch.Tensor, partition: Partition) -> None:
+    """Fill every rank's block of `buffer` from that rank, in place: one collective for all the matrices.
+
+    gloo gathers host tensors only, so with gloo a device buffer goes through a host copy (the plumbing
+    check of several ranks on one GPU; NCCL gathers device memory directly).
+    """
+    start = partition.rank * partition.per_rank
+    if buffer.device.type != "cpu" and dist.get_backend() == "gloo":
+        staged = buffer.cpu()
+        _all_gather_single(staged, staged[start : start + partition.per_rank])
+        buffer.copy_(staged)
+        return
+    _all_gather_single(buffer, buffer[start : start + partition.per_rank])
