@@ -4,8 +4,11 @@
 2. the window: one synchronized bracket around ``S`` steps (ms/step = total / ``S``). Nothing inside
    synchronizes: host dispatch is the host time inside ``step()``, and the step's extra peak is the
    allocator's peak over the window minus what was allocated when it opened (the state already exists);
+   a step that replays its own CUDA graph says how many window steps replayed (``graph_stats``); then one
+   untimed step counts the aten operations it dispatches (``ops_per_step``);
 3. the launch floor, outside the bracket: the same step captured once in a CUDA graph and replayed ``K``
    times, ms/replay: GPU time without host launch cost (null with ``floor_note`` where capture is impossible).
+   A step that replays its own graph is captured through its ``eager_step``, so the floor holds its kernels.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from experiments.screen.plan import (
 )
 from harness.protocol import Arm, Plan, TrialContext, TrialFunction
 from harness.timing import SyncTimer, current_allocated, is_cuda, read_peaks, reset_peaks
+from optimizers.dispatch import count_dispatched_ops
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,7 @@ def measure_step(
     for _ in range(settings.warmup_steps):
         optimizer.step()
     figures = time_window(optimizer, device, settings.steps)
+    figures["ops_per_step"] = count_dispatched_ops(optimizer.step).total  # one more step, untimed
     if allocated_at_start is not None and figures["allocated_at_window"] is not None:
         figures["state_bytes"] = figures["allocated_at_window"] - allocated_at_start
     else:
@@ -138,6 +143,7 @@ def time_window(optimizer: torch.optim.Optimizer, device: str, steps: int) -> di
     the allocator's peak is reset before the bracket opens and read after it closes.
     """
     allocated = current_allocated(device)
+    graphs_before = dict(getattr(optimizer, "graph_stats", {}))
     reset_peaks(device)
     host_ns = 0
     with SyncTimer(device) as bracket:
@@ -147,7 +153,12 @@ def time_window(optimizer: torch.optim.Optimizer, device: str, steps: int) -> di
             host_ns += time.perf_counter_ns() - called
     peak_allocated, peak_reserved = read_peaks(device)
     extra = peak_allocated - allocated if peak_allocated is not None and allocated is not None else None
+    graphs = {k: v - graphs_before.get(k, 0) for k, v in getattr(optimizer, "graph_stats", {}).items()}
     return {
+        "window_replays": graphs.get("replayed") if graphs else None,
+        "window_eager": "; ".join(f"{k} ×{v}" for k, v in sorted(graphs.items()) if v and k != "replayed")
+        or None,
+        "plan_bytes": getattr(optimizer, "plan_bytes", None),
         "value": bracket.seconds * 1e3 / steps,
         "window_ms": bracket.seconds * 1e3,
         "host_ms": host_ns / 1e6 / steps,
@@ -170,16 +181,17 @@ def capture_stream(device: torch.device) -> torch.cuda.Stream:
 
 def capture_step(optimizer: torch.optim.Optimizer, device: torch.device) -> torch.cuda.CUDAGraph:
     """One ``step()`` captured in a CUDA graph, after warm-up steps on the side stream (PyTorch's recipe)."""
+    step = getattr(optimizer, "eager_step", optimizer.step)  # a step that replays its own graph: its kernels
     side = capture_stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
         for _ in range(FLOOR_WARMUP_STEPS):
-            optimizer.step()
+            step()
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     # The outer stream context restores the current stream even if capture_end raises inside graph.__exit__.
     with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
-        optimizer.step()
+        step()
     return graph
 
 
