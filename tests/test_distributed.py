@@ -82,12 +82,15 @@ def _rank(rank: int, world: int, port: int, out: str, device: str) -> None:
         distributed._all_gather_single = lambda *args, **kwargs: (
             gathers.append(1) or original(*args, **kwargs)
         )
-        groups = _groups()
-        with _batched_on_cpu():
+        groups = _groups(device)
+        with _batched_on_cpu():  # CPU tensors take the batched path; CUDA ones take it anyway
             optimizer = _run(groups)
-        torch.save(
-            {**_results(optimizer, groups), "gathers": len(gathers)}, os.path.join(out, f"rank{rank}.pt")
-        )
+        results = {
+            **_results(optimizer, groups),
+            "gathers": len(gathers),
+            "graphs": dict(optimizer.graph_stats),
+        }
+        torch.save(results, os.path.join(out, f"rank{rank}.pt"))
         dist.barrier()
     finally:
         dist.destroy_process_group()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from experiments import screen
+from experiments.screen import trial as screen_trial
 from experiments.workloads import build_param_groups, fill_synthetic_grads
 from optimizers import BatchedMuSGD, MuSGD
 from optimizers import batched as batched_module
@@ -293,13 +293,13 @@ def test_cuda_a_capture_of_a_replaying_step_records_the_steps_own_kernels() -> N
         twin.step()
     assert optimizer.graph_stats["replayed"] == 1
     replays = 4
-    floor = screen.launch_floor(optimizer, "cuda", replays)
+    floor = screen_trial.launch_floor(optimizer, "cuda", replays)
     torch.cuda.synchronize()
     assert floor["floor_note"] == "" and floor["floor_ms"] > 0
     assert optimizer.graph_stats["eager: inside another capture"] == 1
     # The floor ran FLOOR_WARMUP_STEPS steps, captured one (which runs nothing) and replayed it 1 + replays
     # times, all on the same gradients.
-    for _ in range(screen.FLOOR_WARMUP_STEPS + 1 + replays):
+    for _ in range(screen_trial.FLOOR_WARMUP_STEPS + 1 + replays):
         twin.step()
     _assert_identical(optimizer, groups, twin, twin_groups)
 
