@@ -118,8 +118,8 @@ SHARED = (
         "cpus",
         str,
         _default("cpus"),
-        "CPU placement of the trials: none (as the OS schedules), auto (a fixed core set for the worker, "
-        "apart from the parent) or a core list such as 2-7; threads fixed to match.",
+        "CPU placement of the trials: auto (a fixed core set for the worker, apart from the parent), a core list "
+        "such as 2-7, or none (as the OS schedules); threads fixed to match.",
     ),
     Shared(
         "cooldown",

@@ -152,7 +152,7 @@ def check_cpus(cpus: str, order: str = "alternate") -> str:
     """``none``, ``auto`` or a core list this process may use (one line for anything else); a concurrent order
     needs a placement to share."""
     text = str(cpus).strip()
-    if text.lower() == NO_PLACEMENT:
+    if text.lower() == NO_PLACEMENT or (text.lower() == "auto" and not hasattr(os, "sched_setaffinity")):
         if order in CONCURRENT_ORDERS:
             raise InputError(
                 f"--order {order} runs the arms at once on shares of the cores: give --cpus auto or a core list"
@@ -168,8 +168,12 @@ def check_cpus(cpus: str, order: str = "alternate") -> str:
 
 
 def resolve_placement(cpus: str) -> Placement | None:
-    """The placement ``--cpus`` asks for on this machine, None for ``none``."""
-    return None if cpus.strip().lower() == NO_PLACEMENT else choose_placement(cpus)
+    """The placement ``--cpus`` asks for on this machine: None for ``none``, and for ``auto`` where the OS
+    offers no CPU affinity (not Linux), so the default runs everywhere."""
+    text = cpus.strip().lower()
+    if text == NO_PLACEMENT or (text == "auto" and not hasattr(os, "sched_setaffinity")):
+        return None
+    return choose_placement(cpus)
 
 
 def protocol_options(

@@ -135,7 +135,7 @@ class ProtocolOptions:
     budget: int | None = None
     control: bool = False
     cooldown: float = 0.0
-    cpus: str = "none"  # CPU placement: none (as the OS schedules), auto, or a core list (harness.placement)
+    cpus: str = "auto"  # CPU placement: auto, a core list, or none (as the OS schedules); harness.placement
 
     @classmethod
     def default(cls, name: str) -> Any:

@@ -121,7 +121,8 @@ def test_offline_worker_environment_fails_downloads_at_once(tmp_path: Path) -> N
 @pytest.mark.skipif(not HAS_ULTRALYTICS, reason=NO_EXTRA)
 @pytest.mark.slow
 def test_real_trainer_pair_end_to_end_on_cpu(tmp_path: Path, without_optional_packages: Path, capsys) -> None:
-    assert main(["pair", *TINY, "--out", str(tmp_path)]) == 0
+    two_epochs = [*TINY[: TINY.index("--steps") + 1], "4", *TINY[TINY.index("--steps") + 2 :]]
+    assert main(["pair", *two_epochs, "--out", str(tmp_path)]) == 0
     assert "workload: ultralytics" in capsys.readouterr().out
     folder = only_run(tmp_path)
     rows = folder.rows()
@@ -129,7 +130,12 @@ def test_real_trainer_pair_end_to_end_on_cpu(tmp_path: Path, without_optional_pa
     classes = {r["arm"]: r["optimizer_class"] for r in rows}
     assert classes == {"baseline": "optimizers.musgd.MuSGD", "candidate": "optimizers.batched.BatchedMuSGD"}
     for row in rows:
-        assert row["iterations"] == 2 and row["value"] > 0
+        assert row["iterations"] == 4 and row["value"] > 0
+        # The steady-state figure: epoch 2's span, from its start to its last iteration's end, read at the
+        # trainer's own callbacks; within the clock's resolution of the logged span.
+        spans = row["epoch_train_s"]
+        assert len(spans) == 2 and all(span > 0 for span in spans)
+        assert row["steady_s"] == pytest.approx(spans[1], abs=1e-9) and row["steady_s"] < row["value"]
         assert row["checkpoint_bytes"] > 0  # upstream's last.pt and best.pt were written
         log = (folder.path / "trials" / f"{row['index']}.log").read_text()
         assert "Closing dataloader mosaic" in log  # upstream's mosaic closure ran

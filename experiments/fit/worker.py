@@ -103,12 +103,12 @@ def run_fit(payload: dict[str, Any]) -> dict[str, Any]:
         )
     stamps = result.pop("iteration_stamps")
     per_epoch = result.pop("iterations_per_epoch")
-    spans = epoch_spans(result.pop("epoch_start_stamps"), stamps, per_epoch)
+    spans = [round(span, 6) for span in epoch_spans(result.pop("epoch_start_stamps"), stamps, per_epoch)]
     figures: dict[str, Any] = {
         "value": round(timer.seconds, 6),
         "iteration_host_median_s": host_iteration_median(stamps, per_epoch),
         "steady_s": steady_seconds(spans),
-        "epoch_train_s": [round(span, 6) for span in spans],
+        "epoch_train_s": spans,
         "peak_allocated": peak_allocated,
         "peak_reserved": peak_reserved,
         **result,
