@@ -12,10 +12,17 @@ Pure functions over numpy arrays. Conventions, stated once:
   still do (the infinities rank at the ends).
 * Levels are two-sided confidence levels in (0, 1). Every interval states the level asked for and the level
   it attains with the pairs given, and is ``sufficient`` only when it keeps the asked level.
-* Reference skewed law: where a method's level rests on a shape assumption (the t interval's normality),
-  it is checked against a centred standard exponential law of log ratios (skewness 2, excess kurtosis 6:
-  a floor with slow outliers, the shape of fit times). A method *keeps its level* when its simulated
-  coverage there is at least the level minus 1.5 points.
+* The primary interval is a Student t interval on the log ratios at a *nominal* level calibrated per pair
+  count (``harness.t_calibration``, made by ``scripts/calibrate_t_interval.py``) so that its coverage is
+  within 1.5 points of the stated level both for normal log ratios and on the *reference skewed law*; where
+  no nominal level does that, it is ``insufficient`` at that count.
+* The reference skewed law is calibrated from measured noise: the skewness of the committed H200 fit runs'
+  log ratios (each run centred on its median, pooled: 1.52 over 15 pairs, 95% bootstrap interval −1.27 to
+  2.54) is matched at its upper end by a pair's log ratio as the difference of two arms' delays with
+  unequal scales, G1 − ½·G2, G ~ gamma(0.241), skewness 2.55 (two exponential delays reach at most 2).
+  ``difference_of_delays`` draws it.
+* The distribution-free checks (sign test, Hodges–Lehmann) attain their levels exactly, and their tests
+  also check them on a centred exponential (skewness 2).
 * Verdicts read closed intervals: an end that touches the bar (or ±tolerance) exactly counts as straddling
   it, so ``clears``, ``fails``, ``within`` and ``outside`` need strict inequalities.
 """
@@ -30,22 +37,16 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import integrate, stats
 
+from harness import t_calibration as calibration
+
 CONFIDENCE = 0.95
 LEVEL_SLACK = 1e-12  # float slack when comparing an exact attained level with the level asked for
+WINDOW = calibration.CALIBRATION_WINDOW  # a calibrated interval covers within this of its stated level
+CALIBRATED_UP_TO = max(max(table) for table in calibration.NOMINAL_LEVELS.values())
 
-# The fewest pairs from which the Student t interval at a level keeps it on the reference skewed law:
-# 2·10^5 seeded draws of the centred exponential for every n from 2 to 90 (seed 1000 + n), the smallest n
-# from which every simulated coverage stays at least the level minus 1.5 points. The shortfall falls
-# slowly (at 95%: 3.1 points at 20 pairs, 1.8 at 40, 1.5 at 50, 1.3 at 60), so these are the edges of a
-# gentle slope, good to a few pairs. A lognormal law of skewness 2 needs fewer (42 pairs at 95%).
-T_MIN_PAIRS: dict[float, int] = {0.80: 36, 0.90: 42, 0.95: 53, 0.98: 51, 0.99: 38}
-
-# The stopping rule's last look must reach these pairs for the whole sequential procedure to keep its level
-# on the reference skewed law: 10^5 sequences of the centred exponential (seed 11), looks every 2 pairs
-# from a first look of 2, 4, 6 or 8 pairs, precision targets from 0.2 to 2.4 times the spread, the worst
-# coverage at least the level minus 1.5 points plus 0.25 (a margin for the simulation's error). A first
-# look after 8 pairs, or a single look, was not shown to keep it.
-SEQUENTIAL_MIN_LAST_LOOK: dict[float, int] = {0.80: 8, 0.90: 12, 0.95: 20, 0.98: 24, 0.99: 26}
+# The stopping rule's last look must reach ``calibration.SEQUENTIAL_MIN_LAST_LOOK`` pairs for the whole
+# sequential procedure to keep its level on the reference skewed law (simulated with first looks at 2 to 8
+# pairs); a first look after 8 pairs, or a single look, was not shown to keep it.
 SEQUENTIAL_MAX_FIRST_LOOK = 8
 
 
@@ -54,26 +55,97 @@ def _check_level(level: float) -> None:
         raise ValueError(f"a confidence level is a fraction in (0, 1) (got {level})")
 
 
-def t_min_pairs(level: float = CONFIDENCE) -> int | None:
-    """The fewest pairs from which the t interval keeps ``level`` on the reference skewed law; between
-    tabulated levels the larger neighbour; None outside the levels simulated (80% to 99%)."""
+def _tabulated(table: Mapping[float, object], level: float) -> float | None:
+    """The tabulated level equal to ``level`` (within float slack), or None."""
+    return next((lv for lv in table if abs(lv - level) <= 1e-9), None)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The t interval's calibration at one stated level and pair count: the nominal level it is computed
+    at, its simulated coverage on the reference skewed law (on normal log ratios it covers the nominal level
+    exactly) and whether both lie within ``WINDOW`` of the stated level."""
+
+    stated: float
+    pairs: int
+    nominal: float
+    skewed_coverage: float
+    keeps: bool
+
+    @property
+    def attained(self) -> float:
+        """The lower of the two laws' coverages: what the interval attains at worst on the laws checked."""
+        return min(self.nominal, self.skewed_coverage)
+
+
+def t_calibration(pairs: int, level: float = CONFIDENCE) -> Calibration | None:
+    """The calibration of the t interval of ``pairs`` log ratios at the stated ``level``; None for a level
+    not calibrated or fewer than 2 pairs. Beyond the table's last count its nominal level is used: the
+    skewed law's shortfall only shrinks as pairs grow (the central limit theorem), which the tests check at
+    twice the table's last count."""
     _check_level(level)
-    levels = sorted(T_MIN_PAIRS)
-    if level < levels[0] - LEVEL_SLACK or level > levels[-1] + LEVEL_SLACK:
+    stated = _tabulated(calibration.NOMINAL_LEVELS, level)
+    if stated is None or pairs < 2:
         return None
-    below = max(lv for lv in levels if lv <= level + LEVEL_SLACK)
-    above = min(lv for lv in levels if lv >= level - LEVEL_SLACK)
-    return max(T_MIN_PAIRS[below], T_MIN_PAIRS[above])
+    table = calibration.NOMINAL_LEVELS[stated]
+    nominal, skewed, _, keeps = table[min(pairs, max(table))]
+    return Calibration(stated, pairs, nominal, skewed, keeps)
+
+
+def t_min_pairs(level: float = CONFIDENCE) -> int | None:
+    """The fewest pairs from which the calibrated t interval keeps ``level`` at every larger count; None for
+    a level not calibrated (``harness.t_calibration`` holds 90% and 95%)."""
+    _check_level(level)
+    stated = _tabulated(calibration.NOMINAL_LEVELS, level)
+    if stated is None:
+        return None
+    table = calibration.NOMINAL_LEVELS[stated]
+    counts = sorted(table)
+    for index, n in enumerate(counts):
+        if all(table[m][3] for m in counts[index:]):
+            return n
+    return None
 
 
 def sequential_min_last_look(level: float = CONFIDENCE) -> int | None:
-    """The last look the stopping rule needs to keep ``level`` on the reference skewed law; between
-    tabulated levels the next one up (the need grows with the level); None above 99% or below 80%."""
+    """The last look the stopping rule needs to keep ``level`` on the reference skewed law; None for a level
+    not simulated."""
     _check_level(level)
-    levels = sorted(SEQUENTIAL_MIN_LAST_LOOK)
-    if level < levels[0] - LEVEL_SLACK or level > levels[-1] + LEVEL_SLACK:
-        return None
-    return SEQUENTIAL_MIN_LAST_LOOK[min(lv for lv in levels if lv >= level - LEVEL_SLACK)]
+    stated = _tabulated(calibration.SEQUENTIAL_MIN_LAST_LOOK, level)
+    return None if stated is None else calibration.SEQUENTIAL_MIN_LAST_LOOK[stated]
+
+
+def reference_skewed(rng: np.random.Generator, shape: tuple[int, ...]) -> NDArray[np.float64]:
+    """Draws of the reference skewed law of log ratios (mean 0, unit-free: scale them to a spread)."""
+    return difference_of_delays(
+        rng, shape, calibration.REFERENCE_DELAY_SHAPE, calibration.REFERENCE_SCALE_RATIO
+    )
+
+
+# ----------------------------------------------------------------------------------- reference laws
+
+
+def delays_skewness(delay_shape: float, scale_ratio: float) -> float:
+    """Skewness of G1 − r·G2 for independent gamma(k, 1) delays G1, G2: cumulants κ2 = k(1 + r²) and
+    κ3 = 2k(1 − r³) give 2(1 − r³) / (√k (1 + r²)^1.5); two exponential delays (k = 1) reach at most 2."""
+    return 2.0 * (1.0 - scale_ratio**3) / (math.sqrt(delay_shape) * (1.0 + scale_ratio**2) ** 1.5)
+
+
+def delay_shape_for(skewness: float, scale_ratio: float) -> float:
+    """The gamma shape k at which G1 − r·G2 has the given skewness (the inverse of ``delays_skewness``)."""
+    if skewness <= 0:
+        raise ValueError(f"a skewed reference law needs a positive skewness (got {skewness})")
+    return (2.0 * (1.0 - scale_ratio**3) / (skewness * (1.0 + scale_ratio**2) ** 1.5)) ** 2
+
+
+def difference_of_delays(
+    rng: np.random.Generator, shape: tuple[int, ...], delay_shape: float, scale_ratio: float
+) -> NDArray[np.float64]:
+    """Draws of a paired log ratio as the difference of two arms' delays, centred: G1 − r·G2 − k(1 − r),
+    G1, G2 ~ gamma(k, 1) independent (mean 0, variance k(1 + r²), skewness ``delays_skewness(k, r)``)."""
+    first = rng.gamma(delay_shape, 1.0, shape)
+    second = rng.gamma(delay_shape, 1.0, shape)
+    return first - scale_ratio * second - delay_shape * (1.0 - scale_ratio)
 
 
 # ---------------------------------------------------------------------------------------------- pairs
@@ -136,8 +208,9 @@ class Interval:
     """An interval of reductions with the method that made it and the level it attains with its pairs.
 
     ``stated_level`` is the level asked for; ``attained_level`` the level this interval attains (exactly,
-    under the method's stated assumption); ``sufficient`` says whether it keeps the stated level (and why
-    not in ``reason``). Not computable: ``low`` and ``high`` are NaN."""
+    under the method's stated assumption; for the calibrated t interval the lower of its coverages on the
+    laws it was calibrated on); ``sufficient`` says whether it keeps the stated level (and why not in
+    ``reason``). Not computable: ``low`` and ``high`` are NaN."""
 
     estimand: str
     method: str
@@ -149,6 +222,9 @@ class Interval:
     n: int
     sufficient: bool
     reason: str = ""
+    nominal_level: float = (
+        math.nan
+    )  # the level the interval was computed at, where it differs from the stated
 
     @property
     def computable(self) -> bool:
@@ -176,36 +252,50 @@ def t_log_bounds(
 
 
 def t_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
-    """The primary interval: Student t on the log ratios (n − 1 degrees of freedom), mapped to reductions;
-    the estimate is the geometric-mean ratio as a reduction, 1 − exp(mean log ratio).
+    """The primary interval: Student t on the log ratios (n − 1 degrees of freedom) at the nominal level
+    calibrated for n pairs (``t_calibration``), mapped to reductions; the estimate is the geometric-mean
+    ratio as a reduction, 1 − exp(mean log ratio).
 
-    Attains its level exactly when the log ratios are normal. On a skewed law it covers less at small n, so
-    it is sufficient only from ``t_min_pairs(level)`` pairs (53 at 95%)."""
+    Its coverage is within 1.5 points of ``level`` for normal log ratios (exactly the nominal level) and on
+    the reference skewed law (simulated); ``attained_level`` is the lower of the two. At a count where no
+    nominal level does that, the interval is computed at the best nominal level found and is insufficient
+    (below 32 pairs at 95% on the committed runs' skewness)."""
     _check_level(level)
     x = _log_ratios(log_ratios)
     n = x.size
     estimand = "geometric-mean reduction"
-    method = f"Student t interval of the mean log ratio, {max(n - 1, 0)} df; exact for normal log ratios"
     if n < 2:
+        method = "calibrated Student t interval of the mean log ratio"
         return _not_computable(estimand, method, level, n, f"a t interval needs at least 2 pairs ({n} given)")
+    fitted = t_calibration(n, level)
+    nominal = level if fitted is None else fitted.nominal
+    method = (
+        f"calibrated Student t interval of the mean log ratio, {n - 1} df, at nominal level {nominal:.2%}"
+        + (
+            ""
+            if fitted is None
+            else f" (covers {fitted.nominal:.2%} of normal and {fitted.skewed_coverage:.2%} of reference "
+            f"skewed log ratios at {n} pairs)"
+        )
+    )
     if not np.all(np.isfinite(x)):
         reason = "a pair with one failed arm has an infinite log ratio: no mean, so no t interval"
         return _not_computable(estimand, method, level, n, reason)
-    mean, low, high = (float(v) for v in t_log_bounds(x, level))
-    minimum = t_min_pairs(level)
-    if minimum is None:
-        sufficient, reason = (
-            False,
-            "the t interval's small-sample behaviour is simulated only at 80-99% levels",
-        )
-    elif n < minimum:
-        sufficient = False
-        reason = (
-            f"on a skewed law of log ratios (centred exponential, skewness 2) the {level:.0%} t interval "
-            f"keeps its level only from {minimum} pairs ({n} given)"
-        )
+    mean, low, high = (float(v) for v in t_log_bounds(x, nominal))
+    if fitted is None:
+        levels = " and ".join(f"{lv:.0%}" for lv in calibration.NOMINAL_LEVELS)
+        sufficient, reason, attained = False, f"the t interval is calibrated only at {levels}", math.nan
     else:
-        sufficient, reason = True, ""
+        sufficient, attained = fitted.keeps, fitted.attained
+        minimum = t_min_pairs(level)
+        reason = (
+            ""
+            if sufficient
+            else f"at {n} pairs no nominal level keeps {level:.0%} within {100 * WINDOW:.1f} points on the "
+            f"reference skewed law (skewness {calibration.REFERENCE_SKEWNESS:g}, the committed runs' upper "
+            f"end): the best covers {fitted.skewed_coverage:.1%} there"
+            + ("" if minimum is None else f"; sufficient from {minimum} pairs")
+        )
     return Interval(
         estimand,
         method,
@@ -213,10 +303,11 @@ def t_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
         float(to_reduction(high)),
         float(to_reduction(low)),
         level,
-        level,
+        attained,
         n,
         sufficient,
         reason,
+        nominal,
     )
 
 
@@ -470,7 +561,8 @@ def _plan_keeps_level(plan: tuple[int, ...], level: float) -> tuple[bool, str]:
     """Whether simulation showed the stopping rule with these looks to keep ``level``, and why not."""
     needed = sequential_min_last_look(level)
     if needed is None:
-        return False, "the stopping rule's coverage is simulated only at 80-99% levels"
+        levels = " and ".join(f"{lv:.0%}" for lv in calibration.SEQUENTIAL_MIN_LAST_LOOK)
+        return False, f"the stopping rule's coverage is simulated only at {levels}"
     if len(plan) < 2 or plan[0] > SEQUENTIAL_MAX_FIRST_LOOK:
         return False, (
             f"the stopping rule's coverage was simulated with two looks or more, the first by "
@@ -485,39 +577,38 @@ def _plan_keeps_level(plan: tuple[int, ...], level: float) -> tuple[bool, str]:
 
 
 def _look_interval(x: NDArray[np.float64], look_index: int, plan: tuple[int, ...], level: float) -> Interval:
-    """The t interval at one look, at its per-look level, judged against the procedure's level."""
+    """The t interval at one look, at its per-look level (uncalibrated: the procedure's coverage on the
+    reference skewed law was simulated as a whole), judged against the procedure's level."""
     look_level = per_look_level(level, plan)[look_index]
-    interval = t_interval(x, look_level)
+    estimand = "geometric-mean reduction"
     method = (
-        f"{interval.method}; look {look_index + 1} of {len(plan)} at pairs {list(plan)}, per-look level "
-        f"{look_level:.4%} (O'Brien-Fleming-like alpha spending); for normal log ratios the procedure "
-        f"covers at least {level:.0%}"
+        f"Student t interval of the mean log ratio, {max(x.size - 1, 0)} df; look {look_index + 1} of "
+        f"{len(plan)} at pairs {list(plan)}, per-look level {look_level:.4%} (O'Brien-Fleming-like alpha "
+        f"spending); for normal log ratios the procedure covers at least {level:.0%}"
     )
-    if not interval.computable:
-        return Interval(
-            interval.estimand,
-            method,
-            math.nan,
-            math.nan,
-            math.nan,
-            level,
-            look_level,
-            x.size,
-            False,
-            interval.reason,
+    if x.size < 2 or not np.all(np.isfinite(x)):
+        reason = (
+            "a t interval needs at least 2 pairs"
+            if x.size < 2
+            else "a pair with one failed arm has an infinite log ratio: no mean, so no t interval"
         )
+        return Interval(
+            estimand, method, math.nan, math.nan, math.nan, level, look_level, x.size, False, reason
+        )
+    mean, low, high = (float(v) for v in t_log_bounds(x, look_level))
     sufficient, reason = _plan_keeps_level(plan, level)
     return Interval(
-        interval.estimand,
+        estimand,
         method,
-        interval.estimate,
-        interval.low,
-        interval.high,
+        float(to_reduction(mean)),
+        float(to_reduction(high)),
+        float(to_reduction(low)),
         level,
         look_level,
         x.size,
         sufficient,
         reason,
+        look_level,
     )
 
 
@@ -541,7 +632,7 @@ def should_stop(
     look the rule stops covers with probability at least ``level``, whatever made it stop. On the reference
     skewed law, precision-reached stops pick samples without slow outliers (small spread, low mean), so
     coverage there is shown by simulating the whole procedure: it keeps the level within 1.5 points when the
-    first look comes by 8 pairs and the looks run to ``sequential_min_last_look(level)`` pairs (20 at 95%);
+    first look comes by 8 pairs and the looks run to ``sequential_min_last_look(level)`` pairs (18 at 95%);
     other plans are insufficient.
     With one failed arm the t interval is not computable and the rule runs on to the last look."""
     _check_level(level)
@@ -640,17 +731,24 @@ class Plan:
     seconds: float | None
 
 
+def _t_quantile(pairs: int, level: float) -> float:
+    """The t quantile the primary interval of ``pairs`` log ratios uses: at its calibrated nominal level."""
+    fitted = t_calibration(pairs, level)
+    return float(stats.t.ppf(0.5 + (level if fitted is None else fitted.nominal) / 2.0, pairs - 1))
+
+
 def power_to_resolve(
     pairs: int, sigma: float, effect: float, bar: float = 0.0, level: float = CONFIDENCE
 ) -> float:
-    """Probability that the t interval of ``pairs`` log ratios (normal, spread σ) lies wholly on the true
-    effect's side of the bar (both reductions, fractions): with δ = |log(1 − bar) − log(1 − effect)|, the
-    statistic δ̂√n/s is noncentral t (n − 1 df, noncentrality δ√n/σ) and must pass t_{1−α/2, n−1}."""
+    """Probability that the primary t interval of ``pairs`` log ratios (normal, spread σ; at its calibrated
+    nominal level ν) lies wholly on the true effect's side of the bar (both reductions, fractions): with
+    δ = |log(1 − bar) − log(1 − effect)|, the statistic δ̂√n/s is noncentral t (n − 1 df, noncentrality
+    δ√n/σ) and must pass t_{(1+ν)/2, n−1}."""
     _check_level(level)
     if pairs < 2:
         return 0.0
     delta = abs(math.log1p(-bar) - math.log1p(-effect))
-    quantile = stats.t.ppf(0.5 + level / 2.0, pairs - 1)
+    quantile = _t_quantile(pairs, level)
     return float(stats.nct.sf(quantile, pairs - 1, delta * math.sqrt(pairs) / sigma))
 
 
@@ -663,7 +761,7 @@ def probability_within(pairs: int, sigma: float, tolerance: float, level: float 
         return 0.0
     upper, lower = math.log1p(tolerance), math.log1p(-tolerance)
     df = pairs - 1
-    quantile = stats.t.ppf(0.5 + level / 2.0, df)
+    quantile = _t_quantile(pairs, level)
     scale = sigma / math.sqrt(pairs)
 
     def inside(chi2: float) -> float:

@@ -1,0 +1,255 @@
+"""Calibrate the primary interval from measured noise and write the table ``harness/t_calibration.py``.
+
+Usage: ``python scripts/calibrate_t_interval.py [RUN_FOLDER ...] [--write]`` (default folders: the three
+H200 fit runs of 2026-11-29 under ``reports/`` and the A/A of 2026-12-01 under ``../shared/data``). Without
+``--write`` it prints what it would write. About a minute on two cores.
+
+1. **Skewness of the paired log ratios, measured.** ln(candidate / baseline) of every pair of every folder,
+   each folder centred on its own median, pooled; the sample skewness (Fisher-Pearson, biased) of the pool,
+   with a 95% percentile bootstrap interval that resamples pairs within each folder and centres each resample
+   on its own median, as the estimate does (20 000 resamples, seeded).
+2. **The reference skewed law.** A pair's log ratio as the difference of two arms' delays with unequal scales,
+   G1 − ½·G2, centred, G ~ gamma(k, 1), with k chosen so that its skewness is the upper end of that interval
+   (rounded up to 0.01). Two exponential delays (k = 1) give at most skewness 2 (1.25 at scales 1 and ½),
+   so a larger upper end needs a gamma shape below 1: most pairs near the floor, a few slow.
+3. **Nominal levels.** For each stated level L (90 and 95%) and each n = 2 … 60, the nominal level ν at
+   which the Student t interval of n log ratios covers the mean within 1.5 points of L on both the normal law
+   (exactly ν) and the reference skewed law (simulated: 400 000 draws, seeded): among ν in L ± 1.5 points
+   (step 0.01 point) the one whose larger distance from L over the two laws is least. It is kept only when that
+   distance is at most 1.5 − 0.2 points: the 0.2 point is kept back for this simulation's own error (standard
+   error 0.04 point at 94% with 400 000 draws; 0.2 point is five of them). Where no ν qualifies, the t
+   interval at that n is ``insufficient``.
+4. **The stopping rule.** The fewest pairs the last look of ``inference.should_stop`` must reach for the whole
+   sequential procedure to keep each level within 1.5 points (less a 0.25-point margin) on the reference law:
+   50 000 sequences at a per-pair spread of 5%, first looks at 2, 4, 6, 8 pairs, looks every 2 pairs,
+   precision targets 0.2 to 2.4 times the spread, every last look from there up to 60 pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from harness import inference  # noqa: E402
+from harness.stats import pair_table  # noqa: E402
+from harness.tables import RunFolder  # noqa: E402
+
+# The shared data sit beside the main checkout (``../shared``), one level further up from a worktree.
+SHARED = next((p / "shared" for p in (ROOT.parent, ROOT.parent.parent) if (p / "shared").is_dir()), ROOT)
+DEFAULT_FOLDERS = (
+    ROOT / "reports/h200-2026-11-29/pair-yolo26n-384",
+    ROOT / "reports/h200-2026-11-29/pair-upstream-yolo26n-384",
+    ROOT / "reports/h200-2026-11-29/pair-control-yolo26n-128",
+    SHARED / "data/aa-candidate-384-2026-12-01",
+)
+OUTPUT = ROOT / "harness/t_calibration.py"
+
+BOOTSTRAP_RESAMPLES = 20_000
+SCALE_RATIO = 0.5
+LEVELS = (0.90, 0.95)
+MAX_PAIRS = 60
+CALIBRATION_DRAWS = 400_000
+WINDOW = 0.015  # coverage within 1.5 points of the stated level on both laws
+MARGIN = 0.002  # kept back for this simulation's own error (five standard errors)
+GRID_STEP = 1e-4
+SEQUENTIAL_DRAWS = 50_000
+SEQUENTIAL_SPREAD = 0.05
+SEQUENTIAL_FIRST_LOOKS = (2, 4, 6, 8)
+SEQUENTIAL_RATIOS = tuple(round(0.2 * i, 1) for i in range(1, 13))
+SEQUENTIAL_MARGIN = 0.0025
+
+
+def folder_log_ratios(path: Path) -> np.ndarray:
+    """ln(candidate / baseline) of a run folder's finished pairs, in round order."""
+    pairs = pair_table(RunFolder.open(path).trials())
+    ratios = np.log(pairs["candidate"].to_numpy(dtype=float) / pairs["baseline"].to_numpy(dtype=float))
+    return ratios[np.isfinite(ratios)]
+
+
+def pooled_skewness(groups: list[np.ndarray]) -> float:
+    return float(stats.skew(np.concatenate([g - np.median(g) for g in groups])))
+
+
+def skewness_interval(groups: list[np.ndarray], seed: int = 0) -> tuple[float, float]:
+    """95% percentile bootstrap interval of the pooled skewness, pairs resampled within each folder."""
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(BOOTSTRAP_RESAMPLES):
+        draws.append(pooled_skewness([g[rng.integers(0, g.size, g.size)] for g in groups]))
+    finite = np.asarray(draws)[np.isfinite(draws)]  # a resample of identical values has no skewness
+    low, high = np.percentile(finite, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def t_statistics(x: np.ndarray) -> list[np.ndarray]:
+    """|mean|·√n / s of the first n columns of ``x`` for n = 2 … columns, each sorted (prefix sums)."""
+    total, squares = np.cumsum(x, axis=1), np.cumsum(x * x, axis=1)
+    out: list[np.ndarray] = [np.empty(0), np.empty(0)]
+    for n in range(2, x.shape[1] + 1):
+        mean = total[:, n - 1] / n
+        variance = (squares[:, n - 1] - n * mean * mean) / (n - 1)
+        out.append(np.sort(np.abs(mean) * math.sqrt(n) / np.sqrt(np.maximum(variance, 1e-300))))
+    return out
+
+
+def calibrate(sorted_t: list[np.ndarray], level: float) -> dict[int, tuple[float, float, float, bool]]:
+    """Per n: the best nominal level, its coverage on the skewed law, its larger distance from the stated
+    level over the two laws, and whether that distance is within the window less the margin."""
+    grid = np.round(np.arange(level - WINDOW, min(level + WINDOW, 0.9999) + GRID_STEP / 2, GRID_STEP), 6)
+    table: dict[int, tuple[float, float, float, bool]] = {}
+    for n in range(2, len(sorted_t)):
+        quantiles = stats.t.ppf(0.5 + grid / 2.0, n - 1)
+        skewed = np.searchsorted(sorted_t[n], quantiles, side="right") / sorted_t[n].size
+        distance = np.maximum(np.abs(grid - level), np.abs(skewed - level))
+        best = int(np.argmin(distance))
+        kept = bool(distance[best] <= WINDOW - MARGIN + 1e-12)
+        table[n] = (float(grid[best]), float(skewed[best]), float(distance[best]), kept)
+    return table
+
+
+def sequential_min_last_look(x: np.ndarray, level: float) -> int | None:
+    """The fewest pairs the stopping rule's last look needs for its worst coverage to stay at least
+    level − 1.5 points + the margin, for every first look, precision target and longer last look."""
+    rows = x * (SEQUENTIAL_SPREAD / x.std())
+    total, squares = np.cumsum(rows, axis=1), np.cumsum(rows * rows, axis=1)
+    means = {n: total[:, n - 1] / n for n in range(2, MAX_PAIRS + 1)}
+    sds = {
+        n: np.sqrt(np.maximum((squares[:, n - 1] - n * means[n] ** 2) / (n - 1), 0.0))
+        for n in range(2, MAX_PAIRS + 1)
+    }
+    targets = 100.0 * SEQUENTIAL_SPREAD * np.asarray(SEQUENTIAL_RATIOS)[:, None]
+    keeps: dict[int, bool] = {}
+    for last in range(10, MAX_PAIRS + 1, 2):
+        worst = 1.0
+        for first in SEQUENTIAL_FIRST_LOOKS:
+            plan = inference.looks(first, last)
+            levels = inference.per_look_level(level, plan)
+            stopped = np.zeros((targets.shape[0], rows.shape[0]), dtype=bool)
+            covered = np.zeros_like(stopped)
+            for index, n in enumerate(plan):
+                half = stats.t.ppf(0.5 + levels[index] / 2.0, n - 1) * sds[n] / math.sqrt(n)
+                low, high = means[n] - half, means[n] + half
+                with np.errstate(over="ignore", invalid="ignore"):  # early looks at 99.9%+ can be vast
+                    half_width = 100.0 * (np.exp(high) - np.exp(low)) / 2.0
+                stop = ~stopped & ((half_width <= targets) | (index == len(plan) - 1))
+                covered |= stop & ((low <= 0.0) & (0.0 <= high))
+                stopped |= stop
+            worst = min(worst, float(covered.mean(axis=1).min()))
+        keeps[last] = worst >= level - WINDOW + SEQUENTIAL_MARGIN
+        print(
+            f"  stopping rule at {level:.0%}, last look {last}: worst coverage {worst:.4f}", file=sys.stderr
+        )
+    for last in sorted(keeps):
+        if all(keeps[later] for later in keeps if later >= last):
+            return last
+    return None
+
+
+def render(measured: dict, calibration: dict, sequential: dict) -> str:
+    lines = [
+        '"""Generated by ``scripts/calibrate_t_interval.py`` from the committed H200 fit runs: do not edit by hand.',
+        "",
+        "The measured skewness of the paired log ratios, the reference skewed law built from its upper end, the",
+        "nominal level of the Student t interval per stated level and pair count, and the stopping rule's",
+        "shortest last look on that law. The script's docstring says how each was made.",
+        '"""',
+        "",
+        f"MEASURED_FOLDERS = {tuple(measured['folders'])!r}",
+        f"MEASURED_PAIRS = {measured['pairs']}",
+        f"MEASURED_SKEWNESS = {measured['skewness']:.4f}",
+        f"MEASURED_SKEWNESS_INTERVAL = ({measured['low']:.4f}, {measured['high']:.4f})",
+        f"REFERENCE_SKEWNESS = {measured['reference']:.2f}",
+        f"REFERENCE_SCALE_RATIO = {SCALE_RATIO}",
+        f"REFERENCE_DELAY_SHAPE = {measured['shape']:.6f}",
+        f"CALIBRATION_DRAWS = {CALIBRATION_DRAWS}",
+        f"CALIBRATION_WINDOW = {WINDOW}",
+        f"CALIBRATION_MARGIN = {MARGIN}",
+        "",
+        "# stated level -> pairs -> (the best nominal level; its simulated coverage on the reference skewed law;",
+        "# the larger distance from the stated level over the two laws there; whether that distance is within",
+        "# the window less the margin, i.e. whether the t interval keeps the stated level at that count)",
+        "NOMINAL_LEVELS: dict[float, dict[int, tuple[float, float, float, bool]]] = {",
+    ]
+    for level, table in calibration.items():
+        lines.append(f"    {level}: {{")
+        for n, (nominal, skewed, distance, kept) in table.items():
+            lines.append(f"        {n}: ({nominal:.4f}, {skewed:.6f}, {distance:.6f}, {kept}),")
+        lines.append("    },")
+    lines += [
+        "}",
+        "",
+        "# stated level -> the fewest pairs the stopping rule's last look needs on the reference law (None: not",
+        f"# within {MAX_PAIRS} pairs)",
+        f"SEQUENTIAL_MIN_LAST_LOOK: dict[float, int | None] = {sequential!r}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folders", nargs="*", type=Path, default=list(DEFAULT_FOLDERS))
+    parser.add_argument("--write", action="store_true", help=f"write {OUTPUT.relative_to(ROOT)}")
+    args = parser.parse_args()
+
+    groups = [folder_log_ratios(path) for path in args.folders]
+    for path, group in zip(args.folders, groups, strict=True):
+        print(f"{path.name}: {group.size} pairs, log ratios {np.round(group, 4).tolist()}")
+    skewness = pooled_skewness(groups)
+    low, high = skewness_interval(groups)
+    reference = math.ceil(max(abs(low), abs(high)) * 100 - 1e-9) / 100
+    shape = inference.delay_shape_for(reference, SCALE_RATIO)
+    pairs = int(sum(g.size for g in groups))
+    print(
+        f"pooled skewness {skewness:.3f} over {pairs} pairs, 95% bootstrap interval [{low:.3f}, {high:.3f}]"
+    )
+    print(f"reference law: G1 - {SCALE_RATIO} G2, gamma shape {shape:.4f}, skewness {reference:.2f}")
+
+    rng = np.random.default_rng(1)
+    sorted_t = t_statistics(
+        inference.difference_of_delays(rng, (CALIBRATION_DRAWS, MAX_PAIRS), shape, SCALE_RATIO)
+    )
+    calibration = {level: calibrate(sorted_t, level) for level in LEVELS}
+    del sorted_t
+    for level, table in calibration.items():
+        kept = [n for n, row in table.items() if row[3]]
+        print(
+            f"{level:.0%}: a nominal level keeps it at n = {kept[:3]} ... ({len(kept)} of {len(table)} counts)"
+        )
+    rows = inference.difference_of_delays(
+        np.random.default_rng(2), (SEQUENTIAL_DRAWS, MAX_PAIRS), shape, SCALE_RATIO
+    )
+    sequential = {level: sequential_min_last_look(rows, level) for level in LEVELS}
+    print(f"stopping rule's shortest last look: {sequential}")
+
+    measured = {
+        "folders": [p.name for p in args.folders],
+        "pairs": pairs,
+        "skewness": skewness,
+        "low": low,
+        "high": high,
+        "reference": reference,
+        "shape": shape,
+    }
+    text = render(measured, calibration, sequential)
+    if args.write:
+        OUTPUT.write_text(text)
+        ruff = Path(sys.executable).with_name("ruff")
+        if ruff.exists():
+            subprocess.run([str(ruff), "format", "--quiet", str(OUTPUT)], check=True)
+        print(f"wrote {OUTPUT.relative_to(ROOT)}")
+    else:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()
