@@ -36,7 +36,7 @@ from harness.options import (
     resolve_device,
 )
 from harness.protocol import Arm, Plan, ProtocolOptions
-from harness.run import Runner, RunOptions
+from harness.run import Runner, RunOptions, gate_failures
 from harness.tables import PLAN, NotARunFolder, RunFolder
 from harness.tier import Run, TierRegistry
 
@@ -95,14 +95,20 @@ SHARED = (
     ),
     Shared(
         "pairs",
-        int,
-        _default("pairs"),
-        "Measured pairs (rounds: each arm once) per case, in counterbalanced order.",
+        str,
+        str(_default("pairs")),
+        "Measured pairs (rounds: each arm once) per case, in counterbalanced order (an even count balances "
+        "AB/BA), or auto: pairs run until the interval's half-width is at most --precision (looks every 2 "
+        "pairs from 6 to --max-pairs, alpha spent over them), or --time-budget is spent.",
     ),
     Shared(
-        "order", str, _default("order"), "Arm order within pairs: alternate (AB, BA, …) or random (seeded)."
+        "order",
+        str,
+        _default("order"),
+        "Arm order within pairs: alternate (AB, BA, …; a balanced Latin square for more arms), abba (AB, BA, "
+        "BA, AB, …) or random (seeded).",
     ),
-    Shared("seed", int, _default("seed"), "Seed for data, random order and the bootstrap."),
+    Shared("seed", int, _default("seed"), "Seed for data and random order."),
     Shared(
         "bar",
         float | None,
@@ -112,7 +118,32 @@ SHARED = (
     Shared("device", str, AUTO_DEVICE, "auto (CUDA when present, else the CPU), cpu, cuda or cuda:N."),
     Shared("budget", str | None, None, "Device-memory cap emulated on a larger card, e.g. 24GiB or 800MiB."),
     Shared(
-        "control", bool, _default("control"), "A/A control: run the first arm against itself.", "--control"
+        "control",
+        bool,
+        _default("control"),
+        "A/A control: add the first arm again (<first>-control) to the same schedule; alone, the run is an A/A.",
+        "--control",
+    ),
+    Shared(
+        "tolerance",
+        float | None,
+        _default("tolerance"),
+        "With --control beside other arms: the ±tolerance, in percent, the A/A arm must stay within (e.g. 1).",
+    ),
+    Shared(
+        "precision",
+        float | None,
+        _default("precision"),
+        "With --pairs auto: the target half-width of the interval, in percentage points of reduction.",
+    ),
+    Shared(
+        "max_pairs", int, _default("max_pairs"), "With --pairs auto: the last look (most pairs per case)."
+    ),
+    Shared(
+        "time_budget",
+        float | None,
+        _default("time_budget"),
+        "With --pairs auto: stop at the next pair boundary once the log's trials would pass this many seconds.",
     ),
     Shared(
         "cpus",
@@ -143,6 +174,13 @@ RUN = (
         "Stop cleanly (exit 130) before a trial that would not end within this many seconds of the command's start (estimated from the log); continue with --resume.",
     ),
     Shared("quiet", bool, False, "No live progress bar: one plain line per trial (for CI logs).", "--quiet"),
+    Shared(
+        "gate",
+        bool,
+        False,
+        "Exit 1 when a claim fails, is insufficient or ambiguous, or an A/A arm is not within its tolerance.",
+        "--gate",
+    ),
     Shared("no_report", bool, False, "Do not write the markdown report when the run ends.", "--no-report"),
 )
 
@@ -155,6 +193,7 @@ class RunArgs:
     out: Path
     stop_after: float | None
     quiet: bool
+    gate: bool
     no_report: bool
 
     def runner(self) -> Runner:
@@ -212,6 +251,8 @@ def launch(
     Every input is checked before anything is written, so a bad input leaves no run folder.
     """
     runner = run.runner()
+    if run.gate and (runner.tiers.get(tier).diagnostic or not runner.tiers.get(tier).paired):
+        raise InputError(f"--gate judges claims, and a '{tier}' run makes none; drop --gate")
     if run.resume is not None:
         recorded = Plan.from_json(RunFolder.open(run.resume).read_json(PLAN)).tier
         if recorded not in accepts:
@@ -219,11 +260,86 @@ def launch(
                 f"--resume {run.resume} is a '{recorded}' run; resume it with the command that started it "
                 f"(this one resumes {', '.join(accepts)} runs)"
             )
-        return runner.resume(run.resume)
-    if not isinstance(protocol, ProtocolOptions):
-        protocol = protocol_options(**protocol, announce=console.print)
-    plan = runner.tiers.get(tier).make_plan(protocol, settings, command_line())
-    return runner.start(plan)
+        result = runner.resume(run.resume)
+    else:
+        if not isinstance(protocol, ProtocolOptions):
+            protocol = protocol_options(**protocol, announce=console.print)
+        plan = runner.tiers.get(tier).make_plan(protocol, settings, command_line())
+        result = runner.start(plan)
+    if run.gate:
+        failures = gate_failures(result)
+        for failure in failures:
+            errors.print(f"bench: gate: {failure}", soft_wrap=True)
+        if failures:
+            raise typer.Exit(1)
+        console.print(
+            "bench: gate passed: every claim clears its bar and every A/A arm is within its tolerance"
+        )
+    return result
+
+
+def parse_percent(name: str, text: str | None) -> float | None:
+    """``3%`` or ``3`` → 0.03; ``InputError`` for anything else."""
+    if text is None:
+        return None
+    try:
+        value = float(text.strip().rstrip("%"))
+    except ValueError:
+        raise InputError(f"{name} '{text}' is not a percentage; use e.g. 3% or 3") from None
+    if not -100 < value < 100:
+        raise InputError(f"{name} {text} must lie between -100% and 100%")
+    return value / 100
+
+
+@app.command("plan")
+def plan_command(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder whose per-pair spread to plan from.")],
+    effect: Annotated[
+        str | None,
+        typer.Option(help="A claim's true reduction to resolve, e.g. 3% (default: the run's measured one)."),
+    ] = None,
+    tolerance: Annotated[
+        str | None,
+        typer.Option(help="An A/A arm's ±tolerance to fall within, e.g. 1% (default: the run's)."),
+    ] = None,
+    bar: Annotated[
+        str | None,
+        typer.Option(
+            help="The bar the effect is resolved against, e.g. 8% (default: the run's bar, else 0)."
+        ),
+    ] = None,
+    power: Annotated[float, typer.Option(help="The probability the goal must be met with.")] = 0.8,
+) -> None:
+    """Pairs and time a goal needs, from a run folder's measured per-pair spread: `bench plan RUN_DIR --effect 3%`."""
+    from harness.stats import plan_rows
+
+    if not 0 < power < 1:
+        raise InputError(f"--power {power} must be a probability between 0 and 1, e.g. 0.8")
+    effect_value = parse_percent("--effect", effect)
+    tolerance_value = parse_percent("--tolerance", tolerance)
+    if tolerance_value is not None and tolerance_value <= 0:
+        raise InputError(f"--tolerance {tolerance} must be positive, e.g. 1%")
+    bar_value = parse_percent("--bar", bar)
+    run = Run.load(RunFolder.open(run_dir))
+    rows = plan_rows(run.plan.protocol, run.summaries, effect_value, tolerance_value, bar_value, power)
+    if not rows:
+        console.print(f"{run_dir}: no complete pair, so no spread to plan from")
+        return
+    for row in rows:
+        where = f"{row['case']}: " if len({r["case"] for r in rows}) > 1 else ""
+        head = f"{where}{row['arm']} vs {row['baseline_arm']}"
+        spread = f"per-pair σ {100 * row['sigma']:.2f}% over {row['sigma_pairs']} pairs"
+        if row["pairs"] is None:
+            console.print(f"{head}: {row['note']}" + ("" if row["sigma"] != row["sigma"] else f" ({spread})"))
+            continue
+        time_text = (
+            "" if row["seconds"] != row["seconds"] else f", about {row['seconds'] / 60:.1f} min of trials"
+        )
+        console.print(
+            f"{head}: {spread}; to {row['goal']}: run {row['pairs']} pairs{time_text} "
+            f"({row['pairs_for_goal']} meet the goal with probability {100 * row['probability']:.0f}%; the "
+            f"calibrated interval keeps 95% from {row['minimum_pairs']})"
+        )
 
 
 @app.command("env")

@@ -11,12 +11,14 @@ from rich.table import Table
 
 from harness.formatting import (
     format_interval,
+    format_levels,
     format_percent,
-    format_percent_range,
     format_range,
     format_value,
+    method_label,
 )
 from harness.protocol import Plan, ScheduledTrial
+from harness.stats import instability_flags
 from harness.tables import Summaries
 
 # Rich falls back to 80 columns off a terminal (CI logs, pipes); tables need more to stay readable.
@@ -52,6 +54,12 @@ class ScheduleProgress:
         if self.progress:
             self.progress.stop()
 
+    def retotal(self, total: int) -> None:
+        """The schedule grew or shrank (``--pairs auto``): the bar's total follows."""
+        self.total = total
+        if self.progress:
+            self.progress.update(self.task, total=total)
+
     def start(self, trial: ScheduledTrial) -> None:
         label = f"{trial.case} · {trial.arm} ({trial.phase}) · trial {trial.index + 1} of {self.total}"
         if self.progress:
@@ -70,30 +78,42 @@ class ScheduleProgress:
 
 
 def print_summary(plan: Plan, summaries: Summaries) -> None:
-    """Per case: each arm's median (min–max); each candidate's paired reduction, interval and verdict."""
+    """Per case: each arm's median (min–max); each other arm's geometric-mean reduction with its interval,
+    method, levels and verdict; then what the verdicts rest on (pairs left out, checks that disagree)."""
     table = Table(title=f"{plan.tier}: {plan.metric} ({plan.unit}), measured trials only", show_lines=False)
     for column in (
         "case",
         "arm",
         "trials",
         "median (min–max)",
-        "reduction median (min–max)",
+        "reduction (geometric mean)",
         "interval",
+        "method, levels, pairs",
         "verdict",
     ):
         table.add_column(column)
     claims = summaries.claims.set_index(["case", "arm"]) if not summaries.claims.empty else None
+    notes: list[str] = []
     for _, arm in summaries.arms.iterrows():
         figure = f"{format_value(arm['median'], plan.unit)} ({format_range(arm['min'], arm['max'])})"
         failed = f" [red]{arm['failed']} failed[/red]" if arm["failed"] else ""
-        reduction = interval = verdict = ""
+        reduction = interval = method = verdict = ""
         if claims is not None and (arm["case"], arm["arm"]) in claims.index:
             claim = claims.loc[(arm["case"], arm["arm"])]
-            reduction = (
-                f"{format_percent(claim['median'])} ({format_percent_range(claim['min'], claim['max'])})"
-            )
+            reduction = format_percent(claim["estimate"])
             interval = format_interval(claim["ci_low"], claim["ci_high"])
+            method = f"{method_label(claim)}, {format_levels(claim)}, {int(claim['pairs'])} pairs"
             verdict = str(claim["verdict"])
+            label = f"{arm['arm']}" + (f" ({arm['case']})" if summaries.claims["case"].nunique() > 1 else "")
+            if int(claim["both_failed"]):
+                notes.append(f"{label}: {int(claim['both_failed'])} pair(s) where both arms failed left out")
+            if not claim["ci_sufficient"] and claim["ci_reason"]:
+                notes.append(f"{label}: insufficient: {claim['ci_reason']}")
+            if claim["hl_verdict"] != claim["verdict"]:
+                notes.append(
+                    f"{label}: the Hodges-Lehmann check says {claim['hl_verdict']} "
+                    f"({format_interval(claim['hl_low'], claim['hl_high'])}), the primary {claim['verdict']}"
+                )
         table.add_row(
             str(arm["case"]),
             str(arm["arm"]),
@@ -101,6 +121,17 @@ def print_summary(plan: Plan, summaries: Summaries) -> None:
             figure,
             reduction,
             interval,
+            method,
             verdict,
         )
     console.print(table)
+    for note in notes:
+        console.print(f"  {note}")
+
+
+def print_flags(summaries: Summaries, env: dict[str, Any] | None = None) -> None:
+    """The instability flags of a run (spread per arm, machine load and steal), one line each; the flagged
+    trials stay in every figure."""
+    flags = instability_flags(summaries.trials, env)
+    for flag in flags:
+        errors.print(f"[yellow]unstable:[/yellow] {flag.reason} (flagged trials are kept)")

@@ -81,3 +81,25 @@ def format_bytes(value: Any) -> str:
     if abs(value) < 2**30:
         return f"{value / 2**20:.1f} MiB"
     return f"{value / 2**30:.2f} GiB"
+
+
+def method_label(claim: Any) -> str:
+    """A claim's interval method in a few words, from its ``verdict_basis`` and ``ci_method``: ``calibrated
+    t``, ``stopping-rule t`` or ``sign test``."""
+    basis, method = str(claim.get("verdict_basis", "")), str(claim.get("ci_method", ""))
+    if basis.startswith("sign"):
+        return "sign test"
+    if method.startswith("calibrated"):
+        return "calibrated t"
+    if "look" in method:
+        return "stopping-rule t"
+    return method.split(",")[0] or "n/a"
+
+
+def format_levels(claim: Any) -> str:
+    """The stated and the attained level of a claim's interval: ``95% stated, 90.6% attained``."""
+    stated, attained = claim.get("ci_level"), claim.get("ci_attained")
+    text = "n/a" if is_missing(stated) else f"{100 * float(stated):.0f}% stated"
+    if not is_missing(attained):
+        text += f", {100 * float(attained):.1f}% attained"
+    return text

@@ -83,17 +83,79 @@ def split_list(name: str, text: str) -> list[str]:
 
 
 def parse_arms(text: str, control: bool) -> tuple[Arm, ...]:
-    """``baseline,candidate`` → arms; the first is the reference. ``control`` runs the first against itself."""
+    """``baseline,candidate`` → arms; the first is the reference. ``control`` adds the first arm again as
+    ``<first>-control`` (an A/A arm in the same schedule; alone, the run is an A/A control)."""
     specs = split_list("--arms", text)
-    if control:
-        return (Arm(specs[0], "baseline", specs[0]), Arm(f"{specs[0]}-control", "candidate", specs[0]))
-    if len(specs) < 2:
+    if len(set(specs)) != len(specs):
+        raise InputError(f"--arms '{text}' names an arm twice; use --control for an A/A arm")
+    if len(specs) < 2 and not control:
         raise InputError(
             f"--arms '{text}' names one arm; name two or more (baseline first), or add --control"
         )
-    if len(set(specs)) != len(specs):
-        raise InputError(f"--arms '{text}' names an arm twice; use --control for an A/A run")
-    return tuple(Arm(spec, "baseline" if i == 0 else "candidate", spec) for i, spec in enumerate(specs))
+    arms = tuple(Arm(spec, "baseline" if i == 0 else "candidate", spec) for i, spec in enumerate(specs))
+    if control:
+        twin = f"{specs[0]}-control"
+        if twin in specs:
+            raise InputError(f"--arms '{text}' already names '{twin}', the label --control gives the A/A arm")
+        arms += (Arm(twin, "candidate", specs[0]),)
+    return arms
+
+
+def parse_pairs(pairs: int | str) -> int | str:
+    """``--pairs``: a positive whole number, or ``auto`` (the stopping rule chooses)."""
+    if isinstance(pairs, str):
+        text = pairs.strip().lower()
+        if text == "auto":
+            return "auto"
+        try:
+            pairs = int(text)
+        except ValueError:
+            raise InputError(
+                f"--pairs '{pairs}' is not a number; use a positive whole number or auto"
+            ) from None
+    return check_positive("--pairs", pairs)
+
+
+def check_sequential(
+    pairs: int | str, precision: float | None, max_pairs: int, time_budget: float | None, first_look: int
+) -> None:
+    """``--precision``, ``--max-pairs`` and ``--time-budget`` belong to ``--pairs auto``, which needs a
+    precision; the looks run from the first (every 2 pairs) to ``--max-pairs``."""
+    if pairs != "auto":
+        given = [
+            name
+            for name, value, default in (
+                ("--precision", precision, None),
+                ("--max-pairs", max_pairs, ProtocolOptions.default("max_pairs")),
+                ("--time-budget", time_budget, None),
+            )
+            if value != default
+        ]
+        if given:
+            verb = "only applies" if len(given) == 1 else "only apply"
+            raise InputError(f"{', '.join(given)} {verb} with --pairs auto (got --pairs {pairs})")
+        return
+    if precision is None:
+        raise InputError("--pairs auto needs --precision P: the target half-width of the interval, in points")
+    if not math.isfinite(precision) or precision <= 0:
+        raise InputError(f"--precision must be a positive half-width in percentage points (got {precision})")
+    if max_pairs < first_look:
+        raise InputError(
+            f"--max-pairs {max_pairs} is below the first look at {first_look} pairs; use {first_look} or more"
+        )
+    if time_budget is not None and not (math.isfinite(time_budget) and time_budget > 0):
+        raise InputError(f"--time-budget must be a positive number of seconds (got {time_budget})")
+
+
+def check_tolerance(tolerance: float | None, control: bool) -> float | None:
+    """The A/A arm's ±tolerance in percent: positive, below 100, and only with ``--control``."""
+    if tolerance is None:
+        return None
+    if not control:
+        raise InputError("--tolerance judges the A/A arm; add --control (or drop --tolerance)")
+    if not math.isfinite(tolerance) or not 0 < tolerance < 100:
+        raise InputError(f"--tolerance {tolerance} is not a positive percentage below 100; use e.g. 1")
+    return tolerance
 
 
 def parse_budget(text: str | None) -> int | None:
@@ -188,27 +250,40 @@ def protocol_options(
     control: bool = ProtocolOptions.default("control"),
     cooldown: float = ProtocolOptions.default("cooldown"),
     cpus: str = ProtocolOptions.default("cpus"),
+    tolerance: float | None = ProtocolOptions.default("tolerance"),
+    precision: float | None = ProtocolOptions.default("precision"),
+    max_pairs: int = ProtocolOptions.default("max_pairs"),
+    time_budget: float | None = ProtocolOptions.default("time_budget"),
     announce: Any = None,
 ) -> ProtocolOptions:
     """Check every shared option and return them parsed (``InputError`` on the first bad one).
 
     ``device='auto'`` resolves here (CUDA when present, else the CPU); ``announce`` is told which and why.
     """
+    parsed_pairs = parse_pairs(pairs)
+    first_look = ProtocolOptions.default("first_look")
+    check_sequential(parsed_pairs, precision, max_pairs, time_budget, first_look)
+    parsed_arms = parse_arms(arms, control)
     budget_bytes = parse_budget(budget)
     device, why = resolve_device(device)
     if announce is not None:
         announce(f"device: {device} ({why})")
     check_budget_fits(budget_bytes, device)
     return ProtocolOptions(
-        arms=parse_arms(arms, control),
+        arms=parsed_arms,
         warmup=check_non_negative("--warmup", warmup),
-        pairs=check_positive("--pairs", pairs),
+        pairs=parsed_pairs,
         order=check_choice("--order", order, ORDERS),
         seed=check_non_negative("--seed", seed),
-        bar=check_bar(bar, control),
+        bar=check_bar(bar, control and len(parsed_arms) == 2),
         device=device,
         budget=budget_bytes,
         control=control,
         cooldown=float(check_non_negative("--cooldown", cooldown)),
         cpus=check_cpus(cpus, order),
+        tolerance=check_tolerance(tolerance, control),
+        precision=precision,
+        max_pairs=int(max_pairs),
+        time_budget=time_budget,
+        first_look=first_look,
     )

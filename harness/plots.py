@@ -310,8 +310,9 @@ def _case_label_height(plan: Any) -> float:
 
 
 def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: Path) -> Path:
-    """Paired reductions per case and arm: each pair a point, the median a bar-shaped tick, the bootstrap
-    interval a thick line, the bar a dashed line; a failed candidate's pair (−∞) is a red x at the left."""
+    """Paired reductions per case and arm: each pair a point, the median a bar-shaped tick, the primary
+    interval (the claim's ``ci_low``–``ci_high``) a thick line, the bar a dashed line; a failed candidate's
+    pair (−∞) is a red x at the left; a pair where both arms failed (NaN) is not drawn."""
     keys = [(str(c["case"]), str(c["arm"])) for _, c in claims.iterrows()]
     styles = arm_styles(plan.arm_labels())
     height = min(20.0, max(3.2, 1.4 + (0.75 if len(keys) <= 10 else 0.45) * len(keys)))
@@ -355,11 +356,12 @@ def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: 
                 alpha=0.9,
                 zorder=3,
             )
-            if (~fin).any():
+            lost = np.isinf(values)  # an arm failed; NaN (both failed) is no evidence and not drawn
+            if lost.any():
                 any_failed = True
                 ax.scatter(
-                    np.full(int((~fin).sum()), failed_x),
-                    y + offsets[~fin],
+                    np.full(int(lost.sum()), failed_x),
+                    y + offsets[lost],
                     marker=FAILED.marker,
                     color=FAILED.color,
                     s=90,
@@ -398,7 +400,7 @@ def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: 
         handles = [
             Line2D([], [], linestyle="", marker="o", color="#666666", markersize=8, label="one pair"),
             Line2D([], [], color="#000000", linewidth=3, label="median"),
-            Line2D([], [], color=INTERVAL_COLOR, linewidth=5, label=f"{100 * level:.0f}% bootstrap interval"),
+            Line2D([], [], color=INTERVAL_COLOR, linewidth=5, label=f"{100 * level:.0f}% primary interval"),
         ]
         if lines:
             label = (

@@ -18,7 +18,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from harness.placement import Placement, split_placement
 from harness.tables import RunFolder
 from harness.timing import TrialFailure
 
-ORDERS = ("alternate", "random", "duet")
+ORDERS = ("alternate", "abba", "random", "duet")
 CONCURRENT_ORDERS = ("duet",)  # the trials of a round run at once, each in its own worker on its own cores
 
 
@@ -73,14 +73,60 @@ def _letters(n: int) -> str:
     return "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:n]
 
 
+def balanced_block(arms: int, order: str = "alternate") -> list[list[int]]:
+    """One block of round orders (arm positions) balanced over the arms.
+
+    ``alternate``: a Williams square — row i is (0, 1, k−1, 2, k−2, …) + i mod k — so every arm runs in
+    every slot once per block; for an odd k the rows are followed by their mirror images, so each arm also
+    follows every other equally often. Two arms give AB, BA. ``abba`` follows that block by its mirror image
+    (two arms: AB, BA, BA, AB, i.e. trials ABBA BAAB): over each block an order effect is then orthogonal
+    to a linear drift.
+    """
+    if arms < 1:
+        raise ValueError("a round needs at least one arm")
+    first, low, high = [0], 1, arms - 1
+    while len(first) < arms:
+        first.append(low)
+        low += 1
+        if len(first) < arms:
+            first.append(high)
+            high -= 1
+    rows = [[(p + i) % arms for p in first] for i in range(arms)]
+    if arms % 2 == 1 and arms > 1:
+        rows += [row[::-1] for row in rows]
+    if order == "abba":
+        rows += [row[::-1] for row in rows]
+    return rows
+
+
+def _round_trials(case: Case, rnd: int, positions: list[int], start: int) -> list[ScheduledTrial]:
+    letters = _letters(len(case.arms))
+    round_order = "".join(letters[p] for p in positions)
+    return [
+        ScheduledTrial(
+            start + slot,
+            case.label,
+            "measured",
+            rnd,
+            slot,
+            round_order,
+            case.arms[p].label,
+            case.arms[p].role,
+        )
+        for slot, p in enumerate(positions)
+    ]
+
+
 def build_schedule(
     cases: list[Case], warmup: int, pairs: int, order: str = "alternate", seed: int = 0
 ) -> list[ScheduledTrial]:
     """The whole schedule, case after case: ``warmup`` trials cycling the arms, then ``pairs`` rounds.
 
-    Rounds alternate forward and reverse arm order (AB, BA, …; with k arms A…K then K…A), so slow drift
-    cannot favour one arm; ``order='random'`` shuffles each round with a seeded generator instead; ``duet``
-    keeps the alternating order, which then assigns each arm to the other half of the cores each round.
+    Rounds follow ``balanced_block`` (``alternate``: AB, BA, …; with k arms a Williams square per block of
+    k rounds, 2k for an odd k; ``abba``: each block then its mirror), so slow drift cannot favour one arm
+    and every arm runs in every slot equally often per block; ``order='random'`` shuffles each round with a
+    seeded generator instead; ``duet`` keeps the alternating order, which then assigns each arm to the other
+    half of the cores each round.
     """
     if order not in ORDERS:
         raise ValueError(f"order must be one of {', '.join(ORDERS)} (got '{order}')")
@@ -103,21 +149,51 @@ def build_schedule(
                     arm.role,
                 )
             )
+        block = balanced_block(len(case.arms), "abba" if order == "abba" else "alternate")
         for r in range(pairs):
             positions = list(range(len(case.arms)))
             if order == "random":
                 rng.shuffle(positions)
-            elif r % 2 == 1:
-                positions.reverse()
-            round_order = "".join(letters[p] for p in positions)
-            for slot, p in enumerate(positions):
-                arm = case.arms[p]
-                schedule.append(
-                    ScheduledTrial(
-                        len(schedule), case.label, "measured", r, slot, round_order, arm.label, arm.role
-                    )
-                )
+            else:
+                positions = block[r % len(block)]
+            schedule += _round_trials(case, r, positions, len(schedule))
     return schedule
+
+
+def grow_schedule(plan: Plan, case_label: str, rounds: int, next_index: int) -> list[ScheduledTrial]:
+    """Add measured rounds of one case up to ``rounds`` (the stopping rule's next look), placed after the
+    case's last scheduled slot; the new trials take indices from ``next_index`` on (above every index the
+    schedule and the log hold, so an extra warm-up's index is never reused). Returns the trials added."""
+    case = plan.case(case_label)
+    mine = [t for t in plan.schedule if t.case == case_label and t.phase == "measured"]
+    have = 1 + max((t.round for t in mine), default=-1)
+    if rounds <= have:
+        return []
+    p = plan.protocol
+    template = build_schedule([case], 0, rounds, p.order, p.seed)
+    added: list[ScheduledTrial] = []
+    for t in template:
+        if t.round >= have:
+            added.append(replace(t, index=next_index + len(added)))
+    last = max(i for i, t in enumerate(plan.schedule) if t.case == case_label)
+    plan.schedule[last + 1 : last + 1] = added
+    return added
+
+
+def drop_rounds(plan: Plan, case_label: str, done: set[int]) -> int:
+    """Remove a case's measured trials the log does not hold from rounds none of whose trials ran (the
+    stopping rule ended the case there); returns how many were removed."""
+    started = {t.round for t in plan.schedule if t.case == case_label and t.index in done}
+    keep = [
+        t
+        for t in plan.schedule
+        if not (
+            t.case == case_label and t.phase == "measured" and t.index not in done and t.round not in started
+        )
+    ]
+    removed = len(plan.schedule) - len(keep)
+    plan.schedule[:] = keep
+    return removed
 
 
 @dataclass(frozen=True)
@@ -127,7 +203,7 @@ class ProtocolOptions:
 
     arms: tuple[Arm, ...]
     warmup: int = 2
-    pairs: int = 6
+    pairs: int | str = 6  # a whole number, or "auto": run until the precision, the budget or max_pairs
     order: str = "alternate"
     seed: int = 0
     bar: float | None = None
@@ -136,6 +212,21 @@ class ProtocolOptions:
     control: bool = False
     cooldown: float = 0.0
     cpus: str = "auto"  # CPU placement: auto, a core list, or none (as the OS schedules); harness.placement
+    tolerance: float | None = None  # the A/A control's ±tolerance (percent) beside other arms
+    precision: float | None = None  # --pairs auto: the target half-width of the interval, in points
+    max_pairs: int = 20  # --pairs auto: the last look
+    time_budget: float | None = None  # --pairs auto: seconds of trials the log may hold
+    first_look: int = 6  # --pairs auto: the first look (then one every 2 pairs)
+
+    @property
+    def auto(self) -> bool:
+        """Pairs chosen by the stopping rule (``--pairs auto``)."""
+        return self.pairs == "auto"
+
+    @property
+    def initial_pairs(self) -> int:
+        """The rounds the first schedule holds: all of them, or with ``--pairs auto`` those of the first look."""
+        return self.first_look if self.auto else int(self.pairs)
 
     @classmethod
     def default(cls, name: str) -> Any:
@@ -173,6 +264,7 @@ class Plan:
     timed_region: str = ""
     created: str = ""
     schedule: list[ScheduledTrial] = field(default_factory=list)
+    looks: list[dict[str, Any]] = field(default_factory=list)  # --pairs auto: each look's decision
     format: int = PLAN_FORMAT
 
     def __post_init__(self) -> None:
@@ -180,7 +272,7 @@ class Plan:
             self.created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         if not self.schedule:
             p = self.protocol
-            self.schedule = build_schedule(self.cases, p.warmup, p.pairs, p.order, p.seed)
+            self.schedule = build_schedule(self.cases, p.warmup, p.initial_pairs, p.order, p.seed)
 
     def case(self, label: str) -> Case:
         return next(c for c in self.cases if c.label == label)
@@ -214,6 +306,7 @@ class Plan:
             timed_region=data.get("timed_region", ""),
             created=data.get("created", ""),
             schedule=[ScheduledTrial(**t) for t in data["schedule"]],
+            looks=list(data.get("looks") or []),
         )
 
 
@@ -331,14 +424,31 @@ def run_trial(
 
 
 def pending(plan: Plan, folder: RunFolder) -> Iterator[ScheduledTrial]:
-    """Scheduled trials with no row in the log yet, in schedule order (what a resume runs)."""
+    """Scheduled trials with no row in the log yet, in schedule order (what a resume runs). Extra warm-ups
+    carry indices outside the schedule, so they never count here."""
     done = folder.completed_indices()
     return (t for t in plan.schedule if t.index not in done)
+
+
+def scheduled_done(plan: Plan, rows: list[dict[str, Any]]) -> int:
+    """How many of the schedule's trials the log holds (extra warm-ups are not in the schedule)."""
+    indices = {t.index for t in plan.schedule}
+    return len({int(r["index"]) for r in rows} & indices)
 
 
 class PlannedStop(KeyboardInterrupt):
     """A clean stop between trials (``--stop-after``): it passes through like Ctrl-C, the log keeps every
     finished trial, and a resume continues with the next one."""
+
+
+# An idle gap after which the next measured trial is preceded by one untimed warm-up. Measured on the
+# committed H200 logs (each trial's start stamp and duration against the next one's start): between the
+# trials of one command the gap was at most 0.01 s (every fit, probe and screen run), while the slices of a
+# run cut by --stop-after and resumed left gaps of 18.7-25.5 s, and the fit after such a gap was the A/A's
+# worst pair (65.3 s against 54.5 s). 10 s lies a thousand times above the first and below half the
+# shortest of the second; the deliberate --cooldown pause is not counted. A resume always gets the warm-up,
+# whatever its gap.
+IDLE_GAP_SECONDS = 10.0
 
 
 def estimated_seconds(trial: ScheduledTrial, rows: list[dict[str, Any]]) -> float:
@@ -350,6 +460,35 @@ def estimated_seconds(trial: ScheduledTrial, rows: list[dict[str, Any]]) -> floa
     return float(max(same_arm or every or [0.0]))
 
 
+def next_unit(plan: Plan, folder: RunFolder) -> list[ScheduledTrial]:
+    """The next trials that must run together: a scheduled warm-up alone, or the pending trials of the
+    first measured round with a pending trial (all its arms: a pair is never split). Empty when done."""
+    todo = list(pending(plan, folder))
+    if not todo:
+        return []
+    first = todo[0]
+    if first.phase != "measured":
+        return [first]
+    return [t for t in todo if t.phase == "measured" and t.case == first.case and t.round == first.round]
+
+
+def _log_end(rows: list[dict[str, Any]]) -> float | None:
+    """Wall-clock seconds (epoch) when the log's last trial ended, from its start stamp and duration."""
+    ends = []
+    for r in rows:
+        try:
+            start = _dt.datetime.fromisoformat(str(r["started"])).timestamp()
+            ends.append(start + float(r["trial_seconds"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return max(ends) if ends else None
+
+
+def extra_warmup(plan: Plan, trial: ScheduledTrial, index: int) -> ScheduledTrial:
+    """An untimed warm-up of ``trial``'s arm, outside the saved schedule (``index`` above every index)."""
+    return replace(trial, index=index, phase="warmup")
+
+
 def run_schedule(
     plan: Plan,
     trial_fn: TrialFunction,
@@ -358,52 +497,113 @@ def run_schedule(
     on_trial_end: Callable[[dict[str, Any]], None] | None = None,
     deadline: float | None = None,
     placement: Placement | None = None,
+    before_unit: Callable[[list[ScheduledTrial]], bool] | None = None,
+    warm_after_gaps: bool = True,
 ) -> None:
     """Run every pending trial, appending each row to the log (fsynced) as soon as the trial ends.
 
-    Before each trial the protocol pauses ``plan.protocol.cooldown`` seconds (GPU clocks settle between
-    trials); with a ``deadline`` (``time.monotonic()`` seconds) it raises ``PlannedStop`` instead of starting
-    a trial that the log says would not end in time. With a concurrent order (``duet``) the measured trials of
-    a round start together, each on its own share of the worker cores (``duet_placements``).
+    Trials run in units: a scheduled warm-up alone, or a measured round (a pair) whole. Before each trial the
+    protocol pauses ``plan.protocol.cooldown`` seconds (GPU clocks settle between trials). With a
+    ``deadline`` (``time.monotonic()`` seconds) it raises ``PlannedStop`` before a unit the log says would
+    not end in time, never inside one; a round the log already holds part of (a crash) is finished whatever
+    the deadline. Before the first measured trial after a resume, and after an idle gap of more than
+    ``IDLE_GAP_SECONDS`` (the cool-down not counted), one untimed warm-up of the next arm runs, logged with
+    ``phase=warmup``, ``warmup_reason`` and an index outside the schedule (unless ``warm_after_gaps`` is
+    off: a tier whose trials are not timings). ``before_unit`` is asked before each unit (the runner's
+    stopping rule grows or ends the schedule there; it returns True when it changed the schedule, and the
+    next unit is found again). With a concurrent order (``duet``) the measured trials of a round start
+    together, each on its own share of the worker cores (``duet_placements``).
     """
     cooldown = plan.protocol.cooldown
-    queue = list(pending(plan, folder))
-    while queue:
-        batch = _next_batch(plan, queue)
-        if deadline is not None:
-            needed = cooldown + max(estimated_seconds(t, folder.rows()) for t in batch)
-            if time.monotonic() + needed > deadline:
-                first = batch[0]
-                raise PlannedStop(
-                    f"stopping before trial {first.index + 1} of {len(plan.schedule)} ({first.arm}, about "
-                    f"{needed:.0f} s by the log; {max(deadline - time.monotonic(), 0):.0f} s left of --stop-after)"
-                )
-        if cooldown:
-            time.sleep(cooldown)
-        if len(batch) == 1:
-            trial = batch[0]
-            if on_trial_start:
-                on_trial_start(trial)
-            row = run_trial(plan, trial, trial_fn, folder.path, placement)
-            folder.append_row(row)
-            if on_trial_end:
-                on_trial_end(row)
+    together = plan.protocol.order in CONCURRENT_ORDERS
+    rows = folder.rows()
+    resumed = bool(rows)
+    wall_end = _log_end(rows)
+    last_end: float | None = None if wall_end is None else time.monotonic() - max(time.time() - wall_end, 0.0)
+    while True:
+        unit = next_unit(plan, folder)
+        if before_unit is not None and before_unit(unit):
+            continue
+        if not unit:
+            return
+        rows = folder.rows()
+        started_round = unit[0].phase == "measured" and any(
+            r.get("case") == unit[0].case and r.get("round") == unit[0].round and r.get("phase") == "measured"
+            for r in rows
+        )
+        concurrent = together and unit[0].phase == "measured" and len(unit) > 1
+        reason = ""
+        if unit[0].phase == "measured" and warm_after_gaps:
+            gap = None if last_end is None else time.monotonic() - last_end
+            if resumed:
+                reason = "resume"
+            elif gap is not None and gap > IDLE_GAP_SECONDS:
+                reason = f"idle gap of {gap:.0f} s"
+        estimates = [estimated_seconds(t, rows) for t in unit]
+        needed = cooldown + max(estimates) if concurrent else sum(cooldown + e for e in estimates)
+        if reason:
+            needed += cooldown + estimated_seconds(unit[0], rows)
+        if deadline is not None and not started_round and time.monotonic() + needed > deadline:
+            raise PlannedStop(_stop_text(plan, unit, needed, deadline))
+        if reason:
+            used = {int(r["index"]) for r in rows} | {t.index for t in plan.schedule}
+            warm = extra_warmup(plan, unit[0], max(used) + 1)
+            _run_one(plan, warm, trial_fn, folder, cooldown, on_trial_start, on_trial_end, placement, reason)
+        if concurrent:
+            if cooldown:
+                time.sleep(cooldown)
+            _run_together(plan, unit, trial_fn, folder, on_trial_start, on_trial_end, placement)
+            last_end = time.monotonic()
         else:
-            _run_together(plan, batch, trial_fn, folder, on_trial_start, on_trial_end, placement)
-        queue = queue[len(batch) :]
+            for trial in unit:
+                last_end = _run_one(
+                    plan, trial, trial_fn, folder, cooldown, on_trial_start, on_trial_end, placement
+                )
+        resumed = False  # any trial run since the resume has warmed the machine
 
 
-def _next_batch(plan: Plan, queue: list[ScheduledTrial]) -> list[ScheduledTrial]:
-    """The next trial, or under a concurrent order every pending measured trial of its round."""
-    first = queue[0]
-    if plan.protocol.order not in CONCURRENT_ORDERS or first.phase != "measured":
-        return [first]
-    batch = [first]
-    for trial in queue[1:]:
-        if (trial.case, trial.phase, trial.round) != (first.case, first.phase, first.round):
-            break
-        batch.append(trial)
-    return batch
+def _stop_text(plan: Plan, unit: list[ScheduledTrial], needed: float, deadline: float) -> str:
+    """What ``--stop-after`` stopped before: a warm-up, a pair or a round, by its trials in the schedule."""
+    first, last = unit[0], unit[-1]
+    position = [t.index for t in plan.schedule]
+    trials = f"trial {position.index(first.index) + 1}" + (
+        f"–{position.index(last.index) + 1}" if len(unit) > 1 else ""
+    )
+    what = (
+        f"warm-up {trials} of {len(plan.schedule)}"
+        if first.phase != "measured"
+        else f"{'pair' if len(unit) == 2 else 'round'} {first.round + 1} ({trials} of {len(plan.schedule)})"
+    )
+    return (
+        f"stopping before {what} ({', '.join(t.arm for t in unit)}, about {needed:.0f} s by the log; "
+        f"{max(deadline - time.monotonic(), 0):.0f} s left of --stop-after)"
+    )
+
+
+def _run_one(
+    plan: Plan,
+    trial: ScheduledTrial,
+    trial_fn: TrialFunction,
+    folder: RunFolder,
+    cooldown: float,
+    on_trial_start: Callable[[ScheduledTrial], None] | None,
+    on_trial_end: Callable[[dict[str, Any]], None] | None,
+    placement: Placement | None = None,
+    warmup_reason: str = "",
+) -> float:
+    """Run one trial after the cool-down, log its row, and return when it ended (``time.monotonic()``)."""
+    if cooldown:
+        time.sleep(cooldown)
+    if on_trial_start:
+        on_trial_start(trial)
+    row = run_trial(plan, trial, trial_fn, folder.path, placement)
+    ended = time.monotonic()
+    if warmup_reason:
+        row["warmup_reason"] = warmup_reason
+    folder.append_row(row)
+    if on_trial_end:
+        on_trial_end(row)
+    return ended
 
 
 def duet_placements(placement: Placement | None, trials: list[ScheduledTrial]) -> list[Placement | None]:

@@ -35,9 +35,11 @@ from typing import Any
 import pandas as pd
 
 from harness import plots, telemetry
+from harness import t_calibration as calibration
 from harness.formatting import (
     format_bytes,
     format_interval,
+    format_levels,
     format_limit,
     format_number,
     format_percent,
@@ -45,10 +47,12 @@ from harness.formatting import (
     format_range,
     format_value,
     is_missing,
+    method_label,
 )
+from harness.inference import t_min_pairs
 from harness.options import InputError
-from harness.protocol import Plan
-from harness.stats import finished, numeric_column, pairs_for_level, range_coverage
+from harness.protocol import Plan, scheduled_done
+from harness.stats import ClaimSettings, finished, instability_flags, numeric_column, plan_rows
 from harness.tables import RunFolder, Summaries
 from harness.tier import Caveat, Run, TierRegistry
 
@@ -183,7 +187,7 @@ def claim_sentence(plan: Plan, summaries: Summaries, case: str, arm: str) -> str
     """The claim of one arm against its case's baseline, in the project's words:
 
     "Baseline median 89.448 s (88.765–89.646); candidate 79.183 s (77.799–79.660). The paired reduction
-    median is 11.19% (10.88–13.22%), with the same 809.9 MiB peak allocated."
+    is 11.18% (geometric mean; median 11.19%, range 10.88–13.22%), with the same 809.9 MiB peak allocated."
     """
     claim = _claim_row(summaries, case, arm)
     base_label = str(claim["baseline_arm"])
@@ -191,8 +195,9 @@ def claim_sentence(plan: Plan, summaries: Summaries, case: str, arm: str) -> str
     text = (
         f"{_sentence_label(base_label)} median {format_value(base['median'], plan.unit)} "
         f"({format_range(base['min'], base['max'])}); {arm} {format_value(mine['median'], plan.unit)} "
-        f"({format_range(mine['min'], mine['max'])}). The paired reduction median is "
-        f"{format_percent(claim['median'])} ({format_percent_range(claim['min'], claim['max'])})"
+        f"({format_range(mine['min'], mine['max'])}). The paired reduction is "
+        f"{format_percent(claim['estimate'])} (geometric mean; median {format_percent(claim['median'])}, range "
+        f"{format_percent_range(claim['min'], claim['max'])})"
     )
     base_peak = peak_median(summaries.trials, case, base_label, "peak_allocated")
     arm_peak = peak_median(summaries.trials, case, arm, "peak_allocated")
@@ -230,7 +235,23 @@ def completed_pairs(plan: Plan, trials: pd.DataFrame) -> int:
 
 
 def is_interrupted(plan: Plan, trials: pd.DataFrame) -> bool:
-    return len(trials) < len(plan.schedule)
+    """Some scheduled trial has no row (extra warm-ups, outside the schedule, do not count either way)."""
+    rows = [] if trials.empty else trials[["index"]].to_dict("records")
+    return scheduled_done(plan, rows) < len(plan.schedule)
+
+
+def extra_warmups(trials: pd.DataFrame) -> pd.DataFrame:
+    """The untimed warm-ups run after a resume or an idle gap (rows with a ``warmup_reason``)."""
+    if trials.empty or "warmup_reason" not in trials:
+        return trials.iloc[0:0]
+    reasons = trials["warmup_reason"]
+    return trials[reasons.notna() & (reasons.astype(str) != "")]
+
+
+def _planned_text(plan: Plan) -> str:
+    """The pairs asked for: a number, or the stopping rule's looks."""
+    p = plan.protocol
+    return f"auto (≤ {p.max_pairs})" if p.auto else str(p.pairs)
 
 
 def _bar_text(plan: Plan) -> str:
@@ -251,12 +272,16 @@ def caveats(run: LoadedRun) -> list[Caveat]:
     if plan.protocol.control:
         out.append(Caveat("A/A control: it measures the noise floor, not a speed-up.", _control_text(run)))
     if is_interrupted(plan, trials):
-        planned = plan.protocol.pairs * len(plan.cases)
+        planned = sum(
+            len({t.round for t in plan.schedule if t.case == c.label and t.phase == "measured"})
+            for c in plan.cases
+        )
+        rows = [] if trials.empty else trials[["index"]].to_dict("records")
         out.append(
             Caveat(
                 f"interrupted: {completed_pairs(plan, trials)} of {planned} pairs.",
-                f"{len(trials)} of {len(plan.schedule)} scheduled trials are in the log; the figures cover only what "
-                "ran. `--resume` with this run folder continues it.",
+                f"{scheduled_done(plan, rows)} of {len(plan.schedule)} scheduled trials are in the log; the "
+                "figures cover only what ran. `--resume` with this run folder continues it.",
             )
         )
     if not trials.empty:
@@ -268,7 +293,9 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                 Caveat(
                     f"failures: {_plural(measured_failed, 'measured trial')} failed and "
                     f"{'counts' if measured_failed == 1 else 'count'} as infinitely slow.",
-                    "A pair whose arm failed has reduction -∞ (whose baseline failed, +100%); no failure is dropped.",
+                    "A pair whose arm failed has reduction -∞ (whose baseline failed, +100%); no failure is "
+                    "dropped, but a pair where both arms failed is no evidence either way: it is left out of the "
+                    "claim and counted.",
                 )
             )
         if warmup_failed:
@@ -289,20 +316,52 @@ def caveats(run: LoadedRun) -> list[Caveat]:
         )
     if not run.tier.paired:  # pairs, intervals and bars mean nothing to it
         return out
-    if not claims.empty:
-        few, level = int(claims["pairs"].min()), float(claims["ci_level"].iloc[0])
-        if range_coverage(few) < level:
+    for _, c in _sorted(claims, run).iterrows():
+        label = f"{c['arm']} vs {c['baseline_arm']}" + (f" ({c['case']})" if len(plan.cases) > 1 else "")
+        if not c["ci_sufficient"]:
             out.append(
                 Caveat(
-                    f"few pairs: {few} per claim, so the stated {100 * level:.0f}% interval is nominal.",
-                    "A bootstrap interval of the median never leaves the range of the observed reductions, and with "
-                    f"{few} pairs even that range covers the true median with probability only "
-                    f"{100 * range_coverage(few):.1f}% (1 − 2·0.5^{few}, distribution-free); {pairs_for_level(level)} "
-                    f"pairs are the fewest that can reach {100 * level:.0f}%.",
+                    f"insufficient: {label}'s {method_label(c)} interval does not keep the stated "
+                    f"{100 * float(c['ci_level']):.0f}% with {int(c['pairs'])} pairs.",
+                    f"{c['ci_reason']}." if c["ci_reason"] else "",
                 )
             )
-    if plan.protocol.bar is None:
+        if int(c["both_failed"]):
+            out.append(
+                Caveat(
+                    f"{_plural(int(c['both_failed']), 'pair')} of {label} left out: both arms failed.",
+                    "A pair where both arms failed says nothing about their difference; it is counted here and in "
+                    "`claims.csv` (`both_failed`), never taken as a reduction of 0.",
+                )
+            )
+        if c["arm_second"] != c["arm_first"]:
+            out.append(
+                Caveat(
+                    f"odd pairs: {label} ran second in {int(c['arm_second'])} pairs and first in "
+                    f"{int(c['arm_first'])}, unbalanced.",
+                    "An order effect is not averaged out of the estimate; the diagnostics give its estimate "
+                    f"({_diagnostic_text(c, 'order')}).",
+                )
+            )
+        if c["hl_verdict"] != c["verdict"] and plan.protocol.bar is not None:
+            out.append(
+                Caveat(
+                    f"checks disagree: for {label} the primary says {c['verdict']}, Hodges-Lehmann "
+                    f"{c['hl_verdict']}.",
+                    f"Hodges-Lehmann's Wilcoxon interval is {format_interval(c['hl_low'], c['hl_high'])} "
+                    f"({100 * float(c['hl_attained']):.1f}% attained); see the verdict section.",
+                )
+            )
+    for flag in instability_flags(trials, run.env):
+        out.append(
+            Caveat(
+                f"unstable: {flag.reason}.", "Flagged trials are kept in every figure; read them with care."
+            )
+        )
+    if plan.protocol.bar is None and not plan.protocol.control:
         out.append(Caveat("no bar set (`--bar`): the claims carry no verdict."))
+    elif not claims.empty and (claims["verdict"].isin(["no bar", "no tolerance"])).any():
+        out.append(Caveat("no bar or tolerance set for some arms: those claims carry no verdict."))
     return out
 
 
@@ -313,15 +372,30 @@ def _control_text(run: LoadedRun) -> str:
         "floor of this protocol on this machine"
     )
     claims = run.summaries.claims
-    if not claims.empty:
+    controls = claims[claims["kind"] == "control"] if not claims.empty else claims
+    if not controls.empty:
         parts = [
-            f"{format_percent(c['median'])} (range {format_percent_range(c['min'], c['max'])}, "
-            f"{100 * float(c['ci_level']):.0f}% interval {format_interval(c['ci_low'], c['ci_high'])})"
+            f"{format_percent(c['estimate'])} (geometric mean; {method_label(c)} interval "
+            f"{format_interval(c['ci_low'], c['ci_high'])}, {format_levels(c)}; median "
+            f"{format_percent(c['median'])}, range {format_percent_range(c['min'], c['max'])})"
             + (f" in case {_code(c['case'])}" if len(run.plan.cases) > 1 else "")
-            for _, c in _sorted(claims, run).iterrows()
+            for _, c in _sorted(controls, run).iterrows()
         ]
-        text += ": median difference " + "; ".join(parts)
+        text += ": difference " + "; ".join(parts)
     return text + "."
+
+
+def _diagnostic_text(claim: pd.Series, name: str) -> str:
+    """An order effect or drift estimate with its interval, or why there is none."""
+    estimate, low, high = (
+        claim[name if name == "drift" else "order_effect"],
+        claim[f"{name}_low"],
+        claim[f"{name}_high"],
+    )
+    if is_missing(estimate):
+        return f"not estimable: {claim[f'{name}_reason'] or 'no data'}"
+    unit = "% per trial" if name == "drift" else "%"
+    return f"{float(estimate):+.2f}{unit} ({format_number(low)} to {format_number(high)}{unit})"
 
 
 # --- sections ---------------------------------------------------------------------------------------------
@@ -384,8 +458,8 @@ def _summary(runs: list[LoadedRun]) -> list[str]:
         "pairs",
         "baseline median",
         "arm median",
-        "reduction median (min–max)",
-        "interval",
+        "reduction (geometric mean)",
+        "interval (method, levels)",
         "bar",
         "verdict",
     ]
@@ -400,21 +474,23 @@ def _summary(runs: list[LoadedRun]) -> list[str]:
                 + [
                     case,
                     f"{arm} vs {base}",
-                    f"{int(claim['pairs'])} of {run.plan.protocol.pairs}",
+                    _pairs_text(run, claim),
                     format_value(base_row["median"], run.plan.unit),
                     format_value(arm_row["median"], run.plan.unit),
-                    f"{format_percent(claim['median'])} ({format_percent_range(claim['min'], claim['max'])})",
-                    format_interval(claim["ci_low"], claim["ci_high"]),
-                    _bar_text(run.plan),
+                    format_percent(claim["estimate"]),
+                    f"{format_interval(claim['ci_low'], claim['ci_high'])} ({method_label(claim)}, "
+                    f"{format_levels(claim)})",
+                    _limit_text(run.plan, claim),
                     "diagnostic" if run.tier.diagnostic else f"**{claim['verdict']}**",
                 ]
             )
     lines = ["## Summary", ""]
     if rows:
-        level = _level(runs)
         lines += [markdown_table(columns, rows, ("r" if several else "") + "llrrrrrll"), ""]
         lines.append(
-            f"Reduction = (baseline − arm) / baseline per pair: higher is faster. Interval: {level}, over pairs."
+            "Reduction = (baseline − arm) / baseline per pair, higher is faster; the figure is the geometric mean "
+            "over the pairs (1 − exp of the mean log ratio). Interval: its primary interval, stated level and "
+            "the level it attains (each run's section gives the distribution-free checks beside it)."
         )
     elif any(r.tier.paired for r in runs):
         lines.append("No complete pair in any run: no claim can be made.")
@@ -425,7 +501,10 @@ def _summary(runs: list[LoadedRun]) -> list[str]:
                 f"{f'Run {run.number} ({run.plan.tier}): ' if several else ''}{claim.strip()}"
             ]
     for run in runs:
-        if run.plan.protocol.control and several:
+        side = _side_by_side(run)
+        if side:
+            lines += ["", (f"Run {run.number}: " if several else "") + side]
+        elif run.plan.protocol.control and several:
             lines += [
                 "",
                 f"Run {run.number} is an A/A control. {_control_text(run)} Read the other runs' "
@@ -441,12 +520,51 @@ def _summary(runs: list[LoadedRun]) -> list[str]:
     return lines
 
 
+def _pairs_text(run: LoadedRun, claim: pd.Series) -> str:
+    """``6 of 6``, with pairs left out (both arms failed) said."""
+    text = f"{int(claim['pairs'])} of {_planned_text(run.plan)}"
+    if int(claim["both_failed"]):
+        text += f" (+{int(claim['both_failed'])} both failed, left out)"
+    return text
+
+
+def _limit_text(plan: Plan, claim: pd.Series) -> str:
+    """A claim's bar or an A/A arm's ±tolerance, as the tables show it."""
+    if is_missing(claim["bar"]):
+        return "none"
+    value = 100 * float(claim["bar"])
+    return f"±{value:g}%" if claim["kind"] == "control" else f"{value:g}%"
+
+
+def _side_by_side(run: LoadedRun) -> str:
+    """A claim and its A/A control measured in one run, in one sentence (empty when the run has not both)."""
+    claims = _sorted(run.summaries.claims, run)
+    if claims.empty or not (claims["kind"] == "control").any() or not (claims["kind"] == "claim").any():
+        return ""
+    parts = []
+    for case in dict.fromkeys(claims["case"]):
+        mine = claims[claims["case"] == case]
+        text = "; ".join(
+            f"{c['arm']} {format_percent(c['estimate'])} {format_interval(c['ci_low'], c['ci_high'])} "
+            f"({'A/A control, ' if c['kind'] == 'control' else ''}{c['verdict']})"
+            for _, c in mine.iterrows()
+        )
+        parts.append((f"case {_code(case)}: " if len(run.plan.cases) > 1 else "") + text)
+    return (
+        "The claim and its noise floor come from one schedule (same machine, day and conditions): "
+        + "; ".join(parts)
+        + ". A claim is worth no more than the control beside it allows."
+    )
+
+
 def _level(runs: list[LoadedRun]) -> str:
+    """The primary interval's description for the protocol text."""
     for run in runs:
         claims = run.summaries.claims
         if not claims.empty:
-            return f"{100 * float(claims['ci_level'].iloc[0]):.0f}% {claims['ci_method'].iloc[0]}"
-    return "bootstrap interval"
+            claim = claims.iloc[0]
+            return f"{100 * float(claim['ci_level']):.0f}% {method_label(claim)} interval"
+    return "calibrated t interval"
 
 
 def _cudnn(value: Any) -> str:
@@ -600,61 +718,85 @@ def _log_span(trials: pd.DataFrame) -> str | None:
     )
 
 
+def _round_orders(plan: Plan) -> str:
+    """The round orders of the first case's measured schedule, as run: ``AB, BA, AB, …``."""
+    if not plan.cases:
+        return ""
+    first = plan.cases[0].label
+    orders: list[str] = []
+    seen: set[int] = set()
+    for t in plan.schedule:
+        if t.case == first and t.phase == "measured" and t.round not in seen:
+            seen.add(t.round)
+            orders.append(t.order)
+    shown = orders[:6]
+    return ", ".join(shown) + (", …" if len(orders) > len(shown) else "")
+
+
 def _protocol(run: LoadedRun) -> list[str]:
     plan = run.plan
+    p = plan.protocol
     arms_per_case = max(len(c.arms) for c in plan.cases) if plan.cases else 2
     unit_word = (
-        ("pair" if plan.protocol.pairs == 1 else "pairs")
+        ("pair" if p.pairs == 1 else "pairs")
         if arms_per_case == 2
         else f"rounds (each of the {arms_per_case} arms once per round)"
     )
-    letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:arms_per_case]
-    order = (
-        f"counterbalanced order ({letters}, {letters[::-1]}, {letters}, …), so slow drift favours neither arm"
-        if plan.protocol.order == "alternate"
-        else f"an order shuffled within each round by a generator seeded with {plan.protocol.seed}"
-    )
+    orders = _round_orders(plan)
+    order = {
+        "alternate": f"counterbalanced order ({orders}): every arm runs in every slot equally often per block, "
+        "so slow drift favours no arm",
+        "abba": f"ABBA blocks ({orders}): each block of rounds is followed by its mirror image, so an order "
+        "effect is orthogonal to a linear drift over every block",
+    }.get(p.order, f"an order shuffled within each round by a generator seeded with {p.seed} ({orders})")
     budget = (
-        f"{format_bytes(plan.protocol.budget)} (device memory capped through the per-process memory fraction)"
-        if plan.protocol.budget is not None
+        f"{format_bytes(p.budget)} (device memory capped through the per-process memory fraction)"
+        if p.budget is not None
         else "none"
     )
-    level = _level([run])
-    if plan.protocol.bar is None:
-        bar = "no bar was set, so there is no verdict"
-    elif plan.protocol.control:
-        bar = (
-            f"the A/A verdict against {format_limit(plan.protocol.bar, True)} is `within` when the whole interval lies "
-            "inside it, `outside` when it lies wholly beyond it, `ambiguous` otherwise"
-        )
-    else:
-        bar = (
-            f"the verdict against {format_limit(plan.protocol.bar, False)} is `clears` when the whole interval lies above "
-            "it, `fails` when it lies wholly below, `ambiguous` when it straddles it"
-        )
+    count = (
+        f"rounds chosen by the stopping rule (`--pairs auto`: looks at {list(_looks(plan))} pairs)"
+        if p.auto
+        else f"{p.pairs} {unit_word}"
+    )
     design = [
         f"Arms: {_describe_arms(plan)}.",
         f"Cases: {_describe_cases(plan)}.",
-        f"Per case, first {_plural(plan.protocol.warmup, 'warm-up trial')} (cycling through the arms; kept in the log as "
-        f"`phase=warmup`, discarded from every statistic), then {plan.protocol.pairs} {unit_word}, in {order}.",
+        f"Per case, first {_plural(p.warmup, 'warm-up trial')} (cycling through the arms; kept in the log as "
+        f"`phase=warmup`, discarded from every statistic), then {count}, in {order}.",
+        "After a resume, or an idle gap of more than 30 s since the last trial ended, one untimed warm-up of "
+        "the next arm runs before the next measured trial (a `phase=warmup` row outside the schedule); a "
+        "`--stop-after` deadline stops only between pairs.",
         f"Isolation: {plan.isolation or NOT_RECORDED}.",
         f"Timed region: {plan.timed_region or 'not stated by the tier'}.",
-        f"Device: {_code(plan.protocol.device)}; memory budget: {budget}; seed {plan.protocol.seed} (shared by the arms of a pair "
-        "for their data; it also seeds the bootstrap"
-        + (" and the order)." if plan.protocol.order == "random" else ")."),
+        f"Device: {_code(p.device)}; memory budget: {budget}; seed {p.seed} (shared by the arms of a pair "
+        "for their data" + (", and the order)." if p.order == "random" else ")."),
     ]
     if plan.settings:
         options = ", ".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in plan.settings.items())
         design.append(f"Tier options: {_code(options)}.")
     statistics = [
         f"Primary figure: {plan.metric} in {plan.unit}, lower is better; a failed trial counts as infinitely slow, "
-        "never dropped. The paired reduction of a pair is (baseline − arm) / baseline; the interval is a "
-        f"{level} (resampling pairs); {bar}.",
+        "never dropped, and a pair where both arms failed is left out and counted. Per pair, the reduction "
+        "(baseline − arm) / baseline and the log ratio ln(arm / baseline).",
+        "Per claim the estimate is the geometric-mean reduction, 1 − exp(mean log ratio), with a Student t "
+        "interval on the log ratios at a nominal level calibrated for the pair count, so that its coverage is "
+        "within 1.5 points of the stated 95% both for normal log ratios and on a reference skewed law (two "
+        f"gamma delays, skewness {calibration.REFERENCE_SKEWNESS:g}: the upper end of the committed H200 runs' "
+        f"measured skewness); at counts where no nominal level does that (below {t_min_pairs()} pairs) it is "
+        "`insufficient`. Beside it, as "
+        "distribution-free checks, the sign-test (order-statistic) interval of the median reduction and the "
+        "Hodges-Lehmann estimate with its Wilcoxon interval, each at the exact level it attains. Where a pair "
+        "has one failed arm the t interval does not exist and the verdict reads the sign-test interval.",
+        _verdict_rule(plan),
     ]
+    if p.auto:
+        statistics.append(_stopping_text(plan))
     log = []
     resumes = run.env.get("resumes") or []
+    trials = run.summaries.trials
     if resumes:
-        indices = run.summaries.trials["index"] if not run.summaries.trials.empty else []
+        indices = trials["index"] if not trials.empty else []
         repeated = len(indices) - len(set(indices))
         log.append(
             f"The run was resumed {_plural(len(resumes), 'time')}; "
@@ -664,11 +806,69 @@ def _protocol(run: LoadedRun) -> list[str]:
                 else f"**{repeated} row(s) of the log repeat a trial already logged** (re-run after a resume)."
             )
         )
-    span = _log_span(run.summaries.trials)
+    extra = extra_warmups(trials)
+    if len(extra):
+        reasons = ", ".join(
+            f"{k} ({n})" for k, n in extra["warmup_reason"].astype(str).value_counts().items()
+        )
+        log.append(f"{_plural(len(extra), 'extra warm-up')} ran outside the schedule: {reasons}.")
+    span = _log_span(trials)
     if span:
         log.append(span)
     lines = ["### Protocol", "", " ".join(design), "", " ".join(statistics)]
     return lines + (["", " ".join(log)] if log else [])
+
+
+def _looks(plan: Plan) -> tuple[int, ...]:
+    from harness.inference import looks
+
+    return looks(plan.protocol.first_look, plan.protocol.max_pairs)
+
+
+def _verdict_rule(plan: Plan) -> str:
+    """How the verdicts read the interval, for a claim's bar and an A/A arm's tolerance."""
+    settings = ClaimSettings.from_protocol(plan.protocol)
+    parts = []
+    if settings.bar_percent is not None:
+        parts.append(
+            f"a claim against {format_limit(settings.bar_percent, False)} `clears` when the whole interval lies "
+            "above it, `fails` when it lies wholly below, `ambiguous` when it straddles or touches it"
+        )
+    if settings.tolerance_percent is not None:
+        parts.append(
+            f"an A/A arm against {format_limit(settings.tolerance_percent, True)} is `within` when the whole "
+            "interval lies strictly inside it, `outside` when wholly beyond it, `ambiguous` otherwise"
+        )
+    if not parts:
+        return "No bar was set, so there is no verdict."
+    return (
+        "Verdicts: " + "; ".join(parts) + "; `insufficient` when the interval does not keep its stated level."
+    )
+
+
+def _stopping_text(plan: Plan) -> str:
+    """The stopping rule as it ran: the rule, its looks and each look's decision."""
+    from harness.inference import sequential_min_last_look
+
+    p = plan.protocol
+    needed = sequential_min_last_look(0.95)
+    text = (
+        f"Stopping rule (`--pairs auto --precision {p.precision:g}`): at pre-set looks {list(_looks(plan))} "
+        "the t interval at that look's level (O'Brien-Fleming-like alpha spending: the looks' misses sum to "
+        "5%, so the interval the rule stops with keeps 95% for normal log ratios whatever made it stop) is "
+        f"compared with the target half-width of {p.precision:g} points; the run stops when every claim's is "
+        f"within it, at the last look ({p.max_pairs} pairs)"
+        + (f", or when {p.time_budget:g} s of trials are spent" if p.time_budget is not None else "")
+        + f". On the reference skewed law the procedure keeps 95% within 1.5 points when its looks run to "
+        f"{needed} pairs or more."
+    )
+    decisions = [
+        f"{d['rounds']} pairs" + (f" ({d['case']})" if len(plan.cases) > 1 else "") + f": {d['reason']}"
+        for d in plan.looks
+    ]
+    if decisions:
+        text += " Looks taken: " + "; ".join(decisions) + "."
+    return text
 
 
 def _results(run: LoadedRun) -> list[str]:
@@ -723,34 +923,71 @@ def _results(run: LoadedRun) -> list[str]:
         [
             c["case"],
             f"{c['arm']} vs {c['baseline_arm']}",
-            f"{int(c['pairs'])} of {plan.protocol.pairs}",
-            format_percent(c["median"]),
-            format_percent_range(c["min"], c["max"]),
+            _pairs_text(run, c),
+            format_percent(c["estimate"]),
             format_interval(c["ci_low"], c["ci_high"]),
-            _bar_text(plan),
+            f"{method_label(c)}: {format_levels(c)}"
+            + ("" if is_missing(c["ci_nominal"]) else f", nominal {100 * float(c['ci_nominal']):.2f}%"),
+            _limit_text(plan, c),
             f"**{c['verdict']}**",
         ]
         for _, c in claims.iterrows()
     ]
-    lines += ["Paired reductions (higher is faster):", ""]
+    lines += ["Paired reductions (higher is faster), the primary figure and interval:", ""]
     lines += [
         markdown_table(
             [
                 "case",
                 "arm vs baseline",
                 "pairs",
-                "median",
-                "min–max",
-                f"{_level([run]).split(' ')[0]} interval",
+                "geometric-mean reduction",
+                "interval",
+                "method: levels",
                 "bar",
                 "verdict",
             ],
             rows,
-            "lllrrrll",
+            "lllrrlll",
         ),
         "",
     ]
-    lines.append(f"Interval method: {_level([run])}.")
+    checks = [
+        [
+            c["case"],
+            f"{c['arm']} vs {c['baseline_arm']}",
+            f"{format_percent(c['median'])} ({format_percent_range(c['min'], c['max'])})",
+            f"{format_interval(c['sign_low'], c['sign_high'])}, {_attained(c['sign_attained'])}",
+            c["sign_verdict"],
+            f"{format_percent(c['hl_estimate'])} {format_interval(c['hl_low'], c['hl_high'])}, "
+            f"{_attained(c['hl_attained'])}",
+            c["hl_verdict"],
+        ]
+        for _, c in claims.iterrows()
+    ]
+    lines += ["Distribution-free checks beside it:", ""]
+    lines += [
+        markdown_table(
+            [
+                "case",
+                "arm vs baseline",
+                "median reduction (min–max)",
+                "sign-test interval of the median",
+                "sign verdict",
+                "Hodges-Lehmann, Wilcoxon interval",
+                "HL verdict",
+            ],
+            checks,
+            "llrrlrl",
+        ),
+        "",
+    ]
+    methods = dict.fromkeys(str(c["ci_method"]) for _, c in claims.iterrows())
+    lines.append("Primary method: " + "; ".join(methods) + ".")
+    lines.append(
+        "Checks: the sign test takes order statistics of the log ratios (exact for any continuous law, at "
+        "the level binomial(n, 1/2) gives); Hodges-Lehmann is the median of the Walsh averages with its "
+        "Wilcoxon signed-rank interval (exact for a symmetric law)."
+    )
     for _, c in claims.iterrows():
         case, arm = str(c["case"]), str(c["arm"])
         where = f"case {_code(case)}, " if len(plan.cases) > 1 else ""
@@ -760,6 +997,10 @@ def _results(run: LoadedRun) -> list[str]:
             f"**{kind} ({where}{arm} vs {c['baseline_arm']}).** {claim_sentence(plan, summaries, case, arm)}",
         ]
     return lines
+
+
+def _attained(level: Any) -> str:
+    return "n/a" if is_missing(level) else f"{100 * float(level):.1f}% attained"
 
 
 def _verdict(run: LoadedRun) -> list[str]:
@@ -772,26 +1013,136 @@ def _verdict(run: LoadedRun) -> list[str]:
         return lines + ["A diagnostic run (synchronized inside the timed region): no verdict."]
     for _, c in claims.iterrows():
         interval = (
-            f"the {100 * float(c['ci_level']):.0f}% interval {format_interval(c['ci_low'], c['ci_high'])}"
+            f"the {100 * float(c['ci_level']):.0f}% {method_label(c)} interval "
+            f"{format_interval(c['ci_low'], c['ci_high'])}"
         )
         verdict = str(c["verdict"])
-        limit = (
-            "no bar" if plan.protocol.bar is None else format_limit(plan.protocol.bar, plan.protocol.control)
-        )
+        control = c["kind"] == "control"
+        limit = "no bar" if is_missing(c["bar"]) else format_limit(100 * float(c["bar"]), control)
         explanation = {
             "clears": f"{interval} lies wholly above {limit}",
             "fails": f"{interval} lies wholly below {limit}",
             "within": f"{interval} lies inside {limit}: the noise floor is within it",
             "outside": f"{interval} lies wholly beyond {limit}: the arms differ by more than it",
             "ambiguous": f"{interval} straddles {limit}: more pairs or less noise are needed to decide",
+            "insufficient": f"{interval} does not keep its stated level ({c['ci_reason']})",
             "no bar": f"no bar was set (`--bar`); {interval} is shown for reference",
-            "no pairs": "no complete pair",
+            "no tolerance": f"no tolerance was set (`--tolerance`); {interval} is shown for reference",
         }.get(verdict, interval)
         where = f"case {_code(c['case'])}, " if len(plan.cases) > 1 else ""
-        lines.append(f"- {where}{c['arm']} vs {c['baseline_arm']}: **{verdict}** — {explanation}.")
-    if plan.protocol.control:
+        kind = " (A/A control)" if control and len(claims) > 1 else ""
+        line = f"- {where}{c['arm']} vs {c['baseline_arm']}{kind}: **{verdict}** — {explanation}."
+        if str(c["verdict_basis"]).startswith("sign"):
+            line += f" The verdict reads the {c['verdict_basis']}."
+        if c["hl_verdict"] != verdict and verdict not in ("no bar", "no tolerance"):
+            line += (
+                f" The checks disagree: Hodges-Lehmann says {c['hl_verdict']} "
+                f"({format_interval(c['hl_low'], c['hl_high'])}, {_attained(c['hl_attained'])}), the sign test "
+                f"{c['sign_verdict']} ({format_interval(c['sign_low'], c['sign_high'])}, "
+                f"{_attained(c['sign_attained'])})."
+            )
+        lines.append(line)
+    if plan.protocol.control and not (claims["kind"] == "claim").any():
         lines += ["", "This run is an A/A control: its verdict is about the noise floor, not a speed-up."]
     return lines
+
+
+def _diagnostics(run: LoadedRun) -> list[str]:
+    """Design diagnostics per claim: the order balance, the order effect and the drift over the schedule."""
+    claims = _sorted(run.summaries.claims, run)
+    if claims.empty:
+        return []
+    rows = [
+        [
+            c["case"],
+            f"{c['arm']} vs {c['baseline_arm']}",
+            f"{int(c['arm_second'])} / {int(c['arm_first'])}"
+            + (" (balanced)" if c["arm_second"] == c["arm_first"] else " (**unbalanced**)"),
+            _diagnostic_text(c, "order"),
+            _diagnostic_text(c, "drift"),
+        ]
+        for _, c in claims.iterrows()
+    ]
+    return [
+        "### Design diagnostics",
+        "",
+        markdown_table(
+            ["case", "arm vs baseline", "arm second / first", "order effect", "drift"], rows, "lllll"
+        ),
+        "",
+        "Order effect: the mean log ratio of the pairs where the arm ran second minus that where it ran first, as "
+        "a percent change of the ratio, with a pooled two-sample t interval (95%); an unbalanced count leaves "
+        "that much of it in the estimate. Drift: the least-squares slope of log(figure) over the measured "
+        "schedule's trial index with one level per arm, in percent per trial, with its t interval (95%). Both "
+        "are diagnostics, estimated rather than assumed away; neither adjusts the claim.",
+    ]
+
+
+def _stability(run: LoadedRun) -> list[str]:
+    """Instability flags: per-arm spread and the machine's load (and steal, where the trials carry it)."""
+    flags = instability_flags(run.summaries.trials, run.env)
+    lines = ["### Stability", ""]
+    load, cores = run.env.get("load1_start"), run.env.get("cpu_logical")
+    machine = (
+        f"1-minute load {float(load):.2f} on {cores} logical cores at the run's start"
+        if load is not None and cores
+        else "the load at the run's start was not recorded"
+    )
+    if not flags:
+        return lines + [
+            f"No flag: every arm's max/min is within 1.5 and its MAD/median within 10%; {machine}."
+        ]
+    lines += [f"- **{flag.reason}**" for flag in flags]
+    return lines + [
+        "",
+        f"Thresholds: max/min above 1.5 or MAD/median above 10% per arm (beyond the house's measured noise), "
+        f"a 1-minute load above the cores, CPU steal above 2%; {machine}. Flagged trials are kept in every "
+        "figure.",
+    ]
+
+
+def _planning(run: LoadedRun) -> list[str]:
+    """Pairs and time each claim needs at this run's measured per-pair spread."""
+    if run.summaries.claims.empty or run.tier.diagnostic:
+        return []
+    rows = []
+    for r in plan_rows(run.plan.protocol, run.summaries):
+        spread = "n/a" if is_missing(r["sigma"]) else f"{100 * r['sigma']:.2f}% ({r['sigma_pairs']} pairs)"
+        if r["pairs"] is None:
+            rows.append([f"{r['arm']} vs {r['baseline_arm']}", spread, r["note"], "", ""])
+            continue
+        seconds = "n/a" if is_missing(r["seconds"]) else _duration(float(r["seconds"]))
+        rows.append(
+            [
+                f"{r['arm']} vs {r['baseline_arm']}" + (f" ({r['case']})" if len(run.plan.cases) > 1 else ""),
+                spread,
+                r["goal"],
+                f"{r['pairs']} ({r['pairs_for_goal']} for the goal, {100 * r['probability']:.0f}% likely)",
+                seconds,
+            ]
+        )
+    return [
+        "### Planning",
+        "",
+        markdown_table(
+            ["claim", "per-pair σ of the log ratio", "goal", "pairs to run", "time"], rows, "lrlrr"
+        ),
+        "",
+        "From this run's per-pair spread (normal log ratios, σ taken as known): the fewest pairs whose primary "
+        "interval meets the goal with 80% probability, raised to the calibrated interval's minimum "
+        f"({t_min_pairs()} pairs) and to an even count; time from each arm's median trial. For another goal: "
+        f"`bench plan {run.name} --effect 3%` (or `--tolerance 1%` for an A/A arm).",
+    ]
+
+
+def _duration(seconds: float) -> str:
+    return (
+        f"{seconds:.0f} s"
+        if seconds < 120
+        else f"{seconds / 60:.1f} min"
+        if seconds < 7200
+        else f"{seconds / 3600:.1f} h"
+    )
 
 
 OOM_FIELDS = ("requested", "total", "free", "allocated", "reserved", "budget")
@@ -915,8 +1266,8 @@ def _plots(run: LoadedRun) -> list[str]:
         "",
         markdown_image(reductions, f"{plan.tier}: paired reductions"),
         "",
-        "Paired reductions: one point per pair, the black tick is the median, the thick grey line the bootstrap "
-        "interval"
+        "Paired reductions: one point per pair, the black tick is the median, the thick grey line the primary "
+        f"interval ({_level([run])})"
         + (
             ""
             if plan.protocol.bar is None
@@ -937,7 +1288,19 @@ def _tier_section(run: LoadedRun) -> list[str]:
 
 def _run_section(run: LoadedRun) -> list[str]:
     lines = [f"## {run.title}", "", f"Run folder {_code(run.name)}; started {_time(run.plan.created)}."]
-    parts = (_protocol, _results, _verdict, _failures, _telemetry, _caveats, _plots, _tier_section)
+    parts = (
+        _protocol,
+        _results,
+        _verdict,
+        _diagnostics,
+        _stability,
+        _planning,
+        _failures,
+        _telemetry,
+        _caveats,
+        _plots,
+        _tier_section,
+    )
     if not run.tier.paired:  # a tier whose rows are not paired trials reads them in its own section
         parts = (_tier_section, _failures, _caveats)
     for part in parts:

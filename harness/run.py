@@ -9,6 +9,7 @@ and the tier's claim; the report only reads.
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import secrets
 import time
 from collections.abc import Iterator
@@ -16,18 +17,58 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 from harness import env
-from harness.console import ScheduleProgress, console, errors, print_summary
+from harness.console import ScheduleProgress, console, errors, print_flags, print_summary
+from harness.inference import CONFIDENCE, looks, should_stop
 from harness.options import InputError, resolve_placement
 from harness.placement import Placement, parent_pinned, pin_parent, unpin_parent
-from harness.protocol import Plan, PlannedStop, TrialFunction, pending, run_schedule
+from harness.protocol import (
+    Plan,
+    PlannedStop,
+    ScheduledTrial,
+    TrialFunction,
+    drop_rounds,
+    estimated_seconds,
+    grow_schedule,
+    pending,
+    run_schedule,
+    scheduled_done,
+)
+from harness.stats import pair_table
 from harness.tables import ENV, PLAN, RunFolder
 from harness.tier import Run, TierRegistry
 from harness.timing import apply_budget, release_budget
 
 CLAIM_FILE = "claim.txt"
+GATE_PASSING = {"claim": ("clears",), "control": ("within",)}
+
+
+def machine_load() -> dict[str, float | int | None]:
+    """The 1-minute load average and the logical cores now (null where the platform has no load average)."""
+    try:
+        load: float | None = round(float(os.getloadavg()[0]), 3)
+    except (AttributeError, OSError):
+        load = None
+    return {"load1_start": load, "cpu_logical": os.cpu_count()}
+
+
+def gate_failures(run: Run) -> list[str]:
+    """Why ``--gate`` fails this run (empty when it passes): a claim that does not clear its bar (fails, is
+    insufficient or ambiguous, or has no bar) or an A/A arm that is not within its tolerance; a run with no
+    claim at all fails too."""
+    claims = run.summaries.claims
+    if claims.empty:
+        return ["no complete pair: no claim to gate on"]
+    out = []
+    for _, claim in claims.iterrows():
+        kind = str(claim.get("kind", "claim"))
+        if str(claim["verdict"]) not in GATE_PASSING.get(kind, ("clears",)):
+            where = f"{claim['case']}: " if claims["case"].nunique() > 1 else ""
+            out.append(f"{where}{claim['arm']} vs {claim['baseline_arm']} ({kind}): {claim['verdict']}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -64,7 +105,7 @@ class Runner:
         with _device_budget(plan):  # a budget the device refuses fails here, before any folder exists
             folder = new_run_folder(self.options.out, plan.tier)
             folder.write_json(PLAN, plan.to_json())
-            record = env.collect(touch_device=plan.in_process)
+            record = {**env.collect(touch_device=plan.in_process), **machine_load()}
             record["placement"] = None if placement is None else placement.to_dict()
             folder.write_json(ENV, record)
             return self._carry_out(plan, trial_fn, folder, placement)
@@ -81,6 +122,7 @@ class Runner:
                 "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 "gpus": env.gpu_snapshot(),
                 "placement": None if placement is None else placement.to_dict(),
+                **machine_load(),
             }
         )
         folder.write_json(ENV, record)
@@ -102,7 +144,7 @@ class Runner:
         self, plan: Plan, trial_fn: TrialFunction, folder: RunFolder, placement: Placement | None
     ) -> Run:
         remaining = sum(1 for _ in pending(plan, folder))
-        done = len(plan.schedule) - remaining
+        done = scheduled_done(plan, folder.rows())
         console.print(f"run folder: {folder.path}  ({remaining} of {len(plan.schedule)} trials to run)")
         if placement is not None:
             console.print(f"CPU placement: {placement.describe()}")
@@ -111,6 +153,7 @@ class Runner:
                 ScheduleProgress(plan, len(plan.schedule), done, self.options.quiet) as progress,
                 _placed(plan, placement),
             ):
+                rule = StoppingRule(plan, folder, progress) if plan.protocol.auto else None
                 run_schedule(
                     plan,
                     trial_fn,
@@ -119,6 +162,8 @@ class Runner:
                     progress.end,
                     deadline=self.deadline,
                     placement=placement,
+                    before_unit=rule,
+                    warm_after_gaps=self.tiers.reader(plan.tier).paired,
                 )
         except PlannedStop as stop:
             errors.print(
@@ -133,6 +178,7 @@ class Runner:
         tier = self.tiers.reader(plan.tier)
         if tier.paired:
             print_summary(run.plan, run.summaries)
+            print_flags(run.summaries, run.env)
         claim = tier.claim(run)
         if claim:
             console.print(claim.rstrip())
@@ -141,6 +187,106 @@ class Runner:
 
             console.print(f"report: {write_report([folder], self.tiers)}")
         return run
+
+
+class StoppingRule:
+    """``--pairs auto``: before each unit of the schedule, for every case whose scheduled rounds have all run,
+    ask ``inference.should_stop`` of each claim's log ratios; unless every claim stops, grow the case's
+    schedule to the next look. Before a round that would take the log past ``--time-budget`` seconds of
+    trials, end that case there (budget spent). Each decision is recorded in ``plan.looks`` and the plan
+    saved, so a resume continues the same sequence."""
+
+    def __init__(self, plan: Plan, folder: RunFolder, progress: ScheduleProgress | None = None) -> None:
+        self.plan, self.folder, self.progress = plan, folder, progress
+
+    def _decided(self, case: str, rounds: int) -> dict | None:
+        return next((d for d in self.plan.looks if d["case"] == case and d["rounds"] == rounds), None)
+
+    def _decide(self, case: str, rows: list[dict], rounds: int, budget_spent: bool) -> dict:
+        p = self.plan.protocol
+        trials = pd.DataFrame(rows)
+        pairs = pair_table(trials[trials["case"] == case]) if not trials.empty else pd.DataFrame()
+        decisions = {}
+        for arm, group in pairs.groupby("arm", sort=False) if not pairs.empty else ():
+            x = group.loc[~group["both_failed"].astype(bool), "log_ratio"].to_numpy(dtype=float)
+            if x.size == 0:
+                decisions[str(arm)] = (False, "no usable pair yet", None)
+                continue
+            last = budget_spent or rounds >= p.max_pairs
+            decision = should_stop(x, p.precision, CONFIDENCE, p.first_look, p.max_pairs, budget_spent=last)
+            half = (
+                decision.interval.half_width if decision.interval and decision.interval.computable else None
+            )
+            decisions[str(arm)] = (decision.stop, decision.reason, half)
+        stop = (
+            budget_spent
+            or rounds >= p.max_pairs
+            or (bool(decisions) and all(d[0] for d in decisions.values()))
+        )
+        reason = (
+            "time budget spent"
+            if budget_spent
+            else "last look (max pairs)"
+            if rounds >= p.max_pairs
+            else "every claim's precision reached"
+            if stop
+            else "precision not reached by every claim"
+        )
+        return {
+            "case": case,
+            "rounds": rounds,
+            "stop": stop,
+            "reason": reason,
+            "claims": {
+                arm: {"stop": d[0], "reason": d[1], "half_width": d[2]} for arm, d in decisions.items()
+            },
+        }
+
+    def __call__(self, unit: list[ScheduledTrial]) -> bool:
+        plan = self.plan
+        protocol = plan.protocol
+        rows = self.folder.rows()
+        done = {int(r["index"]) for r in rows}
+        changed = False
+        for case in plan.cases:
+            scheduled = [t for t in plan.schedule if t.case == case.label and t.phase == "measured"]
+            if not scheduled or any(t.index not in done for t in scheduled):
+                continue
+            rounds = 1 + max(t.round for t in scheduled)
+            if self._decided(case.label, rounds) is not None:
+                continue
+            decision = self._decide(case.label, rows, rounds, budget_spent=False)
+            plan.looks.append(decision)
+            if not decision["stop"]:
+                later = [n for n in looks(protocol.first_look, protocol.max_pairs) if n > rounds]
+                used = done | {t.index for t in plan.schedule}
+                grow_schedule(plan, case.label, later[0], max(used) + 1)
+            changed = True
+        budget = protocol.time_budget
+        if (
+            not changed
+            and budget is not None
+            and unit
+            and unit[0].phase == "measured"
+            and not any(r.get("case") == unit[0].case and r.get("round") == unit[0].round for r in rows)
+        ):
+            spent = sum(float(r.get("trial_seconds") or 0.0) for r in rows)
+            needed = sum(protocol.cooldown + estimated_seconds(t, rows) for t in unit)
+            if spent + needed > budget:
+                rounds = unit[0].round
+                decision = self._decide(unit[0].case, rows, rounds, budget_spent=True)
+                decision["reason"] = (
+                    f"time budget spent: {spent:.0f} s of trials logged, the next round needs about "
+                    f"{needed:.0f} s more than the {budget:g} s allowed"
+                )
+                plan.looks.append(decision)
+                drop_rounds(plan, unit[0].case, done)
+                changed = True
+        if changed:
+            self.folder.write_json(PLAN, plan.to_json())
+            if self.progress is not None:
+                self.progress.retotal(len(plan.schedule))
+        return changed
 
 
 @contextmanager

@@ -1,29 +1,38 @@
-"""Statistics of a run: per-arm medians and ranges, paired reductions, bootstrap interval and verdict.
+"""Statistics of a run: per-arm medians and ranges, paired reductions, the claim's intervals and verdict.
 
-Conventions, stated once:
+Conventions, stated once (the methods themselves are ``harness.inference``'s):
 
 * Only ``phase == 'measured'`` trials count; warm-ups stay in the log and out of every figure here.
 * A failed trial (``status`` not ``ok``) counts against its arm as an infinitely slow trial, the way
-  time-to-result benchmarks count a miss: it is never dropped. A reduction with a failed candidate is −∞;
-  with a failed baseline and a finished candidate, +100%; when both failed, 0 (no evidence either way).
-* Reduction of a round = (baseline − candidate) / baseline, one per candidate arm per round.
-* Interval: percentile bootstrap of the median reduction (resampling rounds with replacement), seeded,
-  10 000 resamples, 95% by default; order statistics are taken directly so infinities stay ordered.
-* Verdict against a bar b: ``clears`` when the whole interval is above b, ``fails`` when it is wholly
-  below, ``ambiguous`` when it straddles b.
+  time-to-result benchmarks count a miss: it is never dropped. A pair with a failed arm has reduction −∞
+  (log ratio +∞); with a failed baseline and a finished arm, +100% (log ratio −∞). A pair where both
+  failed is no evidence: its reduction is NaN, it is left out of every claim figure and counted
+  (``both_failed``).
+* Reduction of a pair = (baseline − arm) / baseline, one per non-reference arm per round.
+* Per claim, the primary figure is the geometric-mean reduction with the calibrated t interval on the log
+  ratios (with ``--pairs auto``, the stopping rule's interval at the look it stopped at); beside it, as
+  distribution-free checks, the sign-test interval of the median reduction and Hodges–Lehmann with its
+  Wilcoxon interval, each with the level it attains. Where a pair has one failed arm the t interval does
+  not exist and the verdict reads the sign-test interval (``verdict_basis`` says which).
+* Verdict of a claim against a bar b: ``clears`` (interval wholly above b), ``fails`` (wholly below),
+  ``ambiguous`` (straddles or touches it), ``insufficient`` (the interval does not keep its stated level).
+  An A/A control's arm (``<first>-control``) is judged against ±tolerance: ``within`` / ``outside`` /
+  ``ambiguous`` / ``insufficient`` by the same rules.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-BOOTSTRAP_RESAMPLES = 10_000
-CONFIDENCE = 0.95
-CI_METHOD = f"percentile bootstrap of the median, {BOOTSTRAP_RESAMPLES} resamples"
+from harness import inference
+
+CONFIDENCE = inference.CONFIDENCE
+CONTROL_SUFFIX = "-control"
 
 
 def measured(trials: pd.DataFrame) -> pd.DataFrame:
@@ -64,9 +73,9 @@ def max_of(rows: pd.DataFrame, column: str) -> float:
 
 
 def reduction(baseline: float, candidate: float) -> float:
-    """(baseline − candidate) / baseline, with the failure conventions of this module."""
+    """(baseline − candidate) / baseline, with the failure conventions of this module (NaN: both failed)."""
     if math.isinf(baseline) and math.isinf(candidate):
-        return 0.0
+        return math.nan
     if math.isinf(baseline):
         return 1.0
     if math.isinf(candidate):
@@ -98,16 +107,31 @@ def arm_table(trials: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=columns)
 
 
+PAIR_COLUMNS = [
+    "case",
+    "round",
+    "order",
+    "baseline_arm",
+    "arm",
+    "baseline",
+    "candidate",
+    "reduction",
+    "log_ratio",
+    "arm_second",
+    "both_failed",
+]
+
+
 def pair_table(trials: pd.DataFrame) -> pd.DataFrame:
-    """One row per round and candidate arm: the baseline's and candidate's figures and the reduction.
+    """One row per round and non-reference arm: both figures, the reduction and the log ratio, whether the arm
+    ran after the baseline in that round (``arm_second``) and whether both failed.
 
     The reference of a case is its baseline-role arm (the first arm); every other arm is compared with it
-    round by round. Rounds missing either side (an interrupted run) are left out and counted by the claim.
+    round by round. Rounds missing either side (an interrupted run) are left out.
     """
     rows = measured(trials)
-    columns = ["case", "round", "order", "baseline_arm", "arm", "baseline", "candidate", "reduction"]
     if rows.empty:
-        return pd.DataFrame(columns=columns)
+        return pd.DataFrame(columns=PAIR_COLUMNS)
     out = []
     for case, group in rows.groupby("case", sort=False):
         reference = group[group["role"] == "baseline"]["arm"]
@@ -119,8 +143,11 @@ def pair_table(trials: pd.DataFrame) -> pd.DataFrame:
             if base.empty:
                 continue
             b = float(base["effective"].iloc[0])
+            base_slot = int(base["slot"].iloc[0]) if "slot" in base else 0
             for _, other in in_round[in_round["arm"] != reference_arm].iterrows():
                 c = float(other["effective"])
+                both_failed = math.isinf(b) and math.isinf(c)
+                log_ratio = math.nan if both_failed else float(inference.split_pairs([b], [c]).log_ratios[0])
                 out.append(
                     {
                         "case": case,
@@ -131,117 +158,395 @@ def pair_table(trials: pd.DataFrame) -> pd.DataFrame:
                         "baseline": b,
                         "candidate": c,
                         "reduction": reduction(b, c),
+                        "log_ratio": log_ratio,
+                        "arm_second": bool(int(other.get("slot", 1)) > base_slot),
+                        "both_failed": both_failed,
                     }
                 )
-    return pd.DataFrame(out, columns=columns)
-
-
-def bootstrap_median_interval(
-    values: np.ndarray, seed: int = 0, level: float = CONFIDENCE, resamples: int = BOOTSTRAP_RESAMPLES
-) -> tuple[float, float]:
-    """Percentile bootstrap interval of the median of ``values`` (infinities allowed, NaN not)."""
-    values = np.asarray(values, dtype=float)
-    if values.size == 0:
-        return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, values.size, size=(resamples, values.size))
-    samples = np.sort(values[draws], axis=1)
-    n = values.size
-    lower_mid, upper_mid = samples[:, (n - 1) // 2], samples[:, n // 2]
-    with np.errstate(invalid="ignore"):
-        medians = np.where(lower_mid == upper_mid, lower_mid, (lower_mid + upper_mid) / 2)
-    medians = np.sort(medians)
-    tail = int(math.floor((1 - level) / 2 * resamples))  # draws left out at each end
-    return float(medians[tail]), float(medians[resamples - 1 - tail])
-
-
-def range_coverage(pairs: int) -> float:
-    """Distribution-free probability that the range [min, max] of ``pairs`` independent reductions covers their
-    true median: 1 − 2·0.5^n (each pair falls either side of the median with probability one half). A
-    bootstrap interval of the median never leaves that range, so below the nominal level (n < 6 for 95%) the
-    stated level is not attained: 75% at 3 pairs, 93.75% at 5."""
-    return 0.0 if pairs < 1 else 1.0 - 2.0 * 0.5**pairs
-
-
-def pairs_for_level(level: float = CONFIDENCE) -> int:
-    """The fewest pairs whose range can cover the true median with probability ``level`` (6 for 95%)."""
-    return max(1, math.ceil(math.log2(2.0 / (1.0 - level)) - 1e-12))
-
-
-def verdict(low: float, high: float, bar: float | None, control: bool = False) -> str:
-    """The verdict of an interval [low, high] (fractions). A claim against a bar: ``clears`` / ``fails`` /
-    ``ambiguous``. An A/A control against a tolerance of ±bar: ``within`` (the interval lies inside it),
-    ``outside`` (wholly beyond it on one side) or ``ambiguous``."""
-    if bar is None:
-        return "no bar"
-    if math.isnan(low) or math.isnan(high):
-        return "no pairs"
-    if control:
-        if -bar <= low and high <= bar:
-            return "within"
-        if low > bar or high < -bar:
-            return "outside"
-        return "ambiguous"
-    if low > bar:
-        return "clears"
-    if high < bar:
-        return "fails"
-    return "ambiguous"
+    return pd.DataFrame(out, columns=PAIR_COLUMNS)
 
 
 @dataclass(frozen=True)
 class ClaimSettings:
-    bar_percent: float | None  # with ``control``, the A/A tolerance ±bar
+    """How claims are judged: the bar (percent) of a claim, the tolerance (percent, ±) of an A/A control's
+    arms (``control_arms``), the stated level, and for ``--pairs auto`` runs the stopping rule's settings."""
+
+    bar_percent: float | None
     seed: int = 0
     level: float = CONFIDENCE
     control: bool = False
+    tolerance_percent: float | None = None
+    control_arms: frozenset[str] = field(default_factory=frozenset)
+    precision: float | None = None  # with --pairs auto: the target half-width in points
+    first_look: int = 6
+    max_pairs: int | None = None
+
+    @property
+    def sequential(self) -> bool:
+        return self.precision is not None and self.max_pairs is not None
+
+    def is_control(self, arm: str, baseline_arm: str) -> bool:
+        """An arm judged as an A/A control: a named control arm, or (a run made with ``control``) the first
+        arm's ``-control`` twin."""
+        return arm in self.control_arms or (self.control and arm == f"{baseline_arm}{CONTROL_SUFFIX}")
+
+    @classmethod
+    def from_protocol(cls, protocol: Any) -> ClaimSettings:
+        """The settings a run's ``ProtocolOptions`` imply. An A/A run of one arm (``--control`` alone) reads
+        its ``--bar`` as the tolerance; beside other arms ``--bar`` is the claims' and ``--tolerance`` the
+        control's."""
+        control = bool(getattr(protocol, "control", False))
+        arms = tuple(getattr(protocol, "arms", ()))
+        tolerance = getattr(protocol, "tolerance", None)
+        pure_control = control and len(arms) <= 2
+        bar = protocol.bar
+        if pure_control and tolerance is None:
+            tolerance = bar
+        sequential = getattr(protocol, "pairs", None) == "auto"
+        return cls(
+            bar_percent=None if pure_control else bar,
+            seed=protocol.seed,
+            control=control,
+            tolerance_percent=tolerance,
+            control_arms=frozenset([f"{arms[0].label}{CONTROL_SUFFIX}"] if control and arms else []),
+            precision=getattr(protocol, "precision", None) if sequential else None,
+            first_look=int(getattr(protocol, "first_look", 6) or 6),
+            max_pairs=getattr(protocol, "max_pairs", None) if sequential else None,
+        )
+
+
+CLAIM_COLUMNS = [
+    "case",
+    "arm",
+    "baseline_arm",
+    "kind",
+    "pairs",
+    "planned_pairs",
+    "both_failed",
+    "one_failed",
+    "estimate",
+    "ci_low",
+    "ci_high",
+    "ci_level",
+    "ci_attained",
+    "ci_nominal",
+    "ci_sufficient",
+    "ci_method",
+    "ci_reason",
+    "verdict_basis",
+    "median",
+    "min",
+    "max",
+    "sign_low",
+    "sign_high",
+    "sign_attained",
+    "sign_sufficient",
+    "sign_method",
+    "hl_estimate",
+    "hl_low",
+    "hl_high",
+    "hl_attained",
+    "hl_sufficient",
+    "hl_method",
+    "bar",
+    "verdict",
+    "sign_verdict",
+    "hl_verdict",
+    "arm_second",
+    "arm_first",
+    "order_effect",
+    "order_low",
+    "order_high",
+    "order_reason",
+    "drift",
+    "drift_low",
+    "drift_high",
+    "drift_reason",
+    "stopping",
+]
+
+
+def judge(interval: inference.Interval, limit: float | None, control: bool) -> str:
+    """The verdict of one interval: against ±tolerance for an A/A control's arm, else against the bar."""
+    if limit is None:
+        return "no tolerance" if control else "no bar"
+    if control:
+        return inference.control_verdict(interval, limit)
+    return inference.claim_verdict(interval, limit)
+
+
+def primary_interval(
+    log_ratios: np.ndarray, settings: ClaimSettings
+) -> tuple[inference.Interval, inference.StopDecision | None]:
+    """The claim's primary interval: the calibrated t interval, or with ``--pairs auto`` the stopping rule's
+    interval at the look the run stopped at (the next pre-set look's level when it stopped between looks)."""
+    if not settings.sequential or log_ratios.size < 1:
+        return inference.t_interval(log_ratios, settings.level), None
+    plan = inference.looks(settings.first_look, settings.max_pairs)
+    if log_ratios.size > plan[-1]:
+        return inference.t_interval(log_ratios, settings.level), None
+    decision = inference.should_stop(
+        log_ratios,
+        settings.precision,
+        settings.level,
+        settings.first_look,
+        settings.max_pairs,
+        budget_spent=True,
+    )
+    if decision.interval is None:  # a single pair: no t interval at any look
+        return inference.t_interval(log_ratios, settings.level), decision
+    return decision.interval, decision
+
+
+def _claim_row(
+    case: Any,
+    arm: Any,
+    group: pd.DataFrame,
+    trials: pd.DataFrame,
+    settings: ClaimSettings,
+    planned_pairs: int | None,
+) -> dict[str, Any]:
+    baseline_arm = group["baseline_arm"].iloc[0]
+    usable = group[~group["both_failed"].astype(bool)]
+    x = usable["log_ratio"].to_numpy(dtype=float)
+    reductions = usable["reduction"].to_numpy(dtype=float)
+    control = settings.is_control(str(arm), str(baseline_arm))
+    limit_percent = settings.tolerance_percent if control else settings.bar_percent
+    limit = None if limit_percent is None else limit_percent / 100
+    primary, decision = primary_interval(x, settings)
+    sign = inference.sign_interval(x, settings.level)
+    hl = inference.hodges_lehmann_interval(x, settings.level)
+    chosen = inference.verdict_interval(primary, sign)
+    basis = (
+        "primary"
+        if chosen is primary
+        else "sign test (the t interval does not exist: a pair with one failed arm)"
+    )
+    second = usable["arm_second"].to_numpy(dtype=bool)
+    order = inference.order_effect(x, second, settings.level) if x.size else None
+    ours = measured(trials)
+    ours = ours[(ours["case"] == case) & ours["arm"].isin([baseline_arm, arm])] if not ours.empty else ours
+    trend = (
+        inference.drift(
+            ours["effective"].to_numpy(dtype=float),
+            ours["arm"].astype(str).to_numpy(),
+            settings.level,
+            index=ours["index"].to_numpy(dtype=float),
+        )
+        if len(ours) and "index" in ours
+        else None
+    )
+    return {
+        "case": case,
+        "arm": arm,
+        "baseline_arm": baseline_arm,
+        "kind": "control" if control else "claim",
+        "pairs": int(x.size),
+        "planned_pairs": planned_pairs,
+        "both_failed": int(len(group) - len(usable)),
+        "one_failed": int(np.isinf(x).sum()),
+        "estimate": primary.estimate,
+        "ci_low": chosen.low,
+        "ci_high": chosen.high,
+        "ci_level": settings.level,
+        "ci_attained": chosen.attained_level,
+        "ci_nominal": chosen.nominal_level,
+        "ci_sufficient": bool(chosen.sufficient and chosen.computable),
+        "ci_method": chosen.method,
+        "ci_reason": (
+            f"no usable pair ({len(group) - len(usable)} with both arms failed)"
+            if x.size == 0
+            else chosen.reason
+        ),
+        "verdict_basis": basis,
+        "median": float(np.median(reductions)) if reductions.size else math.nan,
+        "min": float(reductions.min()) if reductions.size else math.nan,
+        "max": float(reductions.max()) if reductions.size else math.nan,
+        "sign_low": sign.low,
+        "sign_high": sign.high,
+        "sign_attained": sign.attained_level,
+        "sign_sufficient": bool(sign.sufficient and sign.computable),
+        "sign_method": sign.method,
+        "hl_estimate": hl.estimate,
+        "hl_low": hl.low,
+        "hl_high": hl.high,
+        "hl_attained": hl.attained_level,
+        "hl_sufficient": bool(hl.sufficient and hl.computable),
+        "hl_method": hl.method,
+        "bar": limit,
+        "verdict": judge(chosen, limit, control),
+        "sign_verdict": judge(sign, limit, control),
+        "hl_verdict": judge(hl, limit, control),
+        "arm_second": int(second.sum()),
+        "arm_first": int((~second).sum()),
+        "order_effect": order.estimate if order else math.nan,
+        "order_low": order.low if order else math.nan,
+        "order_high": order.high if order else math.nan,
+        "order_reason": order.reason if order else "no usable pair",
+        "drift": trend.estimate if trend else math.nan,
+        "drift_low": trend.low if trend else math.nan,
+        "drift_high": trend.high if trend else math.nan,
+        "drift_reason": trend.reason if trend else "no measured trial",
+        "stopping": "" if decision is None else decision.reason,
+    }
 
 
 def claim_table(
-    pairs: pd.DataFrame, settings: ClaimSettings, planned_pairs: int | None = None
+    pairs: pd.DataFrame,
+    settings: ClaimSettings,
+    planned_pairs: int | None = None,
+    trials: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """Per case and candidate arm: pairs, median and (min–max) reduction, interval and verdict."""
-    columns = [
-        "case",
-        "arm",
-        "baseline_arm",
-        "pairs",
-        "planned_pairs",
-        "median",
-        "min",
-        "max",
-        "ci_low",
-        "ci_high",
-        "ci_level",
-        "ci_method",
-        "range_coverage",
-        "bar",
-        "verdict",
-    ]
+    """Per case and non-reference arm: the usable pairs (and those left out), the primary estimate and interval
+    with its method and levels, the median reduction and range, the distribution-free checks, the verdict
+    (and what each check would say), and the design diagnostics (order balance and effect, drift), computed
+    from ``trials`` where given."""
     if pairs.empty:
-        return pd.DataFrame(columns=columns)
-    bar = None if settings.bar_percent is None else settings.bar_percent / 100
-    out = []
-    for (case, arm), group in pairs.groupby(["case", "arm"], sort=False):
-        values = group["reduction"].to_numpy(dtype=float)
-        low, high = bootstrap_median_interval(values, settings.seed, settings.level)
-        out.append(
-            {
-                "case": case,
-                "arm": arm,
-                "baseline_arm": group["baseline_arm"].iloc[0],
-                "pairs": len(values),
-                "planned_pairs": planned_pairs,
-                "median": float(np.median(values)),
-                "min": float(values.min()),
-                "max": float(values.max()),
-                "ci_low": low,
-                "ci_high": high,
-                "ci_level": settings.level,
-                "ci_method": CI_METHOD,
-                "range_coverage": range_coverage(len(values)),
-                "bar": bar,
-                "verdict": verdict(low, high, bar, settings.control),
-            }
+        return pd.DataFrame(columns=CLAIM_COLUMNS)
+    trials = pd.DataFrame() if trials is None else trials
+    rows = [
+        _claim_row(case, arm, group, trials, settings, planned_pairs)
+        for (case, arm), group in pairs.groupby(["case", "arm"], sort=False)
+    ]
+    return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+
+
+# ------------------------------------------------------------------------------------ planning and flags
+
+
+def per_pair_spread(pairs: pd.DataFrame, case: Any, arm: Any) -> tuple[float, int]:
+    """The standard deviation of one claim's finite log ratios (the per-pair σ) and how many it rests on."""
+    mine = pairs[(pairs["case"] == case) & (pairs["arm"] == arm)]
+    x = mine["log_ratio"].to_numpy(dtype=float)
+    x = x[np.isfinite(x)]
+    return (float(np.std(x, ddof=1)) if x.size >= 2 else math.nan), int(x.size)
+
+
+def seconds_per_pair(trials: pd.DataFrame, case: Any, arms: tuple[Any, Any], cooldown: float = 0.0) -> float:
+    """The seconds one pair of these two arms takes by the log: each arm's median trial time plus the
+    cool-down before each trial; NaN where the log holds no time."""
+    rows = measured(trials)
+    if rows.empty or "trial_seconds" not in rows:
+        return math.nan
+    total = 0.0
+    for arm in arms:
+        mine = numeric_column(rows[(rows["case"] == case) & (rows["arm"] == arm)], "trial_seconds")
+        if not len(mine):
+            return math.nan
+        total += float(mine.median()) + cooldown
+    return total
+
+
+def instability_flags(trials: pd.DataFrame, env: dict[str, Any] | None = None) -> list[inference.Flag]:
+    """Flags for figures made unreliable by their spread or their machine: per case and arm, the measured
+    trials' max/min and MAD/median (failed trials counted, not measured); the 1-minute load at the run's
+    start against its cores (``env``: ``load1_start``, ``cpu_logical``), and at each trial's start where the
+    trial rows carry it; the median CPU steal share where they carry it. Every trial stays in the data."""
+    flags: list[inference.Flag] = []
+    rows = measured(trials)
+    cases = list(dict.fromkeys(rows["case"])) if not rows.empty else []
+    for case in cases:
+        mine = rows[rows["case"] == case]
+        values = {
+            (f"{arm}" if len(cases) == 1 else f"{case} · {arm}"): group["effective"].to_numpy(dtype=float)
+            for arm, group in mine.groupby("arm", sort=False)
+        }
+        flags += inference.instability_flags(values)
+    env = env or {}
+    if env.get("load1_start") is not None and env.get("cpu_logical"):
+        flags += inference.instability_flags(
+            {}, load_1min=float(env["load1_start"]), cores=int(env["cpu_logical"])
         )
-    return pd.DataFrame(out, columns=columns)
+    if not rows.empty and "load1_start" in rows and "cpu_logical" in rows:
+        loaded = rows[
+            pd.to_numeric(rows["load1_start"], errors="coerce")
+            > pd.to_numeric(rows["cpu_logical"], errors="coerce")
+        ]
+        if len(loaded):
+            worst = float(pd.to_numeric(loaded["load1_start"]).max())
+            cores = int(pd.to_numeric(loaded["cpu_logical"]).iloc[0])
+            flags.append(
+                inference.Flag(
+                    "trials",
+                    "load",
+                    worst,
+                    float(cores),
+                    f"{len(loaded)} of {len(rows)} measured trials started with the 1-minute load above the "
+                    f"{cores} cores (at most {worst:.2f})",
+                )
+            )
+    steal = numeric_column(rows, "cpu_steal_share") if not rows.empty else pd.Series(dtype=float)
+    if len(steal):
+        flags += inference.instability_flags({}, steal_share=float(steal.median()))
+    return flags
+
+
+def plan_rows(
+    protocol: Any,
+    summaries: Any,
+    effect: float | None = None,
+    tolerance: float | None = None,
+    bar: float | None = None,
+    power: float = 0.8,
+) -> list[dict[str, Any]]:
+    """Per claim of a run, the pairs (and seconds) a goal needs at the run's measured per-pair spread σ of
+    the log ratio (``inference.plan_effect`` / ``plan_control``). A claim's goal is to resolve ``effect``
+    (default: its measured geometric-mean reduction) against ``bar`` (default: the run's bar, else 0); an
+    A/A arm's, to fall within ±``tolerance`` (default: the run's). Fractions throughout."""
+    settings = ClaimSettings.from_protocol(protocol)
+    out: list[dict[str, Any]] = []
+    for _, claim in summaries.claims.iterrows():
+        case, arm, base = claim["case"], claim["arm"], claim["baseline_arm"]
+        sigma, used = per_pair_spread(summaries.pairs, case, arm)
+        seconds = seconds_per_pair(
+            summaries.trials, case, (base, arm), float(getattr(protocol, "cooldown", 0))
+        )
+        row: dict[str, Any] = {
+            "case": case,
+            "arm": arm,
+            "baseline_arm": base,
+            "kind": claim["kind"],
+            "sigma": sigma,
+            "sigma_pairs": used,
+            "seconds_per_pair": seconds,
+            "goal": "",
+            "pairs": None,
+            "pairs_for_goal": None,
+            "probability": math.nan,
+            "minimum_pairs": inference.t_min_pairs(settings.level),
+            "seconds": math.nan,
+            "note": "",
+        }
+        seconds_arg = seconds if math.isfinite(seconds) else None
+        try:
+            if not math.isfinite(sigma) or sigma <= 0:
+                raise ValueError(f"needs a spread: {used} finished pair(s) with a finite log ratio")
+            if claim["kind"] == "control":
+                limit = tolerance if tolerance is not None else claim["bar"]
+                if limit is None or is_nan(limit):
+                    raise ValueError("no tolerance to plan for (give one, e.g. --tolerance 1%)")
+                found = inference.plan_control(sigma, float(limit), settings.level, power, seconds_arg)
+            else:
+                target = float(claim["estimate"]) if effect is None else effect
+                against = bar if bar is not None else (0.0 if is_nan(claim["bar"]) else float(claim["bar"]))
+                if not math.isfinite(target):
+                    raise ValueError("no finite effect to plan for (give one, e.g. --effect 3%)")
+                found = inference.plan_effect(sigma, target, against, settings.level, power, seconds_arg)
+        except ValueError as exc:
+            row["note"] = str(exc)
+        else:
+            row.update(
+                goal=found.goal,
+                pairs=found.pairs,
+                pairs_for_goal=found.pairs_for_goal,
+                probability=found.probability,
+                minimum_pairs=found.minimum_pairs,
+                seconds=math.nan if found.seconds is None else found.seconds,
+            )
+        out.append(row)
+    return out
+
+
+def is_nan(value: Any) -> bool:
+    """True for None and NaN (a missing figure in a table row)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))

@@ -157,6 +157,6 @@ def summarize_trials(trials: pd.DataFrame, protocol: Any) -> Summaries:
     """Every summary of a run, computed once from its trial log and its ``ProtocolOptions``."""
     arms = stats.arm_table(trials)
     pairs = stats.pair_table(trials)
-    settings = stats.ClaimSettings(protocol.bar, protocol.seed, control=protocol.control)
-    claims = stats.claim_table(pairs, settings, protocol.pairs)
+    planned = protocol.pairs if isinstance(protocol.pairs, int) else None  # None: --pairs auto
+    claims = stats.claim_table(pairs, stats.ClaimSettings.from_protocol(protocol), planned, trials)
     return Summaries(trials, arms, pairs, claims)

@@ -12,7 +12,7 @@ import pytest
 from harness import options
 from harness.cli import app, main
 
-COMMANDS = ("env", "pair", "screen", "probe", "parity", "report")
+COMMANDS = ("env", "pair", "screen", "probe", "parity", "report", "plan")
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -64,7 +64,17 @@ def test_unknown_command_is_exit_2() -> None:
     [
         ({"pairs": 0}, "--pairs must be a positive whole number"),
         ({"warmup": -1}, "--warmup must be zero or more"),
-        ({"order": "zigzag"}, "--order 'zigzag' is not accepted; use one of: alternate, random"),
+        ({"order": "zigzag"}, "--order 'zigzag' is not accepted; use one of: alternate, abba, random"),
+        ({"pairs": "many"}, "--pairs 'many' is not a number; use a positive whole number or auto"),
+        ({"pairs": "auto"}, "--pairs auto needs --precision P"),
+        ({"pairs": "auto", "precision": -1.0}, "--precision must be a positive half-width"),
+        ({"pairs": "auto", "precision": 2.0, "max_pairs": 4}, "--max-pairs 4 is below the first look at 6"),
+        ({"pairs": "auto", "precision": 2.0, "time_budget": 0.0}, "--time-budget must be a positive number"),
+        ({"precision": 2.0}, "--precision only applies with --pairs auto"),
+        ({"time_budget": 60.0, "max_pairs": 30}, "--max-pairs, --time-budget only apply with --pairs auto"),
+        ({"tolerance": 1.0}, "--tolerance judges the A/A arm; add --control"),
+        ({"tolerance": 0.0, "control": True}, "--tolerance 0.0 is not a positive percentage"),
+        ({"arms": "baseline,baseline-control", "control": True}, "already names 'baseline-control'"),
         ({"device": "tpu"}, "use auto, cpu, cuda or cuda:N"),
         ({"budget": "lots"}, "e.g. 24GiB"),
         ({"arms": "baseline"}, "names one arm"),
@@ -72,7 +82,7 @@ def test_unknown_command_is_exit_2() -> None:
         ({"arms": "baseline,baseline"}, "names an arm twice"),
         ({"bar": 250.0}, "between -100 and 100"),
         (
-            {"bar": -1.0, "control": True},
+            {"arms": "baseline", "bar": -1.0, "control": True},
             "--bar -1.0 with --control is the A/A tolerance ±bar; use a positive",
         ),
     ],
@@ -110,6 +120,39 @@ def test_control_runs_the_first_arm_against_itself() -> None:
     ]
 
 
+def test_control_beside_two_arms_adds_the_aa_arm_to_the_same_schedule() -> None:
+    """``--control`` with a claim's arms keeps them and adds the first arm again: one schedule holds the
+    claim and its noise floor, every round running all three (a Latin square balances their order)."""
+    parsed = options.protocol_options(
+        "baseline,candidate", 0, 6, "alternate", 0, 8.0, "cpu", None, True, tolerance=1.0
+    )
+    assert [(a.label, a.role, a.spec) for a in parsed.arms] == [
+        ("baseline", "baseline", "baseline"),
+        ("candidate", "candidate", "candidate"),
+        ("baseline-control", "candidate", "baseline"),
+    ]
+    assert parsed.bar == 8.0 and parsed.tolerance == 1.0
+    from harness.protocol import Case, build_schedule
+
+    schedule = build_schedule([Case("c", {}, parsed.arms)], 0, parsed.pairs)
+    for r in range(6):
+        assert sorted(t.arm for t in schedule if t.round == r) == [
+            "baseline",
+            "baseline-control",
+            "candidate",
+        ]
+
+
+def test_pairs_auto_is_parsed_with_its_rule() -> None:
+    parsed = options.protocol_options(
+        "baseline,candidate", 0, "auto", "alternate", 0, 8.0, "cpu", None, False, precision=2.0, max_pairs=30
+    )
+    assert parsed.auto and parsed.initial_pairs == 6 and parsed.max_pairs == 30
+    assert (
+        options.protocol_options("baseline,candidate", 0, "8", "abba", 0, None, "cpu", None, False).pairs == 8
+    )
+
+
 def test_negative_seed_is_refused_before_anything_runs(tmp_path: Path, capsys) -> None:
     assert main(["probe", "--seed", "-1", "--device", "cpu", "--out", str(tmp_path / "runs")]) == 2
     assert "--seed must be zero or more" in capsys.readouterr().err
@@ -140,3 +183,85 @@ def test_a_budget_larger_than_the_card_is_refused_without_touching_the_gpu(monke
         "baseline,candidate", 1, 2, "alternate", 0, None, "cuda:0", "24GiB", False
     )
     assert parsed.budget == 24 * 2**30
+
+
+def gated_registry(figures: dict[str, list[float]], diagnostic: bool = False):
+    """A tier whose trials return ``figures[arm][round]``: what the gate reads, without a real workload."""
+    from harness.protocol import Case, Plan
+    from harness.tier import BaseTier, TierRegistry
+
+    def make_plan(protocol, settings, command):
+        return Plan("gated", protocol, [Case("only", {}, protocol.arms)], "s", "figure", command=command)
+
+    def trial_function(plan):
+        return lambda ctx: {"value": figures[ctx.arm.label][ctx.trial.round % len(figures[ctx.arm.label])]}
+
+    tier = BaseTier("gated", make_plan=make_plan, trial_function=trial_function, diagnostic=diagnostic)
+    return TierRegistry([tier])
+
+
+def gate(tmp_path: Path, monkeypatch, figures: dict, gate: bool = True, **given) -> int:
+    """The exit status ``launch`` gives a run of the gated tier (0 when it returns)."""
+    import typer
+
+    from harness import cli
+    from harness import protocol as protocol_module
+
+    monkeypatch.setattr(cli, "registry", lambda: gated_registry(figures, given.pop("diagnostic", False)))
+    monkeypatch.setattr(protocol_module, "_release_device_memory", lambda: None)  # 0.2 s of gc per trial
+    protocol = dict(arms="baseline,candidate", warmup=0, device="cpu", **given)
+    run = cli.RunArgs(resume=None, out=tmp_path, stop_after=None, quiet=True, gate=gate, no_report=True)
+    try:
+        cli.launch("gated", protocol, None, run, accepts=("gated",))
+    except typer.Exit as exc:
+        return exc.exit_code
+    return 0
+
+
+FASTER = {"baseline": [10.0, 10.1, 9.9], "candidate": [8.0, 8.05, 7.9, 8.1], "baseline-control": [10.0, 9.95]}
+
+
+def test_the_gate_passes_a_claim_that_clears_and_a_control_within(tmp_path: Path, monkeypatch) -> None:
+    assert gate(tmp_path, monkeypatch, FASTER, pairs=32, bar=8.0) == 0
+    both = dict(pairs=32, bar=8.0, control=True, tolerance=5.0)
+    assert gate(tmp_path, monkeypatch, FASTER, **both) == 0
+
+
+@pytest.mark.parametrize(
+    ("given", "why"),
+    [
+        ({"pairs": 32, "bar": 30.0}, "candidate vs baseline (claim): fails"),
+        ({"pairs": 6, "bar": 8.0}, "candidate vs baseline (claim): insufficient"),
+        ({"pairs": 32, "bar": 20.0}, "candidate vs baseline (claim): ambiguous"),
+        ({"pairs": 32}, "candidate vs baseline (claim): no bar"),
+        (
+            {"pairs": 32, "bar": 8.0, "control": True, "tolerance": 0.1},
+            "baseline-control vs baseline (control)",
+        ),
+    ],
+)
+def test_the_gate_exits_1_when_a_claim_or_control_does_not_pass(
+    tmp_path: Path, monkeypatch, capsys, given: dict, why: str
+) -> None:
+    assert gate(tmp_path, monkeypatch, FASTER, **given) == 1
+    assert why in capsys.readouterr().err
+    assert gate(tmp_path, monkeypatch, FASTER, gate=False, **given) == 0  # without --gate the status stays 0
+
+
+def test_the_gate_refuses_a_diagnostic_tier(tmp_path: Path, monkeypatch) -> None:
+    with pytest.raises(options.InputError, match="--gate judges claims"):
+        gate(tmp_path, monkeypatch, FASTER, pairs=2, diagnostic=True)
+    assert not list(tmp_path.iterdir())  # refused before anything was written
+
+
+def test_bench_plan_prints_pairs_and_time_from_a_run(tmp_path: Path, monkeypatch, capsys) -> None:
+    assert gate(tmp_path, monkeypatch, FASTER, gate=False, pairs=6, bar=8.0, control=True, tolerance=1.0) == 0
+    (folder,) = list(tmp_path.iterdir())
+    capsys.readouterr()
+    assert main(["plan", str(folder), "--effect", "3%", "--tolerance", "1%"]) == 0
+    out = capsys.readouterr().out
+    assert "candidate vs baseline: per-pair σ" in out and "resolve a 3.0% reduction against 8.0%" in out
+    assert "baseline-control vs baseline: per-pair σ" in out and "within +/-1.0%" in out
+    assert "pairs" in out and "the calibrated interval keeps 95% from 32" in out
+    assert main(["plan", str(folder), "--effect", "lots"]) == 2
+    assert main(["plan", str(tmp_path / "missing")]) == 2

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.protocol import Arm, Case, Plan, build_schedule
+from harness.protocol import Arm, Case, Plan, PlannedStop, balanced_block, build_schedule
 from harness.tables import LOG, PLAN, RunFolder
 from tests.trialfns import TWO_ARMS, plan_of, runner
 
@@ -49,18 +49,37 @@ def test_pairs_alternate_ab_ba_after_warmups() -> None:
     assert [t.index for t in schedule] == list(range(len(schedule)))
 
 
-def test_three_arms_alternate_forward_and_reverse() -> None:
-    arms = TWO_ARMS + (Arm("upstream", "candidate", "upstream"),)
-    schedule = build_schedule([Case("c", {}, arms)], warmup=0, pairs=2)
-    assert [t.arm for t in schedule] == [
-        "baseline",
-        "candidate",
-        "upstream",
-        "upstream",
-        "candidate",
-        "baseline",
-    ]
-    assert {t.order for t in schedule} == {"ABC", "CBA"}
+def test_three_arms_follow_a_balanced_latin_square() -> None:
+    """Three arms (a claim and its A/A control, say): a Williams square and its mirror, six rounds per
+    block, so every arm runs in every slot twice and runs before each other arm in half the rounds."""
+    arms = TWO_ARMS + (Arm("baseline-control", "candidate", "baseline"),)
+    schedule = build_schedule([Case("c", {}, arms)], warmup=0, pairs=6)
+    orders = [schedule[3 * r].order for r in range(6)]
+    assert orders == ["ABC", "BCA", "CAB", "CBA", "ACB", "BAC"]
+    for arm in ("baseline", "candidate", "baseline-control"):
+        assert sorted(t.slot for t in schedule if t.arm == arm) == [0, 0, 1, 1, 2, 2]
+
+
+@pytest.mark.parametrize("arms", [2, 3, 4, 5])
+def test_every_block_balances_slots_and_precedence(arms: int) -> None:
+    for order in ("alternate", "abba"):
+        block = balanced_block(arms, order)
+        assert all(sorted(row) == list(range(arms)) for row in block)
+        for arm in range(arms):  # each arm in each slot equally often
+            slots = [row.index(arm) for row in block]
+            assert all(slots.count(k) == len(block) // arms for k in range(arms)), (order, slots)
+        for a in range(arms):  # each arm before each other in half the rounds
+            for b in range(a + 1, arms):
+                before = sum(row.index(a) < row.index(b) for row in block)
+                assert 2 * before == len(block), (order, a, b)
+
+
+def test_abba_mirrors_each_block_of_two_pairs() -> None:
+    schedule = build_schedule([Case("c", {}, TWO_ARMS)], warmup=0, pairs=8, order="abba")
+    assert [t.order for t in schedule[::2]] == ["AB", "BA", "BA", "AB"] * 2
+    # trials A B B A B A A B: the order contrast is orthogonal to a linear drift over each block of 4 pairs
+    second = [t.order == "AB" for t in schedule[::2]][:4]  # the candidate (B) ran second
+    assert sum(i for i, s in enumerate(second) if s) == sum(i for i, s in enumerate(second) if not s)
 
 
 def test_random_order_is_seeded_and_complete() -> None:
@@ -88,7 +107,7 @@ def test_cases_run_one_after_another_each_with_warmups() -> None:
 
 
 def test_unknown_order_is_refused() -> None:
-    with pytest.raises(ValueError, match="alternate, random"):
+    with pytest.raises(ValueError, match="alternate, abba, random"):
         build_schedule([Case("c", {}, TWO_ARMS)], 0, 1, order="zigzag")
 
 
@@ -172,7 +191,10 @@ def test_resume_after_a_kill_mid_trial_loses_nothing_and_repeats_nothing(tmp_pat
     runner(runs).resume(folder.path)
     after = folder.rows()
     indices = [r["index"] for r in after]
-    assert sorted(indices) == list(range(10)) and len(indices) == len(set(indices))
+    # every scheduled trial once, plus the resume's warm-up (index 10, outside the schedule) before the
+    # rest of the pair the kill cut in half
+    assert sorted(indices) == list(range(11)) and len(indices) == len(set(indices))
+    assert after[3]["index"] == 10 and after[3]["phase"] == "warmup" and after[4]["index"] == 3
     assert after[:3] == before  # finished trials kept as they were, not re-run
     assert "resumes" in folder.read_json("env.json")
 
@@ -183,10 +205,10 @@ def test_torn_last_line_is_ignored_and_resume_appends_after_it(tmp_path: Path) -
     # The last trial was being written when its process died: half a line, no newline.
     folder.file(LOG).write_text("".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
     assert [r["index"] for r in folder.rows()] == [0, 1, 2]
-    runner(tmp_path).resume(folder.path)
-    assert [r["index"] for r in folder.rows()] == [0, 1, 2, 3]
+    runner(tmp_path).resume(folder.path)  # the resume's warm-up (index 4), then the rest of the pair
+    assert [r["index"] for r in folder.rows()] == [0, 1, 2, 4, 3]
     runner(tmp_path).resume(folder.path)  # nothing left to run: nothing is run again
-    assert [r["index"] for r in folder.rows()] == [0, 1, 2, 3]
+    assert [r["index"] for r in folder.rows()] == [0, 1, 2, 4, 3]
 
 
 def test_a_budget_the_device_refuses_leaves_no_run_folder(tmp_path: Path) -> None:
@@ -250,13 +272,79 @@ def test_a_plan_of_the_first_format_reads_and_never_imports_its_code(tmp_path: P
     assert "factory" not in plan.to_json() and "sections" not in plan.to_json()
 
 
-def test_stop_after_stops_before_a_trial_that_would_not_end_in_time(tmp_path: Path) -> None:
-    from harness.protocol import PlannedStop
-
+def test_stop_after_stops_before_a_pair_that_would_not_end_in_time(tmp_path: Path) -> None:
     plan = plan_of("sleepy", warmup=0, pairs=3, sleep=0.3)
     with pytest.raises(PlannedStop):
         runner(tmp_path, stop_after=0.5).start(plan)
     (folder,) = [RunFolder(p) for p in tmp_path.iterdir()]
-    assert 1 <= len(folder.rows()) < 6  # stopped early, between trials
+    assert 1 <= len(folder.rows()) < 6  # stopped early
     runner(tmp_path).resume(folder.path)
-    assert sorted(r["index"] for r in folder.rows()) == list(range(6))
+    measured = [r["index"] for r in folder.rows() if r["phase"] == "measured"]
+    assert sorted(measured) == list(range(6))
+
+
+@pytest.mark.parametrize("stop_after", [0.2, 0.5, 0.8, 1.1])
+def test_a_deadline_inside_a_pair_waits_for_the_pair_or_stops_before_it(
+    tmp_path: Path, stop_after: float
+) -> None:
+    """Whatever the deadline, the log never holds half a pair: the first pair runs whole (no estimate yet),
+    and a later one starts only if the log says both its trials end in time."""
+    plan = plan_of("sleepy", warmup=0, pairs=3, sleep=0.3)
+    with pytest.raises(PlannedStop):
+        runner(tmp_path, stop_after=stop_after).start(plan)
+    (folder,) = [RunFolder(p) for p in tmp_path.iterdir()]
+    rounds = [r["round"] for r in folder.rows()]
+    assert rounds and all(rounds.count(r) == 2 for r in rounds), rounds
+
+
+def test_a_resume_inside_a_pair_finishes_the_pair_after_a_warmup(tmp_path: Path) -> None:
+    """A crash left half a pair in the log: the resume first runs one untimed warm-up of the pair's next arm
+    (a row outside the schedule, ``phase=warmup``), then finishes the pair even under a deadline that leaves
+    no time for it, and stops before the next pair."""
+    folder = runner(tmp_path).start(plan_of("sleepy", warmup=0, pairs=3, sleep=0.05)).folder
+    log = folder.file(LOG)
+    log.write_text("".join(log.read_text().splitlines(keepends=True)[:3]))  # round 1 half done
+    with pytest.raises(PlannedStop):
+        runner(tmp_path, stop_after=0.01).resume(folder.path)
+    rows = folder.rows()
+    assert [(r["index"], r["phase"]) for r in rows[3:]] == [(6, "warmup"), (3, "measured")]
+    warm = rows[3]
+    assert warm["arm"] == rows[4]["arm"] == "baseline" and warm["warmup_reason"] == "resume"
+    assert {r["round"] for r in rows if r["phase"] == "measured"} == {
+        0,
+        1,
+    }  # round 1 whole, round 2 not begun
+    # the schedule is untouched, and a second resume runs the last pair (after its own warm-up)
+    assert len(Plan.from_json(folder.read_json(PLAN)).schedule) == 6
+    runner(tmp_path).resume(folder.path)
+    rows = folder.rows()
+    assert sorted(r["index"] for r in rows if r["phase"] == "measured") == list(range(6))
+    assert [r["index"] for r in rows if r["phase"] == "warmup"] == [6, 7]
+
+
+def test_an_idle_gap_gets_a_warmup_before_the_next_measured_trial(tmp_path: Path, monkeypatch) -> None:
+    from harness import protocol
+    from tests.trialfns import TIERS
+
+    monkeypatch.setattr(protocol, "IDLE_GAP_SECONDS", 0.2)
+    plan = plan_of("sleepy", warmup=0, pairs=2, sleep=0.0)
+    folder = RunFolder(tmp_path)
+    folder.write_json(PLAN, plan.to_json())
+    trial_fn = TIERS.get("test").trial_function(plan)
+    ends: list[int] = []
+
+    def pause_after_the_first_pair(row: dict) -> None:
+        ends.append(row["index"])
+        if row["index"] == 1:
+            time.sleep(0.3)  # the parent stalls: the machine idles past the gap
+
+    protocol.run_schedule(plan, trial_fn, folder, on_trial_end=pause_after_the_first_pair)
+    rows = folder.rows()
+    assert [(r["index"], r["phase"]) for r in rows] == [
+        (0, "measured"),
+        (1, "measured"),
+        (4, "warmup"),
+        (2, "measured"),
+        (3, "measured"),
+    ]
+    assert rows[2]["warmup_reason"].startswith("idle gap of") and rows[2]["arm"] == rows[3]["arm"]

@@ -1,4 +1,6 @@
-"""Statistics against hand-computed examples: medians, ranges, reductions, failures, interval, verdict."""
+"""Statistics of a run against hand-computed examples: medians, ranges, reductions and log ratios, failures
+(both-failed pairs left out and counted), the claim's intervals and verdict at the stated level and at the
+bar's boundary, A/A arms against a tolerance, diagnostics, flags and planning."""
 
 from __future__ import annotations
 
@@ -8,26 +10,49 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import stats
+from harness import inference, stats
+from harness.protocol import Arm, ProtocolOptions
 
 
-def trials(rows: list[tuple]) -> pd.DataFrame:
-    """Rows of (round, arm, role, status, value, phase)."""
-    return pd.DataFrame(
-        [
+def trials(rows: list[tuple], orders: list[str] | None = None) -> pd.DataFrame:
+    """Rows of (round, arm, role, status, value, phase); slots follow the round's order (AB: the baseline
+    first), indices the row order."""
+    out = []
+    for i, (r, a, role, s, v, p) in enumerate(rows):
+        order = (orders or ["AB"] * 100)[r]
+        first = "baseline" if order == "AB" else a
+        slot = 0 if (role == "baseline") == (order == "AB") else 1
+        out.append(
             {
+                "index": i,
                 "case": "c",
                 "round": r,
+                "slot": slot,
                 "arm": a,
                 "role": role,
                 "status": s,
                 "value": v,
                 "phase": p,
-                "order": "AB",
+                "order": order,
+                "first": first,
             }
-            for r, a, role, s, v, p in rows
+        )
+    return pd.DataFrame(out)
+
+
+def paired(values: list[tuple[float, float]], arm: str = "candidate", orders: list[str] | None = None):
+    rows = []
+    for r, (b, c) in enumerate(values):
+        rows += [
+            (r, "baseline", "baseline", "ok", b, "measured"),
+            (r, arm, "candidate", "ok", c, "measured"),
         ]
-    )
+    return trials(rows, orders)
+
+
+def claim_of(frame: pd.DataFrame, **settings) -> pd.Series:
+    pairs = stats.pair_table(frame)
+    return stats.claim_table(pairs, stats.ClaimSettings(**settings), trials=frame).iloc[0]
 
 
 def test_arm_medians_and_ranges_ignore_warmups() -> None:
@@ -47,30 +72,122 @@ def test_arm_medians_and_ranges_ignore_warmups() -> None:
     assert arms.loc["candidate", ["median", "min", "max"]].tolist() == [8.0, 7.0, 9.0]
 
 
-def test_paired_reductions_by_hand() -> None:
-    frame = trials(
-        [
-            (0, "baseline", "baseline", "ok", 10.0, "measured"),
-            (0, "candidate", "candidate", "ok", 8.0, "measured"),
-            (1, "baseline", "baseline", "ok", 20.0, "measured"),
-            (1, "candidate", "candidate", "ok", 15.0, "measured"),
-            (2, "baseline", "baseline", "ok", 10.0, "measured"),
-            (2, "candidate", "candidate", "ok", 11.0, "measured"),
-        ]
-    )
+def test_paired_reductions_log_ratios_and_order_by_hand() -> None:
+    frame = paired([(10.0, 8.0), (20.0, 15.0), (10.0, 11.0)], orders=["AB", "BA", "AB"])
     pairs = stats.pair_table(frame)
     assert pairs["reduction"].tolist() == pytest.approx([0.2, 0.25, -0.1])
-    claims = stats.claim_table(pairs, stats.ClaimSettings(bar_percent=8, seed=0))
-    claim = claims.iloc[0]
-    assert claim["median"] == pytest.approx(0.2)
-    assert (claim["min"], claim["max"]) == pytest.approx((-0.1, 0.25))
-    assert claim["pairs"] == 3
-    # With three pairs the bootstrap median can only be one of the three reductions.
-    assert claim["ci_low"] == pytest.approx(-0.1) and claim["ci_high"] == pytest.approx(0.25)
-    assert claim["verdict"] == "ambiguous"
+    assert pairs["log_ratio"].tolist() == pytest.approx([math.log(0.8), math.log(0.75), math.log(1.1)])
+    assert pairs["arm_second"].tolist() == [True, False, True]  # AB: the candidate ran second
+    claim = claim_of(frame, bar_percent=8)
+    # geometric mean: 1 − (0.8 · 0.75 · 1.1)^(1/3) = 1 − 0.66^(1/3) = 0.129565
+    assert claim["estimate"] == pytest.approx(1 - 0.66 ** (1 / 3))
+    assert (claim["median"], claim["min"], claim["max"]) == pytest.approx((0.2, -0.1, 0.25))
+    assert claim["pairs"] == 3 and claim["both_failed"] == 0
+    assert (claim["arm_second"], claim["arm_first"]) == (2, 1)
+    # three pairs: every interval falls short of 95%, so the verdict says so rather than guess
+    assert not claim["ci_sufficient"] and claim["verdict"] == "insufficient"
+    assert claim["sign_attained"] == 0.75 and claim["sign_verdict"] == "insufficient"
+    assert claim["hl_verdict"] == "insufficient" and claim["verdict_basis"] == "primary"
 
 
-def test_failed_trials_count_as_infinitely_slow() -> None:
+def test_the_primary_interval_is_the_calibrated_t_at_the_stated_level() -> None:
+    """By hand, six pairs of log ratios 0.1, −0.1, 0.2, 0.0, 0.05, 0.15: mean 0.0666667, s = 0.1080123;
+    at 6 pairs the stated 95% is computed at the nominal 96.5% of the calibration table, t(5 df, 0.9825) =
+    2.869869 (scipy), half-width 0.1265493, so the reduction interval is [1 − e^0.1932160, 1 − e^−0.0598826]
+    = [−21.314%, 5.812%]; the estimate 1 − e^0.0666667 = −6.894%. A change of the stated level, or an
+    interval at the stated level rather than the calibrated one, moves these bounds."""
+    ratios = [0.1, -0.1, 0.2, 0.0, 0.05, 0.15]
+    frame = paired([(10.0, 10.0 * math.exp(x)) for x in ratios])
+    claim = claim_of(frame, bar_percent=-50)
+    assert claim["ci_level"] == 0.95 and claim["ci_nominal"] == 0.965
+    assert (claim["estimate"], claim["ci_low"], claim["ci_high"]) == pytest.approx(
+        (-0.0689391, -0.2131448, 0.0581249), abs=1e-6
+    )
+    assert claim["ci_attained"] == pytest.approx(0.906408)  # its coverage on the reference skewed law
+    assert not claim["ci_sufficient"] and "sufficient from 32 pairs" in claim["ci_reason"]
+    assert claim["verdict"] == "insufficient"  # though the interval lies above −50%
+    # the checks: six pairs' range attains 1 − 2/64 = 96.875% for the median, and so does HL's widest
+    assert claim["sign_attained"] == claim["hl_attained"] == 1 - 2 / 64
+    assert (claim["sign_low"], claim["sign_high"]) == pytest.approx((1 - math.exp(0.2), 1 - math.exp(-0.1)))
+    assert claim["sign_verdict"] == claim["hl_verdict"] == "clears"  # and the report says they disagree
+
+
+def test_a_sufficient_claim_clears_and_a_clear_loss_fails() -> None:
+    rng = np.random.default_rng(4)
+    values = [(100.0, 100.0 * math.exp(-0.2 + 0.02 * z)) for z in rng.standard_normal(32)]
+    claim = claim_of(paired(values), bar_percent=8)
+    assert claim["ci_sufficient"] and claim["pairs"] == 32 and claim["ci_nominal"] == 0.9627
+    assert claim["verdict"] == "clears" and claim["hl_verdict"] == claim["sign_verdict"] == "clears"
+    assert claim_of(paired(values), bar_percent=30)["verdict"] == "fails"
+
+
+def _percent_for(value: float) -> float | None:
+    """A percent whose fraction (percent / 100, as the claims read it) is exactly ``value``, if one exists
+    (about one double in five has none)."""
+    centre = value * 100
+    for steps in range(16):
+        for direction in (math.inf, -math.inf):
+            percent = centre
+            for _ in range(steps):
+                percent = np.nextafter(percent, direction)
+            if percent / 100 == value:
+                return float(percent)
+    return None
+
+
+def _exactly_at(make_frame, end: str, **settings) -> tuple[pd.DataFrame, float]:
+    """A frame and a limit in percent equal to the frame's claim interval end ``end`` exactly (the data are
+    scaled by a hair until such a percent exists)."""
+    for k in range(50):
+        frame = make_frame(1 + 1e-9 * k)
+        value = float(claim_of(frame, **settings)[end])
+        percent = _percent_for(abs(value))
+        if percent is not None:
+            return frame, percent
+    raise AssertionError("no exactly representable limit found")
+
+
+def _claim_values(scale: float, spread: float, shift: float, seed: int, arm: str = "candidate"):
+    rng = np.random.default_rng(seed)
+    return paired(
+        [(100.0, 100.0 * scale * math.exp(shift + spread * z)) for z in rng.standard_normal(32)], arm=arm
+    )
+
+
+def test_a_claim_exactly_at_the_bar_is_ambiguous_through_the_claims_table() -> None:
+    """The interval's low end equal to the bar counts as touching it: ambiguous, not clears; one float step
+    lower, it clears. A mutation of the strict comparison (> to >=) fails here; so for the high end."""
+
+    def make(scale: float) -> pd.DataFrame:
+        return _claim_values(scale, 0.02, -0.2, 5)
+
+    frame, bar = _exactly_at(make, "ci_low", bar_percent=8)
+    assert claim_of(frame, bar_percent=bar)["ci_low"] == bar / 100
+    assert claim_of(frame, bar_percent=bar)["verdict"] == "ambiguous"
+    assert claim_of(frame, bar_percent=np.nextafter(bar, -1.0))["verdict"] == "clears"
+    frame, bar = _exactly_at(make, "ci_high", bar_percent=8)
+    assert claim_of(frame, bar_percent=bar)["verdict"] == "ambiguous"
+    assert claim_of(frame, bar_percent=np.nextafter(bar, 100.0))["verdict"] == "fails"
+
+
+def test_an_aa_arm_at_its_tolerance_is_ambiguous_and_inside_it_within() -> None:
+    settings = {"bar_percent": None, "control": True}
+
+    def make(scale: float) -> pd.DataFrame:
+        return _claim_values(scale, 0.002, 0.004, 6, arm="baseline-control")  # the arm 0.4% slower
+
+    frame, tolerance = _exactly_at(make, "ci_low", tolerance_percent=5, **settings)
+    claim = claim_of(frame, tolerance_percent=tolerance, **settings)
+    assert claim["kind"] == "control" and claim["ci_low"] == -tolerance / 100 and claim["ci_high"] < 0
+    assert claim["verdict"] == "ambiguous"  # the interval touches −tolerance
+    assert (
+        claim_of(frame, tolerance_percent=np.nextafter(tolerance, 100.0), **settings)["verdict"] == "within"
+    )
+    assert claim_of(frame, tolerance_percent=5, **settings)["verdict"] == "within"
+    assert claim_of(frame, tolerance_percent=0.05, **settings)["verdict"] == "outside"
+
+
+def test_failed_trials_count_as_infinitely_slow_and_both_failed_pairs_are_left_out() -> None:
     frame = trials(
         [
             (0, "baseline", "baseline", "ok", 10.0, "measured"),
@@ -84,94 +201,97 @@ def test_failed_trials_count_as_infinitely_slow() -> None:
     arms = stats.arm_table(frame).set_index("arm")
     assert arms.loc["candidate", "failed"] == 2 and arms.loc["candidate", "trials"] == 3
     assert math.isinf(arms.loc["candidate", "median"])  # two of three failed
-    assert arms.loc["baseline", "min"] == 10.0 and math.isinf(arms.loc["baseline", "max"])
-    reductions = stats.pair_table(frame)["reduction"].tolist()
-    assert reductions[0] == -math.inf and reductions[1] == 1.0 and reductions[2] == 0.0
-    claim = stats.claim_table(stats.pair_table(frame), stats.ClaimSettings(8)).iloc[0]
-    assert claim["median"] == 0.0 and claim["min"] == -math.inf
+    pairs = stats.pair_table(frame)
+    assert pairs["reduction"].iloc[0] == -math.inf and pairs["reduction"].iloc[1] == 1.0
+    assert math.isnan(pairs["reduction"].iloc[2]) and pairs["both_failed"].tolist() == [False, False, True]
+    claim = claim_of(frame, bar_percent=8)
+    assert claim["pairs"] == 2 and claim["both_failed"] == 1 and claim["one_failed"] == 2
+    assert claim["min"] == -math.inf and claim["max"] == 1.0  # the both-failed pair is not a 0
+    assert claim["verdict_basis"].startswith("sign test")  # no t interval with a failed arm
+    assert claim["verdict"] == "insufficient"  # two pairs' range attains only 50%
 
 
-@pytest.mark.parametrize(
-    ("low", "high", "bar", "expected"),
-    [
-        (0.10, 0.13, 0.08, "clears"),
-        (0.01, 0.05, 0.08, "fails"),
-        (0.05, 0.10, 0.08, "ambiguous"),
-        (-math.inf, 0.2, 0.08, "ambiguous"),
-        (0.1, 0.2, None, "no bar"),
-    ],
-)
-def test_verdict_three_outcomes(low: float, high: float, bar: float | None, expected: str) -> None:
-    assert stats.verdict(low, high, bar) == expected
-
-
-@pytest.mark.parametrize(
-    ("low", "high", "expected"),
-    [
-        (-0.004, 0.009, "within"),
-        (-0.01, 0.01, "within"),
-        (-0.1363, -0.0123, "outside"),
-        (0.02, 0.05, "outside"),
-        (-0.05, 0.005, "ambiguous"),
-        (-0.02, 0.02, "ambiguous"),
-        (-math.inf, -0.02, "outside"),
-    ],
-)
-def test_a_control_is_judged_against_a_tolerance(low: float, high: float, expected: str) -> None:
-    """An A/A control's --bar is a tolerance ±bar: inside it, wholly beyond it, or neither."""
-    assert stats.verdict(low, high, 0.01, control=True) == expected
-
-
-def test_clear_win_clears_and_clear_loss_fails() -> None:
+def test_a_control_whose_every_trial_failed_is_insufficient_not_within() -> None:
     rows = []
-    for r, (b, c) in enumerate([(100, 80), (101, 81), (99, 79), (100, 79), (102, 82)]):
+    for r in range(6):
         rows += [
-            (r, "baseline", "baseline", "ok", b, "measured"),
-            (r, "candidate", "candidate", "ok", c, "measured"),
+            (r, "baseline", "baseline", "resource_failure", None, "measured"),
+            (r, "baseline-control", "candidate", "resource_failure", None, "measured"),
         ]
-    pairs = stats.pair_table(trials(rows))
-    assert stats.claim_table(pairs, stats.ClaimSettings(8)).iloc[0]["verdict"] == "clears"
-    assert stats.claim_table(pairs, stats.ClaimSettings(30)).iloc[0]["verdict"] == "fails"
+    claim = claim_of(trials(rows), bar_percent=None, control=True, tolerance_percent=1)
+    assert claim["pairs"] == 0 and claim["both_failed"] == 6
+    assert claim["verdict"] == "insufficient" and "both arms failed" in claim["ci_reason"]
 
 
-def test_bootstrap_is_seeded_and_brackets_the_median() -> None:
-    values = np.array([0.11, 0.12, 0.13, 0.105, 0.125, 0.118, 0.121])
-    first = stats.bootstrap_median_interval(values, seed=3)
-    assert first == stats.bootstrap_median_interval(values, seed=3)
-    assert first[0] <= np.median(values) <= first[1]
-    assert values.min() <= first[0] and first[1] <= values.max()
+def test_an_odd_count_states_its_order_imbalance_and_effect() -> None:
+    """Five pairs AB, BA, AB, BA, AB: the candidate ran second in 3 and first in 2; its order effect is the
+    mean log ratio when second (−0.1, −0.1, −0.1) minus when first (0.1, 0.1): e^−0.2 − 1 = −18.13%."""
+    values = [(10.0, 10.0 * math.exp(-0.1 if r % 2 == 0 else 0.1)) for r in range(5)]
+    claim = claim_of(paired(values, orders=["AB", "BA"] * 3), bar_percent=8)
+    assert (claim["arm_second"], claim["arm_first"]) == (3, 2)
+    assert claim["order_effect"] == pytest.approx(100 * math.expm1(-0.2))
+    assert claim["order_low"] == pytest.approx(claim["order_effect"])  # no spread within the orders
+    assert "drift" in stats.CLAIM_COLUMNS and not math.isnan(claim["drift"])
 
 
-@pytest.mark.parametrize("pairs", [1, 2, 3, 5, 6])
-def test_range_coverage_matches_simulation(pairs: int) -> None:
-    """How often [min, max] of n draws covers the true median, simulated on a skewed law (median log 2)."""
-    rng = np.random.default_rng(pairs)
-    draws = rng.exponential(size=(200_000, pairs))
-    median = math.log(2.0)
-    covered = (draws.min(axis=1) <= median) & (median <= draws.max(axis=1))
-    assert abs(covered.mean() - stats.range_coverage(pairs)) < 0.005  # binomial s.e. of the mean ≤ 0.0012
-
-
-def test_three_pairs_cannot_reach_the_stated_level() -> None:
-    """With 3 pairs the bootstrap interval is the observed range: 75% coverage, not 95%; 6 pairs can reach 95%."""
-    values = np.array([0.3313, 0.3712, 0.3984])
-    assert stats.bootstrap_median_interval(values) == (values.min(), values.max())
-    assert stats.range_coverage(3) == 0.75
-    assert stats.pairs_for_level(0.95) == 6 and stats.range_coverage(5) < 0.95 <= stats.range_coverage(6)
-    table = stats.claim_table(
-        pd.DataFrame({"case": "c", "arm": "cand", "baseline_arm": "base", "reduction": values}),
-        stats.ClaimSettings(bar_percent=60),
+def test_claim_settings_from_protocol() -> None:
+    arms = (Arm("a", "baseline", "a"), Arm("a-control", "candidate", "a"))
+    pure = stats.ClaimSettings.from_protocol(ProtocolOptions(arms, bar=1.0, control=True))
+    assert pure.bar_percent is None and pure.tolerance_percent == 1.0 and pure.is_control("a-control", "a")
+    three = arms[:1] + (Arm("b", "candidate", "b"),) + arms[1:]
+    both = stats.ClaimSettings.from_protocol(ProtocolOptions(three, bar=8.0, control=True, tolerance=1.0))
+    assert both.bar_percent == 8.0 and both.tolerance_percent == 1.0
+    assert both.is_control("a-control", "a") and not both.is_control("b", "a")
+    auto = stats.ClaimSettings.from_protocol(
+        ProtocolOptions(arms[:1] + three[1:2], pairs="auto", precision=2.0)
     )
-    assert table["range_coverage"].iloc[0] == 0.75 and table["verdict"].iloc[0] == "fails"
+    assert auto.sequential and auto.max_pairs == 20 and auto.first_look == 6
 
 
-def test_interrupted_round_is_left_out_of_pairs() -> None:
-    frame = trials(
-        [
-            (0, "baseline", "baseline", "ok", 10.0, "measured"),
-            (0, "candidate", "candidate", "ok", 8.0, "measured"),
-            (1, "baseline", "baseline", "ok", 10.0, "measured"),
-        ]
+def test_an_auto_run_reads_the_stopping_rules_interval() -> None:
+    rng = np.random.default_rng(7)
+    values = [(100.0, 100.0 * math.exp(-0.2 + 0.02 * z)) for z in rng.standard_normal(8)]
+    claim = claim_of(paired(values), bar_percent=8, precision=50.0, max_pairs=20)
+    x = stats.pair_table(paired(values))["log_ratio"].to_numpy()
+    decision = inference.should_stop(x, 50.0, budget_spent=True)
+    assert claim["ci_low"] == pytest.approx(decision.interval.low)
+    assert claim["ci_nominal"] == pytest.approx(decision.per_look_level)
+    assert "look 2 of 8" in claim["ci_method"] and claim["stopping"].startswith("precision reached")
+    assert claim["ci_sufficient"]  # looks 6..20 reach the 18 pairs the skewed law needs
+
+
+def test_instability_flags_from_the_trials_and_the_start_load() -> None:
+    loaded = [14.9, 20.3, 31.0, 140.4, 30.0]
+    frame = paired([(55.0, c) for c in loaded])
+    flags = stats.instability_flags(frame, {"load1_start": 5.2, "cpu_logical": 2})
+    assert [(f.subject, f.kind) for f in flags] == [
+        ("candidate", "spread"),
+        ("candidate", "mad"),
+        ("machine", "load"),
+    ]
+    assert (
+        stats.instability_flags(paired([(55.0, 50.0), (55.1, 50.2)]), {"load1_start": 0.5, "cpu_logical": 2})
+        == []
     )
-    claim = stats.claim_table(stats.pair_table(frame), stats.ClaimSettings(8), planned_pairs=2).iloc[0]
-    assert claim["pairs"] == 1 and claim["planned_pairs"] == 2
+
+
+def test_plan_rows_from_the_measured_spread() -> None:
+    ratios = [-0.1, -0.05, -0.15, -0.1]
+    frame = paired([(10.0, 10.0 * math.exp(x)) for x in ratios])
+    frame["trial_seconds"] = [60.0, 50.0] * 4
+    pairs = stats.pair_table(frame)
+    claims = stats.claim_table(pairs, stats.ClaimSettings(bar_percent=5), trials=frame)
+    summaries = type("S", (), {"claims": claims, "pairs": pairs, "trials": frame})()
+    protocol = ProtocolOptions(
+        (Arm("baseline", "baseline", "b"), Arm("candidate", "candidate", "c")), bar=5.0
+    )
+    (row,) = stats.plan_rows(protocol, summaries, effect=0.03)
+    assert row["sigma"] == pytest.approx(np.std(ratios, ddof=1)) and row["seconds_per_pair"] == 110.0
+    expected = inference.plan_effect(row["sigma"], 0.03, 0.05, seconds_per_pair=110.0)
+    assert (row["pairs"], row["pairs_for_goal"], row["seconds"]) == (
+        expected.pairs,
+        expected.pairs_for_goal,
+        expected.seconds,
+    )
+    (default,) = stats.plan_rows(protocol, summaries)  # the measured effect against the run's bar
+    assert "against 5.0%" in default["goal"]

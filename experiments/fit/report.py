@@ -20,14 +20,16 @@ from experiments.fit.stages import OPTIMIZER_STAGE, STAGES, stage_column
 from harness.formatting import (
     format_bytes,
     format_interval,
+    format_levels,
     format_limit,
     format_number,
     format_percent,
     format_value,
+    method_label,
 )
 from harness.protocol import Plan
 from harness.report import claim_sentence, markdown_image, markdown_table
-from harness.stats import finished, median_of, range_coverage
+from harness.stats import finished, median_of
 from harness.tier import Run
 
 STAGES_CSV = "stages.csv"
@@ -265,34 +267,45 @@ def claim_text(run: Run) -> str:
         case, arm = str(claim["case"]), str(claim["arm"])
         if settings.stages:
             continue
-        kind = "A/A control (noise floor): " if plan.protocol.control else ""
-        verdict = (
-            "no bar set (--bar), so no verdict"
-            if plan.protocol.bar is None
-            else f"{'A/A ' if plan.protocol.control else ''}verdict against {format_limit(plan.protocol.bar, plan.protocol.control)}: "
-            f"{claim['verdict']}"
-        )
+        control = claim["kind"] == "control"
+        kind = "A/A control (noise floor): " if control else ""
+        if claim["verdict"] in ("no bar", "no tolerance"):
+            verdict = f"no {'tolerance (--tolerance)' if control else 'bar (--bar)'} set, so no verdict"
+        else:
+            limit = format_limit(100 * float(claim["bar"]), control)
+            verdict = f"{'A/A ' if control else ''}verdict against {limit}: {claim['verdict']}"
         lines.append(f"{kind}{claim_sentence(plan, summaries, case, arm)}")
+        pairs = f"{int(claim['pairs'])} pairs" + (
+            f", {int(claim['both_failed'])} more with both arms failed left out"
+            if int(claim["both_failed"])
+            else ""
+        )
         lines.append(
-            f"{100 * float(claim['ci_level']):.0f}% interval of the median reduction "
-            f"{format_interval(claim['ci_low'], claim['ci_high'])} ({claim['ci_method']}, {int(claim['pairs'])} "
-            f"pairs); {verdict}." + _nominal_note(int(claim["pairs"]), float(claim["ci_level"]))
+            f"{100 * float(claim['ci_level']):.0f}% {method_label(claim)} interval of the geometric-mean "
+            f"reduction {format_interval(claim['ci_low'], claim['ci_high'])} ({format_levels(claim)}, {pairs}); "
+            f"{verdict}." + (f" Insufficient: {claim['ci_reason']}." if not claim["ci_sufficient"] else "")
+        )
+        lines.append(
+            f"Checks: sign-test interval of the median {format_interval(claim['sign_low'], claim['sign_high'])} "
+            f"({100 * float(claim['sign_attained']):.1f}% attained, {claim['sign_verdict']}); Hodges-Lehmann "
+            f"{format_percent(claim['hl_estimate'])}, Wilcoxon interval "
+            f"{format_interval(claim['hl_low'], claim['hl_high'])} "
+            + (
+                "(not computable)."
+                if math.isnan(float(claim["hl_attained"]))
+                else f"({100 * float(claim['hl_attained']):.1f}% attained, {claim['hl_verdict']})."
+            )
         )
     lines.append(
         f"Protocol: {plan.protocol.warmup} warm-up fit(s) discarded, then {plan.protocol.pairs} pair(s) in {plan.protocol.order} order "
-        f"(AB, BA, …), {settings.steps} steps each ({settings.epochs} epochs × {settings.iterations_per_epoch}); "
+        f"({_orders(plan)}), {settings.steps} steps each ({settings.epochs} epochs × {settings.iterations_per_epoch}); "
         f"isolation: {plan.isolation}; timed region: {plan.timed_region}."
     )
     lines.append(_environment_line(env))
     return "\n".join(lines) + "\n"
 
 
-def _nominal_note(pairs: int, level: float) -> str:
-    """What a small number of pairs does to the stated level (empty where it can be attained)."""
-    coverage = range_coverage(pairs)
-    if coverage >= level:
-        return ""
-    return (
-        f" With {pairs} pairs the interval is nominal: even the range of the reductions covers the true median "
-        f"with probability only {100 * coverage:.1f}% (distribution-free)."
-    )
+def _orders(plan: Plan) -> str:
+    """The first rounds' orders as scheduled: ``AB, BA, …``."""
+    orders = list(dict.fromkeys((t.round, t.order) for t in plan.schedule if t.phase == "measured"))
+    return ", ".join(order for _, order in orders[:2]) + (", …" if len(orders) > 2 else "")
