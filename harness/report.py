@@ -248,6 +248,15 @@ def extra_warmups(trials: pd.DataFrame) -> pd.DataFrame:
     return trials[reasons.notna() & (reasons.astype(str) != "")]
 
 
+def _logged(plan: Plan, trials: pd.DataFrame) -> str:
+    """``8 of 8 scheduled trials`` (and the extra warm-ups beside them)."""
+    rows = [] if trials.empty else trials[["index"]].to_dict("records")
+    extra = len(extra_warmups(trials))
+    return f"{scheduled_done(plan, rows)} of {len(plan.schedule)} scheduled trials" + (
+        f" (+{extra} extra warm-up{'s' if extra != 1 else ''})" if extra else ""
+    )
+
+
 def _planned_text(plan: Plan) -> str:
     """The pairs asked for: a number, or the stopping rule's looks."""
     p = plan.protocol
@@ -424,7 +433,7 @@ def _title(runs: list[LoadedRun]) -> list[str]:
         lines.append(
             f"Run folder {_code(first.name)}; tier {_code(plan.tier)}; primary figure: {plan.metric}"
             + (f" in {plan.unit}" if plan.unit else "")
-            + f" (lower is better); {len(trials)} of {len(plan.schedule)} scheduled trials in the log."
+            + f" (lower is better); {_logged(plan, trials)} in the log."
         )
         lines += ["", "Command:", "", "```sh", plan.command or "# not recorded (started from Python)", "```"]
         return lines
@@ -436,7 +445,7 @@ def _title(runs: list[LoadedRun]) -> list[str]:
             "A/A control" if r.plan.protocol.control else "claim",
             f"{r.plan.metric} ({r.plan.unit})",
             _time(r.plan.created),
-            f"{len(r.summaries.trials)} of {len(r.plan.schedule)}",
+            _logged(r.plan, r.summaries.trials).replace(" scheduled trials", ""),
         ]
         for r in runs
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -348,3 +349,78 @@ def test_an_idle_gap_gets_a_warmup_before_the_next_measured_trial(tmp_path: Path
         (3, "measured"),
     ]
     assert rows[2]["warmup_reason"].startswith("idle gap of") and rows[2]["arm"] == rows[3]["arm"]
+
+
+# --- --pairs auto: the stopping rule drives the schedule ------------------------------------------------------
+
+NOISE = [2.041, -2.556, 0.418, -0.568, -0.453, -0.216, -2.02, -0.232, -0.865, 3.323]
+NOISE += [0.226, -0.353, -0.281, -0.668, -1.055, -0.391, 0.482, -0.239, 0.958, -0.2]  # seeded normals
+AUTO_FIGURES = {"baseline": [10.0] * 20, "candidate": [8.0 * math.exp(0.03 * z) for z in NOISE]}
+
+
+@pytest.fixture
+def no_gc(monkeypatch) -> None:
+    from harness import protocol
+
+    monkeypatch.setattr(protocol, "_release_device_memory", lambda: None)
+
+
+def test_pairs_auto_grows_look_by_look_until_the_precision(tmp_path: Path, no_gc) -> None:
+    """Log ratios ln 0.8 + 3%·z: the half-width at the looks' levels falls below 3 points at 14 pairs (the
+    rule's own decision on the same numbers); the schedule grows from the first look's 6 pairs by 2 at each
+    look, the plan records every decision, and the claim reads the interval of the look it stopped at."""
+    from harness.inference import should_stop
+    from harness.tier import Run
+
+    x = [math.log(c / b) for b, c in zip(AUTO_FIGURES["baseline"], AUTO_FIGURES["candidate"], strict=True)]
+    expected = next(n for n in range(6, 21, 2) if should_stop(x[:n], 3.0).stop)
+    assert expected == 14
+    plan = plan_of("scripted", warmup=0, pairs="auto", precision=3.0, figures=AUTO_FIGURES)
+    assert len(plan.schedule) == 12  # the first look's 6 pairs
+    folder = runner(tmp_path).start(plan).folder
+    saved = Plan.from_json(folder.read_json(PLAN))
+    assert sorted({t.round for t in saved.schedule}) == list(range(14))
+    assert [(d["rounds"], d["stop"]) for d in saved.looks] == [
+        (6, False),
+        (8, False),
+        (10, False),
+        (12, False),
+        (14, True),
+    ]
+    assert saved.looks[-1]["reason"] == "every claim's precision reached"
+    assert saved.looks[-1]["claims"]["candidate"]["half_width"] <= 3.0
+    assert len([r for r in folder.rows() if r["phase"] == "measured"]) == 28
+    claim = Run.load(folder).summaries.claims.iloc[0]
+    assert "look 5 of 8" in claim["ci_method"] and claim["ci_sufficient"]
+    assert 100 * (claim["ci_high"] - claim["ci_low"]) / 2 <= 3.0
+    # a resume of a cut run continues the same sequence: the decided looks are not taken again
+    log = folder.file(LOG)
+    log.write_text("".join(log.read_text().splitlines(keepends=True)[:17]))
+    runner(tmp_path).resume(folder.path)
+    again = Plan.from_json(folder.read_json(PLAN))
+    assert again.looks == saved.looks and again.schedule == saved.schedule
+    assert len([r for r in folder.rows() if r["phase"] == "measured"]) == 28
+
+
+def test_pairs_auto_stops_at_the_last_look_when_the_precision_is_out_of_reach(tmp_path: Path, no_gc) -> None:
+    plan = plan_of("scripted", warmup=0, pairs="auto", precision=0.01, max_pairs=10, figures=AUTO_FIGURES)
+    folder = runner(tmp_path).start(plan).folder
+    saved = Plan.from_json(folder.read_json(PLAN))
+    assert [(d["rounds"], d["stop"], d["reason"]) for d in saved.looks] == [
+        (6, False, "precision not reached by every claim"),
+        (8, False, "precision not reached by every claim"),
+        (10, True, "last look (max pairs)"),
+    ]
+
+
+def test_pairs_auto_stops_at_a_pair_boundary_when_the_time_budget_is_spent(tmp_path: Path, no_gc) -> None:
+    plan = plan_of("sleepy", warmup=0, pairs="auto", precision=0.01, time_budget=0.9, sleep=0.1)
+    folder = runner(tmp_path).start(plan).folder
+    saved = Plan.from_json(folder.read_json(PLAN))
+    (decision,) = saved.looks
+    assert decision["stop"] and decision["reason"].startswith("time budget spent")
+    rows = folder.rows()
+    rounds = [r["round"] for r in rows if r["phase"] == "measured"]
+    assert 2 <= len(set(rounds)) < 6 and all(rounds.count(r) == 2 for r in rounds)  # whole pairs only
+    assert sum(r["trial_seconds"] for r in rows) <= 0.9 + 0.25  # within the budget, less the estimate's error
+    assert len(saved.schedule) == len(rows)  # the rounds not run left the schedule: complete, not cut

@@ -7,6 +7,7 @@ fixtures can never drift from what the harness writes.
 
 from __future__ import annotations
 
+import math
 import shutil
 from pathlib import Path
 
@@ -148,9 +149,23 @@ def claim_run(pristine_claim_run: RunFolder, tmp_path: Path) -> RunFolder:
 
 
 def reduction_text(baseline: list[float], candidate: list[float]) -> str:
-    """The reduction clause computed by hand from the figures: median (min–max) of the paired reductions."""
+    """The reduction clause computed by hand from the figures: the geometric-mean reduction, then the median
+    and (min–max) of the paired reductions."""
     values = sorted((b - c) / b for b, c in zip(baseline, candidate, strict=True))
-    return f"{100 * values[len(values) // 2]:.2f}% ({100 * values[0]:.2f}–{100 * values[-1]:.2f}%)"
+    ratios = [c / b for b, c in zip(baseline, candidate, strict=True)]
+    geometric = 1 - math.prod(ratios) ** (1 / len(ratios))
+    return (
+        f"{100 * geometric:.2f}% (geometric mean; median {100 * values[len(values) // 2]:.2f}%, range "
+        f"{100 * values[0]:.2f}–{100 * values[-1]:.2f}%)"
+    )
+
+
+@pytest.fixture
+def no_gc(monkeypatch) -> None:
+    """Runs of many in-process trials without the 0.2 s garbage collection each trial makes."""
+    from harness import protocol
+
+    monkeypatch.setattr(protocol, "_release_device_memory", lambda: None)
 
 
 # --- every section, every plot ---------------------------------------------------------------------------
@@ -167,6 +182,9 @@ def test_report_has_every_section_and_both_plots(claim_run: RunFolder) -> None:
         "### Protocol",
         "### Results",
         "### Verdict",
+        "### Design diagnostics",
+        "### Stability",
+        "### Planning",
         "### Failed trials",
         "### Caveats",
         "### Plots",
@@ -193,19 +211,28 @@ def test_report_has_every_section_and_both_plots(claim_run: RunFolder) -> None:
         "2 warm-up trials",
         "discarded from every statistic",
         "then 3 pairs",
-        "counterbalanced order (AB, BA, AB, …)",
+        "counterbalanced order (AB, BA, AB)",
         "Isolation: each trial in a fresh worker process",
         "Timed region: the whole fit, synchronized at both ends",
         "memory budget: none",
         "seed 0",
-        "percentile bootstrap of the median, 10000 resamples",
-        "the 8% bar",
+        "calibrated Student t interval of the mean log ratio, 2 df, at nominal level",
+        "sign-test (order-statistic) interval of the median reduction",
+        "Hodges-Lehmann estimate with its Wilcoxon interval",
+        "a claim against the 8% bar `clears` when the whole interval lies above it",
+        "After a resume, or an idle gap of more than 30 s",
     ):
         assert phrase in text, phrase
     assert "| peak allocated (median) | peak reserved (median) |" in text
     assert "fixture tier: not a training claim. Its figures are scripted." in text
-    assert "few pairs: 3 per claim, so the stated 95% interval is nominal." in text
-    assert "covers the true median with probability only 75.0%" in text and "6 pairs are the fewest" in text
+    assert (
+        "insufficient: candidate vs baseline's calibrated t interval does not keep the stated 95% with 3 pairs."
+        in text
+    )
+    assert "sufficient from 32 pairs" in text and "**insufficient**" in text
+    assert "| candidate vs baseline | 3 / 0 (**unbalanced**) |" not in text  # AB, BA, AB: 2 / 1
+    assert "2 / 1 (**unbalanced**)" in text and "odd pairs: candidate vs baseline ran second in 2" in text
+    assert "bench plan " in text and "pairs to run" in text
     assert "None: every logged trial finished." in text
     for name in ("timeline.png", "reductions.png"):
         png = claim_run.path / "report-figures" / name
@@ -219,7 +246,7 @@ def test_claim_sentence_in_the_project_form(claim_run: RunFolder) -> None:
     sentence = report.claim_sentence(plan, summaries, "yolo26n", "candidate")
     expected = (
         "Baseline median 89.448 s (88.765–89.646); candidate 79.183 s (77.799–79.660). The paired reduction "
-        f"median is {reduction_text(FIGURES['baseline'], FIGURES['candidate'])}, with the same 809.9 MiB peak "
+        f"is {reduction_text(FIGURES['baseline'], FIGURES['candidate'])}, with the same 809.9 MiB peak "
         "allocated."
     )
     assert sentence == expected
@@ -241,7 +268,7 @@ def test_claim_sentence_with_different_peaks_other_labels_and_no_peaks(tmp_path:
     plan, summaries = run.plan, run.summaries
     sentence = report.claim_sentence(plan, summaries, "yolo26n", "candidate")
     assert sentence.endswith(
-        f"The paired reduction median is {reduction_text(FIGURES['baseline'], FIGURES['candidate'])}."
+        f"The paired reduction is {reduction_text(FIGURES['baseline'], FIGURES['candidate'])}."
     )
 
 
@@ -272,22 +299,105 @@ def test_failed_trials_are_shown_with_bytes_or_message(tmp_path: Path) -> None:
     assert "-∞" in text  # a pair whose candidate failed has reduction -∞, shown, not dropped
 
 
-def test_a_control_says_it_is_the_noise_floor(tmp_path: Path) -> None:
-    figures = {"baseline": [10.0, 10.1, 9.9], "baseline-control": [10.05, 10.0, 10.0]}
-    folder = run_folder(tmp_path, make_plan(control=True), scripted(figures))
+def test_a_control_says_it_is_the_noise_floor(tmp_path: Path, no_gc) -> None:
+    figures = {"baseline": [10.0, 10.1, 9.9] * 11, "baseline-control": [10.05, 10.0, 10.0, 10.02] * 8}
+    folder = run_folder(tmp_path, make_plan(control=True, pairs=32), scripted(figures))
     text = write([folder]).read_text(encoding="utf-8")
     assert "# musgd-bench report: fixture A/A control" in text
     assert "A/A control: it measures the noise floor, not a speed-up." in text
-    assert "The first arm ran against itself" in text and "median difference" in text
+    assert "The first arm ran against itself" in text and "difference" in text
     assert "This run is an A/A control" in text
-    # The plan's --bar 8 is, for a control, the tolerance ±8%: the differences (≤ 1%) lie inside it.
+    # The plan's --bar 8 is, for a control of one arm, the tolerance ±8%: the differences lie inside it.
     assert (
-        "the A/A verdict against the ±8% tolerance is `within` when the whole interval lies inside it" in text
+        "an A/A arm against the ±8% tolerance is `within` when the whole interval lies strictly inside"
+        in text
     )
     assert (
         "| ±8% | **within** |" in text
         and "lies inside the ±8% tolerance: the noise floor is within it" in text
     )
+    # with three pairs the same control can only say it cannot tell
+    few = run_folder(tmp_path / "few", make_plan(control=True), scripted(figures))
+    assert "| ±8% | **insufficient** |" in write([few]).read_text(encoding="utf-8")
+
+
+def test_a_claim_and_its_control_side_by_side_from_one_run(tmp_path: Path, no_gc) -> None:
+    arms = (
+        Arm("baseline", "baseline", "baseline"),
+        Arm("candidate", "candidate", "candidate"),
+        Arm("baseline-control", "candidate", "baseline"),
+    )
+    plan = Plan(
+        tier="fixture",
+        protocol=ProtocolOptions(arms, warmup=0, pairs=32, bar=8.0, control=True, tolerance=2.0),
+        unit="s",
+        metric="whole-fit wall time",
+        cases=[Case("yolo26n", {}, arms)],
+    )
+    figures = {
+        "baseline": [10.0, 10.1, 9.9] * 11,
+        "candidate": [8.0, 8.1, 7.9, 8.05] * 8,
+        "baseline-control": [10.05, 10.0, 9.95, 10.0] * 8,
+    }
+    text = write([run_folder(tmp_path, plan, scripted(figures))]).read_text(encoding="utf-8")
+    summary = text.split("## Summary", 1)[1].split("## Environment", 1)[0]
+    assert "| yolo26n | candidate vs baseline | 32 of 32 |" in summary and "| 8% | **clears** |" in summary
+    assert (
+        "| yolo26n | baseline-control vs baseline | 32 of 32 |" in summary
+        and "| ±2% | **within** |" in summary
+    )
+    assert "The claim and its noise floor come from one schedule" in summary
+    assert "(A/A control, within)" in summary and "(clears)" in summary
+    assert "counterbalanced order (ABC, BCA, CAB, CBA, ACB, BAC, …)" in text
+
+
+def test_both_failed_pairs_are_left_out_and_counted_in_the_report(tmp_path: Path) -> None:
+    figures = {"baseline": [10.0, "oom", 10.0, 10.1], "candidate": [8.0, "oom", 8.1, 7.9]}
+    folder = run_folder(tmp_path, make_plan(pairs=4, warmup=0), scripted(figures))
+    text = write([folder]).read_text(encoding="utf-8")
+    assert "1 pair of candidate vs baseline left out: both arms failed." in text
+    assert "| 3 of 4 (+1 both failed, left out) |" in text
+    claims = loaded(folder).summaries.claims.iloc[0]
+    assert claims["pairs"] == 3 and claims["both_failed"] == 1
+
+
+def test_checks_that_disagree_with_the_primary_are_said(tmp_path: Path) -> None:
+    """Six clear pairs: the calibrated t interval is insufficient at 6 pairs, the exact checks clear the bar."""
+    figures = {
+        "baseline": [10.0, 10.1, 9.9, 10.0, 10.05, 9.95],
+        "candidate": [8.0, 8.1, 7.9, 8.05, 7.95, 8.0],
+    }
+    folder = run_folder(tmp_path, make_plan(pairs=6, warmup=0), scripted(figures))
+    text = write([folder]).read_text(encoding="utf-8")
+    assert (
+        "checks disagree: for candidate vs baseline the primary says insufficient, Hodges-Lehmann clears."
+        in text
+    )
+    assert "The checks disagree: Hodges-Lehmann says clears" in text and "the sign test clears" in text
+    assert "| 3 / 3 (balanced) |" in text
+
+
+def test_an_unstable_run_is_flagged_on_the_console_and_in_the_report(tmp_path: Path, capsys) -> None:
+    figures = {"baseline": [55.0, 54.5, 55.3], "candidate": [14.9, 140.4, 31.0]}  # one arm's 9x spread
+    folder = runner(tmp_path).start(make_plan(warmup=0), scripted(figures)).folder
+    err = capsys.readouterr().err
+    assert "unstable: candidate: max/min 9.42 > 1.5 (flagged trials are kept)" in err
+    text = write([folder]).read_text(encoding="utf-8")
+    assert "- **candidate: max/min 9.42 > 1.5**" in text  # the stability section
+    assert "unstable: candidate: max/min 9.42 > 1.5." in text  # and a caveat
+    assert loaded(folder).summaries.arms.set_index("arm").loc["candidate", "trials"] == 3  # kept
+
+
+def test_a_resumed_run_with_an_extra_warmup_is_complete(claim_run: RunFolder) -> None:
+    log = claim_run.file(LOG)
+    lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
+    log.write_text("".join(lines[:5]), encoding="utf-8")  # 2 warm-ups, pair 0, half of pair 1
+    runner(claim_run.path.parent.parent).resume(claim_run.path, scripted(FIGURES))
+    rows = claim_run.rows()
+    assert len(rows) == 9 and rows[5]["phase"] == "warmup" and rows[5]["index"] == 8
+    text = write([claim_run]).read_text(encoding="utf-8")
+    assert "interrupted:" not in text and "1 extra warm-up ran outside the schedule: resume (1)." in text
+    assert "8 of 8 scheduled trials (+1 extra warm-up) in the log" in text
 
 
 def test_an_interrupted_run_says_how_far_it_got(tmp_path: Path) -> None:
@@ -495,3 +605,24 @@ def test_bench_report_bad_inputs(
     err = capsys.readouterr().err
     assert message in err and err.strip().count("\n") == 0
     assert _tree(tmp_path) == before  # nothing written, not even the recomputed CSVs
+
+
+def test_an_auto_run_states_its_stopping_rule_and_looks(tmp_path: Path, no_gc) -> None:
+    from tests.test_protocol import AUTO_FIGURES
+
+    arms = (Arm("baseline", "baseline", "baseline"), Arm("candidate", "candidate", "candidate"))
+    plan = Plan(
+        tier="fixture",
+        protocol=ProtocolOptions(arms, warmup=0, pairs="auto", precision=3.0, bar=8.0),
+        unit="s",
+        metric="whole-fit wall time",
+        cases=[Case("yolo26n", {}, arms)],
+    )
+    text = write([run_folder(tmp_path, plan, scripted(AUTO_FIGURES))]).read_text(encoding="utf-8")
+    assert (
+        "Stopping rule (`--pairs auto --precision 3`): at pre-set looks [6, 8, 10, 12, 14, 16, 18, 20]"
+        in text
+    )
+    assert "Looks taken: 6 pairs: precision not reached by every claim;" in text
+    assert "14 pairs: every claim's precision reached." in text
+    assert "| 14 of auto (≤ 20) |" in text and "stopping-rule t" in text

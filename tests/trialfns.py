@@ -62,10 +62,23 @@ TIERS = TierRegistry(
 
 
 def plan_of(
-    behaviour: str, warmup: int = 2, pairs: int = 3, arms: tuple[Arm, ...] = TWO_ARMS, **settings
+    behaviour: str, warmup: int = 2, pairs: int | str = 3, arms: tuple[Arm, ...] = TWO_ARMS, **settings
 ) -> Plan:
     """A one-case plan of the test tier (protocol options given as keywords go to ``ProtocolOptions``)."""
-    protocol_fields = {"order", "seed", "bar", "device", "budget", "control", "cooldown", "cpus"}
+    protocol_fields = {
+        "order",
+        "seed",
+        "bar",
+        "device",
+        "budget",
+        "control",
+        "cooldown",
+        "cpus",
+        "tolerance",
+        "precision",
+        "max_pairs",
+        "time_budget",
+    }
     protocol = ProtocolOptions(
         arms, warmup=warmup, pairs=pairs, **{k: v for k, v in settings.items() if k in protocol_fields}
     )
