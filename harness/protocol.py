@@ -241,7 +241,10 @@ class ProtocolOptions:
         return cls(**values)
 
 
-PLAN_FORMAT = 2
+# 3: pairs are kept whole by --stop-after and resumes, with a warm-up after a resume or an idle gap, and the
+# schedule may grow (--pairs auto); a plan of format 2 or less ran without those.
+PLAN_FORMAT = 3
+WHOLE_PAIRS_FORMAT = 3
 
 
 @dataclass
@@ -307,6 +310,7 @@ class Plan:
             created=data.get("created", ""),
             schedule=[ScheduledTrial(**t) for t in data["schedule"]],
             looks=list(data.get("looks") or []),
+            format=int(data.get("format", 1)),
         )
 
 

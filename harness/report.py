@@ -51,7 +51,7 @@ from harness.formatting import (
 )
 from harness.inference import t_min_pairs
 from harness.options import InputError
-from harness.protocol import Plan, scheduled_done
+from harness.protocol import IDLE_GAP_SECONDS, WHOLE_PAIRS_FORMAT, Plan, scheduled_done
 from harness.stats import ClaimSettings, finished, instability_flags, numeric_column, plan_rows
 from harness.tables import RunFolder, Summaries
 from harness.tier import Caveat, Run, TierRegistry
@@ -773,9 +773,14 @@ def _protocol(run: LoadedRun) -> list[str]:
         f"Cases: {_describe_cases(plan)}.",
         f"Per case, first {_plural(p.warmup, 'warm-up trial')} (cycling through the arms; kept in the log as "
         f"`phase=warmup`, discarded from every statistic), then {count}, in {order}.",
-        "After a resume, or an idle gap of more than 30 s since the last trial ended, one untimed warm-up of "
-        "the next arm runs before the next measured trial (a `phase=warmup` row outside the schedule); a "
-        "`--stop-after` deadline stops only between pairs.",
+        (
+            f"After a resume, or an idle gap of more than {IDLE_GAP_SECONDS:g} s since the last trial ended, one "
+            "untimed warm-up of the next arm runs before the next measured trial (a `phase=warmup` row outside "
+            "the schedule); a `--stop-after` deadline stops only between pairs."
+            if plan.format >= WHOLE_PAIRS_FORMAT
+            else "This run predates whole-pair stops and warm-ups after a resume: a `--stop-after` slice or a "
+            "resume could fall between the two trials of a pair, with no warm-up after it."
+        ),
         f"Isolation: {plan.isolation or NOT_RECORDED}.",
         f"Timed region: {plan.timed_region or 'not stated by the tier'}.",
         f"Device: {_code(p.device)}; memory budget: {budget}; seed {p.seed} (shared by the arms of a pair "

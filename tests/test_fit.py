@@ -96,9 +96,12 @@ def test_pair_embedded_end_to_end(tmp_path: Path, capsys) -> None:
     assert plan["tier"] == "pair" and plan["in_process"] is False
     assert FitSettings.from_dict(plan["settings"]).epochs == 2
     claim = folder.file("claim.txt").read_text()
-    assert claim.startswith("Baseline median ") and "The paired reduction median is" in claim
-    assert "verdict against the 8% bar:" in claim and "1 warm-up fit(s) discarded, then 2 pair(s)" in claim
-    assert "With 2 pairs the interval is nominal" in claim and "probability only 50.0%" in claim
+    assert claim.startswith("Baseline median ") and "The paired reduction is" in claim
+    assert "verdict against the 8% bar: insufficient" in claim
+    assert "1 warm-up fit(s) discarded, then 2 pair(s) in alternate order (AB, BA)" in claim
+    assert "95% calibrated t interval of the geometric-mean reduction" in claim and "2 pairs" in claim
+    assert "Insufficient: at 2 pairs no nominal level keeps 95%" in claim
+    assert "Checks: sign-test interval of the median" in claim and "50.0% attained" in claim
     assert "Environment: " in claim
     assert "Baseline median " in out  # the claim is shown on the console too
     report = folder.file("report.md").read_text()
@@ -109,6 +112,9 @@ def test_pair_embedded_end_to_end(tmp_path: Path, capsys) -> None:
     assert folder.file("claim.txt").read_text() == "stale"  # presentation writes nothing but the report
     assert main(["pair", "--resume", str(folder.path), "--quiet", "--no-report"]) == 0  # nothing left to run
     assert folder.file("claim.txt").read_text() == claim  # the runner derives it from the log again
+    # the gate: two pairs cannot keep 95%, so a gated command exits 1 (and says why); ungated it was 0
+    assert main(["pair", "--resume", str(folder.path), "--quiet", "--no-report", "--gate"]) == 1
+    assert "bench: gate: candidate vs baseline (claim): insufficient" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -141,11 +147,7 @@ def test_an_aa_control_fit_is_judged_against_its_tolerance(tmp_path: Path) -> No
     (verdict,) = {
         line.split("tolerance: ")[1].split(".")[0] for line in claim.splitlines() if "tolerance: " in line
     }
-    assert "A/A verdict against the ±50% tolerance: " in claim and verdict in {
-        "within",
-        "outside",
-        "ambiguous",
-    }
+    assert "A/A verdict against the ±50% tolerance: " in claim and verdict == "insufficient"  # one pair
 
 
 @pytest.mark.slow
@@ -265,15 +267,17 @@ def test_a_killed_run_resumes_with_only_the_rest(tmp_path: Path) -> None:
 
     assert main(["pair", "--resume", str(folder.path), "--quiet", "--no-report"]) == 0
     after = folder.rows()
-    assert sorted(r["index"] for r in after) == [0, 1] and len(after) == 2
+    # the resume's warm-up first (index 2, outside the schedule), then the rest of the pair
+    assert [(r["index"], r["phase"]) for r in after] == [(0, "measured"), (2, "warmup"), (1, "measured")]
     assert after[0] == before[0]  # the finished trial was kept, not re-run
     assert all(r["status"] == "ok" for r in after)
     assert folder.file("claim.txt").is_file()
 
 
 @pytest.mark.slow
-def test_stop_after_stops_between_trials_and_resume_finishes(tmp_path: Path, capsys) -> None:
-    """--stop-after 1: the first trial runs (nothing to estimate from), the second would overrun: a clean stop."""
+def test_stop_after_stops_between_pairs_and_resume_finishes(tmp_path: Path, capsys) -> None:
+    """--stop-after 1: the first pair runs whole (nothing to estimate from), the second would overrun: a clean
+    stop between the pairs, never between a pair's two trials."""
     assert (
         main(
             [
@@ -282,7 +286,7 @@ def test_stop_after_stops_between_trials_and_resume_finishes(tmp_path: Path, cap
                 "--warmup",
                 "0",
                 "--pairs",
-                "1",
+                "2",
                 "--stop-after",
                 "1",
                 "--out",
@@ -293,11 +297,12 @@ def test_stop_after_stops_between_trials_and_resume_finishes(tmp_path: Path, cap
         == 130
     )
     folder = only_run(tmp_path)
-    assert [r["index"] for r in folder.rows()] == [0]
-    assert "stopping before trial 2 of 2 (candidate" in capsys.readouterr().err
-    assert not (folder.path / "trials" / "1.log").exists()  # the second trial never started
+    assert [r["index"] for r in folder.rows()] == [0, 1]
+    assert "stopping before pair 2 (trial 3–4 of 4) (candidate, baseline" in capsys.readouterr().err
+    assert not (folder.path / "trials" / "2.log").exists()  # the second pair never started
     assert main(["pair", "--resume", str(folder.path), "--quiet", "--no-report"]) == 0
-    assert sorted(r["index"] for r in folder.rows()) == [0, 1]
+    assert sorted(r["index"] for r in folder.rows() if r["phase"] == "measured") == [0, 1, 2, 3]
+    assert [r["warmup_reason"] for r in folder.rows() if r["phase"] == "warmup"] == ["resume"]
 
 
 @pytest.mark.parametrize(

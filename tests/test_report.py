@@ -220,7 +220,7 @@ def test_report_has_every_section_and_both_plots(claim_run: RunFolder) -> None:
         "sign-test (order-statistic) interval of the median reduction",
         "Hodges-Lehmann estimate with its Wilcoxon interval",
         "a claim against the 8% bar `clears` when the whole interval lies above it",
-        "After a resume, or an idle gap of more than 30 s",
+        "After a resume, or an idle gap of more than 10 s",
     ):
         assert phrase in text, phrase
     assert "| peak allocated (median) | peak reserved (median) |" in text
