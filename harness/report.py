@@ -325,18 +325,19 @@ def caveats(run: LoadedRun) -> list[Caveat]:
         )
     if not run.tier.paired:  # pairs, intervals and bars mean nothing to it
         return out
+    per_claim: dict[str, list[Caveat]] = {"insufficient": [], "both": [], "odd": [], "checks": []}
     for _, c in _sorted(claims, run).iterrows():
         label = f"{c['arm']} vs {c['baseline_arm']}" + (f" ({c['case']})" if len(plan.cases) > 1 else "")
         if not c["ci_sufficient"]:
-            out.append(
+            per_claim["insufficient"].append(
                 Caveat(
                     f"insufficient: {label}'s {method_label(c)} interval does not keep the stated "
                     f"{100 * float(c['ci_level']):.0f}% with {int(c['pairs'])} pairs.",
-                    f"{c['ci_reason']}." if c["ci_reason"] else "",
+                    _sentence(str(c["ci_reason"])) if c["ci_reason"] else "",
                 )
             )
         if int(c["both_failed"]):
-            out.append(
+            per_claim["both"].append(
                 Caveat(
                     f"{_plural(int(c['both_failed']), 'pair')} of {label} left out: both arms failed.",
                     "A pair where both arms failed says nothing about their difference; it is counted here and in "
@@ -344,7 +345,7 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                 )
             )
         if c["arm_second"] != c["arm_first"]:
-            out.append(
+            per_claim["odd"].append(
                 Caveat(
                     f"odd pairs: {label} ran second in {int(c['arm_second'])} pairs and first in "
                     f"{int(c['arm_first'])}, unbalanced.",
@@ -352,8 +353,8 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                     f"({_diagnostic_text(c, 'order')}).",
                 )
             )
-        if c["hl_verdict"] != c["verdict"] and plan.protocol.bar is not None:
-            out.append(
+        if c["hl_verdict"] != c["verdict"] and c["verdict"] not in ("no bar", "no tolerance"):
+            per_claim["checks"].append(
                 Caveat(
                     f"checks disagree: for {label} the primary says {c['verdict']}, Hodges-Lehmann "
                     f"{c['hl_verdict']}.",
@@ -361,10 +362,31 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                     f"({100 * float(c['hl_attained']):.1f}% attained); see the verdict section.",
                 )
             )
-    for flag in instability_flags(trials, run.env):
+    summaries = {
+        "insufficient": "insufficient: {n} claims' intervals do not keep their stated level.",
+        "both": "pairs left out in {n} claims: both arms failed.",
+        "odd": "odd pairs: {n} claims ran their arm second and first unequally often.",
+        "checks": "checks disagree with the primary verdict in {n} claims.",
+    }
+    for key, items in per_claim.items():
+        if len(items) <= 3:  # one caveat per claim; beyond three, one that lists them
+            out += items
+        else:
+            out.append(Caveat(summaries[key].format(n=len(items)), " ".join(c.headline for c in items)))
+    flags = instability_flags(trials, run.env)
+    if len(flags) <= 3:
+        for flag in flags:
+            out.append(
+                Caveat(
+                    f"unstable: {flag.reason}.",
+                    "Flagged trials are kept in every figure; read them with care.",
+                )
+            )
+    else:
         out.append(
             Caveat(
-                f"unstable: {flag.reason}.", "Flagged trials are kept in every figure; read them with care."
+                f"unstable: {len(flags)} flags (the stability section lists them).",
+                "Flagged trials are kept in every figure; read them with care.",
             )
         )
     if plan.protocol.bar is None and not plan.protocol.control:
@@ -394,6 +416,12 @@ def _control_text(run: LoadedRun) -> str:
     return text + "."
 
 
+def _sentence(text: str) -> str:
+    """A reason as a sentence: capitalized, with a full stop."""
+    text = text.strip()
+    return (text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")) if text else ""
+
+
 def _diagnostic_text(claim: pd.Series, name: str) -> str:
     """An order effect or drift estimate with its interval, or why there is none."""
     estimate, low, high = (
@@ -404,7 +432,7 @@ def _diagnostic_text(claim: pd.Series, name: str) -> str:
     if is_missing(estimate):
         return f"not estimable: {claim[f'{name}_reason'] or 'no data'}"
     unit = "% per trial" if name == "drift" else "%"
-    return f"{float(estimate):+.2f}{unit} ({format_number(low)} to {format_number(high)}{unit})"
+    return f"{float(estimate):+.2f}{unit} (95% interval {float(low):+.2f} to {float(high):+.2f}{unit})"
 
 
 # --- sections ---------------------------------------------------------------------------------------------
@@ -1039,7 +1067,7 @@ def _verdict(run: LoadedRun) -> list[str]:
             "within": f"{interval} lies inside {limit}: the noise floor is within it",
             "outside": f"{interval} lies wholly beyond {limit}: the arms differ by more than it",
             "ambiguous": f"{interval} straddles {limit}: more pairs or less noise are needed to decide",
-            "insufficient": f"{interval} does not keep its stated level ({c['ci_reason']})",
+            "insufficient": f"{interval} does not keep its stated level: {c['ci_reason']}",
             "no bar": f"no bar was set (`--bar`); {interval} is shown for reference",
             "no tolerance": f"no tolerance was set (`--tolerance`); {interval} is shown for reference",
         }.get(verdict, interval)
