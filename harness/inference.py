@@ -17,10 +17,10 @@ Pure functions over numpy arrays. Conventions, stated once:
   within 1.5 points of the stated level both for normal log ratios and on the *reference skewed law*; where
   no nominal level does that, it is ``insufficient`` at that count.
 * The reference skewed law is calibrated from measured noise: the skewness of the committed H200 fit runs'
-  log ratios (each run centred on its median, pooled: 1.52 over 15 pairs, 95% bootstrap interval −1.27 to
-  2.54) is matched at its upper end by a pair's log ratio as the difference of two arms' delays with
-  unequal scales, G1 − ½·G2, G ~ gamma(0.241), skewness 2.55 (two exponential delays reach at most 2).
-  ``difference_of_delays`` draws it.
+  log ratios (the sequential design's five runs, each centred on its median, pooled: 1.08 over 19 pairs, 95%
+  bootstrap interval −1.26 to 2.28) is matched at its upper end by a pair's log ratio as the difference of
+  two arms' delays with unequal scales, G1 − ½·G2, G ~ gamma(0.302), skewness 2.28 (two exponential delays
+  reach at most 2). ``difference_of_delays`` draws it; ``harness.t_calibration`` holds the figures.
 * The distribution-free checks (sign test, Hodges–Lehmann) attain their levels exactly, and their tests
   also check them on a centred exponential (skewness 2).
 * Verdicts read closed intervals: an end that touches the bar (or ±tolerance) exactly counts as straddling
@@ -259,7 +259,7 @@ def t_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
     Its coverage is within 1.5 points of ``level`` for normal log ratios (exactly the nominal level) and on
     the reference skewed law (simulated); ``attained_level`` is the lower of the two. At a count where no
     nominal level does that, the interval is computed at the best nominal level found and is insufficient
-    (below 32 pairs at 95% on the committed runs' skewness)."""
+    (from 3 to 24 pairs at 95% on the committed runs' skewness; 2 pairs' 1-df interval is wide enough)."""
     _check_level(level)
     x = _log_ratios(log_ratios)
     n = x.size
@@ -632,7 +632,7 @@ def should_stop(
     look the rule stops covers with probability at least ``level``, whatever made it stop. On the reference
     skewed law, precision-reached stops pick samples without slow outliers (small spread, low mean), so
     coverage there is shown by simulating the whole procedure: it keeps the level within 1.5 points when the
-    first look comes by 8 pairs and the looks run to ``sequential_min_last_look(level)`` pairs (18 at 95%);
+    first look comes by 8 pairs and the looks run to ``sequential_min_last_look(level)`` pairs (14 at 95%);
     other plans are insufficient.
     With one failed arm the t interval is not computable and the rule runs on to the last look."""
     _check_level(level)

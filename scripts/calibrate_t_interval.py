@@ -1,8 +1,10 @@
 """Calibrate the primary interval from measured noise and write the table ``harness/t_calibration.py``.
 
 Usage: ``python scripts/calibrate_t_interval.py [RUN_FOLDER ...] [--write]`` (default folders: the three
-H200 fit runs of 2026-11-29 under ``reports/`` and the A/A of 2026-12-01 under ``../shared/data``). Without
-``--write`` it prints what it would write. About a minute on two cores.
+H200 fit runs of 2026-11-29 under ``reports/``, the A/A of 2026-12-01 under ``../shared/data`` and the placed
+sequential A/A of the same day under ``reports/``: every committed fit run of the sequential design; the duet
+A/A, a different pairing design with its own law, is left out). Without ``--write`` it prints what it would
+write. About a minute on two cores.
 
 1. **Skewness of the paired log ratios, measured.** ln(candidate / baseline) of every pair of every folder,
    each folder centred on its own median, pooled; the sample skewness (Fisher-Pearson, biased) of the pool,
@@ -50,6 +52,7 @@ DEFAULT_FOLDERS = (
     ROOT / "reports/h200-2026-11-29/pair-upstream-yolo26n-384",
     ROOT / "reports/h200-2026-11-29/pair-control-yolo26n-128",
     SHARED / "data/aa-candidate-384-2026-12-01",
+    ROOT / "reports/h200-2026-12-01/aa-placed-sequential-384",
 )
 OUTPUT = ROOT / "harness/t_calibration.py"
 

@@ -262,6 +262,6 @@ def test_bench_plan_prints_pairs_and_time_from_a_run(tmp_path: Path, monkeypatch
     out = capsys.readouterr().out
     assert "candidate vs baseline: per-pair σ" in out and "resolve a 3.0% reduction against 8.0%" in out
     assert "baseline-control vs baseline: per-pair σ" in out and "within +/-1.0%" in out
-    assert "pairs" in out and "the calibrated interval keeps 95% from 32" in out
+    assert "pairs" in out and "the calibrated interval keeps 95% from 25" in out
     assert main(["plan", str(folder), "--effect", "lots"]) == 2
     assert main(["plan", str(tmp_path / "missing")]) == 2

@@ -229,7 +229,7 @@ def test_report_has_every_section_and_both_plots(claim_run: RunFolder) -> None:
         "insufficient: candidate vs baseline's calibrated t interval does not keep the stated 95% with 3 pairs."
         in text
     )
-    assert "sufficient from 32 pairs" in text and "**insufficient**" in text
+    assert "sufficient from 25 pairs" in text and "**insufficient**" in text
     assert "| candidate vs baseline | 3 / 0 (**unbalanced**) |" not in text  # AB, BA, AB: 2 / 1
     assert "2 / 1 (**unbalanced**)" in text and "odd pairs: candidate vs baseline ran second in 2" in text
     assert "bench plan " in text and "pairs to run" in text
