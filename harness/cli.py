@@ -26,6 +26,7 @@ from experiments.probe.plan import ProbeSettings as _Probe
 from experiments.screen.plan import ScreenSettings as _Screen
 from harness import env as env_module
 from harness.console import console, errors
+from harness.errors import RunFolderError
 from harness.options import (
     AUTO_DEVICE,
     DEFAULT_ARMS,
@@ -37,7 +38,7 @@ from harness.options import (
 )
 from harness.protocol import Arm, Plan, ProtocolOptions
 from harness.run import Runner, RunOptions
-from harness.tables import PLAN, NotARunFolder, RunFolder
+from harness.tables import PLAN, RunFolder
 from harness.tier import Run, TierRegistry
 
 app = typer.Typer(
@@ -488,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
         args = ["--help"]
     try:
         result = typer.main.get_command(app).main(args=args, prog_name="bench", standalone_mode=False)
-    except (InputError, NotARunFolder) as exc:
+    except (InputError, RunFolderError) as exc:
         errors.print(f"bench: error: {exc}", soft_wrap=True)
         return 2
     except typer.Exit as exc:

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from harness.env import gpu_snapshot
+from harness.errors import InputError
 from harness.formatting import format_bytes
 from harness.placement import Placement, choose_placement, split_placement
 from harness.protocol import CONCURRENT_ORDERS, ORDERS, Arm, ProtocolOptions
@@ -23,10 +24,6 @@ from harness.timing import parse_bytes
 DEFAULT_ARMS = "baseline,candidate"
 NO_PLACEMENT = "none"
 AUTO_DEVICE = "auto"
-
-
-class InputError(ValueError):
-    """A bad user input: the message names what is wrong and what is accepted."""
 
 
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")

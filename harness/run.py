@@ -1,9 +1,10 @@
 """The runner: plan → run folder → schedule → log → tables → console (→ report), for any registered tier.
 
 ``Runner.start`` builds the trial function before anything touches the disk, so a plan that cannot run leaves
-no half-written folder; ``Runner.resume`` reopens a folder and runs only the trials with no row yet. The runner
-is the only writer of a run folder: the log as each trial ends, then the tables (the harness's and the tier's)
-and the tier's claim; the report only reads.
+no half-written folder; ``Runner.resume`` reopens a folder and runs only the trials with no row yet. A run holds
+its folder's lock from start to end, so a second run of the same folder is refused. The runner is the only
+writer of a run folder: the log as each trial ends, then the tables (the harness's and the tier's) and the
+tier's claim; the report only reads.
 """
 
 from __future__ import annotations
@@ -63,29 +64,31 @@ class Runner:
         placement = resolve_placement(plan.protocol.cpus)
         with _device_budget(plan):  # a budget the device refuses fails here, before any folder exists
             folder = new_run_folder(self.options.out, plan.tier)
-            folder.write_json(PLAN, plan.to_json())
-            record = env.collect(touch_device=plan.in_process)
-            record["placement"] = None if placement is None else placement.to_dict()
-            folder.write_json(ENV, record)
-            return self._carry_out(plan, trial_fn, folder, placement)
+            with folder.lock():
+                folder.write_json(PLAN, plan.to_json())
+                record = env.collect(touch_device=plan.in_process)
+                record["placement"] = None if placement is None else placement.to_dict()
+                folder.write_json(ENV, record)
+                return self._carry_out(plan, trial_fn, folder, placement)
 
     def resume(self, path: str | Path, trial_fn: TrialFunction | None = None) -> Run:
         """Continue an interrupted run exactly where it stopped: the saved schedule, minus the finished trials."""
         folder = RunFolder.open(path)
-        plan = Plan.from_json(folder.read_json(PLAN))
-        trial_fn = trial_fn or self.tiers.get(plan.tier).trial_function(plan)
-        placement = resolve_placement(plan.protocol.cpus)  # this machine's, for the plan's --cpus
-        record = folder.read_json(ENV) or {}
-        record.setdefault("resumes", []).append(
-            {
-                "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                "gpus": env.gpu_snapshot(),
-                "placement": None if placement is None else placement.to_dict(),
-            }
-        )
-        folder.write_json(ENV, record)
-        with _device_budget(plan):
-            return self._carry_out(plan, trial_fn, folder, placement)
+        with folder.lock():  # held until the run ends: a second run of this folder is refused at once
+            plan = Plan.from_json(folder.read_json(PLAN))
+            trial_fn = trial_fn or self.tiers.get(plan.tier).trial_function(plan)
+            placement = resolve_placement(plan.protocol.cpus)  # this machine's, for the plan's --cpus
+            record = folder.read_json(ENV) or {}
+            record.setdefault("resumes", []).append(
+                {
+                    "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                    "gpus": env.gpu_snapshot(),
+                    "placement": None if placement is None else placement.to_dict(),
+                }
+            )
+            folder.write_json(ENV, record)
+            with _device_budget(plan):
+                return self._carry_out(plan, trial_fn, folder, placement)
 
     def finish(self, folder: RunFolder) -> Run:
         """Write what a run folder derives from its log: the tables, the tier's tables and its claim."""

@@ -3,32 +3,46 @@
 A run folder holds ``plan.json`` (what was asked), ``env.json`` (where it ran), ``trials.jsonl`` (one row
 per finished trial, appended and fsynced as each trial ends: the record of the run) and the tidy CSVs the
 runner derives from it (``trials.csv``, ``arms.csv``, ``pairs.csv``, ``claims.csv`` and the tier's own).
-Everything but the log, the plan and the environment can be regenerated from those three.
+Everything but the log, the plan and the environment can be regenerated from those three. ``run.lock`` is the
+folder's lock: a run holds it (``fcntl.flock``) for its whole life, so two runs never share a folder.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from harness import stats
+from harness.errors import RunFolderError
 
 PLAN = "plan.json"
 ENV = "env.json"
 LOG = "trials.jsonl"
+LOCK = "run.lock"
 TRIALS_CSV = "trials.csv"
 ARMS_CSV = "arms.csv"
 PAIRS_CSV = "pairs.csv"
 CLAIMS_CSV = "claims.csv"
 
 
-class NotARunFolder(ValueError):
+class NotARunFolder(RunFolderError, ValueError):
     """Raised for a path that is not a run folder (no plan.json)."""
+
+
+class RunFolderBusy(RunFolderError):
+    """Another process is running this folder (it holds the folder's lock)."""
+
+
+class RunFolderWriteError(RunFolderError):
+    """A write into the run folder failed (disk full, read-only, …); the folder is as it was before it."""
 
 
 def _json_default(value: Any) -> Any:
@@ -83,6 +97,34 @@ class RunFolder:
 
     def file(self, name: str) -> Path:
         return self.path / name
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the folder's exclusive lock while the block runs; ``RunFolderBusy`` at once if another process
+        holds it. The lock is an ``fcntl.flock`` on ``run.lock``, so it dies with its holder (even killed -9)."""
+        path = self.file(LOCK)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise RunFolderWriteError(f"cannot lock run folder '{self.path}': {exc.strerror}") from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                raise RunFolderBusy(
+                    f"run folder '{self.path}' is in use by another run"
+                    + (f" (process {holder})" if holder.isdigit() else "")
+                    + "; wait for it to end (or stop it), then resume"
+                ) from None
+            try:  # who holds it, for the message a second run gets; the lock itself needs no byte on disk
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, str(os.getpid()).encode(), 0)
+            except OSError:
+                pass
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
     def read_json(self, name: str) -> Any:
         path = self.file(name)

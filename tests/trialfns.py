@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -16,10 +17,11 @@ TWO_ARMS = (Arm("baseline", "baseline", "baseline"), Arm("candidate", "candidate
 
 
 def sleepy(plan: Plan) -> TrialFunction:
-    """Each trial marks that it started, sleeps ``settings['sleep']`` seconds and returns a fixed figure."""
+    """Each trial marks that it started (the file holds the process id), sleeps ``settings['sleep']`` seconds
+    and returns a fixed figure."""
 
     def trial(ctx: TrialContext) -> dict:
-        (ctx.run_dir / f"started-{ctx.trial.index}").touch()
+        (ctx.run_dir / f"started-{ctx.trial.index}").write_text(str(os.getpid()))
         time.sleep(plan.settings.get("sleep", 0.0))
         return {"value": 10.0 if ctx.arm.role == "baseline" else 8.0, "seed_seen": ctx.seed}
 
