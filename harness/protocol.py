@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import gc
+import math
+import numbers
 import random
 import threading
 import time
@@ -284,6 +286,18 @@ def row_head(plan: Plan, trial: ScheduledTrial) -> dict[str, Any]:
     }
 
 
+class UnusableValue(ArithmeticError):
+    """A trial whose primary figure is not a finite number: it failed, whatever else it returned."""
+
+
+def check_value(value: Any) -> None:
+    """A trial's ``value`` must be a finite real number (a NaN or infinity is a failed trial, not a figure)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise UnusableValue(f"value is not a number: {value!r}")
+    if not math.isfinite(value):
+        raise UnusableValue(f"non-finite value: {float(value)!r}")
+
+
 def run_trial(
     plan: Plan,
     trial: ScheduledTrial,
@@ -310,8 +324,11 @@ def run_trial(
         figures = dict(trial_fn(TrialContext(plan, trial, case, arm, run_dir, placement)))
         if "value" not in figures:
             raise ValueError("trial function returned no 'value'")
+        check_value(figures["value"])
     except (KeyboardInterrupt, SystemExit):
         raise
+    except UnusableValue as exc:
+        failure = TrialFailure("error", str(exc), {})
     except BaseException as exc:  # noqa: BLE001 - every failure is a recorded result
         failure = TrialFailure.from_exception(exc, plan.protocol.budget)
         del exc

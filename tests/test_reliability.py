@@ -15,10 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from harness.cli import main
 from harness.tables import RunFolder, RunFolderBusy
-from tests.trialfns import runner
+from optimizers import MuSGD
+from tests.trialfns import plan_of, runner
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -92,3 +94,75 @@ def test_a_second_run_on_a_folder_in_use_is_one_line_exit_2_and_runs_nothing(tmp
     assert starters == {str(holder.pid)}
     runner(runs).resume(folder.path, _figure)  # the lock died with its holder: usable again
     assert [r["index"] for r in folder.rows()] == [0, 1, 2, 3]
+
+
+# --- non-finite results ----------------------------------------------------------------------------------
+
+TINY_FIT = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "4", "--val-images", "8"]
+
+
+class NaNAtLastStep(MuSGD):
+    """An optimizer that writes NaN into every parameter at its fourth step, the last of a ``TINY_FIT``: the
+    loss read before each step stays finite, so only an end-of-trial check can see it."""
+
+    LAST_STEP = 4
+
+    def step(self, closure=None):  # type: ignore[override]
+        loss = super().step(closure)
+        self.steps_taken = getattr(self, "steps_taken", 0) + 1
+        if self.steps_taken == self.LAST_STEP:
+            with torch.no_grad():
+                for group in self.param_groups:
+                    for p in group["params"]:
+                        p.fill_(float("nan"))
+        return loss
+
+
+@pytest.mark.parametrize("figure", ["nan", "inf", "-inf"])
+def test_a_non_finite_value_is_an_error_row_not_a_figure(tmp_path: Path, figure: str) -> None:
+    figures = {"baseline": [10, 10], "candidate": [8, figure]}
+    folder = runner(tmp_path).start(plan_of("scripted", warmup=0, pairs=2, figures=figures)).folder
+    rows = {(r["arm"], r["round"]): r for r in folder.rows()}
+    bad = rows[("candidate", 1)]
+    assert bad["status"] == "error" and bad["value"] is None
+    assert bad["message"].startswith("non-finite value:") and figure in bad["message"], bad["message"]
+    assert rows[("candidate", 0)]["status"] == "ok"
+
+
+@pytest.mark.parametrize("returned", [None, "8 ms", True, [8.0]])
+def test_a_value_that_is_not_a_number_is_an_error_row(tmp_path: Path, returned) -> None:
+    folder = runner(tmp_path).start(plan_of("returns", warmup=0, pairs=1, returned=returned)).folder
+    for row in folder.rows():
+        assert row["status"] == "error" and "value" in row["message"] and row["value"] is None, row
+
+
+def test_the_fit_worker_names_every_non_finite_figure_and_parameter() -> None:
+    from experiments.fit.worker import non_finite_results
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))
+    assert (
+        non_finite_results({"train_loss": 0.5, "val_loss": 1.0, "val_accuracy": 0.2}, {"model": model}) == []
+    )
+    with torch.no_grad():
+        model[1].weight[0, 1] = float("inf")
+    problems = non_finite_results(
+        {"train_loss": float("nan"), "val_loss": 1.0, "val_map50": float("nan"), "val_map50_95": None},
+        {"model": model},
+    )
+    assert problems == ["train_loss nan", "val_map50 nan", "model parameter 1.weight (1 of 2 entries)"]
+
+
+@pytest.mark.slow
+def test_a_fit_whose_last_step_writes_nan_fails_as_non_finite(tmp_path: Path) -> None:
+    """The issue's case: NaN written at the last step gave status ok, val_loss null and a 15% "reduction"."""
+    arms = "baseline,tests.test_reliability:NaNAtLastStep"
+    command = ["pair", *TINY_FIT, "--arms", arms, "--warmup", "0", "--pairs", "1", "--quiet", "--no-report"]
+    assert main([*command, "--out", str(tmp_path)]) == 0
+    rows = {r["arm"]: r for r in _only_folder(tmp_path).rows()}
+    assert rows["baseline"]["status"] == "ok", rows["baseline"]["message"]
+    failed = rows["tests.test_reliability:NaNAtLastStep"]
+    assert failed["status"] == "error" and failed["value"] is None
+    assert "non-finite" in failed["message"] and "parameter" in failed["message"], failed["message"]
+    assert "val_loss nan" in failed["message"], failed["message"]
+    claim = _only_folder(tmp_path).file("claim.txt").read_text()
+    assert "1 of 1 tests.test_reliability:NaNAtLastStep trials failed" in claim  # never a "faster" NaN

@@ -55,7 +55,12 @@ def affinity(plan: Plan) -> TrialFunction:
     return trial
 
 
-BEHAVIOURS = {"sleepy": sleepy, "scripted": scripted, "affinity": affinity}
+def returns(plan: Plan) -> TrialFunction:
+    """Every trial returns ``settings['returned']`` as its value, whatever it is."""
+    return lambda ctx: {"value": plan.settings["returned"]}
+
+
+BEHAVIOURS = {"sleepy": sleepy, "scripted": scripted, "affinity": affinity, "returns": returns}
 
 
 TIERS = TierRegistry(

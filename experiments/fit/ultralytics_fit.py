@@ -227,6 +227,8 @@ def prepare_fit(
             "checkpoint_bytes": sum(p.stat().st_size for p in weights.glob("*.pt")),
             "optimizer_class": f"{type(trainer.optimizer).__module__}.{type(trainer.optimizer).__qualname__}",
             "amp_used": bool(trainer.amp),
+            "train_loss": trainer.loss,  # the last batch's loss tensor, read after the bracket
+            "trained": {"model": trainer.model, "ema": getattr(trainer.ema, "ema", None)},
         }
 
     return fit
