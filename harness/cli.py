@@ -314,7 +314,7 @@ def pair_command(
         bool,
         typer.Option(
             "--keep-checkpoints",
-            help="Keep each fit's checkpoint files (deleted after each trial by default).",
+            help="Keep each fit's folder, checkpoints included (deleted after each trial by default; its log stays).",
         ),
     ] = _Fit.keep_checkpoints,
 ) -> None:

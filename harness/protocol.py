@@ -27,8 +27,9 @@ from typing import Any
 import torch
 
 from harness import telemetry
+from harness.errors import is_disk_full
 from harness.placement import Placement, split_placement
-from harness.tables import RunFolder
+from harness.tables import RunFolder, RunFolderWriteError
 from harness.timing import TrialFailure
 
 ORDERS = ("alternate", "random", "duet")
@@ -330,6 +331,11 @@ def run_trial(
     except UnusableValue as exc:
         failure = TrialFailure("error", str(exc), {})
     except BaseException as exc:  # noqa: BLE001 - every failure is a recorded result
+        if is_disk_full(exc):  # not the arm's failure: the run stops and a resume runs this trial again
+            where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+            raise RunFolderWriteError(
+                f"trial {trial.index + 1} could not write: {getattr(exc, 'strerror', None) or exc}{where}"
+            ) from None
         failure = TrialFailure.from_exception(exc, plan.protocol.budget)
         del exc
     finally:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +48,7 @@ from harness.formatting import (
 from harness.options import InputError
 from harness.protocol import Plan
 from harness.stats import finished, numeric_column, pairs_for_level, range_coverage
-from harness.tables import RunFolder, Summaries
+from harness.tables import RunFolder, Summaries, write_atomic
 from harness.tier import Caveat, Run, TierRegistry
 
 REPORT_NAME = "report.md"
@@ -1011,8 +1010,4 @@ def write_report(
     path = resolve_output(folders, output)
     runs = _load(folders, path, tiers or TierRegistry())
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = render(runs)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_atomic(path, render(runs))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import secrets
+import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,7 +25,7 @@ from harness.console import ScheduleProgress, console, errors, print_summary
 from harness.options import InputError, resolve_placement
 from harness.placement import Placement, parent_pinned, pin_parent, unpin_parent
 from harness.protocol import Plan, PlannedStop, TrialFunction, pending, run_schedule
-from harness.tables import ENV, PLAN, RunFolder
+from harness.tables import ENV, PLAN, RunFolder, RunFolderWriteError
 from harness.tier import Run, TierRegistry
 from harness.timing import apply_budget, release_budget
 
@@ -45,7 +46,12 @@ def new_run_folder(runs_root: str | Path, tier: str) -> RunFolder:
     """A fresh, uniquely named folder ``<root>/<tier>-<UTC time>-<random>``."""
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     path = Path(runs_root) / f"{tier}-{stamp}-{secrets.token_hex(2)}"
-    path.mkdir(parents=True, exist_ok=False)
+    try:
+        path.mkdir(parents=True, exist_ok=False)
+    except OSError as exc:
+        raise RunFolderWriteError(
+            f"could not create a run folder under {runs_root}: {exc.strerror or exc}"
+        ) from None
     return RunFolder(path)
 
 
@@ -65,10 +71,16 @@ class Runner:
         with _device_budget(plan):  # a budget the device refuses fails here, before any folder exists
             folder = new_run_folder(self.options.out, plan.tier)
             with folder.lock():
-                folder.write_json(PLAN, plan.to_json())
-                record = env.collect(touch_device=plan.in_process)
-                record["placement"] = None if placement is None else placement.to_dict()
-                folder.write_json(ENV, record)
+                try:
+                    folder.write_json(PLAN, plan.to_json())
+                    record = env.collect(touch_device=plan.in_process)
+                    record["placement"] = None if placement is None else placement.to_dict()
+                    folder.write_json(ENV, record)
+                except RunFolderWriteError as failure:
+                    shutil.rmtree(folder.path, ignore_errors=True)
+                    raise RunFolderWriteError(
+                        f"{failure}; nothing was run and the new folder was removed"
+                    ) from None
                 return self._carry_out(plan, trial_fn, folder, placement)
 
     def resume(self, path: str | Path, trial_fn: TrialFunction | None = None) -> Run:
@@ -86,7 +98,10 @@ class Runner:
                     "placement": None if placement is None else placement.to_dict(),
                 }
             )
-            folder.write_json(ENV, record)
+            try:
+                folder.write_json(ENV, record)
+            except RunFolderWriteError as failure:
+                raise RunFolderWriteError(f"{failure}; nothing was run") from None
             with _device_budget(plan):
                 return self._carry_out(plan, trial_fn, folder, placement)
 
@@ -123,16 +138,26 @@ class Runner:
                     deadline=self.deadline,
                     placement=placement,
                 )
+        except RunFolderWriteError as failure:  # more writes would fail too: the resume writes the tables
+            raise RunFolderWriteError(
+                f"{failure}; the run stopped with every finished trial in the log: make room, then continue "
+                f"with --resume {folder.path} (the trial that could not be recorded runs again)"
+            ) from None
         except PlannedStop as stop:
             errors.print(
                 f"bench: {stop}; continue with --resume {folder.path} (with --stop-after again to slice the rest)"
             )
+            self._wrap_up(folder, quietly=True)
             raise
-        finally:
-            record = folder.read_json(ENV) or {}
-            record["gpus_end"] = env.gpu_snapshot()
-            folder.write_json(ENV, record)
-            run = self.finish(folder)
+        except BaseException:
+            self._wrap_up(folder, quietly=True)
+            raise
+        try:
+            run = self._wrap_up(folder)
+        except RunFolderWriteError as failure:
+            raise RunFolderWriteError(
+                f"{failure}; every trial is in the log: make room, then --resume {folder.path} writes the tables"
+            ) from None
         tier = self.tiers.reader(plan.tier)
         if tier.paired:
             print_summary(run.plan, run.summaries)
@@ -142,8 +167,27 @@ class Runner:
         if self.options.report:
             from harness.report import write_report
 
-            console.print(f"report: {write_report([folder], self.tiers)}")
+            try:
+                console.print(f"report: {write_report([folder], self.tiers)}")
+            except (RunFolderWriteError, OSError) as failure:
+                raise RunFolderWriteError(
+                    f"could not write the report: {failure}; the run is complete: bench report {folder.path} "
+                    "writes it"
+                ) from None
         return run
+
+    def _wrap_up(self, folder: RunFolder, quietly: bool = False) -> Run | None:
+        """Record the GPUs at the end and write the tables. ``quietly`` (a run already stopping for another
+        reason): a failure to write is dropped, since a resume writes them again, and the first reason stands."""
+        try:
+            record = folder.read_json(ENV) or {}
+            record["gpus_end"] = env.gpu_snapshot()
+            folder.write_json(ENV, record)
+            return self.finish(folder)
+        except (RunFolderWriteError, KeyboardInterrupt):
+            if not quietly:
+                raise
+            return None
 
 
 @contextmanager

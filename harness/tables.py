@@ -60,21 +60,54 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _ends_a_line(path: Path) -> bool:
-    """True for an empty file or one whose last byte is a newline."""
-    with open(path, "rb") as handle:
-        handle.seek(0, os.SEEK_END)
-        if handle.tell() == 0:
-            return True
-        handle.seek(-1, os.SEEK_END)
-        return handle.read(1) == b"\n"
+def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte is written (a write may take fewer than it was given)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def write_atomic(path: Path, data: str | bytes) -> Path:
+    """Write a whole file through a temporary file, fsync and a rename: a reader (or a crash) sees the old file
+    or the new one, never half of one. On a failure the temporary file is removed, the old file stays, and
+    ``RunFolderWriteError`` says what could not be written and why."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _write_all(fd, payload)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise RunFolderWriteError(f"could not write {path}: {exc.strerror or exc}") from None
+    return path
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON through a temporary file and a rename, so a reader never sees half a file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=_json_default) + "\n")
-    os.replace(tmp, path)
+    """Write JSON through ``write_atomic``."""
+    write_atomic(path, json.dumps(data, indent=1, default=_json_default) + "\n")
+
+
+def _whole_lines_end(fd: int, size: int) -> int:
+    """Where the log's whole lines end: ``size``, or the byte after the last newline when the last line is torn
+    (a process killed mid-write left it without its newline)."""
+    end = size
+    while end > 0:
+        start = max(0, end - 65536)
+        chunk = os.pread(fd, end - start, start)
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        end = start
+    return 0
 
 
 class RunFolder:
@@ -134,22 +167,46 @@ class RunFolder:
         write_json_atomic(self.file(name), data)
 
     def append_row(self, row: dict[str, Any]) -> None:
-        """Append one trial row to the log and push it to disk before returning."""
-        line = json.dumps({k: _clean(v) for k, v in row.items()}, default=_json_default)
+        """Append one trial row to the log and push it to disk (fsync) before returning.
+
+        A torn last line (a process killed while writing its row, whose trial therefore runs again) is cut off
+        first, so the log holds whole rows only. A failed write is taken back (the log is truncated to what it
+        was) and raises ``RunFolderWriteError``: the trial has no row and a resume runs it again."""
+        line = (json.dumps({k: _clean(v) for k, v in row.items()}, default=_json_default) + "\n").encode()
         path = self.file(LOG)
-        torn = path.is_file() and not _ends_a_line(path)  # a process killed mid-write: end that line first
-        with open(path, "ab") as handle:
-            handle.write((("\n" if torn else "") + line + "\n").encode("utf-8"))
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise RunFolderWriteError(f"could not open {path}: {exc.strerror or exc}") from None
+        try:
+            end = _whole_lines_end(fd, os.fstat(fd).st_size)
+            try:
+                os.ftruncate(fd, end)
+                os.lseek(fd, end, os.SEEK_SET)
+                _write_all(fd, line)
+                os.fsync(fd)
+            except OSError as exc:
+                try:
+                    os.ftruncate(fd, end)
+                    os.fsync(fd)
+                except OSError:
+                    pass
+                raise RunFolderWriteError(
+                    f"could not append trial {row.get('index', -1) + 1}'s row to {path}: {exc.strerror or exc}"
+                ) from None
+        finally:
+            os.close(fd)
 
     def rows(self) -> list[dict[str, Any]]:
         """Every complete row of the log; a torn last line (a process killed mid-write) is ignored."""
         path = self.file(LOG)
         if not path.is_file():
             return []
+        text = path.read_text(encoding="utf-8")
+        lines = text.split("\n")
+        lines.pop()  # after the last newline: empty, or a torn line
         rows = []
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in lines:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError:
@@ -167,19 +224,12 @@ class RunFolder:
         return frame
 
     def write_text(self, name: str, text: str) -> Path:
-        """Write a text file through a temporary file and a rename."""
-        path = self.file(name)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-        return path
+        """Write a text file through ``write_atomic``."""
+        return write_atomic(self.file(name), text)
 
     def write_csv(self, name: str, frame: pd.DataFrame) -> Path:
-        path = self.file(name)
-        tmp = path.with_suffix(".csv.tmp")
-        frame.to_csv(tmp, index=False)
-        os.replace(tmp, path)
-        return path
+        """Write a table as CSV through ``write_atomic``."""
+        return write_atomic(self.file(name), frame.to_csv(index=False))
 
 
 class Summaries:

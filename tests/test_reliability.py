@@ -55,6 +55,22 @@ def _figure(ctx) -> dict:
     return {"value": 1.0}
 
 
+def _tiers_with_a_claim():
+    """The test tier, with a claim (so a run writes claim.txt)."""
+    from harness.tier import BaseTier, TierRegistry
+    from tests.trialfns import BEHAVIOURS
+
+    return TierRegistry(
+        [
+            BaseTier(
+                "test",
+                trial_function=lambda plan: BEHAVIOURS[plan.settings["behaviour"]](plan),
+                claim=lambda run: "a claim\n",
+            )
+        ]
+    )
+
+
 def _only_folder(root: Path) -> RunFolder:
     (path,) = [p for p in root.iterdir() if p.is_dir()]
     return RunFolder(path)
@@ -164,5 +180,124 @@ def test_a_fit_whose_last_step_writes_nan_fails_as_non_finite(tmp_path: Path) ->
     assert failed["status"] == "error" and failed["value"] is None
     assert "non-finite" in failed["message"] and "parameter" in failed["message"], failed["message"]
     assert "val_loss nan" in failed["message"], failed["message"]
-    claim = _only_folder(tmp_path).file("claim.txt").read_text()
+    folder = _only_folder(tmp_path)
+    assert sorted(p.name for p in (folder.path / "trials").iterdir()) == ["0.log", "1.log"]  # logs only
+    claim = folder.file("claim.txt").read_text()
     assert "1 of 1 tests.test_reliability:NaNAtLastStep trials failed" in claim  # never a "faster" NaN
+
+
+# --- writes that complete or leave the folder as it was ----------------------------------------------------
+
+
+def _tmp_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.name.endswith(".tmp"))
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path):
+    """A 200 KiB tmpfs (root and a kernel that allows it), grown to 64 MiB by calling the yielded function."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(mount)], capture_output=True
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+
+    def grow() -> None:
+        subprocess.run(["mount", "-o", "remount,size=64m", str(mount)], check=True)
+
+    try:
+        yield mount, grow
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _fail_writes_to(monkeypatch, name: str, call: int = 1):
+    """Make the ``call``-th ``os.write`` into a file named ``name`` write half its bytes and raise ENOSPC."""
+    import errno
+
+    real_write, seen = os.write, []
+
+    def write(fd: int, data) -> int:
+        target = os.readlink(f"/proc/self/fd/{fd}") if os.path.exists(f"/proc/self/fd/{fd}") else ""
+        if Path(target).name == name:
+            seen.append(fd)
+            if len(seen) == call:
+                real_write(fd, bytes(data)[: len(data) // 2])
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    return seen
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
+def test_a_row_that_cannot_be_written_stops_the_run_and_runs_again_on_resume(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from harness.tables import LOG, RunFolderWriteError
+
+    plan = plan_of("sleepy", warmup=0, pairs=2)
+    _fail_writes_to(monkeypatch, LOG, call=3)
+    with pytest.raises(RunFolderWriteError) as stopped:
+        runner(tmp_path).start(plan)
+    message = str(stopped.value)
+    assert "\n" not in message and "No space left on device" in message and LOG in message, message
+    folder = _only_folder(tmp_path)
+    assert f"--resume {folder.path}" in message and "trial 3" in message, message
+    assert folder.file(LOG).read_bytes().endswith(b"\n")  # the half-written row was taken back
+    assert [r["index"] for r in folder.rows()] == [0, 1]
+    assert _tmp_files(folder.path) == []
+    monkeypatch.undo()
+    runner(tmp_path).resume(folder.path)
+    assert [r["index"] for r in folder.rows()] == [0, 1, 2, 3]  # trial 3 ran again, nothing twice
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
+@pytest.mark.parametrize("table", ["pairs.csv", "claim.txt"])
+def test_a_table_that_cannot_be_written_stops_with_one_line_and_no_temporary_file(
+    tmp_path: Path, monkeypatch, table: str
+) -> None:
+    from harness.tables import RunFolderWriteError
+
+    figures = {"baseline": [10, 10], "candidate": [8, 9]}
+    tiers = _tiers_with_a_claim()
+    _fail_writes_to(monkeypatch, table + ".tmp")
+    with pytest.raises(RunFolderWriteError, match=f"{table}.*No space left on device.*--resume"):
+        runner(tmp_path, tiers=tiers).start(plan_of("scripted", warmup=0, pairs=2, figures=figures))
+    folder = _only_folder(tmp_path)
+    assert _tmp_files(folder.path) == [] and not folder.file(table).exists()
+    assert len(folder.rows()) == 4  # every trial is in the log
+    monkeypatch.undo()
+    runner(tmp_path, tiers=tiers).resume(folder.path)  # nothing left to run: the tables are written
+    assert folder.file(table).is_file()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
+def test_a_run_folder_that_cannot_be_set_up_is_removed(tmp_path: Path, monkeypatch) -> None:
+    from harness.tables import RunFolderWriteError
+
+    _fail_writes_to(monkeypatch, "env.json.tmp")
+    with pytest.raises(RunFolderWriteError, match="env.json.*No space left on device.*nothing was run"):
+        runner(tmp_path / "runs").start(plan_of("sleepy", warmup=0, pairs=1))
+    assert not any((tmp_path / "runs").iterdir())
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_a_fit_with_one_line_and_resume_finishes(tiny_disk, capsys) -> None:
+    """The issue's case on a real 200 KiB tmpfs: the first checkpoint fills it."""
+    disk, grow = tiny_disk
+    command = ["pair", *TINY_FIT, "--warmup", "0", "--pairs", "1", "--quiet", "--no-report"]
+    assert main([*command, "--out", str(disk)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "No space left on device" in error and "--resume" in error, error
+    folder = _only_folder(disk)
+    assert _tmp_files(disk) == []
+    assert folder.rows() == []  # the trial that hit the full disk has no row: it runs again on resume
+    assert sorted(p.name for p in (folder.path / "trials").iterdir()) == ["0.log"]
+    grow()
+    assert main(["pair", "--resume", str(folder.path), "--quiet", "--no-report"]) == 0
+    assert [r["index"] for r in folder.rows()] == [0, 1]
+    assert all(r["status"] == "ok" for r in folder.rows())
+    assert sorted(p.name for p in (folder.path / "trials").iterdir()) == ["0.log", "1.log"]

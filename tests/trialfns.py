@@ -87,7 +87,8 @@ def plan_of(
 
 
 def runner(out: str | Path, **options) -> Runner:
-    """A quiet runner of the test tier, without a report unless asked."""
+    """A quiet runner of the test tier (or of ``tiers=``), without a report unless asked."""
+    tiers = options.pop("tiers", TIERS)
     return Runner(
-        TIERS, RunOptions(out=Path(out), quiet=True, report=options.pop("report", False), **options)
+        tiers, RunOptions(out=Path(out), quiet=True, report=options.pop("report", False), **options)
     )

@@ -15,6 +15,7 @@ real trainer has, so an optimizer change is measured inside a whole learner, not
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import time
@@ -144,9 +145,19 @@ class WeightEMA:
 
 
 def _save_atomic(state: dict[str, Any], path: Path) -> None:
+    """A checkpoint through a temporary file and a rename, serialized in memory first: torch's own file writer
+    turns a full disk into an opaque error, a plain write into ``OSError`` (ENOSPC), which stops the run. On a
+    failure the temporary file is removed."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
     tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(buffer.getbuffer())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _autocast(device: torch.device, amp: str):

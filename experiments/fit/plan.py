@@ -303,10 +303,11 @@ def trial_function(plan: Plan) -> TrialFunction:
                 env=worker_environment(ctx.run_dir),
                 placement=ctx.placement,
             )
-        finally:
-            if not settings.keep_checkpoints and trial_dir.exists():
-                for checkpoint in trial_dir.rglob("*.pt"):
-                    checkpoint.unlink()
-                shutil.rmtree(trial_dir / "fit" / "weights", ignore_errors=True)
+        finally:  # the trial's folder keeps nothing but what was asked: its log is trials/<index>.log
+            if not settings.keep_checkpoints:
+                shutil.rmtree(trial_dir, ignore_errors=True)
+            elif trial_dir.exists():
+                for unfinished in trial_dir.rglob("*.tmp"):
+                    unfinished.unlink(missing_ok=True)
 
     return trial
