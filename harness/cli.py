@@ -36,10 +36,11 @@ from harness.options import (
     protocol_options,
     resolve_device,
 )
-from harness.protocol import Arm, Plan, ProtocolOptions
+from harness.protocol import Arm, ProtocolOptions
 from harness.run import Runner, RunOptions
-from harness.tables import PLAN, RunFolder
+from harness.tables import RunFolder
 from harness.tier import Run, TierRegistry
+from harness.validation import check_log, load_plan
 
 app = typer.Typer(
     name="bench",
@@ -214,7 +215,10 @@ def launch(
     """
     runner = run.runner()
     if run.resume is not None:
-        recorded = Plan.from_json(RunFolder.open(run.resume).read_json(PLAN)).tier
+        folder = RunFolder.open(run.resume)
+        plan = load_plan(folder)  # the folder validated whole before the tier is even looked at
+        check_log(plan, folder)
+        recorded = plan.tier
         if recorded not in accepts:
             raise InputError(
                 f"--resume {run.resume} is a '{recorded}' run; resume it with the command that started it "

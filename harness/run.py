@@ -28,6 +28,7 @@ from harness.protocol import Plan, PlannedStop, TrialFunction, pending, run_sche
 from harness.tables import ENV, PLAN, RunFolder, RunFolderWriteError
 from harness.tier import Run, TierRegistry
 from harness.timing import apply_budget, release_budget
+from harness.validation import check_log, load_env, load_plan
 
 CLAIM_FILE = "claim.txt"
 
@@ -87,10 +88,11 @@ class Runner:
         """Continue an interrupted run exactly where it stopped: the saved schedule, minus the finished trials."""
         folder = RunFolder.open(path)
         with folder.lock():  # held until the run ends: a second run of this folder is refused at once
-            plan = Plan.from_json(folder.read_json(PLAN))
+            plan = load_plan(folder)  # every file validated before anything is written or run
+            check_log(plan, folder)
+            record = load_env(folder)
             trial_fn = trial_fn or self.tiers.get(plan.tier).trial_function(plan)
             placement = resolve_placement(plan.protocol.cpus)  # this machine's, for the plan's --cpus
-            record = folder.read_json(ENV) or {}
             record.setdefault("resumes", []).append(
                 {
                     "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -37,6 +37,10 @@ class NotARunFolder(RunFolderError, ValueError):
     """Raised for a path that is not a run folder (no plan.json)."""
 
 
+class CorruptRunFolder(RunFolderError):
+    """A run folder file that cannot be what it claims (not JSON, a wrong shape or type, a bad log line)."""
+
+
 class RunFolderBusy(RunFolderError):
     """Another process is running this folder (it holds the folder's lock)."""
 
@@ -58,6 +62,28 @@ def _clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
+def _parse_row(raw: bytes) -> tuple[str | None, dict[str, Any]]:
+    """(what is wrong, row) of one log line; the problem is None for a row the log can hold."""
+    try:
+        row = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return "not UTF-8 text", {}
+    except (json.JSONDecodeError, RecursionError) as exc:
+        return f"not JSON ({_first_line(exc)})", {}
+    if not isinstance(row, dict):
+        return "not a JSON object", {}
+    if "index" not in row:
+        return "no 'index' (every row names its trial)", {}
+    index = row["index"]
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        return f"'index' is {index!r}"[:100] + ", not a whole number of 0 or more", {}
+    return None, row
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -160,8 +186,14 @@ class RunFolder:
             os.close(fd)  # releases the lock
 
     def read_json(self, name: str) -> Any:
+        """The JSON value of one of the folder's files (None when absent); ``CorruptRunFolder`` unless JSON."""
         path = self.file(name)
-        return json.loads(path.read_text()) if path.is_file() else None
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_bytes().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            raise CorruptRunFolder(f"{path}: not JSON ({_first_line(exc)})") from None
 
     def write_json(self, name: str, data: Any) -> None:
         write_json_atomic(self.file(name), data)
@@ -198,19 +230,27 @@ class RunFolder:
             os.close(fd)
 
     def rows(self) -> list[dict[str, Any]]:
-        """Every complete row of the log; a torn last line (a process killed mid-write) is ignored."""
+        """Every complete row of the log, in the order written (see ``numbered_rows``)."""
+        return [row for _, row in self.numbered_rows()]
+
+    def numbered_rows(self) -> list[tuple[int, dict[str, Any]]]:
+        """(line number, row) for every complete row of the log.
+
+        A torn last line (no newline: a process killed mid-write, its trial runs again) is ignored; any other
+        line that is not a JSON object with a whole-number ``index`` is ``CorruptRunFolder``, naming the line
+        (a log that skipped it would silently lose a trial). A trial logged twice (before run folders were
+        locked, two resumes could do that) is read, and the report says so."""
         path = self.file(LOG)
         if not path.is_file():
             return []
-        text = path.read_text(encoding="utf-8")
-        lines = text.split("\n")
-        lines.pop()  # after the last newline: empty, or a torn line
-        rows = []
-        for line in lines:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+        lines = path.read_bytes().split(b"\n")
+        lines.pop()  # what follows the last newline: nothing, or a torn line
+        rows: list[tuple[int, dict[str, Any]]] = []
+        for number, raw in enumerate(lines, start=1):
+            problem, row = _parse_row(raw)
+            if problem is not None:
+                raise CorruptRunFolder(f"{path}: line {number}: {problem}")
+            rows.append((number, row))
         return rows
 
     def completed_indices(self) -> set[int]:

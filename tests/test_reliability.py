@@ -8,14 +8,18 @@ before each clock read).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from harness.cli import main
 from harness.tables import RunFolder, RunFolderBusy
@@ -301,3 +305,263 @@ def test_a_full_disk_stops_a_fit_with_one_line_and_resume_finishes(tiny_disk, ca
     assert [r["index"] for r in folder.rows()] == [0, 1]
     assert all(r["status"] == "ok" for r in folder.rows())
     assert sorted(p.name for p in (folder.path / "trials").iterdir()) == ["0.log", "1.log"]
+
+
+# --- one validation of a run folder's files --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> RunFolder:
+    """A finished run folder of the test tier: one warm-up and two pairs."""
+    root = tmp_path_factory.mktemp("finished")
+    return runner(root).start(plan_of("sleepy", warmup=1, pairs=2)).folder
+
+
+def _copy(folder: RunFolder, where: Path) -> RunFolder:
+    import shutil
+
+    shutil.copytree(folder.path, where)
+    return RunFolder(where)
+
+
+def _plan_with(folder: RunFolder, change) -> str:
+    import json
+
+    plan = json.loads(folder.file("plan.json").read_text())
+    change(plan)
+    return json.dumps(plan)
+
+
+def _dropped(key: str):
+    return lambda plan: plan.pop(key)
+
+
+def _set(path: str, value):
+    def change(plan: dict) -> None:
+        *parents, last = path.split(".")
+        target = plan
+        for part in parents:
+            target = target[int(part)] if part.isdigit() else target[part]
+        target[int(last) if last.isdigit() else last] = value
+
+    return change
+
+
+CORRUPT_PLANS = {
+    "not JSON": ('{"tier": "test", ', "plan.json: not JSON"),
+    "not UTF-8": (b"\xff\xfe{}", "plan.json: not JSON"),
+    "an empty object": ("{}", "plan.json: not a plan: missing key"),
+    "a list": ("[1, 2]", "plan.json holds a list, not a plan (a JSON object)"),
+    "a number": ("7", "plan.json holds a number, not a plan"),
+    "no schedule": (_dropped("schedule"), "plan.json: not a plan: missing key 'schedule'"),
+    "no cases": (_dropped("cases"), "missing key 'cases'"),
+    "pairs a string": (_set("protocol.pairs", "three"), "protocol.pairs is 'three', not a whole number"),
+    "an index a string": (_set("schedule.0.index", "abc"), "schedule[0].index is 'abc', not a whole number"),
+    "cases a string": (_set("cases", "x"), "plan.json: not a plan"),
+    "a trial of no case": (_set("schedule.1.case", "elsewhere"), "schedule[1] names case 'elsewhere'"),
+    "indices out of order": (_set("schedule.1.index", 4), "schedule[1].index is 4, not 1"),
+    "an unknown role": (_set("protocol.arms.0.role", "referee"), "role 'referee'"),
+    "an empty schedule": (_set("schedule", []), "plan.json: the schedule is empty"),
+    "no arms": (_set("protocol.arms", []), "protocol.arms is empty"),
+}
+
+
+def _corrupt_plan(folder: RunFolder, how) -> None:
+    text = _plan_with(folder, how) if callable(how) else how
+    path = folder.file("plan.json")
+    path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)
+
+
+def _refused_in_one_line(command: list[str], capsys, *fragments: str) -> str:
+    capsys.readouterr()
+    assert main(command) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0, error
+    for fragment in fragments:
+        assert fragment in error, error
+    return error
+
+
+@pytest.mark.parametrize("case", list(CORRUPT_PLANS))
+def test_a_corrupt_plan_is_one_line_naming_it_for_report_and_resume(
+    finished_run: RunFolder, tmp_path: Path, capsys, case: str
+) -> None:
+    from harness.tables import CorruptRunFolder
+
+    how, fragment = CORRUPT_PLANS[case]
+    folder = _copy(finished_run, tmp_path / "run")
+    _corrupt_plan(folder, how)
+    before = {p.name: p.read_bytes() for p in folder.path.iterdir() if p.is_file()}
+    _refused_in_one_line(["report", str(folder.path), "-o", str(tmp_path / "r.md")], capsys, fragment)
+    _refused_in_one_line(["pair", "--resume", str(folder.path)], capsys, fragment)
+    with pytest.raises(CorruptRunFolder, match="plan.json"):
+        runner(tmp_path).resume(folder.path)
+    after = {p.name: p.read_bytes() for p in folder.path.iterdir() if p.is_file() and p.name != "run.lock"}
+    assert after == {k: v for k, v in before.items() if k != "run.lock"}  # nothing written, nothing run
+
+
+def _log_with(folder: RunFolder, edit) -> None:
+    lines = folder.file("trials.jsonl").read_text().splitlines(keepends=True)
+    folder.file("trials.jsonl").write_text("".join(edit(lines)))
+
+
+CORRUPT_LOGS = {
+    "an empty row": (lambda lines: [*lines[:2], "{}\n", *lines[2:]], "line 3: no 'index'"),
+    "an index that is text": (
+        lambda lines: [*lines[:2], '{"index": "abc"}\n', *lines[2:]],
+        "line 3: 'index' is 'abc', not a whole number",
+    ),
+    "garbage in the middle": (lambda lines: [lines[0], "hello\n", *lines[1:]], "line 2: not JSON"),
+    "a row that is a list": (lambda lines: [*lines, "[1]\n"], "line 6: not a JSON object"),
+    "a trial not in the plan": (
+        lambda lines: [*lines[:-1], lines[-1].replace('"index": 4', '"index": 40')],
+        "line 5: trial 40 is not in the plan",
+    ),
+    "a row of another arm": (
+        lambda lines: [lines[0].replace('"arm": "baseline"', '"arm": "other"'), *lines[1:]],
+        "line 1: trial 0's arm is 'other', the plan says 'baseline'",
+    ),
+    "an ok row with no value": (
+        lambda lines: [lines[0].replace('"value": 10.0', '"value": null'), *lines[1:]],
+        "line 1: trial 0 is 'ok' with no value",
+    ),
+    "an unknown status": (
+        lambda lines: [lines[0].replace('"status": "ok"', '"status": "fine"'), *lines[1:]],
+        "line 1: trial 0 has status 'fine'",
+    ),
+    "not UTF-8": (lambda lines: [*lines[:1], "\udcff\n", *lines[1:]], "line 2: not UTF-8"),
+}
+
+
+@pytest.mark.parametrize("case", list(CORRUPT_LOGS))
+def test_a_corrupt_log_is_one_line_naming_the_line_for_report_and_resume(
+    finished_run: RunFolder, tmp_path: Path, capsys, case: str
+) -> None:
+    from harness.tables import CorruptRunFolder
+
+    edit, fragment = CORRUPT_LOGS[case]
+    folder = _copy(finished_run, tmp_path / "run")
+    path = folder.file("trials.jsonl")
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_bytes("".join(edit(lines)).encode("utf-8", "surrogateescape"))
+    before = path.read_bytes()
+    _refused_in_one_line(
+        ["report", str(folder.path), "-o", str(tmp_path / "r.md")], capsys, "trials.jsonl", fragment
+    )
+    _refused_in_one_line(["pair", "--resume", str(folder.path)], capsys, "trials.jsonl", fragment)
+    with pytest.raises(CorruptRunFolder, match="trials.jsonl"):
+        runner(tmp_path).resume(folder.path)
+    assert path.read_bytes() == before
+
+
+def test_a_torn_last_line_is_still_ignored_and_cut_by_the_next_append(
+    finished_run: RunFolder, tmp_path: Path, capsys
+) -> None:
+    folder = _copy(finished_run, tmp_path / "run")
+    path = folder.file("trials.jsonl")
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:-1]) + lines[-1][:40])  # killed while writing trial 4's row
+    assert main(["report", str(folder.path), "-o", str(tmp_path / "r.md")]) == 0
+    runner(tmp_path).resume(folder.path)
+    assert path.read_text().count("\n") == 5 and [r["index"] for r in folder.rows()] == [0, 1, 2, 3, 4]
+    assert main(["report", str(folder.path), "-o", str(tmp_path / "r.md")]) == 0
+
+
+def test_every_committed_run_folder_still_validates() -> None:
+    from harness.tier import Run
+
+    folders = sorted(p.parent for p in (ROOT / "reports").rglob("plan.json"))
+    assert folders
+    for path in folders:
+        Run.load(RunFolder(path))  # raises for anything the validation refuses
+
+
+# --- fuzz: random bytes and random JSON give a run or one line and exit 2 -----------------------------------
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+PLAN_KEYS = ("tier", "protocol", "cases", "schedule", "unit", "metric", "settings", "format")
+
+
+def _report_or_one_line(folder: RunFolder, out: Path) -> None:
+    """``bench report`` of the folder gives a report (exit 0) or one line on stderr and exit 2, nothing else."""
+    import contextlib
+    import io
+
+    stderr = io.StringIO()
+    from harness import console
+
+    real = console.errors.file
+    console.errors.file = stderr
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            status = main(["report", str(folder.path), "-o", str(out)])
+    finally:
+        console.errors.file = real
+    text = stderr.getvalue().strip()
+    assert status in (0, 2), text
+    if status == 2:
+        assert text.startswith("bench: error: ") and text.count("\n") == 0, text
+
+
+FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@FUZZ
+@given(content=st.binary(max_size=300) | JSON.map(lambda v: json.dumps(v).encode()))
+def test_fuzz_plan_files_give_a_report_or_one_line(
+    finished_run: RunFolder, tmp_path: Path, content: bytes
+) -> None:
+    with tempfile.TemporaryDirectory(dir=tmp_path) as scratch:
+        folder = _copy(finished_run, Path(scratch) / "run")
+        folder.file("plan.json").write_bytes(content)
+        _report_or_one_line(folder, Path(scratch) / "r.md")
+
+
+@FUZZ
+@given(key=st.sampled_from(PLAN_KEYS), value=JSON, drop=st.booleans())
+def test_fuzz_one_plan_field_changed_gives_a_report_or_one_line(
+    finished_run: RunFolder, tmp_path: Path, key: str, value, drop: bool
+) -> None:
+    plan = json.loads(finished_run.file("plan.json").read_text())
+    plan.pop(key) if drop else plan.__setitem__(key, value)
+    with tempfile.TemporaryDirectory(dir=tmp_path) as scratch:
+        folder = _copy(finished_run, Path(scratch) / "run")
+        folder.file("plan.json").write_text(json.dumps(plan))
+        _report_or_one_line(folder, Path(scratch) / "r.md")
+
+
+@FUZZ
+@given(
+    where=st.integers(0, 5),
+    line=st.binary(max_size=120) | JSON.map(lambda v: json.dumps(v).encode()),
+    torn=st.booleans(),
+)
+def test_fuzz_log_lines_give_a_report_or_one_line(
+    finished_run: RunFolder, tmp_path: Path, where: int, line: bytes, torn: bool
+) -> None:
+    lines = finished_run.file("trials.jsonl").read_bytes().splitlines(keepends=True)
+    lines.insert(where, line if torn and where == len(lines) else line.replace(b"\n", b" ") + b"\n")
+    with tempfile.TemporaryDirectory(dir=tmp_path) as scratch:
+        folder = _copy(finished_run, Path(scratch) / "run")
+        folder.file("trials.jsonl").write_bytes(b"".join(lines))
+        _report_or_one_line(folder, Path(scratch) / "r.md")
+
+
+@FUZZ
+@given(
+    field=st.sampled_from(["index", "case", "phase", "round", "arm", "role", "status", "value", "message"]),
+    value=JSON,
+)
+def test_fuzz_one_row_field_changed_gives_a_report_or_one_line(
+    finished_run: RunFolder, tmp_path: Path, field: str, value
+) -> None:
+    rows = [json.loads(line) for line in finished_run.file("trials.jsonl").read_text().splitlines()]
+    rows[2][field] = value
+    with tempfile.TemporaryDirectory(dir=tmp_path) as scratch:
+        folder = _copy(finished_run, Path(scratch) / "run")
+        folder.file("trials.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        _report_or_one_line(folder, Path(scratch) / "r.md")
