@@ -30,6 +30,8 @@ from harness.errors import RunFolderError
 from harness.options import (
     AUTO_DEVICE,
     DEFAULT_ARMS,
+    MAX_PAIRS,
+    MAX_SEED,
     InputError,
     check_non_negative,
     check_positive,
@@ -449,8 +451,8 @@ def parity_command(
         options = ProtocolOptions(
             arms,
             warmup=0,
-            pairs=check_positive("--steps", steps),
-            seed=int(check_non_negative("--seed", seed)),
+            pairs=check_positive("--steps", steps, MAX_PAIRS),
+            seed=int(check_non_negative("--seed", seed, MAX_SEED)),
             device=resolved,
         )
     result = launch("parity", options, settings, run, accepts=("parity",))

@@ -27,13 +27,16 @@ from typing import Any
 import torch
 
 from harness import telemetry
-from harness.errors import is_disk_full
+from harness.errors import InputError, is_disk_full
 from harness.placement import Placement, split_placement
 from harness.tables import RunFolder, RunFolderWriteError
 from harness.timing import TrialFailure
 
 ORDERS = ("alternate", "random", "duet")
 CONCURRENT_ORDERS = ("duet",)  # the trials of a round run at once, each in its own worker on its own cores
+# plan.json lists every scheduled trial (about 150 bytes each: 150 MB at a million), built in memory before
+# the first trial; no benchmark here needs more.
+MAX_TRIALS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,12 @@ def build_schedule(
     """
     if order not in ORDERS:
         raise ValueError(f"order must be one of {', '.join(ORDERS)} (got '{order}')")
+    total = sum(warmup + pairs * len(case.arms) for case in cases)
+    if total > MAX_TRIALS:
+        raise InputError(
+            f"{total} scheduled trials ({len(cases)} case(s), their arms, --warmup {warmup} and --pairs {pairs}) "
+            f"are more than {MAX_TRIALS}, the most a run can take; use fewer pairs, arms or cases"
+        )
     rng = random.Random(seed)
     schedule: list[ScheduledTrial] = []
     for case in cases:

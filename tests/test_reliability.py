@@ -565,3 +565,50 @@ def test_fuzz_one_row_field_changed_gives_a_report_or_one_line(
         folder = _copy(finished_run, Path(scratch) / "run")
         folder.file("trials.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         _report_or_one_line(folder, Path(scratch) / "r.md")
+
+
+# --- bounds on every count, checked before anything starts ------------------------------------------------
+
+EMBEDDED = ["pair", "--workload", "embedded"]
+TOO_MANY = [
+    ([*EMBEDDED, "--pairs", "10000000000"], "--pairs 10000000000 is more than 10000"),
+    ([*EMBEDDED, "--warmup", "1000001"], "--warmup 1000001 is more than 1000"),
+    ([*EMBEDDED, "--cooldown", "1e9"], "--cooldown 1000000000.0 is more than 3600"),
+    (
+        [*EMBEDDED, "--steps", "10000000000", "--images", "8", "--batch", "4"],
+        "--steps 10000000000 is more than",
+    ),
+    ([*EMBEDDED, "--steps", "200000", "--images", "8", "--batch", "4"], "100000 epochs is more than 10000"),
+    (
+        [*EMBEDDED, "--images", "100000000", "--steps", "25000000", "--batch", "4"],
+        "--images 100000000 is more",
+    ),
+    ([*EMBEDDED, "--images", "65536", "--steps", "16384", "--imgsz", "256"], "holds its whole synthetic set"),
+    ([*EMBEDDED, "--imgsz", "100000"], "--imgsz 100000 is more than 4096"),
+    ([*EMBEDDED, "--val-images", "100000000"], "--val-images 100000000 is more than"),
+    ([*EMBEDDED, "--trial-timeout", "100000000000"], "--trial-timeout 100000000000 is more than"),
+    ([*EMBEDDED, "--workers", "100000"], "--workers 100000 is more than"),
+    ([*EMBEDDED, "--close-mosaic", "100000"], "--close-mosaic 100000 is more than"),
+    (["screen", "--steps", "10000000000"], "--steps 10000000000 is more than"),
+    (["screen", "--warmup-steps", "10000000000"], "--warmup-steps 10000000000 is more than"),
+    (["screen", "--floor-replays", "10000000000"], "--floor-replays 10000000000 is more than"),
+    (
+        ["screen", "--scales", "n,s,m,l,x", "--guards", ",".join(map(str, range(64))), "--pairs", "10000"],
+        "1000000",
+    ),
+    (["probe", "--tokens", "100000000000000000000"], "--tokens 100000000000000000000 is more than"),
+    (["probe", "--head", "detect", "--batch", "10000000000"], "--batch 10000000000 is more than"),
+    (["parity", "--steps", "10000000000"], "--steps 10000000000 is more than 10000"),
+]
+
+
+@pytest.mark.parametrize(("command", "message"), TOO_MANY)
+def test_a_count_no_run_can_take_is_refused_before_anything_starts(
+    tmp_path: Path, capsys, monkeypatch, command: list[str], message: str
+) -> None:
+    from harness.run import Runner
+
+    monkeypatch.setattr(Runner, "start", lambda *a, **k: pytest.fail("a run started"))
+    out = tmp_path / "runs"
+    _refused_in_one_line([*command, "--device", "cpu", "--out", str(out)], capsys, message)
+    assert not out.exists()
