@@ -612,3 +612,79 @@ def test_a_count_no_run_can_take_is_refused_before_anything_starts(
     out = tmp_path / "runs"
     _refused_in_one_line([*command, "--device", "cpu", "--out", str(out)], capsys, message)
     assert not out.exists()
+
+
+# --- values that would only fail inside every trial ------------------------------------------------------
+
+ONE_TRIAL = ["--warmup", "0", "--pairs", "1", "--device", "cpu"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        [*EMBEDDED, "--arms", "baseline,torch.optim:SGD"],
+        ["screen", "--arms", "baseline,torch.optim:SGD"],
+        ["probe", "--arms", "torch.optim:SGD,baseline"],
+    ],
+)
+def test_an_arm_whose_constructor_does_not_fit_is_one_line_before_the_schedule(
+    tmp_path: Path, capsys, monkeypatch, command: list[str]
+) -> None:
+    from harness.run import Runner
+
+    monkeypatch.setattr(Runner, "start", lambda *a, **k: pytest.fail("a run started"))
+    out = tmp_path / "runs"
+    _refused_in_one_line(
+        [*command, *ONE_TRIAL, "--out", str(out)],
+        capsys,
+        "--arms: arm 'torch.optim:SGD' cannot be built",
+        "unexpected keyword argument 'muon'",
+    )
+    assert not out.exists()
+
+
+def test_parity_of_a_candidate_that_cannot_be_built_is_exit_2_not_a_broken_contract(
+    tmp_path: Path, capsys
+) -> None:
+    out = tmp_path / "runs"
+    command = [
+        "parity",
+        "--candidate",
+        "torch.optim:SGD",
+        "--steps",
+        "1",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+    ]
+    _refused_in_one_line(command, capsys, "--candidate: arm 'torch.optim:SGD' cannot be built")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("command", [EMBEDDED, ["screen"], ["probe"], ["parity"]])
+def test_a_seed_beyond_63_bits_is_refused_up_front(tmp_path: Path, capsys, command: list[str]) -> None:
+    out = tmp_path / "runs"
+    _refused_in_one_line(
+        [*command, "--seed", "18446744073709551616", "--device", "cpu", "--out", str(out)],
+        capsys,
+        "--seed 18446744073709551616 is more than 9223372036854775807",
+    )
+    assert not out.exists()
+
+
+def test_the_largest_seed_gives_trial_seeds_every_generator_takes(tmp_path: Path) -> None:
+    folder = runner(tmp_path).start(plan_of("seeded", warmup=1, pairs=2, seed=2**63 - 1)).folder
+    rows = folder.rows()
+    assert all(r["status"] == "ok" for r in rows), [r["message"] for r in rows]
+    assert len({r["seed_seen"] for r in rows}) == 3  # the warm-up and each round still have their own seed
+
+
+def test_the_real_trainer_gets_a_seed_numpy_takes() -> None:
+    """Upstream seeds numpy's legacy generator with seed + 1 + rank, which must stay below 2**32."""
+    from experiments.fit.ultralytics_fit import upstream_seed
+
+    assert upstream_seed(7) == 7 and upstream_seed(4_294_967_296 - 2048) == 4_294_967_296 - 2048
+    for seed in (4_295_012_885, 2**63 - 1, 2**40 + 3):
+        assert 0 <= upstream_seed(seed) + 1 + 8 < 2**32
+    assert upstream_seed(2**40 + 3) != upstream_seed(2**40 + 4)

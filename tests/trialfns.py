@@ -60,7 +60,26 @@ def returns(plan: Plan) -> TrialFunction:
     return lambda ctx: {"value": plan.settings["returned"]}
 
 
-BEHAVIOURS = {"sleepy": sleepy, "scripted": scripted, "affinity": affinity, "returns": returns}
+def seeded(plan: Plan) -> TrialFunction:
+    """Every trial seeds torch's global generator and a new one with its seed (as the tiers do)."""
+
+    def trial(ctx: TrialContext) -> dict:
+        import torch
+
+        torch.manual_seed(ctx.seed)
+        torch.Generator().manual_seed(ctx.seed)
+        return {"value": 1.0, "seed_seen": ctx.seed}
+
+    return trial
+
+
+BEHAVIOURS = {
+    "sleepy": sleepy,
+    "scripted": scripted,
+    "affinity": affinity,
+    "returns": returns,
+    "seeded": seeded,
+}
 
 
 TIERS = TierRegistry(

@@ -199,7 +199,7 @@ def prepare_fit(
         "plots": False,
         "val": True,
         "save": True,
-        "seed": seed,
+        "seed": upstream_seed(seed),
         "deterministic": False,
         "verbose": False,
         "pretrained": False,
@@ -232,6 +232,16 @@ def prepare_fit(
         }
 
     return fit
+
+
+# Upstream seeds numpy's legacy generator with seed + 1 + rank, which must stay below 2**32.
+UPSTREAM_SEED_LIMIT = 2**32 - 1024
+
+
+def upstream_seed(seed: int) -> int:
+    """The trial's seed as upstream can take it: unchanged below the limit (every seed that ran before), else
+    folded below it, so a large ``--seed`` does not fail inside every trial."""
+    return seed % UPSTREAM_SEED_LIMIT
 
 
 def _number(value: Any) -> float | None:
