@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from harness.formatting import (
     format_interval,
@@ -19,9 +20,12 @@ from harness.formatting import (
 from harness.protocol import Plan, ScheduledTrial
 from harness.tables import Summaries
 
-# Rich falls back to 80 columns off a terminal (CI logs, pipes); tables need more to stay readable.
-console = Console(stderr=False, highlight=False, width=None if sys.stdout.isatty() else 140)
-errors = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)
+# Rich falls back to 80 columns off a terminal (CI logs, pipes); tables need more to stay readable. Everything
+# printed is plain text: user input, paths and install hints ('[v2]', '[/]', "pip install -e '.[ultralytics]'",
+# ':100:') print as they are, never as rich markup or emoji codes; errors are never wrapped (one line each).
+PLAIN = {"highlight": False, "markup": False, "emoji": False}
+console = Console(stderr=False, width=None if sys.stdout.isatty() else 140, **PLAIN)
+errors = Console(stderr=True, width=None if sys.stderr.isatty() else 140, soft_wrap=True, **PLAIN)
 
 
 class ScheduleProgress:
@@ -33,10 +37,10 @@ class ScheduleProgress:
         self.progress: Progress | None = None
         if not quiet:
             self.progress = Progress(
-                TextColumn("[bold]{task.description}"),
+                TextColumn("{task.description}", style="bold", markup=False),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TextColumn("last: {task.fields[last]}"),
+                TextColumn("last: {task.fields[last]}", markup=False),
                 TimeElapsedColumn(),
                 console=console,
                 transient=False,
@@ -85,7 +89,7 @@ def print_summary(plan: Plan, summaries: Summaries) -> None:
     claims = summaries.claims.set_index(["case", "arm"]) if not summaries.claims.empty else None
     for _, arm in summaries.arms.iterrows():
         figure = f"{format_value(arm['median'], plan.unit)} ({format_range(arm['min'], arm['max'])})"
-        failed = f" [red]{arm['failed']} failed[/red]" if arm["failed"] else ""
+        failed = Text(f" {arm['failed']} failed" if arm["failed"] else "", style="red")
         reduction = interval = verdict = ""
         if claims is not None and (arm["case"], arm["arm"]) in claims.index:
             claim = claims.loc[(arm["case"], arm["arm"])]
@@ -97,7 +101,7 @@ def print_summary(plan: Plan, summaries: Summaries) -> None:
         table.add_row(
             str(arm["case"]),
             str(arm["arm"]),
-            f"{arm['trials']}{failed}",
+            Text.assemble(str(arm["trials"]), failed),
             figure,
             reduction,
             interval,

@@ -688,3 +688,41 @@ def test_the_real_trainer_gets_a_seed_numpy_takes() -> None:
     for seed in (4_295_012_885, 2**63 - 1, 2**40 + 3):
         assert 0 <= upstream_seed(seed) + 1 + 8 < 2**32
     assert upstream_seed(2**40 + 3) != upstream_seed(2**40 + 4)
+
+
+# --- console text is plain text ---------------------------------------------------------------------------
+
+
+def test_user_text_in_errors_prints_verbatim(tmp_path: Path, capsys, monkeypatch) -> None:
+    out = str(tmp_path / "runs")
+    _refused_in_one_line(
+        [*EMBEDDED[:1], "--workload", "[/]", "--out", out], capsys, "--workload '[/]' is not"
+    )
+    odd = tmp_path / "results[v2]" / "x:100:y [bold]"
+    _refused_in_one_line(["pair", "--resume", str(odd)], capsys, f"'{odd}' is not a run folder")
+    monkeypatch.setattr("experiments.fit.plan.ultralytics_importable", lambda: False)
+    _refused_in_one_line(
+        ["pair", "--workload", "ultralytics", "--device", "cpu", "--out", out],
+        capsys,
+        "install the extra (pip install -e '.[ultralytics]')",
+    )
+
+
+def test_paths_and_labels_print_verbatim_on_stdout_and_in_the_progress_bar(tmp_path: Path, capsys) -> None:
+    from harness.protocol import Arm, Case, Plan, ProtocolOptions
+
+    arms = (Arm("base[red]", "baseline", "x"), Arm("cand[/]", "candidate", "y"))
+    plan = Plan(
+        tier="test",
+        protocol=ProtocolOptions(arms, warmup=0, pairs=1),
+        cases=[Case("[bold]case[/bold] :100:", {}, arms)],
+        unit="ms",
+        metric="test figure",
+        settings={"behaviour": "sleepy"},
+    )
+    out = tmp_path / "results[v2]"
+    for quiet in (True, False):
+        folder = runner(out, quiet=quiet).start(plan).folder
+        printed = capsys.readouterr().out
+        assert f"run folder: {folder.path}  (2 of 2 trials to run)" in printed, printed
+        assert "cand[/]" in printed and "base[red]" in printed

@@ -106,8 +106,7 @@ def plan_of(
 
 
 def runner(out: str | Path, **options) -> Runner:
-    """A quiet runner of the test tier (or of ``tiers=``), without a report unless asked."""
+    """A quiet runner of the test tier (or of ``tiers=``), without a report, unless asked otherwise."""
     tiers = options.pop("tiers", TIERS)
-    return Runner(
-        tiers, RunOptions(out=Path(out), quiet=True, report=options.pop("report", False), **options)
-    )
+    quiet, report = options.pop("quiet", True), options.pop("report", False)
+    return Runner(tiers, RunOptions(out=Path(out), quiet=quiet, report=report, **options))
