@@ -48,7 +48,7 @@ from harness.formatting import (
 from harness.options import InputError
 from harness.protocol import Plan
 from harness.stats import finished, numeric_column, pairs_for_level, range_coverage
-from harness.tables import RunFolder, Summaries, write_atomic
+from harness.tables import RunFolder, Summaries, check_can_write, write_atomic
 from harness.tier import Caveat, Run, TierRegistry
 
 REPORT_NAME = "report.md"
@@ -1008,6 +1008,10 @@ def write_report(
     """
     folders = [RunFolder.open(f.path) for f in folders]
     path = resolve_output(folders, output)
+    if output is None:
+        check_can_write(path.parent, "run folder", "write the report elsewhere with -o NAME.md")
+    else:
+        check_can_write(path.parent, "-o")
     runs = _load(folders, path, tiers or TierRegistry())
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_atomic(path, render(runs))

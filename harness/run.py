@@ -25,7 +25,7 @@ from harness.console import ScheduleProgress, console, errors, print_summary
 from harness.options import InputError, resolve_placement
 from harness.placement import Placement, parent_pinned, pin_parent, unpin_parent
 from harness.protocol import Plan, PlannedStop, TrialFunction, pending, run_schedule
-from harness.tables import ENV, PLAN, RunFolder, RunFolderWriteError
+from harness.tables import ENV, PLAN, RunFolder, RunFolderWriteError, check_can_write
 from harness.tier import Run, TierRegistry
 from harness.timing import apply_budget, release_budget
 from harness.validation import check_log, load_env, load_plan
@@ -67,6 +67,7 @@ class Runner:
 
     def start(self, plan: Plan, trial_fn: TrialFunction | None = None) -> Run:
         """Start a new run of ``plan`` under ``options.out`` and carry it to the end."""
+        check_can_write(self.options.out, "--out")  # before the trials are set up (some write under it)
         trial_fn = trial_fn or self.tiers.get(plan.tier).trial_function(plan)
         placement = resolve_placement(plan.protocol.cpus)
         with _device_budget(plan):  # a budget the device refuses fails here, before any folder exists

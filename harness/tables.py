@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from harness import stats
-from harness.errors import RunFolderError
+from harness.errors import InputError, RunFolderError
 
 PLAN = "plan.json"
 ENV = "env.json"
@@ -62,6 +62,25 @@ def _clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+def check_can_write(folder: str | Path, what: str, instead: str = "give a writable folder") -> Path:
+    """``folder`` as a place a run or a report can write in (created later if missing), or ``InputError`` with
+    one line: the nearest existing part of the path is a file, or cannot be written (read-only, no permission).
+    ``what`` names where the folder came from (``--out``, ``-o``); ``instead`` says what to do."""
+    path = Path(folder)
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InputError(f"{what} '{folder}': '{existing}' is a file, not a folder; {instead}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
+        reason = "it is on a read-only file system" if read_only else "permission denied"
+        raise InputError(
+            f"{what} '{folder}': '{existing}' cannot be written ({reason}); give a writable folder"
+        )
+    return path
 
 
 def _first_line(exc: BaseException) -> str:

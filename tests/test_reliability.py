@@ -726,3 +726,63 @@ def test_paths_and_labels_print_verbatim_on_stdout_and_in_the_progress_bar(tmp_p
         printed = capsys.readouterr().out
         assert f"run folder: {folder.path}  (2 of 2 trials to run)" in printed, printed
         assert "cand[/]" in printed and "base[red]" in printed
+
+
+# --- output locations checked up front ------------------------------------------------------------------
+
+
+@pytest.fixture
+def read_only_disk(tmp_path: Path):
+    """A tmpfs holding a finished run folder, then remounted read-only (root and a kernel that allow it)."""
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], capture_output=True
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        folder = runner(mount / "runs").start(plan_of("sleepy", warmup=0, pairs=1)).folder
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        yield mount, folder
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.mark.parametrize("workload", ["embedded", "ultralytics"])
+def test_out_on_a_file_is_one_line_before_anything_starts(tmp_path: Path, capsys, workload: str) -> None:
+    """The real trainer's parent generates its synthetic set under --out before the first trial: checked first."""
+    from experiments.fit.plan import ultralytics_importable
+
+    if workload == "ultralytics" and not ultralytics_importable():
+        pytest.skip("needs the ultralytics extra")
+    occupied = tmp_path / "a-file"
+    occupied.write_text("not a folder")
+    command = ["pair", "--workload", workload, "--device", "cpu", "--images", "8", "--steps", "2", "--out"]
+    _refused_in_one_line([*command, str(occupied)], capsys, f"--out '{occupied}'", "is a file")
+    _refused_in_one_line([*command, str(occupied / "below")], capsys, "is a file")
+    assert occupied.read_text() == "not a folder"
+
+
+def test_out_on_a_read_only_mount_is_one_line(read_only_disk, capsys) -> None:
+    mount, _ = read_only_disk
+    _refused_in_one_line([*EMBEDDED, "--out", str(mount / "more")], capsys, "read-only")
+
+
+def test_a_report_elsewhere_writes_nothing_in_a_read_only_run_folder(
+    read_only_disk, tmp_path: Path, capsys
+) -> None:
+    mount, folder = read_only_disk
+    assert main(["report", str(folder.path), "-o", str(tmp_path / "elsewhere" / "report.md")]) == 0
+    assert (tmp_path / "elsewhere" / "report.md").is_file()
+    assert _tmp_files(mount) == []
+    _refused_in_one_line(["report", str(folder.path)], capsys, "read-only", "-o")
+    _refused_in_one_line(["report", str(folder.path), "-o", str(mount / "x.md")], capsys, "read-only")
+
+
+def test_a_report_elsewhere_leaves_the_run_folder_as_it_was(finished_run: RunFolder, tmp_path: Path) -> None:
+    folder = _copy(finished_run, tmp_path / "run")
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.path.rglob("*") if p.is_file()}
+    assert main(["report", str(folder.path), "-o", str(tmp_path / "elsewhere.md")]) == 0
+    after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.path.rglob("*") if p.is_file()}
+    assert after == before
