@@ -8,9 +8,11 @@ each tier's own options take theirs from the tier's settings dataclass.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import shlex
+import signal
 import sys
 import typing
 from collections.abc import Callable
@@ -38,8 +40,8 @@ from harness.options import (
     protocol_options,
     resolve_device,
 )
-from harness.protocol import Arm, ProtocolOptions
-from harness.run import Runner, RunOptions
+from harness.protocol import Arm, PlannedStop, ProtocolOptions
+from harness.run import RunInterrupted, Runner, RunOptions
 from harness.tables import RunFolder
 from harness.tier import Run, TierRegistry
 from harness.validation import check_log, load_plan
@@ -170,6 +172,24 @@ class RunArgs:
         return Runner(registry(), options)
 
 
+def interruptible(func: Callable[..., Any], outside_a_run: str = "before any run folder was written") -> Any:
+    """A command that, on Ctrl-C or SIGTERM, says on stderr what was interrupted and where the run folder is
+    (typer turns the interrupt into exit status 130 without a word)."""
+
+    @functools.wraps(func)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except KeyboardInterrupt as interrupt:
+            if isinstance(interrupt, RunInterrupted):
+                errors.print(f"bench: {interrupt}")
+            elif not isinstance(interrupt, PlannedStop):  # a planned stop has said where it stopped
+                errors.print(f"bench: interrupted {outside_a_run}".rstrip())
+            raise
+
+    return command
+
+
 def tier_command(name: str, protocol: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register ``func`` as command ``name`` with the shared protocol options (unless ``protocol=False``) and
     the run options after its own; ``func`` receives them as ``protocol`` (a dict of the values as given)
@@ -186,6 +206,7 @@ def tier_command(name: str, protocol: bool = True) -> Callable[[Callable[..., An
             if p.name not in ("protocol", "run")
         ]
 
+        @interruptible
         def command(**values: Any) -> Any:
             given = {option.name: values.pop(option.name) for option in shared}
             run = RunArgs(**{option.name: values.pop(option.name) for option in RUN})
@@ -462,6 +483,7 @@ def parity_command(
 
 
 @app.command("report")
+@functools.partial(interruptible, outside_a_run="(the report is written whole or not at all)")
 def report_command(
     run_dirs: Annotated[
         list[Path] | None,
@@ -488,11 +510,20 @@ def report_command(
     console.print(f"report: {write_report(folders, registry(), output)}")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, so the run stops as it does for Ctrl-C."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``bench`` script: bad input is one line on stderr and exit status 2."""
     args = sys.argv[1:] if argv is None else list(argv)
     if not args:
         args = ["--help"]
+    previous_sigterm = signal.signal(signal.SIGTERM, _terminate)  # SIGTERM stops a run as Ctrl-C does
     try:
         result = typer.main.get_command(app).main(args=args, prog_name="bench", standalone_mode=False)
     except (InputError, RunFolderError) as exc:
@@ -500,8 +531,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except typer.Exit as exc:
         return exc.exit_code
-    except (typer.Abort, KeyboardInterrupt):
-        errors.print("bench: interrupted; finished trials are in the run folder (resume it with --resume)")
+    except (typer.Abort, KeyboardInterrupt):  # an interrupt outside a command (commands say what it stopped)
+        errors.print("bench: interrupted")
         return 130
     except Exception as exc:
         # click's (or typer's vendored click's) usage errors: bad option names or values.
@@ -509,6 +540,8 @@ def main(argv: list[str] | None = None) -> int:
             errors.print(f"bench: error: {exc.format_message()}", soft_wrap=True)
             return int(exc.exit_code)
         raise
+    finally:
+        signal.signal(signal.SIGTERM, previous_sigterm)
     return result if isinstance(result, int) else 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -24,7 +25,51 @@ from harness.tables import Summaries
 # printed is plain text: user input, paths and install hints ('[v2]', '[/]', "pip install -e '.[ultralytics]'",
 # ':100:') print as they are, never as rich markup or emoji codes; errors are never wrapped (one line each).
 PLAIN = {"highlight": False, "markup": False, "emoji": False}
-console = Console(stderr=False, width=None if sys.stdout.isatty() else 140, **PLAIN)
+
+
+class ClosedPipeSafeStdout:
+    """``sys.stdout`` as the console writes to it, where a reader that goes away (``bench … | head -2``) stops
+    nothing: the first write that meets the closed pipe points file descriptor 1 at /dev/null (so later
+    writes and the interpreter's last flush succeed too) and the run goes on."""
+
+    def write(self, text: str) -> int:
+        try:
+            return sys.stdout.write(text)
+        except BrokenPipeError:
+            self._to_devnull()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            self._to_devnull()
+
+    def isatty(self) -> bool:
+        return sys.stdout.isatty()
+
+    def fileno(self) -> int:
+        return sys.stdout.fileno()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(sys.stdout, "encoding", None) or "utf-8"
+
+    @staticmethod
+    def _to_devnull() -> None:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):  # no real descriptor (a test's capture): nothing to do
+            pass
+
+
+console = Console(
+    file=ClosedPipeSafeStdout(),  # type: ignore[arg-type]
+    width=None if sys.stdout.isatty() else 140,
+    **PLAIN,
+)
 errors = Console(stderr=True, width=None if sys.stderr.isatty() else 140, soft_wrap=True, **PLAIN)
 
 

@@ -33,6 +33,25 @@ from harness.validation import check_log, load_env, load_plan
 CLAIM_FILE = "claim.txt"
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM during a run: the log keeps every finished trial; ``folder`` is where to resume."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(f"interrupted; the finished trials are in {folder}: continue with --resume {folder}")
+        self.folder = folder
+
+
+@contextmanager
+def _interrupts_name(folder: RunFolder) -> Iterator[None]:
+    """An interrupt inside the block leaves as ``RunInterrupted`` naming the folder (a planned stop as itself)."""
+    try:
+        yield
+    except (PlannedStop, RunInterrupted):
+        raise
+    except KeyboardInterrupt as interrupt:
+        raise RunInterrupted(folder.path) from interrupt
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """How a command runs (not part of the plan): where, how loudly, with a report, and until when."""
@@ -72,7 +91,7 @@ class Runner:
         placement = resolve_placement(plan.protocol.cpus)
         with _device_budget(plan):  # a budget the device refuses fails here, before any folder exists
             folder = new_run_folder(self.options.out, plan.tier)
-            with folder.lock():
+            with folder.lock(), _interrupts_name(folder):
                 try:
                     folder.write_json(PLAN, plan.to_json())
                     record = env.collect(touch_device=plan.in_process)
@@ -88,7 +107,8 @@ class Runner:
     def resume(self, path: str | Path, trial_fn: TrialFunction | None = None) -> Run:
         """Continue an interrupted run exactly where it stopped: the saved schedule, minus the finished trials."""
         folder = RunFolder.open(path)
-        with folder.lock():  # held until the run ends: a second run of this folder is refused at once
+        # The lock is held until the run ends: a second run of this folder is refused at once.
+        with folder.lock(), _interrupts_name(folder):
             plan = load_plan(folder)  # every file validated before anything is written or run
             check_log(plan, folder)
             record = load_env(folder)

@@ -786,3 +786,73 @@ def test_a_report_elsewhere_leaves_the_run_folder_as_it_was(finished_run: RunFol
     assert main(["report", str(folder.path), "-o", str(tmp_path / "elsewhere.md")]) == 0
     after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.path.rglob("*") if p.is_file()}
     assert after == before
+
+
+# --- interrupts and closed pipes --------------------------------------------------------------------------
+
+QUIET_FIT = [
+    sys.executable,
+    "-m",
+    "harness.cli",
+    "pair",
+    *TINY_FIT,
+    "--warmup",
+    "0",
+    "--pairs",
+    "1",
+    "--quiet",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+def test_an_interrupt_says_where_the_run_is_and_exits_130(tmp_path: Path, signal_name: str) -> None:
+    import signal
+
+    process = subprocess.Popen(
+        [*QUIET_FIT, "--no-report", "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for(lambda: any(tmp_path.glob("pair-*/trials/0.log")))
+        process.send_signal(getattr(signal, signal_name))
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    folder = _only_folder(tmp_path)
+    assert process.returncode == 130, err
+    assert f"run folder: {folder.path}" in out  # --quiet prints the run folder too
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("bench: interrupted") and f"--resume {folder.path}" in last, err
+    assert main(["pair", "--resume", str(folder.path), "--quiet", "--no-report"]) == 0
+    assert [r["index"] for r in folder.rows()] == [0, 1]
+
+
+@pytest.mark.slow
+def test_a_closed_stdout_never_stops_a_run(tmp_path: Path) -> None:
+    """`bench pair --quiet | head -2`: the reader goes after two lines; the run finishes all the same."""
+    process = subprocess.Popen(
+        [*QUIET_FIT, "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        head = [process.stdout.readline() for _ in range(2)]
+        process.stdout.close()
+        err = process.stderr.read().decode()
+        process.wait(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert all(head) and process.returncode == 0, err
+    assert "BrokenPipe" not in err and "Exception ignored" not in err, err
+    folder = _only_folder(tmp_path)
+    assert [r["index"] for r in folder.rows()] == [0, 1]
+    assert folder.file("claim.txt").is_file() and folder.file("report.md").is_file()
