@@ -16,7 +16,7 @@ import signal
 import sys
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -162,6 +162,8 @@ class RunArgs:
     stop_after: float | None
     quiet: bool
     no_report: bool
+    command: str = ""  # the command's name (pair, screen, …)
+    given: dict[str, Any] = field(default_factory=dict)  # options typed on the command line, by name
 
     def runner(self) -> Runner:
         if self.stop_after is not None and not self.stop_after > 0:
@@ -208,11 +210,20 @@ def tier_command(name: str, protocol: bool = True) -> Callable[[Callable[..., An
 
         @interruptible
         def command(**values: Any) -> Any:
+            context = values.pop("context")
+            typed = {
+                key: value
+                for key, value in values.items()
+                if getattr(context.get_parameter_source(key), "name", "") == "COMMANDLINE"
+            }
             given = {option.name: values.pop(option.name) for option in shared}
-            run = RunArgs(**{option.name: values.pop(option.name) for option in RUN})
+            run = RunArgs(
+                **{option.name: values.pop(option.name) for option in RUN}, command=name, given=typed
+            )
             return func(protocol=given, run=run, **values)
 
-        command.__signature__ = inspect.Signature([*own, *(o.parameter() for o in (*shared, *RUN))])
+        context = inspect.Parameter("context", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+        command.__signature__ = inspect.Signature([*own, *(o.parameter() for o in (*shared, *RUN)), context])
         command.__doc__, command.__name__ = func.__doc__, func.__name__
         app.command(name)(command)
         return func
@@ -220,9 +231,61 @@ def tier_command(name: str, protocol: bool = True) -> Callable[[Callable[..., An
     return decorate
 
 
+_ARGUMENTS: list[str] | None = None  # what ``main`` was given (tests call it with a list, not sys.argv)
+
+
 def command_line() -> str:
     """The exact command as typed, recorded in the plan and shown in the report."""
-    return "bench " + shlex.join(sys.argv[1:])
+    return "bench " + shlex.join(sys.argv[1:] if _ARGUMENTS is None else _ARGUMENTS)
+
+
+# Options a resume takes as given: how this command runs, not what the run is.
+RESUME_OPTIONS = ("resume", "stop_after", "quiet", "no_report")
+
+
+def check_resume_options(plan_command: str, run: RunArgs) -> None:
+    """``InputError`` (one line) for any option typed with ``--resume`` whose value differs from the one the
+    run was started with (read back from the command its plan records): a resumed run keeps its plan, so an
+    option that would change it must not be silently ignored. Options left out are fine."""
+    typed = {k: v for k, v in run.given.items() if k not in RESUME_OPTIONS}
+    if not typed:
+        return
+    original = _options_of(plan_command, run.command)
+    if original is None:
+        names = ", ".join(_shown(k, v) for k, v in typed.items())
+        raise InputError(
+            f"--resume {run.resume}: its plan records no command line to check {names} against; a resumed run "
+            "keeps its plan, so drop them"
+        )
+    differ = {k: v for k, v in typed.items() if k not in original or original[k] != v}
+    if differ:
+        raise InputError(
+            f"--resume {run.resume} keeps its plan: {', '.join(_shown(k, v) for k, v in differ.items())} "
+            f"differ from the run's ({', '.join(_shown(k, original.get(k)) for k in differ)}); drop them"
+        )
+
+
+def _options_of(command: str, name: str) -> dict[str, Any] | None:
+    """The option values (typed or default) of a recorded ``bench NAME …`` command line; None if unreadable."""
+    try:
+        words = shlex.split(command)
+        if words[:2] != ["bench", name]:
+            return None
+        parsed = (
+            typer.main.get_command(app).commands[name].make_context(name, words[2:], resilient_parsing=True)
+        )
+        return dict(parsed.params)
+    except Exception:  # noqa: BLE001 - a command line that does not parse today is simply unknown
+        return None
+
+
+def _shown(name: str, value: Any) -> str:
+    flag = "--" + name.replace("_", "-")
+    if value is True:
+        return flag
+    if value is False or value is None:
+        return f"no {flag}"
+    return f"{flag} {value}"
 
 
 def launch(
@@ -247,6 +310,7 @@ def launch(
                 f"--resume {run.resume} is a '{recorded}' run; resume it with the command that started it "
                 f"(this one resumes {', '.join(accepts)} runs)"
             )
+        check_resume_options(plan.command, run)
         return runner.resume(run.resume)
     if not isinstance(protocol, ProtocolOptions):
         protocol = protocol_options(**protocol, announce=console.print)
@@ -520,9 +584,11 @@ def _terminate(signum: int, frame: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``bench`` script: bad input is one line on stderr and exit status 2."""
+    global _ARGUMENTS
     args = sys.argv[1:] if argv is None else list(argv)
     if not args:
         args = ["--help"]
+    _ARGUMENTS = args
     previous_sigterm = signal.signal(signal.SIGTERM, _terminate)  # SIGTERM stops a run as Ctrl-C does
     try:
         result = typer.main.get_command(app).main(args=args, prog_name="bench", standalone_mode=False)

@@ -856,3 +856,127 @@ def test_a_closed_stdout_never_stops_a_run(tmp_path: Path) -> None:
     folder = _only_folder(tmp_path)
     assert [r["index"] for r in folder.rows()] == [0, 1]
     assert folder.file("claim.txt").is_file() and folder.file("report.md").is_file()
+
+
+# --- nothing given is silently ignored ----------------------------------------------------------------------
+
+PAIR_COMMAND = [
+    "pair",
+    "--workload",
+    "embedded",
+    "--images",
+    "8",
+    "--batch",
+    "4",
+    "--steps",
+    "4",
+    "--pairs",
+    "1",
+]
+
+
+def _stop_at_second(plan):
+    def trial(ctx) -> dict:
+        if ctx.trial.index == 1:
+            raise KeyboardInterrupt
+        return {"value": 1.0}
+
+    return trial
+
+
+@pytest.fixture
+def half_run(tmp_path: Path) -> RunFolder:
+    """A pair-tier run of `bench PAIR_COMMAND` with its first trial logged and its second not yet run."""
+    from experiments.fit.plan import FitSettings, make_plan
+    from experiments.tiers import TIERS
+    from harness.options import protocol_options
+    from harness.run import Runner, RunOptions
+
+    settings = FitSettings(workload="embedded", images=8, batch=4, steps=4)
+    plan = make_plan(
+        protocol_options(pairs=1, warmup=2, device="cpu"), settings, "bench " + " ".join(PAIR_COMMAND)
+    )
+    with pytest.raises(KeyboardInterrupt):
+        Runner(TIERS, RunOptions(out=tmp_path, quiet=True, report=False)).start(plan, _stop_at_second(plan))
+    return _only_folder(tmp_path)
+
+
+def test_options_given_with_resume_that_differ_from_the_plan_are_refused(
+    half_run: RunFolder, capsys, monkeypatch
+) -> None:
+    from harness.run import Runner
+
+    monkeypatch.setattr(Runner, "resume", lambda *a, **k: pytest.fail("the run was resumed"))
+    before = half_run.file("trials.jsonl").read_bytes()
+    resume = ["pair", "--resume", str(half_run.path)]
+    _refused_in_one_line(
+        [*resume, "--pairs", "9", "--arms", "foo"],
+        capsys,
+        "--pairs 9",
+        "--arms foo",
+        "--pairs 1",
+        "baseline,candidate",
+    )
+    _refused_in_one_line([*resume, "--steps", "8"], capsys, "--steps 8", "--steps 4")
+    _refused_in_one_line([*resume, "--control"], capsys, "--control")
+    assert half_run.file("trials.jsonl").read_bytes() == before  # nothing ran
+
+
+def test_options_given_with_resume_that_match_the_plan_are_accepted(half_run: RunFolder, monkeypatch) -> None:
+    from harness.run import Runner
+
+    resumed = []
+    monkeypatch.setattr(Runner, "resume", lambda self, path, trial_fn=None: resumed.append(Path(path)))
+    given = [
+        "--workload",
+        "embedded",
+        "--pairs",
+        "1",
+        "--warmup",
+        "2",
+        "--quiet",
+        "--no-report",
+        "--stop-after",
+        "60",
+    ]
+    assert main(["pair", "--resume", str(half_run.path), *given]) == 0
+    assert resumed == [half_run.path]
+
+
+def test_a_resume_of_a_plan_with_no_command_refuses_any_option(tmp_path: Path, capsys, monkeypatch) -> None:
+    from harness.run import Runner
+
+    folder = runner(tmp_path).start(plan_of("sleepy", warmup=0, pairs=1)).folder  # from Python: no command
+    plan = json.loads(folder.file("plan.json").read_text())
+    folder.file("plan.json").write_text(json.dumps({**plan, "tier": "screen"}))
+    monkeypatch.setattr(Runner, "resume", lambda *a, **k: pytest.fail("the run was resumed"))
+    command = ["screen", "--resume", str(folder.path), "--pairs", "1"]
+    _refused_in_one_line(command, capsys, "--pairs 1", "no command")
+
+
+def test_the_plan_records_the_command_main_was_given(tmp_path: Path, monkeypatch) -> None:
+    from harness.run import Runner
+
+    started = []
+    monkeypatch.setattr(Runner, "start", lambda self, plan, trial_fn=None: started.append(plan))
+    assert main([*PAIR_COMMAND, "--seed", "3", "--out", str(tmp_path / "my runs")]) == 0
+    assert (
+        started[0].command == "bench " + " ".join(PAIR_COMMAND) + f" --seed 3 --out '{tmp_path / 'my runs'}'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--model", "foo.pt"), ("--workers", "8"), ("--cache", "disk"), ("--close-mosaic", "2")],
+)
+def test_real_trainer_options_with_the_embedded_workload_are_refused(
+    tmp_path: Path, capsys, monkeypatch, option: str, value: str
+) -> None:
+    from harness.run import Runner
+
+    monkeypatch.setattr(Runner, "start", lambda *a, **k: pytest.fail("a run started"))
+    out = tmp_path / "runs"
+    _refused_in_one_line(
+        [*EMBEDDED, option, value, "--out", str(out)], capsys, f"{option} {value}", "real trainer"
+    )
+    assert not out.exists()

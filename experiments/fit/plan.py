@@ -33,6 +33,7 @@ DEFAULT_IMAGES = 256
 DEFAULT_IMGSZ = {"ultralytics": 640, "embedded": 32}
 YOLO_STRIDE = 32
 WORKER_TARGET = "experiments.fit.worker:run_fit"
+REAL_TRAINER_ONLY = ("model", "workers", "cache", "close_mosaic")  # refused with the embedded workload
 # Bounds of a fit, each refused before anything starts (larger values name a fit that cannot be run):
 # 10^7 steps is days even at the embedded workload's pace; the real trainer takes hundreds of ms a step.
 MAX_FIT_STEPS = 10_000_000
@@ -203,6 +204,14 @@ def make_plan(
     elif imgsz < 8:
         raise InputError(f"--imgsz {imgsz} is too small for the embedded model; use 8 or more (default 32)")
     images, val_images, data_path = s.images, s.val_images, None
+    if chosen != "ultralytics":
+        for name in REAL_TRAINER_ONLY:
+            if getattr(s, name) != getattr(FitSettings, name):
+                flag = "--" + name.replace("_", "-")
+                raise InputError(
+                    f"{flag} {getattr(s, name)} applies to the real trainer only (--workload ultralytics); the "
+                    f"embedded workload has its own model and loop: drop {flag}"
+                )
     if s.data is not None:
         if chosen != "ultralytics":
             raise InputError(
