@@ -980,3 +980,41 @@ def test_real_trainer_options_with_the_embedded_workload_are_refused(
         [*EMBEDDED, option, value, "--out", str(out)], capsys, f"{option} {value}", "real trainer"
     )
     assert not out.exists()
+
+
+# --- two promises no other test sees ----------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
+def test_the_log_is_fsynced_after_every_row(tmp_path: Path, monkeypatch) -> None:
+    """Each row is on disk before the next trial starts: one fsync of the log per row, after its bytes."""
+    from harness.tables import LOG
+
+    real_fsync, synced = os.fsync, []
+
+    def fsync(fd: int) -> None:
+        target = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if target.name == LOG:
+            synced.append(target.read_bytes().count(b"\n"))  # rows in the file at the moment of the fsync
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    folder = runner(tmp_path).start(plan_of("sleepy", warmup=1, pairs=2)).folder
+    assert len(folder.rows()) == 5
+    assert synced == [1, 2, 3, 4, 5]
+
+
+def test_the_timer_synchronizes_immediately_before_each_clock_read(monkeypatch) -> None:
+    """A stand-in device records its synchronizations; the bracket is sync, clock, work, sync, clock."""
+    from harness import timing
+
+    calls: list = []
+    ticks = iter(range(1_000, 10**9, 250))
+    monkeypatch.setattr(timing, "synchronize", lambda device: calls.append(("synchronize", str(device))))
+    monkeypatch.setattr(timing.time, "perf_counter_ns", lambda: calls.append("clock") or next(ticks))
+    with timing.SyncTimer("cuda:1") as timer:
+        calls.append("work")
+    monkeypatch.undo()
+    sync = ("synchronize", "cuda:1")
+    assert calls == [sync, "clock", "work", sync, "clock"]
+    assert timer.seconds == 250 / 1e9
