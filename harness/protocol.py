@@ -462,13 +462,17 @@ def _run_together(
         raise ValueError("a concurrent order needs a tier whose trials run in worker processes")
     lock = threading.Lock()
     rows: list[dict[str, Any]] = []
+    failures: list[BaseException] = []
 
     def one(trial: ScheduledTrial, where: Placement | None) -> None:
-        row = run_trial(plan, trial, trial_fn, folder.path, where)
-        row["concurrent_with"] = [t.index for t in batch if t.index != trial.index]
-        with lock:
-            folder.append_row(row)
-            rows.append(row)
+        try:
+            row = run_trial(plan, trial, trial_fn, folder.path, where)
+            row["concurrent_with"] = [t.index for t in batch if t.index != trial.index]
+            with lock:
+                folder.append_row(row)
+                rows.append(row)
+        except BaseException as exc:  # noqa: BLE001 - raised again below: a failed write stops the run
+            failures.append(exc)
 
     for trial in batch:
         if on_trial_start:
@@ -484,3 +488,5 @@ def _run_together(
     for row in sorted(rows, key=lambda r: r["index"]):
         if on_trial_end:
             on_trial_end(row)
+    if failures:
+        raise failures[0]

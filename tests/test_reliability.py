@@ -259,6 +259,23 @@ def test_a_row_that_cannot_be_written_stops_the_run_and_runs_again_on_resume(
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
+def test_a_row_that_cannot_be_written_in_a_duet_round_stops_the_run_too(tmp_path: Path, monkeypatch) -> None:
+    """A duet round runs its trials in threads: a failed write there must stop the run, not vanish."""
+    from harness.tables import LOG, RunFolderWriteError
+
+    plan = plan_of("sleepy", warmup=0, pairs=2, order="duet")
+    plan.in_process = False  # a concurrent order is for worker tiers; the trials here need no worker
+    _fail_writes_to(monkeypatch, LOG, call=2)
+    with pytest.raises(RunFolderWriteError, match="No space left on device.*--resume"):
+        runner(tmp_path).start(plan)
+    folder = _only_folder(tmp_path)
+    assert len(folder.rows()) == 1 and _tmp_files(folder.path) == []
+    monkeypatch.undo()
+    runner(tmp_path).resume(folder.path)
+    assert sorted(r["index"] for r in folder.rows()) == [0, 1, 2, 3]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
 @pytest.mark.parametrize("table", ["pairs.csv", "claim.txt"])
 def test_a_table_that_cannot_be_written_stops_with_one_line_and_no_temporary_file(
     tmp_path: Path, monkeypatch, table: str
