@@ -60,7 +60,9 @@ def checked_optimizer(
 ) -> type[torch.optim.Optimizer] | None:
     """The class an arm spec names, or ``InputError`` (one line, exit 2) naming the option that gave it.
 
-    ``import_upstream=False`` only checks that ultralytics is installed for ``upstream`` (and returns None):
+    The class is built once on a tiny parameter set (``check_constructor``), so a constructor that does not fit
+    is refused before any schedule. ``import_upstream=False`` only checks that ultralytics is installed for
+    ``upstream`` (and returns None):
     a parent that hands trials to workers must not import it, since importing reads its settings and may try
     the network; the worker resolves it.
     """
@@ -71,9 +73,41 @@ def checked_optimizer(
             )
         return None
     try:
-        return resolve_optimizer(spec)
+        optimizer_class = resolve_optimizer(spec)
     except ArmError as exc:
         raise InputError(f"{option}: {exc}") from None
+    check_constructor(optimizer_class, spec, option)
+    return optimizer_class
+
+
+# MuSGD's constructor as every tier calls it: the trainer's groups (use_muon, decay, param_group) and muon/sgd.
+CONSTRUCTOR_KWARGS: dict[str, Any] = {"muon": 0.2, "sgd": 1.0}
+
+
+def tiny_param_groups() -> list[dict[str, Any]]:
+    """Two groups of tiny parameters in the form every tier gives an arm: a Muon conv weight, an SGD bias."""
+    common = {"lr": 0.01, "momentum": 0.9, "nesterov": True}
+    weight = torch.nn.Parameter(torch.zeros(4, 2, 3, 3))
+    bias = torch.nn.Parameter(torch.zeros(4))
+    return [
+        {"params": [weight], **common, "weight_decay": 5e-4, "use_muon": True, "param_group": "muon"},
+        {"params": [bias], **common, "weight_decay": 0.0, "use_muon": False, "param_group": "bias"},
+    ]
+
+
+def check_constructor(
+    optimizer_class: type[torch.optim.Optimizer], spec: str, option: str = "--arms"
+) -> None:
+    """Build the arm once on a tiny parameter set, before any schedule: a class whose constructor does not take
+    what every trial gives it is one line (``InputError``) here, not an error row in every trial."""
+    try:
+        optimizer_class(tiny_param_groups(), **CONSTRUCTOR_KWARGS)
+    except Exception as exc:  # noqa: BLE001 - any complaint of the constructor is the user's to read
+        complaint = " ".join(f"{type(exc).__name__}: {exc}".split())
+        raise InputError(
+            f"{option}: arm '{spec}' cannot be built with MuSGD's constructor (param groups with use_muon, "
+            f"muon=0.2, sgd=1.0): {complaint[:300]}"
+        ) from None
 
 
 def make_optimizer(spec: str, groups: list[dict[str, Any]], kwargs: dict[str, Any]) -> torch.optim.Optimizer:

@@ -28,7 +28,7 @@ import torch
 
 from experiments.arms import checked_optimizer, make_optimizer
 from experiments.workloads import SCALES, build_param_groups, fill_synthetic_grads
-from harness.options import check_choice, check_positive
+from harness.options import MAX_PAIRS, check_choice, check_positive
 from harness.protocol import Arm, Case, Plan, ProtocolOptions, ScheduledTrial, TrialContext, TrialFunction
 from harness.tier import BaseTier, Caveat, Run
 from optimizers.musgd import muon_momentum
@@ -422,7 +422,9 @@ DIVERGENCE_CSV = "divergence.csv"
 def make_plan(protocol: ProtocolOptions, settings: ParitySettings, command: str = "") -> Plan:
     """Check the parity options and describe the run: each comparison's steps, one trial per step."""
     check_choice("--scale", settings.scale, SCALES)
-    check_positive("--steps", settings.steps)
+    check_positive(
+        "--steps", settings.steps, MAX_PAIRS
+    )  # one trial per step and comparison: the pairs' bound
     checked_optimizer(settings.candidate, option="--candidate")
     checked_optimizer(settings.baseline, option="--baseline")
     reference = Arm(settings.baseline, "baseline", settings.baseline)

@@ -22,7 +22,17 @@ from typing import Any
 
 import pandas as pd
 
-from harness.options import check_bar, check_choice, check_device, check_non_negative, check_positive
+from harness.options import (
+    MAX_COOLDOWN,
+    MAX_PAIRS,
+    MAX_SEED,
+    MAX_WARMUP,
+    check_bar,
+    check_choice,
+    check_device,
+    check_non_negative,
+    check_positive,
+)
 from harness.protocol import ORDERS, Arm, Case, Plan, ProtocolOptions, TrialContext, TrialFunction
 from harness.run import Runner, RunOptions
 from harness.tier import BaseTier, Run, TierRegistry
@@ -140,14 +150,14 @@ def compare(
         )
     protocol = ProtocolOptions(
         arms=arms,
-        warmup=int(check_non_negative("warmup", warmup)),
-        pairs=check_positive("pairs", pairs),
+        warmup=int(check_non_negative("warmup", warmup, MAX_WARMUP)),
+        pairs=check_positive("pairs", pairs, MAX_PAIRS),
         order=check_choice("order", order, ORDERS),
-        seed=int(check_non_negative("seed", seed)),
+        seed=int(check_non_negative("seed", seed, MAX_SEED)),
         bar=check_bar(bar, control),
         device=check_device(device),
         control=control,
-        cooldown=float(check_non_negative("cooldown", cooldown)),
+        cooldown=float(check_non_negative("cooldown", cooldown, MAX_COOLDOWN)),
     )
     plan = Plan(
         tier=tier.name,

@@ -8,13 +8,15 @@ each tier's own options take theirs from the tier's settings dataclass.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import shlex
+import signal
 import sys
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,19 +28,23 @@ from experiments.probe.plan import ProbeSettings as _Probe
 from experiments.screen.plan import ScreenSettings as _Screen
 from harness import env as env_module
 from harness.console import console, errors
+from harness.errors import RunFolderError
 from harness.options import (
     AUTO_DEVICE,
     DEFAULT_ARMS,
+    MAX_PAIRS,
+    MAX_SEED,
     InputError,
     check_non_negative,
     check_positive,
     protocol_options,
     resolve_device,
 )
-from harness.protocol import Arm, Plan, ProtocolOptions
-from harness.run import Runner, RunOptions, gate_failures
-from harness.tables import PLAN, NotARunFolder, RunFolder
+from harness.protocol import Arm, PlannedStop, ProtocolOptions
+from harness.run import RunInterrupted, Runner, RunOptions, gate_failures
+from harness.tables import RunFolder
 from harness.tier import Run, TierRegistry
+from harness.validation import check_log, load_plan
 
 app = typer.Typer(
     name="bench",
@@ -195,6 +201,8 @@ class RunArgs:
     quiet: bool
     gate: bool
     no_report: bool
+    command: str = ""  # the command's name (pair, screen, …)
+    given: dict[str, Any] = field(default_factory=dict)  # options typed on the command line, by name
 
     def runner(self) -> Runner:
         if self.stop_after is not None and not self.stop_after > 0:
@@ -203,6 +211,24 @@ class RunArgs:
             out=self.out, quiet=self.quiet, report=not self.no_report, stop_after=self.stop_after
         )
         return Runner(registry(), options)
+
+
+def interruptible(func: Callable[..., Any], outside_a_run: str = "before any run folder was written") -> Any:
+    """A command that, on Ctrl-C or SIGTERM, says on stderr what was interrupted and where the run folder is
+    (typer turns the interrupt into exit status 130 without a word)."""
+
+    @functools.wraps(func)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except KeyboardInterrupt as interrupt:
+            if isinstance(interrupt, RunInterrupted):
+                errors.print(f"bench: {interrupt}")
+            elif not isinstance(interrupt, PlannedStop):  # a planned stop has said where it stopped
+                errors.print(f"bench: interrupted {outside_a_run}".rstrip())
+            raise
+
+    return command
 
 
 def tier_command(name: str, protocol: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -221,12 +247,22 @@ def tier_command(name: str, protocol: bool = True) -> Callable[[Callable[..., An
             if p.name not in ("protocol", "run")
         ]
 
+        @interruptible
         def command(**values: Any) -> Any:
+            context = values.pop("context")
+            typed = {
+                key: value
+                for key, value in values.items()
+                if getattr(context.get_parameter_source(key), "name", "") == "COMMANDLINE"
+            }
             given = {option.name: values.pop(option.name) for option in shared}
-            run = RunArgs(**{option.name: values.pop(option.name) for option in RUN})
+            run = RunArgs(
+                **{option.name: values.pop(option.name) for option in RUN}, command=name, given=typed
+            )
             return func(protocol=given, run=run, **values)
 
-        command.__signature__ = inspect.Signature([*own, *(o.parameter() for o in (*shared, *RUN))])
+        context = inspect.Parameter("context", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+        command.__signature__ = inspect.Signature([*own, *(o.parameter() for o in (*shared, *RUN)), context])
         command.__doc__, command.__name__ = func.__doc__, func.__name__
         app.command(name)(command)
         return func
@@ -234,9 +270,61 @@ def tier_command(name: str, protocol: bool = True) -> Callable[[Callable[..., An
     return decorate
 
 
+_ARGUMENTS: list[str] | None = None  # what ``main`` was given (tests call it with a list, not sys.argv)
+
+
 def command_line() -> str:
     """The exact command as typed, recorded in the plan and shown in the report."""
-    return "bench " + shlex.join(sys.argv[1:])
+    return "bench " + shlex.join(sys.argv[1:] if _ARGUMENTS is None else _ARGUMENTS)
+
+
+# Options a resume takes as given: how this command runs, not what the run is.
+RESUME_OPTIONS = ("resume", "stop_after", "quiet", "no_report")
+
+
+def check_resume_options(plan_command: str, run: RunArgs) -> None:
+    """``InputError`` (one line) for any option typed with ``--resume`` whose value differs from the one the
+    run was started with (read back from the command its plan records): a resumed run keeps its plan, so an
+    option that would change it must not be silently ignored. Options left out are fine."""
+    typed = {k: v for k, v in run.given.items() if k not in RESUME_OPTIONS}
+    if not typed:
+        return
+    original = _options_of(plan_command, run.command)
+    if original is None:
+        names = ", ".join(_shown(k, v) for k, v in typed.items())
+        raise InputError(
+            f"--resume {run.resume}: its plan records no command line to check {names} against; a resumed run "
+            "keeps its plan, so drop them"
+        )
+    differ = {k: v for k, v in typed.items() if k not in original or original[k] != v}
+    if differ:
+        raise InputError(
+            f"--resume {run.resume} keeps its plan: {', '.join(_shown(k, v) for k, v in differ.items())} "
+            f"differ from the run's ({', '.join(_shown(k, original.get(k)) for k in differ)}); drop them"
+        )
+
+
+def _options_of(command: str, name: str) -> dict[str, Any] | None:
+    """The option values (typed or default) of a recorded ``bench NAME …`` command line; None if unreadable."""
+    try:
+        words = shlex.split(command)
+        if words[:2] != ["bench", name]:
+            return None
+        parsed = (
+            typer.main.get_command(app).commands[name].make_context(name, words[2:], resilient_parsing=True)
+        )
+        return dict(parsed.params)
+    except Exception:  # noqa: BLE001 - a command line that does not parse today is simply unknown
+        return None
+
+
+def _shown(name: str, value: Any) -> str:
+    flag = "--" + name.replace("_", "-")
+    if value is True:
+        return flag
+    if value is False or value is None:
+        return f"no {flag}"
+    return f"{flag} {value}"
 
 
 def launch(
@@ -254,12 +342,16 @@ def launch(
     if run.gate and (runner.tiers.get(tier).diagnostic or not runner.tiers.get(tier).paired):
         raise InputError(f"--gate judges claims, and a '{tier}' run makes none; drop --gate")
     if run.resume is not None:
-        recorded = Plan.from_json(RunFolder.open(run.resume).read_json(PLAN)).tier
+        folder = RunFolder.open(run.resume)
+        plan = load_plan(folder)  # the folder validated whole before the tier is even looked at
+        check_log(plan, folder)
+        recorded = plan.tier
         if recorded not in accepts:
             raise InputError(
                 f"--resume {run.resume} is a '{recorded}' run; resume it with the command that started it "
                 f"(this one resumes {', '.join(accepts)} runs)"
             )
+        check_resume_options(plan.command, run)
         result = runner.resume(run.resume)
     else:
         if not isinstance(protocol, ProtocolOptions):
@@ -429,7 +521,7 @@ def pair_command(
         bool,
         typer.Option(
             "--keep-checkpoints",
-            help="Keep each fit's checkpoint files (deleted after each trial by default).",
+            help="Keep each fit's folder, checkpoints included (deleted after each trial by default; its log stays).",
         ),
     ] = _Fit.keep_checkpoints,
 ) -> None:
@@ -560,8 +652,8 @@ def parity_command(
         options = ProtocolOptions(
             arms,
             warmup=0,
-            pairs=check_positive("--steps", steps),
-            seed=int(check_non_negative("--seed", seed)),
+            pairs=check_positive("--steps", steps, MAX_PAIRS),
+            seed=int(check_non_negative("--seed", seed, MAX_SEED)),
             device=resolved,
         )
     result = launch("parity", options, settings, run, accepts=("parity",))
@@ -571,6 +663,7 @@ def parity_command(
 
 
 @app.command("report")
+@functools.partial(interruptible, outside_a_run="(the report is written whole or not at all)")
 def report_command(
     run_dirs: Annotated[
         list[Path] | None,
@@ -597,20 +690,31 @@ def report_command(
     console.print(f"report: {write_report(folders, registry(), output)}")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, so the run stops as it does for Ctrl-C."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``bench`` script: bad input is one line on stderr and exit status 2."""
+    global _ARGUMENTS
     args = sys.argv[1:] if argv is None else list(argv)
     if not args:
         args = ["--help"]
+    _ARGUMENTS = args
+    previous_sigterm = signal.signal(signal.SIGTERM, _terminate)  # SIGTERM stops a run as Ctrl-C does
     try:
         result = typer.main.get_command(app).main(args=args, prog_name="bench", standalone_mode=False)
-    except (InputError, NotARunFolder) as exc:
+    except (InputError, RunFolderError) as exc:
         errors.print(f"bench: error: {exc}", soft_wrap=True)
         return 2
     except typer.Exit as exc:
         return exc.exit_code
-    except (typer.Abort, KeyboardInterrupt):
-        errors.print("bench: interrupted; finished trials are in the run folder (resume it with --resume)")
+    except (typer.Abort, KeyboardInterrupt):  # an interrupt outside a command (commands say what it stopped)
+        errors.print("bench: interrupted")
         return 130
     except Exception as exc:
         # click's (or typer's vendored click's) usage errors: bad option names or values.
@@ -618,6 +722,8 @@ def main(argv: list[str] | None = None) -> int:
             errors.print(f"bench: error: {exc.format_message()}", soft_wrap=True)
             return int(exc.exit_code)
         raise
+    finally:
+        signal.signal(signal.SIGTERM, previous_sigterm)
     return result if isinstance(result, int) else 0
 
 

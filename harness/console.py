@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from harness.formatting import (
     format_interval,
@@ -21,9 +23,56 @@ from harness.protocol import Plan, ScheduledTrial
 from harness.stats import instability_flags
 from harness.tables import Summaries
 
-# Rich falls back to 80 columns off a terminal (CI logs, pipes); tables need more to stay readable.
-console = Console(stderr=False, highlight=False, width=None if sys.stdout.isatty() else 140)
-errors = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)
+# Rich falls back to 80 columns off a terminal (CI logs, pipes); tables need more to stay readable. Everything
+# printed is plain text: user input, paths and install hints ('[v2]', '[/]', "pip install -e '.[ultralytics]'",
+# ':100:') print as they are, never as rich markup or emoji codes; errors are never wrapped (one line each).
+PLAIN = {"highlight": False, "markup": False, "emoji": False}
+
+
+class ClosedPipeSafeStdout:
+    """``sys.stdout`` as the console writes to it, where a reader that goes away (``bench … | head -2``) stops
+    nothing: the first write that meets the closed pipe points file descriptor 1 at /dev/null (so later
+    writes and the interpreter's last flush succeed too) and the run goes on."""
+
+    def write(self, text: str) -> int:
+        try:
+            return sys.stdout.write(text)
+        except BrokenPipeError:
+            self._to_devnull()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            self._to_devnull()
+
+    def isatty(self) -> bool:
+        return sys.stdout.isatty()
+
+    def fileno(self) -> int:
+        return sys.stdout.fileno()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(sys.stdout, "encoding", None) or "utf-8"
+
+    @staticmethod
+    def _to_devnull() -> None:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):  # no real descriptor (a test's capture): nothing to do
+            pass
+
+
+console = Console(
+    file=ClosedPipeSafeStdout(),  # type: ignore[arg-type]
+    width=None if sys.stdout.isatty() else 140,
+    **PLAIN,
+)
+errors = Console(stderr=True, width=None if sys.stderr.isatty() else 140, soft_wrap=True, **PLAIN)
 
 
 class ScheduleProgress:
@@ -35,10 +84,10 @@ class ScheduleProgress:
         self.progress: Progress | None = None
         if not quiet:
             self.progress = Progress(
-                TextColumn("[bold]{task.description}"),
+                TextColumn("{task.description}", style="bold", markup=False),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TextColumn("last: {task.fields[last]}"),
+                TextColumn("last: {task.fields[last]}", markup=False),
                 TimeElapsedColumn(),
                 console=console,
                 transient=False,
@@ -96,7 +145,7 @@ def print_summary(plan: Plan, summaries: Summaries) -> None:
     notes: list[str] = []
     for _, arm in summaries.arms.iterrows():
         figure = f"{format_value(arm['median'], plan.unit)} ({format_range(arm['min'], arm['max'])})"
-        failed = f" [red]{arm['failed']} failed[/red]" if arm["failed"] else ""
+        failed = Text(f" {arm['failed']} failed" if arm["failed"] else "", style="red")
         reduction = interval = method = verdict = ""
         if claims is not None and (arm["case"], arm["arm"]) in claims.index:
             claim = claims.loc[(arm["case"], arm["arm"])]
@@ -117,7 +166,7 @@ def print_summary(plan: Plan, summaries: Summaries) -> None:
         table.add_row(
             str(arm["case"]),
             str(arm["arm"]),
-            f"{arm['trials']}{failed}",
+            Text.assemble(str(arm["trials"]), failed),
             figure,
             reduction,
             interval,
@@ -134,4 +183,4 @@ def print_flags(summaries: Summaries, env: dict[str, Any] | None = None) -> None
     trials stay in every figure."""
     flags = instability_flags(summaries.trials, env)
     for flag in flags:
-        errors.print(f"[yellow]unstable:[/yellow] {flag.reason} (flagged trials are kept)")
+        errors.print(Text(f"unstable: {flag.reason} (flagged trials are kept)", style="yellow"))

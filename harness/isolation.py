@@ -4,7 +4,8 @@ The parent only schedules and collects: it writes the payload to a file, starts
 ``python -m harness.isolation TARGET PAYLOAD RESULT`` and reads the result file back. The worker imports
 ``TARGET`` (``module:function``), calls it with the payload dict and writes the returned dict. An exception in
 the worker comes back as data and is raised again in the parent (an out-of-memory as
-``torch.OutOfMemoryError``, so the protocol records a ``resource_failure``); a worker that dies without a
+``torch.OutOfMemoryError``, so the protocol records a ``resource_failure``; a full disk as ``OSError``, so the
+run stops); a worker that dies without a
 result raises ``WorkerDied`` with its exit status and the tail of its output.
 """
 
@@ -23,6 +24,7 @@ from typing import Any
 
 import torch
 
+from harness.errors import DISK_FULL
 from harness.placement import Placement, apply_from_environment, worker_environment
 from harness.telemetry import USAGE_KEY, wait_and_reap
 from harness.timing import is_out_of_memory
@@ -86,6 +88,8 @@ def run_in_worker(
         message = f"{failure['type']} in worker: {failure['message']}"
         if failure.get("out_of_memory"):
             raise torch.OutOfMemoryError(message)
+        if failure.get("errno") in DISK_FULL:  # the disk is full, not the arm broken: the run must stop
+            raise OSError(failure["errno"], message)
         raise WorkerError(message)
     value = result["value"]
     if isinstance(value, dict) and usage is not None:
@@ -109,6 +113,7 @@ def _worker_main(target: str, payload_file: str, result_file: str) -> int:
                 "type": type(exc).__name__,
                 "message": str(exc),
                 "out_of_memory": is_out_of_memory(exc),
+                "errno": exc.errno if isinstance(exc, OSError) else None,
             }
         }
     tmp = Path(result_file + ".tmp")

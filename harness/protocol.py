@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import gc
+import math
+import numbers
 import random
 import threading
 import time
@@ -25,12 +27,16 @@ from typing import Any
 import torch
 
 from harness import telemetry
+from harness.errors import InputError, is_disk_full
 from harness.placement import Placement, split_placement
-from harness.tables import RunFolder
+from harness.tables import RunFolder, RunFolderWriteError
 from harness.timing import TrialFailure
 
 ORDERS = ("alternate", "abba", "random", "duet")
 CONCURRENT_ORDERS = ("duet",)  # the trials of a round run at once, each in its own worker on its own cores
+# plan.json lists every scheduled trial (about 150 bytes each: 150 MB at a million), built in memory before
+# the first trial; no benchmark here needs more.
+MAX_TRIALS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,12 @@ def build_schedule(
     """
     if order not in ORDERS:
         raise ValueError(f"order must be one of {', '.join(ORDERS)} (got '{order}')")
+    total = sum(warmup + pairs * len(case.arms) for case in cases)
+    if total > MAX_TRIALS:
+        raise InputError(
+            f"{total} scheduled trials ({len(cases)} case(s), their arms, --warmup {warmup} and --pairs {pairs}) "
+            f"are more than {MAX_TRIALS}, the most a run can take; use fewer pairs, arms or cases"
+        )
     rng = random.Random(seed)
     schedule: list[ScheduledTrial] = []
     for case in cases:
@@ -342,8 +354,9 @@ class TrialContext:
 
     @property
     def seed(self) -> int:
+        """Derived from the run's seed; kept below 2**63 (every generator takes it), unchanged below 9·10^12."""
         offset = 0 if self.trial.phase == "measured" else 100_000
-        return self.plan.protocol.seed * 1_000_003 + offset + self.trial.round
+        return (self.plan.protocol.seed * 1_000_003 + offset + self.trial.round) % 2**63
 
     @property
     def device(self) -> str:
@@ -381,6 +394,18 @@ def row_head(plan: Plan, trial: ScheduledTrial) -> dict[str, Any]:
     }
 
 
+class UnusableValue(ArithmeticError):
+    """A trial whose primary figure is not a finite number: it failed, whatever else it returned."""
+
+
+def check_value(value: Any) -> None:
+    """A trial's ``value`` must be a finite real number (a NaN or infinity is a failed trial, not a figure)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise UnusableValue(f"value is not a number: {value!r}")
+    if not math.isfinite(value):
+        raise UnusableValue(f"non-finite value: {float(value)!r}")
+
+
 def run_trial(
     plan: Plan,
     trial: ScheduledTrial,
@@ -407,9 +432,17 @@ def run_trial(
         figures = dict(trial_fn(TrialContext(plan, trial, case, arm, run_dir, placement)))
         if "value" not in figures:
             raise ValueError("trial function returned no 'value'")
+        check_value(figures["value"])
     except (KeyboardInterrupt, SystemExit):
         raise
+    except UnusableValue as exc:
+        failure = TrialFailure("error", str(exc), {})
     except BaseException as exc:  # noqa: BLE001 - every failure is a recorded result
+        if is_disk_full(exc):  # not the arm's failure: the run stops and a resume runs this trial again
+            where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+            raise RunFolderWriteError(
+                f"trial {trial.index + 1} could not write: {getattr(exc, 'strerror', None) or exc}{where}"
+            ) from None
         failure = TrialFailure.from_exception(exc, plan.protocol.budget)
         del exc
     finally:
@@ -633,13 +666,17 @@ def _run_together(
         raise ValueError("a concurrent order needs a tier whose trials run in worker processes")
     lock = threading.Lock()
     rows: list[dict[str, Any]] = []
+    failures: list[BaseException] = []
 
     def one(trial: ScheduledTrial, where: Placement | None) -> None:
-        row = run_trial(plan, trial, trial_fn, folder.path, where)
-        row["concurrent_with"] = [t.index for t in batch if t.index != trial.index]
-        with lock:
-            folder.append_row(row)
-            rows.append(row)
+        try:
+            row = run_trial(plan, trial, trial_fn, folder.path, where)
+            row["concurrent_with"] = [t.index for t in batch if t.index != trial.index]
+            with lock:
+                folder.append_row(row)
+                rows.append(row)
+        except BaseException as exc:  # noqa: BLE001 - raised again below: a failed write stops the run
+            failures.append(exc)
 
     for trial in batch:
         if on_trial_start:
@@ -655,3 +692,5 @@ def _run_together(
     for row in sorted(rows, key=lambda r: r["index"]):
         if on_trial_end:
             on_trial_end(row)
+    if failures:
+        raise failures[0]

@@ -26,7 +26,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +52,7 @@ from harness.inference import t_min_pairs
 from harness.options import InputError
 from harness.protocol import IDLE_GAP_SECONDS, WHOLE_PAIRS_FORMAT, Plan, scheduled_done
 from harness.stats import ClaimSettings, finished, instability_flags, numeric_column, plan_rows
-from harness.tables import RunFolder, Summaries
+from harness.tables import RunFolder, Summaries, check_can_write, write_atomic
 from harness.tier import Caveat, Run, TierRegistry
 
 REPORT_NAME = "report.md"
@@ -1414,10 +1413,10 @@ def write_report(
     """
     folders = [RunFolder.open(f.path) for f in folders]
     path = resolve_output(folders, output)
+    if output is None:
+        check_can_write(path.parent, "run folder", "write the report elsewhere with -o NAME.md")
+    else:
+        check_can_write(path.parent, "-o")
     runs = _load(folders, path, tiers or TierRegistry())
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = render(runs)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_atomic(path, render(runs))

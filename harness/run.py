@@ -1,9 +1,10 @@
 """The runner: plan → run folder → schedule → log → tables → console (→ report), for any registered tier.
 
 ``Runner.start`` builds the trial function before anything touches the disk, so a plan that cannot run leaves
-no half-written folder; ``Runner.resume`` reopens a folder and runs only the trials with no row yet. The runner
-is the only writer of a run folder: the log as each trial ends, then the tables (the harness's and the tier's)
-and the tier's claim; the report only reads.
+no half-written folder; ``Runner.resume`` reopens a folder and runs only the trials with no row yet. A run holds
+its folder's lock from start to end, so a second run of the same folder is refused. The runner is the only
+writer of a run folder: the log as each trial ends, then the tables (the harness's and the tier's) and the
+tier's claim; the report only reads.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import secrets
+import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,9 +40,10 @@ from harness.protocol import (
     scheduled_done,
 )
 from harness.stats import pair_table
-from harness.tables import ENV, PLAN, RunFolder
+from harness.tables import ENV, PLAN, RunFolder, RunFolderWriteError, check_can_write
 from harness.tier import Run, TierRegistry
 from harness.timing import apply_budget, release_budget
+from harness.validation import check_log, load_env, load_plan
 
 CLAIM_FILE = "claim.txt"
 GATE_PASSING = {"claim": ("clears",), "control": ("within",)}
@@ -71,6 +74,25 @@ def gate_failures(run: Run) -> list[str]:
     return out
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM during a run: the log keeps every finished trial; ``folder`` is where to resume."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(f"interrupted; the finished trials are in {folder}: continue with --resume {folder}")
+        self.folder = folder
+
+
+@contextmanager
+def _interrupts_name(folder: RunFolder) -> Iterator[None]:
+    """An interrupt inside the block leaves as ``RunInterrupted`` naming the folder (a planned stop as itself)."""
+    try:
+        yield
+    except (PlannedStop, RunInterrupted):
+        raise
+    except KeyboardInterrupt as interrupt:
+        raise RunInterrupted(folder.path) from interrupt
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """How a command runs (not part of the plan): where, how loudly, with a report, and until when."""
@@ -85,7 +107,12 @@ def new_run_folder(runs_root: str | Path, tier: str) -> RunFolder:
     """A fresh, uniquely named folder ``<root>/<tier>-<UTC time>-<random>``."""
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     path = Path(runs_root) / f"{tier}-{stamp}-{secrets.token_hex(2)}"
-    path.mkdir(parents=True, exist_ok=False)
+    try:
+        path.mkdir(parents=True, exist_ok=False)
+    except OSError as exc:
+        raise RunFolderWriteError(
+            f"could not create a run folder under {runs_root}: {exc.strerror or exc}"
+        ) from None
     return RunFolder(path)
 
 
@@ -100,34 +127,48 @@ class Runner:
 
     def start(self, plan: Plan, trial_fn: TrialFunction | None = None) -> Run:
         """Start a new run of ``plan`` under ``options.out`` and carry it to the end."""
+        check_can_write(self.options.out, "--out")  # before the trials are set up (some write under it)
         trial_fn = trial_fn or self.tiers.get(plan.tier).trial_function(plan)
         placement = resolve_placement(plan.protocol.cpus)
         with _device_budget(plan):  # a budget the device refuses fails here, before any folder exists
             folder = new_run_folder(self.options.out, plan.tier)
-            folder.write_json(PLAN, plan.to_json())
-            record = {**env.collect(touch_device=plan.in_process), **machine_load()}
-            record["placement"] = None if placement is None else placement.to_dict()
-            folder.write_json(ENV, record)
-            return self._carry_out(plan, trial_fn, folder, placement)
+            with folder.lock(), _interrupts_name(folder):
+                try:
+                    folder.write_json(PLAN, plan.to_json())
+                    record = {**env.collect(touch_device=plan.in_process), **machine_load()}
+                    record["placement"] = None if placement is None else placement.to_dict()
+                    folder.write_json(ENV, record)
+                except RunFolderWriteError as failure:
+                    shutil.rmtree(folder.path, ignore_errors=True)
+                    raise RunFolderWriteError(
+                        f"{failure}; nothing was run and the new folder was removed"
+                    ) from None
+                return self._carry_out(plan, trial_fn, folder, placement)
 
     def resume(self, path: str | Path, trial_fn: TrialFunction | None = None) -> Run:
         """Continue an interrupted run exactly where it stopped: the saved schedule, minus the finished trials."""
         folder = RunFolder.open(path)
-        plan = Plan.from_json(folder.read_json(PLAN))
-        trial_fn = trial_fn or self.tiers.get(plan.tier).trial_function(plan)
-        placement = resolve_placement(plan.protocol.cpus)  # this machine's, for the plan's --cpus
-        record = folder.read_json(ENV) or {}
-        record.setdefault("resumes", []).append(
-            {
-                "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                "gpus": env.gpu_snapshot(),
-                "placement": None if placement is None else placement.to_dict(),
-                **machine_load(),
-            }
-        )
-        folder.write_json(ENV, record)
-        with _device_budget(plan):
-            return self._carry_out(plan, trial_fn, folder, placement)
+        # The lock is held until the run ends: a second run of this folder is refused at once.
+        with folder.lock(), _interrupts_name(folder):
+            plan = load_plan(folder)  # every file validated before anything is written or run
+            check_log(plan, folder)
+            record = load_env(folder)
+            trial_fn = trial_fn or self.tiers.get(plan.tier).trial_function(plan)
+            placement = resolve_placement(plan.protocol.cpus)  # this machine's, for the plan's --cpus
+            record.setdefault("resumes", []).append(
+                {
+                    "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                    "gpus": env.gpu_snapshot(),
+                    "placement": None if placement is None else placement.to_dict(),
+                    **machine_load(),
+                }
+            )
+            try:
+                folder.write_json(ENV, record)
+            except RunFolderWriteError as failure:
+                raise RunFolderWriteError(f"{failure}; nothing was run") from None
+            with _device_budget(plan):
+                return self._carry_out(plan, trial_fn, folder, placement)
 
     def finish(self, folder: RunFolder) -> Run:
         """Write what a run folder derives from its log: the tables, the tier's tables and its claim."""
@@ -165,16 +206,26 @@ class Runner:
                     before_unit=rule,
                     warm_after_gaps=self.tiers.reader(plan.tier).paired,
                 )
+        except RunFolderWriteError as failure:  # more writes would fail too: the resume writes the tables
+            raise RunFolderWriteError(
+                f"{failure}; the run stopped with every finished trial in the log: make room, then continue "
+                f"with --resume {folder.path} (the trial that could not be recorded runs again)"
+            ) from None
         except PlannedStop as stop:
             errors.print(
                 f"bench: {stop}; continue with --resume {folder.path} (with --stop-after again to slice the rest)"
             )
+            self._wrap_up(folder, quietly=True)
             raise
-        finally:
-            record = folder.read_json(ENV) or {}
-            record["gpus_end"] = env.gpu_snapshot()
-            folder.write_json(ENV, record)
-            run = self.finish(folder)
+        except BaseException:
+            self._wrap_up(folder, quietly=True)
+            raise
+        try:
+            run = self._wrap_up(folder)
+        except RunFolderWriteError as failure:
+            raise RunFolderWriteError(
+                f"{failure}; every trial is in the log: make room, then --resume {folder.path} writes the tables"
+            ) from None
         tier = self.tiers.reader(plan.tier)
         if tier.paired:
             print_summary(run.plan, run.summaries)
@@ -185,8 +236,27 @@ class Runner:
         if self.options.report:
             from harness.report import write_report
 
-            console.print(f"report: {write_report([folder], self.tiers)}")
+            try:
+                console.print(f"report: {write_report([folder], self.tiers)}")
+            except (RunFolderWriteError, OSError) as failure:
+                raise RunFolderWriteError(
+                    f"could not write the report: {failure}; the run is complete: bench report {folder.path} "
+                    "writes it"
+                ) from None
         return run
+
+    def _wrap_up(self, folder: RunFolder, quietly: bool = False) -> Run | None:
+        """Record the GPUs at the end and write the tables. ``quietly`` (a run already stopping for another
+        reason): a failure to write is dropped, since a resume writes them again, and the first reason stands."""
+        try:
+            record = folder.read_json(ENV) or {}
+            record["gpus_end"] = env.gpu_snapshot()
+            folder.write_json(ENV, record)
+            return self.finish(folder)
+        except (RunFolderWriteError, KeyboardInterrupt):
+            if not quietly:
+                raise
+            return None
 
 
 class StoppingRule:

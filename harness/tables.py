@@ -3,32 +3,50 @@
 A run folder holds ``plan.json`` (what was asked), ``env.json`` (where it ran), ``trials.jsonl`` (one row
 per finished trial, appended and fsynced as each trial ends: the record of the run) and the tidy CSVs the
 runner derives from it (``trials.csv``, ``arms.csv``, ``pairs.csv``, ``claims.csv`` and the tier's own).
-Everything but the log, the plan and the environment can be regenerated from those three.
+Everything but the log, the plan and the environment can be regenerated from those three. ``run.lock`` is the
+folder's lock: a run holds it (``fcntl.flock``) for its whole life, so two runs never share a folder.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from harness import stats
+from harness.errors import InputError, RunFolderError
 
 PLAN = "plan.json"
 ENV = "env.json"
 LOG = "trials.jsonl"
+LOCK = "run.lock"
 TRIALS_CSV = "trials.csv"
 ARMS_CSV = "arms.csv"
 PAIRS_CSV = "pairs.csv"
 CLAIMS_CSV = "claims.csv"
 
 
-class NotARunFolder(ValueError):
+class NotARunFolder(RunFolderError, ValueError):
     """Raised for a path that is not a run folder (no plan.json)."""
+
+
+class CorruptRunFolder(RunFolderError):
+    """A run folder file that cannot be what it claims (not JSON, a wrong shape or type, a bad log line)."""
+
+
+class RunFolderBusy(RunFolderError):
+    """Another process is running this folder (it holds the folder's lock)."""
+
+
+class RunFolderWriteError(RunFolderError):
+    """A write into the run folder failed (disk full, read-only, …); the folder is as it was before it."""
 
 
 def _json_default(value: Any) -> Any:
@@ -46,21 +64,95 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _ends_a_line(path: Path) -> bool:
-    """True for an empty file or one whose last byte is a newline."""
-    with open(path, "rb") as handle:
-        handle.seek(0, os.SEEK_END)
-        if handle.tell() == 0:
-            return True
-        handle.seek(-1, os.SEEK_END)
-        return handle.read(1) == b"\n"
+def check_can_write(folder: str | Path, what: str, instead: str = "give a writable folder") -> Path:
+    """``folder`` as a place a run or a report can write in (created later if missing), or ``InputError`` with
+    one line: the nearest existing part of the path is a file, or cannot be written (read-only, no permission).
+    ``what`` names where the folder came from (``--out``, ``-o``); ``instead`` says what to do."""
+    path = Path(folder)
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InputError(f"{what} '{folder}': '{existing}' is a file, not a folder; {instead}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
+        reason = "it is on a read-only file system" if read_only else "permission denied"
+        raise InputError(
+            f"{what} '{folder}': '{existing}' cannot be written ({reason}); give a writable folder"
+        )
+    return path
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
+def _parse_row(raw: bytes) -> tuple[str | None, dict[str, Any]]:
+    """(what is wrong, row) of one log line; the problem is None for a row the log can hold."""
+    try:
+        row = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return "not UTF-8 text", {}
+    except (json.JSONDecodeError, RecursionError) as exc:
+        return f"not JSON ({_first_line(exc)})", {}
+    if not isinstance(row, dict):
+        return "not a JSON object", {}
+    if "index" not in row:
+        return "no 'index' (every row names its trial)", {}
+    index = row["index"]
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        return f"'index' is {index!r}"[:100] + ", not a whole number of 0 or more", {}
+    return None, row
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte is written (a write may take fewer than it was given)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def write_atomic(path: Path, data: str | bytes) -> Path:
+    """Write a whole file through a temporary file, fsync and a rename: a reader (or a crash) sees the old file
+    or the new one, never half of one. On a failure the temporary file is removed, the old file stays, and
+    ``RunFolderWriteError`` says what could not be written and why."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _write_all(fd, payload)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise RunFolderWriteError(f"could not write {path}: {exc.strerror or exc}") from None
+    return path
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON through a temporary file and a rename, so a reader never sees half a file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=_json_default) + "\n")
-    os.replace(tmp, path)
+    """Write JSON through ``write_atomic``."""
+    write_atomic(path, json.dumps(data, indent=1, default=_json_default) + "\n")
+
+
+def _whole_lines_end(fd: int, size: int) -> int:
+    """Where the log's whole lines end: ``size``, or the byte after the last newline when the last line is torn
+    (a process killed mid-write left it without its newline)."""
+    end = size
+    while end > 0:
+        start = max(0, end - 65536)
+        chunk = os.pread(fd, end - start, start)
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        end = start
+    return 0
 
 
 class RunFolder:
@@ -84,34 +176,100 @@ class RunFolder:
     def file(self, name: str) -> Path:
         return self.path / name
 
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the folder's exclusive lock while the block runs; ``RunFolderBusy`` at once if another process
+        holds it. The lock is an ``fcntl.flock`` on ``run.lock``, so it dies with its holder (even killed -9)."""
+        path = self.file(LOCK)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise RunFolderWriteError(f"cannot lock run folder '{self.path}': {exc.strerror}") from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                raise RunFolderBusy(
+                    f"run folder '{self.path}' is in use by another run"
+                    + (f" (process {holder})" if holder.isdigit() else "")
+                    + "; wait for it to end (or stop it), then resume"
+                ) from None
+            try:  # who holds it, for the message a second run gets; the lock itself needs no byte on disk
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, str(os.getpid()).encode(), 0)
+            except OSError:
+                pass
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
     def read_json(self, name: str) -> Any:
+        """The JSON value of one of the folder's files (None when absent); ``CorruptRunFolder`` unless JSON."""
         path = self.file(name)
-        return json.loads(path.read_text()) if path.is_file() else None
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_bytes().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            raise CorruptRunFolder(f"{path}: not JSON ({_first_line(exc)})") from None
 
     def write_json(self, name: str, data: Any) -> None:
         write_json_atomic(self.file(name), data)
 
     def append_row(self, row: dict[str, Any]) -> None:
-        """Append one trial row to the log and push it to disk before returning."""
-        line = json.dumps({k: _clean(v) for k, v in row.items()}, default=_json_default)
+        """Append one trial row to the log and push it to disk (fsync) before returning.
+
+        A torn last line (a process killed while writing its row, whose trial therefore runs again) is cut off
+        first, so the log holds whole rows only. A failed write is taken back (the log is truncated to what it
+        was) and raises ``RunFolderWriteError``: the trial has no row and a resume runs it again."""
+        line = (json.dumps({k: _clean(v) for k, v in row.items()}, default=_json_default) + "\n").encode()
         path = self.file(LOG)
-        torn = path.is_file() and not _ends_a_line(path)  # a process killed mid-write: end that line first
-        with open(path, "ab") as handle:
-            handle.write((("\n" if torn else "") + line + "\n").encode("utf-8"))
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise RunFolderWriteError(f"could not open {path}: {exc.strerror or exc}") from None
+        try:
+            end = _whole_lines_end(fd, os.fstat(fd).st_size)
+            try:
+                os.ftruncate(fd, end)
+                os.lseek(fd, end, os.SEEK_SET)
+                _write_all(fd, line)
+                os.fsync(fd)
+            except OSError as exc:
+                try:
+                    os.ftruncate(fd, end)
+                    os.fsync(fd)
+                except OSError:
+                    pass
+                raise RunFolderWriteError(
+                    f"could not append trial {row.get('index', -1) + 1}'s row to {path}: {exc.strerror or exc}"
+                ) from None
+        finally:
+            os.close(fd)
 
     def rows(self) -> list[dict[str, Any]]:
-        """Every complete row of the log; a torn last line (a process killed mid-write) is ignored."""
+        """Every complete row of the log, in the order written (see ``numbered_rows``)."""
+        return [row for _, row in self.numbered_rows()]
+
+    def numbered_rows(self) -> list[tuple[int, dict[str, Any]]]:
+        """(line number, row) for every complete row of the log.
+
+        A torn last line (no newline: a process killed mid-write, its trial runs again) is ignored; any other
+        line that is not a JSON object with a whole-number ``index`` is ``CorruptRunFolder``, naming the line
+        (a log that skipped it would silently lose a trial). A trial logged twice (before run folders were
+        locked, two resumes could do that) is read, and the report says so."""
         path = self.file(LOG)
         if not path.is_file():
             return []
-        rows = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+        lines = path.read_bytes().split(b"\n")
+        lines.pop()  # what follows the last newline: nothing, or a torn line
+        rows: list[tuple[int, dict[str, Any]]] = []
+        for number, raw in enumerate(lines, start=1):
+            problem, row = _parse_row(raw)
+            if problem is not None:
+                raise CorruptRunFolder(f"{path}: line {number}: {problem}")
+            rows.append((number, row))
         return rows
 
     def completed_indices(self) -> set[int]:
@@ -125,19 +283,12 @@ class RunFolder:
         return frame
 
     def write_text(self, name: str, text: str) -> Path:
-        """Write a text file through a temporary file and a rename."""
-        path = self.file(name)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-        return path
+        """Write a text file through ``write_atomic``."""
+        return write_atomic(self.file(name), text)
 
     def write_csv(self, name: str, frame: pd.DataFrame) -> Path:
-        path = self.file(name)
-        tmp = path.with_suffix(".csv.tmp")
-        frame.to_csv(tmp, index=False)
-        os.replace(tmp, path)
-        return path
+        """Write a table as CSV through ``write_atomic``."""
+        return write_atomic(self.file(name), frame.to_csv(index=False))
 
 
 class Summaries:

@@ -17,7 +17,8 @@ import pandas as pd
 
 from harness.options import InputError
 from harness.protocol import Plan, ProtocolOptions, TrialFunction
-from harness.tables import ENV, PLAN, RunFolder, Summaries, summarize_trials
+from harness.tables import RunFolder, Summaries, summarize_trials
+from harness.validation import check_log, load_env, load_plan
 
 
 @dataclass(frozen=True)
@@ -46,9 +47,11 @@ class Run:
 
     @classmethod
     def load(cls, folder: RunFolder, figures_dir: Path | None = None) -> Run:
-        plan = Plan.from_json(folder.read_json(PLAN))
+        """Read a run folder back, every file validated first (``CorruptRunFolder``, one line, otherwise)."""
+        plan = load_plan(folder)
+        check_log(plan, folder)
         summaries = summarize_trials(folder.trials(), plan.protocol)
-        return cls(folder, plan, summaries, folder.read_json(ENV) or {}, figures_dir)
+        return cls(folder, plan, summaries, load_env(folder), figures_dir)
 
 
 class Tier(Protocol):

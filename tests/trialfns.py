@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -16,10 +17,11 @@ TWO_ARMS = (Arm("baseline", "baseline", "baseline"), Arm("candidate", "candidate
 
 
 def sleepy(plan: Plan) -> TrialFunction:
-    """Each trial marks that it started, sleeps ``settings['sleep']`` seconds and returns a fixed figure."""
+    """Each trial marks that it started (the file holds the process id), sleeps ``settings['sleep']`` seconds
+    and returns a fixed figure."""
 
     def trial(ctx: TrialContext) -> dict:
-        (ctx.run_dir / f"started-{ctx.trial.index}").touch()
+        (ctx.run_dir / f"started-{ctx.trial.index}").write_text(str(os.getpid()))
         time.sleep(plan.settings.get("sleep", 0.0))
         return {"value": 10.0 if ctx.arm.role == "baseline" else 8.0, "seed_seen": ctx.seed}
 
@@ -53,7 +55,31 @@ def affinity(plan: Plan) -> TrialFunction:
     return trial
 
 
-BEHAVIOURS = {"sleepy": sleepy, "scripted": scripted, "affinity": affinity}
+def returns(plan: Plan) -> TrialFunction:
+    """Every trial returns ``settings['returned']`` as its value, whatever it is."""
+    return lambda ctx: {"value": plan.settings["returned"]}
+
+
+def seeded(plan: Plan) -> TrialFunction:
+    """Every trial seeds torch's global generator and a new one with its seed (as the tiers do)."""
+
+    def trial(ctx: TrialContext) -> dict:
+        import torch
+
+        torch.manual_seed(ctx.seed)
+        torch.Generator().manual_seed(ctx.seed)
+        return {"value": 1.0, "seed_seen": ctx.seed}
+
+    return trial
+
+
+BEHAVIOURS = {
+    "sleepy": sleepy,
+    "scripted": scripted,
+    "affinity": affinity,
+    "returns": returns,
+    "seeded": seeded,
+}
 
 
 TIERS = TierRegistry(
@@ -93,7 +119,7 @@ def plan_of(
 
 
 def runner(out: str | Path, **options) -> Runner:
-    """A quiet runner of the test tier, without a report unless asked."""
-    return Runner(
-        TIERS, RunOptions(out=Path(out), quiet=True, report=options.pop("report", False), **options)
-    )
+    """A quiet runner of the test tier (or of ``tiers=``), without a report, unless asked otherwise."""
+    tiers = options.pop("tiers", TIERS)
+    quiet, report = options.pop("quiet", True), options.pop("report", False)
+    return Runner(tiers, RunOptions(out=Path(out), quiet=quiet, report=report, **options))

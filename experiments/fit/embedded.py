@@ -15,6 +15,7 @@ real trainer has, so an optimizer change is measured inside a whole learner, not
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import time
@@ -144,9 +145,19 @@ class WeightEMA:
 
 
 def _save_atomic(state: dict[str, Any], path: Path) -> None:
+    """A checkpoint through a temporary file and a rename, serialized in memory first: torch's own file writer
+    turns a full disk into an opaque error, a plain write into ``OSError`` (ENOSPC), which stops the run. On a
+    failure the temporary file is removed."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
     tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(buffer.getbuffer())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _autocast(device: torch.device, amp: str):
@@ -210,7 +221,7 @@ def fit(
     decay = lambda epoch: max(1 - epoch / epochs, 0) * (1 - LRF) + LRF  # noqa: E731 - the schedule, named
     stamps: list[float] = []
     epoch_starts: list[float] = []
-    best_accuracy, final = -1.0, (math.nan, math.nan)
+    best_accuracy, final, last_loss = -1.0, (math.nan, math.nan), math.nan
     checkpoint_bytes = 0
     for epoch in range(epochs):
         epoch_starts.append(time.perf_counter())  # after the last epoch's checkpoint, which synchronized
@@ -242,8 +253,9 @@ def fit(
             clock.mark("step_overhead")
             ema.update(model)
             clock.mark("ema")
-            if not math.isfinite(loss.item()):
-                raise FloatingPointError(f"loss is {loss.item()} at step {step}")
+            last_loss = loss.item()
+            if not math.isfinite(last_loss):
+                raise FloatingPointError(f"loss is {last_loss} at step {step}")
             stamps.append(time.perf_counter())
         clock.mark("other")
         final = _validate(ema, val_x, val_y, batch, dev, amp)
@@ -271,4 +283,6 @@ def fit(
         "val_accuracy": round(final[1], 6),
         "checkpoint_bytes": checkpoint_bytes,
         "optimizer_class": f"{type(optimizer).__module__}.{type(optimizer).__qualname__}",
+        "train_loss": round(last_loss, 6),
+        "trained": {"model": model, "ema": ema.model},
     }

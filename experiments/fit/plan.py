@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.arms import checked_optimizer
+from harness.formatting import format_bytes
 from harness.isolation import run_in_worker
 from harness.options import InputError, check_choice, check_non_negative, check_positive
 from harness.protocol import Case, Plan, ProtocolOptions, TrialContext, TrialFunction
@@ -32,6 +33,23 @@ DEFAULT_IMAGES = 256
 DEFAULT_IMGSZ = {"ultralytics": 640, "embedded": 32}
 YOLO_STRIDE = 32
 WORKER_TARGET = "experiments.fit.worker:run_fit"
+REAL_TRAINER_ONLY = ("model", "workers", "cache", "close_mosaic")  # refused with the embedded workload
+# Bounds of a fit, each refused before anything starts (larger values name a fit that cannot be run):
+# 10^7 steps is days even at the embedded workload's pace; the real trainer takes hundreds of ms a step.
+MAX_FIT_STEPS = 10_000_000
+# Every epoch validates and writes checkpoints: a short fit of more epochs spends its time there, not training.
+MAX_EPOCHS = 10_000
+# The synthetic set is generated (for the real trainer, written to disk) before the first trial: a million
+# images at 640 px is tens of GB.
+MAX_IMAGES = 1_000_000
+# An image side past 4096 px is past what a detection model trains at; each such image is 48 MiB as floats.
+MAX_IMGSZ = 4096
+# The embedded workload holds its whole synthetic set in memory as float32 while it builds it.
+MAX_EMBEDDED_SET_BYTES = 4 * 2**30
+# More dataloader workers than any machine here has cores (upstream caps them at the CPU count anyway).
+MAX_WORKERS = 256
+# A week: longer is a typo, and past Python's largest timeout every trial would fail.
+MAX_TRIAL_TIMEOUT = 7 * 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -121,7 +139,7 @@ def check_model(model: str) -> str:
 
 def check_steps(steps: int, images: int, batch: int) -> int:
     """Epochs for ``steps`` optimizer steps over ``images`` at ``batch``; ``InputError`` unless whole epochs."""
-    check_positive("--steps", steps)
+    check_positive("--steps", steps, MAX_FIT_STEPS)
     check_positive("--batch", batch)
     if images % batch:
         lower, upper = images - images % batch, images - images % batch + batch
@@ -137,7 +155,14 @@ def check_steps(steps: int, images: int, batch: int) -> int:
             f"{batch}); use a multiple of {per_epoch} (e.g. --steps {upper}"
             + (f" or {lower})" if lower else ")")
         )
-    return steps // per_epoch
+    epochs = steps // per_epoch
+    if epochs > MAX_EPOCHS:
+        raise InputError(
+            f"--steps {steps} is {epochs} epochs of {per_epoch} iterations ({images} images / batch {batch}): "
+            f"{epochs} epochs is more than {MAX_EPOCHS}, the most a fit can take (every epoch validates and "
+            "writes checkpoints); use more --images per epoch or fewer --steps"
+        )
+    return epochs
 
 
 def resolve_amp(amp: str, device: str) -> str:
@@ -163,13 +188,13 @@ def make_plan(
             "--bar with --stages: a stages run is a diagnostic with no verdict; drop --bar (or --stages)"
         )
     chosen, why = resolve_workload(s.workload)
-    check_non_negative("--workers", s.workers)
+    check_non_negative("--workers", s.workers, MAX_WORKERS)
     check_choice("--cache", s.cache, CACHE_CHOICES)
-    check_non_negative("--close-mosaic", s.close_mosaic)
-    check_positive("--trial-timeout", s.trial_timeout)
-    check_positive("--val-images", s.val_images)
+    check_non_negative("--close-mosaic", s.close_mosaic, MAX_EPOCHS)
+    check_positive("--trial-timeout", s.trial_timeout, MAX_TRIAL_TIMEOUT)
+    check_positive("--val-images", s.val_images, MAX_IMAGES)
     amp = resolve_amp(s.amp, protocol.device)
-    imgsz = DEFAULT_IMGSZ[chosen] if s.imgsz is None else check_positive("--imgsz", s.imgsz)
+    imgsz = DEFAULT_IMGSZ[chosen] if s.imgsz is None else check_positive("--imgsz", s.imgsz, MAX_IMGSZ)
     if chosen == "ultralytics":
         check_model(s.model)
         if imgsz % YOLO_STRIDE:
@@ -179,6 +204,14 @@ def make_plan(
     elif imgsz < 8:
         raise InputError(f"--imgsz {imgsz} is too small for the embedded model; use 8 or more (default 32)")
     images, val_images, data_path = s.images, s.val_images, None
+    if chosen != "ultralytics":
+        for name in REAL_TRAINER_ONLY:
+            if getattr(s, name) != getattr(FitSettings, name):
+                flag = "--" + name.replace("_", "-")
+                raise InputError(
+                    f"{flag} {getattr(s, name)} applies to the real trainer only (--workload ultralytics); the "
+                    f"embedded workload has its own model and loop: drop {flag}"
+                )
     if s.data is not None:
         if chosen != "ultralytics":
             raise InputError(
@@ -195,8 +228,15 @@ def make_plan(
                 f"--images {images} disagrees with --data, which has {counted} training images; drop --images"
             )
         images, data_path = counted, str(Path(s.data).resolve())
-    images = DEFAULT_IMAGES if images is None else check_positive("--images", images)
+    images = DEFAULT_IMAGES if images is None else check_positive("--images", images, MAX_IMAGES)
     epochs = check_steps(s.steps, images, s.batch)
+    set_bytes = (images + val_images) * 3 * imgsz**2 * 4
+    if chosen == "embedded" and set_bytes > MAX_EMBEDDED_SET_BYTES:
+        raise InputError(
+            f"the embedded workload holds its whole synthetic set in memory: ({images} + {val_images} images) × 3 × "
+            f"{imgsz}² floats = {format_bytes(set_bytes)}, more than {format_bytes(MAX_EMBEDDED_SET_BYTES)}; "
+            "use fewer --images or a smaller --imgsz"
+        )
     resolved = replace(
         s,
         workload=chosen,
@@ -303,10 +343,11 @@ def trial_function(plan: Plan) -> TrialFunction:
                 env=worker_environment(ctx.run_dir),
                 placement=ctx.placement,
             )
-        finally:
-            if not settings.keep_checkpoints and trial_dir.exists():
-                for checkpoint in trial_dir.rglob("*.pt"):
-                    checkpoint.unlink()
-                shutil.rmtree(trial_dir / "fit" / "weights", ignore_errors=True)
+        finally:  # the trial's folder keeps nothing but what was asked: its log is trials/<index>.log
+            if not settings.keep_checkpoints:
+                shutil.rmtree(trial_dir, ignore_errors=True)
+            elif trial_dir.exists():
+                for unfinished in trial_dir.rglob("*.tmp"):
+                    unfinished.unlink(missing_ok=True)
 
     return trial

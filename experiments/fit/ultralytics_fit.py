@@ -199,7 +199,7 @@ def prepare_fit(
         "plots": False,
         "val": True,
         "save": True,
-        "seed": seed,
+        "seed": upstream_seed(seed),
         "deterministic": False,
         "verbose": False,
         "pretrained": False,
@@ -227,9 +227,21 @@ def prepare_fit(
             "checkpoint_bytes": sum(p.stat().st_size for p in weights.glob("*.pt")),
             "optimizer_class": f"{type(trainer.optimizer).__module__}.{type(trainer.optimizer).__qualname__}",
             "amp_used": bool(trainer.amp),
+            "train_loss": trainer.loss,  # the last batch's loss tensor, read after the bracket
+            "trained": {"model": trainer.model, "ema": getattr(trainer.ema, "ema", None)},
         }
 
     return fit
+
+
+# Upstream seeds numpy's legacy generator with seed + 1 + rank, which must stay below 2**32.
+UPSTREAM_SEED_LIMIT = 2**32 - 1024
+
+
+def upstream_seed(seed: int) -> int:
+    """The trial's seed as upstream can take it: unchanged below the limit (every seed that ran before), else
+    folded below it, so a large ``--seed`` does not fail inside every trial."""
+    return seed % UPSTREAM_SEED_LIMIT
 
 
 def _number(value: Any) -> float | None:

@@ -4,12 +4,15 @@
 outside the timed bracket: tie the worker's life to the parent's, import the workload, initialize the
 device and apply any memory budget, reset the peak-memory counters. The bracket itself is one
 ``SyncTimer`` (synchronize, clock, fit, synchronize, clock); nothing inside it synchronizes unless this is a
-``--stages`` diagnostic run. After it: peaks, checks that the fit did what was asked, the row's figures.
+``--stages`` diagnostic run. After it: peaks, checks that the fit did what was asked and that its loss,
+parameters and validation figures are finite (a NaN fit is a failed trial, never a fast one), the row's
+figures.
 """
 
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import shutil
 import signal
@@ -50,6 +53,37 @@ def _prepare_device(device: str, budget: int | None) -> None:
         torch.cuda.set_device(torch.device(device).index or 0)  # "cuda" alone names no index
         torch.cuda.init()
         apply_budget(budget, device)
+
+
+NAMED_PER_MODULE = 3  # non-finite parameters named in the message before "and N more"
+
+
+def non_finite_results(figures: dict[str, Any], trained: dict[str, torch.nn.Module]) -> list[str]:
+    """What is not finite at the end of a fit: the training loss, the validation figures (``val_*``) and every
+    floating-point parameter of the trained modules (the model and its EMA); empty when all are finite."""
+    problems = [
+        f"{name} {value}"
+        for name, value in figures.items()
+        if (name == "train_loss" or name.startswith("val_"))
+        and isinstance(value, float)
+        and not math.isfinite(value)
+    ]
+    for module_name, module in trained.items():
+        if module is None:
+            continue
+        bad = []
+        with torch.no_grad():
+            for name, parameter in module.named_parameters():
+                if parameter.is_floating_point():
+                    finite = int(torch.isfinite(parameter).sum())
+                    if finite < parameter.numel():
+                        bad.append(f"{name} ({parameter.numel() - finite} of {parameter.numel()} entries)")
+        named = ", ".join(bad[:NAMED_PER_MODULE]) + (
+            f" and {len(bad) - NAMED_PER_MODULE} more" if len(bad) > NAMED_PER_MODULE else ""
+        )
+        if bad:
+            problems.append(f"{module_name} parameter{'s' if len(bad) > 1 else ''} {named}")
+    return problems
 
 
 def run_fit(payload: dict[str, Any]) -> dict[str, Any]:
@@ -101,6 +135,12 @@ def run_fit(payload: dict[str, Any]) -> dict[str, Any]:
             f"the fit ran {result['iterations']} iterations, not the {settings.steps} steps asked "
             f"({settings.epochs} epochs of {settings.iterations_per_epoch}); its figure would not be comparable"
         )
+    trained = result.pop("trained")
+    if isinstance(result.get("train_loss"), torch.Tensor):
+        result["train_loss"] = float(result["train_loss"])
+    problems = non_finite_results(result, trained)
+    if problems:
+        raise FloatingPointError("non-finite results after the fit: " + "; ".join(problems))
     stamps = result.pop("iteration_stamps")
     per_epoch = result.pop("iterations_per_epoch")
     spans = [round(span, 6) for span in epoch_spans(result.pop("epoch_start_stamps"), stamps, per_epoch)]

@@ -1,0 +1,208 @@
+"""One validation of a run folder's files, before anything reads them (``bench report``, every resume).
+
+The plan is read back and checked whole: its JSON shape, the type of every field (against the dataclasses'
+own annotations, so a new field is checked without a line here), the schedule against the cases and arms it
+names, and the protocol's values. The log's rows, already whole JSON objects with distinct indices
+(``RunFolder.rows``), are checked against that schedule. Whatever is wrong is one ``CorruptRunFolder`` line
+naming the file, the line and what is wrong; nothing is written and nothing runs.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import types
+import typing
+from dataclasses import fields, is_dataclass
+from typing import Any
+
+from harness.errors import InputError
+from harness.protocol import ORDERS, Plan
+from harness.tables import ENV, LOG, PLAN, CorruptRunFolder, RunFolder
+
+ROLES = ("baseline", "candidate")
+PHASES = ("warmup", "measured")
+STATUSES = ("ok", "error", "resource_failure")
+
+
+def load_plan(folder: RunFolder) -> Plan:
+    """The folder's plan, checked; ``CorruptRunFolder`` (one line) for anything a plan cannot be."""
+    where = folder.file(PLAN)
+    data = folder.read_json(PLAN)
+    if not isinstance(data, dict):
+        raise CorruptRunFolder(f"{where} holds {_kind(data)}, not a plan (a JSON object)")
+    if isinstance(data.get("schedule"), list) and not data["schedule"]:
+        raise CorruptRunFolder(f"{where}: the schedule is empty (a plan saves every scheduled trial)")
+    try:
+        plan = Plan.from_json(data)
+    except KeyError as exc:
+        raise CorruptRunFolder(f"{where}: not a plan: missing key {exc}") from None
+    except (TypeError, ValueError, AttributeError, InputError) as exc:
+        raise CorruptRunFolder(f"{where}: not a plan: {exc}") from None
+    problem = type_problem(plan, Plan, "plan") or _plan_problem(plan)
+    if problem:
+        raise CorruptRunFolder(f"{where}: {problem}")
+    return plan
+
+
+def load_env(folder: RunFolder) -> dict[str, Any]:
+    """The folder's environment record (empty when absent); ``CorruptRunFolder`` unless a JSON object."""
+    record = folder.read_json(ENV)
+    if record is None:
+        return {}
+    if not isinstance(record, dict):
+        raise CorruptRunFolder(f"{folder.file(ENV)} holds {_kind(record)}, not an environment record")
+    return record
+
+
+def check_log(plan: Plan, folder: RunFolder) -> list[dict[str, Any]]:
+    """The log's rows, each checked against the plan's schedule; ``CorruptRunFolder`` names the first bad one."""
+    rows = []
+    for number, row in folder.numbered_rows():
+        problem = _row_problem(plan, row)
+        if problem:
+            raise CorruptRunFolder(f"{folder.file(LOG)}: line {number}: {problem}")
+        rows.append(row)
+    return rows
+
+
+def type_problem(value: Any, hint: Any, where: str) -> str | None:
+    """What is wrong with ``value`` as a ``hint`` (a dataclass, list, tuple, dict, union or plain type), or None."""
+    if hint is Any:
+        return None
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if any(type_problem(value, option, where) is None for option in args):
+            return None
+        return f"{where} is {_show(value)}, not {' or '.join(_name(a) for a in args)}"
+    if is_dataclass(hint):
+        if not isinstance(value, hint):
+            return f"{where} is {_show(value)}, not an object"
+        hints = typing.get_type_hints(hint)
+        for field in fields(hint):
+            problem = type_problem(getattr(value, field.name), hints[field.name], f"{where}.{field.name}")
+            if problem:
+                return problem
+        return None
+    if origin in (list, tuple):
+        if not isinstance(value, list | tuple):
+            return f"{where} is {_show(value)}, not a list"
+        item = args[0] if args else Any
+        for i, element in enumerate(value):
+            problem = type_problem(element, item, f"{where}[{i}]")
+            if problem:
+                return problem
+        return None
+    if origin is dict:
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            return f"{where} is {_show(value)}, not an object"
+        return None
+    if hint is type(None):
+        return None if value is None else f"{where} is {_show(value)}, not null"
+    if hint is bool:
+        return None if isinstance(value, bool) else f"{where} is {_show(value)}, not true or false"
+    if hint is int:
+        return None if _whole(value) else f"{where} is {_show(value)}, not a whole number"
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            return f"{where} is {_show(value)}, not a finite number"
+        return None
+    if hint is str:
+        return None if isinstance(value, str) else f"{where} is {_show(value)}, not text"
+    return None if isinstance(value, hint) else f"{where} is {_show(value)}, not {_name(hint)}"
+
+
+def _plan_problem(plan: Plan) -> str | None:
+    """What is wrong with a well-typed plan's values and references, or None."""
+    p = plan.protocol
+    if not plan.tier:
+        return "tier is empty"
+    if not p.arms:
+        return "protocol.arms is empty"
+    for i, arm in enumerate(p.arms):
+        if arm.role not in ROLES:
+            return f"protocol.arms[{i}] has role '{arm.role}', not one of {', '.join(ROLES)}"
+    checks = {
+        "warmup": p.warmup >= 0,
+        "pairs": p.pairs >= 1,
+        "seed": p.seed >= 0,
+        "cooldown": p.cooldown >= 0,
+        "order": p.order in ORDERS,
+        "bar": p.bar is None or -100 < p.bar < 100,
+        "budget": p.budget is None or p.budget > 0,
+    }
+    for name, holds in checks.items():
+        if not holds:
+            return f"protocol.{name} is {_show(getattr(p, name))}, which no run can have"
+    if not plan.cases:
+        return "cases is empty"
+    cases = {}
+    for i, case in enumerate(plan.cases):
+        if case.label in cases:
+            return f"cases[{i}] repeats the label '{case.label}'"
+        labels = [arm.label for arm in case.arms]
+        if not labels or len(set(labels)) != len(labels):
+            return f"cases[{i}] ('{case.label}') has no arms or repeats one"
+        for arm in case.arms:
+            if arm.role not in ROLES:
+                return f"cases[{i}] has an arm of role '{arm.role}', not one of {', '.join(ROLES)}"
+        cases[case.label] = {arm.label: arm.role for arm in case.arms}
+    for i, trial in enumerate(plan.schedule):
+        if trial.index != i:
+            return f"schedule[{i}].index is {trial.index}, not {i} (the schedule lists trials in order)"
+        if trial.case not in cases:
+            return f"schedule[{i}] names case '{trial.case}', which the plan does not have"
+        if cases[trial.case].get(trial.arm) != trial.role:
+            return f"schedule[{i}] names arm '{trial.arm}' ({trial.role}), which case '{trial.case}' does not have"
+        if trial.phase not in PHASES:
+            return f"schedule[{i}].phase is '{trial.phase}', not one of {', '.join(PHASES)}"
+        if trial.round < 0 or trial.slot < 0:
+            return f"schedule[{i}] has a negative round or slot"
+    return None
+
+
+def _row_problem(plan: Plan, row: dict[str, Any]) -> str | None:
+    index = row["index"]  # a whole number ≥ 0, checked by the log reader
+    if index >= len(plan.schedule):
+        return f"trial {index} is not in the plan (its schedule has {len(plan.schedule)} trials)"
+    trial = plan.schedule[index]
+    for key in ("case", "phase", "round", "arm", "role"):
+        if row.get(key) != getattr(trial, key):
+            return (
+                f"trial {index}'s {key} is {_show(row.get(key))}, the plan says {_show(getattr(trial, key))}"
+            )
+    status, value = row.get("status"), row.get("value")
+    if status not in STATUSES:
+        return f"trial {index} has status {_show(status)}, not one of {', '.join(STATUSES)}"
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
+    ):
+        return f"trial {index}'s value is {_show(value)}, not a finite number or null"
+    if status == "ok" and value is None:
+        return f"trial {index} is 'ok' with no value"
+    if not isinstance(row.get("message", ""), str):
+        return f"trial {index}'s message is {_show(row['message'])}, not text"
+    return None
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, numbers.Number):
+        return "a number"
+    return {list: "a list", str: "text", type(None): "null"}.get(type(value), "an object")
+
+
+def _show(value: Any) -> str:
+    text = repr(value) if isinstance(value, str | int | float | bool) or value is None else _kind(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _name(hint: Any) -> str:
+    return {int: "a whole number", float: "a number", str: "text", bool: "true or false"}.get(
+        hint, "null" if hint is type(None) else getattr(hint, "__name__", str(hint))
+    )

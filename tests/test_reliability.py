@@ -1,0 +1,1037 @@
+"""The run folder under faults and hostile input: nothing lost, nothing run twice, nothing misleading.
+
+Two runs on one folder, non-finite results, failed writes, absurd counts, corrupt files, markup in user text,
+unwritable outputs, arms that cannot be built, interrupts and closed pipes, options that a resume would
+ignore; and the two promises no other test sees (the log is fsynced per row, the timer synchronizes right
+before each clock read).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from harness.cli import main
+from harness.tables import RunFolder, RunFolderBusy
+from optimizers import MuSGD
+from tests.trialfns import plan_of, runner
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+# A pair-tier run (so `bench pair --resume` accepts its folder) whose trials sleep instead of fitting.
+HOLD_A_PAIR_RUN = """
+import sys
+from pathlib import Path
+from experiments.fit.plan import FitSettings, make_plan
+from experiments.tiers import TIERS
+from harness.protocol import ProtocolOptions
+from harness.run import Runner, RunOptions
+from tests.trialfns import TWO_ARMS, sleepy
+
+out, sleep = Path(sys.argv[1]), float(sys.argv[2])
+settings = FitSettings(workload="embedded", images=8, batch=4, steps=4, val_images=8)
+plan = make_plan(ProtocolOptions(TWO_ARMS, warmup=0, pairs=2), settings, "bench pair --workload embedded")
+plan.settings["sleep"] = sleep
+Runner(TIERS, RunOptions(out=out, quiet=True, report=False)).start(plan, sleepy(plan))
+"""
+
+
+def _wait_for(predicate, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting")
+        time.sleep(0.05)
+
+
+def _figure(ctx) -> dict:
+    return {"value": 1.0}
+
+
+def _tiers_with_a_claim():
+    """The test tier, with a claim (so a run writes claim.txt)."""
+    from harness.tier import BaseTier, TierRegistry
+    from tests.trialfns import BEHAVIOURS
+
+    return TierRegistry(
+        [
+            BaseTier(
+                "test",
+                trial_function=lambda plan: BEHAVIOURS[plan.settings["behaviour"]](plan),
+                claim=lambda run: "a claim\n",
+            )
+        ]
+    )
+
+
+def _only_folder(root: Path) -> RunFolder:
+    (path,) = [p for p in root.iterdir() if p.is_dir()]
+    return RunFolder(path)
+
+
+# --- one run per folder --------------------------------------------------------------------------------
+
+
+def test_a_second_run_on_a_folder_in_use_is_one_line_exit_2_and_runs_nothing(tmp_path: Path, capsys) -> None:
+    """Process A runs a folder; while it does, this process resumes it (API and CLI): refused, nothing run."""
+    runs = tmp_path / "runs"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_A_PAIR_RUN, str(runs), "0.6"],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for(
+            lambda: runs.is_dir() and any(runs.iterdir()) and any(next(runs.iterdir()).glob("started-*"))
+        )
+        folder = _only_folder(runs)
+        with pytest.raises(RunFolderBusy, match=f"in use by another run \\(process {holder.pid}\\)"):
+            runner(runs).resume(folder.path, _figure)
+        assert main(["pair", "--resume", str(folder.path), "--quiet", "--no-report"]) == 2
+        error = capsys.readouterr().err.strip()
+        assert error.count("\n") == 0 and "in use by another run" in error, error
+        assert holder.wait(timeout=120) == 0, holder.stderr.read()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    indices = [r["index"] for r in folder.rows()]
+    assert indices == [0, 1, 2, 3]  # each scheduled trial once: the refused runs ran nothing
+    starters = {p.read_text() for p in folder.path.glob("started-*")}
+    assert starters == {str(holder.pid)}
+    runner(runs).resume(folder.path, _figure)  # the lock died with its holder: usable again
+    assert [r["index"] for r in folder.rows()] == [0, 1, 2, 3]
+
+
+# --- non-finite results ----------------------------------------------------------------------------------
+
+TINY_FIT = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "4", "--val-images", "8"]
+
+
+class NaNAtLastStep(MuSGD):
+    """An optimizer that writes NaN into every parameter at its fourth step, the last of a ``TINY_FIT``: the
+    loss read before each step stays finite, so only an end-of-trial check can see it."""
+
+    LAST_STEP = 4
+
+    def step(self, closure=None):  # type: ignore[override]
+        loss = super().step(closure)
+        self.steps_taken = getattr(self, "steps_taken", 0) + 1
+        if self.steps_taken == self.LAST_STEP:
+            with torch.no_grad():
+                for group in self.param_groups:
+                    for p in group["params"]:
+                        p.fill_(float("nan"))
+        return loss
+
+
+@pytest.mark.parametrize("figure", ["nan", "inf", "-inf"])
+def test_a_non_finite_value_is_an_error_row_not_a_figure(tmp_path: Path, figure: str) -> None:
+    figures = {"baseline": [10, 10], "candidate": [8, figure]}
+    folder = runner(tmp_path).start(plan_of("scripted", warmup=0, pairs=2, figures=figures)).folder
+    rows = {(r["arm"], r["round"]): r for r in folder.rows()}
+    bad = rows[("candidate", 1)]
+    assert bad["status"] == "error" and bad["value"] is None
+    assert bad["message"].startswith("non-finite value:") and figure in bad["message"], bad["message"]
+    assert rows[("candidate", 0)]["status"] == "ok"
+
+
+@pytest.mark.parametrize("returned", [None, "8 ms", True, [8.0]])
+def test_a_value_that_is_not_a_number_is_an_error_row(tmp_path: Path, returned) -> None:
+    folder = runner(tmp_path).start(plan_of("returns", warmup=0, pairs=1, returned=returned)).folder
+    for row in folder.rows():
+        assert row["status"] == "error" and "value" in row["message"] and row["value"] is None, row
+
+
+def test_the_fit_worker_names_every_non_finite_figure_and_parameter() -> None:
+    from experiments.fit.worker import non_finite_results
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))
+    assert (
+        non_finite_results({"train_loss": 0.5, "val_loss": 1.0, "val_accuracy": 0.2}, {"model": model}) == []
+    )
+    with torch.no_grad():
+        model[1].weight[0, 1] = float("inf")
+    problems = non_finite_results(
+        {"train_loss": float("nan"), "val_loss": 1.0, "val_map50": float("nan"), "val_map50_95": None},
+        {"model": model},
+    )
+    assert problems == ["train_loss nan", "val_map50 nan", "model parameter 1.weight (1 of 2 entries)"]
+
+
+@pytest.mark.slow
+def test_a_fit_whose_last_step_writes_nan_fails_as_non_finite(tmp_path: Path) -> None:
+    """The issue's case: NaN written at the last step gave status ok, val_loss null and a 15% "reduction"."""
+    arms = "baseline,tests.test_reliability:NaNAtLastStep"
+    command = ["pair", *TINY_FIT, "--arms", arms, "--warmup", "0", "--pairs", "1", "--quiet", "--no-report"]
+    assert main([*command, "--out", str(tmp_path)]) == 0
+    rows = {r["arm"]: r for r in _only_folder(tmp_path).rows()}
+    assert rows["baseline"]["status"] == "ok", rows["baseline"]["message"]
+    failed = rows["tests.test_reliability:NaNAtLastStep"]
+    assert failed["status"] == "error" and failed["value"] is None
+    assert "non-finite" in failed["message"] and "parameter" in failed["message"], failed["message"]
+    assert "val_loss nan" in failed["message"], failed["message"]
+    folder = _only_folder(tmp_path)
+    assert sorted(p.name for p in (folder.path / "trials").iterdir()) == ["0.log", "1.log"]  # logs only
+    claim = folder.file("claim.txt").read_text()
+    assert "1 of 1 tests.test_reliability:NaNAtLastStep trials failed" in claim  # never a "faster" NaN
+
+
+# --- writes that complete or leave the folder as it was ----------------------------------------------------
+
+
+def _tmp_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.name.endswith(".tmp"))
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path):
+    """A 200 KiB tmpfs (root and a kernel that allows it), grown to 64 MiB by calling the yielded function."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(mount)], capture_output=True
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+
+    def grow() -> None:
+        subprocess.run(["mount", "-o", "remount,size=64m", str(mount)], check=True)
+
+    try:
+        yield mount, grow
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _fail_writes_to(monkeypatch, name: str, call: int = 1):
+    """Make the ``call``-th ``os.write`` into a file named ``name`` write half its bytes and raise ENOSPC."""
+    import errno
+
+    real_write, seen = os.write, []
+
+    def write(fd: int, data) -> int:
+        target = os.readlink(f"/proc/self/fd/{fd}") if os.path.exists(f"/proc/self/fd/{fd}") else ""
+        if Path(target).name == name:
+            seen.append(fd)
+            if len(seen) == call:
+                real_write(fd, bytes(data)[: len(data) // 2])
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    return seen
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
+def test_a_row_that_cannot_be_written_stops_the_run_and_runs_again_on_resume(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from harness.tables import LOG, RunFolderWriteError
+
+    plan = plan_of("sleepy", warmup=0, pairs=2)
+    _fail_writes_to(monkeypatch, LOG, call=3)
+    with pytest.raises(RunFolderWriteError) as stopped:
+        runner(tmp_path).start(plan)
+    message = str(stopped.value)
+    assert "\n" not in message and "No space left on device" in message and LOG in message, message
+    folder = _only_folder(tmp_path)
+    assert f"--resume {folder.path}" in message and "trial 3" in message, message
+    assert folder.file(LOG).read_bytes().endswith(b"\n")  # the half-written row was taken back
+    assert [r["index"] for r in folder.rows()] == [0, 1]
+    assert _tmp_files(folder.path) == []
+    monkeypatch.undo()
+    runner(tmp_path).resume(folder.path)
+    assert [r["index"] for r in folder.rows()] == [0, 1, 2, 3]  # trial 3 ran again, nothing twice
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
+def test_a_row_that_cannot_be_written_in_a_duet_round_stops_the_run_too(tmp_path: Path, monkeypatch) -> None:
+    """A duet round runs its trials in threads: a failed write there must stop the run, not vanish."""
+    from harness.tables import LOG, RunFolderWriteError
+
+    plan = plan_of("sleepy", warmup=0, pairs=2, order="duet")
+    plan.in_process = False  # a concurrent order is for worker tiers; the trials here need no worker
+    _fail_writes_to(monkeypatch, LOG, call=2)
+    with pytest.raises(RunFolderWriteError, match="No space left on device.*--resume"):
+        runner(tmp_path).start(plan)
+    folder = _only_folder(tmp_path)
+    assert len(folder.rows()) == 1 and _tmp_files(folder.path) == []
+    monkeypatch.undo()
+    runner(tmp_path).resume(folder.path)
+    assert sorted(r["index"] for r in folder.rows()) == [0, 1, 2, 3]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
+@pytest.mark.parametrize("table", ["pairs.csv", "claim.txt"])
+def test_a_table_that_cannot_be_written_stops_with_one_line_and_no_temporary_file(
+    tmp_path: Path, monkeypatch, table: str
+) -> None:
+    from harness.tables import RunFolderWriteError
+
+    figures = {"baseline": [10, 10], "candidate": [8, 9]}
+    tiers = _tiers_with_a_claim()
+    _fail_writes_to(monkeypatch, table + ".tmp")
+    with pytest.raises(RunFolderWriteError, match=f"{table}.*No space left on device.*--resume"):
+        runner(tmp_path, tiers=tiers).start(plan_of("scripted", warmup=0, pairs=2, figures=figures))
+    folder = _only_folder(tmp_path)
+    assert _tmp_files(folder.path) == [] and not folder.file(table).exists()
+    assert len(folder.rows()) == 4  # every trial is in the log
+    monkeypatch.undo()
+    runner(tmp_path, tiers=tiers).resume(folder.path)  # nothing left to run: the tables are written
+    assert folder.file(table).is_file()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
+def test_a_run_folder_that_cannot_be_set_up_is_removed(tmp_path: Path, monkeypatch) -> None:
+    from harness.tables import RunFolderWriteError
+
+    _fail_writes_to(monkeypatch, "env.json.tmp")
+    with pytest.raises(RunFolderWriteError, match="env.json.*No space left on device.*nothing was run"):
+        runner(tmp_path / "runs").start(plan_of("sleepy", warmup=0, pairs=1))
+    assert not any((tmp_path / "runs").iterdir())
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_a_fit_with_one_line_and_resume_finishes(tiny_disk, capsys) -> None:
+    """The issue's case on a real 200 KiB tmpfs: the first checkpoint fills it."""
+    disk, grow = tiny_disk
+    command = ["pair", *TINY_FIT, "--warmup", "0", "--pairs", "1", "--quiet", "--no-report"]
+    assert main([*command, "--out", str(disk)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "No space left on device" in error and "--resume" in error, error
+    folder = _only_folder(disk)
+    assert _tmp_files(disk) == []
+    assert folder.rows() == []  # the trial that hit the full disk has no row: it runs again on resume
+    assert sorted(p.name for p in (folder.path / "trials").iterdir()) == ["0.log"]
+    grow()
+    assert main(["pair", "--resume", str(folder.path), "--quiet", "--no-report"]) == 0
+    assert [r["index"] for r in folder.rows()] == [0, 1]
+    assert all(r["status"] == "ok" for r in folder.rows())
+    assert sorted(p.name for p in (folder.path / "trials").iterdir()) == ["0.log", "1.log"]
+
+
+# --- one validation of a run folder's files --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> RunFolder:
+    """A finished run folder of the test tier: one warm-up and two pairs."""
+    root = tmp_path_factory.mktemp("finished")
+    return runner(root).start(plan_of("sleepy", warmup=1, pairs=2)).folder
+
+
+def _copy(folder: RunFolder, where: Path) -> RunFolder:
+    import shutil
+
+    shutil.copytree(folder.path, where)
+    return RunFolder(where)
+
+
+def _plan_with(folder: RunFolder, change) -> str:
+    import json
+
+    plan = json.loads(folder.file("plan.json").read_text())
+    change(plan)
+    return json.dumps(plan)
+
+
+def _dropped(key: str):
+    return lambda plan: plan.pop(key)
+
+
+def _set(path: str, value):
+    def change(plan: dict) -> None:
+        *parents, last = path.split(".")
+        target = plan
+        for part in parents:
+            target = target[int(part)] if part.isdigit() else target[part]
+        target[int(last) if last.isdigit() else last] = value
+
+    return change
+
+
+CORRUPT_PLANS = {
+    "not JSON": ('{"tier": "test", ', "plan.json: not JSON"),
+    "not UTF-8": (b"\xff\xfe{}", "plan.json: not JSON"),
+    "an empty object": ("{}", "plan.json: not a plan: missing key"),
+    "a list": ("[1, 2]", "plan.json holds a list, not a plan (a JSON object)"),
+    "a number": ("7", "plan.json holds a number, not a plan"),
+    "no schedule": (_dropped("schedule"), "plan.json: not a plan: missing key 'schedule'"),
+    "no cases": (_dropped("cases"), "missing key 'cases'"),
+    "pairs a string": (_set("protocol.pairs", "three"), "protocol.pairs is 'three', not a whole number"),
+    "an index a string": (_set("schedule.0.index", "abc"), "schedule[0].index is 'abc', not a whole number"),
+    "cases a string": (_set("cases", "x"), "plan.json: not a plan"),
+    "a trial of no case": (_set("schedule.1.case", "elsewhere"), "schedule[1] names case 'elsewhere'"),
+    "indices out of order": (_set("schedule.1.index", 4), "schedule[1].index is 4, not 1"),
+    "an unknown role": (_set("protocol.arms.0.role", "referee"), "role 'referee'"),
+    "an empty schedule": (_set("schedule", []), "plan.json: the schedule is empty"),
+    "no arms": (_set("protocol.arms", []), "protocol.arms is empty"),
+}
+
+
+def _corrupt_plan(folder: RunFolder, how) -> None:
+    text = _plan_with(folder, how) if callable(how) else how
+    path = folder.file("plan.json")
+    path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)
+
+
+def _refused_in_one_line(command: list[str], capsys, *fragments: str) -> str:
+    capsys.readouterr()
+    assert main(command) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0, error
+    for fragment in fragments:
+        assert fragment in error, error
+    return error
+
+
+@pytest.mark.parametrize("case", list(CORRUPT_PLANS))
+def test_a_corrupt_plan_is_one_line_naming_it_for_report_and_resume(
+    finished_run: RunFolder, tmp_path: Path, capsys, case: str
+) -> None:
+    from harness.tables import CorruptRunFolder
+
+    how, fragment = CORRUPT_PLANS[case]
+    folder = _copy(finished_run, tmp_path / "run")
+    _corrupt_plan(folder, how)
+    before = {p.name: p.read_bytes() for p in folder.path.iterdir() if p.is_file()}
+    _refused_in_one_line(["report", str(folder.path), "-o", str(tmp_path / "r.md")], capsys, fragment)
+    _refused_in_one_line(["pair", "--resume", str(folder.path)], capsys, fragment)
+    with pytest.raises(CorruptRunFolder, match="plan.json"):
+        runner(tmp_path).resume(folder.path)
+    after = {p.name: p.read_bytes() for p in folder.path.iterdir() if p.is_file() and p.name != "run.lock"}
+    assert after == {k: v for k, v in before.items() if k != "run.lock"}  # nothing written, nothing run
+
+
+def _log_with(folder: RunFolder, edit) -> None:
+    lines = folder.file("trials.jsonl").read_text().splitlines(keepends=True)
+    folder.file("trials.jsonl").write_text("".join(edit(lines)))
+
+
+CORRUPT_LOGS = {
+    "an empty row": (lambda lines: [*lines[:2], "{}\n", *lines[2:]], "line 3: no 'index'"),
+    "an index that is text": (
+        lambda lines: [*lines[:2], '{"index": "abc"}\n', *lines[2:]],
+        "line 3: 'index' is 'abc', not a whole number",
+    ),
+    "garbage in the middle": (lambda lines: [lines[0], "hello\n", *lines[1:]], "line 2: not JSON"),
+    "a row that is a list": (lambda lines: [*lines, "[1]\n"], "line 6: not a JSON object"),
+    "a trial not in the plan": (
+        lambda lines: [*lines[:-1], lines[-1].replace('"index": 4', '"index": 40')],
+        "line 5: trial 40 is not in the plan",
+    ),
+    "a row of another arm": (
+        lambda lines: [lines[0].replace('"arm": "baseline"', '"arm": "other"'), *lines[1:]],
+        "line 1: trial 0's arm is 'other', the plan says 'baseline'",
+    ),
+    "an ok row with no value": (
+        lambda lines: [lines[0].replace('"value": 10.0', '"value": null'), *lines[1:]],
+        "line 1: trial 0 is 'ok' with no value",
+    ),
+    "an unknown status": (
+        lambda lines: [lines[0].replace('"status": "ok"', '"status": "fine"'), *lines[1:]],
+        "line 1: trial 0 has status 'fine'",
+    ),
+    "not UTF-8": (lambda lines: [*lines[:1], "\udcff\n", *lines[1:]], "line 2: not UTF-8"),
+}
+
+
+@pytest.mark.parametrize("case", list(CORRUPT_LOGS))
+def test_a_corrupt_log_is_one_line_naming_the_line_for_report_and_resume(
+    finished_run: RunFolder, tmp_path: Path, capsys, case: str
+) -> None:
+    from harness.tables import CorruptRunFolder
+
+    edit, fragment = CORRUPT_LOGS[case]
+    folder = _copy(finished_run, tmp_path / "run")
+    path = folder.file("trials.jsonl")
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_bytes("".join(edit(lines)).encode("utf-8", "surrogateescape"))
+    before = path.read_bytes()
+    _refused_in_one_line(
+        ["report", str(folder.path), "-o", str(tmp_path / "r.md")], capsys, "trials.jsonl", fragment
+    )
+    _refused_in_one_line(["pair", "--resume", str(folder.path)], capsys, "trials.jsonl", fragment)
+    with pytest.raises(CorruptRunFolder, match="trials.jsonl"):
+        runner(tmp_path).resume(folder.path)
+    assert path.read_bytes() == before
+
+
+def test_a_torn_last_line_is_still_ignored_and_cut_by_the_next_append(
+    finished_run: RunFolder, tmp_path: Path, capsys
+) -> None:
+    folder = _copy(finished_run, tmp_path / "run")
+    path = folder.file("trials.jsonl")
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:-1]) + lines[-1][:40])  # killed while writing trial 4's row
+    assert main(["report", str(folder.path), "-o", str(tmp_path / "r.md")]) == 0
+    runner(tmp_path).resume(folder.path)
+    assert path.read_text().count("\n") == 5 and [r["index"] for r in folder.rows()] == [0, 1, 2, 3, 4]
+    assert main(["report", str(folder.path), "-o", str(tmp_path / "r.md")]) == 0
+
+
+def test_every_committed_run_folder_still_validates() -> None:
+    from harness.tier import Run
+
+    folders = sorted(p.parent for p in (ROOT / "reports").rglob("plan.json"))
+    assert folders
+    for path in folders:
+        Run.load(RunFolder(path))  # raises for anything the validation refuses
+
+
+# --- fuzz: random bytes and random JSON give a run or one line and exit 2 -----------------------------------
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+PLAN_KEYS = ("tier", "protocol", "cases", "schedule", "unit", "metric", "settings", "format")
+
+
+def _report_or_one_line(folder: RunFolder, out: Path) -> None:
+    """``bench report`` of the folder gives a report (exit 0) or one line on stderr and exit 2, nothing else."""
+    import contextlib
+    import io
+
+    stderr = io.StringIO()
+    from harness import console
+
+    real = console.errors.file
+    console.errors.file = stderr
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            status = main(["report", str(folder.path), "-o", str(out)])
+    finally:
+        console.errors.file = real
+    text = stderr.getvalue().strip()
+    assert status in (0, 2), text
+    if status == 2:
+        assert text.startswith("bench: error: ") and text.count("\n") == 0, text
+
+
+FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@FUZZ
+@given(content=st.binary(max_size=300) | JSON.map(lambda v: json.dumps(v).encode()))
+def test_fuzz_plan_files_give_a_report_or_one_line(
+    finished_run: RunFolder, tmp_path: Path, content: bytes
+) -> None:
+    with tempfile.TemporaryDirectory(dir=tmp_path) as scratch:
+        folder = _copy(finished_run, Path(scratch) / "run")
+        folder.file("plan.json").write_bytes(content)
+        _report_or_one_line(folder, Path(scratch) / "r.md")
+
+
+@FUZZ
+@given(key=st.sampled_from(PLAN_KEYS), value=JSON, drop=st.booleans())
+def test_fuzz_one_plan_field_changed_gives_a_report_or_one_line(
+    finished_run: RunFolder, tmp_path: Path, key: str, value, drop: bool
+) -> None:
+    plan = json.loads(finished_run.file("plan.json").read_text())
+    plan.pop(key) if drop else plan.__setitem__(key, value)
+    with tempfile.TemporaryDirectory(dir=tmp_path) as scratch:
+        folder = _copy(finished_run, Path(scratch) / "run")
+        folder.file("plan.json").write_text(json.dumps(plan))
+        _report_or_one_line(folder, Path(scratch) / "r.md")
+
+
+@FUZZ
+@given(
+    where=st.integers(0, 5),
+    line=st.binary(max_size=120) | JSON.map(lambda v: json.dumps(v).encode()),
+    torn=st.booleans(),
+)
+def test_fuzz_log_lines_give_a_report_or_one_line(
+    finished_run: RunFolder, tmp_path: Path, where: int, line: bytes, torn: bool
+) -> None:
+    lines = finished_run.file("trials.jsonl").read_bytes().splitlines(keepends=True)
+    lines.insert(where, line if torn and where == len(lines) else line.replace(b"\n", b" ") + b"\n")
+    with tempfile.TemporaryDirectory(dir=tmp_path) as scratch:
+        folder = _copy(finished_run, Path(scratch) / "run")
+        folder.file("trials.jsonl").write_bytes(b"".join(lines))
+        _report_or_one_line(folder, Path(scratch) / "r.md")
+
+
+@FUZZ
+@given(
+    field=st.sampled_from(["index", "case", "phase", "round", "arm", "role", "status", "value", "message"]),
+    value=JSON,
+)
+def test_fuzz_one_row_field_changed_gives_a_report_or_one_line(
+    finished_run: RunFolder, tmp_path: Path, field: str, value
+) -> None:
+    rows = [json.loads(line) for line in finished_run.file("trials.jsonl").read_text().splitlines()]
+    rows[2][field] = value
+    with tempfile.TemporaryDirectory(dir=tmp_path) as scratch:
+        folder = _copy(finished_run, Path(scratch) / "run")
+        folder.file("trials.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        _report_or_one_line(folder, Path(scratch) / "r.md")
+
+
+# --- bounds on every count, checked before anything starts ------------------------------------------------
+
+EMBEDDED = ["pair", "--workload", "embedded"]
+TOO_MANY = [
+    ([*EMBEDDED, "--pairs", "10000000000"], "--pairs 10000000000 is more than 10000"),
+    ([*EMBEDDED, "--warmup", "1000001"], "--warmup 1000001 is more than 1000"),
+    ([*EMBEDDED, "--cooldown", "1e9"], "--cooldown 1000000000.0 is more than 3600"),
+    (
+        [*EMBEDDED, "--steps", "10000000000", "--images", "8", "--batch", "4"],
+        "--steps 10000000000 is more than",
+    ),
+    ([*EMBEDDED, "--steps", "200000", "--images", "8", "--batch", "4"], "100000 epochs is more than 10000"),
+    (
+        [*EMBEDDED, "--images", "100000000", "--steps", "25000000", "--batch", "4"],
+        "--images 100000000 is more",
+    ),
+    ([*EMBEDDED, "--images", "65536", "--steps", "16384", "--imgsz", "256"], "holds its whole synthetic set"),
+    ([*EMBEDDED, "--imgsz", "100000"], "--imgsz 100000 is more than 4096"),
+    ([*EMBEDDED, "--val-images", "100000000"], "--val-images 100000000 is more than"),
+    ([*EMBEDDED, "--trial-timeout", "100000000000"], "--trial-timeout 100000000000 is more than"),
+    ([*EMBEDDED, "--workers", "100000"], "--workers 100000 is more than"),
+    ([*EMBEDDED, "--close-mosaic", "100000"], "--close-mosaic 100000 is more than"),
+    (["screen", "--steps", "10000000000"], "--steps 10000000000 is more than"),
+    (["screen", "--warmup-steps", "10000000000"], "--warmup-steps 10000000000 is more than"),
+    (["screen", "--floor-replays", "10000000000"], "--floor-replays 10000000000 is more than"),
+    (
+        ["screen", "--scales", "n,s,m,l,x", "--guards", ",".join(map(str, range(64))), "--pairs", "10000"],
+        "1000000",
+    ),
+    (["probe", "--tokens", "100000000000000000000"], "--tokens 100000000000000000000 is more than"),
+    (["probe", "--head", "detect", "--batch", "10000000000"], "--batch 10000000000 is more than"),
+    (["parity", "--steps", "10000000000"], "--steps 10000000000 is more than 10000"),
+]
+
+
+@pytest.mark.parametrize(("command", "message"), TOO_MANY)
+def test_a_count_no_run_can_take_is_refused_before_anything_starts(
+    tmp_path: Path, capsys, monkeypatch, command: list[str], message: str
+) -> None:
+    from harness.run import Runner
+
+    monkeypatch.setattr(Runner, "start", lambda *a, **k: pytest.fail("a run started"))
+    out = tmp_path / "runs"
+    _refused_in_one_line([*command, "--device", "cpu", "--out", str(out)], capsys, message)
+    assert not out.exists()
+
+
+# --- values that would only fail inside every trial ------------------------------------------------------
+
+ONE_TRIAL = ["--warmup", "0", "--pairs", "1", "--device", "cpu"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        [*EMBEDDED, "--arms", "baseline,torch.optim:SGD"],
+        ["screen", "--arms", "baseline,torch.optim:SGD"],
+        ["probe", "--arms", "torch.optim:SGD,baseline"],
+    ],
+)
+def test_an_arm_whose_constructor_does_not_fit_is_one_line_before_the_schedule(
+    tmp_path: Path, capsys, monkeypatch, command: list[str]
+) -> None:
+    from harness.run import Runner
+
+    monkeypatch.setattr(Runner, "start", lambda *a, **k: pytest.fail("a run started"))
+    out = tmp_path / "runs"
+    _refused_in_one_line(
+        [*command, *ONE_TRIAL, "--out", str(out)],
+        capsys,
+        "--arms: arm 'torch.optim:SGD' cannot be built",
+        "unexpected keyword argument 'muon'",
+    )
+    assert not out.exists()
+
+
+def test_parity_of_a_candidate_that_cannot_be_built_is_exit_2_not_a_broken_contract(
+    tmp_path: Path, capsys
+) -> None:
+    out = tmp_path / "runs"
+    command = [
+        "parity",
+        "--candidate",
+        "torch.optim:SGD",
+        "--steps",
+        "1",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+    ]
+    _refused_in_one_line(command, capsys, "--candidate: arm 'torch.optim:SGD' cannot be built")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("command", [EMBEDDED, ["screen"], ["probe"], ["parity"]])
+def test_a_seed_beyond_63_bits_is_refused_up_front(tmp_path: Path, capsys, command: list[str]) -> None:
+    out = tmp_path / "runs"
+    _refused_in_one_line(
+        [*command, "--seed", "18446744073709551616", "--device", "cpu", "--out", str(out)],
+        capsys,
+        "--seed 18446744073709551616 is more than 9223372036854775807",
+    )
+    assert not out.exists()
+
+
+def test_the_largest_seed_gives_trial_seeds_every_generator_takes(tmp_path: Path) -> None:
+    folder = runner(tmp_path).start(plan_of("seeded", warmup=1, pairs=2, seed=2**63 - 1)).folder
+    rows = folder.rows()
+    assert all(r["status"] == "ok" for r in rows), [r["message"] for r in rows]
+    assert len({r["seed_seen"] for r in rows}) == 3  # the warm-up and each round still have their own seed
+
+
+def test_the_real_trainer_gets_a_seed_numpy_takes() -> None:
+    """Upstream seeds numpy's legacy generator with seed + 1 + rank, which must stay below 2**32."""
+    from experiments.fit.ultralytics_fit import upstream_seed
+
+    assert upstream_seed(7) == 7 and upstream_seed(4_294_967_296 - 2048) == 4_294_967_296 - 2048
+    for seed in (4_295_012_885, 2**63 - 1, 2**40 + 3):
+        assert 0 <= upstream_seed(seed) + 1 + 8 < 2**32
+    assert upstream_seed(2**40 + 3) != upstream_seed(2**40 + 4)
+
+
+# --- console text is plain text ---------------------------------------------------------------------------
+
+
+def test_user_text_in_errors_prints_verbatim(tmp_path: Path, capsys, monkeypatch) -> None:
+    out = str(tmp_path / "runs")
+    _refused_in_one_line(
+        [*EMBEDDED[:1], "--workload", "[/]", "--out", out], capsys, "--workload '[/]' is not"
+    )
+    odd = tmp_path / "results[v2]" / "x:100:y [bold]"
+    _refused_in_one_line(["pair", "--resume", str(odd)], capsys, f"'{odd}' is not a run folder")
+    monkeypatch.setattr("experiments.fit.plan.ultralytics_importable", lambda: False)
+    _refused_in_one_line(
+        ["pair", "--workload", "ultralytics", "--device", "cpu", "--out", out],
+        capsys,
+        "install the extra (pip install -e '.[ultralytics]')",
+    )
+
+
+def test_paths_and_labels_print_verbatim_on_stdout_and_in_the_progress_bar(tmp_path: Path, capsys) -> None:
+    from harness.protocol import Arm, Case, Plan, ProtocolOptions
+
+    arms = (Arm("base[red]", "baseline", "x"), Arm("cand[/]", "candidate", "y"))
+    plan = Plan(
+        tier="test",
+        protocol=ProtocolOptions(arms, warmup=0, pairs=1),
+        cases=[Case("[bold]case[/bold] :100:", {}, arms)],
+        unit="ms",
+        metric="test figure",
+        settings={"behaviour": "sleepy"},
+    )
+    out = tmp_path / "results[v2]"
+    for quiet in (True, False):
+        folder = runner(out, quiet=quiet).start(plan).folder
+        printed = capsys.readouterr().out
+        assert f"run folder: {folder.path}  (2 of 2 trials to run)" in printed, printed
+        assert "cand[/]" in printed and "base[red]" in printed
+
+
+# --- output locations checked up front ------------------------------------------------------------------
+
+
+@pytest.fixture
+def read_only_disk(tmp_path: Path):
+    """A tmpfs holding a finished run folder, then remounted read-only (root and a kernel that allow it)."""
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], capture_output=True
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        folder = runner(mount / "runs").start(plan_of("sleepy", warmup=0, pairs=1)).folder
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        yield mount, folder
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.mark.parametrize("workload", ["embedded", "ultralytics"])
+def test_out_on_a_file_is_one_line_before_anything_starts(tmp_path: Path, capsys, workload: str) -> None:
+    """The real trainer's parent generates its synthetic set under --out before the first trial: checked first."""
+    from experiments.fit.plan import ultralytics_importable
+
+    if workload == "ultralytics" and not ultralytics_importable():
+        pytest.skip("needs the ultralytics extra")
+    occupied = tmp_path / "a-file"
+    occupied.write_text("not a folder")
+    command = ["pair", "--workload", workload, "--device", "cpu", "--images", "8", "--steps", "2", "--out"]
+    _refused_in_one_line([*command, str(occupied)], capsys, f"--out '{occupied}'", "is a file")
+    _refused_in_one_line([*command, str(occupied / "below")], capsys, "is a file")
+    assert occupied.read_text() == "not a folder"
+
+
+def test_out_on_a_read_only_mount_is_one_line(read_only_disk, capsys) -> None:
+    mount, _ = read_only_disk
+    _refused_in_one_line([*EMBEDDED, "--out", str(mount / "more")], capsys, "read-only")
+
+
+def test_a_report_elsewhere_writes_nothing_in_a_read_only_run_folder(
+    read_only_disk, tmp_path: Path, capsys
+) -> None:
+    mount, folder = read_only_disk
+    assert main(["report", str(folder.path), "-o", str(tmp_path / "elsewhere" / "report.md")]) == 0
+    assert (tmp_path / "elsewhere" / "report.md").is_file()
+    assert _tmp_files(mount) == []
+    _refused_in_one_line(["report", str(folder.path)], capsys, "read-only", "-o")
+    _refused_in_one_line(["report", str(folder.path), "-o", str(mount / "x.md")], capsys, "read-only")
+
+
+def test_a_report_elsewhere_leaves_the_run_folder_as_it_was(finished_run: RunFolder, tmp_path: Path) -> None:
+    folder = _copy(finished_run, tmp_path / "run")
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.path.rglob("*") if p.is_file()}
+    assert main(["report", str(folder.path), "-o", str(tmp_path / "elsewhere.md")]) == 0
+    after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.path.rglob("*") if p.is_file()}
+    assert after == before
+
+
+# --- interrupts and closed pipes --------------------------------------------------------------------------
+
+QUIET_FIT = [
+    sys.executable,
+    "-m",
+    "harness.cli",
+    "pair",
+    *TINY_FIT,
+    "--warmup",
+    "0",
+    "--pairs",
+    "1",
+    "--quiet",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+def test_an_interrupt_says_where_the_run_is_and_exits_130(tmp_path: Path, signal_name: str) -> None:
+    import signal
+
+    process = subprocess.Popen(
+        [*QUIET_FIT, "--no-report", "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for(lambda: any(tmp_path.glob("pair-*/trials/0.log")))
+        process.send_signal(getattr(signal, signal_name))
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    folder = _only_folder(tmp_path)
+    assert process.returncode == 130, err
+    assert f"run folder: {folder.path}" in out  # --quiet prints the run folder too
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("bench: interrupted") and f"--resume {folder.path}" in last, err
+    assert main(["pair", "--resume", str(folder.path), "--quiet", "--no-report"]) == 0
+    assert [r["index"] for r in folder.rows()] == [0, 1]
+
+
+@pytest.mark.slow
+def test_a_closed_stdout_never_stops_a_run(tmp_path: Path) -> None:
+    """`bench pair --quiet | head -2`: the reader goes after two lines; the run finishes all the same."""
+    process = subprocess.Popen(
+        [*QUIET_FIT, "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        head = [process.stdout.readline() for _ in range(2)]
+        process.stdout.close()
+        err = process.stderr.read().decode()
+        process.wait(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert all(head) and process.returncode == 0, err
+    assert "BrokenPipe" not in err and "Exception ignored" not in err, err
+    folder = _only_folder(tmp_path)
+    assert [r["index"] for r in folder.rows()] == [0, 1]
+    assert folder.file("claim.txt").is_file() and folder.file("report.md").is_file()
+
+
+# --- nothing given is silently ignored ----------------------------------------------------------------------
+
+PAIR_COMMAND = [
+    "pair",
+    "--workload",
+    "embedded",
+    "--images",
+    "8",
+    "--batch",
+    "4",
+    "--steps",
+    "4",
+    "--pairs",
+    "1",
+]
+
+
+def _stop_at_second(plan):
+    def trial(ctx) -> dict:
+        if ctx.trial.index == 1:
+            raise KeyboardInterrupt
+        return {"value": 1.0}
+
+    return trial
+
+
+@pytest.fixture
+def half_run(tmp_path: Path) -> RunFolder:
+    """A pair-tier run of `bench PAIR_COMMAND` with its first trial logged and its second not yet run."""
+    from experiments.fit.plan import FitSettings, make_plan
+    from experiments.tiers import TIERS
+    from harness.options import protocol_options
+    from harness.run import Runner, RunOptions
+
+    settings = FitSettings(workload="embedded", images=8, batch=4, steps=4)
+    plan = make_plan(
+        protocol_options(pairs=1, warmup=2, device="cpu"), settings, "bench " + " ".join(PAIR_COMMAND)
+    )
+    with pytest.raises(KeyboardInterrupt):
+        Runner(TIERS, RunOptions(out=tmp_path, quiet=True, report=False)).start(plan, _stop_at_second(plan))
+    return _only_folder(tmp_path)
+
+
+def test_options_given_with_resume_that_differ_from_the_plan_are_refused(
+    half_run: RunFolder, capsys, monkeypatch
+) -> None:
+    from harness.run import Runner
+
+    monkeypatch.setattr(Runner, "resume", lambda *a, **k: pytest.fail("the run was resumed"))
+    before = half_run.file("trials.jsonl").read_bytes()
+    resume = ["pair", "--resume", str(half_run.path)]
+    _refused_in_one_line(
+        [*resume, "--pairs", "9", "--arms", "foo"],
+        capsys,
+        "--pairs 9",
+        "--arms foo",
+        "--pairs 1",
+        "baseline,candidate",
+    )
+    _refused_in_one_line([*resume, "--steps", "8"], capsys, "--steps 8", "--steps 4")
+    _refused_in_one_line([*resume, "--control"], capsys, "--control")
+    assert half_run.file("trials.jsonl").read_bytes() == before  # nothing ran
+
+
+def test_options_given_with_resume_that_match_the_plan_are_accepted(half_run: RunFolder, monkeypatch) -> None:
+    from harness.run import Runner
+
+    resumed = []
+    monkeypatch.setattr(Runner, "resume", lambda self, path, trial_fn=None: resumed.append(Path(path)))
+    given = [
+        "--workload",
+        "embedded",
+        "--pairs",
+        "1",
+        "--warmup",
+        "2",
+        "--quiet",
+        "--no-report",
+        "--stop-after",
+        "60",
+    ]
+    assert main(["pair", "--resume", str(half_run.path), *given]) == 0
+    assert resumed == [half_run.path]
+
+
+def test_a_resume_of_a_plan_with_no_command_refuses_any_option(tmp_path: Path, capsys, monkeypatch) -> None:
+    from harness.run import Runner
+
+    folder = runner(tmp_path).start(plan_of("sleepy", warmup=0, pairs=1)).folder  # from Python: no command
+    plan = json.loads(folder.file("plan.json").read_text())
+    folder.file("plan.json").write_text(json.dumps({**plan, "tier": "screen"}))
+    monkeypatch.setattr(Runner, "resume", lambda *a, **k: pytest.fail("the run was resumed"))
+    command = ["screen", "--resume", str(folder.path), "--pairs", "1"]
+    _refused_in_one_line(command, capsys, "--pairs 1", "no command")
+
+
+def test_the_plan_records_the_command_main_was_given(tmp_path: Path, monkeypatch) -> None:
+    from harness.run import Runner
+
+    started = []
+    monkeypatch.setattr(Runner, "start", lambda self, plan, trial_fn=None: started.append(plan))
+    assert main([*PAIR_COMMAND, "--seed", "3", "--out", str(tmp_path / "my runs")]) == 0
+    assert (
+        started[0].command == "bench " + " ".join(PAIR_COMMAND) + f" --seed 3 --out '{tmp_path / 'my runs'}'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--model", "foo.pt"), ("--workers", "8"), ("--cache", "disk"), ("--close-mosaic", "2")],
+)
+def test_real_trainer_options_with_the_embedded_workload_are_refused(
+    tmp_path: Path, capsys, monkeypatch, option: str, value: str
+) -> None:
+    from harness.run import Runner
+
+    monkeypatch.setattr(Runner, "start", lambda *a, **k: pytest.fail("a run started"))
+    out = tmp_path / "runs"
+    _refused_in_one_line(
+        [*EMBEDDED, option, value, "--out", str(out)], capsys, f"{option} {value}", "real trainer"
+    )
+    assert not out.exists()
+
+
+# --- two promises no other test sees ----------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
+def test_the_log_is_fsynced_after_every_row(tmp_path: Path, monkeypatch) -> None:
+    """Each row is on disk before the next trial starts: one fsync of the log per row, after its bytes."""
+    from harness.tables import LOG
+
+    real_fsync, synced = os.fsync, []
+
+    def fsync(fd: int) -> None:
+        target = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if target.name == LOG:
+            synced.append(target.read_bytes().count(b"\n"))  # rows in the file at the moment of the fsync
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    folder = runner(tmp_path).start(plan_of("sleepy", warmup=1, pairs=2)).folder
+    assert len(folder.rows()) == 5
+    assert synced == [1, 2, 3, 4, 5]
+
+
+def test_the_timer_synchronizes_immediately_before_each_clock_read(monkeypatch) -> None:
+    """A stand-in device records its synchronizations; the bracket is sync, clock, work, sync, clock."""
+    from harness import timing
+
+    calls: list = []
+    ticks = iter(range(1_000, 10**9, 250))
+    monkeypatch.setattr(timing, "synchronize", lambda device: calls.append(("synchronize", str(device))))
+    monkeypatch.setattr(timing.time, "perf_counter_ns", lambda: calls.append("clock") or next(ticks))
+    with timing.SyncTimer("cuda:1") as timer:
+        calls.append("work")
+    monkeypatch.undo()
+    sync = ("synchronize", "cuda:1")
+    assert calls == [sync, "clock", "work", sync, "clock"]
+    assert timer.seconds == 250 / 1e9
