@@ -163,8 +163,8 @@ def same_path_as_baseline(spec: str, device: str, baseline: str = "baseline") ->
         return f"{spec} names the baseline's class ({_qualified(mine)})"
     if _per_parameter_on(mine, device) and _per_parameter_on(theirs, device):
         return (
-            f"on {device} {spec} ({_qualified(mine)}) keeps the baseline's per-parameter step: BatchedMuSGD "
-            "batches CUDA tensors only"
+            f"{spec} ({_qualified(mine)}) keeps the per-parameter step on {device}, as BatchedMuSGD batches "
+            "CUDA tensors only"
         )
     return None
 

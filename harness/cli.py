@@ -25,6 +25,7 @@ from experiments.parity import ParitySettings as _Parity
 from experiments.probe.plan import ProbeSettings as _Probe
 from experiments.screen.plan import ScreenSettings as _Screen
 from harness import env as env_module
+from harness.codepaths import what_ran
 from harness.console import console, errors
 from harness.options import (
     AUTO_DEVICE,
@@ -83,9 +84,11 @@ def _default(name: str) -> Any:
 SHARED = (
     Shared(
         "arms",
-        str,
-        DEFAULT_ARMS,
-        "Comma-separated arms, baseline first: baseline, candidate, upstream, or package.module:Class.",
+        str | None,
+        None,
+        "Comma-separated arms, baseline first: baseline, candidate, candidate-cpu (the candidate with CPU tensors "
+        f"through its batched path), upstream, or package.module:Class. Default: {DEFAULT_ARMS} on CUDA, "
+        "baseline,candidate-cpu on the CPU (where the candidate keeps the baseline's per-parameter step).",
     ),
     Shared(
         "warmup",
@@ -221,8 +224,13 @@ def launch(
             )
         return runner.resume(run.resume)
     if not isinstance(protocol, ProtocolOptions):
-        protocol = protocol_options(**protocol, announce=console.print)
+        from experiments.arms import default_arms
+
+        protocol = protocol_options(**protocol, announce=console.print, default_arms=default_arms)
     plan = runner.tiers.get(tier).make_plan(protocol, settings, command_line())
+    line = what_ran(plan)
+    if line:
+        console.print(line)
     return runner.start(plan)
 
 

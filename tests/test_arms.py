@@ -170,7 +170,7 @@ def test_a_guarded_candidate_cpu_still_routes_cpu_tensors() -> None:
 @pytest.mark.parametrize(
     ("spec", "device", "baseline", "expected"),
     [
-        ("candidate", "cpu", "baseline", "on cpu candidate .*keeps the baseline's per-parameter step"),
+        ("candidate", "cpu", "baseline", "candidate .*keeps the per-parameter step on cpu"),
         ("candidate", "cuda", "baseline", None),
         ("candidate-cpu", "cpu", "baseline", None),
         ("candidate-cpu", "cuda", "baseline", None),

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from experiments.arms import checked_optimizer
+from experiments.arms import arm_code, checked_optimizer
 from harness.isolation import run_in_worker
 from harness.options import InputError, check_choice, check_non_negative, check_positive
 from harness.protocol import Case, Plan, ProtocolOptions, TrialContext, TrialFunction
@@ -235,10 +235,12 @@ def make_plan(
         else "; the harness adds no synchronization, profiler or callback inside it (the workload's "
         "own reads of the loss for logging are part of what is timed, for both arms alike)"
     )
+    cases = [Case(label, case_params, protocol.arms)]
     return Plan(
         tier="stages" if s.stages else "pair",
         protocol=protocol,
-        cases=[Case(label, case_params, protocol.arms)],
+        cases=cases,
+        arm_code=arm_code(cases, protocol.device),
         unit="s",
         metric="whole-fit wall time" + (" with stage marks (diagnostic)" if s.stages else ""),
         settings=asdict(resolved),
