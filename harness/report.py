@@ -35,6 +35,7 @@ from typing import Any
 import pandas as pd
 
 from harness import plots, telemetry
+from harness.codepaths import WITHHELD, all_same_code, same_code_arms, verdict_shown, what_ran
 from harness.formatting import (
     format_bytes,
     format_interval,
@@ -247,7 +248,21 @@ def _plural(count: int, word: str) -> str:
 def caveats(run: LoadedRun) -> list[Caveat]:
     """Caveats derived from the tier and the data, most important first."""
     plan, trials, claims = run.plan, run.summaries.trials, run.summaries.claims
-    out: list[Caveat] = list(run.tier.caveats(run))
+    out: list[Caveat] = []
+    same = same_code_arms(plan)
+    if same:
+        out.append(
+            Caveat(
+                ("an A/A in effect" if all_same_code(plan) else "partly an A/A in effect")
+                + f": {', '.join(same)} ran the baseline's code on {plan.protocol.device}; "
+                + ("its verdict is" if len(same) == 1 else "their verdicts are")
+                + " withheld.",
+                "; ".join(f"{label}: {reason}" for label, reason in same.items())
+                + ". Name an arm that runs other code there (on the CPU, candidate-cpu routes CPU tensors "
+                "through the candidate's batched path).",
+            )
+        )
+    out += list(run.tier.caveats(run))
     if plan.protocol.control:
         out.append(Caveat("A/A control: it measures the noise floor, not a speed-up.", _control_text(run)))
     if is_interrupted(plan, trials):
@@ -327,10 +342,21 @@ def _control_text(run: LoadedRun) -> str:
 # --- sections ---------------------------------------------------------------------------------------------
 
 
+def _same_code_tag(plan: Plan) -> str:
+    """What the title calls a run whose compared arms ran the baseline's code."""
+    if all_same_code(plan):
+        return f" (an A/A in effect: the arms ran the same code on {plan.protocol.device})"
+    if same_code_arms(plan):
+        return f" (partly an A/A in effect: some arms ran the baseline's code on {plan.protocol.device})"
+    return ""
+
+
 def _title(runs: list[LoadedRun]) -> list[str]:
     kinds: list[str] = []
     for run in runs:
-        kind = run.plan.tier + (" A/A control" if run.plan.protocol.control else "")
+        kind = (
+            run.plan.tier + (" A/A control" if run.plan.protocol.control else "") + _same_code_tag(run.plan)
+        )
         if kind not in kinds:
             kinds.append(kind)
     first = runs[0]
@@ -406,10 +432,16 @@ def _summary(runs: list[LoadedRun]) -> list[str]:
                     f"{format_percent(claim['median'])} ({format_percent_range(claim['min'], claim['max'])})",
                     format_interval(claim["ci_low"], claim["ci_high"]),
                     _bar_text(run.plan),
-                    "diagnostic" if run.tier.diagnostic else f"**{claim['verdict']}**",
+                    "diagnostic"
+                    if run.tier.diagnostic
+                    else f"**{verdict_shown(run.plan, arm, str(claim['verdict']))}**",
                 ]
             )
     lines = ["## Summary", ""]
+    for run in runs:
+        line = what_ran(run.plan)
+        if line:
+            lines += [(f"Run {run.number}: " if several else "") + line, ""]
     if rows:
         level = _level(runs)
         lines += [markdown_table(columns, rows, ("r" if several else "") + "llrrrrrll"), ""]
@@ -728,7 +760,7 @@ def _results(run: LoadedRun) -> list[str]:
             format_percent_range(c["min"], c["max"]),
             format_interval(c["ci_low"], c["ci_high"]),
             _bar_text(plan),
-            f"**{c['verdict']}**",
+            f"**{verdict_shown(plan, str(c['arm']), str(c['verdict']))}**",
         ]
         for _, c in claims.iterrows()
     ]
@@ -774,7 +806,7 @@ def _verdict(run: LoadedRun) -> list[str]:
         interval = (
             f"the {100 * float(c['ci_level']):.0f}% interval {format_interval(c['ci_low'], c['ci_high'])}"
         )
-        verdict = str(c["verdict"])
+        verdict = verdict_shown(plan, str(c["arm"]), str(c["verdict"]))
         limit = (
             "no bar" if plan.protocol.bar is None else format_limit(plan.protocol.bar, plan.protocol.control)
         )
@@ -786,6 +818,8 @@ def _verdict(run: LoadedRun) -> list[str]:
             "ambiguous": f"{interval} straddles {limit}: more pairs or less noise are needed to decide",
             "no bar": f"no bar was set (`--bar`); {interval} is shown for reference",
             "no pairs": "no complete pair",
+            WITHHELD: f"{c['arm']} ran the baseline's code ({same_code_arms(plan).get(str(c['arm']))}), so "
+            f"{interval} measures noise, not a speed-up",
         }.get(verdict, interval)
         where = f"case {_code(c['case'])}, " if len(plan.cases) > 1 else ""
         lines.append(f"- {where}{c['arm']} vs {c['baseline_arm']}: **{verdict}** — {explanation}.")

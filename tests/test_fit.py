@@ -79,12 +79,16 @@ def test_pair_embedded_end_to_end(tmp_path: Path, capsys) -> None:
     assert main(["pair", *TINY, "--warmup", "1", "--pairs", "2", "--bar", "8", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "workload: embedded (--workload embedded)" in out
+    assert "arms: baseline,candidate-cpu (the default on cpu:" in out  # no --arms on a CPU: say which
     folder = only_run(tmp_path)
     rows = folder.rows()
     assert [r["phase"] for r in rows] == ["warmup"] + ["measured"] * 4
     assert all(r["status"] == "ok" for r in rows), [r["message"] for r in rows]
     classes = {r["arm"]: r["optimizer_class"] for r in rows}
-    assert classes == {"baseline": "optimizers.musgd.MuSGD", "candidate": "optimizers.batched.BatchedMuSGD"}
+    assert classes == {
+        "baseline": "optimizers.musgd.MuSGD",
+        "candidate-cpu": "experiments.arms.BatchedMuSGDOnCPU",
+    }
     for row in rows:
         assert row["iterations"] == 4 and row["value"] > 0
         assert row["checkpoint_bytes"] > 0  # real checkpoint files were written each epoch ...
@@ -96,7 +100,8 @@ def test_pair_embedded_end_to_end(tmp_path: Path, capsys) -> None:
     assert plan["tier"] == "pair" and plan["in_process"] is False
     assert FitSettings.from_dict(plan["settings"]).epochs == 2
     claim = folder.file("claim.txt").read_text()
-    assert claim.startswith("Baseline median ") and "The paired reduction median is" in claim
+    assert claim.startswith("On cpu: baseline ran the per-parameter MuSGD")
+    assert claim.splitlines()[1].startswith("Baseline median ") and "The paired reduction median is" in claim
     assert "verdict against the 8% bar:" in claim and "1 warm-up fit(s) discarded, then 2 pair(s)" in claim
     assert "With 2 pairs the interval is nominal" in claim and "probability only 50.0%" in claim
     assert "Environment: " in claim
@@ -137,7 +142,8 @@ def test_an_aa_control_fit_is_judged_against_its_tolerance(tmp_path: Path) -> No
     folder = only_run(tmp_path)
     assert {r["optimizer_class"] for r in folder.rows()} == {"optimizers.musgd.MuSGD"}
     claim = folder.file("claim.txt").read_text()
-    assert claim.startswith("A/A control (noise floor): Baseline median ")
+    assert claim.startswith("A/A control on cpu: baseline ran the per-parameter MuSGD")
+    assert claim.splitlines()[1].startswith("A/A control (noise floor): Baseline median ")
     (verdict,) = {
         line.split("tolerance: ")[1].split(".")[0] for line in claim.splitlines() if "tolerance: " in line
     }
@@ -389,3 +395,37 @@ def test_stages_on_cuda_cover_the_fit(tmp_path: Path) -> None:
         assert row["status"] == "ok", row["message"]
         total = sum(row[stage_column(s)] for s in STAGES)
         assert abs(total - row["value"]) < 0.05 * row["value"]
+
+
+@pytest.mark.parametrize(
+    ("arms", "first", "verdict"),
+    [
+        (
+            "baseline,candidate",
+            "An A/A in effect on cpu: every compared arm ran the baseline's code",
+            "withheld",
+        ),
+        ("baseline,candidate-cpu", "On cpu: baseline ran the per-parameter MuSGD", "against the 8% bar"),
+    ],
+)
+def test_the_claim_opens_with_what_the_arms_ran(tmp_path: Path, arms: str, first: str, verdict: str) -> None:
+    """claim.txt's first line names what each arm ran; where the candidate ran the baseline's code (the
+    candidate on the CPU) it calls the run an A/A in effect and withholds the verdict."""
+    from experiments.fit import make_plan
+    from experiments.tiers import TIERS
+    from harness.options import protocol_options
+    from harness.run import Runner, RunOptions
+
+    protocol = protocol_options(arms=arms, warmup=0, pairs=2, bar=8.0, device="cpu")
+    plan = make_plan(protocol, FitSettings(workload="embedded", images=8, batch=4, steps=4, val_images=8))
+    figures = iter([10.0, 9.0, 9.5, 10.5])
+    runner = Runner(TIERS, RunOptions(out=tmp_path, quiet=True, report=False))
+    folder = runner.start(plan, lambda ctx: {"value": next(figures)}).folder
+    claim = folder.file("claim.txt").read_text().splitlines()
+    assert claim[0].startswith(first), claim[0]
+    assert any(verdict in line for line in claim)
+    if verdict == "withheld":
+        assert claim[1].startswith("A/A in effect (noise, not a speed-up): Baseline median ")
+        assert "verdict withheld: candidate ran the baseline's code" in claim[2]
+    else:
+        assert "candidate-cpu ran the batched path" in claim[0] and claim[1].startswith("Baseline median ")

@@ -128,7 +128,10 @@ def test_real_trainer_pair_end_to_end_on_cpu(tmp_path: Path, without_optional_pa
     rows = folder.rows()
     assert len(rows) == 2 and all(r["status"] == "ok" for r in rows), [r["message"] for r in rows]
     classes = {r["arm"]: r["optimizer_class"] for r in rows}
-    assert classes == {"baseline": "optimizers.musgd.MuSGD", "candidate": "optimizers.batched.BatchedMuSGD"}
+    assert classes == {
+        "baseline": "optimizers.musgd.MuSGD",
+        "candidate-cpu": "experiments.arms.BatchedMuSGDOnCPU",
+    }
     for row in rows:
         assert row["iterations"] == 4 and row["value"] > 0
         # The steady-state figure: epoch 2's span, from its start to its last iteration's end, read at the
@@ -144,7 +147,8 @@ def test_real_trainer_pair_end_to_end_on_cpu(tmp_path: Path, without_optional_pa
         assert (fit_dir / "results.csv").is_file() and not list(fit_dir.rglob("*.pt"))
     config = folder.path / "ultralytics-config" / "Ultralytics"
     assert (config / "Arial.ttf").is_file()
-    assert folder.file("claim.txt").read_text().startswith("Baseline median")
+    claim = folder.file("claim.txt").read_text().splitlines()
+    assert claim[0].startswith("On cpu: baseline ran") and claim[1].startswith("Baseline median")
     assert "the real Ultralytics trainer" in folder.file("report.md").read_text()
 
 

@@ -495,3 +495,23 @@ def test_bench_report_bad_inputs(
     err = capsys.readouterr().err
     assert message in err and err.strip().count("\n") == 0
     assert _tree(tmp_path) == before  # nothing written, not even the recomputed CSVs
+
+
+def test_an_aa_in_effect_is_named_first_and_its_verdict_withheld(tmp_path: Path) -> None:
+    """A candidate that ran the baseline's code (the candidate on the CPU): the title, the summary's first line,
+    every verdict cell and a caveat say so; the figures themselves are still shown."""
+    from experiments.arms import arm_code
+
+    plan = make_plan()
+    plan.arm_code = arm_code(plan.cases, plan.protocol.device)  # candidate on the CPU
+    folder = run_folder(tmp_path, plan, scripted(FIGURES))
+    text = write([folder]).read_text(encoding="utf-8")
+    lines = text.splitlines()
+    assert lines[0] == "# musgd-bench report: fixture (an A/A in effect: the arms ran the same code on cpu)"
+    summary = lines[lines.index("## Summary") + 2]
+    assert summary.startswith("An A/A in effect on cpu: every compared arm ran the baseline's code")
+    verdict = str(loaded(folder).summaries.claims["verdict"].iloc[0])
+    assert f"**{verdict}**" not in text and text.count("**withheld**") == 3  # summary, results, verdict
+    assert "measures noise, not a speed-up" in text
+    assert "- an A/A in effect: candidate ran the baseline's code on cpu; its verdict is withheld." in text
+    assert reduction_text(FIGURES["baseline"], FIGURES["candidate"]) in text

@@ -17,6 +17,7 @@ import pandas as pd
 from experiments.fit.plan import FitSettings
 from experiments.fit.plots import plot_fit_stage_shares
 from experiments.fit.stages import OPTIMIZER_STAGE, STAGES, stage_column
+from harness.codepaths import same_code_arms, what_ran
 from harness.formatting import (
     format_bytes,
     format_interval,
@@ -255,7 +256,9 @@ def claim_text(run: Run) -> str:
     """The claim of a paired run (or the stage shares of a stages run), as plain text (``claim.txt``)."""
     plan, summaries, env = run.plan, run.summaries, run.env
     settings = FitSettings.from_dict(plan.settings)
-    lines: list[str] = []
+    opening = what_ran(plan)
+    lines: list[str] = [opening] if opening else []
+    same = same_code_arms(plan)
     if settings.stages:
         table = stage_table(plan, summaries.trials)
         lines += ["Stages diagnostic (not a claim):"] + stage_findings(plan, table)
@@ -265,9 +268,17 @@ def claim_text(run: Run) -> str:
         case, arm = str(claim["case"]), str(claim["arm"])
         if settings.stages:
             continue
-        kind = "A/A control (noise floor): " if plan.protocol.control else ""
+        kind = (
+            "A/A control (noise floor): "
+            if plan.protocol.control
+            else "A/A in effect (noise, not a speed-up): "
+            if arm in same
+            else ""
+        )
         verdict = (
-            "no bar set (--bar), so no verdict"
+            f"verdict withheld: {arm} ran the baseline's code"
+            if arm in same
+            else "no bar set (--bar), so no verdict"
             if plan.protocol.bar is None
             else f"{'A/A ' if plan.protocol.control else ''}verdict against {format_limit(plan.protocol.bar, plan.protocol.control)}: "
             f"{claim['verdict']}"
