@@ -266,8 +266,11 @@ def pair_command(
     protocol: dict[str, Any],
     run: RunArgs,
     steps: Annotated[
-        int,
-        typer.Option(help="Optimizer steps per fit; a whole number of epochs of images/batch iterations."),
+        int | None,
+        typer.Option(
+            help="Optimizer steps per fit; a whole number of epochs of images/batch iterations "
+            "(default 384; 64 for the embedded workload on the CPU)."
+        ),
     ] = _Fit.steps,
     workload: Annotated[
         str,
@@ -277,7 +280,10 @@ def pair_command(
     ] = _Fit.workload,
     images: Annotated[
         int | None,
-        typer.Option(help="Synthetic training images (default 256; with --data, counted from it)."),
+        typer.Option(
+            help="Synthetic training images (default 256; 128 for the embedded workload on the CPU; with --data, "
+            "counted from it)."
+        ),
     ] = _Fit.images,
     val_images: Annotated[
         int, typer.Option(help="Synthetic validation images (32 = four validation batches).")

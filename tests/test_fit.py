@@ -3,6 +3,7 @@ and every refused input. Each trial is a real worker process, so the settings ar
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ from harness.tables import RunFolder
 from optimizers import MuSGD
 
 ROOT = Path(__file__).resolve().parent.parent
+ULTRALYTICS = all(importlib.util.find_spec(name) is not None for name in ("ultralytics", "torchvision"))
 TINY = [
     "--workload",
     "embedded",
@@ -309,7 +311,10 @@ def test_stop_after_stops_between_trials_and_resume_finishes(tmp_path: Path, cap
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (["--steps", "100"], "--steps 100 is not a whole number of epochs of 64 iterations"),
+        (
+            ["--steps", "100", "--images", "256"],
+            "--steps 100 is not a whole number of epochs of 64 iterations",
+        ),
         (["--images", "250"], "250 training images are not a whole number of batches of 4"),
         (["--workload", "bogus"], "--workload 'bogus' is not accepted"),
         (["--amp", "fp16"], "--amp fp16 needs a CUDA device"),
@@ -429,3 +434,81 @@ def test_the_claim_opens_with_what_the_arms_ran(tmp_path: Path, arms: str, first
         assert "verdict withheld: candidate ran the baseline's code" in claim[2]
     else:
         assert "candidate-cpu ran the batched path" in claim[0] and claim[1].startswith("Baseline median ")
+
+
+def user_set(root: Path, train: int, val: int = 2) -> Path:
+    """A YOLO-format data.yaml whose splits hold ``train`` and ``val`` image files (counted, never opened)."""
+    for split, count in (("train", train), ("val", val)):
+        (root / "images" / split).mkdir(parents=True)
+        for index in range(count):
+            (root / "images" / split / f"{index}.jpg").write_bytes(b"")
+    (root / "data.yaml").write_text(f"path: {root}\ntrain: images/train\nval: images/val\nnames:\n  0: a\n")
+    return root / "data.yaml"
+
+
+@pytest.mark.skipif(not ULTRALYTICS, reason="--data needs the real trainer (the ultralytics extra)")
+def test_with_data_a_batch_that_does_not_divide_the_set_suggests_another_batch(tmp_path: Path) -> None:
+    """--data fixes the image count, so the hint names batches that divide it, never --images."""
+    from experiments.fit import make_plan
+    from harness.options import protocol_options
+
+    protocol = protocol_options(arms="baseline,candidate", device="cpu")
+    data = user_set(tmp_path, train=10)
+    with pytest.raises(InputError) as refused:
+        make_plan(protocol, FitSettings(workload="ultralytics", data=str(data), batch=3, steps=4))
+    message = str(refused.value)
+    assert "--images" not in message and "--batch 2 or --batch 5" in message, message
+    assert "--data has 10 training images" in message
+    with pytest.raises(InputError, match=r"use a multiple of 2 \(e\.g\. --steps 4 or 2\)"):
+        make_plan(protocol, FitSettings(workload="ultralytics", data=str(data), batch=5, steps=3))
+
+
+@pytest.mark.skipif(not ULTRALYTICS, reason="the note concerns the real trainer (the ultralytics extra)")
+def test_the_cpu_note_of_the_real_trainer_follows_the_fit_asked() -> None:
+    """The note's estimate follows --steps, --imgsz and the fits scheduled; a fit estimated short gets none."""
+    from experiments.fit import make_plan
+    from experiments.fit.plan import _minutes, estimated_cpu_fit_seconds
+    from harness.options import protocol_options
+
+    def notes(**settings) -> list[str]:
+        said: list[str] = []
+        protocol = protocol_options(arms="baseline,candidate-cpu", device="cpu", pairs=1, warmup=0)
+        make_plan(protocol, FitSettings(workload="ultralytics", **settings), announce=said.append)
+        return [line for line in said if line.startswith("note: the real trainer on the CPU")]
+
+    (default,) = notes()  # 384 steps of batch 4 at 640 px over 6 epochs, validating 32 images each
+    assert f"an estimated {_minutes(estimated_cpu_fit_seconds(384, 6, 4, 640, 32))} per fit" in default
+    assert "(384 steps of batch 4 at 640 px" in default and "for the 2 fits" in default
+    assert notes(steps=4, images=8, imgsz=64, val_images=8) == []  # seconds, not minutes: no note
+    (short,) = notes(steps=4, images=8, imgsz=640, val_images=8)
+    assert "(4 steps of batch 4 at 640 px" in short
+    assert estimated_cpu_fit_seconds(768, 6, 4, 640, 32) > 1.9 * estimated_cpu_fit_seconds(384, 6, 4, 640, 32)
+    assert estimated_cpu_fit_seconds(384, 6, 4, 320, 32) == estimated_cpu_fit_seconds(384, 6, 4, 640, 32) / 4
+
+
+def test_the_embedded_workload_is_shorter_by_default_on_the_cpu_only() -> None:
+    """On the CPU the embedded default is 64 steps of 128 images (2 epochs × 32), said before the run; given
+    values, CUDA and the real trainer keep 384 steps of 256 images."""
+    from experiments.fit import make_plan
+    from harness.protocol import Arm, ProtocolOptions
+
+    arms = (Arm("baseline", "baseline", "baseline"), Arm("candidate", "candidate", "candidate"))
+
+    def planned(device: str, **settings) -> tuple[FitSettings, list[str]]:
+        said: list[str] = []
+        plan = make_plan(ProtocolOptions(arms, device=device), FitSettings(**settings), announce=said.append)
+        return FitSettings.from_dict(plan.settings), said
+
+    cpu, said = planned("cpu", workload="embedded")
+    assert (cpu.steps, cpu.images, cpu.epochs, cpu.iterations_per_epoch) == (64, 128, 2, 32)
+    assert any(
+        line.startswith("fit: 128 images and 64 steps (the embedded workload's default on the CPU")
+        for line in said
+    )
+    gpu, said = planned("cuda", workload="embedded")
+    assert (gpu.steps, gpu.images) == (384, 256) and not any(line.startswith("fit:") for line in said)
+    given, said = planned("cpu", workload="embedded", steps=384, images=256)
+    assert (given.steps, given.images) == (384, 256) and not any(line.startswith("fit:") for line in said)
+    if ULTRALYTICS:
+        real, _ = planned("cpu", workload="ultralytics")
+        assert (real.steps, real.images, real.imgsz) == (384, 256, 640)

@@ -28,8 +28,20 @@ from harness.protocol import Case, Plan, ProtocolOptions, TrialContext, TrialFun
 WORKLOADS = ("auto", "ultralytics", "embedded")
 AMP_CHOICES = ("auto", "bf16", "fp16", "fp32")
 CACHE_CHOICES = ("ram", "disk", "none")
+DEFAULT_STEPS = 384
 DEFAULT_IMAGES = 256
+# The embedded workload on the CPU: 2 epochs × 32 iterations (LR warm-up over the first, then decay; EMA,
+# validation and a checkpoint each epoch), so the default job's 14 fits end in about a minute on two cores,
+# where each worker's start (importing torch) alone costs seconds. The real trainer and CUDA keep 384 × 256.
+CPU_EMBEDDED_STEPS = 64
+CPU_EMBEDDED_IMAGES = 128
 DEFAULT_IMGSZ = {"ultralytics": 640, "embedded": 32}
+# A rough CPU cost of the real trainer, for the pre-run note only (never a figure of a run): seconds per
+# 640-px image through a yolo26n-sized model, forward, backward and step, measured on a shared two-core
+# machine (about 1 s per 320-px image); validation costs about a third of that per image.
+CPU_SECONDS_PER_640PX_IMAGE = 4.0
+VALIDATION_SHARE = 1 / 3
+LONG_FIT_S = 60.0  # a fit estimated at least this long on the CPU gets the note
 YOLO_STRIDE = 32
 WORKER_TARGET = "experiments.fit.worker:run_fit"
 
@@ -40,8 +52,8 @@ class FitSettings:
     reads them from here); ``make_plan`` resolves ``auto`` and ``None`` and saves the result in the plan."""
 
     workload: str = "auto"
-    steps: int = 384
-    images: int | None = None  # default 256; with ``data``, counted from it
+    steps: int | None = None  # default 384; 64 for the embedded workload on the CPU
+    images: int | None = None  # default 256 (128 embedded on the CPU); with ``data``, counted from it
     val_images: int = 32
     batch: int = 4
     imgsz: int | None = None  # default 640 for the real trainer, 32 embedded
@@ -119,11 +131,29 @@ def check_model(model: str) -> str:
     return model
 
 
-def check_steps(steps: int, images: int, batch: int) -> int:
-    """Epochs for ``steps`` optimizer steps over ``images`` at ``batch``; ``InputError`` unless whole epochs."""
+def _divisors_around(count: int, value: int) -> tuple[int | None, int | None]:
+    """The divisors of ``count`` nearest below and above ``value`` (None where there is none)."""
+    divisors = [d for d in range(1, count + 1) if count % d == 0]
+    below = [d for d in divisors if d < value]
+    above = [d for d in divisors if d > value]
+    return (below[-1] if below else None), (above[0] if above else None)
+
+
+def check_steps(steps: int, images: int, batch: int, counted: bool = False) -> int:
+    """Epochs for ``steps`` optimizer steps over ``images`` at ``batch``; ``InputError`` unless whole epochs.
+
+    ``counted``: the images were counted from ``--data``, so the hint changes ``--batch``, never ``--images``.
+    """
     check_positive("--steps", steps)
     check_positive("--batch", batch)
     if images % batch:
+        if counted:
+            lower, upper = _divisors_around(images, batch)
+            options = " or ".join(f"--batch {b}" for b in (lower, upper) if b is not None)
+            raise InputError(
+                f"--data has {images} training images, not a whole number of batches of {batch}: every epoch "
+                f"must be whole batches; use a batch that divides {images} (e.g. {options})"
+            )
         lower, upper = images - images % batch, images - images % batch + batch
         raise InputError(
             f"{images} training images are not a whole number of batches of {batch}: every epoch must be whole "
@@ -138,6 +168,18 @@ def check_steps(steps: int, images: int, batch: int) -> int:
             + (f" or {lower})" if lower else ")")
         )
     return steps // per_epoch
+
+
+def estimated_cpu_fit_seconds(steps: int, epochs: int, batch: int, imgsz: int, val_images: int) -> float:
+    """A rough CPU duration of one real-trainer fit: training images and validation passes (each epoch and
+    the final one) at ``imgsz``, from ``CPU_SECONDS_PER_640PX_IMAGE``. For the pre-run note only."""
+    per_image = CPU_SECONDS_PER_640PX_IMAGE * (imgsz / 640) ** 2
+    return per_image * (steps * batch + VALIDATION_SHARE * (epochs + 1) * val_images)
+
+
+def _minutes(seconds: float) -> str:
+    minutes = seconds / 60
+    return f"{minutes:.0f} minutes" if minutes >= 2 else f"{minutes:.1f} minutes"
 
 
 def resolve_amp(amp: str, device: str) -> str:
@@ -195,11 +237,22 @@ def make_plan(
                 f"--images {images} disagrees with --data, which has {counted} training images; drop --images"
             )
         images, data_path = counted, str(Path(s.data).resolve())
-    images = DEFAULT_IMAGES if images is None else check_positive("--images", images)
-    epochs = check_steps(s.steps, images, s.batch)
+    small = chosen == "embedded" and not protocol.device.startswith("cuda")
+    smaller: list[str] = []
+    if images is None:
+        images = CPU_EMBEDDED_IMAGES if small else DEFAULT_IMAGES
+        smaller += [f"{images} images"] if small else []
+    else:
+        images = check_positive("--images", images)
+    steps = s.steps
+    if steps is None:
+        steps = CPU_EMBEDDED_STEPS if small else DEFAULT_STEPS
+        smaller += [f"{steps} steps"] if small else []
+    epochs = check_steps(steps, images, s.batch, counted=data_path is not None)
     resolved = replace(
         s,
         workload=chosen,
+        steps=steps,
         images=images,
         val_images=val_images,
         imgsz=imgsz,
@@ -210,19 +263,30 @@ def make_plan(
     )
     if announce is not None:
         announce(f"workload: {chosen} ({why})")
-        if chosen == "ultralytics" and not protocol.device.startswith("cuda"):
+        if smaller:
             announce(
-                f"note: the real trainer on the CPU at {imgsz} px runs for many minutes per fit; "
-                "--device cuda on a GPU, or --workload embedded for a quick CPU run"
+                f"fit: {' and '.join(smaller)} (the embedded workload's default on the CPU: {epochs} epochs × "
+                f"{images // s.batch} iterations, so the default job ends in about a minute on two cores; on CUDA "
+                f"and with the real trainer the defaults are {DEFAULT_STEPS} steps of {DEFAULT_IMAGES} images)"
             )
+        if chosen == "ultralytics" and not protocol.device.startswith("cuda"):
+            estimate = estimated_cpu_fit_seconds(steps, epochs, s.batch, imgsz, val_images)
+            if estimate >= LONG_FIT_S:
+                fits = len(protocol.arms) * protocol.pairs + protocol.warmup
+                announce(
+                    f"note: the real trainer on the CPU: an estimated {_minutes(estimate)} per fit ({steps} steps of "
+                    f"batch {s.batch} at {imgsz} px, a yolo26n-sized model), about {_minutes(fits * estimate)} for "
+                    f"the {fits} fits; --device cuda on a GPU, fewer --steps or a smaller --imgsz, or --workload "
+                    "embedded for a quick CPU run"
+                )
     label = (
         f"{Path(resolved.model).stem if chosen == 'ultralytics' else 'embedded'} {imgsz}px b{s.batch} "
-        f"{s.steps} steps ({epochs}×{resolved.iterations_per_epoch})"
+        f"{steps} steps ({epochs}×{resolved.iterations_per_epoch})"
     )
     case_params = {
         "workload": chosen,
         "model": resolved.model,
-        "steps": s.steps,
+        "steps": steps,
         "epochs": epochs,
         "images": images,
         "batch": s.batch,
