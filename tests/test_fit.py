@@ -512,3 +512,38 @@ def test_the_embedded_workload_is_shorter_by_default_on_the_cpu_only() -> None:
     if ULTRALYTICS:
         real, _ = planned("cpu", workload="ultralytics")
         assert (real.steps, real.images, real.imgsz) == (384, 256, 640)
+
+
+def test_the_embedded_fit_logs_each_epoch(tmp_path: Path, capsys) -> None:
+    """A worker's ``trials/N.log`` is its stdout: the embedded fit prints one line per epoch (train loss,
+    validation loss and accuracy, host seconds) and a last line with the whole fit."""
+    from experiments.arms import make_optimizer
+    from experiments.fit import embedded
+    from harness.timing import NullClock
+
+    result = embedded.fit(
+        lambda groups, kwargs: make_optimizer("baseline", groups, kwargs),
+        device="cpu",
+        images=8,
+        val_images=8,
+        imgsz=16,
+        batch=4,
+        epochs=2,
+        amp="fp32",
+        data_seed=0,
+        seed=0,
+        trial_dir=tmp_path,
+        clock=NullClock(),
+    )
+    lines = capsys.readouterr().out.splitlines()
+    epochs = [line for line in lines if line.startswith("epoch ")]
+    assert [line.split(":")[0] for line in epochs] == ["epoch 1/2", "epoch 2/2"]
+    for line in epochs:
+        assert (
+            "train loss " in line and "val loss " in line and "val accuracy " in line and line.endswith(" s")
+        )
+    assert f"val accuracy {result['val_accuracy']:.4f}" in epochs[-1]
+    assert lines[0].startswith(
+        "embedded fit: 2 epochs × 2 iterations of batch 4 at 16 px, fp32, optimizers.musgd.MuSGD"
+    )
+    assert lines[-1].startswith("fit done: 4 iterations in ")

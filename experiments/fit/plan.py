@@ -319,7 +319,7 @@ def make_plan(
                 "decay, forward/backward, optimizer, EMA, validation each epoch, checkpoints, final validation"
                 if chosen == "ultralytics"
                 else "embedded fit — synthetic data, augmentation, LR warm-up and decay, forward/backward, optimizer, "
-                "EMA, validation each epoch, checkpoints"
+                "EMA, validation each epoch, checkpoints, a log line per epoch"
             )
             + stage_note
         ),
