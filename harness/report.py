@@ -933,9 +933,9 @@ def _plots(run: LoadedRun) -> list[str]:
         "",
         markdown_image(timeline, f"{plan.tier}: every trial in schedule order"),
         "",
-        "Every trial in schedule order: filled markers are measured trials (colour and shape per arm), hollow "
-        "grey markers are warm-ups (discarded), a red x along the top is a failed trial, hatched slots were "
-        "scheduled but not run.",
+        "Every trial in schedule order: filled markers are measured trials (colour and shape per arm), the "
+        "arm's marker hollow and grey is a warm-up (discarded), a red x along the top is a failed trial, "
+        "hatched slots were scheduled but not run.",
     ]
     if summaries.claims.empty:
         return lines + ["", "No complete pair: no reduction plot."]
@@ -949,8 +949,9 @@ def _plots(run: LoadedRun) -> list[str]:
         "",
         markdown_image(reductions, f"{plan.tier}: paired reductions"),
         "",
-        "Paired reductions: one point per pair, the black tick is the median, the thick grey line the bootstrap "
-        "interval"
+        "Paired reductions: one point per pair (its arm's marker), the black tick is the median, the thick grey "
+        "line the bootstrap interval (an arrowhead where it runs past the axis); a pair far beyond the rest is "
+        "drawn at the axis edge with its value"
         + (
             ""
             if plan.protocol.bar is None
