@@ -16,12 +16,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import tempfile
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from experiments.arms import arm_code, checked_optimizer
-from harness.isolation import run_in_worker
+from harness.isolation import WorkerDied, WorkerError, run_in_worker
 from harness.options import InputError, check_choice, check_non_negative, check_positive
 from harness.protocol import Case, Plan, ProtocolOptions, TrialContext, TrialFunction
 
@@ -44,6 +45,8 @@ VALIDATION_SHARE = 1 / 3
 LONG_FIT_S = 60.0  # a fit estimated at least this long on the CPU gets the note
 YOLO_STRIDE = 32
 WORKER_TARGET = "experiments.fit.worker:run_fit"
+PREPARE_TARGET = "experiments.fit.worker:prepare_data"
+PREPARE_TIMEOUT_S = 1800
 
 
 @dataclass(frozen=True)
@@ -311,12 +314,24 @@ def make_plan(
         command=command,
         in_process=False,
         isolation="a fresh worker process per trial (python -m harness.isolation); the parent schedules and "
-        "collects rows and never touches the GPU",
+        "collects rows and never touches the GPU"
+        + (
+            "; before the first trial a preparatory worker builds the data set once (label caches"
+            + (", .npy image cache" if s.cache == "disk" else "")
+            + "), so every trial starts from the same files"
+            if chosen == "ultralytics"
+            else ""
+        ),
         timed_region=(
             "the whole fit, synchronized at both ends: "
             + (
-                "YOLO(model).train(...) — dataset and cache set-up, augmentation and mosaic closure, LR warm-up and "
-                "decay, forward/backward, optimizer, EMA, validation each epoch, checkpoints, final validation"
+                "YOLO(model).train(...) — dataset set-up (its label caches"
+                + (" and the .npy image cache" if s.cache == "disk" else "")
+                + " made once before the first trial, untimed, by a preparatory worker, so every fit reads the "
+                "same files"
+                + ("; the RAM image cache built by each fit" if s.cache == "ram" else "")
+                + "), augmentation and mosaic closure, LR warm-up and decay, forward/backward, optimizer, EMA, "
+                "validation each epoch, checkpoints, final validation"
                 if chosen == "ultralytics"
                 else "embedded fit — synthetic data, augmentation, LR warm-up and decay, forward/backward, optimizer, "
                 "EMA, validation each epoch, checkpoints, a log line per epoch"
@@ -334,8 +349,31 @@ def worker_environment(run_dir: Path) -> dict[str, str]:
     return offline_environment(run_dir / "ultralytics-config")
 
 
+def prepare_data_set(settings: FitSettings, data_yaml: str) -> dict[str, Any]:
+    """Make the real trainer's data-set side effects (label caches, a disk image cache) once, untimed, in a
+    preparatory worker (the parent never imports ultralytics); ``InputError`` with its last line if it fails."""
+    from experiments.fit.ultralytics_fit import offline_environment
+
+    with tempfile.TemporaryDirectory(prefix="bench-prepare-") as config:
+        try:
+            return run_in_worker(
+                PREPARE_TARGET,
+                {"settings": asdict(settings), "data_yaml": data_yaml, "parent_pid": os.getpid()},
+                timeout_s=PREPARE_TIMEOUT_S,
+                env=offline_environment(Path(config)),
+            )
+        except (WorkerDied, WorkerError) as exc:
+            raise InputError(
+                f"the data set {data_yaml} could not be prepared by Ultralytics: {exc}"
+            ) from None
+
+
 def trial_function(plan: Plan) -> TrialFunction:
-    """The trial function of a fit plan: one worker process per trial, its output in ``trials/<index>.log``."""
+    """The trial function of a fit plan: one worker process per trial, its output in ``trials/<index>.log``.
+
+    For the real trainer the data set is ready before the first trial: generated (synthetic) and built once
+    by upstream's dataset builder, so its caches are never made inside a timed fit.
+    """
     settings = FitSettings.from_dict(plan.settings)
     data_yaml = settings.data
     if settings.workload == "ultralytics" and data_yaml is None:
@@ -343,6 +381,15 @@ def trial_function(plan: Plan) -> TrialFunction:
 
         spec = SyntheticSet(settings.images, settings.val_images, settings.imgsz, plan.protocol.seed)
         data_yaml = str(ensure_synthetic_set(spec, Path(settings.data_cache)).resolve())
+    if settings.workload == "ultralytics":
+        prepared = prepare_data_set(settings, data_yaml)
+        from harness.console import console
+
+        console.print(
+            f"data: {data_yaml} built once before the first trial (untimed): "
+            f"{len(prepared['label_caches'])} label cache(s)"
+            + (", an .npy per image (--cache disk)" if prepared["image_cache"] == "disk" else "")
+        )
 
     def trial(ctx: TrialContext) -> dict[str, Any]:
         trials_dir = ctx.run_dir / "trials"
