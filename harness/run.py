@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from harness import env
+from harness.codepaths import what_ran
 from harness.console import ScheduleProgress, console, errors, print_summary
 from harness.options import InputError, resolve_placement
 from harness.placement import Placement, parent_pinned, pin_parent, unpin_parent
@@ -135,7 +136,10 @@ class Runner:
             print_summary(run.plan, run.summaries)
         claim = tier.claim(run)
         if claim:
-            console.print(claim.rstrip())
+            shown, headline = claim.rstrip(), what_ran(run.plan)
+            if tier.paired and headline and shown.startswith(headline):
+                shown = shown[len(headline) :].lstrip("\n")  # the summary above opened with it already
+            console.print(shown)
         if self.options.report:
             from harness.report import write_report
 
