@@ -171,7 +171,10 @@ def test_stages_run_attributes_the_whole_fit(tmp_path: Path, capsys) -> None:
         assert abs(sum(stages) - row["value"]) < 0.05 * row["value"]  # the marks cover the bracket
         assert row["iteration_sync_median_s"] > 0
     claim = folder.file("claim.txt").read_text()
-    assert claim.startswith("Stages diagnostic (not a claim):") and "Ceiling: in baseline's fits" in claim
+    assert claim.startswith("On cpu: baseline ran the per-parameter MuSGD")  # what ran, first in every claim
+    assert (
+        claim.splitlines()[1] == "Stages diagnostic (not a claim):" and "Ceiling: in baseline's fits" in claim
+    )
     stages_csv = folder.file("stages.csv").read_text()
     assert "optimizer" in stages_csv and "share" in stages_csv
     report = folder.file("report.md").read_text()
@@ -502,9 +505,15 @@ def test_the_embedded_workload_is_shorter_by_default_on_the_cpu_only() -> None:
     cpu, said = planned("cpu", workload="embedded")
     assert (cpu.steps, cpu.images, cpu.epochs, cpu.iterations_per_epoch) == (64, 128, 2, 32)
     assert any(
-        line.startswith("fit: 128 images and 64 steps (the embedded workload's default on the CPU")
+        line.startswith(
+            "fit: 64 steps of 128 images = 2 epochs × 32 iterations (128 images and 64 steps: the embedded "
+            "workload's CPU default"
+        )
         for line in said
     )
+    _, said = planned("cpu", workload="embedded", steps=384)
+    (note,) = [line for line in said if line.startswith("fit:")]
+    assert note.startswith("fit: 384 steps of 128 images = 12 epochs × 32 iterations (128 images: ")
     gpu, said = planned("cuda", workload="embedded")
     assert (gpu.steps, gpu.images) == (384, 256) and not any(line.startswith("fit:") for line in said)
     given, said = planned("cpu", workload="embedded", steps=384, images=256)
@@ -563,7 +572,9 @@ def test_the_readme_first_command_compares_two_computations(tmp_path: Path, monk
     assert "device: cpu (auto: no CUDA device here)" in out
     assert "workload: embedded (auto: ultralytics is not importable here" in out
     assert "arms: baseline,candidate-cpu (the default on cpu:" in out
-    assert "fit: 128 images and 64 steps (the embedded workload's default on the CPU" in out
+    assert (
+        "fit: 64 steps of 128 images = 2 epochs × 32 iterations (128 images and 64 steps: the embedded" in out
+    )
     folder = only_run(tmp_path / "runs")
     rows = folder.rows()
     assert len(rows) == 14 and all(r["status"] == "ok" for r in rows), [r["message"] for r in rows]

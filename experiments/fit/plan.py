@@ -268,9 +268,10 @@ def make_plan(
         announce(f"workload: {chosen} ({why})")
         if smaller:
             announce(
-                f"fit: {' and '.join(smaller)} (the embedded workload's default on the CPU: {epochs} epochs × "
-                f"{images // s.batch} iterations, so the default job ends in about a minute on two cores; on CUDA "
-                f"and with the real trainer the defaults are {DEFAULT_STEPS} steps of {DEFAULT_IMAGES} images)"
+                f"fit: {steps} steps of {images} images = {epochs} epochs × {images // s.batch} iterations ("
+                f"{' and '.join(smaller)}: the embedded workload's CPU default, so that `bench pair` with no "
+                f"options ends in about a minute on two quiet cores; on CUDA and with the real trainer the "
+                f"defaults are {DEFAULT_STEPS} steps of {DEFAULT_IMAGES} images)"
             )
         if chosen == "ultralytics" and not protocol.device.startswith("cuda"):
             estimate = estimated_cpu_fit_seconds(steps, epochs, s.batch, imgsz, val_images)
