@@ -1,25 +1,54 @@
-"""Naming arms: the one resolver every command uses to turn an arm spec into an optimizer class.
+"""Naming arms: the one resolver every command uses to turn an arm spec into an optimizer class, and what
+each arm's code does on a device.
 
-An arm spec is `baseline` (optimizers.MuSGD), `candidate` (optimizers.BatchedMuSGD), `upstream` (the
+An arm spec is `baseline` (optimizers.MuSGD), `candidate` (optimizers.BatchedMuSGD), `candidate-cpu`
+(``BatchedMuSGDOnCPU``: the candidate with CPU tensors routed through its batched path), `upstream` (the
 installed `ultralytics.optim.MuSGD`) or `package.module:Class` for any optimizer with MuSGD's constructor.
+
+On a device where the candidate keeps the baseline's per-parameter step (today every device but CUDA), a
+`baseline,candidate` run compares the same code twice: ``same_path_as_baseline`` says so, with the reason,
+so the run can be called what it is (an A/A in effect) and its conclusions withheld. ``default_arms`` makes
+`candidate-cpu` the candidate where that happens, so the default job still compares two computations.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 
-from harness.options import InputError
+from harness.options import DEFAULT_ARMS, InputError
+from harness.protocol import Case
 from optimizers import BatchedMuSGD, MuSGD
+from optimizers import batched as _batched
 
-ARM_NAMES = ("baseline", "candidate", "upstream")
+ARM_NAMES = ("baseline", "candidate", "candidate-cpu", "upstream")
+CPU_DEFAULT_ARMS = "baseline,candidate-cpu"
 
 
 class ArmError(ValueError):
     """An arm spec that names no usable optimizer class; the message says what to do instead."""
+
+
+class BatchedMuSGDOnCPU(BatchedMuSGD):
+    """The candidate with CPU tensors routed through its batched path (arm `candidate-cpu`).
+
+    ``BatchedMuSGD`` batches Newton-Schulz and dispatches foreach momentum for CUDA tensors only; on the CPU
+    it keeps the baseline's per-parameter step, so `baseline,candidate` on a CPU runs one computation twice.
+    This class runs each step inside ``optimizers.batched._batched_on_cpu``, so CPU parameters take the
+    batched path exactly as CUDA ones do: zero-padded bf16 stacks, one batched Newton-Schulz per stack,
+    foreach momentum. That is the candidate's own algorithm (the same plan, the same kernels' CPU versions),
+    not a model of it; its CPU timings say what batching costs or saves on a CPU, nothing about a GPU. State,
+    checkpoints and results are those of ``BatchedMuSGD``; the switch is restored when each step returns.
+    """
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        with _batched._batched_on_cpu(True):
+            return super().step(closure)
 
 
 def resolve_optimizer(spec: str) -> type[torch.optim.Optimizer]:
@@ -29,6 +58,8 @@ def resolve_optimizer(spec: str) -> type[torch.optim.Optimizer]:
         return MuSGD
     if spec == "candidate":
         return BatchedMuSGD
+    if spec == "candidate-cpu":
+        return BatchedMuSGDOnCPU
     if spec == "upstream":
         try:
             from ultralytics.optim import MuSGD as UpstreamMuSGD
@@ -113,3 +144,110 @@ def check_constructor(
 def make_optimizer(spec: str, groups: list[dict[str, Any]], kwargs: dict[str, Any]) -> torch.optim.Optimizer:
     """Resolve an arm and build it over param groups with the given constructor kwargs (e.g. muon, sgd)."""
     return resolve_optimizer(spec)(groups, **kwargs)
+
+
+# --- what an arm's code does on a device --------------------------------------------------------------------
+
+
+def _batches_on(device: str) -> bool:
+    """Whether ``BatchedMuSGD`` takes its batched path for tensors on ``device`` (outside any switch)."""
+    decide = getattr(_batched, "_batches_on", None)
+    kind = torch.device(device)
+    return bool(decide(kind)) if decide is not None else kind.type == "cuda"
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _per_parameter_on(cls: type, device: str) -> bool:
+    """Whether ``cls`` runs the baseline's per-parameter MuSGD step on ``device``: MuSGD's own step, or
+    BatchedMuSGD's step (not overridden) where BatchedMuSGD does not batch."""
+    step = getattr(cls, "step", None)
+    if step is MuSGD.step:
+        return True
+    return (
+        isinstance(cls, type)
+        and issubclass(cls, BatchedMuSGD)
+        and step is BatchedMuSGD.step
+        and not _batches_on(device)
+    )
+
+
+def _class_or_none(spec: str) -> type | None:
+    """The class of a spec without importing ultralytics (a parent must not), None where unknown."""
+    if spec.strip() == "upstream":
+        return None
+    try:
+        return resolve_optimizer(spec)
+    except ArmError:
+        return None
+
+
+def same_path_as_baseline(spec: str, device: str, baseline: str = "baseline") -> str | None:
+    """Why arm ``spec`` runs the same code as the ``baseline`` arm on ``device``, or None where it runs other
+    code (or where that cannot be known without importing it, as for ``upstream``)."""
+    spec, baseline = spec.strip(), baseline.strip()
+    if spec == baseline:
+        return f"{spec} is the baseline's own arm"
+    mine, theirs = _class_or_none(spec), _class_or_none(baseline)
+    if mine is None or theirs is None:
+        return None
+    if mine is theirs:
+        return f"{spec} names the baseline's class ({_qualified(mine)})"
+    if _per_parameter_on(mine, device) and _per_parameter_on(theirs, device):
+        return (
+            f"{spec} ({_qualified(mine)}) keeps the per-parameter step on {device}, as BatchedMuSGD batches "
+            "CUDA tensors only"
+        )
+    return None
+
+
+def describe_arm(spec: str, device: str) -> str:
+    """What arm ``spec`` runs on ``device``, in a few words (for the first line of a console, claim, report)."""
+    spec = spec.strip()
+    if spec == "upstream":
+        return "the MuSGD of the installed ultralytics (ultralytics.optim.MuSGD)"
+    cls = _class_or_none(spec)
+    if cls is None:
+        return spec
+    name = _qualified(cls)
+    if issubclass(cls, BatchedMuSGDOnCPU):
+        return f"the batched path (batched Newton-Schulz, foreach momentum) with CPU tensors routed through it ({name})"
+    if _per_parameter_on(cls, device):
+        if issubclass(cls, BatchedMuSGD):
+            return f"the per-parameter step, since {name} batches CUDA tensors only"
+        return f"the per-parameter MuSGD ({name})"
+    if issubclass(cls, BatchedMuSGD):
+        return f"batched Newton-Schulz and foreach momentum ({name})"
+    return name
+
+
+def arm_code(cases: Iterable[Case], device: str) -> dict[str, dict[str, Any]]:
+    """Per arm label (plan order): its spec, what it runs on ``device`` and, for every arm after a case's
+    first, why it runs the baseline's code (None where it does not): what a plan records."""
+    out: dict[str, dict[str, Any]] = {}
+    for case in cases:
+        baseline = case.arms[0].spec
+        for position, arm in enumerate(case.arms):
+            if arm.label in out:
+                continue
+            out[arm.label] = {
+                "spec": arm.spec,
+                "runs": describe_arm(arm.spec, device),
+                "same_path_as_baseline": None
+                if position == 0
+                else same_path_as_baseline(arm.spec, device, baseline),
+            }
+    return out
+
+
+def default_arms(device: str) -> tuple[str, str]:
+    """(arms, why) when ``--arms`` is not given: ``baseline,candidate-cpu`` where the candidate would keep the
+    baseline's per-parameter step (on the CPU), else ``baseline,candidate``."""
+    if same_path_as_baseline("candidate", device) is None:
+        return DEFAULT_ARMS, f"the default on {device}"
+    return CPU_DEFAULT_ARMS, (
+        f"the default on {device}: there the candidate keeps the baseline's per-parameter step, so candidate-cpu "
+        "routes CPU tensors through its batched path; --arms baseline,candidate would compare the same code"
+    )

@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from experiments.arms import checked_optimizer, make_optimizer
+from experiments.arms import checked_optimizer, make_optimizer, same_path_as_baseline
 from experiments.workloads import SCALES, build_param_groups, fill_synthetic_grads
 from harness.options import MAX_PAIRS, check_choice, check_positive
 from harness.protocol import Arm, Case, Plan, ProtocolOptions, ScheduledTrial, TrialContext, TrialFunction
@@ -406,11 +406,13 @@ def parity_markdown(result: ParityResult, device: str, seed: int) -> str:
             lines.append(
                 f"| {step} | {_g(c.max_abs_diff)} | {_g(k.max_abs_diff)} | {k.buffers_equal} of {k.buffers_total} |"
             )
-    lines += [
-        "",
-        "Not claimed: identical multi-step training. On the CPU the candidate keeps the baseline's per-parameter "
-        "path, so a CPU parity run checks the plumbing; the batched path is exercised on CUDA.",
-    ]
+    lines += ["", "Not claimed: identical multi-step training."]
+    same = same_path_as_baseline(s.candidate, device, s.baseline)
+    if same:
+        lines[-1] += (
+            f" Here {same}, so this run checks the plumbing; the batched path is exercised on CUDA, or on the "
+            "CPU with `--candidate candidate-cpu`."
+        )
     return "\n".join(lines)
 
 
@@ -522,12 +524,15 @@ class ParityTier(BaseTier):
         )
 
     def caveats(self, run: Run) -> list[Caveat]:
-        if run.plan.protocol.device != "cpu":
+        settings = ParitySettings(**run.plan.settings)
+        device = run.plan.protocol.device
+        if same_path_as_baseline(settings.candidate, device, settings.baseline) is None:
             return []
         return [
             Caveat(
-                "device cpu: the candidate keeps the baseline's per-parameter path there.",
-                "A CPU parity run checks the plumbing; the batched path is exercised on CUDA.",
+                f"device {device}: the candidate keeps the baseline's per-parameter path there.",
+                "This parity run checks the plumbing; the batched path is exercised on CUDA, or on the CPU with "
+                "`--candidate candidate-cpu`.",
             )
         ]
 

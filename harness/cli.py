@@ -27,6 +27,7 @@ from experiments.parity import ParitySettings as _Parity
 from experiments.probe.plan import ProbeSettings as _Probe
 from experiments.screen.plan import ScreenSettings as _Screen
 from harness import env as env_module
+from harness.codepaths import what_ran
 from harness.console import console, errors
 from harness.errors import RunFolderError
 from harness.options import (
@@ -89,9 +90,11 @@ def _default(name: str) -> Any:
 SHARED = (
     Shared(
         "arms",
-        str,
-        DEFAULT_ARMS,
-        "Comma-separated arms, baseline first: baseline, candidate, upstream, or package.module:Class.",
+        str | None,
+        None,
+        "Comma-separated arms, baseline first: baseline, candidate, candidate-cpu (the candidate with CPU tensors "
+        f"through its batched path), upstream, or package.module:Class. Default: {DEFAULT_ARMS} on CUDA, "
+        "baseline,candidate-cpu on the CPU (where the candidate keeps the baseline's per-parameter step).",
     ),
     Shared(
         "warmup",
@@ -355,8 +358,13 @@ def launch(
         result = runner.resume(run.resume)
     else:
         if not isinstance(protocol, ProtocolOptions):
-            protocol = protocol_options(**protocol, announce=console.print)
+            from experiments.arms import default_arms
+
+            protocol = protocol_options(**protocol, announce=console.print, default_arms=default_arms)
         plan = runner.tiers.get(tier).make_plan(protocol, settings, command_line())
+        line = what_ran(plan)
+        if line:
+            console.print(line)
         result = runner.start(plan)
     if run.gate:
         failures = gate_failures(result)
@@ -466,8 +474,11 @@ def pair_command(
     protocol: dict[str, Any],
     run: RunArgs,
     steps: Annotated[
-        int,
-        typer.Option(help="Optimizer steps per fit; a whole number of epochs of images/batch iterations."),
+        int | None,
+        typer.Option(
+            help="Optimizer steps per fit; a whole number of epochs of images/batch iterations "
+            "(default 384; 64 for the embedded workload on the CPU)."
+        ),
     ] = _Fit.steps,
     workload: Annotated[
         str,
@@ -477,7 +488,10 @@ def pair_command(
     ] = _Fit.workload,
     images: Annotated[
         int | None,
-        typer.Option(help="Synthetic training images (default 256; with --data, counted from it)."),
+        typer.Option(
+            help="Synthetic training images (default 256; 128 for the embedded workload on the CPU; with --data, "
+            "counted from it)."
+        ),
     ] = _Fit.images,
     val_images: Annotated[
         int, typer.Option(help="Synthetic validation images (32 = four validation batches).")

@@ -6,15 +6,19 @@ import os
 import sys
 from typing import Any
 
+from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
+from harness.codepaths import verdict_shown, what_ran
 from harness.formatting import (
     format_interval,
     format_levels,
     format_percent,
+    format_percent_range,
     format_range,
     format_value,
     method_label,
@@ -126,11 +130,43 @@ class ScheduleProgress:
             )
 
 
-def print_summary(plan: Plan, summaries: Summaries) -> None:
-    """Per case: each arm's median (min–max); each other arm's geometric-mean reduction with its interval,
-    method, levels and verdict; then what the verdicts rest on (pairs left out, checks that disagree)."""
-    table = Table(title=f"{plan.tier}: {plan.metric} ({plan.unit}), measured trials only", show_lines=False)
-    for column in (
+UNBOUNDED = 100_000  # measure tables as if the console had no edge (a measurement is clamped to its width)
+
+
+def _cells(plan: Plan, summaries: Summaries) -> list[dict[str, str]]:
+    """Per arm row: each figure as text (value and range apart, so a narrow layout can stack them); the
+    reduction is the claim's primary estimate (the geometric mean), its range the pairs' min–max."""
+    claims = summaries.claims.set_index(["case", "arm"]) if not summaries.claims.empty else None
+    rows = []
+    for _, arm in summaries.arms.iterrows():
+        row = {
+            "case": str(arm["case"]),
+            "arm": str(arm["arm"]),
+            "trials": f"{arm['trials']}" + (f" ({arm['failed']} failed)" if arm["failed"] else ""),
+            "median": format_value(arm["median"], plan.unit),
+            "range": f"({format_range(arm['min'], arm['max'])})",
+            "reduction": "",
+            "reduction_range": "",
+            "interval": "",
+            "method": "",
+            "verdict": "",
+        }
+        if claims is not None and (arm["case"], arm["arm"]) in claims.index:
+            claim = claims.loc[(arm["case"], arm["arm"])]
+            row.update(
+                reduction=format_percent(claim["estimate"]),
+                reduction_range=f"({format_percent_range(claim['min'], claim['max'])})",
+                interval=format_interval(claim["ci_low"], claim["ci_high"]),
+                method=f"{method_label(claim)}, {format_levels(claim)}, {int(claim['pairs'])} pairs",
+                verdict=verdict_shown(plan, str(arm["arm"]), str(claim["verdict"])),
+            )
+        rows.append(row)
+    return rows
+
+
+def _wide_table(plan: Plan, title: str, rows: list[dict[str, str]]) -> Table:
+    table = Table(title=title, show_lines=False)
+    columns = (
         "case",
         "arm",
         "trials",
@@ -139,43 +175,108 @@ def print_summary(plan: Plan, summaries: Summaries) -> None:
         "interval",
         "method, levels, pairs",
         "verdict",
-    ):
-        table.add_column(column)
-    claims = summaries.claims.set_index(["case", "arm"]) if not summaries.claims.empty else None
-    notes: list[str] = []
-    for _, arm in summaries.arms.iterrows():
-        figure = f"{format_value(arm['median'], plan.unit)} ({format_range(arm['min'], arm['max'])})"
-        failed = Text(f" {arm['failed']} failed" if arm["failed"] else "", style="red")
-        reduction = interval = method = verdict = ""
-        if claims is not None and (arm["case"], arm["arm"]) in claims.index:
-            claim = claims.loc[(arm["case"], arm["arm"])]
-            reduction = format_percent(claim["estimate"])
-            interval = format_interval(claim["ci_low"], claim["ci_high"])
-            method = f"{method_label(claim)}, {format_levels(claim)}, {int(claim['pairs'])} pairs"
-            verdict = str(claim["verdict"])
-            label = f"{arm['arm']}" + (f" ({arm['case']})" if summaries.claims["case"].nunique() > 1 else "")
-            if int(claim["both_failed"]):
-                notes.append(f"{label}: {int(claim['both_failed'])} pair(s) where both arms failed left out")
-            if not claim["ci_sufficient"] and claim["ci_reason"]:
-                notes.append(f"{label}: insufficient: {claim['ci_reason']}")
-            if claim["hl_verdict"] != claim["verdict"]:
-                notes.append(
-                    f"{label}: the Hodges-Lehmann check says {claim['hl_verdict']} "
-                    f"({format_interval(claim['hl_low'], claim['hl_high'])}), the primary {claim['verdict']}"
-                )
+    )
+    for column in columns:
+        table.add_column(column, no_wrap=True)
+    for r in rows:
         table.add_row(
-            str(arm["case"]),
-            str(arm["arm"]),
-            Text.assemble(str(arm["trials"]), failed),
-            figure,
-            reduction,
-            interval,
-            method,
-            verdict,
+            r["case"],
+            r["arm"],
+            r["trials"],
+            f"{r['median']} {r['range']}",
+            f"{r['reduction']} {r['reduction_range']}".strip(),
+            r["interval"],
+            r["method"],
+            r["verdict"],
         )
-    console.print(table)
-    for note in notes:
-        console.print(f"  {note}")
+    return table
+
+
+def _narrow_table(plan: Plan, title: str, rows: list[dict[str, str]]) -> Table:
+    """The same figures with less decoration: no vertical rules, no case column for one case, and each
+    value above its range, so every figure stays whole in fewer columns."""
+    one_case = len({r["case"] for r in rows}) <= 1
+    table = Table(
+        title=title,
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=(0, 1),
+        pad_edge=False,
+        show_lines=not one_case,
+    )
+    columns = ([] if one_case else ["case"]) + ["arm", "trials", "median\n(min–max)", "reduction\n(min–max)"]
+    for column in columns + ["interval", "method", "verdict"]:
+        table.add_column(column, no_wrap=True)
+    for r in rows:
+        table.add_row(
+            *([] if one_case else [r["case"]]),
+            r["arm"],
+            r["trials"],
+            f"{r['median']}\n{r['range']}",
+            f"{r['reduction']}\n{r['reduction_range']}".strip(),
+            "\n".join(r["interval"].split(" ")),
+            "\n".join(r["method"].split(", ")),
+            r["verdict"],
+        )
+    return table
+
+
+def _listing(plan: Plan, title: str, rows: list[dict[str, str]]) -> list[str]:
+    """The same figures as lines, for a console too narrow for any table."""
+    lines = [title]
+    for r in rows:
+        lines.append(f"{r['case']} · {r['arm']}: {r['trials']} trials, median {r['median']} {r['range']}")
+        if r["reduction"]:
+            lines.append(
+                f"  reduction {r['reduction']} {r['reduction_range']}, interval {r['interval']} ({r['method']}), "
+                f"verdict {r['verdict']}"
+            )
+    return lines
+
+
+def _notes(summaries: Summaries) -> list[str]:
+    """What the verdicts rest on, one line each: pairs left out because both arms failed, why an interval is
+    insufficient, and where the Hodges-Lehmann check disagrees with the primary verdict."""
+    notes: list[str] = []
+    claims = summaries.claims
+    for _, claim in claims.iterrows():
+        label = f"{claim['arm']}" + (f" ({claim['case']})" if claims["case"].nunique() > 1 else "")
+        if int(claim["both_failed"]):
+            notes.append(f"{label}: {int(claim['both_failed'])} pair(s) where both arms failed left out")
+        if not claim["ci_sufficient"] and claim["ci_reason"]:
+            notes.append(f"{label}: insufficient: {claim['ci_reason']}")
+        if claim["hl_verdict"] != claim["verdict"]:
+            notes.append(
+                f"{label}: the Hodges-Lehmann check says {claim['hl_verdict']} "
+                f"({format_interval(claim['hl_low'], claim['hl_high'])}), the primary {claim['verdict']}"
+            )
+    return notes
+
+
+def print_summary(plan: Plan, summaries: Summaries, out: Console | None = None) -> None:
+    """Per case: each arm's median (min–max); each other arm's geometric-mean reduction with its interval,
+    method, levels and verdict; then what the verdicts rest on (pairs left out, checks that disagree).
+
+    It opens with what the arms ran (where the plan says), so an A/A in effect is named before any figure.
+    The table keeps every figure whole at any width: the full layout where it fits, else a narrower one
+    (less decoration, values above their ranges), else plain lines; no layout is ever squeezed by rich.
+    """
+    out = out or console
+    line = what_ran(plan)
+    if line:
+        out.print(line)
+    title = f"{plan.tier}: {plan.metric} ({plan.unit}), measured trials only"
+    rows = _cells(plan, summaries)
+    for layout in (_wide_table, _narrow_table):
+        table = layout(plan, title, rows)  # no cell wraps: a layout is used only where it fits whole
+        if Measurement.get(out, out.options.update_width(UNBOUNDED), table).maximum <= out.width:
+            out.print(table)
+            break
+    else:
+        for text in _listing(plan, title, rows):
+            out.print(text)
+    for note in _notes(summaries):
+        out.print(f"  {note}")
 
 
 def print_flags(summaries: Summaries, env: dict[str, Any] | None = None) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -261,7 +262,7 @@ def resolve_placement(cpus: str) -> Placement | None:
 
 
 def protocol_options(
-    arms: str = DEFAULT_ARMS,
+    arms: str | None = DEFAULT_ARMS,
     warmup: int = ProtocolOptions.default("warmup"),
     pairs: int = ProtocolOptions.default("pairs"),
     order: str = ProtocolOptions.default("order"),
@@ -277,19 +278,25 @@ def protocol_options(
     max_pairs: int = ProtocolOptions.default("max_pairs"),
     time_budget: float | None = ProtocolOptions.default("time_budget"),
     announce: Any = None,
+    default_arms: Callable[[str], tuple[str, str]] | None = None,
 ) -> ProtocolOptions:
     """Check every shared option and return them parsed (``InputError`` on the first bad one).
 
     ``device='auto'`` resolves here (CUDA when present, else the CPU); ``announce`` is told which and why.
+    ``arms=None`` (not given) takes ``default_arms(device)`` → (arms, why), announced, else ``DEFAULT_ARMS``.
     """
     parsed_pairs = parse_pairs(pairs)
     first_look = ProtocolOptions.default("first_look")
     check_sequential(parsed_pairs, precision, max_pairs, time_budget, first_look)
-    parsed_arms = parse_arms(arms, control)
     budget_bytes = parse_budget(budget)
     device, why = resolve_device(device)
     if announce is not None:
         announce(f"device: {device} ({why})")
+    if arms is None:
+        arms, arms_why = default_arms(device) if default_arms is not None else (DEFAULT_ARMS, "the default")
+        if announce is not None:
+            announce(f"arms: {arms} ({arms_why})")
+    parsed_arms = parse_arms(arms, control)
     check_budget_fits(budget_bytes, device)
     return ProtocolOptions(
         arms=parsed_arms,

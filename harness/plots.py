@@ -36,6 +36,8 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
+from harness.formatting import format_percent  # noqa: E402
+
 # --- shared style ----------------------------------------------------------------------------------------
 
 STYLE: dict[str, Any] = {
@@ -95,6 +97,26 @@ def failure_handle(label: str) -> Line2D:
     )
 
 
+def marks(style: MarkStyle, hollow: bool = False, size: float = 8.5) -> dict[str, Any]:
+    """Marker keywords of one arm's points (``ax.plot(..., linestyle="", **marks(style))``); the same keywords
+    make its legend handle, so a legend always shows the marker it stands for. Hollow: a warm-up (discarded),
+    the arm's own marker outlined in grey."""
+    face = "none" if hollow else style.color
+    edge = WARMUP.color if hollow else style.color
+    return {
+        "marker": style.marker,
+        "markersize": size,
+        "markerfacecolor": face,
+        "markeredgecolor": edge,
+        "markeredgewidth": 1.5,
+    }
+
+
+def marker_handle(style: MarkStyle, label: str, hollow: bool = False) -> Line2D:
+    """A legend entry drawn exactly like the points it names (see ``marks``)."""
+    return Line2D([], [], linestyle="", label=label, **marks(style, hollow))
+
+
 def percent_axis(ax: Axes, axis: str = "y", decimals: int = 0) -> None:
     """Show fractions (0.12) as percent (12%) on ``axis`` ('x' or 'y')."""
     formatter = FuncFormatter(lambda v, _pos: f"{100 * v:.{decimals}f}%")
@@ -133,8 +155,9 @@ def _spans(indices: Sequence[int]) -> list[tuple[int, int]]:
 
 
 def plot_timeline(trials: pd.DataFrame, plan: Any, path: Path) -> Path:
-    """Every trial's figure in schedule order: arms by colour and marker, warm-ups hollow grey, failures a
-    red x along the top, cases separated, scheduled trials with no row (not run yet) shaded."""
+    """Every trial's figure in schedule order: arms by colour and marker, warm-ups the arm's marker hollow and
+    grey, failures a red x along the top, cases separated, scheduled trials with no row (not run yet) shaded;
+    the legend shows every marker drawn (each arm's measured and, where there are any, warm-up marker)."""
     styles = arm_styles(plan.arm_labels())
     scheduled = len(plan.schedule)
     rows = _timeline_rows(trials)
@@ -145,6 +168,7 @@ def plot_timeline(trials: pd.DataFrame, plan: Any, path: Path) -> Path:
         positive = finite[finite > 0]
         if len(positive) and positive.max() / positive.min() >= 20:
             ax.set_yscale("log")
+        drawn: list[tuple[str, str]] = []  # (arm, phase) in drawing order: what the legend names
         for label, style in styles.items():
             for phase in ("warmup", "measured"):
                 mask = ok & (rows["arm"] == label) & (rows["phase"] == phase)
@@ -154,19 +178,8 @@ def plot_timeline(trials: pd.DataFrame, plan: Any, path: Path) -> Path:
                     rows.loc[mask, "index"].to_numpy(dtype=float),
                     rows.loc[mask, "value"].to_numpy(dtype=float),
                 )
-                if phase == "warmup":
-                    ax.scatter(
-                        x,
-                        y,
-                        marker=style.marker,
-                        facecolors="none",
-                        edgecolors=WARMUP.color,
-                        linewidths=1.5,
-                        s=70,
-                        zorder=3,
-                    )
-                else:
-                    ax.scatter(x, y, marker=style.marker, color=style.color, s=70, zorder=3)
+                ax.plot(x, y, linestyle="", zorder=3, **marks(style, hollow=phase == "warmup"))
+                drawn.append((label, phase))
         failed = rows[rows["status"] != "ok"]
         if len(failed):
             ax.plot(
@@ -179,13 +192,14 @@ def plot_timeline(trials: pd.DataFrame, plan: Any, path: Path) -> Path:
                 alpha=0.6,
                 zorder=1,
             )
-            ax.scatter(
+            ax.plot(
                 failed["index"].to_numpy(dtype=float),
                 np.full(len(failed), 0.96),
+                linestyle="",
                 marker=FAILED.marker,
                 color=FAILED.color,
-                s=110,
-                linewidths=2.5,
+                markersize=10,
+                markeredgewidth=2.5,
                 transform=ax.get_xaxis_transform(),
                 zorder=4,
                 clip_on=False,
@@ -213,30 +227,15 @@ def plot_timeline(trials: pd.DataFrame, plan: Any, path: Path) -> Path:
         ax.set_ylabel(axis_label(f"{plan.metric} ({plan.unit})"))
         ax.set_title(f"{plan.tier}: every trial in schedule order", pad=_case_label_height(plan))
         handles = [
-            Line2D(
-                [],
-                [],
-                linestyle="",
-                marker=s.marker,
-                color=s.color,
-                markersize=9,
-                label=f"{label} (measured)",
-            )
-            for label, s in styles.items()
+            marker_handle(styles[label], f"{label} (measured)")
+            for label in styles
+            if (label, "measured") in drawn or (label, "warmup") not in drawn
         ]
-        if (rows["phase"] == "warmup").any():
-            handles.append(
-                Line2D(
-                    [],
-                    [],
-                    linestyle="",
-                    marker="o",
-                    markerfacecolor="none",
-                    markeredgecolor=WARMUP.color,
-                    markersize=9,
-                    label="warm-up (discarded)",
-                )
-            )
+        handles += [
+            marker_handle(styles[label], f"{label} warm-up (discarded)", hollow=True)
+            for label in styles
+            if (label, "warmup") in drawn
+        ]
         if len(failed):
             handles.append(failure_handle("failed (counts as ∞)"))
         if missing:
@@ -309,18 +308,60 @@ def _case_label_height(plan: Any) -> float:
     return 12.0 + 0.65 * CASE_LABEL_SIZE * longest
 
 
+EXTREME_FENCE = 3.0  # a pair beyond quartile ± 3 × IQR of its plot's reductions is an outlier candidate ...
+SQUASH = 4.0  # ... and the axis is clipped to the bulk only when the full span is over 4 × the bulk's
+
+
+def reduction_axis(values: np.ndarray, keep: Sequence[float]) -> tuple[float, float, bool]:
+    """(left, right, clipped): the x span of a reductions plot. Where one pair is extreme (beyond the
+    quartiles by ``EXTREME_FENCE`` IQRs) and showing it would squash the rest more than ``SQUASH`` times, the
+    axis spans the bulk (every other pair, 0, the bar, the medians in ``keep``) and the outliers are drawn at
+    its edge with their value; otherwise it spans everything."""
+    finite = values[np.isfinite(values)]
+    anchors = [float(v) for v in keep if math.isfinite(v)] + [0.0]
+    everything = np.concatenate([finite, anchors])
+    left, right = float(everything.min()), float(everything.max())
+    clipped = False
+    if len(finite) >= 4:
+        q1, q3 = np.percentile(finite, [25, 75])
+        spread = q3 - q1
+        bulk = finite[(finite >= q1 - EXTREME_FENCE * spread) & (finite <= q3 + EXTREME_FENCE * spread)]
+        inner = np.concatenate([bulk, anchors])
+        low, high = float(inner.min()), float(inner.max())
+        if high > low and (right - left) > SQUASH * (high - low):
+            left, right, clipped = low, high, True
+    pad = max(0.02, 0.08 * (right - left))
+    return left - pad, right + pad, clipped
+
+
+def _beyond(ax: Axes, x: float, y: float, value: float, style: MarkStyle, left_edge: bool) -> None:
+    """An outlier drawn at the axis edge in its arm's marker, labelled inside the axes with an arrow that
+    points past the edge and its value."""
+    ax.plot([x], [y], linestyle="", zorder=5, clip_on=False, **marks(style))
+    ax.annotate(
+        f"← {format_percent(value)}" if left_edge else f"{format_percent(value)} →",
+        xy=(x, y),
+        xytext=(9 if left_edge else -9, 0),
+        textcoords="offset points",
+        ha="left" if left_edge else "right",
+        va="center",
+        fontsize=10,
+        color=style.color,
+        annotation_clip=False,
+    )
+
+
 def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: Path) -> Path:
-    """Paired reductions per case and arm: each pair a point, the median a bar-shaped tick, the primary
-    interval (the claim's ``ci_low``–``ci_high``) a thick line, the bar a dashed line; a failed candidate's
-    pair (−∞) is a red x at the left; a pair where both arms failed (NaN) is not drawn."""
+    """Paired reductions per case and arm: each pair a point in its arm's marker and colour, the median a
+    bar-shaped tick, the primary interval (the claim's ``ci_low``–``ci_high``) a thick line, the bar a dashed
+    line; a failed candidate's pair (−∞) is a red x at the left; a pair where both arms failed (NaN) is not
+    drawn. Where one pair is extreme the axis keeps to the bulk and that pair sits at the edge, arrowed and
+    labelled with its value (never dropped)."""
     keys = [(str(c["case"]), str(c["arm"])) for _, c in claims.iterrows()]
     styles = arm_styles(plan.arm_labels())
     height = min(20.0, max(3.2, 1.4 + (0.75 if len(keys) <= 10 else 0.45) * len(keys)))
     with figure(path, width=10.0, height=height) as (fig, ax):
-        finite = pairs["reduction"].to_numpy(dtype=float) if not pairs.empty else np.array([])
-        finite = finite[np.isfinite(finite)]
-        lows = claims["ci_low"].to_numpy(dtype=float) if not claims.empty else np.array([])
-        highs = claims["ci_high"].to_numpy(dtype=float) if not claims.empty else np.array([])
+        values_all = pairs["reduction"].to_numpy(dtype=float) if not pairs.empty else np.array([])
         # The bar's dashed line(s): a claim's bar, or an A/A control's tolerance at ±bar.
         lines = (
             []
@@ -331,14 +372,19 @@ def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: 
                 else [plan.protocol.bar / 100]
             )
         )
-        span_values = np.concatenate(
-            [finite, lows[np.isfinite(lows)], highs[np.isfinite(highs)], [0.0], lines]
-        )
-        left, right = float(span_values.min()), float(span_values.max())
-        pad = max(0.02, 0.08 * (right - left))
-        left, right = left - pad, right + pad
-        failed_x = left + 0.3 * pad
-        any_failed = False
+        medians = claims["median"].to_numpy(dtype=float) if not claims.empty else np.array([])
+        lows = claims["ci_low"].to_numpy(dtype=float) if not claims.empty else np.array([])
+        highs = claims["ci_high"].to_numpy(dtype=float) if not claims.empty else np.array([])
+        interval_ends = [v for v in (*lows, *highs) if math.isfinite(v)]
+        left, right, clipped = reduction_axis(values_all, [*medians, *lines])
+        if not clipped:  # the intervals fit too, unless the axis keeps to the bulk
+            ends = np.array(interval_ends + [left, right])
+            pad = max(0.02, 0.08 * (float(ends.max()) - float(ends.min())))
+            left = min(left, float(ends.min()) - pad) if interval_ends else left
+            right = max(right, float(ends.max()) + pad) if interval_ends else right
+        failed_x = left + 0.03 * (right - left)
+        any_failed, any_beyond = False, False
+        shown: list[str] = []
         for y, (case, arm) in enumerate(keys):
             style = styles.get(arm, MarkStyle(ARM_COLORS[0], "o"))
             mine = pairs[(pairs["case"].astype(str) == case) & (pairs["arm"].astype(str) == arm)]
@@ -347,43 +393,54 @@ def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: 
             # A fixed vertical offset per round (not random jitter) keeps overlapping points apart.
             offsets = 0.07 * ((rounds % 5) - 2)
             fin = np.isfinite(values)
-            ax.scatter(
-                values[fin],
-                y + offsets[fin],
-                marker=style.marker,
-                color=style.color,
-                s=60,
-                alpha=0.9,
-                zorder=3,
-            )
+            inside = fin & (values >= left) & (values <= right)
+            if inside.any():
+                ax.plot(
+                    values[inside], y + offsets[inside], linestyle="", alpha=0.9, zorder=3, **marks(style)
+                )
+            if fin.any() and arm not in shown:
+                shown.append(arm)
+            for value, offset in zip(values[fin & ~inside], offsets[fin & ~inside], strict=True):
+                any_beyond = True
+                _beyond(ax, left if value < left else right, y + offset, value, style, value < left)
             lost = np.isinf(values)  # an arm failed; NaN (both failed) is no evidence and not drawn
             if lost.any():
                 any_failed = True
-                ax.scatter(
+                ax.plot(
                     np.full(int(lost.sum()), failed_x),
                     y + offsets[lost],
+                    linestyle="",
                     marker=FAILED.marker,
                     color=FAILED.color,
-                    s=90,
-                    linewidths=2.5,
+                    markersize=10,
+                    markeredgewidth=2.5,
                     zorder=4,
                 )
             claim = claims.iloc[y]
             low, high, median = float(claim["ci_low"]), float(claim["ci_high"]), float(claim["median"])
             if not (math.isnan(low) or math.isnan(high)):
                 ax.plot(
-                    [max(low, left), min(high, right)],
+                    [min(max(low, left), right), max(min(high, right), left)],
                     [y + 0.3, y + 0.3],
                     color=INTERVAL_COLOR,
                     linewidth=5,
                     solid_capstyle="butt",
                     zorder=2,
                 )
-                if math.isinf(low):  # the interval runs off to -inf: an arrowhead says so
-                    ax.scatter(
-                        [left], [y + 0.3], marker="<", color=INTERVAL_COLOR, s=80, zorder=2, clip_on=False
-                    )
-            if math.isfinite(median):
+                for end, edge, marker in ((low, left, "<"), (high, right, ">")):
+                    beyond_edge = end < edge if marker == "<" else end > edge
+                    if beyond_edge:  # the interval runs past the axis (to ±∞ or to an extreme pair)
+                        ax.plot(
+                            [edge],
+                            [y + 0.3],
+                            linestyle="",
+                            marker=marker,
+                            color=INTERVAL_COLOR,
+                            markersize=9,
+                            zorder=2,
+                            clip_on=False,
+                        )
+            if math.isfinite(median) and left <= median <= right:
                 ax.plot([median, median], [y - 0.25, y + 0.38], color="#000000", linewidth=3, zorder=4)
         for line in lines:
             ax.axvline(line, color=BAR.color, linestyle="--", linewidth=2)
@@ -398,7 +455,10 @@ def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: 
         level = float(claims["ci_level"].iloc[0]) if not claims.empty else 0.95
         ax.set_title(f"{plan.tier}: paired reductions of {plan.metric}")
         handles = [
-            Line2D([], [], linestyle="", marker="o", color="#666666", markersize=8, label="one pair"),
+            marker_handle(styles.get(arm, MarkStyle(ARM_COLORS[0], "o")), f"one pair ({arm})")
+            for arm in shown
+        ]
+        handles += [
             Line2D([], [], color="#000000", linewidth=3, label="median"),
             Line2D([], [], color=INTERVAL_COLOR, linewidth=5, label=f"{100 * level:.0f}% primary interval"),
         ]
@@ -409,6 +469,16 @@ def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: 
                 else f"bar {plan.protocol.bar:g}%"
             )
             handles.append(Line2D([], [], color=BAR.color, linestyle="--", linewidth=2, label=label))
+        if any_beyond:
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    color="#555555",
+                    linewidth=1.2,
+                    label="beyond the axis: at its edge, value labelled",
+                )
+            )
         if any_failed:
             handles.append(failure_handle("arm failed (−∞)"))
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)

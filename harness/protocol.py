@@ -264,7 +264,9 @@ class Plan:
     """Everything a run needs, fixed before the first trial and saved as ``plan.json``.
 
     ``tier`` names the tier by its registered name (never importable code); ``protocol`` holds the shared
-    options whole; ``settings`` is the tier's own, as the tier resolved them.
+    options whole; ``settings`` is the tier's own, as the tier resolved them. ``arm_code`` is what each arm
+    label runs on the plan's device, as the tier found it (``spec``, ``runs`` in words, and
+    ``same_path_as_baseline``: why it runs the baseline's code, or None); empty where no tier said.
     """
 
     tier: str
@@ -280,6 +282,7 @@ class Plan:
     created: str = ""
     schedule: list[ScheduledTrial] = field(default_factory=list)
     looks: list[dict[str, Any]] = field(default_factory=list)  # --pairs auto: each look's decision
+    arm_code: dict[str, dict[str, Any]] = field(default_factory=dict)
     format: int = PLAN_FORMAT
 
     def __post_init__(self) -> None:
@@ -323,6 +326,7 @@ class Plan:
             schedule=[ScheduledTrial(**t) for t in data["schedule"]],
             looks=list(data.get("looks") or []),
             format=int(data.get("format", 1)),
+            arm_code={k: dict(v) for k, v in (data.get("arm_code") or {}).items()},
         )
 
 

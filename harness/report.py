@@ -35,6 +35,7 @@ import pandas as pd
 
 from harness import plots, telemetry
 from harness import t_calibration as calibration
+from harness.codepaths import WITHHELD, all_same_code, same_code_arms, verdict_shown, what_ran
 from harness.formatting import (
     format_bytes,
     format_interval,
@@ -262,13 +263,6 @@ def _planned_text(plan: Plan) -> str:
     return f"auto (≤ {p.max_pairs})" if p.auto else str(p.pairs)
 
 
-def _bar_text(plan: Plan) -> str:
-    """The bar as the tables show it; an A/A control's is a tolerance, ±bar."""
-    if plan.protocol.bar is None:
-        return "none"
-    return f"±{plan.protocol.bar:g}%" if plan.protocol.control else f"{plan.protocol.bar:g}%"
-
-
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}" + ("" if count == 1 else "s")
 
@@ -276,7 +270,21 @@ def _plural(count: int, word: str) -> str:
 def caveats(run: LoadedRun) -> list[Caveat]:
     """Caveats derived from the tier and the data, most important first."""
     plan, trials, claims = run.plan, run.summaries.trials, run.summaries.claims
-    out: list[Caveat] = list(run.tier.caveats(run))
+    out: list[Caveat] = []
+    same = same_code_arms(plan)
+    if same:
+        out.append(
+            Caveat(
+                ("an A/A in effect" if all_same_code(plan) else "partly an A/A in effect")
+                + f": {', '.join(same)} ran the baseline's code on {plan.protocol.device}; "
+                + ("its verdict is" if len(same) == 1 else "their verdicts are")
+                + " withheld.",
+                "; ".join(f"{label}: {reason}" for label, reason in same.items())
+                + ". Name an arm that runs other code there (on the CPU, candidate-cpu routes CPU tensors "
+                "through the candidate's batched path).",
+            )
+        )
+    out += list(run.tier.caveats(run))
     if plan.protocol.control:
         out.append(Caveat("A/A control: it measures the noise floor, not a speed-up.", _control_text(run)))
     if is_interrupted(plan, trials):
@@ -437,10 +445,21 @@ def _diagnostic_text(claim: pd.Series, name: str) -> str:
 # --- sections ---------------------------------------------------------------------------------------------
 
 
+def _same_code_tag(plan: Plan) -> str:
+    """What the title calls a run whose compared arms ran the baseline's code."""
+    if all_same_code(plan):
+        return f" (an A/A in effect: the arms ran the same code on {plan.protocol.device})"
+    if same_code_arms(plan):
+        return f" (partly an A/A in effect: some arms ran the baseline's code on {plan.protocol.device})"
+    return ""
+
+
 def _title(runs: list[LoadedRun]) -> list[str]:
     kinds: list[str] = []
     for run in runs:
-        kind = run.plan.tier + (" A/A control" if run.plan.protocol.control else "")
+        kind = (
+            run.plan.tier + (" A/A control" if run.plan.protocol.control else "") + _same_code_tag(run.plan)
+        )
         if kind not in kinds:
             kinds.append(kind)
     first = runs[0]
@@ -517,10 +536,16 @@ def _summary(runs: list[LoadedRun]) -> list[str]:
                     f"{format_interval(claim['ci_low'], claim['ci_high'])} ({method_label(claim)}, "
                     f"{format_levels(claim)})",
                     _limit_text(run.plan, claim),
-                    "diagnostic" if run.tier.diagnostic else f"**{claim['verdict']}**",
+                    "diagnostic"
+                    if run.tier.diagnostic
+                    else f"**{verdict_shown(run.plan, arm, str(claim['verdict']))}**",
                 ]
             )
     lines = ["## Summary", ""]
+    for run in runs:
+        line = what_ran(run.plan)
+        if line:
+            lines += [(f"Run {run.number}: " if several else "") + line, ""]
     if rows:
         lines += [markdown_table(columns, rows, ("r" if several else "") + "llrrrrrll"), ""]
         lines.append(
@@ -970,7 +995,7 @@ def _results(run: LoadedRun) -> list[str]:
             f"{method_label(c)}: {format_levels(c)}"
             + ("" if is_missing(c["ci_nominal"]) else f", nominal {100 * float(c['ci_nominal']):.2f}%"),
             _limit_text(plan, c),
-            f"**{c['verdict']}**",
+            f"**{verdict_shown(plan, str(c['arm']), str(c['verdict']))}**",
         ]
         for _, c in claims.iterrows()
     ]
@@ -1057,7 +1082,7 @@ def _verdict(run: LoadedRun) -> list[str]:
             f"the {100 * float(c['ci_level']):.0f}% {method_label(c)} interval "
             f"{format_interval(c['ci_low'], c['ci_high'])}"
         )
-        verdict = str(c["verdict"])
+        verdict = verdict_shown(plan, str(c["arm"]), str(c["verdict"]))
         control = c["kind"] == "control"
         limit = "no bar" if is_missing(c["bar"]) else format_limit(100 * float(c["bar"]), control)
         explanation = {
@@ -1069,6 +1094,9 @@ def _verdict(run: LoadedRun) -> list[str]:
             "insufficient": f"{interval} does not keep its stated level: {c['ci_reason']}",
             "no bar": f"no bar was set (`--bar`); {interval} is shown for reference",
             "no tolerance": f"no tolerance was set (`--tolerance`); {interval} is shown for reference",
+            "no pairs": "no complete pair",
+            WITHHELD: f"{c['arm']} ran the baseline's code ({same_code_arms(plan).get(str(c['arm']))}), so "
+            f"{interval} measures noise, not a speed-up",
         }.get(verdict, interval)
         where = f"case {_code(c['case'])}, " if len(plan.cases) > 1 else ""
         kind = " (A/A control)" if control and len(claims) > 1 else ""
@@ -1291,9 +1319,9 @@ def _plots(run: LoadedRun) -> list[str]:
         "",
         markdown_image(timeline, f"{plan.tier}: every trial in schedule order"),
         "",
-        "Every trial in schedule order: filled markers are measured trials (colour and shape per arm), hollow "
-        "grey markers are warm-ups (discarded), a red x along the top is a failed trial, hatched slots were "
-        "scheduled but not run.",
+        "Every trial in schedule order: filled markers are measured trials (colour and shape per arm), the "
+        "arm's marker hollow and grey is a warm-up (discarded), a red x along the top is a failed trial, "
+        "hatched slots were scheduled but not run.",
     ]
     if summaries.claims.empty:
         return lines + ["", "No complete pair: no reduction plot."]
@@ -1307,8 +1335,9 @@ def _plots(run: LoadedRun) -> list[str]:
         "",
         markdown_image(reductions, f"{plan.tier}: paired reductions"),
         "",
-        "Paired reductions: one point per pair, the black tick is the median, the thick grey line the primary "
-        f"interval ({_level([run])})"
+        "Paired reductions: one point per pair (its arm's marker), the black tick is the median, the thick grey "
+        f"line the primary interval ({_level([run])}; an arrowhead where it runs past the axis); a pair far beyond "
+        "the rest is drawn at the axis edge with its value"
         + (
             ""
             if plan.protocol.bar is None

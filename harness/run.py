@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 
 from harness import env
+from harness.codepaths import what_ran
 from harness.console import ScheduleProgress, console, errors, print_flags, print_summary
 from harness.inference import CONFIDENCE, looks, should_stop
 from harness.options import InputError, resolve_placement
@@ -232,7 +233,10 @@ class Runner:
             print_flags(run.summaries, run.env)
         claim = tier.claim(run)
         if claim:
-            console.print(claim.rstrip())
+            shown, headline = claim.rstrip(), what_ran(run.plan)
+            if tier.paired and headline and shown.startswith(headline):
+                shown = shown[len(headline) :].lstrip("\n")  # the summary above opened with it already
+            console.print(shown)
         if self.options.report:
             from harness.report import write_report
 

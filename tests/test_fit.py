@@ -3,6 +3,7 @@ and every refused input. Each trial is a real worker process, so the settings ar
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ from harness.tables import RunFolder
 from optimizers import MuSGD
 
 ROOT = Path(__file__).resolve().parent.parent
+ULTRALYTICS = all(importlib.util.find_spec(name) is not None for name in ("ultralytics", "torchvision"))
 TINY = [
     "--workload",
     "embedded",
@@ -79,12 +81,16 @@ def test_pair_embedded_end_to_end(tmp_path: Path, capsys) -> None:
     assert main(["pair", *TINY, "--warmup", "1", "--pairs", "2", "--bar", "8", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "workload: embedded (--workload embedded)" in out
+    assert "arms: baseline,candidate-cpu (the default on cpu:" in out  # no --arms on a CPU: say which
     folder = only_run(tmp_path)
     rows = folder.rows()
     assert [r["phase"] for r in rows] == ["warmup"] + ["measured"] * 4
     assert all(r["status"] == "ok" for r in rows), [r["message"] for r in rows]
     classes = {r["arm"]: r["optimizer_class"] for r in rows}
-    assert classes == {"baseline": "optimizers.musgd.MuSGD", "candidate": "optimizers.batched.BatchedMuSGD"}
+    assert classes == {
+        "baseline": "optimizers.musgd.MuSGD",
+        "candidate-cpu": "experiments.arms.BatchedMuSGDOnCPU",
+    }
     for row in rows:
         assert row["iterations"] == 4 and row["value"] > 0
         assert row["checkpoint_bytes"] > 0  # real checkpoint files were written each epoch ...
@@ -96,7 +102,9 @@ def test_pair_embedded_end_to_end(tmp_path: Path, capsys) -> None:
     assert plan["tier"] == "pair" and plan["in_process"] is False
     assert FitSettings.from_dict(plan["settings"]).epochs == 2
     claim = folder.file("claim.txt").read_text()
-    assert claim.startswith("Baseline median ") and "The paired reduction is" in claim
+    assert claim.startswith("On cpu: baseline ran the per-parameter MuSGD")
+    claim_body = "\n".join(claim.splitlines()[1:])
+    assert claim_body.startswith("Baseline median ") and "The paired reduction is" in claim
     assert "verdict against the 8% bar: insufficient" in claim
     assert "1 warm-up fit(s) discarded, then 2 pair(s) in alternate order (AB, BA)" in claim
     assert "95% calibrated t interval of the geometric-mean reduction" in claim and "2 pairs" in claim
@@ -143,7 +151,8 @@ def test_an_aa_control_fit_is_judged_against_its_tolerance(tmp_path: Path) -> No
     folder = only_run(tmp_path)
     assert {r["optimizer_class"] for r in folder.rows()} == {"optimizers.musgd.MuSGD"}
     claim = folder.file("claim.txt").read_text()
-    assert claim.startswith("A/A control (noise floor): Baseline median ")
+    assert claim.startswith("A/A control on cpu: baseline ran the per-parameter MuSGD")
+    assert claim.splitlines()[1].startswith("A/A control (noise floor): Baseline median ")
     (verdict,) = {
         line.split("tolerance: ")[1].split(".")[0] for line in claim.splitlines() if "tolerance: " in line
     }
@@ -165,7 +174,10 @@ def test_stages_run_attributes_the_whole_fit(tmp_path: Path, capsys) -> None:
         assert abs(sum(stages) - row["value"]) < 0.05 * row["value"]  # the marks cover the bracket
         assert row["iteration_sync_median_s"] > 0
     claim = folder.file("claim.txt").read_text()
-    assert claim.startswith("Stages diagnostic (not a claim):") and "Ceiling: in baseline's fits" in claim
+    assert claim.startswith("On cpu: baseline ran the per-parameter MuSGD")  # what ran, first in every claim
+    assert (
+        claim.splitlines()[1] == "Stages diagnostic (not a claim):" and "Ceiling: in baseline's fits" in claim
+    )
     stages_csv = folder.file("stages.csv").read_text()
     assert "optimizer" in stages_csv and "share" in stages_csv
     report = folder.file("report.md").read_text()
@@ -308,7 +320,10 @@ def test_stop_after_stops_between_pairs_and_resume_finishes(tmp_path: Path, caps
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (["--steps", "100"], "--steps 100 is not a whole number of epochs of 64 iterations"),
+        (
+            ["--steps", "100", "--images", "256"],
+            "--steps 100 is not a whole number of epochs of 64 iterations",
+        ),
         (["--images", "250"], "250 training images are not a whole number of batches of 4"),
         (["--workload", "bogus"], "--workload 'bogus' is not accepted"),
         (["--amp", "fp16"], "--amp fp16 needs a CUDA device"),
@@ -394,3 +409,194 @@ def test_stages_on_cuda_cover_the_fit(tmp_path: Path) -> None:
         assert row["status"] == "ok", row["message"]
         total = sum(row[stage_column(s)] for s in STAGES)
         assert abs(total - row["value"]) < 0.05 * row["value"]
+
+
+@pytest.mark.parametrize(
+    ("arms", "first", "verdict"),
+    [
+        (
+            "baseline,candidate",
+            "An A/A in effect on cpu: every compared arm ran the baseline's code",
+            "withheld",
+        ),
+        ("baseline,candidate-cpu", "On cpu: baseline ran the per-parameter MuSGD", "against the 8% bar"),
+    ],
+)
+def test_the_claim_opens_with_what_the_arms_ran(tmp_path: Path, arms: str, first: str, verdict: str) -> None:
+    """claim.txt's first line names what each arm ran; where the candidate ran the baseline's code (the
+    candidate on the CPU) it calls the run an A/A in effect and withholds the verdict."""
+    from experiments.fit import make_plan
+    from experiments.tiers import TIERS
+    from harness.options import protocol_options
+    from harness.run import Runner, RunOptions
+
+    protocol = protocol_options(arms=arms, warmup=0, pairs=2, bar=8.0, device="cpu")
+    plan = make_plan(protocol, FitSettings(workload="embedded", images=8, batch=4, steps=4, val_images=8))
+    figures = iter([10.0, 9.0, 9.5, 10.5])
+    runner = Runner(TIERS, RunOptions(out=tmp_path, quiet=True, report=False))
+    folder = runner.start(plan, lambda ctx: {"value": next(figures)}).folder
+    claim = folder.file("claim.txt").read_text().splitlines()
+    assert claim[0].startswith(first), claim[0]
+    assert any(verdict in line for line in claim)
+    if verdict == "withheld":
+        assert claim[1].startswith("A/A in effect (noise, not a speed-up): Baseline median ")
+        assert "verdict withheld: candidate ran the baseline's code" in claim[2]
+    else:
+        assert "candidate-cpu ran the batched path" in claim[0] and claim[1].startswith("Baseline median ")
+
+
+def user_set(root: Path, train: int, val: int = 2) -> Path:
+    """A YOLO-format data.yaml whose splits hold ``train`` and ``val`` image files (counted, never opened)."""
+    for split, count in (("train", train), ("val", val)):
+        (root / "images" / split).mkdir(parents=True)
+        for index in range(count):
+            (root / "images" / split / f"{index}.jpg").write_bytes(b"")
+    (root / "data.yaml").write_text(f"path: {root}\ntrain: images/train\nval: images/val\nnames:\n  0: a\n")
+    return root / "data.yaml"
+
+
+@pytest.mark.skipif(not ULTRALYTICS, reason="--data needs the real trainer (the ultralytics extra)")
+def test_with_data_a_batch_that_does_not_divide_the_set_suggests_another_batch(tmp_path: Path) -> None:
+    """--data fixes the image count, so the hint names batches that divide it, never --images."""
+    from experiments.fit import make_plan
+    from harness.options import protocol_options
+
+    protocol = protocol_options(arms="baseline,candidate", device="cpu")
+    data = user_set(tmp_path, train=10)
+    with pytest.raises(InputError) as refused:
+        make_plan(protocol, FitSettings(workload="ultralytics", data=str(data), batch=3, steps=4))
+    message = str(refused.value)
+    assert "--images" not in message and "--batch 2 or --batch 5" in message, message
+    assert "--data has 10 training images" in message
+    with pytest.raises(InputError, match=r"use a multiple of 2 \(e\.g\. --steps 4 or 2\)"):
+        make_plan(protocol, FitSettings(workload="ultralytics", data=str(data), batch=5, steps=3))
+
+
+@pytest.mark.skipif(not ULTRALYTICS, reason="the note concerns the real trainer (the ultralytics extra)")
+def test_the_cpu_note_of_the_real_trainer_follows_the_fit_asked() -> None:
+    """The note's estimate follows --steps, --imgsz and the fits scheduled; a fit estimated short gets none."""
+    from experiments.fit import make_plan
+    from experiments.fit.plan import _minutes, estimated_cpu_fit_seconds
+    from harness.options import protocol_options
+
+    def notes(**settings) -> list[str]:
+        said: list[str] = []
+        protocol = protocol_options(arms="baseline,candidate-cpu", device="cpu", pairs=1, warmup=0)
+        make_plan(protocol, FitSettings(workload="ultralytics", **settings), announce=said.append)
+        return [line for line in said if line.startswith("note: the real trainer on the CPU")]
+
+    (default,) = notes()  # 384 steps of batch 4 at 640 px over 6 epochs, validating 32 images each
+    assert f"an estimated {_minutes(estimated_cpu_fit_seconds(384, 6, 4, 640, 32))} per fit" in default
+    assert "(384 steps of batch 4 at 640 px" in default and "for the 2 fits" in default
+    assert notes(steps=4, images=8, imgsz=64, val_images=8) == []  # seconds, not minutes: no note
+    (short,) = notes(steps=4, images=8, imgsz=640, val_images=8)
+    assert "(4 steps of batch 4 at 640 px" in short
+    assert estimated_cpu_fit_seconds(768, 6, 4, 640, 32) > 1.9 * estimated_cpu_fit_seconds(384, 6, 4, 640, 32)
+    assert estimated_cpu_fit_seconds(384, 6, 4, 320, 32) == estimated_cpu_fit_seconds(384, 6, 4, 640, 32) / 4
+
+
+def test_the_embedded_workload_is_shorter_by_default_on_the_cpu_only() -> None:
+    """On the CPU the embedded default is 64 steps of 128 images (2 epochs × 32), said before the run; given
+    values, CUDA and the real trainer keep 384 steps of 256 images."""
+    from experiments.fit import make_plan
+    from harness.protocol import Arm, ProtocolOptions
+
+    arms = (Arm("baseline", "baseline", "baseline"), Arm("candidate", "candidate", "candidate"))
+
+    def planned(device: str, **settings) -> tuple[FitSettings, list[str]]:
+        said: list[str] = []
+        plan = make_plan(ProtocolOptions(arms, device=device), FitSettings(**settings), announce=said.append)
+        return FitSettings.from_dict(plan.settings), said
+
+    cpu, said = planned("cpu", workload="embedded")
+    assert (cpu.steps, cpu.images, cpu.epochs, cpu.iterations_per_epoch) == (64, 128, 2, 32)
+    assert any(
+        line.startswith(
+            "fit: 64 steps of 128 images = 2 epochs × 32 iterations (128 images and 64 steps: the embedded "
+            "workload's CPU default"
+        )
+        for line in said
+    )
+    _, said = planned("cpu", workload="embedded", steps=384)
+    (note,) = [line for line in said if line.startswith("fit:")]
+    assert note.startswith("fit: 384 steps of 128 images = 12 epochs × 32 iterations (128 images: ")
+    gpu, said = planned("cuda", workload="embedded")
+    assert (gpu.steps, gpu.images) == (384, 256) and not any(line.startswith("fit:") for line in said)
+    given, said = planned("cpu", workload="embedded", steps=384, images=256)
+    assert (given.steps, given.images) == (384, 256) and not any(line.startswith("fit:") for line in said)
+    if ULTRALYTICS:
+        real, _ = planned("cpu", workload="ultralytics")
+        assert (real.steps, real.images, real.imgsz) == (384, 256, 640)
+
+
+def test_the_embedded_fit_logs_each_epoch(tmp_path: Path, capsys) -> None:
+    """A worker's ``trials/N.log`` is its stdout: the embedded fit prints one line per epoch (train loss,
+    validation loss and accuracy, host seconds) and a last line with the whole fit."""
+    from experiments.arms import make_optimizer
+    from experiments.fit import embedded
+    from harness.timing import NullClock
+
+    result = embedded.fit(
+        lambda groups, kwargs: make_optimizer("baseline", groups, kwargs),
+        device="cpu",
+        images=8,
+        val_images=8,
+        imgsz=16,
+        batch=4,
+        epochs=2,
+        amp="fp32",
+        data_seed=0,
+        seed=0,
+        trial_dir=tmp_path,
+        clock=NullClock(),
+    )
+    lines = capsys.readouterr().out.splitlines()
+    epochs = [line for line in lines if line.startswith("epoch ")]
+    assert [line.split(":")[0] for line in epochs] == ["epoch 1/2", "epoch 2/2"]
+    for line in epochs:
+        assert (
+            "train loss " in line and "val loss " in line and "val accuracy " in line and line.endswith(" s")
+        )
+    assert f"val accuracy {result['val_accuracy']:.4f}" in epochs[-1]
+    assert lines[0].startswith(
+        "embedded fit: 2 epochs × 2 iterations of batch 4 at 16 px, fp32, optimizers.musgd.MuSGD"
+    )
+    assert lines[-1].startswith("fit done: 4 iterations in ")
+
+
+@pytest.mark.slow
+def test_the_readme_first_command_compares_two_computations(tmp_path: Path, monkeypatch, capsys) -> None:
+    """`bench pair` with no option at all, as on the README's fresh machine (no ultralytics, no CUDA): the
+    embedded workload, baseline against candidate-cpu, and a claim whose first line names what each ran."""
+    monkeypatch.setattr("experiments.fit.plan.ultralytics_importable", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.chdir(tmp_path)
+    started = time.monotonic()
+    assert main(["pair"]) == 0
+    elapsed = time.monotonic() - started
+    out = capsys.readouterr().out
+    assert "device: cpu (auto: no CUDA device here)" in out
+    assert "workload: embedded (auto: ultralytics is not importable here" in out
+    assert "arms: baseline,candidate-cpu (the default on cpu:" in out
+    assert (
+        "fit: 64 steps of 128 images = 2 epochs × 32 iterations (128 images and 64 steps: the embedded" in out
+    )
+    folder = only_run(tmp_path / "runs")
+    rows = folder.rows()
+    assert len(rows) == 14 and all(r["status"] == "ok" for r in rows), [r["message"] for r in rows]
+    assert {r["arm"]: r["optimizer_class"] for r in rows} == {
+        "baseline": "optimizers.musgd.MuSGD",
+        "candidate-cpu": "experiments.arms.BatchedMuSGDOnCPU",
+    }
+    first = folder.file("claim.txt").read_text().splitlines()[0]
+    assert first == (
+        "On cpu: baseline ran the per-parameter MuSGD (optimizers.musgd.MuSGD); candidate-cpu ran the batched "
+        "path (batched Newton-Schulz, foreach momentum) with CPU tensors routed through it "
+        "(experiments.arms.BatchedMuSGDOnCPU)."
+    )
+    assert first in out  # the console says it too, before the figures
+    report = folder.file("report.md").read_text().splitlines()
+    assert report[report.index("## Summary") + 2] == first
+    log = (folder.path / "trials" / "0.log").read_text()
+    assert "epoch 2/2: train loss " in log
+    print(f"the default job took {elapsed:.1f} s here")

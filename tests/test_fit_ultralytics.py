@@ -128,7 +128,10 @@ def test_real_trainer_pair_end_to_end_on_cpu(tmp_path: Path, without_optional_pa
     rows = folder.rows()
     assert len(rows) == 2 and all(r["status"] == "ok" for r in rows), [r["message"] for r in rows]
     classes = {r["arm"]: r["optimizer_class"] for r in rows}
-    assert classes == {"baseline": "optimizers.musgd.MuSGD", "candidate": "optimizers.batched.BatchedMuSGD"}
+    assert classes == {
+        "baseline": "optimizers.musgd.MuSGD",
+        "candidate-cpu": "experiments.arms.BatchedMuSGDOnCPU",
+    }
     for row in rows:
         assert row["iterations"] == 4 and row["value"] > 0
         # The steady-state figure: epoch 2's span, from its start to its last iteration's end, read at the
@@ -144,7 +147,8 @@ def test_real_trainer_pair_end_to_end_on_cpu(tmp_path: Path, without_optional_pa
         assert (fit_dir / "results.csv").is_file() and not list(fit_dir.rglob("*.pt"))
     config = folder.path / "ultralytics-config" / "Ultralytics"
     assert (config / "Arial.ttf").is_file()
-    assert folder.file("claim.txt").read_text().startswith("Baseline median")
+    claim = folder.file("claim.txt").read_text().splitlines()
+    assert claim[0].startswith("On cpu: baseline ran") and claim[1].startswith("Baseline median")
     assert "the real Ultralytics trainer" in folder.file("report.md").read_text()
 
 
@@ -206,3 +210,33 @@ def test_real_trainer_on_cuda_fp16_skips_the_amp_check_offline(
             and row["peak_reserved"] >= row["peak_allocated"]
         )
         assert "checks skipped" in (folder.path / "trials" / f"{row['index']}.log").read_text()
+
+
+@pytest.mark.ultralytics
+@pytest.mark.skipif(not HAS_ULTRALYTICS, reason=NO_EXTRA)
+@pytest.mark.parametrize("cache", ["ram", "disk"])
+def test_the_data_sets_side_effects_are_made_once_before_the_first_trial(tmp_path: Path, cache: str) -> None:
+    """Ultralytics writes label caches (and with --cache disk an .npy per image) into the data set the first
+    time it builds it: the plan's trial function makes them, untimed, before any trial runs, so the first
+    timed fit starts from the same state as every other."""
+    from experiments.fit import make_plan, trial_function
+    from experiments.fit.plan import FitSettings
+    from harness.options import protocol_options
+
+    spec = SyntheticSet(8, 4, 64, 0)
+    root = tmp_path / "datasets"
+    data = ensure_synthetic_set(spec, root).parent
+    protocol = protocol_options(arms="baseline,candidate", device="cpu", warmup=0, pairs=1)
+    settings = FitSettings(
+        workload="ultralytics", data=str(data / "data.yaml"), batch=4, steps=2, imgsz=64, cache=cache
+    )
+    plan = make_plan(protocol, settings)
+    assert not list(data.rglob("*.cache")) and not list(data.rglob("*.npy"))
+    trial_function(plan)  # what the runner builds before the first trial
+    assert sorted(p.relative_to(data).as_posix() for p in data.rglob("*.cache")) == [
+        "labels/train.cache",
+        "labels/val.cache",
+    ]
+    npy = list(data.rglob("*.npy"))
+    assert len(npy) == (12 if cache == "disk" else 0)  # an image cache in RAM lives in each fit's own process
+    assert "made once before the first trial, untimed" in plan.timed_region

@@ -626,3 +626,23 @@ def test_an_auto_run_states_its_stopping_rule_and_looks(tmp_path: Path, no_gc) -
     assert "Looks taken: 6 pairs: precision not reached by every claim;" in text
     assert "14 pairs: every claim's precision reached." in text
     assert "| 14 of auto (≤ 20) |" in text and "stopping-rule t" in text
+
+
+def test_an_aa_in_effect_is_named_first_and_its_verdict_withheld(tmp_path: Path) -> None:
+    """A candidate that ran the baseline's code (the candidate on the CPU): the title, the summary's first line,
+    every verdict cell and a caveat say so; the figures themselves are still shown."""
+    from experiments.arms import arm_code
+
+    plan = make_plan()
+    plan.arm_code = arm_code(plan.cases, plan.protocol.device)  # candidate on the CPU
+    folder = run_folder(tmp_path, plan, scripted(FIGURES))
+    text = write([folder]).read_text(encoding="utf-8")
+    lines = text.splitlines()
+    assert lines[0] == "# musgd-bench report: fixture (an A/A in effect: the arms ran the same code on cpu)"
+    summary = lines[lines.index("## Summary") + 2]
+    assert summary.startswith("An A/A in effect on cpu: every compared arm ran the baseline's code")
+    verdict = str(loaded(folder).summaries.claims["verdict"].iloc[0])
+    assert f"**{verdict}**" not in text and text.count("**withheld**") == 3  # summary, results, verdict
+    assert "measures noise, not a speed-up" in text
+    assert "- an A/A in effect: candidate ran the baseline's code on cpu; its verdict is withheld." in text
+    assert reduction_text(FIGURES["baseline"], FIGURES["candidate"]) in text

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from experiments import screen
+from experiments.arms import arm_code
 from experiments.screen import plan as screen_plan
 from experiments.screen import plots as screen_plots
 from experiments.screen import section as screen_section
@@ -63,6 +64,7 @@ def make_plan(on: str | None = None, **options: Any) -> Plan:
     )
     if on is not None:
         plan.protocol = dataclasses.replace(plan.protocol, device=on)
+        plan.arm_code = arm_code(plan.cases, on)  # what the arms run there, as a plan made there records
     return plan
 
 
@@ -584,3 +586,33 @@ def test_cuda_screen_trial_on_scale_n() -> None:
         row = trial_fn(TrialContext(plan, scheduled, case, case.arm(scheduled.arm), Path(".")))
         assert row["value"] > 0 and row["floor_ms"] > 0 and row["floor_note"] == ""
         assert row["state_bytes"] > 0 and row["extra_peak_bytes"] >= 0
+
+
+def test_conclusions_are_withheld_when_the_guarded_arms_run_the_baselines_code(tmp_path: Path) -> None:
+    """On the CPU `candidate@gX` keeps the per-parameter step: no guard choice, no target, no next step; the
+    same figures with candidate-cpu (the batched path on CPU tensors) are read as usual."""
+    figures = {"baseline": 90.0, "@g0": 14.0, "@g256": 8.0}
+
+    def trial(ctx: TrialContext) -> dict[str, Any]:
+        ms = (
+            figures[ctx.arm.label.removeprefix(ctx.arm.spec)] if "@" in ctx.arm.label else figures["baseline"]
+        )
+        return {
+            "value": ms,
+            "host_ms": ms,
+            "floor_ms": math.nan,
+            "floor_note": "n/a",
+            "extra_peak_bytes": MiB,
+        }
+
+    same = make_plan(scales="n", guards="0,256", arms="baseline,candidate", pairs=2, warmup=0, device="cpu")
+    text = section(start(same, tmp_path / "same", trial), tmp_path / "figs-same")
+    assert "**Withheld:** `candidate@g0`, `candidate@g256` ran the baseline's code" in text
+    assert "which guard the data supports cannot be read from this run" in text
+    assert "The data supports guard" not in text and "Next step" not in text and "| target |" not in text
+    routed = make_plan(
+        scales="n", guards="0,256", arms="baseline,candidate-cpu", pairs=2, warmup=0, device="cpu"
+    )
+    text = section(start(routed, tmp_path / "routed", trial), tmp_path / "figs-routed")
+    assert "Withheld" not in text
+    assert "**The data supports guard 256** (`candidate-cpu@g256`)" in text

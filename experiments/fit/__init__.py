@@ -8,19 +8,45 @@
 
 from __future__ import annotations
 
-from functools import partial
+from typing import Any
 
 from experiments.fit.plan import FitSettings, make_plan, trial_function
-from experiments.fit.report import claim_text, report_section, tables
-from harness.console import console
-from harness.tier import BaseTier, Caveat
+from harness.protocol import Plan, ProtocolOptions
+from harness.tier import BaseTier, Caveat, Run
+
+
+# The words of a run (report, claim, plots) are imported when a run is read, not when a worker process imports
+# ``experiments.fit.worker``: every trial's worker would otherwise pay for matplotlib and rich at start-up.
+def _make_plan(protocol: ProtocolOptions, settings: FitSettings, command: str = "") -> Plan:
+    from harness.console import console
+
+    return make_plan(protocol, settings, command, announce=console.print)
+
+
+def _tables(run: Run) -> Any:
+    from experiments.fit.report import tables
+
+    return tables(run)
+
+
+def _section(run: Run) -> str:
+    from experiments.fit.report import report_section
+
+    return report_section(run)
+
+
+def _claim(run: Run) -> str:
+    from experiments.fit.report import claim_text
+
+    return claim_text(run)
+
 
 HOOKS = {
-    "make_plan": partial(make_plan, announce=console.print),
+    "make_plan": _make_plan,
     "trial_function": trial_function,
-    "tables": tables,
-    "section": report_section,
-    "claim": claim_text,
+    "tables": _tables,
+    "section": _section,
+    "claim": _claim,
 }
 PAIR = BaseTier(
     "pair",

@@ -10,7 +10,9 @@ real trainer has, so an optimizer change is measured inside a whole learner, not
 * LR warm-up (linear from 0, biases from 0.1, momentum from 0.8) over up to three epochs, leaving at least
   the last epoch, then linear decay per epoch to ``lrf``; gradient clipping at norm 10;
 * an EMA of the weights, validated each epoch, and a checkpoint each epoch (model, EMA and optimizer state,
-  written to real files in the trial folder).
+  written to real files in the trial folder);
+* a log line per epoch on stdout (train loss, validation loss and accuracy, host seconds), as a trainer
+  prints: a worker's ``trials/N.log``. The losses are read on the host every iteration anyway.
 """
 
 from __future__ import annotations
@@ -223,8 +225,15 @@ def fit(
     epoch_starts: list[float] = []
     best_accuracy, final, last_loss = -1.0, (math.nan, math.nan), math.nan
     checkpoint_bytes = 0
+    name = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
+    print(
+        f"embedded fit: {epochs} epochs × {per_epoch} iterations of batch {batch} at {imgsz} px, {amp}, {name}",
+        flush=True,
+    )
+    fit_start = time.perf_counter()
     for epoch in range(epochs):
         epoch_starts.append(time.perf_counter())  # after the last epoch's checkpoint, which synchronized
+        loss_sum = 0.0
         model.train()
         for group in optimizer.param_groups:
             group["lr"] = group["initial_lr"] * decay(epoch)
@@ -256,6 +265,7 @@ def fit(
             last_loss = loss.item()
             if not math.isfinite(last_loss):
                 raise FloatingPointError(f"loss is {last_loss} at step {step}")
+            loss_sum += last_loss
             stamps.append(time.perf_counter())
         clock.mark("other")
         final = _validate(ema, val_x, val_y, batch, dev, amp)
@@ -274,6 +284,15 @@ def fit(
             _save_atomic(state, trial_dir / "best.pt")
         checkpoint_bytes = sum(p.stat().st_size for p in trial_dir.glob("*.pt"))
         clock.mark("checkpoint")
+        print(
+            f"epoch {epoch + 1}/{epochs}: train loss {loss_sum / per_epoch:.4f}, val loss {final[0]:.4f}, "
+            f"val accuracy {final[1]:.4f}, {time.perf_counter() - epoch_starts[-1]:.2f} s",
+            flush=True,
+        )
+    print(
+        f"fit done: {len(stamps)} iterations in {time.perf_counter() - fit_start:.2f} s (host clock)",
+        flush=True,
+    )
     return {
         "iterations": len(stamps),
         "iteration_stamps": stamps,
@@ -282,7 +301,7 @@ def fit(
         "val_loss": round(final[0], 6),
         "val_accuracy": round(final[1], 6),
         "checkpoint_bytes": checkpoint_bytes,
-        "optimizer_class": f"{type(optimizer).__module__}.{type(optimizer).__qualname__}",
+        "optimizer_class": name,
         "train_loss": round(last_loss, 6),
         "trained": {"model": model, "ema": ema.model},
     }

@@ -16,21 +16,34 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import tempfile
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from experiments.arms import checked_optimizer
+from experiments.arms import arm_code, checked_optimizer
 from harness.formatting import format_bytes
-from harness.isolation import run_in_worker
+from harness.isolation import WorkerDied, WorkerError, run_in_worker
 from harness.options import InputError, check_choice, check_non_negative, check_positive
 from harness.protocol import Case, Plan, ProtocolOptions, TrialContext, TrialFunction
 
 WORKLOADS = ("auto", "ultralytics", "embedded")
 AMP_CHOICES = ("auto", "bf16", "fp16", "fp32")
 CACHE_CHOICES = ("ram", "disk", "none")
+DEFAULT_STEPS = 384
 DEFAULT_IMAGES = 256
+# The embedded workload on the CPU: 2 epochs × 32 iterations (LR warm-up over the first, then decay; EMA,
+# validation and a checkpoint each epoch), so the default job's 14 fits end in about a minute on two cores,
+# where each worker's start (importing torch) alone costs seconds. The real trainer and CUDA keep 384 × 256.
+CPU_EMBEDDED_STEPS = 64
+CPU_EMBEDDED_IMAGES = 128
 DEFAULT_IMGSZ = {"ultralytics": 640, "embedded": 32}
+# A rough CPU cost of the real trainer, for the pre-run note only (never a figure of a run): seconds per
+# 640-px image through a yolo26n-sized model, forward, backward and step, measured on a shared two-core
+# machine (about 1 s per 320-px image); validation costs about a third of that per image.
+CPU_SECONDS_PER_640PX_IMAGE = 4.0
+VALIDATION_SHARE = 1 / 3
+LONG_FIT_S = 60.0  # a fit estimated at least this long on the CPU gets the note
 YOLO_STRIDE = 32
 WORKER_TARGET = "experiments.fit.worker:run_fit"
 REAL_TRAINER_ONLY = ("model", "workers", "cache", "close_mosaic")  # refused with the embedded workload
@@ -50,6 +63,8 @@ MAX_EMBEDDED_SET_BYTES = 4 * 2**30
 MAX_WORKERS = 256
 # A week: longer is a typo, and past Python's largest timeout every trial would fail.
 MAX_TRIAL_TIMEOUT = 7 * 24 * 3600
+PREPARE_TARGET = "experiments.fit.worker:prepare_data"
+PREPARE_TIMEOUT_S = 1800
 
 
 @dataclass(frozen=True)
@@ -58,8 +73,8 @@ class FitSettings:
     reads them from here); ``make_plan`` resolves ``auto`` and ``None`` and saves the result in the plan."""
 
     workload: str = "auto"
-    steps: int = 384
-    images: int | None = None  # default 256; with ``data``, counted from it
+    steps: int | None = None  # default 384; 64 for the embedded workload on the CPU
+    images: int | None = None  # default 256 (128 embedded on the CPU); with ``data``, counted from it
     val_images: int = 32
     batch: int = 4
     imgsz: int | None = None  # default 640 for the real trainer, 32 embedded
@@ -137,11 +152,29 @@ def check_model(model: str) -> str:
     return model
 
 
-def check_steps(steps: int, images: int, batch: int) -> int:
-    """Epochs for ``steps`` optimizer steps over ``images`` at ``batch``; ``InputError`` unless whole epochs."""
+def _divisors_around(count: int, value: int) -> tuple[int | None, int | None]:
+    """The divisors of ``count`` nearest below and above ``value`` (None where there is none)."""
+    divisors = [d for d in range(1, count + 1) if count % d == 0]
+    below = [d for d in divisors if d < value]
+    above = [d for d in divisors if d > value]
+    return (below[-1] if below else None), (above[0] if above else None)
+
+
+def check_steps(steps: int, images: int, batch: int, counted: bool = False) -> int:
+    """Epochs for ``steps`` optimizer steps over ``images`` at ``batch``; ``InputError`` unless whole epochs.
+
+    ``counted``: the images were counted from ``--data``, so the hint changes ``--batch``, never ``--images``.
+    """
     check_positive("--steps", steps, MAX_FIT_STEPS)
     check_positive("--batch", batch)
     if images % batch:
+        if counted:
+            lower, upper = _divisors_around(images, batch)
+            options = " or ".join(f"--batch {b}" for b in (lower, upper) if b is not None)
+            raise InputError(
+                f"--data has {images} training images, not a whole number of batches of {batch}: every epoch "
+                f"must be whole batches; use a batch that divides {images} (e.g. {options})"
+            )
         lower, upper = images - images % batch, images - images % batch + batch
         raise InputError(
             f"{images} training images are not a whole number of batches of {batch}: every epoch must be whole "
@@ -163,6 +196,18 @@ def check_steps(steps: int, images: int, batch: int) -> int:
             "writes checkpoints); use more --images per epoch or fewer --steps"
         )
     return epochs
+
+
+def estimated_cpu_fit_seconds(steps: int, epochs: int, batch: int, imgsz: int, val_images: int) -> float:
+    """A rough CPU duration of one real-trainer fit: training images and validation passes (each epoch and
+    the final one) at ``imgsz``, from ``CPU_SECONDS_PER_640PX_IMAGE``. For the pre-run note only."""
+    per_image = CPU_SECONDS_PER_640PX_IMAGE * (imgsz / 640) ** 2
+    return per_image * (steps * batch + VALIDATION_SHARE * (epochs + 1) * val_images)
+
+
+def _minutes(seconds: float) -> str:
+    minutes = seconds / 60
+    return f"{minutes:.0f} minutes" if minutes >= 2 else f"{minutes:.1f} minutes"
 
 
 def resolve_amp(amp: str, device: str) -> str:
@@ -228,8 +273,18 @@ def make_plan(
                 f"--images {images} disagrees with --data, which has {counted} training images; drop --images"
             )
         images, data_path = counted, str(Path(s.data).resolve())
-    images = DEFAULT_IMAGES if images is None else check_positive("--images", images, MAX_IMAGES)
-    epochs = check_steps(s.steps, images, s.batch)
+    small = chosen == "embedded" and not protocol.device.startswith("cuda")
+    smaller: list[str] = []
+    if images is None:
+        images = CPU_EMBEDDED_IMAGES if small else DEFAULT_IMAGES
+        smaller += [f"{images} images"] if small else []
+    else:
+        images = check_positive("--images", images, MAX_IMAGES)
+    steps = s.steps
+    if steps is None:
+        steps = CPU_EMBEDDED_STEPS if small else DEFAULT_STEPS
+        smaller += [f"{steps} steps"] if small else []
+    epochs = check_steps(steps, images, s.batch, counted=data_path is not None)
     set_bytes = (images + val_images) * 3 * imgsz**2 * 4
     if chosen == "embedded" and set_bytes > MAX_EMBEDDED_SET_BYTES:
         raise InputError(
@@ -240,6 +295,7 @@ def make_plan(
     resolved = replace(
         s,
         workload=chosen,
+        steps=steps,
         images=images,
         val_images=val_images,
         imgsz=imgsz,
@@ -250,19 +306,31 @@ def make_plan(
     )
     if announce is not None:
         announce(f"workload: {chosen} ({why})")
-        if chosen == "ultralytics" and not protocol.device.startswith("cuda"):
+        if smaller:
             announce(
-                f"note: the real trainer on the CPU at {imgsz} px runs for many minutes per fit; "
-                "--device cuda on a GPU, or --workload embedded for a quick CPU run"
+                f"fit: {steps} steps of {images} images = {epochs} epochs × {images // s.batch} iterations ("
+                f"{' and '.join(smaller)}: the embedded workload's CPU default, so that `bench pair` with no "
+                f"options ends in about a minute on two quiet cores; on CUDA and with the real trainer the "
+                f"defaults are {DEFAULT_STEPS} steps of {DEFAULT_IMAGES} images)"
             )
+        if chosen == "ultralytics" and not protocol.device.startswith("cuda"):
+            estimate = estimated_cpu_fit_seconds(steps, epochs, s.batch, imgsz, val_images)
+            if estimate >= LONG_FIT_S:
+                fits = len(protocol.arms) * protocol.pairs + protocol.warmup
+                announce(
+                    f"note: the real trainer on the CPU: an estimated {_minutes(estimate)} per fit ({steps} steps of "
+                    f"batch {s.batch} at {imgsz} px, a yolo26n-sized model), about {_minutes(fits * estimate)} for "
+                    f"the {fits} fits; --device cuda on a GPU, fewer --steps or a smaller --imgsz, or --workload "
+                    "embedded for a quick CPU run"
+                )
     label = (
         f"{Path(resolved.model).stem if chosen == 'ultralytics' else 'embedded'} {imgsz}px b{s.batch} "
-        f"{s.steps} steps ({epochs}×{resolved.iterations_per_epoch})"
+        f"{steps} steps ({epochs}×{resolved.iterations_per_epoch})"
     )
     case_params = {
         "workload": chosen,
         "model": resolved.model,
-        "steps": s.steps,
+        "steps": steps,
         "epochs": epochs,
         "images": images,
         "batch": s.batch,
@@ -275,25 +343,39 @@ def make_plan(
         else "; the harness adds no synchronization, profiler or callback inside it (the workload's "
         "own reads of the loss for logging are part of what is timed, for both arms alike)"
     )
+    cases = [Case(label, case_params, protocol.arms)]
     return Plan(
         tier="stages" if s.stages else "pair",
         protocol=protocol,
-        cases=[Case(label, case_params, protocol.arms)],
+        cases=cases,
+        arm_code=arm_code(cases, protocol.device),
         unit="s",
         metric="whole-fit wall time" + (" with stage marks (diagnostic)" if s.stages else ""),
         settings=asdict(resolved),
         command=command,
         in_process=False,
         isolation="a fresh worker process per trial (python -m harness.isolation); the parent schedules and "
-        "collects rows and never touches the GPU",
+        "collects rows and never touches the GPU"
+        + (
+            "; before the first trial a preparatory worker builds the data set once (label caches"
+            + (", .npy image cache" if s.cache == "disk" else "")
+            + "), so every trial starts from the same files"
+            if chosen == "ultralytics"
+            else ""
+        ),
         timed_region=(
             "the whole fit, synchronized at both ends: "
             + (
-                "YOLO(model).train(...) — dataset and cache set-up, augmentation and mosaic closure, LR warm-up and "
-                "decay, forward/backward, optimizer, EMA, validation each epoch, checkpoints, final validation"
+                "YOLO(model).train(...) — dataset set-up (its label caches"
+                + (" and the .npy image cache" if s.cache == "disk" else "")
+                + " made once before the first trial, untimed, by a preparatory worker, so every fit reads the "
+                "same files"
+                + ("; the RAM image cache built by each fit" if s.cache == "ram" else "")
+                + "), augmentation and mosaic closure, LR warm-up and decay, forward/backward, optimizer, EMA, "
+                "validation each epoch, checkpoints, final validation"
                 if chosen == "ultralytics"
                 else "embedded fit — synthetic data, augmentation, LR warm-up and decay, forward/backward, optimizer, "
-                "EMA, validation each epoch, checkpoints"
+                "EMA, validation each epoch, checkpoints, a log line per epoch"
             )
             + stage_note
         ),
@@ -308,8 +390,31 @@ def worker_environment(run_dir: Path) -> dict[str, str]:
     return offline_environment(run_dir / "ultralytics-config")
 
 
+def prepare_data_set(settings: FitSettings, data_yaml: str) -> dict[str, Any]:
+    """Make the real trainer's data-set side effects (label caches, a disk image cache) once, untimed, in a
+    preparatory worker (the parent never imports ultralytics); ``InputError`` with its last line if it fails."""
+    from experiments.fit.ultralytics_fit import offline_environment
+
+    with tempfile.TemporaryDirectory(prefix="bench-prepare-") as config:
+        try:
+            return run_in_worker(
+                PREPARE_TARGET,
+                {"settings": asdict(settings), "data_yaml": data_yaml, "parent_pid": os.getpid()},
+                timeout_s=PREPARE_TIMEOUT_S,
+                env=offline_environment(Path(config)),
+            )
+        except (WorkerDied, WorkerError) as exc:
+            raise InputError(
+                f"the data set {data_yaml} could not be prepared by Ultralytics: {exc}"
+            ) from None
+
+
 def trial_function(plan: Plan) -> TrialFunction:
-    """The trial function of a fit plan: one worker process per trial, its output in ``trials/<index>.log``."""
+    """The trial function of a fit plan: one worker process per trial, its output in ``trials/<index>.log``.
+
+    For the real trainer the data set is ready before the first trial: generated (synthetic) and built once
+    by upstream's dataset builder, so its caches are never made inside a timed fit.
+    """
     settings = FitSettings.from_dict(plan.settings)
     data_yaml = settings.data
     if settings.workload == "ultralytics" and data_yaml is None:
@@ -317,6 +422,15 @@ def trial_function(plan: Plan) -> TrialFunction:
 
         spec = SyntheticSet(settings.images, settings.val_images, settings.imgsz, plan.protocol.seed)
         data_yaml = str(ensure_synthetic_set(spec, Path(settings.data_cache)).resolve())
+    if settings.workload == "ultralytics":
+        prepared = prepare_data_set(settings, data_yaml)
+        from harness.console import console
+
+        console.print(
+            f"data: {data_yaml} built once before the first trial (untimed): "
+            f"{len(prepared['label_caches'])} label cache(s)"
+            + (", an .npy per image (--cache disk)" if prepared["image_cache"] == "disk" else "")
+        )
 
     def trial(ctx: TrialContext) -> dict[str, Any]:
         trials_dir = ctx.run_dir / "trials"

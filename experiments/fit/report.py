@@ -17,6 +17,7 @@ import pandas as pd
 from experiments.fit.plan import FitSettings
 from experiments.fit.plots import plot_fit_stage_shares
 from experiments.fit.stages import OPTIMIZER_STAGE, STAGES, stage_column
+from harness.codepaths import same_code_arms, what_ran
 from harness.formatting import (
     format_bytes,
     format_interval,
@@ -257,7 +258,9 @@ def claim_text(run: Run) -> str:
     """The claim of a paired run (or the stage shares of a stages run), as plain text (``claim.txt``)."""
     plan, summaries, env = run.plan, run.summaries, run.env
     settings = FitSettings.from_dict(plan.settings)
-    lines: list[str] = []
+    opening = what_ran(plan)
+    lines: list[str] = [opening] if opening else []
+    same = same_code_arms(plan)
     if settings.stages:
         table = stage_table(plan, summaries.trials)
         lines += ["Stages diagnostic (not a claim):"] + stage_findings(plan, table)
@@ -268,8 +271,16 @@ def claim_text(run: Run) -> str:
         if settings.stages:
             continue
         control = claim["kind"] == "control"
-        kind = "A/A control (noise floor): " if control else ""
-        if claim["verdict"] in ("no bar", "no tolerance"):
+        kind = (
+            "A/A control (noise floor): "
+            if control
+            else "A/A in effect (noise, not a speed-up): "
+            if arm in same
+            else ""
+        )
+        if arm in same:
+            verdict = f"verdict withheld: {arm} ran the baseline's code"
+        elif claim["verdict"] in ("no bar", "no tolerance"):
             verdict = f"no {'tolerance (--tolerance)' if control else 'bar (--bar)'} set, so no verdict"
         else:
             limit = format_limit(100 * float(claim["bar"]), control)

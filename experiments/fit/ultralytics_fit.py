@@ -14,6 +14,12 @@ proxies pointed at a closed local port, so any download upstream might attempt (
 weights) fails at once instead of waiting on a network that is not there; with ``amp=True`` (fp16) on a GPU,
 upstream then logs that its AMP check was skipped and keeps AMP on. The bf16 default never runs that check.
 
+Data-set side effects: the first time Ultralytics builds a data set it writes label caches
+(``labels/<split>.cache``) into it, and with ``cache='disk'`` an ``.npy`` beside every image. So that no
+trial pays for that inside its timed fit (the first one would), ``prepare_dataset`` builds both splits once
+with upstream's own dataset builder, in a preparatory worker before the first trial; every fit then finds
+the same files. An image cache in RAM lives in each fit's own process and is part of every fit alike.
+
 polars: upstream reads ``results.csv`` with polars at each checkpoint; ``read_results_csv`` is overridden
 with the standard library, so polars is never imported on the training path (the H200 image has none).
 """
@@ -162,6 +168,41 @@ def make_trainer_class(
             return clock.wrap(super().final_eval, "other", "validation")()
 
     return StagedTrainer if clock.enabled else ArmTrainer
+
+
+def prepare_dataset(settings: Any, data_yaml: str) -> dict[str, Any]:
+    """Build the train and val splits of ``data_yaml`` once with upstream's dataset builder, as the trainer
+    would, so its caches exist before any timed fit; returns the images seen and the cache files present."""
+    prepare_config_dir(Path(os.environ["YOLO_CONFIG_DIR"]))
+    from ultralytics.cfg import get_cfg
+    from ultralytics.data.build import build_yolo_dataset
+    from ultralytics.data.utils import check_det_dataset
+    from ultralytics.utils import SETTINGS
+
+    SETTINGS.update(INTEGRATIONS_OFF)
+    data = check_det_dataset(data_yaml)
+    disk = settings.cache == "disk"  # a RAM cache is per process: nothing to make ahead
+    cfg = get_cfg(
+        overrides={
+            "data": data_yaml,
+            "imgsz": settings.imgsz,
+            "batch": settings.batch,
+            "cache": "disk" if disk else False,
+            "workers": 0,
+        }
+    )
+    images: dict[str, int] = {}
+    caches: list[str] = []
+    for mode in ("train", "val"):
+        dataset = build_yolo_dataset(
+            cfg, data[mode], settings.batch, data, mode=mode, rect=mode == "val", stride=32
+        )
+        images[mode] = len(dataset)
+        # Where upstream keeps a split's label cache: beside its labels folder (unwritable folders get none).
+        cache = Path(dataset.label_files[0]).parent.with_suffix(".cache") if dataset.label_files else None
+        if cache is not None and cache.is_file():
+            caches.append(str(cache))
+    return {"images": images, "label_caches": caches, "image_cache": "disk" if disk else "none"}
 
 
 def prepare_fit(

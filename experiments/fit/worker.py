@@ -86,6 +86,14 @@ def non_finite_results(figures: dict[str, Any], trained: dict[str, torch.nn.Modu
     return problems
 
 
+def prepare_data(payload: dict[str, Any]) -> dict[str, Any]:
+    """The preparatory worker's target: the real trainer's data-set side effects, made once before any trial."""
+    die_with_parent(payload.get("parent_pid"))
+    from experiments.fit import ultralytics_fit
+
+    return ultralytics_fit.prepare_dataset(FitSettings.from_dict(payload["settings"]), payload["data_yaml"])
+
+
 def run_fit(payload: dict[str, Any]) -> dict[str, Any]:
     """One whole fit of the payload's arm; returns the trial's figures (``value`` = wall seconds)."""
     die_with_parent(payload.get("parent_pid"))

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from experiments.arms import checked_optimizer
+from experiments.arms import arm_code, checked_optimizer
 from experiments.probe.detect import FIRST_STRIDE
 from experiments.probe.lm import VARIANTS as LM_VARIANTS
 from experiments.workloads import SCALES
@@ -167,6 +167,7 @@ def make_plan(protocol: ProtocolOptions, settings: ProbeSettings, command: str =
         tier="probe",
         protocol=protocol,
         cases=cases,
+        arm_code=arm_code(cases, protocol.device),
         unit="ms",
         metric=METRIC,
         settings={

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from experiments import workloads
-from experiments.arms import checked_optimizer
+from experiments.arms import arm_code, checked_optimizer
 from harness.options import InputError, check_choice, check_non_negative, check_positive, split_list
 from harness.protocol import Arm, Case, Plan, ProtocolOptions
 
@@ -144,6 +144,7 @@ def make_plan(protocol: ProtocolOptions, settings: ScreenSettings, command: str 
         tier="screen",
         protocol=protocol,
         cases=cases,
+        arm_code=arm_code(cases, protocol.device),
         unit="ms/step",
         metric="optimizer step time (window total / steps)",
         settings=resolved,

@@ -27,10 +27,15 @@ def plot_crossover(
 
     ``table`` columns: ``x``, ``series``, ``median``, ``low``, ``high`` (the range, drawn as error bars) and
     ``floor`` (drawn dashed in the series' colour; NaN where there is none). Series follow ``series`` order.
+    Each series sits a little apart within its x category (``series_offsets``), so its point and range stay
+    readable where several series are close, and with a single x (one scale) every series still has its
+    own position.
     """
     styles = arm_styles(series)
     positions = {x: i for i, x in enumerate(x_order)}
-    any_floor = False
+    offsets = series_offsets(len(series), len(x_order))
+    lines: list[str] = []  # series drawn, in order (each gets a legend entry drawn as it is)
+    floors: list[str] = []
     with figure(path, width=10.0, height=5.4) as (fig, ax):
         ax.set_yscale("log")
         for label in series:
@@ -43,13 +48,14 @@ def plot_crossover(
             if not keep.any():
                 continue
             style = styles[label]
-            x = rows["pos"].to_numpy(dtype=float)[keep]
+            x = rows["pos"].to_numpy(dtype=float)[keep] + offsets[series.index(label)]
             low = pd.to_numeric(rows["low"], errors="coerce").to_numpy(dtype=float)[keep]
             high = pd.to_numeric(rows["high"], errors="coerce").to_numpy(dtype=float)[keep]
             low, high = (
                 np.where(np.isfinite(low), low, median[keep]),
                 np.where(np.isfinite(high), high, median[keep]),
             )
+            lines.append(label)
             ax.errorbar(
                 x,
                 median[keep],
@@ -64,9 +70,9 @@ def plot_crossover(
             floor = pd.to_numeric(rows["floor"], errors="coerce").to_numpy(dtype=float)
             has_floor = np.isfinite(floor) & (floor > 0)
             if has_floor.any():
-                any_floor = True
+                floors.append(label)
                 ax.plot(
-                    rows["pos"].to_numpy(dtype=float)[has_floor],
+                    rows["pos"].to_numpy(dtype=float)[has_floor] + offsets[series.index(label)],
                     floor[has_floor],
                     color=style.color,
                     linestyle="--",
@@ -77,26 +83,41 @@ def plot_crossover(
                 )
         ax.set_xticks(range(len(x_order)))
         ax.set_xticklabels(list(x_order))
-        ax.set_xlim(-0.3, len(x_order) - 0.7)
+        margin = 0.5 if len(x_order) == 1 else 0.3
+        ax.set_xlim(-margin, len(x_order) - 1 + margin)
         ax.set_xlabel("scale")
         ax.set_ylabel(unit + " (log)")
         ax.set_title(title)
-        handles, labels = ax.get_legend_handles_labels()
-        if any_floor:
+        handles = [
+            Line2D([], [], color=styles[label].color, marker=styles[label].marker, linewidth=2)
+            for label in lines
+        ]
+        labels = list(lines)
+        for label in floors:  # each floor as drawn: its series' colour and marker, hollow, dashed
+            style = styles[label]
             handles.append(
                 Line2D(
                     [],
                     [],
-                    color="#555555",
+                    color=style.color,
                     linestyle="--",
-                    marker="o",
+                    linewidth=1.5,
+                    marker=style.marker,
                     markerfacecolor="none",
-                    label="launch floor (CUDA graph)",
                 )
             )
-            labels.append("launch floor (CUDA graph)")
+            labels.append(f"{label} launch floor (CUDA graph)")
         ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return path
+
+
+def series_offsets(count: int, categories: int) -> list[float]:
+    """Horizontal offsets of ``count`` series within one x category: spread over 0.6 of a category with one
+    category (there is nothing else to tell them apart), over 0.3 with several (the lines stay lines)."""
+    if count <= 1:
+        return [0.0] * count
+    span = 0.6 if categories <= 1 else 0.3
+    return [span * (i / (count - 1) - 0.5) for i in range(count)]
 
 
 def plot_memory(
@@ -112,6 +133,7 @@ def plot_memory(
     """
     styles = arm_styles(series)
     positions = {x: i for i, x in enumerate(x_order)}
+    offsets = series_offsets(len(series), len(x_order))
     values = (
         pd.to_numeric(table["bytes"], errors="coerce").to_numpy(dtype=float) / 2**20
         if len(table)
@@ -134,7 +156,7 @@ def plot_memory(
             drawn = True
             style = styles[label]
             ax.plot(
-                rows["pos"].to_numpy(dtype=float)[keep],
+                rows["pos"].to_numpy(dtype=float)[keep] + offsets[series.index(label)],
                 mib[keep],
                 color=style.color,
                 marker=style.marker,
@@ -153,7 +175,8 @@ def plot_memory(
             ax.set_yticks([])
         ax.set_xticks(range(len(x_order)))
         ax.set_xticklabels(list(x_order))
-        ax.set_xlim(-0.3, len(x_order) - 0.7)
+        margin = 0.5 if len(x_order) == 1 else 0.3
+        ax.set_xlim(-margin, len(x_order) - 1 + margin)
         ax.set_xlabel("scale")
         ax.set_ylabel("MiB")
         ax.set_title(title)

@@ -12,6 +12,7 @@ from experiments.screen.plan import NO_LIMIT, guard_label, parse_guard
 from experiments.screen.plots import CROSSOVER_PNG, MEMORY_PNG, plot_crossover, plot_memory
 from experiments.screen.summary import SUMMARY_CSV, summary_table
 from harness import stats
+from harness.codepaths import same_code_arms
 from harness.formatting import format_bytes, format_number, format_percent
 from harness.protocol import Plan
 from harness.report import markdown_image, markdown_table
@@ -334,6 +335,17 @@ def next_step(table: pd.DataFrame, candidate: str, scales: list[str]) -> str:
     )
 
 
+def _withheld(labels: list[str], same: dict[str, str], what: str) -> str:
+    """The line that stands in for a conclusion drawn from arms that ran the baseline's code."""
+    names = ", ".join(f"`{label}`" for label in labels)
+    reasons = "; ".join(dict.fromkeys(same[label] for label in labels))
+    return (
+        f"**Withheld:** {names} ran the baseline's code ({reasons}), so their differences from it are noise: "
+        f"{what} cannot be read from this run. Screen an arm that runs other code here (on the CPU, "
+        "`candidate-cpu`)."
+    )
+
+
 def report_section(run: Run) -> str:
     """The screen's report section: tables, crossover and memory plots, and the analysis, from the data."""
     plan, summaries, figures_dir = run.plan, run.summaries, run.figures_dir
@@ -440,11 +452,17 @@ def report_section(run: Run) -> str:
         "Median extra peak of one step (allocator peak over the window minus what was allocated when it opened).",
     ]
 
+    same = same_code_arms(plan)
     for spec in plan.settings["guarded_specs"]:
         if spec == plan.settings["arm_specs"][0]:
             continue
+        lines += ["", f"#### Where padding stops paying (`{spec}`)", ""]
+        guarded = [guard_label(spec, parse_guard(g)) for g in plan.settings["guards"]]
+        if all(label in same for label in guarded):
+            lines.append(_withheld(guarded, same, "which guard the data supports"))
+            continue
         guard_text, supported = guard_analysis(plan, table, trials, spec)
-        lines += ["", f"#### Where padding stops paying (`{spec}`)", ""] + guard_text
+        lines += guard_text
 
     if "candidate" in plan.settings["arm_specs"][1:]:
         default = plan.settings["default_guards"].get("candidate")
@@ -456,8 +474,11 @@ def report_section(run: Run) -> str:
             candidate = guard_label("candidate", parse_guard(plan.settings["guards"][0]))
             which = f"the shipped default g{default} was not screened; the first screened guard instead"
         lines += ["", f"#### Targets, checked for `{candidate}` ({which})", ""]
-        lines += target_lines(plan, table, trials, candidate)
-        lines += ["", f"**Next step.** {next_step(table, candidate, plan.settings['scales'])}"]
+        if candidate in same:
+            lines.append(_withheld([candidate], same, "whether a target is met, and the next step"))
+        else:
+            lines += target_lines(plan, table, trials, candidate)
+            lines += ["", f"**Next step.** {next_step(table, candidate, plan.settings['scales'])}"]
     if plan.protocol.device == "cpu":
         lines += [
             "",

@@ -1,0 +1,78 @@
+"""The console's end-of-run summary: what the arms ran comes first, and every figure stays whole at any width
+(80 columns is what rich gives a terminal it cannot measure)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from experiments.arms import arm_code
+from harness.console import print_summary
+from harness.formatting import (
+    format_interval,
+    format_percent,
+    format_percent_range,
+    format_range,
+    format_value,
+)
+from harness.protocol import Arm
+from harness.tier import Run
+from tests.trialfns import plan_of, runner
+
+ARMS = (Arm("baseline", "baseline", "baseline"), Arm("candidate", "candidate", "candidate"))
+# A loaded machine's figures: ranges as wide as the issue's (14.9 to 140.4 s fits; a −386.83% pair).
+FIGURES = {"baseline": [19.733, 14.9, 21.2, 140.412], "candidate": [16.1, 72.537, 18.004, 17.5]}
+
+
+def summary_text(plan, summaries, width: int) -> str:
+    console = Console(width=width, file=io.StringIO(), record=True, color_system=None, highlight=False)
+    print_summary(plan, summaries, console)
+    return console.export_text()
+
+
+@pytest.fixture(scope="module")
+def loaded_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    plan = plan_of("scripted", warmup=0, pairs=4, arms=ARMS, figures=FIGURES, device="cpu")
+    plan.arm_code = arm_code(plan.cases, "cpu")  # candidate on the CPU: the baseline's code
+    return runner(tmp_path_factory.mktemp("console")).start(plan)
+
+
+def whole_figures(run: Run) -> list[str]:
+    """Every figure the summary must show, formatted as the console formats it."""
+    plan, summaries = run.plan, run.summaries
+    out = []
+    for _, arm in summaries.arms.iterrows():
+        out += [format_value(arm["median"], plan.unit), format_range(arm["min"], arm["max"])]
+    for _, claim in summaries.claims.iterrows():
+        out += [format_percent(claim["median"]), format_percent_range(claim["min"], claim["max"])]
+        out += format_interval(claim["ci_low"], claim["ci_high"]).split(" ")  # may wrap at its one space
+    return out
+
+
+@pytest.mark.parametrize("width", [140, 80, 60, 36])
+def test_every_figure_stays_whole_at_any_width(loaded_run: Run, width: int) -> None:
+    text = summary_text(loaded_run.plan, loaded_run.summaries, width)
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= width
+    figures = whole_figures(loaded_run)
+    assert "-386.83%" in " ".join(figures) or any("-" in f for f in figures)  # the extreme pair is there
+    for figure in figures:
+        assert figure in text, (figure, text)
+
+
+def test_the_summary_opens_with_what_ran_and_withholds_a_same_code_verdict(loaded_run: Run) -> None:
+    text = summary_text(loaded_run.plan, loaded_run.summaries, 80)
+    first = text.splitlines()[0]
+    assert first.startswith("An A/A in effect on cpu:")
+    assert "withheld" in text
+    assert str(loaded_run.summaries.claims["verdict"].iloc[0]) not in text.replace("withheld", "")
+
+
+def test_a_plan_with_no_arm_record_prints_the_table_alone(tmp_path: Path) -> None:
+    plan = plan_of("scripted", warmup=0, pairs=2, arms=ARMS, figures=FIGURES, device="cpu")
+    run = runner(tmp_path).start(plan)
+    text = summary_text(run.plan, run.summaries, 80)
+    assert text.splitlines()[0].strip().startswith("test: test figure")
