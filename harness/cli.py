@@ -109,7 +109,12 @@ SHARED = (
         _default("bar"),
         "The bar, in percent, the paired reduction must clear (e.g. 8); with --control, the tolerance ±bar the A/A difference must stay within (e.g. 1).",
     ),
-    Shared("device", str, AUTO_DEVICE, "auto (CUDA when present, else the CPU), cpu, cuda or cuda:N."),
+    Shared(
+        "device",
+        str,
+        AUTO_DEVICE,
+        "auto (CUDA when present, else the CPU), cpu, cuda, cuda:N, or consecutive devices cuda:0,1 (= --gpus 2).",
+    ),
     Shared("budget", str | None, None, "Device-memory cap emulated on a larger card, e.g. 24GiB or 800MiB."),
     Shared(
         "control", bool, _default("control"), "A/A control: run the first arm against itself.", "--control"
@@ -126,6 +131,12 @@ SHARED = (
         float,
         _default("cooldown"),
         "Seconds to pause before each trial (GPU clocks settle between trials).",
+    ),
+    Shared(
+        "gpus",
+        int,
+        _default("gpus"),
+        "Ranks per trial: each trial is data-parallel over N devices from --device on (N CPU ranks on gloo when the device is the CPU).",
     ),
 )
 RUN = (
@@ -316,6 +327,13 @@ def pair_command(
             help="Keep each fit's checkpoint files (deleted after each trial by default).",
         ),
     ] = _Fit.keep_checkpoints,
+    torchrun: Annotated[
+        str,
+        typer.Option(
+            help="With --gpus N, embedded workload: torch.distributed.run's rendezvous options for several nodes, "
+            "passed through, e.g. '--nnodes 2 --node-rank 0 --rdzv-backend c10d --rdzv-endpoint HOST:29400 --rdzv-id ID'.",
+        ),
+    ] = _Fit.torchrun,
 ) -> None:
     """Complete paired fits (the decisive tier): `bench pair --steps 384`."""
     settings = _Fit(
@@ -335,6 +353,7 @@ def pair_command(
         stages=stages,
         trial_timeout=trial_timeout,
         keep_checkpoints=keep_checkpoints,
+        torchrun=torchrun,
     )
     launch("stages" if stages else "pair", protocol, settings, run, accepts=("pair", "stages"))
 

@@ -30,6 +30,7 @@ class InputError(ValueError):
 
 
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+_DEVICE_LIST = re.compile(r"^cuda:\d+(,\d+)+$")
 
 
 def resolve_device(device: str) -> tuple[str, str]:
@@ -54,6 +55,49 @@ def check_device(device: str) -> str:
         if index >= torch.cuda.device_count():
             raise InputError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
     return device
+
+
+def split_device_list(device: str, gpus: int) -> tuple[str, int]:
+    """``cuda:0,1`` → (``cuda:0``, 2): a list of consecutive CUDA devices names the first and the rank count
+    (it must agree with ``--gpus`` where that is given too); any other device comes back as it is."""
+    if not _DEVICE_LIST.match(device):
+        return device, gpus
+    indices = [int(i) for i in device.split(":")[1].split(",")]
+    if indices != list(range(indices[0], indices[0] + len(indices))):
+        raise InputError(
+            f"--device {device}: the devices of a trial must be consecutive (e.g. cuda:0,1); pick others with "
+            "CUDA_VISIBLE_DEVICES"
+        )
+    if gpus not in (1, len(indices)):
+        raise InputError(
+            f"--device {device} names {len(indices)} devices but --gpus is {gpus}; give one of them"
+        )
+    return f"cuda:{indices[0]}", len(indices)
+
+
+def check_gpus(gpus: int, device: str, cpus: str = NO_PLACEMENT, order: str = "alternate") -> int:
+    """Ranks per trial: positive, on CUDA no more than the devices from ``device``'s index on; one rank per
+    trial where the trials of a round run at once or the CPU placement is fixed (neither splits over ranks)."""
+    check_positive("--gpus", gpus)
+    if gpus == 1:
+        return gpus
+    if device.startswith("cuda"):
+        first = int(device.split(":")[1]) if ":" in device else 0
+        available = torch.cuda.device_count() - first
+        if gpus > available:
+            raise InputError(
+                f"--gpus {gpus} from {device}: only {max(available, 0)} CUDA device(s) from there on; use --gpus "
+                f"{max(available, 1)} or fewer"
+            )
+    if order in CONCURRENT_ORDERS:
+        raise InputError(
+            f"--order {order} with --gpus {gpus}: concurrent trials of several ranks are not run"
+        )
+    if str(cpus).strip().lower() != NO_PLACEMENT:
+        raise InputError(
+            f"--cpus {cpus} with --gpus {gpus}: the placement of several ranks is not set here; use --cpus none"
+        )
+    return gpus
 
 
 def check_positive(name: str, value: int) -> int:
@@ -188,16 +232,20 @@ def protocol_options(
     control: bool = ProtocolOptions.default("control"),
     cooldown: float = ProtocolOptions.default("cooldown"),
     cpus: str = ProtocolOptions.default("cpus"),
+    gpus: int = ProtocolOptions.default("gpus"),
     announce: Any = None,
 ) -> ProtocolOptions:
     """Check every shared option and return them parsed (``InputError`` on the first bad one).
 
     ``device='auto'`` resolves here (CUDA when present, else the CPU); ``announce`` is told which and why.
+    ``--device cuda:0,1`` is ``--device cuda:0 --gpus 2``.
     """
     budget_bytes = parse_budget(budget)
+    device, gpus = split_device_list(device, gpus)
     device, why = resolve_device(device)
     if announce is not None:
-        announce(f"device: {device} ({why})")
+        ranks = f"; {gpus} ranks per trial" if gpus > 1 else ""
+        announce(f"device: {device} ({why}{ranks})")
     check_budget_fits(budget_bytes, device)
     return ProtocolOptions(
         arms=parse_arms(arms, control),
@@ -211,4 +259,5 @@ def protocol_options(
         control=control,
         cooldown=float(check_non_negative("--cooldown", cooldown)),
         cpus=check_cpus(cpus, order),
+        gpus=check_gpus(gpus, device, cpus, order),
     )

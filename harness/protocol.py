@@ -136,6 +136,22 @@ class ProtocolOptions:
     control: bool = False
     cooldown: float = 0.0
     cpus: str = "auto"  # CPU placement: auto, a core list, or none (as the OS schedules); harness.placement
+    gpus: int = 1  # ranks per trial: a data-parallel trial over this many devices (CPU ranks on the CPU)
+
+    @property
+    def rank_devices(self) -> tuple[str, ...]:
+        """Each rank's device: consecutive CUDA devices from ``device``'s index, or the CPU for every rank."""
+        if not self.device.startswith("cuda"):
+            return (self.device,) * self.gpus
+        first = int(self.device.split(":")[1]) if ":" in self.device else 0
+        if self.gpus == 1:
+            return (self.device,)
+        return tuple(f"cuda:{first + rank}" for rank in range(self.gpus))
+
+    @property
+    def backend(self) -> str:
+        """The process group's backend for these devices: ``nccl`` on CUDA, ``gloo`` on the CPU."""
+        return "nccl" if self.device.startswith("cuda") else "gloo"
 
     @classmethod
     def default(cls, name: str) -> Any:

@@ -1,0 +1,197 @@
+"""Data-parallel trials (`--gpus N`): the option and its checks, a 2-rank gloo fit through `bench pair` end to end,
+a rank that dies, the real trainer's DDP launch file, the distributed screen and the ranks parity.
+
+The ranks are real processes started by torch.distributed.run on two CPU ranks (gloo), so the fits are tiny.
+The candidate shares Newton-Schulz only where it batches: `CpuBatchedCandidate` routes CPU tensors through
+the batched path with the test-only switch, so the sharing is exercised without a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from harness.cli import main
+from harness.options import InputError, protocol_options, split_device_list
+from harness.tables import RunFolder
+from optimizers import BatchedMuSGD, MuSGD
+from optimizers.batched import _batched_on_cpu
+
+PIDS_ENV = "TEST_DDP_PIDS"  # a folder where test arms write the pids of their ranks and launchers
+TINY = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "4", "--val-images", "8"]
+RANKS = ["--gpus", "2", "--device", "cpu", "--quiet"]
+
+
+class CpuBatchedCandidate(BatchedMuSGD):
+    """The candidate with CPU tensors on its batched path (test-only switch): it shares across CPU ranks."""
+
+    def step(self, closure: Any = None) -> Any:
+        with _batched_on_cpu():
+            return super().step(closure)
+
+
+def _note_pids() -> None:
+    folder = os.environ.get(PIDS_ENV)
+    if folder:
+        Path(folder, f"{os.getpid()}").write_text(str(os.getppid()))
+
+
+class DiesOnRankOne(MuSGD):
+    """The baseline, except that rank 1 SIGKILLs itself at its second step: a rank that dies mid-fit."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _note_pids()
+        self.steps_taken = 0
+
+    def step(self, closure: Any = None) -> Any:
+        self.steps_taken += 1
+        if self.steps_taken == 2 and os.environ.get("RANK") == "1":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().step(closure)
+
+
+def only_run(root: Path) -> RunFolder:
+    folders = [p for p in root.iterdir() if p.is_dir() and p.name != "datasets"]
+    assert len(folders) == 1, folders
+    return RunFolder(folders[0])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+# --- the option ------------------------------------------------------------------------------------------
+
+
+def test_a_device_list_names_the_first_device_and_the_rank_count() -> None:
+    assert split_device_list("cuda:0,1", 1) == ("cuda:0", 2)
+    assert split_device_list("cuda:2,3,4", 3) == ("cuda:2", 3)
+    assert split_device_list("cpu", 2) == ("cpu", 2)
+    with pytest.raises(InputError, match="must be consecutive"):
+        split_device_list("cuda:0,2", 1)
+    with pytest.raises(InputError, match="names 2 devices but --gpus is 3"):
+        split_device_list("cuda:0,1", 3)
+
+
+def test_ranks_on_the_cpu_are_gloo_ranks_of_the_cpu() -> None:
+    options = protocol_options(device="cpu", gpus=2)
+    assert options.gpus == 2 and options.rank_devices == ("cpu", "cpu") and options.backend == "gloo"
+    assert protocol_options(device="cpu").rank_devices == ("cpu",)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["pair", *TINY, "--gpus", "0"], "--gpus must be a positive whole number"),
+        (
+            ["pair", *TINY, "--gpus", "2", "--batch", "5", "--images", "10", "--steps", "4"],
+            "--batch 5 is the global",
+        ),
+        (
+            ["pair", *TINY, "--gpus", "2", "--order", "duet", "--cpus", "auto"],
+            "concurrent trials of several ranks",
+        ),
+        (["pair", *TINY, "--gpus", "2", "--cpus", "0-1"], "the placement of several ranks is not set here"),
+        (["pair", *TINY, "--torchrun", "--nnodes 2"], "--torchrun passes rendezvous options"),
+        (["pair", *TINY, "--gpus", "2", "--torchrun", "'open"], "is not a command line"),
+        (["probe", "--gpus", "2"], "the probe measures one device's memory"),
+    ],
+)
+def test_bad_rank_options_are_one_line_exit_2_and_no_run_folder(
+    tmp_path: Path, capsys, arguments: list[str], message: str
+) -> None:
+    out = tmp_path / "runs"
+    assert main([*arguments, "--device", "cpu", "--out", str(out)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and message in error, error
+    assert not out.exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusals where no CUDA device exists")
+def test_cuda_ranks_where_there_are_none_are_refused(tmp_path: Path, capsys) -> None:
+    assert main(["pair", *TINY, "--device", "cuda:0,1", "--out", str(tmp_path / "r")]) == 2
+    assert "no CUDA device is available here" in capsys.readouterr().err
+    with pytest.raises(InputError, match="Ultralytics' DDP launch needs CUDA devices"):
+        from experiments.fit.plan import FitSettings, make_plan
+
+        make_plan(protocol_options(device="cpu", gpus=2), FitSettings(workload="ultralytics"))
+
+
+# --- the embedded fit on two gloo ranks ----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_two_rank_fits_through_bench_pair_end_to_end(tmp_path: Path) -> None:
+    """One pair of 2-rank fits: rank 0's bracket is the figure, every rank's peaks and share are in the row,
+    the candidate shares its Newton-Schulz over the ranks and the baseline does not, each rank has its log."""
+    arms = "baseline,tests.test_ddp:CpuBatchedCandidate"
+    assert (
+        main(["pair", *TINY, *RANKS, "--arms", arms, "--warmup", "0", "--pairs", "1", "--out", str(tmp_path)])
+        == 0
+    )
+    folder = only_run(tmp_path)
+    rows = folder.rows()
+    assert all(r["status"] == "ok" for r in rows), [r["message"] for r in rows]
+    by_arm = {r["arm"]: r for r in rows}
+    for row in rows:
+        assert row["ranks"] == 2 and row["backend"] == "gloo" and row["case_ranks"] == 2
+        assert row["case_batch_per_rank"] == 2 and row["iterations"] == 4
+        assert row["value"] == row["rank_seconds"][0] > 0 and len(row["rank_seconds"]) == 2
+        assert (
+            row["rank_peak_allocated"] == [None, None] and row["peak_allocated_sum"] is None
+        )  # CPU: no peaks
+        assert row["checkpoint_bytes"] > 0  # rank 0 wrote them
+        for rank in (0, 1):
+            log = folder.path / "trials" / f"{row['index']}.rank{rank}.log"
+            assert log.is_file()
+    candidate, baseline = by_arm["tests.test_ddp:CpuBatchedCandidate"], by_arm["baseline"]
+    assert candidate["sharing_world"] == 2 and candidate["sharing_note"] == ""
+    here = candidate["rank_matrices_here"]
+    assert sum(here) == candidate["sharing_matrices"] and all(
+        0 < h < candidate["sharing_matrices"] for h in here
+    )
+    assert baseline["sharing_world"] is None and baseline["rank_matrices_here"] == [None, None]
+    assert baseline["optimizer_class"] == "optimizers.musgd.MuSGD"
+    report = folder.file("report.md").read_text()
+    assert "2 ranks per trial, data-parallel (gloo" in report
+    assert "peak allocated (sum over ranks)" in report and "NS matrices per rank" in report
+    assert "rank 0 of 2 (gloo)" in folder.file("claim.txt").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc to check that no rank survives")
+def test_a_rank_that_dies_fails_its_trial_leaves_nothing_running_and_the_run_goes_on(
+    tmp_path: Path, monkeypatch
+) -> None:
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    monkeypatch.setenv(PIDS_ENV, str(pids))
+    arms = "tests.test_ddp:DiesOnRankOne,baseline"
+    runs = tmp_path / "runs"
+    assert (
+        main(["pair", *TINY, *RANKS, "--arms", arms, "--warmup", "0", "--pairs", "1", "--out", str(runs)])
+        == 0
+    )
+    rows = only_run(runs).rows()
+    assert [r["arm"] for r in rows] == ["tests.test_ddp:DiesOnRankOne", "baseline"]
+    died, survivor = rows
+    assert died["status"] == "error" and died["value"] is None
+    assert "rank 1 died without a result (exitcode -9 (SIGKILL)" in died["message"], died["message"]
+    assert survivor["status"] == "ok" and survivor["ranks"] == 2
+    ranks = {int(p.name) for p in pids.iterdir()}
+    launchers = {int(p.read_text()) for p in pids.iterdir()}
+    assert len(ranks) == 2 and len(launchers) == 1  # both ranks of the dying arm's trial, under one launcher
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in ranks | launchers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in ranks | launchers)
