@@ -8,6 +8,7 @@ the batched path with the test-only switch, so the sharing is exercised without 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import time
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 
+from experiments.fit.plan import FitSettings
 from harness.cli import main
 from harness.options import InputError, protocol_options, split_device_list
 from harness.tables import RunFolder
@@ -122,7 +124,7 @@ def test_cuda_ranks_where_there_are_none_are_refused(tmp_path: Path, capsys) -> 
     assert main(["pair", *TINY, "--device", "cuda:0,1", "--out", str(tmp_path / "r")]) == 2
     assert "no CUDA device is available here" in capsys.readouterr().err
     with pytest.raises(InputError, match="Ultralytics' DDP launch needs CUDA devices"):
-        from experiments.fit.plan import FitSettings, make_plan
+        from experiments.fit.plan import make_plan
 
         make_plan(protocol_options(device="cpu", gpus=2), FitSettings(workload="ultralytics"))
 
@@ -195,3 +197,111 @@ def test_a_rank_that_dies_fails_its_trial_leaves_nothing_running_and_the_run_goe
     while any(_alive(pid) for pid in ranks | launchers) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(_alive(pid) for pid in ranks | launchers)
+
+
+# --- the real trainer's DDP launch ----------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+HAS_ULTRALYTICS = all(
+    importlib.util.find_spec(n) is not None for n in ("ultralytics", "torchvision", "cloudpickle")
+)
+
+
+def generate_launch_file(data_yaml: str, project: str) -> None:
+    """In a fresh launching worker (``RANK`` unset): build the DDP trainer as ``launch_fit`` does, on the CPU,
+    and write Ultralytics' DDP launch file for it; print the file's path."""
+    from ultralytics.utils.dist import generate_ddp_file
+
+    from experiments.fit.ultralytics_ddp import RankTrainer
+
+    overrides = {
+        "model": "yolo26n.yaml",
+        "data": data_yaml,
+        "device": "cpu",
+        "project": project,
+        "name": "fit",
+    }
+    overrides.update(epochs=1, imgsz=64, batch=4, optimizer="MuSGD", plots=False, workers=0, verbose=False)
+    trainer = RankTrainer(overrides=overrides)
+    assert type(trainer) is RankTrainer and trainer._bench is None  # the launcher is plain upstream
+    print(generate_ddp_file(trainer))
+
+
+def run_launch_file_as_rank(launch_file: str, out: str) -> None:
+    """In a fresh process set up as rank 0 of 2: run the generated launch file as torch.distributed.run would,
+    with ``train`` replaced by a check of the trainer it built (its class, its bench side, its optimizer)."""
+    import json as _json
+    import runpy
+
+    from experiments.fit import ultralytics_ddp
+
+    def check(trainer: Any) -> None:
+        model = trainer.get_model(cfg="yolo26n.yaml", weights=None, verbose=False)
+        optimizer = trainer.build_optimizer(model, name="MuSGD", lr=0.01, momentum=0.9, decay=5e-4)
+        Path(out).write_text(
+            _json.dumps(
+                {
+                    "classes": [f"{c.__module__}.{c.__qualname__}" for c in type(trainer).__mro__[:4]],
+                    "device": trainer._bench.device,
+                    "optimizer": f"{type(optimizer).__module__}.{type(optimizer).__qualname__}",
+                    "groups": [g.get("param_group") for g in optimizer.param_groups],
+                }
+            )
+        )
+
+    ultralytics_ddp.RankTrainer.train = check
+    runpy.run_path(launch_file, run_name="__main__")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_ULTRALYTICS, reason="needs the ultralytics extra and cloudpickle")
+def test_the_real_trainers_ddp_launch_file_builds_the_arms_trainer_in_a_fresh_rank(tmp_path: Path) -> None:
+    """Checked without a GPU as far as it goes: Ultralytics' own launch file is generated for our trainer and,
+    run in a fresh process set up as a rank, unpickles our class (by reference, importable), builds the arm's
+    trainer with its bench side and substitutes the arm's optimizer over upstream's MuSGD groups. Not checked
+    here: torch.distributed.run starting it, NCCL, and the fit itself (CUDA-only in Ultralytics)."""
+    import json as _json
+    import subprocess
+    import sys
+
+    from experiments.fit.dataset import SyntheticSet, ensure_synthetic_set
+    from experiments.fit.ultralytics_ddp import TRIAL_ENV, write_trial
+    from experiments.fit.ultralytics_fit import offline_environment, prepare_config_dir
+
+    config = tmp_path / "config"
+    prepare_config_dir(config)
+    data_yaml = ensure_synthetic_set(SyntheticSet(8, 8, 64, 0), tmp_path / "data")
+    env = {**os.environ, **offline_environment(config), "PYTHONPATH": str(ROOT)}
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", TRIAL_ENV):
+        env.pop(name, None)
+    generate = (
+        f"from tests.test_ddp import generate_launch_file as g; g({str(data_yaml)!r}, {str(tmp_path)!r})"
+    )
+    made = subprocess.run(
+        [sys.executable, "-c", generate], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert made.returncode == 0, made.stderr[-3000:]
+    launch_file = made.stdout.strip().splitlines()[-1]
+    assert Path(launch_file).is_file() and Path(launch_file).with_suffix(".pt").is_file()
+    assert Path(launch_file).parent == config / "Ultralytics" / "DDP"  # in the worker's own config dir
+
+    trial_dir = tmp_path / "trial"
+    settings = FitSettings(workload="ultralytics", batch=4)
+    payload = {"arm_spec": "candidate", "devices": ["cuda:0", "cuda:1"], "budget": None}
+    rank_env = {**env, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}
+    rank_env[TRIAL_ENV] = str(write_trial(payload, settings, trial_dir))
+    out = tmp_path / "rank0.json"
+    run = f"from tests.test_ddp import run_launch_file_as_rank as r; r({launch_file!r}, {str(out)!r})"
+    ran = subprocess.run(
+        [sys.executable, "-c", run], env=rank_env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    seen = _json.loads(out.read_text())
+    assert seen["classes"][1:3] == [
+        "experiments.fit.ultralytics_ddp.RankTrainer",
+        "ultralytics.models.yolo.detect.train.DetectionTrainer",
+    ]
+    assert seen["classes"][0].endswith("make_trainer_class.<locals>.ArmTrainer")  # the arm's trainer
+    assert seen["device"] == "cuda:0"
+    assert seen["optimizer"] == "optimizers.batched.BatchedMuSGD"
+    assert set(seen["groups"]) >= {"muon", "bn", "bias"}
