@@ -30,10 +30,12 @@ from harness.options import (
     AUTO_DEVICE,
     DEFAULT_ARMS,
     InputError,
+    check_gpus,
     check_non_negative,
     check_positive,
     protocol_options,
     resolve_device,
+    split_device_list,
 )
 from harness.protocol import Arm, Plan, ProtocolOptions
 from harness.run import Runner, RunOptions
@@ -450,6 +452,12 @@ def parity_command(
     seed: Annotated[int, typer.Option(help="Seed for the parameters, gradients and data.")] = _default(
         "seed"
     ),
+    gpus: Annotated[
+        int,
+        typer.Option(
+            help="Also follow the candidate on N ranks (fresh processes; gloo on the CPU) against the one-rank candidate."
+        ),
+    ] = _default("gpus"),
 ) -> None:
     """The numerical contract of candidate against baseline, as a run folder (exit 1 when it breaks)."""
     from experiments import parity
@@ -457,7 +465,8 @@ def parity_command(
     settings = _Parity(scale=scale, steps=steps, fit=fit, candidate=candidate)
     options = None
     if run.resume is None:
-        resolved, why = resolve_device(device)
+        first, gpus = split_device_list(device, gpus)
+        resolved, why = resolve_device(first)
         console.print(f"device: {resolved} ({why})")
         arms = (Arm(settings.baseline, "baseline", settings.baseline), Arm(candidate, "candidate", candidate))
         options = ProtocolOptions(
@@ -466,6 +475,7 @@ def parity_command(
             pairs=check_positive("--steps", steps),
             seed=int(check_non_negative("--seed", seed)),
             device=resolved,
+            gpus=check_gpus(gpus, resolved),
         )
     result = launch("parity", options, settings, run, accepts=("parity",))
     if not parity.result_of(result).holds:

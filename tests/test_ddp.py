@@ -305,3 +305,156 @@ def test_the_real_trainers_ddp_launch_file_builds_the_arms_trainer_in_a_fresh_ra
     assert seen["device"] == "cuda:0"
     assert seen["optimizer"] == "optimizers.batched.BatchedMuSGD"
     assert set(seen["groups"]) >= {"muon", "bn", "bias"}
+
+
+# --- the distributed screen -------------------------------------------------------------------------------------
+
+
+def tiny_screen_rank(payload: dict[str, Any]) -> dict[str, Any]:
+    """The distributed screen's rank program on a tiny parameter set (the YOLO26 sets take minutes per step on
+    two CPU cores): everything else is ``measure_in_rank`` as it runs in ``bench screen --gpus N``."""
+    from experiments.screen import ranks, trial
+
+    def fresh(self: Any, scale: str, seed: int, dtype: torch.dtype, device: str) -> tuple[list, dict]:
+        generator = torch.Generator().manual_seed(seed)
+        shapes = [(16, 8, 3, 3), (32, 16, 1, 1), (64, 16), (16, 40)] + [(24, 24)] * 5
+        muon = [torch.nn.Parameter(torch.randn(s, generator=generator, dtype=dtype) * 0.02) for s in shapes]
+        bias = [torch.nn.Parameter(torch.zeros(16, dtype=dtype))]
+        for p in muon + bias:
+            p.grad = torch.randn(p.shape, generator=generator, dtype=dtype) * 0.01
+        common = {"lr": 0.02, "momentum": 0.9, "nesterov": True, "weight_decay": 5e-4}
+        return [
+            {"params": muon, "use_muon": True, **common},
+            {"params": bias, "use_muon": False, **common},
+        ], {
+            "muon": 0.2,
+            "sgd": 1.0,
+        }
+
+    trial.WorkloadCache.fresh = fresh
+    return ranks.measure_in_rank(payload)
+
+
+@pytest.mark.slow
+def test_the_distributed_screen_times_each_rank_and_the_collectives_share(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """`bench screen --gpus 2` on two gloo ranks: the slowest rank's window is the figure, each rank's is in the
+    row; the candidate gathers once per step and shares its matrices, the baseline has no collective."""
+    from experiments.screen import ranks
+
+    monkeypatch.setattr(ranks, "RANK_TARGET", "tests.test_ddp:tiny_screen_rank")
+    arms = "baseline,tests.test_ddp:CpuBatchedCandidate"
+    arguments = ["screen", "--scales", "n", "--guards", "none", "--arms", arms, "--steps", "3"]
+    assert (
+        main(
+            [
+                *arguments,
+                "--warmup-steps",
+                "1",
+                "--warmup",
+                "0",
+                "--pairs",
+                "1",
+                *RANKS,
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
+    folder = only_run(tmp_path)
+    rows = {r["arm"].split("@")[0]: r for r in folder.rows()}
+    assert all(r["status"] == "ok" for r in rows.values()), [r["message"] for r in rows.values()]
+    for row in rows.values():
+        assert row["ranks"] == 2 and row["value"] == max(row["rank_ms"]) > 0 and len(row["rank_host_ms"]) == 2
+        assert row["floor_ms"] is None and "distributed screen" in row["floor_note"]
+        assert row["diagnostic_step_ms"] > 0
+    candidate, baseline = rows["tests.test_ddp:CpuBatchedCandidate"], rows["baseline"]
+    assert candidate["collectives"] == 1 and 0 < candidate["collective_ms"] < candidate["diagnostic_step_ms"]
+    assert 0 < candidate["collective_share"] < 1 and sum(candidate["rank_matrices_here"]) == 9
+    assert candidate["sharing_world"] == 2
+    assert (
+        baseline["collectives"] == 0
+        and baseline["collective_share"] == 0
+        and baseline["sharing_world"] is None
+    )
+    report = folder.file("report.md").read_text()
+    assert "#### Under a process group of 2 ranks (gloo: cpu, cpu)" in report and "every rank: all" in report
+    summary = folder.file("screen_summary.csv").read_text()
+    assert "collective_share_median" in summary
+
+
+# --- parity over ranks ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_parity_over_two_ranks_follows_the_one_rank_candidate_bit_for_bit_on_the_cpu(tmp_path: Path) -> None:
+    """`bench parity --gpus 2 --fit`: the candidate on two gloo ranks (batched on the CPU, so sharing) against
+    the one-rank candidate, two real steps: bit for bit on the CPU, every rank equal to rank 0, contract held."""
+    arguments = ["parity", "--fit", "--candidate", "tests.test_ddp:CpuBatchedCandidate", "--steps", "2"]
+    assert main([*arguments, "--gpus", "2", "--device", "cpu", "--quiet", "--out", str(tmp_path)]) == 0
+    folder = only_run(tmp_path)
+    rows = [r for r in folder.rows() if r["case"] == "ranks"]
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        assert row["status"] == "ok" and row["ranks_agree"] is True and row["ranks"] == 2
+        assert row["params_equal"] == row["params_total"] and row["buffers_equal"] == row["buffers_total"]
+        assert row["max_abs_diff"] == 0
+    assert (
+        rows[0]["bound_worst_ratio"] == 0 and "rank 0 of 2 orthogonalized 3 of 6" in rows[0]["sharing_text"]
+    )
+    claim = folder.file("claim.txt").read_text()
+    assert claim.startswith("One-step contract: holds")
+    report = folder.file("report.md").read_text()
+    assert "| ranks: every rank holds rank 0's parameters | yes |" in report
+    assert "after one step they agree bit for bit" in report
+    assert not list((folder.path / "ranks-steps").iterdir())  # every saved step was compared and removed
+
+
+# --- on two or more GPUs (run by the lead on an H200 ×2) -------------------------------------------------------------
+
+TWO_GPUS = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two CUDA devices"
+)
+
+
+@pytest.mark.cuda
+@TWO_GPUS
+def test_cuda_two_gpu_embedded_fits_share_newton_schulz_and_record_each_ranks_peaks(tmp_path: Path) -> None:
+    arguments = ["pair", *TINY, "--gpus", "2", "--device", "cuda", "--quiet", "--no-report"]
+    assert main([*arguments, "--warmup", "0", "--pairs", "1", "--out", str(tmp_path)]) == 0
+    rows = {r["arm"]: r for r in only_run(tmp_path).rows()}
+    assert all(r["status"] == "ok" for r in rows.values()), [r["message"] for r in rows.values()]
+    for row in rows.values():
+        assert row["backend"] == "nccl" and row["ranks"] == 2
+        assert all(p > 0 for p in row["rank_peak_allocated"])
+        assert row["peak_allocated"] == max(row["rank_peak_allocated"])
+        assert row["peak_allocated_sum"] == sum(row["rank_peak_allocated"])
+    assert rows["candidate"]["sharing_world"] == 2 and rows["baseline"]["sharing_world"] is None
+
+
+@pytest.mark.cuda
+@TWO_GPUS
+@pytest.mark.skipif(not HAS_ULTRALYTICS, reason="needs the ultralytics extra and cloudpickle")
+def test_cuda_two_gpu_real_trainer_fit_through_ultralytics_ddp_launch(tmp_path: Path) -> None:
+    arguments = ["pair", "--workload", "ultralytics", "--images", "16", "--val-images", "8", "--imgsz", "64"]
+    arguments += ["--batch", "4", "--steps", "8", "--gpus", "2", "--device", "cuda", "--quiet", "--no-report"]
+    assert main([*arguments, "--warmup", "0", "--pairs", "1", "--out", str(tmp_path)]) == 0
+    rows = {r["arm"]: r for r in only_run(tmp_path).rows()}
+    assert all(r["status"] == "ok" for r in rows.values()), [r["message"] for r in rows.values()]
+    for row in rows.values():
+        assert row["ranks"] == 2 and row["iterations"] == 8 and row["value"] == row["rank_seconds"][0]
+        assert all(p > 0 for p in row["rank_peak_allocated"])
+    assert rows["candidate"]["optimizer_class"] == "optimizers.batched.BatchedMuSGD"
+    assert rows["candidate"]["sharing_world"] == 2 and rows["baseline"]["sharing_world"] is None
+
+
+@pytest.mark.cuda
+@TWO_GPUS
+def test_cuda_parity_over_two_gpus_holds(tmp_path: Path) -> None:
+    arguments = ["parity", "--steps", "2", "--gpus", "2", "--device", "cuda", "--quiet", "--no-report"]
+    assert main([*arguments, "--out", str(tmp_path)]) == 0
+    rows = [r for r in only_run(tmp_path).rows() if r["case"] == "ranks"]
+    assert rows and all(r["status"] == "ok" and r["ranks_agree"] for r in rows)
+    assert rows[0]["within_bound"] is True

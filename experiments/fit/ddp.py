@@ -15,40 +15,18 @@ same bracket and figures.
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.distributed as dist
 
 from experiments.fit.plan import FitSettings
-from harness.isolation import launched_rank
+from experiments.ranks import backend_of, barrier, gather_records, init_group, rank_device
 from harness.timing import NullClock, StageClock, read_peaks, reset_peaks, synchronize
 
 SHARING_KEYS = ("world", "matrices_here", "matrices", "note")
-
-
-def backend_of(device: str) -> str:
-    return "nccl" if device.startswith("cuda") else "gloo"
-
-
-def barrier(device: str) -> None:
-    """A barrier of the default group; NCCL is told the rank's device so it does not guess one."""
-    if device.startswith("cuda"):
-        dist.barrier(device_ids=[torch.device(device).index or 0])
-    else:
-        dist.barrier()
-
-
-def init_group(device: str) -> None:
-    """The default process group from the launcher's environment, bound to this rank's device."""
-    if device.startswith("cuda"):
-        dist.init_process_group("nccl", device_id=torch.device(device))
-    else:
-        dist.init_process_group("gloo")
 
 
 class RankBracket:
@@ -91,13 +69,6 @@ def rank_record(rank: int, seconds: float, device: str, sharing: dict[str, Any] 
         "peak_reserved": reserved,
         "matrices_here": (sharing or {}).get("matrices_here"),
     }
-
-
-def gather_records(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every rank's record, in rank order, on every rank (one object all-gather, after the bracket)."""
-    records: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(records, record)
-    return sorted(records, key=lambda r: r["rank"])
 
 
 def _max_and_sum(values: list[int | None]) -> tuple[int | None, int | None]:
@@ -145,13 +116,8 @@ def run_rank_fit(payload: dict[str, Any]) -> dict[str, Any]:
     from experiments.fit import embedded
     from experiments.fit.worker import arm_optimizer_factory, fit_figures
 
-    ranked = launched_rank()
-    if ranked is None:
-        raise RuntimeError("run_rank_fit runs in a rank of torch.distributed.run (RANK and LOCAL_RANK unset)")
-    rank, local_rank = ranked
+    rank, world, device = rank_device(payload["devices"])
     settings = FitSettings.from_dict(payload["settings"])
-    device = payload["devices"][local_rank]
-    world = int(os.environ["WORLD_SIZE"])
     if settings.batch % world:
         raise ValueError(f"the global batch {settings.batch} is not a multiple of the {world} ranks")
     trial_dir = Path(payload["trial_dir"])

@@ -29,9 +29,10 @@ from typing import Any
 from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.utils import RANK
 
-from experiments.fit.ddp import RankBracket, gather_records, import_ahead, rank_columns, rank_record
+from experiments.fit.ddp import RankBracket, import_ahead, rank_columns, rank_record
 from experiments.fit.plan import FitSettings
 from experiments.fit.stages import stage_figures
+from experiments.ranks import gather_records
 from harness.isolation import WorkerDied, WorkerError, guard_rank
 from harness.timing import NullClock, StageClock, apply_budget, is_out_of_memory, reset_peaks
 
