@@ -25,6 +25,7 @@ from harness.tables import RunFolder
 from optimizers import BatchedMuSGD, MuSGD
 from optimizers.batched import _batched_on_cpu
 
+ROOT = Path(__file__).resolve().parent.parent
 PIDS_ENV = "TEST_DDP_PIDS"  # a folder where test arms write the pids of their ranks and launchers
 TINY = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "4", "--val-images", "8"]
 RANKS = ["--gpus", "2", "--device", "cpu", "--quiet"]
@@ -57,6 +58,14 @@ class DiesOnRankOne(MuSGD):
         if self.steps_taken == 2 and os.environ.get("RANK") == "1":
             os.kill(os.getpid(), signal.SIGKILL)
         return super().step(closure)
+
+
+class NotesPids(MuSGD):
+    """The baseline, writing its rank's pid and its launcher's where the test can find them."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _note_pids()
 
 
 def only_run(root: Path) -> RunFolder:
@@ -199,9 +208,63 @@ def test_a_rank_that_dies_fails_its_trial_leaves_nothing_running_and_the_run_goe
     assert not any(_alive(pid) for pid in ranks | launchers)
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc to check that no rank survives")
+def test_ranks_and_their_launcher_end_when_the_run_is_killed(tmp_path: Path) -> None:
+    """The parent is SIGKILLed mid-trial: the ranks see its end (their watchdog) and go, and so does the launcher."""
+    import subprocess
+    import sys
+
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    long_fit = [
+        "--workload",
+        "embedded",
+        "--images",
+        "8",
+        "--batch",
+        "4",
+        "--steps",
+        "2000",
+        "--val-images",
+        "8",
+    ]
+    command = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "pair",
+        *long_fit,
+        *RANKS,
+        "--arms",
+        "tests.test_ddp:NotesPids",
+    ]
+    command += ["--control", "--warmup", "0", "--pairs", "1", "--no-report", "--out", str(tmp_path / "runs")]
+    env = {**os.environ, PIDS_ENV: str(pids), "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while len(list(pids.iterdir())) < 2:
+            assert time.monotonic() < deadline and process.poll() is None, "the ranks never started"
+            time.sleep(0.2)
+        time.sleep(1.0)  # the pid files are written as the optimizers are built: the fit is under way
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    ranks = {int(p.name) for p in pids.iterdir()}
+    launchers = {int(p.read_text()) for p in pids.iterdir()}
+    deadline = time.monotonic() + 60
+    while any(_alive(pid) for pid in ranks | launchers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in ranks | launchers if _alive(pid)]
+
+
 # --- the real trainer's DDP launch ----------------------------------------------------------------------------
 
-ROOT = Path(__file__).resolve().parent.parent
 HAS_ULTRALYTICS = all(
     importlib.util.find_spec(n) is not None for n in ("ultralytics", "torchvision", "cloudpickle")
 )
