@@ -149,7 +149,8 @@ def _max(values: list[Any]) -> Any:
 
 def rank_row(records: list[dict[str, Any]]) -> dict[str, Any]:
     """The trial's row from every rank's figures: the slowest rank's ms/step as the value, rank 0's other
-    figures, each rank's ms/step and collective share, and the peaks' max over ranks."""
+    figures, each rank's ms/step and collective figures, and the max over ranks of the peaks, the diagnostic
+    step, the collective's time (which includes waiting there for the other ranks) and its share."""
     first = records[0]
     row = {k: v for k, v in first.items() if k not in ("rank", "matrices_here")}
     row.update(
@@ -159,6 +160,7 @@ def rank_row(records: list[dict[str, Any]]) -> dict[str, Any]:
         rank_host_ms=[r["host_ms"] for r in records],
         rank_collective_ms=[r["collective_ms"] for r in records],
         rank_collective_share=[r["collective_share"] for r in records],
+        diagnostic_step_ms=_max([r["diagnostic_step_ms"] for r in records]),
         collective_ms=_max([r["collective_ms"] for r in records]),
         collective_share=_max([r["collective_share"] for r in records]),
         rank_matrices_here=[r["matrices_here"] for r in records],
@@ -220,7 +222,8 @@ def ranks_lines(plan: Any, table: pd.DataFrame, trials: pd.DataFrame) -> list[st
         "",
         "ms/step is the slowest rank's (a data-parallel step waits for it); each rank's median beside it. The "
         "collective's share: its milliseconds over one untimed diagnostic step's, each collective bracketed by "
-        "synchronizations (so the diagnostic step is a little slower than a window's). NS matrices per rank: "
+        "synchronizations (so the diagnostic step is a little slower than a window's), the largest over ranks; "
+        "a collective's time includes waiting in it for the other ranks. NS matrices per rank: "
         "the Newton-Schulz matrices each rank orthogonalizes, of all of them (`optimizer.sharing`); an arm "
         "without sharing does all of them on every rank.",
         "",
