@@ -31,13 +31,19 @@ import threading
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from harness.placement import Placement, apply_from_environment, worker_environment
+from harness.placement import (
+    PLACEMENT_ENV,
+    Placement,
+    apply_from_environment,
+    split_placement,
+    worker_environment,
+)
 from harness.telemetry import USAGE_KEY, wait_and_reap
 from harness.timing import is_out_of_memory
 
@@ -46,6 +52,7 @@ PR_SET_PDEATHSIG = 1
 RANKS_ENV = "BENCH_RANKS"  # set for the ranks run_in_ranks starts: harness.isolation runs as a rank
 TRIAL_PID_ENV = "BENCH_TRIAL_PID"  # the process whose end ends every rank of the trial
 RANK_LOG_ENV = "BENCH_RANK_LOG"  # each rank's own log: a path with {rank}
+RANK_PLACEMENTS_ENV = "BENCH_RANK_PLACEMENTS"  # one placement per local rank (JSON list)
 # Every rank's environment: NVLink multicast (NVLS) and symmetric-memory multicast stay off.
 RANK_ENVIRONMENT = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 
@@ -124,9 +131,13 @@ def run_in_ranks(
     log_path: Path | None = None,
     env: dict[str, str] | None = None,
     launcher_options: Sequence[str] = (),
+    placement: Placement | None = None,
 ) -> dict[str, Any]:
     """Call ``target(payload)`` in ``ranks`` fresh processes started by ``torch.distributed.run``; return the
     first rank's result dict (rank 0's on one node).
+
+    With a ``placement`` each local rank places itself on its own share of the worker cores
+    (``rank_placements``) before it imports the target.
 
     The target sets up its own process group from the launcher's environment (``RANK``, ``WORLD_SIZE``,
     ``MASTER_ADDR``, …). ``launcher_options`` are ``torch.distributed.run``'s own rendezvous options, passed
@@ -160,6 +171,10 @@ def run_in_ranks(
             TRIAL_PID_ENV: str(os.getpid()),
             RANK_LOG_ENV: rank_log_template(output_file),
         }
+        if placement is not None:
+            shares = rank_placements(placement, ranks)
+            rank_env.update(worker_environment(min(shares, key=lambda p: p.omp_threads)))
+            rank_env[RANK_PLACEMENTS_ENV] = json.dumps([share.to_dict() for share in shares])
         root = str(Path(__file__).resolve().parent.parent)
         rank_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, rank_env.get("PYTHONPATH")) if p)
         usage = None
@@ -186,6 +201,23 @@ def run_in_ranks(
     if isinstance(value, dict) and usage is not None:
         value[USAGE_KEY] = asdict(usage)  # the launcher's and its reaped ranks' CPU time
     return value
+
+
+def rank_placements(placement: Placement, ranks: int) -> list[Placement]:
+    """One placement per local rank: equal shares of the worker cores, or, with fewer cores than ranks, the
+    worker cores shared by every rank with the threads divided among them."""
+    if len(placement.worker_cores) >= ranks:
+        return split_placement(placement, ranks)
+    threads = max(1, placement.torch_threads // ranks)
+    shared = replace(
+        placement,
+        torch_threads=threads,
+        interop_threads=max(1, placement.interop_threads // ranks),
+        omp_threads=threads,
+        mkl_threads=threads,
+        reason=f"{placement.reason}; the worker cores shared by {ranks} ranks",
+    )
+    return [shared] * ranks
 
 
 def _raised(failure: dict[str, Any], where: str) -> Exception:
@@ -324,6 +356,9 @@ def _worker_main(target: str, payload_file: str, result_file: str) -> int:
     ranked = launched_rank() if os.environ.get(RANKS_ENV) else None
     if ranked is not None:
         guard_rank()
+        shares = json.loads(os.environ.get(RANK_PLACEMENTS_ENV) or "[]")
+        if shares:
+            os.environ[PLACEMENT_ENV] = json.dumps(shares[ranked[1] % len(shares)])
     else:
         os.environ[TRIAL_PID_ENV] = str(os.getpid())  # ranks the target launches itself end with this worker
     placed = apply_from_environment()  # first, so every thread the target starts is placed

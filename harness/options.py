@@ -75,9 +75,9 @@ def split_device_list(device: str, gpus: int) -> tuple[str, int]:
     return f"cuda:{indices[0]}", len(indices)
 
 
-def check_gpus(gpus: int, device: str, cpus: str = NO_PLACEMENT, order: str = "alternate") -> int:
+def check_gpus(gpus: int, device: str, order: str = "alternate") -> int:
     """Ranks per trial: positive, on CUDA no more than the devices from ``device``'s index on; one rank per
-    trial where the trials of a round run at once or the CPU placement is fixed (neither splits over ranks)."""
+    trial where the trials of a round run at once."""
     check_positive("--gpus", gpus)
     if gpus == 1:
         return gpus
@@ -92,10 +92,6 @@ def check_gpus(gpus: int, device: str, cpus: str = NO_PLACEMENT, order: str = "a
     if order in CONCURRENT_ORDERS:
         raise InputError(
             f"--order {order} with --gpus {gpus}: concurrent trials of several ranks are not run"
-        )
-    if str(cpus).strip().lower() != NO_PLACEMENT:
-        raise InputError(
-            f"--cpus {cpus} with --gpus {gpus}: the placement of several ranks is not set here; use --cpus none"
         )
     return gpus
 
@@ -259,5 +255,5 @@ def protocol_options(
         control=control,
         cooldown=float(check_non_negative("--cooldown", cooldown)),
         cpus=check_cpus(cpus, order),
-        gpus=check_gpus(gpus, device, cpus, order),
+        gpus=check_gpus(gpus, device, order),
     )

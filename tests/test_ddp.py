@@ -112,7 +112,6 @@ def test_ranks_on_the_cpu_are_gloo_ranks_of_the_cpu() -> None:
             ["pair", *TINY, "--gpus", "2", "--order", "duet", "--cpus", "auto"],
             "concurrent trials of several ranks",
         ),
-        (["pair", *TINY, "--gpus", "2", "--cpus", "0-1"], "the placement of several ranks is not set here"),
         (["pair", *TINY, "--torchrun", "--nnodes 2"], "--torchrun passes rendezvous options"),
         (["pair", *TINY, "--gpus", "2", "--torchrun", "'open"], "is not a command line"),
         (["probe", "--gpus", "2"], "the probe measures one device's memory"),
@@ -165,6 +164,16 @@ def test_two_rank_fits_through_bench_pair_end_to_end(tmp_path: Path) -> None:
         for rank in (0, 1):
             log = folder.path / "trials" / f"{row['index']}.rank{rank}.log"
             assert log.is_file()
+    if hasattr(
+        os, "sched_setaffinity"
+    ):  # --cpus auto (the default): each rank on its share of the worker cores
+        from harness.isolation import rank_placements
+        from harness.placement import choose_placement, format_cores
+
+        share = rank_placements(choose_placement("auto"), 2)[0]
+        for row in rows:
+            assert row["placed_cores"] == format_cores(share.worker_cores)
+            assert row["placed_torch_threads"] == share.torch_threads
     candidate, baseline = by_arm["tests.test_ddp:CpuBatchedCandidate"], by_arm["baseline"]
     assert candidate["sharing_world"] == 2 and candidate["sharing_note"] == ""
     here = candidate["rank_matrices_here"]

@@ -385,6 +385,7 @@ def trial_function(plan: Plan) -> TrialFunction:
                     log_path=log_path,
                     env=worker_environment(ctx.run_dir),
                     launcher_options=shlex.split(settings.torchrun),
+                    placement=ctx.placement,
                 )
             return run_in_worker(
                 WORKER_TARGET,

@@ -105,6 +105,7 @@ def trial_in_ranks(plan: Any) -> Any:
             plan.protocol.gpus,
             timeout_s=TRIAL_TIMEOUT_S,
             log_path=logs / f"{ctx.trial.index}.log",
+            placement=ctx.placement,
         )
 
     return trial
