@@ -189,6 +189,21 @@ def test_two_rank_fits_through_bench_pair_end_to_end(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_a_two_rank_stages_run_attributes_rank_zeros_fit(tmp_path: Path) -> None:
+    """`--stages --gpus 2`: rank 0 marks its stages (synchronized), and they add up to its bracket."""
+    from experiments.fit.stages import STAGES, stage_column
+
+    arguments = ["pair", *TINY, *RANKS, "--stages", "--arms", "baseline", "--control", "--no-report"]
+    assert main([*arguments, "--warmup", "0", "--pairs", "1", "--out", str(tmp_path)]) == 0
+    rows = only_run(tmp_path).rows()
+    assert all(r["status"] == "ok" for r in rows), [r["message"] for r in rows]
+    for row in rows:
+        stages = [row[stage_column(s)] for s in STAGES]
+        assert row[stage_column("optimizer")] > 0 and row[stage_column("forward_backward")] > 0
+        assert abs(sum(stages) - row["value"]) < 0.05 * row["value"] and row["ranks"] == 2
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc to check that no rank survives")
 def test_a_rank_that_dies_fails_its_trial_leaves_nothing_running_and_the_run_goes_on(
     tmp_path: Path, monkeypatch
