@@ -11,6 +11,13 @@ about that much. The buffer clause is judged literally (every buffer bit-equal),
 bound: the SGD buffer of a weight-decayed Muon parameter reads p after its Muon update.
 
 Later steps are followed and reported as a divergence table, never claimed (BF16 trajectories drift apart).
+
+With ``--gpus N`` a third comparison, ``ranks``, follows the candidate on N ranks (fresh processes of
+``torch.distributed.run``, ``gloo`` on the CPU, ``nccl`` on CUDA, every rank on the same inputs as after a
+gradient all-reduce) against the one-rank candidate in this process: bit for bit, or, where a rank's share of
+a batch rounds differently, within the same calibrated bound, the difference reported. The ranks run every
+step in one launch; rank 0 saves its parameters and optimizer state after each step for this process to
+compare, and every rank's parameters are checked equal to rank 0's.
 A parity run is a run folder like any other: one row per comparison and step, in schedule order; a resumed
 run replays the steps before the first missing one (the trajectories are deterministic) without logging them.
 """
@@ -21,6 +28,7 @@ import copy
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -70,6 +78,7 @@ class StepFigures:
     loss_reference: float | None = None
     loss_other: float | None = None
     loss_bytes_equal: bool | None = None
+    ranks_agree: bool | None = None  # ranks comparison: every rank's parameters equal rank 0's
 
 
 @dataclass
@@ -80,6 +89,8 @@ class ParityResult:
     bound_worst_ratio: dict[str, float] = field(default_factory=dict)
     bound_largest: float = 0.0
     contract: dict[str, bool] = field(default_factory=dict)
+    ranks: int = 1
+    ranks_sharing: str = ""  # how the ranks comparison's candidate shared its Newton-Schulz
 
     @property
     def holds(self) -> bool:
@@ -91,13 +102,15 @@ class ParityResult:
         steps = [StepFigures(**{k: row.get(k) for k in STEP_FIELDS}) for row in rows]
         result = cls(settings, workload, steps)
         for row in rows:
+            if row["comparison"] == RANKS:
+                result.ranks, result.ranks_sharing = int(row.get("ranks") or 1), row.get("sharing_text") or ""
             if (
                 row["step"] == 1 and row.get("bound_largest") is not None
             ):  # a ratio beyond any bound is logged as null
                 ratio = row.get("bound_worst_ratio")
                 result.bound_worst_ratio[row["comparison"]] = math.inf if ratio is None else float(ratio)
                 result.bound_largest = max(result.bound_largest, float(row["bound_largest"]))
-        if set(result.bound_worst_ratio) == set(COMPARISONS):
+        if set(COMPARISONS) <= set(result.bound_worst_ratio):
             result.contract = judge(result.steps, result.bound_worst_ratio)
         return result
 
@@ -298,6 +311,7 @@ def _prepare(settings: ParitySettings, device: str) -> None:
 
 
 COMPARISONS = ("control", "candidate")
+RANKS = "ranks"  # the candidate on N ranks against the one-rank candidate (--gpus N)
 
 
 def _other_arm(settings: ParitySettings, comparison: str) -> str:
@@ -338,6 +352,12 @@ def judge(steps: list[StepFigures], bound_worst_ratio: dict[str, float]) -> dict
     if control.loss_bytes_equal is not None:
         contract["control: loss bytes identical"] = bool(control.loss_bytes_equal)
         contract["candidate: loss bytes identical"] = bool(candidate.loss_bytes_equal)
+    if RANKS in first and RANKS in bound_worst_ratio:
+        ranks = first[RANKS]
+        contract["ranks: every rank holds rank 0's parameters"] = bool(ranks.ranks_agree)
+        contract["ranks: largest difference from one rank within lr·muon·bf16 rounding of the update"] = (
+            bound_worst_ratio[RANKS] <= 1.0
+        )
     return contract
 
 
@@ -360,7 +380,7 @@ def parity_markdown(result: ParityResult, device: str, seed: int) -> str:
         f"`{s.baseline}`, candidate arm `{s.candidate}`.",
         "",
     ]
-    if set(first) != set(COMPARISONS):
+    if not set(COMPARISONS) <= set(first):
         return "\n".join(lines + ["Step one has not run for both comparisons yet: no verdict."])
     lines += [
         f"**One-step contract: {'holds' if result.holds else 'BROKEN'}.**",
@@ -374,7 +394,7 @@ def parity_markdown(result: ParityResult, device: str, seed: int) -> str:
         "| comparison | buffers bit-equal | parameters identical | largest abs diff | largest rel diff | diff / bound | loss bytes equal |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for name in COMPARISONS:
+    for name in (n for n in (*COMPARISONS, RANKS) if n in first and n in result.bound_worst_ratio):
         f = first[name]
         loss = "n/a" if f.loss_bytes_equal is None else ("yes" if f.loss_bytes_equal else "no")
         lines.append(
@@ -388,23 +408,43 @@ def parity_markdown(result: ParityResult, device: str, seed: int) -> str:
         "perturbations of its bf16 Newton-Schulz input (0 for tensors without a Muon part); the largest bound "
         f"here is {_g(result.bound_largest)}. 'diff / bound' is the worst tensor's ratio (≤ 1 holds).",
     ]
+    if RANKS in first:
+        f = first[RANKS]
+        verdict = (
+            "bit for bit"
+            if f.params_equal == f.params_total
+            else f"within {_g(result.bound_worst_ratio.get(RANKS))} of the bound (largest difference {_g(f.max_abs_diff)})"
+        )
+        lines += [
+            "",
+            f"ranks: the candidate on {result.ranks} ranks against the one-rank candidate in this process, from "
+            f"identical state on identical inputs; after one step they agree {verdict}; "
+            f"{result.ranks_sharing or 'no sharing recorded'}.",
+        ]
     if s.steps > 1:
         lines += [
             "",
             f"#### Divergence over {s.steps} steps (reported, not claimed)",
             "",
-            "| step | control max abs diff | candidate max abs diff | candidate buffers bit-equal |",
-            "| --- | --- | --- | --- |",
+            "| step | control max abs diff | candidate max abs diff | candidate buffers bit-equal |"
+            + (" ranks max abs diff |" if RANKS in first else ""),
+            "| --- | --- | --- | --- |" + (" --- |" if RANKS in first else ""),
         ]
         by_step: dict[int, dict[str, StepFigures]] = {}
         for f in result.steps:
             by_step.setdefault(f.step, {})[f.comparison] = f
         for step, pair in sorted(by_step.items()):
-            if set(pair) != set(COMPARISONS):
+            if not set(COMPARISONS) <= set(pair):
                 continue
             c, k = pair["control"], pair["candidate"]
+            ranks = (
+                f" {_g(pair[RANKS].max_abs_diff)} |"
+                if RANKS in pair
+                else (" n/a |" if RANKS in first else "")
+            )
             lines.append(
                 f"| {step} | {_g(c.max_abs_diff)} | {_g(k.max_abs_diff)} | {k.buffers_equal} of {k.buffers_total} |"
+                + ranks
             )
     lines += ["", "Not claimed: identical multi-step training."]
     same = same_path_as_baseline(s.candidate, device, s.baseline)
@@ -442,6 +482,10 @@ def make_plan(protocol: ProtocolOptions, settings: ParitySettings, command: str 
             (reference, Arm(settings.candidate, "candidate", settings.candidate)),
         ),
     ]
+    if protocol.gpus > 1:
+        one = Arm(settings.candidate, "baseline", settings.candidate)
+        many = Arm(f"{settings.candidate}@{protocol.gpus}ranks", "candidate", settings.candidate)
+        cases.append(Case(RANKS, {"comparison": RANKS, "ranks": protocol.gpus}, (one, many)))
     schedule = [
         ScheduledTrial(
             i * settings.steps + k, case.label, "measured", k, 0, "", case.arms[1].label, "candidate"
@@ -457,7 +501,13 @@ def make_plan(protocol: ProtocolOptions, settings: ParitySettings, command: str 
         metric="largest parameter difference after the step",
         settings=asdict(settings),
         command=command,
-        isolation="in-process; both trajectories of a comparison from identical state on identical inputs",
+        isolation="in-process; both trajectories of a comparison from identical state on identical inputs"
+        + (
+            f"; ranks: the candidate on {protocol.gpus} fresh ranks ({protocol.backend}, torch.distributed.run) "
+            "against the one-rank candidate here"
+            if protocol.gpus > 1
+            else ""
+        ),
         timed_region="nothing is timed: each trial is one step of both trajectories, compared after it",
         schedule=schedule,
     )
@@ -470,9 +520,13 @@ def trial_function(plan: Plan) -> TrialFunction:
     _prepare(settings, device)
     workload = Workload(settings, device, seed)
     comparisons: dict[str, Comparison] = {}
+    ranks = RanksComparison(plan, workload) if plan.protocol.gpus > 1 else None
 
     def trial(ctx: TrialContext) -> dict[str, Any]:
         name, step = ctx.case.label, ctx.trial.round + 1
+        if name == RANKS and ranks is not None:
+            row = ranks.step(step, ctx.run_dir)
+            return {"value": row["max_abs_diff"], **row}
         comparison = comparisons.get(name)
         if comparison is None or comparison.steps_done >= step:
             comparison = comparisons[name] = Comparison(
@@ -487,6 +541,179 @@ def trial_function(plan: Plan) -> TrialFunction:
 
 
 STEP_FIELDS = tuple(f.name for f in fields(StepFigures))
+RANKS_TARGET = "experiments.parity:trajectory_in_rank"
+RANKS_TIMEOUT_S = 3600
+
+
+def _snapshot(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> dict[str, Any]:
+    return {
+        "params": [p.detach().cpu().clone() for p in params],
+        "state": [
+            {
+                k: v.detach().cpu().clone()
+                for k, v in optimizer.state.get(p, {}).items()
+                if isinstance(v, torch.Tensor)
+            }
+            for p in params
+        ],
+    }
+
+
+def _digest(params: list[torch.Tensor]) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for p in params:
+        digest.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def trajectory_in_rank(payload: dict[str, Any]) -> dict[str, Any]:
+    """One rank of the ranks comparison: the candidate for every step on the workload's inputs; rank 0 saves
+    its parameters and state after each step from ``first`` on, and every rank's parameters are compared with
+    rank 0's (by digest) after each of those steps."""
+    import torch.distributed as dist
+
+    from experiments.ranks import gather_records, init_group, rank_device
+
+    rank, _, device = rank_device(payload["devices"])
+    settings = ParitySettings(**payload["settings"])
+    torch.set_num_threads(int(payload["threads"]))  # the one-rank side's: CPU kernels round by thread count
+    _prepare(settings, device)
+    init_group(device)
+    try:
+        workload = Workload(settings, device, int(payload["seed"]))
+        state = workload.copy()
+        groups = workload.groups_for(state)
+        optimizer = make_optimizer(settings.candidate, groups, workload.kwargs)
+        params = _params(groups)
+        agree: dict[int, bool] = {}
+        for step in range(1, settings.steps + 1):
+            workload.backward(state, step)
+            optimizer.step()
+            if step < int(payload["first"]):
+                continue
+            digests = gather_records({"rank": rank, "digest": _digest(params)})
+            agree[step] = len({d["digest"] for d in digests}) == 1
+            if rank == 0:
+                torch.save(_snapshot(optimizer, params), f"{payload['out']}/step{step}.pt")
+        sharing = dict(getattr(optimizer, "sharing", None) or {})
+    finally:
+        dist.destroy_process_group()
+    return {"agree": agree, "sharing": sharing}
+
+
+class RanksComparison:
+    """The one-rank candidate here, step by step, against the candidate's steps on N ranks (saved by rank 0)."""
+
+    def __init__(self, plan: Plan, workload: Workload) -> None:
+        self.plan, self.workload = plan, workload
+        self.settings = ParitySettings(**plan.settings)
+        self.ranks = plan.protocol.gpus
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.steps_done = 0
+        self.launched: dict[str, Any] | None = None
+
+    def _restart(self) -> None:
+        self.state = self.workload.copy()
+        self.groups = self.workload.groups_for(self.state)
+        self.optimizer = make_optimizer(self.settings.candidate, self.groups, self.workload.kwargs)
+        self.params = _params(self.groups)
+        self.steps_done = 0
+
+    def _launch(self, first: int, folder: Path) -> None:
+        """The ranks' whole trajectory, saving every step from ``first`` on."""
+        from harness.isolation import run_in_ranks
+
+        folder.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "settings": asdict(self.settings),
+            "seed": self.plan.protocol.seed,
+            "devices": list(self.plan.protocol.rank_devices),
+            "first": first,
+            "out": str(folder),
+            "threads": torch.get_num_threads(),
+        }
+        logs = folder.parent / "trials"
+        logs.mkdir(exist_ok=True)
+        self.launched = run_in_ranks(
+            RANKS_TARGET,
+            payload,
+            self.ranks,
+            timeout_s=RANKS_TIMEOUT_S,
+            log_path=logs / f"ranks-from-step{first}.log",
+        )
+
+    def step(self, step: int, run_dir: Path) -> dict[str, Any]:
+        folder = run_dir / "ranks-steps"
+        saved = folder / f"step{step}.pt"
+        if not saved.is_file() or self.launched is None:
+            self._launch(step, folder)
+        if self.optimizer is None or self.steps_done >= step:
+            self._restart()
+        bounds = None
+        while self.steps_done < step:
+            self.workload.backward(self.state, self.steps_done + 1)
+            if self.steps_done + 1 == 1:
+                bounds = self.workload.step_one_bounds(self.optimizer, self.groups)
+            self.optimizer.step()
+            self.steps_done += 1
+        other = torch.load(saved, weights_only=True)
+        saved.unlink()
+        row = _compare_saved(step, self.optimizer, self.params, other)
+        agree = self.launched["agree"]
+        row["ranks_agree"] = bool(agree.get(str(step), agree.get(step, False)))
+        row["ranks"] = self.ranks
+        sharing = self.launched["sharing"]
+        row["sharing_text"] = (
+            f"rank 0 of {sharing.get('world')} orthogonalized {sharing.get('matrices_here')} of "
+            f"{sharing.get('matrices')} Newton-Schulz matrices"
+            + (f" ({sharing['note']})" if sharing.get("note") else "")
+            if sharing
+            else f"`{self.settings.candidate}` reports no sharing"
+        )
+        if bounds is not None:
+            per_param = row.pop("per_param")
+            ratios = [
+                d / b if b > 0 else (0.0 if d == 0 else math.inf)
+                for d, b in zip(per_param, bounds.values(), strict=True)
+            ]
+            worst = max(ratios, default=0.0)
+            row.update(
+                bound_worst_ratio=worst,
+                bound_largest=max(bounds.values(), default=0.0),
+                within_bound=worst <= 1.0,
+            )
+        row.pop("per_param", None)
+        return row
+
+
+def _compare_saved(
+    step: int, optimizer: torch.optim.Optimizer, params: list[torch.Tensor], saved: dict[str, Any]
+) -> dict[str, Any]:
+    """The one-rank trajectory here against the figures rank 0 saved: the same figures as ``_compare``."""
+    buffers_equal = buffers_total = params_equal = 0
+    max_abs = max_rel = 0.0
+    per_param: list[float] = []
+    for p, q, other_state in zip(params, saved["params"], saved["state"], strict=True):
+        reference = p.detach().cpu()
+        diff = (reference.double() - q.double()).abs()
+        largest = diff.max().item() if diff.numel() else 0.0
+        per_param.append(largest)
+        params_equal += int(torch.equal(reference, q))
+        max_abs = max(max_abs, largest)
+        scale = reference.double().abs().clamp_min(torch.finfo(torch.float32).tiny)
+        max_rel = max(max_rel, (diff / scale).max().item() if diff.numel() else 0.0)
+        mine = {k: v for k, v in optimizer.state.get(p, {}).items() if isinstance(v, torch.Tensor)}
+        for key in sorted(set(mine) | set(other_state)):
+            buffers_total += 1
+            buffers_equal += int(
+                key in mine and key in other_state and torch.equal(mine[key].cpu(), other_state[key])
+            )
+    figures = StepFigures(
+        RANKS, step, buffers_equal, buffers_total, params_equal, len(params), max_abs, max_rel
+    )
+    return {**asdict(figures), "per_param": per_param}
 
 
 def result_of(run: Run) -> ParityResult:

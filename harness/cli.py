@@ -36,10 +36,12 @@ from harness.options import (
     MAX_PAIRS,
     MAX_SEED,
     InputError,
+    check_gpus,
     check_non_negative,
     check_positive,
     protocol_options,
     resolve_device,
+    split_device_list,
 )
 from harness.protocol import Arm, PlannedStop, ProtocolOptions
 from harness.run import RunInterrupted, Runner, RunOptions, gate_failures
@@ -124,7 +126,12 @@ SHARED = (
         _default("bar"),
         "The bar, in percent, the paired reduction must clear (e.g. 8); with --control, the tolerance ±bar the A/A difference must stay within (e.g. 1).",
     ),
-    Shared("device", str, AUTO_DEVICE, "auto (CUDA when present, else the CPU), cpu, cuda or cuda:N."),
+    Shared(
+        "device",
+        str,
+        AUTO_DEVICE,
+        "auto (CUDA when present, else the CPU), cpu, cuda, cuda:N, or consecutive devices cuda:0,1 (= --gpus 2).",
+    ),
     Shared("budget", str | None, None, "Device-memory cap emulated on a larger card, e.g. 24GiB or 800MiB."),
     Shared(
         "control",
@@ -166,6 +173,12 @@ SHARED = (
         float,
         _default("cooldown"),
         "Seconds to pause before each trial (GPU clocks settle between trials).",
+    ),
+    Shared(
+        "gpus",
+        int,
+        _default("gpus"),
+        "Ranks per trial: each trial is data-parallel over N devices from --device on (N CPU ranks on gloo when the device is the CPU).",
     ),
 )
 RUN = (
@@ -538,6 +551,13 @@ def pair_command(
             help="Keep each fit's folder, checkpoints included (deleted after each trial by default; its log stays).",
         ),
     ] = _Fit.keep_checkpoints,
+    torchrun: Annotated[
+        str,
+        typer.Option(
+            help="With --gpus N, embedded workload: torch.distributed.run's rendezvous options for several nodes, "
+            "passed through, e.g. '--nnodes 2 --node-rank 0 --rdzv-backend c10d --rdzv-endpoint HOST:29400 --rdzv-id ID'.",
+        ),
+    ] = _Fit.torchrun,
 ) -> None:
     """Complete paired fits (the decisive tier): `bench pair --steps 384`."""
     settings = _Fit(
@@ -557,6 +577,7 @@ def pair_command(
         stages=stages,
         trial_timeout=trial_timeout,
         keep_checkpoints=keep_checkpoints,
+        torchrun=torchrun,
     )
     launch("stages" if stages else "pair", protocol, settings, run, accepts=("pair", "stages"))
 
@@ -653,6 +674,12 @@ def parity_command(
     seed: Annotated[int, typer.Option(help="Seed for the parameters, gradients and data.")] = _default(
         "seed"
     ),
+    gpus: Annotated[
+        int,
+        typer.Option(
+            help="Also follow the candidate on N ranks (fresh processes; gloo on the CPU) against the one-rank candidate."
+        ),
+    ] = _default("gpus"),
 ) -> None:
     """The numerical contract of candidate against baseline, as a run folder (exit 1 when it breaks)."""
     from experiments import parity
@@ -660,7 +687,8 @@ def parity_command(
     settings = _Parity(scale=scale, steps=steps, fit=fit, candidate=candidate)
     options = None
     if run.resume is None:
-        resolved, why = resolve_device(device)
+        first, gpus = split_device_list(device, gpus)
+        resolved, why = resolve_device(first)
         console.print(f"device: {resolved} ({why})")
         arms = (Arm(settings.baseline, "baseline", settings.baseline), Arm(candidate, "candidate", candidate))
         options = ProtocolOptions(
@@ -669,6 +697,7 @@ def parity_command(
             pairs=check_positive("--steps", steps, MAX_PAIRS),
             seed=int(check_non_negative("--seed", seed, MAX_SEED)),
             device=resolved,
+            gpus=check_gpus(gpus, resolved),
         )
     result = launch("parity", options, settings, run, accepts=("parity",))
     if not parity.result_of(result).holds:

@@ -7,29 +7,56 @@ the worker comes back as data and is raised again in the parent (an out-of-memor
 ``torch.OutOfMemoryError``, so the protocol records a ``resource_failure``; a full disk as ``OSError``, so the
 run stops); a worker that dies without a
 result raises ``WorkerDied`` with its exit status and the tail of its output.
+
+A data-parallel trial runs in ranks: ``run_in_ranks`` starts ``python -m torch.distributed.run`` with the same
+module as each rank's program. Every rank writes its own record; the parent returns the first rank's (rank 0,
+or on a node without it the node's first), and the first failure of any rank fails the trial (a rank that
+raised exits non-zero, so the launcher stops the others). No rank outlives its trial: each dies with the
+launcher that started it (``PR_SET_PDEATHSIG``) and with the trial's own process (a watchdog thread on
+``BENCH_TRIAL_PID``, which also covers ranks that a worker's target launches itself, e.g. Ultralytics' DDP
+launch), and each writes its output to its own log beside the trial's (``trials/3.log`` → ``trials/3.rank1.log``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import traceback
-from dataclasses import asdict
+from collections.abc import Sequence
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from harness.errors import DISK_FULL
-from harness.placement import Placement, apply_from_environment, worker_environment
+from harness.placement import (
+    PLACEMENT_ENV,
+    Placement,
+    apply_from_environment,
+    split_placement,
+    worker_environment,
+)
 from harness.telemetry import USAGE_KEY, wait_and_reap
 from harness.timing import is_out_of_memory
 
 OUTPUT_TAIL_CHARS = 2000
+PR_SET_PDEATHSIG = 1
+RANKS_ENV = "BENCH_RANKS"  # set for the ranks run_in_ranks starts: harness.isolation runs as a rank
+TRIAL_PID_ENV = "BENCH_TRIAL_PID"  # the process whose end ends every rank of the trial
+RANK_LOG_ENV = "BENCH_RANK_LOG"  # each rank's own log: a path with {rank}
+RANK_PLACEMENTS_ENV = "BENCH_RANK_PLACEMENTS"  # one placement per local rank (JSON list)
+# Every rank's environment: NVLink multicast (NVLS) and symmetric-memory multicast stay off.
+RANK_ENVIRONMENT = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 
 
 class WorkerDied(RuntimeError):
@@ -60,6 +87,7 @@ def run_in_worker(
         output_file = log_path or Path(tmp) / "output.log"
         command = [sys.executable, "-m", "harness.isolation", target, str(payload_file), str(result_file)]
         worker_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+        worker_env[RANK_LOG_ENV] = rank_log_template(output_file)  # for ranks the target may launch itself
         if placement is not None:
             worker_env.update(worker_environment(placement))
         root = str(Path(__file__).resolve().parent.parent)
@@ -84,20 +112,268 @@ def run_in_worker(
             raise WorkerDied(f"worker died without a result (exit {returncode}): {last}")
         result = json.loads(result_file.read_text())
     if "exception" in result:
-        failure = result["exception"]
-        message = f"{failure['type']} in worker: {failure['message']}"
-        if failure.get("out_of_memory"):
-            raise torch.OutOfMemoryError(message)
-        if failure.get("errno") in DISK_FULL:  # the disk is full, not the arm broken: the run must stop
-            raise OSError(failure["errno"], message)
-        raise WorkerError(message)
+        raise _raised(result["exception"], "worker")
     value = result["value"]
     if isinstance(value, dict) and usage is not None:
         value[USAGE_KEY] = asdict(usage)
     return value
 
 
+def rank_log_template(output_file: Path) -> str:
+    """Where each rank of a trial logs: ``trials/3.log`` → ``trials/3.rank{rank}.log``."""
+    output_file = Path(output_file)
+    return str(output_file.with_name(f"{output_file.stem}.rank{{rank}}{output_file.suffix or '.log'}"))
+
+
+def run_in_ranks(
+    target: str,
+    payload: dict[str, Any],
+    ranks: int,
+    timeout_s: float | None = None,
+    log_path: Path | None = None,
+    env: dict[str, str] | None = None,
+    launcher_options: Sequence[str] = (),
+    placement: Placement | None = None,
+) -> dict[str, Any]:
+    """Call ``target(payload)`` in ``ranks`` fresh processes started by ``torch.distributed.run``; return the
+    first rank's result dict (rank 0's on one node).
+
+    With a ``placement`` each local rank places itself on its own share of the worker cores
+    (``rank_placements``) before it imports the target.
+
+    The target sets up its own process group from the launcher's environment (``RANK``, ``WORLD_SIZE``,
+    ``MASTER_ADDR``, …). ``launcher_options`` are ``torch.distributed.run``'s own rendezvous options, passed
+    through (e.g. ``--nnodes 2 --node-rank 0 --rdzv-backend c10d --rdzv-endpoint HOST:PORT --rdzv-id ID``);
+    without any, ``--standalone`` (one node, a free port). The launcher's output goes to ``log_path``, each
+    rank's to its own log beside it. Failures are raised as ``run_in_worker`` raises them, naming the rank.
+    """
+    with tempfile.TemporaryDirectory(prefix="bench-ranks-") as tmp:
+        payload_file, result_file = Path(tmp) / "payload.json", Path(tmp) / "result.json"
+        payload_file.write_text(json.dumps(payload))
+        output_file = log_path or Path(tmp) / "output.log"
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            str(ranks),
+            *(list(launcher_options) or ["--standalone"]),
+            "--module",
+            "harness.isolation",
+            target,
+            str(payload_file),
+            str(result_file),
+        ]
+        rank_env = {
+            **os.environ,
+            **(env or {}),
+            **RANK_ENVIRONMENT,
+            "PYTHONUNBUFFERED": "1",
+            RANKS_ENV: "1",
+            TRIAL_PID_ENV: str(os.getpid()),
+            RANK_LOG_ENV: rank_log_template(output_file),
+        }
+        if placement is not None:
+            shares = rank_placements(placement, ranks)
+            rank_env.update(worker_environment(min(shares, key=lambda p: p.omp_threads)))
+            rank_env[RANK_PLACEMENTS_ENV] = json.dumps([share.to_dict() for share in shares])
+        root = str(Path(__file__).resolve().parent.parent)
+        rank_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, rank_env.get("PYTHONPATH")) if p)
+        usage = None
+        with open(output_file, "ab") as output:
+            process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=rank_env)
+            try:
+                usage = wait_and_reap(process, timeout_s)
+                returncode: int | str = process.returncode
+            except subprocess.TimeoutExpired:
+                process.kill()  # the ranks die with their launcher
+                wait_and_reap(process)
+                returncode = f"timeout after {timeout_s:g} s"
+            except BaseException:
+                process.kill()
+                process.wait()
+                raise
+        records = [json.loads(p.read_text()) for p in sorted(Path(tmp).glob("result.json.rank*"))]
+        launcher_log = Path(output_file).read_text(errors="replace")
+    _raise_first_failure(records, launcher_log, returncode)
+    firsts = [r for r in records if r.get("local_rank") == 0]
+    if returncode != 0 or not firsts:
+        raise WorkerDied(f"{_root_cause(launcher_log, returncode)} (launcher exit {returncode})")
+    value = firsts[0]["value"]
+    if isinstance(value, dict) and usage is not None:
+        value[USAGE_KEY] = asdict(usage)  # the launcher's and its reaped ranks' CPU time
+    return value
+
+
+def rank_placements(placement: Placement, ranks: int) -> list[Placement]:
+    """One placement per local rank: equal shares of the worker cores, or, with fewer cores than ranks, the
+    worker cores shared by every rank with the threads divided among them."""
+    if len(placement.worker_cores) >= ranks:
+        return split_placement(placement, ranks)
+    threads = max(1, placement.torch_threads // ranks)
+    shared = replace(
+        placement,
+        torch_threads=threads,
+        interop_threads=max(1, placement.interop_threads // ranks),
+        omp_threads=threads,
+        mkl_threads=threads,
+        reason=f"{placement.reason}; the worker cores shared by {ranks} ranks",
+    )
+    return [shared] * ranks
+
+
+def _raised(failure: dict[str, Any], where: str) -> Exception:
+    """The parent's exception for a failure a worker or rank reported: out of memory stays out of memory (a
+    recorded result); a full disk is an ``OSError`` (the machine, not the arm: the run must stop)."""
+    message = f"{failure['type']} in {where}: {failure['message']}"
+    if failure.get("out_of_memory"):
+        return torch.OutOfMemoryError(message)
+    if failure.get("errno") in DISK_FULL:
+        return OSError(failure["errno"], message)
+    return WorkerError(message)
+
+
+def _launcher_exits(launcher_log: str) -> dict[int, int]:
+    """Each failed rank's exit code, from ``torch.distributed.run``'s failure summary (negative: a signal)."""
+    exits: dict[int, int] = {}
+    rank = None
+    for line in launcher_log.splitlines():
+        key, colon, value = line.partition(":")
+        if not colon:
+            continue
+        if key.strip() == "rank" and value.split()[:1] and value.split()[0].isdigit():
+            rank = int(value.split()[0])
+        elif key.strip() == "exitcode" and rank is not None:
+            try:
+                exits.setdefault(rank, int(value.split()[0]))
+            except (ValueError, IndexError):
+                pass
+            rank = None
+    return exits
+
+
+def _raise_first_failure(records: list[dict[str, Any]], launcher_log: str, returncode: int | str) -> None:
+    """Raise the trial's first failure, if any. A rank that died without a record (killed, crashed), other
+    than by the launcher's own SIGTERM, came first: the others' errors are then what its death did to their
+    collectives. Otherwise the earliest exception a rank recorded."""
+    recorded = {r["rank"] for r in records}
+    died = {
+        rank: code
+        for rank, code in _launcher_exits(launcher_log).items()
+        if rank not in recorded and code != -signal.SIGTERM
+    }
+    if died:
+        rank = min(died)
+        code = died[rank]
+        how = (
+            f"{code} ({signal.Signals(-code).name})" if code < 0 and -code in signal.valid_signals() else code
+        )
+        raise WorkerDied(f"rank {rank} died without a result (exitcode {how}; launcher exit {returncode})")
+    failures = sorted((r for r in records if "exception" in r), key=lambda r: r["time"])
+    if failures:
+        raise _raised(failures[0]["exception"], f"rank {failures[0]['rank']}")
+
+
+def _root_cause(launcher_log: str, returncode: int | str) -> str:
+    """What the launcher said last, where no rank's failure explains a missing result."""
+    lines = launcher_log.splitlines()
+    last = next((line for line in reversed(lines) if line.strip(" =-")), "no output")
+    return f"the ranks ended without a result: {last.strip()}"
+
+
+def die_with_parent(parent_pid: int | None = None) -> None:
+    """Ask Linux to kill this process when its parent dies (a killed run must not leave a fit on the GPU),
+    and leave at once if ``parent_pid`` already died while this process was still starting."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def _end_now() -> None:
+    """SIGKILL this process, and its process group where it leads one (a rank leads its own: its loader
+    workers go with it)."""
+    if os.getpgid(0) == os.getpid():
+        os.killpg(0, signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def end_with(pid: int, poll_s: float = 0.5) -> None:
+    """End this process as soon as process ``pid`` ends: a daemon thread waits on a pidfd (or polls)."""
+    try:
+        handle: int | None = os.pidfd_open(pid)
+    except ProcessLookupError:
+        _end_now()
+        return
+    except (OSError, AttributeError):
+        handle = None
+
+    def watch() -> None:
+        if handle is not None:
+            select.select([handle], [], [])  # readable once the process has ended
+        else:
+            while True:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(poll_s)
+        _end_now()
+
+    threading.Thread(target=watch, name="bench-trial-watch", daemon=True).start()
+
+
+def launched_rank() -> tuple[int, int] | None:
+    """(rank, local rank) of a process started by ``torch.distributed.run``; None otherwise."""
+    if "RANK" not in os.environ or "LOCAL_RANK" not in os.environ:
+        return None
+    return int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+
+
+def guard_rank() -> None:
+    """In a rank: die with the launcher that started it and with the trial's process, log to its own file."""
+    die_with_parent()
+    rank, _ = launched_rank() or (0, 0)
+    template = os.environ.get(RANK_LOG_ENV)
+    if template:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        log = os.open(template.format(rank=rank), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+    trial_pid = os.environ.get(TRIAL_PID_ENV)
+    if trial_pid:
+        end_with(int(trial_pid))
+
+
+def _failure(exc: BaseException) -> dict[str, Any]:
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "out_of_memory": is_out_of_memory(exc),
+        "errno": exc.errno if isinstance(exc, OSError) else None,
+    }
+
+
+def _write_json(path: str, record: dict[str, Any]) -> None:
+    tmp = Path(path + ".tmp")
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, path)
+
+
 def _worker_main(target: str, payload_file: str, result_file: str) -> int:
+    ranked = launched_rank() if os.environ.get(RANKS_ENV) else None
+    if ranked is not None:
+        guard_rank()
+        shares = json.loads(os.environ.get(RANK_PLACEMENTS_ENV) or "[]")
+        if shares:
+            os.environ[PLACEMENT_ENV] = json.dumps(shares[ranked[1] % len(shares)])
+    else:
+        os.environ[TRIAL_PID_ENV] = str(os.getpid())  # ranks the target launches itself end with this worker
     placed = apply_from_environment()  # first, so every thread the target starts is placed
     module_name, _, attr = target.partition(":")
     payload = json.loads(Path(payload_file).read_text())
@@ -108,18 +384,15 @@ def _worker_main(target: str, payload_file: str, result_file: str) -> int:
         result: dict[str, Any] = {"value": value}
     except Exception as exc:  # noqa: BLE001 - reported to the parent as data
         traceback.print_exc()
-        result = {
-            "exception": {
-                "type": type(exc).__name__,
-                "message": str(exc),
-                "out_of_memory": is_out_of_memory(exc),
-                "errno": exc.errno if isinstance(exc, OSError) else None,
-            }
-        }
-    tmp = Path(result_file + ".tmp")
-    tmp.write_text(json.dumps(result))
-    os.replace(tmp, result_file)
-    return 0
+        result = {"exception": _failure(exc)}
+    if ranked is None:
+        _write_json(result_file, result)
+        return 0
+    rank, local_rank = ranked
+    _write_json(
+        f"{result_file}.rank{rank}", {**result, "rank": rank, "local_rank": local_rank, "time": time.time()}
+    )
+    return 1 if "exception" in result else 0  # a failed rank exits non-zero: the launcher stops the others
 
 
 if __name__ == "__main__":

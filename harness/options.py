@@ -39,9 +39,12 @@ MAX_WARMUP = 1_000
 MAX_SEED = 2**63 - 1
 # GPU clocks settle within seconds; an hour's pause before every trial is a typo, not a cool-down.
 MAX_COOLDOWN = 3600.0
+# Ranks per trial: one node's devices (or CPU ranks) each start a process; more than 1024 is no machine here.
+MAX_GPUS = 1024
 
 
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+_DEVICE_LIST = re.compile(r"^cuda:\d+(,\d+)+$")
 
 
 def resolve_device(device: str) -> tuple[str, str]:
@@ -66,6 +69,45 @@ def check_device(device: str) -> str:
         if index >= torch.cuda.device_count():
             raise InputError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
     return device
+
+
+def split_device_list(device: str, gpus: int) -> tuple[str, int]:
+    """``cuda:0,1`` → (``cuda:0``, 2): a list of consecutive CUDA devices names the first and the rank count
+    (it must agree with ``--gpus`` where that is given too); any other device comes back as it is."""
+    if not _DEVICE_LIST.match(device):
+        return device, gpus
+    indices = [int(i) for i in device.split(":")[1].split(",")]
+    if indices != list(range(indices[0], indices[0] + len(indices))):
+        raise InputError(
+            f"--device {device}: the devices of a trial must be consecutive (e.g. cuda:0,1); pick others with "
+            "CUDA_VISIBLE_DEVICES"
+        )
+    if gpus not in (1, len(indices)):
+        raise InputError(
+            f"--device {device} names {len(indices)} devices but --gpus is {gpus}; give one of them"
+        )
+    return f"cuda:{indices[0]}", len(indices)
+
+
+def check_gpus(gpus: int, device: str, order: str = "alternate") -> int:
+    """Ranks per trial: positive, on CUDA no more than the devices from ``device``'s index on; one rank per
+    trial where the trials of a round run at once."""
+    check_positive("--gpus", gpus, MAX_GPUS)
+    if gpus == 1:
+        return gpus
+    if device.startswith("cuda"):
+        first = int(device.split(":")[1]) if ":" in device else 0
+        available = torch.cuda.device_count() - first
+        if gpus > available:
+            raise InputError(
+                f"--gpus {gpus} from {device}: only {max(available, 0)} CUDA device(s) from there on; use --gpus "
+                f"{max(available, 1)} or fewer"
+            )
+    if order in CONCURRENT_ORDERS:
+        raise InputError(
+            f"--order {order} with --gpus {gpus}: concurrent trials of several ranks are not run"
+        )
+    return gpus
 
 
 def check_positive(name: str, value: int, at_most: int | float = MAX_COUNT) -> int:
@@ -277,6 +319,7 @@ def protocol_options(
     precision: float | None = ProtocolOptions.default("precision"),
     max_pairs: int = ProtocolOptions.default("max_pairs"),
     time_budget: float | None = ProtocolOptions.default("time_budget"),
+    gpus: int = ProtocolOptions.default("gpus"),
     announce: Any = None,
     default_arms: Callable[[str], tuple[str, str]] | None = None,
 ) -> ProtocolOptions:
@@ -284,14 +327,17 @@ def protocol_options(
 
     ``device='auto'`` resolves here (CUDA when present, else the CPU); ``announce`` is told which and why.
     ``arms=None`` (not given) takes ``default_arms(device)`` → (arms, why), announced, else ``DEFAULT_ARMS``.
+    ``--device cuda:0,1`` is ``--device cuda:0 --gpus 2``.
     """
     parsed_pairs = parse_pairs(pairs)
     first_look = ProtocolOptions.default("first_look")
     check_sequential(parsed_pairs, precision, max_pairs, time_budget, first_look)
     budget_bytes = parse_budget(budget)
+    device, gpus = split_device_list(device, gpus)
     device, why = resolve_device(device)
     if announce is not None:
-        announce(f"device: {device} ({why})")
+        ranks = f"; {gpus} ranks per trial" if gpus > 1 else ""
+        announce(f"device: {device} ({why}{ranks})")
     if arms is None:
         arms, arms_why = default_arms(device) if default_arms is not None else (DEFAULT_ARMS, "the default")
         if announce is not None:
@@ -315,4 +361,5 @@ def protocol_options(
         max_pairs=int(max_pairs),
         time_budget=time_budget,
         first_look=first_look,
+        gpus=check_gpus(gpus, device, order),
     )

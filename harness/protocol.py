@@ -240,6 +240,23 @@ class ProtocolOptions:
         """The rounds the first schedule holds: all of them, or with ``--pairs auto`` those of the first look."""
         return self.first_look if self.auto else int(self.pairs)
 
+    gpus: int = 1  # ranks per trial: a data-parallel trial over this many devices (CPU ranks on the CPU)
+
+    @property
+    def rank_devices(self) -> tuple[str, ...]:
+        """Each rank's device: consecutive CUDA devices from ``device``'s index, or the CPU for every rank."""
+        if not self.device.startswith("cuda"):
+            return (self.device,) * self.gpus
+        first = int(self.device.split(":")[1]) if ":" in self.device else 0
+        if self.gpus == 1:
+            return (self.device,)
+        return tuple(f"cuda:{first + rank}" for rank in range(self.gpus))
+
+    @property
+    def backend(self) -> str:
+        """The process group's backend for these devices: ``nccl`` on CUDA, ``gloo`` on the CPU."""
+        return "nccl" if self.device.startswith("cuda") else "gloo"
+
     @classmethod
     def default(cls, name: str) -> Any:
         """The default of one option."""

@@ -13,6 +13,11 @@ real trainer has, so an optimizer change is measured inside a whole learner, not
   written to real files in the trial folder);
 * a log line per epoch on stdout (train loss, validation loss and accuracy, host seconds), as a trainer
   prints: a worker's ``trials/N.log``. The losses are read on the host every iteration anyway.
+
+Data-parallel (``world`` > 1, inside an initialized process group): the model is wrapped in
+``DistributedDataParallel``; every rank draws the same permutation of the epoch and takes its own slice of
+each global batch (``batch // world`` images, augmented with its own generator); rank 0 validates and writes
+the checkpoints, and every rank waits for it at the epoch's end.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
@@ -198,17 +204,25 @@ def fit(
     seed: int,
     trial_dir: Path,
     clock: NullClock,
+    rank: int = 0,
+    world: int = 1,
 ) -> dict[str, Any]:
     """Train from scratch for ``epochs`` epochs of ``images // batch`` iterations; return the fit's figures.
 
     ``clock`` is a ``NullClock`` in claim runs (no synchronization anywhere) and a ``StageClock`` in the
     stages diagnostic. Iteration-end host timestamps (unsynchronized) are returned for the median iteration.
+    ``batch`` is the global batch; with ``world`` ranks each takes ``batch // world`` of it.
     """
     dev = torch.device(device)
     torch.manual_seed(seed)
     all_x, all_y = synthetic_images(images + val_images, imgsz, data_seed)  # one set of class templates
     train_x, train_y, val_x, val_y = all_x[:images], all_y[:images], all_x[images:], all_y[images:]
     model = SmallConvNet().to(dev)
+    learner: nn.Module = model
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        learner = DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
     optimizer = make_optimizer(build_param_groups(model, LR0, MOMENTUM, WEIGHT_DECAY), optimizer_kwargs())
     for group in optimizer.param_groups:
         group["initial_lr"] = group["lr"]
@@ -218,6 +232,9 @@ def fit(
     scaler = torch.amp.GradScaler(dev.type, enabled=amp == "fp16" and dev.type == "cuda")
     ema = WeightEMA(model)
     generator = torch.Generator().manual_seed(seed)
+    # One generator on one rank; with several, the epoch's order is shared and each rank augments its own share.
+    augmenter = generator if world == 1 else torch.Generator().manual_seed(seed * 7919 + rank + 1)
+    local = batch // world
     per_epoch = images // batch
     warmup = round(min(WARMUP_EPOCHS, max(epochs - 1, 0)) * per_epoch)
     decay = lambda epoch: max(1 - epoch / epochs, 0) * (1 - LRF) + LRF  # noqa: E731 - the schedule, named
@@ -240,8 +257,8 @@ def fit(
         order = torch.randperm(images, generator=generator)
         clock.mark("other")
         for i in range(per_epoch):
-            index = order[i * batch : (i + 1) * batch]
-            x = augment(train_x[index], generator).to(dev, non_blocking=True)
+            index = order[i * batch + rank * local : i * batch + (rank + 1) * local]
+            x = augment(train_x[index], augmenter).to(dev, non_blocking=True)
             y = train_y[index].to(dev, non_blocking=True)
             clock.iteration()
             step = i + per_epoch * epoch
@@ -251,7 +268,7 @@ def fit(
                     group["lr"] = start + (group["initial_lr"] * decay(epoch) - start) * step / warmup
                     group["momentum"] = WARMUP_MOMENTUM + (MOMENTUM - WARMUP_MOMENTUM) * step / warmup
             with _autocast(dev, amp):
-                loss = F.cross_entropy(model(x).float(), y)
+                loss = F.cross_entropy(learner(x).float(), y)
             scaler.scale(loss).backward()
             clock.mark("forward_backward")
             scaler.unscale_(optimizer)
@@ -268,6 +285,9 @@ def fit(
             loss_sum += last_loss
             stamps.append(time.perf_counter())
         clock.mark("other")
+        if rank != 0:  # rank 0 validates and checkpoints; the others wait for it
+            dist.barrier()
+            continue
         final = _validate(ema, val_x, val_y, batch, dev, amp)
         clock.mark("validation")
         state = {
@@ -284,6 +304,8 @@ def fit(
             _save_atomic(state, trial_dir / "best.pt")
         checkpoint_bytes = sum(p.stat().st_size for p in trial_dir.glob("*.pt"))
         clock.mark("checkpoint")
+        if world > 1:
+            dist.barrier()
         print(
             f"epoch {epoch + 1}/{epochs}: train loss {loss_sum / per_epoch:.4f}, val loss {final[0]:.4f}, "
             f"val accuracy {final[1]:.4f}, {time.perf_counter() - epoch_starts[-1]:.2f} s",
@@ -302,6 +324,7 @@ def fit(
         "val_accuracy": round(final[1], 6),
         "checkpoint_bytes": checkpoint_bytes,
         "optimizer_class": name,
+        "optimizer_sharing": getattr(optimizer, "sharing", None),
         "train_loss": round(last_loss, 6),
         "trained": {"model": model, "ema": ema.model},
     }

@@ -9,12 +9,18 @@ Steps and epochs. Every iteration steps the optimizer (``nbs`` = batch), so a fi
 default 384 steps of 256 images at batch 4 are 6 epochs of 64 iterations. Only whole epochs are run (the
 trainer's schedule, validation and checkpoints are per epoch), so ``N`` must be a multiple of ``B`` and ``S``
 a multiple of ``N / B``; anything else is refused with one line saying what would work.
+
+Several ranks (``--gpus N``): ``--batch`` is the global batch, split evenly (``B / N`` images per rank and
+iteration), so the steps, epochs and images per epoch are those of the one-device fit. The embedded workload's
+ranks are started by ``torch.distributed.run`` (``harness.isolation.run_in_ranks``; ``--torchrun`` passes its
+rendezvous options through); the real trainer's by Ultralytics' own DDP launch, from one worker.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import shlex
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass, fields, replace
@@ -23,7 +29,7 @@ from typing import Any
 
 from experiments.arms import arm_code, checked_optimizer
 from harness.formatting import format_bytes
-from harness.isolation import WorkerDied, WorkerError, run_in_worker
+from harness.isolation import RANK_ENVIRONMENT, WorkerDied, WorkerError, run_in_ranks, run_in_worker
 from harness.options import InputError, check_choice, check_non_negative, check_positive
 from harness.protocol import Case, Plan, ProtocolOptions, TrialContext, TrialFunction
 
@@ -65,6 +71,7 @@ MAX_WORKERS = 256
 MAX_TRIAL_TIMEOUT = 7 * 24 * 3600
 PREPARE_TARGET = "experiments.fit.worker:prepare_data"
 PREPARE_TIMEOUT_S = 1800
+RANK_TARGET = "experiments.fit.ddp:run_rank_fit"
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,7 @@ class FitSettings:
     stages: bool = False
     trial_timeout: int = 3600
     keep_checkpoints: bool = False
+    torchrun: str = ""  # torch.distributed.run's rendezvous options for several nodes (embedded, --gpus N)
 
     @property
     def iterations_per_epoch(self) -> int:
@@ -292,6 +300,7 @@ def make_plan(
             f"{imgsz}² floats = {format_bytes(set_bytes)}, more than {format_bytes(MAX_EMBEDDED_SET_BYTES)}; "
             "use fewer --images or a smaller --imgsz"
         )
+    check_ranks(protocol, s, chosen)
     resolved = replace(
         s,
         workload=chosen,
@@ -323,9 +332,11 @@ def make_plan(
                     f"the {fits} fits; --device cuda on a GPU, fewer --steps or a smaller --imgsz, or --workload "
                     "embedded for a quick CPU run"
                 )
+    ranks = protocol.gpus
     label = (
         f"{Path(resolved.model).stem if chosen == 'ultralytics' else 'embedded'} {imgsz}px b{s.batch} "
         f"{steps} steps ({epochs}×{resolved.iterations_per_epoch})"
+        + (f" ×{ranks} ranks" if ranks > 1 else "")
     )
     case_params = {
         "workload": chosen,
@@ -336,6 +347,11 @@ def make_plan(
         "batch": s.batch,
         "imgsz": imgsz,
         "amp": amp,
+        **(
+            {"ranks": ranks, "batch_per_rank": s.batch // ranks, "backend": protocol.backend}
+            if ranks > 1
+            else {}
+        ),
     }
     stage_note = (
         "; --stages: synchronized marks at every stage boundary inside it (diagnostic only, never a claim)"
@@ -354,8 +370,7 @@ def make_plan(
         settings=asdict(resolved),
         command=command,
         in_process=False,
-        isolation="a fresh worker process per trial (python -m harness.isolation); the parent schedules and "
-        "collects rows and never touches the GPU"
+        isolation=_isolation_text(protocol, chosen)
         + (
             "; before the first trial a preparatory worker builds the data set once (label caches"
             + (", .npy image cache" if s.cache == "disk" else "")
@@ -364,7 +379,18 @@ def make_plan(
             else ""
         ),
         timed_region=(
-            "the whole fit, synchronized at both ends: "
+            (
+                f"the whole fit on rank 0 of {ranks} ({protocol.backend}), one bracket opened after a barrier of every "
+                "rank and closed after another (the process group and devices are set up before it"
+                + (
+                    "; Ultralytics builds its trainer in each rank before it"
+                    if chosen == "ultralytics"
+                    else ""
+                )
+                + "), synchronized at both ends: "
+                if ranks > 1
+                else "the whole fit, synchronized at both ends: "
+            )
             + (
                 "YOLO(model).train(...) — dataset set-up (its label caches"
                 + (" and the .npy image cache" if s.cache == "disk" else "")
@@ -380,6 +406,57 @@ def make_plan(
             + stage_note
         ),
     )
+
+
+def _isolation_text(protocol: ProtocolOptions, workload: str) -> str:
+    if protocol.gpus == 1:
+        return (
+            "a fresh worker process per trial (python -m harness.isolation); the parent schedules and "
+            "collects rows and never touches the GPU"
+        )
+    launch = (
+        "one worker per trial launches Ultralytics' own DDP fit (torch.distributed.run over a generated file)"
+        if workload == "ultralytics"
+        else "each trial's ranks started fresh by torch.distributed.run (python -m harness.isolation in each)"
+    )
+    return (
+        f"{protocol.gpus} ranks per trial, data-parallel ({protocol.backend}, devices "
+        f"{', '.join(protocol.rank_devices)}): {launch}; the parent schedules and collects rank 0's row and "
+        "never touches the GPU; a rank that dies fails the trial"
+    )
+
+
+def check_ranks(protocol: ProtocolOptions, settings: FitSettings, workload: str) -> None:
+    """A data-parallel fit splits the global batch evenly; the real trainer's DDP launch needs CUDA devices
+    and cloudpickle; ``--torchrun`` options are the embedded workload's, with several ranks."""
+    ranks = protocol.gpus
+    if settings.torchrun and (ranks == 1 or workload != "embedded"):
+        raise InputError(
+            "--torchrun passes rendezvous options to the embedded workload's ranks: it needs --gpus 2 or more "
+            "and --workload embedded (Ultralytics' DDP launch runs on one node)"
+        )
+    try:
+        shlex.split(settings.torchrun)
+    except ValueError as exc:
+        raise InputError(f"--torchrun '{settings.torchrun}' is not a command line: {exc}") from None
+    if ranks == 1:
+        return
+    if settings.batch % ranks:
+        raise InputError(
+            f"--batch {settings.batch} is the global batch, split evenly over --gpus {ranks}; use a multiple of "
+            f"{ranks} (e.g. --batch {settings.batch + ranks - settings.batch % ranks})"
+        )
+    if workload == "ultralytics":
+        if not protocol.device.startswith("cuda"):
+            raise InputError(
+                f"--gpus {ranks} with the real trainer: Ultralytics' DDP launch needs CUDA devices; use --device "
+                "cuda, or --workload embedded for CPU ranks on gloo"
+            )
+        if importlib.util.find_spec("cloudpickle") is None:
+            raise InputError(
+                "--gpus with the real trainer: Ultralytics' DDP launch pickles its trainer with cloudpickle, which "
+                "is not importable here; pip install 'cloudpickle>=3.1.1'"
+            )
 
 
 def worker_environment(run_dir: Path) -> dict[str, str]:
@@ -416,6 +493,7 @@ def trial_function(plan: Plan) -> TrialFunction:
     by upstream's dataset builder, so its caches are never made inside a timed fit.
     """
     settings = FitSettings.from_dict(plan.settings)
+    ranks = plan.protocol.gpus
     data_yaml = settings.data
     if settings.workload == "ultralytics" and data_yaml is None:
         from experiments.fit.dataset import SyntheticSet, ensure_synthetic_set
@@ -447,14 +525,28 @@ def trial_function(plan: Plan) -> TrialFunction:
             "seed": ctx.seed,
             "trial_dir": str(trial_dir.resolve()),
             "parent_pid": os.getpid(),
+            "ranks": ranks,
+            "devices": list(plan.protocol.rank_devices),
         }
+        log_path = trials_dir / f"{ctx.trial.index}.log"
         try:
+            if ranks > 1 and settings.workload == "embedded":
+                return run_in_ranks(
+                    RANK_TARGET,
+                    payload,
+                    ranks,
+                    timeout_s=settings.trial_timeout,
+                    log_path=log_path,
+                    env=worker_environment(ctx.run_dir),
+                    launcher_options=shlex.split(settings.torchrun),
+                    placement=ctx.placement,
+                )
             return run_in_worker(
                 WORKER_TARGET,
                 payload,
                 timeout_s=settings.trial_timeout,
-                log_path=trials_dir / f"{ctx.trial.index}.log",
-                env=worker_environment(ctx.run_dir),
+                log_path=log_path,
+                env={**worker_environment(ctx.run_dir), **(RANK_ENVIRONMENT if ranks > 1 else {})},
                 placement=ctx.placement,
             )
         finally:  # the trial's folder keeps nothing but what was asked: its log is trials/<index>.log

@@ -121,6 +121,15 @@ def _settings_text(plan: Plan) -> list[str]:
         ("batch / nbs", f"{s.batch} / {s.batch} (the optimizer steps every iteration)"),
         ("precision", s.amp),
     ]
+    ranks = plan.protocol.gpus
+    if ranks > 1:
+        rows.append(
+            (
+                "ranks",
+                f"{ranks} data-parallel ranks ({plan.protocol.backend}; {', '.join(plan.protocol.rank_devices)}): the "
+                f"global batch {s.batch} is {s.batch // ranks} images per rank and iteration",
+            )
+        )
     if s.workload == "ultralytics":
         rows += [
             ("loader workers, image cache", f"{s.workers}, {s.cache}"),
@@ -134,6 +143,7 @@ def _figures_text(plan: Plan, trials: pd.DataFrame) -> list[str]:
     rows = finished(trials)
     if rows.empty:
         return []
+    ranked = plan.protocol.gpus > 1
     quality = "val_map50_95" if "val_map50_95" in rows else "val_accuracy" if "val_accuracy" in rows else None
     table = []
     for arm in plan.arm_labels():
@@ -153,6 +163,7 @@ def _figures_text(plan: Plan, trials: pd.DataFrame) -> list[str]:
                 "n/a" if math.isnan(iteration) else f"{1000 * iteration:.1f}",
                 format_bytes(median_of(mine, "peak_allocated")),
                 format_bytes(median_of(mine, "peak_reserved")),
+                *([format_bytes(median_of(mine, "peak_allocated_sum")), _shares(mine)] if ranked else []),
                 format_bytes(median_of(mine, "checkpoint_bytes")),
                 "n/a" if quality is None else format_number(median_of(mine, quality)),
                 classes or "n/a",
@@ -170,14 +181,15 @@ def _figures_text(plan: Plan, trials: pd.DataFrame) -> list[str]:
                 "trials",
                 "fit (s)",
                 "iteration (ms, host)",
-                "peak allocated",
-                "peak reserved",
+                "peak allocated" + (" (max over ranks)" if ranked else ""),
+                "peak reserved" + (" (max over ranks)" if ranked else ""),
+                *(["peak allocated (sum over ranks)", "NS matrices per rank"] if ranked else []),
                 "checkpoints",
                 quality_name,
                 "optimizer class",
             ],
             table,
-            "lrrrrrrrl",
+            "lrrrrrr" + ("rr" if ranked else "") + "rl",
         ),
         "",
         "Iteration: median gap between consecutive iteration ends, read from the host clock with no "
@@ -185,7 +197,26 @@ def _figures_text(plan: Plan, trials: pd.DataFrame) -> list[str]:
         "Checkpoints: bytes on disk of the checkpoint files the fit wrote. The quality figure is a sanity "
         "check that the fit trained; a short fit says nothing about final accuracy.",
         "",
-    ]
+    ] + (
+        [
+            "Ranks: the fit's figure is rank 0's bracket; each rank's peaks are in the row (`rank_peak_allocated`, "
+            "`rank_peak_reserved`), with their max and sum. NS matrices per rank: the Newton-Schulz matrices each "
+            "rank orthogonalized in the last trial, of all of them (`optimizer.sharing`); 'every rank: all' for "
+            "an arm that does not share, whose every rank orthogonalizes every matrix.",
+            "",
+        ]
+        if ranked
+        else []
+    )
+
+
+def _shares(rows: pd.DataFrame) -> str:
+    """The last finished trial's Newton-Schulz matrices per rank, 'of' all of them; or that none are shared."""
+    last = rows.iloc[-1]
+    here, total = last.get("rank_matrices_here"), last.get("sharing_matrices")
+    if not isinstance(here, list) or any(h is None for h in here) or total is None or pd.isna(total):
+        return "every rank: all"
+    return f"{' + '.join(str(int(h)) for h in here)} of {int(total)}"
 
 
 def _stages_text(plan: Plan, trials: pd.DataFrame, figures_dir: Path) -> list[str]:

@@ -100,12 +100,18 @@ def device_argument(device: str) -> str:
 
 
 def make_trainer_class(
-    make_optimizer: Callable[..., Any], clock: Any, stamps: list[float], epoch_starts: list[float]
+    make_optimizer: Callable[..., Any],
+    clock: Any,
+    stamps: list[float],
+    epoch_starts: list[float],
+    base: type | None = None,
 ) -> type:
-    """A ``DetectionTrainer`` whose optimizer is the arm's; stage marks only when ``clock.enabled``."""
-    from ultralytics.models.yolo.detect import DetectionTrainer
+    """A ``DetectionTrainer`` (or ``base``, a subclass of it) whose optimizer is the arm's; stage marks only
+    when ``clock.enabled``."""
+    if base is None:
+        from ultralytics.models.yolo.detect import DetectionTrainer as base
 
-    class ArmTrainer(DetectionTrainer):
+    class ArmTrainer(base):
         """Upstream's trainer, with the arm's optimizer and a polars-free ``read_results_csv``."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -224,7 +230,44 @@ def prepare_fit(
     epoch_starts: list[float] = []
     trainer_class = make_trainer_class(make_optimizer, clock, stamps, epoch_starts)
     model = YOLO(settings.model, task="detect")
-    arguments = {
+    arguments = train_arguments(settings, data_yaml, device_argument(device), seed, trial_dir)
+
+    def fit() -> dict[str, Any]:
+        model.train(trainer=trainer_class, **arguments)
+        trainer = model.trainer
+        if trainer.batch_size != settings.batch:
+            # Upstream halves the batch after an out-of-memory in the first epoch: a different workload.
+            raise RuntimeError(
+                f"CUDA out of memory at batch {settings.batch}: the trainer fell back to batch {trainer.batch_size}"
+            )
+        return fit_result(trainer, stamps, epoch_starts)
+
+    return fit
+
+
+def fit_result(trainer: Any, stamps: list[float], epoch_starts: list[float]) -> dict[str, Any]:
+    """The figures a finished trainer holds (on rank 0 of a data-parallel fit)."""
+    metrics = trainer.metrics or {}
+    weights = Path(trainer.wdir)
+    return {
+        "iterations": len(stamps),
+        "iteration_stamps": stamps,
+        "epoch_start_stamps": epoch_starts,
+        "iterations_per_epoch": len(trainer.train_loader),
+        "val_map50_95": _number(metrics.get("metrics/mAP50-95(B)")),
+        "val_map50": _number(metrics.get("metrics/mAP50(B)")),
+        "checkpoint_bytes": sum(p.stat().st_size for p in weights.glob("*.pt")),
+        "optimizer_class": f"{type(trainer.optimizer).__module__}.{type(trainer.optimizer).__qualname__}",
+        "optimizer_sharing": getattr(trainer.optimizer, "sharing", None),
+        "amp_used": bool(trainer.amp),
+        "train_loss": trainer.loss,  # the last batch's loss tensor, read after the bracket
+        "trained": {"model": trainer.model, "ema": getattr(trainer.ema, "ema", None)},
+    }
+
+
+def train_arguments(settings: Any, data_yaml: str, device: str, seed: int, trial_dir: Path) -> dict[str, Any]:
+    """``YOLO.train``'s arguments for one fit (``device`` in Ultralytics' form: ``cpu``, ``0`` or ``0,1``)."""
+    return {
         "data": data_yaml,
         "epochs": settings.epochs,
         "imgsz": settings.imgsz,
@@ -233,7 +276,7 @@ def prepare_fit(
         "optimizer": "MuSGD",
         "amp": AMP_ARGUMENT[settings.amp],
         "workers": settings.workers,
-        "device": device_argument(device),
+        "device": device,
         "project": str(trial_dir),
         "name": "fit",
         "exist_ok": True,
@@ -247,32 +290,6 @@ def prepare_fit(
         "close_mosaic": settings.close_mosaic,
         "cache": False if settings.cache == "none" else settings.cache,
     }
-
-    def fit() -> dict[str, Any]:
-        model.train(trainer=trainer_class, **arguments)
-        trainer = model.trainer
-        if trainer.batch_size != settings.batch:
-            # Upstream halves the batch after an out-of-memory in the first epoch: a different workload.
-            raise RuntimeError(
-                f"CUDA out of memory at batch {settings.batch}: the trainer fell back to batch {trainer.batch_size}"
-            )
-        metrics = trainer.metrics or {}
-        weights = Path(trainer.wdir)
-        return {
-            "iterations": len(stamps),
-            "iteration_stamps": stamps,
-            "epoch_start_stamps": epoch_starts,
-            "iterations_per_epoch": len(trainer.train_loader),
-            "val_map50_95": _number(metrics.get("metrics/mAP50-95(B)")),
-            "val_map50": _number(metrics.get("metrics/mAP50(B)")),
-            "checkpoint_bytes": sum(p.stat().st_size for p in weights.glob("*.pt")),
-            "optimizer_class": f"{type(trainer.optimizer).__module__}.{type(trainer.optimizer).__qualname__}",
-            "amp_used": bool(trainer.amp),
-            "train_loss": trainer.loss,  # the last batch's loss tensor, read after the bracket
-            "trained": {"model": trainer.model, "ema": getattr(trainer.ema, "ema", None)},
-        }
-
-    return fit
 
 
 # Upstream seeds numpy's legacy generator with seed + 1 + rank, which must stay below 2**32.

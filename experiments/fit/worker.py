@@ -11,12 +11,8 @@ figures.
 
 from __future__ import annotations
 
-import ctypes
 import math
-import os
 import shutil
-import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,21 +20,8 @@ import torch
 
 from experiments.fit.plan import FitSettings
 from experiments.fit.stages import epoch_spans, host_iteration_median, stage_figures, steady_seconds
+from harness.isolation import die_with_parent
 from harness.timing import NullClock, StageClock, SyncTimer, apply_budget, read_peaks, reset_peaks
-
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(parent_pid: int | None) -> None:
-    """Ask Linux to kill this worker when the parent dies (a killed run must not leave a fit on the GPU),
-    and leave at once if the parent already died while this process was still starting."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        except (OSError, AttributeError):
-            pass
-    if parent_pid is not None and os.getppid() != parent_pid:
-        os._exit(1)
 
 
 def arm_optimizer_factory(spec: str):
@@ -86,6 +69,18 @@ def non_finite_results(figures: dict[str, Any], trained: dict[str, torch.nn.Modu
     return problems
 
 
+def finite_checked(result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` without its trained modules and with its loss a number, once every figure and parameter was
+    found finite (``FloatingPointError`` naming what is not); a result already checked passes as it is."""
+    trained = result.pop("trained", None) or {}
+    if isinstance(result.get("train_loss"), torch.Tensor):
+        result["train_loss"] = float(result["train_loss"])
+    problems = non_finite_results(result, trained)
+    if problems:
+        raise FloatingPointError("non-finite results after the fit: " + "; ".join(problems))
+    return result
+
+
 def prepare_data(payload: dict[str, Any]) -> dict[str, Any]:
     """The preparatory worker's target: the real trainer's data-set side effects, made once before any trial."""
     die_with_parent(payload.get("parent_pid"))
@@ -95,9 +90,17 @@ def prepare_data(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_fit(payload: dict[str, Any]) -> dict[str, Any]:
-    """One whole fit of the payload's arm; returns the trial's figures (``value`` = wall seconds)."""
+    """One whole fit of the payload's arm; returns the trial's figures (``value`` = wall seconds).
+
+    With several ranks on the real trainer this worker only launches Ultralytics' DDP fit (its ranks time
+    the fit); the embedded workload's ranks run ``experiments.fit.ddp.run_rank_fit`` instead.
+    """
     die_with_parent(payload.get("parent_pid"))
     settings = FitSettings.from_dict(payload["settings"])
+    if int(payload.get("ranks", 1)) > 1:
+        from experiments.fit import ultralytics_ddp
+
+        return ultralytics_ddp.launch_fit(payload, settings)
     device, seed = payload["device"], int(payload["seed"])
     trial_dir = Path(payload["trial_dir"])
     shutil.rmtree(trial_dir, ignore_errors=True)  # a resumed trial starts clean
@@ -137,32 +140,40 @@ def run_fit(payload: dict[str, Any]) -> dict[str, Any]:
         result = fit()
         clock.mark("other")
     peak_allocated, peak_reserved = read_peaks(device)
+    return fit_figures(settings, result, timer.seconds, peak_allocated, peak_reserved, clock)
 
+
+def fit_figures(
+    settings: FitSettings,
+    result: dict[str, Any],
+    seconds: float,
+    peak_allocated: int | None,
+    peak_reserved: int | None,
+    clock: StageClock,
+) -> dict[str, Any]:
+    """The row's figures of one finished fit: checks that it did what was asked, then the derived figures."""
     if result["iterations"] != settings.steps:
         raise RuntimeError(
             f"the fit ran {result['iterations']} iterations, not the {settings.steps} steps asked "
             f"({settings.epochs} epochs of {settings.iterations_per_epoch}); its figure would not be comparable"
         )
-    trained = result.pop("trained")
-    if isinstance(result.get("train_loss"), torch.Tensor):
-        result["train_loss"] = float(result["train_loss"])
-    problems = non_finite_results(result, trained)
-    if problems:
-        raise FloatingPointError("non-finite results after the fit: " + "; ".join(problems))
+    result = finite_checked(result)
     stamps = result.pop("iteration_stamps")
     per_epoch = result.pop("iterations_per_epoch")
     spans = [round(span, 6) for span in epoch_spans(result.pop("epoch_start_stamps"), stamps, per_epoch)]
+    sharing = result.pop("optimizer_sharing", None) or {}
     figures: dict[str, Any] = {
-        "value": round(timer.seconds, 6),
+        "value": round(seconds, 6),
         "iteration_host_median_s": host_iteration_median(stamps, per_epoch),
         "steady_s": steady_seconds(spans),
         "epoch_train_s": spans,
         "peak_allocated": peak_allocated,
         "peak_reserved": peak_reserved,
         **result,
+        **{f"sharing_{key}": sharing.get(key) for key in ("world", "matrices_here", "matrices", "note")},
         "worker_torch": torch.__version__,
         "worker_cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
     }
     if clock.enabled:
-        figures.update(stage_figures(clock, timer.seconds, per_epoch))
+        figures.update(stage_figures(clock, seconds, per_epoch))
     return figures

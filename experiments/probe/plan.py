@@ -140,6 +140,8 @@ class ProbeSettings:
 def make_plan(protocol: ProtocolOptions, settings: ProbeSettings, command: str = "") -> Plan:
     """Check the probe's options (``InputError`` on the first bad one) and build the plan; nothing is written."""
     s = settings
+    if protocol.gpus > 1:
+        raise InputError(f"--gpus {protocol.gpus}: the probe measures one device's memory; use --gpus 1")
     check_choice("--head", s.head, HEADS)
     accepted = LM_VARIANTS if s.head == "lm" else DETECT_VARIANTS
     chosen = split_list("--variants", s.variants or DEFAULT_VARIANTS[s.head])

@@ -140,6 +140,28 @@ def make_plan(protocol: ProtocolOptions, settings: ScreenSettings, command: str 
         "default_guards": default_guards,
         "floor_warmup_steps": FLOOR_WARMUP_STEPS,
     }
+    ranks = protocol.gpus
+    if ranks > 1:
+        resolved["ranks"] = ranks
+        return Plan(
+            tier="screen",
+            protocol=protocol,
+            cases=cases,
+            unit="ms/step",
+            metric=f"optimizer step time under a process group of {ranks} ranks (the slowest rank's window / steps)",
+            settings=resolved,
+            command=command,
+            in_process=False,
+            isolation=f"{ranks} fresh ranks per trial (torch.distributed.run, {protocol.backend}, devices "
+            f"{', '.join(protocol.rank_devices)}); each builds the same parameters and gradients and a fresh "
+            "optimizer; the parent schedules and never touches the GPU",
+            timed_region=(
+                f"on every rank, {settings.steps} optimizer.step() calls after {settings.warmup_steps} untimed "
+                "warm-up steps and a barrier, in one synchronized bracket (no synchronization inside; an arm's own "
+                "collectives are inside); the collective's share from one untimed diagnostic step after it, whose "
+                "collectives are bracketed by synchronizations; no launch floor"
+            ),
+        )
     return Plan(
         tier="screen",
         protocol=protocol,

@@ -406,6 +406,10 @@ def report_section(run: Run) -> str:
         )
     )
     lines.append("")
+    if plan.protocol.gpus > 1:
+        from experiments.screen.ranks import ranks_lines
+
+        lines += ranks_lines(plan, table, trials)
     notes: dict[str, list[str]] = {}
     for _, r in table[table["floor_note"] != ""].iterrows():
         for note in str(r["floor_note"]).split("; "):

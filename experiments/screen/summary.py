@@ -40,6 +40,8 @@ SUMMARY_COLUMNS = [
     "reduction_vs_baseline_max",
     "ci_low",
     "ci_high",
+    "collective_ms_median",
+    "collective_share_median",
 ]
 
 
@@ -90,6 +92,8 @@ def summary_table(plan: Plan, summaries: Summaries) -> pd.DataFrame:
                     "reduction_vs_baseline_max": float(claim["max"]) if claim is not None else math.nan,
                     "ci_low": float(claim["ci_low"]) if claim is not None else math.nan,
                     "ci_high": float(claim["ci_high"]) if claim is not None else math.nan,
+                    "collective_ms_median": median_of(mine, "collective_ms"),
+                    "collective_share_median": median_of(mine, "collective_share"),
                 }
             )
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)

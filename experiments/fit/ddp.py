@@ -1,0 +1,160 @@
+"""Data-parallel fits: what every rank of a trial does around its share of the fit, and the embedded rank.
+
+A data-parallel trial is one fit over N ranks (``--gpus N``): ``nccl`` on CUDA devices, ``gloo`` on the CPU.
+Every rank sets up its device and its process group outside the timed region; then the whole fit is one
+synchronized bracket opened after a barrier (every rank ready) and closed after another (every rank done),
+so rank 0's bracket is the fit's wall time. After it each rank reads its own peaks, and the ranks gather
+their figures to every rank: the row carries each rank's bracket, peaks (and their max and sum) and how many
+Newton-Schulz matrices it orthogonalized (``optimizer.sharing`` of an arm that shares; None for one that
+does not, whose every rank does all the work).
+
+``run_rank_fit`` is the embedded workload's rank program (``harness.isolation.run_in_ranks`` starts it in
+each rank); the real trainer's ranks come from Ultralytics' own DDP launch (``ultralytics_ddp``) and use the
+same bracket and figures.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+from experiments.fit.plan import FitSettings
+from experiments.ranks import backend_of, barrier, gather_records, init_group, rank_device
+from harness.timing import NullClock, StageClock, read_peaks, reset_peaks, synchronize
+
+SHARING_KEYS = ("world", "matrices_here", "matrices", "note")
+
+
+class RankBracket:
+    """The fit's synchronized bracket on every rank: barrier, synchronize, clock … synchronize, barrier, clock.
+
+    The closing barrier is skipped when the fit raised (the other ranks may never reach it; the launcher
+    stops them when this rank exits non-zero).
+    """
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.start_ns = self.stop_ns = 0
+
+    def __enter__(self) -> RankBracket:
+        synchronize(self.device)
+        barrier(self.device)
+        synchronize(self.device)
+        self.start_ns = time.perf_counter_ns()
+        return self
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        if exc_type is not None:
+            return
+        synchronize(self.device)
+        barrier(self.device)
+        self.stop_ns = time.perf_counter_ns()
+
+    @property
+    def seconds(self) -> float:
+        return (self.stop_ns - self.start_ns) / 1e9
+
+
+def rank_record(rank: int, seconds: float, device: str, sharing: dict[str, Any] | None) -> dict[str, Any]:
+    """What one rank contributes to the row, read after its bracket closed."""
+    allocated, reserved = read_peaks(device)
+    return {
+        "rank": rank,
+        "seconds": round(seconds, 6),
+        "peak_allocated": allocated,
+        "peak_reserved": reserved,
+        "matrices_here": (sharing or {}).get("matrices_here"),
+    }
+
+
+def _max_and_sum(values: list[int | None]) -> tuple[int | None, int | None]:
+    if any(v is None for v in values):
+        return None, None
+    return max(values), sum(values)
+
+
+def rank_columns(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The row's per-rank columns: each rank's bracket and peaks, the peaks' max (the per-device figure, as
+    ``peak_allocated`` / ``peak_reserved``) and sum, and each rank's Newton-Schulz share."""
+    allocated = [r["peak_allocated"] for r in records]
+    reserved = [r["peak_reserved"] for r in records]
+    allocated_max, allocated_sum = _max_and_sum(allocated)
+    reserved_max, reserved_sum = _max_and_sum(reserved)
+    return {
+        "ranks": len(records),
+        "rank_seconds": [r["seconds"] for r in records],
+        "rank_peak_allocated": allocated,
+        "rank_peak_reserved": reserved,
+        "peak_allocated": allocated_max,
+        "peak_allocated_sum": allocated_sum,
+        "peak_reserved": reserved_max,
+        "peak_reserved_sum": reserved_sum,
+        "rank_matrices_here": [r["matrices_here"] for r in records],
+    }
+
+
+def _prepare_rank_device(device: str, budget: int | None) -> None:
+    from experiments.fit.worker import _prepare_device
+
+    _prepare_device(device, budget)
+
+
+def import_ahead() -> None:
+    """Import what the DistributedDataParallel constructor imports (torch._dynamo: seconds of imports), before
+    the bracket: an import is the interpreter's cost, not the fit's, and the one-device fit has none of it."""
+    import torch._dynamo  # noqa: F401
+    from torch.nn.parallel import DistributedDataParallel  # noqa: F401
+
+
+def run_rank_fit(payload: dict[str, Any]) -> dict[str, Any]:
+    """One rank of an embedded data-parallel fit; every rank returns the row's figures (the parent keeps
+    rank 0's): ``value`` is this rank's bracket, which on rank 0 is the fit's wall time."""
+    from experiments.fit import embedded
+    from experiments.fit.worker import arm_optimizer_factory, fit_figures
+
+    rank, world, device = rank_device(payload["devices"])
+    settings = FitSettings.from_dict(payload["settings"])
+    if settings.batch % world:
+        raise ValueError(f"the global batch {settings.batch} is not a multiple of the {world} ranks")
+    trial_dir = Path(payload["trial_dir"])
+    _prepare_rank_device(device, payload.get("budget"))
+    import_ahead()
+    init_group(device)
+    try:
+        if rank == 0:
+            shutil.rmtree(trial_dir, ignore_errors=True)  # a resumed trial starts clean
+            trial_dir.mkdir(parents=True)
+        barrier(device)
+        make_optimizer = arm_optimizer_factory(payload["arm_spec"])
+        clock = StageClock(device) if settings.stages and rank == 0 else NullClock()
+        reset_peaks(device)
+        with RankBracket(device) as bracket:
+            clock.start()
+            result = embedded.fit(
+                make_optimizer,
+                device=device,
+                images=settings.images,
+                val_images=settings.val_images,
+                imgsz=settings.imgsz,
+                batch=settings.batch,
+                epochs=settings.epochs,
+                amp=settings.amp,
+                data_seed=int(payload["data_seed"]),
+                seed=int(payload["seed"]),
+                trial_dir=trial_dir,
+                clock=clock,
+                rank=rank,
+                world=world,
+            )
+            clock.mark("other")
+        records = gather_records(rank_record(rank, bracket.seconds, device, result.get("optimizer_sharing")))
+    finally:
+        dist.destroy_process_group()
+    figures = fit_figures(settings, result, bracket.seconds, None, None, clock)
+    figures.update(rank_columns(records))
+    figures["backend"] = backend_of(device)
+    return figures

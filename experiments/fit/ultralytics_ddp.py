@@ -1,0 +1,212 @@
+"""The real trainer on several GPUs, through Ultralytics' own DDP launch (imports ultralytics: worker side only).
+
+The trial's worker builds the YOLO model and calls ``train(trainer=RankTrainer, device='0,1', …)``. Seeing
+several devices, Ultralytics writes a script and a cloudpickle of the trainer's class, arguments, model and
+callbacks, and runs the script under ``torch.distributed.run``; each rank unpickles the class, builds the
+trainer and trains. The class must therefore be importable in the ranks: ``RankTrainer`` lives at this module's
+top level, so cloudpickle stores it by reference. What a rank needs besides upstream's arguments (the arm, the
+stages switch, its devices, where to write its record) travels in a JSON file named by ``BENCH_DDP_TRIAL``,
+an environment variable the ranks inherit from the worker.
+
+In the worker (``RANK == -1``) ``RankTrainer`` is plain upstream: it only launches. In a rank, constructing
+``RankTrainer`` gives an instance of ``ultralytics_fit.make_trainer_class(..., base=RankTrainer)``, the same
+arm substitution and stage marks as the one-device fit, over ``RankTrainer``'s bracket: the rank's process
+group comes up in ``_setup_ddp`` and the bracket opens right after it, behind a barrier, so it holds the
+rest of the fit (set-up of the model, loaders and optimizer, every epoch, the final validation) and closes
+after every rank finished. Each rank then records its figures; the worker reads rank 0's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import traceback
+from pathlib import Path
+from typing import Any
+
+from ultralytics.models.yolo.detect import DetectionTrainer
+from ultralytics.utils import RANK
+
+from experiments.fit.ddp import RankBracket, import_ahead, rank_columns, rank_record
+from experiments.fit.plan import FitSettings
+from experiments.fit.stages import stage_figures
+from experiments.ranks import gather_records
+from harness.isolation import WorkerDied, WorkerError, guard_rank
+from harness.timing import NullClock, StageClock, apply_budget, is_out_of_memory, reset_peaks
+
+TRIAL_ENV = "BENCH_DDP_TRIAL"
+
+
+class RankSide:
+    """A rank's share of the trial: its arm, clock, host stamps, bracket and where its record goes."""
+
+    def __init__(self, trial: dict[str, Any], rank: int, local_rank: int) -> None:
+        from experiments.fit.worker import arm_optimizer_factory
+
+        self.trial, self.rank = trial, rank
+        self.device = trial["devices"][local_rank]
+        self.make_optimizer = arm_optimizer_factory(trial["arm_spec"])
+        self.clock = StageClock(self.device) if trial["stages"] and rank == 0 else NullClock()
+        self.stamps: list[float] = []
+        self.epoch_starts: list[float] = []
+        self.bracket = RankBracket(self.device)
+
+    def record(self, record: dict[str, Any]) -> None:
+        path = Path(self.trial["records"]) / f"rank{self.rank}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, path)
+
+
+class RankTrainer(DetectionTrainer):
+    """Upstream's trainer in the launching worker; in a rank, the arm's trainer inside one bracket."""
+
+    _bench: RankSide | None = None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> RankTrainer:
+        if cls is not RankTrainer or RANK == -1:
+            return super().__new__(cls)
+        guard_rank()  # first: die with the launcher and the trial's worker, write to this rank's log
+        from experiments.fit.ultralytics_fit import make_trainer_class
+
+        side = RankSide(
+            json.loads(Path(os.environ[TRIAL_ENV]).read_text()), RANK, int(os.environ["LOCAL_RANK"])
+        )
+        arm_class = make_trainer_class(
+            side.make_optimizer, side.clock, side.stamps, side.epoch_starts, RankTrainer
+        )
+        trainer = super().__new__(arm_class)
+        trainer._bench = side
+        return trainer
+
+    def _setup_ddp(self) -> None:
+        super()._setup_ddp()
+        side = self._bench
+        if side is None:
+            return
+        apply_budget(side.trial.get("budget"), side.device)
+        import_ahead()
+        reset_peaks(side.device)
+        side.bracket.__enter__()
+        side.clock.start()
+
+    def _do_train(self) -> None:
+        side = self._bench
+        if side is None:
+            return super()._do_train()
+        try:
+            super()._do_train()
+            side.clock.mark("other")
+            side.bracket.__exit__(None, None, None)
+            if self.batch_size != side.trial["batch"]:
+                raise RuntimeError(
+                    f"the trainer ran batch {self.batch_size}, not the {side.trial['batch']} asked"
+                )
+            records = gather_records(
+                rank_record(
+                    side.rank, side.bracket.seconds, side.device, getattr(self.optimizer, "sharing", None)
+                )
+            )
+        except Exception as exc:
+            traceback.print_exc()
+            side.record({"rank": side.rank, "exception": _failure(exc)})
+            raise
+        from experiments.fit.ultralytics_fit import fit_result
+        from experiments.fit.worker import finite_checked
+
+        try:  # rank 0 checks its model and figures here: modules do not travel in the record
+            result = (
+                finite_checked(fit_result(self, side.stamps, side.epoch_starts)) if side.rank == 0 else {}
+            )
+        except Exception as exc:
+            traceback.print_exc()
+            side.record({"rank": side.rank, "exception": _failure(exc)})
+            raise
+        stages = (
+            stage_figures(side.clock, side.bracket.seconds, len(self.train_loader))
+            if side.clock.enabled
+            else {}
+        )
+        side.record(
+            {
+                "rank": side.rank,
+                "seconds": side.bracket.seconds,
+                "records": records,
+                "result": result,
+                "stages": stages,
+            }
+        )
+
+
+def _failure(exc: BaseException) -> dict[str, Any]:
+    return {"type": type(exc).__name__, "message": str(exc), "out_of_memory": is_out_of_memory(exc)}
+
+
+def device_list(devices: list[str]) -> str:
+    """``['cuda:0', 'cuda:1']`` → Ultralytics' ``'0,1'``."""
+    return ",".join(d.split(":")[1] if ":" in d else "0" for d in devices)
+
+
+def write_trial(payload: dict[str, Any], settings: FitSettings, trial_dir: Path) -> Path:
+    """The JSON every rank reads (named by ``BENCH_DDP_TRIAL``), and the folder of their records, made fresh."""
+    records = trial_dir / "ranks"
+    records.mkdir(parents=True)
+    trial = {
+        "arm_spec": payload["arm_spec"],
+        "stages": settings.stages,
+        "devices": payload["devices"],
+        "budget": payload.get("budget"),
+        "batch": settings.batch,
+        "records": str(records),
+    }
+    path = trial_dir / "ddp-trial.json"
+    path.write_text(json.dumps(trial))
+    return path
+
+
+def launch_fit(payload: dict[str, Any], settings: FitSettings) -> dict[str, Any]:
+    """Launch one data-parallel fit of the real trainer and return rank 0's figures with every rank's."""
+    from ultralytics import YOLO
+    from ultralytics.utils import SETTINGS
+
+    from experiments.fit import ultralytics_fit
+    from experiments.fit.worker import fit_figures
+
+    trial_dir = Path(payload["trial_dir"])
+    shutil.rmtree(trial_dir, ignore_errors=True)  # a resumed trial starts clean
+    trial_dir.mkdir(parents=True)
+    os.environ[TRIAL_ENV] = str(write_trial(payload, settings, trial_dir))
+    ultralytics_fit.prepare_config_dir(Path(os.environ["YOLO_CONFIG_DIR"]))
+    SETTINGS.update(ultralytics_fit.INTEGRATIONS_OFF)
+    model = YOLO(settings.model, task="detect")
+    arguments = ultralytics_fit.train_arguments(
+        settings, payload["data_yaml"], device_list(payload["devices"]), int(payload["seed"]), trial_dir
+    )
+    try:
+        model.train(trainer=RankTrainer, **arguments)
+        launch_error = None
+    except subprocess.CalledProcessError as exc:
+        launch_error = exc
+    records = {int(p.stem[4:]): json.loads(p.read_text()) for p in (trial_dir / "ranks").glob("rank*.json")}
+    failed = sorted((r for r in records.values() if "exception" in r), key=lambda r: r["rank"])
+    if failed:
+        failure = failed[0]["exception"]
+        message = f"{failure['type']} in rank {failed[0]['rank']}: {failure['message']}"
+        if failure["out_of_memory"]:
+            import torch
+
+            raise torch.OutOfMemoryError(message)
+        raise WorkerError(message)
+    if launch_error is not None or 0 not in records:
+        missing = sorted(set(range(len(payload["devices"]))) - set(records))
+        raise WorkerDied(
+            f"Ultralytics' DDP launch ended without rank 0's record (ranks without one: {missing}; {launch_error})"
+        )
+    first = records[0]
+    figures = fit_figures(settings, first["result"], first["seconds"], None, None, NullClock())
+    figures.update(rank_columns(first["records"]))
+    figures.update(first["stages"])
+    figures["backend"] = "nccl"
+    return figures

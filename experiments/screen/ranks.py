@@ -1,0 +1,245 @@
+"""The distributed screen (``bench screen --gpus N``): the optimizer-only step under a process group.
+
+Each trial runs in N fresh ranks (``harness.isolation.run_in_ranks``; ``nccl`` on CUDA, ``gloo`` on the CPU).
+Every rank builds the same parameters and gradients (data-parallel ranks hold identical ones after the
+gradient all-reduce) and a fresh optimizer of the arm, takes the warm-up steps, then, after a barrier, times
+its own window of steps in one synchronized bracket, exactly as the one-device screen does. The trial's
+figure is the slowest rank's ms/step (a data-parallel step waits for its slowest rank); every rank's is in
+the row. An arm that shares Newton-Schulz (the candidate) all-gathers inside its step, so a window holds its
+collective; the collective's share comes from one untimed diagnostic step after the window, in which every
+collective is bracketed by synchronizations: its milliseconds over the diagnostic step's. There is no launch
+floor here: a step that holds a collective is not captured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pandas as pd
+import torch.distributed as dist
+
+from experiments.ranks import barrier, gather_records, init_group, rank_device
+from harness.protocol import Arm
+from harness.timing import current_allocated, synchronize
+from optimizers import distributed as sharing
+
+COLLECTIVES = ("all_gather_into_tensor", "all_reduce", "all_gather", "reduce_scatter_tensor", "broadcast")
+NO_FLOOR = "n/a: distributed screen (a step that holds a collective is not captured)"
+
+
+@contextlib.contextmanager
+def timed_collectives(device: str) -> Iterator[list[float]]:
+    """Within the block every collective (torch.distributed's, and the candidate's gather) is bracketed by
+    synchronizations and its seconds appended to the list yielded: a diagnostic, never inside a claim."""
+    seconds: list[float] = []
+
+    def timed(function: Any) -> Any:
+        def bracketed(*args: Any, **kwargs: Any) -> Any:
+            synchronize(device)
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                synchronize(device)
+                seconds.append(time.perf_counter() - start)
+
+        return bracketed
+
+    originals = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
+    gather = sharing._all_gather_single
+    try:
+        for name, function in originals.items():
+            setattr(dist, name, timed(function))
+        sharing._all_gather_single = timed(gather)
+        yield seconds
+    finally:
+        for name, function in originals.items():
+            setattr(dist, name, function)
+        sharing._all_gather_single = gather
+
+
+def diagnostic_step(optimizer: Any, device: str) -> dict[str, Any]:
+    """One synchronized step with its collectives bracketed: step ms, collective ms and their count."""
+    with timed_collectives(device) as seconds:
+        synchronize(device)
+        start = time.perf_counter()
+        optimizer.step()
+        synchronize(device)
+        step = time.perf_counter() - start
+    collective = sum(seconds)
+    return {
+        "diagnostic_step_ms": step * 1e3,
+        "collective_ms": collective * 1e3,
+        "collectives": len(seconds),
+        "collective_share": collective / step if step > 0 else None,
+    }
+
+
+RANK_TARGET = "experiments.screen.ranks:measure_in_rank"
+TRIAL_TIMEOUT_S = 1800  # a hung collective fails its trial instead of the run
+
+
+def trial_in_ranks(plan: Any) -> Any:
+    """The distributed screen's trial function: each trial in ``plan.protocol.gpus`` fresh ranks."""
+    from harness.isolation import run_in_ranks
+
+    def trial(ctx: Any) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        logs = ctx.run_dir / "trials"
+        logs.mkdir(exist_ok=True)
+        payload = {
+            "settings": {k: plan.settings[k] for k in ("steps", "warmup_steps", "floor_replays", "dtype")},
+            "scale": ctx.case.params["scale"],
+            "seed": ctx.seed,
+            "arm": asdict(ctx.arm),
+            "devices": list(plan.protocol.rank_devices),
+        }
+        return run_in_ranks(
+            RANK_TARGET,
+            payload,
+            plan.protocol.gpus,
+            timeout_s=TRIAL_TIMEOUT_S,
+            log_path=logs / f"{ctx.trial.index}.log",
+            placement=ctx.placement,
+        )
+
+    return trial
+
+
+def measure_in_rank(payload: dict[str, Any]) -> dict[str, Any]:
+    """One rank of a distributed screen trial; every rank returns the row (the parent keeps rank 0's)."""
+    from experiments.screen.plan import DTYPES
+    from experiments.screen.trial import TrialSettings, WorkloadCache, make_arm_optimizer, time_window
+    from optimizers.dispatch import count_dispatched_ops
+
+    rank, _, device = rank_device(payload["devices"])
+    given = payload["settings"]
+    settings = TrialSettings(
+        int(given["steps"]), int(given["warmup_steps"]), int(given["floor_replays"]), DTYPES[given["dtype"]]
+    )
+    init_group(device)
+    try:
+        groups, kwargs = WorkloadCache().fresh(payload["scale"], int(payload["seed"]), settings.dtype, device)
+        optimizer = make_arm_optimizer(Arm(**payload["arm"]), groups, kwargs)
+        allocated_at_start = current_allocated(device)
+        for _ in range(settings.warmup_steps):
+            optimizer.step()
+        barrier(device)
+        figures = time_window(optimizer, device, settings.steps)
+        figures.update(diagnostic_step(optimizer, device))
+        figures["ops_per_step"] = count_dispatched_ops(optimizer.step).total  # every rank steps: untimed
+        at_window = figures["allocated_at_window"]
+        figures["state_bytes"] = (
+            at_window - allocated_at_start if None not in (at_window, allocated_at_start) else None
+        )
+        share = getattr(optimizer, "sharing", None) or {}
+        records = gather_records({"rank": rank, **figures, "matrices_here": share.get("matrices_here")})
+    finally:
+        dist.destroy_process_group()
+    return {**rank_row(records), **{f"sharing_{k}": share.get(k) for k in ("world", "matrices", "note")}}
+
+
+def _max(values: list[Any]) -> Any:
+    return None if any(v is None for v in values) else max(values)
+
+
+def rank_row(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The trial's row from every rank's figures: the slowest rank's ms/step as the value, rank 0's other
+    figures, each rank's ms/step and collective figures, and the max over ranks of the peaks, the diagnostic
+    step, the collective's time (which includes waiting there for the other ranks) and its share."""
+    first = records[0]
+    row = {k: v for k, v in first.items() if k not in ("rank", "matrices_here")}
+    row.update(
+        value=max(r["value"] for r in records),
+        ranks=len(records),
+        rank_ms=[r["value"] for r in records],
+        rank_host_ms=[r["host_ms"] for r in records],
+        rank_collective_ms=[r["collective_ms"] for r in records],
+        rank_collective_share=[r["collective_share"] for r in records],
+        diagnostic_step_ms=_max([r["diagnostic_step_ms"] for r in records]),
+        collective_ms=_max([r["collective_ms"] for r in records]),
+        collective_share=_max([r["collective_share"] for r in records]),
+        rank_matrices_here=[r["matrices_here"] for r in records],
+        extra_peak_bytes=_max([r["extra_peak_bytes"] for r in records]),
+        peak_allocated=_max([r["peak_allocated"] for r in records]),
+        peak_reserved=_max([r["peak_reserved"] for r in records]),
+        floor_ms=None,
+        floor_note=NO_FLOOR,
+        floor_replays=0,
+    )
+    return row
+
+
+def _rank_medians(rows: pd.DataFrame, column: str) -> list[float]:
+    """Per rank, the median over trials of a per-rank list column."""
+    lists = [v for v in rows.get(column, pd.Series(dtype=object)) if isinstance(v, list)]
+    if not lists:
+        return []
+    return [
+        float(pd.Series([v[r] for v in lists if v[r] is not None]).median()) for r in range(len(lists[0]))
+    ]
+
+
+def ranks_lines(plan: Any, table: pd.DataFrame, trials: pd.DataFrame) -> list[str]:
+    """The distributed screen's own table: each rank's step, the collective's share and the sharing."""
+    from harness.formatting import format_number, format_percent
+    from harness.report import markdown_table
+    from harness.stats import finished
+
+    ok = finished(trials)
+    rows = []
+    for _, r in table.iterrows():
+        mine = ok[(ok["case"] == r["scale"]) & (ok["arm"] == r["arm"])] if not ok.empty else ok
+        per_rank = " / ".join(format_number(ms) for ms in _rank_medians(mine, "rank_ms")) or "n/a"
+        here = mine["rank_matrices_here"].iloc[-1] if "rank_matrices_here" in mine and len(mine) else None
+        total = mine["sharing_matrices"].iloc[-1] if "sharing_matrices" in mine and len(mine) else None
+        shared = (
+            f"{' + '.join(str(int(h)) for h in here)} of {int(total)}"
+            if isinstance(here, list) and None not in here and total is not None and not pd.isna(total)
+            else "every rank: all"
+        )
+        share = r["collective_share_median"]
+        rows.append(
+            [
+                r["scale"],
+                r["arm"],
+                format_number(r["ms_median"]),
+                per_rank,
+                format_number(r["collective_ms_median"])
+                if math.isfinite(r["collective_ms_median"])
+                else "n/a",
+                format_percent(share) if math.isfinite(share) else "n/a",
+                shared,
+            ]
+        )
+    ranks = plan.protocol.gpus
+    return [
+        f"#### Under a process group of {ranks} ranks ({plan.protocol.backend}: {', '.join(plan.protocol.rank_devices)})",
+        "",
+        "ms/step is the slowest rank's (a data-parallel step waits for it); each rank's median beside it. The "
+        "collective's share: its milliseconds over one untimed diagnostic step's, each collective bracketed by "
+        "synchronizations (so the diagnostic step is a little slower than a window's), the largest over ranks; "
+        "a collective's time includes waiting in it for the other ranks. NS matrices per rank: "
+        "the Newton-Schulz matrices each rank orthogonalizes, of all of them (`optimizer.sharing`); an arm "
+        "without sharing does all of them on every rank.",
+        "",
+        markdown_table(
+            [
+                "scale",
+                "arm",
+                "ms/step (slowest rank)",
+                "per rank",
+                "collective ms",
+                "collective share",
+                "NS matrices per rank",
+            ],
+            rows,
+            "llrrrrl",
+        ),
+        "",
+    ]

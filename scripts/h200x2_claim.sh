@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# H200 ×2: the multi-GPU claim (CUDA tests on two GPUs, parity --gpus 2, screen --gpus 2, the 2-GPU pair runs).
+# Usage, in a device call on nvidia-h200-x2 (NVLink multicast stays off: the ranks get NCCL_NVLS_ENABLE=0 and
+# TORCH_SYMM_MEM_DISABLE_MULTICAST=1 from the harness, and they are exported here for the tests too):
+#   BENCH_GIT_REVISION=<sha> DEADLINE=<s> bash scripts/h200x2_claim.sh STEP...
+# .whl/ must hold the cloudpickle (>= 3.1.1) wheel beside the ultralytics ones: Ultralytics' DDP launch needs it.
+# STEP is one of
+#   tests    pytest -m cuda (every CUDA test; the two-GPU ones in tests/test_ddp.py run only here), then
+#            tests/test_ddp.py and tests/test_distributed.py whole on this machine
+#   parity   bench parity --gpus 2 on YOLO26n: one step judged, 20 reported (and x, 5 steps)
+#   screen   bench screen --gpus 2 at n and x: baseline, candidate (guard 256), upstream 8.4.190; 3 pairs
+#   screen1  the same screen on one GPU (the candidate's one-GPU step, for the 2-GPU target at x)
+#   pair     the claim: real trainer, YOLO26n, 640 px, global batch 8 (4 per GPU), bf16, 384 steps, --gpus 2,
+#            upstream 8.4.190 against the candidate, 1 warm-up, 6 pairs, bar 8
+#   control  its A/A control: upstream against itself, 1 warm-up, 6 pairs, ±1%
+#   stages   the same fits once with --stages (diagnostic): where a 2-GPU fit's time goes
+# Fit steps start runs/<step>/ or resume the run there (each run slices itself with --stop-after); all steps
+# share one DEADLINE (default 560 s); run folders come back in $OUT/runs.tgz (checkpoints and the dataset cache
+# left out), logs as $OUT/*.log. Run the same command again to continue.
+. scripts/h200_env.sh || exit 1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+python3 -c "import cloudpickle; print('cloudpickle', cloudpickle.__version__)" || exit 1
+end=$(( $(date +%s) + ${DEADLINE:-560} ))
+left() { echo $(( end - $(date +%s) )); }
+claim=(--workload ultralytics --device cuda --gpus 2 --images 256 --imgsz 640 --batch 8 --amp bf16 --steps 384 --quiet)
+
+resumable() {  # resumable NAME TIER START-ARGS...: start runs/NAME's run of TIER, or resume it, before the deadline
+  local name=$1 tier=$2; shift 2
+  local budget; budget=$(left)
+  if [ "$budget" -lt 90 ]; then echo "$name: ${budget} s left, not started"; return; fi
+  local run; run=$(ls -d runs/"$name"/"$tier"-* runs/"$name"/stages-* 2>/dev/null | tail -1)
+  if [ -z "$run" ]; then
+    python3 -m harness.cli "$tier" "$@" --out runs/"$name" --stop-after "$budget" > "$OUT/$name.log" 2>&1
+  else
+    python3 -m harness.cli "$tier" --resume "$run" --quiet --stop-after "$budget" >> "$OUT/$name.log" 2>&1
+  fi
+  echo "$name rc=$?"; tail -4 "$OUT/$name.log"
+}
+
+for step in "$@"; do
+  case $step in
+    tests) timeout $(( $(left) - 20 )) python3 -m pytest -q -m cuda -rs -p no:cacheprovider > "$OUT/cuda-tests.log" 2>&1
+           echo "cuda tests rc=$?"; tail -6 "$OUT/cuda-tests.log"
+           timeout $(( $(left) - 10 )) python3 -m pytest -q -rs -p no:cacheprovider tests/test_ddp.py tests/test_distributed.py \
+             > "$OUT/ddp-tests.log" 2>&1
+           echo "ddp tests rc=$?"; tail -6 "$OUT/ddp-tests.log" ;;
+    parity) python3 -m harness.cli parity --device cuda --gpus 2 --steps 20 --out runs/parity --quiet > "$OUT/parity.log" 2>&1
+            echo "parity n rc=$?"
+            python3 -m harness.cli parity --device cuda --gpus 2 --scale x --steps 5 --out runs/parity --quiet >> "$OUT/parity.log" 2>&1
+            echo "parity x rc=$?"; grep -E "One-step contract|agree" "$OUT/parity.log" runs/parity/*/report.md | head -8 ;;
+    screen) resumable screen screen --scales n,x --guards 256 --arms baseline,candidate,upstream --steps 10 \
+              --warmup-steps 2 --warmup 2 --pairs 3 --device cuda --gpus 2 --quiet
+            grep -A 8 "Under a process group" runs/screen/*/report.md | head -12 ;;
+    screen1) resumable screen1 screen --scales n,x --guards 256 --arms baseline,candidate,upstream --steps 10 \
+               --warmup-steps 2 --warmup 2 --pairs 3 --device cuda --quiet ;;
+    pair) resumable pair pair "${claim[@]}" --arms upstream,candidate --warmup 1 --pairs 6 --bar 8 ;;
+    control) resumable control pair "${claim[@]}" --arms upstream --control --warmup 1 --pairs 6 --bar 1 ;;
+    stages) resumable stages pair "${claim[@]}" --arms upstream,candidate --stages --warmup 0 --pairs 1 ;;
+    *) echo "unknown step $step"; exit 2 ;;
+  esac
+done
+tar czf "$OUT/runs.tgz" --exclude='*.pt' --exclude='datasets' --exclude='weights' runs
