@@ -164,13 +164,23 @@ def _plan_problem(plan: Plan) -> str | None:
 def _row_problem(plan: Plan, row: dict[str, Any]) -> str | None:
     index = row["index"]  # a whole number ≥ 0, checked by the log reader
     if index >= len(plan.schedule):
-        return f"trial {index} is not in the plan (its schedule has {len(plan.schedule)} trials)"
+        if row.get("phase") != "warmup" or not isinstance(row.get("warmup_reason"), str):
+            return f"trial {index} is not in the plan (its schedule has {len(plan.schedule)} trials)"
+        # A warm-up the protocol ran after a resume or an idle gap: outside the schedule, of a planned arm.
+        arms = {(t.case, t.arm) for t in plan.schedule}
+        if (row.get("case"), row.get("arm")) not in arms:
+            return f"trial {index} is a warm-up outside the schedule of arm {_show(row.get('arm'))}, not a planned one"
+        return _status_problem(index, row)
     trial = plan.schedule[index]
     for key in ("case", "phase", "round", "arm", "role"):
         if row.get(key) != getattr(trial, key):
             return (
                 f"trial {index}'s {key} is {_show(row.get(key))}, the plan says {_show(getattr(trial, key))}"
             )
+    return _status_problem(index, row)
+
+
+def _status_problem(index: int, row: dict[str, Any]) -> str | None:
     status, value = row.get("status"), row.get("value")
     if status not in STATUSES:
         return f"trial {index} has status {_show(status)}, not one of {', '.join(STATUSES)}"

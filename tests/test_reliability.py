@@ -434,6 +434,14 @@ CORRUPT_LOGS = {
         lambda lines: [*lines[:-1], lines[-1].replace('"index": 4', '"index": 40')],
         "line 5: trial 40 is not in the plan",
     ),
+    "a warm-up after a gap of an arm not in the plan": (
+        lambda lines: [
+            *lines,
+            '{"index": 9, "case": "c", "phase": "warmup", "round": 0, "arm": "other", "role": "candidate", '
+            '"status": "ok", "value": 1.0, "warmup_reason": "after a resume"}\n',
+        ],
+        "line 6: trial 9 is a warm-up outside the schedule of arm 'other'",
+    ),
     "a row of another arm": (
         lambda lines: [lines[0].replace('"arm": "baseline"', '"arm": "other"'), *lines[1:]],
         "line 1: trial 0's arm is 'other', the plan says 'baseline'",
