@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# H200: the decisive evidence (every fit at the claim's settings), in slices that resume committed run folders.
+# Usage, in a device call:
+#   BENCH_GIT_REVISION=<sha> DEADLINE=<s> bash scripts/h200_decisive.sh STEP...
+# STEP is one of
+#   tests      pytest -m cuda: every CUDA test
+#   upstream   the candidate against upstream 8.4.190 with the A/A control in the same schedule, bar 5%, the A/A
+#              arm's tolerance ±1%, pairs by the precision rule (--precision 2: at least 6, at most 12)
+#   baseline   the candidate against the baseline with its control, bar 40%, ±1%, the same rule
+#   stages-upstream, stages-baseline   one --stages pair of each comparison (diagnostic)
+#   parity     bench parity --steps 60 on YOLO26n and YOLO26x
+#   screen     bench screen n..x: baseline, candidate (guard 256), upstream 8.4.190; 3 pairs
+#   probes     the probes: lm at 24 GiB and 6 GiB, detect at n and x (24 GiB), as the committed ones ran
+# The claim: real trainer, YOLO26n, 640 px, batch 4 (nbs 4), bf16, 256 synthetic images, 384 steps, the quiet
+# defaults (--cpus auto). Run folders live under reports/h200-decisive/<step>/ (committed between calls): a step
+# resumes the folder there, in place, or starts it; each slice stops before the shared DEADLINE (default 560 s).
+# The folders come back in $OUT/decisive.tgz (checkpoints and the dataset cache left out), logs as $OUT/*.log.
+. scripts/h200_env.sh || exit 1
+end=$(( $(date +%s) + ${DEADLINE:-560} ))
+left() { echo $(( end - $(date +%s) )); }
+HOME_DIR=reports/h200-decisive
+claim=(--workload ultralytics --device cuda --images 256 --imgsz 640 --batch 4 --amp bf16 --steps 384 --quiet)
+rule=(--control --tolerance 1 --pairs auto --precision 2 --max-pairs 12 --warmup 1)
+
+resumable() {  # resumable NAME TIER START-ARGS...: resume HOME_DIR/NAME's run of TIER, or start it, before the deadline
+  local name=$1 tier=$2; shift 2
+  local budget; budget=$(left)
+  if [ "$budget" -lt 100 ]; then echo "$name: ${budget} s left, not started"; return; fi
+  local run; run=$(ls -d "$HOME_DIR/$name"/*-2* 2>/dev/null | tail -1)
+  if [ -z "$run" ]; then
+    python3 -m harness.cli "$tier" "$@" --out "$HOME_DIR/$name" --stop-after "$budget" >> "$OUT/$name.log" 2>&1
+  else
+    python3 -m harness.cli "$tier" --resume "$run" --quiet --stop-after "$budget" >> "$OUT/$name.log" 2>&1
+  fi
+  echo "$name rc=$?"; tail -5 "$OUT/$name.log"
+}
+
+for step in "$@"; do
+  case $step in
+    tests) timeout $(( $(left) - 20 )) python3 -m pytest -q -m cuda -rs -p no:cacheprovider > "$OUT/cuda-tests.log" 2>&1
+           echo "tests rc=$?"; tail -8 "$OUT/cuda-tests.log" ;;
+    upstream) resumable upstream pair "${claim[@]}" --arms upstream,candidate --bar 5 "${rule[@]}" ;;
+    baseline) resumable baseline pair "${claim[@]}" --arms baseline,candidate --bar 40 "${rule[@]}" ;;
+    stages-upstream) resumable stages-upstream pair "${claim[@]}" --arms upstream,candidate --stages --warmup 0 --pairs 1 ;;
+    stages-baseline) resumable stages-baseline pair "${claim[@]}" --arms baseline,candidate --stages --warmup 0 --pairs 1 ;;
+    parity) python3 -m harness.cli parity --device cuda --steps 60 --out "$HOME_DIR/parity" --quiet > "$OUT/parity.log" 2>&1
+            echo "parity n rc=$?"
+            python3 -m harness.cli parity --device cuda --scale x --steps 60 --out "$HOME_DIR/parity" --quiet >> "$OUT/parity.log" 2>&1
+            echo "parity x rc=$?"; grep -E "One-step contract" "$OUT/parity.log" ;;
+    screen) resumable screen screen --scales n,s,m,l,x --guards 256 --arms baseline,candidate,upstream --steps 10 \
+              --warmup-steps 2 --warmup 2 --pairs 3 --device cuda --quiet
+            grep -A 30 "Targets, checked" "$HOME_DIR"/screen/*/report.md | head -32 ;;
+    probes) for args in "lm 24GiB --variants native,chunked --learner-ms 288.6 --warmup 2 --pairs 10" \
+                        "lm 6GiB --variants native,chunked --learner-ms 288.6 --warmup 1 --pairs 5" \
+                        "detect 24GiB --scale n,x --warmup 2 --pairs 10"; do
+              set -- $args; head=$1 budget=$2; shift 2
+              timeout $(( $(left) - 10 )) python3 -m harness.cli probe --head "$head" --budget "$budget" "$@" \
+                --arms baseline,candidate --device cuda --out "$HOME_DIR/probe-$head-$budget" --quiet >> "$OUT/probes.log" 2>&1
+              echo "probe $head $budget rc=$?"
+            done ;;
+    *) echo "unknown step $step"; exit 2 ;;
+  esac
+done
+tar czf "$OUT/decisive.tgz" --exclude='*.pt' --exclude='datasets' --exclude='weights' "$HOME_DIR"
