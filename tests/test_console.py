@@ -47,7 +47,7 @@ def whole_figures(run: Run) -> list[str]:
     for _, arm in summaries.arms.iterrows():
         out += [format_value(arm["median"], plan.unit), format_range(arm["min"], arm["max"])]
     for _, claim in summaries.claims.iterrows():
-        out += [format_percent(claim["median"]), format_percent_range(claim["min"], claim["max"])]
+        out += [format_percent(claim["estimate"]), format_percent_range(claim["min"], claim["max"])]
         out += format_interval(claim["ci_low"], claim["ci_high"]).split(" ")  # may wrap at its one space
     return out
 

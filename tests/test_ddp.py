@@ -40,8 +40,9 @@ class CpuBatchedCandidate(BatchedMuSGD):
 
 
 def _note_pids() -> None:
+    """In a rank only (``RANK`` set by the launcher): the parent builds every arm once before the schedule too."""
     folder = os.environ.get(PIDS_ENV)
-    if folder:
+    if folder and "RANK" in os.environ:
         Path(folder, f"{os.getpid()}").write_text(str(os.getppid()))
 
 

@@ -320,8 +320,9 @@ def fit(
         "iteration_stamps": stamps,
         "epoch_start_stamps": epoch_starts,
         "iterations_per_epoch": per_epoch,
-        "val_loss": round(final[0], 6),
-        "val_accuracy": round(final[1], 6),
+        # Only rank 0 validates: another rank has no validation figures (None, not a NaN to be refused).
+        "val_loss": round(final[0], 6) if rank == 0 else None,
+        "val_accuracy": round(final[1], 6) if rank == 0 else None,
         "checkpoint_bytes": checkpoint_bytes,
         "optimizer_class": name,
         "optimizer_sharing": getattr(optimizer, "sharing", None),
