@@ -377,7 +377,7 @@ def launch(
         plan = runner.tiers.get(tier).make_plan(protocol, settings, command_line())
         line = what_ran(plan)
         if line:
-            console.print(line)
+            console.print(line, soft_wrap=True)  # one line, before anything runs: what the arms will run
         result = runner.start(plan)
     if run.gate:
         failures = gate_failures(result)

@@ -601,7 +601,8 @@ def run_schedule(
         needed = cooldown + max(estimates) if concurrent else sum(cooldown + e for e in estimates)
         if reason:
             needed += cooldown + estimated_seconds(unit[0], rows)
-        if deadline is not None and not started_round and time.monotonic() + needed > deadline:
+        # A unit with nothing to estimate from (no finished trial yet) runs: only the log can say it would not fit.
+        if deadline is not None and not started_round and needed > 0 and time.monotonic() + needed > deadline:
             raise PlannedStop(_stop_text(plan, unit, needed, deadline))
         if reason:
             used = {int(r["index"]) for r in rows} | {t.index for t in plan.schedule}
