@@ -295,7 +295,7 @@ def command_line() -> str:
 
 
 # Options a resume takes as given: how this command runs, not what the run is.
-RESUME_OPTIONS = ("resume", "stop_after", "quiet", "no_report")
+RESUME_OPTIONS = ("resume", "stop_after", "quiet", "no_report", "gate")  # how this run goes, not its plan
 
 
 def check_resume_options(plan_command: str, run: RunArgs) -> None:

@@ -314,7 +314,7 @@ def test_stop_after_stops_between_pairs_and_resume_finishes(tmp_path: Path, caps
     )
     folder = only_run(tmp_path)
     assert [r["index"] for r in folder.rows()] == [0, 1]
-    assert "stopping before pair 2 (trial 3–4 of 4) (candidate, baseline" in capsys.readouterr().err
+    assert "stopping before pair 2 (trial 3–4 of 4) (candidate-cpu, baseline" in capsys.readouterr().err
     assert not (folder.path / "trials" / "2.log").exists()  # the second pair never started
     assert main(["pair", "--resume", str(folder.path), "--quiet", "--no-report"]) == 0
     assert sorted(r["index"] for r in folder.rows() if r["phase"] == "measured") == [0, 1, 2, 3]

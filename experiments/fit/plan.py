@@ -549,11 +549,14 @@ def trial_function(plan: Plan) -> TrialFunction:
                 env={**worker_environment(ctx.run_dir), **(RANK_ENVIRONMENT if ranks > 1 else {})},
                 placement=ctx.placement,
             )
-        finally:  # the trial's folder keeps nothing but what was asked: its log is trials/<index>.log
-            if not settings.keep_checkpoints:
-                shutil.rmtree(trial_dir, ignore_errors=True)
-            elif trial_dir.exists():
+        finally:  # the trial's folder keeps its small records (e.g. upstream's results.csv), never a
+            # half-written file, and checkpoints only with --keep-checkpoints
+            if trial_dir.exists():
                 for unfinished in trial_dir.rglob("*.tmp"):
                     unfinished.unlink(missing_ok=True)
+                if not settings.keep_checkpoints:
+                    for checkpoint in trial_dir.rglob("*.pt"):
+                        checkpoint.unlink(missing_ok=True)
+                    shutil.rmtree(trial_dir / "fit" / "weights", ignore_errors=True)
 
     return trial
