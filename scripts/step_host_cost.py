@@ -7,7 +7,8 @@ return their first list) and the Newton-Schulz core replaced by returning the fi
 what a CUDA-graph replay does on the host. What is left is the step's Python: the per-part microseconds
 printed. Separately it counts, with the real operations, what a step dispatches outside the core (on CUDA
 the core is one replay): aten operations and the tensors they are passed (foreach host cost grows with
-both). Figures are this machine's; they compare versions of the code, they are no speed claim for a GPU.
+both). Times are the thread's CPU time (a shared, loaded host makes wall time useless here). Figures are
+this machine's; they compare versions of the code, they are no speed claim for a GPU.
 
     PYTHONPATH=$PWD python scripts/step_host_cost.py --scales n l --steps 300
 """
@@ -93,11 +94,11 @@ def _timed_parts(spent: dict[str, int]) -> Iterator[None]:
             originals[name] = fn
 
             def timed(self: BatchedMuSGD, *args: Any, _fn: Any = fn, _part: str = part, **kwargs: Any) -> Any:
-                started = time.perf_counter_ns()
+                started = time.thread_time_ns()
                 try:
                     return _fn(self, *args, **kwargs)
                 finally:
-                    spent[_part] += time.perf_counter_ns() - started
+                    spent[_part] += time.thread_time_ns() - started
 
             setattr(BatchedMuSGD, name, timed)
     try:
@@ -139,9 +140,9 @@ def measure(scale: str, steps: int, optimizer_class: type[BatchedMuSGD] = Batche
             for _ in range(steps):
                 spent: dict[str, int] = defaultdict(int)
                 with _timed_parts(spent):
-                    started = time.perf_counter_ns()
+                    started = time.thread_time_ns()
                     optimizer.step()
-                    total = time.perf_counter_ns() - started
+                    total = time.thread_time_ns() - started
                 for part in PARTS:
                     per_part[part].append(spent[part] / 1e3)
                 per_part["Muon apply + rest"].append((total - sum(spent.values())) / 1e3)
@@ -153,9 +154,9 @@ def measure(scale: str, steps: int, optimizer_class: type[BatchedMuSGD] = Batche
                     for p in group["params"]:
                         if p.grad is not None:
                             p.grad = torch.empty_like(p.grad)
-                started = time.perf_counter_ns()
+                started = time.thread_time_ns()
                 assert optimizer._current_plan() is plan
-                moved.append((time.perf_counter_ns() - started) / 1e3)
+                moved.append((time.thread_time_ns() - started) / 1e3)
     figures.update({f"{part} µs": statistics.median(values) for part, values in per_part.items()})
     figures["plan check, gradients re-allocated µs"] = statistics.median(moved)
     return figures
