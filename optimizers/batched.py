@@ -66,6 +66,7 @@ _GRAD = operator.attrgetter("grad")
 _DATA_PTR = torch.Tensor.data_ptr
 _IS_NONE = functools.partial(operator.is_, None)
 _IS_NOT_NONE = functools.partial(operator.is_not, None)
+_PLAIN_NUMBERS = (float, int, bool)
 
 # Test-only: route CPU tensors through the batched path, so CPU-only CI exercises batching and foreach logic.
 _FORCE_BATCHED_ON_CPU = False
@@ -570,6 +571,9 @@ class _Plan:
     devices: set[torch.device] = field(default_factory=set)  # where the stacks live
     device: torch.device | None = None  # the first stack's device (the core's, where it replays)
     positions: dict[int, int] = field(default_factory=dict)  # parameter id -> index in the optimizer's order
+    last_scalars: tuple[list[Any], _Scalars] | None = (
+        None  # the scalars' objects last read, and what they gave
+    )
 
     @property
     def nbytes(self) -> int:
@@ -840,7 +844,31 @@ class BatchedMuSGD(MuSGD):
     # ------------------------------------------------------------------------------------------ step phases
 
     def _scalars(self, plan: _Plan) -> _Scalars:
-        """This step's scalars per group, computed as the baseline computes them, and their pattern."""
+        """This step's scalars per group, computed as the baseline computes them, and their pattern.
+
+        Reused while every group's lr, momentum, Nesterov, decay and `use_muon`, and `muon` and `sgd`, are
+        the very objects of the last step and all plain Python numbers (immutable: the same value); a
+        schedule assigns new ones, and a tensor scalar could change in place, so it is read every step.
+        """
+        muon, sgd = self.muon, self.sgd
+        raw: list[Any] = [muon, sgd]
+        for group_plan in plan.groups:
+            group = group_plan.group
+            raw += (
+                group["lr"],
+                group["momentum"],
+                group["nesterov"],
+                group["weight_decay"],
+                group["use_muon"],
+            )
+        last = plan.last_scalars
+        if last is not None and len(last[0]) == len(raw) and all(map(operator.is_, raw, last[0])):
+            return last[1]
+        scalars = self._compute_scalars(plan)
+        plan.last_scalars = (raw, scalars) if all(type(v) in _PLAIN_NUMBERS for v in raw) else None
+        return scalars
+
+    def _compute_scalars(self, plan: _Plan) -> _Scalars:
         muon, sgd = self.muon, self.sgd
         momentum, nesterov, weight_decay, sgd_alpha, muon_alpha = [], [], [], [], []
         for group_plan in plan.groups:

@@ -899,3 +899,21 @@ def test_gradients_a_closure_replaces_are_the_ones_the_step_reads() -> None:
         for pb, pc in zip(group_b["params"], group_c["params"], strict=True):
             assert torch.equal(pb, pc)
             assert torch.equal(baseline.state[pb]["momentum_buffer"], candidate.state[pc]["momentum_buffer"])
+
+
+def test_scalars_are_reread_when_a_schedule_assigns_them_or_a_tensor_changes_in_place() -> None:
+    """The step reuses last step's scalars only while they are the same plain-number objects."""
+    groups = _six_groups(seed=360)
+    lr = torch.tensor(0.02, dtype=torch.float64)
+    groups[3]["lr"] = lr  # a 0-dim tensor lr, changed in place below (same object, new value)
+    base_groups, cand_groups = _clone_groups(groups), _clone_groups(groups)
+    baseline, candidate = MuSGD(base_groups, muon=0.2, sgd=1.0), BatchedMuSGD(cand_groups, muon=0.2, sgd=1.0)
+    for step, (value, first_lr) in enumerate([(0.02, 0.02), (0.005, 0.02), (0.005, 0.03)]):
+        lr.fill_(value)
+        for optimizer, optimizer_groups in ((baseline, base_groups), (candidate, cand_groups)):
+            optimizer.param_groups[2]["lr"] = first_lr  # a plain float, assigned anew
+            _grads_by_seed(optimizer_groups, step)
+            optimizer.step()
+        for group_b, group_c in zip(base_groups[2:], cand_groups[2:], strict=True):
+            for pb, pc in zip(group_b["params"], group_c["params"], strict=True):
+                assert torch.equal(pb, pc), step
