@@ -44,7 +44,9 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import math
+import operator
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,8 +59,14 @@ from .musgd import MuSGD, muon_momentum, musgd_param_step, sgd_momentum_step
 from .newton_schulz import Stack, foreach_mul_, muon_scale, newton_schulz_stacks
 
 DEFAULT_PAD_GUARD = 256
+MAX_LAYOUTS = 16  # scalar patterns whose merged lists a plan keeps (a schedule rarely makes more than two)
 STACK_DTYPE = torch.bfloat16
 _OPAQUE = -1  # fingerprint of a tensor that refuses data_ptr()
+_GRAD = operator.attrgetter("grad")
+_DATA_PTR = torch.Tensor.data_ptr
+_IS_NONE = functools.partial(operator.is_, None)
+_IS_NOT_NONE = functools.partial(operator.is_not, None)
+_PLAIN_NUMBERS = (float, int, bool)
 
 # Test-only: route CPU tensors through the batched path, so CPU-only CI exercises batching and foreach logic.
 _FORCE_BATCHED_ON_CPU = False
@@ -90,6 +98,14 @@ def _address(t: torch.Tensor | None) -> int | None:
         return t.data_ptr()
     except Exception:
         return _OPAQUE
+
+
+def _addresses(tensors: list[torch.Tensor]) -> tuple[int, ...]:
+    """Every tensor's data_ptr in one C-level pass; where any refuses, `_address` of each (so _OPAQUE there)."""
+    try:
+        return tuple(map(_DATA_PTR, tensors))
+    except Exception:
+        return tuple(map(_address, tensors))
 
 
 def _refuses_inspection(t: torch.Tensor) -> bool:
@@ -376,6 +392,160 @@ class _GroupPlan:
 
 
 @dataclass
+class _MomentumRun:
+    """Consecutive Muon groups (in fill order) with equal momentum and Nesterov: one momentum pass for all.
+
+    `group` indexes the group whose scalars the run reads (every member group's are equal); `here` lists the
+    members orthogonalized here (None: all of them) and `here_buffers` their buffers.
+    """
+
+    group: int
+    nesterov: bool
+    params: list[torch.Tensor]
+    buffers: list[torch.Tensor]
+    here: list[int] | None
+    here_buffers: list[torch.Tensor]
+    grads: Callable[[list[Any]], Any] = tuple  # the run's gradients out of the step's flat list
+
+
+@dataclass
+class _SgdRun:
+    """Clean SGD buckets (across groups) with one device, dtype, momentum, Nesterov and decay."""
+
+    group: int
+    nesterov: bool
+    params: list[torch.Tensor]
+    buffers: list[torch.Tensor]
+    grads: Callable[[list[Any]], Any] = tuple  # the run's gradients out of the step's flat list
+
+
+def _picker(positions: list[int]) -> Callable[[list[Any]], Any]:
+    """A C-level getter of the items at `positions` of a list, as a sequence (one item too)."""
+    if len(positions) == 1:
+        position = positions[0]
+        return lambda items: (items[position],)
+    return operator.itemgetter(*positions)
+
+
+@dataclass
+class _ApplyRun:
+    """Parameters updated by one foreach add with one alpha; `pieces` say where their updates are:
+    (source list, start, stop) slices, concatenated in order."""
+
+    group: int
+    params: list[torch.Tensor]
+    pieces: list[tuple[int, int, int]]
+
+    def updates(self, sources: list[list[torch.Tensor]]) -> list[torch.Tensor]:
+        if len(self.pieces) == 1:
+            source, start, stop = self.pieces[0]
+            if start == 0 and stop == len(sources[source]):
+                return sources[source]
+        gathered: list[torch.Tensor] = []
+        for source, start, stop in self.pieces:
+            gathered += sources[source][start:stop]
+        return gathered
+
+
+@dataclass
+class _Layout:
+    """The plan's foreach lists merged across groups whose step scalars are equal (one scalar pattern).
+
+    Clean parameters touch no memory of one another, so which foreach call updates which of them changes
+    no bit: each parameter's own operations keep their order and their Python-float scalars.
+    """
+
+    momentum: list[_MomentumRun]
+    muon_apply: list[_ApplyRun]  # pieces into the fill-order updates (source 0)
+    sgd: list[_SgdRun]
+    sgd_apply: list[_ApplyRun]  # pieces into the SGD runs' updates (source = run index)
+
+
+@dataclass(frozen=True)
+class _Scalars:
+    """One step's scalars per group, as the baseline computes them, and their equality pattern."""
+
+    momentum: list[Any]
+    nesterov: list[bool]
+    weight_decay: list[Any]
+    sgd_alpha: list[Any]  # -(lr * sgd) in Muon groups, -lr elsewhere
+    muon_alpha: list[Any]  # -(lr * muon)
+    pattern: tuple[Any, ...]
+
+
+def _scalar_key(value: Any) -> Any:
+    """What makes two scalars interchangeable as kernel arguments (None: never merged): exact float bits,
+    or an int or bool of one type and value. NaN and tensors stay alone."""
+    kind = type(value)
+    if kind is float:
+        return value.hex() if value == value else None
+    if kind is int or kind is bool:
+        return (kind, value)
+    return None
+
+
+def _classes(values: list[Any]) -> tuple[int, ...]:
+    """Each value's class: the index of the first interchangeable value, or its own for a lone one."""
+    first: dict[Any, int] = {}
+    classes = []
+    for index, value in enumerate(values):
+        key = _scalar_key(value)
+        classes.append(index if key is None else first.setdefault(key, index))
+    return tuple(classes)
+
+
+def _build_layout(plan: _Plan, scalars: _Scalars) -> _Layout:
+    """Merge the plan's per-group lists where this step's scalar pattern allows."""
+    momentum, nesterov, weight_decay, sgd_alpha, muon_alpha = scalars.pattern
+    index = {id(group_plan.group): i for i, group_plan in enumerate(plan.groups)}
+    runs: list[_MomentumRun] = []
+    previous_key: tuple[Any, ...] | None = None
+    applies: dict[tuple[Any, ...], _ApplyRun] = {}
+    for muon_group in plan.muon_groups:
+        i = index[id(muon_group.group)]
+        key = (momentum[i], nesterov[i])
+        if key != previous_key:
+            runs.append(_MomentumRun(i, nesterov[i], [], [], [], []))
+            previous_key = key
+        run = runs[-1]
+        offset = len(run.params)
+        run.params += muon_group.params
+        run.buffers += muon_group.buffers
+        assert run.here is not None
+        run.here += [offset + j for j in muon_group.here]
+        run.here_buffers += [muon_group.buffers[j] for j in muon_group.here]
+        split = muon_group.start + muon_group.fast
+        for part, start, stop in (("fast", muon_group.start, split), ("slow", split, muon_group.stop)):
+            if stop > start:
+                apply = applies.setdefault((muon_alpha[i], part), _ApplyRun(i, [], []))
+                apply.params += muon_group.params[start - muon_group.start : stop - muon_group.start]
+                apply.pieces.append((0, start, stop))
+    for run in runs:
+        if len(run.here or ()) == len(run.params):
+            run.here = None
+        run.grads = _picker([plan.positions[id(p)] for p in run.params])
+    sgd_runs: dict[tuple[Any, ...], _SgdRun] = {}
+    sgd_applies: dict[tuple[Any, ...], _ApplyRun] = {}
+    for i, group_plan in enumerate(plan.groups):
+        for bucket in group_plan.buckets:
+            device, dtype = bucket.params[0].device, bucket.params[0].dtype
+            key = (device, dtype, momentum[i], nesterov[i], weight_decay[i])
+            if key not in sgd_runs:
+                sgd_runs[key] = _SgdRun(i, nesterov[i], [], [])
+            run_index = list(sgd_runs).index(key)
+            sgd_run = sgd_runs[key]
+            start = len(sgd_run.params)
+            sgd_run.params += bucket.params
+            sgd_run.buffers += bucket.buffers
+            apply = sgd_applies.setdefault((device, dtype, sgd_alpha[i]), _ApplyRun(i, [], []))
+            apply.params += bucket.params
+            apply.pieces.append((run_index, start, len(sgd_run.params)))
+    for sgd_run in sgd_runs.values():
+        sgd_run.grads = _picker([plan.positions[id(p)] for p in sgd_run.params])
+    return _Layout(runs, list(applies.values()), list(sgd_runs.values()), list(sgd_applies.values()))
+
+
+@dataclass
 class _Plan:
     """Everything a step needs to know about the parameter set, and what it was built from."""
 
@@ -395,6 +565,15 @@ class _Plan:
     partition: Partition | None = None  # how a process group shares the work; None on one rank
     buffer: torch.Tensor | None = None  # the flat buffer every rank's share lives in, under a partition
     sharing_note: str = ""  # why a process group's ranks do not share the work, where they could
+    # Every parameter on a batching device with its device's name: whose gradients a move re-checks.
+    grad_checks: list[tuple[torch.Tensor, str]] = field(default_factory=list)
+    layouts: dict[tuple[Any, ...], _Layout] = field(default_factory=dict)  # merged runs, per scalar pattern
+    devices: set[torch.device] = field(default_factory=set)  # where the stacks live
+    device: torch.device | None = None  # the first stack's device (the core's, where it replays)
+    positions: dict[int, int] = field(default_factory=dict)  # parameter id -> index in the optimizer's order
+    last_scalars: tuple[list[Any], _Scalars] | None = (
+        None  # the scalars' objects last read, and what they gave
+    )
 
     @property
     def nbytes(self) -> int:
@@ -514,6 +693,8 @@ def _lay_out(plan: _Plan, state: dict[torch.Tensor, dict[str, Any]], world: int,
     for position, member in enumerate(plan.fill):
         member.position = position
     plan.slots = [slot_of[id(m)] for m in plan.fill if id(m) in here]
+    plan.devices = {entry.batch.device for entry in plan.stacks}
+    plan.device = plan.stacks[0].batch.device if plan.stacks else None
     plan.zeroed = [t for entry in plan.stacks for t in entry.zeroed]
 
 
@@ -585,6 +766,7 @@ class BatchedMuSGD(MuSGD):
 
     def _reset_caches(self) -> None:
         self._plan: _Plan | None = None
+        self._step_grads: list[torch.Tensor | None] = []  # this step's gradients, in the optimizer's order
         self._core_graph = CoreGraph()
         self._eager_requested = False
 
@@ -646,14 +828,67 @@ class BatchedMuSGD(MuSGD):
             with torch.enable_grad():
                 loss = closure()
         plan = self._current_plan()
-        in_order_updates = self._muon(plan)
-        for group_plan in plan.groups:
-            self._sgd_group(group_plan, in_order_updates)
+        scalars = self._scalars(plan)
+        layout = plan.layouts.get(scalars.pattern)
+        if layout is None:
+            if len(plan.layouts) >= MAX_LAYOUTS:
+                plan.layouts.clear()
+            layout = plan.layouts[scalars.pattern] = _build_layout(plan, scalars)
+        try:
+            in_order_updates = self._muon(plan, layout, scalars)
+            self._sgd(plan, layout, scalars, in_order_updates)
+        finally:
+            self._step_grads = []  # no gradient kept alive past the step (zero_grad may free them)
         return loss
 
     # ------------------------------------------------------------------------------------------ step phases
 
-    def _muon(self, plan: _Plan) -> dict[int, torch.Tensor]:
+    def _scalars(self, plan: _Plan) -> _Scalars:
+        """This step's scalars per group, computed as the baseline computes them, and their pattern.
+
+        Reused while every group's lr, momentum, Nesterov, decay and `use_muon`, and `muon` and `sgd`, are
+        the very objects of the last step and all plain Python numbers (immutable: the same value); a
+        schedule assigns new ones, and a tensor scalar could change in place, so it is read every step.
+        """
+        muon, sgd = self.muon, self.sgd
+        raw: list[Any] = [muon, sgd]
+        for group_plan in plan.groups:
+            group = group_plan.group
+            raw += (
+                group["lr"],
+                group["momentum"],
+                group["nesterov"],
+                group["weight_decay"],
+                group["use_muon"],
+            )
+        last = plan.last_scalars
+        if last is not None and len(last[0]) == len(raw) and all(map(operator.is_, raw, last[0])):
+            return last[1]
+        scalars = self._compute_scalars(plan)
+        plan.last_scalars = (raw, scalars) if all(type(v) in _PLAIN_NUMBERS for v in raw) else None
+        return scalars
+
+    def _compute_scalars(self, plan: _Plan) -> _Scalars:
+        muon, sgd = self.muon, self.sgd
+        momentum, nesterov, weight_decay, sgd_alpha, muon_alpha = [], [], [], [], []
+        for group_plan in plan.groups:
+            group = group_plan.group
+            lr = group["lr"]
+            momentum.append(group["momentum"])
+            nesterov.append(bool(group["nesterov"]))
+            weight_decay.append(group["weight_decay"])
+            sgd_alpha.append(-(lr * sgd if group["use_muon"] else lr))
+            muon_alpha.append(-(lr * muon))
+        pattern = (
+            _classes(momentum),
+            tuple(nesterov),
+            _classes(weight_decay),
+            _classes(sgd_alpha),
+            _classes(muon_alpha),
+        )
+        return _Scalars(momentum, nesterov, weight_decay, sgd_alpha, muon_alpha, pattern)
+
+    def _muon(self, plan: _Plan, layout: _Layout, scalars: _Scalars) -> dict[int, torch.Tensor]:
         """Fill the stacks, run the core, apply the clean members' updates; return the ordered members'.
 
         On one rank the whole core (Newton-Schulz, gains, conversions) may replay as one graph. Under a
@@ -662,8 +897,8 @@ class BatchedMuSGD(MuSGD):
         """
         if not plan.stacks:
             return {}
-        self._fill_stacks(plan)
-        device, refusal = plan.stacks[0].batch.device, self._replay_refusal(plan)
+        self._fill_stacks(plan, layout, scalars)
+        device, refusal = plan.device, self._replay_refusal(plan)
         if plan.partition is None:
             updates = self._core_graph.run(
                 plan, device, lambda: plan.updates_in_fill_order(_orthogonalize_stacks(plan.stacks)), refusal
@@ -673,27 +908,25 @@ class BatchedMuSGD(MuSGD):
             assert plan.buffer is not None
             gather_shares(plan.buffer, plan.partition)
             updates = plan.updates_in_fill_order(_finish(plan.stacks))
-        for muon_group in plan.muon_groups:
-            alpha = -(muon_group.group["lr"] * self.muon)
-            group_updates = updates[muon_group.start : muon_group.stop]
-            for part in (slice(0, muon_group.fast), slice(muon_group.fast, None)):
-                if muon_group.params[part]:
-                    torch._foreach_add_(muon_group.params[part], group_updates[part], alpha=alpha)
+        sources = [updates]
+        for apply in layout.muon_apply:
+            torch._foreach_add_(apply.params, apply.updates(sources), alpha=scalars.muon_alpha[apply.group])
+        if not plan.ordered:
+            return {}
         return {id(member.param): updates[member.position] for member in plan.ordered}
 
-    def _fill_stacks(self, plan: _Plan) -> None:
-        """Muon momentum for every member (foreach per group, scalar for ordered members); the inputs of
-        the members orthogonalized here copied into the stacks at once."""
+    def _fill_stacks(self, plan: _Plan, layout: _Layout, scalars: _Scalars) -> None:
+        """Muon momentum for every member (foreach per run of groups, scalar for ordered members); the
+        inputs of the members orthogonalized here copied into the stacks at once."""
         sources: list[torch.Tensor] = []
-        for muon_group in plan.muon_groups:
-            group, buffers, here = muon_group.group, muon_group.buffers, muon_group.here
-            grads = [p.grad for p in muon_group.params]
-            torch._foreach_lerp_(buffers, grads, 1 - group["momentum"])
-            if len(here) < len(buffers):
-                grads, buffers = [grads[i] for i in here], [buffers[i] for i in here]
-            sources += (
-                torch._foreach_lerp(grads, buffers, group["momentum"]) if group["nesterov"] else buffers
-            )
+        for run in layout.momentum:
+            momentum = scalars.momentum[run.group]
+            grads = run.grads(self._step_grads)
+            torch._foreach_lerp_(run.buffers, grads, 1 - momentum)
+            buffers = run.buffers
+            if run.here is not None:
+                grads, buffers = [grads[i] for i in run.here], run.here_buffers
+            sources += torch._foreach_lerp(grads, buffers, momentum) if run.nesterov else buffers
         for member, here in zip(plan.ordered, plan.ordered_here, strict=True):
             group, p = member.group, member.param
             buffer = self.state[p]["momentum_buffer"]
@@ -710,10 +943,35 @@ class BatchedMuSGD(MuSGD):
             return "replay off"
         if self._eager_requested:
             return "eager step asked for"
-        return _device_refusal({entry.batch.device for entry in plan.stacks})
+        return _device_refusal(plan.devices)
 
-    def _sgd_group(self, group_plan: _GroupPlan, in_order_updates: dict[int, torch.Tensor]) -> None:
-        """SGD momentum of a group's clean buckets as foreach lists, then its in-order parameters one by one."""
+    def _sgd(
+        self, plan: _Plan, layout: _Layout, scalars: _Scalars, in_order_updates: dict[int, torch.Tensor]
+    ) -> None:
+        """SGD momentum of the clean buckets as merged foreach lists, then every group's in-order parameters
+        one by one (clean parameters share no memory with them, so running them first changes no bit)."""
+        run_updates = []
+        for run in layout.sgd:
+            momentum, weight_decay = scalars.momentum[run.group], scalars.weight_decay[run.group]
+            grads = run.grads(self._step_grads)
+            if weight_decay != 0:
+                grads = torch._foreach_add(grads, run.params, alpha=weight_decay)
+            foreach_mul_(run.buffers, momentum)
+            torch._foreach_add_(run.buffers, grads)
+            run_updates.append(
+                torch._foreach_add(grads, run.buffers, alpha=momentum) if run.nesterov else run.buffers
+            )
+        for apply in layout.sgd_apply:
+            torch._foreach_add_(
+                apply.params, apply.updates(run_updates), alpha=scalars.sgd_alpha[apply.group]
+            )
+        for group_plan in plan.groups:
+            if group_plan.in_order:
+                self._sgd_in_order(group_plan, in_order_updates)
+
+    def _sgd_in_order(self, group_plan: _GroupPlan, in_order_updates: dict[int, torch.Tensor]) -> None:
+        """A group's in-order parameters one by one: the whole baseline step, or the ordered Muon apply and
+        scalar SGD momentum."""
         group = group_plan.group
         lr, momentum, nesterov, weight_decay = (
             group["lr"],
@@ -722,16 +980,6 @@ class BatchedMuSGD(MuSGD):
             group["weight_decay"],
         )
         sgd_lr = lr * self.sgd if group["use_muon"] else lr
-        for bucket in group_plan.buckets:
-            grads = [p.grad for p in bucket.params]
-            if weight_decay != 0:
-                grads = torch._foreach_add(grads, bucket.params, alpha=weight_decay)
-            foreach_mul_(bucket.buffers, momentum)
-            torch._foreach_add_(bucket.buffers, grads)
-            updates = (
-                torch._foreach_add(grads, bucket.buffers, alpha=momentum) if nesterov else bucket.buffers
-            )
-            torch._foreach_add_(bucket.params, updates, alpha=-sgd_lr)
         for p in group_plan.in_order:
             state = self.state[p]
             if id(p) in group_plan.whole_step:
@@ -744,25 +992,34 @@ class BatchedMuSGD(MuSGD):
 
     # ------------------------------------------------------------------------------------------ planning
 
-    def _signature(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        """What the plan depends on (cheap, per step), and the gradients' addresses (checked separately)."""
+    def _signature(self) -> tuple[tuple[Any, ...], tuple[Any, ...], list[torch.Tensor | None]]:
+        """What the plan depends on (cheap, per step), the gradients' addresses (checked separately), and
+        every parameter's gradient in the optimizer's order (read once here, used by the step).
+
+        Per group: its identity and `use_muon`, the parameters' identities and addresses, which have a
+        gradient, and (apart) the present gradients' addresses; each a C-level pass over the group.
+        """
         parts: list[Any] = [id(self.state), self.pad_guard, _FORCE_BATCHED_ON_CPU, world_and_rank()]
         grad_addresses: list[Any] = []
+        every_grad: list[torch.Tensor | None] = []
         for group in self.param_groups:
             params = group["params"]
-            addresses = tuple(map(_address, [p.grad for p in params]))
+            grads = list(map(_GRAD, params))
+            every_grad += grads
             parts += [
                 id(group),
                 group["use_muon"],
                 tuple(map(id, params)),
-                tuple(map(_address, params)),
-                tuple(a is None for a in addresses),
+                _addresses(params),
+                tuple(map(_IS_NONE, grads)),
             ]
-            grad_addresses.append(addresses)
-        return tuple(parts), tuple(grad_addresses)
+            grad_addresses.append(_addresses(list(filter(_IS_NOT_NONE, grads))))
+        return tuple(parts), tuple(grad_addresses), every_grad
 
     def _current_plan(self) -> _Plan:
-        signature, grad_addresses = self._signature()
+        """The plan for this step's parameter set (reused while its signature holds, else rebuilt); the
+        gradients read for the check are kept for this step (`_step_grads`)."""
+        signature, grad_addresses, self._step_grads = self._signature()
         plan = self._plan
         if plan is not None and plan.signature == signature:
             if plan.grad_addresses == grad_addresses:
@@ -778,23 +1035,22 @@ class BatchedMuSGD(MuSGD):
     def _grads_overlap(self, plan: _Plan) -> bool:
         """Whether any gradient now shares memory with a tracked parameter or buffer, or with another gradient.
 
-        Per step only when gradients moved; a binary search per gradient against the plan's sorted spans.
+        Per step only when gradients moved; a binary search per gradient against the plan's sorted spans,
+        over the parameters (and their devices) the plan listed once.
         """
         grad_spans = []
-        for group in self.param_groups:
-            for p in group["params"]:
-                grad = p.grad
-                if grad is None or not _batches_on(p.device):
-                    continue
-                if _address(grad) == _OPAQUE:
-                    return True
-                start, end = _memory_span(grad)
-                device = str(p.device)
-                starts, reach = plan.span_index.get(device, ((), ()))
-                below = bisect.bisect_left(starts, end)  # spans starting before this gradient ends...
-                if below and reach[below - 1] > start:  # ...of which one ends after it starts
-                    return True
-                grad_spans.append((device, start, end, None))
+        for p, device in plan.grad_checks:
+            grad = p.grad
+            if grad is None:
+                continue
+            if _address(grad) == _OPAQUE:
+                return True
+            start, end = _memory_span(grad)
+            starts, reach = plan.span_index.get(device, ((), ()))
+            below = bisect.bisect_left(starts, end)  # spans starting before this gradient ends...
+            if below and reach[below - 1] > start:  # ...of which one ends after it starts
+                return True
+            grad_spans.append((device, start, end, None))
         return len(_overlapping(grad_spans)) > 0
 
     def _build_plan(self, signature: tuple[Any, ...], grad_addresses: tuple[Any, ...]) -> _Plan:
@@ -897,6 +1153,13 @@ class BatchedMuSGD(MuSGD):
         plan = _Plan(
             signature, grad_addresses, grads_overlap, _span_index(static_spans), batches, group_plans
         )
+        plan.positions = orders
+        plan.grad_checks = [
+            (p, str(p.device))
+            for group in self.param_groups
+            for p in group["params"]
+            if _batches_on(p.device)
+        ]
         _lay_out(plan, self.state, *world_and_rank())  # 5. the stacks (shared out over ranks), the fill order
         return plan
 

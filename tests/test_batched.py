@@ -726,3 +726,194 @@ def test_the_cpu_path_never_tries_to_capture() -> None:
         optimizer.step()
     assert optimizer.graph_stats == {"eager: not on CUDA": 3}
     assert torch.cuda.is_initialized() == cuda_was_initialized
+
+
+# ---------------------------------------------------------------------------------------------- host work
+
+
+def _six_groups(seed: int, device: str = "cpu") -> list[dict[str, Any]]:
+    """Two Muon and four SGD groups (as the YOLO26 trainer makes them), small shapes, all scalars shared."""
+    muon_shapes = [[(16, 8, 3, 3), (16, 40)], [(32, 16, 1, 1), (16, 16), (16, 40)]]
+    groups = [
+        _muon_group(_make_params(shapes, seed=seed + i, device=device))
+        for i, shapes in enumerate(muon_shapes)
+    ]
+    for i, shapes in enumerate([[(16,), (8,)], [(32,)], [(16,), (16,), (4,)], [(8,)]]):
+        groups.append(_sgd_group(_make_params(shapes, seed=seed + 10 + i, device=device), weight_decay=0.0))
+    return groups
+
+
+def _one_list_per_group(values: list[Any]) -> tuple[int, ...]:
+    """`_classes` that never merges: every group keeps its own foreach calls (the unmerged reference)."""
+    return tuple(range(len(values)))
+
+
+LR_SCHEDULE = [  # per step, the lr of each of the six groups: all equal, two classes, all distinct, equal again
+    [0.02] * 6,
+    [0.03, 0.01, 0.03, 0.01, 0.03, 0.01],
+    [0.01, 0.02, 0.03, 0.04, 0.05, 0.06],
+    [0.02] * 6,
+]
+
+
+def _step_with_schedule(optimizer: MuSGD, groups: list[dict[str, Any]], step: int) -> None:
+    for group, lr in zip(optimizer.param_groups, LR_SCHEDULE[step], strict=True):
+        group["lr"] = lr
+    _grads_by_seed(groups, step)
+    optimizer.step()
+
+
+def test_merged_foreach_lists_change_no_bit_and_follow_the_scalar_pattern(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Groups whose scalars are equal share foreach calls; bit for bit what one list per group computes,
+    through a schedule whose lr pattern changes (new merged lists, one plan)."""
+    merged_groups, alone_groups = _six_groups(seed=300), _clone_groups(_six_groups(seed=300))
+    base_groups = _clone_groups(_six_groups(seed=300))
+    merged, alone = (
+        BatchedMuSGD(merged_groups, muon=0.2, sgd=1.0),
+        BatchedMuSGD(alone_groups, muon=0.2, sgd=1.0),
+    )
+    baseline = MuSGD(base_groups, muon=0.2, sgd=1.0)
+    builds = []
+    original = BatchedMuSGD._build_plan
+    monkeypatch.setattr(BatchedMuSGD, "_build_plan", lambda self, *a: builds.append(1) or original(self, *a))
+    for step in range(len(LR_SCHEDULE)):
+        _step_with_schedule(merged, merged_groups, step)
+        with monkeypatch.context() as patch:
+            patch.setattr("optimizers.batched._classes", _one_list_per_group)
+            _step_with_schedule(alone, alone_groups, step)
+        _step_with_schedule(baseline, base_groups, step)
+        for pm, pa in zip(_params_of(merged_groups), _params_of(alone_groups), strict=True):
+            assert torch.equal(pm, pa), (step, tuple(pm.shape))
+            for key, buffer in merged.state[pm].items():
+                assert torch.equal(buffer, alone.state[pa][key]), (step, key)
+        # What depends on gradients and scalars only is the baseline's, bit for bit (each group's own lr).
+        for group_m, group_b in zip(merged_groups, base_groups, strict=True):
+            for pm, pb in zip(group_m["params"], group_b["params"], strict=True):
+                assert torch.equal(merged.state[pm]["momentum_buffer"], baseline.state[pb]["momentum_buffer"])
+                if not group_m["use_muon"]:
+                    assert torch.equal(pm, pb), (step, tuple(pm.shape))
+    assert builds == [1, 1]  # one plan each: scalar changes only pick other merged lists
+    layouts = _plan(merged).layouts
+    assert len(layouts) == 3  # all equal (seen twice), two classes, all distinct
+    all_equal = layouts[next(iter(layouts))]
+    assert len(all_equal.momentum) == 1  # both Muon groups' momentum in one pass
+    assert [len(apply.pieces) for apply in all_equal.muon_apply] == [2]  # both groups' updates, one call
+    assert len(all_equal.sgd) == 2 and len(all_equal.sgd_apply) == 1  # decayed Muon groups, the rest
+
+
+def test_equal_scalars_keep_the_step_s_operation_count_whatever_the_group_count() -> None:
+    """Six groups with equal scalars dispatch what their parameters in two groups (Muon, SGD) dispatch."""
+    from optimizers.dispatch import count_dispatched_ops
+
+    six = _six_groups(seed=320)
+    for group in six:
+        group["weight_decay"] = 5e-4
+    two = [
+        _muon_group(_clone_groups(six)[0]["params"] + _clone_groups(six)[1]["params"]),
+        _sgd_group([p for group in _clone_groups(six)[2:] for p in group["params"]]),
+    ]
+    counts = []
+    for groups in (six, two):
+        optimizer = BatchedMuSGD(groups, muon=0.2, sgd=1.0)
+        _grads_by_seed(groups, 0)
+        optimizer.step()
+        counts.append(count_dispatched_ops(optimizer.step).total)
+    assert counts[0] == counts[1]
+
+
+def test_scalars_merge_only_where_they_are_interchangeable_kernel_arguments() -> None:
+    from optimizers.batched import _classes
+
+    nan = float("nan")
+    lr = torch.tensor(0.01)
+    values = [0.01, -0.0, 0.0, 0.01, nan, nan, 1, 1.0, True, 1, lr, lr, 0.0]
+    # -0.0 and 0.0 differ in bits; NaN and tensors never merge; int, float and bool are kept apart.
+    assert _classes(values) == (0, 1, 2, 0, 4, 5, 6, 7, 8, 6, 10, 11, 2)
+
+
+def test_the_step_keeps_no_gradient_alive() -> None:
+    import gc
+    import weakref
+
+    groups = _six_groups(seed=330)
+    optimizer = BatchedMuSGD(groups, muon=0.2, sgd=1.0)
+    _grads_by_seed(groups, 0)
+    optimizer.step()
+    watched = [weakref.ref(p.grad) for p in _params_of(groups)]
+    optimizer.zero_grad(set_to_none=True)
+    gc.collect()
+    assert optimizer._step_grads == [] and all(ref() is None for ref in watched)
+
+
+def test_the_plan_is_rebuilt_when_data_moves_a_group_is_added_or_a_moved_gradient_overlaps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    params = _make_params([(16, 72), (16, 40), (8,)], seed=340)
+    optimizer = BatchedMuSGD([_muon_group(params[:2]), _sgd_group(params[2:])])
+    builds = []
+    original = BatchedMuSGD._build_plan
+    monkeypatch.setattr(BatchedMuSGD, "_build_plan", lambda self, *a: builds.append(1) or original(self, *a))
+    _fill_grads(params, seed=341)
+    optimizer.step()
+    assert len(builds) == 1
+
+    with torch.no_grad():
+        params[1].data = params[1].data.clone()  # same shape and dtype, new memory
+    optimizer.step()
+    assert len(builds) == 2
+
+    extra = _make_params([(16, 24)], seed=342)
+    _fill_grads(extra, seed=343)
+    optimizer.add_param_group(_muon_group(extra))
+    optimizer.step()
+    assert len(builds) == 3 and _batch_of(optimizer, extra[0]) is not None
+
+    params[0].grad = torch.randn_like(params[0])  # moved, overlapping nothing: the plan holds
+    optimizer.step()
+    assert len(builds) == 3
+    params[2].grad = params[0].grad.view(-1)[: params[2].numel()]  # moved onto another gradient's memory
+    optimizer.step()
+    assert len(builds) == 4
+    assert id(params[0]) not in _in_buckets(optimizer) and id(params[2]) not in _in_buckets(optimizer)
+
+
+def test_gradients_a_closure_replaces_are_the_ones_the_step_reads() -> None:
+    """The step reads the gradients after the closure has run (fresh tensors), as the baseline does."""
+    groups = _six_groups(seed=350)
+    base_groups, cand_groups = _clone_groups(groups), _clone_groups(groups)
+    baseline, candidate = MuSGD(base_groups, muon=0.2, sgd=1.0), BatchedMuSGD(cand_groups, muon=0.2, sgd=1.0)
+    for step in range(2):
+        for optimizer, optimizer_groups in ((baseline, base_groups), (candidate, cand_groups)):
+            _grads_by_seed(optimizer_groups, 0)  # stale gradients, replaced by the closure
+
+            def closure(optimizer_groups: list[dict[str, Any]] = optimizer_groups, step: int = step) -> float:
+                for p in _params_of(optimizer_groups):
+                    p.grad = None
+                _grads_by_seed(optimizer_groups, 10 + step)
+                return 0.0
+
+            optimizer.step(closure)
+    for group_b, group_c in zip(base_groups[2:], cand_groups[2:], strict=True):  # the SGD groups: exact
+        for pb, pc in zip(group_b["params"], group_c["params"], strict=True):
+            assert torch.equal(pb, pc)
+            assert torch.equal(baseline.state[pb]["momentum_buffer"], candidate.state[pc]["momentum_buffer"])
+
+
+def test_scalars_are_reread_when_a_schedule_assigns_them_or_a_tensor_changes_in_place() -> None:
+    """The step reuses last step's scalars only while they are the same plain-number objects."""
+    groups = _six_groups(seed=360)
+    lr = torch.tensor(0.02, dtype=torch.float64)
+    groups[3]["lr"] = lr  # a 0-dim tensor lr, changed in place below (same object, new value)
+    base_groups, cand_groups = _clone_groups(groups), _clone_groups(groups)
+    baseline, candidate = MuSGD(base_groups, muon=0.2, sgd=1.0), BatchedMuSGD(cand_groups, muon=0.2, sgd=1.0)
+    for step, (value, first_lr) in enumerate([(0.02, 0.02), (0.005, 0.02), (0.005, 0.03)]):
+        lr.fill_(value)
+        for optimizer, optimizer_groups in ((baseline, base_groups), (candidate, cand_groups)):
+            optimizer.param_groups[2]["lr"] = first_lr  # a plain float, assigned anew
+            _grads_by_seed(optimizer_groups, step)
+            optimizer.step()
+        for group_b, group_c in zip(base_groups[2:], cand_groups[2:], strict=True):
+            for pb, pc in zip(group_b["params"], group_c["params"], strict=True):
+                assert torch.equal(pb, pc), step
