@@ -124,7 +124,9 @@ def _plan_problem(plan: Plan) -> str | None:
             return f"protocol.arms[{i}] has role '{arm.role}', not one of {', '.join(ROLES)}"
     checks = {
         "warmup": p.warmup >= 0,
-        "pairs": p.pairs >= 1,
+        "pairs": p.pairs == "auto" if isinstance(p.pairs, str) else p.pairs >= 1,
+        "precision": p.precision is None or (math.isfinite(p.precision) and p.precision > 0),
+        "max_pairs": p.max_pairs >= p.first_look >= 1 if p.auto else True,
         "seed": p.seed >= 0,
         "cooldown": p.cooldown >= 0,
         "order": p.order in ORDERS,

@@ -49,16 +49,19 @@ class Backend(Protocol):
         ...
 
 
-class CudaBackend:
-    """CUDA streams and graphs: one side stream per device for every warm-up and capture."""
+# One side stream per device for the whole process: cuBLAS keeps a workspace for every stream it has run on
+# until the process ends, so a stream per optimizer would grow device memory with every optimizer built.
+_SIDE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
 
-    def __init__(self) -> None:
-        self._streams: dict[torch.device, torch.cuda.Stream] = {}
+
+class CudaBackend:
+    """CUDA streams and graphs: one side stream per device, shared by every backend, for every warm-up and
+    capture."""
 
     def _side(self, device: torch.device) -> torch.cuda.Stream:
-        if device not in self._streams:
-            self._streams[device] = torch.cuda.Stream(device)
-        return self._streams[device]
+        if device not in _SIDE_STREAMS:
+            _SIDE_STREAMS[device] = torch.cuda.Stream(device)
+        return _SIDE_STREAMS[device]
 
     def on_device(self, device: torch.device) -> contextlib.AbstractContextManager[None]:
         return torch.cuda.device(device)

@@ -372,7 +372,10 @@ CORRUPT_PLANS = {
     "a number": ("7", "plan.json holds a number, not a plan"),
     "no schedule": (_dropped("schedule"), "plan.json: not a plan: missing key 'schedule'"),
     "no cases": (_dropped("cases"), "missing key 'cases'"),
-    "pairs a string": (_set("protocol.pairs", "three"), "protocol.pairs is 'three', not a whole number"),
+    "pairs a string": (
+        _set("protocol.pairs", "three"),
+        "protocol.pairs is 'three', which no run can have",
+    ),  # auto or ≥ 1
     "an index a string": (_set("schedule.0.index", "abc"), "schedule[0].index is 'abc', not a whole number"),
     "cases a string": (_set("cases", "x"), "plan.json: not a plan"),
     "a trial of no case": (_set("schedule.1.case", "elsewhere"), "schedule[1] names case 'elsewhere'"),
