@@ -100,9 +100,12 @@ SHARED = (
     ),
     Shared(
         "warmup",
-        int,
-        _default("warmup"),
-        "Discarded warm-up trials per case, cycling through the arms (kept in the log, not in the statistics).",
+        str,
+        str(_default("warmup")),
+        "Discarded warm-up trials per case, cycling through the arms (kept in the log, not in the statistics), "
+        "or auto: warm-ups until two consecutive ones of an arm agree within "
+        f"{_default('warmup_tolerance'):g}% (at most {_default('max_warmup')}, then the run goes on and the "
+        "report says it never settled); with auto the same after a resume or an idle gap.",
     ),
     Shared(
         "pairs",

@@ -180,6 +180,22 @@ def parse_pairs(pairs: int | str) -> int | str:
     return check_positive("--pairs", pairs, MAX_PAIRS)
 
 
+def parse_warmup(warmup: int | str) -> int | str:
+    """``--warmup``: warm-up trials per case, a whole number from 0 to ``MAX_WARMUP``, or ``auto`` (warm-ups
+    until two consecutive ones of an arm agree, capped; ``ProtocolOptions.warmup_tolerance``, ``max_warmup``)."""
+    if isinstance(warmup, str):
+        text = warmup.strip().lower()
+        if text == "auto":
+            return "auto"
+        try:
+            warmup = int(text)
+        except ValueError:
+            raise InputError(
+                f"--warmup '{warmup}' is not a number; use a whole number of 0 or more, or auto"
+            ) from None
+    return int(check_non_negative("--warmup", warmup, MAX_WARMUP))
+
+
 def check_sequential(
     pairs: int | str, precision: float | None, max_pairs: int, time_budget: float | None, first_look: int
 ) -> None:
@@ -305,7 +321,7 @@ def resolve_placement(cpus: str) -> Placement | None:
 
 def protocol_options(
     arms: str | None = DEFAULT_ARMS,
-    warmup: int = ProtocolOptions.default("warmup"),
+    warmup: int | str = ProtocolOptions.default("warmup"),
     pairs: int = ProtocolOptions.default("pairs"),
     order: str = ProtocolOptions.default("order"),
     seed: int = ProtocolOptions.default("seed"),
@@ -330,6 +346,7 @@ def protocol_options(
     ``--device cuda:0,1`` is ``--device cuda:0 --gpus 2``.
     """
     parsed_pairs = parse_pairs(pairs)
+    parsed_warmup = parse_warmup(warmup)
     first_look = ProtocolOptions.default("first_look")
     check_sequential(parsed_pairs, precision, max_pairs, time_budget, first_look)
     budget_bytes = parse_budget(budget)
@@ -346,7 +363,7 @@ def protocol_options(
     check_budget_fits(budget_bytes, device)
     return ProtocolOptions(
         arms=parsed_arms,
-        warmup=check_non_negative("--warmup", warmup, MAX_WARMUP),
+        warmup=parsed_warmup,
         pairs=parsed_pairs,
         order=check_choice("--order", order, ORDERS),
         seed=check_non_negative("--seed", seed, MAX_SEED),

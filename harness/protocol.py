@@ -214,7 +214,7 @@ class ProtocolOptions:
     whole. The defaults here are the only ones; the CLI reads them."""
 
     arms: tuple[Arm, ...]
-    warmup: int = 2
+    warmup: int | str = 2  # a whole number, or "auto": warm-ups until settled (warmup_tolerance, max_warmup)
     pairs: int | str = 6  # a whole number, or "auto": run until the precision, the budget or max_pairs
     order: str = "alternate"
     seed: int = 0
@@ -229,6 +229,28 @@ class ProtocolOptions:
     max_pairs: int = 20  # --pairs auto: the last look
     time_budget: float | None = None  # --pairs auto: seconds of trials the log may hold
     first_look: int = 6  # --pairs auto: the first look (then one every 2 pairs)
+    # --warmup auto: two consecutive warm-ups of one arm agree when their |log ratio| is at most this (percent).
+    # Argued from the committed H200 fit logs. Of their nine warm-ups, seven sat 0.6-5.0% from their arm's next
+    # fit (within the steady spread) and two 9.7% and 17.4% (these would not pass). Consecutive measured fits
+    # of one arm differ by a median of 6.6% (36 of them). By simulation (tests/test_warmup.py), at the 5.4%
+    # per-pair σ of the sequential fits a steady machine of two arms settles within the cap in 97% of runs
+    # (3.5 warm-ups on average), at the 9.8% σ of those consecutive fits in 84% (the run then goes on and
+    # says it never settled), at the duet's 1.7% at the first check. Much tighter, a steady machine would
+    # rarely settle; much looser, the rule would pass the transients it is there to catch.
+    warmup_tolerance: float = 5.0
+    # --warmup auto: the most warm-ups of one sequence; two arms then get four checks (the figures above).
+    max_warmup: int = 6
+
+    @property
+    def auto_warmup(self) -> bool:
+        """Warm-ups run until two consecutive ones of an arm agree (``--warmup auto``), not a fixed count."""
+        return self.warmup == "auto"
+
+    @property
+    def scheduled_warmup(self) -> int:
+        """The warm-ups the schedule holds per case: the fixed count, or none with ``--warmup auto`` (its
+        warm-ups are decided as they run, outside the schedule)."""
+        return 0 if self.auto_warmup else int(self.warmup)
 
     @property
     def auto(self) -> bool:
@@ -271,8 +293,9 @@ class ProtocolOptions:
 
 
 # 3: pairs are kept whole by --stop-after and resumes, with a warm-up after a resume or an idle gap, and the
-# schedule may grow (--pairs auto); a plan of format 2 or less ran without those.
-PLAN_FORMAT = 3
+# schedule may grow (--pairs auto); a plan of format 2 or less ran without those. 4: --warmup auto may run
+# warm-up sequences outside the schedule (a plan of format 3 has fixed warm-ups only, and reads the same).
+PLAN_FORMAT = 4
 WHOLE_PAIRS_FORMAT = 3
 
 
@@ -307,7 +330,7 @@ class Plan:
             self.created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         if not self.schedule:
             p = self.protocol
-            self.schedule = build_schedule(self.cases, p.warmup, p.initial_pairs, p.order, p.seed)
+            self.schedule = build_schedule(self.cases, p.scheduled_warmup, p.initial_pairs, p.order, p.seed)
 
     def case(self, label: str) -> Case:
         return next(c for c in self.cases if c.label == label)
@@ -542,6 +565,147 @@ def _log_end(rows: list[dict[str, Any]]) -> float | None:
     return max(ends) if ends else None
 
 
+def warmup_agreement(previous: float | None, current: float | None) -> float | None:
+    """How far two warm-ups of one arm sit apart: |ln(current / previous)|; None where either failed."""
+    if previous is None or current is None or not (previous > 0 and current > 0):
+        return None
+    if not (math.isfinite(previous) and math.isfinite(current)):
+        return None
+    return abs(math.log(current / previous))
+
+
+def agreements(values: list[float | None], arms: list[str]) -> list[float | None]:
+    """Each warm-up's agreement with the previous warm-up of its arm in the same sequence (None for an arm's
+    first, or where either failed)."""
+    last: dict[str, float | None] = {}
+    out: list[float | None] = []
+    for value, arm in zip(values, arms, strict=True):
+        out.append(warmup_agreement(last[arm], value) if arm in last else None)
+        last[arm] = value
+    return out
+
+
+def settled_at(values: list[float | None], arms: list[str], tolerance: float) -> int | None:
+    """The warm-up (counted from 1) at which a sequence settled: the first whose figure agrees with the
+    previous warm-up of its arm within ``tolerance`` percent (|log ratio|, inclusive); None if none did."""
+    for count, agreement in enumerate(agreements(values, arms), start=1):
+        if agreement is not None and agreement <= tolerance / 100:
+            return count
+    return None
+
+
+@dataclass(frozen=True)
+class WarmupSequence:
+    """One ``--warmup auto`` sequence as its rows tell it: why it ran (``start``, ``resume``, an idle gap),
+    how many warm-ups it took, whether two of one arm agreed (``settled``) or it reached the cap."""
+
+    number: int
+    case: str
+    reason: str
+    rows: tuple[dict[str, Any], ...]
+    tolerance: float
+    cap: int
+
+    @property
+    def warmups(self) -> int:
+        return len(self.rows)
+
+    @property
+    def settled(self) -> bool:
+        values = [r.get("value") if r.get("status") == "ok" else None for r in self.rows]
+        return settled_at(values, [str(r["arm"]) for r in self.rows], self.tolerance) is not None
+
+    @property
+    def capped(self) -> bool:
+        """It reached the cap without settling (the run went on unsettled)."""
+        return not self.settled and self.warmups >= self.cap
+
+    @property
+    def done(self) -> bool:
+        return self.settled or self.warmups >= self.cap
+
+
+def warmup_sequences(rows: list[dict[str, Any]], protocol: ProtocolOptions) -> list[WarmupSequence]:
+    """The run's ``--warmup auto`` sequences from its log (rows with a ``warmup_sequence``), in order."""
+    grouped: dict[int, list[dict[str, Any]]] = {}
+    for row in sorted(rows, key=lambda r: int(r["index"])):
+        if row.get("phase") == "warmup" and isinstance(row.get("warmup_sequence"), int):
+            grouped.setdefault(int(row["warmup_sequence"]), []).append(row)
+    return [
+        WarmupSequence(
+            number,
+            str(mine[0]["case"]),
+            str(mine[0].get("warmup_reason", "")),
+            tuple(mine),
+            float(protocol.warmup_tolerance),
+            int(protocol.max_warmup),
+        )
+        for number, mine in sorted(grouped.items())
+    ]
+
+
+def next_auto_warmup(
+    plan: Plan, rows: list[dict[str, Any]], unit: list[ScheduledTrial], reason: str
+) -> tuple[ScheduledTrial, dict[str, Any]] | None:
+    """The next ``--warmup auto`` warm-up before measured ``unit``, and the fields its row carries; None when
+    the unit may run. An unfinished sequence (a run stopped inside it) is continued; else a case's first
+    measured unit gets a ``start`` sequence (cycling the arms from the first), and ``reason`` (a resume, an
+    idle gap) a new one cycling from the unit's first arm."""
+    sequences = warmup_sequences(rows, plan.protocol)
+    open_ = [s for s in sequences if not s.done]
+    case = plan.case(unit[0].case)
+    labels = [a.label for a in case.arms]
+    if open_:
+        sequence = open_[-1]
+        number, why, done_rows = sequence.number, sequence.reason, list(sequence.rows)
+        case = plan.case(sequence.case)
+        labels = [a.label for a in case.arms]
+        first = labels.index(str(done_rows[0]["arm"]))
+    else:
+        started = any(s.case == case.label and s.reason == "start" for s in sequences)
+        why = reason if started else "start"
+        if not why:
+            return None
+        number = 1 + max((s.number for s in sequences), default=-1)
+        done_rows = []
+        first = 0 if why == "start" else labels.index(unit[0].arm)
+    step = len(done_rows)
+    position = (first + step) % len(labels)
+    arm = case.arms[position]
+    used = {int(r["index"]) for r in rows} | {t.index for t in plan.schedule}
+    trial = ScheduledTrial(
+        max(used) + 1,
+        case.label,
+        "warmup",
+        step // len(labels),
+        position,
+        _letters(len(labels))[position],
+        arm.label,
+        arm.role,
+    )
+    fields = {"warmup_reason": why, "warmup_sequence": number, "warmup_step": step + 1}
+    return trial, fields
+
+
+def warmup_row_fields(
+    plan: Plan, rows: list[dict[str, Any]], row: dict[str, Any], number: int
+) -> dict[str, Any]:
+    """A finished ``--warmup auto`` row's agreement with its arm's previous warm-up in its sequence and whether
+    it settled the sequence."""
+    previous = [
+        r
+        for r in rows
+        if r.get("phase") == "warmup" and r.get("warmup_sequence") == number and r.get("arm") == row["arm"]
+    ]
+    value = row.get("value") if row.get("status") == "ok" else None
+    agreement = None
+    if previous:
+        last = max(previous, key=lambda r: int(r["index"]))
+        agreement = warmup_agreement(last.get("value") if last.get("status") == "ok" else None, value)
+    settled = agreement is not None and agreement <= plan.protocol.warmup_tolerance / 100
+    return {"warmup_agreement": agreement, "warmup_settled": settled}
+
+
 def extra_warmup(plan: Plan, trial: ScheduledTrial, index: int) -> ScheduledTrial:
     """An untimed warm-up of ``trial``'s arm, outside the saved schedule (``index`` above every index)."""
     return replace(trial, index=index, phase="warmup")
@@ -599,6 +763,37 @@ def run_schedule(
                 reason = f"idle gap of {gap:.0f} s"
         estimates = [estimated_seconds(t, rows) for t in unit]
         needed = cooldown + max(estimates) if concurrent else sum(cooldown + e for e in estimates)
+        if plan.protocol.auto_warmup and unit[0].phase == "measured":
+            warm = next_auto_warmup(plan, rows, unit, reason)
+            if warm is not None:
+                trial, fields = warm
+                # Before a sequence's first warm-ups, time for the fewest that can settle it (each arm once,
+                # then the first again); before a later one, for itself: either way with the unit after it.
+                arms = len(plan.case(trial.case).arms)
+                fewest = max(1, arms + 1 - (fields["warmup_step"] - 1))
+                needed += fewest * (cooldown + estimated_seconds(trial, rows))
+                if deadline is not None and not started_round and time.monotonic() + needed > deadline:
+                    raise PlannedStop(_warmup_stop_text(plan, trial, fields, needed, deadline))
+
+                def annotate(row: dict[str, Any], number: int = fields["warmup_sequence"]) -> None:
+                    row.update(warmup_row_fields(plan, folder.rows(), row, number))
+
+                last_end = _run_one(
+                    plan,
+                    trial,
+                    trial_fn,
+                    folder,
+                    cooldown,
+                    on_trial_start,
+                    on_trial_end,
+                    placement,
+                    fields["warmup_reason"],
+                    {k: v for k, v in fields.items() if k != "warmup_reason"},
+                    annotate,
+                )
+                resumed = False
+                continue
+            reason = ""  # with --warmup auto a sequence, not one warm-up, follows a resume or a gap
         if reason:
             needed += cooldown + estimated_seconds(unit[0], rows)
         # A unit with nothing to estimate from (no finished trial yet) runs: only the log can say it would not fit.
@@ -639,6 +834,17 @@ def _stop_text(plan: Plan, unit: list[ScheduledTrial], needed: float, deadline: 
     )
 
 
+def _warmup_stop_text(
+    plan: Plan, trial: ScheduledTrial, fields: dict[str, Any], needed: float, deadline: float
+) -> str:
+    """What ``--stop-after`` stopped before inside (or at the start of) a ``--warmup auto`` sequence."""
+    return (
+        f"stopping before warm-up {fields['warmup_step']} of the {fields['warmup_reason']} sequence "
+        f"({trial.arm}; with the warm-ups and the trials after it about {needed:.0f} s by the log; "
+        f"{max(deadline - time.monotonic(), 0):.0f} s left of --stop-after)"
+    )
+
+
 def _run_one(
     plan: Plan,
     trial: ScheduledTrial,
@@ -649,8 +855,11 @@ def _run_one(
     on_trial_end: Callable[[dict[str, Any]], None] | None,
     placement: Placement | None = None,
     warmup_reason: str = "",
+    fields: dict[str, Any] | None = None,
+    annotate: Callable[[dict[str, Any]], None] | None = None,
 ) -> float:
-    """Run one trial after the cool-down, log its row, and return when it ended (``time.monotonic()``)."""
+    """Run one trial after the cool-down, log its row (with ``fields``, then ``annotate``'s, for a warm-up
+    outside the schedule), and return when it ended (``time.monotonic()``)."""
     if cooldown:
         time.sleep(cooldown)
     if on_trial_start:
@@ -659,6 +868,9 @@ def _run_one(
     ended = time.monotonic()
     if warmup_reason:
         row["warmup_reason"] = warmup_reason
+    row.update(fields or {})
+    if annotate is not None:
+        annotate(row)
     folder.append_row(row)
     if on_trial_end:
         on_trial_end(row)

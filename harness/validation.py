@@ -123,7 +123,9 @@ def _plan_problem(plan: Plan) -> str | None:
         if arm.role not in ROLES:
             return f"protocol.arms[{i}] has role '{arm.role}', not one of {', '.join(ROLES)}"
     checks = {
-        "warmup": p.warmup >= 0,
+        "warmup": p.warmup == "auto" if isinstance(p.warmup, str) else p.warmup >= 0,
+        "warmup_tolerance": p.warmup_tolerance > 0,
+        "max_warmup": p.max_warmup >= 2,
         "pairs": p.pairs == "auto" if isinstance(p.pairs, str) else p.pairs >= 1,
         "precision": p.precision is None or (math.isfinite(p.precision) and p.precision > 0),
         "max_pairs": p.max_pairs >= p.first_look >= 1 if p.auto else True,

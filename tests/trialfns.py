@@ -73,7 +73,27 @@ def seeded(plan: Plan) -> TrialFunction:
     return trial
 
 
+def warming(plan: Plan) -> TrialFunction:
+    """A warm-up's figure is the next of ``settings['warmups'][arm]`` (counted over the arm's warm-up rows in the
+    log, so a resume continues the script; the last repeats); a measured trial's is ``settings['measured'][arm]``.
+    Each trial sleeps ``settings['sleep']`` seconds."""
+    import json
+
+    def trial(ctx: TrialContext) -> dict:
+        log = ctx.run_dir / "trials.jsonl"
+        rows = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
+        time.sleep(plan.settings.get("sleep", 0.0))
+        if ctx.trial.phase == "measured":
+            return {"value": float(plan.settings["measured"][ctx.arm.label])}
+        script = plan.settings["warmups"][ctx.arm.label]
+        seen = sum(1 for r in rows if r["phase"] == "warmup" and r["arm"] == ctx.arm.label)
+        return {"value": float(script[min(seen, len(script) - 1)])}
+
+    return trial
+
+
 BEHAVIOURS = {
+    "warming": warming,
     "sleepy": sleepy,
     "scripted": scripted,
     "affinity": affinity,
@@ -88,7 +108,7 @@ TIERS = TierRegistry(
 
 
 def plan_of(
-    behaviour: str, warmup: int = 2, pairs: int | str = 3, arms: tuple[Arm, ...] = TWO_ARMS, **settings
+    behaviour: str, warmup: int | str = 2, pairs: int | str = 3, arms: tuple[Arm, ...] = TWO_ARMS, **settings
 ) -> Plan:
     """A one-case plan of the test tier (protocol options given as keywords go to ``ProtocolOptions``)."""
     protocol_fields = {
@@ -104,6 +124,8 @@ def plan_of(
         "precision",
         "max_pairs",
         "time_budget",
+        "warmup_tolerance",
+        "max_warmup",
     }
     protocol = ProtocolOptions(
         arms, warmup=warmup, pairs=pairs, **{k: v for k, v in settings.items() if k in protocol_fields}
