@@ -629,8 +629,9 @@ def warmup_sequences(rows: list[dict[str, Any]], protocol: ProtocolOptions) -> l
     """The run's ``--warmup auto`` sequences from its log (rows with a ``warmup_sequence``), in order."""
     grouped: dict[int, list[dict[str, Any]]] = {}
     for row in sorted(rows, key=lambda r: int(r["index"])):
-        if row.get("phase") == "warmup" and isinstance(row.get("warmup_sequence"), int):
-            grouped.setdefault(int(row["warmup_sequence"]), []).append(row)
+        number = row.get("warmup_sequence")  # a float where a table of every row held it (NaN elsewhere)
+        if row.get("phase") == "warmup" and isinstance(number, numbers.Real) and math.isfinite(number):
+            grouped.setdefault(int(number), []).append(row)
     return [
         WarmupSequence(
             number,

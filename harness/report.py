@@ -51,7 +51,7 @@ from harness.formatting import (
 )
 from harness.inference import t_min_pairs
 from harness.options import InputError
-from harness.protocol import IDLE_GAP_SECONDS, WHOLE_PAIRS_FORMAT, Plan, scheduled_done
+from harness.protocol import IDLE_GAP_SECONDS, WHOLE_PAIRS_FORMAT, Plan, scheduled_done, warmup_sequences
 from harness.stats import ClaimSettings, finished, instability_flags, numeric_column, plan_rows
 from harness.tables import RunFolder, Summaries, check_can_write, write_atomic
 from harness.tier import Caveat, Run, TierRegistry
@@ -248,6 +248,34 @@ def extra_warmups(trials: pd.DataFrame) -> pd.DataFrame:
     return trials[reasons.notna() & (reasons.astype(str) != "")]
 
 
+def warmup_sequence_text(plan: Plan, trials: pd.DataFrame) -> str:
+    """``--warmup auto``'s sequences in words, one per phase: ``start 4 (settled), resume 6 (never settled)``
+    (by case where there are several); empty for fixed warm-ups or before any ran."""
+    rows = [] if trials.empty else trials.to_dict("records")
+    sequences = warmup_sequences(rows, plan.protocol)
+    several = len(plan.cases) > 1
+    return ", ".join(
+        f"{s.case} · " * several
+        + f"{s.reason} {s.warmups} ("
+        + ("settled" if s.settled else "never settled" if s.capped else "unfinished")
+        + ")"
+        for s in sequences
+    )
+
+
+def warmup_words(plan: Plan, trials: pd.DataFrame) -> str:
+    """The warm-ups of a run in a few words: ``2 warm-up fit(s) discarded``, or with ``--warmup auto`` the rule
+    and each phase's count and whether it settled."""
+    p = plan.protocol
+    if not p.auto_warmup:
+        return f"{p.warmup} warm-up fit(s) discarded"
+    done = warmup_sequence_text(plan, trials) or "none run yet"
+    return (
+        f"warm-up fits until two consecutive ones of an arm agree within {p.warmup_tolerance:g}% (at most "
+        f"{p.max_warmup}), discarded: {done}"
+    )
+
+
 def _logged(plan: Plan, trials: pd.DataFrame) -> str:
     """``8 of 8 scheduled trials`` (and the extra warm-ups beside them)."""
     rows = [] if trials.empty else trials[["index"]].to_dict("records")
@@ -321,6 +349,21 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                     "Warm-ups are discarded from the statistics anyway.",
                 )
             )
+    unsettled = [
+        w
+        for w in warmup_sequences([] if trials.empty else trials.to_dict("records"), plan.protocol)
+        if w.capped
+    ]
+    if unsettled:
+        out.append(
+            Caveat(
+                f"warm-ups never settled in {_plural(len(unsettled), 'sequence')}: "
+                + ", ".join(f"{w.reason} ({w.warmups} warm-ups)" for w in unsettled)
+                + ".",
+                f"No two consecutive warm-ups of an arm agreed within {plan.protocol.warmup_tolerance:g}% before "
+                f"the cap of {plan.protocol.max_warmup}; the measured trials after them may still be warming.",
+            )
+        )
     if plan.protocol.device == "cpu" and run.tier.paired:
         out.append(Caveat("device cpu: timings on the CPU say nothing about speed on a GPU."))
     if run.env.get("git_dirty") is True:
@@ -820,13 +863,24 @@ def _protocol(run: LoadedRun) -> list[str]:
         if p.auto
         else f"{p.pairs} {unit_word}"
     )
+    first_warmups = (
+        f"warm-up trials until two consecutive ones of an arm agree within {p.warmup_tolerance:g}% (|log ratio|; "
+        f"`--warmup auto`, at most {p.max_warmup}, then the run goes on unsettled)"
+        if p.auto_warmup
+        else _plural(p.warmup, "warm-up trial")
+    )
     design = [
         f"Arms: {_describe_arms(plan)}.",
         f"Cases: {_describe_cases(plan)}.",
-        f"Per case, first {_plural(p.warmup, 'warm-up trial')} (cycling through the arms; kept in the log as "
+        f"Per case, first {first_warmups} (cycling through the arms; kept in the log as "
         f"`phase=warmup`, discarded from every statistic), then {count}, in {order}.",
         (
-            f"After a resume, or an idle gap of more than {IDLE_GAP_SECONDS:g} s since the last trial ended, one "
+            f"After a resume, or an idle gap of more than {IDLE_GAP_SECONDS:g} s since the last trial ended, "
+            "warm-ups by the same rule run before the next measured trial, cycling from its arm (`phase=warmup` "
+            "rows outside the schedule); a resume inside a warm-up sequence continues it; a `--stop-after` "
+            "deadline stops only between pairs or between warm-ups."
+            if p.auto_warmup
+            else f"After a resume, or an idle gap of more than {IDLE_GAP_SECONDS:g} s since the last trial ended, one "
             "untimed warm-up of the next arm runs before the next measured trial (a `phase=warmup` row outside "
             "the schedule); a `--stop-after` deadline stops only between pairs."
             if plan.format >= WHOLE_PAIRS_FORMAT
@@ -872,8 +926,11 @@ def _protocol(run: LoadedRun) -> list[str]:
                 else f"**{repeated} row(s) of the log repeat a trial already logged** (re-run after a resume)."
             )
         )
+    sequences = warmup_sequence_text(plan, trials)
+    if sequences:
+        log.append(f"Warm-up sequences (`--warmup auto`), warm-ups each: {sequences}.")
     extra = extra_warmups(trials)
-    if len(extra):
+    if len(extra) and not p.auto_warmup:
         reasons = ", ".join(
             f"{k} ({n})" for k, n in extra["warmup_reason"].astype(str).value_counts().items()
         )

@@ -35,13 +35,15 @@ CONFIDENCE = inference.CONFIDENCE
 CONTROL_SUFFIX = "-control"
 
 
-def measured(trials: pd.DataFrame) -> pd.DataFrame:
-    """Measured rows, with ``effective`` = the value, or +∞ for a failed trial."""
+def measured(trials: pd.DataFrame, metric: str = "value") -> pd.DataFrame:
+    """Measured rows, with ``effective`` = the figure (``metric``: the primary ``value`` or another per-trial
+    column), or +∞ for a failed trial; NaN where a finished trial does not carry ``metric``."""
     if trials.empty:
         return trials.assign(effective=pd.Series(dtype=float))
     rows = trials[trials["phase"] == "measured"].copy()
     ok = rows["status"] == "ok"
-    rows["effective"] = np.where(ok, pd.to_numeric(rows["value"], errors="coerce"), np.inf)
+    figure = pd.to_numeric(rows[metric], errors="coerce") if metric in rows else np.nan
+    rows["effective"] = np.where(ok, figure, np.inf)
     return rows
 
 
@@ -122,14 +124,15 @@ PAIR_COLUMNS = [
 ]
 
 
-def pair_table(trials: pd.DataFrame) -> pd.DataFrame:
+def pair_table(trials: pd.DataFrame, metric: str = "value") -> pd.DataFrame:
     """One row per round and non-reference arm: both figures, the reduction and the log ratio, whether the arm
     ran after the baseline in that round (``arm_second``) and whether both failed.
 
     The reference of a case is its baseline-role arm (the first arm); every other arm is compared with it
-    round by round. Rounds missing either side (an interrupted run) are left out.
+    round by round. Rounds missing either side (an interrupted run) are left out, and so are pairs where a
+    finished trial does not carry ``metric`` (a secondary figure some fits lack).
     """
-    rows = measured(trials)
+    rows = measured(trials, metric)
     if rows.empty:
         return pd.DataFrame(columns=PAIR_COLUMNS)
     out = []
@@ -146,6 +149,8 @@ def pair_table(trials: pd.DataFrame) -> pd.DataFrame:
             base_slot = int(base["slot"].iloc[0]) if "slot" in base else 0
             for _, other in in_round[in_round["arm"] != reference_arm].iterrows():
                 c = float(other["effective"])
+                if math.isnan(b) or math.isnan(c):
+                    continue
                 both_failed = math.isinf(b) and math.isinf(c)
                 log_ratio = math.nan if both_failed else float(inference.split_pairs([b], [c]).log_ratios[0])
                 out.append(
@@ -305,6 +310,7 @@ def _claim_row(
     trials: pd.DataFrame,
     settings: ClaimSettings,
     planned_pairs: int | None,
+    metric: str = "value",
 ) -> dict[str, Any]:
     baseline_arm = group["baseline_arm"].iloc[0]
     usable = group[~group["both_failed"].astype(bool)]
@@ -324,8 +330,9 @@ def _claim_row(
     )
     second = usable["arm_second"].to_numpy(dtype=bool)
     order = inference.order_effect(x, second, settings.level) if x.size else None
-    ours = measured(trials)
+    ours = measured(trials, metric)
     ours = ours[(ours["case"] == case) & ours["arm"].isin([baseline_arm, arm])] if not ours.empty else ours
+    ours = ours[~ours["effective"].isna()] if not ours.empty else ours
     trend = (
         inference.drift(
             ours["effective"].to_numpy(dtype=float),
@@ -396,19 +403,32 @@ def claim_table(
     settings: ClaimSettings,
     planned_pairs: int | None = None,
     trials: pd.DataFrame | None = None,
+    metric: str = "value",
 ) -> pd.DataFrame:
     """Per case and non-reference arm: the usable pairs (and those left out), the primary estimate and interval
     with its method and levels, the median reduction and range, the distribution-free checks, the verdict
     (and what each check would say), and the design diagnostics (order balance and effect, drift), computed
-    from ``trials`` where given."""
+    from ``trials`` where given (over ``metric``, the figure ``pairs`` was built from)."""
     if pairs.empty:
         return pd.DataFrame(columns=CLAIM_COLUMNS)
     trials = pd.DataFrame() if trials is None else trials
     rows = [
-        _claim_row(case, arm, group, trials, settings, planned_pairs)
+        _claim_row(case, arm, group, trials, settings, planned_pairs, metric)
         for (case, arm), group in pairs.groupby(["case", "arm"], sort=False)
     ]
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+
+
+def secondary_claims(trials: pd.DataFrame, protocol: Any, metric: str) -> pd.DataFrame:
+    """The claims table over a secondary per-trial figure (e.g. a fit's steady-state seconds): the same pairs,
+    methods, checks and verdict against the same bar or tolerance as the primary claim, computed by the same
+    functions, with ``metric`` in place of ``value``; pairs a finished trial of which lacks the figure are left
+    out. Empty where no measured trial carries it. A secondary table explains a claim, never makes one."""
+    if trials.empty or metric not in trials or numeric_column(finished(trials), metric).empty:
+        return pd.DataFrame(columns=CLAIM_COLUMNS)
+    pairs = pair_table(trials, metric)
+    planned = protocol.pairs if isinstance(protocol.pairs, int) else None
+    return claim_table(pairs, ClaimSettings.from_protocol(protocol), planned, trials, metric)
 
 
 # ------------------------------------------------------------------------------------ planning and flags

@@ -11,6 +11,7 @@ import math
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
@@ -646,3 +647,86 @@ def test_an_aa_in_effect_is_named_first_and_its_verdict_withheld(tmp_path: Path)
     assert "measures noise, not a speed-up" in text
     assert "- an A/A in effect: candidate ran the baseline's code on cpu; its verdict is withheld." in text
     assert reduction_text(FIGURES["baseline"], FIGURES["candidate"]) in text
+
+
+# --- the steady-state figure's own statistics and --warmup auto's phases ----------------------------------------
+
+COMMITTED = Path(__file__).resolve().parent.parent / "reports"
+
+
+def _committed_copy(name: str, where: Path) -> RunFolder:
+    target = where / Path(name).name
+    shutil.copytree(COMMITTED / name, target, ignore=shutil.ignore_patterns("trials", "report-figures"))
+    return RunFolder(target)
+
+
+def test_a_fit_run_with_steady_figures_gets_its_own_claims_table_beside_the_claim(tmp_path: Path) -> None:
+    from experiments.fit.report import STEADY_CLAIMS_CSV
+    from harness.run import gate_failures
+    from harness.stats import secondary_claims
+
+    folder = _committed_copy("h200-2026-12-01/aa-placed-sequential-384", tmp_path)
+    claims_before = folder.file("claims.csv").read_text()
+    run = Runner(PROJECT_TIERS).finish(folder)
+    written = pd.read_csv(folder.file(STEADY_CLAIMS_CSV))
+    expected = secondary_claims(run.summaries.trials, run.plan.protocol, "steady_s")
+    assert written["estimate"].to_numpy() == pytest.approx(expected["estimate"].to_numpy())
+    assert written["verdict"].tolist() == expected["verdict"].tolist() == ["insufficient"]
+    assert folder.file("claims.csv").read_text() == claims_before  # the claim is still the whole fit
+    # the gate reads the whole-fit claims only: a steady table that cleared would not change it
+    assert gate_failures(run) == ["candidate-control vs candidate (control): insufficient"]
+    claim = folder.file("claim.txt").read_text()
+    assert "Secondary, not the claim: the steady-state figure" in claim
+    text = report.write_report([folder], PROJECT_TIERS).read_text()
+    section = text.split("### Steady-state figure (secondary: the whole fit stays the claim)")[1]
+    assert "calibrated t" in section and "insufficient (the ±1% tolerance)" in section
+    assert f"{100 * expected['estimate'].iloc[0]:.2f}%" in section and STEADY_CLAIMS_CSV in section
+
+
+def test_a_fit_run_without_steady_figures_has_no_steady_table(tmp_path: Path) -> None:
+    from experiments.fit.report import STEADY_CLAIMS_CSV
+
+    folder = _committed_copy("h200-2026-11-29/pair-yolo26n-384", tmp_path)
+    Runner(PROJECT_TIERS).finish(folder)
+    assert not folder.file(STEADY_CLAIMS_CSV).exists()
+    assert "Steady-state figure" not in report.write_report([folder], PROJECT_TIERS).read_text()
+
+
+def test_the_report_shows_each_warmup_phase_and_whether_it_settled(tmp_path: Path, monkeypatch) -> None:
+    from harness import protocol as protocol_module
+    from tests import trialfns
+
+    monkeypatch.setattr(protocol_module, "_release_device_memory", lambda: None)
+    settled = trialfns.plan_of(
+        "warming",
+        warmup="auto",
+        pairs=2,
+        warmups={"baseline": [12.0, 10.0], "candidate": [9.0, 8.9]},
+        measured={"baseline": 10.0, "candidate": 8.0},
+    )
+    folder = trialfns.runner(tmp_path / "a").start(settled).folder
+    text = report.write_report([folder], trialfns.TIERS).read_text()
+    assert "Warm-up sequences (`--warmup auto`), warm-ups each: start 4 (settled)." in text
+    assert "until two consecutive ones of an arm agree within 5%" in text
+    assert "never settled" not in text
+    assert report.warmup_words(loaded(folder).plan, loaded(folder).summaries.trials).endswith(
+        "start 4 (settled)"
+    )
+    never = trialfns.plan_of(
+        "warming",
+        warmup="auto",
+        pairs=2,
+        max_warmup=4,
+        warmups={"baseline": [10.0, 11.0], "candidate": [8.0, 9.0]},
+        measured={"baseline": 10.0, "candidate": 8.0},
+    )
+    folder = trialfns.runner(tmp_path / "b").start(never).folder
+    text = report.write_report([folder], trialfns.TIERS).read_text()
+    assert "start 4 (never settled)" in text
+    assert "warm-ups never settled in 1 sequence: start (4 warm-ups)." in text
+
+
+def test_fixed_warmups_read_as_before() -> None:
+    plan = make_plan(warmup=2)
+    assert report.warmup_words(plan, pd.DataFrame()) == "2 warm-up fit(s) discarded"
+    assert report.warmup_sequence_text(plan, pd.DataFrame()) == ""

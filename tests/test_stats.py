@@ -295,3 +295,58 @@ def test_plan_rows_from_the_measured_spread() -> None:
     )
     (default,) = stats.plan_rows(protocol, summaries)  # the measured effect against the run's bar
     assert "against 5.0%" in default["goal"]
+
+
+# --- a claims table over a second figure ---------------------------------------------------------------------
+
+
+def test_a_secondary_figure_gets_the_same_claims_as_if_it_were_the_value() -> None:
+    """``secondary_claims`` over ``steady_s`` equals the claims table of the same trials with ``steady_s`` as
+    their value: the same functions, bar and settings, none of the primary figure leaking in."""
+    whole = [(100.0, 80.0), (102.0, 83.0), (99.0, 79.0), (101.0, 84.0), (98.0, 80.0), (103.0, 82.0)]
+    steady = [(50.0, 45.0), (51.0, 46.5), (49.5, 44.0), (50.5, 46.0), (49.0, 44.8), (51.5, 46.2)]
+    frame = paired(whole, orders=["AB", "BA"] * 3)
+    frame["steady_s"] = [v for pair in steady for v in pair]
+    protocol = ProtocolOptions(
+        (Arm("baseline", "baseline", "baseline"), Arm("candidate", "candidate", "c")), bar=8.0
+    )
+    secondary = stats.secondary_claims(frame, protocol, "steady_s").iloc[0]
+    swapped = frame.assign(value=frame["steady_s"])
+    expected = stats.claim_table(
+        stats.pair_table(swapped), stats.ClaimSettings.from_protocol(protocol), 6, swapped
+    ).iloc[0]
+    for column in (
+        "estimate",
+        "ci_low",
+        "ci_high",
+        "sign_low",
+        "sign_high",
+        "hl_estimate",
+        "drift",
+        "order_effect",
+    ):
+        assert secondary[column] == pytest.approx(expected[column], nan_ok=True), column
+    assert secondary["verdict"] == expected["verdict"] and secondary["bar"] == pytest.approx(0.08)
+    x = np.log([c / b for b, c in steady])
+    assert secondary["estimate"] == pytest.approx(1 - math.exp(x.mean()))
+    primary = stats.claim_table(stats.pair_table(frame), stats.ClaimSettings.from_protocol(protocol)).iloc[0]
+    assert primary["estimate"] != pytest.approx(secondary["estimate"])
+
+
+def test_a_secondary_figure_leaves_out_pairs_that_lack_it_and_keeps_failures_as_failures() -> None:
+    frame = paired([(100.0, 80.0), (101.0, 81.0), (99.0, 82.0)])
+    frame["steady_s"] = [50.0, 40.0, None, 41.0, 49.0, 42.0]  # round 1's baseline lacks the figure
+    frame.loc[5, "status"] = "error"  # round 2's candidate failed: +∞, as in the claim
+    protocol = ProtocolOptions((Arm("baseline", "baseline", "baseline"), Arm("candidate", "candidate", "c")))
+    pairs = stats.pair_table(frame, "steady_s")
+    assert list(pairs["round"]) == [0, 2] and math.isinf(pairs["log_ratio"].iloc[1])
+    claim = stats.secondary_claims(frame, protocol, "steady_s").iloc[0]
+    assert claim["pairs"] == 2 and claim["one_failed"] == 1
+
+
+def test_no_secondary_claims_where_no_trial_carries_the_figure() -> None:
+    frame = paired([(100.0, 80.0), (101.0, 81.0)])
+    protocol = ProtocolOptions((Arm("baseline", "baseline", "baseline"), Arm("candidate", "candidate", "c")))
+    assert stats.secondary_claims(frame, protocol, "steady_s").empty
+    frame["steady_s"] = None
+    assert stats.secondary_claims(frame, protocol, "steady_s").empty

@@ -29,11 +29,22 @@ from harness.formatting import (
     method_label,
 )
 from harness.protocol import Plan
-from harness.report import claim_sentence, markdown_image, markdown_table
-from harness.stats import finished, median_of
+from harness.report import claim_sentence, markdown_image, markdown_table, warmup_words
+from harness.stats import finished, median_of, secondary_claims
 from harness.tier import Run
 
 STAGES_CSV = "stages.csv"
+STEADY_CLAIMS_CSV = "steady_claims.csv"
+STEADY_COLUMN = "steady_s"
+
+
+def steady_claims(run: Run) -> pd.DataFrame:
+    """The paired statistics of the steady-state figure (``steady_s``: training from the start of the second
+    epoch to the last iteration, validation and checkpoints left out), by the whole-fit claim's own functions
+    and bar; empty for a stages run or where no fit carries the figure. Secondary: the claim is the whole fit."""
+    if FitSettings.from_dict(run.plan.settings).stages:
+        return pd.DataFrame()
+    return secondary_claims(run.summaries.trials, run.plan.protocol, STEADY_COLUMN)
 
 
 def stage_table(plan: Plan, trials: pd.DataFrame) -> pd.DataFrame:
@@ -246,16 +257,93 @@ def _stages_text(plan: Plan, trials: pd.DataFrame, figures_dir: Path) -> list[st
 
 
 def tables(run: Run) -> dict[str, pd.DataFrame]:
-    """The stage table of a ``--stages`` run (none for a claim run)."""
+    """The stage table of a ``--stages`` run; for a claim run whose fits carry the steady-state figure, its
+    claims table (``steady_claims.csv``)."""
     if not FitSettings.from_dict(run.plan.settings).stages:
-        return {}
+        steady = steady_claims(run)
+        return {} if steady.empty else {STEADY_CLAIMS_CSV: steady}
     return {STAGES_CSV: stage_table(run.plan, run.summaries.trials)}
+
+
+def _verdict_words(claim: pd.Series, same: set[str]) -> str:
+    """A claim row's verdict as the claim text states it (withheld for an arm that ran the baseline's code)."""
+    control = claim["kind"] == "control"
+    if str(claim["arm"]) in same:
+        return f"verdict withheld: {claim['arm']} ran the baseline's code"
+    if claim["verdict"] in ("no bar", "no tolerance"):
+        return f"no {'tolerance (--tolerance)' if control else 'bar (--bar)'} set, so no verdict"
+    limit = format_limit(100 * float(claim["bar"]), control)
+    return f"{'A/A ' if control else ''}verdict against {limit}: {claim['verdict']}"
+
+
+def _verdict_cell(claim: pd.Series, same: set[str]) -> str:
+    """``insufficient (the 8% bar)``, ``withheld`` for an arm that ran the baseline's code, or ``no bar``."""
+    if str(claim["arm"]) in same:
+        return "withheld (the baseline's code)"
+    if claim["verdict"] in ("no bar", "no tolerance"):
+        return str(claim["verdict"])
+    return f"{claim['verdict']} ({format_limit(100 * float(claim['bar']), claim['kind'] == 'control')})"
+
+
+def _steady_text(run: Run) -> list[str]:
+    """The steady-state figure's section: per-arm medians and its own paired statistics, beside the claim."""
+    steady = steady_claims(run)
+    if steady.empty:
+        return []
+    plan, trials = run.plan, run.summaries.trials
+    same = set(same_code_arms(plan))
+    rows = finished(trials)
+    medians = []
+    for arm in plan.arm_labels():
+        mine = rows[rows["arm"] == arm]
+        if not mine.empty:
+            medians.append(f"{arm} {format_value(median_of(mine, STEADY_COLUMN), 's')}")
+    table = [
+        [
+            *([c["case"]] if steady["case"].nunique() > 1 else []),
+            f"{c['arm']} vs {c['baseline_arm']}",
+            int(c["pairs"]),
+            format_percent(c["estimate"]),
+            format_interval(c["ci_low"], c["ci_high"]),
+            f"{method_label(c)}: {format_levels(c)}",
+            f"{format_interval(c['sign_low'], c['sign_high'])}; HL {format_percent(c['hl_estimate'])} "
+            f"{format_interval(c['hl_low'], c['hl_high'])}",
+            _verdict_cell(c, same),
+        ]
+        for _, c in steady.iterrows()
+    ]
+    columns = [
+        "pair",
+        "pairs",
+        "reduction (geo. mean)",
+        "interval",
+        "method",
+        "checks: sign test; HL",
+        "verdict",
+    ]
+    if steady["case"].nunique() > 1:
+        columns = ["case", *columns]
+    return [
+        "### Steady-state figure (secondary: the whole fit stays the claim)",
+        "",
+        "Per fit, the training time from the start of the second epoch to the end of the last iteration "
+        "(validation and checkpoints left out), read where the trainer already synchronizes. Its pairs go "
+        "through the same statistics as the claim (geometric-mean reduction, calibrated t interval, sign-test "
+        "and Hodges-Lehmann checks, the verdict against the same bar or tolerance); it says how much of the "
+        "whole-fit result and noise is steady-state training, and the gate reads only the whole fit. "
+        f"Medians: {', '.join(medians)}.",
+        "",
+        markdown_table(columns, table, "l" * (len(columns) - 7) + "lrrrlll"),
+        "",
+        f"The table is `{STEADY_CLAIMS_CSV}` in the run folder.",
+        "",
+    ]
 
 
 def report_section(run: Run) -> str:
     """The fit tier's report section: its settings, per-trial figures and, in a stages run, the stage shares."""
     plan, trials = run.plan, run.summaries.trials
-    lines = _settings_text(plan) + _figures_text(plan, trials)
+    lines = _settings_text(plan) + _figures_text(plan, trials) + _steady_text(run)
     if FitSettings.from_dict(plan.settings).stages:
         lines += _stages_text(plan, trials, run.figures_dir)
     else:
@@ -309,13 +397,7 @@ def claim_text(run: Run) -> str:
             if arm in same
             else ""
         )
-        if arm in same:
-            verdict = f"verdict withheld: {arm} ran the baseline's code"
-        elif claim["verdict"] in ("no bar", "no tolerance"):
-            verdict = f"no {'tolerance (--tolerance)' if control else 'bar (--bar)'} set, so no verdict"
-        else:
-            limit = format_limit(100 * float(claim["bar"]), control)
-            verdict = f"{'A/A ' if control else ''}verdict against {limit}: {claim['verdict']}"
+        verdict = _verdict_words(claim, set(same))
         lines.append(f"{kind}{claim_sentence(plan, summaries, case, arm)}")
         pairs = f"{int(claim['pairs'])} pairs" + (
             f", {int(claim['both_failed'])} more with both arms failed left out"
@@ -338,8 +420,16 @@ def claim_text(run: Run) -> str:
                 else f"({100 * float(claim['hl_attained']):.1f}% attained, {claim['hl_verdict']})."
             )
         )
+    steady = steady_claims(run)
+    for _, claim in steady.iterrows():
+        lines.append(
+            f"Secondary, not the claim: the steady-state figure (epochs 2 on, training only) of {claim['arm']} "
+            f"vs {claim['baseline_arm']}: {format_percent(claim['estimate'])}, {100 * float(claim['ci_level']):.0f}% "
+            f"{method_label(claim)} interval {format_interval(claim['ci_low'], claim['ci_high'])} "
+            f"({int(claim['pairs'])} pairs); {_verdict_words(claim, set(same))}."
+        )
     lines.append(
-        f"Protocol: {plan.protocol.warmup} warm-up fit(s) discarded, then {plan.protocol.pairs} pair(s) in {plan.protocol.order} order "
+        f"Protocol: {warmup_words(plan, summaries.trials)}, then {plan.protocol.pairs} pair(s) in {plan.protocol.order} order "
         f"({_orders(plan)}), {settings.steps} steps each ({settings.epochs} epochs × {settings.iterations_per_epoch}); "
         f"isolation: {plan.isolation}; timed region: {plan.timed_region}."
     )
