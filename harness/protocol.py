@@ -773,7 +773,12 @@ def run_schedule(
                 arms = len(plan.case(trial.case).arms)
                 fewest = max(1, arms + 1 - (fields["warmup_step"] - 1))
                 needed += fewest * (cooldown + estimated_seconds(trial, rows))
-                if deadline is not None and not started_round and time.monotonic() + needed > deadline:
+                if (
+                    deadline is not None
+                    and not started_round
+                    and needed > 0
+                    and time.monotonic() + needed > deadline
+                ):
                     raise PlannedStop(_warmup_stop_text(plan, trial, fields, needed, deadline))
 
                 def annotate(row: dict[str, Any], number: int = fields["warmup_sequence"]) -> None:
