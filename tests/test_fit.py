@@ -126,7 +126,7 @@ def test_pair_embedded_end_to_end(tmp_path: Path, capsys) -> None:
     # why); ungated it was 0
     assert main(["pair", "--resume", str(folder.path), "--quiet", "--no-report", "--gate"]) == 1
     err = capsys.readouterr().err
-    assert "bench: gate: candidate vs baseline (claim): " in err and "(claim): clears" not in err
+    assert "bench: gate: candidate-cpu vs baseline (claim): " in err and "(claim): clears" not in err
 
 
 @pytest.mark.slow
