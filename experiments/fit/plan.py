@@ -558,5 +558,8 @@ def trial_function(plan: Plan) -> TrialFunction:
                     for checkpoint in trial_dir.rglob("*.pt"):
                         checkpoint.unlink(missing_ok=True)
                     shutil.rmtree(trial_dir / "fit" / "weights", ignore_errors=True)
+                for folder in sorted(trial_dir.rglob("*"), reverse=True) + [trial_dir]:  # deepest first
+                    if folder.is_dir() and not any(folder.iterdir()):
+                        folder.rmdir()  # nothing left in it: no empty folder either
 
     return trial
