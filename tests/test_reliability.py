@@ -534,15 +534,11 @@ def _report_or_one_line(folder: RunFolder, out: Path) -> None:
     import io
 
     stderr = io.StringIO()
-    from harness import console
-
-    real = console.errors.file
-    console.errors.file = stderr
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            status = main(["report", str(folder.path), "-o", str(out)])
-    finally:
-        console.errors.file = real
+    # The error console writes to whatever sys.stderr is at the time: redirect it, never pin the console's
+    # file (reading Console.file returns this test's captured stream, and setting it back pinned every later
+    # test's errors to it).
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(stderr):
+        status = main(["report", str(folder.path), "-o", str(out)])
     text = stderr.getvalue().strip()
     assert status in (0, 2), text
     if status == 2:
@@ -957,7 +953,7 @@ def test_options_given_with_resume_that_differ_from_the_plan_are_refused(
         "--pairs 9",
         "--arms foo",
         "--pairs 1",
-        "baseline,candidate",
+        "no --arms",  # the run took the device default
     )
     _refused_in_one_line([*resume, "--steps", "8"], capsys, "--steps 8", "--steps 4")
     _refused_in_one_line([*resume, "--control"], capsys, "--control")
