@@ -125,8 +125,9 @@ def test_duet_pairs_run_together_on_their_own_halves_and_swap_them(tmp_path: Pat
     by_round = {}
     for row in rows:
         by_round.setdefault(row["round"], {})[row["arm"]] = row["placed_cores"]
-    assert by_round[0]["baseline"] != by_round[0]["candidate"]
-    assert by_round[0]["baseline"] == by_round[1]["candidate"]  # each arm takes the other half next round
+    other = next(arm for arm in by_round[0] if arm != "baseline")  # the device's default candidate arm
+    assert by_round[0]["baseline"] != by_round[0][other]
+    assert by_round[0]["baseline"] == by_round[1][other]  # each arm takes the other half next round
     assert all(r["status"] == "ok" for r in rows)
 
 
