@@ -325,7 +325,7 @@ def make_plan(
         if chosen == "ultralytics" and not protocol.device.startswith("cuda"):
             estimate = estimated_cpu_fit_seconds(steps, epochs, s.batch, imgsz, val_images)
             if estimate >= LONG_FIT_S:
-                fits = len(protocol.arms) * protocol.pairs + protocol.warmup
+                fits = len(protocol.arms) * protocol.initial_pairs + protocol.scheduled_warmup
                 announce(
                     f"note: the real trainer on the CPU: an estimated {_minutes(estimate)} per fit ({steps} steps of "
                     f"batch {s.batch} at {imgsz} px, a yolo26n-sized model), about {_minutes(fits * estimate)} for "
