@@ -545,7 +545,12 @@ def _report_or_one_line(folder: RunFolder, out: Path) -> None:
         assert text.startswith("bench: error: ") and text.count("\n") == 0, text
 
 
-FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 
 
 @FUZZ
