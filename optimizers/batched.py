@@ -66,6 +66,8 @@ _GRAD = operator.attrgetter("grad")
 _DATA_PTR = torch.Tensor.data_ptr
 _IS_NONE = functools.partial(operator.is_, None)
 _IS_NOT_NONE = functools.partial(operator.is_not, None)
+_IS_CONTIGUOUS = torch.Tensor.is_contiguous
+_NBYTES = operator.attrgetter("nbytes")
 _PLAIN_NUMBERS = (float, int, bool)
 
 # Test-only: route CPU tensors through the batched path, so CPU-only CI exercises batching and foreach logic.
@@ -161,6 +163,27 @@ def _span_index(spans: list[tuple[str, int, int, Any]]) -> dict[str, tuple[list[
             starts.append(start)
             reach.append(max(end, reach[-1]) if reach else end)
     return index
+
+
+def _spans_reach(starts: list[int], ends: list[int], index: tuple[torch.Tensor, torch.Tensor]) -> bool:
+    """Whether any span [start, end) reaches into an indexed span (`_span_index`'s sorted starts and running
+    maximum of ends, as tensors), or two nonempty spans share a byte: the answer of a binary search per span
+    and `_overlapping`'s sort, in a dozen tensor operations however many spans there are (the per-step check
+    when gradients moved, so its host cost does not grow with the parameter count)."""
+    start, end = torch.tensor(starts, dtype=torch.int64), torch.tensor(ends, dtype=torch.int64)
+    index_starts, index_reach = index
+    if index_starts.numel():
+        below = torch.searchsorted(index_starts, end)  # spans starting before this one ends...
+        reached = index_reach[(below - 1).clamp_(min=0)] > start  # ...of which one ends after it starts
+        if bool(((below > 0) & reached).any()):
+            return True
+    nonempty = end > start
+    start, end = start[nonempty], end[nonempty]
+    if start.numel() < 2:
+        return False
+    start, order = torch.sort(start)
+    furthest = torch.cummax(end[order], 0).values  # the furthest end of every span starting earlier
+    return bool((start[1:] < furthest[:-1]).any())
 
 
 # ---------------------------------------------------------------------------------------------- the plan
@@ -567,6 +590,10 @@ class _Plan:
     sharing_note: str = ""  # why a process group's ranks do not share the work, where they could
     # Every parameter on a batching device with its device's name: whose gradients a move re-checks.
     grad_checks: list[tuple[torch.Tensor, str]] = field(default_factory=list)
+    # Where they all live on one device: their parameters and that device's span index as tensors, for the
+    # check in a few tensor operations (`_spans_reach`); None where they span devices.
+    grad_check_params: list[torch.Tensor] = field(default_factory=list)
+    grad_check_index: tuple[torch.Tensor, torch.Tensor] | None = None
     layouts: dict[tuple[Any, ...], _Layout] = field(default_factory=dict)  # merged runs, per scalar pattern
     devices: set[torch.device] = field(default_factory=set)  # where the stacks live
     device: torch.device | None = None  # the first stack's device (the core's, where it replays)
@@ -1035,9 +1062,25 @@ class BatchedMuSGD(MuSGD):
     def _grads_overlap(self, plan: _Plan) -> bool:
         """Whether any gradient now shares memory with a tracked parameter or buffer, or with another gradient.
 
-        Per step only when gradients moved; a binary search per gradient against the plan's sorted spans,
-        over the parameters (and their devices) the plan listed once.
+        Per step only when gradients moved (a trainer's zero_grad frees them every step). Where the plan's
+        parameters share one device and every gradient is contiguous (autograd's own), one vectorized check;
+        otherwise a binary search per gradient against the plan's sorted spans (`_grads_overlap_each`).
         """
+        if plan.grad_check_index is not None:
+            try:
+                grads = list(filter(_IS_NOT_NONE, map(_GRAD, plan.grad_check_params)))
+                if all(map(_IS_CONTIGUOUS, grads)):
+                    starts = _addresses(grads)
+                    if _OPAQUE in starts:
+                        return True
+                    ends = list(map(operator.add, starts, map(_NBYTES, grads)))
+                    return _spans_reach(list(starts), ends, plan.grad_check_index)
+            except Exception:  # a tensor that refuses inspection: the per-gradient check says what it is
+                pass
+        return self._grads_overlap_each(plan)
+
+    def _grads_overlap_each(self, plan: _Plan) -> bool:
+        """`_grads_overlap` one gradient at a time, for any layout and any mix of devices."""
         grad_spans = []
         for p, device in plan.grad_checks:
             grad = p.grad
@@ -1160,6 +1203,14 @@ class BatchedMuSGD(MuSGD):
             for p in group["params"]
             if _batches_on(p.device)
         ]
+        check_devices = {device for _, device in plan.grad_checks}
+        if len(check_devices) == 1:
+            starts, reach = plan.span_index.get(check_devices.pop(), ([], []))
+            plan.grad_check_params = [p for p, _ in plan.grad_checks]
+            plan.grad_check_index = (
+                torch.tensor(starts, dtype=torch.int64),
+                torch.tensor(reach, dtype=torch.int64),
+            )
         _lay_out(plan, self.state, *world_and_rank())  # 5. the stacks (shared out over ranks), the fill order
         return plan
 

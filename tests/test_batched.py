@@ -6,18 +6,28 @@ run in CI; CUDA tests check what only CUDA can show (foreach fast paths, cuBLAS 
 
 from __future__ import annotations
 
+import bisect
 import copy
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.utils.dlpack import from_dlpack, to_dlpack
 
 from experiments.parity import ULP_SENSITIVITY_FACTOR, ulp_sensitivity
 from experiments.workloads import build_param_groups, fill_synthetic_grads
 from optimizers import BatchedMuSGD, MuSGD, newton_schulz
-from optimizers.batched import _batched_on_cpu, _orthogonalize, _Plan
+from optimizers.batched import (
+    _batched_on_cpu,
+    _orthogonalize,
+    _overlapping,
+    _Plan,
+    _span_index,
+    _spans_reach,
+)
 
 cuda = pytest.mark.cuda
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -877,6 +887,71 @@ def test_the_plan_is_rebuilt_when_data_moves_a_group_is_added_or_a_moved_gradien
     optimizer.step()
     assert len(builds) == 4
     assert id(params[0]) not in _in_buckets(optimizer) and id(params[2]) not in _in_buckets(optimizer)
+
+
+_SPANS = st.lists(st.tuples(st.integers(0, 60), st.integers(0, 12)), max_size=12)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(static=_SPANS, moved=_SPANS)
+def test_the_vectorized_gradient_check_answers_as_a_search_per_gradient(
+    static: list[tuple[int, int]], moved: list[tuple[int, int]]
+) -> None:
+    """`_spans_reach` (the per-step check when gradients moved) against the reference it replaces: a binary
+    search per gradient span in the static index, then `_overlapping` over the gradient spans."""
+    index = _span_index([("cpu", start, start + size, i) for i, (start, size) in enumerate(static)])
+    starts, reach = index.get("cpu", ([], []))
+    spans = [(start, start + size) for start, size in moved]
+    expected = any(
+        (below := bisect.bisect_left(starts, end)) and reach[below - 1] > start for start, end in spans
+    ) or bool(_overlapping([("cpu", start, end, i) for i, (start, end) in enumerate(spans)]))
+    tensors = (torch.tensor(starts, dtype=torch.int64), torch.tensor(reach, dtype=torch.int64))
+    got = _spans_reach([s for s, _ in spans], [e for _, e in spans], tensors)
+    assert got == expected
+
+
+def test_moved_gradients_are_checked_at_once_and_one_onto_a_buffer_or_a_strided_view_rebuilds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fresh contiguous gradients (a trainer's, every step) take the vectorized check and keep the plan; a
+    moved gradient onto a momentum buffer, or a strided one onto a parameter, still rebuilds it."""
+    params = _make_params([(16, 72), (16, 40), (8,)], seed=345)
+    optimizer = BatchedMuSGD([_muon_group(params[:2]), _sgd_group(params[2:])])
+    builds, one_by_one = [], []
+    build, each = BatchedMuSGD._build_plan, BatchedMuSGD._grads_overlap_each
+    monkeypatch.setattr(BatchedMuSGD, "_build_plan", lambda self, *a: builds.append(1) or build(self, *a))
+    monkeypatch.setattr(
+        BatchedMuSGD, "_grads_overlap_each", lambda self, *a: one_by_one.append(1) or each(self, *a)
+    )
+    _fill_grads(params, seed=346)
+    optimizer.step()
+    for seed in (347, 348):
+        for p in params:
+            p.grad = None
+        _fill_grads(params, seed=seed)  # fresh allocations, as after zero_grad(set_to_none=True)
+        optimizer.step()
+    assert len(builds) == 1 and one_by_one == []
+
+    params[1].grad = optimizer.state[params[1]]["momentum_buffer"].clone().copy_(params[1].grad)
+    optimizer.step()
+    assert len(builds) == 1  # a copy of a buffer shares nothing
+    params[1].grad = (
+        optimizer.state[params[0]]["momentum_buffer_SGD"].view(-1)[: params[1].numel()].view(16, 40)
+    )
+    optimizer.step()
+    assert len(builds) == 2 and one_by_one == []
+    assert id(params[0]) not in _in_buckets(optimizer) and id(params[1]) not in _in_buckets(optimizer)
+
+    _fill_grads(params, seed=349)
+    optimizer.step()
+    assert len(builds) == 3
+    column = params[0].detach()[:8, 0]  # a strided (non-contiguous) view of parameter 0's memory
+    params[2].grad = column.clone()  # a copy: shares nothing
+    optimizer.step()
+    assert len(builds) == 3
+    params[2].grad = column  # strided onto parameter 0's memory
+    optimizer.step()
+    assert len(builds) == 4 and one_by_one == [1]
 
 
 def test_gradients_a_closure_replaces_are_the_ones_the_step_reads() -> None:
