@@ -177,6 +177,11 @@ def test_stages_run_attributes_the_whole_fit(tmp_path: Path, capsys) -> None:
         assert row[stage_column("optimizer")] > 0 and row[stage_column("forward_backward")] > 0
         assert abs(sum(stages) - row["value"]) < 0.05 * row["value"]  # the marks cover the bracket
         assert row["iteration_sync_median_s"] > 0
+        first, median = row["stage_optimizer_first_s"], row["stage_optimizer_step_median_s"]
+        assert 0 < first < row[stage_column("optimizer")] and 0 < median < row[stage_column("optimizer")]
+    graphs = {row["arm"]: row["optimizer_graphs"] for row in rows}
+    assert graphs["baseline"] is None  # the per-parameter MuSGD keeps no graph counts
+    assert graphs["candidate-cpu"].startswith("eager: ")  # no CUDA graph on the CPU, and the reason is said
     claim = folder.file("claim.txt").read_text()
     assert claim.startswith("On cpu: baseline ran the per-parameter MuSGD")  # what ran, first in every claim
     assert (
@@ -186,6 +191,7 @@ def test_stages_run_attributes_the_whole_fit(tmp_path: Path, capsys) -> None:
     assert "optimizer" in stages_csv and "share" in stages_csv
     report = folder.file("report.md").read_text()
     assert "### Stage shares" in report
+    assert "- candidate-cpu: the first optimizer step took " in report and "its core ran: eager: " in report
     assert "diagnostic, not a claim" in report and "**Claim (" not in report  # never read as a claim
     assert "A diagnostic run (synchronized inside the timed region): no verdict." in report
 

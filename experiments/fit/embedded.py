@@ -326,6 +326,7 @@ def fit(
         "checkpoint_bytes": checkpoint_bytes,
         "optimizer_class": name,
         "optimizer_sharing": getattr(optimizer, "sharing", None),
+        "optimizer_graphs": getattr(optimizer, "graph_stats", None),
         "train_loss": round(last_loss, 6),
         "trained": {"model": model, "ema": ema.model},
     }

@@ -110,6 +110,31 @@ def stage_findings(plan: Plan, table: pd.DataFrame) -> list[str]:
     return lines
 
 
+def step_findings(plan: Plan, trials: pd.DataFrame) -> list[str]:
+    """Per arm, the optimizer stage split into its first step and the median of the rest, and how the step's
+    core ran (`optimizer.graph_stats`), from the arm's last finished trial that recorded them (older trials
+    did not)."""
+    rows = finished(trials)
+    if "stage_optimizer_first_s" not in rows:
+        return []
+    rows = rows[pd.to_numeric(rows["stage_optimizer_first_s"], errors="coerce").notna()]
+    steps = FitSettings.from_dict(plan.settings).steps
+    lines = []
+    for arm in plan.arm_labels():
+        mine = rows[rows["arm"] == arm]
+        if mine.empty:
+            continue
+        last = mine.iloc[-1]
+        graphs = last.get("optimizer_graphs")
+        core = f"; its core ran: {graphs}" if isinstance(graphs, str) and graphs else ""
+        lines.append(
+            f"{arm}: the first optimizer step took {format_value(float(last['stage_optimizer_first_s']), 's')}, "
+            f"the median of the other {steps - 1} "
+            f"{format_value(1e3 * float(last['stage_optimizer_step_median_s']), 'ms')}{core}."
+        )
+    return lines
+
+
 def _settings_text(plan: Plan) -> list[str]:
     s = FitSettings.from_dict(plan.settings)
     data = s.data or (
@@ -249,6 +274,7 @@ def _stages_text(plan: Plan, trials: pd.DataFrame, figures_dir: Path) -> list[st
         "",
     ]
     lines += [f"- {line}" for line in stage_findings(plan, table)]
+    lines += [f"- {line}" for line in step_findings(plan, trials)]
     lines.append("")
     path = plot_fit_stage_shares(table, plan, figures_dir / "stage_shares.png")
     lines += [markdown_image(path, "stage shares per arm"), ""]

@@ -52,6 +52,10 @@ def stage_figures(clock: StageClock, whole_seconds: float, iterations_per_epoch:
     gaps = within_epoch_gaps(clock.iteration_starts(), iterations_per_epoch)
     if gaps:
         out["iteration_sync_median_s"] = round(statistics.median(gaps), 6)
+    steps = [seconds for stage, seconds in clock.intervals() if stage == OPTIMIZER_STAGE]
+    if len(steps) > 1:  # the first step apart (an optimizer may plan and capture there), the rest's median
+        out["stage_optimizer_first_s"] = round(steps[0], 6)
+        out["stage_optimizer_step_median_s"] = round(statistics.median(steps[1:]), 6)
     return out
 
 

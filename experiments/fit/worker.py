@@ -81,6 +81,14 @@ def finite_checked(result: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def graph_counts(stats: dict[str, int] | None) -> str | None:
+    """An optimizer's ``graph_stats`` (how each step's core ran) as one line, e.g. 'captured 1, replayed 383';
+    None for an optimizer that keeps no such counts."""
+    if not stats:
+        return None
+    return ", ".join(f"{how} {count}" for how, count in sorted(stats.items()))
+
+
 def prepare_data(payload: dict[str, Any]) -> dict[str, Any]:
     """The preparatory worker's target: the real trainer's data-set side effects, made once before any trial."""
     die_with_parent(payload.get("parent_pid"))
@@ -162,6 +170,7 @@ def fit_figures(
     per_epoch = result.pop("iterations_per_epoch")
     spans = [round(span, 6) for span in epoch_spans(result.pop("epoch_start_stamps"), stamps, per_epoch)]
     sharing = result.pop("optimizer_sharing", None) or {}
+    graphs = result.pop("optimizer_graphs", None)
     figures: dict[str, Any] = {
         "value": round(seconds, 6),
         "iteration_host_median_s": host_iteration_median(stamps, per_epoch),
@@ -171,6 +180,7 @@ def fit_figures(
         "peak_reserved": peak_reserved,
         **result,
         **{f"sharing_{key}": sharing.get(key) for key in ("world", "matrices_here", "matrices", "note")},
+        "optimizer_graphs": graph_counts(graphs),
         "worker_torch": torch.__version__,
         "worker_cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
     }
