@@ -60,6 +60,12 @@ class Case:
     def arm(self, label: str) -> Arm:
         return next(a for a in self.arms if a.label == label)
 
+    @property
+    def compared_by_ratio(self) -> bool:
+        """Whether the statistics compare the arms by the ratio of their figures (a baseline-role arm is
+        there), so every figure must be positive; a parity case's figures are differences, 0 included."""
+        return any(a.role == "baseline" for a in self.arms)
+
 
 @dataclass(frozen=True)
 class ScheduledTrial:
@@ -442,12 +448,15 @@ class UnusableValue(ArithmeticError):
     """A trial whose primary figure is not a finite number: it failed, whatever else it returned."""
 
 
-def check_value(value: Any) -> None:
-    """A trial's ``value`` must be a finite real number (a NaN or infinity is a failed trial, not a figure)."""
+def check_value(value: Any, by_ratio: bool = False) -> None:
+    """A trial's ``value`` must be a finite real number (a NaN or infinity is a failed trial, not a figure),
+    and positive where the arms are compared by ratio (a time of 0 would be an infinitely faster arm)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise UnusableValue(f"value is not a number: {value!r}")
     if not math.isfinite(value):
         raise UnusableValue(f"non-finite value: {float(value)!r}")
+    if by_ratio and value <= 0:
+        raise UnusableValue(f"non-positive value: {value!r} (the arms are compared by ratio)")
 
 
 def run_trial(
@@ -476,7 +485,7 @@ def run_trial(
         figures = dict(trial_fn(TrialContext(plan, trial, case, arm, run_dir, placement)))
         if "value" not in figures:
             raise ValueError("trial function returned no 'value'")
-        check_value(figures["value"])
+        check_value(figures["value"], case.compared_by_ratio)
     except (KeyboardInterrupt, SystemExit):
         raise
     except UnusableValue as exc:

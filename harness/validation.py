@@ -174,17 +174,17 @@ def _row_problem(plan: Plan, row: dict[str, Any]) -> str | None:
         arms = {(t.case, t.arm) for t in plan.schedule}
         if (row.get("case"), row.get("arm")) not in arms:
             return f"trial {index} is a warm-up outside the schedule of arm {_show(row.get('arm'))}, not a planned one"
-        return _status_problem(index, row)
+        return _status_problem(index, row, plan.case(row["case"]).compared_by_ratio)
     trial = plan.schedule[index]
     for key in ("case", "phase", "round", "arm", "role"):
         if row.get(key) != getattr(trial, key):
             return (
                 f"trial {index}'s {key} is {_show(row.get(key))}, the plan says {_show(getattr(trial, key))}"
             )
-    return _status_problem(index, row)
+    return _status_problem(index, row, plan.case(trial.case).compared_by_ratio)
 
 
-def _status_problem(index: int, row: dict[str, Any]) -> str | None:
+def _status_problem(index: int, row: dict[str, Any], by_ratio: bool) -> str | None:
     status, value = row.get("status"), row.get("value")
     if status not in STATUSES:
         return f"trial {index} has status {_show(status)}, not one of {', '.join(STATUSES)}"
@@ -194,6 +194,10 @@ def _status_problem(index: int, row: dict[str, Any]) -> str | None:
         return f"trial {index}'s value is {_show(value)}, not a finite number or null"
     if status == "ok" and value is None:
         return f"trial {index} is 'ok' with no value"
+    if status == "ok" and by_ratio and value <= 0:
+        return (
+            f"trial {index}'s value is {_show(value)}, not a positive figure (the arms are compared by ratio)"
+        )
     if not isinstance(row.get("message", ""), str):
         return f"trial {index}'s message is {_show(row['message'])}, not text"
     return None
