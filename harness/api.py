@@ -26,12 +26,12 @@ from harness.options import (
     MAX_COOLDOWN,
     MAX_PAIRS,
     MAX_SEED,
-    MAX_WARMUP,
     check_bar,
     check_choice,
     check_device,
     check_non_negative,
     check_positive,
+    parse_warmup,
 )
 from harness.protocol import ORDERS, Arm, Case, Plan, ProtocolOptions, TrialContext, TrialFunction
 from harness.run import Runner, RunOptions
@@ -111,7 +111,7 @@ class Result:
 def compare(
     functions: Mapping[str, Callable[[], Any]],
     *,
-    warmup: int = ProtocolOptions.default("warmup"),
+    warmup: int | str = ProtocolOptions.default("warmup"),
     pairs: int = ProtocolOptions.default("pairs"),
     order: str = ProtocolOptions.default("order"),
     seed: int = ProtocolOptions.default("seed"),
@@ -150,7 +150,7 @@ def compare(
         )
     protocol = ProtocolOptions(
         arms=arms,
-        warmup=int(check_non_negative("warmup", warmup, MAX_WARMUP)),
+        warmup=parse_warmup(warmup, "warmup"),
         pairs=check_positive("pairs", pairs, MAX_PAIRS),
         order=check_choice("order", order, ORDERS),
         seed=int(check_non_negative("seed", seed, MAX_SEED)),

@@ -180,9 +180,10 @@ def parse_pairs(pairs: int | str) -> int | str:
     return check_positive("--pairs", pairs, MAX_PAIRS)
 
 
-def parse_warmup(warmup: int | str) -> int | str:
-    """``--warmup``: warm-up trials per case, a whole number from 0 to ``MAX_WARMUP``, or ``auto`` (warm-ups
-    until two consecutive ones of an arm agree, capped; ``ProtocolOptions.warmup_tolerance``, ``max_warmup``)."""
+def parse_warmup(warmup: int | str, name: str = "--warmup") -> int | str:
+    """``--warmup`` (or the API's ``name``): warm-up trials per case, a whole number from 0 to ``MAX_WARMUP``,
+    or ``auto`` (warm-ups until two consecutive ones of an arm agree, capped;
+    ``ProtocolOptions.warmup_tolerance``, ``max_warmup``)."""
     if isinstance(warmup, str):
         text = warmup.strip().lower()
         if text == "auto":
@@ -191,9 +192,11 @@ def parse_warmup(warmup: int | str) -> int | str:
             warmup = int(text)
         except ValueError:
             raise InputError(
-                f"--warmup '{warmup}' is not a number; use a whole number of 0 or more, or auto"
+                f"{name} '{warmup}' is not a number; use a whole number of 0 or more, or auto"
             ) from None
-    return int(check_non_negative("--warmup", warmup, MAX_WARMUP))
+    if isinstance(warmup, bool) or not isinstance(warmup, int):
+        raise InputError(f"{name} {warmup!r} is not a whole number; use a whole number of 0 or more, or auto")
+    return int(check_non_negative(name, warmup, MAX_WARMUP))
 
 
 def check_sequential(

@@ -65,3 +65,26 @@ def test_a_control_and_bad_input(tmp_path: Path) -> None:
         compare({"only": slow}, out=tmp_path)
     with pytest.raises(ValueError, match="pairs must be a positive"):
         compare({"slow": slow, "fast": fast}, pairs=0, out=tmp_path)
+
+
+def test_compare_warms_up_until_two_warm_ups_agree_with_warmup_auto(tmp_path: Path) -> None:
+    """`warmup="auto"` as the CLI's `--warmup auto`: warm-ups in the arms' order until two consecutive ones of
+    one arm agree within the tolerance (warm 10, cold 50, warm 10: settled at the third)."""
+    calls = {"cold": 0}
+
+    def cold() -> dict[str, float]:
+        calls["cold"] += 1
+        return {"value": 50.0 if calls["cold"] == 1 else 10.0}
+
+    result = compare({"warm": lambda: {"value": 10.0}, "cold": cold}, pairs=2, warmup="auto", out=tmp_path)
+    plan = RunFolder(result.folder).read_json(PLAN)
+    assert plan["protocol"]["warmup"] == "auto"
+    warmups = result.run.summaries.trials.query("phase == 'warmup'")
+    assert warmups["arm"].tolist() == ["warm", "cold", "warm"] and warmups["value"].tolist() == [10, 50, 10]
+    assert result.claims.iloc[0]["median"] == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("warmup", ["often", -1, 2.5])
+def test_compare_refuses_a_warmup_that_is_neither_a_count_nor_auto(tmp_path: Path, warmup) -> None:
+    with pytest.raises(ValueError, match="warmup"):
+        compare({"slow": slow, "fast": fast}, pairs=2, warmup=warmup, out=tmp_path)
