@@ -7,7 +7,7 @@
 #   upstream   the candidate against upstream 8.4.190 with the A/A control in the same schedule, bar 5%, the A/A
 #              arm's tolerance ±1%, pairs by the precision rule (--precision 2: at least 6, at most 12)
 #   baseline   the candidate against the baseline with its control, bar 40%, ±1%, the same rule
-#   stages-upstream, stages-baseline   one --stages pair of each comparison (diagnostic)
+#   stages-upstream, stages-baseline   one --stages pair of each comparison (diagnostic; each call a new folder)
 #   parity     bench parity --steps 60 on YOLO26n and YOLO26x
 #   screen     bench screen n..x: baseline, candidate (guard 256), upstream 8.4.190; 3 pairs
 #   probes     the probes: lm at 24 GiB and 6 GiB, detect at n and x (24 GiB), as the committed ones ran
@@ -35,14 +35,20 @@ resumable() {  # resumable NAME TIER START-ARGS...: resume HOME_DIR/NAME's run o
   echo "$name rc=$?"; tail -5 "$OUT/$name.log"
 }
 
+fresh() {  # fresh NAME TIER ARGS...: a new run folder of TIER under HOME_DIR/NAME (a one-pair diagnostic is redone, not resumed)
+  local name=$1 tier=$2; shift 2
+  python3 -m harness.cli "$tier" "$@" --out "$HOME_DIR/$name" >> "$OUT/$name.log" 2>&1
+  echo "$name rc=$?"; tail -5 "$OUT/$name.log"
+}
+
 for step in "$@"; do
   case $step in
     tests) timeout $(( $(left) - 20 )) python3 -m pytest -q -m cuda -rs -p no:cacheprovider > "$OUT/cuda-tests.log" 2>&1
            echo "tests rc=$?"; tail -8 "$OUT/cuda-tests.log" ;;
     upstream) resumable upstream pair "${claim[@]}" --arms upstream,candidate --bar 5 "${rule[@]}" ;;
     baseline) resumable baseline pair "${claim[@]}" --arms baseline,candidate --bar 40 "${rule[@]}" ;;
-    stages-upstream) resumable stages-upstream pair "${claim[@]}" --arms upstream,candidate --stages --warmup 0 --pairs 1 ;;
-    stages-baseline) resumable stages-baseline pair "${claim[@]}" --arms baseline,candidate --stages --warmup 0 --pairs 1 ;;
+    stages-upstream) fresh stages-upstream pair "${claim[@]}" --arms upstream,candidate --stages --warmup 0 --pairs 1 ;;
+    stages-baseline) fresh stages-baseline pair "${claim[@]}" --arms baseline,candidate --stages --warmup 0 --pairs 1 ;;
     parity) python3 -m harness.cli parity --device cuda --steps 60 --out "$HOME_DIR/parity" --quiet > "$OUT/parity.log" 2>&1
             echo "parity n rc=$?"
             python3 -m harness.cli parity --device cuda --scale x --steps 60 --out "$HOME_DIR/parity" --quiet >> "$OUT/parity.log" 2>&1
