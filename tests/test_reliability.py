@@ -8,6 +8,8 @@ before each clock read).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -147,6 +149,38 @@ def test_a_non_finite_value_is_an_error_row_not_a_figure(tmp_path: Path, figure:
     assert bad["status"] == "error" and bad["value"] is None
     assert bad["message"].startswith("non-finite value:") and figure in bad["message"], bad["message"]
     assert rows[("candidate", 0)]["status"] == "ok"
+
+
+@pytest.mark.parametrize("figure", [0, -2.5])
+def test_a_time_of_zero_or_less_is_an_error_row_where_arms_are_compared_by_ratio(
+    tmp_path: Path, figure: float
+) -> None:
+    """A ratio needs two positive figures: a trial timed at 0 (or less) is a failed trial, never a -100%
+    'infinitely faster' arm nor a crash of the statistics."""
+    figures = {"baseline": [10, 10], "candidate": [8, figure]}
+    folder = runner(tmp_path).start(plan_of("scripted", warmup=0, pairs=2, figures=figures)).folder
+    rows = {(r["arm"], r["round"]): r for r in folder.rows()}
+    bad = rows[("candidate", 1)]
+    assert bad["status"] == "error" and bad["value"] is None, bad
+    assert bad["message"].startswith("non-positive value:") and "ratio" in bad["message"], bad["message"]
+    assert folder.file("report.md").exists() or folder.file("claims.csv").exists()
+
+
+@pytest.mark.parametrize("figure", [0, 0.0, -1.5])
+def test_a_logged_time_of_zero_or_less_is_one_line_from_report(
+    finished_run: RunFolder, tmp_path: Path, figure: float
+) -> None:
+    rows = [json.loads(line) for line in finished_run.file("trials.jsonl").read_text().splitlines()]
+    measured = next(r for r in rows if r["phase"] == "measured" and r["status"] == "ok")
+    measured["value"] = figure
+    folder = _copy(finished_run, tmp_path / "run")
+    folder.file("trials.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    stderr = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(stderr):
+        status = main(["report", str(folder.path), "-o", str(tmp_path / "r.md")])
+    text = stderr.getvalue().strip()
+    assert status == 2 and text.count("\n") == 0, text
+    assert f"trial {measured['index']}'s value is {figure}" in text and "positive" in text, text
 
 
 @pytest.mark.parametrize("returned", [None, "8 ms", True, [8.0]])
@@ -530,8 +564,6 @@ PLAN_KEYS = ("tier", "protocol", "cases", "schedule", "unit", "metric", "setting
 
 def _report_or_one_line(folder: RunFolder, out: Path) -> None:
     """``bench report`` of the folder gives a report (exit 0) or one line on stderr and exit 2, nothing else."""
-    import contextlib
-    import io
 
     stderr = io.StringIO()
     # The error console writes to whatever sys.stderr is at the time: redirect it, never pin the console's
