@@ -17,7 +17,7 @@ from dataclasses import fields, is_dataclass
 from typing import Any
 
 from harness.errors import InputError
-from harness.protocol import ORDERS, Plan
+from harness.protocol import ORDERS, Plan, ScheduledTrial
 from harness.tables import ENV, LOG, PLAN, CorruptRunFolder, RunFolder
 
 ROLES = ("baseline", "candidate")
@@ -58,8 +58,9 @@ def load_env(folder: RunFolder) -> dict[str, Any]:
 def check_log(plan: Plan, folder: RunFolder) -> list[dict[str, Any]]:
     """The log's rows, each checked against the plan's schedule; ``CorruptRunFolder`` names the first bad one."""
     rows = []
+    scheduled = {t.index: t for t in plan.schedule}
     for number, row in folder.numbered_rows():
-        problem = _row_problem(plan, row)
+        problem = _row_problem(plan, scheduled, row)
         if problem:
             raise CorruptRunFolder(f"{folder.file(LOG)}: line {number}: {problem}")
         rows.append(row)
@@ -151,9 +152,12 @@ def _plan_problem(plan: Plan) -> str | None:
             if arm.role not in ROLES:
                 return f"cases[{i}] has an arm of role '{arm.role}', not one of {', '.join(ROLES)}"
         cases[case.label] = {arm.label: arm.role for arm in case.arms}
+    seen: set[int] = set()
     for i, trial in enumerate(plan.schedule):
-        if trial.index != i:
-            return f"schedule[{i}].index is {trial.index}, not {i} (the schedule lists trials in order)"
+        # Unique, not dense: rounds the stopping rule adds take indices above an extra warm-up's.
+        if trial.index < 0 or trial.index in seen:
+            return f"schedule[{i}].index is {trial.index}, which is negative or an earlier trial's"
+        seen.add(trial.index)
         if trial.case not in cases:
             return f"schedule[{i}] names case '{trial.case}', which the plan does not have"
         if cases[trial.case].get(trial.arm) != trial.role:
@@ -165,9 +169,10 @@ def _plan_problem(plan: Plan) -> str | None:
     return None
 
 
-def _row_problem(plan: Plan, row: dict[str, Any]) -> str | None:
+def _row_problem(plan: Plan, scheduled: dict[int, ScheduledTrial], row: dict[str, Any]) -> str | None:
     index = row["index"]  # a whole number ≥ 0, checked by the log reader
-    if index >= len(plan.schedule):
+    trial = scheduled.get(index)
+    if trial is None:
         if row.get("phase") != "warmup" or not isinstance(row.get("warmup_reason"), str):
             return f"trial {index} is not in the plan (its schedule has {len(plan.schedule)} trials)"
         # A warm-up the protocol ran after a resume or an idle gap: outside the schedule, of a planned arm.
@@ -175,7 +180,6 @@ def _row_problem(plan: Plan, row: dict[str, Any]) -> str | None:
         if (row.get("case"), row.get("arm")) not in arms:
             return f"trial {index} is a warm-up outside the schedule of arm {_show(row.get('arm'))}, not a planned one"
         return _status_problem(index, row, plan.case(row["case"]).compared_by_ratio)
-    trial = plan.schedule[index]
     for key in ("case", "phase", "round", "arm", "role"):
         if row.get(key) != getattr(trial, key):
             return (

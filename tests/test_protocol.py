@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.cli import main
 from harness.protocol import Arm, Case, Plan, PlannedStop, balanced_block, build_schedule
 from harness.tables import LOG, PLAN, RunFolder
 from tests.trialfns import TWO_ARMS, plan_of, runner
@@ -400,6 +401,35 @@ def test_pairs_auto_grows_look_by_look_until_the_precision(tmp_path: Path, no_gc
     again = Plan.from_json(folder.read_json(PLAN))
     assert again.looks == saved.looks and again.schedule == saved.schedule
     assert len([r for r in folder.rows() if r["phase"] == "measured"]) == 28
+
+
+def test_pairs_auto_grown_after_a_resumes_warmup_reads_back_and_resumes(tmp_path: Path, no_gc) -> None:
+    """A resume's extra warm-up takes the index after the schedule; rounds the stopping rule adds later take
+    indices above it, so the schedule's indices have a gap there (the H200 claim's folder refused itself at
+    its next read: 'schedule[19].index is 20, not 19'). The folder reads back, reports and resumes."""
+    from harness.tier import Run
+
+    plan = plan_of("scripted", warmup=1, pairs="auto", precision=3.0, figures=AUTO_FIGURES)
+    folder = runner(tmp_path).start(plan).folder
+    log = folder.file(LOG)
+    log.write_text("".join(log.read_text().splitlines(keepends=True)[:5]))  # the warm-up and two pairs
+    cut = Plan.from_json(folder.read_json(PLAN))
+    cut.schedule = [t for t in cut.schedule if t.index < 13]  # as it stood before the first look
+    cut.looks = []
+    folder.write_json(PLAN, cut.to_json())
+    runner(tmp_path).resume(folder.path)
+    rows = folder.rows()
+    (extra,) = [r for r in rows if r.get("warmup_reason") == "resume"]
+    saved = Plan.from_json(folder.read_json(PLAN))
+    indices = [t.index for t in saved.schedule]
+    assert extra["index"] == 13 and 13 not in indices and max(indices) > 13  # the gap
+    assert len(set(indices)) == len(indices)
+    run = Run.load(folder)  # raised: the schedule's indices were taken for positions
+    assert run.summaries.claims.iloc[0]["pairs"] == 14
+    assert main(["report", str(folder.path), "-o", str(tmp_path / "r.md")]) == 0
+    before = len(rows)
+    runner(tmp_path).resume(folder.path)  # nothing left to run
+    assert len(folder.rows()) == before
 
 
 def test_pairs_auto_stops_at_the_last_look_when_the_precision_is_out_of_reach(tmp_path: Path, no_gc) -> None:
