@@ -60,12 +60,6 @@ class Case:
     def arm(self, label: str) -> Arm:
         return next(a for a in self.arms if a.label == label)
 
-    @property
-    def compared_by_ratio(self) -> bool:
-        """Whether the statistics compare the arms by the ratio of their figures (a baseline-role arm is
-        there), so every figure must be positive; a parity case's figures are differences, 0 included."""
-        return any(a.role == "baseline" for a in self.arms)
-
 
 @dataclass(frozen=True)
 class ScheduledTrial:
@@ -341,6 +335,12 @@ class Plan:
     def case(self, label: str) -> Case:
         return next(c for c in self.cases if c.label == label)
 
+    def compared_by_ratio(self, case: str) -> bool:
+        """Whether the statistics compare a case's arms by the ratio of their figures (its schedule runs its
+        baseline-role arm, the reference of every pair), so each figure must be positive; a parity case runs
+        no reference trial and its figures are differences, 0 included."""
+        return any(t.case == case and t.role == "baseline" for t in self.schedule)
+
     def arm_labels(self) -> list[str]:
         """Arm labels in plan order (first appearance over the cases): the one order every table and plot uses."""
         labels: list[str] = []
@@ -485,7 +485,7 @@ def run_trial(
         figures = dict(trial_fn(TrialContext(plan, trial, case, arm, run_dir, placement)))
         if "value" not in figures:
             raise ValueError("trial function returned no 'value'")
-        check_value(figures["value"], case.compared_by_ratio)
+        check_value(figures["value"], plan.compared_by_ratio(case.label))
     except (KeyboardInterrupt, SystemExit):
         raise
     except UnusableValue as exc:

@@ -59,8 +59,9 @@ def check_log(plan: Plan, folder: RunFolder) -> list[dict[str, Any]]:
     """The log's rows, each checked against the plan's schedule; ``CorruptRunFolder`` names the first bad one."""
     rows = []
     scheduled = {t.index: t for t in plan.schedule}
+    by_ratio = {c.label for c in plan.cases if plan.compared_by_ratio(c.label)}
     for number, row in folder.numbered_rows():
-        problem = _row_problem(plan, scheduled, row)
+        problem = _row_problem(plan, scheduled, by_ratio, row)
         if problem:
             raise CorruptRunFolder(f"{folder.file(LOG)}: line {number}: {problem}")
         rows.append(row)
@@ -169,7 +170,9 @@ def _plan_problem(plan: Plan) -> str | None:
     return None
 
 
-def _row_problem(plan: Plan, scheduled: dict[int, ScheduledTrial], row: dict[str, Any]) -> str | None:
+def _row_problem(
+    plan: Plan, scheduled: dict[int, ScheduledTrial], by_ratio: set[str], row: dict[str, Any]
+) -> str | None:
     index = row["index"]  # a whole number ≥ 0, checked by the log reader
     trial = scheduled.get(index)
     if trial is None:
@@ -179,13 +182,13 @@ def _row_problem(plan: Plan, scheduled: dict[int, ScheduledTrial], row: dict[str
         arms = {(t.case, t.arm) for t in plan.schedule}
         if (row.get("case"), row.get("arm")) not in arms:
             return f"trial {index} is a warm-up outside the schedule of arm {_show(row.get('arm'))}, not a planned one"
-        return _status_problem(index, row, plan.case(row["case"]).compared_by_ratio)
+        return _status_problem(index, row, row["case"] in by_ratio)
     for key in ("case", "phase", "round", "arm", "role"):
         if row.get(key) != getattr(trial, key):
             return (
                 f"trial {index}'s {key} is {_show(row.get(key))}, the plan says {_show(getattr(trial, key))}"
             )
-    return _status_problem(index, row, plan.case(trial.case).compared_by_ratio)
+    return _status_problem(index, row, trial.case in by_ratio)
 
 
 def _status_problem(index: int, row: dict[str, Any], by_ratio: bool) -> str | None:
