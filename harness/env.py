@@ -26,6 +26,7 @@ _SMI_FIELDS = (
     "power.draw",
     "driver_version",
     "memory.total",
+    "uuid",
 )
 
 
@@ -66,9 +67,19 @@ def gpu_snapshot() -> list[dict[str, Any]]:
                 "power_w": _number(cells[5]),
                 "driver_version": cells[6] or None,
                 "memory_total_mib": _number(cells[7]),
+                "uuid": cells[8] if cells[8] and not cells[8].startswith("[") else None,
             }
         )
     return gpus
+
+
+def boot_id() -> str | None:
+    """The kernel's id of this boot: what tells one machine (one VM's life) from another here, where every
+    host is called 'vm'; None where the OS has none."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
 
 
 def _cpu_model() -> str | None:
@@ -154,6 +165,7 @@ def collect(touch_device: bool = True) -> dict[str, Any]:
     return {
         "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "hostname": platform.node() or None,
+        "boot_id": boot_id(),
         "os": platform.platform(),
         "python": platform.python_version(),
         "python_executable": sys.executable,

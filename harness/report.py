@@ -124,16 +124,30 @@ class LoadedRun(Run):
         return self.folder.path.name
 
     @property
+    def kind(self) -> str:
+        """'claim', 'A/A control' (a run of one arm against its twin) or 'claim + A/A control' (``--control``
+        beside other arms: both from one schedule)."""
+        if not self.plan.protocol.control:
+            return "claim"
+        settings = ClaimSettings.from_protocol(self.plan.protocol)
+        others = [
+            a.label
+            for case in self.plan.cases
+            for a in case.arms[1:]
+            if not settings.is_control(a.label, case.arms[0].label)
+        ]
+        return "claim + A/A control" if others else "A/A control"
+
+    @property
     def title(self) -> str:
-        kind = " (A/A control)" if self.plan.protocol.control else ""
+        kind = "" if self.kind == "claim" else f" ({self.kind})"
         return (
             f"Run {self.number}: {self.plan.tier}{kind}" if self.several else f"Run: {self.plan.tier}{kind}"
         )
 
-    @property
-    def tag(self) -> str:
-        """How the summary names this run."""
-        return f"{self.number}" + (" (A/A control)" if self.plan.protocol.control else "")
+    def tag(self, claim: pd.Series) -> str:
+        """How the summary names this run in a claim's row: its number, and for a control's row that it is one."""
+        return f"{self.number}" + (" (A/A control)" if claim["kind"] == "control" else "")
 
     def case_order(self) -> dict[str, int]:
         return {c.label: i for i, c in enumerate(self.plan.cases)}
@@ -313,6 +327,14 @@ def caveats(run: LoadedRun) -> list[Caveat]:
             )
         )
     out += list(run.tier.caveats(run))
+    for k, machine in resumed_elsewhere(run.env):
+        out.append(
+            Caveat(
+                f"spans machines: resume {k} ran on another machine ({machine}).",
+                "Each pair ran within one slice, so each pair's ratio is of one machine; the arms' medians "
+                "and the spread mix machines (the environment table names each slice's machine).",
+            )
+        )
     if plan.protocol.control:
         out.append(Caveat("A/A control: it measures the noise floor, not a speed-up.", _control_text(run)))
     if is_interrupted(plan, trials):
@@ -500,9 +522,7 @@ def _same_code_tag(plan: Plan) -> str:
 def _title(runs: list[LoadedRun]) -> list[str]:
     kinds: list[str] = []
     for run in runs:
-        kind = (
-            run.plan.tier + (" A/A control" if run.plan.protocol.control else "") + _same_code_tag(run.plan)
-        )
+        kind = run.plan.tier + ("" if run.kind == "claim" else f" {run.kind}") + _same_code_tag(run.plan)
         if kind not in kinds:
             kinds.append(kind)
     first = runs[0]
@@ -531,7 +551,7 @@ def _title(runs: list[LoadedRun]) -> list[str]:
             r.number,
             _code(r.name),
             r.plan.tier,
-            "A/A control" if r.plan.protocol.control else "claim",
+            r.kind,
             f"{r.plan.metric} ({r.plan.unit})",
             _time(r.plan.created),
             _logged(r.plan, r.summaries.trials).replace(" scheduled trials", ""),
@@ -568,7 +588,7 @@ def _summary(runs: list[LoadedRun]) -> list[str]:
             case, arm, base = str(claim["case"]), str(claim["arm"]), str(claim["baseline_arm"])
             base_row, arm_row = _arm_row(summaries, case, base), _arm_row(summaries, case, arm)
             rows.append(
-                ([run.tag] if several else [])
+                ([run.tag(claim)] if several else [])
                 + [
                     case,
                     f"{arm} vs {base}",
@@ -700,6 +720,42 @@ def _gpus(env: dict[str, Any]) -> str:
     return ", ".join(f"{count} × {label}" for label, count in groups)
 
 
+def _machine(boot: Any, gpus: Any) -> str:
+    """A machine as this project can tell machines apart: its boot id and each card's UUID."""
+    cards = [f"GPU {g.get('index')} {_code(g['uuid'])}" for g in gpus or [] if g.get("uuid")]
+    return ", ".join([f"boot {_code(boot)}" if boot else f"boot {NOT_RECORDED}", *cards])
+
+
+def _same_machine(start: dict[str, Any], later: dict[str, Any], later_gpus: Any) -> bool | None:
+    """Whether a slice ran where the run started (boot and cards), None where either is not recorded."""
+    if not start.get("boot_id") or not later.get("boot_id"):
+        return None
+    cards = [[g.get("uuid") for g in gpus or []] for gpus in (start.get("gpus_start"), later_gpus)]
+    return start["boot_id"] == later["boot_id"] and cards[0] == cards[1]
+
+
+def resumed_elsewhere(env: dict[str, Any]) -> list[tuple[int, str]]:
+    """(resume number, its machine) for every resume recorded on another machine than the run's start."""
+    return [
+        (k, _machine(resume.get("boot_id"), resume.get("gpus")))
+        for k, resume in enumerate(env.get("resumes") or [], start=1)
+        if _same_machine(env, resume, resume.get("gpus")) is False
+    ]
+
+
+def _machine_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
+    """The machine of the start and of every resume (only where the run recorded its boot: older runs did not)."""
+    if not env.get("boot_id"):
+        return []
+    rows = [("machine (boot, GPUs) at start", _machine(env["boot_id"], env.get("gpus_start")))]
+    for k, resume in enumerate(env.get("resumes") or [], start=1):
+        same = _same_machine(env, resume, resume.get("gpus"))
+        machine = _machine(resume.get("boot_id"), resume.get("gpus"))
+        text = {True: "the same machine", False: f"another machine: {machine}", None: NOT_RECORDED}[same]
+        rows.append((f"… at resume {k}", text))
+    return rows
+
+
 def _clocks(snapshot: Any) -> str:
     if snapshot is None:
         return NOT_RECORDED
@@ -760,7 +816,7 @@ def _environment_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
     ]
     for k, resume in enumerate(env.get("resumes") or [], start=1):
         rows.append((f"… at resume {k} ({_time(resume.get('recorded'))})", _clocks(resume.get("gpus"))))
-    return rows
+    return rows + _machine_rows(env)
 
 
 def _environment(runs: list[LoadedRun]) -> list[str]:

@@ -159,6 +159,7 @@ class Runner:
             record.setdefault("resumes", []).append(
                 {
                     "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                    "boot_id": env.boot_id(),
                     "gpus": env.gpu_snapshot(),
                     "placement": None if placement is None else placement.to_dict(),
                     **machine_load(),

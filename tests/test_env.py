@@ -62,7 +62,7 @@ def test_git_revision_is_read_from_the_checkout() -> None:
 def test_a_parent_that_must_not_touch_the_gpu_takes_names_from_nvidia_smi(monkeypatch) -> None:
     monkeypatch.setattr(env.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
     monkeypatch.setattr(
-        env, "_run", lambda args, **kw: "0, NVIDIA H200, 345, 3201, 31, 78.7, 580.159.04, 143771"
+        env, "_run", lambda args, **kw: "0, NVIDIA H200, 345, 3201, 31, 78.7, 580.159.04, 143771, GPU-1"
     )
     monkeypatch.setattr(env.torch.cuda, "get_device_name", lambda i: pytest.fail("created a CUDA context"))
     record = env.collect(touch_device=False)
@@ -78,7 +78,9 @@ def test_unreadable_gpu_figures_are_null_not_guessed(monkeypatch) -> None:
 def test_gpu_snapshot_parses_nvidia_smi(monkeypatch) -> None:
     monkeypatch.setattr(env.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
     monkeypatch.setattr(
-        env, "_run", lambda args, **kw: "0, NVIDIA H200, 1980, 3201, 34, 118.5, 580.159.04, 143771"
+        env,
+        "_run",
+        lambda args, **kw: "0, NVIDIA H200, 1980, 3201, 34, 118.5, 580.159.04, 143771, GPU-5e1a2b3c-0000",
     )
     (gpu,) = env.gpu_snapshot()
     assert gpu == {
@@ -90,12 +92,22 @@ def test_gpu_snapshot_parses_nvidia_smi(monkeypatch) -> None:
         "power_w": 118.5,
         "driver_version": "580.159.04",
         "memory_total_mib": 143771.0,
+        "uuid": "GPU-5e1a2b3c-0000",
     }
     monkeypatch.setattr(
-        env, "_run", lambda args, **kw: "0, NVIDIA H200, [N/A], [N/A], 34, [N/A], 580.159.04, 143771"
+        env, "_run", lambda args, **kw: "0, NVIDIA H200, [N/A], [N/A], 34, [N/A], 580.159.04, 143771, [N/A]"
     )
     (gpu,) = env.gpu_snapshot()
     assert gpu["sm_clock_mhz"] is None and gpu["power_w"] is None and gpu["temperature_c"] == 34.0
+    assert gpu["uuid"] is None
+
+
+def test_the_machine_is_named_by_its_boot_and_its_cards() -> None:
+    """Every VM here is called 'vm' and torch and nvidia-smi give one card two sizes, so neither tells two
+    machines apart: the record names the boot (the kernel's boot id) and each card's UUID."""
+    record = env.collect()
+    assert isinstance(record["boot_id"], str) and len(record["boot_id"]) == 36
+    assert record["boot_id"] == env.boot_id()  # the same boot, read twice
 
 
 def test_a_copied_tree_without_git_takes_the_revision_it_was_given(monkeypatch) -> None:

@@ -349,6 +349,16 @@ def test_a_claim_and_its_control_side_by_side_from_one_run(tmp_path: Path, no_gc
         and "| ±2% | **within** |" in summary
     )
     assert "The claim and its noise floor come from one schedule" in summary
+    # Beside another run, the runs table calls it both, and only the control's row is tagged a control.
+    alone = run_folder(tmp_path / "other", make_plan(), scripted(FIGURES))
+    both = run_folder(tmp_path / "again", plan, scripted(figures))
+    text = write([both, alone], tmp_path / "two.md").read_text(encoding="utf-8")
+    assert "| 1 | `" + both.path.name + "` | fixture | claim + A/A control |" in text
+    assert "| 2 | `" + alone.path.name + "` | fixture | claim |" in text
+    assert "# musgd-bench report: fixture claim + A/A control + fixture" in text
+    assert "| 1 | yolo26n | candidate vs baseline |" in text
+    assert "| 1 (A/A control) | yolo26n | baseline-control vs baseline |" in text
+    assert "## Run 1: fixture (claim + A/A control)" in text
     assert "(A/A control, within)" in summary and "(clears)" in summary
     assert "counterbalanced order (ABC, BCA, CAB, CBA, ACB, BAC, …)" in text
 
@@ -393,6 +403,38 @@ def test_an_unstable_run_is_flagged_on_the_console_and_in_the_report(
     assert "- **candidate: max/min 9.42 > 1.5**" in text  # the stability section
     assert "unstable: candidate: max/min 9.42 > 1.5." in text  # and a caveat
     assert loaded(folder).summaries.arms.set_index("arm").loc["candidate", "trials"] == 3  # kept
+
+
+def test_a_run_resumed_on_another_machine_says_so(claim_run: RunFolder) -> None:
+    """Each slice's machine is its boot and its cards: a resume on another boot or card is named in the
+    environment table and in the caveats; one on the same machine says so too."""
+    record = claim_run.read_json("env.json")
+    card = {"index": 0, "name": "NVIDIA H200", "memory_total_mib": 143771.0, "uuid": "GPU-aaaa"}
+    record.update(boot_id="boot-one", gpus_start=[card])
+    record["resumes"] = [
+        {"recorded": "2026-12-01T16:02:27+00:00", "boot_id": "boot-one", "gpus": [card]},
+        {
+            "recorded": "2026-12-02T09:00:00+00:00",
+            "boot_id": "boot-two",
+            "gpus": [{**card, "uuid": "GPU-bbbb"}],
+        },
+    ]
+    claim_run.write_json("env.json", record)
+    text = write([claim_run]).read_text(encoding="utf-8")
+    assert "| machine (boot, GPUs) at start | boot `boot-one`, GPU 0 `GPU-aaaa` |" in text
+    assert "| … at resume 1 | the same machine |" in text
+    assert "| … at resume 2 | another machine: boot `boot-two`, GPU 0 `GPU-bbbb` |" in text
+    assert "spans machines: resume 2 ran on another machine (boot `boot-two`, GPU 0 `GPU-bbbb`)." in text
+
+
+def test_a_resume_records_its_machine(claim_run: RunFolder) -> None:
+    log = claim_run.file(LOG)
+    log.write_text("".join(log.read_text(encoding="utf-8").splitlines(keepends=True)[:5]), encoding="utf-8")
+    runner(claim_run.path.parent.parent).resume(claim_run.path, scripted(FIGURES))
+    (resume,) = claim_run.read_json("env.json")["resumes"]
+    assert resume["boot_id"] == claim_run.read_json("env.json")["boot_id"]
+    text = write([claim_run]).read_text(encoding="utf-8")
+    assert "| … at resume 1 | the same machine |" in text and "spans machines" not in text
 
 
 def test_a_resumed_run_with_an_extra_warmup_is_complete(claim_run: RunFolder) -> None:
