@@ -29,9 +29,8 @@ import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import torch
 
 from experiments.arms import checked_optimizer, make_optimizer, same_path_as_baseline
@@ -41,6 +40,9 @@ from harness.protocol import Arm, Case, Plan, ProtocolOptions, ScheduledTrial, T
 from harness.tier import BaseTier, Caveat, Run
 from optimizers.musgd import muon_momentum
 from optimizers.newton_schulz import muon_scale, newton_schulz
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 BF16_MANTISSA_BITS = 7
 # A reordered or zero-padded GEMM rounds differently, which perturbs each Newton-Schulz iterate by about one
@@ -362,6 +364,8 @@ def judge(steps: list[StepFigures], bound_worst_ratio: dict[str, float]) -> dict
 
 
 def divergence_table(result: ParityResult) -> pd.DataFrame:
+    import pandas as pd  # here, not at the top: a parity rank imports this module and needs no pandas
+
     return pd.DataFrame([asdict(f) for f in result.steps])
 
 

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
-
-import pandas as pd
 
 
 def is_missing(value: Any) -> bool:
+    """None, NaN, or pandas' NA and NaT (pandas is asked only where it is loaded: a value from a table)."""
     if value is None:
         return True
+    if isinstance(value, float):
+        return math.isnan(value)
+    pandas = sys.modules.get("pandas")
+    if pandas is None:
+        return False
     try:
-        return bool(pd.isna(value))
+        return bool(pandas.isna(value))
     except (TypeError, ValueError):
         return False
 

@@ -16,12 +16,12 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from harness import stats
 from harness.errors import InputError, RunFolderError
+
+if TYPE_CHECKING:  # pandas and the statistics load on first use: a trial's worker reads none of them
+    import pandas as pd
 
 PLAN = "plan.json"
 ENV = "env.json"
@@ -277,6 +277,8 @@ class RunFolder:
 
     def trials(self) -> pd.DataFrame:
         """The log as a tidy table, one row per trial, in schedule order."""
+        import pandas as pd
+
         frame = pd.DataFrame(self.rows())
         if not frame.empty:
             frame = frame.sort_values("index", kind="stable").reset_index(drop=True)
@@ -306,6 +308,8 @@ class Summaries:
 
 def summarize_trials(trials: pd.DataFrame, protocol: Any) -> Summaries:
     """Every summary of a run, computed once from its trial log and its ``ProtocolOptions``."""
+    from harness import stats
+
     arms = stats.arm_table(trials)
     pairs = stats.pair_table(trials)
     planned = protocol.pairs if isinstance(protocol.pairs, int) else None  # None: --pairs auto

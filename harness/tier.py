@@ -11,14 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.options import InputError
 from harness.protocol import Plan, ProtocolOptions, TrialFunction
 from harness.tables import RunFolder, Summaries, summarize_trials
 from harness.validation import check_log, load_env, load_plan
+
+if TYPE_CHECKING:  # annotations only: a trial's worker imports the tiers and no pandas
+    import pandas as pd
 
 
 @dataclass(frozen=True)

@@ -17,15 +17,17 @@ import contextlib
 import math
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import torch.distributed as dist
 
 from experiments.ranks import barrier, gather_records, init_group, rank_device
 from harness.protocol import Arm
 from harness.timing import current_allocated, synchronize
 from optimizers import distributed as sharing
+
+if TYPE_CHECKING:  # the report's helpers below read pandas; a rank imports this module and needs none
+    import pandas as pd
 
 COLLECTIVES = ("all_gather_into_tensor", "all_reduce", "all_gather", "reduce_scatter_tensor", "broadcast")
 NO_FLOOR = "n/a: distributed screen (a step that holds a collective is not captured)"
@@ -177,6 +179,8 @@ def rank_row(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _rank_medians(rows: pd.DataFrame, column: str) -> list[float]:
     """Per rank, the median over trials of a per-rank list column."""
+    import pandas as pd
+
     lists = [v for v in rows.get(column, pd.Series(dtype=object)) if isinstance(v, list)]
     if not lists:
         return []
@@ -187,6 +191,8 @@ def _rank_medians(rows: pd.DataFrame, column: str) -> list[float]:
 
 def ranks_lines(plan: Any, table: pd.DataFrame, trials: pd.DataFrame) -> list[str]:
     """The distributed screen's own table: each rank's step, the collective's share and the sharing."""
+    import pandas as pd
+
     from harness.formatting import format_number, format_percent
     from harness.report import markdown_table
     from harness.stats import finished
