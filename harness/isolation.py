@@ -67,6 +67,28 @@ class WorkerError(RuntimeError):
     """The worker raised; the message carries the worker's exception type and text."""
 
 
+def _run_to_end(
+    command: list[str], env: dict[str, str], output_file: Path, timeout_s: float | None
+) -> tuple[Any, int | str]:
+    """Start ``command`` (this checkout first on its ``PYTHONPATH``, output appended to ``output_file``) and
+    wait for it: its whole-life CPU usage and its exit status, or the timeout's text after killing it; an
+    interrupt while waiting kills it too, then goes on up."""
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)}
+    with open(output_file, "ab") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
+        try:
+            return wait_and_reap(process, timeout_s), process.returncode
+        except subprocess.TimeoutExpired:
+            process.kill()
+            wait_and_reap(process)
+            return None, f"timeout after {timeout_s:g} s"
+        except BaseException:
+            process.kill()
+            process.wait()
+            raise
+
+
 def run_in_worker(
     target: str,
     payload: dict[str, Any],
@@ -90,22 +112,7 @@ def run_in_worker(
         worker_env[RANK_LOG_ENV] = rank_log_template(output_file)  # for ranks the target may launch itself
         if placement is not None:
             worker_env.update(worker_environment(placement))
-        root = str(Path(__file__).resolve().parent.parent)
-        worker_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, worker_env.get("PYTHONPATH")) if p)
-        usage = None
-        with open(output_file, "ab") as output:
-            process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=worker_env)
-            try:
-                usage = wait_and_reap(process, timeout_s)
-                returncode: int | str = process.returncode
-            except subprocess.TimeoutExpired:
-                process.kill()
-                wait_and_reap(process)
-                returncode = f"timeout after {timeout_s:g} s"
-            except BaseException:  # interrupted while waiting: take the worker down with the parent
-                process.kill()
-                process.wait()
-                raise
+        usage, returncode = _run_to_end(command, worker_env, output_file, timeout_s)
         if not result_file.is_file():
             tail = output_file.read_text(errors="replace")[-OUTPUT_TAIL_CHARS:].strip()
             last = tail.splitlines()[-1] if tail else "no output"
@@ -177,22 +184,7 @@ def run_in_ranks(
             shares = rank_placements(placement, ranks)
             rank_env.update(worker_environment(min(shares, key=lambda p: p.omp_threads)))
             rank_env[RANK_PLACEMENTS_ENV] = json.dumps([share.to_dict() for share in shares])
-        root = str(Path(__file__).resolve().parent.parent)
-        rank_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, rank_env.get("PYTHONPATH")) if p)
-        usage = None
-        with open(output_file, "ab") as output:
-            process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=rank_env)
-            try:
-                usage = wait_and_reap(process, timeout_s)
-                returncode: int | str = process.returncode
-            except subprocess.TimeoutExpired:
-                process.kill()  # the ranks die with their launcher
-                wait_and_reap(process)
-                returncode = f"timeout after {timeout_s:g} s"
-            except BaseException:
-                process.kill()
-                process.wait()
-                raise
+        usage, returncode = _run_to_end(command, rank_env, output_file, timeout_s)  # ranks die with it
         records = [json.loads(p.read_text()) for p in sorted(Path(tmp).glob("result.json.rank*"))]
         launcher_log = Path(output_file).read_text(errors="replace")
     _raise_first_failure(records, launcher_log, returncode)

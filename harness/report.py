@@ -209,9 +209,13 @@ def claim_sentence(plan: Plan, summaries: Summaries, case: str, arm: str) -> str
     text = (
         f"{_sentence_label(base_label)} median {format_value(base['median'], plan.unit)} "
         f"({format_range(base['min'], base['max'])}); {arm} {format_value(mine['median'], plan.unit)} "
-        f"({format_range(mine['min'], mine['max'])}). The paired reduction is "
-        f"{format_percent(claim['estimate'])} (geometric mean; median {format_percent(claim['median'])}, range "
-        f"{format_percent_range(claim['min'], claim['max'])})"
+        f"({format_range(mine['min'], mine['max'])}). "
+        + (
+            f"The one pair's reduction is {format_percent(claim['median'])}"
+            if int(claim["pairs"]) == 1
+            else f"The paired reduction is {format_percent(claim['estimate'])} (geometric mean; median "
+            f"{format_percent(claim['median'])}, range {format_percent_range(claim['min'], claim['max'])})"
+        )
     )
     base_peak = peak_median(summaries.trials, case, base_label, "peak_allocated")
     arm_peak = peak_median(summaries.trials, case, arm, "peak_allocated")
@@ -288,6 +292,16 @@ def warmup_words(plan: Plan, trials: pd.DataFrame) -> str:
         f"warm-up fits until two consecutive ones of an arm agree within {p.warmup_tolerance:g}% (at most "
         f"{p.max_warmup}), discarded: {done}"
     )
+
+
+def pairs_words(plan: Plan, trials: pd.DataFrame) -> str:
+    """The measured pairs of a run in a few words: ``1 pair``, ``6 pairs``, or with ``--pairs auto`` the
+    stopping rule's count so far and its last look."""
+    p = plan.protocol
+    if p.pairs != "auto":
+        return f"{p.pairs} pair{'' if p.pairs == 1 else 's'}"
+    rounds = 0 if trials.empty else trials.loc[trials["phase"] == "measured", "round"].nunique()
+    return f"pairs by the stopping rule ({rounds} so far, at most {p.max_pairs})"
 
 
 def _logged(plan: Plan, trials: pd.DataFrame) -> str:

@@ -106,7 +106,7 @@ def test_pair_embedded_end_to_end(tmp_path: Path, capsys) -> None:
     claim_body = "\n".join(claim.splitlines()[1:])
     assert claim_body.startswith("Baseline median ") and "The paired reduction is" in claim
     assert "verdict against the 8% bar: " in claim
-    assert "1 warm-up fit(s) discarded, then 2 pair(s) in alternate order (AB, BA)" in claim
+    assert "1 warm-up fit(s) discarded, then 2 pairs in alternate order (AB, BA)" in claim
     assert "95% calibrated t interval of the geometric-mean reduction" in claim and "2 pairs" in claim
     # At 2 pairs the calibrated t interval (1 df) keeps 95% within the window on both laws (93.9% attained on
     # the skewed one), so it is a verdict, not "insufficient": and an interval that wide never clears 8%.

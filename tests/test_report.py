@@ -7,6 +7,7 @@ fixtures can never drift from what the harness writes.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shutil
@@ -253,6 +254,25 @@ def test_claim_sentence_in_the_project_form(claim_run: RunFolder) -> None:
     )
     assert sentence == expected
     assert sentence in write([claim_run]).read_text(encoding="utf-8")
+
+
+def test_one_pair_is_its_own_reduction_and_the_pairs_are_said_in_words(tmp_path: Path) -> None:
+    """One pair has no geometric mean over pairs to call 'the paired reduction' (it read 'n/a'): the sentence
+    gives that pair's reduction. The protocol line says '1 pair', '3 pairs', or the stopping rule's count."""
+    plan = make_plan(pairs=1, warmup=0)
+    folder = run_folder(tmp_path, plan, scripted({"baseline": [10.0], "candidate": [8.0]}))
+    run = loaded(folder)
+    sentence = report.claim_sentence(run.plan, run.summaries, "yolo26n", "candidate")
+    assert "The one pair's reduction is 20.00%" in sentence and "n/a" not in sentence
+    assert report.pairs_words(run.plan, run.summaries.trials) == "1 pair"
+    three = loaded(run_folder(tmp_path / "three", make_plan(warmup=0), scripted(FIGURES)))
+    assert report.pairs_words(three.plan, three.summaries.trials) == "3 pairs"
+    auto = make_plan(warmup=0)
+    auto.protocol = dataclasses.replace(auto.protocol, pairs="auto", precision=2.0, max_pairs=12)
+    assert (
+        report.pairs_words(auto, three.summaries.trials)
+        == "pairs by the stopping rule (3 so far, at most 12)"
+    )
 
 
 def test_claim_sentence_with_different_peaks_other_labels_and_no_peaks(tmp_path: Path) -> None:

@@ -134,19 +134,14 @@ def run_rank_fit(payload: dict[str, Any]) -> dict[str, Any]:
         reset_peaks(device)
         with RankBracket(device) as bracket:
             clock.start()
-            result = embedded.fit(
+            result = embedded.fit_of(
+                settings,
                 make_optimizer,
-                device=device,
-                images=settings.images,
-                val_images=settings.val_images,
-                imgsz=settings.imgsz,
-                batch=settings.batch,
-                epochs=settings.epochs,
-                amp=settings.amp,
-                data_seed=int(payload["data_seed"]),
-                seed=int(payload["seed"]),
-                trial_dir=trial_dir,
-                clock=clock,
+                device,
+                int(payload["data_seed"]),
+                int(payload["seed"]),
+                trial_dir,
+                clock,
                 rank=rank,
                 world=world,
             )

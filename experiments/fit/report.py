@@ -29,7 +29,7 @@ from harness.formatting import (
     method_label,
 )
 from harness.protocol import Plan
-from harness.report import claim_sentence, markdown_image, markdown_table, warmup_words
+from harness.report import claim_sentence, markdown_image, markdown_table, pairs_words, warmup_words
 from harness.stats import finished, median_of, secondary_claims
 from harness.tier import Run
 
@@ -455,7 +455,7 @@ def claim_text(run: Run) -> str:
             f"({int(claim['pairs'])} pairs); {_verdict_words(claim, set(same))}."
         )
     lines.append(
-        f"Protocol: {warmup_words(plan, summaries.trials)}, then {plan.protocol.pairs} pair(s) in {plan.protocol.order} order "
+        f"Protocol: {warmup_words(plan, summaries.trials)}, then {pairs_words(plan, summaries.trials)} in {plan.protocol.order} order "
         f"({_orders(plan)}), {settings.steps} steps each ({settings.epochs} epochs × {settings.iterations_per_epoch}); "
         f"isolation: {plan.isolation}; timed region: {plan.timed_region}."
     )

@@ -127,19 +127,8 @@ def run_fit(payload: dict[str, Any]) -> dict[str, Any]:
         from experiments.fit import embedded
 
         def fit() -> dict[str, Any]:
-            return embedded.fit(
-                make_optimizer,
-                device=device,
-                images=settings.images,
-                val_images=settings.val_images,
-                imgsz=settings.imgsz,
-                batch=settings.batch,
-                epochs=settings.epochs,
-                amp=settings.amp,
-                data_seed=int(payload["data_seed"]),
-                seed=seed,
-                trial_dir=trial_dir,
-                clock=clock,
+            return embedded.fit_of(
+                settings, make_optimizer, device, int(payload["data_seed"]), seed, trial_dir, clock
             )
 
     reset_peaks(device)
