@@ -432,6 +432,30 @@ def test_pairs_auto_grown_after_a_resumes_warmup_reads_back_and_resumes(tmp_path
     assert len(folder.rows()) == before
 
 
+@pytest.mark.parametrize(("max_pairs", "warned"), [(12, True), (13, True), (14, False), (20, False)])
+def test_pairs_auto_whose_looks_end_too_early_to_keep_95_says_so_before_it_starts(
+    max_pairs: int, warned: bool
+) -> None:
+    """The H200 claim ran with --max-pairs 12 and only at its sixth pair did a report say that looks ending
+    before 14 pairs never keep 95% on the reference skewed law: the plan says it before the first trial."""
+    from harness import options
+
+    said: list[str] = []
+    options.protocol_options(
+        arms="baseline,candidate",
+        device="cpu",
+        pairs="auto",
+        precision=2.0,
+        max_pairs=max_pairs,
+        announce=said.append,
+    )
+    notes = [line for line in said if "keeps 95% only when" in line]
+    assert bool(notes) == warned, said
+    if warned:
+        (note,) = notes
+        assert f"--max-pairs {max_pairs}" in note and "insufficient" in note and "14 or more" in note
+
+
 def test_pairs_auto_stops_at_the_last_look_when_the_precision_is_out_of_reach(tmp_path: Path, no_gc) -> None:
     plan = plan_of("scripted", warmup=0, pairs="auto", precision=0.01, max_pairs=10, figures=AUTO_FIGURES)
     folder = runner(tmp_path).start(plan).folder
