@@ -5,8 +5,10 @@
 # STEP is one of
 #   tests      pytest -m cuda: every CUDA test
 #   upstream   the candidate against upstream 8.4.190 with the A/A control in the same schedule, bar 5%, the A/A
-#              arm's tolerance ±1%, pairs by the precision rule (--precision 2: at least 6, at most 12)
-#   baseline   the candidate against the baseline with its control, bar 40%, ±1%, the same rule
+#              arm's tolerance ±1%, pairs by the precision rule (--precision 2: at least 6, at most 12, as the
+#              decisive issue asks, though looks that end at 12 never keep 95% on the reference skewed law)
+#   baseline   the candidate against the baseline with its control, bar 40%, ±1%, the same rule to 14 pairs
+#              (the issue sets no most here; 14 is the fewest whose stopping-rule interval can keep 95%)
 #   stages-upstream, stages-baseline   one --stages pair of each comparison (diagnostic; each call a new folder)
 #   parity     bench parity --steps 60 on YOLO26n and YOLO26x
 #   screen     bench screen n..x: baseline, candidate (guard 256), upstream 8.4.190; 3 pairs
@@ -20,7 +22,7 @@ end=$(( $(date +%s) + ${DEADLINE:-560} ))
 left() { echo $(( end - $(date +%s) )); }
 HOME_DIR=reports/h200-decisive
 claim=(--workload ultralytics --device cuda --images 256 --imgsz 640 --batch 4 --amp bf16 --steps 384 --quiet)
-rule=(--control --tolerance 1 --pairs auto --precision 2 --max-pairs 12 --warmup 1)
+rule=(--control --tolerance 1 --pairs auto --precision 2 --warmup 1)
 
 resumable() {  # resumable NAME TIER START-ARGS...: resume HOME_DIR/NAME's run of TIER, or start it, before the deadline
   local name=$1 tier=$2; shift 2
@@ -45,8 +47,8 @@ for step in "$@"; do
   case $step in
     tests) timeout $(( $(left) - 20 )) python3 -m pytest -q -m cuda -rs -p no:cacheprovider > "$OUT/cuda-tests.log" 2>&1
            echo "tests rc=$?"; tail -8 "$OUT/cuda-tests.log" ;;
-    upstream) resumable upstream pair "${claim[@]}" --arms upstream,candidate --bar 5 "${rule[@]}" ;;
-    baseline) resumable baseline pair "${claim[@]}" --arms baseline,candidate --bar 40 "${rule[@]}" ;;
+    upstream) resumable upstream pair "${claim[@]}" --arms upstream,candidate --bar 5 "${rule[@]}" --max-pairs 12 ;;
+    baseline) resumable baseline pair "${claim[@]}" --arms baseline,candidate --bar 40 "${rule[@]}" --max-pairs 14 ;;
     stages-upstream) fresh stages-upstream pair "${claim[@]}" --arms upstream,candidate --stages --warmup 0 --pairs 1 ;;
     stages-baseline) fresh stages-baseline pair "${claim[@]}" --arms baseline,candidate --stages --warmup 0 --pairs 1 ;;
     parity) python3 -m harness.cli parity --device cuda --steps 60 --out "$HOME_DIR/parity" --quiet > "$OUT/parity.log" 2>&1
