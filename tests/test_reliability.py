@@ -419,7 +419,12 @@ CORRUPT_PLANS = {
     "an index a string": (_set("schedule.0.index", "abc"), "schedule[0].index is 'abc', not a whole number"),
     "cases a string": (_set("cases", "x"), "plan.json: not a plan"),
     "a trial of no case": (_set("schedule.1.case", "elsewhere"), "schedule[1] names case 'elsewhere'"),
-    "indices out of order": (_set("schedule.1.index", 4), "schedule[1].index is 4, not 1"),
+    # Unique, not dense: rounds --pairs auto adds take indices above a resume's extra warm-up.
+    "an index repeated": (
+        _set("schedule.1.index", 0),
+        "schedule[1].index is 0, which is negative or an earlier",
+    ),
+    "an index negative": (_set("schedule.1.index", -1), "schedule[1].index is -1, which is negative"),
     "an unknown role": (_set("protocol.arms.0.role", "referee"), "role 'referee'"),
     "an empty schedule": (_set("schedule", []), "plan.json: the schedule is empty"),
     "no arms": (_set("protocol.arms", []), "protocol.arms is empty"),
