@@ -188,7 +188,9 @@ class Runner:
     ) -> Run:
         remaining = sum(1 for _ in pending(plan, folder))
         done = scheduled_done(plan, folder.rows())
-        console.print(f"run folder: {folder.path}  ({remaining} of {len(plan.schedule)} trials to run)")
+        console.print(  # never wrapped: the path is copied from here
+            f"run folder: {folder.path}  ({remaining} of {len(plan.schedule)} trials to run)", soft_wrap=True
+        )
         if placement is not None:
             console.print(f"CPU placement: {placement.describe()}")
         try:

@@ -800,7 +800,7 @@ def test_paths_and_labels_print_verbatim_on_stdout_and_in_the_progress_bar(tmp_p
         metric="test figure",
         settings={"behaviour": "sleepy"},
     )
-    out = tmp_path / "results[v2]"
+    out = tmp_path / ("results[v2]" + "-long" * 12)  # longer than a line: the path line is never wrapped
     for quiet in (True, False):
         folder = runner(out, quiet=quiet).start(plan).folder
         printed = capsys.readouterr().out
