@@ -134,14 +134,14 @@ def run_rank_fit(payload: dict[str, Any]) -> dict[str, Any]:
         reset_peaks(device)
         with RankBracket(device) as bracket:
             clock.start()
-            result = embedded.fit_of(
-                settings,
+            result = embedded.fit(
                 make_optimizer,
-                device,
-                int(payload["data_seed"]),
-                int(payload["seed"]),
-                trial_dir,
-                clock,
+                device=device,
+                **embedded.sized_by(settings),
+                data_seed=int(payload["data_seed"]),
+                seed=int(payload["seed"]),
+                trial_dir=trial_dir,
+                clock=clock,
                 rank=rank,
                 world=world,
             )

@@ -190,35 +190,11 @@ def _validate(
     return float(loss_sum) / len(images), float(correct) / len(images)
 
 
-def fit_of(
-    settings: Any,
-    make_optimizer: OptimizerFactory,
-    device: str,
-    data_seed: int,
-    seed: int,
-    trial_dir: Path,
-    clock: NullClock,
-    rank: int = 0,
-    world: int = 1,
-) -> dict[str, Any]:
-    """``fit`` with the fit settings' images, sizes, batch, epochs and precision: one call for the one-device
-    worker and for every rank."""
-    return fit(
-        make_optimizer,
-        device=device,
-        images=settings.images,
-        val_images=settings.val_images,
-        imgsz=settings.imgsz,
-        batch=settings.batch,
-        epochs=settings.epochs,
-        amp=settings.amp,
-        data_seed=data_seed,
-        seed=seed,
-        trial_dir=trial_dir,
-        clock=clock,
-        rank=rank,
-        world=world,
-    )
+def sized_by(settings: Any) -> dict[str, Any]:
+    """``fit``'s data, size, batch, epochs and precision keywords, as the fit settings give them: one
+    reading of the settings for the one-device worker and for every rank."""
+    names = ("images", "val_images", "imgsz", "batch", "epochs", "amp")
+    return {name: getattr(settings, name) for name in names}
 
 
 def fit(

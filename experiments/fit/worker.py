@@ -127,8 +127,14 @@ def run_fit(payload: dict[str, Any]) -> dict[str, Any]:
         from experiments.fit import embedded
 
         def fit() -> dict[str, Any]:
-            return embedded.fit_of(
-                settings, make_optimizer, device, int(payload["data_seed"]), seed, trial_dir, clock
+            return embedded.fit(
+                make_optimizer,
+                device=device,
+                **embedded.sized_by(settings),
+                data_seed=int(payload["data_seed"]),
+                seed=seed,
+                trial_dir=trial_dir,
+                clock=clock,
             )
 
     reset_peaks(device)
