@@ -9,13 +9,18 @@ It computes what the per-parameter MuSGD computes, with few operations per step 
   bounded by the parameter and gradient bytes of its own members. Matrices of one shape, and matrices above
   the guard, run as exact-shape batches; a lone matrix runs exactly as in the baseline.
 - The plan owns everything a step needs: the stacks (allocated once), each member's view into its stack, the
-  gains as scalar lists, and the parameter, gradient-owner and buffer lists per group. A step fills the
-  stacks with one foreach copy, advances every stack's Newton-Schulz chain in lockstep (mm/bmm per stack,
-  one foreach operation per elementwise step for all stacks), and applies gains, updates and SGD momentum
-  with foreach operations over lists. The count of operations grows with the number of stacks and groups,
-  not of matrices.
+  gains as scalar lists, the parameter, gradient-owner and buffer lists per group, and a scratch view like
+  each clean parameter. A step fills the stacks with one foreach copy, advances every stack's Newton-Schulz
+  chain in lockstep (mm/bmm per stack, one foreach operation per elementwise step for all stacks), widens
+  the scaled bf16 updates into scratch (so the apply, fp32 += bf16 otherwise, takes the foreach fast path),
+  and applies gains, updates and SGD momentum with foreach operations over lists. The count of operations
+  grows with the number of stacks and groups, not of matrices, and a step allocates nothing.
 - Momentum keeps its rounded operations: the baseline's lerp, mul and add, in the same order and with the
-  same Python-float scalars, so momentum buffers stay bit-equal to the baseline's.
+  same Python-float scalars, so momentum buffers stay bit-equal to the baseline's. What the baseline
+  computes out of place (the Nesterov inputs, the decayed gradient, the Nesterov SGD update) is computed by
+  the same kernel in place on a copy of the gradient in scratch: the host's cost of a step on a fast GPU
+  was mostly allocating those outputs, one tensor per parameter, and dispatching mixed-dtype lists one
+  tensor at a time.
 - Whatever reordering could change is kept in the baseline's order: parameters whose memory overlaps another
   parameter, and parameter subclasses that refuse storage inspection (and their whole group), keep
   exact-shape batches but take scalar momentum and are applied one by one in order; parameters whose
@@ -25,9 +30,11 @@ It computes what the per-parameter MuSGD computes, with few operations per step 
   identity and address: a new device, dtype or shape comes with new memory), the presence of their
   gradients, the groups' `use_muon` and the state object are unchanged (`load_state_dict` replaces the state
   object). Gradients that move (fresh allocations) only re-check memory overlaps.
-- On one CUDA device the Newton-Schulz core (stacks in, scaled updates out) is replayed from a CUDA graph
-  (`optimizers.graphs`): it reads no gradient, parameter or hyperparameter, so a replay is the eager core's
-  kernels with the eager core's arguments, and learning-rate or momentum schedules need no re-capture.
+- On one CUDA device the core (the stacks filled from the momentum buffers or the Nesterov inputs in
+  scratch, Newton-Schulz, gains, updates widened into scratch) is replayed from a CUDA graph
+  (`optimizers.graphs`): it reads only tensors whose memory lasts as long as the plan, and no gradient,
+  parameter or hyperparameter, so a replay is the eager core's kernels with the eager core's arguments, and
+  learning-rate or momentum schedules need no re-capture.
 - Under an initialized process group of several ranks (`optimizers.distributed`), each rank orthogonalizes
   its chunk of every batch and some of the lone matrices into its block of one buffer, one all-gather per
   step fills the other blocks, and every rank applies gains, updates and momentum as one rank does. One
@@ -36,8 +43,9 @@ It computes what the per-parameter MuSGD computes, with few operations per step 
 No public flag and no checkpoint field is added: the state is exactly the baseline's, so a state_dict moves
 between MuSGD and BatchedMuSGD both ways. `pad_guard` and `graph_replay` (class attributes, or
 `with_pad_guard`) are internal knobs for screens: guard None pads every size, 0 pads nothing; replay off
-runs every core eagerly. The plan's stacks are memory the optimizer keeps between steps, about the bf16
-size of the Muon parameters (plus padding); `plan_bytes` says how much.
+runs every core eagerly. The plan's stacks and scratch are memory the optimizer keeps between steps: about
+the bf16 size of the Muon parameters (plus padding) and the size of the parameters; `plan_bytes` says how
+much (with the captured graph's pool).
 """
 
 from __future__ import annotations
@@ -61,6 +69,7 @@ from .newton_schulz import Stack, foreach_mul_, muon_scale, newton_schulz_stacks
 DEFAULT_PAD_GUARD = 256
 MAX_LAYOUTS = 16  # scalar patterns whose merged lists a plan keeps (a schedule rarely makes more than two)
 STACK_DTYPE = torch.bfloat16
+_WIDENS_EXACTLY = (torch.float32, torch.float64, STACK_DTYPE)  # parameter dtypes a bf16 update widens into
 _OPAQUE = -1  # fingerprint of a tensor that refuses data_ptr()
 _GRAD = operator.attrgetter("grad")
 _DATA_PTR = torch.Tensor.data_ptr
@@ -214,10 +223,6 @@ class _Batch:
     dtype: torch.dtype
     members: list[_Member]
     stack_shape: tuple[int, ...] = ()
-    # Uniform batches only: the stride of a (members, *shape) tensor whose slices are laid out like the
-    # parameters, when the bf16 result is copied once into the parameters' dtype and layout (bf16 widens to
-    # fp32/fp64 exactly) so the Muon apply takes the foreach fast path; None keeps the bf16 slices.
-    update_strides: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -229,6 +234,10 @@ class _BatchStack:
     `full` is the contiguous tensor of all members where one exists (one rank), `zeroed` what a step zeroes
     before filling (padded stacks), `scale_targets`/`scale_values` what the gains multiply in place, and
     `here[i]` whether member i is orthogonalized by this process (so filled by it).
+
+    `outputs[i]` is where member i's update ends: its slot (bf16), or its parameter-like view of the plan's
+    scratch, into which the scaled bf16 result is widened (exactly) so the Muon apply takes the foreach fast
+    path; `block` (one copy for a whole uniform batch) and `copies` (one per member) are those conversions.
     """
 
     batch: _Batch
@@ -239,6 +248,9 @@ class _BatchStack:
     full: torch.Tensor | None
     zeroed: list[torch.Tensor]
     here: list[bool]
+    outputs: list[torch.Tensor] = field(default_factory=list)
+    block: tuple[torch.Tensor, torch.Tensor] | None = None  # (scratch block, stack viewed like it)
+    copies: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])  # (scratch views, slots)
 
 
 def _matrix_shape(batch: _Batch) -> tuple[int, int]:
@@ -279,7 +291,7 @@ def _allocate_stack(batch: _Batch, dtype: torch.dtype = STACK_DTYPE) -> _BatchSt
     targets, values = _scaled(slots, batch, [tensor])
     zeroed = [tensor] if batch.kind == "padded" else []
     here = [True] * len(members)
-    return _BatchStack(batch, Stack.of(tensor), slots, targets, values, tensor, zeroed, here)
+    return _BatchStack(batch, Stack.of(tensor), slots, targets, values, tensor, zeroed, here, list(slots))
 
 
 def _allocate_shares(
@@ -310,7 +322,9 @@ def _allocate_shares(
         mine = blocks[partition.rank]
         zeroed = [mine] if batch.kind == "padded" else []
         here = [i // chunk == partition.rank for i in range(len(batch.members))]
-        entries[id(batch)] = _BatchStack(batch, Stack.of(mine), slots, targets, values, None, zeroed, here)
+        entries[id(batch)] = _BatchStack(
+            batch, Stack.of(mine), slots, targets, values, None, zeroed, here, list(slots)
+        )
     for batch, owner, offset in zip(lone, partition.owners, partition.whole_offsets, strict=True):
         rows, cols = _matrix_shape(batch)
         matrix = buffer[owner * per_rank + offset :][: rows * cols].view(rows, cols)
@@ -318,8 +332,17 @@ def _allocate_shares(
         targets, values = _scaled(slots, batch, [matrix])
         mine = owner == partition.rank
         stack = Stack.of(matrix) if mine else None
-        entries[id(batch)] = _BatchStack(batch, stack, slots, targets, values, None, [], [mine])
+        entries[id(batch)] = _BatchStack(batch, stack, slots, targets, values, None, [], [mine], list(slots))
     return [entries[id(batch)] for batch in batches], buffer
+
+
+def _fill_stacks(plan: _Plan, fill: _Fill) -> None:
+    """Zero the padded stacks (padding stays zero through Newton-Schulz, even after a NaN) and copy the clean
+    members' inputs into their slots (rounded to bf16 as the baseline's Newton-Schulz rounds its input)."""
+    if plan.zeroed:
+        torch._foreach_zero_(plan.zeroed)
+    if fill.slots:
+        torch._foreach_copy_(fill.slots, fill.sources)
 
 
 def _newton_schulz_here(stacks: list[_BatchStack]) -> list[torch.Tensor]:
@@ -335,28 +358,20 @@ def _newton_schulz_here(stacks: list[_BatchStack]) -> list[torch.Tensor]:
 
 def _finish(stacks: list[_BatchStack]) -> list[list[torch.Tensor]]:
     """Gains in place (a padded member's crop, or a whole exact-shape stack; bf16, as the baseline multiplies
-    its bf16 result), then each member's update, per batch.
-
-    A uniform batch's result is converted once into the parameters' dtype and layout where that is exact,
-    so the Muon apply can take the foreach fast path; every other update is a view into its stack.
-    """
+    its bf16 result), then each member's update, per batch: widened into the plan's scratch where the stack
+    says so (one copy per uniform batch, else one per member), else its slot."""
     targets = [t for entry in stacks for t in entry.scale_targets]
     foreach_mul_(targets, [v for entry in stacks for v in entry.scale_values])
-    updates = []
+    into: list[torch.Tensor] = []
+    out_of: list[torch.Tensor] = []
     for entry in stacks:
-        batch = entry.batch
-        if batch.update_strides is None or entry.slots[0].dtype != STACK_DTYPE:
-            updates.append(entry.slots)
-            continue
-        shape = (len(batch.members), *batch.members[0].param.shape)
-        converted = torch.empty_strided(shape, batch.update_strides, dtype=batch.dtype, device=batch.device)
-        if entry.full is not None:
-            converted.copy_(entry.full.view(shape))
-            updates.append(list(converted.unbind(0)))
-        else:
-            updates.append(list(converted.unbind(0)))
-            torch._foreach_copy_(updates[-1], entry.slots)
-    return updates
+        if entry.block is not None:
+            entry.block[0].copy_(entry.block[1])
+        into += entry.copies[0]
+        out_of += entry.copies[1]
+    if into:
+        torch._foreach_copy_(into, out_of)
+    return [entry.outputs for entry in stacks]
 
 
 def _orthogonalize_stacks(stacks: list[_BatchStack]) -> list[list[torch.Tensor]]:
@@ -384,7 +399,8 @@ class _MuonGroup:
 
     Members are in fill order `start:stop`; the first `fast` of them get updates laid out like their
     parameters (same dtype and strides), so their apply can take the foreach fast path on CUDA. `here` lists
-    (relative) indices of the members this process orthogonalizes: all of them on one rank.
+    (relative) indices of the members this process orthogonalizes: all of them on one rank. `scratch` are
+    the members' views of the plan's scratch (a Nesterov input, then the widened update).
     """
 
     group: dict[str, Any]
@@ -394,6 +410,7 @@ class _MuonGroup:
     params: list[torch.Tensor]
     buffers: list[torch.Tensor]
     here: list[int]
+    scratch: list[torch.Tensor]
 
 
 @dataclass
@@ -419,7 +436,8 @@ class _MomentumRun:
     """Consecutive Muon groups (in fill order) with equal momentum and Nesterov: one momentum pass for all.
 
     `group` indexes the group whose scalars the run reads (every member group's are equal); `here` lists the
-    members orthogonalized here (None: all of them) and `here_buffers` their buffers.
+    members orthogonalized here (None: all of them), `here_buffers` their buffers and `here_scratch` their
+    scratch (where a Nesterov input is computed in place).
     """
 
     group: int
@@ -428,17 +446,21 @@ class _MomentumRun:
     buffers: list[torch.Tensor]
     here: list[int] | None
     here_buffers: list[torch.Tensor]
+    here_scratch: list[torch.Tensor]
     grads: Callable[[list[Any]], Any] = tuple  # the run's gradients out of the step's flat list
+    here_grads: Callable[[list[Any]], Any] = tuple  # those of the members orthogonalized here
 
 
 @dataclass
 class _SgdRun:
-    """Clean SGD buckets (across groups) with one device, dtype, momentum, Nesterov and decay."""
+    """Clean SGD buckets (across groups) with one device, dtype, momentum, Nesterov and decay; `scratch`
+    holds the decayed gradient and then the Nesterov update, in place (no allocation per step)."""
 
     group: int
     nesterov: bool
     params: list[torch.Tensor]
     buffers: list[torch.Tensor]
+    scratch: list[torch.Tensor]
     grads: Callable[[list[Any]], Any] = tuple  # the run's gradients out of the step's flat list
 
 
@@ -471,6 +493,16 @@ class _ApplyRun:
 
 
 @dataclass
+class _Fill:
+    """What the core copies into the stacks: the clean members' slots here and their Newton-Schulz inputs,
+    each a momentum buffer or (Nesterov) its scratch: tensors that keep their memory while the plan lives,
+    so a captured core reads them. One per pattern of the groups' Nesterov flags; the core's graph key."""
+
+    slots: list[torch.Tensor]
+    sources: list[torch.Tensor]
+
+
+@dataclass
 class _Layout:
     """The plan's foreach lists merged across groups whose step scalars are equal (one scalar pattern).
 
@@ -482,6 +514,7 @@ class _Layout:
     muon_apply: list[_ApplyRun]  # pieces into the fill-order updates (source 0)
     sgd: list[_SgdRun]
     sgd_apply: list[_ApplyRun]  # pieces into the SGD runs' updates (source = run index)
+    fill: _Fill
 
 
 @dataclass(frozen=True)
@@ -528,7 +561,7 @@ def _build_layout(plan: _Plan, scalars: _Scalars) -> _Layout:
         i = index[id(muon_group.group)]
         key = (momentum[i], nesterov[i])
         if key != previous_key:
-            runs.append(_MomentumRun(i, nesterov[i], [], [], [], []))
+            runs.append(_MomentumRun(i, nesterov[i], [], [], [], [], []))
             previous_key = key
         run = runs[-1]
         offset = len(run.params)
@@ -537,6 +570,7 @@ def _build_layout(plan: _Plan, scalars: _Scalars) -> _Layout:
         assert run.here is not None
         run.here += [offset + j for j in muon_group.here]
         run.here_buffers += [muon_group.buffers[j] for j in muon_group.here]
+        run.here_scratch += [muon_group.scratch[j] for j in muon_group.here]
         split = muon_group.start + muon_group.fast
         for part, start, stop in (("fast", muon_group.start, split), ("slow", split, muon_group.stop)):
             if stop > start:
@@ -544,9 +578,11 @@ def _build_layout(plan: _Plan, scalars: _Scalars) -> _Layout:
                 apply.params += muon_group.params[start - muon_group.start : stop - muon_group.start]
                 apply.pieces.append((0, start, stop))
     for run in runs:
+        positions = [plan.positions[id(p)] for p in run.params]
+        run.grads = _picker(positions)
+        run.here_grads = _picker([positions[j] for j in run.here or ()]) if run.here else lambda _: ()
         if len(run.here or ()) == len(run.params):
-            run.here = None
-        run.grads = _picker([plan.positions[id(p)] for p in run.params])
+            run.here, run.here_grads = None, run.grads
     sgd_runs: dict[tuple[Any, ...], _SgdRun] = {}
     sgd_applies: dict[tuple[Any, ...], _ApplyRun] = {}
     for i, group_plan in enumerate(plan.groups):
@@ -554,18 +590,30 @@ def _build_layout(plan: _Plan, scalars: _Scalars) -> _Layout:
             device, dtype = bucket.params[0].device, bucket.params[0].dtype
             key = (device, dtype, momentum[i], nesterov[i], weight_decay[i])
             if key not in sgd_runs:
-                sgd_runs[key] = _SgdRun(i, nesterov[i], [], [])
+                sgd_runs[key] = _SgdRun(i, nesterov[i], [], [], [])
             run_index = list(sgd_runs).index(key)
             sgd_run = sgd_runs[key]
             start = len(sgd_run.params)
             sgd_run.params += bucket.params
             sgd_run.buffers += bucket.buffers
+            sgd_run.scratch += [plan.scratch_of[id(p)] for p in bucket.params]
             apply = sgd_applies.setdefault((device, dtype, sgd_alpha[i]), _ApplyRun(i, [], []))
             apply.params += bucket.params
             apply.pieces.append((run_index, start, len(sgd_run.params)))
     for sgd_run in sgd_runs.values():
         sgd_run.grads = _picker([plan.positions[id(p)] for p in sgd_run.params])
-    return _Layout(runs, list(applies.values()), list(sgd_runs.values()), list(sgd_applies.values()))
+    flags = tuple(nesterov[index[id(muon_group.group)]] for muon_group in plan.muon_groups)
+    fill = plan.fills.get(flags)
+    if fill is None:
+        fill = plan.fills[flags] = _Fill(
+            [s for m, s in zip(plan.fill, plan.fill_slots, strict=True) if s is not None and not m.ordered],
+            [
+                (muon_group.scratch if flag else muon_group.buffers)[j]
+                for muon_group, flag in zip(plan.muon_groups, flags, strict=True)
+                for j in muon_group.here
+            ],
+        )
+    return _Layout(runs, list(applies.values()), list(sgd_runs.values()), list(sgd_applies.values()), fill)
 
 
 @dataclass
@@ -580,7 +628,15 @@ class _Plan:
     groups: list[_GroupPlan]
     stacks: list[_BatchStack] = field(default_factory=list)
     fill: list[_Member] = field(default_factory=list)  # every member, in fill order
-    slots: list[torch.Tensor] = field(default_factory=list)  # the stack views this process fills, in order
+    fill_slots: list[torch.Tensor | None] = field(
+        default_factory=list
+    )  # their slots, None if not filled here
+    ordered_slots: list[torch.Tensor] = field(default_factory=list)  # the ordered members' filled here
+    # Scratch: one parameter-like view per clean parameter (per device and dtype, one tensor holds them all),
+    # where a step computes in place what the baseline computes out of place: no allocation per step.
+    scratch: list[torch.Tensor] = field(default_factory=list)
+    scratch_of: dict[int, torch.Tensor] = field(default_factory=dict)  # parameter id -> its view
+    fills: dict[tuple[bool, ...], _Fill] = field(default_factory=dict)  # per Nesterov pattern of Muon groups
     zeroed: list[torch.Tensor] = field(default_factory=list)  # padded stacks (or shares), zeroed per step
     muon_groups: list[_MuonGroup] = field(default_factory=list)
     ordered: list[_Member] = field(default_factory=list)  # fill[len(fill) - len(ordered):]
@@ -604,10 +660,13 @@ class _Plan:
 
     @property
     def nbytes(self) -> int:
-        """Bytes the plan's stacks hold between steps."""
+        """Bytes the plan's stacks and scratch hold between steps."""
+        scratch = sum(t.numel() * t.element_size() for t in self.scratch)
         if self.buffer is not None:
-            return self.buffer.numel() * self.buffer.element_size()
-        return sum(e.full.numel() * e.full.element_size() for e in self.stacks if e.full is not None)
+            return scratch + self.buffer.numel() * self.buffer.element_size()
+        return scratch + sum(
+            e.full.numel() * e.full.element_size() for e in self.stacks if e.full is not None
+        )
 
     def updates_in_fill_order(self, per_batch: list[list[torch.Tensor]]) -> list[torch.Tensor]:
         updates: list[torch.Tensor] = [None] * len(self.fill)  # type: ignore[list-item]
@@ -654,11 +713,7 @@ def _make_batch(members: list[_Member]) -> _Batch:
         return _Batch("single", device, dtype, members)
     if all(m.param.shape == first.shape and m.param.stride() == first.stride() for m in members):
         rows, cols = first.shape[0], math.prod(first.shape[1:])
-        batch = _Batch("uniform", device, dtype, members, stack_shape=(len(members), rows, cols))
-        layout = torch.empty_like(first, device="meta").stride()  # dense, ordered like the parameter's
-        if dtype in (torch.float32, torch.float64) or (dtype == STACK_DTYPE and not first.is_contiguous()):
-            batch.update_strides = (first.numel(), *layout)
-        return batch
+        return _Batch("uniform", device, dtype, members, stack_shape=(len(members), rows, cols))
     small = members[0].small
     large = max(m.large for m in members)
     batch = _Batch("padded", device, dtype, members, stack_shape=(len(members), small, large))
@@ -675,8 +730,9 @@ def _make_batch(members: list[_Member]) -> _Batch:
 
 
 def _lay_out(plan: _Plan, state: dict[torch.Tensor, dict[str, Any]], world: int, rank: int) -> None:
-    """Allocate the plan's stacks (shared out over a process group's ranks where it has several) and fix
-    the fill order: each group's clean members, then ordered ones."""
+    """Allocate the plan's stacks (shared out over a process group's ranks where it has several) and its
+    scratch, and fix the fill order: each group's clean members (those whose update widens into scratch
+    first), then ordered ones."""
     plan.stacks = _share_out(plan, world, rank) if world > 1 and plan.batches else []
     if not plan.stacks:
         plan.stacks = [_allocate_stack(batch) for batch in plan.batches]
@@ -691,38 +747,92 @@ def _lay_out(plan: _Plan, state: dict[torch.Tensor, dict[str, Any]], world: int,
         for member, mine in zip(entry.batch.members, entry.here, strict=True)
         if mine
     }
-    fast_update = {
-        id(member)
-        for entry in plan.stacks
-        for member, slot in zip(entry.batch.members, entry.slots, strict=True)
-        if entry.batch.update_strides is not None
-        or (slot.dtype == member.param.dtype and slot.stride() == member.param.stride())
-    }
     members = [m for batch in plan.batches for m in batch.members]
+    widened = {id(m) for m in members if not m.ordered and m.param.dtype in _WIDENS_EXACTLY}
+    _allocate_scratch(plan, widened)
     by_group: dict[int, list[_Member]] = {}
     for member in members:
         if not member.ordered:
             by_group.setdefault(id(member.group), []).append(member)
     for clean in by_group.values():
-        clean.sort(key=lambda m: (id(m) not in fast_update, m.order))
+        clean.sort(key=lambda m: (id(m) not in widened, m.order))
         start = len(plan.fill)
         plan.fill += clean
         params = [m.param for m in clean]
         buffers = [state[p]["momentum_buffer"] for p in params]
-        fast = sum(id(m) in fast_update for m in clean)
+        fast = sum(id(m) in widened for m in clean)
         mine = [i for i, m in enumerate(clean) if id(m) in here]
+        scratch = [plan.scratch_of[id(p)] for p in params]
         plan.muon_groups.append(
-            _MuonGroup(clean[0].group, start, len(plan.fill), fast, params, buffers, mine)
+            _MuonGroup(clean[0].group, start, len(plan.fill), fast, params, buffers, mine, scratch)
         )
     plan.ordered = sorted((m for m in members if m.ordered), key=lambda m: m.order)
     plan.ordered_here = [id(m) in here for m in plan.ordered]
     plan.fill += plan.ordered
     for position, member in enumerate(plan.fill):
         member.position = position
-    plan.slots = [slot_of[id(m)] for m in plan.fill if id(m) in here]
+    plan.fill_slots = [slot_of[id(m)] if id(m) in here else None for m in plan.fill]
+    plan.ordered_slots = [slot_of[id(m)] for m in plan.ordered if id(m) in here]
     plan.devices = {entry.batch.device for entry in plan.stacks}
     plan.device = plan.stacks[0].batch.device if plan.stacks else None
     plan.zeroed = [t for entry in plan.stacks for t in entry.zeroed]
+
+
+def _dense_strides(p: torch.Tensor) -> tuple[int, ...]:
+    """The strides of a dense tensor laid out like `p` (p's own where p is dense)."""
+    return torch.empty_like(p, device="meta").stride()
+
+
+def _allocate_scratch(plan: _Plan, widened: set[int]) -> None:
+    """A parameter-like view of scratch for every clean parameter (one tensor per device and dtype), and
+    where each member's update ends: members in `widened` get their bf16 result widened into their view
+    (a uniform batch of such members side by side, so one copy widens the whole batch), others keep their
+    slot. Scratch is always written before it is read, so it is left uninitialized."""
+    clean = [p for group_plan in plan.groups for bucket in group_plan.buckets for p in bucket.params]
+    blocks = [
+        entry
+        for entry in plan.stacks
+        if entry.full is not None
+        and entry.batch.kind == "uniform"
+        and all(id(m) in widened for m in entry.batch.members)
+    ]
+    order = [m.param for entry in blocks for m in entry.batch.members]
+    placed = {id(p) for p in order}
+    order += [p for p in clean if id(p) not in placed]
+    sizes: dict[tuple[torch.device, torch.dtype], int] = {}
+    offsets = []
+    for p in order:
+        key = (p.device, p.dtype)
+        offsets.append(sizes.get(key, 0))
+        sizes[key] = offsets[-1] + p.numel()
+    flats = {key: torch.empty(size, dtype=key[1], device=key[0]) for key, size in sizes.items()}
+    plan.scratch = list(flats.values())
+    base = {}
+    for p, offset in zip(order, offsets, strict=True):
+        plan.scratch_of[id(p)] = flats[(p.device, p.dtype)].as_strided(p.shape, _dense_strides(p), offset)
+        base[id(p)] = offset
+    in_blocks = {id(entry) for entry in blocks}
+    for entry in plan.stacks:
+        members = entry.batch.members
+        entry.outputs = [
+            plan.scratch_of[id(m.param)] if id(m) in widened else slot
+            for m, slot in zip(members, entry.slots, strict=True)
+        ]
+        if id(entry) in in_blocks:
+            assert entry.full is not None
+            first = members[0].param
+            shape = (len(members), *first.shape)
+            block = flats[(first.device, first.dtype)].as_strided(
+                shape, (first.numel(), *_dense_strides(first)), base[id(first)]
+            )
+            entry.block = (block, entry.full.view(shape))
+        else:
+            pairs = [
+                (out, slot)
+                for m, out, slot in zip(members, entry.outputs, entry.slots, strict=True)
+                if out is not slot
+            ]
+            entry.copies = ([out for out, _ in pairs], [slot for _, slot in pairs])
 
 
 def _share_out(plan: _Plan, world: int, rank: int) -> list[_BatchStack]:
@@ -916,22 +1026,28 @@ class BatchedMuSGD(MuSGD):
         return _Scalars(momentum, nesterov, weight_decay, sgd_alpha, muon_alpha, pattern)
 
     def _muon(self, plan: _Plan, layout: _Layout, scalars: _Scalars) -> dict[int, torch.Tensor]:
-        """Fill the stacks, run the core, apply the clean members' updates; return the ordered members'.
+        """Muon momentum, the core, the clean members' apply; return the ordered members' updates.
 
-        On one rank the whole core (Newton-Schulz, gains, conversions) may replay as one graph. Under a
-        process group the graph holds this rank's Newton-Schulz share only; the gather and what follows
-        it run eagerly (no collective is captured).
+        On one rank the whole core (filling the stacks from buffers and scratch, Newton-Schulz, gains,
+        widening into scratch) may replay as one graph. Under a process group the graph holds this rank's
+        Newton-Schulz share only; the fill before it and the gather and what follows it run eagerly (no
+        collective is captured).
         """
         if not plan.stacks:
             return {}
-        self._fill_stacks(plan, layout, scalars)
+        self._momentum(plan, layout, scalars)
+        fill = layout.fill
         device, refusal = plan.device, self._replay_refusal(plan)
         if plan.partition is None:
-            updates = self._core_graph.run(
-                plan, device, lambda: plan.updates_in_fill_order(_orthogonalize_stacks(plan.stacks)), refusal
-            )
+
+            def core() -> list[torch.Tensor]:
+                _fill_stacks(plan, fill)
+                return plan.updates_in_fill_order(_orthogonalize_stacks(plan.stacks))
+
+            updates = self._core_graph.run(fill, device, core, refusal)
         else:
-            self._core_graph.run(plan, device, lambda: _newton_schulz_here(plan.stacks), refusal)
+            _fill_stacks(plan, fill)
+            self._core_graph.run(fill, device, lambda: _newton_schulz_here(plan.stacks), refusal)
             assert plan.buffer is not None
             gather_shares(plan.buffer, plan.partition)
             updates = plan.updates_in_fill_order(_finish(plan.stacks))
@@ -942,27 +1058,25 @@ class BatchedMuSGD(MuSGD):
             return {}
         return {id(member.param): updates[member.position] for member in plan.ordered}
 
-    def _fill_stacks(self, plan: _Plan, layout: _Layout, scalars: _Scalars) -> None:
-        """Muon momentum for every member (foreach per run of groups, scalar for ordered members); the
-        inputs of the members orthogonalized here copied into the stacks at once."""
-        sources: list[torch.Tensor] = []
+    def _momentum(self, plan: _Plan, layout: _Layout, scalars: _Scalars) -> None:
+        """Muon momentum for every member: foreach per run of groups, the Nesterov input of the members
+        orthogonalized here computed in their scratch (the baseline's out-of-place lerp, in place on a copy
+        of the gradient); ordered members by the scalar step, their inputs copied into their slots now."""
         for run in layout.momentum:
             momentum = scalars.momentum[run.group]
-            grads = run.grads(self._step_grads)
-            torch._foreach_lerp_(run.buffers, grads, 1 - momentum)
-            buffers = run.buffers
-            if run.here is not None:
-                grads, buffers = [grads[i] for i in run.here], run.here_buffers
-            sources += torch._foreach_lerp(grads, buffers, momentum) if run.nesterov else buffers
+            torch._foreach_lerp_(run.buffers, run.grads(self._step_grads), 1 - momentum)
+            if run.nesterov and run.here_scratch:
+                torch._foreach_copy_(run.here_scratch, run.here_grads(self._step_grads))
+                torch._foreach_lerp_(run.here_scratch, run.here_buffers, momentum)
+        sources = []
         for member, here in zip(plan.ordered, plan.ordered_here, strict=True):
             group, p = member.group, member.param
             buffer = self.state[p]["momentum_buffer"]
             source = muon_momentum(p.grad, buffer, group["momentum"], group["nesterov"])
             if here:
                 sources.append(source)
-        if plan.zeroed:
-            torch._foreach_zero_(plan.zeroed)  # padding stays zero through Newton-Schulz, even after a NaN
-        torch._foreach_copy_(plan.slots, sources)
+        if sources:
+            torch._foreach_copy_(plan.ordered_slots, sources)
 
     def _replay_refusal(self, plan: _Plan) -> str | None:
         """Why this step's core must not replay a graph, or None where replay is safe."""
@@ -981,13 +1095,16 @@ class BatchedMuSGD(MuSGD):
         for run in layout.sgd:
             momentum, weight_decay = scalars.momentum[run.group], scalars.weight_decay[run.group]
             grads = run.grads(self._step_grads)
-            if weight_decay != 0:
-                grads = torch._foreach_add(grads, run.params, alpha=weight_decay)
+            if weight_decay != 0 or run.nesterov:  # g + wd p, then g + m buf: in place in scratch
+                torch._foreach_copy_(run.scratch, grads)
+                grads = run.scratch
+                if weight_decay != 0:
+                    torch._foreach_add_(grads, run.params, alpha=weight_decay)
             foreach_mul_(run.buffers, momentum)
             torch._foreach_add_(run.buffers, grads)
-            run_updates.append(
-                torch._foreach_add(grads, run.buffers, alpha=momentum) if run.nesterov else run.buffers
-            )
+            if run.nesterov:
+                torch._foreach_add_(grads, run.buffers, alpha=momentum)
+            run_updates.append(grads if run.nesterov else run.buffers)
         for apply in layout.sgd_apply:
             torch._foreach_add_(
                 apply.params, apply.updates(run_updates), alpha=scalars.sgd_alpha[apply.group]

@@ -1,18 +1,19 @@
 """Replaying a step's Newton-Schulz core from a CUDA graph, where that is safe, and saying why where not.
 
-What is captured is the core only: the plan's filled stacks in, the orthogonalized and scaled updates out.
-It reads no gradient, parameter, buffer or hyperparameter, so:
+What is captured is the core only: the stacks filled from the momentum buffers or the plan's scratch (the
+Nesterov inputs), the orthogonalized and scaled updates out, into the plan's scratch. It reads tensors whose
+memory lasts as long as the plan, and no gradient, parameter or hyperparameter, so:
 
 - a replay runs the eager core's kernels with the eager core's arguments: its bits are the eager step's by
   construction, whatever the learning rate or momentum does from step to step (the trainer's warm-up changes
   both every step), with no device-tensor scalars whose rounding would have to be proven equal to Python
   floats (a fused `p + alpha * u` with alpha as a kernel argument has no device-scalar twin in torch, and a
   0-dim tensor operand is rounded to a bf16 buffer's dtype);
-- gradients need no static copies and may move between steps, a closure may run, parameters without
-  gradients change the plan (and so the graph) rather than the graph's inputs;
+- gradients need no static copies and may move between steps (the eager momentum reads them), a closure
+  may run, parameters without gradients change the plan (and so the graph) rather than the graph's inputs;
 - momentum, the Muon apply and the SGD part stay eager: a few foreach operations per group.
 
-The graph is tied to one plan (its stacks): a new plan is first run eagerly on the capture stream (lazy
+The graph is tied to one plan's fill (its stacks and inputs): a new plan is first run eagerly on the capture stream (lazy
 per-stream set-up such as the cuBLAS workspace happens there, not inside the capture), captured on the next
 step and replayed from then on. Wherever replay is refused the core runs eagerly and the reason is counted
 (`CoreGraph.stats`): off, asked for, not on CUDA, on several devices, inside another capture (a caller
@@ -131,8 +132,9 @@ class CoreGraph:
     ) -> list[torch.Tensor]:
         """The core's outputs for this step: replayed, captured then replayed, or computed eagerly.
 
-        `key` identifies the plan the graph belongs to (a new key drops the old graph); `device` is the one
-        CUDA device the core runs on; `refusal` is the caller's reason not to replay (None: replay is safe).
+        `key` identifies what the graph reads and writes, a plan's fill (a new key drops the old graph);
+        `device` is the one CUDA device the core runs on; `refusal` is the caller's reason not to replay
+        (None: replay is safe).
         """
         if refusal is not None:
             self.stats[f"eager: {refusal}"] += 1

@@ -10,8 +10,9 @@
 #   baseline   the candidate against the baseline with its control, bar 40%, ±1%, the same rule to 14 pairs
 #              (the issue sets no most here; 14 is the fewest whose stopping-rule interval can keep 95%)
 #   stages-upstream, stages-baseline   one --stages pair of each comparison (diagnostic; each call a new folder)
+#   profile    where the candidate's step spends its host time, by part and operation (scripts/h200_step_profile.py)
 #   parity     bench parity --steps 60 on YOLO26n and YOLO26x
-#   screen     bench screen n..x: baseline, candidate (guard 256), upstream 8.4.190; 3 pairs
+#   screen     bench screen n..x: baseline, candidate (guard 256), upstream 8.4.190; 3 pairs (each call a new folder)
 #   probes     the probes: lm at 24 GiB and 6 GiB, detect at n and x (24 GiB), as the committed ones ran
 # The claim: real trainer, YOLO26n, 640 px, batch 4 (nbs 4), bf16, 256 synthetic images, 384 steps, the quiet
 # defaults (--cpus auto). Run folders live under reports/h200-decisive/<step>/ (committed between calls): a step
@@ -51,11 +52,13 @@ for step in "$@"; do
     baseline) resumable baseline pair "${claim[@]}" --arms baseline,candidate --bar 40 "${rule[@]}" --max-pairs 14 ;;
     stages-upstream) fresh stages-upstream pair "${claim[@]}" --arms upstream,candidate --stages --warmup 0 --pairs 1 ;;
     stages-baseline) fresh stages-baseline pair "${claim[@]}" --arms baseline,candidate --stages --warmup 0 --pairs 1 ;;
+    profile) python3 scripts/h200_step_profile.py --scales n x > "$OUT/profile.log" 2>&1
+             echo "profile rc=$?"; grep -E "step host|synchronized|empty_strided" "$OUT/profile.log" ;;
     parity) python3 -m harness.cli parity --device cuda --steps 60 --out "$HOME_DIR/parity" --quiet > "$OUT/parity.log" 2>&1
             echo "parity n rc=$?"
             python3 -m harness.cli parity --device cuda --scale x --steps 60 --out "$HOME_DIR/parity" --quiet >> "$OUT/parity.log" 2>&1
             echo "parity x rc=$?"; grep -E "One-step contract" "$OUT/parity.log" ;;
-    screen) resumable screen screen --scales n,s,m,l,x --guards 256 --arms baseline,candidate,upstream --steps 10 \
+    screen) fresh screen screen --scales n,s,m,l,x --guards 256 --arms baseline,candidate,upstream --steps 10 \
               --warmup-steps 2 --warmup 2 --pairs 3 --device cuda --quiet
             grep -A 30 "Targets, checked" "$HOME_DIR"/screen/*/report.md | head -32 ;;
     probes) for args in "lm 24GiB --variants native,chunked --learner-ms 288.6 --warmup 2 --pairs 10" \

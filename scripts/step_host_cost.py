@@ -76,7 +76,7 @@ def _no_op_foreach() -> Iterator[None]:
 
 PARTS = {  # part -> the BatchedMuSGD methods whose time it is (those that exist in this version)
     "plan check": ["_current_plan"],
-    "momentum + fill": ["_fill_stacks"],
+    "momentum": ["_momentum", "_fill_stacks"],
     "core (replay stub)": ["_replay_refusal"],
     "SGD": ["_sgd_group", "_sgd"],
 }

@@ -681,18 +681,22 @@ def test_reduced_precision_momentum_buffers_stay_bit_equal_over_steps(dtype: tor
         assert torch.equal(pb, pc)
 
 
-def test_the_plan_allocates_its_stacks_once_and_says_how_big_they_are() -> None:
+def test_the_plan_allocates_its_stacks_and_scratch_once_and_says_how_big_they_are() -> None:
     params = _make_params(MIXED_SMALL_16 + [(260, 260), (260, 260), (300, 300)], seed=130)
     optimizer = BatchedMuSGD([_muon_group(params)])
     addresses = []
     for step in range(3):
         _fill_grads(params, seed=131 + step)
         optimizer.step()
-        addresses.append([entry.stack.tensor.data_ptr() for entry in _plan(optimizer).stacks])
+        plan = _plan(optimizer)
+        addresses.append(
+            [entry.stack.tensor.data_ptr() for entry in plan.stacks] + [t.data_ptr() for t in plan.scratch]
+        )
     assert addresses[0] == addresses[1] == addresses[2]
     assert {entry.batch.kind for entry in _plan(optimizer).stacks} == {"padded", "uniform", "single"}
-    expected = sum(entry.stack.tensor.numel() * 2 for entry in _plan(optimizer).stacks)
-    assert optimizer.plan_bytes == expected > 0
+    stacks = sum(entry.stack.tensor.numel() * 2 for entry in _plan(optimizer).stacks)
+    scratch = sum(p.numel() * p.element_size() for p in params)  # one parameter-like view each
+    assert optimizer.plan_bytes == stacks + scratch > scratch > 0
 
 
 def test_padding_recovers_after_a_nan_once_the_state_is_reset() -> None:

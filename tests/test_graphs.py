@@ -138,8 +138,8 @@ def _simulated(groups: list[dict[str, Any]], backend: SimulatedBackend | None = 
 
 
 def test_simulated_replays_feed_the_step_what_eager_cores_would(simulated_device: None) -> None:
-    """Eight steps with a schedule that moves every step: replays (outputs refilled in place, uniform
-    batches' converted updates included) give the eager optimizer's bits, and each core is counted."""
+    """Eight steps with a schedule that moves every step: replays (outputs refilled in place, the
+    updates widened into scratch included) give the eager optimizer's bits, and each core is counted."""
     groups = _small_groups(seed=6, device="cpu")
     twin_groups = _clone_groups(groups)
     optimizer, twin = _simulated(groups), _eager(twin_groups)
@@ -153,7 +153,8 @@ def test_simulated_replays_feed_the_step_what_eager_cores_would(simulated_device
         _assert_identical(optimizer, groups, twin, twin_groups, where=step)
     kinds = {entry.batch.kind for entry in optimizer._plan.stacks}
     assert kinds == {"padded", "uniform", "single"}
-    assert any(entry.batch.update_strides is not None for entry in optimizer._plan.stacks)
+    assert any(entry.block is not None for entry in optimizer._plan.stacks)  # one widening copy per batch
+    assert any(entry.copies[0] for entry in optimizer._plan.stacks)  # and one per member
     assert optimizer.graph_stats == {"eager: warm-up": 1, "captured": 1, "replayed": 6}
     assert twin.graph_stats == {"eager: replay off": 8}
 
