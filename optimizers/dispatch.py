@@ -4,7 +4,8 @@ A step that is bound by host dispatch costs about one fixed host overhead per op
 count is a device-independent measure of that cost (it can be taken on the CPU). Operations are counted where
 Python sees them (a `TorchDispatchMode`): a foreach operation over a hundred tensors counts once, and what an
 operation runs internally (a CPU foreach fallback looping over its tensors, a composite's inner kernels) is
-not counted again.
+not counted again. `allocations` counts the tensors operations returned in new memory (not a view of, or the
+memory of, one of their inputs): on a GPU each is a trip through the caching allocator, a host cost of its own.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,8 @@ class DispatchCount:
 
     total: int
     by_operation: dict[str, int]
+    allocations: int = 0
+    allocated_by: dict[str, int] | None = None
 
     def most_common(self, n: int = 10) -> list[tuple[str, int]]:
         return Counter(self.by_operation).most_common(n)
@@ -32,10 +37,23 @@ class _CountingMode(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.counts: Counter[str] = Counter()
+        self.allocated: Counter[str] = Counter()
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.counts[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        self.counts[name] += 1
+        result = func(*args, **(kwargs or {}))
+        inputs = {_storage(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        fresh = sum(
+            1 for t in tree_leaves(result) if isinstance(t, torch.Tensor) and _storage(t) not in inputs
+        )
+        if fresh:
+            self.allocated[name] += fresh
+        return result
+
+
+def _storage(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
 
 
 def count_dispatched_ops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> DispatchCount:
@@ -43,4 +61,6 @@ def count_dispatched_ops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> D
     mode = _CountingMode()
     with mode:
         fn(*args, **kwargs)
-    return DispatchCount(sum(mode.counts.values()), dict(mode.counts))
+    return DispatchCount(
+        sum(mode.counts.values()), dict(mode.counts), sum(mode.allocated.values()), dict(mode.allocated)
+    )
