@@ -182,6 +182,8 @@ def test_stages_run_attributes_the_whole_fit(tmp_path: Path, capsys) -> None:
     graphs = {row["arm"]: row["optimizer_graphs"] for row in rows}
     assert graphs["baseline"] is None  # the per-parameter MuSGD keeps no graph counts
     assert graphs["candidate-cpu"].startswith("eager: ")  # no CUDA graph on the CPU, and the reason is said
+    kept = {row["arm"]: row["optimizer_plan_bytes"] for row in rows}
+    assert kept["baseline"] is None and kept["candidate-cpu"] > 0  # the candidate's stacks and scratch
     claim = folder.file("claim.txt").read_text()
     assert claim.startswith("On cpu: baseline ran the per-parameter MuSGD")  # what ran, first in every claim
     assert (
@@ -192,6 +194,7 @@ def test_stages_run_attributes_the_whole_fit(tmp_path: Path, capsys) -> None:
     report = folder.file("report.md").read_text()
     assert "### Stage shares" in report
     assert "- candidate-cpu: the first optimizer step took " in report and "its core ran: eager: " in report
+    assert "| kept between steps |" in report and "Kept between steps: device memory" in report
     assert "diagnostic, not a claim" in report and "**Claim (" not in report  # never read as a claim
     assert "A diagnostic run (synchronized inside the timed region): no verdict." in report
 

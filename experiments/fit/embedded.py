@@ -334,6 +334,7 @@ def fit(
         "optimizer_class": name,
         "optimizer_sharing": getattr(optimizer, "sharing", None),
         "optimizer_graphs": getattr(optimizer, "graph_stats", None),
+        "optimizer_plan_bytes": getattr(optimizer, "plan_bytes", None),  # memory it keeps between steps
         "train_loss": round(last_loss, 6),
         "trained": {"model": model, "ema": ema.model},
     }

@@ -30,7 +30,7 @@ from harness.formatting import (
 )
 from harness.protocol import Plan
 from harness.report import claim_sentence, markdown_image, markdown_table, pairs_words, warmup_words
-from harness.stats import finished, median_of, secondary_claims
+from harness.stats import finished, median_of, numeric_column, secondary_claims
 from harness.tier import Run
 
 STAGES_CSV = "stages.csv"
@@ -181,6 +181,7 @@ def _figures_text(plan: Plan, trials: pd.DataFrame) -> list[str]:
         return []
     ranked = plan.protocol.gpus > 1
     quality = "val_map50_95" if "val_map50_95" in rows else "val_accuracy" if "val_accuracy" in rows else None
+    kept = len(numeric_column(rows, "optimizer_plan_bytes")) > 0  # older runs did not record it
     table = []
     for arm in plan.arm_labels():
         mine = rows[rows["arm"] == arm]
@@ -200,6 +201,7 @@ def _figures_text(plan: Plan, trials: pd.DataFrame) -> list[str]:
                 format_bytes(median_of(mine, "peak_allocated")),
                 format_bytes(median_of(mine, "peak_reserved")),
                 *([format_bytes(median_of(mine, "peak_allocated_sum")), _shares(mine)] if ranked else []),
+                *([format_bytes(median_of(mine, "optimizer_plan_bytes"))] if kept else []),
                 format_bytes(median_of(mine, "checkpoint_bytes")),
                 "n/a" if quality is None else format_number(median_of(mine, quality)),
                 classes or "n/a",
@@ -208,41 +210,56 @@ def _figures_text(plan: Plan, trials: pd.DataFrame) -> list[str]:
     quality_name = {"val_map50_95": "val mAP50-95", "val_accuracy": "val accuracy"}.get(
         quality or "", "val metric"
     )
-    return [
-        "### Per-trial figures (medians over measured trials)",
-        "",
-        markdown_table(
-            [
-                "arm",
-                "trials",
-                "fit (s)",
-                "iteration (ms, host)",
-                "peak allocated" + (" (max over ranks)" if ranked else ""),
-                "peak reserved" + (" (max over ranks)" if ranked else ""),
-                *(["peak allocated (sum over ranks)", "NS matrices per rank"] if ranked else []),
-                "checkpoints",
-                quality_name,
-                "optimizer class",
-            ],
-            table,
-            "lrrrrrr" + ("rr" if ranked else "") + "rl",
-        ),
-        "",
-        "Iteration: median gap between consecutive iteration ends, read from the host clock with no "
-        "synchronization (so nothing is added inside the timed region); a diagnostic, not the claim. "
-        "Checkpoints: bytes on disk of the checkpoint files the fit wrote. The quality figure is a sanity "
-        "check that the fit trained; a short fit says nothing about final accuracy.",
-        "",
-    ] + (
+    return (
         [
-            "Ranks: the fit's figure is rank 0's bracket; each rank's peaks are in the row (`rank_peak_allocated`, "
-            "`rank_peak_reserved`), with their max and sum. NS matrices per rank: the Newton-Schulz matrices each "
-            "rank orthogonalized in the last trial, of all of them (`optimizer.sharing`); 'every rank: all' for "
-            "an arm that does not share, whose every rank orthogonalizes every matrix.",
+            "### Per-trial figures (medians over measured trials)",
+            "",
+            markdown_table(
+                [
+                    "arm",
+                    "trials",
+                    "fit (s)",
+                    "iteration (ms, host)",
+                    "peak allocated" + (" (max over ranks)" if ranked else ""),
+                    "peak reserved" + (" (max over ranks)" if ranked else ""),
+                    *(["peak allocated (sum over ranks)", "NS matrices per rank"] if ranked else []),
+                    *(["kept between steps"] if kept else []),
+                    "checkpoints",
+                    quality_name,
+                    "optimizer class",
+                ],
+                table,
+                "lrrrrrr" + ("rr" if ranked else "") + ("r" if kept else "") + "rl",
+            ),
+            "",
+            "Iteration: median gap between consecutive iteration ends, read from the host clock with no "
+            "synchronization (so nothing is added inside the timed region); a diagnostic, not the claim. "
+            "Checkpoints: bytes on disk of the checkpoint files the fit wrote. The quality figure is a sanity "
+            "check that the fit trained; a short fit says nothing about final accuracy.",
             "",
         ]
-        if ranked
-        else []
+        + (
+            [
+                "Kept between steps: device memory the optimizer holds besides its state at the fit's end "
+                "(`optimizer.plan_bytes`: for the candidate its stacks, scratch and captured graph's pool; n/a for "
+                "an optimizer that keeps none). It is part of every later peak, so it bounds how close the arms' "
+                "peaks can come.",
+                "",
+            ]
+            if kept
+            else []
+        )
+        + (
+            [
+                "Ranks: the fit's figure is rank 0's bracket; each rank's peaks are in the row (`rank_peak_allocated`, "
+                "`rank_peak_reserved`), with their max and sum. NS matrices per rank: the Newton-Schulz matrices each "
+                "rank orthogonalized in the last trial, of all of them (`optimizer.sharing`); 'every rank: all' for "
+                "an arm that does not share, whose every rank orthogonalizes every matrix.",
+                "",
+            ]
+            if ranked
+            else []
+        )
     )
 
 
