@@ -110,6 +110,11 @@ def _git(repo: Path) -> dict[str, Any]:
     return {"git_revision": revision, "git_dirty": None if status is None else bool(status)}
 
 
+def code_revision() -> dict[str, Any]:
+    """The revision and dirty flag of the code running now (recorded at a run's start and at every resume)."""
+    return _git(project_root())
+
+
 def project_root() -> Path:
     """The checkout this package runs from (where its git revision is read)."""
     return Path(__file__).resolve().parent.parent
@@ -186,7 +191,7 @@ def collect(touch_device: bool = True) -> dict[str, Any]:
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
         "ultralytics": _package_version("ultralytics"),
         "musgd_bench": _own_version(),
-        **_git(project_root()),
+        **code_revision(),
         "gpus_start": gpus,
         "gpus_end": None,
     }

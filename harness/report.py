@@ -349,6 +349,16 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                 "and the spread mix machines (the environment table names each slice's machine).",
             )
         )
+    for k, revision in resumed_at_other_code(run.env):
+        out.append(
+            Caveat(
+                f"spans code revisions: resume {k} ran {_code(revision)}, the run started at "
+                f"{_code(run.env.get('git_revision'))}.",
+                "Each pair ran within one slice, so each pair's ratio is of one revision; where the arms' code "
+                "changed between revisions, the medians and the claim mix implementations (the environment "
+                "table names each slice's revision).",
+            )
+        )
     if plan.protocol.control:
         out.append(Caveat("A/A control: it measures the noise floor, not a speed-up.", _control_text(run)))
     if is_interrupted(plan, trials):
@@ -757,6 +767,34 @@ def resumed_elsewhere(env: dict[str, Any]) -> list[tuple[int, str]]:
     ]
 
 
+def _other_revision(env: dict[str, Any], resume: dict[str, Any]) -> bool | None:
+    """Whether a resume ran another revision than the start (or a dirty tree), None where not recorded."""
+    if is_missing(resume.get("git_revision")) or is_missing(env.get("git_revision")):
+        return None
+    return resume["git_revision"] != env["git_revision"] or bool(resume.get("git_dirty"))
+
+
+def resumed_at_other_code(env: dict[str, Any]) -> list[tuple[int, str]]:
+    """(resume number, its revision) for every resume recorded at other code than the run's start."""
+    return [
+        (k, resume["git_revision"])
+        for k, resume in enumerate(env.get("resumes") or [], start=1)
+        if _other_revision(env, resume)
+    ]
+
+
+def _code_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
+    """The code of every resume that recorded it (older runs did not)."""
+    rows = []
+    for k, resume in enumerate(env.get("resumes") or [], start=1):
+        other = _other_revision(env, resume)
+        if other is None:
+            continue
+        text = f"{_git(resume)} (another revision)" if other else "the same revision"
+        rows.append((f"… code at resume {k}", text))
+    return rows
+
+
 def _machine_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
     """The machine of the start and of every resume (only where the run recorded its boot: older runs did not)."""
     if not env.get("boot_id"):
@@ -830,7 +868,7 @@ def _environment_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
     ]
     for k, resume in enumerate(env.get("resumes") or [], start=1):
         rows.append((f"… at resume {k} ({_time(resume.get('recorded'))})", _clocks(resume.get("gpus"))))
-    return rows + _machine_rows(env)
+    return rows + _machine_rows(env) + _code_rows(env)
 
 
 def _environment(runs: list[LoadedRun]) -> list[str]:

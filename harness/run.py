@@ -161,6 +161,7 @@ class Runner:
                     "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                     "boot_id": env.boot_id(),
                     "gpus": env.gpu_snapshot(),
+                    **env.code_revision(),
                     "placement": None if placement is None else placement.to_dict(),
                     **machine_load(),
                 }

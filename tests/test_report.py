@@ -457,6 +457,37 @@ def test_a_resume_records_its_machine(claim_run: RunFolder) -> None:
     assert "| … at resume 1 | the same machine |" in text and "spans machines" not in text
 
 
+def test_a_resume_records_its_code_and_a_run_spanning_revisions_says_so(
+    claim_run: RunFolder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decisive claim's first round ran at one revision and its next five at another, and its report named
+    only the first: a resume records the revision it runs, and a run whose slices ran other code says so."""
+    record = claim_run.read_json("env.json")
+    record.update(git_revision="aaaa111", git_dirty=False)
+    claim_run.write_json("env.json", record)
+    log = claim_run.file(LOG)
+    log.write_text("".join(log.read_text(encoding="utf-8").splitlines(keepends=True)[:5]), encoding="utf-8")
+    monkeypatch.setenv("BENCH_GIT_REVISION", "bbbb222")
+    monkeypatch.setenv("BENCH_GIT_DIRTY", "0")
+    runner(claim_run.path.parent.parent).resume(claim_run.path, scripted(FIGURES))
+    (resume,) = claim_run.read_json("env.json")["resumes"]
+    assert resume["git_revision"] == "bbbb222" and resume["git_dirty"] is False
+    text = write([claim_run]).read_text(encoding="utf-8")
+    assert "| … code at resume 1 | `bbbb222`, clean (another revision) |" in text
+    assert "spans code revisions: resume 1 ran `bbbb222`, the run started at `aaaa111`." in text
+
+
+def test_a_resume_at_the_start_revision_adds_no_caveat(claim_run: RunFolder, monkeypatch) -> None:
+    record = claim_run.read_json("env.json")
+    record.update(git_revision="aaaa111", git_dirty=False)
+    record["resumes"] = [
+        {"recorded": "2026-12-01T16:02:27+00:00", "git_revision": "aaaa111", "git_dirty": False}
+    ]
+    claim_run.write_json("env.json", record)
+    text = write([claim_run]).read_text(encoding="utf-8")
+    assert "| … code at resume 1 | the same revision |" in text and "spans code revisions" not in text
+
+
 def test_a_resumed_run_with_an_extra_warmup_is_complete(claim_run: RunFolder) -> None:
     log = claim_run.file(LOG)
     lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
