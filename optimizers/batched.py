@@ -397,8 +397,8 @@ def _orthogonalize(
 class _MuonGroup:
     """The clean Muon members of one group (across batches): momentum and apply as foreach lists.
 
-    Members are in fill order `start:stop`; the first `fast` of them get updates laid out like their
-    parameters (same dtype and strides), so their apply can take the foreach fast path on CUDA. `here` lists
+    Members are in fill order `start:stop`; the first `fast` of them get their updates widened into scratch
+    (their parameters' dtype and layout), so their apply can take the foreach fast path on CUDA. `here` lists
     (relative) indices of the members this process orthogonalizes: all of them on one rank. `scratch` are
     the members' views of the plan's scratch (a Nesterov input, then the widened update).
     """
