@@ -658,6 +658,9 @@ def _summary(runs: list[LoadedRun]) -> list[str]:
                 f"Run {run.number} is an A/A control. {_control_text(run)} Read the other runs' "
                 "reductions against it.",
             ]
+    for run in runs:
+        for other, text in run.tier.bounds(run, [r for r in runs if r is not run]):
+            lines += ["", f"Run {run.number}: bounded by run {other.number} ({other.plan.tier}): {text}"]
     caveat_lines = [
         f"- {f'run {run.number}: ' if several else ''}{caveat.headline}"
         for run in runs

@@ -8,7 +8,7 @@ name a plan records; ``experiments.tiers`` registers the project's tiers in one 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -74,6 +74,10 @@ class Tier(Protocol):
 
     def claim(self, run: Run) -> str | None: ...
 
+    def bounds(self, run: Run, others: Sequence[Run]) -> list[tuple[Run, str]]:
+        """What other runs of one report say bounds this run's claims: (that run, the sentence)."""
+        ...
+
 
 class BaseTier:
     """A tier assembled from its hook functions; a hook left out takes the default (no tables, no section, no
@@ -88,6 +92,7 @@ class BaseTier:
         tables: Callable[[Run], dict[str, pd.DataFrame]] | None = None,
         section: Callable[[Run], str] | None = None,
         claim: Callable[[Run], str | None] | None = None,
+        bounds: Callable[[Run, Sequence[Run]], list[tuple[Run, str]]] | None = None,
         caveats: tuple[Caveat, ...] = (),
         diagnostic: bool = False,
         paired: bool = True,
@@ -95,6 +100,7 @@ class BaseTier:
         self.name, self.diagnostic, self.paired = name, diagnostic, paired
         self._make_plan, self._trial_function = make_plan, trial_function
         self._tables, self._section, self._claim, self._caveats = tables, section, claim, caveats
+        self._bounds = bounds
 
     def make_plan(self, protocol: ProtocolOptions, settings: Any, command: str) -> Plan:
         if self._make_plan is None:
@@ -119,6 +125,9 @@ class BaseTier:
 
     def claim(self, run: Run) -> str | None:
         return self._claim(run) if self._claim else None
+
+    def bounds(self, run: Run, others: Sequence[Run]) -> list[tuple[Run, str]]:
+        return self._bounds(run, others) if self._bounds else []
 
 
 class TierRegistry:

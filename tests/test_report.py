@@ -782,6 +782,25 @@ def test_a_fit_run_with_steady_figures_gets_its_own_claims_table_beside_the_clai
     assert f"{100 * expected['estimate'].iloc[0]:.2f}%" in section and STEADY_CLAIMS_CSV in section
 
 
+def test_a_stages_run_of_the_same_comparison_bounds_a_claim_in_one_report(tmp_path: Path) -> None:
+    """The decisive report put the claim against upstream beside the stages pair that bounds it, and a reader
+    had to join them: the report says, per claim, what a stages run of the same fit and implementations gives
+    (the ceiling and the implied saving); a stages run of another comparison bounds nothing."""
+    from experiments.fit.report import claim_bounds
+
+    claim = _committed_copy("h200-decisive/upstream/pair-20261201-135230-647b", tmp_path)
+    stages = _committed_copy("h200-decisive/stages-upstream/stages-20261201-155945-55eb", tmp_path)
+    other = _committed_copy("h200-decisive/stages-baseline/stages-20261201-134525-37c8", tmp_path)
+    text = report.write_report([claim, stages], PROJECT_TIERS, tmp_path / "r.md").read_text()
+    bounded = [line for line in text.splitlines() if "bounded by" in line]
+    assert bounded == [
+        "Run 1: bounded by run 2 (stages): candidate vs upstream (11.14%): upstream's optimizer step is 14.09% "
+        "of its fit there (the most an optimizer-only change can save), and the optimizer stages' difference "
+        "implies 9.30% (66.00% of that ceiling)."
+    ]
+    assert claim_bounds(Run.load(claim), [Run.load(other)]) == []  # baseline vs candidate: not this claim
+
+
 def test_a_fit_run_without_steady_figures_has_no_steady_table(tmp_path: Path) -> None:
     from experiments.fit.report import STEADY_CLAIMS_CSV
 

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from experiments.fit.plan import FitSettings, make_plan, trial_function
@@ -35,6 +36,12 @@ def _section(run: Run) -> str:
     return report_section(run)
 
 
+def _bounds(run: Run, others: Sequence[Run]) -> list[tuple[Run, str]]:
+    from experiments.fit.report import claim_bounds
+
+    return claim_bounds(run, others)
+
+
 def _claim(run: Run) -> str:
     from experiments.fit.report import claim_text
 
@@ -47,6 +54,7 @@ HOOKS = {
     "tables": _tables,
     "section": _section,
     "claim": _claim,
+    "bounds": _bounds,
 }
 PAIR = BaseTier(
     "pair",

@@ -9,6 +9,7 @@ Everything here is derived from the run alone.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,35 +80,89 @@ def stage_table(plan: Plan, trials: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=columns)
 
 
+def _optimizer_stage(table: pd.DataFrame, arm: str) -> tuple[float, float, float]:
+    """An arm's optimizer stage in a stage table: (median seconds, share of its fit, its stages' total)."""
+    mine = table[table["arm"] == arm].set_index("stage")
+    optimizer = mine.loc[OPTIMIZER_STAGE]
+    return float(optimizer["median_s"]), float(optimizer["share"]), float(mine["median_s"].sum())
+
+
+def _implied(table: pd.DataFrame, reference: str, arm: str) -> tuple[float, float]:
+    """The whole-fit saving the optimizer stages' difference implies, and the part of the ceiling it reaches."""
+    optimizer_s, _, total = _optimizer_stage(table, reference)
+    saved = optimizer_s - _optimizer_stage(table, arm)[0]
+    return saved / total if total else math.nan, saved / optimizer_s if optimizer_s else math.nan
+
+
 def stage_findings(plan: Plan, table: pd.DataFrame) -> list[str]:
     """The ceiling and the stage-implied saving, in sentences derived from the stage table."""
     if table.empty:
         return []
     labels = [a for a in plan.arm_labels() if a in set(table["arm"])]
     reference = labels[0]
-    ref = table[table["arm"] == reference].set_index("stage")
-    optimizer_share = float(ref.loc[OPTIMIZER_STAGE, "share"])
-    optimizer_s = float(ref.loc[OPTIMIZER_STAGE, "median_s"])
-    total = float(ref["median_s"].sum())
+    optimizer_s, optimizer_share, total = _optimizer_stage(table, reference)
     lines = [
         f"Ceiling: in {reference}'s fits the optimizer step is {format_percent(optimizer_share)} of the fit "
         f"({format_value(optimizer_s, 's')} of {format_value(total, 's')}), so a change to the optimizer alone "
         f"can save at most {format_percent(optimizer_share)} of the whole fit, even if its step took no time."
     ]
     for arm in labels[1:]:
-        other = table[table["arm"] == arm].set_index("stage")
-        saved = optimizer_s - float(other.loc[OPTIMIZER_STAGE, "median_s"])
+        arm_s, arm_share, _ = _optimizer_stage(table, arm)
+        implied, reached = _implied(table, reference, arm)
         lines.append(
-            f"{arm}: optimizer step {format_value(float(other.loc[OPTIMIZER_STAGE, 'median_s']), 's')} "
-            f"({format_percent(float(other.loc[OPTIMIZER_STAGE, 'share']))} of its fit); the stage difference alone "
-            f"implies a whole-fit saving of {format_percent(saved / total if total else float('nan'))} "
-            f"({format_percent(saved / optimizer_s if optimizer_s else float('nan'))} of the ceiling reached)."
+            f"{arm}: optimizer step {format_value(arm_s, 's')} "
+            f"({format_percent(arm_share)} of its fit); the stage difference alone "
+            f"implies a whole-fit saving of {format_percent(implied)} "
+            f"({format_percent(reached)} of the ceiling reached)."
         )
     lines.append(
         "These shares come from a diagnostic run with a synchronization at every stage boundary; they bound and "
         "explain the claim, they are not the claim (that is the unsynchronized paired run)."
     )
     return lines
+
+
+_COMPARABLE = ("workload", "model", "data", "steps", "images", "batch", "imgsz", "amp")  # what a fit measures
+
+
+def claim_bounds(run: Run, others: Sequence[Run]) -> list[tuple[Run, str]]:
+    """What a stages run of the same fit and the same two implementations, among a report's other runs,
+    says bounds each claim of this paired run: the reference's optimizer share of its fit (the most an
+    optimizer-only change can save) and the whole-fit saving the optimizer stages' difference implies."""
+    settings = FitSettings.from_dict(run.plan.settings)
+    if settings.stages or run.summaries.claims.empty:
+        return []
+    specs = {a.label: a.spec for case in run.plan.cases for a in case.arms}
+    found = []
+    for other in others:
+        if other.plan.tier != "stages":
+            continue
+        theirs = FitSettings.from_dict(other.plan.settings)
+        if any(getattr(theirs, key) != getattr(settings, key) for key in _COMPARABLE):
+            continue
+        table = stage_table(other.plan, other.summaries.trials)
+        if table.empty:
+            continue
+        label_of = {
+            a.spec: a.label for case in other.plan.cases for a in case.arms if a.label in set(table["arm"])
+        }
+        for _, claim in run.summaries.claims.iterrows():
+            arm, base = str(claim["arm"]), str(claim["baseline_arm"])
+            if claim["kind"] == "control" or specs[arm] not in label_of or specs[base] not in label_of:
+                continue
+            reference, theirs_arm = label_of[specs[base]], label_of[specs[arm]]
+            _, share, _ = _optimizer_stage(table, reference)
+            implied, reached = _implied(table, reference, theirs_arm)
+            found.append(
+                (
+                    other,
+                    f"{arm} vs {base} ({format_percent(claim['estimate'])}): {reference}'s optimizer step is "
+                    f"{format_percent(share)} of its fit there (the most an optimizer-only change can save), "
+                    f"and the optimizer stages' difference implies {format_percent(implied)} "
+                    f"({format_percent(reached)} of that ceiling).",
+                )
+            )
+    return found
 
 
 def step_findings(plan: Plan, trials: pd.DataFrame) -> list[str]:
