@@ -929,8 +929,10 @@ class BatchedMuSGD(MuSGD):
 
     @property
     def plan_bytes(self) -> int:
-        """Device bytes the optimizer keeps between steps besides its state: the stacks and a captured graph."""
-        return (self._plan.nbytes if self._plan is not None else 0) + self._core_graph.pool_bytes
+        """Device bytes the optimizer keeps between steps besides its state: the stacks, the scratch, a captured
+        graph's pool and what its capture stream set up (cuBLAS's workspace there)."""
+        core = self._core_graph
+        return (self._plan.nbytes if self._plan is not None else 0) + core.pool_bytes + core.warm_bytes
 
     @property
     def sharing(self) -> dict[str, Any]:

@@ -41,7 +41,9 @@ class Backend(Protocol):
 
     def on_device(self, device: torch.device) -> contextlib.AbstractContextManager[None]: ...
 
-    def warm(self, device: torch.device, compute: Compute) -> list[torch.Tensor]: ...
+    def warm(self, device: torch.device, compute: Compute) -> tuple[list[torch.Tensor], int]:
+        """Run `compute` where the capture will run: (its outputs, bytes it left allocated there)."""
+        ...
 
     def record(
         self, device: torch.device, compute: Compute
@@ -67,18 +69,21 @@ class CudaBackend:
     def on_device(self, device: torch.device) -> contextlib.AbstractContextManager[None]:
         return torch.cuda.device(device)
 
-    def warm(self, device: torch.device, compute: Compute) -> list[torch.Tensor]:
+    def warm(self, device: torch.device, compute: Compute) -> tuple[list[torch.Tensor], int]:
         """Run `compute` on the capture stream, ordered after and before the caller's stream's work.
 
         Memory it allocates there is used and freed by the caller's stream; every later use of the capture
-        stream first waits for the caller's stream, so such memory is never reused while still read.
+        stream first waits for the caller's stream, so such memory is never reused while still read. What
+        stays allocated afterwards (the core's outputs are the plan's own memory) is what the capture stream
+        set up for good: cuBLAS's workspace for that stream, the first time the process uses it.
         """
         current, side = torch.cuda.current_stream(device), self._side(device)
+        before = torch.cuda.memory_allocated(device)
         side.wait_stream(current)
         with torch.cuda.stream(side):
             outputs = compute()
         current.wait_stream(side)
-        return outputs
+        return outputs, max(0, torch.cuda.memory_allocated(device) - before)
 
     def record(
         self, device: torch.device, compute: Compute
@@ -115,6 +120,9 @@ class CoreGraph:
     def __init__(self, backend: Backend | None = None) -> None:
         self.stats: Counter[str] = Counter()
         self.pool_bytes = 0  # device memory the captured graph keeps reserved (its private memory pool)
+        # What a warm-up left allocated for good (the capture stream's cuBLAS workspace): the largest seen,
+        # kept across plans, since the stream and its workspace outlive them.
+        self.warm_bytes = 0
         self._backend: Backend = backend if backend is not None else CudaBackend()
         self._key: object | None = None
         self._replay: Callable[[], None] | None = None
@@ -150,7 +158,9 @@ class CoreGraph:
             if self._warm_steps < WARMUP_STEPS:
                 self._warm_steps += 1
                 self.stats["eager: warm-up"] += 1
-                return self._backend.warm(device, compute)
+                outputs, kept = self._backend.warm(device, compute)
+                self.warm_bytes = max(self.warm_bytes, kept)
+                return outputs
             if self._replay is None:
                 try:
                     self._replay, self._outputs, self.pool_bytes = self._backend.record(device, compute)

@@ -86,15 +86,19 @@ class SimulatedBackend:
     """A device without kernels: "capture" runs the core once (so the first replay has nothing left to do),
     a replay recomputes it and copies the results into the captured outputs, as a real replay refills them."""
 
-    def __init__(self, fail_with: Exception | None = None) -> None:
+    def __init__(self, fail_with: Exception | None = None, warm_bytes: int = 0) -> None:
         self.fail_with = fail_with
         self.records = 0
+        self.warm_bytes = warm_bytes  # what a warm-up leaves allocated (a real stream's cuBLAS workspace)
 
     def on_device(self, device: torch.device) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
-    def warm(self, device: torch.device, compute: Callable[[], list[torch.Tensor]]) -> list[torch.Tensor]:
-        return compute()
+    def warm(
+        self, device: torch.device, compute: Callable[[], list[torch.Tensor]]
+    ) -> tuple[list[torch.Tensor], int]:
+        kept, self.warm_bytes = self.warm_bytes, 0  # a stream sets its workspace up once per process
+        return compute(), kept
 
     def record(
         self, device: torch.device, compute: Callable[[], list[torch.Tensor]]
@@ -157,6 +161,24 @@ def test_simulated_replays_feed_the_step_what_eager_cores_would(simulated_device
     assert any(entry.copies[0] for entry in optimizer._plan.stacks)  # and one per member
     assert optimizer.graph_stats == {"eager: warm-up": 1, "captured": 1, "replayed": 6}
     assert twin.graph_stats == {"eager: replay off": 8}
+
+
+def test_plan_bytes_count_what_the_capture_stream_and_the_graph_keep(simulated_device: None) -> None:
+    """The candidate's fits peaked 45.6 MiB above upstream's, and its plan_bytes missed the largest part a
+    capture keeps: the capture stream's cuBLAS workspace, set up at the warm-up. plan_bytes is the stacks
+    and scratch, the graph's pool and what the warm-up left allocated, kept across a new plan."""
+    groups = _small_groups(seed=8, device="cpu")
+    optimizer = _simulated(groups, SimulatedBackend(warm_bytes=32 << 20))
+    _fill(groups, 30)
+    optimizer.step()  # the warm-up
+    assert optimizer.plan_bytes == optimizer._plan.nbytes + (32 << 20)
+    _fill(groups, 31)
+    optimizer.step()  # the capture: the simulated graph keeps 1 byte of pool
+    assert optimizer.plan_bytes == optimizer._plan.nbytes + (32 << 20) + 1
+    optimizer.load_state_dict(optimizer.state_dict())  # a new plan and graph; the stream's workspace stays
+    _fill(groups, 32)
+    optimizer.step()
+    assert optimizer.plan_bytes == optimizer._plan.nbytes + (32 << 20)
 
 
 def test_simulated_policy_counts_every_reason(simulated_device: None) -> None:
