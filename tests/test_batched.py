@@ -817,6 +817,41 @@ def test_merged_foreach_lists_change_no_bit_and_follow_the_scalar_pattern(
     assert len(all_equal.sgd) == 2 and len(all_equal.sgd_apply) == 1  # decayed Muon groups, the rest
 
 
+def test_every_nesterov_and_decay_combination_matches_the_baseline_as_nesterov_flips() -> None:
+    """The in-place forms in scratch (the Nesterov inputs, the decayed gradient, the Nesterov SGD update) and
+    the buffers read directly without Nesterov, for Muon and SGD groups with and without decay, through a
+    schedule that moves momentum and lr and flips one Muon group's Nesterov flag (another fill of the stacks):
+    exact-shape batches (guard 0), so every parameter and buffer bit for bit, and no gradient touched."""
+    shapes = [(16, 8, 3, 3), (24, 40), (32, 16)]
+    groups = []
+    for i, (nesterov, decay) in enumerate([(True, 5e-4), (False, 5e-4), (True, 0.0), (False, 0.0)]):
+        groups.append(_muon_group(_make_params(shapes, seed=400 + i), nesterov=nesterov, weight_decay=decay))
+        groups.append(
+            _sgd_group(_make_params([(16,), (8,)], seed=410 + i), nesterov=nesterov, weight_decay=decay)
+        )
+    base_groups, cand_groups = _clone_groups(groups), _clone_groups(groups)
+    baseline = MuSGD(base_groups, muon=0.2, sgd=1.0)
+    candidate = BatchedMuSGD.with_pad_guard(0)(cand_groups, muon=0.2, sgd=1.0)
+    for step in range(6):
+        for optimizer, optimizer_groups in ((baseline, base_groups), (candidate, cand_groups)):
+            for group in optimizer.param_groups:
+                group["lr"], group["momentum"] = 0.02 * (step + 1), 0.85 + 0.01 * step
+            optimizer.param_groups[0]["nesterov"] = step % 3 != 2  # off at steps 2 and 5
+            _grads_by_seed(optimizer_groups, step)
+            grads = [p.grad.clone() for p in _params_of(optimizer_groups)]
+            optimizer.step()
+            after = [p.grad for p in _params_of(optimizer_groups)]
+            assert all(map(torch.equal, after, grads)), step  # the step reads gradients, never writes them
+        for base_group, cand_group in zip(base_groups, cand_groups, strict=True):
+            for pb, pc in zip(base_group["params"], cand_group["params"], strict=True):
+                where = (step, base_group["nesterov"], base_group["weight_decay"], tuple(pb.shape))
+                assert torch.equal(pb, pc), where
+                for key, buffer in baseline.state[pb].items():
+                    assert torch.equal(buffer, candidate.state[pc][key]), (*where, key)
+    assert {b.kind for b in _plan(candidate).batches} == {"uniform"}  # exact shapes: no padding
+    assert len(_plan(candidate).fills) == 2  # the stacks filled two ways: Nesterov inputs, or the buffers
+
+
 def test_equal_scalars_keep_the_step_s_operation_count_whatever_the_group_count() -> None:
     """Six groups with equal scalars dispatch what their parameters in two groups (Muon, SGD) dispatch."""
     from optimizers.dispatch import count_dispatched_ops

@@ -163,6 +163,21 @@ def test_simulated_replays_feed_the_step_what_eager_cores_would(simulated_device
     assert twin.graph_stats == {"eager: replay off": 8}
 
 
+def test_simulated_replays_follow_a_nesterov_flip_to_another_fill(simulated_device: None) -> None:
+    """The captured core reads the Nesterov inputs in scratch or the momentum buffers: turning Nesterov off
+    is another fill, so the old graph is dropped and the new fill warmed up and captured (bits as eager)."""
+    groups = _small_groups(seed=9, device="cpu")
+    twin_groups = _clone_groups(groups)
+    optimizer, twin = _simulated(groups), _eager(twin_groups)
+    for step in range(8):
+        for opt, opt_groups in ((optimizer, groups), (twin, twin_groups)):
+            opt.param_groups[0]["nesterov"] = step < 4
+            _fill(opt_groups, 40 + step)
+            opt.step()
+        _assert_identical(optimizer, groups, twin, twin_groups, where=step)
+    assert optimizer.graph_stats == {"eager: warm-up": 2, "captured": 2, "replayed": 4}
+
+
 def test_plan_bytes_count_what_the_capture_stream_and_the_graph_keep(simulated_device: None) -> None:
     """The candidate's fits peaked 45.6 MiB above upstream's, and its plan_bytes missed the largest part a
     capture keeps: the capture stream's cuBLAS workspace, set up at the warm-up. plan_bytes is the stacks
