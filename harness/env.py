@@ -7,6 +7,7 @@ Written once per run to ``env.json`` (GPU clocks and temperature read again when
 from __future__ import annotations
 
 import datetime as _dt
+import numbers
 import os
 import platform
 import shutil
@@ -43,6 +44,43 @@ def _number(text: str | None) -> float | None:
         return float(str(text).split()[0])
     except (TypeError, ValueError, IndexError):
         return None
+
+
+# The shape of what this module records, as the report reads it back (`harness.validation.load_env` checks a
+# run folder's env.json against it, key by key where present: older runs lack some keys). A list of one shape
+# is a list of such records; `numbers.Real` is any number, NaN included (nvidia-smi may print one).
+_NUMBER = numbers.Real | None
+GPU_SHAPE: dict[str, Any] = {
+    "index": int,
+    "name": str,
+    "uuid": str | None,
+    "driver_version": str | None,
+    **dict.fromkeys(
+        ("sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w", "memory_total_mib"), _NUMBER
+    ),
+}
+RESUME_SHAPE: dict[str, Any] = {
+    "recorded": str,
+    "boot_id": str | None,
+    "gpus": [GPU_SHAPE],
+    "git_revision": str | None,
+    "git_dirty": bool | None,
+    "placement": dict[str, Any] | None,
+    "load1_start": _NUMBER,
+    "cpu_logical": int | None,
+}
+ENV_SHAPE: dict[str, Any] = {
+    **{key: hint for key, hint in RESUME_SHAPE.items() if key != "gpus"},
+    "gpus_start": [GPU_SHAPE],
+    "gpus_end": [GPU_SHAPE],
+    "resumes": [RESUME_SHAPE],
+    "gpu_names": list[str],
+    "gpu_memory_bytes": list[int | None],
+    **dict.fromkeys(("os", "python", "torch", "cuda_runtime", "driver_version", "cpu_model"), str | None),
+    **dict.fromkeys(("ultralytics", "musgd_bench", "hostname", "float32_matmul_precision"), str | None),
+    **dict.fromkeys(("cudnn", "cpu_count", "gpu_count"), int | None),
+    **dict.fromkeys(("cuda_available", "cudnn_benchmark", "deterministic_algorithms"), bool | None),
+}
 
 
 def gpu_snapshot() -> list[dict[str, Any]]:

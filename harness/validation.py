@@ -16,6 +16,7 @@ import typing
 from dataclasses import fields, is_dataclass
 from typing import Any
 
+from harness.env import ENV_SHAPE
 from harness.errors import InputError
 from harness.protocol import ORDERS, Plan, ScheduledTrial
 from harness.tables import ENV, LOG, PLAN, CorruptRunFolder, RunFolder
@@ -46,13 +47,42 @@ def load_plan(folder: RunFolder) -> Plan:
 
 
 def load_env(folder: RunFolder) -> dict[str, Any]:
-    """The folder's environment record (empty when absent); ``CorruptRunFolder`` unless a JSON object."""
+    """The folder's environment record (empty when absent); ``CorruptRunFolder`` unless a JSON object whose
+    every field the report reads has the recorder's shape (``harness.env.ENV_SHAPE``)."""
     record = folder.read_json(ENV)
     if record is None:
         return {}
     if not isinstance(record, dict):
         raise CorruptRunFolder(f"{folder.file(ENV)} holds {_kind(record)}, not an environment record")
+    problem = shape_problem(record, ENV_SHAPE, "env")
+    if problem:
+        raise CorruptRunFolder(f"{folder.file(ENV)}: {problem}")
     return record
+
+
+def shape_problem(record: dict[str, Any], shape: dict[str, Any], where: str) -> str | None:
+    """What is wrong with a record's fields present in ``shape``, or None. A hint written ``[SHAPE]`` is a
+    list of records of that shape (or null); any other hint is checked by ``type_problem``."""
+    for key, hint in shape.items():
+        if key not in record:
+            continue
+        value, here = record[key], f"{where}.{key}"
+        if isinstance(hint, list):
+            if value is None:
+                continue
+            if not isinstance(value, list):
+                return f"{here} is {_show(value)}, not a list"
+            for i, item in enumerate(value):
+                if not isinstance(item, dict):
+                    return f"{here}[{i}] is {_show(item)}, not an object"
+                problem = shape_problem(item, hint[0], f"{here}[{i}]")
+                if problem:
+                    return problem
+            continue
+        problem = type_problem(value, hint, here)
+        if problem:
+            return problem
+    return None
 
 
 def check_log(plan: Plan, folder: RunFolder) -> list[dict[str, Any]]:
@@ -228,6 +258,10 @@ def _show(value: Any) -> str:
 
 
 def _name(hint: Any) -> str:
-    return {int: "a whole number", float: "a number", str: "text", bool: "true or false"}.get(
-        hint, "null" if hint is type(None) else getattr(hint, "__name__", str(hint))
-    )
+    return {
+        int: "a whole number",
+        float: "a number",
+        numbers.Real: "a number",
+        str: "text",
+        bool: "true or false",
+    }.get(hint, "null" if hint is type(None) else getattr(hint, "__name__", str(hint)))

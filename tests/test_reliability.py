@@ -647,6 +647,44 @@ def test_fuzz_one_row_field_changed_gives_a_report_or_one_line(
         _report_or_one_line(folder, Path(scratch) / "r.md")
 
 
+ENV_KEYS = (
+    *("recorded", "boot_id", "gpus_start", "gpus_end", "resumes", "gpu_names", "gpu_memory_bytes"),
+    *("git_revision", "git_dirty", "placement", "load1_start", "cpu_logical", "cudnn", "driver_version"),
+    *("index", "name", "uuid", "sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w", "gpus"),
+)
+
+
+@FUZZ
+@given(key=st.sampled_from(ENV_KEYS), value=JSON, inside=st.sampled_from(["", "resumes", "gpus_start"]))
+def test_fuzz_one_environment_field_changed_gives_a_report_or_one_line(
+    finished_run: RunFolder, tmp_path: Path, key: str, value, inside: str
+) -> None:
+    """env.json is read by every report (the machines, clocks and revisions of each slice): a field of the
+    record, of a resume or of a GPU snapshot that is not what the recorder writes is one line, not a crash
+    (a list of resumes that held a string raised AttributeError)."""
+    record = json.loads(finished_run.file("env.json").read_text())
+    if inside == "resumes":
+        record["resumes"] = [{"recorded": "2026-12-01T16:00:00+00:00", "boot_id": "b", key: value}]
+    elif inside == "gpus_start":
+        record["gpus_start"] = [{"index": 0, "name": "NVIDIA H200", key: value}]
+    else:
+        record[key] = value
+    with tempfile.TemporaryDirectory(dir=tmp_path) as scratch:
+        folder = _copy(finished_run, Path(scratch) / "run")
+        folder.file("env.json").write_text(json.dumps(record))
+        _report_or_one_line(folder, Path(scratch) / "r.md")
+
+
+def test_a_list_of_resumes_that_is_not_one_is_one_line(finished_run: RunFolder, tmp_path: Path) -> None:
+    folder = _copy(finished_run, tmp_path / "run")
+    record = json.loads(folder.file("env.json").read_text())
+    folder.file("env.json").write_text(json.dumps({**record, "resumes": "oops"}))
+    stderr = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(stderr):
+        assert main(["report", str(folder.path), "-o", str(tmp_path / "r.md")]) == 2
+    assert "env.json" in stderr.getvalue() and "resumes" in stderr.getvalue()
+
+
 # --- bounds on every count, checked before anything starts ------------------------------------------------
 
 EMBEDDED = ["pair", "--workload", "embedded"]
