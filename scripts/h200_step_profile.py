@@ -8,6 +8,7 @@ change to the step is chosen from measured costs. Also the plan check when every
 (a trainer's `zero_grad(set_to_none=True)`). Figures are that machine's and are printed, not stored.
 
     PYTHONPATH=$PWD python scripts/h200_step_profile.py --scales n x
+    PYTHONPATH=$PWD python scripts/h200_step_profile.py --device cpu --scales n --steps 2   # does it run?
 """
 
 from __future__ import annotations
@@ -23,8 +24,19 @@ from typing import Any
 import torch
 
 from experiments.workloads import build_param_groups, fill_synthetic_grads
+from optimizers import batched
 from optimizers.batched import BatchedMuSGD
 from optimizers.graphs import CoreGraph
+
+DEVICE = (
+    "cuda"  # --device cpu runs the same code on the CPU's forced batched path: a check that the script works
+)
+
+
+def _sync() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
 
 PARTS = {
     "plan check": (BatchedMuSGD, "_current_plan"),
@@ -61,26 +73,26 @@ def host_us(fn: Callable[[], Any], repeats: int = 50) -> float:
     """Median host microseconds of `fn` with an empty launch queue before each call."""
     values = []
     for _ in range(repeats):
-        torch.cuda.synchronize()
+        _sync()
         started = time.perf_counter_ns()
         fn()
         values.append((time.perf_counter_ns() - started) / 1e3)
-    torch.cuda.synchronize()
+    _sync()
     return statistics.median(values)
 
 
 def profile_step(scale: str, steps: int) -> None:
-    groups, kwargs = build_param_groups(scale, device="cuda")
+    groups, kwargs = build_param_groups(scale, device=DEVICE)
     fill_synthetic_grads(groups, seed=0)
     optimizer = BatchedMuSGD(groups, **kwargs)
     for _ in range(5):
         optimizer.step()
-    torch.cuda.synchronize()
+    _sync()
     print(f"== YOLO26{scale}: graph stats {optimizer.graph_stats}")
     per_part: dict[str, list[float]] = defaultdict(list)
     for _ in range(steps):
         spent: dict[str, float] = defaultdict(float)
-        torch.cuda.synchronize()
+        _sync()
         with timed_parts(spent):
             started = time.perf_counter_ns()
             optimizer.step()
@@ -89,13 +101,13 @@ def profile_step(scale: str, steps: int) -> None:
             per_part[part].append(spent[part])
         per_part["Muon apply + rest"].append(total - sum(spent.values()))
         per_part["step host (total)"].append(total)
-    torch.cuda.synchronize()
+    _sync()
     synced = []
     for _ in range(steps):
-        torch.cuda.synchronize()
+        _sync()
         started = time.perf_counter_ns()
         optimizer.step()
-        torch.cuda.synchronize()
+        _sync()
         synced.append((time.perf_counter_ns() - started) / 1e3)
     per_part["step synchronized (wall)"] = synced
     for part, values in per_part.items():
@@ -113,26 +125,26 @@ def profile_step(scale: str, steps: int) -> None:
 
     for p in params:
         p.grad = p.grad.clone()
-    print(f"  {'plan check, grads moved':28s} median {host_us(moved_check, 30):9.1f} µs")
-    print(f"  {'step, grads moved (+clone)':28s} median {host_us(moved_step, 30):9.1f} µs")
+    print(f"  {'plan check, grads moved':28s} median {host_us(moved_check, min(30, steps)):9.1f} µs")
+    print(f"  {'step, grads moved (+clone)':28s} median {host_us(moved_step, min(30, steps)):9.1f} µs")
 
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        for _ in range(20):
+        for _ in range(min(20, steps)):
             optimizer.step()
-        torch.cuda.synchronize()
+        _sync()
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=40))
-    list_costs(optimizer, params)
+    list_costs(optimizer, params, min(50, steps))
 
 
-def list_costs(optimizer: BatchedMuSGD, params: list[torch.Tensor]) -> None:
+def list_costs(optimizer: BatchedMuSGD, params: list[torch.Tensor], repeats: int) -> None:
     """The step's list operations over its own tensors against the same arithmetic on one flat tensor."""
     grads = [p.grad for p in params]
     buffers = [torch.zeros_like(p) for p in params]
-    flat_a = torch.zeros(sum(p.numel() for p in params), device="cuda")
+    flat_a = torch.zeros(sum(p.numel() for p in params), device=DEVICE)
     flat_b = torch.zeros_like(flat_a)
     views = list(torch.split(flat_a, [p.numel() for p in params]))
     views = [v.view_as(p) for v, p in zip(views, params, strict=True)]
-    scalar = torch.tensor(0.9, device="cuda")
+    scalar = torch.tensor(0.9, device=DEVICE)
     cases: dict[str, Callable[[], Any]] = {
         "_foreach_lerp_ (in place)": lambda: torch._foreach_lerp_(buffers, grads, 0.1),
         "_foreach_lerp (new outputs)": lambda: torch._foreach_lerp(grads, buffers, 0.9),
@@ -147,20 +159,20 @@ def list_costs(optimizer: BatchedMuSGD, params: list[torch.Tensor]) -> None:
         "flat add_ alpha": lambda: flat_a.add_(flat_b, alpha=-0.01),
         "one tiny add_": lambda: scalar.add_(0.0),
     }
-    print(f"  list operations over the step's {len(params)} gradients (host µs, median of 50):")
+    print(f"  list operations over the step's {len(params)} gradients (host µs, median of {repeats}):")
     for name, fn in cases.items():
         fn()
-        print(f"    {name:34s} {host_us(fn):9.1f}")
+        print(f"    {name:34s} {host_us(fn, repeats):9.1f}")
 
 
 def scalar_twins() -> None:
     """Whether an operation with a device-tensor scalar gives the bits of the same operation with a Python
     float (what a graph replayed under a changing schedule would need)."""
-    generator = torch.Generator(device="cuda").manual_seed(0)
-    a = torch.randn(1 << 22, device="cuda", generator=generator)
-    b = torch.randn(1 << 22, device="cuda", generator=generator)
+    generator = torch.Generator(device=DEVICE).manual_seed(0)
+    a = torch.randn(1 << 22, device=DEVICE, generator=generator)
+    b = torch.randn(1 << 22, device=DEVICE, generator=generator)
     for value in (0.1, 0.9, 1 - 0.937, -0.01 * 0.2, 0.0005):
-        t = torch.tensor(value, device="cuda")
+        t = torch.tensor(value, device=DEVICE)
         twins = {
             "lerp": (a.lerp(b, value), a.lerp(b, t)),
             "mul": (a.mul(value), a.mul(t)),
@@ -171,14 +183,18 @@ def scalar_twins() -> None:
         print(f"  scalar {value!r}: differing elements of {a.numel()}: {same}")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    global DEVICE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scales", nargs="+", default=["n", "x"])
     parser.add_argument("--steps", type=int, default=100)
-    arguments = parser.parse_args()
-    scalar_twins()
-    for scale in arguments.scales:
-        profile_step(scale, arguments.steps)
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    arguments = parser.parse_args(argv)
+    DEVICE = arguments.device
+    with batched._batched_on_cpu(DEVICE == "cpu"):
+        scalar_twins()
+        for scale in arguments.scales:
+            profile_step(scale, arguments.steps)
 
 
 if __name__ == "__main__":
