@@ -2,8 +2,9 @@
 a rank that dies, the real trainer's DDP launch file, the distributed screen and the ranks parity.
 
 The ranks are real processes started by torch.distributed.run on two CPU ranks (gloo), so the fits are tiny.
-The candidate shares Newton-Schulz only where it batches: `CpuBatchedCandidate` routes CPU tensors through
-the batched path with the test-only switch, so the sharing is exercised without a GPU.
+The candidate shares Newton-Schulz only where it batches: `CpuBatchedCandidate` (in tests/workerfns.py,
+which the ranks import) routes CPU tensors through the batched path with the test-only switch, so the sharing
+is exercised without a GPU.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -22,51 +22,11 @@ from experiments.fit.plan import FitSettings
 from harness.cli import main
 from harness.options import InputError, protocol_options, split_device_list
 from harness.tables import RunFolder
-from optimizers import BatchedMuSGD, MuSGD
-from optimizers.batched import _batched_on_cpu
+from tests.workerfns import PIDS_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
-PIDS_ENV = "TEST_DDP_PIDS"  # a folder where test arms write the pids of their ranks and launchers
 TINY = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "4", "--val-images", "8"]
 RANKS = ["--gpus", "2", "--device", "cpu", "--quiet"]
-
-
-class CpuBatchedCandidate(BatchedMuSGD):
-    """The candidate with CPU tensors on its batched path (test-only switch): it shares across CPU ranks."""
-
-    def step(self, closure: Any = None) -> Any:
-        with _batched_on_cpu():
-            return super().step(closure)
-
-
-def _note_pids() -> None:
-    """In a rank only (``RANK`` set by the launcher): the parent builds every arm once before the schedule too."""
-    folder = os.environ.get(PIDS_ENV)
-    if folder and "RANK" in os.environ:
-        Path(folder, f"{os.getpid()}").write_text(str(os.getppid()))
-
-
-class DiesOnRankOne(MuSGD):
-    """The baseline, except that rank 1 SIGKILLs itself at its second step: a rank that dies mid-fit."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        _note_pids()
-        self.steps_taken = 0
-
-    def step(self, closure: Any = None) -> Any:
-        self.steps_taken += 1
-        if self.steps_taken == 2 and os.environ.get("RANK") == "1":
-            os.kill(os.getpid(), signal.SIGKILL)
-        return super().step(closure)
-
-
-class NotesPids(MuSGD):
-    """The baseline, writing its rank's pid and its launcher's where the test can find them."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        _note_pids()
 
 
 def only_run(root: Path) -> RunFolder:
@@ -145,7 +105,7 @@ def test_cuda_ranks_where_there_are_none_are_refused(tmp_path: Path, capsys) -> 
 def test_two_rank_fits_through_bench_pair_end_to_end(tmp_path: Path) -> None:
     """One pair of 2-rank fits: rank 0's bracket is the figure, every rank's peaks and share are in the row,
     the candidate shares its Newton-Schulz over the ranks and the baseline does not, each rank has its log."""
-    arms = "baseline,tests.test_ddp:CpuBatchedCandidate"
+    arms = "baseline,tests.workerfns:CpuBatchedCandidate"
     assert (
         main(["pair", *TINY, *RANKS, "--arms", arms, "--warmup", "0", "--pairs", "1", "--out", str(tmp_path)])
         == 0
@@ -175,7 +135,7 @@ def test_two_rank_fits_through_bench_pair_end_to_end(tmp_path: Path) -> None:
         for row in rows:
             assert row["placed_cores"] == format_cores(share.worker_cores)
             assert row["placed_torch_threads"] == share.torch_threads
-    candidate, baseline = by_arm["tests.test_ddp:CpuBatchedCandidate"], by_arm["baseline"]
+    candidate, baseline = by_arm["tests.workerfns:CpuBatchedCandidate"], by_arm["baseline"]
     assert candidate["sharing_world"] == 2 and candidate["sharing_note"] == ""
     here = candidate["rank_matrices_here"]
     assert sum(here) == candidate["sharing_matrices"] and all(
@@ -212,14 +172,14 @@ def test_a_rank_that_dies_fails_its_trial_leaves_nothing_running_and_the_run_goe
     pids = tmp_path / "pids"
     pids.mkdir()
     monkeypatch.setenv(PIDS_ENV, str(pids))
-    arms = "tests.test_ddp:DiesOnRankOne,baseline"
+    arms = "tests.workerfns:DiesOnRankOne,baseline"
     runs = tmp_path / "runs"
     assert (
         main(["pair", *TINY, *RANKS, "--arms", arms, "--warmup", "0", "--pairs", "1", "--out", str(runs)])
         == 0
     )
     rows = only_run(runs).rows()
-    assert [r["arm"] for r in rows] == ["tests.test_ddp:DiesOnRankOne", "baseline"]
+    assert [r["arm"] for r in rows] == ["tests.workerfns:DiesOnRankOne", "baseline"]
     died, survivor = rows
     assert died["status"] == "error" and died["value"] is None
     assert "rank 1 died without a result (exitcode -9 (SIGKILL)" in died["message"], died["message"]
@@ -262,7 +222,7 @@ def test_ranks_and_their_launcher_end_when_the_run_is_killed(tmp_path: Path) -> 
         *long_fit,
         *RANKS,
         "--arms",
-        "tests.test_ddp:NotesPids",
+        "tests.workerfns:NotesPids",
     ]
     command += ["--control", "--warmup", "0", "--pairs", "1", "--no-report", "--out", str(tmp_path / "runs")]
     env = {**os.environ, PIDS_ENV: str(pids), "PYTHONPATH": str(ROOT)}
@@ -295,52 +255,6 @@ HAS_ULTRALYTICS = all(
 )
 
 
-def generate_launch_file(data_yaml: str, project: str) -> None:
-    """In a fresh launching worker (``RANK`` unset): build the DDP trainer as ``launch_fit`` does, on the CPU,
-    and write Ultralytics' DDP launch file for it; print the file's path."""
-    from ultralytics.utils.dist import generate_ddp_file
-
-    from experiments.fit.ultralytics_ddp import RankTrainer
-
-    overrides = {
-        "model": "yolo26n.yaml",
-        "data": data_yaml,
-        "device": "cpu",
-        "project": project,
-        "name": "fit",
-    }
-    overrides.update(epochs=1, imgsz=64, batch=4, optimizer="MuSGD", plots=False, workers=0, verbose=False)
-    trainer = RankTrainer(overrides=overrides)
-    assert type(trainer) is RankTrainer and trainer._bench is None  # the launcher is plain upstream
-    print(generate_ddp_file(trainer))
-
-
-def run_launch_file_as_rank(launch_file: str, out: str) -> None:
-    """In a fresh process set up as rank 0 of 2: run the generated launch file as torch.distributed.run would,
-    with ``train`` replaced by a check of the trainer it built (its class, its bench side, its optimizer)."""
-    import json as _json
-    import runpy
-
-    from experiments.fit import ultralytics_ddp
-
-    def check(trainer: Any) -> None:
-        model = trainer.get_model(cfg="yolo26n.yaml", weights=None, verbose=False)
-        optimizer = trainer.build_optimizer(model, name="MuSGD", lr=0.01, momentum=0.9, decay=5e-4)
-        Path(out).write_text(
-            _json.dumps(
-                {
-                    "classes": [f"{c.__module__}.{c.__qualname__}" for c in type(trainer).__mro__[:4]],
-                    "device": trainer._bench.device,
-                    "optimizer": f"{type(optimizer).__module__}.{type(optimizer).__qualname__}",
-                    "groups": [g.get("param_group") for g in optimizer.param_groups],
-                }
-            )
-        )
-
-    ultralytics_ddp.RankTrainer.train = check
-    runpy.run_path(launch_file, run_name="__main__")
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_ULTRALYTICS, reason="needs the ultralytics extra and cloudpickle")
 def test_the_real_trainers_ddp_launch_file_builds_the_arms_trainer_in_a_fresh_rank(tmp_path: Path) -> None:
@@ -363,7 +277,7 @@ def test_the_real_trainers_ddp_launch_file_builds_the_arms_trainer_in_a_fresh_ra
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", TRIAL_ENV):
         env.pop(name, None)
     generate = (
-        f"from tests.test_ddp import generate_launch_file as g; g({str(data_yaml)!r}, {str(tmp_path)!r})"
+        f"from tests.workerfns import generate_launch_file as g; g({str(data_yaml)!r}, {str(tmp_path)!r})"
     )
     made = subprocess.run(
         [sys.executable, "-c", generate], env=env, cwd=tmp_path, capture_output=True, text=True
@@ -379,7 +293,7 @@ def test_the_real_trainers_ddp_launch_file_builds_the_arms_trainer_in_a_fresh_ra
     rank_env = {**env, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}
     rank_env[TRIAL_ENV] = str(write_trial(payload, settings, trial_dir))
     out = tmp_path / "rank0.json"
-    run = f"from tests.test_ddp import run_launch_file_as_rank as r; r({launch_file!r}, {str(out)!r})"
+    run = f"from tests.workerfns import run_launch_file_as_rank as r; r({launch_file!r}, {str(out)!r})"
     ran = subprocess.run(
         [sys.executable, "-c", run], env=rank_env, cwd=tmp_path, capture_output=True, text=True
     )
@@ -398,31 +312,6 @@ def test_the_real_trainers_ddp_launch_file_builds_the_arms_trainer_in_a_fresh_ra
 # --- the distributed screen -------------------------------------------------------------------------------------
 
 
-def tiny_screen_rank(payload: dict[str, Any]) -> dict[str, Any]:
-    """The distributed screen's rank program on a tiny parameter set (the YOLO26 sets take minutes per step on
-    two CPU cores): everything else is ``measure_in_rank`` as it runs in ``bench screen --gpus N``."""
-    from experiments.screen import ranks, trial
-
-    def fresh(self: Any, scale: str, seed: int, dtype: torch.dtype, device: str) -> tuple[list, dict]:
-        generator = torch.Generator().manual_seed(seed)
-        shapes = [(16, 8, 3, 3), (32, 16, 1, 1), (64, 16), (16, 40)] + [(24, 24)] * 5
-        muon = [torch.nn.Parameter(torch.randn(s, generator=generator, dtype=dtype) * 0.02) for s in shapes]
-        bias = [torch.nn.Parameter(torch.zeros(16, dtype=dtype))]
-        for p in muon + bias:
-            p.grad = torch.randn(p.shape, generator=generator, dtype=dtype) * 0.01
-        common = {"lr": 0.02, "momentum": 0.9, "nesterov": True, "weight_decay": 5e-4}
-        return [
-            {"params": muon, "use_muon": True, **common},
-            {"params": bias, "use_muon": False, **common},
-        ], {
-            "muon": 0.2,
-            "sgd": 1.0,
-        }
-
-    trial.WorkloadCache.fresh = fresh
-    return ranks.measure_in_rank(payload)
-
-
 @pytest.mark.slow
 def test_the_distributed_screen_times_each_rank_and_the_collectives_share(
     tmp_path: Path, monkeypatch
@@ -431,8 +320,8 @@ def test_the_distributed_screen_times_each_rank_and_the_collectives_share(
     row; the candidate gathers once per step and shares its matrices, the baseline has no collective."""
     from experiments.screen import ranks
 
-    monkeypatch.setattr(ranks, "RANK_TARGET", "tests.test_ddp:tiny_screen_rank")
-    arms = "baseline,tests.test_ddp:CpuBatchedCandidate"
+    monkeypatch.setattr(ranks, "RANK_TARGET", "tests.workerfns:tiny_screen_rank")
+    arms = "baseline,tests.workerfns:CpuBatchedCandidate"
     arguments = ["screen", "--scales", "n", "--guards", "none", "--arms", arms, "--steps", "3"]
     assert (
         main(
@@ -458,7 +347,7 @@ def test_the_distributed_screen_times_each_rank_and_the_collectives_share(
         assert row["ranks"] == 2 and row["value"] == max(row["rank_ms"]) > 0 and len(row["rank_host_ms"]) == 2
         assert row["floor_ms"] is None and "distributed screen" in row["floor_note"]
         assert row["diagnostic_step_ms"] > 0
-    candidate, baseline = rows["tests.test_ddp:CpuBatchedCandidate"], rows["baseline"]
+    candidate, baseline = rows["tests.workerfns:CpuBatchedCandidate"], rows["baseline"]
     assert candidate["collectives"] == 1 and 0 < candidate["collective_ms"] < candidate["diagnostic_step_ms"]
     assert 0 < candidate["collective_share"] < 1 and sum(candidate["rank_matrices_here"]) == 9
     assert candidate["sharing_world"] == 2
@@ -480,7 +369,7 @@ def test_the_distributed_screen_times_each_rank_and_the_collectives_share(
 def test_parity_over_two_ranks_follows_the_one_rank_candidate_bit_for_bit_on_the_cpu(tmp_path: Path) -> None:
     """`bench parity --gpus 2 --fit`: the candidate on two gloo ranks (batched on the CPU, so sharing) against
     the one-rank candidate, two real steps: bit for bit on the CPU, every rank equal to rank 0, contract held."""
-    arguments = ["parity", "--fit", "--candidate", "tests.test_ddp:CpuBatchedCandidate", "--steps", "2"]
+    arguments = ["parity", "--fit", "--candidate", "tests.workerfns:CpuBatchedCandidate", "--steps", "2"]
     assert main([*arguments, "--gpus", "2", "--device", "cpu", "--quiet", "--out", str(tmp_path)]) == 0
     folder = only_run(tmp_path)
     rows = [r for r in folder.rows() if r["case"] == "ranks"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -20,7 +19,6 @@ from experiments.fit.stages import STAGES, host_iteration_median, stage_column, 
 from harness.cli import main
 from harness.options import InputError
 from harness.tables import RunFolder
-from optimizers import MuSGD
 
 ROOT = Path(__file__).resolve().parent.parent
 ULTRALYTICS = all(importlib.util.find_spec(name) is not None for name in ("ultralytics", "torchvision"))
@@ -37,16 +35,6 @@ TINY = [
     "8",
     "--quiet",
 ]
-
-
-class DiesMidFit(MuSGD):
-    """An optimizer whose process is killed (SIGKILL) at its second step: a worker that dies mid-fit."""
-
-    def step(self, closure=None):  # type: ignore[override]
-        self.steps_taken = getattr(self, "steps_taken", 0) + 1
-        if self.steps_taken == 2:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return super().step(closure)
 
 
 def only_run(root: Path) -> RunFolder:
@@ -201,7 +189,7 @@ def test_stages_run_attributes_the_whole_fit(tmp_path: Path, capsys) -> None:
 
 @pytest.mark.slow
 def test_a_worker_that_dies_is_a_failed_row_and_the_run_goes_on(tmp_path: Path) -> None:
-    arms = "baseline,tests.test_fit:DiesMidFit"
+    arms = "baseline,tests.workerfns:DiesMidFit"
     # The dying arm runs first in the pair, so the baseline after it shows the run went on.
     assert (
         main(
@@ -226,7 +214,7 @@ def test_a_worker_that_dies_is_a_failed_row_and_the_run_goes_on(tmp_path: Path) 
         == 0
     )
     rows = only_run(tmp_path).rows()
-    assert [r["arm"] for r in rows] == ["tests.test_fit:DiesMidFit", "baseline"]
+    assert [r["arm"] for r in rows] == ["tests.workerfns:DiesMidFit", "baseline"]
     died, survivor = rows
     assert died["status"] == "error" and died["value"] is None
     assert "worker died without a result (exit -9)" in died["message"]

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -34,30 +32,10 @@ TINY = [
 ]
 
 
-def report_affinity(payload: dict) -> dict:
-    """A worker target: its own allowed cores and thread settings, and those of a child it starts (as a
-    DataLoader worker would be started)."""
-    import torch
-
-    child = subprocess.run(
-        [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return {
-        "value": 1.0,
-        "worker_cores": sorted(os.sched_getaffinity(0)),
-        "child_cores": json.loads(child.stdout),
-        "omp": os.environ.get("OMP_NUM_THREADS"),
-        "torch_threads": torch.get_num_threads(),
-    }
-
-
 @LINUX
 def test_a_placed_worker_and_its_children_run_on_the_placement_only() -> None:
     placement = choose_placement("0")
-    result = run_in_worker("tests.test_quiet:report_affinity", {}, timeout_s=120, placement=placement)
+    result = run_in_worker("tests.workerfns:report_affinity", {}, timeout_s=120, placement=placement)
     assert result["worker_cores"] == [0] and result["child_cores"] == [0]
     assert result["omp"] == "1" and result["torch_threads"] == 1
     assert result["placed_cores"] == "0"  # what the worker read back after placing itself, for the row

@@ -25,7 +25,6 @@ from hypothesis import strategies as st
 
 from harness.cli import main
 from harness.tables import RunFolder, RunFolderBusy
-from optimizers import MuSGD
 from tests.trialfns import plan_of, runner
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,23 +122,6 @@ def test_a_second_run_on_a_folder_in_use_is_one_line_exit_2_and_runs_nothing(tmp
 TINY_FIT = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "4", "--val-images", "8"]
 
 
-class NaNAtLastStep(MuSGD):
-    """An optimizer that writes NaN into every parameter at its fourth step, the last of a ``TINY_FIT``: the
-    loss read before each step stays finite, so only an end-of-trial check can see it."""
-
-    LAST_STEP = 4
-
-    def step(self, closure=None):  # type: ignore[override]
-        loss = super().step(closure)
-        self.steps_taken = getattr(self, "steps_taken", 0) + 1
-        if self.steps_taken == self.LAST_STEP:
-            with torch.no_grad():
-                for group in self.param_groups:
-                    for p in group["params"]:
-                        p.fill_(float("nan"))
-        return loss
-
-
 @pytest.mark.parametrize("figure", ["nan", "inf", "-inf"])
 def test_a_non_finite_value_is_an_error_row_not_a_figure(tmp_path: Path, figure: str) -> None:
     figures = {"baseline": [10, 10], "candidate": [8, figure]}
@@ -209,19 +191,19 @@ def test_the_fit_worker_names_every_non_finite_figure_and_parameter() -> None:
 @pytest.mark.slow
 def test_a_fit_whose_last_step_writes_nan_fails_as_non_finite(tmp_path: Path) -> None:
     """The issue's case: NaN written at the last step gave status ok, val_loss null and a 15% "reduction"."""
-    arms = "baseline,tests.test_reliability:NaNAtLastStep"
+    arms = "baseline,tests.workerfns:NaNAtLastStep"
     command = ["pair", *TINY_FIT, "--arms", arms, "--warmup", "0", "--pairs", "1", "--quiet", "--no-report"]
     assert main([*command, "--out", str(tmp_path)]) == 0
     rows = {r["arm"]: r for r in _only_folder(tmp_path).rows()}
     assert rows["baseline"]["status"] == "ok", rows["baseline"]["message"]
-    failed = rows["tests.test_reliability:NaNAtLastStep"]
+    failed = rows["tests.workerfns:NaNAtLastStep"]
     assert failed["status"] == "error" and failed["value"] is None
     assert "non-finite" in failed["message"] and "parameter" in failed["message"], failed["message"]
     assert "val_loss nan" in failed["message"], failed["message"]
     folder = _only_folder(tmp_path)
     assert sorted(p.name for p in (folder.path / "trials").iterdir()) == ["0.log", "1.log"]  # logs only
     claim = folder.file("claim.txt").read_text()
-    assert "1 of 1 tests.test_reliability:NaNAtLastStep trials failed" in claim  # never a "faster" NaN
+    assert "1 of 1 tests.workerfns:NaNAtLastStep trials failed" in claim  # never a "faster" NaN
 
 
 # --- writes that complete or leave the folder as it was ----------------------------------------------------
