@@ -636,7 +636,9 @@ ENV_KEYS = (
 )
 
 
-@FUZZ
+@settings(
+    FUZZ, max_examples=25
+)  # a field the report takes renders a whole report (about 1 s): fewer examples
 @given(key=st.sampled_from(ENV_KEYS), value=JSON, inside=st.sampled_from(["", "resumes", "gpus_start"]))
 def test_fuzz_one_environment_field_changed_gives_a_report_or_one_line(
     finished_run: RunFolder, tmp_path: Path, key: str, value, inside: str
