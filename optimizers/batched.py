@@ -628,9 +628,8 @@ class _Plan:
     groups: list[_GroupPlan]
     stacks: list[_BatchStack] = field(default_factory=list)
     fill: list[_Member] = field(default_factory=list)  # every member, in fill order
-    fill_slots: list[torch.Tensor | None] = field(
-        default_factory=list
-    )  # their slots, None if not filled here
+    # Their slots, in fill order, None where another rank fills the member.
+    fill_slots: list[torch.Tensor | None] = field(default_factory=list)
     ordered_slots: list[torch.Tensor] = field(default_factory=list)  # the ordered members' filled here
     # Scratch: one parameter-like view per clean parameter (per device and dtype, one tensor holds them all),
     # where a step computes in place what the baseline computes out of place: no allocation per step.
