@@ -11,8 +11,9 @@
 #   screen   bench screen --gpus 2 at n and x: baseline, candidate (guard 256), upstream 8.4.190; 3 pairs
 #   screen1  the same screen on one GPU (the candidate's one-GPU step, for the 2-GPU target at x)
 #   pair     the claim: real trainer, YOLO26n, 640 px, global batch 8 (4 per GPU), bf16, 384 steps, --gpus 2,
-#            upstream 8.4.190 against the candidate, 1 warm-up, 6 pairs, bar 8
-#   control  its A/A control: upstream against itself, 1 warm-up, 6 pairs, ±1%
+#            upstream 8.4.190 against the candidate with its A/A control in the same schedule (as the one-GPU
+#            decisive claim: --control, ±1%), bar 8, 1 warm-up, pairs by the precision rule (at least 6, looks
+#            to 14: fewer can never keep 95% on the reference skewed law)
 #   stages   the same fits once with --stages (diagnostic): where a 2-GPU fit's time goes
 # Fit steps start runs/<step>/ or resume the run there (each run slices itself with --stop-after); all steps
 # share one DEADLINE (default 560 s); run folders come back in $OUT/runs.tgz (checkpoints and the dataset cache
@@ -53,8 +54,8 @@ for step in "$@"; do
             grep -A 8 "Under a process group" runs/screen/*/report.md | head -12 ;;
     screen1) resumable screen1 screen --scales n,x --guards 256 --arms baseline,candidate,upstream --steps 10 \
                --warmup-steps 2 --warmup 2 --pairs 3 --device cuda --quiet ;;
-    pair) resumable pair pair "${claim[@]}" --arms upstream,candidate --warmup 1 --pairs 6 --bar 8 ;;
-    control) resumable control pair "${claim[@]}" --arms upstream --control --warmup 1 --pairs 6 --bar 1 ;;
+    pair) resumable pair pair "${claim[@]}" --arms upstream,candidate --bar 8 --control --tolerance 1 \
+            --pairs auto --precision 2 --max-pairs 14 --warmup 1 ;;
     stages) resumable stages pair "${claim[@]}" --arms upstream,candidate --stages --warmup 0 --pairs 1 ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
