@@ -65,7 +65,7 @@ for step in "$@"; do
             echo "parity x rc=$?"; grep -E "One-step contract" "$OUT/parity.log" ;;
     screen) fresh screen screen --scales n,s,m,l,x --guards 256 --arms baseline,candidate,upstream --steps 10 \
               --warmup-steps 2 --warmup 2 --pairs 3 --device cuda --quiet
-            grep -A 30 "Targets, checked" "$HOME_DIR"/screen/*/report.md | head -32 ;;
+            grep -A 30 "Targets, checked" "$(ls -d "$HOME_DIR"/screen/*/ | tail -1)report.md" | head -32 ;;
     probes) for args in "lm 24GiB --variants native,chunked --learner-ms 288.6 --warmup 2 --pairs 10" \
                         "lm 6GiB --variants native,chunked --learner-ms 288.6 --warmup 1 --pairs 5" \
                         "detect 24GiB --scale n,x --warmup 2 --pairs 10"; do
