@@ -60,7 +60,7 @@ for step in "$@"; do
     stages-upstream) fresh stages-upstream pair "${claim[@]}" --arms upstream,candidate --stages --warmup 0 --pairs 1 ;;
     stages-baseline) fresh stages-baseline pair "${claim[@]}" --arms baseline,candidate --stages --warmup 0 --pairs 1 ;;
     profile) python3 scripts/h200_step_profile.py --scales n x > "$OUT/profile.log" 2>&1
-             echo "profile rc=$?"; grep -E "step host|synchronized|empty_strided" "$OUT/profile.log" ;;
+             echo "profile rc=$?"; grep -E "step host|synchronized|empty_strided|kept between" "$OUT/profile.log" ;;
     parity) python3 -m harness.cli parity --device cuda --steps 60 --out "$HOME_DIR/parity" --quiet > "$OUT/parity.log" 2>&1
             echo "parity n rc=$?"
             python3 -m harness.cli parity --device cuda --scale x --steps 60 --out "$HOME_DIR/parity" --quiet >> "$OUT/parity.log" 2>&1

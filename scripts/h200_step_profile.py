@@ -89,6 +89,12 @@ def profile_step(scale: str, steps: int) -> None:
         optimizer.step()
     _sync()
     print(f"== YOLO26{scale}: graph stats {optimizer.graph_stats}")
+    core, mib = optimizer._core_graph, 2**20
+    plan = optimizer._plan.nbytes if optimizer._plan is not None else 0
+    print(
+        f"  kept between steps {optimizer.plan_bytes / mib:.1f} MiB: stacks and scratch {plan / mib:.1f}, "
+        f"graph pool {core.pool_bytes / mib:.1f}, capture stream's warm-up {core.warm_bytes / mib:.1f}"
+    )
     per_part: dict[str, list[float]] = defaultdict(list)
     for _ in range(steps):
         spent: dict[str, float] = defaultdict(float)
