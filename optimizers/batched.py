@@ -41,9 +41,10 @@ It computes what the per-parameter MuSGD computes, with few operations per step 
   rank, or no process group, is exactly the one-rank step. `sharing` says how the work was split.
 
 No public flag and no checkpoint field is added: the state is exactly the baseline's, so a state_dict moves
-between MuSGD and BatchedMuSGD both ways. `pad_guard` and `graph_replay` (class attributes, or
-`with_pad_guard`) are internal knobs for screens: guard None pads every size, 0 pads nothing; replay off
-runs every core eagerly. The plan's stacks and scratch are memory the optimizer keeps between steps: about
+between MuSGD and BatchedMuSGD both ways. `pad_guard`, `pad_chain_flops` and `graph_replay` (class
+attributes, or `with_pad_guard`) are internal knobs for screens: guard None pads every size, 0 pads nothing;
+a chain price cuts padded runs where their wasted arithmetic costs more than another chain (None, the
+default until a GPU sweep sets it: as far as the memory budget allows); replay off runs every core eagerly. The plan's stacks and scratch are memory the optimizer keeps between steps: about
 the bf16 size of the Muon parameters (plus padding) and the size of the parameters; `plan_bytes` says how
 much (with the captured graph's pool).
 """
@@ -64,7 +65,7 @@ import torch
 from .distributed import Partition, agreed, gather_shares, world_and_rank
 from .graphs import CoreGraph
 from .musgd import MuSGD, muon_momentum, musgd_param_step, sgd_momentum_step
-from .newton_schulz import Stack, foreach_mul_, muon_scale, newton_schulz_stacks
+from .newton_schulz import NS_STEPS, Stack, foreach_mul_, muon_scale, newton_schulz_stacks
 
 DEFAULT_PAD_GUARD = 256
 MAX_LAYOUTS = 16  # scalar patterns whose merged lists a plan keeps (a schedule rarely makes more than two)
@@ -703,6 +704,40 @@ def _split_by_budget(members: list[_Member], element_size: int) -> list[list[_Me
     return runs
 
 
+def newton_schulz_flops(small: int, large: int) -> int:
+    """Floating-point operations of the quintic on one small×large matrix (X Xᵀ, A·A and B·X per iteration)."""
+    return NS_STEPS * (4 * small * small * large + 2 * small**3)
+
+
+def _split_by_cost(members: list[_Member], element_size: int, chain_flops: float) -> list[list[_Member]]:
+    """Cut members sorted by decreasing width into the runs that cost least, within the memory budget.
+
+    A run costs `chain_flops` (what one more Newton-Schulz chain's fixed GPU time is worth in arithmetic)
+    plus the arithmetic of its members padded to its widest. Sorted by width, some cheapest partition is
+    made of contiguous runs, so a prefix table finds it exactly; a run is allowed only if its padded stack
+    fits its own members' parameter and gradient bytes, as in `_split_by_budget`.
+    """
+    count = len(members)
+    best: list[float] = [0.0] + [math.inf] * count
+    cut = [0] * (count + 1)
+    for end in range(1, count + 1):
+        budget = 0
+        for start in range(end - 1, -1, -1):
+            budget += members[start].nbytes
+            small, large = members[start].small, members[start].large
+            if (end - start) * small * large * element_size > budget:
+                continue
+            cost = best[start] + chain_flops + (end - start) * newton_schulz_flops(small, large)
+            if cost < best[end]:
+                best[end], cut[end] = cost, start
+    runs: list[list[_Member]] = []
+    end = count
+    while end > 0:
+        runs.append(members[cut[end] : end])
+        end = cut[end]
+    return runs[::-1]
+
+
 def _make_batch(members: list[_Member]) -> _Batch:
     """Lay out one batch: its kind, the stack shape and each member's slot."""
     first = members[0].param
@@ -883,6 +918,9 @@ class BatchedMuSGD(MuSGD):
     """
 
     pad_guard: int | None = DEFAULT_PAD_GUARD
+    # What one more Newton-Schulz chain is worth in padded arithmetic (FLOPs): padding that wastes more than
+    # a chain costs is split off (`_split_by_cost`); None pads as far as the memory budget allows.
+    pad_chain_flops: float | None = None
     graph_replay: bool = True
 
     @classmethod
@@ -1144,7 +1182,13 @@ class BatchedMuSGD(MuSGD):
         Per group: its identity and `use_muon`, the parameters' identities and addresses, which have a
         gradient, and (apart) the present gradients' addresses; each a C-level pass over the group.
         """
-        parts: list[Any] = [id(self.state), self.pad_guard, _FORCE_BATCHED_ON_CPU, world_and_rank()]
+        parts: list[Any] = [
+            id(self.state),
+            self.pad_guard,
+            self.pad_chain_flops,
+            _FORCE_BATCHED_ON_CPU,
+            world_and_rank(),
+        ]
         grad_addresses: list[Any] = []
         every_grad: list[torch.Tensor | None] = []
         for group in self.param_groups:
@@ -1292,7 +1336,11 @@ class BatchedMuSGD(MuSGD):
         element_size = torch.empty((), dtype=STACK_DTYPE).element_size()
         for members in padded.values():
             members.sort(key=lambda m: (-m.large, m.order))
-            batches += [_make_batch(run) for run in _split_by_budget(members, element_size)]
+            if self.pad_chain_flops is None:
+                runs = _split_by_budget(members, element_size)
+            else:
+                runs = _split_by_cost(members, element_size, self.pad_chain_flops)
+            batches += [_make_batch(run) for run in runs]
 
         # 4. Per group: SGD buckets of clean parameters by (device, dtype); everything else in order.
         group_plans = []

@@ -16,6 +16,7 @@
 #   screen     bench screen n..x: baseline, candidate (guard 256), upstream 8.4.190; 3 pairs (each call a new folder)
 #   guards     bench screen at n and x over guards 0, 128, 256 with upstream: does x's padding hold its floor above
 #              upstream's? (3 pairs, a new folder per call, under guards/)
+#   prices     scripts/h200_pad_price.py: the step and its floor per scale and padding price (BatchedMuSGD.pad_chain_flops)
 #   probes     the probes: lm at 24 GiB and 6 GiB, detect at n and x (24 GiB), as the committed ones ran
 # The claim: real trainer, YOLO26n, 640 px, batch 4 (nbs 4), bf16, 256 synthetic images, 384 steps, the quiet
 # defaults (--cpus auto). Run folders live under reports/h200-decisive/<step>/ (committed between calls): a step
@@ -71,6 +72,8 @@ for step in "$@"; do
     guards) fresh guards screen --scales n,x --guards 0,128,256 --arms baseline,candidate,upstream --steps 10 \
               --warmup-steps 2 --warmup 2 --pairs 3 --device cuda --quiet
             grep -A 12 "Where padding stops paying" "$(ls -d "$HOME_DIR"/guards/*/ | tail -1)report.md" ;;
+    prices) python3 scripts/h200_pad_price.py > "$OUT/prices.log" 2>&1
+            echo "prices rc=$?"; cat "$OUT/prices.log" | tail -40 ;;
     probes) for args in "lm 24GiB --variants native,chunked --learner-ms 288.6 --warmup 2 --pairs 10" \
                         "lm 6GiB --variants native,chunked --learner-ms 288.6 --warmup 1 --pairs 5" \
                         "detect 24GiB --scale n,x --warmup 2 --pairs 10"; do

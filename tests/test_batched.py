@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,11 +23,14 @@ from experiments.workloads import build_param_groups, fill_synthetic_grads
 from optimizers import BatchedMuSGD, MuSGD, newton_schulz
 from optimizers.batched import (
     _batched_on_cpu,
+    _Member,
     _orthogonalize,
     _overlapping,
     _Plan,
     _span_index,
     _spans_reach,
+    _split_by_cost,
+    newton_schulz_flops,
 )
 
 cuda = pytest.mark.cuda
@@ -300,6 +304,107 @@ def test_pad_guard_is_an_internal_knob(guard: int | None, expect_padded: bool) -
     assert issubclass(type(optimizer), BatchedMuSGD) and optimizer.pad_guard == guard
     kinds = {batch.kind for batch in optimizer._current_plan().batches}
     assert ("padded" in kinds) == expect_padded
+
+
+def _run_cost(run: list[_Member], chain_flops: float) -> float:
+    return chain_flops + len(run) * newton_schulz_flops(run[0].small, max(m.large for m in run))
+
+
+def _fits_budget(run: list[_Member]) -> bool:
+    return len(run) * run[0].small * max(m.large for m in run) * 2 <= sum(m.nbytes for m in run)
+
+
+def _partitions(items: list[_Member]) -> Iterator[list[list[_Member]]]:
+    """Every set partition of `items` (Bell(n) of them: keep n small)."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for partition in _partitions(rest):
+        yield [[first], *partition]
+        for index in range(len(partition)):
+            yield [*partition[:index], [first, *partition[index]], *partition[index + 1 :]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    small=st.integers(1, 64),
+    extras=st.lists(st.integers(0, 4096), min_size=1, max_size=6),
+    element_sizes=st.lists(st.sampled_from([2, 4]), min_size=6, max_size=6),
+    chain_flops=st.sampled_from([0.0, 1e4, 1e6, 1e8, 1e10, math.inf]),
+)
+def test_the_cost_rule_finds_the_cheapest_partition_within_the_budget(
+    small: int, extras: list[int], element_sizes: list[int], chain_flops: float
+) -> None:
+    """Against every set partition (not only contiguous runs): the prefix table's runs cost the least of all
+    partitions whose runs fit their members' own bytes, and every run it makes fits them."""
+    members = [
+        _Member(
+            torch.empty(0), {}, order, False, small, small + extra, 1.0, 2 * small * (small + extra) * size
+        )
+        for order, (extra, size) in enumerate(zip(extras, element_sizes, strict=False))
+    ]
+    members.sort(key=lambda m: (-m.large, m.order))
+    runs = _split_by_cost(members, 2, chain_flops)
+    assert sorted(m.order for run in runs for m in run) == sorted(m.order for m in members)
+    assert all(_fits_budget(run) for run in runs)
+    if math.isinf(chain_flops):
+        best = min(len(p) for p in _partitions(members) if all(map(_fits_budget, p)))
+        assert len(runs) == best
+        return
+    cost = sum(_run_cost(run, chain_flops) for run in runs)
+    best_cost = min(
+        sum(_run_cost(run, chain_flops) for run in p)
+        for p in _partitions(members)
+        if all(map(_fits_budget, p))
+    )
+    assert cost <= best_cost * (1 + 1e-12)
+
+
+def test_the_cost_rule_cuts_wasteful_padding_and_keeps_the_contract() -> None:
+    """YOLO26x's groups: priced at what a chain is worth, the padded arithmetic falls; at zero it is exactly
+    the matrices' own; the priced plan still computes the baseline's step (buffers bit-equal, parameters
+    within the bound) on a mixed set whose long and short members the rule splits."""
+
+    def plan_flops(chain_flops: float | None) -> tuple[int, int, int]:
+        groups, kwargs = build_param_groups("x", seed=0)
+        fill_synthetic_grads(groups, seed=1)
+        candidate_class = type("Priced", (BatchedMuSGD,), {"pad_chain_flops": chain_flops})
+        plan = candidate_class(groups, **kwargs)._current_plan()
+        padded = exact = 0
+        for batch in plan.batches:
+            exact += sum(newton_schulz_flops(m.small, m.large) for m in batch.members)
+            if batch.kind == "padded":
+                padded += len(batch.members) * newton_schulz_flops(*sorted(batch.stack_shape[1:]))
+            else:
+                padded += sum(newton_schulz_flops(m.small, m.large) for m in batch.members)
+        return padded, exact, len(plan.batches)
+
+    budget_only, exact, budget_chains = plan_flops(None)
+    priced, _, priced_chains = plan_flops(5e9)
+    free, _, free_chains = plan_flops(0.0)
+    print(
+        f"\nYOLO26x Newton-Schulz GFLOP: exact {exact / 1e9:.1f}, budget rule {budget_only / 1e9:.1f} "
+        f"({budget_chains} chains), priced at 5 GFLOP {priced / 1e9:.1f} ({priced_chains}), free {free / 1e9:.1f}"
+    )
+    assert free == exact < priced < budget_only
+    assert budget_chains < priced_chains <= free_chains
+
+    shapes = [(16, 1024), (16, 1000), (16, 40), (16, 32, 1, 1), (16, 16, 3, 3)]
+    groups = [_muon_group(_make_params(shapes, seed=7))]
+    _fill_grads(_params_of(groups), seed=8)
+    # Priced at 2 MFLOP a chain: 1000 pads to 1024 (waste 0.12 MFLOP), 144, 40 and 32 would waste 4.5 MFLOP
+    # each there, but padding 40 and 32 to 144 (1.1 MFLOP) is cheaper than a chain of their own.
+    priced_class = type("Priced", (BatchedMuSGD,), {"pad_chain_flops": 2e6})
+    baseline, base_groups, candidate, cand_groups = _run_both(
+        groups, 1, _grads_by_seed, candidate_class=priced_class
+    )
+    stacks = sorted(batch.stack_shape for batch in _plan(candidate).batches)
+    assert stacks == [(2, 16, 1024), (3, 16, 144)], stacks
+    tolerance = ULP_SENSITIVITY_FACTOR * max(
+        ulp_sensitivity(m, trials=2) for m in _muon_matrices(baseline, base_groups)
+    )
+    _assert_contract(baseline, base_groups, candidate, cand_groups, tolerance)
 
 
 # ---------------------------------------------------------------------------------------------- memory rules
