@@ -717,6 +717,8 @@ def _split_by_cost(members: list[_Member], element_size: int, chain_flops: float
     made of contiguous runs, so a prefix table finds it exactly; a run is allowed only if its padded stack
     fits its own members' parameter and gradient bytes, as in `_split_by_budget`.
     """
+    if not (math.isfinite(chain_flops) and chain_flops >= 0):
+        raise ValueError(f"pad_chain_flops must be a finite number ≥ 0 (or None), got {chain_flops!r}")
     count = len(members)
     best: list[float] = [0.0] + [math.inf] * count
     cut = [0] * (count + 1)
