@@ -33,7 +33,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # Longest first, by the seconds each file took in a whole suite (-n 2 --dist loadfile, --durations=0); a file
 # not named here runs after these, in the usual order. A stale order costs time, never a test.
 SLOWEST_FIRST = (
-    "test_readme.py",  # one test of 266 s: first, or it lands alone at the end of one worker
+    "test_readme.py",  # one test (150-270 s): first, or it lands alone at the end of one worker
     "test_reliability.py",
     "test_fit.py",
     "test_ddp.py",
