@@ -18,7 +18,7 @@ only what that test created. Every collection still runs and still frees every c
 The slowest files run first (``SLOWEST_FIRST``). Under ``--dist loadfile`` each file is one worker's, and a
 worker takes the next file when it is nearly out of tests; with the longest files first, the short ones at
 the end fill in and both workers end together. xdist's own order (most tests first: ``--loadscope-reorder``,
-turned off in ``pyproject.toml``) put heavy files of few tests last, where one alone outlasts the rest.
+turned off in ``pytest_configure`` below where xdist is installed: the GPU machine's pytest may lack it) put heavy files of few tests last, where one alone outlasts the rest.
 """
 
 from __future__ import annotations
@@ -47,6 +47,12 @@ SLOWEST_FIRST = (
     "test_screen.py",
     "test_protocol.py",
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Hand files out in ``SLOWEST_FIRST``'s order under xdist (``--no-loadscope-reorder``); no-op without it."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
