@@ -1,4 +1,12 @@
-"""Suite-wide set-up that changes no test's meaning, only what the garbage collector walks.
+"""Suite-wide set-up that changes no test's meaning, only how idle threads wait and what the collector walks.
+
+OpenMP threads that wait, wait asleep (``OMP_WAIT_POLICY=PASSIVE``, unless the caller set a policy). The CI
+runs two pytest workers on two cores, and each fit's worker gets both cores (``--cpus auto``), so two
+processes' thread teams share two cores. libgomp's default is to spin while it waits: a spinning thread holds
+a core that the thread it waits for needs, and on this machine a README-default 64-step fit took 63 s with two
+threads beside one other busy process, 3.5 s with passive waits (5.1 s on one thread). The variable is set
+here, before anything in this process loads libgomp, and every worker and rank the tests start inherits it;
+thread counts, placement and what each thread computes are unchanged.
 
 The protocol collects garbage after every trial (``harness.protocol._release_device_memory``). In a pytest
 process that has imported torch, pandas, matplotlib, scipy and every test module, a full collection walks a
@@ -6,13 +14,51 @@ few million long-lived objects: 0.2-0.5 s per trial, most of the time of many in
 test, the objects that are still alive (modules, fixtures, caches) are collected once and then frozen
 (``gc.freeze``: moved to a generation the collector no longer walks), so each collection a test makes walks
 only what that test created. Every collection still runs and still frees every cycle a test leaves behind.
+
+The slowest files run first (``SLOWEST_FIRST``). Under ``--dist loadfile`` each file is one worker's, and a
+worker takes the next file when it is nearly out of tests; with the longest files first, the short ones at
+the end fill in and both workers end together. xdist's own order (most tests first: ``--loadscope-reorder``,
+turned off in ``pytest_configure`` below where xdist is installed: the GPU machine's pytest may lack it) put heavy files of few tests last, where one alone outlasts the rest.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 
 import pytest
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+# Longest first, by the seconds each file took in a whole suite (-n 2 --dist loadfile, --durations=0); a file
+# not named here runs after these, in the usual order. A stale order costs time, never a test.
+SLOWEST_FIRST = (
+    "test_readme.py",  # one test (150-270 s): first, or it lands alone at the end of one worker
+    "test_reliability.py",
+    "test_fit.py",
+    "test_ddp.py",
+    "test_fit_ultralytics.py",
+    "test_parity.py",
+    "test_report.py",
+    "test_quiet.py",
+    "test_cli.py",
+    "test_dispatch.py",
+    "test_batched.py",
+    "test_screen.py",
+    "test_protocol.py",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Hand files out in ``SLOWEST_FIRST``'s order under xdist (``--no-loadscope-reorder``); no-op without it."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put the files of ``SLOWEST_FIRST`` first, in its order; within a file the tests keep their order."""
+    rank = {name: index for index, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
 
 
 @pytest.fixture(autouse=True)

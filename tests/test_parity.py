@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,15 +29,37 @@ class NudgedMuSGD(MuSGD):
         return loss
 
 
-def test_candidate_on_the_batched_path_keeps_the_contract() -> None:
-    """The test-only switch routes CPU tensors through the padded batches and foreach momentum."""
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    """One intra-op thread: these small bf16 products only lose from threads on a busy two-core runner, and
+    every comparison runs both of its trajectories in this process, at the same thread count."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # small bf16 products only lose from threads on a busy two-core runner
+    torch.set_num_threads(1)
     try:
-        with _batched_on_cpu():
-            result = parity.run_parity(parity.ParitySettings(scale="n", steps=1))
+        yield
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def fit_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of one uninterrupted `bench parity --fit --steps 3`, examined by the two tests that need one
+    (they only read it, and `bench report` rewrites its report byte for byte)."""
+    out = tmp_path_factory.mktemp("parity-fit")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in every test here: this fixture is set up before their _one_thread
+    try:
+        assert main(["parity", "--fit", "--steps", "3", "--out", str(out), "--quiet"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    (folder,) = out.iterdir()
+    return folder
+
+
+def test_candidate_on_the_batched_path_keeps_the_contract() -> None:
+    """The test-only switch routes CPU tensors through the padded batches and foreach momentum."""
+    with _batched_on_cpu():
+        result = parity.run_parity(parity.ParitySettings(scale="n", steps=1))
     first = {f.comparison: f for f in result.steps if f.step == 1}
     control, candidate = first["control"], first["candidate"]
     assert control.max_abs_diff == 0.0 and control.params_equal == control.params_total
@@ -69,9 +92,8 @@ def test_a_candidate_that_computes_something_else_breaks_the_contract(tmp_path: 
     assert str(folder) in capsys.readouterr().out  # the run folder is named, --quiet or not
 
 
-def test_fit_mode_compares_loss_bytes_and_writes_divergence(tmp_path: Path) -> None:
-    assert main(["parity", "--fit", "--steps", "3", "--out", str(tmp_path), "--quiet"]) == 0
-    (folder,) = tmp_path.iterdir()
+def test_fit_mode_compares_loss_bytes_and_writes_divergence(fit_run: Path) -> None:
+    folder = fit_run
     assert result_in(folder).contract["candidate: loss bytes identical"] is True
     lines = (folder / "divergence.csv").read_text().splitlines()
     assert len(lines) == 1 + 2 * 3  # header, control and candidate for each step
@@ -79,11 +101,10 @@ def test_fit_mode_compares_loss_bytes_and_writes_divergence(tmp_path: Path) -> N
         assert (folder / name).is_file(), name
 
 
-def test_a_parity_run_is_a_run_folder_that_resumes_and_reports(tmp_path: Path) -> None:
+def test_a_parity_run_is_a_run_folder_that_resumes_and_reports(fit_run: Path, tmp_path: Path) -> None:
     """Stopped after some steps, a parity run resumes (replaying the earlier steps unlogged) to the same rows
     an uninterrupted run logs, and `bench report` regenerates its report byte for byte."""
-    assert main(["parity", "--fit", "--steps", "3", "--out", str(tmp_path / "whole"), "--quiet"]) == 0
-    (whole,) = (tmp_path / "whole").iterdir()
+    whole = fit_run
     assert main(["parity", "--fit", "--steps", "3", "--out", str(tmp_path / "cut"), "--quiet"]) == 0
     (cut,) = (tmp_path / "cut").iterdir()
     log = cut / "trials.jsonl"
