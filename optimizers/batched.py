@@ -45,8 +45,9 @@ between MuSGD and BatchedMuSGD both ways. `pad_guard`, `pad_chain_flops` and `gr
 attributes, or `with_pad_guard`) are internal knobs for screens: guard None pads every size, 0 pads nothing;
 a chain price cuts padded runs where their wasted arithmetic costs more than another chain (None, the
 default until a GPU sweep sets it: as far as the memory budget allows); replay off runs every core eagerly.
-The plan's stacks and scratch are memory the optimizer keeps between steps: about the bf16 size of the Muon parameters (plus padding) and the size of the parameters; `plan_bytes` says how
-much (with the captured graph's pool).
+The plan's stacks and scratch are memory the optimizer keeps between steps: about the bf16 size of the Muon
+parameters (plus padding) and the size of the parameters; `plan_bytes` says how much (with the captured
+graph's pool).
 """
 
 from __future__ import annotations
