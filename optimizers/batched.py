@@ -226,6 +226,13 @@ class _Batch:
     members: list[_Member]
     stack_shape: tuple[int, ...] = ()
 
+    @property
+    def flops(self) -> int:
+        """Newton-Schulz arithmetic of one step as this batch runs it (a padded batch: every slot padded)."""
+        if self.kind == "padded":
+            return len(self.members) * newton_schulz_flops(*sorted(self.stack_shape[1:]))
+        return sum(newton_schulz_flops(m.small, m.large) for m in self.members)
+
 
 @dataclass
 class _BatchStack:
@@ -714,9 +721,11 @@ def _split_by_cost(members: list[_Member], element_size: int, chain_flops: float
     """Cut members sorted by decreasing width into the runs that cost least, within the memory budget.
 
     A run costs `chain_flops` (what one more Newton-Schulz chain's fixed GPU time is worth in arithmetic)
-    plus the arithmetic of its members padded to its widest. Sorted by width, some cheapest partition is
-    made of contiguous runs, so a prefix table finds it exactly; a run is allowed only if its padded stack
-    fits its own members' parameter and gradient bytes, as in `_split_by_budget`.
+    plus the arithmetic of its members padded to its widest; a run is allowed only if its padded stack fits
+    its own members' parameter and gradient bytes, as in `_split_by_budget`. A prefix table finds the
+    cheapest runs of consecutive members. Without the budget some cheapest partition is of that kind
+    (re-dealing the widest members to the widest runs never widens a run); where the budget binds, one out
+    of order can be cheaper, and this is the best in order.
     """
     if not (math.isfinite(chain_flops) and chain_flops >= 0):
         raise ValueError(f"pad_chain_flops must be a finite number ≥ 0 (or None), got {chain_flops!r}")

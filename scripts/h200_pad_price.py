@@ -25,7 +25,7 @@ from experiments.screen.trial import launch_floor
 from experiments.workloads import build_param_groups, fill_synthetic_grads
 from harness.timing import SyncTimer
 from optimizers import batched
-from optimizers.batched import BatchedMuSGD, newton_schulz_flops
+from optimizers.batched import BatchedMuSGD
 
 PRICES = "none,0,1e8,1e9,3e9,1e10,3e10"
 
@@ -37,12 +37,7 @@ def priced(price: float | None) -> type[BatchedMuSGD]:
 def plan_figures(optimizer: BatchedMuSGD) -> tuple[int, float, float]:
     """Chains, Newton-Schulz GFLOP per step as run (padding included), stacks and scratch in MiB."""
     plan = optimizer._current_plan()
-    flops = 0
-    for batch in plan.batches:
-        if batch.kind == "padded":
-            flops += len(batch.members) * newton_schulz_flops(*sorted(batch.stack_shape[1:]))
-        else:
-            flops += sum(newton_schulz_flops(m.small, m.large) for m in batch.members)
+    flops = sum(batch.flops for batch in plan.batches)
     return len(plan.batches), flops / 1e9, plan.nbytes / 2**20
 
 
