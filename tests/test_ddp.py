@@ -21,18 +21,12 @@ import torch
 from experiments.fit.plan import FitSettings
 from harness.cli import main
 from harness.options import InputError, protocol_options, split_device_list
-from harness.tables import RunFolder
+from tests.runfolders import only_run
 from tests.workerfns import PIDS_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "4", "--val-images", "8"]
 RANKS = ["--gpus", "2", "--device", "cpu", "--quiet"]
-
-
-def only_run(root: Path) -> RunFolder:
-    folders = [p for p in root.iterdir() if p.is_dir() and p.name != "datasets"]
-    assert len(folders) == 1, folders
-    return RunFolder(folders[0])
 
 
 def _alive(pid: int) -> bool:

@@ -18,7 +18,7 @@ from experiments.fit.plan import FitSettings, check_steps
 from experiments.fit.stages import STAGES, host_iteration_median, stage_column, within_epoch_gaps
 from harness.cli import main
 from harness.options import InputError
-from harness.tables import RunFolder
+from tests.runfolders import only_run
 
 ROOT = Path(__file__).resolve().parent.parent
 ULTRALYTICS = all(importlib.util.find_spec(name) is not None for name in ("ultralytics", "torchvision"))
@@ -35,12 +35,6 @@ TINY = [
     "8",
     "--quiet",
 ]
-
-
-def only_run(root: Path) -> RunFolder:
-    folders = [p for p in root.iterdir() if p.is_dir() and p.name != "datasets"]
-    assert len(folders) == 1, folders
-    return RunFolder(folders[0])
 
 
 def test_steps_must_be_whole_epochs() -> None:

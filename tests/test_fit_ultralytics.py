@@ -17,7 +17,7 @@ from experiments.fit.dataset import SyntheticSet, describe_user_set, ensure_synt
 from experiments.fit.stages import STAGES, stage_column
 from experiments.fit.ultralytics_fit import offline_environment, read_results_csv
 from harness.cli import main
-from harness.tables import RunFolder
+from tests.runfolders import only_run
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_ULTRALYTICS = (
@@ -85,12 +85,6 @@ def narrow_yolo26(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     path = tmp_path_factory.mktemp("models") / "yolo26n-narrow.yaml"  # the stem names scale n
     path.write_text("\n".join(narrow) + "\n")
     return ["--model", str(path)]
-
-
-def only_run(root: Path) -> RunFolder:
-    folders = [p for p in root.iterdir() if p.is_dir() and p.name != "datasets"]
-    assert len(folders) == 1, folders
-    return RunFolder(folders[0])
 
 
 def test_synthetic_set_is_deterministic_and_keyed(tmp_path: Path) -> None:

@@ -11,14 +11,7 @@ import pytest
 import torch
 
 from harness.cli import main
-from harness.tables import RunFolder
-
-
-def only_run(root: Path) -> RunFolder:
-    """The one run folder under ``root``."""
-    folders = [p for p in root.iterdir() if p.is_dir() and p.name != "datasets"]
-    assert len(folders) == 1, folders
-    return RunFolder(folders[0])
+from tests.runfolders import only_run
 
 
 @pytest.mark.slow
