@@ -43,8 +43,8 @@ It computes what the per-parameter MuSGD computes, with few operations per step 
 No public flag and no checkpoint field is added: the state is exactly the baseline's, so a state_dict moves
 between MuSGD and BatchedMuSGD both ways. `pad_guard`, `pad_chain_flops` and `graph_replay` (class
 attributes, or `with_pad_guard`) are internal knobs for screens: guard None pads every size, 0 pads nothing;
-a chain price cuts padded runs where their wasted arithmetic costs more than another chain (None, the
-default until a GPU sweep sets it: as far as the memory budget allows); replay off runs every core eagerly.
+a chain price cuts padded runs where their wasted arithmetic costs more than another chain (the default
+chosen from an H200 sweep; None pads as far as the memory budget allows); replay off runs every core eagerly.
 The plan's stacks and scratch are memory the optimizer keeps between steps: about the bf16 size of the Muon
 parameters (plus padding) and the size of the parameters; `plan_bytes` says how much (with the captured
 graph's pool).
@@ -69,6 +69,11 @@ from .musgd import MuSGD, muon_momentum, musgd_param_step, sgd_momentum_step
 from .newton_schulz import NS_STEPS, Stack, foreach_mul_, muon_scale, newton_schulz_stacks
 
 DEFAULT_PAD_GUARD = 256
+# One more Newton-Schulz chain priced in padded arithmetic (FLOPs). Chosen on the H200 (scripts/h200_pad_price.py,
+# reports/h200-decisive/logs/2026-12-01-2325/prices.log): of the prices swept, 3e9 is within 1.6% of the best
+# price's step at every YOLO26 scale (1e9 within 2.8%, 1e10 2.7%) and 8–13% faster than the memory-budget rule
+# at every scale (n..x).
+DEFAULT_PAD_CHAIN_FLOPS = 3e9
 MAX_LAYOUTS = 16  # scalar patterns whose merged lists a plan keeps (a schedule rarely makes more than two)
 STACK_DTYPE = torch.bfloat16
 _WIDENS_EXACTLY = (torch.float32, torch.float64, STACK_DTYPE)  # parameter dtypes a bf16 update widens into
@@ -932,7 +937,7 @@ class BatchedMuSGD(MuSGD):
     pad_guard: int | None = DEFAULT_PAD_GUARD
     # What one more Newton-Schulz chain is worth in padded arithmetic (FLOPs): padding that wastes more than
     # a chain costs is split off (`_split_by_cost`); None pads as far as the memory budget allows.
-    pad_chain_flops: float | None = None
+    pad_chain_flops: float | None = DEFAULT_PAD_CHAIN_FLOPS
     graph_replay: bool = True
 
     @classmethod

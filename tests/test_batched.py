@@ -273,10 +273,12 @@ def test_padded_bf16_agrees_within_the_baselines_own_ulp_sensitivity(device: str
     assert max(differences) <= tolerance
 
 
-def test_padded_stacks_stay_within_their_own_param_and_grad_bytes() -> None:
+@pytest.mark.parametrize("price", [None, BatchedMuSGD.pad_chain_flops], ids=["budget-rule", "priced"])
+def test_padded_stacks_stay_within_their_own_param_and_grad_bytes(price: float | None) -> None:
+    optimizer_class = type("Priced", (BatchedMuSGD,), {"pad_chain_flops": price})
     groups, kwargs = build_param_groups("n", seed=0)
     fill_synthetic_grads(groups, seed=1)
-    optimizer = BatchedMuSGD(groups, **kwargs)
+    optimizer = optimizer_class(groups, **kwargs)
     plan = optimizer._current_plan()
     padded = [batch for batch in plan.batches if batch.kind == "padded"]
     assert padded
@@ -286,13 +288,15 @@ def test_padded_stacks_stay_within_their_own_param_and_grad_bytes() -> None:
         assert all(member.small <= BatchedMuSGD.pad_guard for member in batch.members)
 
     # One wide fp32 matrix with many tiny ones of the same smaller dimension: the wide one brings 8 bytes
-    # per element (param + grad), a bf16 slot costs 2, so exactly three tiny ones fit in its stack; padding
-    # all ten to 4096 columns would cost 2.5 times the budget. The other seven run as an exact-shape batch.
+    # per element (param + grad), a bf16 slot costs 2, so under the budget rule exactly three tiny ones fit
+    # in its stack (padding all ten to 4096 columns would cost 2.5 times the budget) and the other seven run
+    # as an exact-shape batch. A chain price sees the same two chains cost less arithmetic with no tiny one
+    # padded: the wide matrix alone, the ten tiny ones as one exact-shape batch.
     params = _make_params([(8, 4096)] + [(8, 8)] * 10)
     _fill_grads(params, seed=2)
-    optimizer = BatchedMuSGD([_muon_group(params)])
+    optimizer = optimizer_class([_muon_group(params)])
     kinds = sorted((batch.kind, len(batch.members)) for batch in optimizer._current_plan().batches)
-    assert kinds == [("padded", 4), ("uniform", 7)]
+    assert kinds == ([("padded", 4), ("uniform", 7)] if price is None else [("single", 1), ("uniform", 10)])
 
 
 @pytest.mark.parametrize(("guard", "expect_padded"), [(0, False), (8, False), (16, True), (None, True)])
