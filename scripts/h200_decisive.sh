@@ -21,7 +21,8 @@
 # The claim: real trainer, YOLO26n, 640 px, batch 4 (nbs 4), bf16, 256 synthetic images, 384 steps, the quiet
 # defaults (--cpus auto). Run folders live under reports/h200-decisive/<step>/ (committed between calls): a step
 # resumes the folder there, in place, or starts it; each slice stops before the shared DEADLINE (default 560 s).
-# The folders come back in $OUT/decisive.tgz (checkpoints and the dataset cache left out), logs as $OUT/*.log.
+# The folders come back in $OUT/decisive.tgz, packed after every step (checkpoints and the dataset cache left
+# out), logs as $OUT/*.log.
 . scripts/h200_env.sh || exit 1
 end=$(( $(date +%s) + ${DEADLINE:-560} ))
 left() { echo $(( end - $(date +%s) )); }
@@ -63,9 +64,9 @@ for step in "$@"; do
     stages-baseline) fresh stages-baseline pair "${claim[@]}" --arms baseline,candidate --stages --warmup 0 --pairs 1 ;;
     profile) python3 scripts/h200_step_profile.py --scales n x > "$OUT/profile.log" 2>&1
              echo "profile rc=$?"; grep -E "step host|synchronized|empty_strided|kept between" "$OUT/profile.log" ;;
-    parity) python3 -m harness.cli parity --device cuda --steps 60 --out "$HOME_DIR/parity" --quiet > "$OUT/parity.log" 2>&1
+    parity) timeout $(( $(left) - 10 )) python3 -m harness.cli parity --device cuda --steps 60 --out "$HOME_DIR/parity" --quiet > "$OUT/parity.log" 2>&1
             echo "parity n rc=$?"
-            python3 -m harness.cli parity --device cuda --scale x --steps 60 --out "$HOME_DIR/parity" --quiet >> "$OUT/parity.log" 2>&1
+            timeout $(( $(left) - 10 )) python3 -m harness.cli parity --device cuda --scale x --steps 60 --out "$HOME_DIR/parity" --quiet >> "$OUT/parity.log" 2>&1
             echo "parity x rc=$?"; grep -E "One-step contract" "$OUT/parity.log" ;;
     screen) fresh screen screen --scales n,s,m,l,x --guards 256 --arms baseline,candidate,upstream --steps 10 \
               --warmup-steps 2 --warmup 2 --pairs 3 --device cuda --quiet
@@ -85,5 +86,6 @@ for step in "$@"; do
             done ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
+  # After every step, so a call that runs past its limit still brings back the folders of the steps it finished.
+  tar czf "$OUT/decisive.part" --exclude="*.pt" --exclude=datasets --exclude=weights "$HOME_DIR" && mv "$OUT/decisive.part" "$OUT/decisive.tgz"
 done
-tar czf "$OUT/decisive.tgz" --exclude='*.pt' --exclude='datasets' --exclude='weights' "$HOME_DIR"
