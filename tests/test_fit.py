@@ -104,11 +104,19 @@ def test_pair_embedded_end_to_end(tmp_path: Path, capsys) -> None:
     assert folder.file("claim.txt").read_text() == "stale"  # presentation writes nothing but the report
     assert main(["pair", "--resume", str(folder.path), "--quiet", "--no-report"]) == 0  # nothing left to run
     assert folder.file("claim.txt").read_text() == claim  # the runner derives it from the log again
-    # the gate: two pairs' interval is far too wide to clear the bar, so a gated command exits 1 (and says
-    # why); ungated it was 0
-    assert main(["pair", "--resume", str(folder.path), "--quiet", "--no-report", "--gate"]) == 1
-    err = capsys.readouterr().err
-    assert "bench: gate: candidate-cpu vs baseline (claim): " in err and "(claim): clears" not in err
+    # the gate follows the claim's verdict (ungated the command exits 0 either way). Whether two measured
+    # pairs clear 8% on a shared CPU is the machine's business, not this test's (their interval was once
+    # wide, now 13.9-16.4%): a gated resume exits 0 and says so when the claim clears, 1 and says why when
+    # not (both exits on fixed rows: tests/test_cli.py).
+    clears = "verdict against the 8% bar: clears." in claim
+    assert main(["pair", "--resume", str(folder.path), "--quiet", "--no-report", "--gate"]) == (0 if clears else 1)
+    captured = capsys.readouterr()
+    err = captured.err
+    print("claim clears:", clears)
+    if clears:
+        assert "bench: gate passed" in captured.out and "bench: gate:" not in err
+    else:
+        assert "bench: gate: candidate-cpu vs baseline (claim): " in err and "(claim): clears" not in err
 
 
 @pytest.mark.slow
