@@ -44,9 +44,9 @@ from harness.options import (
     split_device_list,
 )
 from harness.protocol import Arm, PlannedStop, ProtocolOptions
-from harness.run import RunInterrupted, Runner, RunOptions, gate_failures
+from harness.run import RunInterrupted, Runner, RunOptions
 from harness.tables import RunFolder
-from harness.tier import Run, TierRegistry
+from harness.tier import Run, TierRegistry, gate_refusal
 from harness.validation import check_log, load_plan
 
 app = typer.Typer(
@@ -358,7 +358,7 @@ def launch(
     Every input is checked before anything is written, so a bad input leaves no run folder.
     """
     runner = run.runner()
-    if run.gate and (runner.tiers.get(tier).diagnostic or not runner.tiers.get(tier).paired):
+    if run.gate and gate_refusal(runner.tiers.get(tier)):
         raise InputError(f"--gate judges claims, and a '{tier}' run makes none; drop --gate")
     if run.resume is not None:
         folder = RunFolder.open(run.resume)
@@ -383,7 +383,7 @@ def launch(
             console.print(line, soft_wrap=True)  # one line, before anything runs: what the arms will run
         result = runner.start(plan)
     if run.gate:
-        failures = gate_failures(result)
+        failures = result.gate_failures()
         for failure in failures:
             errors.print(f"bench: gate: {failure}", soft_wrap=True)
         if failures:

@@ -54,7 +54,7 @@ from harness.options import InputError
 from harness.protocol import IDLE_GAP_SECONDS, WHOLE_PAIRS_FORMAT, Plan, scheduled_done, warmup_sequences
 from harness.stats import ClaimSettings, finished, instability_flags, numeric_column, plan_rows
 from harness.tables import RunFolder, Summaries, check_can_write, write_atomic
-from harness.tier import Caveat, Run, TierRegistry
+from harness.tier import Caveat, Run, TierRegistry, gate_refusal
 
 REPORT_NAME = "report.md"
 NOT_RECORDED = "not recorded"
@@ -579,17 +579,34 @@ def _title(runs: list[LoadedRun]) -> list[str]:
             f"{r.plan.metric} ({r.plan.unit})",
             _time(r.plan.created),
             _logged(r.plan, r.summaries.trials).replace(" scheduled trials", ""),
+            _gate_cell(r),
         ]
         for r in runs
     ]
-    lines.append(
-        markdown_table(["run", "folder", "tier", "kind", "figure", "started", "trials logged"], rows, "rllll")
-    )
+    columns = ["run", "folder", "tier", "kind", "figure", "started", "trials logged", "`--gate`"]
+    lines.append(markdown_table(columns, rows, "rllll"))
+    failing = [(r, r.gate_failures()) for r in runs if gate_refusal(r.tier) is None]
+    failing = [(r, why) for r, why in failing if why]
+    if failing:
+        lines += [
+            "",
+            "`--gate`: what the run's command exits with `--gate` given, read from its folder now (1 where a "
+            "claim does not clear its bar or an A/A arm is not within its tolerance):",
+            "",
+        ] + [f"- run {r.number} exits 1: {'; '.join(why)}." for r, why in failing]
     lines += ["", "Commands:", "", "```sh"]
     for r in runs:
         lines += [f"# run {r.number} ({r.name})", r.plan.command or "# not recorded (started from Python)"]
     lines.append("```")
     return lines
+
+
+def _gate_cell(run: LoadedRun) -> str:
+    """The runs table's `--gate` column: the exit status the gate gives this folder, or why it judges none."""
+    refusal = gate_refusal(run.tier)
+    if refusal is not None:
+        return f"n/a ({refusal})"
+    return "exit 1" if run.gate_failures() else "exit 0"
 
 
 def _summary(runs: list[LoadedRun]) -> list[str]:

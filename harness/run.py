@@ -47,7 +47,6 @@ from harness.timing import apply_budget, release_budget
 from harness.validation import check_log, load_env, load_plan
 
 CLAIM_FILE = "claim.txt"
-GATE_PASSING = {"claim": ("clears",), "control": ("within",)}
 
 
 def machine_load() -> dict[str, float | int | None]:
@@ -57,22 +56,6 @@ def machine_load() -> dict[str, float | int | None]:
     except (AttributeError, OSError):
         load = None
     return {"load1_start": load, "cpu_logical": os.cpu_count()}
-
-
-def gate_failures(run: Run) -> list[str]:
-    """Why ``--gate`` fails this run (empty when it passes): a claim that does not clear its bar (fails, is
-    insufficient or ambiguous, or has no bar) or an A/A arm that is not within its tolerance; a run with no
-    claim at all fails too."""
-    claims = run.summaries.claims
-    if claims.empty:
-        return ["no complete pair: no claim to gate on"]
-    out = []
-    for _, claim in claims.iterrows():
-        kind = str(claim.get("kind", "claim"))
-        if str(claim["verdict"]) not in GATE_PASSING.get(kind, ("clears",)):
-            where = f"{claim['case']}: " if claims["case"].nunique() > 1 else ""
-            out.append(f"{where}{claim['arm']} vs {claim['baseline_arm']} ({kind}): {claim['verdict']}")
-    return out
 
 
 class RunInterrupted(KeyboardInterrupt):

@@ -22,6 +22,9 @@ if TYPE_CHECKING:  # annotations only: a trial's worker imports the tiers and no
     import pandas as pd
 
 
+GATE_PASSING = {"claim": ("clears",), "control": ("within",)}  # the verdicts ``--gate`` lets through
+
+
 @dataclass(frozen=True)
 class Caveat:
     """A caveat of a run: a headline (in the report's summary too) and the detail (in the run's section)."""
@@ -53,6 +56,30 @@ class Run:
         check_log(plan, folder)
         summaries = summarize_trials(folder.trials(), plan.protocol)
         return cls(folder, plan, summaries, load_env(folder), figures_dir)
+
+    def gate_failures(self) -> list[str]:
+        """Why ``--gate`` fails this run (empty when it passes): a claim that does not clear its bar (fails, is
+        insufficient or ambiguous, or has no bar) or an A/A arm that is not within its tolerance; a run with
+        no claim at all fails too."""
+        claims = self.summaries.claims
+        if claims.empty:
+            return ["no complete pair: no claim to gate on"]
+        out = []
+        for _, claim in claims.iterrows():
+            kind = str(claim.get("kind", "claim"))
+            if str(claim["verdict"]) not in GATE_PASSING.get(kind, ("clears",)):
+                where = f"{claim['case']}: " if claims["case"].nunique() > 1 else ""
+                out.append(f"{where}{claim['arm']} vs {claim['baseline_arm']} ({kind}): {claim['verdict']}")
+        return out
+
+
+def gate_refusal(tier: Tier) -> str | None:
+    """Why ``--gate`` cannot judge a run of this tier (None where it can): it judges paired claims only."""
+    if tier.diagnostic:
+        return "diagnostic"
+    if not tier.paired:
+        return "no paired claims"
+    return None
 
 
 class Tier(Protocol):

@@ -109,7 +109,9 @@ def test_pair_embedded_end_to_end(tmp_path: Path, capsys) -> None:
     # wide, now 13.9-16.4%): a gated resume exits 0 and says so when the claim clears, 1 and says why when
     # not (both exits on fixed rows: tests/test_cli.py).
     clears = "verdict against the 8% bar: clears." in claim
-    assert main(["pair", "--resume", str(folder.path), "--quiet", "--no-report", "--gate"]) == (0 if clears else 1)
+    assert main(["pair", "--resume", str(folder.path), "--quiet", "--no-report", "--gate"]) == (
+        0 if clears else 1
+    )
     captured = capsys.readouterr()
     err = captured.err
     print("claim clears:", clears)

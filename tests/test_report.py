@@ -383,6 +383,37 @@ def test_a_claim_and_its_control_side_by_side_from_one_run(tmp_path: Path, no_gc
     assert "counterbalanced order (ABC, BCA, CAB, CBA, ACB, BAC, …)" in text
 
 
+def test_the_runs_table_says_what_the_gate_exits_per_folder(tmp_path: Path) -> None:
+    """A side-by-side report gives each run the exit status `--gate` gives its folder (0, 1 with why), and
+    says a diagnostic run is not gated: a reviewer reads the gate without re-running anything."""
+    passing_plan = make_plan(arms=("baseline", "candidate"), pairs=32, warmup=0)
+    passing = run_folder(
+        tmp_path / "passing",
+        passing_plan,
+        scripted({"baseline": [10.0, 10.1, 9.9, 10.0] * 8, "candidate": [8.0, 8.1, 7.9, 8.05] * 8}),
+    )
+    failing = run_folder(tmp_path / "failing", make_plan(), scripted(FIGURES))  # 3 pairs: insufficient
+    stages = BaseTier("fixture-stages", diagnostic=True)
+    tiers = TierRegistry([FIXTURE, stages])
+    diagnostic = (
+        Runner(tiers, RunOptions(out=tmp_path / "diag", quiet=True))
+        .start(make_plan(tier="fixture-stages"), scripted(FIGURES))
+        .folder
+    )
+    assert Run.load(passing).gate_failures() == []
+    why = Run.load(failing).gate_failures()
+    assert why == ["candidate vs baseline (claim): insufficient"]
+    text = write([passing, failing, diagnostic], tmp_path / "three.md", tiers).read_text(encoding="utf-8")
+    rows = {line.split(" | ")[1].strip("`"): line for line in text.splitlines() if line.startswith("| ")}
+    assert rows[passing.path.name].endswith("| exit 0 |")
+    assert rows[failing.path.name].endswith("| exit 1 |")
+    assert rows[diagnostic.path.name].endswith("| n/a (diagnostic) |")
+    assert "| trials logged | `--gate` |" in text
+    assert (
+        f"\n- run 2 exits 1: {why[0]}.\n" in text and "run 1 exits" not in text and "run 3 exits" not in text
+    )
+
+
 def test_both_failed_pairs_are_left_out_and_counted_in_the_report(tmp_path: Path) -> None:
     figures = {"baseline": [10.0, "oom", 10.0, 10.1], "candidate": [8.0, "oom", 8.1, 7.9]}
     folder = run_folder(tmp_path, make_plan(pairs=4, warmup=0), scripted(figures))
@@ -761,7 +792,6 @@ def _committed_copy(name: str, where: Path) -> RunFolder:
 
 def test_a_fit_run_with_steady_figures_gets_its_own_claims_table_beside_the_claim(tmp_path: Path) -> None:
     from experiments.fit.report import STEADY_CLAIMS_CSV
-    from harness.run import gate_failures
     from harness.stats import secondary_claims
 
     folder = _committed_copy("h200-2026-12-01/aa-placed-sequential-384", tmp_path)
@@ -773,7 +803,7 @@ def test_a_fit_run_with_steady_figures_gets_its_own_claims_table_beside_the_clai
     assert written["verdict"].tolist() == expected["verdict"].tolist() == ["insufficient"]
     assert folder.file("claims.csv").read_text() == claims_before  # the claim is still the whole fit
     # the gate reads the whole-fit claims only: a steady table that cleared would not change it
-    assert gate_failures(run) == ["candidate-control vs candidate (control): insufficient"]
+    assert run.gate_failures() == ["candidate-control vs candidate (control): insufficient"]
     claim = folder.file("claim.txt").read_text()
     assert "Secondary, not the claim: the steady-state figure" in claim
     text = report.write_report([folder], PROJECT_TIERS).read_text()
