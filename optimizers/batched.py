@@ -15,6 +15,11 @@ It computes what the per-parameter MuSGD computes, with few operations per step 
   the scaled bf16 updates into scratch (so the apply, fp32 += bf16 otherwise, takes the foreach fast path),
   and applies gains, updates and SGD momentum with foreach operations over lists. The count of operations
   grows with the number of stacks and groups, not of matrices, and a step allocates nothing.
+- The clean parameters' SGD momentum buffers live in one tensor per device and dtype laid out like scratch
+  (each at its scratch view's offset, with its strides; the state holds the views, one per parameter), and
+  scratch puts the groups without Muon first, then the Muon groups'. An SGD run whose parameters tile one
+  stretch of scratch (each of YOLO26's) takes the momentum multiply, the add and the Nesterov update as one
+  elementwise operation each on two stretches; a foreach list's host cost grows with its tensors.
 - Momentum keeps its rounded operations: the baseline's lerp, mul and add, in the same order and with the
   same Python-float scalars, so momentum buffers stay bit-equal to the baseline's. What the baseline
   computes out of place (the Nesterov inputs, the decayed gradient, the Nesterov SGD update) is computed by
@@ -55,6 +60,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import functools
+import itertools
 import math
 import operator
 from collections.abc import Callable, Iterator
@@ -168,6 +174,26 @@ def _overlapping(spans: list[tuple[str, int, int, Any]]) -> set[Any]:
     if len(run) > 1:
         flagged.update(run)
     return flagged
+
+
+def _spans_of(
+    tracked: list[tuple[dict[str, Any], torch.Tensor]], state: dict[torch.Tensor, dict[str, Any]], grads: bool
+) -> tuple[list[tuple[str, int, int, Any]], set[int]]:
+    """The memory spans of every tracked parameter, its state tensors and (with `grads`) its gradient, each
+    tagged (parameter id, role); and the ids of parameters one of whose other tensors refuses inspection."""
+    spans, refusing = [], set()
+    for _, p in tracked:
+        device = str(p.device)
+        tensors = [("param", p), *([("grad", p.grad)] if grads else []), *state[p].items()]
+        for role, tensor in tensors:
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            if _refuses_inspection(tensor):
+                if role != "param":
+                    refusing.add(id(p))
+                continue
+            spans.append((device, *_memory_span(tensor), (id(p), role)))
+    return spans, refusing
 
 
 def _span_index(spans: list[tuple[str, int, int, Any]]) -> dict[str, tuple[list[int], list[int]]]:
@@ -476,6 +502,9 @@ class _SgdRun:
     buffers: list[torch.Tensor]
     scratch: list[torch.Tensor]
     grads: Callable[[list[Any]], Any] = tuple  # the run's gradients out of the step's flat list
+    # Where the run's buffers and scratch views tile one stretch of their flat tensors: those two stretches,
+    # which one elementwise operation each steps like the foreach lists (None: the lists, always right).
+    flat: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 def _picker(positions: list[int]) -> Callable[[list[Any]], Any]:
@@ -484,6 +513,25 @@ def _picker(positions: list[int]) -> Callable[[list[Any]], Any]:
         position = positions[0]
         return lambda items: (items[position],)
     return operator.itemgetter(*positions)
+
+
+def _one_stretch(plan: _Plan, params: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The stretch of the flat SGD buffers and of scratch that these parameters' views tile exactly, or None.
+
+    A parameter's buffer and scratch views sit at the same offset with the same strides in two flat tensors
+    (`_mirror_sgd_buffers`), so elementwise operations over the two stretches pair each element of a buffer
+    with the same element of its scratch, as the per-tensor lists do.
+    """
+    views = [plan.scratch_of[id(p)] for p in params]
+    flats = plan.sgd_flats.get((params[0].device, params[0].dtype)) if params else None
+    if flats is None:
+        return None
+    spans = sorted((v.storage_offset(), v.storage_offset() + v.numel()) for v in views)
+    if any(end != start for (_, end), (start, _) in itertools.pairwise(spans)):
+        return None
+    low, high = spans[0][0], spans[-1][1]
+    buffers, scratch = flats
+    return buffers[low:high], scratch[low:high]
 
 
 @dataclass
@@ -616,6 +664,7 @@ def _build_layout(plan: _Plan, scalars: _Scalars) -> _Layout:
             apply.pieces.append((run_index, start, len(sgd_run.params)))
     for sgd_run in sgd_runs.values():
         sgd_run.grads = _picker([plan.positions[id(p)] for p in sgd_run.params])
+        sgd_run.flat = _one_stretch(plan, sgd_run.params)
     flags = tuple(nesterov[index[id(muon_group.group)]] for muon_group in plan.muon_groups)
     fill = plan.fills.get(flags)
     if fill is None:
@@ -649,6 +698,11 @@ class _Plan:
     # where a step computes in place what the baseline computes out of place: no allocation per step.
     scratch: list[torch.Tensor] = field(default_factory=list)
     scratch_of: dict[int, torch.Tensor] = field(default_factory=dict)  # parameter id -> its view
+    # Per device and dtype: the flat tensor the clean parameters' SGD buffers live in (state, laid out like
+    # scratch) and scratch's own flat tensor.
+    sgd_flats: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = field(
+        default_factory=dict
+    )
     fills: dict[tuple[bool, ...], _Fill] = field(default_factory=dict)  # per Nesterov pattern of Muon groups
     zeroed: list[torch.Tensor] = field(default_factory=list)  # padded stacks (or shares), zeroed per step
     muon_groups: list[_MuonGroup] = field(default_factory=list)
@@ -847,9 +901,19 @@ def _allocate_scratch(plan: _Plan, widened: set[int]) -> None:
         and entry.batch.kind == "uniform"
         and all(id(m) in widened for m in entry.batch.members)
     ]
-    order = [m.param for entry in blocks for m in entry.batch.members]
-    placed = {id(p) for p in order}
-    order += [p for p in clean if id(p) not in placed]
+    # Each group's SGD run should tile one stretch (`_one_stretch`): the groups without Muon first, then the
+    # blocks (Muon parameters only), then the other Muon parameters.
+    in_blocks_order = [m.param for entry in blocks for m in entry.batch.members]
+    placed = {id(p) for p in in_blocks_order}
+    muon = {
+        id(p)
+        for group_plan in plan.groups
+        if group_plan.group["use_muon"]
+        for b in group_plan.buckets
+        for p in b.params
+    }
+    order = [p for p in clean if id(p) not in muon]
+    order += in_blocks_order + [p for p in clean if id(p) in muon and id(p) not in placed]
     sizes: dict[tuple[torch.device, torch.dtype], int] = {}
     offsets = []
     for p in order:
@@ -884,6 +948,27 @@ def _allocate_scratch(plan: _Plan, widened: set[int]) -> None:
                 if out is not slot
             ]
             entry.copies = ([out for out, _ in pairs], [slot for _, slot in pairs])
+
+
+def _mirror_sgd_buffers(plan: _Plan, state: dict[torch.Tensor, dict[str, Any]]) -> None:
+    """Move the clean parameters' SGD momentum buffers into one tensor per device and dtype laid out like
+    scratch: each buffer at its scratch view's offset, with its strides. An SGD run whose parameters tile one
+    stretch of scratch then steps its buffers with one operation instead of a foreach list (whose host cost
+    grows with the tensors in it). The values are copied; the state holds the new views, so a state_dict
+    still gives one tensor per parameter, and the baseline reads it as its own."""
+    scratch_flats = {(t.device, t.dtype): t for t in plan.scratch}
+    buffer_flats = {key: torch.empty_like(flat) for key, flat in scratch_flats.items()}
+    for group_plan in plan.groups:
+        key = "momentum_buffer_SGD" if group_plan.group["use_muon"] else "momentum_buffer"
+        for bucket in group_plan.buckets:
+            for i, p in enumerate(bucket.params):
+                mine = plan.scratch_of[id(p)]
+                view = buffer_flats[(p.device, p.dtype)].as_strided(
+                    mine.shape, mine.stride(), mine.storage_offset()
+                )
+                view.copy_(bucket.buffers[i])
+                state[p][key] = bucket.buffers[i] = view
+    plan.sgd_flats = {key: (buffer_flats[key], scratch_flats[key]) for key in scratch_flats}
 
 
 def _share_out(plan: _Plan, world: int, rank: int) -> list[_BatchStack]:
@@ -1156,10 +1241,20 @@ class BatchedMuSGD(MuSGD):
                 grads = run.scratch
                 if weight_decay != 0:
                     torch._foreach_add_(grads, run.params, alpha=weight_decay)
-            foreach_mul_(run.buffers, momentum)
-            torch._foreach_add_(run.buffers, grads)
-            if run.nesterov:
-                torch._foreach_add_(grads, run.buffers, alpha=momentum)
+            if run.flat is not None:  # the same operations on two stretches of flat tensors
+                buffers, scratch = run.flat
+                buffers.mul_(momentum)
+                if grads is run.scratch:
+                    buffers.add_(scratch)
+                else:
+                    torch._foreach_add_(run.buffers, grads)
+                if run.nesterov:
+                    scratch.add_(buffers, alpha=momentum)
+            else:
+                foreach_mul_(run.buffers, momentum)
+                torch._foreach_add_(run.buffers, grads)
+                if run.nesterov:
+                    torch._foreach_add_(grads, run.buffers, alpha=momentum)
             run_updates.append(grads if run.nesterov else run.buffers)
         for apply in layout.sgd_apply:
             torch._foreach_add_(
@@ -1303,19 +1398,9 @@ class BatchedMuSGD(MuSGD):
 
         # 2. Memory: a parameter overlapping anything keeps exact shapes and its order; a gradient or buffer
         #    that shares memory with anything sends its parameter to the whole per-parameter step.
-        static_spans, grad_spans = [], []
-        for _, p in tracked:
-            device = str(p.device)
-            for role, tensor in [("param", p), ("grad", p.grad), *self.state[p].items()]:
-                if not isinstance(tensor, torch.Tensor):
-                    continue
-                if _refuses_inspection(tensor):
-                    if role != "param":
-                        whole_step.add(id(p))
-                    continue
-                spans = grad_spans if role == "grad" else static_spans
-                spans.append((device, *_memory_span(tensor), (id(p), role)))
-        flagged = _overlapping(static_spans + grad_spans)
+        spans, refusing = _spans_of(tracked, self.state, grads=True)
+        whole_step |= refusing
+        flagged = _overlapping(spans)
         grads_overlap = any(role == "grad" for _, role in flagged)
         overlapping_params = {pid for pid, role in flagged if role == "param"}
         whole_step |= {pid for pid, role in flagged if role != "param"}
@@ -1376,10 +1461,13 @@ class BatchedMuSGD(MuSGD):
                     in_order.append(p)
             group_whole = {id(p) for p in in_order if id(p) in whole_step or not group["use_muon"]}
             group_plans.append(_GroupPlan(group, list(buckets.values()), in_order, group_whole))
-        plan = _Plan(
-            signature, grad_addresses, grads_overlap, _span_index(static_spans), batches, group_plans
-        )
+        plan = _Plan(signature, grad_addresses, grads_overlap, {}, batches, group_plans)
         plan.positions = orders
+        _lay_out(plan, self.state, *world_and_rank())  # 5. the stacks (shared out over ranks), the fill order
+        _mirror_sgd_buffers(plan, self.state)  # 6. the SGD buffers laid out like scratch (new memory)
+
+        # 7. What a moved gradient is checked against per step: the parameters and their state as now held.
+        plan.span_index = _span_index(_spans_of(tracked, self.state, grads=False)[0])
         plan.grad_checks = [
             (p, str(p.device))
             for group in self.param_groups
@@ -1394,7 +1482,6 @@ class BatchedMuSGD(MuSGD):
                 torch.tensor(starts, dtype=torch.int64),
                 torch.tensor(reach, dtype=torch.int64),
             )
-        _lay_out(plan, self.state, *world_and_rank())  # 5. the stacks (shared out over ranks), the fill order
         return plan
 
 

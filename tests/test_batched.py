@@ -1159,3 +1159,84 @@ def test_scalars_are_reread_when_a_schedule_assigns_them_or_a_tensor_changes_in_
         for group_b, group_c in zip(base_groups[2:], cand_groups[2:], strict=True):
             for pb, pc in zip(group_b["params"], group_c["params"], strict=True):
                 assert torch.equal(pb, pc), step
+
+
+# --- SGD buffers laid out like scratch ----------------------------------------------------------------------
+
+
+def _sgd_buffer(optimizer: MuSGD, group: dict[str, Any], p: torch.Tensor) -> torch.Tensor:
+    return optimizer.state[p]["momentum_buffer_SGD" if group["use_muon"] else "momentum_buffer"]
+
+
+def test_sgd_buffers_live_in_one_tensor_laid_out_like_scratch_and_each_run_steps_flat() -> None:
+    """YOLO26n's clean SGD buffers are views of one tensor per dtype at their scratch views' offsets and
+    strides, so each SGD run of its layout (no decay; decay) tiles one stretch and steps it with one operation
+    each; parameters and every buffer stay bit-equal to the baseline's over steps with moved gradients."""
+    groups, kwargs = build_param_groups("n", seed=0)
+    fill_synthetic_grads(groups, seed=1)
+
+    def moved(step_groups: list[dict[str, Any]], step: int) -> None:  # a trainer's fresh gradients
+        _fill_grads(_params_of(step_groups), seed=200 + step)
+
+    exact = BatchedMuSGD.with_pad_guard(0)  # exact shapes: bit-equality on the CPU is the contract there
+    baseline, base_groups, candidate, cand_groups = _run_both(groups, 3, moved, kwargs, exact)
+    plan = _plan(candidate)
+    runs = [run for layout in plan.layouts.values() for run in layout.sgd]
+    assert len(runs) == 2 and all(run.flat is not None for run in runs)
+    flat_buffers = {key: buffers for key, (buffers, _) in plan.sgd_flats.items()}
+    for group in cand_groups:
+        for p in group["params"]:
+            buffer, scratch = _sgd_buffer(candidate, group, p), plan.scratch_of[id(p)]
+            assert buffer._base is flat_buffers[(p.device, p.dtype)]
+            assert (buffer.storage_offset(), buffer.stride()) == (scratch.storage_offset(), scratch.stride())
+    assert sum(run.flat[0].numel() for run in runs) == sum(p.numel() for p in _params_of(cand_groups))
+    for base_group, cand_group in zip(base_groups, cand_groups, strict=True):
+        for q, p in zip(base_group["params"], cand_group["params"], strict=True):
+            assert torch.equal(q, p)
+            for key, value in baseline.state[q].items():
+                assert torch.equal(value, candidate.state[p][key]), key
+    # the state moves to the baseline and back as one tensor per parameter
+    restored = exact(_clone_groups(cand_groups), **kwargs)
+    restored.load_state_dict(baseline.state_dict())
+    assert all(buffer._base is None for buffer in baseline.state_dict()["state"][0].values())
+
+
+def test_an_sgd_run_that_does_not_tile_one_stretch_keeps_its_foreach_lists() -> None:
+    """Groups whose scalars alternate (decay 0; decay 5e-4 and momentum 0.8; decay 0) merge the two
+    undecayed groups into one SGD run whose scratch is split by the middle group's: that run keeps the
+    foreach lists, the middle one steps flat, and all match the baseline bit for bit, beside a Muon group
+    (exact shapes)."""
+    groups = [
+        _sgd_group(_make_params([(8,), (16,)], seed=1), weight_decay=0.0),
+        _sgd_group(_make_params([(5,), (7,), (9,)], seed=2), momentum=0.8),
+        _sgd_group(_make_params([(4,), (32,)], seed=3), weight_decay=0.0),
+        _muon_group(_make_params([(8, 3, 3, 3), (16, 8)], seed=4)),
+    ]
+    exact = BatchedMuSGD.with_pad_guard(0)
+    baseline, base_groups, candidate, cand_groups = _run_both(groups, 3, _grads_by_seed, None, exact)
+    runs = [run for layout in _plan(candidate).layouts.values() for run in layout.sgd]
+    flat = {len(run.params): run.flat is not None for run in runs}
+    assert flat == {4: False, 3: True, 2: True}  # undecayed (split), the middle group, Muon's SGD part
+    for q, p in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
+        assert torch.equal(q, p)
+        for key, value in baseline.state[q].items():
+            assert torch.equal(value, candidate.state[p][key]), key
+
+
+def test_moving_buffers_into_their_flat_tensor_does_not_make_moved_gradients_rebuild_the_plan() -> None:
+    """The per-step check of moved gradients reads the plan's index of parameter and state memory: it indexes
+    the buffers as they are after the move, so fresh gradients allocated where the old buffers were do not
+    look like overlaps (which would rebuild the plan every step)."""
+    params = _make_params([(16,)] * 12 + [(64,)] * 6, seed=4)
+    optimizer = BatchedMuSGD([_sgd_group(params)])
+    _fill_grads(params, seed=5)
+    optimizer.step()
+    plan = _plan(optimizer)
+    indexed = sorted(zip(*plan.span_index["cpu"], strict=True))
+    held = [p for p in params] + [optimizer.state[p]["momentum_buffer"] for p in params]
+    starts = sorted(t.data_ptr() for t in held)
+    assert [start for start, _ in indexed] == starts
+    for seed in range(6, 10):
+        _fill_grads(params, seed=seed)  # new gradient tensors every step, as zero_grad(set_to_none) leaves
+        optimizer.step()
+        assert _plan(optimizer) is plan
