@@ -18,8 +18,9 @@ It computes what the per-parameter MuSGD computes, with few operations per step 
 - The clean parameters' SGD momentum buffers live in one tensor per device and dtype laid out like scratch
   (each at its scratch view's offset, with its strides; the state holds the views, one per parameter), and
   scratch puts the groups without Muon first, then the Muon groups'. An SGD run whose parameters tile one
-  stretch of scratch (each of YOLO26's) takes the momentum multiply, the add and the Nesterov update as one
-  elementwise operation each on two stretches; a foreach list's host cost grows with its tensors.
+  stretch of scratch (each of YOLO26's) takes the momentum multiply, the add and (on CUDA) the Nesterov
+  update as one elementwise operation each on two stretches; a foreach list's host cost grows with its
+  tensors.
 - Momentum keeps its rounded operations: the baseline's lerp, mul and add, in the same order and with the
   same Python-float scalars, so momentum buffers stay bit-equal to the baseline's. What the baseline
   computes out of place (the Nesterov inputs, the decayed gradient, the Nesterov SGD update) is computed by
@@ -505,6 +506,10 @@ class _SgdRun:
     # Where the run's buffers and scratch views tile one stretch of their flat tensors: those two stretches,
     # which one elementwise operation each steps like the foreach lists (None: the lists, always right).
     flat: tuple[torch.Tensor, torch.Tensor] | None = None
+    # The Nesterov update (g + m·buf) flat too: on CUDA only. One kernel computes every element alike there;
+    # on the CPU a vectorized loop and its scalar remainder round a + α·b differently for bf16 (measured on
+    # torch 2.14.1), so where an element falls would decide its bits; the list keeps per-tensor rounding.
+    flat_nesterov: bool = False
 
 
 def _picker(positions: list[int]) -> Callable[[list[Any]], Any]:
@@ -665,6 +670,7 @@ def _build_layout(plan: _Plan, scalars: _Scalars) -> _Layout:
     for sgd_run in sgd_runs.values():
         sgd_run.grads = _picker([plan.positions[id(p)] for p in sgd_run.params])
         sgd_run.flat = _one_stretch(plan, sgd_run.params)
+        sgd_run.flat_nesterov = sgd_run.flat is not None and sgd_run.params[0].device.type == "cuda"
     flags = tuple(nesterov[index[id(muon_group.group)]] for muon_group in plan.muon_groups)
     fill = plan.fills.get(flags)
     if fill is None:
@@ -1248,8 +1254,10 @@ class BatchedMuSGD(MuSGD):
                     buffers.add_(scratch)
                 else:
                     torch._foreach_add_(run.buffers, grads)
-                if run.nesterov:
+                if run.nesterov and run.flat_nesterov:
                     scratch.add_(buffers, alpha=momentum)
+                elif run.nesterov:
+                    torch._foreach_add_(grads, run.buffers, alpha=momentum)
             else:
                 foreach_mul_(run.buffers, momentum)
                 torch._foreach_add_(run.buffers, grads)

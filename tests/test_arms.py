@@ -130,7 +130,7 @@ def test_candidate_cpu_runs_the_batched_path_on_cpu_tensors_and_candidate_does_n
     baseline, baseline_ops = one_step("baseline")
     candidate, candidate_ops = one_step("candidate")
     routed, routed_ops = one_step("candidate-cpu")
-    batched = {"bmm", "_foreach_lerp_", "_foreach_mul_"}
+    batched = {"bmm", "_foreach_lerp_"}  # (SGD momentum's multiply is one flat mul_ now)
     assert not batched & baseline_ops and not batched & candidate_ops  # the per-parameter step, twice
     assert batched <= routed_ops  # batched Newton-Schulz and foreach momentum
     assert batched_module._FORCE_BATCHED_ON_CPU is False  # the switch is restored after the step

@@ -1183,6 +1183,7 @@ def test_sgd_buffers_live_in_one_tensor_laid_out_like_scratch_and_each_run_steps
     plan = _plan(candidate)
     runs = [run for layout in plan.layouts.values() for run in layout.sgd]
     assert len(runs) == 2 and all(run.flat is not None for run in runs)
+    assert not any(run.flat_nesterov for run in runs)  # on the CPU the Nesterov update keeps its lists
     flat_buffers = {key: buffers for key, (buffers, _) in plan.sgd_flats.items()}
     for group in cand_groups:
         for p in group["params"]:
@@ -1240,3 +1241,29 @@ def test_moving_buffers_into_their_flat_tensor_does_not_make_moved_gradients_reb
         _fill_grads(params, seed=seed)  # new gradient tensors every step, as zero_grad(set_to_none) leaves
         optimizer.step()
         assert _plan(optimizer) is plan
+
+
+@cuda
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_on_cuda_the_flat_sgd_step_with_its_nesterov_update_is_the_baselines_bit_for_bit(
+    dtype: torch.dtype,
+) -> None:
+    """On CUDA every SGD operation of a run that tiles one stretch is one elementwise kernel over it, the
+    Nesterov update included: sizes that leave every kind of remainder (odd, prime, a vector's multiple),
+    fp32 and bf16, undecayed and decayed groups, beside a Muon group: parameters and buffers stay the
+    baseline's bit for bit over steps."""
+    sizes = [(1,), (3,), (7,), (16,), (31,), (64,), (127,), (4, 257)]
+    groups = [
+        _sgd_group(_make_params(sizes, seed=1, dtype=dtype, device="cuda"), weight_decay=0.0),
+        _sgd_group(_make_params(sizes[::-1], seed=2, dtype=dtype, device="cuda"), lr=0.03),
+        _muon_group(_make_params([(8, 3, 3, 3), (16, 8), (16, 8)], seed=3, dtype=dtype, device="cuda")),
+    ]
+    exact = BatchedMuSGD.with_pad_guard(0)
+    baseline, base_groups, candidate, cand_groups = _run_both(groups, 4, _grads_by_seed, None, exact)
+    runs = [run for layout in _plan(candidate).layouts.values() for run in layout.sgd]
+    assert runs and all(run.flat is not None and run.flat_nesterov for run in runs)
+    for q, p in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
+        assert torch.equal(q, p)
+        for key, value in baseline.state[q].items():
+            assert torch.equal(value, candidate.state[p][key]), key
