@@ -88,5 +88,5 @@ for step in "$@"; do
     *) echo "unknown step $step"; exit 2 ;;
   esac
   # After every step, so a call that runs past its limit still brings back the folders of the steps it finished.
-  tar czf "$OUT/decisive.part" --exclude="*.pt" --exclude=datasets --exclude=weights "$HOME_DIR" && mv "$OUT/decisive.part" "$OUT/decisive.tgz"
+  pack decisive "$HOME_DIR"
 done

@@ -16,8 +16,8 @@
 #            to 14: fewer can never keep 95% on the reference skewed law)
 #   stages   the same fits once with --stages (diagnostic): where a 2-GPU fit's time goes
 # Fit steps start runs/<step>/ or resume the run there (each run slices itself with --stop-after); all steps
-# share one DEADLINE (default 560 s); run folders come back in $OUT/runs.tgz (checkpoints and the dataset cache
-# left out), logs as $OUT/*.log. Run the same command again to continue.
+# share one DEADLINE (default 560 s); run folders come back in $OUT/runs.tgz, packed after every step
+# (checkpoints and the dataset cache left out), logs as $OUT/*.log. Run the same command again to continue.
 . scripts/h200_env.sh || exit 1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 python3 -c "import cloudpickle; print('cloudpickle', cloudpickle.__version__)" || exit 1
@@ -45,9 +45,9 @@ for step in "$@"; do
            timeout $(( $(left) - 10 )) python3 -m pytest -q -rs -p no:cacheprovider tests/test_ddp.py tests/test_distributed.py \
              > "$OUT/ddp-tests.log" 2>&1
            echo "ddp tests rc=$?"; tail -6 "$OUT/ddp-tests.log" ;;
-    parity) python3 -m harness.cli parity --device cuda --gpus 2 --steps 20 --out runs/parity --quiet > "$OUT/parity.log" 2>&1
+    parity) timeout $(( $(left) - 10 )) python3 -m harness.cli parity --device cuda --gpus 2 --steps 20 --out runs/parity --quiet > "$OUT/parity.log" 2>&1
             echo "parity n rc=$?"
-            python3 -m harness.cli parity --device cuda --gpus 2 --scale x --steps 5 --out runs/parity --quiet >> "$OUT/parity.log" 2>&1
+            timeout $(( $(left) - 10 )) python3 -m harness.cli parity --device cuda --gpus 2 --scale x --steps 5 --out runs/parity --quiet >> "$OUT/parity.log" 2>&1
             echo "parity x rc=$?"; grep -E "One-step contract|agree" "$OUT/parity.log" runs/parity/*/report.md | head -8 ;;
     screen) resumable screen screen --scales n,x --guards 256 --arms baseline,candidate,upstream --steps 10 \
               --warmup-steps 2 --warmup 2 --pairs 3 --device cuda --gpus 2 --quiet
@@ -59,5 +59,6 @@ for step in "$@"; do
     stages) resumable stages pair "${claim[@]}" --arms upstream,candidate --stages --warmup 0 --pairs 1 ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
+  # After every step, so a call that runs past its limit still brings back the folders of the steps it finished.
+  mkdir -p runs && pack runs runs
 done
-tar czf "$OUT/runs.tgz" --exclude='*.pt' --exclude='datasets' --exclude='weights' runs
