@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Regenerate every committed report from its run folder (bench report), then the side-by-side reports from the
+# folders their runs tables name, and show what changed: a report change should leave `git status` clean, or
+# change exactly what it meant to. Usage: bash scripts/regenerate_reports.sh   (PYTHON=... to pick the interpreter)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+failed=0
+while IFS= read -r plan; do
+  "$python" -m harness.cli report "$(dirname "$plan")" > /dev/null || { echo "failed: $(dirname "$plan")"; failed=1; }
+done < <(find reports -name plan.json | sort)
+# A side-by-side report names its runs in its runs table ("| N | `folder` | ..."): the same folders, in order.
+while IFS= read -r report; do
+  folders=()
+  while IFS= read -r name; do
+    folders+=("$(find reports -type d -name "$name" | head -1)")
+  done < <(grep -E '^\| [0-9]+ \| `' "$report" | awk -F'|' '{gsub(/[ `]/, "", $3); print $3}')
+  "$python" -m harness.cli report "${folders[@]}" -o "$report" > /dev/null || { echo "failed: $report"; failed=1; }
+done < <(grep -rl --include='*.md' '^| run | folder | tier | kind |' reports | sort)
+git status --short reports
+exit "$failed"
