@@ -570,6 +570,7 @@ def _title(runs: list[LoadedRun]) -> list[str]:
         )
         lines += ["", "Command:", "", "```sh", plan.command or "# not recorded (started from Python)", "```"]
         return lines
+    gates = {r.number: _gate(r) for r in runs}
     rows = [
         [
             r.number,
@@ -579,14 +580,13 @@ def _title(runs: list[LoadedRun]) -> list[str]:
             f"{r.plan.metric} ({r.plan.unit})",
             _time(r.plan.created),
             _logged(r.plan, r.summaries.trials).replace(" scheduled trials", ""),
-            _gate_cell(r),
+            gates[r.number][0],
         ]
         for r in runs
     ]
     columns = ["run", "folder", "tier", "kind", "figure", "started", "trials logged", "`--gate`"]
     lines.append(markdown_table(columns, rows, "rllll"))
-    failing = [(r, r.gate_failures()) for r in runs if gate_refusal(r.tier) is None]
-    failing = [(r, why) for r, why in failing if why]
+    failing = [(r, gates[r.number][1]) for r in runs if gates[r.number][1]]
     if failing:
         lines += [
             "",
@@ -601,12 +601,14 @@ def _title(runs: list[LoadedRun]) -> list[str]:
     return lines
 
 
-def _gate_cell(run: LoadedRun) -> str:
-    """The runs table's `--gate` column: the exit status the gate gives this folder, or why it judges none."""
+def _gate(run: LoadedRun) -> tuple[str, list[str]]:
+    """The runs table's `--gate` cell (the exit status the gate gives this folder, or why it judges none)
+    and why it fails (empty where it passes or judges nothing)."""
     refusal = gate_refusal(run.tier)
     if refusal is not None:
-        return f"n/a ({refusal})"
-    return "exit 1" if run.gate_failures() else "exit 0"
+        return f"n/a ({refusal})", []
+    failures = run.gate_failures()
+    return ("exit 1" if failures else "exit 0"), failures
 
 
 def _summary(runs: list[LoadedRun]) -> list[str]:

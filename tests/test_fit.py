@@ -114,7 +114,6 @@ def test_pair_embedded_end_to_end(tmp_path: Path, capsys) -> None:
     )
     captured = capsys.readouterr()
     err = captured.err
-    print("claim clears:", clears)
     if clears:
         assert "bench: gate passed" in captured.out and "bench: gate:" not in err
     else:
