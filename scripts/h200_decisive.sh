@@ -21,8 +21,8 @@
 # The claim: real trainer, YOLO26n, 640 px, batch 4 (nbs 4), bf16, 256 synthetic images, 384 steps, the quiet
 # defaults (--cpus auto). Run folders live under reports/h200-decisive/<step>/ (committed between calls): a step
 # resumes the folder there, in place, or starts it; each slice stops before the shared DEADLINE (default 560 s).
-# The folders come back in $OUT/decisive.tgz, packed after every step (checkpoints and the dataset cache left
-# out), logs as $OUT/*.log.
+# The folders this call changed come back in $OUT/decisive.tgz and the logs in $OUT/logs.tgz, packed after every
+# step (scripts/h200_pack.sh: checkpoints, the dataset cache and the trainer's config folder left out).
 . scripts/h200_env.sh || exit 1
 end=$(( $(date +%s) + ${DEADLINE:-560} ))
 left() { echo $(( end - $(date +%s) )); }
@@ -42,47 +42,47 @@ resumable() {  # resumable NAME TIER START-ARGS...: resume HOME_DIR/NAME's run o
   if [ "$budget" -lt 100 ]; then echo "$name: ${budget} s left, not started"; return; fi
   local run; run=$(ls -d "$HOME_DIR/$name"/*-2* 2>/dev/null | tail -1)
   if [ -z "$run" ]; then
-    python3 -m harness.cli "$tier" "$@" --out "$HOME_DIR/$name" --stop-after "$budget" >> "$OUT/$name.log" 2>&1
+    python3 -m harness.cli "$tier" "$@" --out "$HOME_DIR/$name" --stop-after "$budget" >> "$LOGS/$name.log" 2>&1
   else
-    python3 -m harness.cli "$tier" --resume "$run" --quiet --stop-after "$budget" >> "$OUT/$name.log" 2>&1
+    python3 -m harness.cli "$tier" --resume "$run" --quiet --stop-after "$budget" >> "$LOGS/$name.log" 2>&1
   fi
-  echo "$name rc=$?"; tail -5 "$OUT/$name.log"
+  echo "$name rc=$?"; tail -5 "$LOGS/$name.log"
 }
 
 fresh() {  # fresh NAME TIER ARGS...: a new run folder of TIER under HOME_DIR/NAME (a one-pair diagnostic is redone, not resumed)
   local name=$1 tier=$2; shift 2
-  python3 -m harness.cli "$tier" "$@" --out "$HOME_DIR/$name" >> "$OUT/$name.log" 2>&1
-  echo "$name rc=$?"; tail -5 "$OUT/$name.log"
+  python3 -m harness.cli "$tier" "$@" --out "$HOME_DIR/$name" >> "$LOGS/$name.log" 2>&1
+  echo "$name rc=$?"; tail -5 "$LOGS/$name.log"
 }
 
 for step in "$@"; do
   case $step in
-    tests) timeout $(( $(left) - 20 )) python3 -m pytest -q -m cuda -rs -p no:cacheprovider > "$OUT/cuda-tests.log" 2>&1
-           echo "tests rc=$?"; tail -8 "$OUT/cuda-tests.log" ;;
+    tests) timeout $(( $(left) - 20 )) python3 -m pytest -q -m cuda -rs -p no:cacheprovider > "$LOGS/cuda-tests.log" 2>&1
+           echo "tests rc=$?"; tail -8 "$LOGS/cuda-tests.log" ;;
     upstream) resumable "upstream-$SERIES" pair "${claim[@]}" --arms upstream,candidate --bar 5 "${rule[@]}" --max-pairs 14 ;;
     baseline) resumable "baseline-$SERIES" pair "${claim[@]}" --arms baseline,candidate --bar 40 "${rule[@]}" --max-pairs 14 ;;
     stages-upstream) fresh stages-upstream pair "${claim[@]}" --arms upstream,candidate --stages --warmup 0 --pairs 1 ;;
     stages-baseline) fresh stages-baseline pair "${claim[@]}" --arms baseline,candidate --stages --warmup 0 --pairs 1 ;;
-    profile) python3 scripts/h200_step_profile.py --scales n x > "$OUT/profile.log" 2>&1
-             echo "profile rc=$?"; grep -E "step host|synchronized|empty_strided|kept between" "$OUT/profile.log" ;;
-    parity) timeout $(( $(left) - 10 )) python3 -m harness.cli parity --device cuda --steps 60 --out "$HOME_DIR/parity" --quiet > "$OUT/parity.log" 2>&1
+    profile) python3 scripts/h200_step_profile.py --scales n x > "$LOGS/profile.log" 2>&1
+             echo "profile rc=$?"; grep -E "step host|synchronized|empty_strided|kept between" "$LOGS/profile.log" ;;
+    parity) timeout $(( $(left) - 10 )) python3 -m harness.cli parity --device cuda --steps 60 --out "$HOME_DIR/parity" --quiet > "$LOGS/parity.log" 2>&1
             echo "parity n rc=$?"
-            timeout $(( $(left) - 10 )) python3 -m harness.cli parity --device cuda --scale x --steps 60 --out "$HOME_DIR/parity" --quiet >> "$OUT/parity.log" 2>&1
-            echo "parity x rc=$?"; grep -E "One-step contract" "$OUT/parity.log" ;;
+            timeout $(( $(left) - 10 )) python3 -m harness.cli parity --device cuda --scale x --steps 60 --out "$HOME_DIR/parity" --quiet >> "$LOGS/parity.log" 2>&1
+            echo "parity x rc=$?"; grep -E "One-step contract" "$LOGS/parity.log" ;;
     screen) fresh screen screen --scales n,s,m,l,x --guards 256 --arms baseline,candidate,upstream --steps 10 \
               --warmup-steps 2 --warmup 2 --pairs 3 --device cuda --quiet
             grep -A 30 "Targets, checked" "$(ls -d "$HOME_DIR"/screen/*/ | tail -1)report.md" | head -32 ;;
     guards) fresh guards screen --scales n,x --guards 0,128,256 --arms baseline,candidate,upstream --steps 10 \
               --warmup-steps 2 --warmup 2 --pairs 3 --device cuda --quiet
             grep -A 12 "Where padding stops paying" "$(ls -d "$HOME_DIR"/guards/*/ | tail -1)report.md" ;;
-    prices) python3 scripts/h200_pad_price.py > "$OUT/prices.log" 2>&1
-            echo "prices rc=$?"; cat "$OUT/prices.log" | tail -40 ;;
+    prices) python3 scripts/h200_pad_price.py > "$LOGS/prices.log" 2>&1
+            echo "prices rc=$?"; cat "$LOGS/prices.log" | tail -40 ;;
     probes) for args in "lm 24GiB --variants native,chunked --learner-ms 288.6 --warmup 2 --pairs 10" \
                         "lm 6GiB --variants native,chunked --learner-ms 288.6 --warmup 1 --pairs 5" \
                         "detect 24GiB --scale n,x --warmup 2 --pairs 10"; do
               set -- $args; head=$1 budget=$2; shift 2
               timeout $(( $(left) - 10 )) python3 -m harness.cli probe --head "$head" --budget "$budget" "$@" \
-                --arms baseline,candidate --device cuda --out "$HOME_DIR/probe-$head-$budget" --quiet >> "$OUT/probes.log" 2>&1
+                --arms baseline,candidate --device cuda --out "$HOME_DIR/probe-$head-$budget" --quiet >> "$LOGS/probes.log" 2>&1
               echo "probe $head $budget rc=$?"
             done ;;
     *) echo "unknown step $step"; exit 2 ;;

@@ -6,26 +6,25 @@
 # cannot overwrite its run folder. Usage, in device calls fired back to back (the machine goes back when idle):
 #   BENCH_GIT_REVISION=<sha> BENCH_GIT_DIRTY=0 DEADLINE=<s> bash scripts/h200_detached.sh start STEP
 #   bash scripts/h200_detached.sh wait SECONDS
-# `start` returns at once; `wait` returns when the step ends or SECONDS pass, whichever is first, and either
-# way leaves the step's folders as they stand in $OUT/decisive.tgz and its logs as $OUT/*.log (a snapshot:
-# a run cut off later resumes from the last one brought back).
+# STEP may be several steps in one quoted word ("tests screen upstream"): one detached run, no machine start or
+# claim warm-up between them. `start` returns at once; `wait` returns when the run ends or SECONDS pass,
+# whichever is first, and either way leaves the folders the run changed, as they stand, in $OUT/decisive.tgz
+# and its logs in $OUT/logs.tgz (a snapshot: a run cut off later resumes from the last one brought back).
 set -u
 ROOT=/tmp/detached
 case ${1:-} in
   start)
     step=${2:?which step}
-    rm -rf "$ROOT" && mkdir -p "$ROOT/out" && cp -a . "$ROOT/tree" || exit 1
-    (cd "$ROOT/tree" && OUT="$ROOT/out" setsid bash -c \
-      "bash scripts/h200_decisive.sh $step > '$ROOT/out/detached.log' 2>&1; echo \$? > '$ROOT/rc'" \
+    rm -rf "$ROOT" && mkdir -p "$ROOT/out" "$ROOT/logs" && touch "$ROOT/started" && cp -a . "$ROOT/tree" || exit 1
+    (cd "$ROOT/tree" && OUT="$ROOT/out" LOGS="$ROOT/logs" MARK="$ROOT/started" setsid bash -c \
+      "bash scripts/h200_decisive.sh $step > '$ROOT/logs/detached.log' 2>&1; echo \$? > '$ROOT/rc'" \
       < /dev/null > /dev/null 2>&1 &)
     echo "started $step detached (deadline ${DEADLINE:-560} s)" ;;
   wait)
     end=$(( $(date +%s) + ${2:?how many seconds} ))
     while [ ! -e "$ROOT/rc" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
     if [ -e "$ROOT/rc" ]; then echo "finished rc=$(cat "$ROOT/rc")"; else echo "still running"; fi
-    tar czf "$OUT/decisive.tgz" -C "$ROOT/tree" --exclude='*.pt' --exclude='datasets' --exclude='weights' \
-      reports/h200-decisive
-    cp "$ROOT"/out/*.log "$OUT/" 2>/dev/null
-    tail -n 4 "$ROOT"/out/*.log ;;
+    (cd "$ROOT/tree" && LOGS="$ROOT/logs" MARK="$ROOT/started" && . scripts/h200_pack.sh && pack decisive reports/h200-decisive)
+    tail -n 4 "$ROOT"/logs/*.log ;;
   *) echo "usage: h200_detached.sh start STEP | wait SECONDS"; exit 2 ;;
 esac

@@ -10,6 +10,4 @@ cp "$(python3 -c 'import matplotlib, pathlib; print(pathlib.Path(matplotlib.__fi
 RUNS="$OUT/runs"; mkdir -p "$RUNS"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
 python3 -c "import torch, typer, pandas, ultralytics; print('torch', torch.__version__, 'typer', typer.__version__, 'pandas', pandas.__version__, 'ultralytics', ultralytics.__version__)"
-# pack NAME DIR: DIR's run folders into $OUT/NAME.tgz (checkpoints and the dataset cache left out), written aside
-# and moved into place, so a call cut at its limit still brings back what the last finished step packed.
-pack() { tar czf "$OUT/$1.part" --exclude="*.pt" --exclude=datasets --exclude=weights "$2" && mv "$OUT/$1.part" "$OUT/$1.tgz"; }
+. scripts/h200_pack.sh

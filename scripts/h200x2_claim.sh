@@ -16,8 +16,9 @@
 #            to 14: fewer can never keep 95% on the reference skewed law)
 #   stages   the same fits once with --stages (diagnostic): where a 2-GPU fit's time goes
 # Fit steps start runs/<step>/ or resume the run there (each run slices itself with --stop-after); all steps
-# share one DEADLINE (default 560 s); run folders come back in $OUT/runs.tgz, packed after every step
-# (checkpoints and the dataset cache left out), logs as $OUT/*.log. Run the same command again to continue.
+# share one DEADLINE (default 560 s); the run folders this call changed come back in $OUT/runs.tgz and the logs
+# in $OUT/logs.tgz, packed after every step (scripts/h200_pack.sh). Carry runs/ and run the same command again
+# to continue.
 . scripts/h200_env.sh || exit 1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 python3 -c "import cloudpickle; print('cloudpickle', cloudpickle.__version__)" || exit 1
@@ -31,24 +32,24 @@ resumable() {  # resumable NAME TIER START-ARGS...: start runs/NAME's run of TIE
   if [ "$budget" -lt 90 ]; then echo "$name: ${budget} s left, not started"; return; fi
   local run; run=$(ls -d runs/"$name"/"$tier"-* runs/"$name"/stages-* 2>/dev/null | tail -1)
   if [ -z "$run" ]; then
-    python3 -m harness.cli "$tier" "$@" --out runs/"$name" --stop-after "$budget" > "$OUT/$name.log" 2>&1
+    python3 -m harness.cli "$tier" "$@" --out runs/"$name" --stop-after "$budget" > "$LOGS/$name.log" 2>&1
   else
-    python3 -m harness.cli "$tier" --resume "$run" --quiet --stop-after "$budget" >> "$OUT/$name.log" 2>&1
+    python3 -m harness.cli "$tier" --resume "$run" --quiet --stop-after "$budget" >> "$LOGS/$name.log" 2>&1
   fi
-  echo "$name rc=$?"; tail -4 "$OUT/$name.log"
+  echo "$name rc=$?"; tail -4 "$LOGS/$name.log"
 }
 
 for step in "$@"; do
   case $step in
-    tests) timeout $(( $(left) - 20 )) python3 -m pytest -q -m cuda -rs -p no:cacheprovider > "$OUT/cuda-tests.log" 2>&1
-           echo "cuda tests rc=$?"; tail -6 "$OUT/cuda-tests.log"
+    tests) timeout $(( $(left) - 20 )) python3 -m pytest -q -m cuda -rs -p no:cacheprovider > "$LOGS/cuda-tests.log" 2>&1
+           echo "cuda tests rc=$?"; tail -6 "$LOGS/cuda-tests.log"
            timeout $(( $(left) - 10 )) python3 -m pytest -q -rs -p no:cacheprovider tests/test_ddp.py tests/test_distributed.py \
-             > "$OUT/ddp-tests.log" 2>&1
-           echo "ddp tests rc=$?"; tail -6 "$OUT/ddp-tests.log" ;;
-    parity) timeout $(( $(left) - 10 )) python3 -m harness.cli parity --device cuda --gpus 2 --steps 20 --out runs/parity --quiet > "$OUT/parity.log" 2>&1
+             > "$LOGS/ddp-tests.log" 2>&1
+           echo "ddp tests rc=$?"; tail -6 "$LOGS/ddp-tests.log" ;;
+    parity) timeout $(( $(left) - 10 )) python3 -m harness.cli parity --device cuda --gpus 2 --steps 20 --out runs/parity --quiet > "$LOGS/parity.log" 2>&1
             echo "parity n rc=$?"
-            timeout $(( $(left) - 10 )) python3 -m harness.cli parity --device cuda --gpus 2 --scale x --steps 5 --out runs/parity --quiet >> "$OUT/parity.log" 2>&1
-            echo "parity x rc=$?"; grep -E "One-step contract|agree" "$OUT/parity.log" runs/parity/*/report.md | head -8 ;;
+            timeout $(( $(left) - 10 )) python3 -m harness.cli parity --device cuda --gpus 2 --scale x --steps 5 --out runs/parity --quiet >> "$LOGS/parity.log" 2>&1
+            echo "parity x rc=$?"; grep -E "One-step contract|agree" "$LOGS/parity.log" runs/parity/*/report.md | head -8 ;;
     screen) resumable screen screen --scales n,x --guards 256 --arms baseline,candidate,upstream --steps 10 \
               --warmup-steps 2 --warmup 2 --pairs 3 --device cuda --gpus 2 --quiet
             grep -A 8 "Under a process group" runs/screen/*/report.md | head -12 ;;
