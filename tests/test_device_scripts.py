@@ -1,6 +1,7 @@
-"""The device scripts' packing (scripts/h200_pack.sh): a device call returns at most 8 files of 16 MiB, so a
+"""The device scripts: the packing (scripts/h200_pack.sh: a device call returns at most 8 files of 16 MiB, so a
 call must bring back only the run folders it changed, without checkpoints, dataset caches or the trainer's
-font copies, and every log in one file."""
+font copies, and every log in one file) and the choice of folders for the decisive report
+(scripts/decisive_claims.sh)."""
 
 from __future__ import annotations
 
@@ -70,3 +71,60 @@ def test_pack_without_changes_writes_no_run_archive(tmp_path: Path) -> None:
     script = f". {REPO / 'scripts' / 'h200_pack.sh'} && pack decisive reports/decisive"
     subprocess.run(["bash", "-c", script], cwd=tmp_path / "tree", env=environment, check=True)
     assert sorted(path.name for path in out.iterdir()) == ["logs.tgz"]
+
+
+def decisive_tree(home: Path, kinds: list[str]) -> None:
+    for kind in kinds:
+        for stamp in ("20261201-0100", "20261202-0100"):
+            write(home / kind / f"run-{stamp}-{kind}" / "plan.json", "{}")
+
+
+def run_decisive_claims(
+    tmp_path: Path, home: Path, series: str
+) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """scripts/decisive_claims.sh over a made-up tree, with a stand-in interpreter that records its arguments."""
+    recorded = tmp_path / "arguments"
+    stand_in = tmp_path / "python"
+    stand_in.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > {recorded}\n')
+    stand_in.chmod(0o755)
+    environment = {**os.environ, "PYTHON": str(stand_in), "DECISIVE_HOME": str(home)}
+    result = subprocess.run(
+        ["bash", str(REPO / "scripts" / "decisive_claims.sh"), series],
+        env=environment,
+        capture_output=True,
+        text=True,
+    )
+    return result, recorded.read_text().splitlines() if recorded.exists() else []
+
+
+OTHERS = ["stages-upstream", "stages-baseline", "screen", "parity", "probe-lm-24GiB", "probe-lm-6GiB"]
+
+
+def test_decisive_claims_leaves_out_a_claim_not_yet_started(tmp_path: Path) -> None:
+    home = tmp_path / "decisive"
+    decisive_tree(home, ["upstream-q", *OTHERS, "probe-detect-24GiB"])
+    result, arguments = run_decisive_claims(tmp_path, home, "q")
+    assert result.returncode == 0, result.stderr
+    assert "baseline-q has no run folder yet: left out" in result.stderr
+    assert arguments[:3] == ["-m", "harness.cli", "report"]
+    assert arguments[-2:] == ["-o", f"{home}/claims.md"]
+    assert [Path(argument).name for argument in arguments[3:-2]] == [
+        "run-20261202-0100-upstream-q",
+        "run-20261202-0100-stages-upstream",
+        "run-20261202-0100-stages-baseline",
+        "run-20261202-0100-screen",
+        "run-20261201-0100-parity",
+        "run-20261202-0100-parity",
+        "run-20261202-0100-probe-lm-24GiB",
+        "run-20261202-0100-probe-lm-6GiB",
+        "run-20261202-0100-probe-detect-24GiB",
+    ]
+
+
+def test_decisive_claims_refuses_a_tree_without_its_screen(tmp_path: Path) -> None:
+    home = tmp_path / "decisive"
+    decisive_tree(home, ["upstream-q", "baseline-q", "stages-upstream", "stages-baseline", "parity"])
+    result, arguments = run_decisive_claims(tmp_path, home, "q")
+    assert result.returncode == 2
+    assert f"no run folder under {home}/screen" in result.stderr
+    assert arguments == []
