@@ -9,7 +9,10 @@
 # other kind must have a folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-series=${1:?usage: decisive_claims.sh SERIES}
+series=${1:-}
+if [ $# -ne 1 ] || [ -z "$series" ]; then
+  echo "decisive_claims.sh: which series? usage: decisive_claims.sh SERIES (a letter, e.g. d)" >&2; exit 2
+fi
 home=${DECISIVE_HOME:-reports/h200-decisive}
 newest() { { ls -d "$home/$1"/*-2* 2>/dev/null || true; } | tail -"${2:-1}"; }
 folders=()

@@ -97,12 +97,20 @@ def run_decisive_claims(
     return result, recorded.read_text().splitlines() if recorded.exists() else []
 
 
-OTHERS = ["stages-upstream", "stages-baseline", "screen", "parity", "probe-lm-24GiB", "probe-lm-6GiB"]
+OTHERS = [
+    "stages-upstream",
+    "stages-baseline",
+    "screen",
+    "parity",
+    "probe-lm-24GiB",
+    "probe-lm-6GiB",
+    "probe-detect-24GiB",
+]
 
 
 def test_decisive_claims_leaves_out_a_claim_not_yet_started(tmp_path: Path) -> None:
     home = tmp_path / "decisive"
-    decisive_tree(home, ["upstream-q", *OTHERS, "probe-detect-24GiB"])
+    decisive_tree(home, ["upstream-q", *OTHERS])
     result, arguments = run_decisive_claims(tmp_path, home, "q")
     assert result.returncode == 0, result.stderr
     assert "baseline-q has no run folder yet: left out" in result.stderr
@@ -128,3 +136,11 @@ def test_decisive_claims_refuses_a_tree_without_its_screen(tmp_path: Path) -> No
     assert result.returncode == 2
     assert f"no run folder under {home}/screen" in result.stderr
     assert arguments == []
+
+
+def test_decisive_claims_without_a_series_says_what_it_takes(tmp_path: Path) -> None:
+    result, arguments = run_decisive_claims(tmp_path, tmp_path / "decisive", "")
+    assert result.returncode == 2 and arguments == []
+    assert result.stderr.strip().splitlines() == [
+        "decisive_claims.sh: which series? usage: decisive_claims.sh SERIES (a letter, e.g. d)"
+    ]
