@@ -113,21 +113,34 @@ class ScheduleProgress:
         if self.progress:
             self.progress.update(self.task, total=total)
 
+    def place(self, index: int) -> int | None:
+        """A trial's place in the schedule (1-based), or None for a warm-up logged outside it (after a resume
+        or an idle gap, or of a ``--warmup auto`` sequence): log indices skip those, places do not."""
+        return next((n for n, t in enumerate(self.plan.schedule, 1) if t.index == index), None)
+
+    def describe(self, index: int, reason: str | None = None) -> str:
+        """``trial 6/7`` for a trial of the schedule, else an extra warm-up and, once known, what it was for."""
+        place = self.place(index)
+        if place is None:
+            return "warm-up outside the schedule" + (f" ({reason})" if reason else "")
+        return f"trial {place}/{self.total}"
+
     def start(self, trial: ScheduledTrial) -> None:
-        label = f"{trial.case} · {trial.arm} ({trial.phase}) · trial {trial.index + 1} of {self.total}"
+        label = f"{trial.case} · {trial.arm} ({trial.phase}) · {self.describe(trial.index)}"
         if self.progress:
             self.progress.update(self.task, description=label)
 
     def end(self, row: dict[str, Any]) -> None:
-        self.done += 1
+        scheduled = self.place(row["index"]) is not None
+        self.done += scheduled
         figure = format_value(row.get("value"), self.plan.unit) if row["status"] == "ok" else row["status"]
         self.last = f"{row['arm']} {figure}"
         if self.progress:
-            self.progress.update(self.task, advance=1, last=self.last)
+            self.progress.update(self.task, advance=int(scheduled), last=self.last)
         else:
-            console.print(
-                f"trial {row['index'] + 1}/{self.total} {row['case']} {row['phase']} {row['arm']}: {figure}"
-            )
+            what = self.describe(row["index"], row.get("warmup_reason"))
+            phase = f" {row['phase']}" if scheduled else ""
+            console.print(f"{what} {row['case']}{phase} {row['arm']}: {figure}")
 
 
 UNBOUNDED = 100_000  # measure tables as if the console had no edge (a measurement is clamped to its width)

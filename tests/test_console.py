@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from experiments.arms import arm_code
-from harness.console import print_summary
+from harness.console import ScheduleProgress, print_summary
 from harness.formatting import (
     format_interval,
     format_percent,
@@ -18,7 +18,7 @@ from harness.formatting import (
     format_range,
     format_value,
 )
-from harness.protocol import Arm
+from harness.protocol import Arm, grow_schedule
 from harness.tier import Run
 from tests.trialfns import plan_of, runner
 
@@ -76,3 +76,36 @@ def test_a_plan_with_no_arm_record_prints_the_table_alone(tmp_path: Path) -> Non
     run = runner(tmp_path).start(plan)
     text = summary_text(run.plan, run.summaries, 80)
     assert text.splitlines()[0].strip().startswith("test: test figure")
+
+
+def test_progress_numbers_scheduled_trials_by_their_place_and_names_warmups_outside_it(capsys) -> None:
+    """A resume's warm-up is logged with an index outside the schedule, and the stopping rule's next rounds
+    take indices after it: the progress line must count neither as a place in the schedule (the H200 log
+    read "trial 27/25 … warmup", then "trial 33/31")."""
+    plan = plan_of("scripted", warmup=1, pairs=2, arms=ARMS, device="cpu")
+    extra = len(plan.schedule)  # the resume's warm-up: the next free index, outside the schedule
+    progress = ScheduleProgress(plan, len(plan.schedule), 1, quiet=True)
+
+    def row(index: int, phase: str, arm: str, **fields: object) -> dict:
+        return {
+            "index": index,
+            "case": "only",
+            "phase": phase,
+            "arm": arm,
+            "status": "ok",
+            "value": 1.0,
+            **fields,
+        }
+
+    progress.end(row(extra, "warmup", "baseline", warmup_reason="resume"))
+    for trial in plan.schedule[1:]:
+        progress.end(row(trial.index, trial.phase, trial.arm))
+    grow_schedule(plan, "only", 3, extra + 1)  # a look that did not stop: one round more
+    progress.retotal(len(plan.schedule))
+    for trial in plan.schedule[-2:]:
+        progress.end(row(trial.index, trial.phase, trial.arm))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("warm-up outside the schedule (resume) only baseline: ")
+    assert [line.split(" ")[1] for line in lines[1:5]] == ["2/5", "3/5", "4/5", "5/5"]
+    assert [line.split(" ")[1] for line in lines[5:]] == ["6/7", "7/7"]
+    assert progress.done == 7  # the bar counts the schedule's trials, not the extra warm-up
