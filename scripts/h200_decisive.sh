@@ -36,12 +36,23 @@ SERIES=d
 claim=(--workload ultralytics --device cuda --images 256 --imgsz 640 --batch 4 --amp bf16 --steps 384 --quiet)
 rule=(--control --tolerance 1 --pairs auto --precision 2 --warmup 1)
 
-resumable() {  # resumable NAME TIER START-ARGS...: resume HOME_DIR/NAME's run of TIER, or start it, before the deadline
-  local name=$1 tier=$2; shift 2
+# A claim's first slice must hold its warm-up and one round, or the warm-up is spent for nothing (the next
+# slice's resume warms up again): seconds of trials (each fit with its worker's start) on the slowest card the
+# claims met (2026-12-02, GPU-182dd796: upstream 95.8 s, candidate 87.8 s, baseline 140.0 s), warm-up of the
+# first arm plus a round of first arm, candidate and control. A resume needs no such figure: the harness reads
+# its fits' times from the log and stops before a warm-up and round that would not end in time.
+FIRST_SLICE_UPSTREAM=380
+FIRST_SLICE_BASELINE=510
+
+resumable() {  # resumable NAME FIRST-SLICE TIER START-ARGS...: resume HOME_DIR/NAME's run of TIER, or start it, before the deadline
+  local name=$1 first=$2 tier=$3; shift 3
   local budget; budget=$(left)
   if [ "$budget" -lt 100 ]; then echo "$name: ${budget} s left, not started"; return; fi
   local run; run=$(ls -d "$HOME_DIR/$name"/*-2* 2>/dev/null | tail -1)
   if [ -z "$run" ]; then
+    if [ "$budget" -lt "$first" ]; then
+      echo "$name: not started: ${budget} s left, its warm-up and first round take about ${first} s"; return
+    fi
     python3 -m harness.cli "$tier" "$@" --out "$HOME_DIR/$name" --stop-after "$budget" >> "$LOGS/$name.log" 2>&1
   else
     python3 -m harness.cli "$tier" --resume "$run" --quiet --stop-after "$budget" >> "$LOGS/$name.log" 2>&1
@@ -59,8 +70,8 @@ for step in "$@"; do
   case $step in
     tests) timeout $(( $(left) - 20 )) python3 -m pytest -q -m cuda -rs -p no:cacheprovider > "$LOGS/cuda-tests.log" 2>&1
            echo "tests rc=$?"; tail -8 "$LOGS/cuda-tests.log" ;;
-    upstream) resumable "upstream-$SERIES" pair "${claim[@]}" --arms upstream,candidate --bar 5 "${rule[@]}" --max-pairs 14 ;;
-    baseline) resumable "baseline-$SERIES" pair "${claim[@]}" --arms baseline,candidate --bar 40 "${rule[@]}" --max-pairs 14 ;;
+    upstream) resumable "upstream-$SERIES" "$FIRST_SLICE_UPSTREAM" pair "${claim[@]}" --arms upstream,candidate --bar 5 "${rule[@]}" --max-pairs 14 ;;
+    baseline) resumable "baseline-$SERIES" "$FIRST_SLICE_BASELINE" pair "${claim[@]}" --arms baseline,candidate --bar 40 "${rule[@]}" --max-pairs 14 ;;
     stages-upstream) fresh stages-upstream pair "${claim[@]}" --arms upstream,candidate --stages --warmup 0 --pairs 1 ;;
     stages-baseline) fresh stages-baseline pair "${claim[@]}" --arms baseline,candidate --stages --warmup 0 --pairs 1 ;;
     profile) python3 scripts/h200_step_profile.py --scales n x > "$LOGS/profile.log" 2>&1

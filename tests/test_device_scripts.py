@@ -1,7 +1,7 @@
 """The device scripts: the packing (scripts/h200_pack.sh: a device call returns at most 8 files of 16 MiB, so a
 call must bring back only the run folders it changed, without checkpoints, dataset caches or the trainer's
-font copies, and every log in one file) and the choice of folders for the decisive report
-(scripts/decisive_claims.sh)."""
+font copies, and every log in one file), when a decisive step starts a claim (scripts/h200_decisive.sh) and
+the choice of folders for the decisive report (scripts/decisive_claims.sh)."""
 
 from __future__ import annotations
 
@@ -144,3 +144,61 @@ def test_decisive_claims_without_a_series_says_what_it_takes(tmp_path: Path) -> 
     assert result.stderr.strip().splitlines() == [
         "decisive_claims.sh: which series? usage: decisive_claims.sh SERIES (a letter, e.g. d)"
     ]
+
+
+def run_decisive_step(
+    tmp_path: Path, step: str, deadline: int, started: bool = False
+) -> tuple[str, list[str]]:
+    """scripts/h200_decisive.sh STEP in a copy of its folder, with the device set-up and the interpreter stood
+    in for (the stand-in records each bench command it is given)."""
+    tree = tmp_path / "tree"
+    (tree / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "scripts" / "h200_decisive.sh", tree / "scripts")
+    (tree / "scripts" / "h200_env.sh").write_text("pack() { :; }\n")
+    if started:
+        write(tree / "reports" / "h200-decisive" / f"{step}-d" / "pair-20261202-0100" / "plan.json", "{}")
+    recorded = tmp_path / "commands"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(f'#!/usr/bin/env bash\necho "$*" >> {recorded}\n')
+    (bin_dir / "python3").chmod(0o755)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    environment = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "DEADLINE": str(deadline),
+        "LOGS": str(logs),
+        "OUT": str(tmp_path / "out"),
+    }
+    result = subprocess.run(
+        ["bash", "scripts/h200_decisive.sh", step], cwd=tree, env=environment, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout, recorded.read_text().splitlines() if recorded.exists() else []
+
+
+@pytest.mark.parametrize("step", ["upstream", "baseline"])
+def test_a_claim_is_not_started_without_time_for_its_warmup_and_one_round(tmp_path: Path, step: str) -> None:
+    """On the H200 the baseline claim started with 221 s left: its warm-up fit took 131 s, no round fitted
+    after it, and the next slice's resume had to warm up again: the warm-up was spent for nothing."""
+    out, commands = run_decisive_step(tmp_path, step, deadline=240)
+    assert commands == []
+    assert f"{step}-d: not started" in out
+
+
+@pytest.mark.parametrize("step", ["upstream", "baseline"])
+def test_a_claim_starts_with_time_for_its_warmup_and_one_round(tmp_path: Path, step: str) -> None:
+    out, commands = run_decisive_step(tmp_path, step, deadline=900)
+    assert len(commands) == 1 and commands[0].startswith("-m harness.cli pair ")
+    assert f"--out reports/h200-decisive/{step}-d --stop-after" in commands[0]
+
+
+def test_a_started_claim_resumes_whatever_is_left_and_lets_the_log_decide(tmp_path: Path) -> None:
+    """A resume knows its fits' times from its log (the harness stops before a warm-up and round that would
+    not end in time), so the script hands it any slice of 100 s or more."""
+    out, commands = run_decisive_step(tmp_path, "baseline", deadline=240, started=True)
+    assert len(commands) == 1
+    assert commands[0].startswith(
+        "-m harness.cli pair --resume reports/h200-decisive/baseline-d/pair-20261202-0100"
+    )
