@@ -671,11 +671,17 @@ def _summary(runs: list[LoadedRun]) -> list[str]:
         side = _side_by_side(run)
         if side:
             lines += ["", (f"Run {run.number}: " if several else "") + side]
-        elif run.plan.protocol.control and several:
+        elif several and run.kind == "A/A control":
             lines += [
                 "",
                 f"Run {run.number} is an A/A control. {_control_text(run)} Read the other runs' "
                 "reductions against it.",
+            ]
+        elif several and run.kind == "claim + A/A control" and run.summaries.claims.empty:
+            lines += [
+                "",
+                f"Run {run.number} (claim + A/A control) has no complete pair yet: neither its claim nor "
+                "its noise floor.",
             ]
     for run in runs:
         for other, text in run.tier.bounds(run, [r for r in runs if r is not run]):

@@ -636,6 +636,36 @@ def test_two_runs_side_by_side(claim_run: RunFolder, tmp_path: Path) -> None:
         write([claim_run, control])
 
 
+def test_a_claim_with_its_control_but_no_pair_yet_is_not_called_an_a_a_control(
+    claim_run: RunFolder, tmp_path: Path
+) -> None:
+    """The decisive report held the baseline claim (``--arms baseline,candidate --control``) at its warm-up
+    alone and called it "an A/A control", whose pairs "measure the noise floor": it has no pair at all."""
+    arms = (
+        Arm("baseline", "baseline", "baseline"),
+        Arm("candidate", "candidate", "candidate"),
+        Arm("baseline-control", "candidate", "baseline"),
+    )
+    plan = Plan(
+        tier="fixture",
+        protocol=ProtocolOptions(arms, warmup=1, pairs=3, bar=8.0, control=True, tolerance=2.0),
+        unit="s",
+        metric="whole-fit wall time",
+        cases=[Case("yolo26n", {}, arms)],
+    )
+    figures = {"baseline": [10.0] * 3, "candidate": [8.0] * 3, "baseline-control": [10.0] * 3}
+    with pytest.raises(KeyboardInterrupt):  # after the warm-up, before the first round
+        run_folder(tmp_path / "started", plan, scripted(figures, stop_at=1))
+    started = RunFolder(next((tmp_path / "started" / "runs").iterdir()))
+    text = write([claim_run, started], tmp_path / "two.md").read_text(encoding="utf-8")
+    summary = text.split("## Summary", 1)[1].split("## Environment", 1)[0]
+    assert "Run 2 is an A/A control" not in summary
+    assert (
+        "Run 2 (claim + A/A control) has no complete pair yet: neither its claim nor its noise floor."
+        in summary
+    )
+
+
 # --- the tier's own section ------------------------------------------------------------------------------
 
 
