@@ -343,19 +343,24 @@ def test_a_control_says_it_is_the_noise_floor(tmp_path: Path, no_gc) -> None:
     assert "| ±8% | **insufficient** |" in write([few]).read_text(encoding="utf-8")
 
 
-def test_a_claim_and_its_control_side_by_side_from_one_run(tmp_path: Path, no_gc) -> None:
+def claim_with_control_plan(warmup: int, pairs: int) -> Plan:
+    """``--arms baseline,candidate --control``: a claim and its A/A arm in one schedule (bar 8%, ±2%)."""
     arms = (
         Arm("baseline", "baseline", "baseline"),
         Arm("candidate", "candidate", "candidate"),
         Arm("baseline-control", "candidate", "baseline"),
     )
-    plan = Plan(
+    return Plan(
         tier="fixture",
-        protocol=ProtocolOptions(arms, warmup=0, pairs=32, bar=8.0, control=True, tolerance=2.0),
+        protocol=ProtocolOptions(arms, warmup=warmup, pairs=pairs, bar=8.0, control=True, tolerance=2.0),
         unit="s",
         metric="whole-fit wall time",
         cases=[Case("yolo26n", {}, arms)],
     )
+
+
+def test_a_claim_and_its_control_side_by_side_from_one_run(tmp_path: Path, no_gc) -> None:
+    plan = claim_with_control_plan(warmup=0, pairs=32)
     figures = {
         "baseline": [10.0, 10.1, 9.9] * 11,
         "candidate": [8.0, 8.1, 7.9, 8.05] * 8,
@@ -641,18 +646,7 @@ def test_a_claim_with_its_control_but_no_pair_yet_is_not_called_an_a_a_control(
 ) -> None:
     """The decisive report held the baseline claim (``--arms baseline,candidate --control``) at its warm-up
     alone and called it "an A/A control", whose pairs "measure the noise floor": it has no pair at all."""
-    arms = (
-        Arm("baseline", "baseline", "baseline"),
-        Arm("candidate", "candidate", "candidate"),
-        Arm("baseline-control", "candidate", "baseline"),
-    )
-    plan = Plan(
-        tier="fixture",
-        protocol=ProtocolOptions(arms, warmup=1, pairs=3, bar=8.0, control=True, tolerance=2.0),
-        unit="s",
-        metric="whole-fit wall time",
-        cases=[Case("yolo26n", {}, arms)],
-    )
+    plan = claim_with_control_plan(warmup=1, pairs=3)
     figures = {"baseline": [10.0] * 3, "candidate": [8.0] * 3, "baseline-control": [10.0] * 3}
     with pytest.raises(KeyboardInterrupt):  # after the warm-up, before the first round
         run_folder(tmp_path / "started", plan, scripted(figures, stop_at=1))
