@@ -79,14 +79,20 @@ def decisive_tree(home: Path, kinds: list[str]) -> None:
             write(home / kind / f"run-{stamp}-{kind}" / "plan.json", "{}")
 
 
+def recording_interpreter(path: Path, record: str) -> Path:
+    """A stand-in for the interpreter a script calls: it runs nothing, only ``record`` (a bash line that writes
+    its arguments where the test reads them)."""
+    path.write_text(f"#!/usr/bin/env bash\n{record}\n")
+    path.chmod(0o755)
+    return path
+
+
 def run_decisive_claims(
     tmp_path: Path, home: Path, series: str
 ) -> tuple[subprocess.CompletedProcess, list[str]]:
     """scripts/decisive_claims.sh over a made-up tree, with a stand-in interpreter that records its arguments."""
     recorded = tmp_path / "arguments"
-    stand_in = tmp_path / "python"
-    stand_in.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > {recorded}\n')
-    stand_in.chmod(0o755)
+    stand_in = recording_interpreter(tmp_path / "python", f'printf "%s\\n" "$@" > {recorded}')
     environment = {**os.environ, "PYTHON": str(stand_in), "DECISIVE_HOME": str(home)}
     result = subprocess.run(
         ["bash", str(REPO / "scripts" / "decisive_claims.sh"), series],
@@ -160,8 +166,7 @@ def run_decisive_step(
     recorded = tmp_path / "commands"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "python3").write_text(f'#!/usr/bin/env bash\necho "$*" >> {recorded}\n')
-    (bin_dir / "python3").chmod(0o755)
+    recording_interpreter(bin_dir / "python3", f'echo "$*" >> {recorded}')
     logs = tmp_path / "logs"
     logs.mkdir()
     environment = {
