@@ -118,27 +118,27 @@ class ScheduleProgress:
         or an idle gap, or of a ``--warmup auto`` sequence): log indices skip those, places do not."""
         return next((n for n, t in enumerate(self.plan.schedule, 1) if t.index == index), None)
 
-    def describe(self, index: int, reason: str | None = None) -> str:
-        """``trial 6/7`` for a trial of the schedule, else an extra warm-up and, once known, what it was for."""
-        place = self.place(index)
+    def describe(self, place: int | None, reason: str | None = None) -> str:
+        """``trial 6/7`` for a place in the schedule, else an extra warm-up and, once known, what it was for."""
         if place is None:
             return "warm-up outside the schedule" + (f" ({reason})" if reason else "")
         return f"trial {place}/{self.total}"
 
     def start(self, trial: ScheduledTrial) -> None:
-        label = f"{trial.case} · {trial.arm} ({trial.phase}) · {self.describe(trial.index)}"
+        label = f"{trial.case} · {trial.arm} ({trial.phase}) · {self.describe(self.place(trial.index))}"
         if self.progress:
             self.progress.update(self.task, description=label)
 
     def end(self, row: dict[str, Any]) -> None:
-        scheduled = self.place(row["index"]) is not None
+        place = self.place(row["index"])
+        scheduled = place is not None
         self.done += scheduled
         figure = format_value(row.get("value"), self.plan.unit) if row["status"] == "ok" else row["status"]
         self.last = f"{row['arm']} {figure}"
         if self.progress:
             self.progress.update(self.task, advance=int(scheduled), last=self.last)
         else:
-            what = self.describe(row["index"], row.get("warmup_reason"))
+            what = self.describe(place, row.get("warmup_reason"))
             phase = f" {row['phase']}" if scheduled else ""
             console.print(f"{what} {row['case']}{phase} {row['arm']}: {figure}")
 
