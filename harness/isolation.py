@@ -387,5 +387,17 @@ def _worker_main(target: str, payload_file: str, result_file: str) -> int:
     return 1 if "exception" in result else 0  # a failed rank exits non-zero: the launcher stops the others
 
 
+def _leave(code: int) -> None:
+    """A rank leaves without the interpreter's teardown once its result is written: torch's gloo teardown
+    aborts now and then on a loaded machine ("terminate called without an active exception", no Python frame
+    left), and the launcher would report a trial that finished as failed. A lone worker exits normally: its
+    parent already takes a written result as final, whatever the exit."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if os.environ.get(RANKS_ENV) and launched_rank() is not None:
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(_worker_main(*sys.argv[1:4]))
+    _leave(_worker_main(*sys.argv[1:4]))

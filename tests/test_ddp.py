@@ -187,6 +187,17 @@ def test_a_rank_that_dies_fails_its_trial_leaves_nothing_running_and_the_run_goe
     assert not any(_alive(pid) for pid in ranks | launchers)
 
 
+def test_a_rank_whose_teardown_aborts_after_its_result_is_in_still_gives_the_result(tmp_path: Path) -> None:
+    """A rank's result is final once written: the process leaves without the interpreter's teardown, so a
+    teardown that aborts (gloo's, now and then, on a loaded runner) cannot fail a trial that finished."""
+    from harness.isolation import run_in_ranks
+
+    log = tmp_path / "ranks.log"
+    value = run_in_ranks("tests.workerfns:aborts_at_exit", {"figure": 1.5}, 2, timeout_s=120, log_path=log)
+    assert value["rank"] == 0 and value["figure"] == 1.5
+    assert "SIGABRT" not in log.read_text()
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc to check that no rank survives")
 def test_ranks_and_their_launcher_end_when_the_run_is_killed(tmp_path: Path) -> None:

@@ -188,3 +188,13 @@ def tiny_screen_rank(payload: dict[str, Any]) -> dict[str, Any]:
 
     trial.WorkloadCache.fresh = fresh
     return ranks.measure_in_rank(payload)
+
+
+def aborts_at_exit(payload: dict[str, Any]) -> dict[str, Any]:
+    """A rank whose interpreter aborts while it tears down, after its result is in: what torch's gloo teardown
+    did to about one rank exit in five on a loaded two-core runner (SIGABRT, "terminate called without an
+    active exception", no Python frame), made certain here by an exit handler."""
+    import atexit
+
+    atexit.register(os.abort)
+    return {"rank": int(os.environ["RANK"]), **payload}
