@@ -34,7 +34,7 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -384,20 +384,18 @@ def _worker_main(target: str, payload_file: str, result_file: str) -> int:
     _write_json(
         f"{result_file}.rank{rank}", {**result, "rank": rank, "local_rank": local_rank, "time": time.time()}
     )
-    return 1 if "exception" in result else 0  # a failed rank exits non-zero: the launcher stops the others
+    _leave_without_teardown(1 if "exception" in result else 0)  # non-zero: the launcher stops the others
 
 
-def _leave(code: int) -> None:
-    """A rank leaves without the interpreter's teardown once its result is written: torch's gloo teardown
-    aborts now and then on a loaded machine ("terminate called without an active exception", no Python frame
-    left), and the launcher would report a trial that finished as failed. A lone worker exits normally: its
-    parent already takes a written result as final, whatever the exit."""
+def _leave_without_teardown(code: int) -> NoReturn:
+    """A rank leaves at once when its result is written: torch's gloo teardown aborts now and then on a loaded
+    machine ("terminate called without an active exception", no Python frame left), and the launcher would
+    report a trial that finished as failed. A lone worker exits normally: its parent already takes a written
+    result as final, whatever the exit."""
     sys.stdout.flush()
     sys.stderr.flush()
-    if os.environ.get(RANKS_ENV) and launched_rank() is not None:
-        os._exit(code)
-    sys.exit(code)
+    os._exit(code)
 
 
 if __name__ == "__main__":
-    _leave(_worker_main(*sys.argv[1:4]))
+    sys.exit(_worker_main(*sys.argv[1:4]))
