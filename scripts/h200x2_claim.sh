@@ -3,7 +3,8 @@
 # Usage, in a device call on nvidia-h200-x2 (NVLink multicast stays off: the ranks get NCCL_NVLS_ENABLE=0 and
 # TORCH_SYMM_MEM_DISABLE_MULTICAST=1 from the harness, and they are exported here for the tests too):
 #   BENCH_GIT_REVISION=<sha> DEADLINE=<s> bash scripts/h200x2_claim.sh STEP...
-# .whl/ must hold the cloudpickle (>= 3.1.1) wheel beside the ultralytics ones: Ultralytics' DDP launch needs it.
+# .whl/ must hold the cloudpickle (>= 3.1.1) wheel beside the ultralytics ones (Ultralytics' DDP launch needs it):
+# scripts/h200_wheels.sh fetches them all.
 # STEP is one of
 #   tests    pytest -m cuda (every CUDA test; the two-GPU ones in tests/test_ddp.py run only here), then
 #            tests/test_ddp.py and tests/test_distributed.py whole on this machine

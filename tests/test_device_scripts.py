@@ -207,3 +207,25 @@ def test_a_started_claim_resumes_whatever_is_left_and_lets_the_log_decide(tmp_pa
     assert commands[0].startswith(
         "-m harness.cli pair --resume reports/h200-decisive/baseline-d/pair-20261202-0100"
     )
+
+
+def test_the_device_set_up_without_wheels_says_how_to_get_them(tmp_path: Path) -> None:
+    """A new checkout has no .whl/ (it is ignored by git): on the H200 the set-up then failed inside pip
+    ("*.whl is not a valid wheel filename") after a machine start; it should say what is missing and how."""
+    tree = tmp_path / "tree"
+    (tree / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "scripts" / "h200_env.sh", tree / "scripts")
+    environment = {**os.environ, "OUT": str(tmp_path / "out")}
+    result = subprocess.run(
+        ["bash", "-c", ". scripts/h200_env.sh || exit $?"],
+        cwd=tree,
+        env=environment,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "h200_env.sh: no wheels in .whl/ (ignored by git, so a new checkout lacks them): run "
+        "`bash scripts/h200_wheels.sh` on the machine that calls the device, then carry .whl"
+    ]
+    assert not (tmp_path / "out").exists()
