@@ -339,7 +339,9 @@ def sign_log_bounds(
     x = np.sort(np.asarray(log_ratios, dtype=float), axis=-1)
     n = x.shape[-1]
     k, attained = sign_test_rank(n, level)
-    return np.median(x, axis=-1), x[..., k - 1], x[..., n - k], attained
+    with np.errstate(invalid="ignore"):  # a failed arm on each side (+∞ and −∞ in the middle): no median, nan
+        median = np.median(x, axis=-1)
+    return median, x[..., k - 1], x[..., n - k], attained
 
 
 def sign_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:

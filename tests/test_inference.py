@@ -13,6 +13,7 @@ a pass is not luck. Every simulation is seeded.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -534,3 +535,16 @@ def test_machine_load_and_steal_flags() -> None:
     flags = inf.instability_flags({}, load_1min=3.1, cores=2, steal_share=0.05)
     assert [f.kind for f in flags] == ["load", "steal"]
     assert inf.instability_flags({}, load_1min=1.9, cores=2, steal_share=0.01) == ()
+
+
+def test_a_failed_arm_on_each_side_leaves_the_median_undefined_without_a_numpy_warning() -> None:
+    """A pair whose candidate failed (+∞) and one whose baseline failed (−∞): the two middle log ratios have
+    no midpoint, and numpy said so on the console of a real run ("RuntimeWarning: invalid value encountered
+    in reduce"); the interval is still the order statistics, and nothing is printed."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        interval = inf.sign_interval([math.inf, -math.inf])
+        median, low, high, _ = inf.sign_log_bounds(np.array([[math.inf, -math.inf], [0.1, 0.2]]))
+    assert (interval.low, interval.high) == (-math.inf, 1.0)
+    assert math.isnan(float(median[0])) and (float(low[0]), float(high[0])) == (-math.inf, math.inf)
+    assert float(median[1]) == pytest.approx(0.15)
