@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from harness.codepaths import verdict_shown
 from harness.options import InputError
 from harness.protocol import Plan, ProtocolOptions, TrialFunction
 from harness.tables import RunFolder, Summaries, summarize_trials
@@ -59,17 +60,18 @@ class Run:
 
     def gate_failures(self) -> list[str]:
         """Why ``--gate`` fails this run (empty when it passes): a claim that does not clear its bar (fails, is
-        insufficient or ambiguous, or has no bar) or an A/A arm that is not within its tolerance; a run with
-        no claim at all fails too."""
+        insufficient or ambiguous, or has no bar), a verdict withheld (the arm ran the baseline's code) or an
+        A/A arm that is not within its tolerance; a run with no claim at all fails too."""
         claims = self.summaries.claims
         if claims.empty:
             return ["no complete pair: no claim to gate on"]
         out = []
         for _, claim in claims.iterrows():
             kind = str(claim.get("kind", "claim"))
-            if str(claim["verdict"]) not in GATE_PASSING.get(kind, ("clears",)):
+            verdict = verdict_shown(self.plan, str(claim["arm"]), str(claim["verdict"]))
+            if verdict not in GATE_PASSING.get(kind, ("clears",)):
                 where = f"{claim['case']}: " if claims["case"].nunique() > 1 else ""
-                out.append(f"{where}{claim['arm']} vs {claim['baseline_arm']} ({kind}): {claim['verdict']}")
+                out.append(f"{where}{claim['arm']} vs {claim['baseline_arm']} ({kind}): {verdict}")
         return out
 
 

@@ -185,13 +185,26 @@ def test_a_budget_larger_than_the_card_is_refused_without_touching_the_gpu(monke
     assert parsed.budget == 24 * 2**30
 
 
-def gated_registry(figures: dict[str, list[float]], diagnostic: bool = False):
-    """A tier whose trials return ``figures[arm][round]``: what the gate reads, without a real workload."""
+def gated_registry(figures: dict[str, list[float]], diagnostic: bool = False, same_code: bool = False):
+    """A tier whose trials return ``figures[arm][round]``: what the gate reads, without a real workload;
+    ``same_code``: its plan records that the candidate ran the baseline's code (an A/A in effect)."""
     from harness.protocol import Case, Plan
     from harness.tier import BaseTier, TierRegistry
 
     def make_plan(protocol, settings, command):
-        return Plan("gated", protocol, [Case("only", {}, protocol.arms)], "s", "figure", command=command)
+        arm_code = {
+            "baseline": {"spec": "baseline", "runs": "the baseline", "same_path_as_baseline": None},
+            "candidate": {"spec": "candidate", "runs": "the baseline", "same_path_as_baseline": "on the CPU"},
+        }
+        return Plan(
+            "gated",
+            protocol,
+            [Case("only", {}, protocol.arms)],
+            "s",
+            "figure",
+            command=command,
+            arm_code=arm_code if same_code else {},
+        )
 
     def trial_function(plan):
         return lambda ctx: {"value": figures[ctx.arm.label][ctx.trial.round % len(figures[ctx.arm.label])]}
@@ -207,7 +220,8 @@ def gate(tmp_path: Path, monkeypatch, figures: dict, gate: bool = True, **given)
     from harness import cli
     from harness import protocol as protocol_module
 
-    monkeypatch.setattr(cli, "registry", lambda: gated_registry(figures, given.pop("diagnostic", False)))
+    diagnostic, same_code = given.pop("diagnostic", False), given.pop("same_code", False)
+    monkeypatch.setattr(cli, "registry", lambda: gated_registry(figures, diagnostic, same_code))
     monkeypatch.setattr(protocol_module, "_release_device_memory", lambda: None)  # 0.2 s of gc per trial
     protocol = dict(arms="baseline,candidate", warmup=0, device="cpu", **given)
     run = cli.RunArgs(resume=None, out=tmp_path, stop_after=None, quiet=True, gate=gate, no_report=True)
@@ -246,6 +260,13 @@ def test_the_gate_exits_1_when_a_claim_or_control_does_not_pass(
     assert gate(tmp_path, monkeypatch, FASTER, **given) == 1
     assert why in capsys.readouterr().err
     assert gate(tmp_path, monkeypatch, FASTER, gate=False, **given) == 0  # without --gate the status stays 0
+
+
+def test_the_gate_fails_a_claim_whose_verdict_is_withheld(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A candidate that ran the baseline's code (an A/A in effect): the console read 'withheld' and 'no
+    verdict or conclusion is drawn', and the gate then passed it ('every claim clears its bar'), exit 0."""
+    assert gate(tmp_path, monkeypatch, FASTER, pairs=32, bar=8.0, same_code=True) == 1
+    assert "candidate vs baseline (claim): withheld" in capsys.readouterr().err
 
 
 def test_the_gate_refuses_a_diagnostic_tier(tmp_path: Path, monkeypatch) -> None:
