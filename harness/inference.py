@@ -621,13 +621,15 @@ def should_stop(
     min_pairs: int = 6,
     max_pairs: int = 20,
     budget_spent: bool = False,
+    ended: str = "time budget spent",
 ) -> StopDecision:
     """The stopping rule by precision, asked after each pair (``log_ratios``: the usable pairs so far).
 
     Rule: only at the pre-set ``looks(min_pairs, max_pairs)``, compute the t interval at that look's
     ``per_look_level``; stop when its half-width (half its width in percentage points of reduction) is at
     most ``precision``, or at the last look. When the time budget is spent the run stops at once, and the
-    interval takes the level of the look it replaces (the next pre-set look).
+    interval takes the level of the look it replaces (the next pre-set look); ``ended`` says why no more pairs
+    come (the budget, or for a report read from a log, that the log ends there).
 
     Coverage: the per-look non-coverages α_k sum to α, so by the union bound the chance that *any* look's
     interval misses is at most α when each attains its level (normal log ratios): the interval at whatever
@@ -658,10 +660,10 @@ def should_stop(
     if interval is not None and interval.computable and interval.half_width <= precision:
         reason = f"precision reached: half-width {interval.half_width:.2f} <= {precision:g} points"
         return StopDecision(True, reason, n, index + 1, plan, level, levels[index], interval)
-    if budget_spent:
-        return StopDecision(True, "time budget spent", n, index + 1, plan, level, levels[index], interval)
     if last:
         return StopDecision(True, "last look (max pairs)", n, index + 1, plan, level, levels[index], interval)
+    if budget_spent:
+        return StopDecision(True, ended, n, index + 1, plan, level, levels[index], interval)
     if interval is None or not interval.computable:
         reason = "precision unknown (no t interval): run on"
     else:

@@ -297,6 +297,7 @@ def primary_interval(
         settings.first_look,
         settings.max_pairs,
         budget_spent=True,
+        ended=f"the log ends here ({log_ratios.size} pairs): no more pairs to look at",
     )
     if decision.interval is None:  # a single pair: no t interval at any look
         return inference.t_interval(log_ratios, settings.level), decision

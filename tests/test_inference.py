@@ -409,6 +409,8 @@ def test_should_stop_between_looks_and_on_budget() -> None:
     levels = inf.per_look_level(0.95, inf.looks(6, 20))
     assert budget.stop and budget.reason == "time budget spent" and budget.per_look_level == levels[1]
     assert inf.should_stop(x[:6], precision=50.0).reason.startswith("precision reached")
+    at_the_end = inf.should_stop(np.resize(x, 20), precision=0.01, budget_spent=True)
+    assert at_the_end.stop and at_the_end.reason == "last look (max pairs)"  # the look, not a budget
     with pytest.raises(ValueError):
         inf.should_stop(np.zeros(21), precision=1.0)
 

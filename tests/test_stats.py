@@ -260,6 +260,17 @@ def test_an_auto_run_reads_the_stopping_rules_interval() -> None:
     assert claim["ci_sufficient"]  # looks 6..20 reach the 14 pairs the skewed law needs
 
 
+def test_a_run_that_ends_at_its_last_look_or_between_looks_says_so_not_that_a_budget_was_spent() -> None:
+    """The committed H200 claim ran to its last look (14 pairs) with no time budget, and its claims.csv said
+    'time budget spent'; a run whose log stops between looks (a slice still to be resumed) said so too."""
+    rng = np.random.default_rng(3)
+    values = [(100.0, 100.0 * math.exp(-0.1 + 0.3 * z)) for z in rng.standard_normal(14)]
+    last = claim_of(paired(values), bar_percent=5, precision=0.01, max_pairs=14)
+    assert last["stopping"] == "last look (max pairs)"
+    between = claim_of(paired(values[:9]), bar_percent=5, precision=0.01, max_pairs=14)
+    assert between["stopping"] == "the log ends here (9 pairs): no more pairs to look at"
+
+
 def test_instability_flags_from_the_trials_and_the_start_load() -> None:
     loaded = [14.9, 20.3, 31.0, 140.4, 30.0]
     frame = paired([(55.0, c) for c in loaded])
