@@ -24,7 +24,7 @@ from harness.formatting import (
     method_label,
 )
 from harness.protocol import Plan, ScheduledTrial
-from harness.stats import instability_flags
+from harness.stats import disagreeing_checks, instability_flags
 from harness.tables import Summaries
 
 # Rich falls back to 80 columns off a terminal (CI logs, pipes); tables need more to stay readable. Everything
@@ -249,7 +249,7 @@ def _listing(plan: Plan, title: str, rows: list[dict[str, str]]) -> list[str]:
 
 def _notes(summaries: Summaries) -> list[str]:
     """What the verdicts rest on, one line each: pairs left out because both arms failed, why an interval is
-    insufficient, and where the Hodges-Lehmann check disagrees with the primary verdict."""
+    insufficient, and where a distribution-free check disagrees with the verdict."""
     notes: list[str] = []
     claims = summaries.claims
     for _, claim in claims.iterrows():
@@ -258,10 +258,10 @@ def _notes(summaries: Summaries) -> list[str]:
             notes.append(f"{label}: {int(claim['both_failed'])} pair(s) where both arms failed left out")
         if not claim["ci_sufficient"] and claim["ci_reason"]:
             notes.append(f"{label}: insufficient: {claim['ci_reason']}")
-        if claim["hl_verdict"] != claim["verdict"]:
+        for name, prefix in disagreeing_checks(claim):
             notes.append(
-                f"{label}: the Hodges-Lehmann check says {claim['hl_verdict']} "
-                f"({format_interval(claim['hl_low'], claim['hl_high'])}), the primary {claim['verdict']}"
+                f"{label}: {name} says {claim[f'{prefix}_verdict']} "
+                f"({format_interval(claim[f'{prefix}_low'], claim[f'{prefix}_high'])}), the verdict {claim['verdict']}"
             )
     return notes
 

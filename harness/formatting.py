@@ -101,6 +101,16 @@ def method_label(claim: Any) -> str:
     return method.split(",")[0] or "n/a"
 
 
+def interval_estimand(claim: Any) -> str:
+    """What a claim's verdict interval estimates: the median reduction where the verdict reads the sign test
+    (no t interval), else the geometric-mean reduction."""
+    return (
+        "median reduction"
+        if str(claim.get("verdict_basis", "")).startswith("sign")
+        else "geometric-mean reduction"
+    )
+
+
 def format_levels(claim: Any) -> str:
     """The stated and the attained level of a claim's interval: ``95% stated, 90.6% attained``."""
     stated, attained = claim.get("ci_level"), claim.get("ci_attained")

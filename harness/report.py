@@ -52,7 +52,14 @@ from harness.formatting import (
 from harness.inference import t_min_pairs
 from harness.options import InputError
 from harness.protocol import IDLE_GAP_SECONDS, WHOLE_PAIRS_FORMAT, Plan, scheduled_done, warmup_sequences
-from harness.stats import ClaimSettings, finished, instability_flags, numeric_column, plan_rows
+from harness.stats import (
+    ClaimSettings,
+    disagreeing_checks,
+    finished,
+    instability_flags,
+    numeric_column,
+    plan_rows,
+)
 from harness.tables import RunFolder, Summaries, check_can_write, write_atomic
 from harness.tier import Caveat, Run, TierRegistry, gate_refusal
 
@@ -449,13 +456,19 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                     f"({_diagnostic_text(c, 'order')}).",
                 )
             )
-        if c["hl_verdict"] != c["verdict"] and c["verdict"] not in ("no bar", "no tolerance"):
+        disagree = disagreeing_checks(c)
+        if disagree:
             per_claim["checks"].append(
                 Caveat(
-                    f"checks disagree: for {label} the primary says {c['verdict']}, Hodges-Lehmann "
-                    f"{c['hl_verdict']}.",
-                    f"Hodges-Lehmann's Wilcoxon interval is {format_interval(c['hl_low'], c['hl_high'])} "
-                    f"({100 * float(c['hl_attained']):.1f}% attained); see the verdict section.",
+                    f"checks disagree: for {label} the primary says {c['verdict']}, "
+                    + ", ".join(f"{name} {c[f'{prefix}_verdict']}" for name, prefix in disagree)
+                    + ".",
+                    "; ".join(
+                        f"{name}: {format_interval(c[f'{prefix}_low'], c[f'{prefix}_high'])} "
+                        f"({_attained(c[f'{prefix}_attained'])})"
+                        for name, prefix in disagree
+                    )
+                    + "; see the verdict section.",
                 )
             )
     summaries = {
@@ -1296,12 +1309,16 @@ def _verdict(run: LoadedRun) -> list[str]:
         line = f"- {where}{c['arm']} vs {c['baseline_arm']}{kind}: **{verdict}** — {explanation}."
         if str(c["verdict_basis"]).startswith("sign"):
             line += f" The verdict reads the {c['verdict_basis']}."
-        if c["hl_verdict"] != verdict and verdict not in ("no bar", "no tolerance"):
+        disagree = [] if verdict == WITHHELD else disagreeing_checks(c)
+        if disagree:
             line += (
-                f" The checks disagree: Hodges-Lehmann says {c['hl_verdict']} "
-                f"({format_interval(c['hl_low'], c['hl_high'])}, {_attained(c['hl_attained'])}), the sign test "
-                f"{c['sign_verdict']} ({format_interval(c['sign_low'], c['sign_high'])}, "
-                f"{_attained(c['sign_attained'])})."
+                " The checks disagree: "
+                + "; ".join(
+                    f"{name} says {c[f'{prefix}_verdict']} ({format_interval(c[f'{prefix}_low'], c[f'{prefix}_high'])}, "
+                    f"{_attained(c[f'{prefix}_attained'])})"
+                    for name, prefix in disagree
+                )
+                + "."
             )
         lines.append(line)
     if plan.protocol.control and not (claims["kind"] == "claim").any():

@@ -304,6 +304,19 @@ def primary_interval(
     return decision.interval, decision
 
 
+CHECKS = (("Hodges-Lehmann", "hl"), ("the sign test", "sign"))
+
+
+def disagreeing_checks(claim: Any) -> list[tuple[str, str]]:
+    """The distribution-free checks (name, column prefix) whose verdict differs from the claim's; none where
+    no bar or tolerance was set (nothing to judge)."""
+    if str(claim["verdict"]) in ("no bar", "no tolerance"):
+        return []
+    return [
+        (name, prefix) for name, prefix in CHECKS if str(claim[f"{prefix}_verdict"]) != str(claim["verdict"])
+    ]
+
+
 def _claim_row(
     case: Any,
     arm: Any,
@@ -324,11 +337,7 @@ def _claim_row(
     sign = inference.sign_interval(x, settings.level)
     hl = inference.hodges_lehmann_interval(x, settings.level)
     chosen = inference.verdict_interval(primary, sign)
-    basis = (
-        "primary"
-        if chosen is primary
-        else "sign test (the t interval does not exist: a pair with one failed arm)"
-    )
+    basis = "primary" if chosen is primary else f"sign test ({primary.reason})"
     second = usable["arm_second"].to_numpy(dtype=bool)
     order = inference.order_effect(x, second, settings.level) if x.size else None
     ours = measured(trials, metric)

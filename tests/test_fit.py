@@ -18,6 +18,7 @@ from experiments.fit.plan import FitSettings, check_steps
 from experiments.fit.stages import STAGES, host_iteration_median, stage_column, within_epoch_gaps
 from harness.cli import main
 from harness.options import InputError
+from harness.tier import Run
 from tests.runfolders import only_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -445,8 +446,43 @@ def test_the_claim_opens_with_what_the_arms_ran(tmp_path: Path, arms: str, first
     if verdict == "withheld":
         assert claim[1].startswith("A/A in effect (noise, not a speed-up): Baseline median ")
         assert "verdict withheld: candidate ran the baseline's code" in claim[2]
+        assert claim[3].startswith("Checks: ") and claim[3].count("attained, withheld)") == 2, claim[3]
     else:
         assert "candidate-cpu ran the batched path" in claim[0] and claim[1].startswith("Baseline median ")
+
+
+def test_a_claim_read_from_the_sign_test_names_its_estimand_and_why(tmp_path: Path) -> None:
+    """A failed candidate trial: no t interval, the verdict reads the sign-test interval of the median, and
+    claim.txt called it 'the geometric-mean reduction'; with no failed arm (one pair) the reason given was
+    still 'a pair with one failed arm'."""
+    from experiments.fit import make_plan
+    from experiments.tiers import TIERS
+    from harness.options import protocol_options
+    from harness.run import Runner, RunOptions
+
+    def run(pairs: int, figures: list[float | None]) -> tuple[list[str], str]:
+        protocol = protocol_options(
+            arms="baseline,candidate-cpu", warmup=0, pairs=pairs, bar=8.0, device="cpu"
+        )
+        plan = make_plan(protocol, FitSettings(workload="embedded", images=8, batch=4, steps=4, val_images=8))
+        values = iter(figures)
+
+        def trial(ctx):
+            value = next(values)
+            if value is None:
+                raise RuntimeError("the trial broke")
+            return {"value": value}
+
+        out = tmp_path / str(pairs)
+        folder = Runner(TIERS, RunOptions(out=out, quiet=True, report=False)).start(plan, trial).folder
+        basis = str(Run.load(folder).summaries.claims["verdict_basis"].iloc[0])
+        return folder.file("claim.txt").read_text().splitlines(), basis
+
+    claim, basis = run(2, [10.0, None, 9.5, 10.5])
+    assert any("sign test interval of the median reduction" in line for line in claim), claim
+    assert basis.startswith("sign test") and "one failed arm" in basis
+    _, basis = run(1, [10.0, 9.0])
+    assert basis.startswith("sign test") and "failed" not in basis and "2 pairs (1 given)" in basis
 
 
 def user_set(root: Path, train: int, val: int = 2) -> Path:

@@ -19,6 +19,7 @@ import torch
 
 from experiments.tiers import TIERS as PROJECT_TIERS
 from harness import cli, report
+from harness.console import print_summary
 from harness.options import InputError
 from harness.protocol import Arm, Case, Plan, ProtocolOptions, TrialContext, TrialFunction
 from harness.run import Runner, RunOptions
@@ -438,11 +439,31 @@ def test_checks_that_disagree_with_the_primary_are_said(tmp_path: Path) -> None:
     folder = run_folder(tmp_path, make_plan(pairs=6, warmup=0), scripted(figures))
     text = write([folder]).read_text(encoding="utf-8")
     assert (
-        "checks disagree: for candidate vs baseline the primary says insufficient, Hodges-Lehmann clears."
-        in text
+        "checks disagree: for candidate vs baseline the primary says insufficient, Hodges-Lehmann clears, "
+        "the sign test clears." in text
     )
-    assert "The checks disagree: Hodges-Lehmann says clears" in text and "the sign test clears" in text
+    assert "The checks disagree: Hodges-Lehmann says clears" in text and "the sign test says clears" in text
     assert "| 3 / 3 (balanced) |" in text
+
+
+def test_a_sign_test_that_disagrees_with_the_primary_is_said(tmp_path: Path, capsys) -> None:
+    """26 pairs, 8 of them 3% faster and 18 of them 20%: the t interval and Hodges-Lehmann clear 5%, the
+    sign-test interval of the median (order statistics 8 and 19) reaches down to 3%: ambiguous. The report
+    and the console compared Hodges-Lehmann only and said nothing, where the README promises both checks."""
+    slow = {3, 7, 8, 12, 16, 19, 22, 25}
+    candidate = [9.7 + 0.001 * r if r in slow else 8.0 + 0.001 * r for r in range(26)]
+    folder = run_folder(
+        tmp_path, make_plan(pairs=26, warmup=0), scripted({"baseline": [10.0] * 26, "candidate": candidate})
+    )
+    claim = loaded(folder).summaries.claims.iloc[0]
+    assert (claim["verdict"], claim["hl_verdict"], claim["sign_verdict"]) == ("clears", "clears", "ambiguous")
+    text = write([folder]).read_text(encoding="utf-8")
+    assert (
+        "checks disagree: for candidate vs baseline the primary says clears, the sign test ambiguous." in text
+    )
+    assert "The checks disagree: the sign test says ambiguous" in text
+    print_summary(loaded(folder).plan, loaded(folder).summaries)
+    assert "the sign test says ambiguous" in capsys.readouterr().out
 
 
 def test_an_unstable_run_is_flagged_on_the_console_and_in_the_report(

@@ -18,7 +18,7 @@ import pandas as pd
 from experiments.fit.plan import FitSettings
 from experiments.fit.plots import plot_fit_stage_shares
 from experiments.fit.stages import OPTIMIZER_STAGE, STAGES, stage_column
-from harness.codepaths import same_code_arms, what_ran
+from harness.codepaths import same_code_arms, verdict_shown, what_ran
 from harness.formatting import (
     format_bytes,
     format_interval,
@@ -27,6 +27,7 @@ from harness.formatting import (
     format_number,
     format_percent,
     format_value,
+    interval_estimand,
     method_label,
 )
 from harness.protocol import Plan
@@ -503,19 +504,21 @@ def claim_text(run: Run) -> str:
             else ""
         )
         lines.append(
-            f"{100 * float(claim['ci_level']):.0f}% {method_label(claim)} interval of the geometric-mean "
-            f"reduction {format_interval(claim['ci_low'], claim['ci_high'])} ({format_levels(claim)}, {pairs}); "
+            f"{100 * float(claim['ci_level']):.0f}% {method_label(claim)} interval of the {interval_estimand(claim)} "
+            f"{format_interval(claim['ci_low'], claim['ci_high'])} ({format_levels(claim)}, {pairs}); "
             f"{verdict}." + (f" Insufficient: {claim['ci_reason']}." if not claim["ci_sufficient"] else "")
         )
         lines.append(
             f"Checks: sign-test interval of the median {format_interval(claim['sign_low'], claim['sign_high'])} "
-            f"({100 * float(claim['sign_attained']):.1f}% attained, {claim['sign_verdict']}); Hodges-Lehmann "
+            f"({100 * float(claim['sign_attained']):.1f}% attained, {verdict_shown(plan, arm, str(claim['sign_verdict']))}); "
+            "Hodges-Lehmann "
             f"{format_percent(claim['hl_estimate'])}, Wilcoxon interval "
             f"{format_interval(claim['hl_low'], claim['hl_high'])} "
             + (
                 "(not computable)."
                 if math.isnan(float(claim["hl_attained"]))
-                else f"({100 * float(claim['hl_attained']):.1f}% attained, {claim['hl_verdict']})."
+                else f"({100 * float(claim['hl_attained']):.1f}% attained, "
+                f"{verdict_shown(plan, arm, str(claim['hl_verdict']))})."
             )
         )
     steady = steady_claims(run)
