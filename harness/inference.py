@@ -107,6 +107,27 @@ def t_min_pairs(level: float = CONFIDENCE) -> int | None:
     return None
 
 
+def t_unkept_counts_text(level: float = CONFIDENCE) -> str:
+    """The pair counts at which no nominal level keeps ``level`` on both laws (the calibrated t interval is
+    insufficient there), in words: ``from 3 to 24 pairs`` at 95%; runs of counts joined by commas."""
+    _check_level(level)
+    stated = _tabulated(calibration.NOMINAL_LEVELS, level)
+    if stated is None:
+        return "at every count (the level is not calibrated)"
+    table = calibration.NOMINAL_LEVELS[stated]
+    unkept = sorted(n for n in table if not table[n][3])
+    runs: list[list[int]] = []
+    for n in unkept:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    if not runs:
+        return "at no count"
+    words = [f"from {r[0]} to {r[-1]}" if len(r) > 1 else f"at {r[0]}" for r in runs]
+    return ", ".join(words) + " pairs"
+
+
 def sequential_min_last_look(level: float = CONFIDENCE) -> int | None:
     """The last look the stopping rule needs to keep ``level`` on the reference skewed law; None for a level
     not simulated."""

@@ -49,7 +49,7 @@ from harness.formatting import (
     is_missing,
     method_label,
 )
-from harness.inference import t_min_pairs
+from harness.inference import t_min_pairs, t_unkept_counts_text
 from harness.options import InputError
 from harness.protocol import IDLE_GAP_SECONDS, WHOLE_PAIRS_FORMAT, Plan, scheduled_done, warmup_sequences
 from harness.stats import (
@@ -1052,7 +1052,7 @@ def _protocol(run: LoadedRun) -> list[str]:
         "interval on the log ratios at a nominal level calibrated for the pair count, so that its coverage is "
         "within 1.5 points of the stated 95% both for normal log ratios and on a reference skewed law (two "
         f"gamma delays, skewness {calibration.REFERENCE_SKEWNESS:g}: the upper end of the committed H200 runs' "
-        f"measured skewness); at counts where no nominal level does that (below {t_min_pairs()} pairs) it is "
+        f"measured skewness); at counts where no nominal level does that ({t_unkept_counts_text()}) it is "
         "`insufficient`. Beside it, as "
         "distribution-free checks, the sign-test (order-statistic) interval of the median reduction and the "
         "Hodges-Lehmann estimate with its Wilcoxon interval, each at the exact level it attains. Where a pair "

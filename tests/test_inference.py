@@ -550,3 +550,10 @@ def test_a_failed_arm_on_each_side_leaves_the_median_undefined_without_a_numpy_w
     assert (interval.low, interval.high) == (-math.inf, 1.0)
     assert math.isnan(float(median[0])) and (float(low[0]), float(high[0])) == (-math.inf, math.inf)
     assert float(median[1]) == pytest.approx(0.15)
+
+
+def test_the_counts_the_calibrated_t_interval_does_not_keep_are_named_as_they_are() -> None:
+    """At 95% the interval keeps its level at 2 pairs (1 df, wide) and from 25 on: the report said
+    'insufficient below 25 pairs' while a 2-pair claim read `clears` beside it."""
+    assert inf.t_unkept_counts_text(0.95) == "from 3 to 24 pairs"
+    assert inf.t_unkept_counts_text(0.90) == "from 2 to 27 pairs"

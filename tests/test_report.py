@@ -928,3 +928,10 @@ def test_fixed_warmups_read_as_before() -> None:
     plan = make_plan(warmup=2)
     assert report.warmup_words(plan, pd.DataFrame()) == "2 warm-up fit(s) discarded"
     assert report.warmup_sequence_text(plan, pd.DataFrame()) == ""
+
+
+def test_the_methods_text_names_the_pair_counts_that_are_insufficient(tmp_path: Path) -> None:
+    figures = {"baseline": [10.0, 10.1], "candidate": [8.0, 8.1]}
+    text = write([run_folder(tmp_path, make_plan(pairs=2, warmup=0), scripted(figures))]).read_text("utf-8")
+    assert "at counts where no nominal level does that (from 3 to 24 pairs) it is `insufficient`" in text
+    assert "below 25 pairs" not in text
