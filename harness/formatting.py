@@ -112,9 +112,13 @@ def interval_estimand(claim: Any) -> str:
 
 
 def format_levels(claim: Any) -> str:
-    """The stated and the attained level of a claim's interval: ``95% stated, 90.6% attained``."""
+    """The stated and the attained level of a claim's interval: ``95% stated, 90.6% attained`` (for the
+    stopping rule, its look's level: ``95% stated, 98.4% at its look``)."""
     stated, attained = claim.get("ci_level"), claim.get("ci_attained")
     text = "n/a" if is_missing(stated) else f"{100 * float(stated):.0f}% stated"
     if not is_missing(attained):
-        text += f", {100 * float(attained):.1f}% attained"
+        # The stopping rule's interval is taken at its look's level; the rule as a whole keeps the stated
+        # level, and an interval alone at an early stop does not, so that level is not called attained.
+        what = "at its look" if method_label(claim) == "stopping-rule t" else "attained"
+        text += f", {100 * float(attained):.1f}% {what}"
     return text

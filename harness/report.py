@@ -670,7 +670,9 @@ def _summary(runs: list[LoadedRun]) -> list[str]:
         lines.append(
             "Reduction = (baseline − arm) / baseline per pair, higher is faster; the figure is the geometric mean "
             "over the pairs (1 − exp of the mean log ratio). Interval: its primary interval, stated level and "
-            "the level it attains (each run's section gives the distribution-free checks beside it)."
+            "the level it attains, or for the stopping rule the level of the look it stopped at (the rule as a "
+            "whole keeps the stated level; an interval taken alone at an early stop does not). Each run's "
+            "section gives the distribution-free checks beside it."
         )
     elif any(r.tier.paired for r in runs):
         lines.append("No complete pair in any run: no claim can be made.")

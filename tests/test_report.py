@@ -935,3 +935,20 @@ def test_the_methods_text_names_the_pair_counts_that_are_insufficient(tmp_path: 
     text = write([run_folder(tmp_path, make_plan(pairs=2, warmup=0), scripted(figures))]).read_text("utf-8")
     assert "at counts where no nominal level does that (from 3 to 24 pairs) it is `insufficient`" in text
     assert "below 25 pairs" not in text
+
+
+def test_a_stopping_rule_interval_shows_its_looks_level_not_an_attained_one() -> None:
+    """The stopping rule's interval is computed at its look's level (98.4% at the last of looks 6..14); the
+    rule as a whole keeps 95%, and an interval taken alone at an early stop covers less (a stop for precision
+    picks the narrow samples): '98.4% attained' overstated it."""
+    from harness.formatting import format_levels
+
+    claim = {
+        "ci_level": 0.95,
+        "ci_attained": 0.984,
+        "ci_method": "t at look 5 of 5",
+        "verdict_basis": "primary",
+    }
+    assert format_levels(claim) == "95% stated, 98.4% at its look"
+    calibrated = {**claim, "ci_method": "calibrated Student t", "ci_attained": 0.939}
+    assert format_levels(calibrated) == "95% stated, 93.9% attained"
