@@ -1002,11 +1002,9 @@ def order_balance(arm_second: ArrayLike) -> OrderBalance:
 # the log ratio of 5.4% to 9%, i.e. 3.8% to 6.4% per trial. Forty trials of a lognormal law at 6.4% have an
 # expected max/min of about exp(4.3 × 0.064) = 1.32 and a MAD/median of about 0.674 × 6.4% = 4.3%, so
 # 1.5 and 10% lie beyond the house's ordinary noise and catch the outliers of a loaded machine (one arm's
-# 14.9 to 140.4 s). The step of every MuSGD arm is host-bound, so a steal share s lengthens it by about
-# s / (1 − s): above 2% that is twice the ±1% an A/A control is asked to hold.
+# 14.9 to 140.4 s). CPU steal has one threshold, per trial, in ``harness.telemetry`` (STEAL_FLAG_SHARE).
 MAX_OVER_MIN_LIMIT = 1.5
 MAD_OVER_MEDIAN_LIMIT = 0.10
-STEAL_SHARE_LIMIT = 0.02
 
 
 @dataclass(frozen=True)
@@ -1051,13 +1049,12 @@ def instability_flags(
     *,
     load_1min: float | None = None,
     cores: int | None = None,
-    steal_share: float | None = None,
     max_over_min: float = MAX_OVER_MIN_LIMIT,
     mad_over_median: float = MAD_OVER_MEDIAN_LIMIT,
-    steal_share_limit: float = STEAL_SHARE_LIMIT,
 ) -> tuple[Flag, ...]:
     """Flags for unreliable figures: per arm, a max/min or MAD/median above its threshold; for the machine,
-    a 1-minute load average above its cores or a CPU steal share above its limit. Flags only warn: every
+    a 1-minute load average above its cores (CPU steal is read per trial: ``harness.telemetry``). Flags only
+    warn: every
     trial stays in the data."""
     flags: list[Flag] = []
     for arm, values in values_by_arm.items():
@@ -1085,15 +1082,5 @@ def instability_flags(
     if load_1min is not None and cores is not None and load_1min > cores:
         flags.append(
             Flag("machine", "load", load_1min, float(cores), f"1-minute load {load_1min:.2f} > {cores} cores")
-        )
-    if steal_share is not None and steal_share > steal_share_limit:
-        flags.append(
-            Flag(
-                "machine",
-                "steal",
-                steal_share,
-                steal_share_limit,
-                f"CPU steal {steal_share:.1%} > {steal_share_limit:.0%}",
-            )
         )
     return tuple(flags)

@@ -1377,7 +1377,8 @@ def _stability(run: LoadedRun) -> list[str]:
     return lines + [
         "",
         f"Thresholds: max/min above 1.5 or MAD/median above 10% per arm (beyond the house's measured noise), "
-        f"a 1-minute load above the cores, CPU steal above 2%; {machine}. Flagged trials are kept in every "
+        f"a 1-minute load above the cores, CPU steal above "
+        f"{telemetry.STEAL_FLAG_SHARE:.0%} of the CPU time a trial wanted; {machine}. Flagged trials are kept in every "
         "figure.",
     ]
 

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness import inference
+from harness import inference, telemetry
 
 CONFIDENCE = inference.CONFIDENCE
 CONTROL_SUFFIX = "-control"
@@ -471,7 +471,8 @@ def instability_flags(trials: pd.DataFrame, env: dict[str, Any] | None = None) -
     """Flags for figures made unreliable by their spread or their machine: per case and arm, the measured
     trials' max/min and MAD/median (failed trials counted, not measured); the 1-minute load at the run's
     start against its cores (``env``: ``load1_start``, ``cpu_logical``), and at each trial's start where the
-    trial rows carry it; the median CPU steal share where they carry it. Every trial stays in the data."""
+    trial rows carry it; the trials whose CPU steal passed the per-trial flag's share of the CPU time they
+    wanted (``telemetry.STEAL_FLAG_SHARE``: one rule for the trial and the run). Every trial stays in the data."""
     flags: list[inference.Flag] = []
     rows = measured(trials)
     cases = list(dict.fromkeys(rows["case"])) if not rows.empty else []
@@ -505,9 +506,21 @@ def instability_flags(trials: pd.DataFrame, env: dict[str, Any] | None = None) -
                     f"{cores} cores (at most {worst:.2f})",
                 )
             )
-    steal = numeric_column(rows, "cpu_steal_share") if not rows.empty else pd.Series(dtype=float)
-    if len(steal):
-        flags += inference.instability_flags({}, steal_share=float(steal.median()))
+    if not rows.empty and "cpu_steal_share" in rows and "cpu_busy_share" in rows:
+        wanted = [telemetry.steal_of_wanted(row) for row in rows.to_dict("records")]
+        shares = [w for w in wanted if w is not None and not math.isnan(w)]
+        stolen = [w for w in shares if w > telemetry.STEAL_FLAG_SHARE]
+        if stolen:
+            flags.append(
+                inference.Flag(
+                    "trials",
+                    "steal",
+                    max(stolen),
+                    telemetry.STEAL_FLAG_SHARE,
+                    f"{len(stolen)} of {len(rows)} measured trials lost more than "
+                    f"{telemetry.STEAL_FLAG_SHARE:.0%} of the CPU time they wanted to steal (at most {max(stolen):.1%})",
+                )
+            )
     return flags
 
 

@@ -668,6 +668,14 @@ def _rounded(value: float | None) -> float | None:
 # --- flags ---------------------------------------------------------------------------------------------------
 
 
+def steal_of_wanted(row: dict[str, Any]) -> float | None:
+    """The share of the CPU time a trial's machine wanted (busy + steal) that steal took; None unrecorded."""
+    busy, steal = row.get("cpu_busy_share"), row.get("cpu_steal_share")
+    if busy is None or steal is None or not busy + steal > 0:
+        return None
+    return float(steal) / (float(busy) + float(steal))
+
+
 def flags(row: dict[str, Any]) -> list[str]:
     """Why this trial's figure may have been moved by its machine, one reason per entry ([] when clean).
 
@@ -695,14 +703,12 @@ def flags(row: dict[str, Any]) -> list[str]:
                 found.append(
                     f"gpu{index} was held down by {policy} policy for {row[key]:.2f} s ({share:.1%} of the trial)"
                 )
-    busy, steal = row.get("cpu_busy_share"), row.get("cpu_steal_share")
-    if busy is not None and steal is not None and busy + steal > 0:
-        wanted = steal / (busy + steal)
-        if wanted > STEAL_FLAG_SHARE:
-            found.append(
-                f"CPU steal took {wanted:.1%} of the CPU time wanted ({steal:.1%} of all CPU time; "
-                f"flagged above {STEAL_FLAG_SHARE:.0%})"
-            )
+    wanted = steal_of_wanted(row)
+    if wanted is not None and wanted > STEAL_FLAG_SHARE:
+        found.append(
+            f"CPU steal took {wanted:.1%} of the CPU time wanted ({row['cpu_steal_share']:.1%} of all CPU time; "
+            f"flagged above {STEAL_FLAG_SHARE:.0%})"
+        )
     load, cores = row.get("load1_start"), row.get("cpu_logical")
     if load is not None and cores and load > cores:
         found.append(f"1-minute load {load:.2f} at the start, above the {cores} logical cores")

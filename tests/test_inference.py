@@ -533,10 +533,10 @@ def test_unstable_arm_flagged_and_kept() -> None:
     assert [f.kind for f in bimodal] == ["mad"]
 
 
-def test_machine_load_and_steal_flags() -> None:
-    flags = inf.instability_flags({}, load_1min=3.1, cores=2, steal_share=0.05)
-    assert [f.kind for f in flags] == ["load", "steal"]
-    assert inf.instability_flags({}, load_1min=1.9, cores=2, steal_share=0.01) == ()
+def test_machine_load_flag() -> None:
+    flags = inf.instability_flags({}, load_1min=3.1, cores=2)
+    assert [f.kind for f in flags] == ["load"]
+    assert inf.instability_flags({}, load_1min=1.9, cores=2) == ()
 
 
 def test_a_failed_arm_on_each_side_leaves_the_median_undefined_without_a_numpy_warning() -> None:

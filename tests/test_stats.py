@@ -271,6 +271,19 @@ def test_a_run_that_ends_at_its_last_look_or_between_looks_says_so_not_that_a_bu
     assert between["stopping"] == "the log ends here (9 pairs): no more pairs to look at"
 
 
+def test_the_runs_steal_flag_reads_each_trials_steal_as_the_trial_flag_does() -> None:
+    """Steal of 0.9% of all CPU time while the CPUs were 8.4% busy is 9.7% of the time the trial wanted: the
+    trial's own flag (telemetry, above 3% of the wanted time) raised it, the run's Stability section (the
+    median share of all CPU time against 2%) did not: two rules for one thing."""
+    frame = paired([(55.0, 50.0), (55.1, 50.2)])
+    frame["cpu_busy_share"], frame["cpu_steal_share"] = 0.084, 0.009
+    flags = stats.instability_flags(frame, {"load1_start": 0.5, "cpu_logical": 16})
+    assert [(f.subject, f.kind) for f in flags] == [("trials", "steal")]
+    assert flags[0].reason.startswith("4 of 4 measured trials lost more than 3% of the CPU time they wanted")
+    frame["cpu_steal_share"] = 0.001  # 1.2% of the wanted time: no flag from either rule
+    assert stats.instability_flags(frame, {"load1_start": 0.5, "cpu_logical": 16}) == []
+
+
 def test_instability_flags_from_the_trials_and_the_start_load() -> None:
     loaded = [14.9, 20.3, 31.0, 140.4, 30.0]
     frame = paired([(55.0, c) for c in loaded])
