@@ -341,6 +341,9 @@ def _claim_row(
     second = usable["arm_second"].to_numpy(dtype=bool)
     order = inference.order_effect(x, second, settings.level) if x.size else None
     ours = measured(trials, metric)
+    # A trial's position in the measured schedule (every case and arm), not its log index: a resume's
+    # warm-up is logged at an index between measured trials and would count as a step of drift.
+    position = {index: place for place, index in enumerate(sorted(ours["index"]))} if not ours.empty else {}
     ours = ours[(ours["case"] == case) & ours["arm"].isin([baseline_arm, arm])] if not ours.empty else ours
     ours = ours[~ours["effective"].isna()] if not ours.empty else ours
     trend = (
@@ -348,7 +351,7 @@ def _claim_row(
             ours["effective"].to_numpy(dtype=float),
             ours["arm"].astype(str).to_numpy(),
             settings.level,
-            index=ours["index"].to_numpy(dtype=float),
+            index=ours["index"].map(position).to_numpy(dtype=float),
         )
         if len(ours) and "index" in ours
         else None

@@ -284,6 +284,18 @@ def test_the_runs_steal_flag_reads_each_trials_steal_as_the_trial_flag_does() ->
     assert stats.instability_flags(frame, {"load1_start": 0.5, "cpu_logical": 16}) == []
 
 
+def test_drift_is_per_measured_trial_whatever_warm_ups_a_resume_put_between() -> None:
+    """Figures rising 1% per measured trial, and a resume's warm-up logged between trials 8 and 9 (at an
+    index outside the schedule, as on the H200): the drift was fitted on the log index, so that warm-up
+    shifted every later trial by one and the figure read less than the 1% per trial it is."""
+    frame = paired([(10.0 * math.exp(0.01 * 2 * r), 9.0 * math.exp(0.01 * (2 * r + 1))) for r in range(8)])
+    frame.loc[frame["index"] >= 8, "index"] += 1
+    warmup = {**frame.iloc[8].to_dict(), "index": 8, "phase": "warmup", "round": -1}
+    frame = pd.concat([frame, pd.DataFrame([warmup])], ignore_index=True)
+    claim = claim_of(frame, bar_percent=8)
+    assert claim["drift"] == pytest.approx(100 * math.expm1(0.01))
+
+
 def test_instability_flags_from_the_trials_and_the_start_load() -> None:
     loaded = [14.9, 20.3, 31.0, 140.4, 30.0]
     frame = paired([(55.0, c) for c in loaded])
