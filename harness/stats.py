@@ -520,8 +520,8 @@ def instability_flags(trials: pd.DataFrame, env: dict[str, Any] | None = None) -
                     "steal",
                     max(stolen),
                     telemetry.STEAL_FLAG_SHARE,
-                    f"{len(stolen)} of {len(rows)} measured trials lost more than "
-                    f"{telemetry.STEAL_FLAG_SHARE:.0%} of the CPU time they wanted to steal (at most {max(stolen):.1%})",
+                    f"{len(stolen)} of {len(rows)} measured trials had CPU steal above "
+                    f"{telemetry.STEAL_FLAG_SHARE:.0%} of the CPU time they wanted (at most {max(stolen):.1%})",
                 )
             )
     return flags
