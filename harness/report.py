@@ -1067,15 +1067,10 @@ def _protocol(run: LoadedRun) -> list[str]:
     resumes = run.env.get("resumes") or []
     trials = run.summaries.trials
     if resumes:
-        indices = trials["index"] if not trials.empty else []
-        repeated = len(indices) - len(set(indices))
+        # A log that repeats a trial is refused when it is read (harness.validation.check_log).
         log.append(
             f"The run was resumed {_plural(len(resumes), 'time')}; "
-            + (
-                "the log holds each scheduled trial at most once (none re-run)."
-                if repeated == 0
-                else f"**{repeated} row(s) of the log repeat a trial already logged** (re-run after a resume)."
-            )
+            "the log holds each scheduled trial at most once (none re-run)."
         )
     sequences = warmup_sequence_text(plan, trials)
     if sequences:

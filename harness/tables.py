@@ -93,7 +93,7 @@ def _parse_row(raw: bytes) -> tuple[str | None, dict[str, Any]]:
         row = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         return "not UTF-8 text", {}
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # ValueError: bad JSON, or an integer past the parser's limit
         return f"not JSON ({_first_line(exc)})", {}
     if not isinstance(row, dict):
         return "not a JSON object", {}
@@ -211,7 +211,7 @@ class RunFolder:
             return None
         try:
             return json.loads(path.read_bytes().decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
             raise CorruptRunFolder(f"{path}: not JSON ({_first_line(exc)})") from None
 
     def write_json(self, name: str, data: Any) -> None:

@@ -9,6 +9,7 @@ naming the file, the line and what is wrong; nothing is written and nothing runs
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 import numbers
 import types
@@ -90,10 +91,14 @@ def check_log(plan: Plan, folder: RunFolder) -> list[dict[str, Any]]:
     rows = []
     scheduled = {t.index: t for t in plan.schedule}
     by_ratio = {c.label for c in plan.cases if plan.compared_by_ratio(c.label)}
+    first_line: dict[int, int] = {}
     for number, row in folder.numbered_rows():
         problem = _row_problem(plan, scheduled, by_ratio, row)
+        if problem is None and row["index"] in first_line:  # the protocol never runs a logged trial again
+            problem = f"trial {row['index']} is logged twice (first on line {first_line[row['index']]})"
         if problem:
             raise CorruptRunFolder(f"{folder.file(LOG)}: line {number}: {problem}")
+        first_line[row["index"]] = number
         rows.append(row)
     return rows
 
@@ -221,22 +226,72 @@ def _row_problem(
     return _status_problem(index, row, trial.case in by_ratio)
 
 
+# A figure beyond these is no measurement (the ratio of two stays far inside floating point's range).
+FIGURE_LIMIT = 1e30
+# The longest a trial can have taken, in seconds: about 115 days.
+TRIAL_SECONDS_LIMIT = 1e7
+# Row fields the statistics, flags and plans read as numbers (null where unrecorded).
+NUMERIC_ROW_FIELDS = (
+    "telemetry_seconds",
+    "cpu_busy_share",
+    "cpu_iowait_share",
+    "cpu_steal_share",
+    "load1_start",
+    "cpu_logical",
+)
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a finite float; None for anything else (text, true/false, an integer past float's range)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def _status_problem(index: int, row: dict[str, Any], by_ratio: bool) -> str | None:
     status, value = row.get("status"), row.get("value")
     if status not in STATUSES:
         return f"trial {index} has status {_show(status)}, not one of {', '.join(STATUSES)}"
-    if value is not None and (
-        isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
-    ):
-        return f"trial {index}'s value is {_show(value)}, not a finite number or null"
-    if status == "ok" and value is None:
-        return f"trial {index} is 'ok' with no value"
-    if status == "ok" and by_ratio and value <= 0:
+    figure = _number(value)
+    if value is not None and (figure is None or abs(figure) > FIGURE_LIMIT):
         return (
-            f"trial {index}'s value is {_show(value)}, not a positive figure (the arms are compared by ratio)"
+            f"trial {index}'s value is {_show(value)}, not a finite number within ±{FIGURE_LIMIT:g} or null"
+        )
+    if status == "ok" and figure is None:
+        return f"trial {index} is 'ok' with no value"
+    if status == "ok" and by_ratio and not figure >= 1 / FIGURE_LIMIT:
+        return (
+            f"trial {index}'s value is {_show(value)}, not a positive figure from {1 / FIGURE_LIMIT:g} on "
+            "(the arms are compared by ratio)"
         )
     if not isinstance(row.get("message", ""), str):
         return f"trial {index}'s message is {_show(row['message'])}, not text"
+    return _fields_problem(index, row)
+
+
+def _fields_problem(index: int, row: dict[str, Any]) -> str | None:
+    """The timing and telemetry fields a report reads: a start time, a duration, numbers or null."""
+    started = row.get("started")
+    if started is not None:
+        try:
+            _dt.datetime.fromisoformat(started if isinstance(started, str) else "")
+        except ValueError:
+            return f"trial {index}'s started is {_show(started)}, not an ISO 8601 time or null"
+    seconds = row.get("trial_seconds")
+    if seconds is not None:
+        duration = _number(seconds)
+        if duration is None or not 0 <= duration <= TRIAL_SECONDS_LIMIT:
+            return (
+                f"trial {index}'s trial_seconds is {_show(seconds)}, not a duration from 0 to "
+                f"{TRIAL_SECONDS_LIMIT:g} s or null"
+            )
+    for key in NUMERIC_ROW_FIELDS:
+        if row.get(key) is not None and _number(row[key]) is None:
+            return f"trial {index}'s {key} is {_show(row[key])}, not a finite number or null"
     return None
 
 

@@ -410,6 +410,7 @@ CORRUPT_PLANS = {
     "an unknown role": (_set("protocol.arms.0.role", "referee"), "role 'referee'"),
     "an empty schedule": (_set("schedule", []), "plan.json: the schedule is empty"),
     "no arms": (_set("protocol.arms", []), "protocol.arms is empty"),
+    "a number past the parser's limit": ('{"seed": 1' + "0" * 5000 + "}", "plan.json: not JSON"),
 }
 
 
@@ -452,6 +453,20 @@ def _log_with(folder: RunFolder, edit) -> None:
     folder.file("trials.jsonl").write_text("".join(edit(lines)))
 
 
+def _row_field(number: int, key: str, raw: str):
+    """Line ``number`` (1-based) of the log with ``key`` set to the JSON text ``raw``, written as is."""
+    import json
+
+    def edit(lines: list[str]) -> list[str]:
+        row = json.loads(lines[number - 1])
+        row[key] = "@@raw@@"
+        lines = list(lines)
+        lines[number - 1] = json.dumps(row).replace('"@@raw@@"', raw) + "\n"
+        return lines
+
+    return edit
+
+
 CORRUPT_LOGS = {
     "an empty row": (lambda lines: [*lines[:2], "{}\n", *lines[2:]], "line 3: no 'index'"),
     "an index that is text": (
@@ -485,6 +500,26 @@ CORRUPT_LOGS = {
         "line 1: trial 0 has status 'fine'",
     ),
     "not UTF-8": (lambda lines: [*lines[:1], "\udcff\n", *lines[1:]], "line 2: not UTF-8"),
+    # Found by a hostile-input review: each was a traceback, a silently wrong figure or a doubled trial.
+    "a trial logged twice": (
+        lambda lines: [*lines, lines[1]],
+        "line 6: trial 1 is logged twice (first on line 2)",
+    ),
+    "a start that is no time": (_row_field(2, "started", '"not a date"'), "line 2: trial 1's started is"),
+    "a duration that is text": (
+        _row_field(2, "trial_seconds", '"abc"'),
+        "line 2: trial 1's trial_seconds is",
+    ),
+    "a negative duration": (
+        _row_field(2, "trial_seconds", "-100.0"),
+        "line 2: trial 1's trial_seconds is -100.0",
+    ),
+    "an endless duration": (_row_field(2, "trial_seconds", "1e308"), "line 2: trial 1's trial_seconds is"),
+    "a telemetry share that is text": (_row_field(2, "cpu_busy_share", '"x"'), "trial 1's cpu_busy_share is"),
+    "a start load that is text": (_row_field(2, "load1_start", '"high"'), "trial 1's load1_start is"),
+    "a value below any figure": (_row_field(2, "value", "1e-320"), "line 2: trial 1's value is 1e-320"),
+    "a value of 400 digits": (_row_field(2, "value", "1" + "0" * 400), "line 2: trial 1's value is"),
+    "a number past the parser's limit": (_row_field(2, "value", "1" + "0" * 5000), "line 2: not JSON"),
 }
 
 
