@@ -45,7 +45,7 @@ from harness.options import (
 )
 from harness.protocol import Arm, PlannedStop, ProtocolOptions
 from harness.run import RunInterrupted, Runner, RunOptions
-from harness.tables import RunFolder
+from harness.tables import RunFolder, unnameable
 from harness.tier import Run, TierRegistry, gate_refusal
 from harness.validation import check_log, load_plan
 
@@ -191,7 +191,7 @@ RUN = (
         None,
         "Continue an interrupted run folder where it stopped (its saved plan wins).",
     ),
-    Shared("out", Path, Path("runs"), "Folder under which run folders are created."),
+    Shared("out", str, "runs", "Folder under which run folders are created."),
     Shared(
         "stop_after",
         float | None,
@@ -275,9 +275,13 @@ def tier_command(name: str, protocol: bool = True) -> Callable[[Callable[..., An
                 if getattr(context.get_parameter_source(key), "name", "") == "COMMANDLINE"
             }
             given = {option.name: values.pop(option.name) for option in shared}
-            run = RunArgs(
-                **{option.name: values.pop(option.name) for option in RUN}, command=name, given=typed
-            )
+            run_values = {option.name: values.pop(option.name) for option in RUN}
+            # Taken as text: a Path option turns an empty --out into '.', the current folder.
+            why = unnameable(run_values["out"])
+            if why:
+                raise InputError(f"--out '{run_values['out']}': {why}; give a writable folder")
+            run_values["out"] = Path(run_values["out"])
+            run = RunArgs(**run_values, command=name, given=typed)
             return func(protocol=given, run=run, **values)
 
         context = inspect.Parameter("context", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)

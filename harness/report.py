@@ -60,7 +60,7 @@ from harness.stats import (
     numeric_column,
     plan_rows,
 )
-from harness.tables import RunFolder, Summaries, check_can_write, write_atomic
+from harness.tables import RunFolder, Summaries, check_can_write, unnameable, write_atomic
 from harness.tier import Caveat, Run, TierRegistry, gate_refusal
 
 REPORT_NAME = "report.md"
@@ -1607,6 +1607,9 @@ def resolve_output(folders: Sequence[RunFolder], output: Path | None) -> Path:
                 f"{len(folders)} run folders make one combined report: name it with -o, e.g. -o reports/NAME.md"
             )
         return folders[0].path / REPORT_NAME
+    why = unnameable(output)
+    if why:
+        raise InputError(f"-o '{output}': {why}; give a file path ending in .md, e.g. reports/NAME.md")
     output = Path(output)
     if output.suffix.lower() != ".md":
         raise InputError(

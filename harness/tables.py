@@ -9,6 +9,7 @@ folder's lock: a run holds it (``fcntl.flock``) for its whole life, so two runs 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import math
@@ -64,10 +65,25 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def unnameable(path: str | Path) -> str | None:
+    """Why no file system can hold ``path`` (empty, or a name longer than the system allows), else None."""
+    if str(path) == "":
+        return "it is empty"
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            return "a name in it is longer than the file system allows"
+    return None
+
+
 def check_can_write(folder: str | Path, what: str, instead: str = "give a writable folder") -> Path:
     """``folder`` as a place a run or a report can write in (created later if missing), or ``InputError`` with
     one line: the nearest existing part of the path is a file, or cannot be written (read-only, no permission).
     ``what`` names where the folder came from (``--out``, ``-o``); ``instead`` says what to do."""
+    why = unnameable(folder)
+    if why:
+        raise InputError(f"{what} '{folder}': {why}; {instead}")
     path = Path(folder)
     existing = path
     while not existing.exists() and existing != existing.parent:
@@ -165,6 +181,9 @@ class RunFolder:
     def open(cls, path: str | Path) -> RunFolder:
         """An existing run folder; ``NotARunFolder`` with one clear line otherwise."""
         folder = cls(path)
+        why = unnameable(path)
+        if why:
+            raise NotARunFolder(f"'{path}' is not a run folder: {why}")
         if not folder.path.is_dir():
             raise NotARunFolder(
                 f"'{path}' is not a run folder: no such directory (a run folder holds {PLAN})"

@@ -1182,3 +1182,29 @@ def test_a_trial_worker_imports_torch_and_its_trial_not_the_statistics_or_the_pl
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]", result.stdout
+
+
+def test_paths_no_file_system_can_hold_are_one_line(finished_run: RunFolder, tmp_path: Path, capsys) -> None:
+    """A name of 300 characters was an OSError traceback (ENAMETOOLONG) in --out, -o, --resume and report;
+    an empty --out wrote the run into the current folder."""
+    long = str(tmp_path / ("a" * 300))
+    _refused_in_one_line(["report", long], capsys, "is not a run folder", "longer than")
+    _refused_in_one_line(["pair", "--resume", long], capsys, "is not a run folder", "longer than")
+    report_to = str(tmp_path / ("c" * 300 + ".md"))
+    _refused_in_one_line(["report", str(finished_run.path), "-o", report_to], capsys, "-o", "longer than")
+    tiny = [
+        "pair",
+        "--workload",
+        "embedded",
+        "--device",
+        "cpu",
+        "--steps",
+        "2",
+        "--images",
+        "8",
+        "--batch",
+        "4",
+    ]
+    _refused_in_one_line([*tiny, "--out", long + "/x"], capsys, "--out", "longer than")
+    _refused_in_one_line([*tiny, "--out", ""], capsys, "--out", "empty")
+    assert not list(Path.cwd().glob("pair-*"))
