@@ -15,6 +15,7 @@ import shlex
 import signal
 import sys
 import typing
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -748,6 +749,12 @@ def _terminate(signum: int, frame: Any) -> None:
     raise Terminated(f"signal {signum}")
 
 
+def _one_line(text: str) -> str:
+    """``text`` with control characters (a newline or an escape inside a value given) written as escapes, so
+    an error stays one line whatever it quotes."""
+    return "".join(ascii(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in text)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``bench`` script: bad input is one line on stderr and exit status 2."""
     global _ARGUMENTS
@@ -759,7 +766,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = typer.main.get_command(app).main(args=args, prog_name="bench", standalone_mode=False)
     except (InputError, RunFolderError) as exc:
-        errors.print(f"bench: error: {exc}", soft_wrap=True)
+        errors.print(f"bench: error: {_one_line(str(exc))}", soft_wrap=True)
         return 2
     except typer.Exit as exc:
         return exc.exit_code

@@ -1208,3 +1208,11 @@ def test_paths_no_file_system_can_hold_are_one_line(finished_run: RunFolder, tmp
     _refused_in_one_line([*tiny, "--out", long + "/x"], capsys, "--out", "longer than")
     _refused_in_one_line([*tiny, "--out", ""], capsys, "--out", "empty")
     assert not list(Path.cwd().glob("pair-*"))
+
+
+def test_a_control_character_in_a_bad_value_stays_inside_the_one_line(capsys) -> None:
+    """--order 'abba<newline>INJECTED LINE' was refused (exit 2) on two lines of stderr."""
+    error = _refused_in_one_line(
+        ["screen", "--order", "abba\nINJECTED LINE", "--device", "cpu"], capsys, "--order"
+    )
+    assert "abba\\nINJECTED LINE" in error
