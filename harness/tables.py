@@ -276,11 +276,14 @@ class RunFolder:
 
         A torn last line (no newline: a process killed mid-write, its trial runs again) is ignored; any other
         line that is not a JSON object with a whole-number ``index`` is ``CorruptRunFolder``, naming the line
-        (a log that skipped it would silently lose a trial). A trial logged twice (before run folders were
-        locked, two resumes could do that) is read, and the report says so."""
+        (a log that skipped it would silently lose a trial), and so is a log that is not a regular file (a
+        directory, a FIFO, a device: read as empty, the whole schedule would run again). A trial logged twice
+        is refused by ``harness.validation.check_log``."""
         path = self.file(LOG)
-        if not path.is_file():
+        if not os.path.lexists(path):
             return []
+        if path.is_symlink() or not path.is_file():
+            raise CorruptRunFolder(f"{path}: not a regular file (a run's log is one, written by the run)")
         lines = path.read_bytes().split(b"\n")
         lines.pop()  # what follows the last newline: nothing, or a torn line
         rows: list[tuple[int, dict[str, Any]]] = []

@@ -1216,3 +1216,28 @@ def test_a_control_character_in_a_bad_value_stays_inside_the_one_line(capsys) ->
         ["screen", "--order", "abba\nINJECTED LINE", "--device", "cpu"], capsys, "--order"
     )
     assert "abba\\nINJECTED LINE" in error
+
+
+@pytest.mark.parametrize("kind", ["a directory", "a FIFO", "a link to /dev/zero"])
+def test_a_log_that_is_not_a_regular_file_is_one_line(
+    finished_run: RunFolder, tmp_path: Path, capsys, kind
+) -> None:
+    """A trials.jsonl replaced by a directory, a FIFO or a link to /dev/zero read as an empty log: the
+    report said 'no measured trial in the log', and a resume would have run the whole schedule again."""
+    import os
+
+    folder = _copy(finished_run, tmp_path / "run")
+    log = folder.file("trials.jsonl")
+    log.unlink()
+    {
+        "a directory": log.mkdir,
+        "a FIFO": lambda: os.mkfifo(log),
+        "a link to /dev/zero": lambda: log.symlink_to("/dev/zero"),
+    }[kind]()
+    _refused_in_one_line(
+        ["report", str(folder.path), "-o", str(tmp_path / "r.md")],
+        capsys,
+        "trials.jsonl",
+        "not a regular file",
+    )
+    _refused_in_one_line(["pair", "--resume", str(folder.path)], capsys, "trials.jsonl", "not a regular file")
