@@ -1054,8 +1054,7 @@ def instability_flags(
 ) -> tuple[Flag, ...]:
     """Flags for unreliable figures: per arm, a max/min or MAD/median above its threshold; for the machine,
     a 1-minute load average above its cores (CPU steal is read per trial: ``harness.telemetry``). Flags only
-    warn: every
-    trial stays in the data."""
+    warn: every trial stays in the data."""
     flags: list[Flag] = []
     for arm, values in values_by_arm.items():
         spread = arm_spread(arm, values)

@@ -510,9 +510,8 @@ def instability_flags(trials: pd.DataFrame, env: dict[str, Any] | None = None) -
                 )
             )
     if not rows.empty and "cpu_steal_share" in rows and "cpu_busy_share" in rows:
-        wanted = [telemetry.steal_of_wanted(row) for row in rows.to_dict("records")]
-        shares = [w for w in wanted if w is not None and not math.isnan(w)]
-        stolen = [w for w in shares if w > telemetry.STEAL_FLAG_SHARE]
+        wanted = [telemetry.steal_of_wanted(row) for row in rows.to_dict("records")]  # None where unrecorded
+        stolen = [w for w in wanted if w is not None and w > telemetry.STEAL_FLAG_SHARE]
         if stolen:
             flags.append(
                 inference.Flag(
