@@ -43,7 +43,7 @@ MAX_COOLDOWN = 3600.0
 MAX_GPUS = 1024
 
 
-_DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+DEVICE_FORM = re.compile(r"^(cpu|cuda(:\d+)?)$")  # a device a plan can name (a list is split before)
 _DEVICE_LIST = re.compile(r"^cuda:\d+(,\d+)+$")
 
 
@@ -58,7 +58,7 @@ def resolve_device(device: str) -> tuple[str, str]:
 
 def check_device(device: str) -> str:
     """``cpu``, ``cuda`` or ``cuda:N``, and CUDA only where a CUDA device is present."""
-    if not _DEVICE.match(device):
+    if not DEVICE_FORM.match(device):
         raise InputError(f"--device '{device}' is not a device; use auto, cpu, cuda or cuda:N")
     if device.startswith("cuda"):
         if not torch.cuda.is_available():

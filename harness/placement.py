@@ -95,6 +95,16 @@ def _cores(cores: Iterable[int]) -> str:
     return f"core {ordered[0]}" if len(ordered) == 1 else f"cores {format_cores(ordered)}"
 
 
+def is_placement_form(text: str) -> bool:
+    """Whether ``text`` is what ``--cpus`` takes in form (``auto``, ``none`` or a core list), on any machine:
+    a plan recorded elsewhere is read by this, its cores checked only where a resume places them."""
+    text = str(text).strip().lower()
+    if text in ("auto", "none"):
+        return True
+    matches = [_ITEM.match(item.strip()) for item in text.split(",")]
+    return all(m is not None and int(m.group(2) or m.group(1)) >= int(m.group(1)) for m in matches)
+
+
 def parse_core_list(text: str) -> tuple[int, ...]:
     """``2,3,5-6`` → ``(2, 3, 5, 6)``; ``ValueError`` (one line) on anything else."""
     items = [item.strip() for item in str(text).split(",")]

@@ -66,6 +66,18 @@ class RunInterrupted(KeyboardInterrupt):
         self.folder = folder
 
 
+def _recorded_placement(cpus: str) -> Placement | None:
+    """The placement a plan's ``--cpus`` asks for on the machine resuming it (another, perhaps): ``InputError``
+    naming the recorded value where this machine lacks its cores."""
+    try:
+        return resolve_placement(cpus)
+    except ValueError as exc:
+        reason = str(exc).split(": ", 1)[-1]
+        raise InputError(
+            f"--cpus {cpus} recorded in the plan: {reason}; resume it on a machine that has them"
+        ) from None
+
+
 @contextmanager
 def _interrupts_name(folder: RunFolder) -> Iterator[None]:
     """An interrupt inside the block leaves as ``RunInterrupted`` naming the folder (a planned stop as itself)."""
@@ -138,7 +150,7 @@ class Runner:
             check_log(plan, folder)
             record = load_env(folder)
             trial_fn = trial_fn or self.tiers.get(plan.tier).trial_function(plan)
-            placement = resolve_placement(plan.protocol.cpus)  # this machine's, for the plan's --cpus
+            placement = _recorded_placement(plan.protocol.cpus)  # this machine's, for the plan's --cpus
             record.setdefault("resumes", []).append(
                 {
                     "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
