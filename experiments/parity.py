@@ -35,9 +35,10 @@ import torch
 
 from experiments.arms import checked_optimizer, make_optimizer, same_path_as_baseline
 from experiments.workloads import SCALES, build_param_groups, fill_synthetic_grads
-from harness.options import MAX_PAIRS, check_choice, check_positive
+from harness.options import MAX_PAIRS, InputError, check_choice, check_positive
 from harness.protocol import Arm, Case, Plan, ProtocolOptions, ScheduledTrial, TrialContext, TrialFunction
 from harness.tier import BaseTier, Caveat, Run
+from harness.validation import settings_problem
 from optimizers.musgd import muon_momentum
 from optimizers.newton_schulz import muon_scale, newton_schulz
 
@@ -465,12 +466,34 @@ def parity_markdown(result: ParityResult, device: str, seed: int) -> str:
 DIVERGENCE_CSV = "divergence.csv"
 
 
+def _check_scale_and_steps(scale: str, steps: int) -> None:
+    check_choice("--scale", scale, SCALES)
+    check_positive("--steps", steps, MAX_PAIRS)  # one trial per step and comparison: the pairs' bound
+
+
+# What a parity plan records: its options as given (``ParitySettings``).
+RECORDED_SHAPE = {"scale": str, "steps": int, "fit": bool, "candidate": str, "baseline": str}
+
+
+def recorded_settings_problem(plan: Plan) -> str | None:
+    """What is wrong with a parity plan's recorded settings (an edited plan.json), or None: a field missing or
+    of another type, or a value the options' own checks refuse."""
+    problem = settings_problem(plan.settings, RECORDED_SHAPE)
+    if problem:
+        return problem
+    unknown = sorted(set(plan.settings) - set(RECORDED_SHAPE))
+    if unknown:  # the settings are read back whole, as ParitySettings
+        return f"settings has {', '.join(unknown)}, which a parity plan does not record"
+    try:
+        _check_scale_and_steps(plan.settings["scale"], plan.settings["steps"])
+    except InputError as exc:
+        return f"settings: {exc}"
+    return None
+
+
 def make_plan(protocol: ProtocolOptions, settings: ParitySettings, command: str = "") -> Plan:
     """Check the parity options and describe the run: each comparison's steps, one trial per step."""
-    check_choice("--scale", settings.scale, SCALES)
-    check_positive(
-        "--steps", settings.steps, MAX_PAIRS
-    )  # one trial per step and comparison: the pairs' bound
+    _check_scale_and_steps(settings.scale, settings.steps)
     checked_optimizer(settings.candidate, option="--candidate")
     checked_optimizer(settings.baseline, option="--baseline")
     reference = Arm(settings.baseline, "baseline", settings.baseline)
@@ -746,6 +769,7 @@ class ParityTier(BaseTier):
             "parity",
             make_plan=make_plan,
             trial_function=trial_function,
+            settings_problem=recorded_settings_problem,
             tables=lambda run: {DIVERGENCE_CSV: divergence_table(result_of(run))},
             section=lambda run: parity_markdown(
                 result_of(run), run.plan.protocol.device, run.plan.protocol.seed

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import math
 import shlex
 import signal
 import sys
@@ -47,8 +48,8 @@ from harness.options import (
 from harness.protocol import Arm, PlannedStop, ProtocolOptions
 from harness.run import RunInterrupted, Runner, RunOptions
 from harness.tables import RunFolder, unnameable
-from harness.tier import Run, TierRegistry, gate_refusal
-from harness.validation import check_log, load_plan
+from harness.tier import Run, TierRegistry, gate_refusal, gate_threshold_missing, load_checked_plan
+from harness.validation import check_log
 
 app = typer.Typer(
     name="bench",
@@ -367,7 +368,7 @@ def launch(
         raise InputError(f"--gate judges claims, and a '{tier}' run makes none; drop --gate")
     if run.resume is not None:
         folder = RunFolder.open(run.resume)
-        plan = load_plan(folder)  # the folder validated whole before the tier is even looked at
+        plan = load_checked_plan(folder, runner.tiers)  # the folder validated whole, its settings by its tier
         check_log(plan, folder)
         recorded = plan.tier
         if recorded not in accepts:
@@ -376,12 +377,18 @@ def launch(
                 f"(this one resumes {', '.join(accepts)} runs)"
             )
         check_resume_options(plan.command, run)
+        missing = gate_threshold_missing(plan.protocol, resuming=True) if run.gate else None
+        if missing:
+            raise InputError(missing)
         result = runner.resume(run.resume)
     else:
         if not isinstance(protocol, ProtocolOptions):
             from experiments.arms import default_arms
 
             protocol = protocol_options(**protocol, announce=console.print, default_arms=default_arms)
+        missing = gate_threshold_missing(protocol) if run.gate else None
+        if missing:
+            raise InputError(missing)
         plan = runner.tiers.get(tier).make_plan(protocol, settings, command_line())
         line = what_ran(plan)
         if line:
@@ -410,6 +417,34 @@ def parse_percent(name: str, text: str | None) -> float | None:
     if not -100 < value < 100:
         raise InputError(f"{name} {text} must lie between -100% and 100%")
     return value / 100
+
+
+def check_plan_goal(
+    protocol: ProtocolOptions,
+    effect: str | None,
+    effect_value: float | None,
+    tolerance: str | None,
+    tolerance_value: float | None,
+    bar_value: float | None,
+) -> None:
+    """``bench plan``'s goal against the run it plans from: a tolerance needs an A/A arm, and an effect a bar
+    it is not at (no number of pairs resolves an effect at its bar). ``InputError`` otherwise."""
+    from harness.stats import ClaimSettings
+
+    if tolerance_value is not None and not protocol.control:
+        raise InputError(
+            f"--tolerance {tolerance} plans an A/A arm, and the run has none (it ran without --control); drop "
+            "--tolerance"
+        )
+    if effect_value is None:
+        return
+    bar_percent = ClaimSettings.from_protocol(protocol).bar_percent
+    against = bar_value if bar_value is not None else (bar_percent or 0.0) / 100
+    if math.isclose(effect_value, against, abs_tol=1e-12):
+        raise InputError(
+            f"--effect {effect} is at the bar ({100 * against:.1f}%): no number of pairs resolves an effect at "
+            "its bar; give an effect away from it, or another --bar"
+        )
 
 
 @app.command("plan")
@@ -441,7 +476,8 @@ def plan_command(
     if tolerance_value is not None and tolerance_value <= 0:
         raise InputError(f"--tolerance {tolerance} must be positive, e.g. 1%")
     bar_value = parse_percent("--bar", bar)
-    run = Run.load(RunFolder.open(run_dir))
+    run = Run.load(RunFolder.open(run_dir), tiers=registry())
+    check_plan_goal(run.plan.protocol, effect, effect_value, tolerance, tolerance_value, bar_value)
     rows = plan_rows(run.plan.protocol, run.summaries, effect_value, tolerance_value, bar_value, power)
     if not rows:
         console.print(f"{run_dir}: no complete pair, so no spread to plan from")

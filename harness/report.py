@@ -60,7 +60,14 @@ from harness.stats import (
     numeric_column,
     plan_rows,
 )
-from harness.tables import RunFolder, Summaries, check_can_write, unnameable, write_atomic
+from harness.tables import (
+    RunFolder,
+    RunFolderWriteError,
+    Summaries,
+    check_can_write,
+    unnameable,
+    write_atomic,
+)
 from harness.tier import Caveat, Run, TierRegistry, gate_refusal
 
 REPORT_NAME = "report.md"
@@ -1626,15 +1633,14 @@ def _load(folders: Sequence[RunFolder], output: Path, tiers: TierRegistry) -> li
     several = len(folders) > 1
     runs = []
     for number, folder in enumerate(folders, start=1):
-        run = Run.load(folder, output.parent / (f"{output.stem}-figures" + (f"-{number}" if several else "")))
+        figures = output.parent / (f"{output.stem}-figures" + (f"-{number}" if several else ""))
+        run = Run.load(folder, figures, tiers)
         runs.append(LoadedRun(**vars(run), number=number, several=several, tiers=tiers))
     return runs
 
 
 def render(runs: list[LoadedRun]) -> str:
-    """The markdown of the report (and, as it goes, its PNGs in each run's figures folder)."""
-    for run in runs:
-        run.figures_dir.mkdir(parents=True, exist_ok=True)
+    """The markdown of the report (and, as it goes, its PNGs in each run's figures folder, made already)."""
     lines = _title(runs) + [""] + _summary(runs) + [""] + _environment(runs)
     for run in runs:
         lines += [""] + _run_section(run)
@@ -1658,5 +1664,13 @@ def write_report(
     else:
         check_can_write(path.parent, "-o")
     runs = _load(folders, path, tiers or TierRegistry())
-    path.parent.mkdir(parents=True, exist_ok=True)
+    for run in runs:  # a file where the figures go is refused before anything is drawn
+        check_can_write(
+            run.figures_dir, "the report's figures folder", "move it, or name the report otherwise with -o"
+        )
+    for folder in [path.parent, *(run.figures_dir for run in runs)]:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a folder that takes no new entries (/proc), found only by trying
+            raise RunFolderWriteError(f"could not make {folder}: {exc.strerror or exc}") from None
     return write_atomic(path, render(runs))

@@ -42,9 +42,9 @@ from harness.protocol import (
 )
 from harness.stats import pair_table
 from harness.tables import ENV, PLAN, RunFolder, RunFolderWriteError, check_can_write
-from harness.tier import Run, TierRegistry
+from harness.tier import Run, TierRegistry, load_checked_plan
 from harness.timing import apply_budget, release_budget
-from harness.validation import check_log, load_env, load_plan
+from harness.validation import check_log, load_env
 
 CLAIM_FILE = "claim.txt"
 
@@ -146,7 +146,9 @@ class Runner:
         folder = RunFolder.open(path)
         # The lock is held until the run ends: a second run of this folder is refused at once.
         with folder.lock(), _interrupts_name(folder):
-            plan = load_plan(folder)  # every file validated before anything is written or run
+            plan = load_checked_plan(
+                folder, self.tiers
+            )  # every file validated before anything is written or run
             check_log(plan, folder)
             record = load_env(folder)
             trial_fn = trial_fn or self.tiers.get(plan.tier).trial_function(plan)
@@ -170,7 +172,7 @@ class Runner:
 
     def finish(self, folder: RunFolder) -> Run:
         """Write what a run folder derives from its log: the tables, the tier's tables and its claim."""
-        run = Run.load(folder)
+        run = Run.load(folder, tiers=self.tiers)
         tier = self.tiers.reader(run.plan.tier)
         for name, frame in {**run.summaries.csv_tables(tier.paired), **tier.tables(run)}.items():
             folder.write_csv(name, frame)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from harness.codepaths import verdict_shown
 from harness.options import InputError
 from harness.protocol import Plan, ProtocolOptions, TrialFunction
-from harness.tables import RunFolder, Summaries, summarize_trials
+from harness.tables import PLAN, CorruptRunFolder, RunFolder, Summaries, summarize_trials
 from harness.validation import check_log, load_env, load_plan
 
 if TYPE_CHECKING:  # annotations only: a trial's worker imports the tiers and no pandas
@@ -51,9 +51,12 @@ class Run:
     figures_dir: Path | None = None
 
     @classmethod
-    def load(cls, folder: RunFolder, figures_dir: Path | None = None) -> Run:
-        """Read a run folder back, every file validated first (``CorruptRunFolder``, one line, otherwise)."""
-        plan = load_plan(folder)
+    def load(
+        cls, folder: RunFolder, figures_dir: Path | None = None, tiers: TierRegistry | None = None
+    ) -> Run:
+        """Read a run folder back, every file validated first (``CorruptRunFolder``, one line, otherwise);
+        with ``tiers``, the plan's settings by its own tier too (``load_checked_plan``)."""
+        plan = load_checked_plan(folder, tiers)
         check_log(plan, folder)
         summaries = summarize_trials(folder.trials(), plan.protocol)
         return cls(folder, plan, summaries, load_env(folder), figures_dir)
@@ -75,12 +78,44 @@ class Run:
         return out
 
 
+def load_checked_plan(folder: RunFolder, tiers: TierRegistry | None) -> Plan:
+    """The folder's plan, validated (``load_plan``) and, where ``tiers`` knows its tier, its settings checked by
+    that tier (``Tier.settings_problem``): an edited tier name or setting is one ``CorruptRunFolder`` line."""
+    plan = load_plan(folder)
+    problem = tiers.reader(plan.tier).settings_problem(plan) if tiers is not None else None
+    if problem:
+        raise CorruptRunFolder(f"{folder.file(PLAN)}: {problem}")
+    return plan
+
+
 def gate_refusal(tier: Tier) -> str | None:
     """Why ``--gate`` cannot judge a run of this tier (None where it can): it judges paired claims only."""
     if tier.diagnostic:
         return "diagnostic"
     if not tier.paired:
         return "no paired claims"
+    return None
+
+
+def gate_threshold_missing(protocol: ProtocolOptions, resuming: bool = False) -> str | None:
+    """Why ``--gate`` could only fail a run of ``protocol`` (None where it can pass): claims with no bar, or an
+    A/A arm with no tolerance. Said before the run, not found after it."""
+    from harness.stats import ClaimSettings  # the parent's only: pandas
+
+    settings = ClaimSettings.from_protocol(protocol)
+    has_claims = len(protocol.arms) > (2 if protocol.control else 1)
+    aa_option = "--tolerance" if has_claims else "--bar"  # an A/A run alone reads --bar as its tolerance
+    for missing, judged, option, example in (
+        (has_claims and settings.bar_percent is None, "each claim", "--bar", "5"),
+        (protocol.control and settings.tolerance_percent is None, "the A/A arm", aa_option, "1"),
+    ):
+        if missing:
+            instead = (
+                " (a resume keeps the plan's): drop --gate"
+                if resuming
+                else f": give {option} {example}, or drop --gate"
+            )
+            return f"--gate judges {judged} against {option}, and the run has none{instead}"
     return None
 
 
@@ -94,6 +129,10 @@ class Tier(Protocol):
     def make_plan(self, protocol: ProtocolOptions, settings: Any, command: str) -> Plan: ...
 
     def trial_function(self, plan: Plan) -> TrialFunction: ...
+
+    def settings_problem(self, plan: Plan) -> str | None:
+        """What is wrong with a plan's recorded settings for this tier (None when a run of it could have them)."""
+        ...
 
     def tables(self, run: Run) -> dict[str, pd.DataFrame]: ...
 
@@ -118,6 +157,7 @@ class BaseTier:
         *,
         make_plan: Callable[[ProtocolOptions, Any, str], Plan] | None = None,
         trial_function: Callable[[Plan], TrialFunction] | None = None,
+        settings_problem: Callable[[Plan], str | None] | None = None,
         tables: Callable[[Run], dict[str, pd.DataFrame]] | None = None,
         section: Callable[[Run], str] | None = None,
         claim: Callable[[Run], str | None] | None = None,
@@ -129,7 +169,7 @@ class BaseTier:
         self.name, self.diagnostic, self.paired = name, diagnostic, paired
         self._make_plan, self._trial_function = make_plan, trial_function
         self._tables, self._section, self._claim, self._caveats = tables, section, claim, caveats
-        self._bounds = bounds
+        self._bounds, self._settings_problem = bounds, settings_problem
 
     def make_plan(self, protocol: ProtocolOptions, settings: Any, command: str) -> Plan:
         if self._make_plan is None:
@@ -142,6 +182,9 @@ class BaseTier:
                 f"tier '{plan.tier}' is not known here, so its trials cannot run; resume it where it was started"
             )
         return self._trial_function(plan)
+
+    def settings_problem(self, plan: Plan) -> str | None:
+        return self._settings_problem(plan) if self._settings_problem else None
 
     def tables(self, run: Run) -> dict[str, pd.DataFrame]:
         return self._tables(run) if self._tables else {}

@@ -88,6 +88,15 @@ def shape_problem(record: dict[str, Any], shape: dict[str, Any], where: str) -> 
     return None
 
 
+def settings_problem(settings: dict[str, Any], shape: dict[str, Any]) -> str | None:
+    """What is wrong with a plan's tier settings against the fields its tier reads (``shape``: name → type),
+    or None: a field missing, or a value not of its type (``type_problem``). A tier checks the values."""
+    missing = [key for key in shape if key not in settings]
+    if missing:
+        return f"settings has no {', '.join(missing)} (what a plan of this tier records)"
+    return shape_problem(settings, shape, "settings")
+
+
 def check_log(plan: Plan, folder: RunFolder) -> list[dict[str, Any]]:
     """The log's rows, each checked against the plan's schedule; ``CorruptRunFolder`` names the first bad one."""
     rows = []
@@ -239,15 +248,18 @@ def _row_problem(
 FIGURE_LIMIT = 1e30
 # The longest a trial can have taken, in seconds: about 115 days.
 TRIAL_SECONDS_LIMIT = 1e7
-# Row fields the statistics, flags and plans read as numbers (null where unrecorded).
-NUMERIC_ROW_FIELDS = (
-    "telemetry_seconds",
-    "cpu_busy_share",
-    "cpu_iowait_share",
-    "cpu_steal_share",
-    "load1_start",
-    "cpu_logical",
-)
+# No machine's one-minute load average or logical core count comes near a million.
+MACHINE_COUNT_LIMIT = 1e6
+# Row fields the statistics, flags and plans read as numbers (null where unrecorded), each with the range it
+# can hold: a share of the CPU time is a fraction, a load or a core count is no more than any machine has.
+NUMERIC_ROW_FIELDS = {
+    "telemetry_seconds": (0.0, TRIAL_SECONDS_LIMIT),
+    "cpu_busy_share": (0.0, 1.0),
+    "cpu_iowait_share": (0.0, 1.0),
+    "cpu_steal_share": (0.0, 1.0),
+    "load1_start": (0.0, MACHINE_COUNT_LIMIT),
+    "cpu_logical": (1.0, MACHINE_COUNT_LIMIT),
+}
 
 
 def _number(value: Any) -> float | None:
@@ -298,9 +310,14 @@ def _fields_problem(index: int, row: dict[str, Any]) -> str | None:
                 f"trial {index}'s trial_seconds is {_show(seconds)}, not a duration from 0 to "
                 f"{TRIAL_SECONDS_LIMIT:g} s or null"
             )
-    for key in NUMERIC_ROW_FIELDS:
-        if row.get(key) is not None and _number(row[key]) is None:
-            return f"trial {index}'s {key} is {_show(row[key])}, not a finite number or null"
+    for key, (low, high) in NUMERIC_ROW_FIELDS.items():
+        if row.get(key) is None:
+            continue
+        number = _number(row[key])
+        if number is None or not low <= number <= high:
+            return (
+                f"trial {index}'s {key} is {_show(row[key])}, not a number from {low:g} to {high:g} or null"
+            )
     return None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -247,7 +248,6 @@ def test_the_gate_passes_a_claim_that_clears_and_a_control_within(tmp_path: Path
         ({"pairs": 32, "bar": 30.0}, "candidate vs baseline (claim): fails"),
         ({"pairs": 6, "bar": 8.0}, "candidate vs baseline (claim): insufficient"),
         ({"pairs": 32, "bar": 20.0}, "candidate vs baseline (claim): ambiguous"),
-        ({"pairs": 32}, "candidate vs baseline (claim): no bar"),
         (
             {"pairs": 32, "bar": 8.0, "control": True, "tolerance": 0.1},
             "baseline-control vs baseline (control)",
@@ -262,11 +262,58 @@ def test_the_gate_exits_1_when_a_claim_or_control_does_not_pass(
     assert gate(tmp_path, monkeypatch, FASTER, gate=False, **given) == 0  # without --gate the status stays 0
 
 
+@pytest.mark.parametrize(
+    ("given", "why"),
+    [
+        ({"pairs": 2}, "--gate judges each claim against --bar, and the run has none"),
+        ({"pairs": 2, "bar": 8.0, "control": True}, "--gate judges the A/A arm against --tolerance"),
+    ],
+)
+def test_the_gate_without_its_threshold_is_refused_before_the_run(
+    tmp_path: Path, monkeypatch, given: dict, why: str
+) -> None:
+    """A gate with nothing to judge against could only fail after the whole run ('no bar'): refused first,
+    when the run starts and when it is resumed."""
+    import typer
+
+    from harness import cli
+
+    with pytest.raises(options.InputError, match=re.escape(why)):
+        gate(tmp_path / "new", monkeypatch, FASTER, **given)
+    assert not (tmp_path / "new").exists() or not list((tmp_path / "new").iterdir())
+    assert gate(tmp_path / "old", monkeypatch, FASTER, gate=False, **given) == 0
+    (folder,) = list((tmp_path / "old").iterdir())
+    before = (folder / "trials.jsonl").read_bytes()
+    run = cli.RunArgs(resume=folder, out=tmp_path, stop_after=None, quiet=True, gate=True, no_report=True)
+    with pytest.raises(options.InputError, match=re.escape(why)):
+        try:
+            cli.launch("gated", None, None, run, accepts=("gated",))
+        except typer.Exit as exc:  # the gate ran to its end instead
+            pytest.fail(f"the gate ran the resume and exited {exc.exit_code}")
+    assert (folder / "trials.jsonl").read_bytes() == before
+
+
 def test_the_gate_fails_a_claim_whose_verdict_is_withheld(tmp_path: Path, monkeypatch, capsys) -> None:
     """A candidate that ran the baseline's code (an A/A in effect): the console read 'withheld' and 'no
     verdict or conclusion is drawn', and the gate then passed it ('every claim clears its bar'), exit 0."""
     assert gate(tmp_path, monkeypatch, FASTER, pairs=32, bar=8.0, same_code=True) == 1
     assert "candidate vs baseline (claim): withheld" in capsys.readouterr().err
+
+
+def test_bench_plan_refuses_a_goal_it_cannot_plan_in_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A --tolerance for a run with no A/A arm was silently ignored, and an effect at its bar (no pairs can
+    resolve it) printed a note and exited 0; both are refused in one line, exit 2."""
+    assert gate(tmp_path, monkeypatch, FASTER, gate=False, pairs=6, bar=8.0) == 0
+    (folder,) = list(tmp_path.iterdir())
+    for command, fragment in (
+        (["--tolerance", "1%"], "--tolerance 1% plans an A/A arm, and the run has none"),
+        (["--effect", "5%", "--bar", "5%"], "--effect 5% is at the bar (5.0%)"),
+        (["--effect", "8%"], "--effect 8% is at the bar (8.0%)"),
+    ):
+        capsys.readouterr()
+        assert main(["plan", str(folder), *command]) == 2, command
+        err = capsys.readouterr().err.strip()
+        assert fragment in err and "\n" not in err, err
 
 
 def test_the_gate_refuses_a_diagnostic_tier(tmp_path: Path, monkeypatch) -> None:

@@ -12,6 +12,8 @@ import contextlib
 import io
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -411,6 +413,18 @@ CORRUPT_PLANS = {
     "an empty schedule": (_set("schedule", []), "plan.json: the schedule is empty"),
     "no arms": (_set("protocol.arms", []), "protocol.arms is empty"),
     "a number past the parser's limit": ('{"seed": 1' + "0" * 5000 + "}", "plan.json: not JSON"),
+    # Each protocol value a resume or report acts on, held to the bound its option is checked against.
+    "ranks past the most": (_set("protocol.gpus", 2000), "protocol.gpus is 2000"),
+    "no ranks": (_set("protocol.gpus", 0), "protocol.gpus is 0"),
+    "a cool-down of ages": (_set("protocol.cooldown", 1e300), "protocol.cooldown is 1e+300"),
+    "a tolerance not positive": (_set("protocol.tolerance", -5.0), "protocol.tolerance is -5.0"),
+    "a time budget negative": (_set("protocol.time_budget", -1.0), "protocol.time_budget is -1.0"),
+    "a device that is none": (_set("protocol.device", "tpu"), "protocol.device is 'tpu'"),
+    "cpus that are no core list": (_set("protocol.cpus", "lots"), "protocol.cpus is 'lots'"),
+    "a seed past the generators": (_set("protocol.seed", 2**64), "protocol.seed is 18446744073709551616"),
+    "pairs past the most": (_set("protocol.pairs", 20_000), "protocol.pairs is 20000"),
+    "warm-ups past the most": (_set("protocol.warmup", 5_000), "protocol.warmup is 5000"),
+    "a precision of none": (_set("protocol.precision", -2.0), "protocol.precision is -2.0"),
 }
 
 
@@ -446,6 +460,82 @@ def test_a_corrupt_plan_is_one_line_naming_it_for_report_and_resume(
         runner(tmp_path).resume(folder.path)
     after = {p.name: p.read_bytes() for p in folder.path.iterdir() if p.is_file() and p.name != "run.lock"}
     assert after == {k: v for k, v in before.items() if k != "run.lock"}  # nothing written, nothing run
+
+
+def test_a_resume_whose_recorded_cores_this_machine_lacks_is_one_line(
+    finished_run: RunFolder, tmp_path: Path
+) -> None:
+    """A plan placed on cores of the machine it started on (``--cpus 0-4095``) resumed where they are not is
+    refused in one line naming the plan's value and this machine's cores: not a ValueError traceback."""
+    folder = _copy(finished_run, tmp_path / "run")
+    _corrupt_plan(folder, _set("protocol.cpus", "0-4095"))
+    before = {p.name: p.read_bytes() for p in folder.path.iterdir() if p.is_file()}
+    from harness.errors import InputError
+
+    with pytest.raises(InputError, match=r"--cpus 0-4095 recorded in the plan: core\(s\) .* are not among"):
+        runner(tmp_path).resume(folder.path)
+    after = {p.name: p.read_bytes() for p in folder.path.iterdir() if p.is_file() and p.name != "run.lock"}
+    assert after == {k: v for k, v in before.items() if k != "run.lock"}
+
+
+# A committed H200 run folder of each project tier: a report reads it anywhere, and a finished screen resumes
+# on the CPU too (nothing is left to run), so each tier's own check of its recorded settings is seen here.
+TIER_FOLDERS = {
+    "screen": ROOT / "reports/h200-decisive/screen/screen-20261202-020126-5cf4",
+    "pair": ROOT / "reports/h200-2026-12-01/aa-placed-sequential-384",
+    "stages": ROOT / "reports/h200-decisive/stages-baseline/stages-20261202-020854-c8f7",
+    "parity": ROOT / "reports/h200-decisive/parity/parity-20261202-020331-f306",
+    "probe": ROOT / "reports/h200-decisive/probe-lm-24GiB/probe-20261202-021522-e4fe",
+}
+EDITED_SETTINGS = {
+    "screen: steps negative": ("screen", _set("settings.steps", -1), "--steps must be a positive"),
+    "screen: a dtype it has not": ("screen", _set("settings.dtype", "float8"), "--dtype 'float8'"),
+    "screen: a scale it has not": ("screen", _set("settings.scales", ["q"]), "--scales 'q'"),
+    "screen: scales not its cases": ("screen", _set("settings.scales", ["n"]), "settings.scales"),
+    "screen: no settings": ("screen", _set("settings", {}), "settings has no scales"),
+    "screen: called a pair": ("screen", _set("tier", "pair"), "settings has no workload"),
+    "screen: called a probe": ("screen", _set("tier", "probe"), "settings has no head"),
+    "pair: steps negative": ("pair", _set("settings.steps", -1), "--steps must be a positive"),
+    "pair: an amp it has not": ("pair", _set("settings.amp", "float8"), "--amp 'float8'"),
+    "pair: no batch": ("pair", _set("settings.batch", 0), "--batch must be a positive"),
+    "pair: no settings": ("pair", _set("settings", {}), "settings has no workload"),
+    "pair: steps not its epochs": ("pair", _set("settings.steps", 100), "--steps 100 is not a whole number"),
+    "pair: called stages": ("pair", _set("tier", "stages"), "settings.stages is false"),
+    "pair: called a screen": ("pair", _set("tier", "screen"), "settings has no scales"),
+    "pair: called parity": ("pair", _set("tier", "parity"), "settings has no scale"),
+    "stages: called a pair": ("stages", _set("tier", "pair"), "settings.stages is true"),
+    "parity: a scale it has not": ("parity", _set("settings.scale", "q"), "--scale 'q'"),
+    "parity: no steps": ("parity", _set("settings.steps", 0), "--steps must be a positive"),
+    "parity: called a probe": ("parity", _set("tier", "probe"), "settings has no head"),
+    "probe: a head it has not": ("probe", _set("settings.head", "eye"), "--head 'eye'"),
+    "probe: a variant it has not": ("probe", _set("settings.variants", ["wide"]), "--variants 'wide'"),
+    "probe: a learner time negative": ("probe", _set("settings.learner_ms", -1.0), "--learner-ms -1.0"),
+    "probe: a reserve negative": ("probe", _set("settings.reserve_bytes", -1), "settings.reserve_bytes"),
+}
+
+
+@pytest.mark.parametrize("case", list(EDITED_SETTINGS))
+def test_a_plan_whose_tier_settings_no_run_can_have_is_one_line(tmp_path: Path, capsys, case: str) -> None:
+    """An edited plan.json whose tier, or the settings its tier records, are values no run of that tier could
+    have is refused in one line by its tier's own checks (the ones its options get), before a report or a
+    resume reads them: not a traceback, nor a report of a fit of -1 steps, nor a resume that runs them."""
+    from experiments.tiers import TIERS
+    from harness.tables import CorruptRunFolder
+    from harness.tier import Run
+
+    tier, how, fragment = EDITED_SETTINGS[case]
+    folder = _copy(RunFolder(TIER_FOLDERS[tier]), tmp_path / "run")
+    _corrupt_plan(folder, how)
+    before = {p.name: p.read_bytes() for p in folder.path.iterdir() if p.is_file()}
+    _refused_in_one_line(
+        ["report", str(folder.path), "-o", str(tmp_path / "r.md")], capsys, "plan.json", fragment
+    )
+    if tier == "screen":
+        _refused_in_one_line(["screen", "--resume", str(folder.path)], capsys, "plan.json", fragment)
+    with pytest.raises(CorruptRunFolder, match=re.escape(fragment)):
+        Run.load(folder, tiers=TIERS)
+    assert {p.name: p.read_bytes() for p in folder.path.iterdir() if p.is_file()} == before
+    assert not (tmp_path / "r.md").exists()
 
 
 def _log_with(folder: RunFolder, edit) -> None:
@@ -517,6 +607,15 @@ CORRUPT_LOGS = {
     "an endless duration": (_row_field(2, "trial_seconds", "1e308"), "line 2: trial 1's trial_seconds is"),
     "a telemetry share that is text": (_row_field(2, "cpu_busy_share", '"x"'), "trial 1's cpu_busy_share is"),
     "a start load that is text": (_row_field(2, "load1_start", '"high"'), "trial 1's load1_start is"),
+    # Finite, yet past what the field can be: the flags and plots squared them into numpy overflow warnings.
+    "a busy share past all time": (
+        _row_field(2, "cpu_busy_share", "1e308"),
+        "trial 1's cpu_busy_share is 1e+308, not a number from 0 to 1 or null",
+    ),
+    "a steal share negative": (_row_field(2, "cpu_steal_share", "-1e308"), "trial 1's cpu_steal_share is"),
+    "a start load of 1e308": (_row_field(2, "load1_start", "1e308"), "trial 1's load1_start is 1e+308"),
+    "no logical cores": (_row_field(2, "cpu_logical", "0"), "trial 1's cpu_logical is 0"),
+    "telemetry longer than any trial": (_row_field(2, "telemetry_seconds", "1e308"), "telemetry_seconds"),
     "a value below any figure": (_row_field(2, "value", "1e-320"), "line 2: trial 1's value is 1e-320"),
     "a value of 400 digits": (_row_field(2, "value", "1" + "0" * 400), "line 2: trial 1's value is"),
     "a number past the parser's limit": (_row_field(2, "value", "1" + "0" * 5000), "line 2: not JSON"),
@@ -566,12 +665,14 @@ def test_a_torn_last_line_is_still_ignored_and_cut_by_the_next_append(
 
 
 def test_every_committed_run_folder_still_validates() -> None:
+    """Every committed run folder passes the validation and its own tier's check of its settings."""
+    from experiments.tiers import TIERS
     from harness.tier import Run
 
     folders = sorted(p.parent for p in (ROOT / "reports").rglob("plan.json"))
     assert folders
     for path in folders:
-        Run.load(RunFolder(path))  # raises for anything the validation refuses
+        Run.load(RunFolder(path), tiers=TIERS)  # raises for anything the validation refuses
 
 
 # --- fuzz: random bytes and random JSON give a run or one line and exit 2 -----------------------------------
@@ -917,6 +1018,30 @@ def test_a_report_elsewhere_writes_nothing_in_a_read_only_run_folder(
     _refused_in_one_line(["report", str(folder.path), "-o", str(mount / "x.md")], capsys, "read-only")
 
 
+def test_a_report_whose_figures_folder_is_a_file_is_one_line(
+    finished_run: RunFolder, tmp_path: Path, capsys
+) -> None:
+    """The report draws its figures beside it (``report-figures``, ``NAME-figures``): a file of that name is
+    refused in one line before anything is drawn or written, not a FileExistsError traceback."""
+    folder = _copy(finished_run, tmp_path / "run")
+    (folder.path / "report.md").unlink(missing_ok=True)
+    shutil.rmtree(folder.path / "report-figures", ignore_errors=True)
+    (folder.path / "report-figures").write_text("a file")
+    _refused_in_one_line(["report", str(folder.path)], capsys, "report-figures", "is a file")
+    assert not (folder.path / "report.md").exists()
+    (tmp_path / "mine-figures").write_text("a file")
+    _refused_in_one_line(
+        ["report", str(folder.path), "-o", str(tmp_path / "mine.md")], capsys, "mine-figures"
+    )
+    assert not (tmp_path / "mine.md").exists()
+
+
+def test_a_report_where_no_folder_can_be_made_is_one_line(finished_run: RunFolder, capsys) -> None:
+    """``-o /proc/r.md``: a folder that exists and takes no new entries (as root, it passes the access check)
+    is one line naming what could not be made, not a FileNotFoundError traceback."""
+    _refused_in_one_line(["report", str(finished_run.path), "-o", "/proc/r.md"], capsys, "/proc/r")
+
+
 def test_a_report_elsewhere_leaves_the_run_folder_as_it_was(finished_run: RunFolder, tmp_path: Path) -> None:
     folder = _copy(finished_run, tmp_path / "run")
     before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.path.rglob("*") if p.is_file()}
@@ -1083,9 +1208,8 @@ def test_options_given_with_resume_that_match_the_plan_are_accepted(half_run: Ru
 def test_a_resume_of_a_plan_with_no_command_refuses_any_option(tmp_path: Path, capsys, monkeypatch) -> None:
     from harness.run import Runner
 
-    folder = runner(tmp_path).start(plan_of("sleepy", warmup=0, pairs=1)).folder  # from Python: no command
-    plan = json.loads(folder.file("plan.json").read_text())
-    folder.file("plan.json").write_text(json.dumps({**plan, "tier": "screen"}))
+    folder = _copy(RunFolder(TIER_FOLDERS["screen"]), tmp_path / "run")  # as if started from Python:
+    _corrupt_plan(folder, _set("command", ""))  # no command recorded
     monkeypatch.setattr(Runner, "resume", lambda *a, **k: pytest.fail("the run was resumed"))
     command = ["screen", "--resume", str(folder.path), "--pairs", "1"]
     _refused_in_one_line(command, capsys, "--pairs 1", "no command")

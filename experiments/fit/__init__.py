@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from experiments.fit.plan import FitSettings, make_plan, trial_function
+from experiments.fit.plan import FitSettings, make_plan, recorded_settings_problem, trial_function
 from harness.protocol import Plan, ProtocolOptions
 from harness.tier import BaseTier, Caveat, Run
 
@@ -51,6 +51,7 @@ def _claim(run: Run) -> str:
 HOOKS = {
     "make_plan": _make_plan,
     "trial_function": trial_function,
+    "settings_problem": recorded_settings_problem,
     "tables": _tables,
     "section": _section,
     "claim": _claim,

@@ -32,6 +32,7 @@ from harness.formatting import format_bytes
 from harness.isolation import RANK_ENVIRONMENT, WorkerDied, WorkerError, run_in_ranks, run_in_worker
 from harness.options import InputError, check_choice, check_non_negative, check_positive
 from harness.protocol import Case, Plan, ProtocolOptions, TrialContext, TrialFunction
+from harness.validation import settings_problem
 
 WORKLOADS = ("auto", "ultralytics", "embedded")
 AMP_CHOICES = ("auto", "bf16", "fp16", "fp32")
@@ -241,11 +242,7 @@ def make_plan(
             "--bar with --stages: a stages run is a diagnostic with no verdict; drop --bar (or --stages)"
         )
     chosen, why = resolve_workload(s.workload)
-    check_non_negative("--workers", s.workers, MAX_WORKERS)
-    check_choice("--cache", s.cache, CACHE_CHOICES)
-    check_non_negative("--close-mosaic", s.close_mosaic, MAX_EPOCHS)
-    check_positive("--trial-timeout", s.trial_timeout, MAX_TRIAL_TIMEOUT)
-    check_positive("--val-images", s.val_images, MAX_IMAGES)
+    _check_counts(s)
     amp = resolve_amp(s.amp, protocol.device)
     imgsz = DEFAULT_IMGSZ[chosen] if s.imgsz is None else check_positive("--imgsz", s.imgsz, MAX_IMGSZ)
     if chosen == "ultralytics":
@@ -406,6 +403,57 @@ def make_plan(
             + stage_note
         ),
     )
+
+
+def _check_counts(s: FitSettings) -> None:
+    """The options a plan keeps as given: each within the bound argued where it is defined."""
+    check_non_negative("--workers", s.workers, MAX_WORKERS)
+    check_choice("--cache", s.cache, CACHE_CHOICES)
+    check_non_negative("--close-mosaic", s.close_mosaic, MAX_EPOCHS)
+    check_positive("--trial-timeout", s.trial_timeout, MAX_TRIAL_TIMEOUT)
+    check_positive("--val-images", s.val_images, MAX_IMAGES)
+
+
+# What a fit's plan records: its settings as ``make_plan`` resolved them (no ``auto``, no None).
+RECORDED_SHAPE = {
+    "workload": str,
+    "steps": int,
+    "images": int,
+    "val_images": int,
+    "batch": int,
+    "imgsz": int,
+    "amp": str,
+    "model": str,
+    "stages": bool,
+    "workers": int,
+    "cache": str,
+    "close_mosaic": int,
+}
+
+
+def recorded_settings_problem(plan: Plan) -> str | None:
+    """What is wrong with a fit plan's recorded settings (an edited plan.json), or None: a field missing or of
+    another type, ``stages`` that disagrees with the tier's name, or a value the options' own checks refuse.
+    The machine's part of the checks (the model file, the trainer's import, the devices) is a resume's."""
+    problem = settings_problem(plan.settings, RECORDED_SHAPE)
+    if problem:
+        return problem
+    s = FitSettings.from_dict(plan.settings)
+    if s.stages != (plan.tier == "stages"):
+        return (
+            f"settings.stages is {str(s.stages).lower()}, but the plan's tier is '{plan.tier}' (a stages run "
+            "records true, a pair false)"
+        )
+    try:
+        check_choice("--workload", s.workload, tuple(w for w in WORKLOADS if w != "auto"))
+        check_choice("--amp", s.amp, tuple(a for a in AMP_CHOICES if a != "auto"))
+        _check_counts(s)
+        check_positive("--imgsz", s.imgsz, MAX_IMGSZ)
+        check_positive("--images", s.images, MAX_IMAGES)
+        check_steps(s.steps, s.images, s.batch)
+    except InputError as exc:
+        return f"settings: {exc}"
+    return None
 
 
 def _isolation_text(protocol: ProtocolOptions, workload: str) -> str:

@@ -10,7 +10,7 @@ cases), ``trial`` (one head step), ``section`` (tables and the report), ``plots`
 
 from __future__ import annotations
 
-from experiments.probe.plan import ProbeSettings, make_plan
+from experiments.probe.plan import ProbeSettings, make_plan, recorded_settings_problem
 from experiments.probe.section import report_section, tables
 from experiments.probe.trial import trial_function
 from harness.tier import BaseTier, Caveat
@@ -19,6 +19,7 @@ TIER = BaseTier(
     "probe",
     make_plan=make_plan,
     trial_function=trial_function,
+    settings_problem=recorded_settings_problem,
     tables=tables,
     section=report_section,
     caveats=(

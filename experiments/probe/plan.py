@@ -19,6 +19,7 @@ from harness.formatting import format_bytes
 from harness.options import InputError, check_choice, check_positive, split_list
 from harness.protocol import Case, Plan, ProtocolOptions
 from harness.timing import parse_bytes
+from harness.validation import settings_problem
 
 HEADS = ("lm", "detect")
 DETECT_VARIANTS = ("native",)
@@ -137,21 +138,48 @@ class ProbeSettings:
     batch: int = 16
 
 
+def check_variants(head: str, chosen: list[str]) -> list[str]:
+    """The head's variants, each once; ``InputError`` for a head or a variant it has not."""
+    check_choice("--head", head, HEADS)
+    accepted = LM_VARIANTS if head == "lm" else DETECT_VARIANTS
+    for variant in chosen:
+        if variant not in accepted:
+            raise InputError(
+                f"--variants '{variant}' is not a variant of the {head} head; use one or more of: {', '.join(accepted)}"
+            )
+    if len(set(chosen)) != len(chosen):
+        raise InputError(f"--variants '{','.join(chosen)}' names a variant twice")
+    return chosen
+
+
+# What a probe's plan records: the head, its variants parsed, the reserve in bytes, the learner's step time.
+RECORDED_SHAPE = {"head": str, "variants": list[str], "reserve_bytes": int | None, "learner_ms": float | None}
+
+
+def recorded_settings_problem(plan: Plan) -> str | None:
+    """What is wrong with a probe plan's recorded settings (an edited plan.json), or None: a field missing or of
+    another type, or a value the options' own checks refuse."""
+    problem = settings_problem(plan.settings, RECORDED_SHAPE)
+    if problem:
+        return problem
+    s = plan.settings
+    if s["reserve_bytes"] is not None and s["reserve_bytes"] <= 0:
+        return f"settings.reserve_bytes is {s['reserve_bytes']}, not a positive number of bytes (or null)"
+    try:
+        check_variants(s["head"], s["variants"])
+        check_learner_ms(s["learner_ms"])
+    except InputError as exc:
+        return f"settings: {exc}"
+    return None
+
+
 def make_plan(protocol: ProtocolOptions, settings: ProbeSettings, command: str = "") -> Plan:
     """Check the probe's options (``InputError`` on the first bad one) and build the plan; nothing is written."""
     s = settings
     if protocol.gpus > 1:
         raise InputError(f"--gpus {protocol.gpus}: the probe measures one device's memory; use --gpus 1")
     check_choice("--head", s.head, HEADS)
-    accepted = LM_VARIANTS if s.head == "lm" else DETECT_VARIANTS
-    chosen = split_list("--variants", s.variants or DEFAULT_VARIANTS[s.head])
-    for variant in chosen:
-        if variant not in accepted:
-            raise InputError(
-                f"--variants '{variant}' is not a variant of the {s.head} head; use one or more of: {', '.join(accepted)}"
-            )
-    if len(set(chosen)) != len(chosen):
-        raise InputError(f"--variants '{s.variants}' names a variant twice")
+    chosen = check_variants(s.head, split_list("--variants", s.variants or DEFAULT_VARIANTS[s.head]))
     for arm in protocol.arms:
         checked_optimizer(arm.spec)
     reserve_bytes = parse_reserve(s.reserve, protocol.device)

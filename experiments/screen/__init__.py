@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from experiments.screen.plan import ScreenSettings, make_plan
+from experiments.screen.plan import ScreenSettings, make_plan, recorded_settings_problem
 from experiments.screen.trial import trial_function
 from harness.tier import BaseTier, Caveat, Run
 
@@ -32,6 +32,7 @@ TIER = BaseTier(
     "screen",
     make_plan=make_plan,
     trial_function=trial_function,
+    settings_problem=recorded_settings_problem,
     tables=_tables,
     section=_section,
     caveats=(

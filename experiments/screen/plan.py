@@ -14,6 +14,7 @@ from experiments import workloads
 from experiments.arms import arm_code, checked_optimizer
 from harness.options import InputError, check_choice, check_non_negative, check_positive, split_list
 from harness.protocol import Arm, Case, Plan, ProtocolOptions
+from harness.validation import settings_problem
 
 GUARD_ATTRIBUTE = "pad_guard"  # an optimizer class with this attribute has a padding guard (None = no limit)
 NO_LIMIT = "none"
@@ -111,12 +112,49 @@ def build_cases(
     return cases
 
 
+def _check_window(steps: int, warmup_steps: int, floor_replays: int, dtype: str) -> None:
+    check_positive("--steps", steps, MAX_WINDOW_STEPS)
+    check_non_negative("--warmup-steps", warmup_steps, MAX_WINDOW_STEPS)
+    check_positive("--floor-replays", floor_replays, MAX_WINDOW_STEPS)
+    check_choice("--dtype", dtype, tuple(DTYPES))
+
+
+# What a screen's plan records: its options parsed, and what its report reads of the arms' classes.
+RECORDED_SHAPE = {
+    "scales": list[str],
+    "guards": list[str],
+    "steps": int,
+    "warmup_steps": int,
+    "floor_replays": int,
+    "dtype": str,
+    "arm_specs": list[str],
+    "guarded_specs": list[str],
+    "default_guards": dict[str, str],
+}
+
+
+def recorded_settings_problem(plan: Plan) -> str | None:
+    """What is wrong with a screen plan's recorded settings (an edited plan.json), or None: a field missing or
+    of another type, a value the options' own checks refuse, or scales that are not the plan's cases."""
+    problem = settings_problem(plan.settings, RECORDED_SHAPE)
+    if problem:
+        return problem
+    s = plan.settings
+    try:
+        _check_window(s["steps"], s["warmup_steps"], s["floor_replays"], s["dtype"])
+        parse_scales(",".join(s["scales"]))
+        parse_guards(",".join(s["guards"]))
+    except InputError as exc:
+        return f"settings: {exc}"
+    cases = [case.label for case in plan.cases]
+    if s["scales"] != cases:
+        return f"settings.scales is {s['scales']}, but the plan's cases are {cases} (one case per scale)"
+    return None
+
+
 def make_plan(protocol: ProtocolOptions, settings: ScreenSettings, command: str = "") -> Plan:
     """Check the screen's options (``InputError`` with one line on the first bad one) and describe the screen."""
-    check_positive("--steps", settings.steps, MAX_WINDOW_STEPS)
-    check_non_negative("--warmup-steps", settings.warmup_steps, MAX_WINDOW_STEPS)
-    check_positive("--floor-replays", settings.floor_replays, MAX_WINDOW_STEPS)
-    check_choice("--dtype", settings.dtype, tuple(DTYPES))
+    _check_window(settings.steps, settings.warmup_steps, settings.floor_replays, settings.dtype)
     if protocol.budget is not None:
         raise InputError(
             "--budget: the screen measures the step's own extra peak, not a budget; drop --budget"
