@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
@@ -32,6 +33,7 @@ from harness.protocol import (
     Plan,
     PlannedStop,
     ScheduledTrial,
+    TrialContext,
     TrialFunction,
     drop_rounds,
     estimated_seconds,
@@ -64,6 +66,18 @@ class RunInterrupted(KeyboardInterrupt):
     def __init__(self, folder: Path) -> None:
         super().__init__(f"interrupted; the finished trials are in {folder}: continue with --resume {folder}")
         self.folder = folder
+
+
+def _nothing_left(plan: Plan, folder: RunFolder) -> bool:
+    """Whether a resume has no trial to run: every scheduled trial is logged and, with ``--pairs auto``, the
+    stopping rule has decided to stop every case at its last scheduled round (so it grows nothing)."""
+    if next(pending(plan, folder), None) is not None:
+        return False
+    return not plan.protocol.auto or StoppingRule(plan, folder).finished()
+
+
+def _no_trial_left(ctx: TrialContext) -> dict[str, Any]:
+    raise RuntimeError(f"trial {ctx.trial.index} ran in a run that had nothing left to run")
 
 
 def _recorded_placement(cpus: str) -> Placement | None:
@@ -146,12 +160,16 @@ class Runner:
         folder = RunFolder.open(path)
         # The lock is held until the run ends: a second run of this folder is refused at once.
         with folder.lock(), _interrupts_name(folder):
-            plan = load_checked_plan(
-                folder, self.tiers
-            )  # every file validated before anything is written or run
+            # Every file validated before anything is written or run.
+            plan = load_checked_plan(folder, self.tiers)
             check_log(plan, folder)
             record = load_env(folder)
-            trial_fn = trial_fn or self.tiers.get(plan.tier).trial_function(plan)
+            if trial_fn is None:  # a finished run only rewrites its tables: no tier set-up (a fit's data set)
+                trial_fn = (
+                    _no_trial_left
+                    if _nothing_left(plan, folder)
+                    else self.tiers.get(plan.tier).trial_function(plan)
+                )
             placement = _recorded_placement(plan.protocol.cpus)  # this machine's, for the plan's --cpus
             record.setdefault("resumes", []).append(
                 {
@@ -273,6 +291,15 @@ class StoppingRule:
 
     def __init__(self, plan: Plan, folder: RunFolder, progress: ScheduleProgress | None = None) -> None:
         self.plan, self.folder, self.progress = plan, folder, progress
+
+    def finished(self) -> bool:
+        """Every case's last scheduled round has a decision to stop: the rule will grow no schedule."""
+        for case in self.plan.cases:
+            rounds = [t.round for t in self.plan.schedule if t.case == case.label and t.phase == "measured"]
+            decision = self._decided(case.label, 1 + max(rounds)) if rounds else None
+            if decision is None or not decision["stop"]:
+                return False
+        return True
 
     def _decided(self, case: str, rounds: int) -> dict | None:
         return next((d for d in self.plan.looks if d["case"] == case and d["rounds"] == rounds), None)

@@ -462,6 +462,31 @@ def test_a_corrupt_plan_is_one_line_naming_it_for_report_and_resume(
     assert after == {k: v for k, v in before.items() if k != "run.lock"}  # nothing written, nothing run
 
 
+@pytest.mark.parametrize("pairs", [2, "auto"])
+def test_a_resume_with_nothing_left_to_run_makes_no_trial_function(tmp_path: Path, pairs) -> None:
+    """A finished run resumed (to rewrite its tables) makes no trial function: the fit tier's builds the
+    synthetic data set first (under the plan's data_cache, relative to wherever the resume runs), for trials
+    that will never run. With --pairs auto, a run whose last look stopped it is as finished."""
+    from harness.tier import BaseTier, TierRegistry
+    from tests.trialfns import TIERS
+
+    extra = {"precision": 50.0, "max_pairs": 6} if pairs == "auto" else {}
+    folder = runner(tmp_path).start(plan_of("sleepy", warmup=0, pairs=pairs, **extra)).folder
+    made = []
+    counting = TierRegistry(
+        [
+            BaseTier(
+                "test",
+                trial_function=lambda plan: made.append(plan) or TIERS.get("test").trial_function(plan),
+            )
+        ]
+    )
+    rows = folder.file("trials.jsonl").read_bytes()
+    run = runner(tmp_path, tiers=counting).resume(folder.path)
+    assert made == [] and folder.file("trials.jsonl").read_bytes() == rows
+    assert not run.summaries.claims.empty  # the tables were written again from the log
+
+
 def test_a_resume_whose_recorded_cores_this_machine_lacks_is_one_line(
     finished_run: RunFolder, tmp_path: Path
 ) -> None:
