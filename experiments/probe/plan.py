@@ -178,7 +178,7 @@ def make_plan(protocol: ProtocolOptions, settings: ProbeSettings, command: str =
     s = settings
     if protocol.gpus > 1:
         raise InputError(f"--gpus {protocol.gpus}: the probe measures one device's memory; use --gpus 1")
-    check_choice("--head", s.head, HEADS)
+    check_choice("--head", s.head, HEADS)  # before its default variants are looked up
     chosen = check_variants(s.head, split_list("--variants", s.variants or DEFAULT_VARIANTS[s.head]))
     for arm in protocol.arms:
         checked_optimizer(arm.spec)
