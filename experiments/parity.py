@@ -494,6 +494,12 @@ def recorded_settings_problem(plan: Plan) -> str | None:
 def make_plan(protocol: ProtocolOptions, settings: ParitySettings, command: str = "") -> Plan:
     """Check the parity options and describe the run: each comparison's steps, one trial per step."""
     _check_scale_and_steps(settings.scale, settings.steps)
+    if settings.candidate == settings.baseline:  # its case would hold one arm twice
+        raise InputError(
+            f"--candidate {settings.candidate} is the baseline: parity follows a candidate against it (the "
+            "baseline against itself is the built-in control comparison); give another arm, e.g. --candidate "
+            "candidate"
+        )
     checked_optimizer(settings.candidate, option="--candidate")
     checked_optimizer(settings.baseline, option="--baseline")
     reference = Arm(settings.baseline, "baseline", settings.baseline)

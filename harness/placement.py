@@ -35,6 +35,9 @@ PLACEMENT_ENV = "BENCH_CPU_PLACEMENT"
 CPUS_ACCEPTED = "auto, or a list of cores such as 2-7 or 2,3,5-6"
 MIN_CORES_TO_KEEP_APART = 3
 _ITEM = re.compile(r"^(\d+)(?:-(\d+))?$")
+# Core numbers past this name no machine (Linux builds for at most 8192 CPUs): refused before a range of them
+# is expanded, which at 0-999999999 took 24 GB.
+MAX_CORE_INDEX = 65_535
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,9 @@ def is_placement_form(text: str) -> bool:
     if text in ("auto", "none"):
         return True
     matches = [_ITEM.match(item.strip()) for item in text.split(",")]
-    return all(m is not None and int(m.group(2) or m.group(1)) >= int(m.group(1)) for m in matches)
+    return all(
+        m is not None and MAX_CORE_INDEX >= int(m.group(2) or m.group(1)) >= int(m.group(1)) for m in matches
+    )
 
 
 def parse_core_list(text: str) -> tuple[int, ...]:
@@ -114,6 +119,10 @@ def parse_core_list(text: str) -> tuple[int, ...]:
         if not match:
             raise ValueError(f"--cpus '{text}' is not a core list; use {CPUS_ACCEPTED}")
         low, high = int(match.group(1)), int(match.group(2) or match.group(1))
+        if high > MAX_CORE_INDEX:
+            raise ValueError(
+                f"--cpus '{text}': core {high} is past any machine's (core numbers run to {MAX_CORE_INDEX} at most)"
+            )
         if high < low:
             raise ValueError(f"--cpus '{text}': the range {item} runs backwards; write {high}-{low}")
         cores.update(range(low, high + 1))

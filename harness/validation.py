@@ -149,11 +149,15 @@ def type_problem(value: Any, hint: Any, where: str) -> str | None:
         return None if value is None else f"{where} is {_show(value)}, not null"
     if hint is bool:
         return None if isinstance(value, bool) else f"{where} is {_show(value)}, not true or false"
-    if hint is int:
-        return None if _whole(value) else f"{where} is {_show(value)}, not a whole number"
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-            return f"{where} is {_show(value)}, not a finite number"
+    if hint is int:  # within 64 bits: every count, byte size and seed recorded here is
+        return (
+            None if _whole(value) and abs(value) < 2**64 else f"{where} is {_show(value)}, not a whole number"
+        )
+    if hint is float:  # an integer past float's range is no finite number either
+        return None if _number(value) is not None else f"{where} is {_show(value)}, not a finite number"
+    if hint is numbers.Real:  # any number, NaN included (nvidia-smi may print one), but within float's range
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or _number(value, nan=True) is None:
+            return f"{where} is {_show(value)}, not a number"
         return None
     if hint is str:
         return None if isinstance(value, str) else f"{where} is {_show(value)}, not text"
@@ -262,15 +266,16 @@ NUMERIC_ROW_FIELDS = {
 }
 
 
-def _number(value: Any) -> float | None:
-    """``value`` as a finite float; None for anything else (text, true/false, an integer past float's range)."""
+def _number(value: Any, nan: bool = False) -> float | None:
+    """``value`` as a finite float (or NaN, with ``nan``); None for anything else (text, true/false, an
+    infinity, an integer past float's range)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return None
     try:
         number = float(value)
     except OverflowError:
         return None
-    return number if math.isfinite(number) else None
+    return number if math.isfinite(number) or (nan and math.isnan(number)) else None
 
 
 def _status_problem(index: int, row: dict[str, Any], by_ratio: bool) -> str | None:

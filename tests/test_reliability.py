@@ -503,6 +503,51 @@ def test_a_resume_whose_recorded_cores_this_machine_lacks_is_one_line(
     assert after == {k: v for k, v in before.items() if k != "run.lock"}
 
 
+def test_a_parity_candidate_that_is_the_baseline_is_refused_before_any_trial(tmp_path: Path, capsys) -> None:
+    """``parity --candidate baseline`` ran both trials, then called its own plan corrupt (a case repeating an
+    arm) and left a folder no command would take: refused up front, in one line naming --candidate."""
+    _refused_in_one_line(
+        ["parity", "--device", "cpu", "--candidate", "baseline", "--out", str(tmp_path)],
+        capsys,
+        "--candidate baseline is the baseline",
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_core_list_past_any_machine_is_one_line_not_a_memory_kill(tmp_path: Path, capsys) -> None:
+    """``--cpus 0-999999999`` was expanded core by core before the bounds check: 24 GB, then the kernel's kill."""
+    _refused_in_one_line(
+        [*EMBEDDED, "--cpus", "0-999999999", "--out", str(tmp_path)], capsys, "--cpus", "999999999"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_guard_past_any_count_is_one_line(tmp_path: Path, capsys) -> None:
+    """Every other count is capped; a guard of 10^22 ran, and could only fail inside every trial on CUDA."""
+    command = ["screen", "--device", "cpu", "--scales", "n", "--steps", "1", "--pairs", "1", "--warmup", "0"]
+    _refused_in_one_line([*command, "--guards", "9" * 23, "--out", str(tmp_path)], capsys, "--guards")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("gpu_memory_bytes", [10**400]), ("cpu_count", 10**400), ("gpus_start", [{"power_w": 10**400}])],
+)
+def test_an_env_record_with_a_number_past_floats_is_one_line(
+    finished_run: RunFolder, tmp_path: Path, capsys, field: str, value
+) -> None:
+    """env.json's shape check took an integer of 400 digits as an int (or a float), and the report's
+    formatting then raised OverflowError (a traceback, and a figures folder left behind)."""
+    folder = _copy(finished_run, tmp_path / "run")
+    record = json.loads(folder.file("env.json").read_text())
+    record[field] = value
+    folder.file("env.json").write_text(json.dumps(record))
+    _refused_in_one_line(
+        ["report", str(folder.path), "-o", str(tmp_path / "r.md")], capsys, "env.json", field
+    )
+    assert not (tmp_path / "r.md").exists() and not (tmp_path / "r-figures").exists()
+
+
 # A committed H200 run folder of each project tier: a report reads it anywhere, and a finished screen resumes
 # on the CPU too (nothing is left to run), so each tier's own check of its recorded settings is seen here.
 TIER_FOLDERS = {

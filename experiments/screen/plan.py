@@ -12,7 +12,15 @@ import torch
 
 from experiments import workloads
 from experiments.arms import arm_code, checked_optimizer
-from harness.options import InputError, check_choice, check_non_negative, check_positive, split_list
+from harness.options import (
+    MAX_COUNT,
+    InputError,
+    check_at_most,
+    check_choice,
+    check_non_negative,
+    check_positive,
+    split_list,
+)
 from harness.protocol import Arm, Case, Plan, ProtocolOptions
 from harness.validation import settings_problem
 
@@ -51,7 +59,7 @@ def parse_guard(text: str) -> int | None:
         raise InputError(
             f"--guards: '{text}' is not a guard; use whole numbers ≥ 0 or 'none', e.g. 0,256,512,none"
         )
-    return int(text)
+    return int(check_at_most("--guards", int(text), MAX_COUNT))
 
 
 def guard_name(guard: int | None) -> str:
