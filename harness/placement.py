@@ -104,10 +104,11 @@ def is_placement_form(text: str) -> bool:
     text = str(text).strip().lower()
     if text in ("auto", "none"):
         return True
-    matches = [_ITEM.match(item.strip()) for item in text.split(",")]
-    return all(
-        m is not None and MAX_CORE_INDEX >= int(m.group(2) or m.group(1)) >= int(m.group(1)) for m in matches
-    )
+    try:
+        parse_core_list(text)  # bounded before any range is expanded
+    except ValueError:
+        return False
+    return True
 
 
 def parse_core_list(text: str) -> tuple[int, ...]:

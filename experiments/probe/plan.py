@@ -139,8 +139,7 @@ class ProbeSettings:
 
 
 def check_variants(head: str, chosen: list[str]) -> list[str]:
-    """The head's variants, each once; ``InputError`` for a head or a variant it has not."""
-    check_choice("--head", head, HEADS)
+    """The head's variants, each once; ``InputError`` for a variant it has not (the head checked already)."""
     accepted = LM_VARIANTS if head == "lm" else DETECT_VARIANTS
     for variant in chosen:
         if variant not in accepted:
@@ -166,6 +165,7 @@ def recorded_settings_problem(plan: Plan) -> str | None:
     if s["reserve_bytes"] is not None and s["reserve_bytes"] <= 0:
         return f"settings.reserve_bytes is {s['reserve_bytes']}, not a positive number of bytes (or null)"
     try:
+        check_choice("--head", s["head"], HEADS)
         check_variants(s["head"], s["variants"])
         check_learner_ms(s["learner_ms"])
     except InputError as exc:
@@ -178,7 +178,7 @@ def make_plan(protocol: ProtocolOptions, settings: ProbeSettings, command: str =
     s = settings
     if protocol.gpus > 1:
         raise InputError(f"--gpus {protocol.gpus}: the probe measures one device's memory; use --gpus 1")
-    check_choice("--head", s.head, HEADS)  # before its default variants are looked up
+    check_choice("--head", s.head, HEADS)
     chosen = check_variants(s.head, split_list("--variants", s.variants or DEFAULT_VARIANTS[s.head]))
     for arm in protocol.arms:
         checked_optimizer(arm.spec)
