@@ -31,6 +31,7 @@ from experiments.screen.plan import ScreenSettings as _Screen
 from harness import env as env_module
 from harness.codepaths import what_ran
 from harness.console import console, errors
+from harness.entry import INTERRUPTED, terminate
 from harness.errors import RunFolderError
 from harness.options import (
     AUTO_DEVICE,
@@ -777,14 +778,6 @@ def report_command(
     console.print(f"report: {write_report(folders, registry(), output)}")
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the process is, so the run stops as it does for Ctrl-C."""
-
-
-def _terminate(signum: int, frame: Any) -> None:
-    raise Terminated(f"signal {signum}")
-
-
 def _one_line(text: str) -> str:
     """``text`` with control characters (a newline or an escape inside a value given) written as escapes, so
     an error stays one line whatever it quotes."""
@@ -798,7 +791,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args:
         args = ["--help"]
     _ARGUMENTS = args
-    previous_sigterm = signal.signal(signal.SIGTERM, _terminate)  # SIGTERM stops a run as Ctrl-C does
+    previous_sigterm = signal.signal(signal.SIGTERM, terminate)  # SIGTERM stops a run as Ctrl-C does
     try:
         result = typer.main.get_command(app).main(args=args, prog_name="bench", standalone_mode=False)
     except (InputError, RunFolderError) as exc:
@@ -808,7 +801,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except (typer.Abort, KeyboardInterrupt):  # an interrupt outside a command (commands say what it stopped)
         errors.print("bench: interrupted")
-        return 130
+        return INTERRUPTED
     except Exception as exc:
         # click's (or typer's vendored click's) usage errors: bad option names or values.
         if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
@@ -820,9 +813,5 @@ def main(argv: list[str] | None = None) -> int:
     return result if isinstance(result, int) else 0
 
 
-def entry() -> None:
-    sys.exit(main())
-
-
 if __name__ == "__main__":
-    entry()
+    sys.exit(main())
