@@ -13,7 +13,7 @@ caveats, plots, and the tier's own section (``Tier.section``).
 Where it is written: ``write_report([folder])`` writes ``<folder>/report.md``; several folders make one
 combined report and need an explicit ``output`` (``bench report A B -o reports/NAME.md``), so a combined
 report never overwrites a run's own report. PNGs go in a folder beside the markdown: ``<stem>-figures/``
-for one run, ``<stem>-figures-<k>/`` for the k-th of several.
+for one run, ``<stem>-figures-<k>/`` for the k-th of several (drawn aside and put in place with the markdown).
 
 For tier sections (``Tier.section(run) -> str``): draw into ``run.figures_dir`` through ``harness.plots``,
 reference images with ``markdown_image(path, caption)``, build tables with ``markdown_table`` and format
@@ -26,6 +26,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -1629,13 +1630,18 @@ def resolve_output(folders: Sequence[RunFolder], output: Path | None) -> Path:
     return output
 
 
-def _load(folders: Sequence[RunFolder], output: Path, tiers: TierRegistry) -> list[LoadedRun]:
-    several = len(folders) > 1
+def _figures_names(output: Path, count: int) -> list[str]:
+    """The figures folders' names beside the markdown: ``<stem>-figures``, or ``<stem>-figures-<k>`` each."""
+    return [f"{output.stem}-figures" + (f"-{k}" if count > 1 else "") for k in range(1, count + 1)]
+
+
+def _load(folders: Sequence[RunFolder], output: Path, tiers: TierRegistry, drawn_in: Path) -> list[LoadedRun]:
+    """The runs, each to draw its figures in its folder's name under ``drawn_in``."""
     runs = []
-    for number, folder in enumerate(folders, start=1):
-        figures = output.parent / (f"{output.stem}-figures" + (f"-{number}" if several else ""))
-        run = Run.load(folder, figures, tiers)
-        runs.append(LoadedRun(**vars(run), number=number, several=several, tiers=tiers))
+    names = _figures_names(output, len(folders))
+    for number, (folder, name) in enumerate(zip(folders, names, strict=True), start=1):
+        run = Run.load(folder, drawn_in / name, tiers)
+        runs.append(LoadedRun(**vars(run), number=number, several=len(folders) > 1, tiers=tiers))
     return runs
 
 
@@ -1654,8 +1660,10 @@ def write_report(
 
     One folder: ``<folder>/report.md`` unless ``output`` says otherwise. Several: ``output`` is required
     (``InputError`` otherwise). ``tiers`` reads each run's tier (its section, caveats); an unknown tier gets
-    the defaults. Every input is checked before anything is written; the markdown is written through a
-    temporary file and a rename.
+    the defaults. Every input is checked before anything is written. The figures are drawn aside, in
+    ``<stem>-figures.partial/``, and each folder replaces its older self whole just before the markdown is
+    written (through a temporary file and a rename): an interrupted report leaves the older one, figures and
+    all, or nothing.
     """
     folders = [RunFolder.open(f.path) for f in folders]
     path = resolve_output(folders, output)
@@ -1663,14 +1671,34 @@ def write_report(
         check_can_write(path.parent, "run folder", "write the report elsewhere with -o NAME.md")
     else:
         check_can_write(path.parent, "-o")
-    runs = _load(folders, path, tiers or TierRegistry())
+    staging = path.parent / f"{path.stem}-figures.partial"
+    runs = _load(folders, path, tiers or TierRegistry(), staging)
     for run in runs:  # a file where the figures go is refused before anything is drawn
         check_can_write(
-            run.figures_dir, "the report's figures folder", "move it, or name the report otherwise with -o"
+            path.parent / run.figures_dir.name,
+            "the report's figures folder",
+            "move it, or name the report otherwise with -o",
         )
-    for folder in [path.parent, *(run.figures_dir for run in runs)]:
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:  # a folder that takes no new entries (/proc), found only by trying
-            raise RunFolderWriteError(f"could not make {folder}: {exc.strerror or exc}") from None
-    return write_atomic(path, render(runs))
+    shutil.rmtree(staging, ignore_errors=True)  # left by a report killed outright
+    try:
+        for folder in [path.parent, *(run.figures_dir for run in runs)]:
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a folder that takes no new entries (/proc), found only by trying
+                raise RunFolderWriteError(f"could not make {folder}: {exc.strerror or exc}") from None
+        markdown = render(runs)
+        for run in runs:
+            _put_in_place(run.figures_dir, path.parent / run.figures_dir.name, staging)
+        return write_atomic(path, markdown)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _put_in_place(drawn: Path, final: Path, staging: Path) -> None:
+    """``drawn`` renamed to ``final``; an older ``final`` is moved into ``staging`` first (removed with it)."""
+    try:
+        if final.exists():
+            final.rename(staging / f"{final.name}.older")
+        drawn.rename(final)
+    except OSError as exc:
+        raise RunFolderWriteError(f"could not put the figures in {final}: {exc.strerror or exc}") from None

@@ -1112,6 +1112,45 @@ def test_a_report_where_no_folder_can_be_made_is_one_line(finished_run: RunFolde
     _refused_in_one_line(["report", str(finished_run.path), "-o", "/proc/r.md"], capsys, "/proc/r")
 
 
+def _files(folder: Path) -> dict[Path, bytes]:
+    return {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_an_interrupted_report_leaves_no_figures_half_drawn(
+    finished_run: RunFolder, tmp_path: Path, monkeypatch
+) -> None:
+    """Ctrl-C while a report draws (here: at its second figure) left a figures folder with the first figure
+    of the new report beside the old report: now the figures are drawn aside and put in place with the
+    markdown, so an interrupt leaves the old report and its figures, or nothing, as they were."""
+    from harness import plots
+
+    folder = _copy(finished_run, tmp_path / "run")
+    assert main(["report", str(folder.path)]) == 0
+    # The first figure drawn, made distinguishable from its redraw.
+    (folder.path / "report-figures" / "telemetry.png").write_bytes(b"an older figure")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(plots, "plot_timeline", interrupted)
+    before = _files(folder.path)
+    assert main(["report", str(folder.path)]) == 130
+    assert _files(folder.path) == before
+    assert main(["report", str(folder.path), "-o", str(tmp_path / "new.md")]) == 130
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_a_report_replaces_its_figures_folder_whole(finished_run: RunFolder, tmp_path: Path) -> None:
+    """A figure the new report does not draw does not linger beside it from an older one."""
+    folder = _copy(finished_run, tmp_path / "run")
+    (folder.path / "report-figures").mkdir()
+    (folder.path / "report-figures" / "from-an-older-report.png").write_bytes(b"old")
+    assert main(["report", str(folder.path)]) == 0
+    drawn = sorted(p.name for p in (folder.path / "report-figures").iterdir())
+    assert "from-an-older-report.png" not in drawn and "timeline.png" in drawn
+    assert sorted(p.name for p in folder.path.iterdir() if "figures" in p.name) == ["report-figures"]
+
+
 def test_a_report_elsewhere_leaves_the_run_folder_as_it_was(finished_run: RunFolder, tmp_path: Path) -> None:
     folder = _copy(finished_run, tmp_path / "run")
     before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.path.rglob("*") if p.is_file()}
