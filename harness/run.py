@@ -143,6 +143,7 @@ class Runner:
         with _device_budget(plan):  # a budget the device refuses fails here, before any folder exists
             folder = new_run_folder(self.options.out, plan.tier)
             with folder.lock(), _interrupts_name(folder):
+                folder.name_holder()
                 try:
                     folder.write_json(PLAN, plan.to_json())
                     record = {**env.collect(touch_device=plan.in_process), **machine_load()}
@@ -181,6 +182,7 @@ class Runner:
                     **machine_load(),
                 }
             )
+            folder.name_holder()
             try:
                 folder.write_json(ENV, record)
             except RunFolderWriteError as failure:

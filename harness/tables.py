@@ -198,7 +198,8 @@ class RunFolder:
     @contextmanager
     def lock(self) -> Iterator[None]:
         """Hold the folder's exclusive lock while the block runs; ``RunFolderBusy`` at once if another process
-        holds it. The lock is an ``fcntl.flock`` on ``run.lock``, so it dies with its holder (even killed -9)."""
+        holds it. The lock is an ``fcntl.flock`` on ``run.lock``, so it dies with its holder (even killed -9).
+        Taking it writes nothing: a run that goes ahead names itself with ``name_holder``."""
         path = self.file(LOCK)
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -214,14 +215,17 @@ class RunFolder:
                     + (f" (process {holder})" if holder.isdigit() else "")
                     + "; wait for it to end (or stop it), then resume"
                 ) from None
-            try:  # who holds it, for the message a second run gets; the lock itself needs no byte on disk
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, str(os.getpid()).encode(), 0)
-            except OSError:
-                pass
             yield
         finally:
             os.close(fd)  # releases the lock
+
+    def name_holder(self) -> None:
+        """Write this process's id into ``run.lock`` (held by it), for the message a second run gets; called
+        once a run goes ahead, so a command refused after taking the lock leaves the folder as it was."""
+        try:
+            self.file(LOCK).write_text(str(os.getpid()))
+        except OSError:  # the lock itself needs no byte on disk
+            pass
 
     def read_json(self, name: str) -> Any:
         """The JSON value of one of the folder's files (None when absent); ``CorruptRunFolder`` unless JSON."""

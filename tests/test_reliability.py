@@ -444,6 +444,12 @@ def _refused_in_one_line(command: list[str], capsys, *fragments: str) -> str:
     return error
 
 
+def _untouched(folder: RunFolder) -> dict[str, tuple[bytes, int]]:
+    """Each file's bytes and modification time: a refused command changes neither, run.lock included (its
+    holder's pid was rewritten by a resume refused after taking the lock)."""
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.path.iterdir() if p.is_file()}
+
+
 @pytest.mark.parametrize("case", list(CORRUPT_PLANS))
 def test_a_corrupt_plan_is_one_line_naming_it_for_report_and_resume(
     finished_run: RunFolder, tmp_path: Path, capsys, case: str
@@ -453,13 +459,12 @@ def test_a_corrupt_plan_is_one_line_naming_it_for_report_and_resume(
     how, fragment = CORRUPT_PLANS[case]
     folder = _copy(finished_run, tmp_path / "run")
     _corrupt_plan(folder, how)
-    before = {p.name: p.read_bytes() for p in folder.path.iterdir() if p.is_file()}
+    before = _untouched(folder)
     _refused_in_one_line(["report", str(folder.path), "-o", str(tmp_path / "r.md")], capsys, fragment)
     _refused_in_one_line(["pair", "--resume", str(folder.path)], capsys, fragment)
     with pytest.raises(CorruptRunFolder, match="plan.json"):
         runner(tmp_path).resume(folder.path)
-    after = {p.name: p.read_bytes() for p in folder.path.iterdir() if p.is_file() and p.name != "run.lock"}
-    assert after == {k: v for k, v in before.items() if k != "run.lock"}  # nothing written, nothing run
+    assert _untouched(folder) == before  # nothing written (run.lock neither), nothing run
 
 
 @pytest.mark.parametrize("pairs", [2, "auto"])
@@ -494,13 +499,12 @@ def test_a_resume_whose_recorded_cores_this_machine_lacks_is_one_line(
     refused in one line naming the plan's value and this machine's cores: not a ValueError traceback."""
     folder = _copy(finished_run, tmp_path / "run")
     _corrupt_plan(folder, _set("protocol.cpus", "0-4095"))
-    before = {p.name: p.read_bytes() for p in folder.path.iterdir() if p.is_file()}
+    before = _untouched(folder)
     from harness.errors import InputError
 
     with pytest.raises(InputError, match=r"--cpus 0-4095 recorded in the plan: core\(s\) .* are not among"):
         runner(tmp_path).resume(folder.path)
-    after = {p.name: p.read_bytes() for p in folder.path.iterdir() if p.is_file() and p.name != "run.lock"}
-    assert after == {k: v for k, v in before.items() if k != "run.lock"}
+    assert _untouched(folder) == before
 
 
 def test_a_parity_candidate_that_is_the_baseline_is_refused_before_any_trial(tmp_path: Path, capsys) -> None:
