@@ -784,6 +784,36 @@ def _one_line(text: str) -> str:
     return "".join(ascii(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in text)
 
 
+def check_given_once(args: list[str]) -> None:
+    """``InputError`` for an option given twice in a command line: click would take the last and say nothing,
+    so `--steps 4 … --steps 8` would run 8 steps from a command line that reads 4 at a glance."""
+    commands = typer.main.get_command(app).commands
+    if not args or args[0] not in commands or "--help" in args:
+        return
+    options = {
+        name: param
+        for param in commands[args[0]].params
+        if param.param_type_name == "option"
+        for name in (*param.opts, *param.secondary_opts)
+    }
+    given: dict[str, list[str]] = {}
+    tokens = iter(args[1:])
+    for token in tokens:
+        if token == "--":
+            break
+        name, equals, value = token.partition("=") if token.startswith("--") else (token, "", "")
+        param = options.get(name)
+        if param is None:
+            continue
+        if not param.is_flag and not equals:
+            value = next(tokens, "")  # the option's value, whatever it looks like
+        given.setdefault(param.name, []).append(value)
+        if len(given[param.name]) == 2:
+            first, then = given[param.name]
+            values = "" if param.is_flag else f" ({first}, then {then})"
+            raise InputError(f"{'/'.join(param.opts)} given twice{values}; give it once")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``bench`` script: bad input is one line on stderr and exit status 2."""
     global _ARGUMENTS
@@ -793,6 +823,7 @@ def main(argv: list[str] | None = None) -> int:
     _ARGUMENTS = args
     previous_sigterm = signal.signal(signal.SIGTERM, terminate)  # SIGTERM stops a run as Ctrl-C does
     try:
+        check_given_once(args)
         result = typer.main.get_command(app).main(args=args, prog_name="bench", standalone_mode=False)
     except (InputError, RunFolderError) as exc:
         errors.print(f"bench: error: {_one_line(str(exc))}", soft_wrap=True)

@@ -55,6 +55,32 @@ def test_unknown_option_is_one_line_and_exit_2() -> None:
     assert result.stderr.strip().count("\n") == 0 and "--bogus" in result.stderr
 
 
+@pytest.mark.parametrize(
+    "given, named",
+    [
+        (["pair", "--steps", "4", "--steps", "8"], "--steps given twice (4, then 8)"),
+        (["pair", "--steps=4", "--device", "cpu", "--steps", "4"], "--steps given twice (4, then 4)"),
+        (["pair", "--control", "--control"], "--control given twice"),
+        (["report", "run", "-o", "a.md", "--output", "b.md"], "-o/--output given twice (a.md, then b.md)"),
+    ],
+)
+def test_an_option_given_twice_is_refused_in_one_line(given: list[str], named: str, tmp_path, capsys) -> None:
+    """Click takes the last of an option given twice and says nothing: `--steps 4 … --steps 8` ran 8 steps
+    from a command line that reads 4 at a glance."""
+    if given[0] == "pair":
+        given = [*given, "--out", str(tmp_path)]
+    assert main(given) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and named in error and "give it once" in error, error
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_option_value_that_reads_like_an_option_is_not_an_option(capsys) -> None:
+    """``--arms --control`` is --arms with the value '--control' (refused as an arm), not --control twice."""
+    assert main(["pair", "--arms", "--control", "--control"]) == 2
+    assert "given twice" not in capsys.readouterr().err
+
+
 def test_unknown_command_is_exit_2() -> None:
     result = run_bench("benchmark-everything")
     assert result.returncode == 2 and result.stderr.strip().count("\n") == 0
