@@ -25,6 +25,7 @@ from typing import Annotated, Any
 import typer
 
 from experiments.fit.plan import FitSettings as _Fit
+from experiments.fit.plan import check_data_cache_used
 from experiments.parity import ParitySettings as _Parity
 from experiments.probe.plan import ProbeSettings as _Probe
 from experiments.screen.plan import ScreenSettings as _Screen
@@ -605,6 +606,8 @@ def pair_command(
     ] = _Fit.torchrun,
 ) -> None:
     """Complete paired fits (the decisive tier): `bench pair --steps 384`."""
+    if data_cache is not None:
+        check_data_cache_used(workload, None if data is None else str(data))
     settings = _Fit(
         workload=workload,
         steps=steps,

@@ -1400,6 +1400,49 @@ def test_real_trainer_options_with_the_embedded_workload_are_refused(
     assert not out.exists()
 
 
+def test_a_data_cache_nothing_would_use_is_refused(tmp_path: Path, capsys, monkeypatch) -> None:
+    """``--data-cache`` holds the real trainer's generated synthetic sets: with the embedded workload (its set
+    lives in memory) or a user's ``--data`` it was accepted and ignored."""
+    from harness.run import Runner
+
+    monkeypatch.setattr(Runner, "start", lambda *a, **k: pytest.fail("a run started"))
+    out = tmp_path / "runs"
+    _refused_in_one_line(
+        [*EMBEDDED, "--data-cache", str(tmp_path / "sets"), "--out", str(out)],
+        capsys,
+        "--data-cache",
+        "embedded",
+    )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("head", "option", "value"),
+    [
+        ("lm", "--scale", "x"),
+        ("lm", "--imgsz", "320"),
+        ("lm", "--batch", "2"),
+        ("detect", "--tokens", "5"),
+        ("detect", "--vocab", "64"),
+        ("detect", "--dim", "8"),
+        ("detect", "--cap", "10"),
+        ("detect", "--chunk", "4"),
+    ],
+)
+def test_a_probe_option_of_the_other_head_is_refused(
+    tmp_path: Path, capsys, monkeypatch, head: str, option: str, value: str
+) -> None:
+    """``probe --head lm --scale x`` probed the LM head and ignored the scale (and ``--head detect --tokens 5``
+    the tokens): each head's own options are refused with the other head, in one line."""
+    from harness.run import Runner
+
+    monkeypatch.setattr(Runner, "start", lambda *a, **k: pytest.fail("a run started"))
+    out = tmp_path / "runs"
+    command = ["probe", "--device", "cpu", "--head", head, option, value, "--out", str(out)]
+    _refused_in_one_line(command, capsys, f"{option} {value}", f"--head {head}")
+    assert not out.exists()
+
+
 # --- two promises no other test sees ----------------------------------------------------------------------
 
 

@@ -119,6 +119,20 @@ def ultralytics_importable() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("ultralytics", "torchvision"))
 
 
+def check_data_cache_used(workload: str, data: str | None) -> None:
+    """``--data-cache`` given: it holds the real trainer's generated synthetic sets, so ``InputError`` where
+    none is generated (the embedded workload keeps its set in memory; ``--data`` is a set of the user's)."""
+    if resolve_workload(workload)[0] != "ultralytics":
+        raise InputError(
+            "--data-cache holds the real trainer's generated synthetic sets, and the embedded workload keeps "
+            "its set in memory: drop --data-cache"
+        )
+    if data is not None:
+        raise InputError(
+            "--data-cache holds generated synthetic sets, and --data names your own: drop --data-cache"
+        )
+
+
 def resolve_workload(workload: str) -> tuple[str, str]:
     """(workload, why): ``auto`` picks the real trainer when it is importable, else the embedded one."""
     check_choice("--workload", workload, WORKLOADS)

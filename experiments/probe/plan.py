@@ -138,6 +138,23 @@ class ProbeSettings:
     batch: int = 16
 
 
+# Each head's own options: given with the other head they would be ignored, so they are refused.
+HEAD_OPTIONS = {"lm": ("tokens", "vocab", "dim", "cap", "chunk"), "detect": ("scale", "imgsz", "batch")}
+
+
+def check_head_options(s: ProbeSettings) -> None:
+    """``InputError`` for an option of the head not probed (one set away from its default)."""
+    for head, names in HEAD_OPTIONS.items():
+        for name in names if head != s.head else ():
+            value = getattr(s, name)
+            if value != getattr(ProbeSettings, name):
+                shown = f"{value:g}" if isinstance(value, float) else value
+                raise InputError(
+                    f"--{name} {shown} applies to the {head} head only, and this probe is --head {s.head}: "
+                    f"drop --{name}"
+                )
+
+
 def check_variants(head: str, chosen: list[str]) -> list[str]:
     """The head's variants, each once; ``InputError`` for a variant it has not (the head checked already)."""
     accepted = LM_VARIANTS if head == "lm" else DETECT_VARIANTS
@@ -179,6 +196,7 @@ def make_plan(protocol: ProtocolOptions, settings: ProbeSettings, command: str =
     if protocol.gpus > 1:
         raise InputError(f"--gpus {protocol.gpus}: the probe measures one device's memory; use --gpus 1")
     check_choice("--head", s.head, HEADS)
+    check_head_options(s)
     chosen = check_variants(s.head, split_list("--variants", s.variants or DEFAULT_VARIANTS[s.head]))
     for arm in protocol.arms:
         checked_optimizer(arm.spec)
