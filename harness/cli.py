@@ -34,6 +34,7 @@ from harness.codepaths import what_ran
 from harness.console import console, errors
 from harness.entry import INTERRUPTED, terminate
 from harness.errors import RunFolderError
+from harness.formatting import format_probability
 from harness.options import (
     AUTO_DEVICE,
     DEFAULT_ARMS,
@@ -449,6 +450,9 @@ def check_plan_goal(
         )
 
 
+MIN_POWER, MAX_POWER = 0.5, 0.999  # `bench plan --power`: past 0.999 the pairs grow without a useful end
+
+
 @app.command("plan")
 def plan_command(
     run_dir: Annotated[Path, typer.Argument(help="A run folder whose per-pair spread to plan from.")],
@@ -471,8 +475,11 @@ def plan_command(
     """Pairs and time a goal needs, from a run folder's measured per-pair spread: `bench plan RUN_DIR --effect 3%`."""
     from harness.stats import plan_rows
 
-    if not 0 < power < 1:
-        raise InputError(f"--power {power} must be a probability between 0 and 1, e.g. 0.8")
+    if not MIN_POWER <= power <= MAX_POWER:
+        raise InputError(
+            f"--power {power} must be a probability from {MIN_POWER} to {MAX_POWER} (the chance the goal is "
+            "met; below a coin flip a plan expects to miss it), e.g. 0.8"
+        )
     effect_value = parse_percent("--effect", effect)
     tolerance_value = parse_percent("--tolerance", tolerance)
     if tolerance_value is not None and tolerance_value <= 0:
@@ -496,7 +503,7 @@ def plan_command(
         )
         console.print(
             f"{head}: {spread}; to {row['goal']}: run {row['pairs']} pairs{time_text} "
-            f"({row['pairs_for_goal']} meet the goal with probability {100 * row['probability']:.0f}%; the "
+            f"({row['pairs_for_goal']} meet the goal with probability {format_probability(row['probability'])}; the "
             f"calibrated interval keeps 95% from {row['minimum_pairs']})"
         )
 

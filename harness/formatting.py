@@ -66,6 +66,11 @@ def format_percent(value: Any) -> str:
     return text if text in ("n/a", "+∞", "-∞") else f"{text}%"
 
 
+def format_probability(value: float) -> str:
+    """A probability in percent, with its first decimal where it has one: ``80%``, ``99.5%``."""
+    return f"{100 * value:.1f}".removesuffix(".0") + "%"
+
+
 def format_percent_range(low: Any, high: Any) -> str:
     """``10.88–13.22%``."""
     return f"{_percent_number(low)}–{_percent_number(high)}%"

@@ -38,6 +38,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy import integrate, stats
 
 from harness import t_calibration as calibration
+from harness.formatting import format_probability
 
 CONFIDENCE = 0.95
 LEVEL_SLACK = 1e-12  # float slack when comparing an exact attained level with the level asked for
@@ -847,7 +848,10 @@ def plan_effect(
     if sigma <= 0 or effect == bar or max(effect, bar) >= 1:
         raise ValueError("need a positive spread, and an effect and a bar below 100% that differ")
     found = _fewest_pairs(lambda n: power_to_resolve(n, sigma, effect, bar, level) >= power, max_pairs)
-    goal = f"resolve a {effect:.1%} reduction against {bar:.1%} with {power:.0%} power at {level:.0%}"
+    goal = (
+        f"resolve a {effect:.1%} reduction against {bar:.1%} with {format_probability(power)} power at "
+        f"{level:.0%}"
+    )
     achieved = power_to_resolve(found, sigma, effect, bar, level) if found else math.nan
     return _finish_plan(goal, found, achieved, level, seconds_per_pair)
 
@@ -864,7 +868,10 @@ def plan_control(
     if sigma <= 0 or not 0 < tolerance < 1:
         raise ValueError("need a positive spread and a tolerance in (0, 1)")
     found = _fewest_pairs(lambda n: probability_within(n, sigma, tolerance, level) >= probability, max_pairs)
-    goal = f"bring an A/A within +/-{tolerance:.1%} with probability {probability:.0%} at {level:.0%}"
+    goal = (
+        f"bring an A/A within +/-{tolerance:.1%} with probability {format_probability(probability)} at "
+        f"{level:.0%}"
+    )
     achieved = probability_within(found, sigma, tolerance, level) if found else math.nan
     return _finish_plan(goal, found, achieved, level, seconds_per_pair)
 

@@ -342,6 +342,23 @@ def test_bench_plan_refuses_a_goal_it_cannot_plan_in_one_line(tmp_path: Path, mo
         assert fragment in err and "\n" not in err, err
 
 
+def test_bench_plan_power_is_a_planning_probability_shown_as_given(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """``--power 1e-300`` planned for a goal met almost never and printed "0% power", 0.995 printed "100%":
+    a power below a coin flip or past 0.999 is refused in one line, and one inside prints its decimals."""
+    assert gate(tmp_path, monkeypatch, FASTER, gate=False, pairs=6, bar=8.0) == 0
+    (folder,) = list(tmp_path.iterdir())
+    for power in ("1e-300", "0.4", "0.9999"):
+        capsys.readouterr()
+        assert main(["plan", str(folder), "--effect", "12%", "--power", power]) == 2, power
+        err = capsys.readouterr().err.strip()
+        assert f"--power {float(power)}" in err and "0.5" in err and "\n" not in err, err
+    capsys.readouterr()
+    assert main(["plan", str(folder), "--effect", "12%", "--power", "0.995"]) == 0
+    assert "with 99.5% power" in capsys.readouterr().out
+
+
 def test_the_gate_refuses_a_diagnostic_tier(tmp_path: Path, monkeypatch) -> None:
     with pytest.raises(options.InputError, match="--gate judges claims"):
         gate(tmp_path, monkeypatch, FASTER, pairs=2, diagnostic=True)

@@ -21,6 +21,7 @@ import torch
 from experiments.fit.plan import FitSettings
 from harness.cli import main
 from harness.options import InputError, protocol_options, split_device_list
+from tests.argv import overridden
 from tests.runfolders import only_run
 from tests.workerfns import PIDS_ENV
 
@@ -60,7 +61,7 @@ def test_ranks_on_the_cpu_are_gloo_ranks_of_the_cpu() -> None:
     [
         (["pair", *TINY, "--gpus", "0"], "--gpus must be a positive whole number"),
         (
-            ["pair", *TINY, "--gpus", "2", "--batch", "5", "--images", "10", "--steps", "4"],
+            ["pair", *overridden(TINY, ["--gpus", "2", "--batch", "5", "--images", "10", "--steps", "4"])],
             "--batch 5 is the global",
         ),
         (

@@ -17,6 +17,7 @@ from experiments.fit.dataset import SyntheticSet, describe_user_set, ensure_synt
 from experiments.fit.stages import STAGES, stage_column
 from experiments.fit.ultralytics_fit import offline_environment, read_results_csv
 from harness.cli import main
+from tests.argv import overridden
 from tests.runfolders import only_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -206,7 +207,7 @@ def test_user_data_yaml_is_counted_and_checked(tmp_path: Path, capsys) -> None:
     assert "cannot read it as YAML" in capsys.readouterr().err
     assert main([*base, "--model", "yolo26n.pt"]) == 2
     assert "is not a model yaml" in capsys.readouterr().err
-    assert main([*base, "--imgsz", "100"]) == 2
+    assert main(overridden(base, ["--imgsz", "100"])) == 2
     assert "--imgsz 100 is not a multiple of the YOLO stride 32" in capsys.readouterr().err
     assert not out.exists()
 

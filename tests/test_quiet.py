@@ -14,6 +14,7 @@ from harness.cli import main
 from harness.isolation import run_in_worker
 from harness.placement import choose_placement
 from harness.tables import RunFolder
+from tests.argv import overridden
 from tests.trialfns import plan_of, runner
 
 LINUX = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU placement needs Linux")
@@ -71,9 +72,7 @@ def test_the_steady_state_figure_is_the_training_time_of_every_epoch_after_the_f
     validation and checkpoints."""
     argv = [
         "pair",
-        *TINY,
-        "--steps",
-        "6",
+        *overridden(TINY, ["--steps", "6"]),
         "--warmup",
         "0",
         "--pairs",

@@ -28,6 +28,7 @@ from harness.tables import RunFolder
 from harness.tier import Run
 from optimizers import BatchedMuSGD
 from optimizers.batched import DEFAULT_PAD_GUARD, _batched_on_cpu
+from tests.argv import overridden
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 MiB = 2**20
@@ -515,7 +516,8 @@ def test_bad_input_is_one_line_exit_2_and_no_run_folder(
     argv: list[str], message: str, tmp_path: Path, capsys
 ) -> None:
     out = tmp_path / "runs"
-    code = main(["screen", "--device", "cpu", "--scales", "n", "--out", str(out), "--quiet", *argv])
+    base = ["--device", "cpu", "--scales", "n", "--out", str(out), "--quiet"]
+    code = main(["screen", *overridden(base, argv)])
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert err.count("\n") == 0 and message in err

@@ -1,0 +1,17 @@
+"""Command lines for tests: a base list of options with some given again, each given once (the CLI refuses an
+option given twice)."""
+
+from __future__ import annotations
+
+
+def overridden(base: list[str], extra: list[str]) -> list[str]:
+    """``base`` without the ``--option value`` pairs that ``extra`` gives again, then ``extra``."""
+    again = {token.split("=")[0] for token in extra if token.startswith("--")}
+    kept: list[str] = []
+    tokens = iter(base)
+    for token in tokens:
+        if token in again:
+            next(tokens, None)  # its value
+            continue
+        kept.append(token)
+    return [*kept, *extra]
