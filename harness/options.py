@@ -71,6 +71,21 @@ def check_device(device: str) -> str:
     return device
 
 
+def check_devices_here(device: str, gpus: int) -> None:
+    """A recorded plan's devices (``device`` and the ``gpus`` ranks from it) are on this machine: ``InputError``
+    otherwise, for a resume, which cannot change them."""
+    if not device.startswith("cuda"):
+        return
+    first = int(device.split(":")[1]) if ":" in device else 0
+    here = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if first + gpus > here:
+        ranks = f" with {gpus} ranks" if gpus > 1 else ""
+        raise InputError(
+            f"the run is on {device}{ranks}, and this machine has {here} CUDA devices (torch "
+            f"{torch.__version__}); resume it on a machine that has them"
+        )
+
+
 def split_device_list(device: str, gpus: int) -> tuple[str, int]:
     """``cuda:0,1`` → (``cuda:0``, 2): a list of consecutive CUDA devices names the first and the rank count
     (it must agree with ``--gpus`` where that is given too); any other device comes back as it is."""

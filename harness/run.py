@@ -27,7 +27,7 @@ from harness import env
 from harness.codepaths import what_ran
 from harness.console import ScheduleProgress, console, errors, print_flags, print_summary
 from harness.inference import CONFIDENCE, looks, should_stop
-from harness.options import InputError, resolve_placement
+from harness.options import InputError, check_devices_here, resolve_placement
 from harness.placement import Placement, parent_pinned, pin_parent, unpin_parent
 from harness.protocol import (
     Plan,
@@ -165,12 +165,11 @@ class Runner:
             plan = load_checked_plan(folder, self.tiers)
             check_log(plan, folder)
             record = load_env(folder)
+            left = not _nothing_left(plan, folder)
+            if left:  # trials to run need the plan's devices here (else each would fail, one by one)
+                check_devices_here(plan.protocol.device, plan.protocol.gpus)
             if trial_fn is None:  # a finished run only rewrites its tables: no tier set-up (a fit's data set)
-                trial_fn = (
-                    _no_trial_left
-                    if _nothing_left(plan, folder)
-                    else self.tiers.get(plan.tier).trial_function(plan)
-                )
+                trial_fn = self.tiers.get(plan.tier).trial_function(plan) if left else _no_trial_left
             placement = _recorded_placement(plan.protocol.cpus)  # this machine's, for the plan's --cpus
             record.setdefault("resumes", []).append(
                 {
@@ -182,12 +181,12 @@ class Runner:
                     **machine_load(),
                 }
             )
-            folder.name_holder()
-            try:
-                folder.write_json(ENV, record)
-            except RunFolderWriteError as failure:
-                raise RunFolderWriteError(f"{failure}; nothing was run") from None
-            with _device_budget(plan):
+            with _device_budget(plan):  # a budget this device refuses: nothing recorded
+                folder.name_holder()
+                try:
+                    folder.write_json(ENV, record)
+                except RunFolderWriteError as failure:
+                    raise RunFolderWriteError(f"{failure}; nothing was run") from None
                 return self._carry_out(plan, trial_fn, folder, placement)
 
     def finish(self, folder: RunFolder) -> Run:

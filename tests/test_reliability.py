@@ -507,6 +507,51 @@ def test_a_resume_whose_recorded_cores_this_machine_lacks_is_one_line(
     assert _untouched(folder) == before
 
 
+def _drop_last_row(folder: RunFolder) -> None:
+    log = folder.file("trials.jsonl")
+    log.write_text("".join(log.read_text().splitlines(keepends=True)[:-1]))
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks a resume where the plan's CUDA device is absent"
+)
+def test_a_resume_where_the_runs_cuda_device_is_absent_is_one_line(
+    finished_run: RunFolder, tmp_path: Path
+) -> None:
+    """A CUDA run resumed on a machine without CUDA ran every trial left, each an error row (and grew a
+    stopping rule's schedule to its end): refused before anything is written, naming the device."""
+    from harness.errors import InputError
+
+    folder = _copy(finished_run, tmp_path / "run")
+    _corrupt_plan(folder, _set("protocol.device", "cuda"))
+    _drop_last_row(folder)
+    before = _untouched(folder)
+    with pytest.raises(InputError, match="the run is on cuda, and this machine has 0 CUDA devices"):
+        runner(tmp_path).resume(folder.path)
+    assert _untouched(folder) == before
+
+
+def test_a_resume_refused_for_its_budget_leaves_env_json_as_it_was(
+    finished_run: RunFolder, tmp_path: Path
+) -> None:
+    """The budget of an in-process plan is applied after the resume was recorded in env.json: a budget this
+    device refuses left a resume in the record that never ran."""
+    from harness.errors import InputError
+
+    folder = _copy(finished_run, tmp_path / "run")
+
+    def in_process_with_a_budget(plan: dict) -> None:
+        plan["in_process"] = True
+        plan["protocol"]["budget"] = 1000
+
+    _corrupt_plan(folder, in_process_with_a_budget)
+    _drop_last_row(folder)
+    before = _untouched(folder)
+    with pytest.raises(InputError, match="--budget"):
+        runner(tmp_path).resume(folder.path)
+    assert _untouched(folder) == before
+
+
 def test_a_parity_candidate_that_is_the_baseline_is_refused_before_any_trial(tmp_path: Path, capsys) -> None:
     """``parity --candidate baseline`` ran both trials, then called its own plan corrupt (a case repeating an
     arm) and left a folder no command would take: refused up front, in one line naming --candidate."""
