@@ -18,7 +18,7 @@ import torch
 from harness.env import gpu_snapshot
 from harness.errors import InputError
 from harness.formatting import format_bytes
-from harness.placement import Placement, choose_placement, split_placement
+from harness.placement import Placement, choose_placement
 from harness.protocol import CONCURRENT_ORDERS, ORDERS, Arm, ProtocolOptions
 from harness.timing import parse_bytes
 
@@ -320,9 +320,7 @@ def check_cpus(cpus: str, order: str = "alternate") -> str:
             )
         return NO_PLACEMENT
     try:
-        placement = choose_placement(text)
-        if order in CONCURRENT_ORDERS:
-            split_placement(placement, 2)
+        choose_placement(text)  # the cores each concurrent arm needs are checked with the plan's arms
     except ValueError as exc:
         raise InputError(str(exc)) from None
     return text

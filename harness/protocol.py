@@ -901,6 +901,27 @@ def duet_placements(placement: Placement | None, trials: list[ScheduledTrial]) -
     return [shares[t.slot] for t in trials]
 
 
+def concurrent_problem(plan: Plan, placement: Placement | None) -> str | None:
+    """Why the plan's concurrent order cannot run here (None where it can, or the order runs one trial at a
+    time): a round's arms run at once, each in its own worker process on its own share of the worker cores."""
+    order = plan.protocol.order
+    if order not in CONCURRENT_ORDERS:
+        return None
+    if plan.in_process:
+        return (
+            f"--order {order} runs a round's arms at once, each in its own worker process, and the {plan.tier} "
+            "tier's trials run in this process; use --order alternate"
+        )
+    at_once = max(len(case.arms) for case in plan.cases)
+    if placement is not None and len(placement.worker_cores) < at_once:
+        return (
+            f"--order {order} runs {at_once} arms at once, one per share of the worker cores, so it needs "
+            f"{at_once} worker cores, and --cpus {plan.protocol.cpus} leaves {len(placement.worker_cores)}; "
+            "give more cores, or use --order alternate"
+        )
+    return None
+
+
 def _run_together(
     plan: Plan,
     batch: list[ScheduledTrial],

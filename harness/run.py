@@ -35,6 +35,7 @@ from harness.protocol import (
     ScheduledTrial,
     TrialContext,
     TrialFunction,
+    concurrent_problem,
     drop_rounds,
     estimated_seconds,
     grow_schedule,
@@ -140,6 +141,9 @@ class Runner:
         check_can_write(self.options.out, "--out")  # before the trials are set up (some write under it)
         trial_fn = trial_fn or self.tiers.get(plan.tier).trial_function(plan)
         placement = resolve_placement(plan.protocol.cpus)
+        problem = concurrent_problem(plan, placement)
+        if problem:
+            raise InputError(problem)
         with _device_budget(plan):  # a budget the device refuses fails here, before any folder exists
             folder = new_run_folder(self.options.out, plan.tier)
             with folder.lock(), _interrupts_name(folder):
@@ -171,6 +175,9 @@ class Runner:
             if trial_fn is None:  # a finished run only rewrites its tables: no tier set-up (a fit's data set)
                 trial_fn = self.tiers.get(plan.tier).trial_function(plan) if left else _no_trial_left
             placement = _recorded_placement(plan.protocol.cpus)  # this machine's, for the plan's --cpus
+            problem = concurrent_problem(plan, placement) if left else None
+            if problem:
+                raise InputError(problem)
             record.setdefault("resumes", []).append(
                 {
                     "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -552,6 +552,24 @@ def test_a_resume_refused_for_its_budget_leaves_env_json_as_it_was(
     assert _untouched(folder) == before
 
 
+@pytest.mark.parametrize(
+    ("command", "fragment"),
+    [
+        (["screen", "--device", "cpu", "--scales", "n", "--order", "duet"], "in this process"),
+        (["probe", "--device", "cpu", "--order", "duet"], "in this process"),
+        (["pair", "--workload", "embedded", "--order", "duet", "--cpus", "0"], "2 worker cores"),
+    ],
+)
+def test_a_concurrent_order_the_run_cannot_keep_is_refused_before_any_folder(
+    tmp_path: Path, capsys, command: list[str], fragment: str
+) -> None:
+    """``--order duet`` on a tier whose trials run in this process, or with fewer worker cores than arms
+    at once, raised a ValueError traceback after the run folder was made: one line, no folder."""
+    out = tmp_path / "runs"
+    _refused_in_one_line([*command, "--out", str(out)], capsys, "--order duet", fragment)
+    assert not out.exists()
+
+
 def test_a_parity_candidate_that_is_the_baseline_is_refused_before_any_trial(tmp_path: Path, capsys) -> None:
     """``parity --candidate baseline`` ran both trials, then called its own plan corrupt (a case repeating an
     arm) and left a folder no command would take: refused up front, in one line naming --candidate."""
