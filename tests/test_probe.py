@@ -430,6 +430,18 @@ def test_probe_detect_on_cpu(tmp_path: Path) -> None:
     assert all(r["status"] == "ok" and r["value"] > 0 for r in rows)
 
 
+def test_a_head_whose_loss_is_not_finite_is_a_failed_trial(tmp_path: Path) -> None:
+    """A softcap past bf16's range makes the LM head's loss NaN: each trial was logged ``ok`` with its time
+    (a head that computes nothing would have counted as fast); it is an ``error`` row, as a NaN fit is."""
+    out = tmp_path / "runs"
+    argv = ["probe", *TINY_LM, "--variants", "chunked", "--cap", "1e308", "--device", "cpu"]
+    assert main([*argv, "--pairs", "1", "--warmup", "0", "--quiet", "--no-report", "--out", str(out)]) == 0
+    (folder,) = list(out.iterdir())
+    rows = [json.loads(line) for line in (folder / "trials.jsonl").read_text().splitlines()]
+    assert rows and {r["status"] for r in rows} == {"error"}
+    assert all("loss" in r["message"] and "nan" in r["message"] for r in rows), rows
+
+
 @pytest.mark.parametrize(
     "args,says",
     [

@@ -24,6 +24,7 @@ as a ``resource_failure`` row with the byte figures of the error and goes on wit
 from __future__ import annotations
 
 import contextlib
+import math
 import traceback
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -124,6 +125,8 @@ def _measure(
         optimizer.step()
         clock.mark("step")
     peak_allocated, peak_reserved = read_peaks(device)
+    if not math.isfinite(float(loss)):  # a head that computed nothing is a failed trial, never a fast one
+        raise FloatingPointError(f"the head's loss is {float(loss)}")
     totals = clock.totals()
     fwd_bwd_ms, step_ms = 1e3 * totals["forward_backward"], 1e3 * totals["step"]
     del reserve
