@@ -448,15 +448,36 @@ class UnusableValue(ArithmeticError):
     """A trial whose primary figure is not a finite number: it failed, whatever else it returned."""
 
 
+# A figure beyond these is no measurement (the ratio of two stays far inside floating point's range); the log's
+# reader refuses what a trial could not have logged.
+FIGURE_LIMIT = 1e30
+# The fields of a log row the protocol writes itself; a trial's figures may not set them.
+PROTOCOL_FIELDS = ("started", "trial_seconds", "status", "message", "concurrent_with", "warmup_reason")
+
+
 def check_value(value: Any, by_ratio: bool = False) -> None:
-    """A trial's ``value`` must be a finite real number (a NaN or infinity is a failed trial, not a figure),
-    and positive where the arms are compared by ratio (a time of 0 would be an infinitely faster arm)."""
+    """A trial's ``value`` must be a finite real number within ±``FIGURE_LIMIT`` (a NaN or infinity is a failed
+    trial, not a figure), and from 1/``FIGURE_LIMIT`` on where the arms are compared by ratio (a time of 0
+    would be an infinitely faster arm)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise UnusableValue(f"value is not a number: {value!r}")
     if not math.isfinite(value):
         raise UnusableValue(f"non-finite value: {float(value)!r}")
-    if by_ratio and value <= 0:
-        raise UnusableValue(f"non-positive value: {value!r} (the arms are compared by ratio)")
+    if abs(value) > FIGURE_LIMIT:
+        raise UnusableValue(f"value {value!r} is beyond ±{FIGURE_LIMIT:g}: no measurement")
+    if by_ratio and not value >= 1 / FIGURE_LIMIT:
+        raise UnusableValue(
+            f"value {value!r} is not a positive figure from {1 / FIGURE_LIMIT:g} on (the arms are compared by "
+            "ratio)"
+        )
+
+
+def check_figure_names(figures: dict[str, Any], row: dict[str, Any]) -> None:
+    """A trial's figures may not set what the row says of the trial (its index, case, arm, …) nor what the
+    protocol writes (its status, its time): a trial returning ``index`` made the log say another trial ran."""
+    taken = sorted(set(figures) & {*row, *PROTOCOL_FIELDS})
+    if taken:
+        raise UnusableValue(f"the trial returned {', '.join(taken)}, which the protocol writes itself")
 
 
 def run_trial(
@@ -485,6 +506,7 @@ def run_trial(
         figures = dict(trial_fn(TrialContext(plan, trial, case, arm, run_dir, placement)))
         if "value" not in figures:
             raise ValueError("trial function returned no 'value'")
+        check_figure_names(figures, row)
         check_value(figures["value"], plan.compared_by_ratio(case.label))
     except (KeyboardInterrupt, SystemExit):
         raise

@@ -88,3 +88,31 @@ def test_compare_warms_up_until_two_warm_ups_agree_with_warmup_auto(tmp_path: Pa
 def test_compare_refuses_a_warmup_that_is_neither_a_count_nor_auto(tmp_path: Path, warmup) -> None:
     with pytest.raises(ValueError, match="warmup"):
         compare({"slow": slow, "fast": fast}, pairs=2, warmup=warmup, out=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("returned", "says"),
+    [
+        ({"value": 1.0, "index": 1}, "index"),
+        ({"value": 1.0, "status": "ok"}, "status"),
+        ({"value": 1.0, "trial_seconds": -1}, "trial_seconds"),
+        ({"value": 1.0, "arm": "base"}, "arm"),
+        ({"value": 1e-40}, "1e-40"),
+        ({"value": 1e31}, "1e+31"),
+    ],
+)
+def test_a_function_returning_what_the_log_cannot_hold_is_a_failed_trial(
+    tmp_path: Path, returned: dict, says: str
+) -> None:
+    """A figure the log's reader refuses, or a field the protocol writes itself (the trial's index, its
+    status), looped forever, raised a TypeError, or left a folder no report could read: each is the trial's
+    recorded failure, and the run and its report go on."""
+    result = compare(
+        {"base": lambda: {"value": 1.0}, "cand": lambda: dict(returned)}, pairs=2, warmup=0, out=tmp_path
+    )
+    rows = result.run.folder.rows()
+    assert sorted(r["index"] for r in rows) == [0, 1, 2, 3]
+    failed = [r for r in rows if r["arm"] == "cand"]
+    assert [r["status"] for r in failed] == ["error", "error"]
+    assert all(says in r["message"] for r in failed), failed
+    assert result.report().is_file()
