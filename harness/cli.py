@@ -51,7 +51,7 @@ from harness.options import (
 from harness.protocol import Arm, PlannedStop, ProtocolOptions
 from harness.run import RunInterrupted, Runner, RunOptions
 from harness.tables import RunFolder, unnameable
-from harness.tier import Run, TierRegistry, gate_refusal, gate_threshold_missing, load_checked_plan
+from harness.tier import Run, TierRegistry, check_gate_threshold, gate_refusal, load_checked_plan
 from harness.validation import check_log
 
 app = typer.Typer(
@@ -380,18 +380,16 @@ def launch(
                 f"(this one resumes {', '.join(accepts)} runs)"
             )
         check_resume_options(plan.command, run)
-        missing = gate_threshold_missing(plan.protocol, resuming=True) if run.gate else None
-        if missing:
-            raise InputError(missing)
+        if run.gate:
+            check_gate_threshold(plan.protocol, resuming=True)
         result = runner.resume(run.resume)
     else:
         if not isinstance(protocol, ProtocolOptions):
             from experiments.arms import default_arms
 
             protocol = protocol_options(**protocol, announce=console.print, default_arms=default_arms)
-        missing = gate_threshold_missing(protocol) if run.gate else None
-        if missing:
-            raise InputError(missing)
+        if run.gate:
+            check_gate_threshold(protocol)
         plan = runner.tiers.get(tier).make_plan(protocol, settings, command_line())
         line = what_ran(plan)
         if line:

@@ -97,9 +97,9 @@ def gate_refusal(tier: Tier) -> str | None:
     return None
 
 
-def gate_threshold_missing(protocol: ProtocolOptions, resuming: bool = False) -> str | None:
-    """Why ``--gate`` could only fail a run of ``protocol`` (None where it can pass): claims with no bar, or an
-    A/A arm with no tolerance. Said before the run, not found after it."""
+def check_gate_threshold(protocol: ProtocolOptions, resuming: bool = False) -> None:
+    """``InputError`` where ``--gate`` could only fail a run of ``protocol``: claims with no bar, or an A/A arm
+    with no tolerance. Said before the run, not found after it."""
     from harness.stats import ClaimSettings  # the parent's only: pandas
 
     settings = ClaimSettings.from_protocol(protocol)
@@ -115,8 +115,7 @@ def gate_threshold_missing(protocol: ProtocolOptions, resuming: bool = False) ->
                 if resuming
                 else f": give {option} {example}, or drop --gate"
             )
-            return f"--gate judges {judged} against {option}, and the run has none{instead}"
-    return None
+            raise InputError(f"--gate judges {judged} against {option}, and the run has none{instead}")
 
 
 class Tier(Protocol):
