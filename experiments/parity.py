@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -38,7 +39,7 @@ from experiments.workloads import SCALES, build_param_groups, fill_synthetic_gra
 from harness.options import MAX_PAIRS, InputError, check_choice, check_positive
 from harness.protocol import Arm, Case, Plan, ProtocolOptions, ScheduledTrial, TrialContext, TrialFunction
 from harness.tier import BaseTier, Caveat, Run
-from harness.validation import settings_problem
+from harness.validation import FIGURE_LIMIT, UINT64_MAX, RowField, row_fields_problem, settings_problem
 from optimizers.musgd import muon_momentum
 from optimizers.newton_schulz import muon_scale, newton_schulz
 
@@ -491,6 +492,47 @@ def recorded_settings_problem(plan: Plan) -> str | None:
     return None
 
 
+# What the parity report reads of a finished step's row (``ParityResult.from_rows``): the comparison and step
+# it is (needed), its counts and differences (needed; a relative difference against a parameter of zero can
+# pass 10³⁰, so any finite number), the loss figures of a fit, the bound's ratio (null: past any bound).
+COUNT = RowField(int, 0, UINT64_MAX, needed=True)
+DIFFERENCE = RowField(float, 0.0, FIGURE_LIMIT, needed=True)
+ROW_FIELDS = {
+    "comparison": RowField(str, needed=True),
+    "step": RowField(int, 1, MAX_PAIRS, needed=True),
+    "buffers_equal": COUNT,
+    "buffers_total": COUNT,
+    "params_equal": COUNT,
+    "params_total": COUNT,
+    "max_abs_diff": DIFFERENCE,
+    "max_rel_diff": RowField(float, 0.0, sys.float_info.max, needed=True),
+    "loss_reference": RowField(float),
+    "loss_other": RowField(float),
+    "loss_bytes_equal": RowField(bool),
+    "ranks_agree": RowField(bool),
+    "ranks": RowField(int, 1, 2**31 - 1),
+    "sharing_text": RowField(str),
+    "bound_worst_ratio": RowField(float, 0.0, sys.float_info.max),
+    "bound_largest": RowField(float, 0.0, FIGURE_LIMIT),
+    "within_bound": RowField(bool),
+}
+
+
+def recorded_row_problem(row: dict[str, Any]) -> str | None:
+    """What is wrong with the fields the parity report reads of a log row (``ROW_FIELDS``), or None; and a step
+    is its comparison's round + 1 and names that comparison (the step table and the contract read them by
+    these)."""
+    problem = row_fields_problem(row, ROW_FIELDS)
+    if problem:
+        return problem
+    index, step, round_ = row["index"], row.get("step"), row.get("round")
+    if step is not None and isinstance(round_, int) and step != round_ + 1:
+        return f"trial {index}'s step is {step}, but its round is {round_} (each step is its round + 1)"
+    if row.get("comparison") is not None and row["comparison"] != row.get("case"):
+        return f"trial {index}'s comparison is not {row.get('case')!r}, its case (each step names its comparison)"
+    return None
+
+
 def make_plan(protocol: ProtocolOptions, settings: ParitySettings, command: str = "") -> Plan:
     """Check the parity options and describe the run: each comparison's steps, one trial per step."""
     _check_scale_and_steps(settings.scale, settings.steps)
@@ -776,6 +818,7 @@ class ParityTier(BaseTier):
             make_plan=make_plan,
             trial_function=trial_function,
             settings_problem=recorded_settings_problem,
+            row_problem=recorded_row_problem,
             tables=lambda run: {DIVERGENCE_CSV: divergence_table(result_of(run))},
             section=lambda run: parity_markdown(
                 result_of(run), run.plan.protocol.device, run.plan.protocol.seed

@@ -51,8 +51,14 @@ from harness.options import (
 from harness.protocol import Arm, PlannedStop, ProtocolOptions
 from harness.run import RunInterrupted, Runner, RunOptions
 from harness.tables import RunFolder, unnameable
-from harness.tier import Run, TierRegistry, check_gate_threshold, gate_refusal, load_checked_plan
-from harness.validation import check_log
+from harness.tier import (
+    Run,
+    TierRegistry,
+    check_gate_threshold,
+    check_run_log,
+    gate_refusal,
+    load_checked_plan,
+)
 
 app = typer.Typer(
     name="bench",
@@ -372,7 +378,7 @@ def launch(
     if run.resume is not None:
         folder = RunFolder.open(run.resume)
         plan = load_checked_plan(folder, runner.tiers)  # the folder validated whole, its settings by its tier
-        check_log(plan, folder)
+        check_run_log(plan, folder, runner.tiers)
         recorded = plan.tier
         if recorded not in accepts:
             raise InputError(

@@ -465,7 +465,9 @@ def check_value(value: Any, by_ratio: bool = False) -> None:
         raise UnusableValue(f"non-finite value: {float(value)!r}")
     if abs(value) > FIGURE_LIMIT:
         raise UnusableValue(f"value {value!r} is beyond ±{FIGURE_LIMIT:g}: no measurement")
-    if by_ratio and not value >= 1 / FIGURE_LIMIT:
+    if by_ratio and value <= 0:
+        raise UnusableValue(f"non-positive value: {value!r} (the arms are compared by ratio)")
+    if by_ratio and value < 1 / FIGURE_LIMIT:
         raise UnusableValue(
             f"value {value!r} is not a positive figure from {1 / FIGURE_LIMIT:g} on (the arms are compared by "
             "ratio)"

@@ -45,9 +45,9 @@ from harness.protocol import (
 )
 from harness.stats import pair_table
 from harness.tables import ENV, PLAN, RunFolder, RunFolderWriteError, check_can_write
-from harness.tier import Run, TierRegistry, load_checked_plan
+from harness.tier import Run, TierRegistry, check_run_log, load_checked_plan
 from harness.timing import apply_budget, release_budget
-from harness.validation import check_log, load_env
+from harness.validation import load_env
 
 CLAIM_FILE = "claim.txt"
 
@@ -167,7 +167,7 @@ class Runner:
         with folder.lock(), _interrupts_name(folder):
             # Every file validated before anything is written or run.
             plan = load_checked_plan(folder, self.tiers)
-            check_log(plan, folder)
+            check_run_log(plan, folder, self.tiers)
             record = load_env(folder)
             left = not _nothing_left(plan, folder)
             if left:  # trials to run need the plan's devices here (else each would fail, one by one)

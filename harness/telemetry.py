@@ -120,6 +120,13 @@ GPU_FIELD_TYPES: dict[str, type] = {
 _GPU_KEY = re.compile(r"^gpu(\d+)_(.+)$")
 
 
+def field_type(key: str) -> type | None:
+    """The type a row's telemetry field holds (``FIELD_TYPES``, a ``gpu<i>_…`` field by ``GPU_FIELD_TYPES``),
+    None for a key that is no telemetry field: what a run folder's validation checks a row against."""
+    match = _GPU_KEY.match(key)
+    return GPU_FIELD_TYPES.get(match.group(2)) if match else FIELD_TYPES.get(key)
+
+
 # --- machine CPU --------------------------------------------------------------------------------------------
 
 

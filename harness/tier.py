@@ -57,7 +57,7 @@ class Run:
         """Read a run folder back, every file validated first (``CorruptRunFolder``, one line, otherwise);
         with ``tiers``, the plan's settings by its own tier too (``load_checked_plan``)."""
         plan = load_checked_plan(folder, tiers)
-        check_log(plan, folder)
+        check_run_log(plan, folder, tiers)
         summaries = summarize_trials(folder.trials(), plan.protocol)
         return cls(folder, plan, summaries, load_env(folder), figures_dir)
 
@@ -86,6 +86,12 @@ def load_checked_plan(folder: RunFolder, tiers: TierRegistry | None) -> Plan:
     if problem:
         raise CorruptRunFolder(f"{folder.file(PLAN)}: {problem}")
     return plan
+
+
+def check_run_log(plan: Plan, folder: RunFolder, tiers: TierRegistry | None) -> list[dict[str, Any]]:
+    """The folder's log rows, validated (``check_log``) and, where ``tiers`` knows the plan's tier, the fields its
+    report reads checked by that tier (``Tier.row_problem``)."""
+    return check_log(plan, folder, tiers.reader(plan.tier).row_problem if tiers is not None else None)
 
 
 def gate_refusal(tier: Tier) -> str | None:
@@ -133,6 +139,11 @@ class Tier(Protocol):
         """What is wrong with a plan's recorded settings for this tier (None when a run of it could have them)."""
         ...
 
+    def row_problem(self, row: dict[str, Any]) -> str | None:
+        """What is wrong with a log row's fields this tier's report reads (the row's structure is checked
+        already), as one sentence naming the trial; None when its report can read them."""
+        ...
+
     def tables(self, run: Run) -> dict[str, pd.DataFrame]: ...
 
     def section(self, run: Run) -> str: ...
@@ -157,6 +168,7 @@ class BaseTier:
         make_plan: Callable[[ProtocolOptions, Any, str], Plan] | None = None,
         trial_function: Callable[[Plan], TrialFunction] | None = None,
         settings_problem: Callable[[Plan], str | None] | None = None,
+        row_problem: Callable[[dict[str, Any]], str | None] | None = None,
         tables: Callable[[Run], dict[str, pd.DataFrame]] | None = None,
         section: Callable[[Run], str] | None = None,
         claim: Callable[[Run], str | None] | None = None,
@@ -168,7 +180,7 @@ class BaseTier:
         self.name, self.diagnostic, self.paired = name, diagnostic, paired
         self._make_plan, self._trial_function = make_plan, trial_function
         self._tables, self._section, self._claim, self._caveats = tables, section, claim, caveats
-        self._bounds, self._settings_problem = bounds, settings_problem
+        self._bounds, self._settings_problem, self._row_problem = bounds, settings_problem, row_problem
 
     def make_plan(self, protocol: ProtocolOptions, settings: Any, command: str) -> Plan:
         if self._make_plan is None:
@@ -184,6 +196,9 @@ class BaseTier:
 
     def settings_problem(self, plan: Plan) -> str | None:
         return self._settings_problem(plan) if self._settings_problem else None
+
+    def row_problem(self, row: dict[str, Any]) -> str | None:
+        return self._row_problem(row) if self._row_problem else None
 
     def tables(self, run: Run) -> dict[str, pd.DataFrame]:
         return self._tables(run) if self._tables else {}

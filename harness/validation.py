@@ -14,14 +14,16 @@ import math
 import numbers
 import types
 import typing
-from dataclasses import fields, is_dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
+from harness import telemetry
 from harness.env import ENV_SHAPE
 from harness.errors import InputError
 from harness.options import DEVICE_FORM, MAX_COOLDOWN, MAX_GPUS, MAX_PAIRS, MAX_SEED, MAX_WARMUP
 from harness.placement import is_placement_form
-from harness.protocol import CONCURRENT_ORDERS, ORDERS, Plan, ScheduledTrial
+from harness.protocol import CONCURRENT_ORDERS, FIGURE_LIMIT, ORDERS, Plan, ScheduledTrial
 from harness.tables import ENV, LOG, PLAN, CorruptRunFolder, RunFolder
 
 ROLES = ("baseline", "candidate")
@@ -97,7 +99,9 @@ def settings_problem(settings: dict[str, Any], shape: dict[str, Any]) -> str | N
     return shape_problem(settings, shape, "settings")
 
 
-def check_log(plan: Plan, folder: RunFolder) -> list[dict[str, Any]]:
+def check_log(
+    plan: Plan, folder: RunFolder, tier_row_problem: Callable[[dict[str, Any]], str | None] | None = None
+) -> list[dict[str, Any]]:
     """The log's rows, each checked against the plan's schedule; ``CorruptRunFolder`` names the first bad one."""
     rows = []
     scheduled = {t.index: t for t in plan.schedule}
@@ -105,6 +109,8 @@ def check_log(plan: Plan, folder: RunFolder) -> list[dict[str, Any]]:
     first_line: dict[int, int] = {}
     for number, row in folder.numbered_rows():
         problem = _row_problem(plan, scheduled, by_ratio, row)
+        if problem is None and tier_row_problem is not None:  # what the row's own tier reads of it
+            problem = tier_row_problem(row)
         if problem is None and row["index"] in first_line:  # the protocol never runs a logged trial again
             problem = f"trial {row['index']} is logged twice (first on line {first_line[row['index']]})"
         if problem:
@@ -224,6 +230,29 @@ def _plan_problem(plan: Plan) -> str | None:
             return f"schedule[{i}].phase is '{trial.phase}', not one of {', '.join(PHASES)}"
         if trial.round < 0 or trial.slot < 0:
             return f"schedule[{i}] has a negative round or slot"
+    return _looks_problem(plan, set(cases))
+
+
+# One look of the stopping rule (``--pairs auto``: ``harness.run.StoppingRule``), as a resume and the report
+# read it back: the case and the rounds it looked at, its decision and why, and each claim's.
+LOOK_SHAPE = {"case": str, "rounds": int, "stop": bool, "reason": str, "claims": dict[str, Any]}
+
+
+def _looks_problem(plan: Plan, cases: set[str]) -> str | None:
+    """What is wrong with the plan's looks, or None: each with every field of its type, of a case of the plan
+    and a number of rounds a run can have."""
+    for i, look in enumerate(plan.looks):
+        where = f"looks[{i}]"
+        missing = [key for key in LOOK_SHAPE if key not in look]
+        if missing:
+            return f"{where} has no {', '.join(missing)} (what each look of the stopping rule records)"
+        problem = shape_problem(look, LOOK_SHAPE, where)
+        if problem:
+            return problem
+        if look["case"] not in cases:
+            return f"{where}.case is {_show(look['case'])}, which the plan does not have"
+        if not 0 <= look["rounds"] <= MAX_PAIRS:
+            return f"{where}.rounds is {look['rounds']}, not a number of pairs from 0 to {MAX_PAIRS}"
     return None
 
 
@@ -248,22 +277,79 @@ def _row_problem(
     return _status_problem(index, row, trial.case in by_ratio)
 
 
-# A figure beyond these is no measurement (the ratio of two stays far inside floating point's range).
-FIGURE_LIMIT = 1e30
 # The longest a trial can have taken, in seconds: about 115 days.
 TRIAL_SECONDS_LIMIT = 1e7
-# No machine's one-minute load average or logical core count comes near a million.
+# No machine's one-minute load average or logical core count comes near a million (nor a clock in MHz, a GPU's
+# temperature in °C or its power in W).
 MACHINE_COUNT_LIMIT = 1e6
-# Row fields the statistics, flags and plans read as numbers (null where unrecorded), each with the range it
-# can hold: a share of the CPU time is a fraction, a load or a core count is no more than any machine has.
-NUMERIC_ROW_FIELDS = {
-    "trial_seconds": (0.0, TRIAL_SECONDS_LIMIT),
+# A process's CPU seconds over one trial: every core of the largest machine, the longest trial through.
+CPU_SECONDS_LIMIT = MACHINE_COUNT_LIMIT * TRIAL_SECONDS_LIMIT
+# Counters and bit masks are unsigned 64-bit integers where they are read (NVML, getrusage).
+UINT64_MAX = 2**64 - 1
+
+
+@dataclass(frozen=True)
+class RowField:
+    """A row field a report reads: of ``kind`` (float: a finite number; int: a whole number; str; bool; list: a
+    list of numbers, null entries among them), each number from ``low`` to ``high``; null where unrecorded, unless ``needed`` by an
+    'ok' row (a figure its tier's report reads from every finished trial)."""
+
+    kind: type = float
+    low: float = -FIGURE_LIMIT
+    high: float = FIGURE_LIMIT
+    needed: bool = False
+
+
+SECONDS = RowField(float, 0.0, TRIAL_SECONDS_LIMIT)
+BYTES = RowField(float, 0.0, FIGURE_LIMIT)
+TEXT = RowField(str)
+FLAG = RowField(bool)
+# A time a tier's figures are compared by (a ratio of two): positive, as a compared ``value`` must be.
+POSITIVE_SECONDS = RowField(float, 1 / FIGURE_LIMIT, TRIAL_SECONDS_LIMIT)
+
+# The range of each telemetry field (``harness.telemetry``: its type is the module's own, ``field_type``); a
+# GPU's fields by their name after ``gpu<i>_``. A share of the CPU time is a fraction, a load or a core count
+# is no more than any machine has, a mask or a counter is an unsigned 64-bit integer.
+TELEMETRY_RANGES: dict[str, tuple[float, float]] = {
     "telemetry_seconds": (0.0, TRIAL_SECONDS_LIMIT),
+    "cpu_logical": (1.0, MACHINE_COUNT_LIMIT),
     "cpu_busy_share": (0.0, 1.0),
     "cpu_iowait_share": (0.0, 1.0),
     "cpu_steal_share": (0.0, 1.0),
     "load1_start": (0.0, MACHINE_COUNT_LIMIT),
-    "cpu_logical": (1.0, MACHINE_COUNT_LIMIT),
+    "cpu_mhz_start": (0.0, MACHINE_COUNT_LIMIT),
+    "cpu_mhz_end": (0.0, MACHINE_COUNT_LIMIT),
+    "worker_user_s": (0.0, CPU_SECONDS_LIMIT),
+    "worker_system_s": (0.0, CPU_SECONDS_LIMIT),
+    "worker_children_user_s": (0.0, CPU_SECONDS_LIMIT),
+    "worker_children_system_s": (0.0, CPU_SECONDS_LIMIT),
+    "worker_voluntary_switches": (0, UINT64_MAX),
+    "worker_involuntary_switches": (0, UINT64_MAX),
+    "gpu_count": (0, MACHINE_COUNT_LIMIT),
+    **{
+        f"{name}_{end}": limits
+        for end in ("start", "end")
+        for name, limits in (
+            ("sm_clock_mhz", (0.0, MACHINE_COUNT_LIMIT)),
+            ("mem_clock_mhz", (0.0, MACHINE_COUNT_LIMIT)),
+            ("temperature_c", (-273.15, MACHINE_COUNT_LIMIT)),
+            ("power_w", (0.0, MACHINE_COUNT_LIMIT)),
+            ("throttle_mask", (0, UINT64_MAX)),
+        )
+    },
+    "power_violation_s": (0.0, TRIAL_SECONDS_LIMIT),
+    "thermal_violation_s": (0.0, TRIAL_SECONDS_LIMIT),
+    "energy_j": (0.0, FIGURE_LIMIT),
+}
+# Row fields the harness's statistics, flags and report read, besides telemetry: the trial's duration, the
+# allocator's peaks, and what an out-of-memory failure reported (``harness.timing.TrialFailure``).
+ROW_FIELDS: dict[str, RowField] = {
+    "trial_seconds": SECONDS,
+    "message": TEXT,
+    "warmup_reason": TEXT,
+    "peak_allocated": BYTES,
+    "peak_reserved": BYTES,
+    **{f"oom_{name}": BYTES for name in ("requested", "total", "free", "allocated", "reserved", "budget")},
 }
 
 
@@ -301,22 +387,94 @@ def _status_problem(index: int, row: dict[str, Any], by_ratio: bool) -> str | No
 
 
 def _fields_problem(index: int, row: dict[str, Any]) -> str | None:
-    """The timing and telemetry fields a report reads: a start time, and numbers in range, or null."""
+    """The timing and telemetry fields a report reads: a start time with its zone, and every other field of its
+    type and in its range (``ROW_FIELDS``, ``TELEMETRY_RANGES``), or null."""
     started = row.get("started")
-    if started is not None:
-        try:
-            _dt.datetime.fromisoformat(started if isinstance(started, str) else "")
-        except ValueError:
-            return f"trial {index}'s started is {_show(started)}, not an ISO 8601 time or null"
-    for key, (low, high) in NUMERIC_ROW_FIELDS.items():
-        if row.get(key) is None:
-            continue
-        number = _number(row[key])
-        if number is None or not low <= number <= high:
-            return (
-                f"trial {index}'s {key} is {_show(row[key])}, not a number from {low:g} to {high:g} or null"
-            )
+    if started is not None and _start(started) is None:
+        return (
+            f"trial {index}'s started is {_show(started)}, not an ISO 8601 time with a time zone from "
+            f"{FIRST_YEAR} to {LAST_YEAR} (e.g. 2026-12-02T02:01:27.000+00:00) or null"
+        )
+    for key, value in row.items():
+        rule = ROW_FIELDS.get(key) or _telemetry_rule(key)
+        problem = _field_problem(key, value, rule) if rule is not None else None
+        if problem:
+            return f"trial {index}'s {problem}"
     return None
+
+
+def row_fields_problem(row: dict[str, Any], row_fields: dict[str, RowField]) -> str | None:
+    """What is wrong with the fields a tier's report reads of a (structurally valid) row, or None: each of its
+    type and range (``RowField``), or null where a finished trial need not have it. A tier's ``row_problem``."""
+    index = row["index"]
+    for key, rule in row_fields.items():
+        if row.get(key) is None:
+            if rule.needed and row.get("status") == "ok":
+                return f"trial {index} is 'ok' with no {key} (its tier's report reads it of every finished trial)"
+            continue
+        problem = _field_problem(key, row[key], rule)
+        if problem:
+            return f"trial {index}'s {problem}"
+    return None
+
+
+# A trial's start: after the first computers, and early enough that its end (a start plus a trial's longest
+# duration) is still a date.
+FIRST_YEAR, LAST_YEAR = 1970, 9998
+
+
+def _start(value: Any) -> _dt.datetime | None:
+    """``value`` as a start time (ISO 8601 text with a time zone, from ``FIRST_YEAR`` to ``LAST_YEAR``), else
+    None: a time without a zone cannot be compared with one that has it."""
+    try:
+        time = _dt.datetime.fromisoformat(value if isinstance(value, str) else "")
+    except ValueError:
+        return None
+    if time.tzinfo is None or time.utcoffset() is None or not FIRST_YEAR <= time.year <= LAST_YEAR:
+        return None
+    return time
+
+
+def _telemetry_rule(key: str) -> RowField | None:
+    """The rule of a telemetry field (``harness.telemetry.field_type``), None for a key that is not one."""
+    kind = telemetry.field_type(key)
+    if kind is None:
+        return None
+    if kind is not int and kind is not float:
+        return RowField(kind)
+    name = key.split("_", 1)[1] if key.startswith("gpu") and key[3:4].isdigit() else key
+    low, high = TELEMETRY_RANGES.get(name, (-FIGURE_LIMIT, FIGURE_LIMIT))
+    return RowField(kind, low, high)
+
+
+def _field_problem(key: str, value: Any, rule: RowField) -> str | None:
+    """What is wrong with a row field's ``value`` under ``rule`` ("KEY is VALUE, not WHAT IS ACCEPTED"), or None;
+    null passes (whether a field is needed is its tier's check)."""
+    if value is None:
+        return None
+    if rule.kind is str:
+        return None if isinstance(value, str) else f"{key} is {_show(value)}, not text or null"
+    if rule.kind is bool:
+        return None if isinstance(value, bool) else f"{key} is {_show(value)}, not true, false or null"
+    whole = rule.kind is int
+    accepted = (
+        f"{'a list of numbers' if rule.kind is list else 'a whole number' if whole else 'a number'} from "
+        f"{_bound(rule.low)} to {_bound(rule.high)}" + ("" if rule.needed else " or null")
+    )
+    if rule.kind is list and not isinstance(value, list):
+        return f"{key} is {_show(value)}, not {accepted}"
+    for item in value if rule.kind is list else [value]:
+        if item is None and rule.kind is list:  # one entry unrecorded (a rank that did not say)
+            continue
+        number = _number(item)
+        exact = item if _whole(item) else number  # an integer compared exactly: 2⁶⁴ is no 64-bit mask
+        if number is None or (whole and not _whole(item)) or not rule.low <= exact <= rule.high:
+            return f"{key} is {_show(value)}, not {accepted}"
+    return None
+
+
+def _bound(limit: float) -> str:
+    return "2⁶⁴−1" if limit == UINT64_MAX else f"{limit:g}"
 
 
 def _whole(value: Any) -> bool:

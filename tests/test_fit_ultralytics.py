@@ -263,3 +263,21 @@ def test_the_data_sets_side_effects_are_made_once_before_the_first_trial(tmp_pat
     npy = list(data.rglob("*.npy"))
     assert len(npy) == (12 if cache == "disk" else 0)  # an image cache in RAM lives in each fit's own process
     assert "made once before the first trial, untimed" in plan.timed_region
+
+
+@pytest.mark.ultralytics
+@pytest.mark.skipif(not HAS_ULTRALYTICS, reason=NO_EXTRA)
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [("backbone: [\n", "not YAML"), ("- 1\n- 2\n", "backbone and head"), ("nc: 80\n", "backbone and head")],
+)
+def test_a_model_yaml_that_is_no_model_is_one_line(tmp_path: Path, capsys, text: str, says: str) -> None:
+    """A --model file that exists but is no model (not YAML, or no backbone and head) started a run whose every
+    fit failed: refused before the run, in one line naming the file."""
+    model = tmp_path / "bad.yaml"
+    model.write_text(text)
+    out = tmp_path / "runs"
+    assert main(["pair", "--workload", "ultralytics", "--model", str(model), "--out", str(out)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and str(model) in error and says in error, error
+    assert not out.exists()

@@ -11,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from experiments.fit.plan import FitSettings, make_plan, recorded_settings_problem, trial_function
+from experiments.fit.plan import (
+    FitSettings,
+    make_plan,
+    recorded_row_problem,
+    recorded_settings_problem,
+    trial_function,
+)
 from harness.protocol import Plan, ProtocolOptions
 from harness.tier import BaseTier, Caveat, Run
 
@@ -52,6 +58,7 @@ HOOKS = {
     "make_plan": _make_plan,
     "trial_function": trial_function,
     "settings_problem": recorded_settings_problem,
+    "row_problem": recorded_row_problem,
     "tables": _tables,
     "section": _section,
     "claim": _claim,

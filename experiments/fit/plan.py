@@ -28,11 +28,23 @@ from pathlib import Path
 from typing import Any
 
 from experiments.arms import arm_code, checked_optimizer
+from experiments.fit.stages import STAGES, stage_column
 from harness.formatting import format_bytes
 from harness.isolation import RANK_ENVIRONMENT, WorkerDied, WorkerError, run_in_ranks, run_in_worker
 from harness.options import InputError, check_choice, check_non_negative, check_positive
 from harness.protocol import Case, Plan, ProtocolOptions, TrialContext, TrialFunction
-from harness.validation import settings_problem
+from harness.validation import (
+    BYTES,
+    POSITIVE_SECONDS,
+    SECONDS,
+    TEXT,
+    TRIAL_SECONDS_LIMIT,
+    UINT64_MAX,
+    RowField,
+    row_fields_problem,
+    settings_problem,
+    shape_problem,
+)
 
 WORKLOADS = ("auto", "ultralytics", "embedded")
 AMP_CHOICES = ("auto", "bf16", "fp16", "fp32")
@@ -172,7 +184,25 @@ def check_model(model: str) -> str:
         raise InputError(
             f"--model '{model}': no such file, and ultralytics ships no such model yaml (e.g. yolo26n.yaml)"
         )
+    if Path(model).is_file():
+        check_model_file(Path(model))
     return model
+
+
+def check_model_file(path: Path) -> None:
+    """A model yaml of one's own is YAML with a backbone and a head (what ultralytics builds a model from):
+    anything else would start a run whose every fit fails."""
+    import yaml  # the real trainer's dependency
+
+    try:
+        text = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
+        raise InputError(f"--model '{path}' is not YAML it can read ({reason}); give a model yaml") from None
+    if not isinstance(text, dict) or not {"backbone", "head"} <= set(text):
+        raise InputError(
+            f"--model '{path}' names no backbone and head, so it is no model yaml (e.g. yolo26n.yaml)"
+        )
 
 
 def _divisors_around(count: int, value: int) -> tuple[int | None, int | None]:
@@ -445,11 +475,26 @@ RECORDED_SHAPE = {
 }
 
 
+# What a fit's plan records beside them where it has them (older plans lack some; the first format named two
+# otherwise): each of its type, as ``FitSettings`` reads it back for a resume and the report.
+OPTIONAL_SHAPE = {
+    "data": str | None,
+    "data_cache": str,
+    "data_root": str,
+    "trial_timeout": int,
+    "trial_timeout_s": int,
+    "keep_checkpoints": bool,
+    "torchrun": str,
+}
+
+
 def recorded_settings_problem(plan: Plan) -> str | None:
     """What is wrong with a fit plan's recorded settings (an edited plan.json), or None: a field missing or of
     another type, ``stages`` that disagrees with the tier's name, or a value the options' own checks refuse.
     The machine's part of the checks (the model file, the trainer's import, the devices) is a resume's."""
-    problem = settings_problem(plan.settings, RECORDED_SHAPE)
+    problem = settings_problem(plan.settings, RECORDED_SHAPE) or shape_problem(
+        plan.settings, OPTIONAL_SHAPE, "settings"
+    )
     if problem:
         return problem
     s = FitSettings.from_dict(plan.settings)
@@ -468,6 +513,39 @@ def recorded_settings_problem(plan: Plan) -> str | None:
     except InputError as exc:
         return f"settings: {exc}"
     return None
+
+
+# What a fit's report reads of its rows (the fit's and its stages' figures, the ranks' sharing), each of its
+# type and in its range where present. The steady-state figure is compared by ratio, as the fit's time is:
+# positive.
+ROW_FIELDS = {
+    "steady_s": POSITIVE_SECONDS,
+    **{stage_column(stage): SECONDS for stage in STAGES},
+    "stage_unattributed_s": RowField(float, -TRIAL_SECONDS_LIMIT, TRIAL_SECONDS_LIMIT),  # a difference
+    **{
+        key: SECONDS
+        for key in (
+            "stage_optimizer_first_s",
+            "stage_optimizer_step_median_s",
+            "iteration_sync_median_s",
+            "iteration_host_median_s",
+        )
+    },
+    **{key: BYTES for key in ("peak_allocated_sum", "optimizer_plan_bytes", "checkpoint_bytes")},
+    **{key: RowField(float) for key in ("train_loss", "val_map50_95", "val_map50", "val_accuracy")},
+    **{key: TEXT for key in ("optimizer_class", "optimizer_graphs", "sharing_note")},
+    **{
+        key: RowField(int, 0, UINT64_MAX)
+        for key in ("iterations", "sharing_world", "sharing_matrices_here", "sharing_matrices")
+    },
+    "rank_matrices_here": RowField(list, 0, UINT64_MAX),  # per rank, null where a rank did not say
+    "amp_used": RowField(bool),
+}
+
+
+def recorded_row_problem(row: dict[str, Any]) -> str | None:
+    """What is wrong with the fields a fit's report reads of a log row (``ROW_FIELDS``), or None."""
+    return row_fields_problem(row, ROW_FIELDS)
 
 
 def _isolation_text(protocol: ProtocolOptions, workload: str) -> str:

@@ -19,7 +19,7 @@ from harness.formatting import format_bytes
 from harness.options import InputError, check_choice, check_positive, split_list
 from harness.protocol import Case, Plan, ProtocolOptions
 from harness.timing import parse_bytes
-from harness.validation import settings_problem
+from harness.validation import settings_problem, shape_problem
 
 HEADS = ("lm", "detect")
 DETECT_VARIANTS = ("native",)
@@ -187,6 +187,48 @@ def recorded_settings_problem(plan: Plan) -> str | None:
         check_learner_ms(s["learner_ms"])
     except InputError as exc:
         return f"settings: {exc}"
+    return _cases_problem(plan)
+
+
+# What each case of a probe records of its head's sizes (``lm_cases``, ``detect_cases``); ``chunk`` only where
+# the variant is ``chunked``.
+CASE_SHAPE = {
+    "lm": {"head": str, "variant": str, "tokens": int, "vocab": int, "dim": int, "cap": float},
+    "detect": {"head": str, "variant": str, "scale": str, "imgsz": int, "batch": int},
+}
+
+
+def _cases_problem(plan: Plan) -> str | None:
+    """What is wrong with a probe plan's cases (the sizes its report reads), or None: each case's params of
+    their types, within the options' own checks, and the very case ``lm_cases``/``detect_cases`` make of them,
+    one per recorded variant (an lm probe's in their order)."""
+    head, variants = plan.settings["head"], plan.settings["variants"]
+    shape = CASE_SHAPE[head]
+    for i, case in enumerate(plan.cases):
+        where, params = f"cases[{i}].params", case.params
+        missing = [key for key in shape if key not in params]
+        if missing:
+            return f"{where} has no {', '.join(missing)} (what a case of the {head} head records)"
+        problem = shape_problem(params, {**shape, "chunk": int}, where)
+        if problem:
+            return problem
+        try:
+            if head == "lm":
+                sizes = (params["tokens"], params["vocab"], params["dim"], params["cap"])
+                spec = lm_cases([params["variant"]], *sizes, params.get("chunk", ProbeSettings.chunk))[0]
+            else:
+                sizes = (params["imgsz"], params["batch"])
+                spec = detect_cases([params["variant"]], [params["scale"]], *sizes)[0]
+        except InputError as exc:
+            return f"{where}: {exc}"
+        label = spec.pop("label")
+        if (case.label, params) != (label, spec):
+            return f"cases[{i}] ('{case.label}') is not the case its params make (one labelled '{label}')"
+    recorded = [case.params["variant"] for case in plan.cases]
+    if (recorded if head == "lm" else sorted(set(recorded))) != (
+        variants if head == "lm" else sorted(variants)
+    ):
+        return f"the cases' variants are {recorded}, but settings.variants is {variants}"
     return None
 
 

@@ -157,6 +157,36 @@ def recorded_settings_problem(plan: Plan) -> str | None:
     cases = [case.label for case in plan.cases]
     if s["scales"] != cases:
         return f"settings.scales is {s['scales']}, but the plan's cases are {cases} (one case per scale)"
+    return _arms_problem(plan)
+
+
+def _arms_problem(plan: Plan) -> str | None:
+    """What is wrong with what a screen's plan records of its arms' classes (the specs, which have a guard and
+    its default), or None: the specs are the run's arms', each guarded one has its default guard, and the cases
+    are the ones ``build_cases`` makes of them (the report reads each case's arms by these)."""
+    s, given = plan.settings, {}
+    for arm in plan.protocol.arms:  # a plan of the first format lists each guard's arm: one per spec
+        given.setdefault(arm.spec, arm)
+    specs = list(given)
+    if s["arm_specs"] != specs:
+        return f"settings.arm_specs is {s['arm_specs']}, but the run's arms are {specs}"
+    guarded = s["guarded_specs"]
+    if guarded != sorted(set(guarded) & set(specs)):
+        return f"settings.guarded_specs is {guarded}, not the run's arms' specs {specs}, each once and sorted"
+    if sorted(s["default_guards"]) != guarded:
+        return f"settings.default_guards names {sorted(s['default_guards'])}, not the guarded specs {guarded}"
+    for spec, guard in s["default_guards"].items():
+        try:
+            parse_guard(guard)
+        except InputError:
+            return (
+                f"settings.default_guards['{spec}'] is {guard!r}, not a guard (a whole number ≥ 0 or 'none')"
+            )
+    guards = [parse_guard(g) for g in s["guards"]]
+    expected = build_cases(s["scales"], guards, tuple(given.values()), set(guarded))
+    for i, (case, built) in enumerate(zip(plan.cases, expected, strict=True)):
+        if case != built:
+            return f"cases[{i}] ('{case.label}') is not the case its scale, guards and arms make"
     return None
 
 
