@@ -618,3 +618,29 @@ def test_conclusions_are_withheld_when_the_guarded_arms_run_the_baselines_code(t
     text = section(start(routed, tmp_path / "routed", trial), tmp_path / "figs-routed")
     assert "Withheld" not in text
     assert "**The data supports guard 256** (`candidate-cpu@g256`)" in text
+
+
+def test_a_screen_with_its_control_reads_back_its_own_plan(tmp_path: Path) -> None:
+    """``--control`` records the first arm's spec twice in ``arm_specs``: the plan's check called that plan
+    corrupt after its trials ran, so no report or resume could read the folder."""
+    out = tmp_path / "runs"
+    argv = [
+        "screen",
+        "--device",
+        "cpu",
+        "--scales",
+        "n",
+        "--guards",
+        "0",
+        "--steps",
+        "1",
+        "--warmup-steps",
+        "0",
+    ]
+    assert (
+        main([*argv, "--warmup", "0", "--pairs", "1", "--arms", "baseline", "--control", "--out", str(out)])
+        == 0
+    )
+    (folder,) = list(out.iterdir())
+    assert (folder / "report.md").is_file()
+    assert main(["report", str(folder), "-o", str(tmp_path / "again.md")]) == 0

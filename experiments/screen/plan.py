@@ -165,9 +165,16 @@ def _arms_problem(plan: Plan) -> str | None:
     its default), or None: the specs are the run's arms', each guarded one has its default guard, and the cases
     are the ones ``build_cases`` makes of them (the report reads each case's arms by these)."""
     s, given = plan.settings, {}
-    for arm in plan.protocol.arms:  # a plan of the first format lists each guard's arm: one per spec
+    for arm in plan.protocol.arms:
         given.setdefault(arm.spec, arm)
-    specs = list(given)
+    # One spec per arm (an A/A arm repeats the first's); a plan of the first format listed each guard's arm in
+    # the protocol and each spec once here.
+    arms = (
+        plan.protocol.arms
+        if s["arm_specs"] == [a.spec for a in plan.protocol.arms]
+        else tuple(given.values())
+    )
+    specs = [a.spec for a in arms]
     if s["arm_specs"] != specs:
         return f"settings.arm_specs is {s['arm_specs']}, but the run's arms are {specs}"
     guarded = s["guarded_specs"]
@@ -183,7 +190,7 @@ def _arms_problem(plan: Plan) -> str | None:
                 f"settings.default_guards['{spec}'] is {guard!r}, not a guard (a whole number ≥ 0 or 'none')"
             )
     guards = [parse_guard(g) for g in s["guards"]]
-    expected = build_cases(s["scales"], guards, tuple(given.values()), set(guarded))
+    expected = build_cases(s["scales"], guards, arms, set(guarded))
     for i, (case, built) in enumerate(zip(plan.cases, expected, strict=True)):
         if case != built:
             return f"cases[{i}] ('{case.label}') is not the case its scale, guards and arms make"
