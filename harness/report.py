@@ -1674,11 +1674,9 @@ def write_report(
     staging = path.parent / f"{path.stem}-figures.partial"
     runs = _load(folders, path, tiers or TierRegistry(), staging)
     for run in runs:  # a file where the figures go is refused before anything is drawn
-        check_can_write(
-            path.parent / run.figures_dir.name,
-            "the report's figures folder",
-            "move it, or name the report otherwise with -o",
-        )
+        final = path.parent / run.figures_dir.name
+        check_can_write(final, "the report's figures folder", "move it, or name the report otherwise with -o")
+        _check_only_figures(final)
     shutil.rmtree(staging, ignore_errors=True)  # left by a report killed outright
     try:
         for folder in [path.parent, *(run.figures_dir for run in runs)]:
@@ -1692,6 +1690,19 @@ def write_report(
         return write_atomic(path, markdown)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _check_only_figures(folder: Path) -> None:
+    """A figures folder the report will replace whole holds nothing but a report's PNGs: ``InputError``
+    otherwise (a run folder, or a folder holding one, that the name lands on is never replaced)."""
+    if not folder.is_dir():
+        return
+    other = next((p for p in folder.iterdir() if not (p.is_file() and p.suffix == ".png")), None)
+    if other is not None:
+        raise InputError(
+            f"the report's figures folder '{folder}' holds '{other.name}', not only a report's figures, and a "
+            "report replaces that folder whole; move it, or name the report otherwise with -o"
+        )
 
 
 def _put_in_place(drawn: Path, final: Path, staging: Path) -> None:

@@ -1207,6 +1207,22 @@ def test_an_interrupted_report_leaves_no_figures_half_drawn(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
+@pytest.mark.parametrize("where", ["the run folder itself", "a folder holding the run folder"])
+def test_a_report_whose_figures_folder_holds_more_than_figures_is_refused(
+    finished_run: RunFolder, tmp_path: Path, capsys, where: str
+) -> None:
+    """``bench report a-figures -o a.md``: the figures folder's name landed on the run folder (or a folder
+    holding it), which the report then replaced whole, deleting the run's log. A figures folder holding
+    anything but a report's PNGs is refused in one line, and nothing is touched."""
+    if where == "the run folder itself":
+        folder = _copy(finished_run, tmp_path / "a-figures")
+    else:
+        folder = _copy(finished_run, tmp_path / "a-figures" / "run1")
+    before = _files(tmp_path)
+    _refused_in_one_line(["report", str(folder.path), "-o", str(tmp_path / "a.md")], capsys, "a-figures")
+    assert _files(tmp_path) == before
+
+
 def test_a_report_replaces_its_figures_folder_whole(finished_run: RunFolder, tmp_path: Path) -> None:
     """A figure the new report does not draw does not linger beside it from an older one."""
     folder = _copy(finished_run, tmp_path / "run")
