@@ -74,8 +74,11 @@ def resolve_optimizer(spec: str) -> type[torch.optim.Optimizer]:
         raise ArmError(f"unknown arm {spec!r}: use one of {', '.join(ARM_NAMES)} or package.module:Class")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ArmError(f"arm {spec!r}: cannot import module {module_name!r} ({error})") from None
+    except (Exception, SystemExit) as error:  # noqa: BLE001 - any failure to import is the spec's: one line
+        why = str(error) or type(error).__name__
+        raise ArmError(
+            f"arm {spec!r}: cannot import module {module_name!r} ({type(error).__name__}: {why})"
+        ) from None
     optimizer_class = module
     for attribute in class_name.split("."):
         optimizer_class = getattr(optimizer_class, attribute, None)

@@ -75,6 +75,26 @@ def test_bad_specs_raise_arm_errors(spec: str, message: str) -> None:
     assert issubclass(ArmError, ValueError)
 
 
+@pytest.mark.parametrize(
+    ("source", "spec"),
+    [
+        (None, ".relative:Opt"),
+        ("raise RuntimeError('broken at import')\n", "arm_breaks_at_import:Opt"),
+        ("def (:\n", "arm_has_a_syntax_error:Opt"),
+        ("import sys\nsys.exit(3)\n", "arm_exits_at_import:Opt"),
+    ],
+)
+def test_a_module_that_cannot_be_imported_is_an_arm_error(tmp_path, monkeypatch, source, spec: str) -> None:
+    """A relative module path raised a TypeError, and a module raising anything but ImportError while it
+    imports (or exiting) went past the one-line refusal: each is an ArmError naming the module."""
+    module = spec.partition(":")[0]
+    if source is not None:
+        (tmp_path / f"{module}.py").write_text(source)
+        monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ArmError, match=f"cannot import module '{re.escape(module)}'"):
+        resolve_optimizer(spec)
+
+
 @pytest.mark.parametrize("spec", ["baseline", "candidate", "candidate-cpu"])
 def test_make_optimizer_builds_over_workload_groups(spec: str) -> None:
     groups, kwargs = build_param_groups("n")
