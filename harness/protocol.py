@@ -29,7 +29,7 @@ import torch
 from harness import telemetry
 from harness.errors import InputError, is_disk_full
 from harness.placement import Placement, split_placement
-from harness.tables import RunFolder, RunFolderWriteError
+from harness.tables import RunFolder, RunFolderWriteError, encode_row
 from harness.timing import TrialFailure
 
 ORDERS = ("alternate", "abba", "random", "duet")
@@ -510,6 +510,13 @@ def run_trial(
             raise ValueError("trial function returned no 'value'")
         check_figure_names(figures, row)
         check_value(figures["value"], plan.compared_by_ratio(case.label))
+        try:
+            encode_row(figures)
+        except (
+            TypeError,
+            ValueError,
+        ) as exc:  # the row could not be logged: the trial's failure, not the run's
+            raise UnusableValue(f"the trial returned a figure the log cannot hold ({exc})") from None
     except (KeyboardInterrupt, SystemExit):
         raise
     except UnusableValue as exc:

@@ -50,6 +50,12 @@ class RunFolderWriteError(RunFolderError):
     """A write into the run folder failed (disk full, read-only, …); the folder is as it was before it."""
 
 
+def encode_row(row: dict[str, Any]) -> bytes:
+    """One log line: the row as JSON (non-finite numbers as null), ``TypeError``/``ValueError`` for a value JSON
+    cannot hold."""
+    return (json.dumps({k: _clean(v) for k, v in row.items()}, default=_json_default) + "\n").encode()
+
+
 def _json_default(value: Any) -> Any:
     if hasattr(value, "item"):
         return value.item()
@@ -246,7 +252,7 @@ class RunFolder:
         A torn last line (a process killed while writing its row, whose trial therefore runs again) is cut off
         first, so the log holds whole rows only. A failed write is taken back (the log is truncated to what it
         was) and raises ``RunFolderWriteError``: the trial has no row and a resume runs it again."""
-        line = (json.dumps({k: _clean(v) for k, v in row.items()}, default=_json_default) + "\n").encode()
+        line = encode_row(row)
         path = self.file(LOG)
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -99,6 +99,7 @@ def test_compare_refuses_a_warmup_that_is_neither_a_count_nor_auto(tmp_path: Pat
         ({"value": 1.0, "arm": "base"}, "arm"),
         ({"value": 1e-40}, "1e-40"),
         ({"value": 1e31}, "1e+31"),
+        ({"value": 1.0, "x": object()}, "the log cannot hold"),
     ],
 )
 def test_a_function_returning_what_the_log_cannot_hold_is_a_failed_trial(
