@@ -15,6 +15,8 @@ other figures) to report its own. ``Runner`` carries runs of any registered ``Ti
 
 from __future__ import annotations
 
+import inspect
+import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +28,7 @@ from harness.options import (
     MAX_COOLDOWN,
     MAX_PAIRS,
     MAX_SEED,
+    InputError,
     check_bar,
     check_choice,
     check_device,
@@ -35,8 +38,10 @@ from harness.options import (
 )
 from harness.protocol import ORDERS, Arm, Case, Plan, ProtocolOptions, TrialContext, TrialFunction
 from harness.run import Runner, RunOptions
+from harness.tables import RunFolder
 from harness.tier import BaseTier, Run, TierRegistry
 from harness.timing import SyncTimer
+from harness.validation import load_plan
 
 __all__ = ["FunctionTier", "Result", "RunOptions", "Runner", "compare"]
 
@@ -108,6 +113,36 @@ class Result:
         return "\n".join(lines)
 
 
+# compare's options that shape a run: a resume keeps the run's, so none may be given with it.
+RUN_OPTIONS = (
+    "warmup",
+    "pairs",
+    "order",
+    "seed",
+    "bar",
+    "control",
+    "device",
+    "cooldown",
+    "name",
+    "metric",
+    "unit",
+    "out",
+)
+
+
+def _check_resume(resume: str | Path, labels: list[str], given: dict[str, Any]) -> None:
+    """``InputError`` unless a resume is given the run's own functions and no option of its own (a resume
+    keeps the run's): other functions would log every trial left as a failure, used up for good."""
+    plan = load_plan(RunFolder.open(resume))
+    started = list(dict.fromkeys(arm.spec for arm in plan.protocol.arms))
+    if labels != started:
+        raise InputError(
+            f"resume needs the functions the run started with: {', '.join(started)} (in that order)"
+        )
+    if given:
+        raise InputError(f"resume keeps the run's options; drop {', '.join(f'{k}=' for k in given)}")
+
+
 def compare(
     functions: Mapping[str, Callable[[], Any]],
     *,
@@ -135,13 +170,29 @@ def compare(
     tier = FunctionTier(functions)
     tiers = TierRegistry([tier])
     runner = Runner(tiers, RunOptions(out=Path(out), quiet=quiet, report=report))
-    if resume is not None:
-        return Result(runner.resume(resume), tiers)
     labels = list(functions)
+    if resume is not None:
+        given = {
+            name: value
+            for name, value in locals().items()
+            if name in RUN_OPTIONS and value != inspect.signature(compare).parameters[name].default
+        }
+        _check_resume(resume, labels, given)
+        return Result(runner.resume(resume), tiers)
     if not labels or (len(labels) < 2 and not control):
         raise ValueError(
             "compare needs two or more functions (the first is the baseline), or one with control=True"
         )
+    if control and len(labels) > 1:
+        raise InputError(
+            "control=True runs the first function against itself (an A/A run); give it one function, or "
+            "compare several without control"
+        )
+    for name, value in (("pairs", pairs), ("seed", seed)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InputError(f"{name} {value!r} is not a whole number")
+    if bar is not None and (isinstance(bar, bool) or not isinstance(bar, numbers.Real)):
+        raise InputError(f"bar {bar!r} is not a number (a percentage, e.g. 5)")
     if control:
         arms = (Arm(labels[0], "baseline", labels[0]), Arm(f"{labels[0]}-control", "candidate", labels[0]))
     else:

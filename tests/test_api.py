@@ -3,6 +3,7 @@ statistics, run folder and report, resumable with the same functions."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -117,3 +118,41 @@ def test_a_function_returning_what_the_log_cannot_hold_is_a_failed_trial(
     assert [r["status"] for r in failed] == ["error", "error"]
     assert all(says in r["message"] for r in failed), failed
     assert result.report().is_file()
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ({"control": True}, "control=True runs the first function against itself"),
+        ({"pairs": 2.5}, "pairs 2.5 is not a whole number"),
+        ({"pairs": True}, "pairs True is not a whole number"),
+        ({"seed": 1.5}, "seed 1.5 is not a whole number"),
+        ({"bar": True}, "bar True is not a number"),
+        ({"bar": "5"}, "bar '5' is not a number"),
+    ],
+)
+def test_compare_refuses_what_it_would_drop_or_misread_before_any_trial(tmp_path: Path, given, says) -> None:
+    """control=True beside a second function ran only the first against itself (the second silently dropped);
+    a pairs of 2.5 or a bar of True ran every trial and then called the plan corrupt; a seed of 1.5 became 1."""
+    with pytest.raises(ValueError, match=re.escape(says)):
+        compare({"slow": slow, "fast": fast}, warmup=0, out=tmp_path, **{"pairs": 2, **given})
+    assert not list(tmp_path.iterdir())
+
+
+def test_compare_resume_refuses_other_functions_or_options(tmp_path: Path) -> None:
+    """A resume with other functions logged every trial left as a KeyError (used up for good), and options
+    given with it (pairs, bar, out) were ignored: each is refused before anything runs."""
+    first = compare({"slow": slow, "fast": fast}, pairs=2, warmup=0, out=tmp_path)
+    log = first.run.folder.file("trials.jsonl")
+    log.write_text("".join(log.read_text().splitlines(keepends=True)[:2]))
+    rows = log.read_bytes()
+    for functions, options, says in (
+        ({"x": slow, "y": fast}, {}, "the functions the run started with: slow, fast"),
+        ({"slow": slow}, {}, "the functions the run started with: slow, fast"),
+        ({"slow": slow, "fast": fast}, {"pairs": 100}, "pairs"),
+        ({"slow": slow, "fast": fast}, {"bar": 5}, "bar"),
+        ({"slow": slow, "fast": fast}, {"out": "/nonexistent"}, "out"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            compare(functions, resume=first.folder, **options)
+        assert log.read_bytes() == rows
