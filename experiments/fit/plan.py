@@ -566,6 +566,31 @@ def _isolation_text(protocol: ProtocolOptions, workload: str) -> str:
     )
 
 
+def check_launcher_options(text: str, words: list[str]) -> None:
+    """``--torchrun``'s words read by ``torch.distributed.run``'s own parser, placed as the ranks' launch places
+    them: ``InputError`` for a word it does not take (every rank would die at its start, every trial failed)."""
+    import argparse
+    import contextlib
+    import io
+
+    from torch.distributed.run import get_args_parser
+
+    parser = get_args_parser()
+    parser.exit_on_error = False
+    launch = ["--nproc-per-node", "2", *words, "--module", "harness.isolation", "target"]
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            parsed, unknown = parser.parse_known_args(launch)
+    except (argparse.ArgumentError, SystemExit) as exc:
+        unknown, parsed = [str(exc)], None
+    if unknown or parsed is None or parsed.training_script != "harness.isolation":
+        left = " ".join(unknown) or "a script of its own"
+        raise InputError(
+            f"--torchrun '{text}' is not torch.distributed.run's options ({left}); give its rendezvous options, "
+            "e.g. '--nnodes 2 --node-rank 0 --rdzv-backend c10d --rdzv-endpoint HOST:29400 --rdzv-id ID'"
+        )
+
+
 def check_ranks(protocol: ProtocolOptions, settings: FitSettings, workload: str) -> None:
     """A data-parallel fit splits the global batch evenly; the real trainer's DDP launch needs CUDA devices
     and cloudpickle; ``--torchrun`` options are the embedded workload's, with several ranks."""
@@ -576,9 +601,11 @@ def check_ranks(protocol: ProtocolOptions, settings: FitSettings, workload: str)
             "and --workload embedded (Ultralytics' DDP launch runs on one node)"
         )
     try:
-        shlex.split(settings.torchrun)
+        words = shlex.split(settings.torchrun)
     except ValueError as exc:
         raise InputError(f"--torchrun '{settings.torchrun}' is not a command line: {exc}") from None
+    if words:
+        check_launcher_options(settings.torchrun, words)
     if ranks == 1:
         return
     if settings.batch % ranks:
