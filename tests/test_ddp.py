@@ -70,7 +70,10 @@ def test_ranks_on_the_cpu_are_gloo_ranks_of_the_cpu() -> None:
         ),
         (["pair", *TINY, "--torchrun", "--nnodes 2"], "--torchrun passes rendezvous options"),
         (["pair", *TINY, "--gpus", "2", "--torchrun", "'open"], "is not a command line"),
-        (["pair", *TINY, "--gpus", "2", "--torchrun", "--bogus-flag 1"], "not torch.distributed.run's options"),
+        (
+            ["pair", *TINY, "--gpus", "2", "--torchrun", "--bogus-flag 1"],
+            "not torch.distributed.run's options",
+        ),
         (["pair", *TINY, "--gpus", "2", "--torchrun", "rm -rf /"], "not torch.distributed.run's options"),
         (["probe", "--gpus", "2"], "the probe measures one device's memory"),
     ],
