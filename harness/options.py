@@ -56,6 +56,11 @@ def resolve_device(device: str) -> tuple[str, str]:
     return "cpu", "auto: no CUDA device here"
 
 
+def cuda_index(device: str) -> int:
+    """The index a CUDA device name gives (``cuda`` is device 0)."""
+    return int(device.split(":")[1]) if ":" in device else 0
+
+
 def check_device(device: str) -> str:
     """``cpu``, ``cuda`` or ``cuda:N``, and CUDA only where a CUDA device is present."""
     if not DEVICE_FORM.match(device):
@@ -65,7 +70,7 @@ def check_device(device: str) -> str:
             raise InputError(
                 f"--device {device}: no CUDA device is available here (torch {torch.__version__}); use --device cpu"
             )
-        index = int(device.split(":")[1]) if ":" in device else 0
+        index = cuda_index(device)
         if index >= torch.cuda.device_count():
             raise InputError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
     return device
@@ -76,7 +81,7 @@ def check_devices_here(device: str, gpus: int) -> None:
     otherwise, for a resume, which cannot change them."""
     if not device.startswith("cuda"):
         return
-    first = int(device.split(":")[1]) if ":" in device else 0
+    first = cuda_index(device)
     here = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if first + gpus > here:
         ranks = f" with {gpus} ranks" if gpus > 1 else ""
@@ -111,7 +116,7 @@ def check_gpus(gpus: int, device: str, order: str = "alternate") -> int:
     if gpus == 1:
         return gpus
     if device.startswith("cuda"):
-        first = int(device.split(":")[1]) if ":" in device else 0
+        first = cuda_index(device)
         available = torch.cuda.device_count() - first
         if gpus > available:
             raise InputError(

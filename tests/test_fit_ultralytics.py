@@ -269,7 +269,11 @@ def test_the_data_sets_side_effects_are_made_once_before_the_first_trial(tmp_pat
 @pytest.mark.skipif(not HAS_ULTRALYTICS, reason=NO_EXTRA)
 @pytest.mark.parametrize(
     ("text", "says"),
-    [("backbone: [\n", "not YAML"), ("- 1\n- 2\n", "backbone and head"), ("nc: 80\n", "backbone and head")],
+    [
+        ("backbone: [\n", "cannot read it as YAML"),
+        ("- 1\n- 2\n", "'backbone' and 'head'"),
+        ("nc: 80\n", "'backbone' and 'head'"),
+    ],
 )
 def test_a_model_yaml_that_is_no_model_is_one_line(tmp_path: Path, capsys, text: str, says: str) -> None:
     """A --model file that exists but is no model (not YAML, or no backbone and head) started a run whose every

@@ -16,6 +16,7 @@ import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -135,16 +136,23 @@ def count_images(path: Path) -> int:
     return 0
 
 
-def describe_user_set(yaml_path: Path) -> tuple[int, int]:
-    """(train images, val images) of a user's ``data.yaml``; ``ValueError`` with one clear line if unusable."""
+def read_yaml_mapping(path: Path, option: str, keys: tuple[str, str], kind: str) -> dict[str, Any]:
+    """The mapping a user's yaml file (``--data``, ``--model``) holds, with both ``keys``; ``ValueError`` with
+    one clear line naming the option and file otherwise."""
     import yaml
 
     try:
-        data = yaml.safe_load(Path(yaml_path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"--data {yaml_path}: cannot read it as YAML ({type(exc).__name__})") from None
-    if not isinstance(data, dict) or "train" not in data or "val" not in data:
-        raise ValueError(f"--data {yaml_path}: a YOLO data.yaml needs 'train' and 'val' entries")
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ValueError(f"{option} {path}: cannot read it as YAML ({type(exc).__name__})") from None
+    if not isinstance(data, dict) or not set(keys) <= set(data):
+        raise ValueError(f"{option} {path}: {kind} needs '{keys[0]}' and '{keys[1]}' entries")
+    return data
+
+
+def describe_user_set(yaml_path: Path) -> tuple[int, int]:
+    """(train images, val images) of a user's ``data.yaml``; ``ValueError`` with one clear line if unusable."""
+    data = read_yaml_mapping(yaml_path, "--data", ("train", "val"), "a YOLO data.yaml")
     counts = []
     for split in ("train", "val"):
         paths = _split_paths(data, Path(yaml_path).resolve(), split)

@@ -184,25 +184,14 @@ def check_model(model: str) -> str:
         raise InputError(
             f"--model '{model}': no such file, and ultralytics ships no such model yaml (e.g. yolo26n.yaml)"
         )
-    if Path(model).is_file():
-        check_model_file(Path(model))
+    if Path(model).is_file():  # one's own: what ultralytics builds a model from, or every fit would fail
+        from experiments.fit.dataset import read_yaml_mapping
+
+        try:
+            read_yaml_mapping(Path(model), "--model", ("backbone", "head"), "a model yaml")
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
     return model
-
-
-def check_model_file(path: Path) -> None:
-    """A model yaml of one's own is YAML with a backbone and a head (what ultralytics builds a model from):
-    anything else would start a run whose every fit fails."""
-    import yaml  # the real trainer's dependency
-
-    try:
-        text = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        reason = getattr(exc, "strerror", None) or type(exc).__name__
-        raise InputError(f"--model '{path}' is not YAML it can read ({reason}); give a model yaml") from None
-    if not isinstance(text, dict) or not {"backbone", "head"} <= set(text):
-        raise InputError(
-            f"--model '{path}' names no backbone and head, so it is no model yaml (e.g. yolo26n.yaml)"
-        )
 
 
 def _divisors_around(count: int, value: int) -> tuple[int | None, int | None]:
