@@ -50,6 +50,11 @@ from harness.timing import apply_budget, release_budget
 from harness.validation import load_env
 
 CLAIM_FILE = "claim.txt"
+# While a run goes on its tables are rewritten before a unit of the schedule when the log has grown and this
+# long has passed since they were last written: a run killed outright (its machine taken back) leaves tables
+# that hold every finished round up to the last such write. A fit's round takes minutes, so its tables follow
+# every round; a tier of quick trials rewrites them at most this often (a write takes about 0.2 s).
+TABLES_REFRESH_SECONDS = 30.0
 
 
 def machine_load() -> dict[str, float | int | None]:
@@ -223,6 +228,12 @@ class Runner:
                 _placed(plan, placement),
             ):
                 rule = StoppingRule(plan, folder, progress) if plan.protocol.auto else None
+                refresh = TableRefresh(self, folder)
+
+                def before_unit(unit: list[ScheduledTrial]) -> bool:
+                    refresh()
+                    return rule(unit) if rule is not None else False
+
                 run_schedule(
                     plan,
                     trial_fn,
@@ -231,7 +242,7 @@ class Runner:
                     progress.end,
                     deadline=self.deadline,
                     placement=placement,
-                    before_unit=rule,
+                    before_unit=before_unit,
                     warm_after_gaps=self.tiers.reader(plan.tier).paired,
                 )
         except RunFolderWriteError as failure:  # more writes would fail too: the resume writes the tables
@@ -288,6 +299,23 @@ class Runner:
             if not quietly:
                 raise
             return None
+
+
+class TableRefresh:
+    """Rewrites a live run's tables (``Runner.finish``) when its log has grown and ``TABLES_REFRESH_SECONDS``
+    have passed since the last write: called before each unit, so the tables never hold half a round."""
+
+    def __init__(self, runner: Runner, folder: RunFolder) -> None:
+        self.runner, self.folder = runner, folder
+        self.rows = len(folder.rows())
+        self.written = time.monotonic()
+
+    def __call__(self) -> None:
+        rows = len(self.folder.rows())
+        if rows == self.rows or time.monotonic() - self.written < TABLES_REFRESH_SECONDS:
+            return
+        self.runner.finish(self.folder)
+        self.rows, self.written = rows, time.monotonic()
 
 
 class StoppingRule:

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from harness.cli import main
@@ -199,6 +200,40 @@ def test_resume_after_a_kill_mid_trial_loses_nothing_and_repeats_nothing(tmp_pat
     assert after[3]["index"] == 10 and after[3]["phase"] == "warmup" and after[4]["index"] == 3
     assert after[:3] == before  # finished trials kept as they were, not re-run
     assert "resumes" in folder.read_json("env.json")
+
+
+def test_a_run_killed_outright_leaves_tables_that_hold_every_finished_round(tmp_path: Path) -> None:
+    """A machine taken back kills the run with no chance to wrap up (seen on the H200, 2026-12-03): the
+    tables beside the log must already hold the rounds that finished, not the last stop's (or none)."""
+    runs = tmp_path / "runs"
+    script = (
+        "import sys; import harness.run; harness.run.TABLES_REFRESH_SECONDS = 0.0; "
+        "from tests.trialfns import plan_of, runner; "
+        "runner(sys.argv[1]).start(plan_of('sleepy', warmup=0, pairs=4, sleep=0.3))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        [sys.executable, "-c", script, str(runs)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_for(lambda: runs.is_dir() and any(runs.iterdir()))
+        folder = RunFolder(next(runs.iterdir()))
+        # Kill while the third round's second trial runs: rounds 1 and 2 have ended, the tables were due.
+        _wait_for(lambda: folder.file("started-5").exists() and len(folder.rows()) == 5)
+        time.sleep(0.1)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    pairs = pd.read_csv(folder.file("pairs.csv"))
+    assert sorted(pairs["round"]) == [0, 1]
+    trials = pd.read_csv(folder.file("trials.csv"))
+    assert sorted(trials["index"]) == [0, 1, 2, 3]
 
 
 def test_torn_last_line_is_ignored_and_resume_appends_after_it(tmp_path: Path) -> None:
