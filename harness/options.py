@@ -328,7 +328,7 @@ def check_cpus(cpus: str, order: str = "alternate") -> str:
         choose_placement(text)  # the cores each concurrent arm needs are checked with the plan's arms
     except ValueError as exc:
         raise InputError(str(exc)) from None
-    return text
+    return text.lower() if text.lower() == "auto" else text  # the plan records the word every reader takes
 
 
 def resolve_placement(cpus: str) -> Placement | None:

@@ -34,7 +34,7 @@ from typing import Any
 PLACEMENT_ENV = "BENCH_CPU_PLACEMENT"
 CPUS_ACCEPTED = "auto, or a list of cores such as 2-7 or 2,3,5-6"
 MIN_CORES_TO_KEEP_APART = 3
-_ITEM = re.compile(r"^(\d+)(?:-(\d+))?$")
+_ITEM = re.compile(r"^(\d+)(?:-(\d+))?$", re.ASCII)  # ASCII digits: int() also reads "٠" as 0
 # Core numbers past this name no machine (Linux builds for at most 8192 CPUs): refused before a range of them
 # is expanded, which at 0-999999999 took 24 GB.
 MAX_CORE_INDEX = 65_535

@@ -45,12 +45,37 @@ def test_core_lists_and_ranges_are_parsed(text: str, cores: tuple[int, ...]) -> 
     assert parse_core_list(text) == cores
 
 
-@pytest.mark.parametrize("text", ["", "x", "1,,2", "-1", "1-", "1.5", "0x1", "auto,1", "1-2-3", "one"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "x",
+        "1,,2",
+        "-1",
+        "1-",
+        "1.5",
+        "0x1",
+        "auto,1",
+        "1-2-3",
+        "one",
+        "\u0660",
+        "\uff11-\uff12",
+        "1-\u0663",
+    ],
+)
 def test_anything_else_is_refused_in_one_line_naming_what_is_accepted(text: str) -> None:
     with pytest.raises(ValueError) as caught:
         choose_placement(text, allowed=range(8))
     message = str(caught.value)
     assert "\n" not in message and "auto" in message and "2-7" in message and "2,3,5-6" in message
+
+
+def test_a_keyword_is_recorded_as_the_word_every_reader_takes() -> None:
+    """``--cpus AUTO`` ran as auto but was recorded as typed; the plan holds the canonical word."""
+    from harness.options import check_cpus
+
+    assert check_cpus(" AUTO ") == "auto"
+    assert check_cpus("None") == "none"
 
 
 def test_a_backward_range_is_refused_with_its_fix() -> None:
