@@ -113,21 +113,20 @@ class Result:
         return "\n".join(lines)
 
 
-# compare's options that shape a run: a resume keeps the run's, so none may be given with it.
-RUN_OPTIONS = (
-    "warmup",
-    "pairs",
-    "order",
-    "seed",
-    "bar",
-    "control",
-    "device",
-    "cooldown",
-    "name",
-    "metric",
-    "unit",
-    "out",
-)
+def _check_functions(functions: Any) -> list[str]:
+    """The labels of ``functions``, or ``InputError`` (before any folder) unless it maps text labels to
+    callables: a plan names each arm by its label, and a trial calls its function."""
+    if not isinstance(functions, Mapping):
+        raise InputError(
+            "functions must be a mapping of label to callable, e.g. {'baseline': old_step, 'candidate': "
+            f"new_step}}, not {type(functions).__name__}"
+        )
+    for label, function in functions.items():
+        if not isinstance(label, str) or not label.strip():
+            raise InputError(f"function labels are text: {label!r} is not")
+        if not callable(function):
+            raise InputError(f"functions[{label!r}] is {function!r}, not a callable")
+    return list(functions)
 
 
 def _check_resume(resume: str | Path, labels: list[str], given: dict[str, Any]) -> None:
@@ -167,16 +166,17 @@ def compare(
     The options mean what the CLI's do; ``resume`` continues a run folder this function started, with the same
     callables.
     """
+    labels = _check_functions(functions)
     tier = FunctionTier(functions)
     tiers = TierRegistry([tier])
     runner = Runner(tiers, RunOptions(out=Path(out), quiet=quiet, report=report))
-    labels = list(functions)
-    if resume is not None:
-        given = {
-            name: value
-            for name, value in locals().items()
-            if name in RUN_OPTIONS and value != inspect.signature(compare).parameters[name].default
-        }
+    if resume is not None:  # a resume keeps the run's options: any given beside it is refused
+        options = dict(
+            warmup=warmup, pairs=pairs, order=order, seed=seed, bar=bar, control=control, device=device,
+            cooldown=cooldown, name=name, metric=metric, unit=unit, out=out,
+        )  # fmt: skip
+        defaults = inspect.signature(compare).parameters
+        given = {option: value for option, value in options.items() if value != defaults[option].default}
         _check_resume(resume, labels, given)
         return Result(runner.resume(resume), tiers)
     if not labels or (len(labels) < 2 and not control):
@@ -188,9 +188,9 @@ def compare(
             "control=True runs the first function against itself (an A/A run); give it one function, or "
             "compare several without control"
         )
-    for name, value in (("pairs", pairs), ("seed", seed)):
+    for option, value in (("pairs", pairs), ("seed", seed)):  # not `name`: that is the case's name
         if isinstance(value, bool) or not isinstance(value, int):
-            raise InputError(f"{name} {value!r} is not a whole number")
+            raise InputError(f"{option} {value!r} is not a whole number")
     if bar is not None and (isinstance(bar, bool) or not isinstance(bar, numbers.Real)):
         raise InputError(f"bar {bar!r} is not a number (a percentage, e.g. 5)")
     if control:

@@ -139,6 +139,35 @@ def test_compare_refuses_what_it_would_drop_or_misread_before_any_trial(tmp_path
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize(
+    ("functions", "says"),
+    [
+        ({"slow": slow, "fast": fast}.items(), "functions must be a mapping of label to callable"),
+        ([slow, fast], "functions must be a mapping of label to callable"),
+        ({"slow": slow, "fast": 1}, "functions['fast'] is 1, not a callable"),
+        ({1: slow, "fast": fast}, "function labels are text: 1 is not"),
+        ({"": slow, "fast": fast}, "function labels are text: '' is not"),
+    ],
+)
+def test_compare_refuses_functions_it_cannot_label_or_call_before_any_folder(
+    tmp_path: Path, functions, says
+) -> None:
+    """``compare(d.items())`` wrote a plan naming each arm by a (label, function) pair, then failed on JSON with
+    the folder left half-written; a label that is not text left a plan no reader takes; a value that is not
+    callable ran every trial as an error."""
+    with pytest.raises(ValueError, match=re.escape(says)):
+        compare(functions, pairs=2, warmup=0, out=tmp_path)
+    assert not tmp_path.exists() or not list(tmp_path.iterdir())
+
+
+def test_the_case_is_named_by_name(tmp_path: Path) -> None:
+    """The case was named ``seed``: a check's loop variable took the name of the ``name`` option."""
+    result = compare({"slow": slow, "fast": fast}, pairs=1, warmup=0, out=tmp_path)
+    assert set(result.claims["case"]) == {"functions"}
+    result = compare({"slow": slow, "fast": fast}, pairs=1, warmup=0, name="step", out=tmp_path)
+    assert set(result.claims["case"]) == {"step"}
+
+
 def test_compare_resume_refuses_other_functions_or_options(tmp_path: Path) -> None:
     """A resume with other functions logged every trial left as a KeyError (used up for good), and options
     given with it (pairs, bar, out) were ignored: each is refused before anything runs."""
