@@ -163,13 +163,10 @@ def _wait_for(predicate, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-def test_resume_after_a_kill_mid_trial_loses_nothing_and_repeats_nothing(tmp_path: Path) -> None:
-    """A real process runs the schedule; it is killed (SIGKILL) while a trial is running; resume finishes."""
-    runs = tmp_path / "runs"
-    script = (
-        "import sys; from tests.trialfns import plan_of, runner; "
-        "runner(sys.argv[1]).start(plan_of('sleepy', warmup=2, pairs=4, sleep=0.4))"
-    )
+def _killed_in_trial(runs: Path, start: str, trial: int, setup: str = "") -> RunFolder:
+    """Run ``start`` (a call on ``runner``/``plan_of``) in a real process and SIGKILL it while trial ``trial``
+    of a ``sleepy`` plan runs (started, no row yet); the run's folder."""
+    script = f"import sys; {setup}from tests.trialfns import plan_of, runner; runner(sys.argv[1]).{start}"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(
         [sys.executable, "-c", script, str(runs)],
@@ -181,13 +178,20 @@ def test_resume_after_a_kill_mid_trial_loses_nothing_and_repeats_nothing(tmp_pat
     try:
         _wait_for(lambda: runs.is_dir() and any(runs.iterdir()))
         folder = RunFolder(next(runs.iterdir()))
-        # Kill while trial 3 (the fourth) is running: it has started but has no row yet.
-        _wait_for(lambda: folder.file("started-3").exists() and len(folder.rows()) == 3)
+        _wait_for(lambda: folder.file(f"started-{trial}").exists() and len(folder.rows()) == trial)
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
     finally:
         if process.poll() is None:
             process.kill()
+    return folder
+
+
+def test_resume_after_a_kill_mid_trial_loses_nothing_and_repeats_nothing(tmp_path: Path) -> None:
+    """A real process runs the schedule; it is killed (SIGKILL) while a trial is running; resume finishes."""
+    runs = tmp_path / "runs"
+    # Killed while trial 3 (the fourth) is running: it has started but has no row yet.
+    folder = _killed_in_trial(runs, "start(plan_of('sleepy', warmup=2, pairs=4, sleep=0.4))", trial=3)
     before = folder.rows()
     assert [r["index"] for r in before] == [0, 1, 2]
 
@@ -205,31 +209,13 @@ def test_resume_after_a_kill_mid_trial_loses_nothing_and_repeats_nothing(tmp_pat
 def test_a_run_killed_outright_leaves_tables_that_hold_every_finished_round(tmp_path: Path) -> None:
     """A machine taken back kills the run with no chance to wrap up (seen on the H200, 2026-12-03): the
     tables beside the log must already hold the rounds that finished, not the last stop's (or none)."""
-    runs = tmp_path / "runs"
-    script = (
-        "import sys; import harness.run; harness.run.TABLES_REFRESH_SECONDS = 0.0; "
-        "from tests.trialfns import plan_of, runner; "
-        "runner(sys.argv[1]).start(plan_of('sleepy', warmup=0, pairs=4, sleep=0.3))"
+    # Killed while the third round's second trial runs: rounds 1 and 2 have ended, the tables were due.
+    folder = _killed_in_trial(
+        tmp_path / "runs",
+        "start(plan_of('sleepy', warmup=0, pairs=4, sleep=0.3))",
+        trial=5,
+        setup="import harness.run; harness.run.TABLES_REFRESH_SECONDS = 0.0; ",
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen(
-        [sys.executable, "-c", script, str(runs)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        _wait_for(lambda: runs.is_dir() and any(runs.iterdir()))
-        folder = RunFolder(next(runs.iterdir()))
-        # Kill while the third round's second trial runs: rounds 1 and 2 have ended, the tables were due.
-        _wait_for(lambda: folder.file("started-5").exists() and len(folder.rows()) == 5)
-        time.sleep(0.1)
-        process.send_signal(signal.SIGKILL)
-        process.wait(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
     pairs = pd.read_csv(folder.file("pairs.csv"))
     assert sorted(pairs["round"]) == [0, 1]
     trials = pd.read_csv(folder.file("trials.csv"))
