@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -317,6 +318,29 @@ def test_a_table_that_cannot_be_written_stops_with_one_line_and_no_temporary_fil
     monkeypatch.undo()
     runner(tmp_path, tiers=tiers).resume(folder.path)  # nothing left to run: the tables are written
     assert folder.file(table).is_file()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
+def test_a_table_that_cannot_be_rewritten_between_rounds_stops_there_and_resume_finishes(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The tables are rewritten between rounds as the run goes (``TABLES_REFRESH_SECONDS``): a write that fails
+    there stops the run before the next round with one line naming --resume, every finished trial kept."""
+    import harness.run
+    from harness.tables import RunFolderWriteError
+
+    monkeypatch.setattr(harness.run, "TABLES_REFRESH_SECONDS", 0.0)
+    figures = {"baseline": [10, 10, 10], "candidate": [8, 9, 8]}
+    _fail_writes_to(monkeypatch, "pairs.csv.tmp")
+    with pytest.raises(RunFolderWriteError, match=r"pairs\.csv.*No space left on device.*--resume"):
+        runner(tmp_path).start(plan_of("scripted", warmup=0, pairs=3, figures=figures))
+    folder = _only_folder(tmp_path)
+    assert _tmp_files(folder.path) == [] and not folder.file("pairs.csv").exists()
+    assert sorted(r["index"] for r in folder.rows()) == [0, 1]  # round 1 whole; round 2 never started
+    monkeypatch.undo()
+    runner(tmp_path).resume(folder.path)
+    assert sorted(r["round"] for r in folder.rows() if r["phase"] == "measured") == [0, 0, 1, 1, 2, 2]
+    assert len(pd.read_csv(folder.file("pairs.csv"))) == 3
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
