@@ -2,7 +2,8 @@
 
 A run folder holds ``plan.json`` (what was asked), ``env.json`` (where it ran), ``trials.jsonl`` (one row
 per finished trial, appended and fsynced as each trial ends: the record of the run) and the tidy CSVs the
-runner derives from it (``trials.csv``, ``arms.csv``, ``pairs.csv``, ``claims.csv`` and the tier's own).
+runner derives from it (``trials.csv``, ``arms.csv``, ``pairs.csv``, ``claims.csv`` and the tier's own),
+rewritten between rounds as the run goes and at its end.
 Everything but the log, the plan and the environment can be regenerated from those three. ``run.lock`` is the
 folder's lock: a run holds it (``fcntl.flock``) for its whole life, so two runs never share a folder.
 """
