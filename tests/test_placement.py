@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from harness import placement
+from harness.options import check_cpus
 from harness.placement import Placement, choose_placement, format_cores, parse_core_list, read_allowed_cores
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="CPU affinity is Linux only")
@@ -72,8 +73,6 @@ def test_anything_else_is_refused_in_one_line_naming_what_is_accepted(text: str)
 
 def test_a_keyword_is_recorded_as_the_word_every_reader_takes() -> None:
     """``--cpus AUTO`` ran as auto but was recorded as typed; the plan holds the canonical word."""
-    from harness.options import check_cpus
-
     assert check_cpus(" AUTO ") == "auto"
     assert check_cpus("None") == "none"
 
