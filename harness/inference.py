@@ -937,24 +937,42 @@ def order_effect(log_ratios: ArrayLike, arm_second: ArrayLike, level: float = CO
 
 
 def drift(
-    values: ArrayLike, arms: ArrayLike, level: float = CONFIDENCE, index: ArrayLike | None = None
+    values: ArrayLike,
+    arms: ArrayLike,
+    level: float = CONFIDENCE,
+    index: ArrayLike | None = None,
+    blocks: ArrayLike | None = None,
 ) -> Diagnostic:
     """Drift over the measured schedule: the least-squares slope of log(value) against the trial's index
-    (its position in the measured schedule, 0, 1, … unless given) with one intercept per arm, in percent per
-    trial, with its t interval (trials − arms − 1 df). Failed (non-finite) trials are left out of the fit."""
+    (its position in the measured schedule, 0, 1, … unless given) with one intercept per arm, and one more
+    per slice after the first where ``blocks`` labels the trials' slices (a resumed run's stretches, perhaps
+    on another machine: a step between them is not a trend), in percent per trial, with its t interval
+    (trials − arms − slices df). Failed (non-finite) trials are left out of the fit."""
     _check_level(level)
     y = np.asarray(values, dtype=float).ravel()
     labels = np.asarray(arms).ravel()
     position = np.arange(y.size, dtype=float) if index is None else np.asarray(index, dtype=float).ravel()
+    slices = np.zeros(y.size) if blocks is None else np.asarray(blocks).ravel()
     if labels.shape != y.shape or position.shape != y.shape:
         raise ValueError("need one arm label and one index per trial")
+    if slices.shape != y.shape:
+        raise ValueError("need one slice label per trial")
     finished = np.isfinite(y) & (y > 0)
-    y, labels, position = np.log(y[finished]), labels[finished], position[finished]
+    y, labels, position, slices = np.log(y[finished]), labels[finished], position[finished], slices[finished]
     names = list(dict.fromkeys(labels.tolist()))
-    design = np.column_stack([position] + [(labels == name).astype(float) for name in names])
+    steps = list(dict.fromkeys(slices.tolist()))[1:]
+    design = np.column_stack(
+        [position]
+        + [(labels == name).astype(float) for name in names]
+        + [(slices == step).astype(float) for step in steps]
+    )
     df = y.size - design.shape[1]
     name = "drift (percent per trial)"
-    method = "least-squares slope of log(value) on trial index with one intercept per arm, t interval"
+    method = (
+        "least-squares slope of log(value) on trial index with one intercept per arm"
+        + (" and per slice" if steps else "")
+        + ", t interval"
+    )
     if df < 1 or np.ptp(position) == 0:
         return Diagnostic(
             name, method, math.nan, math.nan, math.nan, level, y.size, "too few finished trials"
@@ -962,7 +980,7 @@ def drift(
     coefficients, _, rank, _ = np.linalg.lstsq(design, y, rcond=None)
     if rank < design.shape[1]:
         return Diagnostic(
-            name, method, math.nan, math.nan, math.nan, level, y.size, "index confounded with arms"
+            name, method, math.nan, math.nan, math.nan, level, y.size, "index confounded with arms or slices"
         )
     residual = y - design @ coefficients
     variance = float(residual @ residual) / df

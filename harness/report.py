@@ -1357,8 +1357,9 @@ def _diagnostics(run: LoadedRun) -> list[str]:
         "Order effect: the mean log ratio of the pairs where the arm ran second minus that where it ran first, as "
         "a percent change of the ratio, with a pooled two-sample t interval (95%); an unbalanced count leaves "
         "that much of it in the estimate. Drift: the least-squares slope of log(figure) over the measured "
-        "schedule's trial index with one level per arm, in percent per trial, with its t interval (95%). Both "
-        "are diagnostics, estimated rather than assumed away; neither adjusts the claim.",
+        "schedule's trial index with one level per arm, and per slice where the run was resumed (a resume "
+        "may run on another machine: a step between slices is not a trend), in percent per trial, with its "
+        "t interval (95%). Both are diagnostics, estimated rather than assumed away; neither adjusts the claim.",
     ]
 
 

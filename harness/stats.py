@@ -47,6 +47,15 @@ def measured(trials: pd.DataFrame, metric: str = "value") -> pd.DataFrame:
     return rows
 
 
+def resumed_slices(trials: pd.DataFrame) -> pd.Series:
+    """Each logged row's slice of the run: 0 until the first resume's warm-up (a row whose ``warmup_reason``
+    is ``resume``), then 1, and so on; the log is in the order the trials ran. A resumed slice may run on
+    another machine or day, so a drift is fitted within slices, never across one's step."""
+    if trials.empty or "warmup_reason" not in trials:
+        return pd.Series(0, index=trials.index, dtype=int)
+    return (trials["warmup_reason"].astype(str) == "resume").cumsum().astype(int)
+
+
 def finished(trials: pd.DataFrame) -> pd.DataFrame:
     """Measured rows whose trial finished: where figures other than the primary one (peaks, host time,
     stage times) exist. A failure still counts against its arm in the primary figure (``measured``)."""
@@ -340,7 +349,7 @@ def _claim_row(
     basis = "primary" if chosen is primary else f"sign test ({primary.reason})"
     second = usable["arm_second"].to_numpy(dtype=bool)
     order = inference.order_effect(x, second, settings.level) if x.size else None
-    ours = measured(trials, metric)
+    ours = measured(trials.assign(slice=resumed_slices(trials)), metric)
     # A trial's position in the measured schedule (every case and arm), not its log index: a resume's
     # warm-up is logged at an index between measured trials and would count as a step of drift.
     position = {index: place for place, index in enumerate(sorted(ours["index"]))} if not ours.empty else {}
@@ -352,6 +361,7 @@ def _claim_row(
             ours["arm"].astype(str).to_numpy(),
             settings.level,
             index=ours["index"].map(position).to_numpy(dtype=float),
+            blocks=ours["slice"].to_numpy(),
         )
         if len(ours) and "index" in ours
         else None

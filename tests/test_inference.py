@@ -509,6 +509,44 @@ def test_drift_by_hand_and_by_simulation() -> None:
     )
 
 
+def test_drift_takes_a_level_per_slice_so_a_step_between_machines_is_not_a_trend() -> None:
+    """The H200 claim against the baseline ran its last three rounds on a machine whose fits took half the
+    time: fitted over the whole schedule, that one step read as a drift of -1.8% per trial. With one level
+    per slice (each resume a new one) a step between slices is not a trend, and a trend within them still is."""
+    index = np.arange(12)
+    arms = np.array(list("bccbbccbbccb"))
+    level = np.where(arms == "b", 3.0, 2.9)
+    blocks = np.array([0] * 6 + [1] * 6)
+    step = np.where(blocks == 1, math.log(0.5), 0.0)
+    assert inf.drift(np.exp(level + step), arms).estimate < -5  # the step alone, read as a trend
+    flat = inf.drift(np.exp(level + step), arms, blocks=blocks)
+    assert flat.estimate == pytest.approx(0.0, abs=1e-9) and flat.high - flat.low == pytest.approx(
+        0, abs=1e-9
+    )
+    rising = inf.drift(np.exp(level + step + 0.01 * index), arms, blocks=blocks)
+    assert rising.estimate == pytest.approx(100 * math.expm1(0.01))
+    # One slice is the plain fit; a slice that holds one arm alone is still estimable from the others.
+    assert inf.drift(np.exp(level + 0.01 * index), arms, blocks=np.zeros(12)).estimate == pytest.approx(
+        inf.drift(np.exp(level + 0.01 * index), arms).estimate
+    )
+    with pytest.raises(ValueError, match="one slice"):
+        inf.drift(np.exp(level), arms, blocks=np.zeros(11))
+    # Coverage of the slope's interval with a step between slices, noise and no drift, by simulation (the
+    # closed-form least squares on every draw, as above, with the slice's column).
+    rng = np.random.default_rng(15)
+    noise = 0.03 * rng.standard_normal((DRAWS, 12)) + np.where(blocks == 1, -0.7, 0.0)
+    design = np.column_stack([index, arms == "b", arms == "c", blocks == 1]).astype(float)
+    fit = np.linalg.lstsq(design, noise.T, rcond=None)[0]
+    residual = noise.T - design @ fit
+    se = np.sqrt((residual**2).sum(axis=0) / 8 * np.linalg.inv(design.T @ design)[0, 0])
+    half = stats.t.ppf(0.975, 8) * se
+    assert float(np.mean(np.abs(fit[0]) <= half)) == pytest.approx(0.95, abs=TOLERANCE)
+    one = inf.drift(np.exp(noise[0]), arms, blocks=blocks)
+    assert (one.low, one.high) == pytest.approx(
+        (100 * math.expm1(fit[0, 0] - half[0]), 100 * math.expm1(fit[0, 0] + half[0]))
+    )
+
+
 def test_odd_pair_count_states_its_imbalance() -> None:
     odd = inf.order_balance([False, True, False, True, False])  # AB, BA, AB, BA, AB: the arm second in 2
     assert (odd.arm_second, odd.arm_first) == (2, 3) and not odd.balanced

@@ -299,6 +299,22 @@ def test_drift_is_per_measured_trial_whatever_warm_ups_a_resume_put_between() ->
     assert claim["drift"] == pytest.approx(100 * math.expm1(0.01))
 
 
+def test_drift_takes_a_level_per_resumed_slice() -> None:
+    """The committed baseline-d claim: its last slice ran on a machine whose fits took half the time, and its
+    report read a drift of -1.82% per trial (interval -2.53 to -1.11%) from that step alone. A resume's
+    warm-up (``warmup_reason`` resume) starts a slice; the drift is a slope within slices."""
+    frame = paired([(10.0 * (0.5 if r >= 4 else 1.0), 9.0 * (0.5 if r >= 4 else 1.0)) for r in range(8)])
+    frame.loc[frame["index"] >= 8, "index"] += 1
+    warmup = {**frame.iloc[8].to_dict(), "index": 8, "phase": "warmup", "round": -1}
+    warmup["warmup_reason"] = "resume"
+    frame = pd.concat([frame.iloc[:8], pd.DataFrame([warmup]), frame.iloc[8:]], ignore_index=True)
+    claim = claim_of(frame, bar_percent=8)
+    assert claim["drift"] == pytest.approx(0.0, abs=1e-9)
+    # An idle gap's warm-up (the same machine, moments later) starts no slice: the step stays a trend there.
+    frame.loc[frame["phase"] == "warmup", "warmup_reason"] = "idle gap of 42 s"
+    assert claim_of(frame, bar_percent=8)["drift"] < -5
+
+
 def test_instability_flags_from_the_trials_and_the_start_load() -> None:
     loaded = [14.9, 20.3, 31.0, 140.4, 30.0]
     frame = paired([(55.0, c) for c in loaded])
