@@ -43,8 +43,9 @@ MAX_COOLDOWN = 3600.0
 MAX_GPUS = 1024
 
 
-DEVICE_FORM = re.compile(r"^(cpu|cuda(:\d+)?)$")  # a device a plan can name (a list is split before)
-_DEVICE_LIST = re.compile(r"^cuda:\d+(,\d+)+$")
+# A device a plan can name (a list is split before); device numbers are ASCII digits.
+DEVICE_FORM = re.compile(r"^(cpu|cuda(:\d+)?)$", re.ASCII)
+_DEVICE_LIST = re.compile(r"^cuda:\d+(,\d+)+$", re.ASCII)
 
 
 def resolve_device(device: str) -> tuple[str, str]:

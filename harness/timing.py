@@ -32,7 +32,7 @@ _UNITS: dict[str, int] = {
     "GIB": 2**30,
     "TIB": 2**40,
 }
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$", re.ASCII)  # ASCII digits only
 BYTES_ACCEPTED = "a positive number with a unit B, KB, MB, GB, TB, KiB, MiB, GiB or TiB, e.g. 24GiB or 800MiB"
 
 

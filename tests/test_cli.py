@@ -139,6 +139,15 @@ def test_cuda_where_there_is_none(monkeypatch) -> None:
         options.protocol_options("baseline,candidate", 1, 2, "alternate", 0, 8.0, "cpu", "24GiB", False)
 
 
+def test_a_device_number_is_ascii_digits() -> None:
+    """``--device cuda:\u0660`` (an Arabic-Indic zero) was taken as a device and recorded so in the plan, where
+    int() later read it as 0: device numbers are ASCII, as ``--cpus`` core numbers are."""
+    for device in ("cuda:\u0660", "cuda:\uff10"):
+        with pytest.raises(options.InputError, match="is not a device; use auto, cpu, cuda or cuda:N"):
+            options.check_device(device)
+    assert options.split_device_list("cuda:\u0660,\u0661", 1) == ("cuda:\u0660,\u0661", 1)
+
+
 def test_control_runs_the_first_arm_against_itself() -> None:
     parsed = options.protocol_options("candidate", 0, 1, "alternate", 0, None, "cpu", None, True)
     assert [(a.label, a.role, a.spec) for a in parsed.arms] == [

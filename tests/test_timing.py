@@ -48,7 +48,11 @@ def test_parse_bytes(text: str, expected: int) -> None:
     assert parse_bytes(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "GiB", "24 parsecs", "-1GiB", "0MiB", "1..2GB"])
+@pytest.mark.parametrize(
+    "text",
+    # Digits of other scripts (Arabic-Indic, full-width) read as 24 and 2 through float(): sizes are ASCII.
+    ["", "GiB", "24 parsecs", "-1GiB", "0MiB", "1..2GB", "\u0662\u0664GiB", "\uff12GiB"],
+)
 def test_parse_bytes_refuses_with_what_is_accepted(text: str) -> None:
     with pytest.raises(ValueError, match="e.g. 24GiB"):
         parse_bytes(text)
