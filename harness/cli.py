@@ -784,11 +784,24 @@ def report_command(
             "Default: report.md inside the single run folder.",
         ),
     ] = None,
+    tables: Annotated[
+        bool,
+        typer.Option(
+            "--tables",
+            help="Also write each folder's tables (CSVs) and claim.txt again from its log, as a run's end does "
+            "(after the statistics' code changed); refused while a run holds the folder.",
+        ),
+    ] = False,
 ) -> None:
     """Write the markdown report (with PNG plots beside it) of one or more run folders, from the folders alone."""
     from harness.report import write_report
 
     folders = [RunFolder.open(path) for path in run_dirs or []]
+    if tables:
+        runner = Runner(registry())
+        for folder in folders:
+            with folder.lock():
+                runner.finish(folder)
     console.print(f"report: {write_report(folders, registry(), output)}")
 
 

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Regenerate every committed report from its run folder (bench report), then the side-by-side reports from the
-# folders their runs tables name, and show what changed: a report change should leave `git status` clean, or
-# change exactly what it meant to. Usage: bash scripts/regenerate_reports.sh   (PYTHON=... to pick the interpreter)
+# Regenerate every committed report and its tables from its run folder (bench report --tables), then the
+# side-by-side reports from the folders their runs tables name, and show what changed: a report change should
+# leave `git status` clean, or change exactly what it meant to. Usage: bash scripts/regenerate_reports.sh   (PYTHON=... to pick the interpreter)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 failed=0
 while IFS= read -r plan; do
-  "$python" -m harness.cli report "$(dirname "$plan")" > /dev/null || { echo "failed: $(dirname "$plan")"; failed=1; }
+  "$python" -m harness.cli report --tables "$(dirname "$plan")" > /dev/null || { echo "failed: $(dirname "$plan")"; failed=1; }
 done < <(find reports -name plan.json | sort)
 # A side-by-side report names its runs in its runs table ("| N | `folder` | ..."): the same folders, in order.
 while IFS= read -r report; do

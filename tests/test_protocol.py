@@ -499,3 +499,25 @@ def test_pairs_auto_stops_at_a_pair_boundary_when_the_time_budget_is_spent(tmp_p
     assert 2 <= len(set(rounds)) < 6 and all(rounds.count(r) == 2 for r in rounds)  # whole pairs only
     assert sum(r["trial_seconds"] for r in rows) <= 0.9 + 0.25  # within the budget, less the estimate's error
     assert len(saved.schedule) == len(rows)  # the rounds not run left the schedule: complete, not cut
+
+
+def test_report_tables_writes_a_folders_tables_again_from_its_log(tmp_path: Path, capsys) -> None:
+    """A statistic's code changed (the drift, fitted within slices) and ``bench report`` recomputed the report
+    from the log while the folder's ``claims.csv`` kept what the run's own code wrote: the two disagreed.
+    ``--tables`` writes the tables (and ``claim.txt``) again from the log, as the run's end does, under the
+    folder's lock (refused while a run holds it); without it the report alone is written."""
+    folder = runner(tmp_path).start(plan_of("sleepy", warmup=0, pairs=3)).folder
+    written = {name: folder.file(name).read_text() for name in ("claims.csv", "pairs.csv", "arms.csv")}
+    for name in written:
+        folder.file(name).write_text("stale\n")
+    assert main(["report", str(folder.path)]) == 0
+    assert all(folder.file(name).read_text() == "stale\n" for name in written)
+    capsys.readouterr()  # the report's own lines (a steal flag on a shared machine goes to stderr)
+    with folder.lock():
+        assert main(["report", "--tables", str(folder.path)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "in use by another run" in error, error
+    assert all(folder.file(name).read_text() == "stale\n" for name in written)
+    assert main(["report", "--tables", str(folder.path)]) == 0
+    assert {name: folder.file(name).read_text() for name in written} == written
+    assert folder.file("report.md").exists()
