@@ -8,6 +8,7 @@ each tier's own options take theirs from the tier's settings dataclass.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
@@ -794,13 +795,18 @@ def report_command(
     ] = False,
 ) -> None:
     """Write the markdown report (with PNG plots beside it) of one or more run folders, from the folders alone."""
-    from harness.report import write_report
+    from harness.report import resolve_output, write_report
 
     folders = [RunFolder.open(path) for path in run_dirs or []]
-    if tables:
+    if tables:  # the folders named once, each locked and read, before any table is written
+        resolve_output(folders, output)
         runner = Runner(registry())
-        for folder in folders:
-            with folder.lock():
+        with contextlib.ExitStack() as held:
+            for folder in folders:
+                held.enter_context(folder.lock())
+            for folder in folders:
+                Run.load(folder, tiers=registry())
+            for folder in folders:
                 runner.finish(folder)
     console.print(f"report: {write_report(folders, registry(), output)}")
 

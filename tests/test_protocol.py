@@ -521,3 +521,18 @@ def test_report_tables_writes_a_folders_tables_again_from_its_log(tmp_path: Path
     assert main(["report", "--tables", str(folder.path)]) == 0
     assert {name: folder.file(name).read_text() for name in written} == written
     assert folder.file("report.md").exists()
+
+
+def test_report_tables_of_several_folders_writes_none_when_one_is_refused(tmp_path: Path, capsys) -> None:
+    """Every input is checked before anything is written: with the second folder held by a run, the first
+    folder's tables stay as they were."""
+    first = runner(tmp_path / "a").start(plan_of("sleepy", warmup=0, pairs=2)).folder
+    second = runner(tmp_path / "b").start(plan_of("sleepy", warmup=0, pairs=2)).folder
+    first.file("claims.csv").write_text("stale\n")
+    with second.lock():
+        status = main(["report", "--tables", str(first.path), str(second.path), "-o", str(tmp_path / "r.md")])
+    assert status == 2 and "in use by another run" in capsys.readouterr().err
+    assert first.file("claims.csv").read_text() == "stale\n" and not (tmp_path / "r.md").exists()
+    twice = main(["report", "--tables", str(first.path), str(first.path), "-o", str(tmp_path / "r.md")])
+    assert twice == 2 and "is given twice" in capsys.readouterr().err
+    assert first.file("claims.csv").read_text() == "stale\n"
