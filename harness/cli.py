@@ -804,10 +804,9 @@ def report_command(
         with contextlib.ExitStack() as held:
             for folder in folders:
                 held.enter_context(folder.lock())
-            for folder in folders:
-                Run.load(folder, tiers=registry())
-            for folder in folders:
-                runner.finish(folder)
+            runs = [Run.load(folder, tiers=runner.tiers) for folder in folders]
+            for folder, run in zip(folders, runs, strict=True):
+                runner.finish(folder, run)
     console.print(f"report: {write_report(folders, registry(), output)}")
 
 

@@ -201,9 +201,10 @@ class Runner:
                     raise RunFolderWriteError(f"{failure}; nothing was run") from None
                 return self._carry_out(plan, trial_fn, folder, placement)
 
-    def finish(self, folder: RunFolder) -> Run:
-        """Write what a run folder derives from its log: the tables, the tier's tables and its claim."""
-        run = Run.load(folder, tiers=self.tiers)
+    def finish(self, folder: RunFolder, run: Run | None = None) -> Run:
+        """Write what a run folder derives from its log: the tables, the tier's tables and its claim
+        (``run``: the folder already read, where the caller has it)."""
+        run = run or Run.load(folder, tiers=self.tiers)
         tier = self.tiers.reader(run.plan.tier)
         for name, frame in {**run.summaries.csv_tables(tier.paired), **tier.tables(run)}.items():
             folder.write_csv(name, frame)
