@@ -214,8 +214,11 @@ class StageClock:
 
     ``synchronized=True`` (a stage-attribution diagnostic): each mark synchronizes the device and reads the host
     clock, so the stages add up to the whole bracket; the synchronizations change what they measure a little,
-    which is why such runs are never a claim. ``synchronized=False``: each mark records a CUDA event (the host
-    clock on the CPU) and nothing synchronizes; read the figures only after the enclosing bracket closed.
+    which is why such runs are never a claim. Each mark also reads the host clock as it is reached, before its
+    synchronization, so a stage splits into the host's own time and the wait for the device that follows
+    (`host_intervals`): a host-bound stage and one the device holds up read apart. ``synchronized=False``:
+    each mark records a CUDA event (the host clock on the CPU) and nothing synchronizes; read the figures only
+    after the enclosing bracket closed.
     """
 
     enabled = True
@@ -225,6 +228,9 @@ class StageClock:
         self.synchronized = synchronized
         self.events = is_cuda(device) and not synchronized
         self.marks: list[tuple[str, Any]] = []
+        self.reached: list[
+            float
+        ] = []  # synchronized: the host clock at each mark, before its synchronization
         self.iteration_marks: list[int] = []
 
     def _now(self) -> Any:
@@ -233,10 +239,12 @@ class StageClock:
             event.record()
             return event
         if self.synchronized:
+            self.reached.append(time.perf_counter())
             synchronize(self.device)
         return time.perf_counter()
 
     def start(self) -> None:
+        self.reached = []
         self.marks = [("", self._now())]
         self.iteration_marks = []
 
@@ -269,6 +277,18 @@ class StageClock:
         return [
             (stage, self._seconds(a, b))
             for (_, a), (stage, b) in zip(self.marks, self.marks[1:], strict=False)
+        ]
+
+    def host_intervals(self) -> list[tuple[str, float]]:
+        """(stage, seconds until the host reached the stage's closing mark) for every mark after the start: the
+        interval less the wait in that mark's synchronization. Empty unless synchronized (nothing waits)."""
+        if not self.synchronized or self.events:
+            return []
+        return [
+            (stage, reached - earlier)
+            for (_, earlier), (stage, _), reached in zip(
+                self.marks, self.marks[1:], self.reached[1:], strict=False
+            )
         ]
 
     def totals(self, stages: tuple[str, ...] = ()) -> dict[str, float]:

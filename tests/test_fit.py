@@ -171,6 +171,7 @@ def test_stages_run_attributes_the_whole_fit(tmp_path: Path, capsys) -> None:
         assert row["iteration_sync_median_s"] > 0
         first, median = row["stage_optimizer_first_s"], row["stage_optimizer_step_median_s"]
         assert 0 < first < row[stage_column("optimizer")] and 0 < median < row[stage_column("optimizer")]
+        assert 0 < row["stage_optimizer_host_median_s"] <= median  # each step's host part is within the step
     graphs = {row["arm"]: row["optimizer_graphs"] for row in rows}
     assert graphs["baseline"] is None  # the per-parameter MuSGD keeps no graph counts
     assert graphs["candidate-cpu"].startswith("eager: ")  # no CUDA graph on the CPU, and the reason is said
@@ -186,6 +187,7 @@ def test_stages_run_attributes_the_whole_fit(tmp_path: Path, capsys) -> None:
     report = folder.file("report.md").read_text()
     assert "### Stage shares" in report
     assert "- candidate-cpu: the first optimizer step took " in report and "its core ran: eager: " in report
+    assert "of it on the host before the device was waited for" in report
     assert "| kept between steps |" in report and "Kept between steps: device memory" in report
     assert "diagnostic, not a claim" in report and "**Claim (" not in report  # never read as a claim
     assert "A diagnostic run (synchronized inside the timed region): no verdict." in report

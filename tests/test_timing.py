@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
+from harness import timing
 from harness.formatting import format_bytes
 from harness.timing import SyncTimer, TrialFailure, is_out_of_memory, parse_bytes, parse_oom
 
@@ -113,6 +116,30 @@ def test_sync_timer_measures_elapsed_time() -> None:
     with SyncTimer("cpu") as timer:
         sum(range(10000))
     assert 0 < timer.seconds < 5
+
+
+def test_a_synchronized_stage_clock_splits_each_stage_into_host_time_and_the_wait_for_the_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The host's own time inside a stage (until it reached the closing mark) is kept apart from the wait in
+    that mark's synchronization: a step that is host-bound and one that waits on the device read apart."""
+    waited = 0.05
+    monkeypatch.setattr(timing, "synchronize", lambda _device: time.sleep(waited))
+    clock = timing.StageClock("cpu", synchronized=True)
+    clock.start()
+    time.sleep(0.02)
+    clock.mark("optimizer")
+    clock.mark("other")
+    (stage, whole), (_, instant) = clock.intervals()
+    (host_stage, host), (_, instant_host) = clock.host_intervals()
+    assert stage == host_stage == "optimizer"
+    assert 0.02 <= host < 0.02 + waited / 2  # the sleep inside the stage, not the mark's wait
+    assert whole >= host + waited  # the interval holds the wait as well
+    assert 0 <= instant_host < waited / 2 <= instant
+    unsynchronized = timing.StageClock("cpu", synchronized=False)
+    unsynchronized.start()
+    unsynchronized.mark("optimizer")
+    assert unsynchronized.host_intervals() == []  # no synchronization: no wait to keep apart
 
 
 @pytest.mark.cuda

@@ -516,6 +516,7 @@ ROW_FIELDS = {
         for key in (
             "stage_optimizer_first_s",
             "stage_optimizer_step_median_s",
+            "stage_optimizer_host_median_s",
             "iteration_sync_median_s",
             "iteration_host_median_s",
         )

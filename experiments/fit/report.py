@@ -183,10 +183,16 @@ def step_findings(plan: Plan, trials: pd.DataFrame) -> list[str]:
         last = mine.iloc[-1]
         graphs = last.get("optimizer_graphs")
         core = f"; its core ran: {graphs}" if isinstance(graphs, str) and graphs else ""
+        host = pd.to_numeric(last.get("stage_optimizer_host_median_s"), errors="coerce")
+        host_text = (
+            f" ({format_value(1e3 * float(host), 'ms')} of it on the host before the device was waited for)"
+            if pd.notna(host)
+            else ""
+        )
         lines.append(
             f"{arm}: the first optimizer step took {format_value(float(last['stage_optimizer_first_s']), 's')}, "
             f"the median of the other {steps - 1} "
-            f"{format_value(1e3 * float(last['stage_optimizer_step_median_s']), 'ms')}{core}."
+            f"{format_value(1e3 * float(last['stage_optimizer_step_median_s']), 'ms')}{host_text}{core}."
         )
     return lines
 
