@@ -92,8 +92,6 @@ _IS_NOT_NONE = functools.partial(operator.is_not, None)
 _IS_CONTIGUOUS = torch.Tensor.is_contiguous
 _NBYTES = operator.attrgetter("nbytes")
 _PLAIN_NUMBERS = (float, int, bool)
-# How many gradient address sets a plan remembers as checked (a trainer's steps cycle through a few).
-RECENT_GRAD_ADDRESS_SETS = 4
 
 # Test-only: route CPU tensors through the batched path, so CPU-only CI exercises batching and foreach logic.
 _FORCE_BATCHED_ON_CPU = False
@@ -492,10 +490,6 @@ class _MomentumRun:
     here_scratch: list[torch.Tensor]
     grads: Callable[[list[Any]], Any] = tuple  # the run's gradients out of the step's flat list
     here_grads: Callable[[list[Any]], Any] = tuple  # those of the members orthogonalized here
-    # A Nesterov run orthogonalized here whose buffer and scratch views tile one stretch of their flat tensors:
-    # those two stretches. Its gradients are then in scratch before the run (the step's early copy), and its
-    # two lerps are one elementwise operation each over the stretches (None: the foreach lists).
-    flat: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 @dataclass
@@ -516,19 +510,6 @@ class _SgdRun:
     # on the CPU a vectorized loop and its scalar remainder round a + α·b differently for bf16 (measured on
     # torch 2.14.1), so where an element falls would decide its bits; the list keeps per-tensor rounding.
     flat_nesterov: bool = False
-    # Whether the run copies its gradients into scratch itself (where it needs them there); False where the
-    # step's early copy put them there and nothing writes that scratch before the run reads it.
-    copies: bool = True
-
-
-@dataclass
-class _GradientCopy:
-    """The one foreach copy of gradients into scratch a step makes before its Muon momentum: the flat Nesterov
-    runs' members and the SGD runs of groups without Muon (whose scratch nothing else writes in a step)."""
-
-    params: list[torch.Tensor]
-    scratch: list[torch.Tensor]
-    grads: Callable[[list[Any]], Any] = tuple
 
 
 def _picker(positions: list[int]) -> Callable[[list[Any]], Any]:
@@ -539,19 +520,15 @@ def _picker(positions: list[int]) -> Callable[[list[Any]], Any]:
     return operator.itemgetter(*positions)
 
 
-def _one_stretch(
-    params: list[torch.Tensor],
-    scratch_of: dict[int, torch.Tensor],
-    flats_by_key: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]],
-) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The stretch of a flat buffer tensor and of scratch that these parameters' views tile exactly, or None.
+def _one_stretch(plan: _Plan, params: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The stretch of the flat SGD buffers and of scratch that these parameters' views tile exactly, or None.
 
     A parameter's buffer and scratch views sit at the same offset with the same strides in two flat tensors
-    (`_mirror_buffers`), so elementwise operations over the two stretches pair each element of a buffer
+    (`_mirror_sgd_buffers`), so elementwise operations over the two stretches pair each element of a buffer
     with the same element of its scratch, as the per-tensor lists do.
     """
-    views = [scratch_of[id(p)] for p in params]
-    flats = flats_by_key.get((params[0].device, params[0].dtype)) if params else None
+    views = [plan.scratch_of[id(p)] for p in params]
+    flats = plan.sgd_flats.get((params[0].device, params[0].dtype)) if params else None
     if flats is None:
         return None
     spans = sorted((v.storage_offset(), v.storage_offset() + v.numel()) for v in views)
@@ -605,7 +582,6 @@ class _Layout:
     sgd: list[_SgdRun]
     sgd_apply: list[_ApplyRun]  # pieces into the SGD runs' updates (source = run index)
     fill: _Fill
-    early_copy: _GradientCopy | None = None
 
 
 @dataclass(frozen=True)
@@ -668,19 +644,13 @@ def _build_layout(plan: _Plan, scalars: _Scalars) -> _Layout:
                 apply = applies.setdefault((muon_alpha[i], part), _ApplyRun(i, [], []))
                 apply.params += muon_group.params[start - muon_group.start : stop - muon_group.start]
                 apply.pieces.append((0, start, stop))
-    early: list[torch.Tensor] = []  # whose gradients the step copies into scratch first
     for run in runs:
         positions = [plan.positions[id(p)] for p in run.params]
         run.grads = _picker(positions)
         run.here_grads = _picker([positions[j] for j in run.here or ()]) if run.here else lambda _: ()
         if len(run.here or ()) == len(run.params):
             run.here, run.here_grads = None, run.grads
-            if run.nesterov:
-                run.flat = _one_stretch(run.params, plan.scratch_of, plan.momentum_flats)
-                if run.flat is not None:
-                    early += run.params
     sgd_runs: dict[tuple[Any, ...], _SgdRun] = {}
-    sgd_run_groups: dict[tuple[Any, ...], set[int]] = {}  # per run, the groups it steps
     sgd_applies: dict[tuple[Any, ...], _ApplyRun] = {}
     for i, group_plan in enumerate(plan.groups):
         for bucket in group_plan.buckets:
@@ -690,7 +660,6 @@ def _build_layout(plan: _Plan, scalars: _Scalars) -> _Layout:
                 sgd_runs[key] = _SgdRun(i, nesterov[i], [], [], [])
             run_index = list(sgd_runs).index(key)
             sgd_run = sgd_runs[key]
-            sgd_run_groups.setdefault(key, set()).add(id(group_plan.group))
             start = len(sgd_run.params)
             sgd_run.params += bucket.params
             sgd_run.buffers += bucket.buffers
@@ -698,15 +667,10 @@ def _build_layout(plan: _Plan, scalars: _Scalars) -> _Layout:
             apply = sgd_applies.setdefault((device, dtype, sgd_alpha[i]), _ApplyRun(i, [], []))
             apply.params += bucket.params
             apply.pieces.append((run_index, start, len(sgd_run.params)))
-    muon_groups = {id(group_plan.group) for group_plan in plan.groups if group_plan.group["use_muon"]}
-    for sgd_run, run_groups in zip(sgd_runs.values(), sgd_run_groups.values(), strict=True):
+    for sgd_run in sgd_runs.values():
         sgd_run.grads = _picker([plan.positions[id(p)] for p in sgd_run.params])
-        sgd_run.flat = _one_stretch(sgd_run.params, plan.scratch_of, plan.sgd_flats)
+        sgd_run.flat = _one_stretch(plan, sgd_run.params)
         sgd_run.flat_nesterov = sgd_run.flat is not None and sgd_run.params[0].device.type == "cuda"
-        needs_scratch = weight_decay[sgd_run.group] != 0 or sgd_run.nesterov
-        if needs_scratch and early and not run_groups & muon_groups:
-            sgd_run.copies = False
-            early += sgd_run.params
     flags = tuple(nesterov[index[id(muon_group.group)]] for muon_group in plan.muon_groups)
     fill = plan.fills.get(flags)
     if fill is None:
@@ -718,14 +682,7 @@ def _build_layout(plan: _Plan, scalars: _Scalars) -> _Layout:
                 for j in muon_group.here
             ],
         )
-    early_copy = None
-    if early:
-        early_copy = _GradientCopy(
-            early, [plan.scratch_of[id(p)] for p in early], _picker([plan.positions[id(p)] for p in early])
-        )
-    return _Layout(
-        runs, list(applies.values()), list(sgd_runs.values()), list(sgd_applies.values()), fill, early_copy
-    )
+    return _Layout(runs, list(applies.values()), list(sgd_runs.values()), list(sgd_applies.values()), fill)
 
 
 @dataclass
@@ -733,9 +690,7 @@ class _Plan:
     """Everything a step needs to know about the parameter set, and what it was built from."""
 
     signature: tuple[Any, ...]
-    # The gradients' address sets the plan holds for, the latest first: the one it was built with and the
-    # last few a moved-gradient check passed (a caching allocator often hands out a recent step's addresses).
-    grad_address_sets: list[tuple[Any, ...]]
+    grad_addresses: tuple[Any, ...]
     grads_overlap: bool
     span_index: dict[str, tuple[list[int], list[int]]]  # per device: sorted starts, running max of ends
     batches: list[_Batch]
@@ -752,10 +707,6 @@ class _Plan:
     # Per device and dtype: the flat tensor the clean parameters' SGD buffers live in (state, laid out like
     # scratch) and scratch's own flat tensor.
     sgd_flats: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = field(
-        default_factory=dict
-    )
-    # The same for the clean Muon members' momentum buffers (a Nesterov run's two lerps over one stretch).
-    momentum_flats: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = field(
         default_factory=dict
     )
     fills: dict[tuple[bool, ...], _Fill] = field(default_factory=dict)  # per Nesterov pattern of Muon groups
@@ -1005,34 +956,25 @@ def _allocate_scratch(plan: _Plan, widened: set[int]) -> None:
             entry.copies = ([out for out, _ in pairs], [slot for _, slot in pairs])
 
 
-def _mirror_buffers(plan: _Plan, state: dict[torch.Tensor, dict[str, Any]]) -> None:
-    """Move the clean parameters' SGD momentum buffers, and the clean Muon members' momentum buffers, into
-    one tensor per device and dtype each, laid out like scratch: each buffer at its scratch view's offset,
-    with its strides. A run whose parameters tile one stretch of scratch then steps its buffers with one
-    operation instead of a foreach list (whose host cost grows with the tensors in it). The values are
-    copied; the state holds the new views, so a state_dict still gives one tensor per parameter, and the
-    baseline reads it as its own."""
+def _mirror_sgd_buffers(plan: _Plan, state: dict[torch.Tensor, dict[str, Any]]) -> None:
+    """Move the clean parameters' SGD momentum buffers into one tensor per device and dtype laid out like
+    scratch: each buffer at its scratch view's offset, with its strides. An SGD run whose parameters tile one
+    stretch of scratch then steps its buffers with one operation instead of a foreach list (whose host cost
+    grows with the tensors in it). The values are copied; the state holds the new views, so a state_dict
+    still gives one tensor per parameter, and the baseline reads it as its own."""
     scratch_flats = {(t.device, t.dtype): t for t in plan.scratch}
-
-    def mirrored(flats: dict[Any, torch.Tensor], p: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
-        mine = plan.scratch_of[id(p)]
-        view = flats[(p.device, p.dtype)].as_strided(mine.shape, mine.stride(), mine.storage_offset())
-        return view.copy_(buffer)
-
-    sgd_flats = {key: torch.empty_like(flat) for key, flat in scratch_flats.items()}
+    buffer_flats = {key: torch.empty_like(flat) for key, flat in scratch_flats.items()}
     for group_plan in plan.groups:
         key = "momentum_buffer_SGD" if group_plan.group["use_muon"] else "momentum_buffer"
         for bucket in group_plan.buckets:
             for i, p in enumerate(bucket.params):
-                state[p][key] = bucket.buffers[i] = mirrored(sgd_flats, p, bucket.buffers[i])
-    plan.sgd_flats = {key: (sgd_flats[key], scratch_flats[key]) for key in scratch_flats}
-    muon_keys = {(p.device, p.dtype) for muon_group in plan.muon_groups for p in muon_group.params}
-    momentum_flats = {key: torch.empty_like(scratch_flats[key]) for key in muon_keys}
-    for muon_group in plan.muon_groups:
-        for i, p in enumerate(muon_group.params):
-            view = mirrored(momentum_flats, p, muon_group.buffers[i])
-            state[p]["momentum_buffer"] = muon_group.buffers[i] = view
-    plan.momentum_flats = {key: (momentum_flats[key], scratch_flats[key]) for key in muon_keys}
+                mine = plan.scratch_of[id(p)]
+                view = buffer_flats[(p.device, p.dtype)].as_strided(
+                    mine.shape, mine.stride(), mine.storage_offset()
+                )
+                view.copy_(bucket.buffers[i])
+                state[p][key] = bucket.buffers[i] = view
+    plan.sgd_flats = {key: (buffer_flats[key], scratch_flats[key]) for key in scratch_flats}
 
 
 def _share_out(plan: _Plan, world: int, rank: int) -> list[_BatchStack]:
@@ -1267,15 +1209,8 @@ class BatchedMuSGD(MuSGD):
         """Muon momentum for every member: foreach per run of groups, the Nesterov input of the members
         orthogonalized here computed in their scratch (the baseline's out-of-place lerp, in place on a copy
         of the gradient); ordered members by the scalar step, their inputs copied into their slots now."""
-        if layout.early_copy is not None:
-            torch._foreach_copy_(layout.early_copy.scratch, layout.early_copy.grads(self._step_grads))
         for run in layout.momentum:
             momentum = scalars.momentum[run.group]
-            if run.flat is not None:  # its gradients are in scratch: the baseline's two lerps, each flat
-                buffers, scratch = run.flat
-                buffers.lerp_(scratch, 1 - momentum)
-                scratch.lerp_(buffers, momentum)
-                continue
             torch._foreach_lerp_(run.buffers, run.grads(self._step_grads), 1 - momentum)
             if run.nesterov and run.here_scratch:
                 torch._foreach_copy_(run.here_scratch, run.here_grads(self._step_grads))
@@ -1308,8 +1243,7 @@ class BatchedMuSGD(MuSGD):
             momentum, weight_decay = scalars.momentum[run.group], scalars.weight_decay[run.group]
             grads = run.grads(self._step_grads)
             if weight_decay != 0 or run.nesterov:  # g + wd p, then g + m buf: in place in scratch
-                if run.copies:
-                    torch._foreach_copy_(run.scratch, grads)
+                torch._foreach_copy_(run.scratch, grads)
                 grads = run.scratch
                 if weight_decay != 0:
                     torch._foreach_add_(grads, run.params, alpha=weight_decay)
@@ -1397,12 +1331,11 @@ class BatchedMuSGD(MuSGD):
         signature, grad_addresses, self._step_grads = self._signature()
         plan = self._plan
         if plan is not None and plan.signature == signature:
-            if grad_addresses in plan.grad_address_sets:
+            if plan.grad_addresses == grad_addresses:
                 return plan
             # Gradients moved (fresh allocations): the plan holds unless a gradient now overlaps something.
             if not plan.grads_overlap and not self._grads_overlap(plan):
-                del plan.grad_address_sets[RECENT_GRAD_ADDRESS_SETS - 1 :]
-                plan.grad_address_sets.insert(0, grad_addresses)
+                plan.grad_addresses = grad_addresses
                 return plan
         self._plan = None  # the old stacks go before the new ones are allocated
         self._plan = self._build_plan(signature, grad_addresses)
@@ -1536,10 +1469,10 @@ class BatchedMuSGD(MuSGD):
                     in_order.append(p)
             group_whole = {id(p) for p in in_order if id(p) in whole_step or not group["use_muon"]}
             group_plans.append(_GroupPlan(group, list(buckets.values()), in_order, group_whole))
-        plan = _Plan(signature, [grad_addresses], grads_overlap, {}, batches, group_plans)
+        plan = _Plan(signature, grad_addresses, grads_overlap, {}, batches, group_plans)
         plan.positions = orders
         _lay_out(plan, self.state, *world_and_rank())  # 5. the stacks (shared out over ranks), the fill order
-        _mirror_buffers(plan, self.state)  # 6. the momentum buffers laid out like scratch (new memory)
+        _mirror_sgd_buffers(plan, self.state)  # 6. the SGD buffers laid out like scratch (new memory)
 
         # 7. What a moved gradient is checked against per step: the parameters and their state as now held.
         plan.span_index = _span_index(_spans_of(tracked, self.state, grads=False)[0])

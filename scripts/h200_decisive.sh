@@ -31,10 +31,8 @@ HOME_DIR=reports/h200-decisive
 # (upstream-SERIES, baseline-SERIES) and the old ones stay as the record of the code they measured. Series "a"
 # (the folder upstream/, 95d374a and 698daa3) measured the candidate before its allocation-free step (3cc8108);
 # series "b" (fd84ac7) padded as far as the memory budget allowed; series "c" prices a chain (pad_chain_flops,
-# 57ca362; no claim round ran); series "d" keeps the SGD buffers flat; series "e" keeps the Muon momentum
-# buffers flat too, copies the step's gradients into scratch once, and remembers recently checked gradient
-# addresses (no claim round ran: its stages pairs are under stages-*/).
-SERIES=e
+# 57ca362; no claim round ran); series "d" keeps the SGD buffers flat.
+SERIES=d
 claim=(--workload ultralytics --device cuda --images 256 --imgsz 640 --batch 4 --amp bf16 --steps 384 --quiet)
 rule=(--control --tolerance 1 --pairs auto --precision 2 --warmup 1)
 

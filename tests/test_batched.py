@@ -679,34 +679,6 @@ def test_checkpoint_resume_both_ways_equals_an_uninterrupted_run() -> None:
 # ---------------------------------------------------------------------------------------------- plan cache
 
 
-def test_gradients_that_come_back_to_addresses_checked_lately_are_not_checked_again(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A trainer's caching allocator often hands a step's fresh gradients the addresses of a recent step's:
-    the plan remembers the last few address sets it checked, so gradients alternating between two sets are
-    checked once per set; a set it has not seen is checked, and every step stays the baseline's bit for bit."""
-    params = _make_params([(16, 72), (16, 40), (8,)], seed=80)
-    groups = [_muon_group(params[:2]), _sgd_group(params[2:])]
-    twin_groups = _clone_groups(groups)
-    optimizer, twin = BatchedMuSGD(groups), MuSGD(twin_groups)
-    checks = []
-    original = BatchedMuSGD._grads_overlap
-    monkeypatch.setattr(
-        BatchedMuSGD, "_grads_overlap", lambda self, plan: checks.append(1) or original(self, plan)
-    )
-    generator = torch.Generator().manual_seed(3)
-    sets = [[torch.empty_like(p) for p in params] for _ in range(3)]  # kept alive: three address sets
-    for step, which in enumerate([0, 1, 0, 1, 0, 1, 2, 0]):
-        for p, q, grad in zip(params, _params_of(twin_groups), sets[which], strict=True):
-            grad.copy_(torch.randn(grad.shape, generator=generator) * 0.01)
-            p.grad, q.grad = grad, grad.clone()
-        optimizer.step()
-        twin.step()
-        for p, q in zip(params, _params_of(twin_groups), strict=True):
-            assert torch.equal(p, q), step
-    assert len(checks) == 2  # set 1 once, set 2 once (set 0 built the plan); never again
-
-
 def test_the_plan_is_reused_until_the_parameter_set_changes(monkeypatch: pytest.MonkeyPatch) -> None:
     params = _make_params([(16, 72), (16, 40), (8,)], seed=80)
     optimizer = BatchedMuSGD([_muon_group(params[:2]), _sgd_group(params[2:])])
@@ -1271,63 +1243,6 @@ def test_moving_buffers_into_their_flat_tensor_does_not_make_moved_gradients_reb
         assert _plan(optimizer) is plan
 
 
-def test_muon_buffers_live_in_one_tensor_and_nesterov_steps_flat_after_one_gradient_copy() -> None:
-    """YOLO26n's clean Muon momentum buffers are views of one tensor laid out like scratch, so its Nesterov
-    momentum run steps two elementwise operations over one stretch; one foreach copy puts every gradient the
-    step reads from scratch there first (the Muon members' and the undecayed groups' whose SGD run then needs
-    no copy of its own; the Muon groups' SGD part copies again after the core has used their scratch).
-    Parameters and every buffer stay the baseline's bit for bit over steps with moved gradients."""
-    groups, kwargs = build_param_groups("n", seed=0)
-    fill_synthetic_grads(groups, seed=1)
-
-    def moved(step_groups: list[dict[str, Any]], step: int) -> None:
-        _fill_grads(_params_of(step_groups), seed=300 + step)
-
-    exact = BatchedMuSGD.with_pad_guard(0)
-    baseline, base_groups, candidate, cand_groups = _run_both(groups, 3, moved, kwargs, exact)
-    plan = _plan(candidate)
-    (layout,) = plan.layouts.values()
-    (run,) = layout.momentum
-    assert run.flat is not None and run.flat[0].numel() == sum(p.numel() for p in run.params)
-    flat_buffers = {key: buffers for key, (buffers, _) in plan.momentum_flats.items()}
-    for p in run.params:
-        buffer, scratch = candidate.state[p]["momentum_buffer"], plan.scratch_of[id(p)]
-        assert buffer._base is flat_buffers[(p.device, p.dtype)]
-        assert (buffer.storage_offset(), buffer.stride()) == (scratch.storage_offset(), scratch.stride())
-    copied = {id(p) for p in layout.early_copy.params}
-    muon = {id(p) for p in run.params}
-    undecayed = [sgd for sgd in layout.sgd if not sgd.copies]
-    assert len(undecayed) == 1 and copied == muon | {id(p) for p in undecayed[0].params}
-    assert all(sgd.copies for sgd in layout.sgd if any(id(p) in muon for p in sgd.params))
-    for base_group, cand_group in zip(base_groups, cand_groups, strict=True):
-        for q, p in zip(base_group["params"], cand_group["params"], strict=True):
-            assert torch.equal(q, p)
-            for key, value in baseline.state[q].items():
-                assert torch.equal(value, candidate.state[p][key]), key
-
-
-@pytest.mark.parametrize("nesterov", [True, False])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_muon_momentum_is_the_baselines_bit_for_bit_flat_or_not(nesterov: bool, dtype: torch.dtype) -> None:
-    """Muon groups with and without Nesterov, odd sizes, fp32 and bf16, beside SGD groups with and without
-    decay: a Nesterov run steps flat, one without keeps its foreach lerp straight from the gradients (a copy
-    would cost as much), and both stay the baseline's bit for bit."""
-    shapes = [(8, 3, 3, 3), (16, 8), (5, 7), (16, 8), (3, 11)]
-    groups = [
-        _sgd_group(_make_params([(3,), (17,)], seed=1, dtype=dtype), weight_decay=0.0),
-        _muon_group(_make_params(shapes, seed=2, dtype=dtype), nesterov=nesterov),
-        _sgd_group(_make_params([(5,), (8,)], seed=3, dtype=dtype)),
-    ]
-    exact = BatchedMuSGD.with_pad_guard(0)
-    baseline, base_groups, candidate, cand_groups = _run_both(groups, 3, _grads_by_seed, None, exact)
-    runs = [run for layout in _plan(candidate).layouts.values() for run in layout.momentum]
-    assert runs and all((run.flat is not None) == nesterov for run in runs)
-    for q, p in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
-        assert torch.equal(q, p)
-        for key, value in baseline.state[q].items():
-            assert torch.equal(value, candidate.state[p][key]), key
-
-
 @cuda
 @needs_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -1348,8 +1263,6 @@ def test_on_cuda_the_flat_sgd_step_with_its_nesterov_update_is_the_baselines_bit
     baseline, base_groups, candidate, cand_groups = _run_both(groups, 4, _grads_by_seed, None, exact)
     runs = [run for layout in _plan(candidate).layouts.values() for run in layout.sgd]
     assert runs and all(run.flat is not None and run.flat_nesterov for run in runs)
-    momentum = [run for layout in _plan(candidate).layouts.values() for run in layout.momentum]
-    assert momentum and all(run.flat is not None for run in momentum)  # the Muon momentum flat too
     for q, p in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
         assert torch.equal(q, p)
         for key, value in baseline.state[q].items():
