@@ -12,6 +12,9 @@
 #              (the issue sets no most here; 14 is the fewest whose stopping-rule interval can keep 95%)
 #   stages-upstream, stages-baseline   one --stages pair of each comparison (diagnostic; each call a new folder)
 #   profile    where the candidate's step spends its host time, by part and operation (scripts/h200_step_profile.py)
+#   fit-profile   the same inside a real fit: one --stages pair against upstream with scripts/fit_step_profile/
+#              loaded in every process; the step's parts and an operation table land in the logs (fit-profile/);
+#              its run folder is a diagnostic of an instrumented fit and stays on the machine
 #   parity     bench parity --steps 60 on YOLO26n and YOLO26x
 #   screen     bench screen n..x: baseline, candidate (guard 256), upstream 8.4.190; 3 pairs (each call a new folder)
 #   guards     bench screen at n and x over guards 0, 128, 256 with upstream: does x's padding hold its floor above
@@ -74,6 +77,12 @@ for step in "$@"; do
     baseline) resumable "baseline-$SERIES" "$FIRST_SLICE_BASELINE" pair "${claim[@]}" --arms baseline,candidate --bar 40 "${rule[@]}" --max-pairs 14 ;;
     stages-upstream) fresh stages-upstream pair "${claim[@]}" --arms upstream,candidate --stages --warmup 0 --pairs 1 ;;
     stages-baseline) fresh stages-baseline pair "${claim[@]}" --arms baseline,candidate --stages --warmup 0 --pairs 1 ;;
+    fit-profile) mkdir -p "$LOGS/fit-profile"
+            PYTHONPATH="$PWD/scripts/fit_step_profile:$PYTHONPATH" FIT_STEP_PROFILE_OUT="$LOGS/fit-profile" \
+              timeout $(( $(left) - 10 )) python3 -m harness.cli pair "${claim[@]}" --arms upstream,candidate --stages \
+              --warmup 0 --pairs 1 --out /tmp/fit-profile > "$LOGS/fit-profile/run.log" 2>&1
+            echo "fit-profile rc=$?"; grep -h "optimizer step took" /tmp/fit-profile/*/report.md
+            cat "$LOGS"/fit-profile/*.json ;;
     profile) python3 scripts/h200_step_profile.py --scales n x > "$LOGS/profile.log" 2>&1
              echo "profile rc=$?"; grep -E "step host|synchronized|empty_strided|kept between" "$LOGS/profile.log" ;;
     parity) timeout $(( $(left) - 10 )) python3 -m harness.cli parity --device cuda --steps 60 --out "$HOME_DIR/parity" --quiet > "$LOGS/parity.log" 2>&1

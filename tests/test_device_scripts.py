@@ -166,7 +166,11 @@ def run_decisive_step(
     recorded = tmp_path / "commands"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    recording_interpreter(bin_dir / "python3", f'echo "$*" >> {recorded}')
+    recording_interpreter(
+        bin_dir / "python3",
+        f'echo "$*" >> {recorded}; '
+        f'[ -z "${{FIT_STEP_PROFILE_OUT:-}}" ] || echo "profile $FIT_STEP_PROFILE_OUT $PYTHONPATH" >> {recorded}',
+    )
     logs = tmp_path / "logs"
     logs.mkdir()
     environment = {
@@ -207,6 +211,20 @@ def test_a_started_claim_resumes_whatever_is_left_and_lets_the_log_decide(tmp_pa
     assert commands[0].startswith(
         "-m harness.cli pair --resume reports/h200-decisive/baseline-d/pair-20261202-0100"
     )
+
+
+def test_the_fit_profile_step_runs_one_stages_pair_with_the_profile_loaded_and_its_output_in_the_logs(
+    tmp_path: Path,
+) -> None:
+    """`fit-profile` is the stages pair against upstream at the claim's settings, with the profiling
+    sitecustomize first on the path of every process and its output in the logs (which come back)."""
+    out, commands = run_decisive_step(tmp_path, "fit-profile", deadline=900)
+    assert len(commands) == 2 and commands[0].startswith("-m harness.cli pair --workload ultralytics")
+    assert "--arms upstream,candidate --stages --warmup 0 --pairs 1" in commands[0]
+    _, folder, path = commands[1].split(" ")
+    assert folder == str(tmp_path / "logs" / "fit-profile")
+    assert path.split(":")[0] == str(tmp_path / "tree" / "scripts" / "fit_step_profile")
+    assert "fit-profile rc=0" in out and (tmp_path / "logs" / "fit-profile" / "run.log").exists()
 
 
 def test_the_device_set_up_without_wheels_says_how_to_get_them(tmp_path: Path) -> None:

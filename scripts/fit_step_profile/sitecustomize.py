@@ -6,7 +6,9 @@ FIT_STEP_PROFILE_OUT to a folder; every Python process then imports this file at
 `sitecustomize` hook), and one that steps a BatchedMuSGD writes FIT_STEP_PROFILE_OUT/<pid>.json every 64
 steps: per part of the step, the median and 90th percentile of its host time (wall clock, no
 synchronization), how many steps checked moved gradients or rebuilt the plan, and the process's threads,
-CPU affinity and GIL switch interval. Usage on the device (after `. scripts/h200_env.sh`):
+CPU affinity and GIL switch interval; and, of steps 100 to 104 and everything the trainer did between them,
+the profiler's table of host time per operation (<pid>-ops.txt: whether a launch or a foreach call costs
+the host more inside a fit than in a loop). Usage on the device (after `. scripts/h200_env.sh`):
 
     PYTHONPATH=$PWD/scripts/fit_step_profile:$PYTHONPATH FIT_STEP_PROFILE_OUT=$OUT/prof \
         python3 -m harness.cli pair ... --arms upstream,candidate --stages --pairs 1 --out /tmp/profiled
@@ -25,6 +27,7 @@ if _OUT:
     from collections import defaultdict
 
     _spent: dict[str, list[float]] = defaultdict(list)
+    PROFILE_FIRST, PROFILE_STEPS = 100, 5  # the profiled window: steps 100-104 and what runs between them
 
     def _write() -> None:
         figures = {
@@ -61,6 +64,8 @@ if _OUT:
             original = owner.__dict__[attribute]
 
             def timed(*args, _original=original, _name=name, **kwargs):
+                if _name == "step (host)":
+                    _profile_window(len(_spent[_name]))
                 started = time.perf_counter()
                 try:
                     return _original(*args, **kwargs)
@@ -70,6 +75,23 @@ if _OUT:
                         _write()
 
             setattr(owner, attribute, timed)
+
+    _profiler: list = []
+
+    def _profile_window(steps_done: int) -> None:
+        import torch
+
+        if steps_done == PROFILE_FIRST:
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if torch.cuda.is_available():
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            _profiler.append(torch.profiler.profile(activities=activities))
+            _profiler[0].__enter__()
+        elif steps_done == PROFILE_FIRST + PROFILE_STEPS and _profiler:
+            _profiler[0].__exit__(None, None, None)
+            table = _profiler[0].key_averages().table(sort_by="self_cpu_time_total", row_limit=40)
+            with open(os.path.join(_OUT, f"{os.getpid()}-ops.txt"), "w", encoding="utf-8") as handle:
+                handle.write(table)
 
     try:
         os.makedirs(_OUT, exist_ok=True)
