@@ -6,6 +6,7 @@ the choice of folders for the decisive report (scripts/decisive_claims.sh)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -15,6 +16,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# The series the decisive script's claims run now (it moves on when the candidate changes).
+SERIES = re.search(r"^SERIES=(\w+)$", (REPO / "scripts" / "h200_decisive.sh").read_text(), re.M).group(1)
 pytestmark = pytest.mark.skipif(
     shutil.which("bash") is None or shutil.which("tar") is None, reason="needs bash and tar"
 )
@@ -162,7 +165,9 @@ def run_decisive_step(
     shutil.copy(REPO / "scripts" / "h200_decisive.sh", tree / "scripts")
     (tree / "scripts" / "h200_env.sh").write_text("pack() { :; }\n")
     if started:
-        write(tree / "reports" / "h200-decisive" / f"{step}-d" / "pair-20261202-0100" / "plan.json", "{}")
+        write(
+            tree / "reports" / "h200-decisive" / f"{step}-{SERIES}" / "pair-20261202-0100" / "plan.json", "{}"
+        )
     recorded = tmp_path / "commands"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -193,14 +198,14 @@ def test_a_claim_is_not_started_without_time_for_its_warmup_and_one_round(tmp_pa
     after it, and the next slice's resume had to warm up again: the warm-up was spent for nothing."""
     out, commands = run_decisive_step(tmp_path, step, deadline=240)
     assert commands == []
-    assert f"{step}-d: not started" in out
+    assert f"{step}-{SERIES}: not started" in out
 
 
 @pytest.mark.parametrize("step", ["upstream", "baseline"])
 def test_a_claim_starts_with_time_for_its_warmup_and_one_round(tmp_path: Path, step: str) -> None:
     out, commands = run_decisive_step(tmp_path, step, deadline=900)
     assert len(commands) == 1 and commands[0].startswith("-m harness.cli pair ")
-    assert f"--out reports/h200-decisive/{step}-d --stop-after" in commands[0]
+    assert f"--out reports/h200-decisive/{step}-{SERIES} --stop-after" in commands[0]
 
 
 def test_a_started_claim_resumes_whatever_is_left_and_lets_the_log_decide(tmp_path: Path) -> None:
@@ -209,7 +214,7 @@ def test_a_started_claim_resumes_whatever_is_left_and_lets_the_log_decide(tmp_pa
     out, commands = run_decisive_step(tmp_path, "baseline", deadline=240, started=True)
     assert len(commands) == 1
     assert commands[0].startswith(
-        "-m harness.cli pair --resume reports/h200-decisive/baseline-d/pair-20261202-0100"
+        f"-m harness.cli pair --resume reports/h200-decisive/baseline-{SERIES}/pair-20261202-0100"
     )
 
 
