@@ -228,9 +228,8 @@ class StageClock:
         self.synchronized = synchronized
         self.events = is_cuda(device) and not synchronized
         self.marks: list[tuple[str, Any]] = []
-        self.reached: list[
-            float
-        ] = []  # synchronized: the host clock at each mark, before its synchronization
+        # Synchronized: the host clock at each mark as it was reached, before its synchronization.
+        self.reached: list[float] = []
         self.iteration_marks: list[int] = []
 
     def _now(self) -> Any:

@@ -224,15 +224,13 @@ def _spans_reach(starts: list[int], ends: list[int], index: tuple[list[int], lis
     parallel above 200 elements; not measured apart).
     """
     index_starts, reach_before = index
-    below = map(
-        bisect.bisect_left, itertools.repeat(index_starts), ends
-    )  # indexed spans starting before the end
-    if any(
-        map(operator.gt, map(reach_before.__getitem__, below), starts)
-    ):  # ...of which one ends after the start
+    # Per span, how many indexed spans start before it ends, and the furthest end among those.
+    below = map(bisect.bisect_left, itertools.repeat(index_starts), ends)
+    if any(map(operator.gt, map(reach_before.__getitem__, below), starts)):
         return True
+    # The nonempty spans by start: one overlaps another where it starts before an earlier one's furthest end.
     spans = sorted(span for span in zip(starts, ends, strict=True) if span[1] > span[0])
-    furthest = itertools.accumulate((end for _, end in spans), max)  # of every span starting earlier
+    furthest = itertools.accumulate((end for _, end in spans), max)
     return any(map(operator.lt, (start for start, _ in spans[1:]), furthest))
 
 
