@@ -281,7 +281,7 @@ class StageClock:
     def host_intervals(self) -> list[tuple[str, float]]:
         """(stage, seconds until the host reached the stage's closing mark) for every mark after the start: the
         interval less the wait in that mark's synchronization. Empty unless synchronized (nothing waits)."""
-        if not self.synchronized or self.events:
+        if not self.synchronized:
             return []
         return [
             (stage, reached - earlier)

@@ -211,7 +211,7 @@ def _span_index(spans: list[tuple[str, int, int, Any]]) -> dict[str, tuple[list[
 def _reach_index(starts: list[int], reach: list[int]) -> tuple[list[int], list[int]]:
     """`_span_index`'s lists of one device as `_spans_reach` reads them: the sorted starts, and before each
     position the furthest end of the spans at earlier positions (-1 before the first)."""
-    return list(starts), [-1, *reach]
+    return starts, [-1, *reach]
 
 
 def _spans_reach(starts: list[int], ends: list[int], index: tuple[list[int], list[int]]) -> bool:
