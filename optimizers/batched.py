@@ -234,6 +234,42 @@ def _spans_reach(starts: list[int], ends: list[int], index: tuple[list[int], lis
     return any(map(operator.lt, (start for start, _ in spans[1:]), furthest))
 
 
+def _disjoint_ends(starts: list[int], reach: list[int]) -> dict[int, int] | None:
+    """`_span_index`'s lists of one device as `_spans_meet` reads them: each span's end by its start, spans
+    that touch merged into one (a flat buffer's views become one span: fewer to sort per step, the same
+    answer), where the indexed spans are pairwise disjoint (sorted, each ends by the next one's start); None
+    where some overlap. Built once per plan."""
+    if not all(map(operator.le, reach[:-1], starts[1:])):
+        return None
+    ends: dict[int, int] = {}
+    last = None
+    for start, end in zip(
+        starts, reach, strict=True
+    ):  # disjoint: the running maximum of the ends is each end
+        if last is not None and ends[last] == start:
+            ends[last] = end
+        else:
+            ends[start] = end
+            last = start
+    return ends
+
+
+def _spans_meet(starts: list[int], ends: list[int], indexed_ends: dict[int, int]) -> bool:
+    """Whether any nonempty span [start, end) shares a byte with an indexed span (`_disjoint_ends`) or with
+    another span: the indexed spans and these, sorted by start, are pairwise disjoint exactly when each starts
+    no earlier than the one before it ends (ends then rise, so no earlier span reaches further).
+
+    `_spans_reach`'s answer in fewer C-level passes, for the per-step check when gradients moved: a sort of
+    Python integers that arrive in two sorted runs, against a binary search per span and a sort of pairs.
+    """
+    ends_by_start = indexed_ends.copy()
+    ends_by_start.update(zip(starts, ends, strict=True))
+    if len(ends_by_start) != len(indexed_ends) + len(starts):
+        return True  # two nonempty spans start at one byte
+    ordered = sorted(ends_by_start)
+    return any(map(operator.lt, itertools.islice(ordered, 1, None), map(ends_by_start.__getitem__, ordered)))
+
+
 # ---------------------------------------------------------------------------------------------- the plan
 
 
@@ -728,6 +764,10 @@ class _Plan:
     # few C-level passes (`_spans_reach`); None where they span devices.
     grad_check_params: list[torch.Tensor] = field(default_factory=list)
     grad_check_index: tuple[list[int], list[int]] | None = None
+    # And where those are every parameter, in the optimizer's order, and their parameter and state spans are
+    # pairwise disjoint (the usual case): each span's end by its start, for `_spans_meet` over the addresses
+    # the step's signature read; None otherwise.
+    grad_check_ends: dict[int, int] | None = None
     layouts: dict[tuple[Any, ...], _Layout] = field(default_factory=dict)  # merged runs, per scalar pattern
     devices: set[torch.device] = field(default_factory=set)  # where the stacks live
     device: torch.device | None = None  # the first stack's device (the core's, where it replays)
@@ -1339,20 +1379,33 @@ class BatchedMuSGD(MuSGD):
             if plan.grad_addresses == grad_addresses:
                 return plan
             # Gradients moved (fresh allocations): the plan holds unless a gradient now overlaps something.
-            if not plan.grads_overlap and not self._grads_overlap(plan):
+            if not plan.grads_overlap and not self._grads_overlap(plan, grad_addresses):
                 plan.grad_addresses = grad_addresses
                 return plan
         self._plan = None  # the old stacks go before the new ones are allocated
         self._plan = self._build_plan(signature, grad_addresses)
         return self._plan
 
-    def _grads_overlap(self, plan: _Plan) -> bool:
+    def _grads_overlap(self, plan: _Plan, grad_addresses: tuple[Any, ...]) -> bool:
         """Whether any gradient now shares memory with a tracked parameter or buffer, or with another gradient.
 
         Per step only when gradients moved (a trainer's zero_grad frees them every step). Where the plan's
-        parameters share one device and every gradient is contiguous (autograd's own), one pass (`_spans_reach`);
-        otherwise a binary search per gradient against the plan's sorted spans (`_grads_overlap_each`).
+        parameters share one device and every gradient is contiguous (autograd's own), a few C-level passes:
+        over this step's gradients and the addresses the signature read (`grad_addresses`, `_spans_meet`) where
+        the plan's memory is disjoint, else `_spans_reach`; otherwise a binary search per gradient against the
+        plan's sorted spans (`_grads_overlap_each`).
         """
+        if plan.grad_check_ends is not None:
+            try:
+                grads = list(filter(_IS_NOT_NONE, self._step_grads))
+                if all(map(_IS_CONTIGUOUS, grads)):
+                    starts = list(itertools.chain.from_iterable(grad_addresses))
+                    sizes = list(map(_NBYTES, grads))
+                    if _OPAQUE not in starts and 0 not in sizes:
+                        ends = list(map(operator.add, starts, sizes))
+                        return _spans_meet(starts, ends, plan.grad_check_ends)
+            except Exception:  # a tensor that refuses inspection: the per-gradient check says what it is
+                pass
         if plan.grad_check_index is not None:
             try:
                 grads = list(filter(_IS_NOT_NONE, map(_GRAD, plan.grad_check_params)))
@@ -1492,6 +1545,9 @@ class BatchedMuSGD(MuSGD):
             starts, reach = plan.span_index.get(check_devices.pop(), ([], []))
             plan.grad_check_params = [p for p, _ in plan.grad_checks]
             plan.grad_check_index = _reach_index(starts, reach)
+            every = sum(len(group["params"]) for group in self.param_groups)
+            if len(plan.grad_check_params) == every:  # a subsequence of the order as long as it: the order
+                plan.grad_check_ends = _disjoint_ends(starts, reach)
         return plan
 
 
