@@ -52,6 +52,7 @@ if _OUT:
         parts = {
             "step (host)": (BatchedMuSGD, "step"),
             "plan check": (BatchedMuSGD, "_current_plan"),
+            "signature": (BatchedMuSGD, "_signature"),
             "moved-gradient check": (BatchedMuSGD, "_grads_overlap"),
             "plan build": (BatchedMuSGD, "_build_plan"),
             "scalars": (BatchedMuSGD, "_scalars"),
