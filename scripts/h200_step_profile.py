@@ -139,7 +139,25 @@ def profile_step(scale: str, steps: int) -> None:
             optimizer.step()
         _sync()
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=40))
+    gpu_time_by_kernel(optimizer, min(5, steps))
     list_costs(optimizer, params, min(50, steps))
+
+
+def gpu_time_by_kernel(optimizer: BatchedMuSGD, steps: int) -> None:
+    """Where the step's GPU time goes: its eager steps' kernels (a replay's are the same kernels), by GPU
+    time; inside a fit the step ends when the GPU's work does, well after the host's last launch."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if DEVICE == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(steps):
+            optimizer.eager_step()
+        _sync()
+    print(f"  the eager step's operations by GPU time ({steps} steps):")
+    table = prof.key_averages().table(
+        sort_by="self_device_time_total", row_limit=30, max_name_column_width=60
+    )
+    print(table)
 
 
 def list_costs(optimizer: BatchedMuSGD, params: list[torch.Tensor], repeats: int) -> None:
