@@ -1064,6 +1064,20 @@ def test_the_plan_is_rebuilt_when_data_moves_a_group_is_added_or_a_moved_gradien
 _SPANS = st.lists(st.tuples(st.integers(0, 60), st.integers(0, 12)), max_size=12)
 
 
+def _searched_per_gradient(
+    static: list[tuple[int, int]], moved: list[tuple[int, int]]
+) -> tuple[list[int], list[int], list[tuple[int, int]], bool]:
+    """The reference the per-step checks replace: the static spans' index (starts, running ends), the moved
+    spans, and whether one of those reaches into an indexed span (a binary search each) or another moved one."""
+    index = _span_index([("cpu", start, start + size, i) for i, (start, size) in enumerate(static)])
+    starts, reach = index.get("cpu", ([], []))
+    spans = [(start, start + size) for start, size in moved]
+    expected = any(
+        (below := bisect.bisect_left(starts, end)) and reach[below - 1] > start for start, end in spans
+    ) or bool(_overlapping([("cpu", start, end, i) for i, (start, end) in enumerate(spans)]))
+    return starts, reach, spans, expected
+
+
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(static=_SPANS, moved=_SPANS)
 def test_the_gradient_check_answers_as_a_search_per_gradient(
@@ -1071,12 +1085,7 @@ def test_the_gradient_check_answers_as_a_search_per_gradient(
 ) -> None:
     """`_spans_reach` (the per-step check when gradients moved) against the reference it replaces: a binary
     search per gradient span in the static index, then `_overlapping` over the gradient spans."""
-    index = _span_index([("cpu", start, start + size, i) for i, (start, size) in enumerate(static)])
-    starts, reach = index.get("cpu", ([], []))
-    spans = [(start, start + size) for start, size in moved]
-    expected = any(
-        (below := bisect.bisect_left(starts, end)) and reach[below - 1] > start for start, end in spans
-    ) or bool(_overlapping([("cpu", start, end, i) for i, (start, end) in enumerate(spans)]))
+    starts, reach, spans, expected = _searched_per_gradient(static, moved)
     got = _spans_reach([s for s, _ in spans], [e for _, e in spans], _reach_index(starts, reach))
     assert got == expected
 
@@ -1088,12 +1097,7 @@ def test_the_check_over_disjoint_memory_answers_as_a_search_per_gradient(
 ) -> None:
     """`_spans_meet` (the per-step check where the plan's memory is disjoint) against the same reference,
     for nonempty moved spans; where the indexed spans overlap, `_disjoint_ends` declines (None)."""
-    index = _span_index([("cpu", start, start + size, i) for i, (start, size) in enumerate(static)])
-    starts, reach = index.get("cpu", ([], []))
-    spans = [(start, start + size) for start, size in moved]
-    expected = any(
-        (below := bisect.bisect_left(starts, end)) and reach[below - 1] > start for start, end in spans
-    ) or bool(_overlapping([("cpu", start, end, i) for i, (start, end) in enumerate(spans)]))
+    starts, reach, spans, expected = _searched_per_gradient(static, moved)
     nonempty = [(start, start + size, i) for i, (start, size) in enumerate(static) if size]
     disjoint = not _overlapping([("cpu", *span) for span in nonempty])
     indexed_ends = _disjoint_ends(starts, reach)
