@@ -241,11 +241,9 @@ def _disjoint_ends(starts: list[int], reach: list[int]) -> dict[int, int] | None
     where some overlap. Built once per plan."""
     if not all(map(operator.le, reach[:-1], starts[1:])):
         return None
-    ends: dict[int, int] = {}
+    ends: dict[int, int] = {}  # disjoint: the running maximum of the ends is each span's own end
     last = None
-    for start, end in zip(
-        starts, reach, strict=True
-    ):  # disjoint: the running maximum of the ends is each end
+    for start, end in zip(starts, reach, strict=True):
         if last is not None and ends[last] == start:
             ends[last] = end
         else:
