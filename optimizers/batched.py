@@ -1393,26 +1393,23 @@ class BatchedMuSGD(MuSGD):
         the plan's memory is disjoint, else `_spans_reach`; otherwise a binary search per gradient against the
         plan's sorted spans (`_grads_overlap_each`).
         """
-        if plan.grad_check_ends is not None:
+        index = plan.grad_check_index
+        if index is not None:
             try:
-                grads = list(filter(_IS_NOT_NONE, self._step_grads))
-                if all(map(_IS_CONTIGUOUS, grads)):
+                if plan.grad_check_ends is not None:  # every parameter, in order: the signature's reads
+                    grads = list(filter(_IS_NOT_NONE, self._step_grads))
                     starts = list(itertools.chain.from_iterable(grad_addresses))
-                    sizes = list(map(_NBYTES, grads))
-                    if _OPAQUE not in starts and 0 not in sizes:
-                        ends = list(map(operator.add, starts, sizes))
-                        return _spans_meet(starts, ends, plan.grad_check_ends)
-            except Exception:  # a tensor that refuses inspection: the per-gradient check says what it is
-                pass
-        if plan.grad_check_index is not None:
-            try:
-                grads = list(filter(_IS_NOT_NONE, map(_GRAD, plan.grad_check_params)))
+                else:
+                    grads = list(filter(_IS_NOT_NONE, map(_GRAD, plan.grad_check_params)))
+                    starts = list(_addresses(grads))
                 if all(map(_IS_CONTIGUOUS, grads)):
-                    starts = _addresses(grads)
                     if _OPAQUE in starts:
                         return True
-                    ends = list(map(operator.add, starts, map(_NBYTES, grads)))
-                    return _spans_reach(list(starts), ends, plan.grad_check_index)
+                    sizes = list(map(_NBYTES, grads))
+                    ends = list(map(operator.add, starts, sizes))
+                    if plan.grad_check_ends is not None and 0 not in sizes:
+                        return _spans_meet(starts, ends, plan.grad_check_ends)
+                    return _spans_reach(starts, ends, index)
             except Exception:  # a tensor that refuses inspection: the per-gradient check says what it is
                 pass
         return self._grads_overlap_each(plan)
