@@ -10,9 +10,11 @@ It computes what the per-parameter MuSGD computes, with few operations per step 
   the guard, run as exact-shape batches; a lone matrix runs exactly as in the baseline.
 - The plan owns everything a step needs: the stacks (allocated once), each member's view into its stack, the
   gains as scalar lists, the parameter, gradient-owner and buffer lists per group, and a scratch view like
-  each clean parameter. A step fills the stacks with one foreach copy, advances every stack's Newton-Schulz
-  chain in lockstep (mm/bmm per stack, one foreach operation per elementwise step for all stacks), widens
-  the scaled bf16 updates into scratch (so the apply, fp32 += bf16 otherwise, takes the foreach fast path),
+  each clean parameter. A step fills the stacks from scratch (a padded slot is not dense, so the copies go by
+  runs of same-shape neighbours, which sit side by side in the stacks and in scratch: one kernel per run, not
+  per matrix), advances every stack's Newton-Schulz chain in lockstep (mm/bmm per stack, one foreach
+  operation per elementwise step for all stacks), widens the scaled bf16 updates into scratch by the same
+  runs (so the apply, fp32 += bf16 otherwise, takes the foreach fast path),
   and applies gains, updates and SGD momentum with foreach operations over lists. The count of operations
   grows with the number of stacks and groups, not of matrices, and a step allocates nothing.
 - The clean parameters' SGD momentum buffers live in one tensor per device and dtype laid out like scratch
@@ -36,11 +38,11 @@ It computes what the per-parameter MuSGD computes, with few operations per step 
   identity and address: a new device, dtype or shape comes with new memory), the presence of their
   gradients, the groups' `use_muon` and the state object are unchanged (`load_state_dict` replaces the state
   object). Gradients that move (fresh allocations) only re-check memory overlaps.
-- On one CUDA device the core (the stacks filled from the momentum buffers or the Nesterov inputs in
-  scratch, Newton-Schulz, gains, updates widened into scratch) is replayed from a CUDA graph
+- On one CUDA device the core (the stacks filled from the Nesterov inputs or copies of the momentum buffers
+  in scratch, Newton-Schulz, gains, updates widened into scratch) is replayed from a CUDA graph
   (`optimizers.graphs`): it reads only tensors whose memory lasts as long as the plan, and no gradient,
   parameter or hyperparameter, so a replay is the eager core's kernels with the eager core's arguments, and
-  learning-rate or momentum schedules need no re-capture.
+  learning-rate or momentum schedules and Nesterov flips need no re-capture.
 - Under an initialized process group of several ranks (`optimizers.distributed`), each rank orthogonalizes
   its chunk of every batch and some of the lone matrices into its block of one buffer, one all-gather per
   step fills the other blocks, and every rank applies gains, updates and momentum as one rank does. One
@@ -317,7 +319,7 @@ class _BatchStack:
 
     `outputs[i]` is where member i's update ends: its slot (bf16), or its parameter-like view of the plan's
     scratch, into which the scaled bf16 result is widened (exactly) so the Muon apply takes the foreach fast
-    path; `block` (one copy for a whole uniform batch) and `copies` (one per member) are those conversions.
+    path; `widen` are those copies, (scratch, stack) views, one per run of same-shape neighbours (`_runs`).
     """
 
     batch: _Batch
@@ -329,8 +331,70 @@ class _BatchStack:
     zeroed: list[torch.Tensor]
     here: list[bool]
     outputs: list[torch.Tensor] = field(default_factory=list)
-    block: tuple[torch.Tensor, torch.Tensor] | None = None  # (scratch block, stack viewed like it)
-    copies: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])  # (scratch views, slots)
+    widen: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])  # (scratch views, stack views)
+
+
+def _extent(t: torch.Tensor) -> int:
+    """Elements from a view's first to just past its last."""
+    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
+
+
+def _steps_alike(columns: list[list[torch.Tensor]], i: int, steps: list[int] | None) -> list[int] | None:
+    """The storage steps from entry i-1 to entry i in every column, where entry i can join entry i-1's run
+    (same shape, strides, dtype and storage as it, and the run's steps, or for a run's second entry steps
+    no shorter than one view, so a run's view never overlaps itself); None where it cannot."""
+    found = []
+    for j, column in enumerate(columns):
+        previous, view = column[i - 1], column[i]
+        step = view.storage_offset() - previous.storage_offset()
+        if (
+            view.shape != previous.shape
+            or view.stride() != previous.stride()
+            or view.dtype != previous.dtype
+            or view.numel() == 0
+            or view.untyped_storage().data_ptr() != previous.untyped_storage().data_ptr()
+            or (step < _extent(view) if steps is None else step != steps[j])
+        ):
+            return None
+        found.append(step)
+    return found
+
+
+def _runs(columns: list[list[torch.Tensor]], keys: list[Any] | None = None) -> tuple[list[list], list]:
+    """Consecutive entries whose views step alike, merged into one view per column with a leading dimension.
+
+    `columns[j][i]` is entry i's j-th view (a copy's destination and source, or a gain's target); entries
+    with equal `keys` (a gain) whose views in every column share shape, strides, dtype and storage, and
+    whose storage offsets step by one amount per column, form a run. An elementwise operation on a run's
+    views touches each element as the per-entry operations did, with one kernel instead of one per entry
+    (a padded slot is not dense, so a foreach list of slots launches one kernel per tensor). Returns the
+    merged columns and each run's key.
+    """
+    merged: list[list[torch.Tensor]] = [[] for _ in columns]
+    run_keys: list[Any] = []
+    count = len(columns[0]) if columns else 0
+    start = 0
+    while start < count:
+        stop, steps = start + 1, None
+        while stop < count and (keys is None or keys[stop] == keys[start]):
+            steps = _steps_alike(columns, stop, steps)
+            if steps is None:
+                break
+            stop += 1
+        if stop - start > 1:
+            steps = [
+                column[start + 1].storage_offset() - column[start].storage_offset() for column in columns
+            ]
+        for j, (column, out) in enumerate(zip(columns, merged, strict=True)):
+            first = column[start]
+            if stop - start == 1:
+                out.append(first)
+            else:
+                shape, strides = (stop - start, *first.shape), (steps[j], *first.stride())
+                out.append(first.as_strided(shape, strides, first.storage_offset()))
+        run_keys.append(None if keys is None else keys[start])
+        start = stop
+    return merged, run_keys
 
 
 def _matrix_shape(batch: _Batch) -> tuple[int, int]:
@@ -351,13 +415,14 @@ def _member_view(storage: torch.Tensor, member: _Member, batch: _Batch, base: in
 
 
 def _scaled(entry_slots: list[torch.Tensor], batch: _Batch, whole: list[torch.Tensor]) -> tuple[list, list]:
-    """What the gains multiply: a padded member's crop, or the whole memory of an exact-shape batch."""
+    """What the gains multiply: padded members' crops (a run of same-shape neighbours at once), or the whole
+    memory of an exact-shape batch."""
     if batch.kind == "padded":
-        pairs = [(slot, m.scale) for slot, m in zip(entry_slots, batch.members, strict=True) if m.scale != 1]
-    else:
-        scale = batch.members[0].scale
-        pairs = [(t, scale) for t in whole] if scale != 1 else []
-    return [t for t, _ in pairs], [v for _, v in pairs]
+        scaled = [(slot, m.scale) for slot, m in zip(entry_slots, batch.members, strict=True) if m.scale != 1]
+        (targets,), values = _runs([[slot for slot, _ in scaled]], [scale for _, scale in scaled])
+        return targets, values
+    scale = batch.members[0].scale
+    return (list(whole), [scale] * len(whole)) if scale != 1 else ([], [])
 
 
 def _allocate_stack(batch: _Batch, dtype: torch.dtype = STACK_DTYPE) -> _BatchStack:
@@ -418,7 +483,8 @@ def _allocate_shares(
 
 def _fill_stacks(plan: _Plan, fill: _Fill) -> None:
     """Zero the padded stacks (padding stays zero through Newton-Schulz, even after a NaN) and copy the clean
-    members' inputs into their slots (rounded to bf16 as the baseline's Newton-Schulz rounds its input)."""
+    members' inputs into their slots, a run of same-shape neighbours at once (rounded to bf16 as the
+    baseline's Newton-Schulz rounds its input)."""
     if plan.zeroed:
         torch._foreach_zero_(plan.zeroed)
     if fill.slots:
@@ -437,18 +503,13 @@ def _newton_schulz_here(stacks: list[_BatchStack]) -> list[torch.Tensor]:
 
 
 def _finish(stacks: list[_BatchStack]) -> list[list[torch.Tensor]]:
-    """Gains in place (a padded member's crop, or a whole exact-shape stack; bf16, as the baseline multiplies
+    """Gains in place (padded members' crops, or a whole exact-shape stack; bf16, as the baseline multiplies
     its bf16 result), then each member's update, per batch: widened into the plan's scratch where the stack
-    says so (one copy per uniform batch, else one per member), else its slot."""
+    says so (a run of same-shape neighbours per copy), else its slot."""
     targets = [t for entry in stacks for t in entry.scale_targets]
     foreach_mul_(targets, [v for entry in stacks for v in entry.scale_values])
-    into: list[torch.Tensor] = []
-    out_of: list[torch.Tensor] = []
-    for entry in stacks:
-        if entry.block is not None:
-            entry.block[0].copy_(entry.block[1])
-        into += entry.copies[0]
-        out_of += entry.copies[1]
+    into = [t for entry in stacks for t in entry.widen[0]]
+    out_of = [t for entry in stacks for t in entry.widen[1]]
     if into:
         torch._foreach_copy_(into, out_of)
     return [entry.outputs for entry in stacks]
@@ -600,9 +661,10 @@ class _ApplyRun:
 
 @dataclass
 class _Fill:
-    """What the core copies into the stacks: the clean members' slots here and their Newton-Schulz inputs,
-    each a momentum buffer or (Nesterov) its scratch: tensors that keep their memory while the plan lives,
-    so a captured core reads them. One per pattern of the groups' Nesterov flags; the core's graph key."""
+    """What the core copies into the stacks: the clean members' slots here and their Newton-Schulz inputs in
+    scratch (the Nesterov input, or a copy of the momentum buffer), merged into runs of same-shape
+    neighbours: memory that lasts as long as the plan, so a captured core reads it. One per plan; the core's
+    graph key."""
 
     slots: list[torch.Tensor]
     sources: list[torch.Tensor]
@@ -620,7 +682,6 @@ class _Layout:
     muon_apply: list[_ApplyRun]  # pieces into the fill-order updates (source 0)
     sgd: list[_SgdRun]
     sgd_apply: list[_ApplyRun]  # pieces into the SGD runs' updates (source = run index)
-    fill: _Fill
 
 
 @dataclass(frozen=True)
@@ -710,18 +771,7 @@ def _build_layout(plan: _Plan, scalars: _Scalars) -> _Layout:
         sgd_run.grads = _picker([plan.positions[id(p)] for p in sgd_run.params])
         sgd_run.flat = _one_stretch(plan, sgd_run.params)
         sgd_run.flat_nesterov = sgd_run.flat is not None and sgd_run.params[0].device.type == "cuda"
-    flags = tuple(nesterov[index[id(muon_group.group)]] for muon_group in plan.muon_groups)
-    fill = plan.fills.get(flags)
-    if fill is None:
-        fill = plan.fills[flags] = _Fill(
-            [s for m, s in zip(plan.fill, plan.fill_slots, strict=True) if s is not None and not m.ordered],
-            [
-                (muon_group.scratch if flag else muon_group.buffers)[j]
-                for muon_group, flag in zip(plan.muon_groups, flags, strict=True)
-                for j in muon_group.here
-            ],
-        )
-    return _Layout(runs, list(applies.values()), list(sgd_runs.values()), list(sgd_applies.values()), fill)
+    return _Layout(runs, list(applies.values()), list(sgd_runs.values()), list(sgd_applies.values()))
 
 
 @dataclass
@@ -736,8 +786,7 @@ class _Plan:
     groups: list[_GroupPlan]
     stacks: list[_BatchStack] = field(default_factory=list)
     fill: list[_Member] = field(default_factory=list)  # every member, in fill order
-    # Their slots, in fill order, None where another rank fills the member.
-    fill_slots: list[torch.Tensor | None] = field(default_factory=list)
+    core_fill: _Fill = field(default_factory=lambda: _Fill([], []))  # the clean members' inputs copied here
     ordered_slots: list[torch.Tensor] = field(default_factory=list)  # the ordered members' filled here
     # Scratch: one parameter-like view per clean parameter (per device and dtype, one tensor holds them all),
     # where a step computes in place what the baseline computes out of place: no allocation per step.
@@ -748,7 +797,6 @@ class _Plan:
     sgd_flats: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = field(
         default_factory=dict
     )
-    fills: dict[tuple[bool, ...], _Fill] = field(default_factory=dict)  # per Nesterov pattern of Muon groups
     zeroed: list[torch.Tensor] = field(default_factory=list)  # padded stacks (or shares), zeroed per step
     muon_groups: list[_MuonGroup] = field(default_factory=list)
     ordered: list[_Member] = field(default_factory=list)  # fill[len(fill) - len(ordered):]
@@ -868,6 +916,9 @@ def _make_batch(members: list[_Member]) -> _Batch:
     if all(m.param.shape == first.shape and m.param.stride() == first.stride() for m in members):
         rows, cols = first.shape[0], math.prod(first.shape[1:])
         return _Batch("uniform", device, dtype, members, stack_shape=(len(members), rows, cols))
+    # Members of one shape side by side (then in the optimizer's order): one copy fills or widens each such
+    # run of slots. Where a member sits in a padded stack changes none of its bits.
+    members.sort(key=lambda m: (tuple(m.param.shape), m.param.stride(), m.order))
     small = members[0].small
     large = max(m.large for m in members)
     batch = _Batch("padded", device, dtype, members, stack_shape=(len(members), small, large))
@@ -925,7 +976,14 @@ def _lay_out(plan: _Plan, state: dict[torch.Tensor, dict[str, Any]], world: int,
     plan.fill += plan.ordered
     for position, member in enumerate(plan.fill):
         member.position = position
-    plan.fill_slots = [slot_of[id(m)] if id(m) in here else None for m in plan.fill]
+    copies = [
+        (slot, plan.scratch_of[id(member.param)])
+        for entry in plan.stacks
+        for member, slot, mine in zip(entry.batch.members, entry.slots, entry.here, strict=True)
+        if mine and not member.ordered
+    ]
+    (slots, sources), _ = _runs([[slot for slot, _ in copies], [source for _, source in copies]])
+    plan.core_fill = _Fill(slots, sources)
     plan.ordered_slots = [slot_of[id(m)] for m in plan.ordered if id(m) in here]
     plan.devices = {entry.batch.device for entry in plan.stacks}
     plan.device = plan.stacks[0].batch.device if plan.stacks else None
@@ -939,21 +997,16 @@ def _dense_strides(p: torch.Tensor) -> tuple[int, ...]:
 
 def _allocate_scratch(plan: _Plan, widened: set[int]) -> None:
     """A parameter-like view of scratch for every clean parameter (one tensor per device and dtype), and
-    where each member's update ends: members in `widened` get their bf16 result widened into their view
-    (a uniform batch of such members side by side, so one copy widens the whole batch), others keep their
-    slot. Scratch is always written before it is read, so it is left uninitialized."""
+    where each member's update ends: members in `widened` get their bf16 result widened into their view,
+    others keep their slot. The stacks' members sit in scratch in stack and slot order, so neighbours of one
+    shape are neighbours in both, and one copy fills or widens each such run (`_runs`). Scratch is always
+    written before it is read, so it is left uninitialized."""
     clean = [p for group_plan in plan.groups for bucket in group_plan.buckets for p in bucket.params]
-    blocks = [
-        entry
-        for entry in plan.stacks
-        if entry.full is not None
-        and entry.batch.kind == "uniform"
-        and all(id(m) in widened for m in entry.batch.members)
-    ]
+    clean_ids = {id(p) for p in clean}
     # Each group's SGD run should tile one stretch (`_one_stretch`): the groups without Muon first, then the
-    # blocks (Muon parameters only), then the other Muon parameters.
-    in_blocks_order = [m.param for entry in blocks for m in entry.batch.members]
-    placed = {id(p) for p in in_blocks_order}
+    # Muon parameters in the stacks' order, then any other Muon parameters.
+    in_stacks = [m.param for entry in plan.stacks for m in entry.batch.members if id(m.param) in clean_ids]
+    placed = {id(p) for p in in_stacks}
     muon = {
         id(p)
         for group_plan in plan.groups
@@ -962,7 +1015,7 @@ def _allocate_scratch(plan: _Plan, widened: set[int]) -> None:
         for p in b.params
     }
     order = [p for p in clean if id(p) not in muon]
-    order += in_blocks_order + [p for p in clean if id(p) in muon and id(p) not in placed]
+    order += in_stacks + [p for p in clean if id(p) in muon and id(p) not in placed]
     sizes: dict[tuple[torch.device, torch.dtype], int] = {}
     offsets = []
     for p in order:
@@ -971,32 +1024,17 @@ def _allocate_scratch(plan: _Plan, widened: set[int]) -> None:
         sizes[key] = offsets[-1] + p.numel()
     flats = {key: torch.empty(size, dtype=key[1], device=key[0]) for key, size in sizes.items()}
     plan.scratch = list(flats.values())
-    base = {}
     for p, offset in zip(order, offsets, strict=True):
         plan.scratch_of[id(p)] = flats[(p.device, p.dtype)].as_strided(p.shape, _dense_strides(p), offset)
-        base[id(p)] = offset
-    in_blocks = {id(entry) for entry in blocks}
     for entry in plan.stacks:
         members = entry.batch.members
         entry.outputs = [
             plan.scratch_of[id(m.param)] if id(m) in widened else slot
             for m, slot in zip(members, entry.slots, strict=True)
         ]
-        if id(entry) in in_blocks:
-            assert entry.full is not None
-            first = members[0].param
-            shape = (len(members), *first.shape)
-            block = flats[(first.device, first.dtype)].as_strided(
-                shape, (first.numel(), *_dense_strides(first)), base[id(first)]
-            )
-            entry.block = (block, entry.full.view(shape))
-        else:
-            pairs = [
-                (out, slot)
-                for m, out, slot in zip(members, entry.outputs, entry.slots, strict=True)
-                if out is not slot
-            ]
-            entry.copies = ([out for out, _ in pairs], [slot for _, slot in pairs])
+        pairs = [(out, slot) for out, slot in zip(entry.outputs, entry.slots, strict=True) if out is not slot]
+        (into, out_of), _ = _runs([[out for out, _ in pairs], [slot for _, slot in pairs]])
+        entry.widen = (into, out_of)
 
 
 def _mirror_sgd_buffers(plan: _Plan, state: dict[torch.Tensor, dict[str, Any]]) -> None:
@@ -1226,7 +1264,7 @@ class BatchedMuSGD(MuSGD):
         if not plan.stacks:
             return {}
         self._momentum(plan, layout, scalars)
-        fill = layout.fill
+        fill = plan.core_fill
         device, refusal = plan.device, self._replay_refusal(plan)
         if plan.partition is None:
 
@@ -1258,6 +1296,8 @@ class BatchedMuSGD(MuSGD):
             if run.nesterov and run.here_scratch:
                 torch._foreach_copy_(run.here_scratch, run.here_grads(self._step_grads))
                 torch._foreach_lerp_(run.here_scratch, run.here_buffers, momentum)
+            elif run.here_scratch:  # the core reads every input from scratch: one fill, however Nesterov goes
+                torch._foreach_copy_(run.here_scratch, run.here_buffers)
         sources = []
         for member, here in zip(plan.ordered, plan.ordered_here, strict=True):
             group, p = member.group, member.param

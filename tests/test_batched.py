@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -29,6 +30,7 @@ from optimizers.batched import (
     _overlapping,
     _Plan,
     _reach_index,
+    _runs,
     _span_index,
     _spans_meet,
     _spans_reach,
@@ -982,7 +984,11 @@ def test_every_nesterov_and_decay_combination_matches_the_baseline_as_nesterov_f
                 for key, buffer in baseline.state[pb].items():
                     assert torch.equal(buffer, candidate.state[pc][key]), (*where, key)
     assert {b.kind for b in _plan(candidate).batches} == {"uniform"}  # exact shapes: no padding
-    assert len(_plan(candidate).fills) == 2  # the stacks filled two ways: Nesterov inputs, or the buffers
+    # One fill whatever Nesterov does: the core reads every input from scratch (a Nesterov input, or a copy of
+    # the momentum buffer).
+    scratch = {t.untyped_storage().data_ptr() for t in _plan(candidate).scratch}
+    sources = _plan(candidate).core_fill.sources
+    assert sources and {t.untyped_storage().data_ptr() for t in sources} <= scratch
 
 
 def test_equal_scalars_keep_the_step_s_operation_count_whatever_the_group_count() -> None:
@@ -1104,6 +1110,44 @@ def test_the_check_over_disjoint_memory_answers_as_a_search_per_gradient(
     assert (indexed_ends is not None) == disjoint
     if indexed_ends is not None:
         assert _spans_meet([s for s, _ in spans], [e for _, e in spans], indexed_ends) == expected
+
+
+_VIEW_SHAPES = [(2, 3), (3, 2), (2, 3, 1, 1)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    entries=st.lists(
+        st.tuples(st.sampled_from(range(len(_VIEW_SHAPES))), st.booleans(), st.integers(-8, 4)),
+        max_size=10,
+    )
+)
+def test_a_copy_over_merged_runs_writes_what_a_copy_per_entry_writes(
+    entries: list[tuple[int, bool, int]],
+) -> None:
+    """`_runs` against one copy per entry, in order: views of a few shapes (row-major or transposed, as a
+    padded stack's wide and tall slots are) at offsets stepping by their size plus a gap (negative gaps
+    overlap their neighbour, which must never join a run); the sources sit densely in another buffer."""
+    destination, source = torch.arange(400.0), torch.arange(1000.0, 1400.0)
+    dst_views, src_views = [], []
+    offset, src_offset = 8 * 10, 0
+    for shape_index, transposed, gap in entries:
+        shape = _VIEW_SHAPES[shape_index]
+        rows, cols = shape[0], math.prod(shape[1:])
+        strides = (1, rows) if transposed else (cols, 1)
+        dst_views.append(destination.as_strided(shape, (*strides, *[1] * (len(shape) - 2)), offset))
+        src_views.append(source.as_strided(shape, torch.empty(shape).stride(), src_offset))
+        offset, src_offset = offset + rows * cols + gap, src_offset + rows * cols
+    (merged_dst, merged_src), _ = _runs([dst_views, src_views])
+    expected = destination.clone()
+    for dst, src in zip(dst_views, src_views, strict=True):
+        expected.as_strided(dst.shape, dst.stride(), dst.storage_offset()).copy_(src)
+    for dst, src in zip(merged_dst, merged_src, strict=True):
+        dst.copy_(src)
+    assert torch.equal(destination, expected)
+    assert len(merged_dst) <= len(dst_views)
+    if entries and all(entry == entries[0] for entry in entries) and entries[0][2] >= 0:
+        assert len(merged_dst) == 1  # a regular layout is one run
 
 
 def test_the_moved_gradient_check_dispatches_no_tensor_operation() -> None:
