@@ -111,6 +111,11 @@ def newton_schulz_stacks(stacks: Sequence[Stack]) -> None:
     if not stacks:
         return
     a, b, c = NS_COEFFICIENTS
+    # Stacks whose X is laid out as its product B X comes out (wide ones) first: a foreach add over tensors
+    # of different strides launches one kernel per tensor on CUDA, so X += B X is one kernel for all of them
+    # and one per tall stack (whose X is a transposed view), not one per stack.
+    stacks = sorted(stacks, key=lambda s: not s.x.is_contiguous())
+    dense = sum(s.x.is_contiguous() for s in stacks)
     tensors = [s.tensor for s in stacks]
     norms = [t.norm() if t.ndim == 2 else t.norm(dim=(-2, -1), keepdim=True) for t in tensors]
     torch._foreach_add_(norms, NS_EPS)
@@ -124,7 +129,9 @@ def newton_schulz_stacks(stacks: Sequence[Stack]) -> None:
         torch._foreach_add_(grams, squares)  # B = bA + (cA) A, in the Gram matrices' memory
         steps = [s.product(gram, s.x) for s, gram in zip(stacks, grams, strict=True)]  # B X, from the old X
         foreach_mul_(xs, a)
-        torch._foreach_add_(xs, steps)  # X = aX + B X
+        for part in (slice(None, dense), slice(dense, None)):
+            if xs[part]:
+                torch._foreach_add_(xs[part], steps[part])  # X = aX + B X
 
 
 def muon_scale(grad_shape: torch.Size | tuple[int, ...]) -> float:

@@ -9,7 +9,7 @@ import torch
 
 from optimizers import MuSGD, newton_schulz
 from optimizers.musgd import muon_update
-from optimizers.newton_schulz import Stack, foreach_mul_, newton_schulz_stacks
+from optimizers.newton_schulz import NS_STEPS, Stack, foreach_mul_, newton_schulz_stacks
 
 
 def _params(
@@ -209,6 +209,22 @@ def test_lockstep_newton_schulz_is_bit_equal_to_the_reference(device: str) -> No
     newton_schulz_stacks(stacks)
     for G, stack in zip(inputs, stacks, strict=True):
         assert torch.equal(stack.tensor, newton_schulz(G)), tuple(G.shape)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_x_plus_b_x_is_one_kernel_for_every_wide_stack() -> None:
+    """A foreach add over tensors of different strides takes CUDA's per-tensor path: the H200 profile of the
+    YOLO26n step (reports/h200-decisive/logs/2026-12-03-1340/profile-n.log) counted 74 single add_ kernels
+    per step, X += B X for each of its 14 stacks in each of 5 iterations, because two stacks are tall (X a
+    transposed view). Wide stacks now share one foreach kernel; each tall one still takes its own."""
+    generator = torch.Generator().manual_seed(22)
+    stacks = [Stack.of(torch.randn(shape, generator=generator).bfloat16().cuda()) for shape in NS_SHAPES]
+    tall = sum(not stack.x.is_contiguous() for stack in stacks)
+    assert 0 < tall < len(stacks)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        newton_schulz_stacks(stacks)
+    assert sum(event.name == "aten::add_" for event in profile.events()) == NS_STEPS * tall
 
 
 def test_stacks_must_be_contiguous_matrices_or_batches() -> None:
