@@ -12,6 +12,7 @@
 #              (the issue sets no most here; 14 is the fewest whose stopping-rule interval can keep 95%)
 #   stages-upstream, stages-baseline   one --stages pair of each comparison (diagnostic; each call a new folder)
 #   profile    where the candidate's step spends its host time, by part and operation (scripts/h200_step_profile.py)
+#   profile-n  the same at YOLO26n alone, with the eager step's kernels by GPU time (about 25 s)
 #   fit-profile   the same inside a real fit: one --stages pair against upstream with scripts/fit_step_profile/
 #              loaded in every process; the step's parts and an operation table land in the logs (fit-profile/);
 #              its run folder is a diagnostic of an instrumented fit and stays on the machine
@@ -38,8 +39,10 @@ HOME_DIR=reports/h200-decisive
 # with Python integers instead of CPU tensor operations (inside a fit that check was 1.37 ms of the step's
 # 3.41 ms of host; the numbers a step computes are unchanged); series "f" reads the addresses the signature
 # read and sorts them beside the plan's merged, disjoint spans (the pure-Python check still took 1.10 ms of
-# 3.32 inside a fit: every pass over the gradients counts there).
-SERIES=f
+# 3.32 inside a fit: every pass over the gradients counts there); series "g" copies into and out of the stacks
+# one run of same-shape neighbours at a time (about 250 one-tensor copy kernels per YOLO26n step were 0.51 ms
+# of its 1.72 ms of GPU time; 82 copies now).
+SERIES=g
 claim=(--workload ultralytics --device cuda --images 256 --imgsz 640 --batch 4 --amp bf16 --steps 384 --quiet)
 rule=(--control --tolerance 1 --pairs auto --precision 2 --warmup 1)
 
@@ -89,6 +92,8 @@ for step in "$@"; do
             cat "$LOGS"/fit-profile/*.json ;;
     profile) python3 scripts/h200_step_profile.py --scales n x > "$LOGS/profile.log" 2>&1
              echo "profile rc=$?"; grep -E "step host|synchronized|empty_strided|kept between" "$LOGS/profile.log" ;;
+    profile-n) python3 scripts/h200_step_profile.py --scales n > "$LOGS/profile-n.log" 2>&1
+             echo "profile-n rc=$?"; grep -E "step host|synchronized|kept between|aten::(copy_|bmm|add_|mm) " "$LOGS/profile-n.log" ;;
     parity) timeout $(( $(left) - 10 )) python3 -m harness.cli parity --device cuda --steps 60 --out "$HOME_DIR/parity" --quiet > "$LOGS/parity.log" 2>&1
             echo "parity n rc=$?"
             timeout $(( $(left) - 10 )) python3 -m harness.cli parity --device cuda --scale x --steps 60 --out "$HOME_DIR/parity" --quiet >> "$LOGS/parity.log" 2>&1
