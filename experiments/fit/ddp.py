@@ -32,12 +32,15 @@ SHARING_KEYS = ("world", "matrices_here", "matrices", "note")
 class RankBracket:
     """The fit's synchronized bracket on every rank: barrier, synchronize, clock … synchronize, barrier, clock.
 
+    A `--stages` clock starts as the bracket opens and takes its last mark ("other") after the closing
+    barrier, so a rank's wait there for the slowest one, part of its bracket, is part of its stages too.
     The closing barrier is skipped when the fit raised (the other ranks may never reach it; the launcher
     stops them when this rank exits non-zero).
     """
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, clock: StageClock | None = None) -> None:
         self.device = device
+        self.clock = clock if clock is not None else NullClock()
         self.start_ns = self.stop_ns = 0
 
     def __enter__(self) -> RankBracket:
@@ -45,6 +48,7 @@ class RankBracket:
         barrier(self.device)
         synchronize(self.device)
         self.start_ns = time.perf_counter_ns()
+        self.clock.start()
         return self
 
     def __exit__(self, exc_type: object, *_: object) -> None:
@@ -52,6 +56,7 @@ class RankBracket:
             return
         synchronize(self.device)
         barrier(self.device)
+        self.clock.mark("other")
         self.stop_ns = time.perf_counter_ns()
 
     @property
@@ -132,8 +137,7 @@ def run_rank_fit(payload: dict[str, Any]) -> dict[str, Any]:
         make_optimizer = arm_optimizer_factory(payload["arm_spec"])
         clock = StageClock(device) if settings.stages and rank == 0 else NullClock()
         reset_peaks(device)
-        with RankBracket(device) as bracket:
-            clock.start()
+        with RankBracket(device, clock) as bracket:
             result = embedded.fit(
                 make_optimizer,
                 device=device,
@@ -145,7 +149,6 @@ def run_rank_fit(payload: dict[str, Any]) -> dict[str, Any]:
                 rank=rank,
                 world=world,
             )
-            clock.mark("other")
         records = gather_records(rank_record(rank, bracket.seconds, device, result.get("optimizer_sharing")))
     finally:
         dist.destroy_process_group()

@@ -51,7 +51,7 @@ class RankSide:
         self.clock = StageClock(self.device) if trial["stages"] and rank == 0 else NullClock()
         self.stamps: list[float] = []
         self.epoch_starts: list[float] = []
-        self.bracket = RankBracket(self.device)
+        self.bracket = RankBracket(self.device, self.clock)
 
     def record(self, record: dict[str, Any]) -> None:
         path = Path(self.trial["records"]) / f"rank{self.rank}.json"
@@ -90,7 +90,6 @@ class RankTrainer(DetectionTrainer):
         import_ahead()
         reset_peaks(side.device)
         side.bracket.__enter__()
-        side.clock.start()
 
     def _do_train(self) -> None:
         side = self._bench
@@ -98,7 +97,6 @@ class RankTrainer(DetectionTrainer):
             return super()._do_train()
         try:
             super()._do_train()
-            side.clock.mark("other")
             side.bracket.__exit__(None, None, None)
             if self.batch_size != side.trial["batch"]:
                 raise RuntimeError(
