@@ -377,17 +377,13 @@ def _runs(columns: list[list[torch.Tensor]], keys: list[Any] | None = None) -> t
     while start < count:
         stop, steps = start + 1, None
         while stop < count and (keys is None or keys[stop] == keys[start]):
-            steps = _steps_alike(columns, stop, steps)
-            if steps is None:
+            found = _steps_alike(columns, stop, steps)
+            if found is None:
                 break
-            stop += 1
-        if stop - start > 1:
-            steps = [
-                column[start + 1].storage_offset() - column[start].storage_offset() for column in columns
-            ]
+            stop, steps = stop + 1, found
         for j, (column, out) in enumerate(zip(columns, merged, strict=True)):
             first = column[start]
-            if stop - start == 1:
+            if steps is None:
                 out.append(first)
             else:
                 shape, strides = (stop - start, *first.shape), (steps[j], *first.stride())
