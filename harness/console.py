@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from collections.abc import Iterable
 from typing import Any
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.file_proxy import FileProxy
 from rich.measure import Measurement
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn
+from rich.table import Column, Table
 from rich.text import Text
 
 from harness.codepaths import verdict_shown, what_ran
+from harness.eta import seconds_left
 from harness.formatting import (
     format_interval,
     format_levels,
@@ -33,70 +37,141 @@ from harness.tables import Summaries
 PLAIN = {"highlight": False, "markup": False, "emoji": False}
 
 
-class ClosedPipeSafeStdout:
-    """``sys.stdout`` as the console writes to it, where a reader that goes away (``bench … | head -2``) stops
-    nothing: the first write that meets the closed pipe points file descriptor 1 at /dev/null (so later
-    writes and the interpreter's last flush succeed too) and the run goes on."""
+class SafeStream:
+    """A standard stream as the consoles write to it: nothing a reader or the terminal does stops the run.
+
+    - A closed pipe (``bench … | head -2``): the first failed write points the descriptor at /dev/null.
+    - A closed stream (``bench … >&-``: Python's ``sys.stdout`` is None): writes are dropped.
+    - An encoding without a character (``PYTHONIOENCODING=ascii``): the character is replaced.
+    - rich's live display swaps ``sys.stdout`` for a proxy that prints through the console. The console
+      writes past that proxy, to the stream it wraps: writing into it would loop forever.
+    The stream is looked up at each write, so a test's captured stream is used too.
+    """
+
+    def __init__(self, name: str, past_live_proxy: bool) -> None:
+        self.name, self.past_live_proxy = name, past_live_proxy
+
+    def _stream(self) -> Any:
+        stream = getattr(sys, self.name, None)
+        while self.past_live_proxy and isinstance(stream, FileProxy):
+            stream = stream.rich_proxied_file
+        return stream
 
     def write(self, text: str) -> int:
+        stream = self._stream()
         try:
-            return sys.stdout.write(text)
+            if stream is not None:
+                stream.write(text)
+        except UnicodeEncodeError:
+            encoding = self.encoding
+            stream.write(text.encode(encoding, "replace").decode(encoding))
         except BrokenPipeError:
-            self._to_devnull()
-            return len(text)
+            self._to_devnull(stream)
+        except ValueError:  # a stream the program closed itself: nothing to write to
+            pass
+        return len(text)
 
     def flush(self) -> None:
+        stream = self._stream()
         try:
-            sys.stdout.flush()
+            if stream is not None:
+                stream.flush()
         except BrokenPipeError:
-            self._to_devnull()
+            self._to_devnull(stream)
+        except ValueError:
+            pass
 
     def isatty(self) -> bool:
-        return sys.stdout.isatty()
+        stream = self._stream()
+        try:
+            return bool(stream is not None and stream.isatty())
+        except ValueError:
+            return False
 
     def fileno(self) -> int:
-        return sys.stdout.fileno()
+        stream = self._stream()
+        if stream is None:
+            raise OSError(f"sys.{self.name} is closed")
+        return stream.fileno()
 
     @property
     def encoding(self) -> str:
-        return getattr(sys.stdout, "encoding", None) or "utf-8"
+        return getattr(self._stream(), "encoding", None) or "utf-8"
 
     @staticmethod
-    def _to_devnull() -> None:
+    def _to_devnull(stream: Any) -> None:
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
+            os.dup2(devnull, stream.fileno())
             os.close(devnull)
         except (OSError, ValueError, AttributeError):  # no real descriptor (a test's capture): nothing to do
             pass
 
 
-console = Console(
-    file=ClosedPipeSafeStdout(),  # type: ignore[arg-type]
-    width=None if sys.stdout.isatty() else 140,
-    **PLAIN,
-)
-errors = Console(stderr=True, width=None if sys.stderr.isatty() else 140, soft_wrap=True, **PLAIN)
+def _width(stream: SafeStream) -> int | None:
+    """The terminal's own width, else 140 (rich's 80 off a terminal is too narrow for the tables)."""
+    return None if stream.isatty() else 140
+
+
+_stdout, _stderr = SafeStream("stdout", past_live_proxy=True), SafeStream("stderr", past_live_proxy=False)
+console = Console(file=_stdout, width=_width(_stdout), **PLAIN)  # type: ignore[arg-type]
+errors = Console(file=_stderr, width=_width(_stderr), soft_wrap=True, **PLAIN)  # type: ignore[arg-type]
+
+
+class TwoLineProgress(Progress):
+    """The bar on one line; the case and the last trial's figure below it, so neither squeezes the bar."""
+
+    def get_renderables(self) -> Iterable[RenderableType]:
+        yield self.make_tasks_table(self.tasks)
+        for task in self.tasks:
+            case = task.fields.get("case")
+            yield Text(f"  {case + ' · ' if case else ''}last: {task.fields.get('last', '—')}", no_wrap=True)
+
+
+class TimeColumn(ProgressColumn):
+    """``0:01:05 elapsed · about 0:03:10 left``: what is left is the log's estimate at the last trial's end,
+    counted down since."""
+
+    def render(self, task: Task) -> Text:
+        elapsed = _clock(task.elapsed or 0.0)
+        left, stamp = task.fields.get("left"), task.fields.get("left_at")
+        if left is None or stamp is None:
+            return Text(f"{elapsed} elapsed")
+        return Text(f"{elapsed} elapsed, about {_clock(max(left - (time.monotonic() - stamp), 0.0))} left")
+
+
+def _clock(seconds: float) -> str:
+    whole = int(seconds)
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
 
 
 class ScheduleProgress:
     """A rich progress bar over the trials still to run; silent when ``quiet`` (CI logs get one line each)."""
 
-    def __init__(self, plan: Plan, total: int, done: int, quiet: bool) -> None:
+    def __init__(
+        self, plan: Plan, total: int, done: int, quiet: bool, rows: list[dict[str, Any]] | None = None
+    ) -> None:
         self.plan, self.quiet, self.total, self.done = plan, quiet, total, done
+        self.rows = list(rows or [])  # the log so far: what the time left is estimated from
         self.last = "—"
         self.progress: Progress | None = None
         if not quiet:
-            self.progress = Progress(
-                TextColumn("{task.description}", style="bold", markup=False),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("last: {task.fields[last]}", markup=False),
-                TimeElapsedColumn(),
+            self.progress = TwoLineProgress(
+                TextColumn(
+                    "{task.description}", style="bold", markup=False, table_column=Column(no_wrap=True)
+                ),
+                BarColumn(bar_width=20),
+                MofNCompleteColumn(table_column=Column(no_wrap=True)),
+                TimeColumn(table_column=Column(no_wrap=True)),
                 console=console,
                 transient=False,
             )
-            self.task = self.progress.add_task("starting", total=total, completed=done, last=self.last)
+            self.task = self.progress.add_task(
+                "starting", total=total, completed=done, last=self.last, **self._time_left()
+            )
+
+    def _time_left(self) -> dict[str, float | None]:
+        return {"left": seconds_left(self.plan, self.rows), "left_at": time.monotonic()}
 
     def __enter__(self) -> ScheduleProgress:
         if self.progress:
@@ -111,7 +186,7 @@ class ScheduleProgress:
         """The schedule grew or shrank (``--pairs auto``): the bar's total follows."""
         self.total = total
         if self.progress:
-            self.progress.update(self.task, total=total)
+            self.progress.update(self.task, total=total, **self._time_left())
 
     def place(self, index: int) -> int | None:
         """A trial's place in the schedule (1-based), or None for a warm-up logged outside it (after a resume
@@ -125,9 +200,10 @@ class ScheduleProgress:
         return f"trial {place}/{self.total}"
 
     def start(self, trial: ScheduledTrial) -> None:
-        label = f"{trial.case} · {trial.arm} ({trial.phase}) · {self.describe(self.place(trial.index))}"
+        phase = "" if trial.phase == "measured" else f" ({trial.phase})"
+        label = f"{self.describe(self.place(trial.index))} · {trial.arm}{phase}"
         if self.progress:
-            self.progress.update(self.task, description=label)
+            self.progress.update(self.task, description=label, case=trial.case)
 
     def end(self, row: dict[str, Any]) -> None:
         place = self.place(row["index"])
@@ -135,8 +211,9 @@ class ScheduleProgress:
         self.done += scheduled
         figure = format_value(row.get("value"), self.plan.unit) if row["status"] == "ok" else row["status"]
         self.last = f"{row['arm']} {figure}"
+        self.rows.append(row)
         if self.progress:
-            self.progress.update(self.task, advance=int(scheduled), last=self.last)
+            self.progress.update(self.task, advance=int(scheduled), last=self.last, **self._time_left())
         else:
             what = self.describe(place, row.get("warmup_reason"))
             phase = f" {row['phase']}" if scheduled else ""

@@ -217,7 +217,8 @@ class Runner:
         self, plan: Plan, trial_fn: TrialFunction, folder: RunFolder, placement: Placement | None
     ) -> Run:
         remaining = sum(1 for _ in pending(plan, folder))
-        done = scheduled_done(plan, folder.rows())
+        logged = folder.rows()
+        done = scheduled_done(plan, logged)
         console.print(  # never wrapped: the path is copied from here
             f"run folder: {folder.path}  ({remaining} of {len(plan.schedule)} trials to run)", soft_wrap=True
         )
@@ -225,7 +226,7 @@ class Runner:
             console.print(f"CPU placement: {placement.describe()}")
         try:
             with (
-                ScheduleProgress(plan, len(plan.schedule), done, self.options.quiet) as progress,
+                ScheduleProgress(plan, len(plan.schedule), done, self.options.quiet, logged) as progress,
                 _placed(plan, placement),
             ):
                 rule = StoppingRule(plan, folder, progress) if plan.protocol.auto else None
