@@ -33,9 +33,9 @@ from experiments.screen.plan import ScreenSettings as _Screen
 from harness import env as env_module
 from harness.codepaths import what_ran
 from harness.console import console, errors
-from harness.entry import INTERRUPTED, terminate
 from harness.errors import RunFolderError
 from harness.formatting import format_probability
+from harness.interrupts import INTERRUPTED, terminate
 from harness.options import (
     AUTO_DEVICE,
     DEFAULT_ARMS,

@@ -8,23 +8,14 @@ from __future__ import annotations
 
 import signal
 import sys
-from typing import Any
 
-INTERRUPTED = 130  # the shell's status for a command stopped by Ctrl-C
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the process is, so the run stops as it does for Ctrl-C."""
-
-
-def terminate(signum: int, frame: Any) -> None:
-    raise Terminated(f"signal {signum}")
+from harness.interrupts import INTERRUPTED, terminate
 
 
 def entry() -> None:
     signal.signal(signal.SIGTERM, terminate)
     try:
-        from harness.cli import main
+        from harness.cli import main  # heavy: imported once the handlers are in place
     except KeyboardInterrupt:
         sys.stderr.write("bench: interrupted\n")
         sys.exit(INTERRUPTED)

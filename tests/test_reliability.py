@@ -176,7 +176,7 @@ def test_a_value_that_is_not_a_number_is_an_error_row(tmp_path: Path, returned) 
 
 
 def test_the_fit_worker_names_every_non_finite_figure_and_parameter() -> None:
-    from experiments.fit.worker import non_finite_results
+    from experiments.fit.fitting import non_finite_results
 
     model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))
     assert (

@@ -22,6 +22,8 @@ from typing import Any
 
 import torch.distributed as dist
 
+from experiments.fit import embedded
+from experiments.fit.fitting import arm_optimizer_factory, fit_figures, prepare_device
 from experiments.fit.plan import FitSettings
 from experiments.ranks import backend_of, barrier, gather_records, init_group, rank_device
 from harness.timing import NullClock, StageClock, read_peaks, reset_peaks, synchronize
@@ -102,12 +104,6 @@ def rank_columns(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _prepare_rank_device(device: str, budget: int | None) -> None:
-    from experiments.fit.worker import _prepare_device
-
-    _prepare_device(device, budget)
-
-
 def import_ahead() -> None:
     """Import what the DistributedDataParallel constructor imports (torch._dynamo: seconds of imports), before
     the bracket: an import is the interpreter's cost, not the fit's, and the one-device fit has none of it."""
@@ -118,15 +114,12 @@ def import_ahead() -> None:
 def run_rank_fit(payload: dict[str, Any]) -> dict[str, Any]:
     """One rank of an embedded data-parallel fit; every rank returns the row's figures (the parent keeps
     rank 0's): ``value`` is this rank's bracket, which on rank 0 is the fit's wall time."""
-    from experiments.fit import embedded
-    from experiments.fit.worker import arm_optimizer_factory, fit_figures
-
     rank, world, device = rank_device(payload["devices"])
     settings = FitSettings.from_dict(payload["settings"])
     if settings.batch % world:
         raise ValueError(f"the global batch {settings.batch} is not a multiple of the {world} ranks")
     trial_dir = Path(payload["trial_dir"])
-    _prepare_rank_device(device, payload.get("budget"))
+    prepare_device(device, payload.get("budget"))
     import_ahead()
     init_group(device)
     try:

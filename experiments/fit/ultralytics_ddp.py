@@ -30,6 +30,7 @@ from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.utils import RANK
 
 from experiments.fit.ddp import RankBracket, import_ahead, rank_columns, rank_record
+from experiments.fit.fitting import arm_optimizer_factory, finite_checked, fit_figures
 from experiments.fit.plan import FitSettings
 from experiments.fit.stages import stage_figures
 from experiments.ranks import gather_records
@@ -43,8 +44,6 @@ class RankSide:
     """A rank's share of the trial: its arm, clock, host stamps, bracket and where its record goes."""
 
     def __init__(self, trial: dict[str, Any], rank: int, local_rank: int) -> None:
-        from experiments.fit.worker import arm_optimizer_factory
-
         self.trial, self.rank = trial, rank
         self.device = trial["devices"][local_rank]
         self.make_optimizer = arm_optimizer_factory(trial["arm_spec"])
@@ -112,7 +111,6 @@ class RankTrainer(DetectionTrainer):
             side.record({"rank": side.rank, "exception": _failure(exc)})
             raise
         from experiments.fit.ultralytics_fit import fit_result
-        from experiments.fit.worker import finite_checked
 
         try:  # rank 0 checks its model and figures here: modules do not travel in the record
             result = (
@@ -170,7 +168,6 @@ def launch_fit(payload: dict[str, Any], settings: FitSettings) -> dict[str, Any]
     from ultralytics.utils import SETTINGS
 
     from experiments.fit import ultralytics_fit
-    from experiments.fit.worker import fit_figures
 
     trial_dir = Path(payload["trial_dir"])
     shutil.rmtree(trial_dir, ignore_errors=True)  # a resumed trial starts clean

@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from experiments.screen.plan import ScreenSettings, make_plan, recorded_settings_problem
+from experiments.screen.ranks import trial_in_ranks
 from experiments.screen.trial import trial_function
+from harness.protocol import Plan
 from harness.tier import BaseTier, Caveat, Run
 
 
@@ -28,10 +30,15 @@ def _section(run: Run) -> str:
     return report_section(run)
 
 
+def _trial_function(plan: Plan) -> Any:
+    """Each trial in ``--gpus N`` fresh ranks, or in this process on one device."""
+    return trial_in_ranks(plan) if plan.protocol.gpus > 1 else trial_function(plan)
+
+
 TIER = BaseTier(
     "screen",
     make_plan=make_plan,
-    trial_function=trial_function,
+    trial_function=_trial_function,
     settings_problem=recorded_settings_problem,
     tables=_tables,
     section=_section,

@@ -22,9 +22,13 @@ from typing import TYPE_CHECKING, Any
 import torch.distributed as dist
 
 from experiments.ranks import barrier, gather_records, init_group, rank_device
+from experiments.screen.plan import DTYPES
+from experiments.screen.trial import TrialSettings, WorkloadCache, make_arm_optimizer, time_window
+from harness.isolation import run_in_ranks
 from harness.protocol import Arm
 from harness.timing import current_allocated, synchronize
 from optimizers import distributed as sharing
+from optimizers.dispatch import count_dispatched_ops
 
 if TYPE_CHECKING:  # the report's helpers below read pandas; a rank imports this module and needs none
     import pandas as pd
@@ -87,7 +91,6 @@ TRIAL_TIMEOUT_S = 1800  # a hung collective fails its trial instead of the run
 
 def trial_in_ranks(plan: Any) -> Any:
     """The distributed screen's trial function: each trial in ``plan.protocol.gpus`` fresh ranks."""
-    from harness.isolation import run_in_ranks
 
     def trial(ctx: Any) -> dict[str, Any]:
         from dataclasses import asdict
@@ -115,9 +118,6 @@ def trial_in_ranks(plan: Any) -> Any:
 
 def measure_in_rank(payload: dict[str, Any]) -> dict[str, Any]:
     """One rank of a distributed screen trial; every rank returns the row (the parent keeps rank 0's)."""
-    from experiments.screen.plan import DTYPES
-    from experiments.screen.trial import TrialSettings, WorkloadCache, make_arm_optimizer, time_window
-    from optimizers.dispatch import count_dispatched_ops
 
     rank, _, device = rank_device(payload["devices"])
     given = payload["settings"]

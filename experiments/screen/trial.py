@@ -88,11 +88,7 @@ class WorkloadCache:
 
 
 def trial_function(plan: Plan) -> TrialFunction:
-    """The screen's trial function: one timed window and one floor per trial (in ranks with ``--gpus N``)."""
-    if plan.protocol.gpus > 1:
-        from experiments.screen.ranks import trial_in_ranks
-
-        return trial_in_ranks(plan)
+    """The one-device screen's trial function: one timed window and one floor per trial."""
     settings = TrialSettings.from_plan(plan)
     cache = WorkloadCache()
 
