@@ -46,7 +46,7 @@ from harness.placement import (
     split_placement,
     worker_environment,
 )
-from harness.telemetry import USAGE_KEY, wait_and_reap
+from harness.process_usage import USAGE_KEY, wait_and_reap
 from harness.timing import is_out_of_memory
 
 OUTPUT_TAIL_CHARS = 2000
@@ -100,8 +100,8 @@ def run_in_worker(
     """Call ``target(payload)`` in a fresh Python process and return its result dict.
 
     With a ``placement`` the worker places itself (cores and thread counts) before it imports the target. The
-    worker's whole-life CPU usage (``telemetry.wait_and_reap``: its own and its reaped children's, e.g.
-    DataLoader workers) comes back in the result under ``telemetry.USAGE_KEY``.
+    worker's whole-life CPU usage (``process_usage.wait_and_reap``: its own and its reaped children's, e.g.
+    DataLoader workers) comes back in the result under ``process_usage.USAGE_KEY``.
     """
     with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
         payload_file, result_file = Path(tmp) / "payload.json", Path(tmp) / "result.json"

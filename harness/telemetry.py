@@ -10,12 +10,12 @@ Where the readings come from:
 
 * machine CPU shares over the trial: deltas of ``/proc/stat`` (else ``psutil.cpu_times()``); 1-minute load
   average at the start; logical cores (``os.cpu_count()``, the machine's, as the load average is);
-* the trial's process: ``wait_and_reap`` for a worker that exits at the end of its trial (what the lead
+* the trial's process (``harness.process_usage``): ``wait_and_reap`` for a worker that exits at the end of its trial (what the lead
   should use: exact, see its docstring), ``usage_of_pid`` for a live child (``psutil``), ``own_usage`` for
   the calling process (``resource.getrusage``);
 * CPU clock: ``cpufreq`` in sysfs, else ``/proc/cpuinfo`` (a VM may show a fixed nominal figure there; the
   source is recorded), else ``psutil.cpu_freq()``;
-* GPUs (NVML indices, which ignore ``CUDA_VISIBLE_DEVICES``): NVML through ``pynvml`` where it imports and
+* GPUs (``harness.gpu_readings``; NVML indices, which ignore ``CUDA_VISIBLE_DEVICES``): NVML through ``pynvml`` where it imports and
   initializes, else ``nvidia-smi`` (``clocks_event_reasons.active``, older drivers
   ``clocks_throttle_reasons.active``), else nothing. Neither creates a CUDA context. A snapshot taken
   around a trial sees an idle GPU at both ends, so NVML's cumulative violation counters (time spent held
@@ -27,13 +27,16 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from harness.gpu_readings import decode_reasons, read_gpus, reasons_that_matter
+from harness.process_usage import USAGE_KEY as USAGE_KEY  # how a trial's row gets its worker's usage
+from harness.process_usage import ProcessUsage, own_usage, usage_of_pid
+from harness.process_usage import usage_from as usage_from
 
 PROC_STAT_FIELDS = (
     "user",
@@ -49,24 +52,6 @@ PROC_STAT_FIELDS = (
 )
 BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq")  # guest time is already inside user and nice
 TOTAL_FIELDS = (*BUSY_FIELDS, "idle", "iowait", "steal")
-
-THROTTLE_REASONS = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clock_setting",
-    0x200: "board_limit",
-    0x400: "reliability",
-}
-# Settings and idleness, not events that take speed from a running trial; every other bit (power, thermal,
-# hardware slowdown, sync boost holding this GPU to a slower one, board and reliability limits, and bits this
-# table does not know) is one that matters.
-BENIGN_REASONS = 0x1 | 0x2 | 0x100
 
 # A host-bound step slows by about the share of the CPU time it wanted that was stolen from it. Steal is
 # divided by busy + steal (the time the CPUs wanted), not by all CPU time: idle CPUs accrue no steal, so the
@@ -234,327 +219,6 @@ def _cpuinfo_mhz() -> dict[int, float]:
         except ValueError:
             continue
     return found
-
-
-# --- the trial's process -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ProcessUsage:
-    """CPU time (s) of a process and of its reaped children, and its context switches, with their source.
-
-    Switches count the process's threads and its reaped children together (what the kernel reports to the
-    parent that reaps it, and what ``getrusage`` self + children gives), except from ``usage_of_pid``: a
-    live process's reaped children's switches are not readable, so there they count its live threads only
-    (source ``psutil``).
-    """
-
-    user_s: float | None = None
-    system_s: float | None = None
-    children_user_s: float | None = None
-    children_system_s: float | None = None
-    voluntary_switches: int | None = None
-    involuntary_switches: int | None = None
-    source: str | None = None
-
-    def minus(self, earlier: ProcessUsage) -> ProcessUsage:
-        """The usage between ``earlier`` and this reading (None where either is None)."""
-
-        def delta(a: Any, b: Any) -> Any:
-            return None if a is None or b is None else a - b
-
-        return ProcessUsage(
-            delta(self.user_s, earlier.user_s),
-            delta(self.system_s, earlier.system_s),
-            delta(self.children_user_s, earlier.children_user_s),
-            delta(self.children_system_s, earlier.children_system_s),
-            delta(self.voluntary_switches, earlier.voluntary_switches),
-            delta(self.involuntary_switches, earlier.involuntary_switches),
-            self.source if self.source == earlier.source else None,
-        )
-
-
-USAGE_KEY = (
-    "_worker_usage"  # how a worker's whole-life usage travels back inside its result, to the row's fields
-)
-
-
-def usage_from(record: dict[str, Any] | None) -> ProcessUsage | None:
-    """A ``ProcessUsage`` from its JSON form (what ``harness.isolation`` attaches under ``USAGE_KEY``)."""
-    return None if record is None else ProcessUsage(**record)
-
-
-def own_usage() -> ProcessUsage:
-    """The calling process's usage (all its threads) and its reaped children's, from ``getrusage``."""
-    import resource
-
-    me = resource.getrusage(resource.RUSAGE_SELF)
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ProcessUsage(
-        me.ru_utime,
-        me.ru_stime,
-        children.ru_utime,
-        children.ru_stime,
-        me.ru_nvcsw + children.ru_nvcsw,
-        me.ru_nivcsw + children.ru_nivcsw,
-        "getrusage",
-    )
-
-
-def usage_of_pid(pid: int) -> ProcessUsage:
-    """Another process's usage so far, through ``psutil`` (a live child, or one that exited and is not yet
-    reaped); all None when it cannot be read. Switches: its live threads only (see ``ProcessUsage``)."""
-    try:
-        import psutil
-
-        times = psutil.Process(pid).cpu_times()
-    except Exception:  # noqa: BLE001 - no psutil, no such process, no permission: unreadable
-        return ProcessUsage()
-    voluntary, involuntary = _thread_switches(pid)
-    return ProcessUsage(
-        times.user, times.system, times.children_user, times.children_system, voluntary, involuntary, "psutil"
-    )
-
-
-def _thread_switches(pid: int) -> tuple[int | None, int | None]:
-    """Context switches summed over a process's threads (``psutil`` counts only the main thread's)."""
-    voluntary = involuntary = 0
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        tasks = []
-    for task in tasks:
-        try:
-            text = (task / "status").read_text()
-        except OSError:
-            continue  # the thread ended meanwhile
-        found = dict(
-            re.findall(r"^(voluntary_ctxt_switches|nonvoluntary_ctxt_switches):\s*(\d+)", text, re.M)
-        )
-        if len(found) != 2:
-            return None, None
-        voluntary += int(found["voluntary_ctxt_switches"])
-        involuntary += int(found["nonvoluntary_ctxt_switches"])
-    if not tasks:
-        try:
-            import psutil
-
-            switches = psutil.Process(pid).num_ctx_switches()
-            return switches.voluntary, switches.involuntary
-        except Exception:  # noqa: BLE001 - unreadable
-            return None, None
-    return voluntary, involuntary
-
-
-def wait_and_reap(
-    process: subprocess.Popen, timeout_s: float | None = None, poll_s: float = 0.01
-) -> ProcessUsage:
-    """Wait for a child started with ``subprocess.Popen`` to exit, reap it, and return its whole life's usage.
-
-    The one exact reading for a worker that exits at the end of its trial: once it has exited but before it
-    is reaped (``waitid`` with ``WNOWAIT``), ``/proc`` still holds its CPU time split into its own and its
-    reaped children's (DataLoader workers it joined); reaping it with ``wait4`` then gives the kernel's count
-    of its and its children's context switches, including threads that had already ended. Reading it while
-    it runs cannot see its last moments, and ``getrusage`` in the worker misses loader workers still alive
-    when it reports. Sets ``process.returncode``. On timeout raises ``subprocess.TimeoutExpired`` and leaves
-    the child unreaped: kill it and call again to reap it.
-    """
-    pid = process.pid
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    if not (hasattr(os, "waitid") and hasattr(os, "WNOWAIT")):
-        process.wait(timeout_s)
-        return ProcessUsage()
-    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
-        if deadline is not None and time.monotonic() > deadline:
-            raise subprocess.TimeoutExpired(process.args, timeout_s)
-        time.sleep(poll_s)
-    times = usage_of_pid(pid)
-    _, status, rusage = os.wait4(pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    return ProcessUsage(
-        times.user_s,
-        times.system_s,
-        times.children_user_s,
-        times.children_system_s,
-        rusage.ru_nvcsw,
-        rusage.ru_nivcsw,
-        "wait4",
-    )
-
-
-# --- GPUs ----------------------------------------------------------------------------------------------------
-
-
-def decode_reasons(mask: int) -> list[str]:
-    """Names of the set bits of a clock-event (throttle) reasons mask, unknown bits as ``unknown_0x…``."""
-    names = []
-    bit = 1
-    while bit <= mask:
-        if mask & bit:
-            names.append(THROTTLE_REASONS.get(bit, f"unknown_{bit:#x}"))
-        bit <<= 1
-    return names
-
-
-def reasons_that_matter(mask: int) -> list[str]:
-    """The names of the bits of ``mask`` that take speed from a running trial (not idle or settings)."""
-    return decode_reasons(mask & ~BENIGN_REASONS)
-
-
-def _load_nvml() -> Any:
-    """The ``pynvml`` module, or None when it does not import."""
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    return pynvml
-
-
-def _ask(read: Any, *args: Any) -> Any:
-    """``read(*args)``, or None when it raises (one field NVML cannot read is null, not a failed snapshot)."""
-    try:
-        return read(*args)
-    except Exception:  # noqa: BLE001 - NVMLError and its kin, or a function this pynvml lacks
-        return None
-
-
-def _nvml_readings(indices: set[int] | None) -> list[dict[str, Any]] | None:
-    nvml = _load_nvml()
-    if nvml is None:
-        return None
-    try:
-        nvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - no driver, no library, no permission: fall back
-        return None
-    try:
-        count = nvml.nvmlDeviceGetCount()
-        return [
-            _nvml_device(nvml, index, nvml.nvmlDeviceGetHandleByIndex(index))
-            for index in range(count)
-            if indices is None or index in indices
-        ]
-    except Exception:  # noqa: BLE001 - NVML broke mid-way: fall back rather than keep half a reading
-        return None
-    finally:
-        _ask(nvml.nvmlShutdown)
-
-
-def _nvml_device(nvml: Any, index: int, handle: Any) -> dict[str, Any]:
-    reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-        nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
-    )
-    power_mw = _float(_ask(nvml.nvmlDeviceGetPowerUsage, handle))
-    return {
-        "index": index,
-        "sm_clock_mhz": _float(_ask(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)),
-        "mem_clock_mhz": _float(_ask(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_MEM)),
-        "temperature_c": _float(_temperature(nvml, handle)),
-        "power_w": None if power_mw is None else power_mw / 1000.0,
-        "throttle_mask": None if reasons is None else _int(_ask(reasons, handle)),
-        "power_violation_ns": _violation(nvml, handle, nvml.NVML_PERF_POLICY_POWER),
-        "thermal_violation_ns": _violation(nvml, handle, nvml.NVML_PERF_POLICY_THERMAL),
-        "energy_mj": _float(_ask(nvml.nvmlDeviceGetTotalEnergyConsumption, handle)),
-    }
-
-
-def _temperature(nvml: Any, handle: Any) -> Any:
-    """The GPU die temperature (the older call first: the newer one needs a newer driver)."""
-    for name in ("nvmlDeviceGetTemperature", "nvmlDeviceGetTemperatureV"):
-        read = getattr(nvml, name, None)
-        value = None if read is None else _ask(read, handle, nvml.NVML_TEMPERATURE_GPU)
-        if value is not None:
-            return value
-    return None
-
-
-def _violation(nvml: Any, handle: Any, policy: int) -> int | None:
-    """Cumulative time (ns) the device's clocks were held down by ``policy``."""
-    status = _ask(nvml.nvmlDeviceGetViolationStatus, handle, policy)
-    return None if status is None else _int(getattr(status, "violationTime", None))
-
-
-SMI_FIELDS = ("index", "clocks.sm", "clocks.mem", "temperature.gpu", "power.draw")
-SMI_REASON_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")
-
-
-def _run_smi(fields: list[str]) -> str | None:
-    """``nvidia-smi --query-gpu=FIELDS`` as CSV without header or units; None when it fails."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout
-
-
-def _smi_readings(indices: set[int] | None) -> list[dict[str, Any]] | None:
-    if shutil.which("nvidia-smi") is None:
-        return None
-    for reason_field in SMI_REASON_FIELDS:  # the newer name first; older drivers know only the second
-        text = _run_smi([*SMI_FIELDS, reason_field])
-        if text is not None:
-            break
-    else:
-        return None
-    devices = []
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.split(",")]
-        if len(cells) != len(SMI_FIELDS) + 1:
-            continue
-        index = _int(cells[0])
-        if index is None or (indices is not None and index not in indices):
-            continue
-        devices.append(
-            {
-                "index": index,
-                "sm_clock_mhz": _float(cells[1]),
-                "mem_clock_mhz": _float(cells[2]),
-                "temperature_c": _float(cells[3]),
-                "power_w": _float(cells[4]),
-                "throttle_mask": _int(cells[5]),
-                "power_violation_ns": None,
-                "thermal_violation_ns": None,
-                "energy_mj": None,
-            }
-        )
-    return devices or None
-
-
-def read_gpus(indices: Iterable[int] | None = None) -> tuple[str | None, list[dict[str, Any]]]:
-    """(source, one reading per device): NVML, else ``nvidia-smi``, else (None, [])."""
-    wanted = None if indices is None else set(indices)
-    for source, reader in (("nvml", _nvml_readings), ("nvidia-smi", _smi_readings)):
-        devices = reader(wanted)
-        if devices is not None:
-            return source, devices
-    return None, []
-
-
-def _float(value: Any) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if number == number and abs(number) != float("inf") else None
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    text = str(value).strip()
-    for base in (10, 16):  # decimal, or 0x… as nvidia-smi prints masks
-        try:
-            return int(text, base) if base == 10 or text.lower().startswith("0x") else None
-        except ValueError:
-            continue
-    return None
 
 
 # --- snapshots and the row -----------------------------------------------------------------------------------

@@ -1,0 +1,204 @@
+"""What the GPUs read at one instant: clocks, temperature, power, clock-event reasons and counters.
+
+NVML indices ignore ``CUDA_VISIBLE_DEVICES``. NVML through ``pynvml`` where it imports and initializes, else
+``nvidia-smi`` (``clocks_event_reasons.active``, older drivers ``clocks_throttle_reasons.active``), else
+nothing. Neither creates a CUDA context. NVML's cumulative violation and energy counters are read too, so
+a trial's deltas see what happened between two idle readings; ``nvidia-smi`` offers no such counters.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterable
+from typing import Any
+
+THROTTLE_REASONS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+    0x200: "board_limit",
+    0x400: "reliability",
+}
+# Settings and idleness, not events that take speed from a running trial; every other bit (power, thermal,
+# hardware slowdown, sync boost holding this GPU to a slower one, board and reliability limits, and bits this
+# table does not know) is one that matters.
+BENIGN_REASONS = 0x1 | 0x2 | 0x100
+
+
+def decode_reasons(mask: int) -> list[str]:
+    """Names of the set bits of a clock-event (throttle) reasons mask, unknown bits as ``unknown_0x…``."""
+    names = []
+    bit = 1
+    while bit <= mask:
+        if mask & bit:
+            names.append(THROTTLE_REASONS.get(bit, f"unknown_{bit:#x}"))
+        bit <<= 1
+    return names
+
+
+def reasons_that_matter(mask: int) -> list[str]:
+    """The names of the bits of ``mask`` that take speed from a running trial (not idle or settings)."""
+    return decode_reasons(mask & ~BENIGN_REASONS)
+
+
+def _load_nvml() -> Any:
+    """The ``pynvml`` module, or None when it does not import."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    return pynvml
+
+
+def _ask(read: Any, *args: Any) -> Any:
+    """``read(*args)``, or None when it raises (one field NVML cannot read is null, not a failed snapshot)."""
+    try:
+        return read(*args)
+    except Exception:  # noqa: BLE001 - NVMLError and its kin, or a function this pynvml lacks
+        return None
+
+
+def _nvml_readings(indices: set[int] | None) -> list[dict[str, Any]] | None:
+    nvml = _load_nvml()
+    if nvml is None:
+        return None
+    try:
+        nvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no driver, no library, no permission: fall back
+        return None
+    try:
+        count = nvml.nvmlDeviceGetCount()
+        return [
+            _nvml_device(nvml, index, nvml.nvmlDeviceGetHandleByIndex(index))
+            for index in range(count)
+            if indices is None or index in indices
+        ]
+    except Exception:  # noqa: BLE001 - NVML broke mid-way: fall back rather than keep half a reading
+        return None
+    finally:
+        _ask(nvml.nvmlShutdown)
+
+
+def _nvml_device(nvml: Any, index: int, handle: Any) -> dict[str, Any]:
+    reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+    )
+    power_mw = _float(_ask(nvml.nvmlDeviceGetPowerUsage, handle))
+    return {
+        "index": index,
+        "sm_clock_mhz": _float(_ask(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)),
+        "mem_clock_mhz": _float(_ask(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_MEM)),
+        "temperature_c": _float(_temperature(nvml, handle)),
+        "power_w": None if power_mw is None else power_mw / 1000.0,
+        "throttle_mask": None if reasons is None else _int(_ask(reasons, handle)),
+        "power_violation_ns": _violation(nvml, handle, nvml.NVML_PERF_POLICY_POWER),
+        "thermal_violation_ns": _violation(nvml, handle, nvml.NVML_PERF_POLICY_THERMAL),
+        "energy_mj": _float(_ask(nvml.nvmlDeviceGetTotalEnergyConsumption, handle)),
+    }
+
+
+def _temperature(nvml: Any, handle: Any) -> Any:
+    """The GPU die temperature (the older call first: the newer one needs a newer driver)."""
+    for name in ("nvmlDeviceGetTemperature", "nvmlDeviceGetTemperatureV"):
+        read = getattr(nvml, name, None)
+        value = None if read is None else _ask(read, handle, nvml.NVML_TEMPERATURE_GPU)
+        if value is not None:
+            return value
+    return None
+
+
+def _violation(nvml: Any, handle: Any, policy: int) -> int | None:
+    """Cumulative time (ns) the device's clocks were held down by ``policy``."""
+    status = _ask(nvml.nvmlDeviceGetViolationStatus, handle, policy)
+    return None if status is None else _int(getattr(status, "violationTime", None))
+
+
+SMI_FIELDS = ("index", "clocks.sm", "clocks.mem", "temperature.gpu", "power.draw")
+SMI_REASON_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")
+
+
+def _run_smi(fields: list[str]) -> str | None:
+    """``nvidia-smi --query-gpu=FIELDS`` as CSV without header or units; None when it fails."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout
+
+
+def _smi_readings(indices: set[int] | None) -> list[dict[str, Any]] | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    for reason_field in SMI_REASON_FIELDS:  # the newer name first; older drivers know only the second
+        text = _run_smi([*SMI_FIELDS, reason_field])
+        if text is not None:
+            break
+    else:
+        return None
+    devices = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != len(SMI_FIELDS) + 1:
+            continue
+        index = _int(cells[0])
+        if index is None or (indices is not None and index not in indices):
+            continue
+        devices.append(
+            {
+                "index": index,
+                "sm_clock_mhz": _float(cells[1]),
+                "mem_clock_mhz": _float(cells[2]),
+                "temperature_c": _float(cells[3]),
+                "power_w": _float(cells[4]),
+                "throttle_mask": _int(cells[5]),
+                "power_violation_ns": None,
+                "thermal_violation_ns": None,
+                "energy_mj": None,
+            }
+        )
+    return devices or None
+
+
+def read_gpus(indices: Iterable[int] | None = None) -> tuple[str | None, list[dict[str, Any]]]:
+    """(source, one reading per device): NVML, else ``nvidia-smi``, else (None, [])."""
+    wanted = None if indices is None else set(indices)
+    for source, reader in (("nvml", _nvml_readings), ("nvidia-smi", _smi_readings)):
+        devices = reader(wanted)
+        if devices is not None:
+            return source, devices
+    return None, []
+
+
+def _float(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number == number and abs(number) != float("inf") else None
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    for base in (10, 16):  # decimal, or 0x… as nvidia-smi prints masks
+        try:
+            return int(text, base) if base == 10 or text.lower().startswith("0x") else None
+        except ValueError:
+            continue
+    return None

@@ -1,0 +1,159 @@
+"""How much CPU a trial's process used: its own and its reaped children's time, and its context switches.
+
+* ``wait_and_reap`` for a worker that exits at the end of its trial (exact: see its docstring);
+* ``usage_of_pid`` for a live child (``psutil``);
+* ``own_usage`` for the calling process (``resource.getrusage``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ProcessUsage:
+    """CPU time (s) of a process and of its reaped children, and its context switches, with their source.
+
+    Switches count the process's threads and its reaped children together (what the kernel reports to the
+    parent that reaps it, and what ``getrusage`` self + children gives), except from ``usage_of_pid``: a
+    live process's reaped children's switches are not readable, so there they count its live threads only
+    (source ``psutil``).
+    """
+
+    user_s: float | None = None
+    system_s: float | None = None
+    children_user_s: float | None = None
+    children_system_s: float | None = None
+    voluntary_switches: int | None = None
+    involuntary_switches: int | None = None
+    source: str | None = None
+
+    def minus(self, earlier: ProcessUsage) -> ProcessUsage:
+        """The usage between ``earlier`` and this reading (None where either is None)."""
+
+        def delta(a: Any, b: Any) -> Any:
+            return None if a is None or b is None else a - b
+
+        return ProcessUsage(
+            delta(self.user_s, earlier.user_s),
+            delta(self.system_s, earlier.system_s),
+            delta(self.children_user_s, earlier.children_user_s),
+            delta(self.children_system_s, earlier.children_system_s),
+            delta(self.voluntary_switches, earlier.voluntary_switches),
+            delta(self.involuntary_switches, earlier.involuntary_switches),
+            self.source if self.source == earlier.source else None,
+        )
+
+
+USAGE_KEY = (
+    "_worker_usage"  # how a worker's whole-life usage travels back inside its result, to the row's fields
+)
+
+
+def usage_from(record: dict[str, Any] | None) -> ProcessUsage | None:
+    """A ``ProcessUsage`` from its JSON form (what ``harness.isolation`` attaches under ``USAGE_KEY``)."""
+    return None if record is None else ProcessUsage(**record)
+
+
+def own_usage() -> ProcessUsage:
+    """The calling process's usage (all its threads) and its reaped children's, from ``getrusage``."""
+    import resource
+
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ProcessUsage(
+        me.ru_utime,
+        me.ru_stime,
+        children.ru_utime,
+        children.ru_stime,
+        me.ru_nvcsw + children.ru_nvcsw,
+        me.ru_nivcsw + children.ru_nivcsw,
+        "getrusage",
+    )
+
+
+def usage_of_pid(pid: int) -> ProcessUsage:
+    """Another process's usage so far, through ``psutil`` (a live child, or one that exited and is not yet
+    reaped); all None when it cannot be read. Switches: its live threads only (see ``ProcessUsage``)."""
+    try:
+        import psutil
+
+        times = psutil.Process(pid).cpu_times()
+    except Exception:  # noqa: BLE001 - no psutil, no such process, no permission: unreadable
+        return ProcessUsage()
+    voluntary, involuntary = _thread_switches(pid)
+    return ProcessUsage(
+        times.user, times.system, times.children_user, times.children_system, voluntary, involuntary, "psutil"
+    )
+
+
+def _thread_switches(pid: int) -> tuple[int | None, int | None]:
+    """Context switches summed over a process's threads (``psutil`` counts only the main thread's)."""
+    voluntary = involuntary = 0
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        tasks = []
+    for task in tasks:
+        try:
+            text = (task / "status").read_text()
+        except OSError:
+            continue  # the thread ended meanwhile
+        found = dict(
+            re.findall(r"^(voluntary_ctxt_switches|nonvoluntary_ctxt_switches):\s*(\d+)", text, re.M)
+        )
+        if len(found) != 2:
+            return None, None
+        voluntary += int(found["voluntary_ctxt_switches"])
+        involuntary += int(found["nonvoluntary_ctxt_switches"])
+    if not tasks:
+        try:
+            import psutil
+
+            switches = psutil.Process(pid).num_ctx_switches()
+            return switches.voluntary, switches.involuntary
+        except Exception:  # noqa: BLE001 - unreadable
+            return None, None
+    return voluntary, involuntary
+
+
+def wait_and_reap(
+    process: subprocess.Popen, timeout_s: float | None = None, poll_s: float = 0.01
+) -> ProcessUsage:
+    """Wait for a child started with ``subprocess.Popen`` to exit, reap it, and return its whole life's usage.
+
+    The one exact reading for a worker that exits at the end of its trial: once it has exited but before it
+    is reaped (``waitid`` with ``WNOWAIT``), ``/proc`` still holds its CPU time split into its own and its
+    reaped children's (DataLoader workers it joined); reaping it with ``wait4`` then gives the kernel's count
+    of its and its children's context switches, including threads that had already ended. Reading it while
+    it runs cannot see its last moments, and ``getrusage`` in the worker misses loader workers still alive
+    when it reports. Sets ``process.returncode``. On timeout raises ``subprocess.TimeoutExpired`` and leaves
+    the child unreaped: kill it and call again to reap it.
+    """
+    pid = process.pid
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    if not (hasattr(os, "waitid") and hasattr(os, "WNOWAIT")):
+        process.wait(timeout_s)
+        return ProcessUsage()
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if deadline is not None and time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(process.args, timeout_s)
+        time.sleep(poll_s)
+    times = usage_of_pid(pid)
+    _, status, rusage = os.wait4(pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return ProcessUsage(
+        times.user_s,
+        times.system_s,
+        times.children_user_s,
+        times.children_system_s,
+        rusage.ru_nvcsw,
+        rusage.ru_nivcsw,
+        "wait4",
+    )
