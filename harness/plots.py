@@ -1,25 +1,12 @@
-"""Plots of a run, for the report: headless (Agg), readable in print, the same bytes for the same inputs.
+"""The report's own plots of a run: the timeline, the paired reductions and the telemetry.
 
-Shared style, used by every plot here and by the tier plots at the end of this file:
-
-* ``figure(path, width, height)``: a context manager that yields ``(fig, ax)`` under the house style
-  (large fonts, grid, tight layout) and saves a PNG with fixed metadata when the block ends.
-* ``arm_styles(labels)``: a colour *and* a marker per arm (Okabe–Ito colours, safe for colour-blind
-  readers; the marker carries the arm in grey print too), stable by the arms' order in the plan.
-* ``FAILED``, ``WARMUP``, ``BAR``: how failures (red x), warm-ups (hollow, grey) and the bar (dashed) look.
-* ``percent_axis(ax, axis)``: tick labels in percent for fractions; ``axis_label(text)`` wraps long labels.
-
-Figures are made through ``matplotlib.figure.Figure`` directly (never pyplot), so no global state or GUI
-backend is involved and plotting is safe in any process.
+Each is drawn in the house style of ``harness.plot_style``; tier plots use that style too.
 """
 
 from __future__ import annotations
 
 import math
-import textwrap
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,110 +21,27 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from harness.formatting import format_percent  # noqa: E402
+from harness.plot_style import (  # noqa: E402
+    ARM_COLORS,
+    BAR,
+    DPI,
+    FAILED,
+    INTERVAL_COLOR,
+    PNG_METADATA,
+    STYLE,
+    MarkStyle,
+    arm_styles,
+    axis_label,
+    failure_handle,
+    figure,
+    marker_handle,
+    marks,
+    percent_axis,
+)
 
-# --- shared style ----------------------------------------------------------------------------------------
-
-STYLE: dict[str, Any] = {
-    "font.size": 13,
-    "axes.titlesize": 14,
-    "axes.labelsize": 13,
-    "xtick.labelsize": 12,
-    "ytick.labelsize": 12,
-    "legend.fontsize": 11,
-    "axes.grid": True,
-    "grid.alpha": 0.35,
-    "grid.linestyle": ":",
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "lines.markersize": 8,
-    "svg.hashsalt": "musgd-bench",
-}
-DPI = 150
-PNG_METADATA = {"Software": None}  # no matplotlib version stamp: same inputs, same PNG bytes
-
-# Okabe–Ito: distinguishable by colour-blind readers; vermillion is kept back for failures.
-ARM_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
-ARM_MARKERS = ("o", "s", "^", "D", "v", "P", "*")
-
-
-@dataclass(frozen=True)
-class MarkStyle:
-    color: str
-    marker: str
-
-
-FAILED = MarkStyle("#D55E00", "x")
-WARMUP = MarkStyle("#8C8C8C", "o")
-BAR = MarkStyle("#D55E00", "")
-INTERVAL_COLOR = "#7F7F7F"
-
-
-def arm_styles(labels: Sequence[str]) -> dict[str, MarkStyle]:
-    """A colour and a marker per arm label, in the given (plan) order, so every plot agrees."""
-    return {
-        label: MarkStyle(ARM_COLORS[i % len(ARM_COLORS)], ARM_MARKERS[i % len(ARM_MARKERS)])
-        for i, label in enumerate(labels)
-    }
-
-
-def failure_handle(label: str) -> Line2D:
-    """The legend entry of a failure (a red x), the same in every plot."""
-    return Line2D(
-        [],
-        [],
-        linestyle="",
-        marker=FAILED.marker,
-        color=FAILED.color,
-        markersize=10,
-        markeredgewidth=2.5,
-        label=label,
-    )
-
-
-def marks(style: MarkStyle, hollow: bool = False, size: float = 8.5) -> dict[str, Any]:
-    """Marker keywords of one arm's points (``ax.plot(..., linestyle="", **marks(style))``); the same keywords
-    make its legend handle, so a legend always shows the marker it stands for. Hollow: a warm-up (discarded),
-    the arm's own marker outlined in grey."""
-    face = "none" if hollow else style.color
-    edge = WARMUP.color if hollow else style.color
-    return {
-        "marker": style.marker,
-        "markersize": size,
-        "markerfacecolor": face,
-        "markeredgecolor": edge,
-        "markeredgewidth": 1.5,
-    }
-
-
-def marker_handle(style: MarkStyle, label: str, hollow: bool = False) -> Line2D:
-    """A legend entry drawn exactly like the points it names (see ``marks``)."""
-    return Line2D([], [], linestyle="", label=label, **marks(style, hollow))
-
-
-def percent_axis(ax: Axes, axis: str = "y", decimals: int = 0) -> None:
-    """Show fractions (0.12) as percent (12%) on ``axis`` ('x' or 'y')."""
-    formatter = FuncFormatter(lambda v, _pos: f"{100 * v:.{decimals}f}%")
-    (ax.xaxis if axis == "x" else ax.yaxis).set_major_formatter(formatter)
-
-
-@contextmanager
-def figure(path: Path, width: float = 9.0, height: float = 4.8) -> Iterator[tuple[Figure, Axes]]:
-    """``with figure(path) as (fig, ax): ...`` draws under the house style and saves a PNG at the end."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with rc_context(STYLE):
-        fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
-        ax = fig.add_subplot()
-        yield fig, ax
-        fig.savefig(path, dpi=DPI, format="png", metadata=PNG_METADATA)
-
-
-def axis_label(text: str, width: int = 36) -> str:
-    """An axis label wrapped onto lines of at most ``width`` characters, so long metrics stay on the page."""
-    return textwrap.fill(text, width=width, break_long_words=False)
+# --- the report's own plots ------------------------------------------------------------------------------
 
 
 def _spans(indices: Sequence[int]) -> list[tuple[int, int]]:
@@ -149,9 +53,6 @@ def _spans(indices: Sequence[int]) -> list[tuple[int, int]]:
         else:
             spans.append((i, i))
     return spans
-
-
-# --- the report's own plots ------------------------------------------------------------------------------
 
 
 def plot_timeline(trials: pd.DataFrame, plan: Any, path: Path) -> Path:

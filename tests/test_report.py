@@ -66,11 +66,11 @@ def scripted(figures: dict[str, list], peaks: dict[str, int] | None = None, stop
 
 
 def fixture_section(run: Run) -> str:
-    """A tier section as a tier engineer writes one: a table and a plot drawn through harness.plots."""
-    from harness import plots
+    """A tier section as a tier engineer writes one: a table and a plot drawn in harness.plot_style."""
+    from harness import plot_style
 
     png = run.figures_dir / "fixture-tier.png"
-    with plots.figure(png, width=6, height=3) as (_fig, ax):
+    with plot_style.figure(png, width=6, height=3) as (_fig, ax):
         ax.plot([0, 1], [0, 1])
         ax.set_xlabel("x (unit)")
     rows = [[r["arm"], report.format_number(r["median"])] for _, r in run.summaries.arms.iterrows()]

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 from matplotlib.patches import Patch
 
-from harness.plots import figure
+from harness.plot_style import figure
 
 FIT_STAGE_COLORS = {
     "data": "#56B4E9",

@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from harness.plots import ARM_COLORS, BAR, FAILED, MarkStyle, arm_styles, failure_handle, figure
+from harness.plot_style import ARM_COLORS, BAR, FAILED, MarkStyle, arm_styles, failure_handle, figure
 
 
 def plot_probe_memory(memory: pd.DataFrame, plan: Any, path: Path) -> Path:

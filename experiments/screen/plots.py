@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from harness.plots import arm_styles, figure
+from harness.plot_style import arm_styles, figure
 
 CROSSOVER_PNG = "screen_crossover.png"
 MEMORY_PNG = "screen_memory.png"
