@@ -51,8 +51,10 @@ from harness.formatting import (
     method_label,
 )
 from harness.inference import t_min_pairs, t_unkept_counts_text
+from harness.markdown import NOT_RECORDED, cell, code, markdown_image, markdown_table, when
 from harness.options import InputError
 from harness.protocol import IDLE_GAP_SECONDS, WHOLE_PAIRS_FORMAT, Plan, scheduled_done, warmup_sequences
+from harness.report_env import environment_section, resumed_at_other_code, resumed_elsewhere
 from harness.stats import (
     ClaimSettings,
     disagreeing_checks,
@@ -72,53 +74,6 @@ from harness.tables import (
 from harness.tier import Caveat, Run, TierRegistry, gate_refusal
 
 REPORT_NAME = "report.md"
-NOT_RECORDED = "not recorded"
-
-
-def _text(value: Any) -> str:
-    return NOT_RECORDED if is_missing(value) or value == "" else str(value)
-
-
-def _cell(text: Any) -> str:
-    """A markdown table cell: one line, pipes escaped."""
-    return " ".join(str(text).split()).replace("|", "\\|")
-
-
-def _code(text: Any) -> str:
-    """Inline code that survives backticks in the text."""
-    return "`" + " ".join(str(text).split()).replace("`", "'") + "`"
-
-
-def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "") -> str:
-    """A markdown table; ``align`` holds one of 'l', 'r', 'c' per column (left by default)."""
-    marks = {"l": "---", "r": "---:", "c": ":---:"}
-    rule = [marks.get(align[i] if i < len(align) else "l", "---") for i in range(len(columns))]
-    lines = ["| " + " | ".join(_cell(c) for c in columns) + " |", "| " + " | ".join(rule) + " |"]
-    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def markdown_image(path: Path, caption: str) -> str:
-    """An image in a figures folder beside the markdown, referenced relative to the markdown's folder."""
-    target = f"{Path(path).parent.name}/{Path(path).name}"
-    if any(ch in target for ch in " ()<>"):
-        target = f"<{target}>"
-    return f"![{caption}]({target})"
-
-
-def _time(iso: Any) -> str:
-    """``2026-11-29T21:11:28+00:00`` → ``2026-11-29 21:11:28 UTC``."""
-    if is_missing(iso) or not iso:
-        return NOT_RECORDED
-    try:
-        moment = _dt.datetime.fromisoformat(str(iso))
-    except ValueError:
-        return str(iso)
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(_dt.timezone.utc)
-    return moment.strftime("%Y-%m-%d %H:%M:%S") + (" UTC" if moment.tzinfo is not None else "")
-
-
 # --- one run, loaded --------------------------------------------------------------------------------------
 
 
@@ -367,8 +322,8 @@ def caveats(run: LoadedRun) -> list[Caveat]:
     for k, revision in resumed_at_other_code(run.env):
         out.append(
             Caveat(
-                f"spans code revisions: resume {k} ran {_code(revision)}, the run started at "
-                f"{_code(run.env.get('git_revision'))}.",
+                f"spans code revisions: resume {k} ran {code(revision)}, the run started at "
+                f"{code(run.env.get('git_revision'))}.",
                 "Each pair ran within one slice, so each pair's ratio is of one revision; where the arms' code "
                 "changed between revisions, the medians and the claim mix implementations (the environment "
                 "table names each slice's revision).",
@@ -431,7 +386,7 @@ def caveats(run: LoadedRun) -> list[Caveat]:
         out.append(
             Caveat(
                 "uncommitted changes: the code differed from its git revision.",
-                f"The working tree had changes against {_code(run.env.get('git_revision'))} when the run started.",
+                f"The working tree had changes against {code(run.env.get('git_revision'))} when the run started.",
             )
         )
     if not run.tier.paired:  # pairs, intervals and bars mean nothing to it
@@ -526,7 +481,7 @@ def _control_text(run: LoadedRun) -> str:
             f"{format_percent(c['estimate'])} (geometric mean; {method_label(c)} interval "
             f"{format_interval(c['ci_low'], c['ci_high'])}, {format_levels(c)}; median "
             f"{format_percent(c['median'])}, range {format_percent_range(c['min'], c['max'])})"
-            + (f" in case {_code(c['case'])}" if len(run.plan.cases) > 1 else "")
+            + (f" in case {code(c['case'])}" if len(run.plan.cases) > 1 else "")
             for _, c in _sorted(controls, run).iterrows()
         ]
         text += ": difference " + "; ".join(parts)
@@ -572,7 +527,7 @@ def _title(runs: list[LoadedRun]) -> list[str]:
             kinds.append(kind)
     first = runs[0]
     lines = [f"# musgd-bench report: {' + '.join(kinds)}", ""]
-    first_start = _time(min(str(r.plan.created) for r in runs))
+    first_start = when(min(str(r.plan.created) for r in runs))
     lines.append(
         f"Date: {first_start[:10]} ("
         + (
@@ -585,7 +540,7 @@ def _title(runs: list[LoadedRun]) -> list[str]:
     if len(runs) == 1:
         plan, trials = first.plan, first.summaries.trials
         lines.append(
-            f"Run folder {_code(first.name)}; tier {_code(plan.tier)}; primary figure: {plan.metric}"
+            f"Run folder {code(first.name)}; tier {code(plan.tier)}; primary figure: {plan.metric}"
             + (f" in {plan.unit}" if plan.unit else "")
             + f" (lower is better); {_logged(plan, trials)} in the log."
         )
@@ -595,11 +550,11 @@ def _title(runs: list[LoadedRun]) -> list[str]:
     rows = [
         [
             r.number,
-            _code(r.name),
+            code(r.name),
             r.plan.tier,
             r.kind,
             f"{r.plan.metric} ({r.plan.unit})",
-            _time(r.plan.created),
+            when(r.plan.created),
             _logged(r.plan, r.summaries.trials).replace(" scheduled trials", ""),
             gates[r.number][0],
         ]
@@ -748,7 +703,7 @@ def _side_by_side(run: LoadedRun) -> str:
             f"({'A/A control, ' if c['kind'] == 'control' else ''}{c['verdict']})"
             for _, c in mine.iterrows()
         )
-        parts.append((f"case {_code(case)}: " if len(run.plan.cases) > 1 else "") + text)
+        parts.append((f"case {code(case)}: " if len(run.plan.cases) > 1 else "") + text)
     return (
         "The claim and its noise floor come from one schedule (same machine, day and conditions): "
         + "; ".join(parts)
@@ -766,179 +721,6 @@ def _level(runs: list[LoadedRun]) -> str:
     return "calibrated t interval"
 
 
-def _cudnn(value: Any) -> str:
-    if is_missing(value):
-        return NOT_RECORDED
-    v = int(value)
-    major, rest = (v // 10000, v % 10000) if v >= 10000 else (v // 1000, v % 1000)
-    return f"{major}.{rest // 100}.{rest % 100} ({v})"
-
-
-def _on_off(value: Any) -> str:
-    return NOT_RECORDED if is_missing(value) else ("on" if value else "off")
-
-
-def _gpus(env: dict[str, Any]) -> str:
-    names = env.get("gpu_names")
-    if names is None:
-        return NOT_RECORDED
-    if not names:
-        return "none (CUDA not available)" if env.get("cuda_available") is False else "none"
-    memory = env.get("gpu_memory_bytes") or []
-    groups: list[list[Any]] = []
-    for i, name in enumerate(names):
-        label = name + (f" ({format_bytes(memory[i])})" if i < len(memory) else "")
-        if groups and groups[-1][0] == label:
-            groups[-1][1] += 1
-        else:
-            groups.append([label, 1])
-    return ", ".join(f"{count} × {label}" for label, count in groups)
-
-
-def _machine(boot: Any, gpus: Any) -> str:
-    """A machine as this project can tell machines apart: its boot id and each card's UUID."""
-    cards = [f"GPU {g.get('index')} {_code(g['uuid'])}" for g in gpus or [] if g.get("uuid")]
-    return ", ".join([f"boot {_code(boot)}" if boot else f"boot {NOT_RECORDED}", *cards])
-
-
-def _same_machine(start: dict[str, Any], later: dict[str, Any], later_gpus: Any) -> bool | None:
-    """Whether a slice ran where the run started (boot and cards), None where either is not recorded."""
-    if not start.get("boot_id") or not later.get("boot_id"):
-        return None
-    cards = [[g.get("uuid") for g in gpus or []] for gpus in (start.get("gpus_start"), later_gpus)]
-    return start["boot_id"] == later["boot_id"] and cards[0] == cards[1]
-
-
-def resumed_elsewhere(env: dict[str, Any]) -> list[tuple[int, str]]:
-    """(resume number, its machine) for every resume recorded on another machine than the run's start."""
-    return [
-        (k, _machine(resume.get("boot_id"), resume.get("gpus")))
-        for k, resume in enumerate(env.get("resumes") or [], start=1)
-        if _same_machine(env, resume, resume.get("gpus")) is False
-    ]
-
-
-def _other_revision(env: dict[str, Any], resume: dict[str, Any]) -> bool | None:
-    """Whether a resume ran another revision than the start (or a dirty tree), None where not recorded."""
-    if is_missing(resume.get("git_revision")) or is_missing(env.get("git_revision")):
-        return None
-    return resume["git_revision"] != env["git_revision"] or bool(resume.get("git_dirty"))
-
-
-def resumed_at_other_code(env: dict[str, Any]) -> list[tuple[int, str]]:
-    """(resume number, its revision) for every resume recorded at other code than the run's start."""
-    return [
-        (k, resume["git_revision"])
-        for k, resume in enumerate(env.get("resumes") or [], start=1)
-        if _other_revision(env, resume)
-    ]
-
-
-def _code_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
-    """The code of every resume that recorded it (older runs did not)."""
-    rows = []
-    for k, resume in enumerate(env.get("resumes") or [], start=1):
-        other = _other_revision(env, resume)
-        if other is None:
-            continue
-        text = f"{_git(resume)} (another revision)" if other else "the same revision"
-        rows.append((f"… code at resume {k}", text))
-    return rows
-
-
-def _machine_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
-    """The machine of the start and of every resume (only where the run recorded its boot: older runs did not)."""
-    if not env.get("boot_id"):
-        return []
-    rows = [("machine (boot, GPUs) at start", _machine(env["boot_id"], env.get("gpus_start")))]
-    for k, resume in enumerate(env.get("resumes") or [], start=1):
-        same = _same_machine(env, resume, resume.get("gpus"))
-        machine = _machine(resume.get("boot_id"), resume.get("gpus"))
-        text = {True: "the same machine", False: f"another machine: {machine}", None: NOT_RECORDED}[same]
-        rows.append((f"… at resume {k}", text))
-    return rows
-
-
-def _clocks(snapshot: Any) -> str:
-    if snapshot is None:
-        return NOT_RECORDED
-    if not snapshot:
-        return f"{NOT_RECORDED} (nvidia-smi did not answer)"
-
-    def figure(value: Any, unit: str, name: str = "") -> str:
-        if is_missing(value):
-            return f"{name} {NOT_RECORDED}".strip()
-        return f"{float(value):g} {unit}"
-
-    return "<br>".join(
-        f"GPU {g.get('index')}: SM {figure(g.get('sm_clock_mhz'), 'MHz')}, memory "
-        f"{figure(g.get('mem_clock_mhz'), 'MHz')}, {figure(g.get('temperature_c'), '°C', 'temperature')}, "
-        f"{figure(g.get('power_w'), 'W', 'power')}"
-        for g in snapshot
-    )
-
-
-def _git(env: dict[str, Any]) -> str:
-    revision = env.get("git_revision")
-    if is_missing(revision):
-        return NOT_RECORDED
-    dirty = env.get("git_dirty")
-    state = {True: "dirty (uncommitted changes)", False: "clean"}.get(dirty, f"dirty flag {NOT_RECORDED}")
-    return f"`{revision}`, {state}"
-
-
-def _environment_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
-    cpu = env.get("cpu_model")
-    cpu_text = (
-        NOT_RECORDED
-        if is_missing(cpu)
-        else str(cpu)
-        + (f" ({env['cpu_count']} logical cores)" if not is_missing(env.get("cpu_count")) else "")
-    )
-    speed = (
-        f"TF32 matmul {_on_off(env.get('tf32_matmul'))}, TF32 cuDNN {_on_off(env.get('tf32_cudnn'))}, "
-        f"float32 matmul precision {_text(env.get('float32_matmul_precision'))}, cudnn.benchmark "
-        f"{_on_off(env.get('cudnn_benchmark'))}, deterministic algorithms {_on_off(env.get('deterministic_algorithms'))}"
-    )
-    rows = [
-        ("GPU", _gpus(env)),
-        ("driver", _text(env.get("driver_version"))),
-        ("CUDA runtime (torch build)", _text(env.get("cuda_runtime"))),
-        ("cuDNN", _cudnn(env.get("cudnn"))),
-        ("torch", _text(env.get("torch"))),
-        ("Python", _text(env.get("python"))),
-        ("OS", _text(env.get("os"))),
-        ("CPU", cpu_text),
-        ("git revision", _git(env)),
-        ("musgd-bench", _text(env.get("musgd_bench"))),
-        ("ultralytics", _text(env.get("ultralytics"))),
-        ("speed settings", speed),
-        ("recorded", _time(env.get("recorded"))),
-        ("GPU clocks, temperature, power at start", _clocks(env.get("gpus_start"))),
-        ("… at end", _clocks(env.get("gpus_end"))),
-    ]
-    for k, resume in enumerate(env.get("resumes") or [], start=1):
-        rows.append((f"… at resume {k} ({_time(resume.get('recorded'))})", _clocks(resume.get("gpus"))))
-    return rows + _machine_rows(env) + _code_rows(env)
-
-
-def _environment(runs: list[LoadedRun]) -> list[str]:
-    tables = [_environment_rows(r.env) for r in runs]
-    fields: list[str] = []
-    for table in tables:
-        for field, _ in table:
-            if field not in fields:
-                fields.append(field)
-    values = [dict(t) for t in tables]
-    header = ["field"] + ([f"run {r.number}" for r in runs] if len(runs) > 1 else ["value"])
-    rows = [[field] + [v.get(field, "—") for v in values] for field in fields]
-    lines = ["## Environment", ""]
-    if any(not r.env for r in runs):
-        lines += ["A run folder without env.json: its fields read 'not recorded'.", ""]
-    lines.append(markdown_table(header, rows))
-    return lines
-
-
 def _describe_arms(plan: Plan) -> str:
     seen: dict[str, Any] = {}
     for case in plan.cases:
@@ -948,7 +730,7 @@ def _describe_arms(plan: Plan) -> str:
     for arm in seen.values():
         params = ", ".join(f"{k}={json.dumps(v)}" for k, v in arm.params.items())
         parts.append(
-            f"{_code(arm.label)} ({arm.role}, spec {_code(arm.spec)}" + (f", {params})" if params else ")")
+            f"{code(arm.label)} ({arm.role}, spec {code(arm.spec)}" + (f", {params})" if params else ")")
         )
     return "; ".join(parts)
 
@@ -957,7 +739,7 @@ def _describe_cases(plan: Plan) -> str:
     parts = []
     for case in plan.cases:
         params = ", ".join(f"{k}={json.dumps(v)}" for k, v in case.params.items())
-        parts.append(_code(case.label) + (f" ({params})" if params else ""))
+        parts.append(code(case.label) + (f" ({params})" if params else ""))
     return ", ".join(parts)
 
 
@@ -976,7 +758,7 @@ def _log_span(trials: pd.DataFrame) -> str | None:
     seconds = (last - first).total_seconds()
     duration = f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
     return (
-        f"The first trial started {_time(first.isoformat())} and the last ended {_time(last.isoformat())} "
+        f"The first trial started {when(first.isoformat())} and the last ended {when(last.isoformat())} "
         f"({duration})."
     )
 
@@ -1048,12 +830,12 @@ def _protocol(run: LoadedRun) -> list[str]:
         ),
         f"Isolation: {plan.isolation or NOT_RECORDED}.",
         f"Timed region: {plan.timed_region or 'not stated by the tier'}.",
-        f"Device: {_code(p.device)}; memory budget: {budget}; seed {p.seed} (shared by the arms of a pair "
+        f"Device: {code(p.device)}; memory budget: {budget}; seed {p.seed} (shared by the arms of a pair "
         "for their data" + (", and the order)." if p.order == "random" else ")."),
     ]
     if plan.settings:
         options = ", ".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in plan.settings.items())
-        design.append(f"Tier options: {_code(options)}.")
+        design.append(f"Tier options: {code(options)}.")
     statistics = [
         f"Primary figure: {plan.metric} in {plan.unit}, lower is better; a failed trial counts as infinitely slow, "
         "never dropped, and a pair where both arms failed is left out and counted. Per pair, the reduction "
@@ -1267,7 +1049,7 @@ def _results(run: LoadedRun) -> list[str]:
     )
     for _, c in claims.iterrows():
         case, arm = str(c["case"]), str(c["arm"])
-        where = f"case {_code(case)}, " if len(plan.cases) > 1 else ""
+        where = f"case {code(case)}, " if len(plan.cases) > 1 else ""
         kind = "Diagnostic, not a claim" if run.tier.diagnostic else "Claim"
         lines += [
             "",
@@ -1309,7 +1091,7 @@ def _verdict(run: LoadedRun) -> list[str]:
             WITHHELD: f"{c['arm']} ran the baseline's code ({same_code_arms(plan).get(str(c['arm']))}), so "
             f"{interval} measures noise, not a speed-up",
         }.get(verdict, interval)
-        where = f"case {_code(c['case'])}, " if len(plan.cases) > 1 else ""
+        where = f"case {code(c['case'])}, " if len(plan.cases) > 1 else ""
         kind = " (A/A control)" if control and len(claims) > 1 else ""
         line = f"- {where}{c['arm']} vs {c['baseline_arm']}{kind}: **{verdict}** — {explanation}."
         if str(c["verdict_basis"]).startswith("sign"):
@@ -1467,7 +1249,7 @@ def _failures(run: LoadedRun) -> list[str]:
         lines += ["", "Other failures, with their messages:", ""]
         lines += [
             f"- trial {int(r['index'])} ({r['case']}, {r['phase']} round {int(r['round'])}, {r['arm']}, "
-            f"`{r['status']}`): {_code(r['message'] or 'no message')}"
+            f"`{r['status']}`): {code(r['message'] or 'no message')}"
             for _, r in other.iterrows()
         ]
     return lines
@@ -1484,7 +1266,7 @@ def _telemetry(run: LoadedRun) -> list[str]:
     lines.append(
         "CPU placement: "
         + (
-            f"worker on cores {_cell(placement.get('worker_cores'))}, parent on {_cell(placement.get('parent_cores'))}, "
+            f"worker on cores {cell(placement.get('worker_cores'))}, parent on {cell(placement.get('parent_cores'))}, "
             f"{placement.get('torch_threads')} torch threads ({placement.get('reason')})."
             if placement
             else "none (as the OS scheduled)."
@@ -1574,7 +1356,7 @@ def _tier_section(run: LoadedRun) -> list[str]:
 
 
 def _run_section(run: LoadedRun) -> list[str]:
-    lines = [f"## {run.title}", "", f"Run folder {_code(run.name)}; started {_time(run.plan.created)}."]
+    lines = [f"## {run.title}", "", f"Run folder {code(run.name)}; started {when(run.plan.created)}."]
     parts = (
         _protocol,
         _results,
@@ -1648,7 +1430,7 @@ def _load(folders: Sequence[RunFolder], output: Path, tiers: TierRegistry, drawn
 
 def render(runs: list[LoadedRun]) -> str:
     """The markdown of the report (and, as it goes, its PNGs in each run's figures folder, made already)."""
-    lines = _title(runs) + [""] + _summary(runs) + [""] + _environment(runs)
+    lines = _title(runs) + [""] + _summary(runs) + [""] + environment_section(runs)
     for run in runs:
         lines += [""] + _run_section(run)
     return "\n".join(lines).rstrip() + "\n"

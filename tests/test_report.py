@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from experiments.tiers import TIERS as PROJECT_TIERS
-from harness import cli, report
+from harness import cli, markdown, report
 from harness.console import print_summary
 from harness.options import InputError
 from harness.protocol import Arm, Case, Plan, ProtocolOptions, TrialContext, TrialFunction
@@ -77,8 +77,8 @@ def fixture_section(run: Run) -> str:
     return "\n\n".join(
         [
             "### Fixture tier section",
-            report.markdown_table(["arm", "median"], rows),
-            report.markdown_image(png, "fixture plot"),
+            markdown.markdown_table(["arm", "median"], rows),
+            markdown.markdown_image(png, "fixture plot"),
         ]
     )
 

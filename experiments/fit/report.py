@@ -30,8 +30,9 @@ from harness.formatting import (
     interval_estimand,
     method_label,
 )
+from harness.markdown import markdown_image, markdown_table
 from harness.protocol import Plan
-from harness.report import claim_sentence, markdown_image, markdown_table, pairs_words, warmup_words
+from harness.report import claim_sentence, pairs_words, warmup_words
 from harness.stats import finished, median_of, numeric_column, secondary_claims
 from harness.tier import Run
 

@@ -194,7 +194,7 @@ def ranks_lines(plan: Any, table: pd.DataFrame, trials: pd.DataFrame) -> list[st
     import pandas as pd
 
     from harness.formatting import format_number, format_percent
-    from harness.report import markdown_table
+    from harness.markdown import markdown_table
     from harness.stats import finished
 
     ok = finished(trials)

@@ -1,0 +1,182 @@
+"""The report's environment section: the machine, the code and the GPUs at the start and at each resume."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.formatting import format_bytes, is_missing
+from harness.markdown import NOT_RECORDED, code, markdown_table, plain, when
+
+
+def _cudnn(value: Any) -> str:
+    if is_missing(value):
+        return NOT_RECORDED
+    v = int(value)
+    major, rest = (v // 10000, v % 10000) if v >= 10000 else (v // 1000, v % 1000)
+    return f"{major}.{rest // 100}.{rest % 100} ({v})"
+
+
+def _on_off(value: Any) -> str:
+    return NOT_RECORDED if is_missing(value) else ("on" if value else "off")
+
+
+def _gpus(env: dict[str, Any]) -> str:
+    names = env.get("gpu_names")
+    if names is None:
+        return NOT_RECORDED
+    if not names:
+        return "none (CUDA not available)" if env.get("cuda_available") is False else "none"
+    memory = env.get("gpu_memory_bytes") or []
+    groups: list[list[Any]] = []
+    for i, name in enumerate(names):
+        label = name + (f" ({format_bytes(memory[i])})" if i < len(memory) else "")
+        if groups and groups[-1][0] == label:
+            groups[-1][1] += 1
+        else:
+            groups.append([label, 1])
+    return ", ".join(f"{count} × {label}" for label, count in groups)
+
+
+def _machine(boot: Any, gpus: Any) -> str:
+    """A machine as this project can tell machines apart: its boot id and each card's UUID."""
+    cards = [f"GPU {g.get('index')} {code(g['uuid'])}" for g in gpus or [] if g.get("uuid")]
+    return ", ".join([f"boot {code(boot)}" if boot else f"boot {NOT_RECORDED}", *cards])
+
+
+def _same_machine(start: dict[str, Any], later: dict[str, Any], later_gpus: Any) -> bool | None:
+    """Whether a slice ran where the run started (boot and cards), None where either is not recorded."""
+    if not start.get("boot_id") or not later.get("boot_id"):
+        return None
+    cards = [[g.get("uuid") for g in gpus or []] for gpus in (start.get("gpus_start"), later_gpus)]
+    return start["boot_id"] == later["boot_id"] and cards[0] == cards[1]
+
+
+def resumed_elsewhere(env: dict[str, Any]) -> list[tuple[int, str]]:
+    """(resume number, its machine) for every resume recorded on another machine than the run's start."""
+    return [
+        (k, _machine(resume.get("boot_id"), resume.get("gpus")))
+        for k, resume in enumerate(env.get("resumes") or [], start=1)
+        if _same_machine(env, resume, resume.get("gpus")) is False
+    ]
+
+
+def _other_revision(env: dict[str, Any], resume: dict[str, Any]) -> bool | None:
+    """Whether a resume ran another revision than the start (or a dirty tree), None where not recorded."""
+    if is_missing(resume.get("git_revision")) or is_missing(env.get("git_revision")):
+        return None
+    return resume["git_revision"] != env["git_revision"] or bool(resume.get("git_dirty"))
+
+
+def resumed_at_other_code(env: dict[str, Any]) -> list[tuple[int, str]]:
+    """(resume number, its revision) for every resume recorded at other code than the run's start."""
+    return [
+        (k, resume["git_revision"])
+        for k, resume in enumerate(env.get("resumes") or [], start=1)
+        if _other_revision(env, resume)
+    ]
+
+
+def _code_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
+    """The code of every resume that recorded it (older runs did not)."""
+    rows = []
+    for k, resume in enumerate(env.get("resumes") or [], start=1):
+        other = _other_revision(env, resume)
+        if other is None:
+            continue
+        text = f"{_git(resume)} (another revision)" if other else "the same revision"
+        rows.append((f"… code at resume {k}", text))
+    return rows
+
+
+def _machine_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
+    """The machine of the start and of every resume (only where the run recorded its boot: older runs did not)."""
+    if not env.get("boot_id"):
+        return []
+    rows = [("machine (boot, GPUs) at start", _machine(env["boot_id"], env.get("gpus_start")))]
+    for k, resume in enumerate(env.get("resumes") or [], start=1):
+        same = _same_machine(env, resume, resume.get("gpus"))
+        machine = _machine(resume.get("boot_id"), resume.get("gpus"))
+        text = {True: "the same machine", False: f"another machine: {machine}", None: NOT_RECORDED}[same]
+        rows.append((f"… at resume {k}", text))
+    return rows
+
+
+def _clocks(snapshot: Any) -> str:
+    if snapshot is None:
+        return NOT_RECORDED
+    if not snapshot:
+        return f"{NOT_RECORDED} (nvidia-smi did not answer)"
+
+    def figure(value: Any, unit: str, name: str = "") -> str:
+        if is_missing(value):
+            return f"{name} {NOT_RECORDED}".strip()
+        return f"{float(value):g} {unit}"
+
+    return "<br>".join(
+        f"GPU {g.get('index')}: SM {figure(g.get('sm_clock_mhz'), 'MHz')}, memory "
+        f"{figure(g.get('mem_clock_mhz'), 'MHz')}, {figure(g.get('temperature_c'), '°C', 'temperature')}, "
+        f"{figure(g.get('power_w'), 'W', 'power')}"
+        for g in snapshot
+    )
+
+
+def _git(env: dict[str, Any]) -> str:
+    revision = env.get("git_revision")
+    if is_missing(revision):
+        return NOT_RECORDED
+    dirty = env.get("git_dirty")
+    state = {True: "dirty (uncommitted changes)", False: "clean"}.get(dirty, f"dirty flag {NOT_RECORDED}")
+    return f"`{revision}`, {state}"
+
+
+def _environment_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
+    cpu = env.get("cpu_model")
+    cpu_text = (
+        NOT_RECORDED
+        if is_missing(cpu)
+        else str(cpu)
+        + (f" ({env['cpu_count']} logical cores)" if not is_missing(env.get("cpu_count")) else "")
+    )
+    speed = (
+        f"TF32 matmul {_on_off(env.get('tf32_matmul'))}, TF32 cuDNN {_on_off(env.get('tf32_cudnn'))}, "
+        f"float32 matmul precision {plain(env.get('float32_matmul_precision'))}, cudnn.benchmark "
+        f"{_on_off(env.get('cudnn_benchmark'))}, deterministic algorithms {_on_off(env.get('deterministic_algorithms'))}"
+    )
+    rows = [
+        ("GPU", _gpus(env)),
+        ("driver", plain(env.get("driver_version"))),
+        ("CUDA runtime (torch build)", plain(env.get("cuda_runtime"))),
+        ("cuDNN", _cudnn(env.get("cudnn"))),
+        ("torch", plain(env.get("torch"))),
+        ("Python", plain(env.get("python"))),
+        ("OS", plain(env.get("os"))),
+        ("CPU", cpu_text),
+        ("git revision", _git(env)),
+        ("musgd-bench", plain(env.get("musgd_bench"))),
+        ("ultralytics", plain(env.get("ultralytics"))),
+        ("speed settings", speed),
+        ("recorded", when(env.get("recorded"))),
+        ("GPU clocks, temperature, power at start", _clocks(env.get("gpus_start"))),
+        ("… at end", _clocks(env.get("gpus_end"))),
+    ]
+    for k, resume in enumerate(env.get("resumes") or [], start=1):
+        rows.append((f"… at resume {k} ({when(resume.get('recorded'))})", _clocks(resume.get("gpus"))))
+    return rows + _machine_rows(env) + _code_rows(env)
+
+
+def environment_section(runs: list[Any]) -> list[str]:
+    """The environment table, one column per loaded run (its ``env`` and ``number``)."""
+    tables = [_environment_rows(r.env) for r in runs]
+    fields: list[str] = []
+    for table in tables:
+        for field, _ in table:
+            if field not in fields:
+                fields.append(field)
+    values = [dict(t) for t in tables]
+    header = ["field"] + ([f"run {r.number}" for r in runs] if len(runs) > 1 else ["value"])
+    rows = [[field] + [v.get(field, "—") for v in values] for field in fields]
+    lines = ["## Environment", ""]
+    if any(not r.env for r in runs):
+        lines += ["A run folder without env.json: its fields read 'not recorded'.", ""]
+    lines.append(markdown_table(header, rows))
+    return lines
