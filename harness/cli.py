@@ -669,6 +669,38 @@ def screen_command(
     launch("screen", protocol, settings, run, accepts=("screen",))
 
 
+@tier_command("command")
+def command_command(
+    protocol: dict[str, Any],
+    run: RunArgs,
+    argv: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="The command, after --; {arm} and {spec} become each arm's label and spec.",
+            show_default=False,
+        ),
+    ] = None,
+    figure: Annotated[
+        str | None,
+        typer.Option(
+            help="A regular expression with one group: the figure the command prints (its last match)."
+        ),
+    ] = None,
+    unit: Annotated[str | None, typer.Option(help="The unit of the --figure, e.g. ms.")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Seconds a trial may run before it fails.")] = None,
+) -> None:
+    """Your own command, timed per arm: bench command --arms a,b -- python train.py --opt {arm}."""
+    from experiments.command import CommandSettings
+    from experiments.command.resume import check_resumed_command
+
+    settings = CommandSettings(tuple(argv or ()), figure, unit, timeout)
+    if run.resume is not None:
+        check_resumed_command(run.resume, settings.argv)
+    elif protocol["arms"] is None:
+        raise InputError("bench command needs --arms, e.g. --arms slow,fast (each label fills {arm})")
+    launch("command", protocol, settings, run, accepts=("command",))
+
+
 @tier_command("probe")
 def probe_command(
     protocol: dict[str, Any],

@@ -35,7 +35,25 @@ COMMANDS = {
         *("--warmup", "0", "--pairs", "1", "--device", "cpu"),
     ],
     "parity": ["parity", "--steps", "2", "--device", "cpu"],
+    "command": [
+        "command",
+        "--arms",
+        "baseline,candidate-cpu",
+        "--pairs",
+        "1",
+        "--warmup",
+        "0",
+        "--",
+        "sleep",
+        "0.1",
+    ],
 }
+
+
+def with_out(argv: list[str], out: Path) -> list[str]:
+    """``argv`` with ``--out`` among its options (before a command's ``--``)."""
+    cut = argv.index("--") if "--" in argv else len(argv)
+    return [*argv[:cut], "--out", str(out), *argv[cut:]]
 
 
 def run_in_terminal(argv: list[str], cwd: Path, timeout: float = HARD_TIMEOUT) -> tuple[int | None, str]:
@@ -88,7 +106,7 @@ def rows_of(folder: Path) -> list[dict]:
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_a_tier_command_runs_to_the_end_in_a_terminal(command: str, tmp_path: Path) -> None:
     out = tmp_path / "runs"
-    code, text = run_in_terminal([*COMMANDS[command], "--out", str(out)], tmp_path)
+    code, text = run_in_terminal(with_out(COMMANDS[command], out), tmp_path)
     assert code == 0, text[-3000:]
     rows = rows_of(only_folder(out))
     assert rows and all(r["status"] == "ok" for r in rows), rows

@@ -1,0 +1,41 @@
+"""Your own command as a tier (``bench command``): any command, a fresh process per trial, the same protocol.
+
+``plan`` (settings, checks, the plan), ``trial`` (one run of the command), ``report`` (section and claim).
+"""
+
+from __future__ import annotations
+
+from experiments.command.plan import CommandSettings, make_plan, recorded_settings_problem
+from experiments.command.trial import trial_function
+from harness.tier import BaseTier, Caveat, Run
+
+
+def _section(run: Run) -> str:
+    from experiments.command.report import report_section
+
+    return report_section(run)
+
+
+def _claim(run: Run) -> str:
+    from experiments.command.report import claim_text
+
+    return claim_text(run)
+
+
+TIER = BaseTier(
+    "command",
+    make_plan=make_plan,
+    trial_function=trial_function,
+    settings_problem=recorded_settings_problem,
+    section=_section,
+    claim=_claim,
+    caveats=(
+        Caveat(
+            "your command, timed whole: what it measures is yours to name.",
+            "The harness times the command from its start to its exit (or reads the figure it prints); "
+            "what the command does in that time is not seen by the harness.",
+        ),
+    ),
+)
+
+__all__ = ["TIER", "CommandSettings", "make_plan", "trial_function"]

@@ -1,0 +1,167 @@
+"""Your own command as a tier (``bench command``): its settings, their checks, and the plan.
+
+Each trial runs the command once in a fresh process, with the arm substituted into it:
+
+| placeholder | becomes |
+| --- | --- |
+| ``{arm}`` | the arm's label (``fast`` in ``--arms slow=…,fast=…``) |
+| ``{spec}`` | the arm's spec (the text after ``=``; the label where none is given) |
+| ``{{`` and ``}}`` | a literal brace |
+
+The figure is the command's wall time, or with ``--figure REGEX`` the number that the regular expression's
+group matches in the command's output (its last match). Lower is better either way.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import string
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from harness.options import InputError
+from harness.protocol import Arm, Case, Plan, ProtocolOptions
+
+PLACEHOLDERS = ("arm", "spec")
+MAX_TIMEOUT = 7 * 24 * 3600  # seconds: a week
+MAX_UNIT = 16  # characters
+
+
+@dataclass(frozen=True)
+class CommandSettings:
+    """The command tier's own settings, as given and as the plan records them."""
+
+    argv: tuple[str, ...] = ()  # the command, placeholders unexpanded
+    figure: str | None = None  # a regular expression with one group: the figure the command prints
+    unit: str | None = None  # the figure's unit (with --figure; a wall time is in seconds)
+    timeout: float | None = None  # seconds a trial may run before it is stopped and logged as failed
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CommandSettings:
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["argv"] = tuple(values.get("argv") or ())
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "argv": list(self.argv)}
+
+
+def placeholders(token: str) -> list[str]:
+    """The placeholder names in one word of the command; ``InputError`` where its braces do not parse."""
+    try:
+        return [name for _, name, _, _ in string.Formatter().parse(token) if name is not None]
+    except ValueError as exc:
+        raise InputError(
+            f"the command's word '{token}' has a stray brace ({exc}); write {{{{ for a brace"
+        ) from None
+
+
+def expand(argv: tuple[str, ...] | list[str], arm: Arm) -> list[str]:
+    """The command an arm runs: each word with ``{arm}`` and ``{spec}`` filled in."""
+    return [token.format(arm=arm.label, spec=arm.spec) for token in argv]
+
+
+def figure_pattern(text: str) -> re.Pattern[str]:
+    """``--figure``: a regular expression with exactly one group (or a group named ``value``)."""
+    try:
+        pattern = re.compile(text, re.MULTILINE)
+    except re.error as exc:
+        raise InputError(f"--figure '{text}' is not a regular expression ({exc})") from None
+    if "value" not in pattern.groupindex and pattern.groups != 1:
+        raise InputError(
+            f"--figure '{text}' has {pattern.groups} groups; give one group around the number, "
+            r"e.g. 'took ([0-9.]+) s'"
+        )
+    return pattern
+
+
+def check_settings(settings: CommandSettings, protocol: ProtocolOptions) -> None:
+    """Every check of the tier's settings, for a new run and for a plan read back (``InputError``)."""
+    if not settings.argv:
+        raise InputError(
+            "bench command needs the command after --, e.g. bench command --arms a,b -- python train.py --opt {arm}"
+        )
+    for token in settings.argv:
+        unknown = sorted(set(placeholders(token)) - set(PLACEHOLDERS))
+        if unknown:
+            raise InputError(
+                f"the command's word '{token}' names {{{unknown[0]}}}; the placeholders are {{arm}} and {{spec}}"
+            )
+    if settings.figure is not None:
+        figure_pattern(settings.figure)
+    if settings.unit is not None:
+        if settings.figure is None:
+            raise InputError("--unit names the unit of a --figure; a wall time is in seconds: drop --unit")
+        if not settings.unit.strip() or len(settings.unit) > MAX_UNIT or not settings.unit.isprintable():
+            raise InputError(
+                f"--unit '{settings.unit}' must be 1 to {MAX_UNIT} printable characters, e.g. ms"
+            )
+    if settings.timeout is not None and not 0 < settings.timeout <= MAX_TIMEOUT:
+        raise InputError(f"--timeout {settings.timeout:g} must lie between 0 and {MAX_TIMEOUT} seconds")
+    if protocol.gpus > 1:
+        raise InputError(
+            "--gpus: bench command runs your command once per trial; start its ranks inside it (e.g. torchrun)"
+        )
+    if protocol.budget is not None:
+        raise InputError("--budget caps the memory of the harness's own workloads; drop it for your command")
+
+
+def arm_code(case: Case, argv: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """What each arm runs (the command line with the arm filled in), and whether that is the baseline's."""
+    baseline = expand(argv, case.arms[0])
+    out: dict[str, dict[str, Any]] = {}
+    for position, arm in enumerate(case.arms):
+        line = expand(argv, arm)
+        same = position > 0 and line == baseline and arm.label != f"{case.arms[0].label}-control"
+        out[arm.label] = {
+            "spec": arm.spec,
+            "runs": f"`{shlex.join(line)}`",
+            "same_path_as_baseline": "its command line is the baseline's" if same else None,
+        }
+    return out
+
+
+def make_plan(protocol: ProtocolOptions, settings: CommandSettings, command: str = "") -> Plan:
+    """Check the settings (``InputError`` on the first bad one) and build the plan; nothing is written."""
+    check_settings(settings, protocol)
+    shown = shlex.join(settings.argv)
+    case = Case(shown if len(shown) <= 60 else shown[:57] + "...", {"command": shown}, protocol.arms)
+    figure = settings.figure
+    return Plan(
+        tier="command",
+        protocol=protocol,
+        cases=[case],
+        arm_code=arm_code(case, settings.argv),
+        unit=(settings.unit or "s") if figure else "s",
+        metric=f"the figure /{figure}/ the command prints" if figure else "command wall time",
+        settings=settings.to_dict(),
+        command=command,
+        in_process=False,
+        isolation="a fresh process per trial: your command, started by the harness, which only waits for it",
+        timed_region=(
+            "what the command itself measures and prints (its last match of --figure)"
+            if figure
+            else "from just before the command starts to its exit, as the parent sees it: its start-up included"
+        ),
+    )
+
+
+def recorded_settings_problem(plan: Plan) -> str | None:
+    """What is wrong with a plan's recorded command settings (None when a run could have them)."""
+    given = plan.settings
+    argv = given.get("argv")
+    if not isinstance(argv, list) or not all(isinstance(word, str) for word in argv):
+        return "settings: argv is not a list of words"
+    for name in ("figure", "unit"):
+        if given.get(name) is not None and not isinstance(given[name], str):
+            return f"settings: {name} is not text"
+    timeout = given.get("timeout")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
+        return "settings: timeout is not a number"
+    try:
+        check_settings(CommandSettings.from_dict(given), plan.protocol)
+    except InputError as exc:
+        return f"settings: {exc}"
+    return None

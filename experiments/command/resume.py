@@ -1,0 +1,28 @@
+"""A command run resumes only with its command given again: a run folder is data, and nothing in it is run."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from harness.options import InputError
+from harness.tables import RunFolder
+from harness.validation import load_plan
+
+
+def check_resumed_command(folder: Path, argv: tuple[str, ...]) -> None:
+    """``InputError`` unless ``argv`` is the command the run at ``folder`` started with (a plan of another tier
+    passes: the resume refuses it itself)."""
+    plan = load_plan(RunFolder.open(folder))
+    if plan.tier != "command":
+        return
+    recorded = tuple(plan.settings.get("argv") or ())
+    if not argv:
+        raise InputError(
+            f"--resume {folder}: give the command again after -- ({shlex.join(recorded)}); "
+            "a run folder is data, and nothing in it is run"
+        )
+    if argv != recorded:
+        raise InputError(
+            f"--resume {folder}: the command given ({shlex.join(argv)}) is not the run's ({shlex.join(recorded)})"
+        )

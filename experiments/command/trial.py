@@ -1,0 +1,187 @@
+"""One trial of ``bench command``: the arm's command line in a fresh process, timed by the parent.
+
+The parent reads the clock just before it starts the command and again as soon as the command has exited
+(a blocking wait, not a poll). The command's output (stdout and stderr) goes to ``trials/<index>.log``. A
+command that exits non-zero, outlives ``--timeout`` or prints no figure is a failed trial, logged with why.
+
+The command runs in the directory ``bench`` runs in, with the arm in its environment too:
+
+| variable | holds |
+| --- | --- |
+| ``BENCH_ARM`` | the arm's label |
+| ``BENCH_ARM_SPEC`` | the arm's spec |
+| ``BENCH_SEED`` | the trial's seed (the same for both arms of a pair) |
+| ``BENCH_TRIAL`` | the trial's index in the log |
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import subprocess
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from experiments.command.plan import CommandSettings, expand, figure_pattern
+from harness.placement import Placement, worker_environment
+from harness.process_usage import USAGE_KEY, ProcessUsage, usage_of_pid
+from harness.protocol import Plan, TrialContext, TrialFunction
+
+OUTPUT_TAIL_CHARS = 400  # of the command's output, in a failed trial's message
+
+_live: set[subprocess.Popen] = set()  # commands still running: ended if bench itself ends first
+_live_lock = threading.Lock()
+
+
+class CommandFailed(RuntimeError):
+    """The command exited non-zero, ran past its timeout, or printed no figure."""
+
+
+def _end_live() -> None:
+    with _live_lock:
+        for process in list(_live):
+            _kill_tree(process)
+
+
+atexit.register(_end_live)
+
+
+def _kill_tree(process: subprocess.Popen) -> None:
+    """End a command and everything it started (its children first)."""
+    try:
+        import psutil
+
+        children = psutil.Process(process.pid).children(recursive=True)
+    except Exception:  # noqa: BLE001 - no psutil, or the process is gone: end what can be ended
+        children = []
+    for child in children:
+        try:
+            child.kill()
+        except Exception:  # noqa: BLE001 - it ended meanwhile
+            pass
+    try:
+        process.kill()
+    except OSError:
+        pass
+
+
+def run_command(
+    argv: list[str],
+    env: dict[str, str],
+    log_path: Path,
+    timeout_s: float | None,
+    cores: frozenset[int] | None,
+) -> tuple[float, ProcessUsage, int | str]:
+    """Run ``argv`` to its end: (wall seconds, its whole life's CPU usage, its exit status or why it was stopped).
+
+    The command is moved onto ``cores`` as soon as it has started (it inherits the parent's core until then).
+    """
+    timed_out = threading.Event()
+    with open(log_path, "ab") as output:
+        started = time.perf_counter()
+        try:
+            process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, env=env)
+        except OSError as exc:
+            raise CommandFailed(f"the command could not start: {exc.strerror or exc} ({argv[0]})") from None
+        with _live_lock:
+            _live.add(process)
+        if cores:
+            try:
+                os.sched_setaffinity(process.pid, cores)
+            except OSError:  # it ended already
+                pass
+        timer = None
+        if timeout_s is not None:
+            timer = threading.Timer(timeout_s, lambda: (timed_out.set(), _kill_tree(process)))
+            timer.daemon = True
+            timer.start()
+        try:
+            os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)  # blocks until it has exited
+            seconds = time.perf_counter() - started
+            times = usage_of_pid(process.pid)
+            _, status, rusage = os.wait4(process.pid, 0)
+        except BaseException:
+            _kill_tree(process)
+            process.wait()
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+            with _live_lock:
+                _live.discard(process)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    usage = ProcessUsage(
+        times.user_s,
+        times.system_s,
+        times.children_user_s,
+        times.children_system_s,
+        rusage.ru_nvcsw,
+        rusage.ru_nivcsw,
+        "wait4",
+    )
+    code: int | str = f"timeout after {timeout_s:g} s" if timed_out.is_set() else process.returncode
+    return seconds, usage, code
+
+
+def _tail(log_path: Path) -> str:
+    text = log_path.read_text(errors="replace")[-OUTPUT_TAIL_CHARS:].strip()
+    return text.splitlines()[-1] if text else "no output"
+
+
+def trial_function(plan: Plan) -> TrialFunction:
+    """The command tier's trial function: one fresh process per trial, its output in ``trials/<index>.log``."""
+    settings = CommandSettings.from_dict(plan.settings)
+    pattern = figure_pattern(settings.figure) if settings.figure else None
+
+    def trial(ctx: TrialContext) -> dict[str, Any]:
+        logs = ctx.run_dir / "trials"
+        logs.mkdir(exist_ok=True)
+        log_path = logs / f"{ctx.trial.index}.log"
+        log_path.unlink(missing_ok=True)  # a resumed trial's log starts empty
+        env = {
+            **os.environ,
+            "BENCH_ARM": ctx.arm.label,
+            "BENCH_ARM_SPEC": ctx.arm.spec,
+            "BENCH_SEED": str(ctx.seed),
+            "BENCH_TRIAL": str(ctx.trial.index),
+            **(worker_environment(ctx.placement) if ctx.placement is not None else {}),
+        }
+        cores = _cores(ctx.placement)
+        seconds, usage, code = run_command(
+            expand(settings.argv, ctx.arm), env, log_path, settings.timeout, cores
+        )
+        if code != 0:
+            raise CommandFailed(f"the command {_ended(code)}: {_tail(log_path)}")
+        figures: dict[str, Any] = {"command_seconds": round(seconds, 6), USAGE_KEY: asdict(usage)}
+        if pattern is None:
+            return {"value": round(seconds, 6), **figures}
+        return {"value": _figure(pattern, log_path), **figures}
+
+    return trial
+
+
+def _cores(placement: Placement | None) -> frozenset[int] | None:
+    return frozenset(placement.worker_cores) if placement is not None else None
+
+
+def _ended(code: int | str) -> str:
+    if isinstance(code, str):
+        return f"was stopped ({code})"
+    return f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+
+
+def _figure(pattern: Any, log_path: Path) -> float:
+    """The number of the last match of ``--figure`` in the command's output."""
+    matches = list(pattern.finditer(log_path.read_text(errors="replace")))
+    if not matches:
+        raise CommandFailed(
+            f"the command printed no match of --figure '{pattern.pattern}': {_tail(log_path)}"
+        )
+    text = matches[-1].group("value" if "value" in pattern.groupindex else 1)
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        raise CommandFailed(f"--figure matched '{text}', which is not a number") from None
