@@ -145,8 +145,14 @@ def wait_and_reap(
         if deadline is not None and time.monotonic() > deadline:
             raise subprocess.TimeoutExpired(process.args, timeout_s)
         time.sleep(poll_s)
-    times = usage_of_pid(pid)
-    _, status, rusage = os.wait4(pid, 0)
+    return reap(process)
+
+
+def reap(process: subprocess.Popen) -> ProcessUsage:
+    """Reap a child that has exited but is not yet reaped (``waitid`` with ``WNOWAIT`` saw it end) and
+    return its whole life's usage (see ``wait_and_reap``). Sets ``process.returncode``."""
+    times = usage_of_pid(process.pid)
+    _, status, rusage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
     return ProcessUsage(
         times.user_s,

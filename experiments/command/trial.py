@@ -27,7 +27,7 @@ from typing import Any
 
 from experiments.command.plan import CommandSettings, expand, figure_pattern
 from harness.placement import Placement, worker_environment
-from harness.process_usage import USAGE_KEY, ProcessUsage, usage_of_pid
+from harness.process_usage import USAGE_KEY, ProcessUsage, reap
 from harness.protocol import Plan, TrialContext, TrialFunction
 
 OUTPUT_TAIL_CHARS = 400  # of the command's output, in a failed trial's message
@@ -101,8 +101,7 @@ def run_command(
         try:
             os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)  # blocks until it has exited
             seconds = time.perf_counter() - started
-            times = usage_of_pid(process.pid)
-            _, status, rusage = os.wait4(process.pid, 0)
+            usage = reap(process)
         except BaseException:
             _kill_tree(process)
             process.wait()
@@ -112,16 +111,6 @@ def run_command(
                 timer.cancel()
             with _live_lock:
                 _live.discard(process)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    usage = ProcessUsage(
-        times.user_s,
-        times.system_s,
-        times.children_user_s,
-        times.children_system_s,
-        rusage.ru_nvcsw,
-        rusage.ru_nivcsw,
-        "wait4",
-    )
     code: int | str = f"timeout after {timeout_s:g} s" if timed_out.is_set() else process.returncode
     return seconds, usage, code
 
