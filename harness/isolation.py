@@ -46,7 +46,7 @@ from harness.placement import (
     split_placement,
     worker_environment,
 )
-from harness.process_usage import USAGE_KEY, wait_and_reap
+from harness.process_usage import USAGE_KEY, Cancelled, wait_and_reap
 from harness.timing import is_out_of_memory
 
 OUTPUT_TAIL_CHARS = 2000
@@ -68,21 +68,29 @@ class WorkerError(RuntimeError):
 
 
 def _run_to_end(
-    command: list[str], env: dict[str, str], output_file: Path, timeout_s: float | None
+    command: list[str],
+    env: dict[str, str],
+    output_file: Path,
+    timeout_s: float | None,
+    cancel: threading.Event | None = None,
 ) -> tuple[Any, int | str]:
     """Start ``command`` (this checkout first on its ``PYTHONPATH``, output appended to ``output_file``) and
-    wait for it: its whole-life CPU usage and its exit status, or the timeout's text after killing it; an
-    interrupt while waiting kills it too, then goes on up."""
+    wait for it: its whole-life CPU usage and its exit status, or the timeout's text (or 'called off', once
+    ``cancel`` is set) after killing it; an interrupt while waiting kills it too, then goes on up."""
     root = str(Path(__file__).resolve().parent.parent)
     env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)}
     with open(output_file, "ab") as output:
         process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
         try:
-            return wait_and_reap(process, timeout_s), process.returncode
+            return wait_and_reap(process, timeout_s, cancel=cancel), process.returncode
         except subprocess.TimeoutExpired:
             process.kill()
             wait_and_reap(process)
             return None, f"timeout after {timeout_s:g} s"
+        except Cancelled:
+            process.kill()
+            wait_and_reap(process)
+            return None, "called off"
         except BaseException:
             process.kill()
             process.wait()
@@ -96,8 +104,10 @@ def run_in_worker(
     log_path: Path | None = None,
     env: dict[str, str] | None = None,
     placement: Placement | None = None,
+    cancel: threading.Event | None = None,
 ) -> dict[str, Any]:
-    """Call ``target(payload)`` in a fresh Python process and return its result dict.
+    """Call ``target(payload)`` in a fresh Python process and return its result dict (``WorkerDied`` once
+    ``cancel`` is set: a duet filler called off).
 
     With a ``placement`` the worker places itself (cores and thread counts) before it imports the target. The
     worker's whole-life CPU usage (``process_usage.wait_and_reap``: its own and its reaped children's, e.g.
@@ -112,7 +122,7 @@ def run_in_worker(
         worker_env[RANK_LOG_ENV] = rank_log_template(output_file)  # for ranks the target may launch itself
         if placement is not None:
             worker_env.update(worker_environment(placement))
-        usage, returncode = _run_to_end(command, worker_env, output_file, timeout_s)
+        usage, returncode = _run_to_end(command, worker_env, output_file, timeout_s, cancel)
         if not result_file.is_file():
             tail = output_file.read_text(errors="replace")[-OUTPUT_TAIL_CHARS:].strip()
             last = tail.splitlines()[-1] if tail else "no output"
@@ -141,6 +151,7 @@ def run_in_ranks(
     env: dict[str, str] | None = None,
     launcher_options: Sequence[str] = (),
     placement: Placement | None = None,
+    cancel: threading.Event | None = None,
 ) -> dict[str, Any]:
     """Call ``target(payload)`` in ``ranks`` fresh processes started by ``torch.distributed.run``; return the
     first rank's result dict (rank 0's on one node).
@@ -184,7 +195,9 @@ def run_in_ranks(
             shares = rank_placements(placement, ranks)
             rank_env.update(worker_environment(min(shares, key=lambda p: p.omp_threads)))
             rank_env[RANK_PLACEMENTS_ENV] = json.dumps([share.to_dict() for share in shares])
-        usage, returncode = _run_to_end(command, rank_env, output_file, timeout_s)  # ranks die with it
+        usage, returncode = _run_to_end(
+            command, rank_env, output_file, timeout_s, cancel
+        )  # ranks die with it
         records = [json.loads(p.read_text()) for p in sorted(Path(tmp).glob("result.json.rank*"))]
         launcher_log = Path(output_file).read_text(errors="replace")
     _raise_first_failure(records, launcher_log, returncode)

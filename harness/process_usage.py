@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,8 +124,15 @@ def _thread_switches(pid: int) -> tuple[int | None, int | None]:
     return voluntary, involuntary
 
 
+class Cancelled(Exception):
+    """The wait was called off (``wait_and_reap``'s ``cancel`` was set) before the child exited."""
+
+
 def wait_and_reap(
-    process: subprocess.Popen, timeout_s: float | None = None, poll_s: float = 0.01
+    process: subprocess.Popen,
+    timeout_s: float | None = None,
+    poll_s: float = 0.01,
+    cancel: threading.Event | None = None,
 ) -> ProcessUsage:
     """Wait for a child started with ``subprocess.Popen`` to exit, reap it, and return its whole life's usage.
 
@@ -133,8 +141,8 @@ def wait_and_reap(
     reaped children's (DataLoader workers it joined); reaping it with ``wait4`` then gives the kernel's count
     of its and its children's context switches, including threads that had already ended. Reading it while
     it runs cannot see its last moments, and ``getrusage`` in the worker misses loader workers still alive
-    when it reports. Sets ``process.returncode``. On timeout raises ``subprocess.TimeoutExpired`` and leaves
-    the child unreaped: kill it and call again to reap it.
+    when it reports. Sets ``process.returncode``. On timeout raises ``subprocess.TimeoutExpired``, and once
+    ``cancel`` is set ``Cancelled``; either leaves the child unreaped: kill it and call again to reap it.
     """
     pid = process.pid
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -144,6 +152,8 @@ def wait_and_reap(
     while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
         if deadline is not None and time.monotonic() > deadline:
             raise subprocess.TimeoutExpired(process.args, timeout_s)
+        if cancel is not None and cancel.is_set():
+            raise Cancelled(f"process {pid} called off")
         time.sleep(poll_s)
     return reap(process)
 

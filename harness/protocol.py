@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from harness import telemetry
+from harness.duet import fill_until_partners_end
 from harness.errors import InputError, is_disk_full
 from harness.placement import Placement, split_placement
 from harness.tables import RunFolder, RunFolderWriteError, encode_row
@@ -295,8 +296,11 @@ class ProtocolOptions:
 # 3: pairs are kept whole by --stop-after and resumes, with a warm-up after a resume or an idle gap, and the
 # schedule may grow (--pairs auto); a plan of format 2 or less ran without those. 4: --warmup auto may run
 # warm-up sequences outside the schedule (a plan of format 3 has fixed warm-ups only, and reads the same).
-PLAN_FORMAT = 4
+# 5: in a duet round the arm that ends first runs fillers until its partner ends (``harness.duet``); before,
+# the partner finished alone.
+PLAN_FORMAT = 5
 WHOLE_PAIRS_FORMAT = 3
+DUET_FILLER_FORMAT = 5
 
 
 @dataclass
@@ -401,6 +405,7 @@ class TrialContext:
     arm: Arm
     run_dir: Path
     placement: Placement | None = None  # where a worker runs (None: as the OS schedules)
+    cancel: threading.Event | None = None  # set when a duet filler must stop (worker tiers end their process)
 
     @property
     def seed(self) -> int:
@@ -962,12 +967,14 @@ def _run_together(
     on_trial_end: Callable[[dict[str, Any]], None] | None,
     placement: Placement | None,
 ) -> None:
-    """The trials of one duet round at once, each row appended as its trial ends (worker tiers only)."""
+    """The trials of one duet round at once, each row appended as its trial ends (worker tiers only); a half
+    whose trial has ended runs fillers until its partners end (``harness.duet``)."""
     if plan.in_process:
         raise ValueError("a concurrent order needs a tier whose trials run in worker processes")
     lock = threading.Lock()
     rows: list[dict[str, Any]] = []
     failures: list[BaseException] = []
+    ended = {trial.index: threading.Event() for trial in batch}
 
     def one(trial: ScheduledTrial, where: Placement | None) -> None:
         try:
@@ -978,6 +985,19 @@ def _run_together(
                 rows.append(row)
         except BaseException as exc:  # noqa: BLE001 - raised again below: a failed write stops the run
             failures.append(exc)
+        finally:
+            ended[trial.index].set()
+        if not failures:
+            case = plan.case(trial.case)
+            fill_until_partners_end(
+                lambda filler, stop: TrialContext(
+                    plan, filler, case, case.arm(trial.arm), folder.path, where, cancel=stop
+                ),
+                trial,
+                trial_fn,
+                folder.path,
+                [event for index, event in ended.items() if index != trial.index],
+            )
 
     for trial in batch:
         if on_trial_start:

@@ -53,7 +53,14 @@ from harness.formatting import (
 from harness.inference import t_min_pairs, t_unkept_counts_text
 from harness.markdown import NOT_RECORDED, cell, code, markdown_image, markdown_table, when
 from harness.options import InputError
-from harness.protocol import IDLE_GAP_SECONDS, WHOLE_PAIRS_FORMAT, Plan, scheduled_done, warmup_sequences
+from harness.protocol import (
+    DUET_FILLER_FORMAT,
+    IDLE_GAP_SECONDS,
+    WHOLE_PAIRS_FORMAT,
+    Plan,
+    scheduled_done,
+    warmup_sequences,
+)
 from harness.report_env import environment_section, resumed_at_other_code, resumed_elsewhere
 from harness.stats import (
     ClaimSettings,
@@ -793,6 +800,14 @@ def _protocol(run: LoadedRun) -> list[str]:
         "so slow drift favours no arm",
         "abba": f"ABBA blocks ({orders}): each block of rounds is followed by its mirror image, so an order "
         "effect is orthogonal to a linear drift over every block",
+        "duet": f"duet rounds ({orders}): a round's arms run at once, each on its own share of the worker cores, "
+        "the shares taken in turn; "
+        + (
+            "the arm that ends first runs discarded fillers until its partner ends, so both run under the same "
+            "load: the estimand is the ratio of their times when they share the machine"
+            if plan.format >= DUET_FILLER_FORMAT
+            else "the arm that ended first left its partner to finish alone, which favours the slower arm"
+        ),
     }.get(p.order, f"an order shuffled within each round by a generator seeded with {p.seed} ({orders})")
     budget = (
         f"{format_bytes(p.budget)} (device memory capped through the per-process memory fraction)"

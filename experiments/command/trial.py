@@ -31,6 +31,7 @@ from harness.process_usage import USAGE_KEY, ProcessUsage, reap
 from harness.protocol import Plan, TrialContext, TrialFunction
 
 OUTPUT_TAIL_CHARS = 400  # of the command's output, in a failed trial's message
+WATCH_S = 0.02  # how often a running command's timeout and cancel are looked at (its exit is not polled)
 
 _live: set[subprocess.Popen] = set()  # commands still running: ended if bench itself ends first
 _live_lock = threading.Lock()
@@ -74,12 +75,14 @@ def run_command(
     log_path: Path,
     timeout_s: float | None,
     cores: frozenset[int] | None,
+    cancel: threading.Event | None = None,
 ) -> tuple[float, ProcessUsage, int | str]:
     """Run ``argv`` to its end: (wall seconds, its whole life's CPU usage, its exit status or why it was stopped).
 
     The command is moved onto ``cores`` as soon as it has started (it inherits the parent's core until then).
+    It is stopped past ``timeout_s`` seconds, or once ``cancel`` is set (a duet filler called off).
     """
-    timed_out = threading.Event()
+    stopped: list[str] = []
     with open(log_path, "ab") as output:
         started = time.perf_counter()
         try:
@@ -93,11 +96,11 @@ def run_command(
                 os.sched_setaffinity(process.pid, cores)
             except OSError:  # it ended already
                 pass
-        timer = None
-        if timeout_s is not None:
-            timer = threading.Timer(timeout_s, lambda: (timed_out.set(), _kill_tree(process)))
-            timer.daemon = True
-            timer.start()
+        exited = threading.Event()
+        watcher = threading.Thread(
+            target=_stop_when, args=(process, exited, started, timeout_s, cancel, stopped), daemon=True
+        )
+        watcher.start()
         try:
             os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)  # blocks until it has exited
             seconds = time.perf_counter() - started
@@ -107,12 +110,30 @@ def run_command(
             process.wait()
             raise
         finally:
-            if timer is not None:
-                timer.cancel()
+            exited.set()
             with _live_lock:
                 _live.discard(process)
-    code: int | str = f"timeout after {timeout_s:g} s" if timed_out.is_set() else process.returncode
-    return seconds, usage, code
+    return seconds, usage, stopped[0] if stopped else process.returncode
+
+
+def _stop_when(
+    process: subprocess.Popen,
+    exited: threading.Event,
+    started: float,
+    timeout_s: float | None,
+    cancel: threading.Event | None,
+    stopped: list[str],
+) -> None:
+    """End the command once it is past ``timeout_s`` or ``cancel`` is set, unless it exits first."""
+    while not exited.wait(WATCH_S):
+        if timeout_s is not None and time.perf_counter() - started > timeout_s:
+            stopped.append(f"timeout after {timeout_s:g} s")
+        elif cancel is not None and cancel.is_set():
+            stopped.append("called off")
+        else:
+            continue
+        _kill_tree(process)
+        return
 
 
 def _tail(log_path: Path) -> str:
@@ -139,9 +160,8 @@ def trial_function(plan: Plan) -> TrialFunction:
             **(worker_environment(ctx.placement) if ctx.placement is not None else {}),
         }
         cores = _cores(ctx.placement)
-        seconds, usage, code = run_command(
-            expand(settings.argv, ctx.arm), env, log_path, settings.timeout, cores
-        )
+        argv = expand(settings.argv, ctx.arm)
+        seconds, usage, code = run_command(argv, env, log_path, settings.timeout, cores, ctx.cancel)
         if code != 0:
             raise CommandFailed(f"the command {_ended(code)}: {_tail(log_path)}")
         figures: dict[str, Any] = {"command_seconds": round(seconds, 6), USAGE_KEY: asdict(usage)}

@@ -697,6 +697,7 @@ def trial_function(plan: Plan) -> TrialFunction:
                     env=worker_environment(ctx.run_dir),
                     launcher_options=shlex.split(settings.torchrun),
                     placement=ctx.placement,
+                    cancel=ctx.cancel,
                 )
             return run_in_worker(
                 WORKER_TARGET,
@@ -705,6 +706,7 @@ def trial_function(plan: Plan) -> TrialFunction:
                 log_path=log_path,
                 env={**worker_environment(ctx.run_dir), **(RANK_ENVIRONMENT if ranks > 1 else {})},
                 placement=ctx.placement,
+                cancel=ctx.cancel,
             )
         finally:  # the trial's folder keeps its small records (e.g. upstream's results.csv), never a
             # half-written file, and checkpoints only with --keep-checkpoints
