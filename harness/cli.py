@@ -19,12 +19,14 @@ import sys
 import typing
 import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from experiments.command import CommandSettings as _Command
+from experiments.command.resume import check_resumed_command
 from experiments.fit.plan import FitSettings as _Fit
 from experiments.fit.plan import check_data_cache_used
 from experiments.parity import ParitySettings as _Parity
@@ -51,6 +53,7 @@ from harness.options import (
 )
 from harness.protocol import Arm, PlannedStop, ProtocolOptions
 from harness.run import RunInterrupted, Runner, RunOptions
+from harness.schema import parameters, settings_from
 from harness.tables import RunFolder, unnameable
 from harness.tier import (
     Run,
@@ -262,11 +265,15 @@ def interruptible(func: Callable[..., Any], outside_a_run: str = "before any run
     return command
 
 
-def tier_command(name: str, protocol: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register ``func`` as command ``name`` with the shared protocol options (unless ``protocol=False``) and
-    the run options after its own; ``func`` receives them as ``protocol`` (a dict of the values as given)
-    and ``run`` (``RunArgs``)."""
+def tier_command(
+    name: str, protocol: bool = True, settings: type | None = None
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register ``func`` as command ``name``: its own parameters, the options its ``settings`` class declares
+    (``harness.schema``), the shared protocol options (unless ``protocol=False``), then the run options.
+    ``func`` receives ``protocol`` (a dict of the values as given), ``run`` (``RunArgs``) and, with a
+    settings class, ``settings`` (an instance made from the values typed)."""
     shared = SHARED if protocol else ()
+    declared = parameters(settings) if settings is not None else []
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         hints = typing.get_type_hints(func, include_extras=True)
@@ -275,7 +282,7 @@ def tier_command(name: str, protocol: bool = True) -> Callable[[Callable[..., An
                 p.name, inspect.Parameter.KEYWORD_ONLY, default=p.default, annotation=hints[p.name]
             )
             for p in inspect.signature(func).parameters.values()
-            if p.name not in ("protocol", "run")
+            if p.name not in ("protocol", "run", "settings")
         ]
 
         @interruptible
@@ -294,10 +301,13 @@ def tier_command(name: str, protocol: bool = True) -> Callable[[Callable[..., An
                 raise InputError(f"--out '{run_values['out']}': {why}; give a writable folder")
             run_values["out"] = Path(run_values["out"])
             run = RunArgs(**run_values, command=name, given=typed)
+            if settings is not None:
+                values["settings"] = settings_from(settings, {p.name: values.pop(p.name) for p in declared})
             return func(protocol=given, run=run, **values)
 
         context = inspect.Parameter("context", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
-        command.__signature__ = inspect.Signature([*own, *(o.parameter() for o in (*shared, *RUN)), context])
+        options = [*own, *declared, *(o.parameter() for o in (*shared, *RUN)), context]
+        command.__signature__ = inspect.Signature(options)
         command.__doc__, command.__name__ = func.__doc__, func.__name__
         app.command(name)(command)
         return func
@@ -540,139 +550,26 @@ def env_command(
     console.print(table)
 
 
-@tier_command("pair")
-def pair_command(
-    protocol: dict[str, Any],
-    run: RunArgs,
-    steps: Annotated[
-        int | None,
-        typer.Option(
-            help="Optimizer steps per fit; a whole number of epochs of images/batch iterations "
-            "(default 384; 64 for the embedded workload on the CPU)."
-        ),
-    ] = _Fit.steps,
-    workload: Annotated[
-        str,
-        typer.Option(
-            help="auto (the real trainer when ultralytics is importable, else embedded), ultralytics or embedded."
-        ),
-    ] = _Fit.workload,
-    images: Annotated[
-        int | None,
-        typer.Option(
-            help="Synthetic training images (default 256; 128 for the embedded workload on the CPU; with --data, "
-            "counted from it)."
-        ),
-    ] = _Fit.images,
-    val_images: Annotated[
-        int, typer.Option(help="Synthetic validation images (32 = four validation batches).")
-    ] = _Fit.val_images,
-    imgsz: Annotated[
-        int | None, typer.Option(help="Image size in pixels (default 640 real trainer, 32 embedded).")
-    ] = _Fit.imgsz,
-    batch: Annotated[
-        int, typer.Option(help="Batch size; nbs is set to it so every iteration steps the optimizer.")
-    ] = _Fit.batch,
-    amp: Annotated[
-        str, typer.Option(help="Precision: auto (bf16 on CUDA, fp32 on cpu), bf16, fp16 or fp32.")
-    ] = _Fit.amp,
-    model: Annotated[
-        str, typer.Option(help="Model yaml for the real trainer (no pretrained weights).")
-    ] = _Fit.model,
-    data: Annotated[
-        Path | None,
-        typer.Option(help="A YOLO-format data.yaml (real trainer); default: a generated synthetic set."),
-    ] = None,
-    data_cache: Annotated[
-        Path | None, typer.Option(help="Folder for generated synthetic sets (default OUT/datasets).")
-    ] = None,
-    workers: Annotated[
-        int, typer.Option(help="Real trainer: dataloader workers (0 on cpu, upstream's rule).")
-    ] = _Fit.workers,
-    cache: Annotated[str, typer.Option(help="Real trainer: image cache ram, disk or none.")] = _Fit.cache,
-    close_mosaic: Annotated[
-        int, typer.Option(help="Real trainer: close mosaic for the final N epochs (upstream's 10).")
-    ] = _Fit.close_mosaic,
-    stages: Annotated[
-        bool,
-        typer.Option(
-            "--stages", help="Diagnostic run (own run folder, never a claim): stage shares and the ceiling."
-        ),
-    ] = _Fit.stages,
-    trial_timeout: Annotated[
-        int, typer.Option(help="Seconds before a worker is killed (its trial fails).")
-    ] = _Fit.trial_timeout,
-    keep_checkpoints: Annotated[
-        bool,
-        typer.Option(
-            "--keep-checkpoints",
-            help="Keep each fit's folder, checkpoints included (deleted after each trial by default; its log stays).",
-        ),
-    ] = _Fit.keep_checkpoints,
-    torchrun: Annotated[
-        str,
-        typer.Option(
-            help="With --gpus N, embedded workload: torch.distributed.run's rendezvous options for several nodes, "
-            "passed through, e.g. '--nnodes 2 --node-rank 0 --rdzv-backend c10d --rdzv-endpoint HOST:29400 --rdzv-id ID'.",
-        ),
-    ] = _Fit.torchrun,
-) -> None:
+@tier_command("pair", settings=_Fit)
+def pair_command(protocol: dict[str, Any], run: RunArgs, settings: _Fit) -> None:
     """Complete paired fits (the decisive tier): `bench pair --steps 384`."""
-    if data_cache is not None:
-        check_data_cache_used(workload, None if data is None else str(data))
-    settings = _Fit(
-        workload=workload,
-        steps=steps,
-        images=images,
-        val_images=val_images,
-        batch=batch,
-        imgsz=imgsz,
-        amp=amp,
-        model=model,
-        data=None if data is None else str(data),
-        data_cache=str(data_cache or run.out / "datasets"),
-        workers=workers,
-        cache=cache,
-        close_mosaic=close_mosaic,
-        stages=stages,
-        trial_timeout=trial_timeout,
-        keep_checkpoints=keep_checkpoints,
-        torchrun=torchrun,
-    )
-    launch("stages" if stages else "pair", protocol, settings, run, accepts=("pair", "stages"))
+    if settings.data_cache is not None:
+        check_data_cache_used(settings.workload, settings.data)
+    settings = replace(settings, data_cache=settings.data_cache or str(run.out / "datasets"))
+    launch("stages" if settings.stages else "pair", protocol, settings, run, accepts=("pair", "stages"))
 
 
-@tier_command("screen")
-def screen_command(
-    protocol: dict[str, Any],
-    run: RunArgs,
-    scales: Annotated[
-        str, typer.Option(help="Comma-separated YOLO26 scales: n, s, m, l, x.")
-    ] = _Screen.scales,
-    guards: Annotated[
-        str,
-        typer.Option(help="Padding guards for arms that have one: whole numbers (0 = exact shapes) or none."),
-    ] = _Screen.guards,
-    steps: Annotated[int, typer.Option(help="Timed optimizer steps per trial (the window).")] = _Screen.steps,
-    warmup_steps: Annotated[
-        int, typer.Option(help="Untimed warm-up steps inside each trial, before the window.")
-    ] = _Screen.warmup_steps,
-    floor_replays: Annotated[
-        int, typer.Option(help="CUDA-graph replays timed for the launch floor.")
-    ] = _Screen.floor_replays,
-    dtype: Annotated[
-        str, typer.Option(help="Parameter dtype: float32, bfloat16 or float16.")
-    ] = _Screen.dtype,
-) -> None:
+@tier_command("screen", settings=_Screen)
+def screen_command(protocol: dict[str, Any], run: RunArgs, settings: _Screen) -> None:
     """Optimizer-only crossover screen over YOLO26 scales and padding guards."""
-    settings = _Screen(scales, guards, steps, warmup_steps, floor_replays, dtype)
     launch("screen", protocol, settings, run, accepts=("screen",))
 
 
-@tier_command("command")
+@tier_command("command", settings=_Command)
 def command_command(
     protocol: dict[str, Any],
     run: RunArgs,
+    settings: _Command,
     argv: Annotated[
         list[str] | None,
         typer.Argument(
@@ -680,20 +577,9 @@ def command_command(
             show_default=False,
         ),
     ] = None,
-    figure: Annotated[
-        str | None,
-        typer.Option(
-            help="A regular expression with one group: the figure the command prints (its last match)."
-        ),
-    ] = None,
-    unit: Annotated[str | None, typer.Option(help="The unit of the --figure, e.g. ms.")] = None,
-    timeout: Annotated[float | None, typer.Option(help="Seconds a trial may run before it fails.")] = None,
 ) -> None:
     """Your own command, timed per arm: bench command --arms a,b -- python train.py --opt {arm}."""
-    from experiments.command import CommandSettings
-    from experiments.command.resume import check_resumed_command
-
-    settings = CommandSettings(tuple(argv or ()), figure, unit, timeout)
+    settings = replace(settings, argv=tuple(argv or ()))
     if run.resume is not None:
         check_resumed_command(run.resume, settings.argv)
     elif protocol["arms"] is None:
@@ -701,50 +587,9 @@ def command_command(
     launch("command", protocol, settings, run, accepts=("command",))
 
 
-@tier_command("probe")
-def probe_command(
-    protocol: dict[str, Any],
-    run: RunArgs,
-    head: Annotated[
-        str, typer.Option(help="Head workload: lm (softcapped LM head) or detect (YOLO26 detect head).")
-    ] = _Probe.head,
-    variants: Annotated[
-        str | None,
-        typer.Option(
-            help="Comma-separated variants, one case each: lm takes native,chunked (default both); detect takes native."
-        ),
-    ] = _Probe.variants,
-    reserve: Annotated[
-        str | None,
-        typer.Option(
-            help="Device memory held for the whole of every trial, standing for the rest of the learner (e.g. 14GiB); needs CUDA."
-        ),
-    ] = _Probe.reserve,
-    learner_ms: Annotated[
-        float | None,
-        typer.Option(
-            help="Measured milliseconds of one whole learner step: the report states the head's share and the most a zero-cost head could save."
-        ),
-    ] = _Probe.learner_ms,
-    tokens: Annotated[int, typer.Option(help="lm: hidden states N (rows).")] = _Probe.tokens,
-    vocab: Annotated[int, typer.Option(help="lm: vocabulary V (head weight rows).")] = _Probe.vocab,
-    dim: Annotated[int, typer.Option(help="lm: model width d.")] = _Probe.dim,
-    cap: Annotated[float, typer.Option(help="lm: logit softcap, cap·tanh(z/cap).")] = _Probe.cap,
-    chunk: Annotated[
-        int, typer.Option(help="lm chunked: rows per chunk (memory O(chunk·V)).")
-    ] = _Probe.chunk,
-    scale: Annotated[
-        str, typer.Option(help="detect: YOLO26 scale(s), comma-separated: n, s, m, l, x.")
-    ] = _Probe.scale,
-    imgsz: Annotated[
-        int, typer.Option(help="detect: image size in pixels (a multiple of 32).")
-    ] = _Probe.imgsz,
-    batch: Annotated[int, typer.Option(help="detect: images per batch.")] = _Probe.batch,
-) -> None:
+@tier_command("probe", settings=_Probe)
+def probe_command(protocol: dict[str, Any], run: RunArgs, settings: _Probe) -> None:
     """Head-memory probes under a device budget; out-of-memory is a recorded result."""
-    settings = _Probe(
-        head, variants, reserve, learner_ms, tokens, vocab, dim, cap, chunk, scale, imgsz, batch
-    )
     launch("probe", protocol, settings, run, accepts=("probe",))
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from harness.options import InputError
 from harness.protocol import Arm, Case, Plan, ProtocolOptions
+from harness.schema import option
 
 PLACEHOLDERS = ("arm", "spec")
 MAX_TIMEOUT = 7 * 24 * 3600  # seconds: a week
@@ -32,10 +33,12 @@ MAX_UNIT = 16  # characters
 class CommandSettings:
     """The command tier's own settings, as given and as the plan records them."""
 
-    argv: tuple[str, ...] = ()  # the command, placeholders unexpanded
-    figure: str | None = None  # a regular expression with one group: the figure the command prints
-    unit: str | None = None  # the figure's unit (with --figure; a wall time is in seconds)
-    timeout: float | None = None  # seconds a trial may run before it is stopped and logged as failed
+    argv: tuple[str, ...] = ()  # the command, placeholders unexpanded (the command line's argument)
+    figure: str | None = option(
+        None, "A regular expression with one group: the figure the command prints (its last match)."
+    )
+    unit: str | None = option(None, "The unit of the --figure, e.g. ms.")
+    timeout: float | None = option(None, "Seconds a trial may run before it fails.")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CommandSettings:

@@ -33,6 +33,7 @@ from harness.formatting import format_bytes
 from harness.isolation import RANK_ENVIRONMENT, WorkerDied, WorkerError, run_in_ranks, run_in_worker
 from harness.options import InputError, check_choice, check_non_negative, check_positive
 from harness.protocol import Case, Plan, ProtocolOptions, TrialContext, TrialFunction
+from harness.schema import option
 from harness.validation import (
     BYTES,
     POSITIVE_SECONDS,
@@ -89,26 +90,58 @@ RANK_TARGET = "experiments.fit.ddp:run_rank_fit"
 
 @dataclass(frozen=True)
 class FitSettings:
-    """What one fit does, the same for every trial of a run: the tier's options with their defaults (the CLI
-    reads them from here); ``make_plan`` resolves ``auto`` and ``None`` and saves the result in the plan."""
+    """What one fit does, the same for every trial of a run: the tier's options, each declared once
+    (``harness.schema``: the CLI is made from them); ``make_plan`` resolves ``auto`` and ``None``."""
 
-    workload: str = "auto"
-    steps: int | None = None  # default 384; 64 for the embedded workload on the CPU
-    images: int | None = None  # default 256 (128 embedded on the CPU); with ``data``, counted from it
-    val_images: int = 32
-    batch: int = 4
-    imgsz: int | None = None  # default 640 for the real trainer, 32 embedded
-    amp: str = "auto"
-    model: str = "yolo26n.yaml"
-    data: str | None = None
-    data_cache: str = "runs/datasets"
-    workers: int = 4
-    cache: str = "ram"
-    close_mosaic: int = 10
-    stages: bool = False
-    trial_timeout: int = 3600
-    keep_checkpoints: bool = False
-    torchrun: str = ""  # torch.distributed.run's rendezvous options for several nodes (embedded, --gpus N)
+    workload: str = option(
+        "auto",
+        "auto (the real trainer when ultralytics is importable, else embedded), ultralytics or embedded.",
+    )
+    steps: int | None = option(
+        None,
+        "Optimizer steps per fit; a whole number of epochs of images/batch iterations "
+        f"(default {DEFAULT_STEPS}; {CPU_EMBEDDED_STEPS} for the embedded workload on the CPU).",
+    )
+    images: int | None = option(
+        None,
+        f"Synthetic training images (default {DEFAULT_IMAGES}; {CPU_EMBEDDED_IMAGES} for the embedded workload "
+        "on the CPU; with --data, counted from it).",
+    )
+    val_images: int = option(32, "Synthetic validation images (32 = four validation batches).")
+    batch: int = option(4, "Batch size; nbs is set to it so every iteration steps the optimizer.")
+    imgsz: int | None = option(None, "Image size in pixels (default 640 real trainer, 32 embedded).")
+    amp: str = option("auto", "Precision: auto (bf16 on CUDA, fp32 on cpu), bf16, fp16 or fp32.")
+    model: str = option("yolo26n.yaml", "Model yaml for the real trainer (no pretrained weights).")
+    data: str | None = option(
+        None,
+        "A YOLO-format data.yaml (real trainer); default: a generated synthetic set.",
+        cli_type=Path | None,
+    )
+    data_cache: str = option(
+        "runs/datasets",
+        "Folder for generated synthetic sets (default OUT/datasets).",
+        cli_type=Path | None,
+        cli_default=None,
+    )
+    workers: int = option(4, "Real trainer: dataloader workers (0 on cpu, upstream's rule).")
+    cache: str = option("ram", "Real trainer: image cache ram, disk or none.")
+    close_mosaic: int = option(10, "Real trainer: close mosaic for the final N epochs (upstream's 10).")
+    stages: bool = option(
+        False,
+        "Diagnostic run (own run folder, never a claim): stage shares and the ceiling.",
+        flag="--stages",
+    )
+    trial_timeout: int = option(3600, "Seconds before a worker is killed (its trial fails).")
+    keep_checkpoints: bool = option(
+        False,
+        "Keep each fit's folder, checkpoints included (deleted after each trial by default; its log stays).",
+        flag="--keep-checkpoints",
+    )
+    torchrun: str = option(
+        "",
+        "With --gpus N, embedded workload: torch.distributed.run's rendezvous options for several nodes, passed "
+        "through, e.g. '--nnodes 2 --node-rank 0 --rdzv-backend c10d --rdzv-endpoint HOST:29400 --rdzv-id ID'.",
+    )
 
     @property
     def iterations_per_epoch(self) -> int:

@@ -18,6 +18,7 @@ from experiments.workloads import SCALES
 from harness.formatting import format_bytes
 from harness.options import InputError, check_choice, check_positive, split_list
 from harness.protocol import Case, Plan, ProtocolOptions
+from harness.schema import option
 from harness.timing import parse_bytes
 from harness.validation import settings_problem, shape_problem
 
@@ -122,20 +123,31 @@ def detect_cases(variants: list[str], scales: list[str], imgsz: int, batch: int)
 
 @dataclass(frozen=True)
 class ProbeSettings:
-    """The probe's own options, with their defaults (the CLI reads them from here)."""
+    """The probe's own options, each declared once (``harness.schema``): the CLI is made from them."""
 
-    head: str = "lm"
-    variants: str | None = None  # default: every variant of the head (``DEFAULT_VARIANTS``)
-    reserve: str | None = None
-    learner_ms: float | None = None
-    tokens: int = 131072
-    vocab: int = 8192
-    dim: int = 512
-    cap: float = 30.0
-    chunk: int = 16384
-    scale: str = "n"
-    imgsz: int = 640
-    batch: int = 16
+    head: str = option("lm", "Head workload: lm (softcapped LM head) or detect (YOLO26 detect head).")
+    variants: str | None = option(
+        None,
+        "Comma-separated variants, one case each: lm takes native,chunked (default both); detect takes native.",
+    )
+    reserve: str | None = option(
+        None,
+        "Device memory held for the whole of every trial, standing for the rest of the learner (e.g. 14GiB); "
+        "needs CUDA.",
+    )
+    learner_ms: float | None = option(
+        None,
+        "Measured milliseconds of one whole learner step: the report states the head's share and the most a "
+        "zero-cost head could save.",
+    )
+    tokens: int = option(131072, "lm: hidden states N (rows).")
+    vocab: int = option(8192, "lm: vocabulary V (head weight rows).")
+    dim: int = option(512, "lm: model width d.")
+    cap: float = option(30.0, "lm: logit softcap, cap·tanh(z/cap).")
+    chunk: int = option(16384, "lm chunked: rows per chunk (memory O(chunk·V)).")
+    scale: str = option("n", "detect: YOLO26 scale(s), comma-separated: n, s, m, l, x.")
+    imgsz: int = option(640, "detect: image size in pixels (a multiple of 32).")
+    batch: int = option(16, "detect: images per batch.")
 
 
 # Each head's own options: given with the other head they would be ignored, so they are refused.

@@ -22,6 +22,7 @@ from harness.options import (
     split_list,
 )
 from harness.protocol import Arm, Case, Plan, ProtocolOptions
+from harness.schema import option
 from harness.validation import settings_problem
 
 GUARD_ATTRIBUTE = "pad_guard"  # an optimizer class with this attribute has a padding guard (None = no limit)
@@ -41,14 +42,16 @@ FLOOR_WARMUP_STEPS = 2  # steps on the capture stream before capture (the state 
 
 @dataclass(frozen=True)
 class ScreenSettings:
-    """The screen's own options, with their defaults (the CLI reads them from here)."""
+    """The screen's own options, each declared once (``harness.schema``): the CLI is made from them."""
 
-    scales: str = "n,s,m,l,x"
-    guards: str = "0,256,512,none"
-    steps: int = 10  # timed optimizer steps per trial (the window)
-    warmup_steps: int = 2  # untimed steps inside each trial, before the window
-    floor_replays: int = 20  # CUDA-graph replays timed for the launch floor
-    dtype: str = "float32"
+    scales: str = option("n,s,m,l,x", "Comma-separated YOLO26 scales: n, s, m, l, x.")
+    guards: str = option(
+        "0,256,512,none", "Padding guards for arms that have one: whole numbers (0 = exact shapes) or none."
+    )
+    steps: int = option(10, "Timed optimizer steps per trial (the window).")
+    warmup_steps: int = option(2, "Untimed warm-up steps inside each trial, before the window.")
+    floor_replays: int = option(20, "CUDA-graph replays timed for the launch floor.")
+    dtype: str = option("float32", "Parameter dtype: float32, bfloat16 or float16.")
 
 
 def parse_guard(text: str) -> int | None:
