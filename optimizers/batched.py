@@ -72,10 +72,11 @@ from typing import Any
 
 import torch
 
+from .concurrent import DEFAULT_LANES, newton_schulz_flops, newton_schulz_lanes
 from .distributed import Partition, agreed, gather_shares, world_and_rank
 from .graphs import CoreGraph
 from .musgd import MuSGD, muon_momentum, musgd_param_step, sgd_momentum_step
-from .newton_schulz import NS_STEPS, Stack, foreach_mul_, muon_scale, newton_schulz_stacks
+from .newton_schulz import Stack, foreach_mul_, muon_scale
 
 DEFAULT_PAD_GUARD = 256
 # One more Newton-Schulz chain priced in padded arithmetic (FLOPs). Chosen on the H200 (scripts/h200_pad_price.py,
@@ -487,14 +488,15 @@ def _fill_stacks(plan: _Plan, fill: _Fill) -> None:
         torch._foreach_copy_(fill.slots, fill.sources)
 
 
-def _newton_schulz_here(stacks: list[_BatchStack]) -> list[torch.Tensor]:
-    """Orthogonalize, in place and in lockstep (per device), the stacks this process owns; no outputs."""
+def _newton_schulz_here(stacks: list[_BatchStack], lanes: int = 1) -> list[torch.Tensor]:
+    """Orthogonalize, in place, the stacks this process owns, per device in up to `lanes` concurrent lanes
+    (`optimizers.concurrent`; one lane: in lockstep); no outputs."""
     devices: dict[torch.device, list[Stack]] = {}
     for entry in stacks:
         if entry.stack is not None:
             devices.setdefault(entry.batch.device, []).append(entry.stack)
     for device_stacks in devices.values():
-        newton_schulz_stacks(device_stacks)
+        newton_schulz_lanes(device_stacks, lanes)
     return []
 
 
@@ -511,9 +513,9 @@ def _finish(stacks: list[_BatchStack]) -> list[list[torch.Tensor]]:
     return [entry.outputs for entry in stacks]
 
 
-def _orthogonalize_stacks(stacks: list[_BatchStack]) -> list[list[torch.Tensor]]:
+def _orthogonalize_stacks(stacks: list[_BatchStack], lanes: int = 1) -> list[list[torch.Tensor]]:
     """The core of a step on one rank: filled stacks in, each member's orthogonalized, scaled update out."""
-    _newton_schulz_here(stacks)
+    _newton_schulz_here(stacks, lanes)
     return _finish(stacks)
 
 
@@ -864,11 +866,6 @@ def _split_by_budget(members: list[_Member], element_size: int) -> list[list[_Me
     return runs
 
 
-def newton_schulz_flops(small: int, large: int) -> int:
-    """Floating-point operations of the quintic on one small×large matrix (X Xᵀ, A·A and B·X per iteration)."""
-    return NS_STEPS * (4 * small * small * large + 2 * small**3)
-
-
 def _split_by_cost(members: list[_Member], element_size: int, chain_flops: float) -> list[list[_Member]]:
     """Cut members sorted by decreasing width into the runs that cost least, within the memory budget.
 
@@ -1107,6 +1104,9 @@ class BatchedMuSGD(MuSGD):
     # a chain costs is split off (`_split_by_cost`); None pads as far as the memory budget allows.
     pad_chain_flops: float | None = DEFAULT_PAD_CHAIN_FLOPS
     graph_replay: bool = True
+    # How many stacks' Newton-Schulz chains may run at once on CUDA, each lane on its own stream
+    # (`optimizers.concurrent`); 1 runs them in lockstep on the caller's stream.
+    ns_lanes: int = DEFAULT_LANES
 
     @classmethod
     def with_pad_guard(cls, guard: int | None) -> type[BatchedMuSGD]:
@@ -1266,12 +1266,14 @@ class BatchedMuSGD(MuSGD):
 
             def core() -> list[torch.Tensor]:
                 _fill_stacks(plan, fill)
-                return plan.updates_in_fill_order(_orthogonalize_stacks(plan.stacks))
+                return plan.updates_in_fill_order(_orthogonalize_stacks(plan.stacks, self.ns_lanes))
 
             updates = self._core_graph.run(fill, device, core, refusal)
         else:
             _fill_stacks(plan, fill)
-            self._core_graph.run(fill, device, lambda: _newton_schulz_here(plan.stacks), refusal)
+            self._core_graph.run(
+                fill, device, lambda: _newton_schulz_here(plan.stacks, self.ns_lanes), refusal
+            )
             assert plan.buffer is not None
             gather_shares(plan.buffer, plan.partition)
             updates = plan.updates_in_fill_order(_finish(plan.stacks))
@@ -1385,6 +1387,7 @@ class BatchedMuSGD(MuSGD):
             id(self.state),
             self.pad_guard,
             self.pad_chain_flops,
+            self.ns_lanes,  # the captured core's streams
             _FORCE_BATCHED_ON_CPU,
             world_and_rank(),
         ]

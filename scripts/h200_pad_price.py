@@ -9,6 +9,7 @@ of the whole step (the screen's `launch_floor`), in interleaved rounds so drift 
 are printed, not stored.
 
     PYTHONPATH=$PWD python scripts/h200_pad_price.py
+    PYTHONPATH=$PWD python scripts/h200_pad_price.py --lanes 1,8
     PYTHONPATH=$PWD python scripts/h200_pad_price.py --device cpu --scales n --prices none,1e10 --rounds 1 --warm 1 --steps 1
 """
 
@@ -30,8 +31,8 @@ from optimizers.batched import BatchedMuSGD
 PRICES = "none,0,1e8,1e9,3e9,1e10,3e10"
 
 
-def priced(price: float | None) -> type[BatchedMuSGD]:
-    return type("PricedMuSGD", (BatchedMuSGD,), {"pad_chain_flops": price})
+def priced(price: float | None, lanes: int) -> type[BatchedMuSGD]:
+    return type("PricedMuSGD", (BatchedMuSGD,), {"pad_chain_flops": price, "ns_lanes": lanes})
 
 
 def plan_figures(optimizer: BatchedMuSGD) -> tuple[int, float, float]:
@@ -46,11 +47,11 @@ def parse_price(text: str) -> float | None:
 
 
 def measure(
-    scale: str, price: float | None, device: str, warm: int, steps: int, replays: int
+    scale: str, price: float | None, lanes: int, device: str, warm: int, steps: int, replays: int
 ) -> dict[str, float]:
     groups, kwargs = build_param_groups(scale, device=device)
     fill_synthetic_grads(groups, seed=0)
-    optimizer = priced(price)(groups, **kwargs)
+    optimizer = priced(price, lanes)(groups, **kwargs)
     chains, gflop, mib = plan_figures(optimizer)
     for _ in range(warm):  # the state, the core's capture, a replay
         optimizer.step()
@@ -73,39 +74,53 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--prices", default=PRICES, help="comma-separated FLOP per chain; none: the budget rule"
     )
+    parser.add_argument(
+        "--lanes", default="1", help="comma-separated concurrent Newton-Schulz lanes (BatchedMuSGD.ns_lanes)"
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warm", type=int, default=3)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--replays", type=int, default=20)
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     arguments = parser.parse_args(argv)
-    chosen = [parse_price(text) for text in arguments.prices.split(",")]
-    results: dict[tuple[str, float | None], list[dict[str, float]]] = defaultdict(list)
+    chosen = [
+        (parse_price(text), int(lanes))
+        for lanes in arguments.lanes.split(",")
+        for text in arguments.prices.split(",")
+    ]
+    results: dict[tuple[str, tuple[float | None, int]], list[dict[str, float]]] = defaultdict(list)
     order = random.Random(0)
     with batched._batched_on_cpu(arguments.device == "cpu"):
         for _ in range(arguments.rounds):
             for scale in arguments.scales:
                 prices = list(chosen)
                 order.shuffle(prices)
-                for price in prices:
+                for price, lanes in prices:
                     figures = measure(
-                        scale, price, arguments.device, arguments.warm, arguments.steps, arguments.replays
+                        scale,
+                        price,
+                        lanes,
+                        arguments.device,
+                        arguments.warm,
+                        arguments.steps,
+                        arguments.replays,
                     )
-                    results[scale, price].append(figures)
+                    results[scale, (price, lanes)].append(figures)
                     if arguments.device == "cuda":
                         torch.cuda.empty_cache()
     print(
-        "scale | price (FLOP per chain) | chains | NS GFLOP | stacks+scratch MiB | step ms (median) | floor ms"
+        "scale | price (FLOP per chain) | lanes | chains | NS GFLOP | stacks+scratch MiB | step ms (median)"
+        " | floor ms"
     )
     for scale in arguments.scales:
-        for price in chosen:
-            runs = results[scale, price]
+        for price, lanes in chosen:
+            runs = results[scale, (price, lanes)]
             first = runs[0]
             step = statistics.median(r["ms"] for r in runs)
             floor = statistics.median(r["floor"] for r in runs)
             name = "budget rule" if price is None else f"{price:.0e}"
             print(
-                f"{scale} | {name} | {first['chains']:.0f} | {first['gflop']:.1f} | {first['mib']:.1f} | "
+                f"{scale} | {name} | {lanes} | {first['chains']:.0f} | {first['gflop']:.1f} | {first['mib']:.1f} | "
                 f"{step:.3f} | {floor:.3f}"
             )
 
