@@ -499,6 +499,7 @@ def recorded_settings_problem(plan: Plan) -> str | None:
         check_positive("--imgsz", s.imgsz, MAX_IMGSZ)
         check_positive("--images", s.images, MAX_IMAGES)
         check_steps(s.steps, s.images, s.batch)
+        check_ranks(plan.protocol, s, s.workload, machine=False)  # the start's check: --torchrun above all
     except InputError as exc:
         return f"settings: {exc}"
     return None
@@ -581,9 +582,12 @@ def check_launcher_options(text: str, words: list[str]) -> None:
         )
 
 
-def check_ranks(protocol: ProtocolOptions, settings: FitSettings, workload: str) -> None:
+def check_ranks(
+    protocol: ProtocolOptions, settings: FitSettings, workload: str, machine: bool = True
+) -> None:
     """A data-parallel fit splits the global batch evenly; the real trainer's DDP launch needs CUDA devices
-    and cloudpickle; ``--torchrun`` options are the embedded workload's, with several ranks."""
+    and cloudpickle; ``--torchrun`` options are the embedded workload's, with several ranks. ``machine=False``
+    leaves out what this machine has (cloudpickle): a recorded plan is checked by the rest."""
     ranks = protocol.gpus
     if settings.torchrun and (ranks == 1 or workload != "embedded"):
         raise InputError(
@@ -609,7 +613,7 @@ def check_ranks(protocol: ProtocolOptions, settings: FitSettings, workload: str)
                 f"--gpus {ranks} with the real trainer: Ultralytics' DDP launch needs CUDA devices; use --device "
                 "cuda, or --workload embedded for CPU ranks on gloo"
             )
-        if importlib.util.find_spec("cloudpickle") is None:
+        if machine and importlib.util.find_spec("cloudpickle") is None:
             raise InputError(
                 "--gpus with the real trainer: Ultralytics' DDP launch pickles its trainer with cloudpickle, which "
                 "is not importable here; pip install 'cloudpickle>=3.1.1'"
