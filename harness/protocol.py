@@ -517,7 +517,7 @@ def run_trial(
             ValueError,
         ) as exc:  # the row could not be logged: the trial's failure, not the run's
             raise UnusableValue(f"the trial returned a figure the log cannot hold ({exc})") from None
-    except (KeyboardInterrupt, SystemExit):
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the run stops; an arm's sys.exit is its trial's error below
         raise
     except UnusableValue as exc:
         failure = TrialFailure("error", str(exc), {})
@@ -536,6 +536,9 @@ def run_trial(
     row.update(
         telemetry.trial_fields(before, telemetry.snapshot(process, cores), telemetry.usage_from(usage))
     )
+    if failure is None and set(figures) & set(row):  # a figure never shadows what the harness measured
+        taken = ", ".join(sorted(set(figures) & set(row)))
+        failure = TrialFailure("error", f"the trial returned {taken}, which the harness measures itself", {})
     if failure is None:
         row.update(status="ok", message="", **figures)
     else:

@@ -10,8 +10,11 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from harness.cli import main
 from harness.tables import LOG, PLAN
+from tests.argv import overridden
 from tests.runfolders import only_run
 
 SCREEN = [
@@ -119,3 +122,142 @@ def test_a_resume_checks_the_torchrun_options_as_the_start_does(tmp_path, capsys
     assert not marker.exists() and (folder / LOG).read_text() == ""
     code = _resume(["report", str(folder), "-o", str(tmp_path / "report.md")], capsys)
     _one_line_refusal(capsys, code, "torchrun")
+
+
+# --- 3: links in a run folder are never followed -------------------------------------------------------------
+
+
+def _victim(tmp_path: Path) -> Path:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("precious")
+    return victim
+
+
+def test_a_link_at_the_next_trials_folder_never_empties_its_target(tmp_path, capsys) -> None:
+    root = tmp_path / "runs"
+    tiny = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "2", "--val-images", "4"]
+    assert main(["pair", *tiny, "--device", "cpu", "--warmup", "0", "--pairs", "1", "--out", str(root)]) == 0
+    folder = only_run(root).path
+    log = folder / LOG
+    log.write_text(log.read_text().splitlines(keepends=True)[0])  # the second trial (index 1) is next
+    victim = _victim(tmp_path)
+    (folder / "trials").mkdir(exist_ok=True)
+    (folder / "trials" / "001").symlink_to(victim)
+    assert _resume(["pair", "--resume", str(folder)], capsys) == 0
+    assert (victim / "keep.txt").read_text() == "precious"
+
+
+def test_a_lock_link_and_a_temporary_file_link_never_overwrite_their_targets(tmp_path, capsys) -> None:
+    root = tmp_path / "runs"
+    folder = _stopped_screen(root)
+    target = tmp_path / "target.txt"
+    target.write_text("precious")
+    (folder / "report.md.tmp").symlink_to(target)
+    assert _resume(["report", str(folder)], capsys) == 0
+    assert target.read_text() == "precious" and (folder / "report.md").is_file()
+    (folder / "run.lock").unlink(missing_ok=True)
+    (folder / "run.lock").symlink_to(target)
+    code = _resume(["screen", "--resume", str(folder)], capsys)
+    _one_line_refusal(capsys, code, "run.lock", "symbolic link")
+    assert target.read_text() == "precious"
+
+
+def test_the_run_folder_path_is_absolute_so_an_arm_that_changes_directory_keeps_its_row(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    arms = tmp_path / "arms"
+    arms.mkdir()
+    (arms / "chdir_a43.py").write_text(
+        "import os\nfrom optimizers import MuSGD\n\n\nclass Chdir(MuSGD):\n"
+        "    def step(self, closure=None):\n        os.chdir('/')\n        return super().step(closure)\n"
+    )
+    monkeypatch.syspath_prepend(str(arms))
+    monkeypatch.chdir(tmp_path)
+    argv = ["screen", *overridden(SCREEN[1:], ["--arms", "baseline,chdir_a43:Chdir", "--pairs", "1"])]
+    argv += ["--out", "runs"]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert len((only_run(tmp_path / "runs").path / LOG).read_text().splitlines()) == 2
+
+
+# --- 4: every tier judges the finiteness of what it measured -------------------------------------------------
+
+HOSTILE = """
+import os
+import sys
+
+import torch
+
+from optimizers import MuSGD
+
+
+class NaNEverything(MuSGD):
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.fill_(float("nan"))
+
+
+class ExitZero(MuSGD):
+    def step(self, closure=None):
+        sys.exit(0)
+"""
+
+
+@pytest.fixture
+def hostile(tmp_path, monkeypatch) -> str:
+    """A module of hostile MuSGD subclasses on the import path (its name, for ``module:Class`` specs)."""
+    folder = tmp_path / "hostile-arms"
+    folder.mkdir()
+    (folder / "hostile_a43.py").write_text(HOSTILE)
+    monkeypatch.syspath_prepend(str(folder))
+    return "hostile_a43"
+
+
+def test_the_screen_fails_a_window_that_left_nan_parameters(tmp_path, hostile, capsys) -> None:
+    root = tmp_path / "runs"
+    argv = [
+        "screen",
+        *overridden(SCREEN[1:], ["--arms", f"baseline,{hostile}:NaNEverything", "--steps", "2"]),
+    ]
+    code = main([*argv, "--bar", "5", "--gate", "--out", str(root)])
+    assert code != 0
+    rows = [json.loads(line) for line in (only_run(root).path / LOG).read_text().splitlines()]
+    nan_rows = [row for row in rows if row["arm"].startswith(hostile)]
+    assert nan_rows and all(row["status"] == "error" for row in nan_rows), nan_rows
+    assert all("non-finite" in row["message"] for row in nan_rows)
+    assert all(row["status"] == "ok" for row in rows if row["arm"] == "baseline")
+
+
+# --- 5: an exit inside a trial is that trial's error ---------------------------------------------------------
+
+
+def test_an_arm_that_calls_sys_exit_gets_error_rows_and_the_command_goes_on(
+    tmp_path, hostile, capsys
+) -> None:
+    root = tmp_path / "runs"
+    argv = ["parity", "--steps", "2", "--candidate", f"{hostile}:ExitZero", "--device", "cpu", "--quiet"]
+    code = main([*argv, "--out", str(root)])
+    assert code == 1, capsys.readouterr().err  # judged: the contract is not shown, never a silent exit 0
+    rows = [json.loads(line) for line in (only_run(root).path / LOG).read_text().splitlines()]
+    assert rows and any(row["status"] == "error" and "SystemExit" in row["message"] for row in rows), rows
+
+
+# --- 12: a trial's figures never shadow what the harness measured --------------------------------------------
+
+
+def test_a_figure_named_as_telemetry_is_an_error_row_and_the_folder_stays_readable(tmp_path) -> None:
+    from harness.api import compare
+
+    result = compare(
+        {"a": lambda: {"value": 1.0}, "b": lambda: {"value": 1.0, "cpu_busy_share": 5.0}},
+        pairs=2,
+        warmup=0,
+        out=str(tmp_path),
+    )
+    rows = [json.loads(line) for line in (result.folder / LOG).read_text().splitlines()]
+    shadowing = [row for row in rows if row["arm"] == "b"]
+    assert all(row["status"] == "error" and "cpu_busy_share" in row["message"] for row in shadowing), rows
+    assert all(0 <= row["cpu_busy_share"] <= 1 for row in rows if row.get("cpu_busy_share") is not None)
+    assert main(["report", str(result.folder), "-o", str(tmp_path / "again.md")]) == 0

@@ -33,6 +33,7 @@ from harness.formatting import format_bytes
 from harness.isolation import RANK_ENVIRONMENT, WorkerDied, WorkerError, run_in_ranks, run_in_worker
 from harness.options import InputError, check_choice, check_non_negative, check_positive
 from harness.protocol import Case, Plan, ProtocolOptions, TrialContext, TrialFunction
+from harness.safe_fs import fresh_dir, remove_entry
 from harness.validation import (
     BYTES,
     POSITIVE_SECONDS,
@@ -672,9 +673,9 @@ def trial_function(plan: Plan) -> TrialFunction:
         )
 
     def trial(ctx: TrialContext) -> dict[str, Any]:
-        trials_dir = ctx.run_dir / "trials"
-        trials_dir.mkdir(exist_ok=True)
+        trials_dir = fresh_dir(ctx.run_dir / "trials")  # a link there is removed, never followed
         trial_dir = trials_dir / f"{ctx.trial.index:03d}"
+        remove_entry(trial_dir)  # a link at the trial's folder: removed, so its target is never emptied
         payload = {
             "settings": asdict(settings),
             "data_yaml": data_yaml,
@@ -684,7 +685,7 @@ def trial_function(plan: Plan) -> TrialFunction:
             "budget": plan.protocol.budget,
             "data_seed": plan.protocol.seed,
             "seed": ctx.seed,
-            "trial_dir": str(trial_dir.resolve()),
+            "trial_dir": os.path.abspath(trial_dir),  # never resolved: a link is not followed
             "parent_pid": os.getpid(),
             "ranks": ranks,
             "devices": list(plan.protocol.rank_devices),

@@ -12,7 +12,6 @@ figures.
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import torch
 from experiments.fit.plan import FitSettings
 from experiments.fit.stages import epoch_spans, host_iteration_median, stage_figures, steady_seconds
 from harness.isolation import die_with_parent
+from harness.safe_fs import remove_tree
 from harness.timing import NullClock, StageClock, SyncTimer, apply_budget, read_peaks, reset_peaks
 
 
@@ -111,7 +111,7 @@ def run_fit(payload: dict[str, Any]) -> dict[str, Any]:
         return ultralytics_ddp.launch_fit(payload, settings)
     device, seed = payload["device"], int(payload["seed"])
     trial_dir = Path(payload["trial_dir"])
-    shutil.rmtree(trial_dir, ignore_errors=True)  # a resumed trial starts clean
+    remove_tree(trial_dir)  # a resumed trial starts clean
     trial_dir.mkdir(parents=True)
     make_optimizer = arm_optimizer_factory(payload["arm_spec"])
     clock = StageClock(device) if settings.stages else NullClock()
