@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from harness import telemetry
+from harness.duet import PARTNER_REASON, duet_partners
 from harness.errors import InputError, is_disk_full
 from harness.placement import Placement, split_placement
 from harness.tables import RunFolder, RunFolderWriteError, encode_row
@@ -797,7 +798,8 @@ def run_schedule(
             r.get("case") == unit[0].case and r.get("round") == unit[0].round and r.get("phase") == "measured"
             for r in rows
         )
-        concurrent = together and unit[0].phase == "measured" and len(unit) > 1
+        partners = duet_partners(plan, unit, rows) if together and started_round else []
+        concurrent = together and unit[0].phase == "measured" and len(unit) + len(partners) > 1
         reason = ""
         if unit[0].phase == "measured" and warm_after_gaps:
             gap = None if last_end is None else time.monotonic() - last_end
@@ -855,7 +857,10 @@ def run_schedule(
         if concurrent:
             if cooldown:
                 time.sleep(cooldown)
-            _run_together(plan, unit, trial_fn, folder, on_trial_start, on_trial_end, placement)
+            if partners:  # a half-done round runs again whole (harness.duet), numbered after any warm-up
+                partners = duet_partners(plan, unit, folder.rows())
+            batch = [*unit, *partners]
+            _run_together(plan, batch, trial_fn, folder, on_trial_start, on_trial_end, placement)
             last_end = time.monotonic()
         else:
             for trial in unit:
@@ -976,6 +981,8 @@ def _run_together(
         try:
             row = run_trial(plan, trial, trial_fn, folder.path, where)
             row["concurrent_with"] = [t.index for t in batch if t.index != trial.index]
+            if trial.phase == "warmup":  # a partner of a half-done round's missing trial
+                row["warmup_reason"] = PARTNER_REASON
             with lock:
                 folder.append_row(row)
                 rows.append(row)

@@ -261,3 +261,24 @@ def test_a_figure_named_as_telemetry_is_an_error_row_and_the_folder_stays_readab
     assert all(row["status"] == "error" and "cpu_busy_share" in row["message"] for row in shadowing), rows
     assert all(0 <= row["cpu_busy_share"] <= 1 for row in rows if row.get("cpu_busy_share") is not None)
     assert main(["report", str(result.folder), "-o", str(tmp_path / "again.md")]) == 0
+
+
+# --- 6: a duet round a crash left half done runs again whole ----------------------------------------------------
+
+
+def test_a_half_done_duet_round_runs_its_missing_trial_beside_a_partner(tmp_path, capsys) -> None:
+    root = tmp_path / "runs"
+    tiny = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "2", "--val-images", "4"]
+    argv = ["pair", *tiny, "--device", "cpu", "--warmup", "0", "--pairs", "1", "--order", "duet", "--quiet"]
+    assert main([*argv, "--no-report", "--out", str(root)]) == 0
+    folder = only_run(root).path
+    log = folder / LOG
+    first = json.loads(log.read_text().splitlines()[0])
+    log.write_text(log.read_text().splitlines(keepends=True)[0])  # killed after the round's first row
+    assert _resume(["pair", "--resume", str(folder), "--no-report"], capsys) == 0
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    missing = next(r for r in rows if r["phase"] == "measured" and r["index"] != first["index"])
+    partner = [r for r in rows if r["index"] in missing["concurrent_with"]]
+    assert partner and partner[0]["arm"] == first["arm"] and partner[0]["phase"] == "warmup", rows
+    assert partner[0]["warmup_reason"] == "duet partner"
+    assert main(["report", str(folder), "-o", str(tmp_path / "r.md")]) == 0
