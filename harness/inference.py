@@ -898,7 +898,8 @@ class Diagnostic:
 
 
 def _percent(log_change: float) -> float:
-    return 100.0 * math.expm1(log_change)
+    """A change in logs as percent; past floating point's range (two figures 1e58 apart) an infinity."""
+    return 100.0 * math.expm1(log_change) if log_change < 709.0 else math.inf
 
 
 def order_effect(log_ratios: ArrayLike, arm_second: ArrayLike, level: float = CONFIDENCE) -> Diagnostic:

@@ -14,6 +14,7 @@ import pytest
 
 from harness.cli import main
 from harness.tables import LOG, PLAN
+from tests import test_hostile_folders as hf
 from tests.argv import overridden
 from tests.runfolders import only_run
 
@@ -281,4 +282,37 @@ def test_a_half_done_duet_round_runs_its_missing_trial_beside_a_partner(tmp_path
     partner = [r for r in rows if r["index"] in missing["concurrent_with"]]
     assert partner and partner[0]["arm"] == first["arm"] and partner[0]["phase"] == "warmup", rows
     assert partner[0]["warmup_reason"] == "duet partner"
+    assert main(["report", str(folder), "-o", str(tmp_path / "r.md")]) == 0
+
+
+# --- 8: folders that pass validation never crash a report -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("how", "fragments"),
+    [
+        (hf._plan(hf._set("protocol.pairs", "auto")), ("plan.json", "--pairs auto needs --precision")),
+        (hf._row(3, hf._drop("slot")), ("trials.jsonl", "line 3", "slot")),
+    ],
+    ids=["pairs auto with no precision", "an ok row with no slot"],
+)
+def test_an_edit_that_passed_validation_and_crashed_the_report_is_one_line(tmp_path, capsys, how, fragments):
+    folder = hf._copy("screen", tmp_path)
+    hf._edit(folder, how)
+    hf._refused(folder, tmp_path, capsys, fragments)
+
+
+def test_figures_1e58_apart_in_one_pair_give_a_report(tmp_path) -> None:
+    """Each figure is within the log's ±1e30, so the folder is valid; their ratio overflowed the order effect."""
+    folder = hf._copy("screen", tmp_path)
+    rows = [json.loads(line) for line in (folder / LOG).read_text().splitlines()]
+    first = next(r for r in rows if r["phase"] == "measured" and r["status"] == "ok")
+    partner = next(
+        r
+        for r in rows
+        if (r["round"], r["case"], r["phase"]) == (first["round"], first["case"], "measured")
+        and r["arm"] != first["arm"]
+    )
+    first["value"], partner["value"] = 1e29, 1e-29
+    (folder / LOG).write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert main(["report", str(folder), "-o", str(tmp_path / "r.md")]) == 0
