@@ -49,6 +49,7 @@ from harness.formatting import (
     format_value,
     is_missing,
     method_label,
+    without_controls,
 )
 from harness.inference import t_min_pairs, t_unkept_counts_text
 from harness.options import InputError
@@ -81,12 +82,12 @@ def _text(value: Any) -> str:
 
 def _cell(text: Any) -> str:
     """A markdown table cell: one line, pipes escaped."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    return " ".join(without_controls(text).split()).replace("|", "\\|")
 
 
 def _code(text: Any) -> str:
     """Inline code that survives backticks in the text."""
-    return "`" + " ".join(str(text).split()).replace("`", "'") + "`"
+    return "`" + " ".join(without_controls(text).split()).replace("`", "'") + "`"
 
 
 def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "") -> str:

@@ -77,6 +77,8 @@ def unnameable(path: str | Path) -> str | None:
     """Why no file system can hold ``path`` (empty, or a name longer than the system allows), else None."""
     if str(path) == "":
         return "it is empty"
+    if any(ord(c) < 32 or ord(c) == 127 for c in str(path)):
+        return "it holds a control character (a newline, a tab, an escape)"
     try:
         os.stat(path)
     except OSError as exc:

@@ -316,3 +316,58 @@ def test_figures_1e58_apart_in_one_pair_give_a_report(tmp_path) -> None:
     first["value"], partner["value"] = 1e29, 1e-29
     (folder / LOG).write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert main(["report", str(folder), "-o", str(tmp_path / "r.md")]) == 0
+
+
+# --- 15: escapes and newlines never reach a report or split a line ---------------------------------------------
+
+
+def test_an_arms_escape_sequences_never_reach_the_report(tmp_path) -> None:
+    from harness.api import compare
+
+    def red() -> None:
+        raise RuntimeError("\x1b[31mred\x1b[0m\nsecond line")
+
+    result = compare({"a": lambda: None, "b": red}, pairs=2, warmup=0, out=str(tmp_path), report=True)
+    text = (result.folder / "report.md").read_text()
+    assert "red second line" in text and "\x1b" not in text
+
+
+def test_a_newline_in_out_is_refused_in_one_line(tmp_path, capsys) -> None:
+    out = str(tmp_path / "a\nb")
+    _one_line_refusal(capsys, main([*SCREEN, "--out", out]), "--out", "control character")
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- 16: the API refuses what the CLI refuses, as InputError -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"out": ""}, "empty"),
+        ({"out": None}, "not a folder path"),
+        ({"cooldown": "1"}, "cooldown"),
+    ],
+    ids=["empty out", "out None", "cooldown text"],
+)
+def test_the_api_refuses_bad_options_as_input_errors(tmp_path, monkeypatch, options, says) -> None:
+    from harness.api import compare
+    from harness.options import InputError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match=says):
+        compare({"a": lambda: None, "b": lambda: None}, pairs=2, warmup=0, **options)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_api_refuses_no_functions_and_another_tiers_folder(tmp_path) -> None:
+    from harness.api import compare
+    from harness.options import InputError
+
+    with pytest.raises(InputError, match="two or more functions"):
+        compare({})
+    folder = hf._copy("screen", tmp_path)
+    log_before = (folder / LOG).read_bytes()
+    with pytest.raises(InputError, match="'screen' run"):
+        compare({"baseline": lambda: None, "candidate-cpu": lambda: None}, resume=folder)
+    assert (folder / LOG).read_bytes() == log_before
