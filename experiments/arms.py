@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from harness.code_origin import class_fingerprint, run_folder_code
 from harness.options import DEFAULT_ARMS, InputError
 from harness.protocol import Case
 from optimizers import BatchedMuSGD, MuSGD
@@ -72,6 +73,9 @@ def resolve_optimizer(spec: str) -> type[torch.optim.Optimizer]:
     module_name, colon, class_name = spec.partition(":")
     if not colon or not module_name or not class_name:
         raise ArmError(f"unknown arm {spec!r}: use one of {', '.join(ARM_NAMES)} or package.module:Class")
+    refused = run_folder_code(module_name)  # found without running it: a folder's code never runs
+    if refused:
+        raise ArmError(f"arm {spec!r}: {refused}")
     try:
         module = importlib.import_module(module_name)
     except (Exception, SystemExit) as error:  # noqa: BLE001 - any failure to import is the spec's: one line
@@ -241,6 +245,7 @@ def arm_code(cases: Iterable[Case], device: str) -> dict[str, dict[str, Any]]:
                 "same_path_as_baseline": None
                 if position == 0
                 else same_path_as_baseline(arm.spec, device, baseline),
+                "code": class_fingerprint(_class_or_none(arm.spec)),  # a resume checks it
             }
     return out
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from experiments.arms import checked_optimizer, make_optimizer, same_path_as_baseline
+from experiments.resume_check import arms_resume_problem
 from experiments.workloads import SCALES, build_param_groups, fill_synthetic_grads
 from harness.options import MAX_PAIRS, InputError, check_choice, check_positive
 from harness.protocol import Arm, Case, Plan, ProtocolOptions, ScheduledTrial, TrialContext, TrialFunction
@@ -818,6 +819,7 @@ class ParityTier(BaseTier):
             make_plan=make_plan,
             trial_function=trial_function,
             settings_problem=recorded_settings_problem,
+            resume_problem=arms_resume_problem,
             row_problem=recorded_row_problem,
             tables=lambda run: {DIVERGENCE_CSV: divergence_table(result_of(run))},
             section=lambda run: parity_markdown(

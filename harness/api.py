@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,7 @@ from harness.options import (
 )
 from harness.protocol import ORDERS, Arm, Case, Plan, ProtocolOptions, TrialContext, TrialFunction
 from harness.run import Runner, RunOptions
-from harness.tables import RunFolder
+from harness.tables import RunFolder, unnameable
 from harness.tier import BaseTier, Run, TierRegistry
 from harness.timing import SyncTimer
 from harness.validation import load_plan
@@ -50,8 +51,10 @@ class FunctionTier(BaseTier):
     """A tier whose arms are Python callables handed over at run time: the run folder names them by label only,
     so a resume needs the same callables again (``compare(..., resume=folder)``)."""
 
+    NAME = "function"
+
     def __init__(self, functions: Mapping[str, Callable[[], Any]]) -> None:
-        super().__init__("function")
+        super().__init__(self.NAME)
         self.functions = dict(functions)
 
     def trial_function(self, plan: Plan) -> TrialFunction:
@@ -129,10 +132,24 @@ def _check_functions(functions: Any) -> list[str]:
     return list(functions)
 
 
+def _checked_out(out: Any) -> Path:
+    """``out`` as a folder path, or ``InputError``: text or a path, not empty (the CLI's own rule)."""
+    if not isinstance(out, (str, os.PathLike)):
+        raise InputError(f"out {out!r} is not a folder path (text or a Path), e.g. 'runs'")
+    why = unnameable(os.fspath(out))
+    if why:
+        raise InputError(f"out '{out}': {why}; give a writable folder, e.g. 'runs'")
+    return Path(out)
+
+
 def _check_resume(resume: str | Path, labels: list[str], given: dict[str, Any]) -> None:
     """``InputError`` unless a resume is given the run's own functions and no option of its own (a resume
     keeps the run's): other functions would log every trial left as a failure, used up for good."""
     plan = load_plan(RunFolder.open(resume))
+    if plan.tier != FunctionTier.NAME:
+        raise InputError(
+            f"resume: {resume} is a '{plan.tier}' run, not one compare started; resume it with bench"
+        )
     started = list(dict.fromkeys(arm.spec for arm in plan.protocol.arms))
     if labels != started:
         raise InputError(
@@ -169,7 +186,7 @@ def compare(
     labels = _check_functions(functions)
     tier = FunctionTier(functions)
     tiers = TierRegistry([tier])
-    runner = Runner(tiers, RunOptions(out=Path(out), quiet=quiet, report=report))
+    runner = Runner(tiers, RunOptions(out=_checked_out(out), quiet=quiet, report=report))
     if resume is not None:  # a resume keeps the run's options: any given beside it is refused
         options = dict(
             warmup=warmup, pairs=pairs, order=order, seed=seed, bar=bar, control=control, device=device,
@@ -180,7 +197,7 @@ def compare(
         _check_resume(resume, labels, given)
         return Result(runner.resume(resume), tiers)
     if not labels or (len(labels) < 2 and not control):
-        raise ValueError(
+        raise InputError(
             "compare needs two or more functions (the first is the baseline), or one with control=True"
         )
     if control and len(labels) > 1:
@@ -191,6 +208,8 @@ def compare(
     for option, value in (("pairs", pairs), ("seed", seed)):  # not `name`: that is the case's name
         if isinstance(value, bool) or not isinstance(value, int):
             raise InputError(f"{option} {value!r} is not a whole number")
+    if isinstance(cooldown, bool) or not isinstance(cooldown, numbers.Real):
+        raise InputError(f"cooldown {cooldown!r} is not a number of seconds")
     if bar is not None and (isinstance(bar, bool) or not isinstance(bar, numbers.Real)):
         raise InputError(f"bar {bar!r} is not a number (a percentage, e.g. 5)")
     if control:

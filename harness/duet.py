@@ -1,11 +1,15 @@
-"""Fillers for duet rounds: the machine stays as loaded as at the start until every trial of a round has ended.
+"""Duet rounds: the machine as loaded as at the start until every trial of a round has ended.
 
-A duet round starts its arms at once, each on its own share of the worker cores. Without more, the arm that
-ends first leaves its partner to finish alone on a quieter machine, and the slower arm looks faster than it
-is: with a mutual slow-down c, a true reduction R reads as R / (1 + (1 − R)c). So a half whose trial has
-ended runs discarded copies of it (fillers) until its partners end; a partner's end stops a filler at once
-(``TrialContext.cancel``). Each arm's whole trial then runs beside a working partner, and the slow-down
-touches both arms alike. A filler writes no row; its files are removed.
+A duet round starts its arms at once, each on its own share of the worker cores.
+
+- **Fillers.** Without more, the arm that ends first leaves its partner to finish alone on a quieter
+  machine, and the slower arm looks faster than it is: with a mutual slow-down c, a true reduction R reads
+  as R / (1 + (1 − R)c). So a half whose trial has ended runs discarded copies of it until its partners
+  end; a partner's end stops a filler at once (``TrialContext.cancel``). A filler writes no row; its files
+  are removed.
+- **A round a crash left half done.** Its missing trial, run alone on every worker core, would be compared
+  with a contended partner. So the round's logged trials run again beside it, as untimed warm-ups outside
+  the schedule (``warmup_reason`` ``duet partner``): the log keeps one measured row per slot.
 """
 
 from __future__ import annotations
@@ -16,6 +20,30 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+PARTNER_REASON = "duet partner"
+
+
+def duet_partners(plan: Any, unit: list[Any], rows: list[dict[str, Any]]) -> list[Any]:
+    """Warm-ups (``ScheduledTrial``) of the arms of ``unit``'s round that the log already holds (empty where
+    the round is not started, or not a measured round); their indices lie above every index of the schedule
+    and the log."""
+    if not unit or unit[0].phase != "measured":
+        return []
+    first = unit[0]
+    pending = {t.index for t in unit}
+    logged = [
+        t
+        for t in plan.schedule
+        if t.case == first.case
+        and t.round == first.round
+        and t.phase == "measured"
+        and t.index not in pending
+    ]
+    used = {int(r["index"]) for r in rows} | {t.index for t in plan.schedule}
+    start = max(used, default=-1) + 1
+    return [replace(t, index=start + n, phase="warmup") for n, t in enumerate(logged)]
+
 
 FILLER_INDEX = 1_000_000_000  # a filler's index: its trial's plus this, apart from every logged index
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import sys
 from typing import Any
 
@@ -127,3 +128,13 @@ def format_levels(claim: Any) -> str:
         what = "at its look" if method_label(claim) == "stopping-rule t" else "attained"
         text += f", {100 * float(attained):.1f}% {what}"
     return text
+
+
+TERMINAL_ESCAPE = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|.)?")
+
+
+def without_controls(text: Any) -> str:
+    """``text`` with terminal escapes removed and other control characters shown as ``\\xNN``: an arm's message
+    reaches a report or a terminal as the words it holds, never as colours or moves of the cursor."""
+    plain = TERMINAL_ESCAPE.sub("", str(text))
+    return "".join(c if c.isprintable() or c in "\n\t" else f"\\x{ord(c):02x}" for c in plain)

@@ -824,10 +824,10 @@ def _fewest_pairs(meets: Callable[[int], bool], max_pairs: int) -> int | None:
 
 
 def _finish_plan(
-    goal: str, found: int | None, probability: float, level: float, seconds: float | None
+    goal: str, found: int | None, probability: float, level: float, seconds: float | None, searched: int
 ) -> Plan:
     if found is None:
-        raise ValueError(f"{goal}: not reachable within the pairs searched")
+        raise ValueError(f"{goal}: needs more than --pairs accepts ({searched:,})")
     minimum = t_min_pairs(level)
     pairs = max(found, minimum or 0)
     pairs += pairs % 2
@@ -853,7 +853,7 @@ def plan_effect(
         f"{level:.0%}"
     )
     achieved = power_to_resolve(found, sigma, effect, bar, level) if found else math.nan
-    return _finish_plan(goal, found, achieved, level, seconds_per_pair)
+    return _finish_plan(goal, found, achieved, level, seconds_per_pair, max_pairs)
 
 
 def plan_control(
@@ -873,7 +873,7 @@ def plan_control(
         f"{level:.0%}"
     )
     achieved = probability_within(found, sigma, tolerance, level) if found else math.nan
-    return _finish_plan(goal, found, achieved, level, seconds_per_pair)
+    return _finish_plan(goal, found, achieved, level, seconds_per_pair, max_pairs)
 
 
 # -------------------------------------------------------------------------------- design diagnostics
@@ -898,7 +898,8 @@ class Diagnostic:
 
 
 def _percent(log_change: float) -> float:
-    return 100.0 * math.expm1(log_change)
+    """A change in logs as percent; past floating point's range (two figures 1e58 apart) an infinity."""
+    return 100.0 * math.expm1(log_change) if log_change < 709.0 else math.inf
 
 
 def order_effect(log_ratios: ArrayLike, arm_second: ArrayLike, level: float = CONFIDENCE) -> Diagnostic:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.formatting import is_missing
+from harness.formatting import is_missing, without_controls
 
 NOT_RECORDED = "not recorded"
 
@@ -19,12 +19,12 @@ def plain(value: Any) -> str:
 
 def cell(text: Any) -> str:
     """A markdown table cell: one line, pipes escaped."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    return " ".join(without_controls(text).split()).replace("|", "\\|")
 
 
 def code(text: Any) -> str:
     """Inline code that survives backticks in the text."""
-    return "`" + " ".join(str(text).split()).replace("`", "'") + "`"
+    return "`" + " ".join(without_controls(text).split()).replace("`", "'") + "`"
 
 
 def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "") -> str:

@@ -18,6 +18,7 @@ import torch
 from harness.env import gpu_snapshot
 from harness.errors import InputError
 from harness.formatting import format_bytes
+from harness.limits import MAX_PAIRS
 from harness.placement import Placement, choose_placement
 from harness.protocol import CONCURRENT_ORDERS, ORDERS, Arm, ProtocolOptions
 from harness.timing import parse_bytes
@@ -30,9 +31,6 @@ AUTO_DEVICE = "auto"
 # No count here means anything past 2**31 - 1 (two billion steps, images, rows or replays), and larger values
 # overflow the sizes torch and numpy take, so they could only fail inside every trial.
 MAX_COUNT = 2**31 - 1
-# At the 5-9% per-pair noise measured on the H200, 10 000 pairs pin a median reduction to about ±0.2%, finer
-# than any bar worth stating; the whole schedule is held in memory and saved in plan.json.
-MAX_PAIRS = 10_000
 # Warm-ups are discarded: a device and its caches warm within a few trials.
 MAX_WARMUP = 1_000
 # The largest seed every generator here takes (a signed 64-bit integer); each trial's seed is derived from it.

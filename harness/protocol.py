@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from harness import telemetry
-from harness.duet import fill_until_partners_end
+from harness.duet import PARTNER_REASON, duet_partners, fill_until_partners_end
 from harness.errors import InputError, is_disk_full
 from harness.placement import Placement, split_placement
 from harness.tables import RunFolder, RunFolderWriteError, encode_row
@@ -522,7 +522,7 @@ def run_trial(
             ValueError,
         ) as exc:  # the row could not be logged: the trial's failure, not the run's
             raise UnusableValue(f"the trial returned a figure the log cannot hold ({exc})") from None
-    except (KeyboardInterrupt, SystemExit):
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the run stops; an arm's sys.exit is its trial's error below
         raise
     except UnusableValue as exc:
         failure = TrialFailure("error", str(exc), {})
@@ -541,6 +541,9 @@ def run_trial(
     row.update(
         telemetry.trial_fields(before, telemetry.snapshot(process, cores), telemetry.usage_from(usage))
     )
+    if failure is None and set(figures) & set(row):  # a figure never shadows what the harness measured
+        taken = ", ".join(sorted(set(figures) & set(row)))
+        failure = TrialFailure("error", f"the trial returned {taken}, which the harness measures itself", {})
     if failure is None:
         row.update(status="ok", message="", **figures)
     else:
@@ -799,7 +802,8 @@ def run_schedule(
             r.get("case") == unit[0].case and r.get("round") == unit[0].round and r.get("phase") == "measured"
             for r in rows
         )
-        concurrent = together and unit[0].phase == "measured" and len(unit) > 1
+        partners = duet_partners(plan, unit, rows) if together and started_round else []
+        concurrent = together and unit[0].phase == "measured" and len(unit) + len(partners) > 1
         reason = ""
         if unit[0].phase == "measured" and warm_after_gaps:
             gap = None if last_end is None else time.monotonic() - last_end
@@ -857,7 +861,10 @@ def run_schedule(
         if concurrent:
             if cooldown:
                 time.sleep(cooldown)
-            _run_together(plan, unit, trial_fn, folder, on_trial_start, on_trial_end, placement)
+            if partners:  # a half-done round runs again whole (harness.duet), numbered after any warm-up
+                partners = duet_partners(plan, unit, folder.rows())
+            batch = [*unit, *partners]
+            _run_together(plan, batch, trial_fn, folder, on_trial_start, on_trial_end, placement)
             last_end = time.monotonic()
         else:
             for trial in unit:
@@ -980,6 +987,8 @@ def _run_together(
         try:
             row = run_trial(plan, trial, trial_fn, folder.path, where)
             row["concurrent_with"] = [t.index for t in batch if t.index != trial.index]
+            if trial.phase == "warmup":  # a partner of a half-done round's missing trial
+                row["warmup_reason"] = PARTNER_REASON
             with lock:
                 folder.append_row(row)
                 rows.append(row)

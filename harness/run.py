@@ -177,6 +177,9 @@ class Runner:
             left = not _nothing_left(plan, folder)
             if left:  # trials to run need the plan's devices here (else each would fail, one by one)
                 check_devices_here(plan.protocol.device, plan.protocol.gpus)
+                problem = self.tiers.reader(plan.tier).resume_problem(plan)  # the start's checks of its code
+                if problem:
+                    raise InputError(f"{folder.file(PLAN)}: {problem}")
             if trial_fn is None:  # a finished run only rewrites its tables: no tier set-up (a fit's data set)
                 trial_fn = self.tiers.get(plan.tier).trial_function(plan) if left else _no_trial_left
             placement = _recorded_placement(plan.protocol.cpus)  # this machine's, for the plan's --cpus

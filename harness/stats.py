@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from harness import inference, telemetry
+from harness.limits import MAX_PAIRS
 
 CONFIDENCE = inference.CONFIDENCE
 CONTROL_SUFFIX = "-control"
@@ -580,13 +581,17 @@ def plan_rows(
                 limit = tolerance if tolerance is not None else claim["bar"]
                 if limit is None or is_nan(limit):
                     raise ValueError("no tolerance to plan for (give one, e.g. --tolerance 1%)")
-                found = inference.plan_control(sigma, float(limit), settings.level, power, seconds_arg)
+                found = inference.plan_control(
+                    sigma, float(limit), settings.level, power, seconds_arg, MAX_PAIRS
+                )
             else:
                 target = float(claim["estimate"]) if effect is None else effect
                 against = bar if bar is not None else (0.0 if is_nan(claim["bar"]) else float(claim["bar"]))
                 if not math.isfinite(target):
                     raise ValueError("no finite effect to plan for (give one, e.g. --effect 3%)")
-                found = inference.plan_effect(sigma, target, against, settings.level, power, seconds_arg)
+                found = inference.plan_effect(
+                    sigma, target, against, settings.level, power, seconds_arg, MAX_PAIRS
+                )
         except ValueError as exc:
             row["note"] = str(exc)
         else:

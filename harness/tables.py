@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import InputError, RunFolderError
+from harness.safe_fs import create_exclusive, open_no_follow
 
 if TYPE_CHECKING:  # pandas and the statistics load on first use: a trial's worker reads none of them
     import pandas as pd
@@ -76,6 +77,8 @@ def unnameable(path: str | Path) -> str | None:
     """Why no file system can hold ``path`` (empty, or a name longer than the system allows), else None."""
     if str(path) == "":
         return "it is empty"
+    if any(ord(c) < 32 or ord(c) == 127 for c in str(path)):
+        return "it holds a control character (a newline, a tab, an escape)"
     try:
         os.stat(path)
     except OSError as exc:
@@ -143,7 +146,7 @@ def write_atomic(path: Path, data: str | bytes) -> Path:
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = create_exclusive(tmp)  # a link left there is removed, never written through
         try:
             _write_all(fd, payload)
             os.fsync(fd)
@@ -182,7 +185,7 @@ class RunFolder:
     """Paths and I/O of one run folder."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+        self.path = Path(os.path.abspath(path))  # absolute (never resolved): an arm's chdir cannot move it
 
     @classmethod
     def open(cls, path: str | Path) -> RunFolder:
@@ -209,7 +212,7 @@ class RunFolder:
         Taking it writes nothing: a run that goes ahead names itself with ``name_holder``."""
         path = self.file(LOCK)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_no_follow(path, os.O_RDWR | os.O_CREAT)
         except OSError as exc:
             raise RunFolderWriteError(f"cannot lock run folder '{self.path}': {exc.strerror}") from None
         try:
@@ -230,13 +233,21 @@ class RunFolder:
         """Write this process's id into ``run.lock`` (held by it), for the message a second run gets; called
         once a run goes ahead, so a command refused after taking the lock leaves the folder as it was."""
         try:
-            self.file(LOCK).write_text(str(os.getpid()))
+            fd = open_no_follow(self.file(LOCK), os.O_WRONLY | os.O_TRUNC)
+            try:
+                _write_all(fd, str(os.getpid()).encode())
+            finally:
+                os.close(fd)
         except OSError:  # the lock itself needs no byte on disk
             pass
 
     def read_json(self, name: str) -> Any:
         """The JSON value of one of the folder's files (None when absent); ``CorruptRunFolder`` unless JSON."""
         path = self.file(name)
+        if path.is_symlink():
+            raise CorruptRunFolder(
+                f"{path}: a symbolic link (a run folder's files are its own, never followed)"
+            )
         if not path.is_file():
             return None
         try:
@@ -256,7 +267,7 @@ class RunFolder:
         line = encode_row(row)
         path = self.file(LOG)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_no_follow(path, os.O_RDWR | os.O_CREAT)
         except OSError as exc:
             raise RunFolderWriteError(f"could not open {path}: {exc.strerror or exc}") from None
         try:

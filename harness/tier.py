@@ -144,6 +144,11 @@ class Tier(Protocol):
         already), as one sentence naming the trial; None when its report can read them."""
         ...
 
+    def resume_problem(self, plan: Plan) -> str | None:
+        """Why a resume cannot run a plan's trials here (None where it can): the start's checks of the code
+        a plan names, made again, since a folder can be edited."""
+        ...
+
     def tables(self, run: Run) -> dict[str, pd.DataFrame]: ...
 
     def section(self, run: Run) -> str: ...
@@ -169,6 +174,7 @@ class BaseTier:
         trial_function: Callable[[Plan], TrialFunction] | None = None,
         settings_problem: Callable[[Plan], str | None] | None = None,
         row_problem: Callable[[dict[str, Any]], str | None] | None = None,
+        resume_problem: Callable[[Plan], str | None] | None = None,
         tables: Callable[[Run], dict[str, pd.DataFrame]] | None = None,
         section: Callable[[Run], str] | None = None,
         claim: Callable[[Run], str | None] | None = None,
@@ -181,6 +187,7 @@ class BaseTier:
         self._make_plan, self._trial_function = make_plan, trial_function
         self._tables, self._section, self._claim, self._caveats = tables, section, claim, caveats
         self._bounds, self._settings_problem, self._row_problem = bounds, settings_problem, row_problem
+        self._resume_problem = resume_problem
 
     def make_plan(self, protocol: ProtocolOptions, settings: Any, command: str) -> Plan:
         if self._make_plan is None:
@@ -199,6 +206,9 @@ class BaseTier:
 
     def row_problem(self, row: dict[str, Any]) -> str | None:
         return self._row_problem(row) if self._row_problem else None
+
+    def resume_problem(self, plan: Plan) -> str | None:
+        return self._resume_problem(plan) if self._resume_problem else None
 
     def tables(self, run: Run) -> dict[str, pd.DataFrame]:
         return self._tables(run) if self._tables else {}

@@ -21,7 +21,15 @@ from typing import Any
 from harness import telemetry
 from harness.env import ENV_SHAPE
 from harness.errors import InputError
-from harness.options import DEVICE_FORM, MAX_COOLDOWN, MAX_GPUS, MAX_PAIRS, MAX_SEED, MAX_WARMUP
+from harness.options import (
+    DEVICE_FORM,
+    MAX_COOLDOWN,
+    MAX_GPUS,
+    MAX_PAIRS,
+    MAX_SEED,
+    MAX_WARMUP,
+    check_sequential,
+)
 from harness.placement import is_placement_form
 from harness.protocol import CONCURRENT_ORDERS, FIGURE_LIMIT, ORDERS, Plan, ScheduledTrial
 from harness.tables import ENV, LOG, PLAN, CorruptRunFolder, RunFolder
@@ -203,6 +211,10 @@ def _plan_problem(plan: Plan) -> str | None:
     for name, holds in checks.items():
         if not holds:
             return f"protocol.{name} is {_show(getattr(p, name))}, which no run can have"
+    try:  # the start's own check of --pairs auto and its options
+        check_sequential(p.pairs, p.precision, p.max_pairs, p.time_budget, p.first_look)
+    except InputError as exc:
+        return f"protocol: {exc}"
     if not plan.cases:
         return "cases is empty"
     cases = {}
@@ -269,7 +281,7 @@ def _row_problem(
         if (row.get("case"), row.get("arm")) not in arms:
             return f"trial {index} is a warm-up outside the schedule of arm {_show(row.get('arm'))}, not a planned one"
         return _status_problem(index, row, row["case"] in by_ratio)
-    for key in ("case", "phase", "round", "arm", "role"):
+    for key in ("case", "phase", "round", "slot", "arm", "role"):
         if row.get(key) != getattr(trial, key):
             return (
                 f"trial {index}'s {key} is {_show(row.get(key))}, the plan says {_show(getattr(trial, key))}"

@@ -18,6 +18,7 @@ from experiments.fit.plan import (
     recorded_settings_problem,
     trial_function,
 )
+from experiments.resume_check import arms_resume_problem
 from harness.protocol import Plan, ProtocolOptions
 from harness.tier import BaseTier, Caveat, Run
 
@@ -58,6 +59,7 @@ HOOKS = {
     "make_plan": _make_plan,
     "trial_function": trial_function,
     "settings_problem": recorded_settings_problem,
+    "resume_problem": arms_resume_problem,
     "row_problem": recorded_row_problem,
     "tables": _tables,
     "section": _section,

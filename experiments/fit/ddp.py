@@ -15,7 +15,6 @@ same bracket and figures.
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from experiments.fit import embedded
 from experiments.fit.fitting import arm_optimizer_factory, fit_figures, prepare_device
 from experiments.fit.plan import FitSettings
 from experiments.ranks import backend_of, barrier, gather_records, init_group, rank_device
+from harness.safe_fs import remove_tree
 from harness.timing import NullClock, StageClock, read_peaks, reset_peaks, synchronize
 
 SHARING_KEYS = ("world", "matrices_here", "matrices", "note")
@@ -124,7 +124,7 @@ def run_rank_fit(payload: dict[str, Any]) -> dict[str, Any]:
     init_group(device)
     try:
         if rank == 0:
-            shutil.rmtree(trial_dir, ignore_errors=True)  # a resumed trial starts clean
+            remove_tree(trial_dir)  # a resumed trial starts clean
             trial_dir.mkdir(parents=True)
         barrier(device)
         make_optimizer = arm_optimizer_factory(payload["arm_spec"])

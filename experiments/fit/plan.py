@@ -33,6 +33,7 @@ from harness.formatting import format_bytes
 from harness.isolation import RANK_ENVIRONMENT, WorkerDied, WorkerError, run_in_ranks, run_in_worker
 from harness.options import InputError, check_choice, check_non_negative, check_positive
 from harness.protocol import Case, Plan, ProtocolOptions, TrialContext, TrialFunction
+from harness.safe_fs import fresh_dir, remove_entry
 from harness.schema import option
 from harness.validation import (
     BYTES,
@@ -532,6 +533,7 @@ def recorded_settings_problem(plan: Plan) -> str | None:
         check_positive("--imgsz", s.imgsz, MAX_IMGSZ)
         check_positive("--images", s.images, MAX_IMAGES)
         check_steps(s.steps, s.images, s.batch)
+        check_ranks(plan.protocol, s, s.workload, machine=False)  # the start's check: --torchrun above all
     except InputError as exc:
         return f"settings: {exc}"
     return None
@@ -614,9 +616,12 @@ def check_launcher_options(text: str, words: list[str]) -> None:
         )
 
 
-def check_ranks(protocol: ProtocolOptions, settings: FitSettings, workload: str) -> None:
+def check_ranks(
+    protocol: ProtocolOptions, settings: FitSettings, workload: str, machine: bool = True
+) -> None:
     """A data-parallel fit splits the global batch evenly; the real trainer's DDP launch needs CUDA devices
-    and cloudpickle; ``--torchrun`` options are the embedded workload's, with several ranks."""
+    and cloudpickle; ``--torchrun`` options are the embedded workload's, with several ranks. ``machine=False``
+    leaves out what this machine has (cloudpickle): a recorded plan is checked by the rest."""
     ranks = protocol.gpus
     if settings.torchrun and (ranks == 1 or workload != "embedded"):
         raise InputError(
@@ -642,7 +647,7 @@ def check_ranks(protocol: ProtocolOptions, settings: FitSettings, workload: str)
                 f"--gpus {ranks} with the real trainer: Ultralytics' DDP launch needs CUDA devices; use --device "
                 "cuda, or --workload embedded for CPU ranks on gloo"
             )
-        if importlib.util.find_spec("cloudpickle") is None:
+        if machine and importlib.util.find_spec("cloudpickle") is None:
             raise InputError(
                 "--gpus with the real trainer: Ultralytics' DDP launch pickles its trainer with cloudpickle, which "
                 "is not importable here; pip install 'cloudpickle>=3.1.1'"
@@ -701,9 +706,9 @@ def trial_function(plan: Plan) -> TrialFunction:
         )
 
     def trial(ctx: TrialContext) -> dict[str, Any]:
-        trials_dir = ctx.run_dir / "trials"
-        trials_dir.mkdir(exist_ok=True)
+        trials_dir = fresh_dir(ctx.run_dir / "trials")  # a link there is removed, never followed
         trial_dir = trials_dir / f"{ctx.trial.index:03d}"
+        remove_entry(trial_dir)  # a link at the trial's folder: removed, so its target is never emptied
         payload = {
             "settings": asdict(settings),
             "data_yaml": data_yaml,
@@ -713,7 +718,7 @@ def trial_function(plan: Plan) -> TrialFunction:
             "budget": plan.protocol.budget,
             "data_seed": plan.protocol.seed,
             "seed": ctx.seed,
-            "trial_dir": str(trial_dir.resolve()),
+            "trial_dir": os.path.abspath(trial_dir),  # never resolved: a link is not followed
             "parent_pid": os.getpid(),
             "ranks": ranks,
             "devices": list(plan.protocol.rank_devices),

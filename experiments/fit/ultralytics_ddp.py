@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import traceback
 from pathlib import Path
@@ -35,6 +34,7 @@ from experiments.fit.plan import FitSettings
 from experiments.fit.stages import stage_figures
 from experiments.ranks import gather_records
 from harness.isolation import WorkerDied, WorkerError, guard_rank
+from harness.safe_fs import remove_tree
 from harness.timing import NullClock, StageClock, apply_budget, is_out_of_memory, reset_peaks
 
 TRIAL_ENV = "BENCH_DDP_TRIAL"
@@ -170,7 +170,7 @@ def launch_fit(payload: dict[str, Any], settings: FitSettings) -> dict[str, Any]
     from experiments.fit import ultralytics_fit
 
     trial_dir = Path(payload["trial_dir"])
-    shutil.rmtree(trial_dir, ignore_errors=True)  # a resumed trial starts clean
+    remove_tree(trial_dir)  # a resumed trial starts clean
     trial_dir.mkdir(parents=True)
     os.environ[TRIAL_ENV] = str(write_trial(payload, settings, trial_dir))
     ultralytics_fit.prepare_config_dir(Path(os.environ["YOLO_CONFIG_DIR"]))

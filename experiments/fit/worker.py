@@ -11,13 +11,13 @@ figures (``experiments.fit.fitting``, shared with the ranks of a multi-GPU fit).
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 from experiments.fit.fitting import arm_optimizer_factory, fit_figures, prepare_device
 from experiments.fit.plan import FitSettings
 from harness.isolation import die_with_parent
+from harness.safe_fs import remove_tree
 from harness.timing import NullClock, StageClock, SyncTimer, read_peaks, reset_peaks
 
 
@@ -43,7 +43,7 @@ def run_fit(payload: dict[str, Any]) -> dict[str, Any]:
         return ultralytics_ddp.launch_fit(payload, settings)
     device, seed = payload["device"], int(payload["seed"])
     trial_dir = Path(payload["trial_dir"])
-    shutil.rmtree(trial_dir, ignore_errors=True)  # a resumed trial starts clean
+    remove_tree(trial_dir)  # a resumed trial starts clean
     trial_dir.mkdir(parents=True)
     make_optimizer = arm_optimizer_factory(payload["arm_spec"])
     clock = StageClock(device) if settings.stages else NullClock()

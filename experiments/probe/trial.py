@@ -32,6 +32,7 @@ from typing import Any, Protocol
 import torch
 
 from experiments.arms import make_optimizer
+from experiments.finite import check_finite_step
 from experiments.probe.detect import DetectHeadWorkload
 from experiments.probe.lm import LMHead
 from harness.protocol import Plan, TrialContext, TrialFunction
@@ -127,6 +128,7 @@ def _measure(
     peak_allocated, peak_reserved = read_peaks(device)
     if not math.isfinite(float(loss)):  # a head that computed nothing is a failed trial, never a fast one
         raise FloatingPointError(f"the head's loss is {float(loss)}")
+    check_finite_step(optimizer, "the timed step")
     totals = clock.totals()
     fwd_bwd_ms, step_ms = 1e3 * totals["forward_backward"], 1e3 * totals["step"]
     del reserve

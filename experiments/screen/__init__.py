@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from experiments.resume_check import arms_resume_problem
 from experiments.screen.plan import ScreenSettings, make_plan, recorded_settings_problem
 from experiments.screen.ranks import trial_in_ranks
 from experiments.screen.trial import trial_function
@@ -40,6 +41,7 @@ TIER = BaseTier(
     make_plan=make_plan,
     trial_function=_trial_function,
     settings_problem=recorded_settings_problem,
+    resume_problem=arms_resume_problem,
     tables=_tables,
     section=_section,
     caveats=(

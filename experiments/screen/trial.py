@@ -21,6 +21,7 @@ import torch
 
 from experiments import workloads
 from experiments.arms import make_optimizer
+from experiments.finite import check_finite_step
 from experiments.screen.plan import (
     DEFAULT_GUARD,
     DTYPES,
@@ -152,6 +153,7 @@ def time_window(optimizer: torch.optim.Optimizer, device: str, steps: int) -> di
             optimizer.step()
             host_ns += time.perf_counter_ns() - called
     peak_allocated, peak_reserved = read_peaks(device)
+    check_finite_step(optimizer, "the timed window")  # untimed: a NaN window fails, never looks fast
     extra = peak_allocated - allocated if peak_allocated is not None and allocated is not None else None
     graphs = {k: v - graphs_before.get(k, 0) for k, v in getattr(optimizer, "graph_stats", {}).items()}
     return {

@@ -1,0 +1,53 @@
+"""What a resume checks of a plan's arms before any trial: the start's own check, and the code it recorded.
+
+A plan names each arm by a spec; a folder can be edited. So a resume resolves each spec with the start's
+check (``checked_optimizer``), which refuses code inside a run folder before importing it, and compares the
+class it finds with the fingerprint the start recorded (``Plan.arm_code[label]['code']``). Rows logged under
+one label then never come from two codes. ``upstream`` is resolved by the trial's worker, never the parent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.code_origin import class_fingerprint
+from harness.options import InputError
+from harness.protocol import Plan
+
+
+def plan_specs(plan: Plan) -> dict[str, str]:
+    """Every arm spec a plan names, by the option that gives it (an arm label, or a parity setting)."""
+    specs = {arm.label: arm.spec for arm in plan.protocol.arms}
+    specs.update({arm.label: arm.spec for case in plan.cases for arm in case.arms})
+    for option in ("baseline", "candidate"):
+        if isinstance(plan.settings.get(option), str):
+            specs[f"--{option}"] = plan.settings[option]
+    return specs
+
+
+def arms_resume_problem(plan: Plan) -> str | None:
+    """Why a resume cannot run a plan's arms (None where it can): a spec the start's check refuses, or a class
+    that is not the one the start recorded for its label."""
+    from experiments.arms import checked_optimizer  # the parent's: imports the arms' code
+
+    for label, spec in plan_specs(plan).items():
+        try:
+            found = checked_optimizer(spec, option="its arms", import_upstream=False)
+        except InputError as exc:
+            return str(exc)
+        recorded = (plan.arm_code.get(label) or {}).get("code")
+        now = class_fingerprint(found)
+        if recorded is not None and recorded != now:
+            return (
+                f"arm '{label}' ({spec}): its code changed since the run started ({_difference(recorded, now)}); "
+                "a resume runs the code its rows came from: start a new run"
+            )
+    return None
+
+
+def _difference(recorded: Any, now: dict[str, Any] | None) -> str:
+    if not isinstance(recorded, dict) or now is None:
+        return "the plan's record is not a fingerprint"
+    if recorded.get("class") != now["class"]:
+        return f"the class was {recorded.get('class')}, now {now['class']}"
+    return f"{now['class']}'s source file differs"

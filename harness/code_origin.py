@@ -1,0 +1,86 @@
+"""Where an import would load code from, found without running any of it: a run folder is data, never code.
+
+``import_locations`` walks a dotted module name the way the path finder does (``sys.path``, then each
+package's search locations) and lists every file and folder the import would read; nothing is executed.
+``run_folder_code`` names the first of them inside a run folder (a folder holding a plan): an import from
+there would run whatever a folder's author put in it, so the caller refuses it before importing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import inspect
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+_SUFFIXES = tuple(importlib.machinery.all_suffixes())
+RUN_FOLDER_MARK = "plan.json"  # every run folder holds its plan (harness.tables.PLAN)
+
+
+def import_locations(module_name: str) -> list[Path]:
+    """Every file and folder importing ``module_name`` could read, found as the path finder looks (each
+    directory of ``sys.path``, then each package's folders), without importing anything. A package already
+    imported is taken as imported. It lists more than an import reads, never less: a refusal errs safe."""
+    found: list[Path] = []
+    search = [os.path.abspath(entry or os.curdir) for entry in sys.path if isinstance(entry, str)]
+    parts = module_name.split(".")
+    for depth, part in enumerate(parts, start=1):
+        module = sys.modules.get(".".join(parts[:depth]))
+        if module is not None:
+            here = [getattr(module, "__file__", None), *list(getattr(module, "__path__", None) or [])]
+            found += [Path(os.path.abspath(p)) for p in here if isinstance(p, str)]
+            search = [
+                os.path.abspath(p) for p in getattr(module, "__path__", None) or [] if isinstance(p, str)
+            ]
+            continue
+        folders = [os.path.join(d, part) for d in search if os.path.isdir(os.path.join(d, part))]
+        files = [
+            os.path.join(d, part + s)
+            for d in search
+            for s in _SUFFIXES
+            if os.path.isfile(os.path.join(d, part + s))
+        ]
+        found += [Path(p) for p in (*folders, *files)]
+        search = folders
+    return found
+
+
+def run_folder_holding(path: Path) -> Path | None:
+    """The run folder ``path`` lies in (itself or an ancestor holding a plan), or None."""
+    for folder in [path, *path.parents]:
+        if (folder / RUN_FOLDER_MARK).is_file():
+            return folder
+    return None
+
+
+def run_folder_code(module_name: str) -> str | None:
+    """Why importing ``module_name`` would run code from a run folder (None where it would not)."""
+    for location in import_locations(module_name):
+        folder = run_folder_holding(location)
+        if folder is not None:
+            return f"it would import {location.name} from the run folder {folder.name}: a run folder is data, not code"
+    return None
+
+
+def source_sha256(path: str | os.PathLike[str] | None) -> str | None:
+    """The SHA-256 of a source file's bytes (None where there is no readable file)."""
+    if not path:
+        return None
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def class_fingerprint(cls: type | None) -> dict[str, Any] | None:
+    """What a plan records of an arm's class: its qualified name and the SHA-256 of its source file."""
+    if cls is None:
+        return None
+    try:
+        source = inspect.getsourcefile(cls)
+    except TypeError:  # a built-in class has no source file
+        source = None
+    return {"class": f"{cls.__module__}.{cls.__qualname__}", "sha256": source_sha256(source)}

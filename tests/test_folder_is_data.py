@@ -1,0 +1,388 @@
+"""A run folder is data: an edited folder never runs code, follows no link, and claims nothing it did not measure.
+
+Each case does what a user (or whoever handed them a folder) can do: edit a stopped run's plan, put a file or a
+link in it, then resume it or ask for its report. Every refusal is one line and exit status 2; nothing runs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.tables import LOG, PLAN
+from tests import test_hostile_folders as hf
+from tests.argv import overridden
+from tests.runfolders import only_run
+
+SCREEN = [
+    "screen",
+    "--device",
+    "cpu",
+    "--scales",
+    "n",
+    "--guards",
+    "0",
+    "--steps",
+    "1",
+    "--warmup-steps",
+    "0",
+]
+SCREEN += ["--warmup", "0", "--pairs", "2", "--arms", "baseline,candidate-cpu"]
+
+
+def _stopped_screen(root: Path) -> Path:
+    """A finished two-pair screen cut back to its first row: a run stopped after one trial."""
+    assert main([*SCREEN, "--out", str(root)]) == 0
+    folder = only_run(root).path
+    log = folder / LOG
+    log.write_text(log.read_text().splitlines(keepends=True)[0])
+    return folder
+
+
+def _resume(argv: list[str], capsys) -> int:
+    capsys.readouterr()  # the start's console
+    return main(argv)
+
+
+def _one_line_refusal(capsys, code: int, *words: str) -> str:
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    for word in words:
+        assert word in err, err
+    return err
+
+
+PAYLOAD = """
+import pathlib
+pathlib.Path({marker!r}).write_text("ran")
+from optimizers import MuSGD as Opt
+"""
+
+
+def test_a_plan_naming_code_in_its_own_folder_is_refused_before_it_runs(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(
+        str(tmp_path)
+    )  # `runs` in the working directory imports as a namespace package
+    folder = _stopped_screen(tmp_path / "runs")
+    marker = tmp_path / "payload-ran"
+    (folder / "payload.py").write_text(PAYLOAD.format(marker=str(marker)))
+    spec = f"runs.{folder.name}.payload:Opt"
+
+    for name in (PLAN, LOG):  # every place the folder names the spec, labels too, consistently
+        (folder / name).write_text((folder / name).read_text().replace("candidate-cpu", spec))
+    rows_before = (folder / LOG).read_text()
+    code = _resume(["screen", "--resume", str(folder)], capsys)
+    _one_line_refusal(capsys, code, "run folder", "data, not code")
+    assert not marker.exists()
+    assert (folder / LOG).read_text() == rows_before
+    sys.modules.pop("runs", None)
+
+
+def test_a_resume_refuses_an_arm_whose_code_changed_since_the_start(tmp_path, monkeypatch, capsys) -> None:
+    """A spec that names code outside any folder: resolved as at the start, and its recorded fingerprint
+    must match, so rows logged under one label never come from two codes."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "mine_a43.py").write_text("from optimizers import MuSGD as Opt\n")
+    root = tmp_path / "runs"
+    argv = [*SCREEN[:-1], "baseline,mine_a43:Opt", "--out", str(root)]
+    assert main(argv) == 0
+    folder = only_run(root).path
+    log = folder / LOG
+    log.write_text(log.read_text().splitlines(keepends=True)[0])
+    (tmp_path / "mine_a43.py").write_text("from optimizers import BatchedMuSGD as Opt\n")
+    sys.modules.pop("mine_a43", None)
+    rows_before = log.read_text()
+    code = _resume(["screen", "--resume", str(folder)], capsys)
+    _one_line_refusal(capsys, code, "mine_a43:Opt", "changed")
+    assert log.read_text() == rows_before
+
+
+def test_a_resume_checks_the_torchrun_options_as_the_start_does(tmp_path, capsys) -> None:
+    """settings.torchrun edited to name a script: the start refuses it, so a resume (and a report) does too."""
+    root = tmp_path / "runs"
+    tiny = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "2", "--val-images", "4"]
+    argv = ["pair", *tiny, "--gpus", "2", "--device", "cpu", "--warmup", "0", "--pairs", "1", "--quiet"]
+    assert main([*argv, "--out", str(root)]) == 0
+    folder = only_run(root).path
+    (folder / LOG).write_text("")  # stopped before its first trial
+    marker = tmp_path / "script-ran"
+    (folder / "script.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n")
+    plan = json.loads((folder / PLAN).read_text())
+    plan["settings"]["torchrun"] = str(folder / "script.py")
+    (folder / PLAN).write_text(json.dumps(plan))
+    code = _resume(["pair", "--resume", str(folder)], capsys)
+    _one_line_refusal(capsys, code, "settings", "torchrun")
+    assert not marker.exists() and (folder / LOG).read_text() == ""
+    code = _resume(["report", str(folder), "-o", str(tmp_path / "report.md")], capsys)
+    _one_line_refusal(capsys, code, "torchrun")
+
+
+# --- 3: links in a run folder are never followed -------------------------------------------------------------
+
+
+def _victim(tmp_path: Path) -> Path:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("precious")
+    return victim
+
+
+def test_a_link_at_the_next_trials_folder_never_empties_its_target(tmp_path, capsys) -> None:
+    root = tmp_path / "runs"
+    tiny = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "2", "--val-images", "4"]
+    assert main(["pair", *tiny, "--device", "cpu", "--warmup", "0", "--pairs", "1", "--out", str(root)]) == 0
+    folder = only_run(root).path
+    log = folder / LOG
+    log.write_text(log.read_text().splitlines(keepends=True)[0])  # the second trial (index 1) is next
+    victim = _victim(tmp_path)
+    (folder / "trials").mkdir(exist_ok=True)
+    (folder / "trials" / "001").symlink_to(victim)
+    assert _resume(["pair", "--resume", str(folder)], capsys) == 0
+    assert (victim / "keep.txt").read_text() == "precious"
+
+
+def test_a_lock_link_and_a_temporary_file_link_never_overwrite_their_targets(tmp_path, capsys) -> None:
+    root = tmp_path / "runs"
+    folder = _stopped_screen(root)
+    target = tmp_path / "target.txt"
+    target.write_text("precious")
+    (folder / "report.md.tmp").symlink_to(target)
+    assert _resume(["report", str(folder)], capsys) == 0
+    assert target.read_text() == "precious" and (folder / "report.md").is_file()
+    (folder / "run.lock").unlink(missing_ok=True)
+    (folder / "run.lock").symlink_to(target)
+    code = _resume(["screen", "--resume", str(folder)], capsys)
+    _one_line_refusal(capsys, code, "run.lock", "symbolic link")
+    assert target.read_text() == "precious"
+
+
+def test_the_run_folder_path_is_absolute_so_an_arm_that_changes_directory_keeps_its_row(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    arms = tmp_path / "arms"
+    arms.mkdir()
+    (arms / "chdir_a43.py").write_text(
+        "import os\nfrom optimizers import MuSGD\n\n\nclass Chdir(MuSGD):\n"
+        "    def step(self, closure=None):\n        os.chdir('/')\n        return super().step(closure)\n"
+    )
+    monkeypatch.syspath_prepend(str(arms))
+    monkeypatch.chdir(tmp_path)
+    argv = ["screen", *overridden(SCREEN[1:], ["--arms", "baseline,chdir_a43:Chdir", "--pairs", "1"])]
+    argv += ["--out", "runs"]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert len((only_run(tmp_path / "runs").path / LOG).read_text().splitlines()) == 2
+
+
+# --- 4: every tier judges the finiteness of what it measured -------------------------------------------------
+
+HOSTILE = """
+import os
+import sys
+
+import torch
+
+from optimizers import MuSGD
+
+
+class NaNEverything(MuSGD):
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.fill_(float("nan"))
+
+
+class ExitZero(MuSGD):
+    def step(self, closure=None):
+        sys.exit(0)
+"""
+
+
+@pytest.fixture
+def hostile(tmp_path, monkeypatch) -> str:
+    """A module of hostile MuSGD subclasses on the import path (its name, for ``module:Class`` specs)."""
+    folder = tmp_path / "hostile-arms"
+    folder.mkdir()
+    (folder / "hostile_a43.py").write_text(HOSTILE)
+    monkeypatch.syspath_prepend(str(folder))
+    return "hostile_a43"
+
+
+def test_the_screen_fails_a_window_that_left_nan_parameters(tmp_path, hostile, capsys) -> None:
+    root = tmp_path / "runs"
+    argv = [
+        "screen",
+        *overridden(SCREEN[1:], ["--arms", f"baseline,{hostile}:NaNEverything", "--steps", "2"]),
+    ]
+    code = main([*argv, "--bar", "5", "--gate", "--out", str(root)])
+    assert code != 0
+    rows = [json.loads(line) for line in (only_run(root).path / LOG).read_text().splitlines()]
+    nan_rows = [row for row in rows if row["arm"].startswith(hostile)]
+    assert nan_rows and all(row["status"] == "error" for row in nan_rows), nan_rows
+    assert all("non-finite" in row["message"] for row in nan_rows)
+    assert all(row["status"] == "ok" for row in rows if row["arm"] == "baseline")
+
+
+# --- 5: an exit inside a trial is that trial's error ---------------------------------------------------------
+
+
+def test_an_arm_that_calls_sys_exit_gets_error_rows_and_the_command_goes_on(
+    tmp_path, hostile, capsys
+) -> None:
+    root = tmp_path / "runs"
+    argv = ["parity", "--steps", "2", "--candidate", f"{hostile}:ExitZero", "--device", "cpu", "--quiet"]
+    code = main([*argv, "--out", str(root)])
+    assert code == 1, capsys.readouterr().err  # judged: the contract is not shown, never a silent exit 0
+    rows = [json.loads(line) for line in (only_run(root).path / LOG).read_text().splitlines()]
+    assert rows and any(row["status"] == "error" and "SystemExit" in row["message"] for row in rows), rows
+
+
+# --- 12: a trial's figures never shadow what the harness measured --------------------------------------------
+
+
+def test_a_figure_named_as_telemetry_is_an_error_row_and_the_folder_stays_readable(tmp_path) -> None:
+    from harness.api import compare
+
+    result = compare(
+        {"a": lambda: {"value": 1.0}, "b": lambda: {"value": 1.0, "cpu_busy_share": 5.0}},
+        pairs=2,
+        warmup=0,
+        out=str(tmp_path),
+    )
+    rows = [json.loads(line) for line in (result.folder / LOG).read_text().splitlines()]
+    shadowing = [row for row in rows if row["arm"] == "b"]
+    assert all(row["status"] == "error" and "cpu_busy_share" in row["message"] for row in shadowing), rows
+    assert all(0 <= row["cpu_busy_share"] <= 1 for row in rows if row.get("cpu_busy_share") is not None)
+    assert main(["report", str(result.folder), "-o", str(tmp_path / "again.md")]) == 0
+
+
+# --- 6: a duet round a crash left half done runs again whole ----------------------------------------------------
+
+
+def test_a_half_done_duet_round_runs_its_missing_trial_beside_a_partner(tmp_path, capsys) -> None:
+    root = tmp_path / "runs"
+    tiny = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "2", "--val-images", "4"]
+    argv = ["pair", *tiny, "--device", "cpu", "--warmup", "0", "--pairs", "1", "--order", "duet", "--quiet"]
+    assert main([*argv, "--no-report", "--out", str(root)]) == 0
+    folder = only_run(root).path
+    log = folder / LOG
+    first = json.loads(log.read_text().splitlines()[0])
+    log.write_text(log.read_text().splitlines(keepends=True)[0])  # killed after the round's first row
+    assert _resume(["pair", "--resume", str(folder), "--no-report"], capsys) == 0
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    missing = next(r for r in rows if r["phase"] == "measured" and r["index"] != first["index"])
+    partner = [r for r in rows if r["index"] in missing["concurrent_with"]]
+    assert partner and partner[0]["arm"] == first["arm"] and partner[0]["phase"] == "warmup", rows
+    assert partner[0]["warmup_reason"] == "duet partner"
+    assert main(["report", str(folder), "-o", str(tmp_path / "r.md")]) == 0
+
+
+# --- 8: folders that pass validation never crash a report -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("how", "fragments"),
+    [
+        (hf._plan(hf._set("protocol.pairs", "auto")), ("plan.json", "--pairs auto needs --precision")),
+        (hf._row(3, hf._drop("slot")), ("trials.jsonl", "line 3", "slot")),
+    ],
+    ids=["pairs auto with no precision", "an ok row with no slot"],
+)
+def test_an_edit_that_passed_validation_and_crashed_the_report_is_one_line(tmp_path, capsys, how, fragments):
+    folder = hf._copy("screen", tmp_path)
+    hf._edit(folder, how)
+    hf._refused(folder, tmp_path, capsys, fragments)
+
+
+def test_figures_1e58_apart_in_one_pair_give_a_report(tmp_path) -> None:
+    """Each figure is within the log's ±1e30, so the folder is valid; their ratio overflowed the order effect."""
+    folder = hf._copy("screen", tmp_path)
+    rows = [json.loads(line) for line in (folder / LOG).read_text().splitlines()]
+    first = next(r for r in rows if r["phase"] == "measured" and r["status"] == "ok")
+    partner = next(
+        r
+        for r in rows
+        if (r["round"], r["case"], r["phase"]) == (first["round"], first["case"], "measured")
+        and r["arm"] != first["arm"]
+    )
+    first["value"], partner["value"] = 1e29, 1e-29
+    (folder / LOG).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["report", str(folder), "-o", str(tmp_path / "r.md")]) == 0
+
+
+# --- 15: escapes and newlines never reach a report or split a line ---------------------------------------------
+
+
+def test_an_arms_escape_sequences_never_reach_the_report(tmp_path) -> None:
+    from harness.api import compare
+
+    def red() -> None:
+        raise RuntimeError("\x1b[31mred\x1b[0m\nsecond line")
+
+    result = compare({"a": lambda: None, "b": red}, pairs=2, warmup=0, out=str(tmp_path), report=True)
+    text = (result.folder / "report.md").read_text()
+    assert "red second line" in text and "\x1b" not in text
+
+
+def test_a_newline_in_out_is_refused_in_one_line(tmp_path, capsys) -> None:
+    out = str(tmp_path / "a\nb")
+    _one_line_refusal(capsys, main([*SCREEN, "--out", out]), "--out", "control character")
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- 16: the API refuses what the CLI refuses, as InputError -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"out": ""}, "empty"),
+        ({"out": None}, "not a folder path"),
+        ({"cooldown": "1"}, "cooldown"),
+    ],
+    ids=["empty out", "out None", "cooldown text"],
+)
+def test_the_api_refuses_bad_options_as_input_errors(tmp_path, monkeypatch, options, says) -> None:
+    from harness.api import compare
+    from harness.options import InputError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match=says):
+        compare({"a": lambda: None, "b": lambda: None}, pairs=2, warmup=0, **options)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_api_refuses_no_functions_and_another_tiers_folder(tmp_path) -> None:
+    from harness.api import compare
+    from harness.options import InputError
+
+    with pytest.raises(InputError, match="two or more functions"):
+        compare({})
+    folder = hf._copy("screen", tmp_path)
+    log_before = (folder / LOG).read_bytes()
+    with pytest.raises(InputError, match="'screen' run"):
+        compare({"baseline": lambda: None, "candidate-cpu": lambda: None}, resume=folder)
+    assert (folder / LOG).read_bytes() == log_before
+
+
+# --- 17: bench plan never advises more pairs than --pairs accepts ----------------------------------------------
+
+
+def test_bench_plan_advises_no_more_pairs_than_the_option_accepts(capsys) -> None:
+    import re
+
+    from harness.options import MAX_PAIRS
+
+    assert main(["plan", str(hf.FOLDERS["screen"]), "--effect", "0.3%"]) == 0
+    out = capsys.readouterr().out
+    advised = [int(n.replace(",", "")) for n in re.findall(r"run ([\d,]+) pairs", " ".join(out.split()))]
+    assert all(n <= MAX_PAIRS for n in advised), advised
+    assert f"more than --pairs accepts ({MAX_PAIRS:,})" in " ".join(out.split())
