@@ -386,3 +386,59 @@ def test_bench_plan_advises_no_more_pairs_than_the_option_accepts(capsys) -> Non
     advised = [int(n.replace(",", "")) for n in re.findall(r"run ([\d,]+) pairs", " ".join(out.split()))]
     assert all(n <= MAX_PAIRS for n in advised), advised
     assert f"more than --pairs accepts ({MAX_PAIRS:,})" in " ".join(out.split())
+
+
+# --- 13: a second writer is detected; a doubled row has a documented repair ------------------------------------
+
+
+def test_a_lock_removed_under_a_run_stops_it_before_its_next_row(tmp_path) -> None:
+    from harness.api import compare
+    from harness.tables import LOCK, RunFolderError
+
+    calls = []
+
+    def remove_the_lock() -> None:
+        calls.append(1)
+        if len(calls) == 2:  # the second trial: as if a user deleted run.lock to start a second run
+            for lock in tmp_path.glob(f"*/{LOCK}"):
+                lock.unlink()
+
+    with pytest.raises(RunFolderError, match="run.lock"):
+        compare({"a": remove_the_lock, "b": lambda: None}, pairs=2, warmup=0, out=str(tmp_path))
+    folder = only_run(tmp_path).path
+    rows = [json.loads(line) for line in (folder / LOG).read_text().splitlines()]
+    assert [row["arm"] for row in rows].count("a") == 1  # the trial that ran unlocked is not logged
+
+
+def test_a_doubled_row_is_refused_with_its_repair_and_the_repair_works(tmp_path, capsys) -> None:
+    from harness.repair_log import DOUBLED
+    from harness.repair_log import main as repair
+
+    folder = hf._copy("screen", tmp_path)
+    lines = (folder / LOG).read_text().splitlines(keepends=True)
+    (folder / LOG).write_text("".join([*lines, lines[2]]))
+    hf._refused(folder, tmp_path, capsys, ("logged twice", "python -m harness.repair_log"))
+    assert repair([str(folder)]) == 0
+    assert (folder / LOG).read_text() == "".join(lines) and (folder / DOUBLED).read_text() == lines[2]
+    assert main(["report", str(folder), "-o", str(tmp_path / "r.md")]) == 0
+
+
+# --- 10: two reports of one folder at once never share their staging folder ------------------------------------
+
+
+def test_two_reports_of_one_folder_at_once_both_succeed(tmp_path) -> None:
+    """They shared one staging folder: in 4 of 5 tries one failed. Two tries here, each two processes."""
+    import re
+    import subprocess
+
+    folder = hf._copy("screen", tmp_path)
+    command = [sys.executable, "-m", "harness.cli", "report", str(folder)]
+    for _ in range(2):
+        reports = [
+            subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)
+        ]
+        results = [(p.wait(timeout=300), p.stderr.read().decode()) for p in reports]
+        assert [code for code, _ in results] == [0, 0], results
+        text = (folder / "report.md").read_text()
+        for figure in re.findall(r"\]\(([^)]+\.png)\)", text):
+            assert (folder / figure).is_file(), figure
