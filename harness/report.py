@@ -1687,7 +1687,12 @@ def write_report(
                 folder.mkdir(parents=True, exist_ok=True)
             except OSError as exc:  # a folder that takes no new entries (/proc), found only by trying
                 raise RunFolderWriteError(f"could not make {folder}: {exc.strerror or exc}") from None
-        markdown = render(runs)
+        try:
+            markdown = render(runs)
+        except OSError as exc:  # a figure that could not be drawn (a full disk): nothing replaced yet
+            raise RunFolderWriteError(
+                f"could not draw the report's figures beside {path}: {exc.strerror or exc}; nothing was replaced"
+            ) from None
         for run in runs:
             _put_in_place(run.figures_dir, path.parent / run.figures_dir.name, staging)
         return write_atomic(path, markdown)

@@ -442,3 +442,33 @@ def test_two_reports_of_one_folder_at_once_both_succeed(tmp_path) -> None:
         text = (folder / "report.md").read_text()
         for figure in re.findall(r"\]\(([^)]+\.png)\)", text):
             assert (folder / figure).is_file(), figure
+
+
+# --- 9: a report on a full disk is one line ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 200 KiB file system, filled (a tmpfs: needs the right to mount; skipped without it)."""
+    import subprocess
+
+    where = tmp_path / "full"
+    where.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(where)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a small file system here")
+    try:
+        (where / "fill").write_bytes(b"\0" * 190 * 1024)
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], capture_output=True)
+
+
+def test_a_report_on_a_full_disk_is_one_line(tmp_path, full_disk, capsys) -> None:
+    folder = hf.FOLDERS["screen"]
+    code = main(["report", str(folder), "-o", str(full_disk / "r.md")])
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert "No space left" in err and not (full_disk / "r.md").exists()
