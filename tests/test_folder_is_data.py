@@ -472,3 +472,92 @@ def test_a_report_on_a_full_disk_is_one_line(tmp_path, full_disk, capsys) -> Non
     err = capsys.readouterr().err.strip()
     assert code != 0 and "Traceback" not in err and len(err.splitlines()) == 1, err
     assert "No space left" in err and not (full_disk / "r.md").exists()
+
+
+# --- the readers' fuzz, extended to plans edited within their schema --------------------------------------------
+
+
+def _leaves(node, path=()):
+    """(path, value) of every scalar of a JSON value."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _leaves(value, (*path, key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _leaves(value, (*path, i))
+    else:
+        yield path, node
+
+
+def _same_type(value):
+    """A strategy of values of ``value``'s JSON type, edges included: what a hand edit within the schema gives."""
+    from hypothesis import strategies as st
+
+    if isinstance(value, bool):
+        return st.booleans()
+    if isinstance(value, int):
+        return st.integers(-(2**70), 2**70) | st.sampled_from([0, -1, 1, 2**63])
+    if isinstance(value, float):
+        return st.floats(allow_nan=False) | st.sampled_from([0.0, -0.0, 1e-300, 1e300])
+    if isinstance(value, str):
+        return st.text(max_size=12) | st.sampled_from(["", "auto", "baseline", "candidate", "none"])
+    return st.none() | st.integers(-3, 3) | st.text(max_size=4)
+
+
+PLANS = {name: json.loads((hf.FOLDERS[name] / PLAN).read_text()) for name in ("screen", "pair", "parity")}
+LEAVES = {name: [path for path, _ in _leaves(plan)] for name, plan in PLANS.items()}
+
+
+def _within_schema():
+    from hypothesis import strategies as st
+
+    return st.sampled_from(sorted(PLANS)).flatmap(
+        lambda name: st.sampled_from(LEAVES[name]).flatmap(
+            lambda path: st.tuples(st.just(name), st.just(path), _same_type(_at(PLANS[name], path)))
+        )
+    )
+
+
+def _at(node, path):
+    for part in path:
+        node = node[part]
+    return node
+
+
+def _fuzz_settings():
+    from hypothesis import HealthCheck, settings
+
+    return settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+
+
+@pytest.fixture(scope="module")
+def plan_copies(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("plans")
+    return {name: hf._copy(name, root / name) for name in PLANS}
+
+
+def test_fuzz_a_plan_edited_within_its_schema_gives_a_report_or_one_line(plan_copies) -> None:
+    import contextlib
+    import copy
+    import io
+
+    from hypothesis import given
+
+    @_fuzz_settings()
+    @given(edit=_within_schema())
+    def check(edit) -> None:
+        name, path, value = edit
+        plan = copy.deepcopy(PLANS[name])
+        *parents, last = path
+        _at(plan, parents)[last] = value
+        folder = plan_copies[name]
+        (folder / PLAN).write_text(json.dumps(plan))
+        stderr = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(stderr):
+            status = main(["report", str(folder), "-o", str(folder.parent / "r.md")])
+        text = stderr.getvalue().strip()
+        assert status in (0, 2), (path, value, text)
+        if status == 2:
+            assert text.startswith("bench: error: ") and text.count("\n") == 0, (path, value, text)
+
+    check()
