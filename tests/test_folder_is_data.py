@@ -7,6 +7,7 @@ link in it, then resume it or ask for its report. Every refusal is one line and 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -135,17 +136,32 @@ def _victim(tmp_path: Path) -> Path:
     return victim
 
 
-def test_a_link_at_the_next_trials_folder_never_empties_its_target(tmp_path, capsys) -> None:
-    root = tmp_path / "runs"
+@pytest.fixture(scope="module")
+def duet_pair(tmp_path_factory) -> Path:
+    """A finished one-pair duet fit of the embedded workload (each test copies it and cuts its log)."""
+    root = tmp_path_factory.mktemp("duet") / "runs"
     tiny = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "2", "--val-images", "4"]
-    assert main(["pair", *tiny, "--device", "cpu", "--warmup", "0", "--pairs", "1", "--out", str(root)]) == 0
-    folder = only_run(root).path
+    argv = ["pair", *tiny, "--device", "cpu", "--warmup", "0", "--pairs", "1", "--order", "duet", "--quiet"]
+    assert main([*argv, "--no-report", "--out", str(root)]) == 0
+    return only_run(root).path
+
+
+def _killed_after_first_row(duet_pair: Path, tmp_path: Path) -> tuple[Path, dict]:
+    """A copy of the duet run as a kill -9 after the round's first row leaves it, and that row."""
+    folder = tmp_path / "run"
+    shutil.copytree(duet_pair, folder)
     log = folder / LOG
-    log.write_text(log.read_text().splitlines(keepends=True)[0])  # the second trial (index 1) is next
+    first = json.loads(log.read_text().splitlines()[0])
+    log.write_text(log.read_text().splitlines(keepends=True)[0])
+    return folder, first
+
+
+def test_a_link_at_the_next_trials_folder_never_empties_its_target(duet_pair, tmp_path, capsys) -> None:
+    folder, first = _killed_after_first_row(duet_pair, tmp_path)
     victim = _victim(tmp_path)
     (folder / "trials").mkdir(exist_ok=True)
-    (folder / "trials" / "001").symlink_to(victim)
-    assert _resume(["pair", "--resume", str(folder)], capsys) == 0
+    (folder / "trials" / f"{1 - first['index']:03d}").symlink_to(victim)  # the trial the resume runs
+    assert _resume(["pair", "--resume", str(folder), "--no-report"], capsys) == 0
     assert (victim / "keep.txt").read_text() == "precious"
 
 
@@ -267,17 +283,10 @@ def test_a_figure_named_as_telemetry_is_an_error_row_and_the_folder_stays_readab
 # --- 6: a duet round a crash left half done runs again whole ----------------------------------------------------
 
 
-def test_a_half_done_duet_round_runs_its_missing_trial_beside_a_partner(tmp_path, capsys) -> None:
-    root = tmp_path / "runs"
-    tiny = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "2", "--val-images", "4"]
-    argv = ["pair", *tiny, "--device", "cpu", "--warmup", "0", "--pairs", "1", "--order", "duet", "--quiet"]
-    assert main([*argv, "--no-report", "--out", str(root)]) == 0
-    folder = only_run(root).path
-    log = folder / LOG
-    first = json.loads(log.read_text().splitlines()[0])
-    log.write_text(log.read_text().splitlines(keepends=True)[0])  # killed after the round's first row
+def test_a_half_done_duet_round_runs_its_missing_trial_beside_a_partner(duet_pair, tmp_path, capsys) -> None:
+    folder, first = _killed_after_first_row(duet_pair, tmp_path)
     assert _resume(["pair", "--resume", str(folder), "--no-report"], capsys) == 0
-    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    rows = [json.loads(line) for line in (folder / LOG).read_text().splitlines()]
     missing = next(r for r in rows if r["phase"] == "measured" and r["index"] != first["index"])
     partner = [r for r in rows if r["index"] in missing["concurrent_with"]]
     assert partner and partner[0]["arm"] == first["arm"] and partner[0]["phase"] == "warmup", rows
@@ -427,7 +436,7 @@ def test_a_doubled_row_is_refused_with_its_repair_and_the_repair_works(tmp_path,
 
 
 def test_two_reports_of_one_folder_at_once_both_succeed(tmp_path) -> None:
-    """They shared one staging folder: in 4 of 5 tries one failed. Two tries here, each two processes."""
+    """They shared one staging folder: in 4 of 5 tries one failed (one try here: two processes)."""
     import re
     import subprocess
 
