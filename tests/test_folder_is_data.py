@@ -216,6 +216,19 @@ class NaNEverything(MuSGD):
                 p.fill_(float("nan"))
 
 
+class NaNFromThirdStep(MuSGD):
+    steps = 0
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        self.steps += 1
+        if self.steps < 3:  # the probe primes, attributes, then times a step
+            return super().step(closure)
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.fill_(float("nan"))
+
+
 class ExitZero(MuSGD):
     def step(self, closure=None):
         sys.exit(0)
@@ -570,3 +583,14 @@ def test_fuzz_a_plan_edited_within_its_schema_gives_a_report_or_one_line(plan_co
             assert text.startswith("bench: error: ") and text.count("\n") == 0, (path, value, text)
 
     check()
+
+
+def test_the_probe_fails_a_step_that_left_nan_parameters(tmp_path, hostile) -> None:
+    """The probe checked the loss, computed before its timed step: a step that fills NaN there looked fast."""
+    root = tmp_path / "runs"
+    tiny_lm = ["--tokens", "64", "--vocab", "32", "--dim", "8", "--chunk", "24", "--variants", "chunked"]
+    argv = ["probe", *tiny_lm, "--device", "cpu", "--arms", f"baseline,{hostile}:NaNFromThirdStep"]
+    assert main([*argv, "--pairs", "1", "--warmup", "0", "--quiet", "--no-report", "--out", str(root)]) == 0
+    rows = [json.loads(line) for line in (only_run(root).path / LOG).read_text().splitlines()]
+    nan_rows = [row for row in rows if row["arm"].startswith(hostile)]
+    assert nan_rows and all(r["status"] == "error" and "non-finite" in r["message"] for r in nan_rows), rows
