@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 _SUFFIXES = tuple(importlib.machinery.all_suffixes())
-RUN_FOLDER_MARK = "plan.json"  # every run folder holds its plan (harness.tables.PLAN)
+RUN_FOLDER_MARK = "plan.json"  # every run folder holds its plan (harness.tables.PLAN) and one of these:
+RUN_FOLDER_FILES = ("env.json", "trials.jsonl", "run.lock")
 
 
 def import_locations(module_name: str) -> list[Path]:
@@ -49,9 +50,9 @@ def import_locations(module_name: str) -> list[Path]:
 
 
 def run_folder_holding(path: Path) -> Path | None:
-    """The run folder ``path`` lies in (itself or an ancestor holding a plan), or None."""
+    """The run folder ``path`` lies in (itself or an ancestor holding a plan and an env, log or lock), or None."""
     for folder in [path, *path.parents]:
-        if (folder / RUN_FOLDER_MARK).is_file():
+        if (folder / RUN_FOLDER_MARK).exists() and any((folder / name).exists() for name in RUN_FOLDER_FILES):
             return folder
     return None
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +61,8 @@ from harness.protocol import (
     warmup_sequences,
 )
 from harness.report_env import environment_section, resumed_at_other_code, resumed_elsewhere
+from harness.report_staging import remove_stale_staging, staging_folder
+from harness.safe_fs import remove_tree
 from harness.stats import (
     ClaimSettings,
     disagreeing_checks,
@@ -1469,25 +1470,30 @@ def write_report(
         check_can_write(path.parent, "run folder", "write the report elsewhere with -o NAME.md")
     else:
         check_can_write(path.parent, "-o")
-    staging = path.parent / f"{path.stem}-figures.partial"
+    staging = staging_folder(path)  # this report's own: two reports of one folder never share it
     runs = _load(folders, path, tiers or TierRegistry(), staging)
     for run in runs:  # a file where the figures go is refused before anything is drawn
         final = path.parent / run.figures_dir.name
         check_can_write(final, "the report's figures folder", "move it, or name the report otherwise with -o")
         _check_only_figures(final)
-    shutil.rmtree(staging, ignore_errors=True)  # left by a report killed outright
+    remove_stale_staging(path)  # left by a report killed outright
     try:
         for folder in [path.parent, *(run.figures_dir for run in runs)]:
             try:
                 folder.mkdir(parents=True, exist_ok=True)
             except OSError as exc:  # a folder that takes no new entries (/proc), found only by trying
                 raise RunFolderWriteError(f"could not make {folder}: {exc.strerror or exc}") from None
-        markdown = render(runs)
+        try:
+            markdown = render(runs)
+        except OSError as exc:  # a figure that could not be drawn (a full disk): nothing replaced yet
+            raise RunFolderWriteError(
+                f"could not draw the report's figures beside {path}: {exc.strerror or exc}; nothing was replaced"
+            ) from None
         for run in runs:
             _put_in_place(run.figures_dir, path.parent / run.figures_dir.name, staging)
         return write_atomic(path, markdown)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_tree(staging)
 
 
 def _check_only_figures(folder: Path) -> None:

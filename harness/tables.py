@@ -225,9 +225,29 @@ class RunFolder:
                     + (f" (process {holder})" if holder.isdigit() else "")
                     + "; wait for it to end (or stop it), then resume"
                 ) from None
+            self._lock_fd = fd
             yield
         finally:
+            self._lock_fd = None
             os.close(fd)  # releases the lock
+
+    def _check_lock_held(self, row: dict[str, Any]) -> None:
+        """``RunFolderBusy`` where this run holds the lock but ``run.lock`` is no longer its file (removed or
+        replaced): a second run may write the folder, so this one logs nothing more."""
+        fd = getattr(self, "_lock_fd", None)
+        if fd is None:
+            return
+        held = os.fstat(fd)
+        try:
+            now = os.lstat(self.file(LOCK))
+            same = (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+        except OSError:
+            same = False
+        if not same:
+            raise RunFolderBusy(
+                f"{self.file(LOCK)} was removed or replaced under this run, so a second run may write "
+                f"{self.path}; stopped before logging trial {row.get('index', -1) + 1}"
+            )
 
     def name_holder(self) -> None:
         """Write this process's id into ``run.lock`` (held by it), for the message a second run gets; called
@@ -265,6 +285,7 @@ class RunFolder:
         first, so the log holds whole rows only. A failed write is taken back (the log is truncated to what it
         was) and raises ``RunFolderWriteError``: the trial has no row and a resume runs it again."""
         line = encode_row(row)
+        self._check_lock_held(row)
         path = self.file(LOG)
         try:
             fd = open_no_follow(path, os.O_RDWR | os.O_CREAT)

@@ -120,7 +120,10 @@ def check_log(
         if problem is None and tier_row_problem is not None:  # what the row's own tier reads of it
             problem = tier_row_problem(row)
         if problem is None and row["index"] in first_line:  # the protocol never runs a logged trial again
-            problem = f"trial {row['index']} is logged twice (first on line {first_line[row['index']]})"
+            problem = (
+                f"trial {row['index']} is logged twice (first on line {first_line[row['index']]}); "
+                f"python -m harness.repair_log {folder.path} moves the later rows aside"
+            )
         if problem:
             raise CorruptRunFolder(f"{folder.file(LOG)}: line {number}: {problem}")
         first_line[row["index"]] = number

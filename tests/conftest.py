@@ -35,6 +35,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 SLOWEST_FIRST = (
     "test_readme.py",  # one test (150-270 s): first, or it lands alone at the end of one worker
     "test_reliability.py",
+    "test_folder_is_data.py",
     "test_fit.py",
     "test_ddp.py",
     "test_fit_ultralytics.py",

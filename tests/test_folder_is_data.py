@@ -7,6 +7,7 @@ link in it, then resume it or ask for its report. Every refusal is one line and 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -135,17 +136,32 @@ def _victim(tmp_path: Path) -> Path:
     return victim
 
 
-def test_a_link_at_the_next_trials_folder_never_empties_its_target(tmp_path, capsys) -> None:
-    root = tmp_path / "runs"
+@pytest.fixture(scope="module")
+def duet_pair(tmp_path_factory) -> Path:
+    """A finished one-pair duet fit of the embedded workload (each test copies it and cuts its log)."""
+    root = tmp_path_factory.mktemp("duet") / "runs"
     tiny = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "2", "--val-images", "4"]
-    assert main(["pair", *tiny, "--device", "cpu", "--warmup", "0", "--pairs", "1", "--out", str(root)]) == 0
-    folder = only_run(root).path
+    argv = ["pair", *tiny, "--device", "cpu", "--warmup", "0", "--pairs", "1", "--order", "duet", "--quiet"]
+    assert main([*argv, "--no-report", "--out", str(root)]) == 0
+    return only_run(root).path
+
+
+def _killed_after_first_row(duet_pair: Path, tmp_path: Path) -> tuple[Path, dict]:
+    """A copy of the duet run as a kill -9 after the round's first row leaves it, and that row."""
+    folder = tmp_path / "run"
+    shutil.copytree(duet_pair, folder)
     log = folder / LOG
-    log.write_text(log.read_text().splitlines(keepends=True)[0])  # the second trial (index 1) is next
+    first = json.loads(log.read_text().splitlines()[0])
+    log.write_text(log.read_text().splitlines(keepends=True)[0])
+    return folder, first
+
+
+def test_a_link_at_the_next_trials_folder_never_empties_its_target(duet_pair, tmp_path, capsys) -> None:
+    folder, first = _killed_after_first_row(duet_pair, tmp_path)
     victim = _victim(tmp_path)
     (folder / "trials").mkdir(exist_ok=True)
-    (folder / "trials" / "001").symlink_to(victim)
-    assert _resume(["pair", "--resume", str(folder)], capsys) == 0
+    (folder / "trials" / f"{1 - first['index']:03d}").symlink_to(victim)  # the trial the resume runs
+    assert _resume(["pair", "--resume", str(folder), "--no-report"], capsys) == 0
     assert (victim / "keep.txt").read_text() == "precious"
 
 
@@ -195,6 +211,19 @@ from optimizers import MuSGD
 class NaNEverything(MuSGD):
     @torch.no_grad()
     def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.fill_(float("nan"))
+
+
+class NaNFromThirdStep(MuSGD):
+    steps = 0
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        self.steps += 1
+        if self.steps < 3:  # the probe primes, attributes, then times a step
+            return super().step(closure)
         for group in self.param_groups:
             for p in group["params"]:
                 p.fill_(float("nan"))
@@ -267,17 +296,10 @@ def test_a_figure_named_as_telemetry_is_an_error_row_and_the_folder_stays_readab
 # --- 6: a duet round a crash left half done runs again whole ----------------------------------------------------
 
 
-def test_a_half_done_duet_round_runs_its_missing_trial_beside_a_partner(tmp_path, capsys) -> None:
-    root = tmp_path / "runs"
-    tiny = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "2", "--val-images", "4"]
-    argv = ["pair", *tiny, "--device", "cpu", "--warmup", "0", "--pairs", "1", "--order", "duet", "--quiet"]
-    assert main([*argv, "--no-report", "--out", str(root)]) == 0
-    folder = only_run(root).path
-    log = folder / LOG
-    first = json.loads(log.read_text().splitlines()[0])
-    log.write_text(log.read_text().splitlines(keepends=True)[0])  # killed after the round's first row
+def test_a_half_done_duet_round_runs_its_missing_trial_beside_a_partner(duet_pair, tmp_path, capsys) -> None:
+    folder, first = _killed_after_first_row(duet_pair, tmp_path)
     assert _resume(["pair", "--resume", str(folder), "--no-report"], capsys) == 0
-    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    rows = [json.loads(line) for line in (folder / LOG).read_text().splitlines()]
     missing = next(r for r in rows if r["phase"] == "measured" and r["index"] != first["index"])
     partner = [r for r in rows if r["index"] in missing["concurrent_with"]]
     assert partner and partner[0]["arm"] == first["arm"] and partner[0]["phase"] == "warmup", rows
@@ -386,3 +408,189 @@ def test_bench_plan_advises_no_more_pairs_than_the_option_accepts(capsys) -> Non
     advised = [int(n.replace(",", "")) for n in re.findall(r"run ([\d,]+) pairs", " ".join(out.split()))]
     assert all(n <= MAX_PAIRS for n in advised), advised
     assert f"more than --pairs accepts ({MAX_PAIRS:,})" in " ".join(out.split())
+
+
+# --- 13: a second writer is detected; a doubled row has a documented repair ------------------------------------
+
+
+def test_a_lock_removed_under_a_run_stops_it_before_its_next_row(tmp_path) -> None:
+    from harness.api import compare
+    from harness.tables import LOCK, RunFolderError
+
+    calls = []
+
+    def remove_the_lock() -> None:
+        calls.append(1)
+        if len(calls) == 2:  # the second trial: as if a user deleted run.lock to start a second run
+            for lock in tmp_path.glob(f"*/{LOCK}"):
+                lock.unlink()
+
+    with pytest.raises(RunFolderError, match="run.lock"):
+        compare({"a": remove_the_lock, "b": lambda: None}, pairs=2, warmup=0, out=str(tmp_path))
+    folder = only_run(tmp_path).path
+    rows = [json.loads(line) for line in (folder / LOG).read_text().splitlines()]
+    assert [row["arm"] for row in rows].count("a") == 1  # the trial that ran unlocked is not logged
+
+
+def test_a_doubled_row_is_refused_with_its_repair_and_the_repair_works(tmp_path, capsys) -> None:
+    from harness.repair_log import DOUBLED
+    from harness.repair_log import main as repair
+
+    folder = hf._copy("screen", tmp_path)
+    lines = (folder / LOG).read_text().splitlines(keepends=True)
+    (folder / LOG).write_text("".join([*lines, lines[2]]))
+    hf._refused(folder, tmp_path, capsys, ("logged twice", "python -m harness.repair_log"))
+    assert repair([str(folder)]) == 0
+    assert (folder / LOG).read_text() == "".join(lines) and (folder / DOUBLED).read_text() == lines[2]
+    assert main(["report", str(folder), "-o", str(tmp_path / "r.md")]) == 0
+
+
+# --- 10: two reports of one folder at once never share their staging folder ------------------------------------
+
+
+def test_two_reports_of_one_folder_at_once_both_succeed(tmp_path) -> None:
+    """They shared one staging folder: in 4 of 5 tries one failed (one try here: two processes)."""
+    import re
+    import subprocess
+
+    folder = hf._copy("screen", tmp_path)
+    command = [sys.executable, "-m", "harness.cli", "report", str(folder)]
+    for _ in range(2):
+        reports = [
+            subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)
+        ]
+        results = [(p.wait(timeout=300), p.stderr.read().decode()) for p in reports]
+        assert [code for code, _ in results] == [0, 0], results
+        text = (folder / "report.md").read_text()
+        for figure in re.findall(r"\]\(([^)]+\.png)\)", text):
+            assert (folder / figure).is_file(), figure
+
+
+# --- 9: a report on a full disk is one line ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 200 KiB file system, filled (a tmpfs: needs the right to mount; skipped without it)."""
+    import subprocess
+
+    where = tmp_path / "full"
+    where.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(where)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a small file system here")
+    try:
+        (where / "fill").write_bytes(b"\0" * 190 * 1024)
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], capture_output=True)
+
+
+def test_a_report_on_a_full_disk_is_one_line(tmp_path, full_disk, capsys) -> None:
+    folder = hf.FOLDERS["screen"]
+    code = main(["report", str(folder), "-o", str(full_disk / "r.md")])
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert "No space left" in err and not (full_disk / "r.md").exists()
+
+
+# --- the readers' fuzz, extended to plans edited within their schema --------------------------------------------
+
+
+def _leaves(node, path=()):
+    """(path, value) of every scalar of a JSON value."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _leaves(value, (*path, key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _leaves(value, (*path, i))
+    else:
+        yield path, node
+
+
+def _same_type(value):
+    """A strategy of values of ``value``'s JSON type, edges included: what a hand edit within the schema gives."""
+    from hypothesis import strategies as st
+
+    if isinstance(value, bool):
+        return st.booleans()
+    if isinstance(value, int):
+        return st.integers(-(2**70), 2**70) | st.sampled_from([0, -1, 1, 2**63])
+    if isinstance(value, float):
+        return st.floats(allow_nan=False) | st.sampled_from([0.0, -0.0, 1e-300, 1e300])
+    if isinstance(value, str):
+        return st.text(max_size=12) | st.sampled_from(["", "auto", "baseline", "candidate", "none"])
+    return st.none() | st.integers(-3, 3) | st.text(max_size=4)
+
+
+PLANS = {name: json.loads((hf.FOLDERS[name] / PLAN).read_text()) for name in ("screen", "pair", "parity")}
+LEAVES = {name: [path for path, _ in _leaves(plan)] for name, plan in PLANS.items()}
+
+
+def _within_schema():
+    from hypothesis import strategies as st
+
+    return st.sampled_from(sorted(PLANS)).flatmap(
+        lambda name: st.sampled_from(LEAVES[name]).flatmap(
+            lambda path: st.tuples(st.just(name), st.just(path), _same_type(_at(PLANS[name], path)))
+        )
+    )
+
+
+def _at(node, path):
+    for part in path:
+        node = node[part]
+    return node
+
+
+def _fuzz_settings():
+    from hypothesis import HealthCheck, settings
+
+    return settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+
+
+@pytest.fixture(scope="module")
+def plan_copies(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("plans")
+    return {name: hf._copy(name, root / name) for name in PLANS}
+
+
+def test_fuzz_a_plan_edited_within_its_schema_gives_a_report_or_one_line(plan_copies) -> None:
+    import contextlib
+    import copy
+    import io
+
+    from hypothesis import given
+
+    @_fuzz_settings()
+    @given(edit=_within_schema())
+    def check(edit) -> None:
+        name, path, value = edit
+        plan = copy.deepcopy(PLANS[name])
+        *parents, last = path
+        _at(plan, parents)[last] = value
+        folder = plan_copies[name]
+        (folder / PLAN).write_text(json.dumps(plan))
+        stderr = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(stderr):
+            status = main(["report", str(folder), "-o", str(folder.parent / "r.md")])
+        text = stderr.getvalue().strip()
+        assert status in (0, 2), (path, value, text)
+        if status == 2:
+            assert text.startswith("bench: error: ") and text.count("\n") == 0, (path, value, text)
+
+    check()
+
+
+def test_the_probe_fails_a_step_that_left_nan_parameters(tmp_path, hostile) -> None:
+    """The probe checked the loss, computed before its timed step: a step that fills NaN there looked fast."""
+    root = tmp_path / "runs"
+    tiny_lm = ["--tokens", "64", "--vocab", "32", "--dim", "8", "--chunk", "24", "--variants", "chunked"]
+    argv = ["probe", *tiny_lm, "--device", "cpu", "--arms", f"baseline,{hostile}:NaNFromThirdStep"]
+    assert main([*argv, "--pairs", "1", "--warmup", "0", "--quiet", "--no-report", "--out", str(root)]) == 0
+    rows = [json.loads(line) for line in (only_run(root).path / LOG).read_text().splitlines()]
+    nan_rows = [row for row in rows if row["arm"].startswith(hostile)]
+    assert nan_rows and all(r["status"] == "error" and "non-finite" in r["message"] for r in nan_rows), rows
