@@ -101,11 +101,11 @@ def test_cuda_lanes_equal_lockstep_eagerly_and_from_a_captured_graph() -> None:
 @cuda
 @needs_cuda
 def test_cuda_optimizer_with_lanes_equals_lockstep_over_replayed_steps() -> None:
-    """YOLO26n, 6 steps (warm-up, capture, replays): 8 lanes and 1 lane give the same parameter and state bits."""
+    """YOLO26n, 6 steps (warm-up, capture, replays): 16 lanes and 1 lane give the same parameter and state bits."""
     groups, kwargs = build_param_groups("n", device="cuda", seed=0)
     one_groups, many_groups = copy.deepcopy(groups), copy.deepcopy(groups)
     one = type("OneLane", (BatchedMuSGD,), {"ns_lanes": 1})(one_groups, **kwargs)
-    many = type("EightLanes", (BatchedMuSGD,), {"ns_lanes": 8})(many_groups, **kwargs)
+    many = type("SixteenLanes", (BatchedMuSGD,), {"ns_lanes": 16})(many_groups, **kwargs)
     for step in range(6):
         for optimizer, optimizer_groups in ((one, one_groups), (many, many_groups)):
             fill_synthetic_grads(optimizer_groups, seed=step)
