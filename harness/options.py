@@ -342,17 +342,19 @@ def resolve_placement(cpus: str) -> Placement | None:
 
 
 def _looks_end_short(first_look: int, max_pairs: int) -> str | None:
-    """A note where the stopping rule's looks end before the pairs it needs to keep 95% on the reference skewed
-    law (every verdict would read insufficient), else None."""
-    from harness.inference import CONFIDENCE, looks, sequential_min_last_look  # the parent's only: scipy
+    """A note where the stopping rule's simulated coverage misses 95% by more than 1.5 points with these
+    looks (every verdict would read insufficient), else None."""
+    from harness import intervals, sequential  # the parent's only: scipy
+    from harness.inference import CONFIDENCE
 
-    needed, last = sequential_min_last_look(CONFIDENCE), looks(first_look, max_pairs)[-1]
-    if needed is None or last >= needed:
+    if first_look >= intervals.min_pairs(CONFIDENCE):
         return None
+    plan = sequential.looks(first_look, max_pairs)
+    worst = sequential.look_level(CONFIDENCE, plan)[1]
     return (
-        f"note: with --max-pairs {max_pairs} the stopping rule's looks end at {last} pairs; on the reference "
-        f"skewed law it keeps 95% only when they run to {needed}, so its verdicts will read insufficient "
-        f"whatever the data (give --max-pairs {needed} or more for a verdict that can clear)"
+        f"note: with a first look at {first_look} pairs the stopping rule covers only {worst:.1%} at worst, "
+        f"so its verdicts will read insufficient whatever the data (the interval speaks from "
+        f"{intervals.min_pairs(CONFIDENCE)} pairs)"
     )
 
 

@@ -1097,7 +1097,7 @@ def _protocol(run: LoadedRun) -> list[str]:
 
 
 def _looks(plan: Plan) -> tuple[int, ...]:
-    from harness.inference import looks
+    from harness.sequential import looks
 
     return looks(plan.protocol.first_look, plan.protocol.max_pairs)
 
@@ -1125,19 +1125,18 @@ def _verdict_rule(plan: Plan) -> str:
 
 def _stopping_text(plan: Plan) -> str:
     """The stopping rule as it ran: the rule, its looks and each look's decision."""
-    from harness.inference import sequential_min_last_look
+    from harness.sequential import look_level
 
     p = plan.protocol
-    needed = sequential_min_last_look(0.95)
+    levels, worst, best = look_level(0.95, _looks(plan))
     text = (
         f"Stopping rule (`--pairs auto --precision {p.precision:g}`): at pre-set looks {list(_looks(plan))} "
-        "the t interval at that look's level (O'Brien-Fleming-like alpha spending: the looks' misses sum to "
-        "5%, so the interval the rule stops with keeps 95% for normal log ratios whatever made it stop) is "
+        f"the median's interval at that look's level ({', '.join(f'{v:.2%}' for v in levels)}) is "
         f"compared with the target half-width of {p.precision:g} points; the run stops when every claim's is "
-        f"within it, at the last look ({p.max_pairs} pairs)"
+        f"within it (A/A controls do not hold a claim's stop), at the last look ({p.max_pairs} pairs)"
         + (f", or when {p.time_budget:g} s of trials are spent" if p.time_budget is not None else "")
-        + f". On the reference skewed law the procedure keeps 95% within 1.5 points when its looks run to "
-        f"{needed} pairs or more."
+        + f". Simulated over normal, skewed, heavy-tailed, outlier and drift laws, the interval it stops "
+        f"with covers {worst:.1%} to {best:.1%}."
     )
     decisions = [
         f"{d['rounds']} pairs" + (f" ({d['case']})" if len(plan.cases) > 1 else "") + f": {d['reason']}"

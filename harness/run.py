@@ -26,7 +26,7 @@ import torch
 from harness import env
 from harness.codepaths import what_ran
 from harness.console import ScheduleProgress, console, errors, print_flags, print_summary
-from harness.inference import CONFIDENCE, looks, should_stop
+from harness.inference import CONFIDENCE
 from harness.options import InputError, check_devices_here, resolve_placement
 from harness.placement import Placement, parent_pinned, pin_parent, unpin_parent
 from harness.protocol import (
@@ -43,7 +43,8 @@ from harness.protocol import (
     run_schedule,
     scheduled_done,
 )
-from harness.stats import pair_table
+from harness.sequential import looks, should_stop
+from harness.stats import ClaimSettings, pair_table
 from harness.tables import ENV, PLAN, RunFolder, RunFolderWriteError, check_can_write
 from harness.tier import Run, TierRegistry, check_run_log, load_checked_plan
 from harness.timing import apply_budget, release_budget
@@ -357,10 +358,11 @@ class StoppingRule:
                 decision.interval.half_width if decision.interval and decision.interval.computable else None
             )
             decisions[str(arm)] = (decision.stop, decision.reason, half)
-        stop = (
-            budget_spent
-            or rounds >= p.max_pairs
-            or (bool(decisions) and all(d[0] for d in decisions.values()))
+        settings = ClaimSettings.from_protocol(p)
+        baseline = str(pairs["baseline_arm"].iloc[0]) if not pairs.empty else ""
+        claims = {a: d for a, d in decisions.items() if not settings.is_control(a, baseline)} or decisions
+        stop = (  # an A/A control's target does not hold a claim's stop
+            budget_spent or rounds >= p.max_pairs or (bool(claims) and all(d[0] for d in claims.values()))
         )
         reason = (
             "time budget spent"

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness import inference, telemetry
+from harness import inference, intervals, sequential, telemetry, verdicts
 
 CONFIDENCE = inference.CONFIDENCE
 CONTROL_SUFFIX = "-control"
@@ -248,6 +248,18 @@ CLAIM_COLUMNS = [
     "ci_method",
     "ci_reason",
     "verdict_basis",
+    "gm_estimate",
+    "gm_low",
+    "gm_high",
+    "gm_attained",
+    "gm_sufficient",
+    "gm_method",
+    "gm_verdict",
+    "failed_trials",
+    "arm_trials",
+    "failure_rate",
+    "failure_low",
+    "failure_high",
     "median",
     "min",
     "max",
@@ -281,9 +293,10 @@ CLAIM_COLUMNS = [
 
 
 def judge(interval: inference.Interval, limit: float | None, control: bool) -> str:
-    """The verdict of one interval: against ±tolerance for an A/A control's arm, else against the bar."""
+    """The verdict of one interval: against ±tolerance for an A/A control's arm (or a claim given only a
+    tolerance), else against the bar, else against 0 (``verdicts.direction``)."""
     if limit is None:
-        return "no tolerance" if control else "no bar"
+        return verdicts.direction(interval)
     if control:
         return inference.control_verdict(interval, limit)
     return inference.claim_verdict(interval, limit)
@@ -292,14 +305,14 @@ def judge(interval: inference.Interval, limit: float | None, control: bool) -> s
 def primary_interval(
     log_ratios: np.ndarray, settings: ClaimSettings
 ) -> tuple[inference.Interval, inference.StopDecision | None]:
-    """The claim's primary interval: the calibrated t interval, or with ``--pairs auto`` the stopping rule's
-    interval at the look the run stopped at (the next pre-set look's level when it stopped between looks)."""
+    """The claim's primary interval: the median reduction's order-statistic interval (``harness.intervals``),
+    or with ``--pairs auto`` the stopping rule's interval at the look the run stopped at (or would have)."""
     if not settings.sequential or log_ratios.size < 1:
-        return inference.t_interval(log_ratios, settings.level), None
-    plan = inference.looks(settings.first_look, settings.max_pairs)
+        return intervals.median_interval(log_ratios, settings.level), None
+    plan = sequential.looks(settings.first_look, settings.max_pairs)
     if log_ratios.size > plan[-1]:
-        return inference.t_interval(log_ratios, settings.level), None
-    decision = inference.should_stop(
+        return intervals.median_interval(log_ratios, settings.level), None
+    decision = sequential.should_stop(
         log_ratios,
         settings.precision,
         settings.level,
@@ -308,21 +321,20 @@ def primary_interval(
         budget_spent=True,
         ended=f"the log ends here ({log_ratios.size} pairs): no more pairs to look at",
     )
-    if decision.interval is None:  # a single pair: no t interval at any look
-        return inference.t_interval(log_ratios, settings.level), decision
+    assert decision.interval is not None
     return decision.interval, decision
 
 
-CHECKS = (("Hodges-Lehmann", "hl"), ("the sign test", "sign"))
+CHECKS = (("the geometric-mean t", "gm"), ("Hodges-Lehmann", "hl"), ("the sign test", "sign"))
 
 
 def disagreeing_checks(claim: Any) -> list[tuple[str, str]]:
     """The distribution-free checks (name, column prefix) whose verdict differs from the claim's; none where
     no bar or tolerance was set (nothing to judge)."""
-    if str(claim["verdict"]) in ("no bar", "no tolerance"):
-        return []
     return [
-        (name, prefix) for name, prefix in CHECKS if str(claim[f"{prefix}_verdict"]) != str(claim["verdict"])
+        (name, prefix)
+        for name, prefix in CHECKS
+        if f"{prefix}_verdict" in claim and str(claim[f"{prefix}_verdict"]) != str(claim["verdict"])
     ]
 
 
@@ -339,14 +351,16 @@ def _claim_row(
     usable = group[~group["both_failed"].astype(bool)]
     x = usable["log_ratio"].to_numpy(dtype=float)
     reductions = usable["reduction"].to_numpy(dtype=float)
-    control = settings.is_control(str(arm), str(baseline_arm))
+    control = kind_control = settings.is_control(str(arm), str(baseline_arm))
     limit_percent = settings.tolerance_percent if control else settings.bar_percent
+    if limit_percent is None and not control and settings.tolerance_percent is not None:
+        control, limit_percent = True, settings.tolerance_percent  # no bar: "equivalent within ±T?"
     limit = None if limit_percent is None else limit_percent / 100
-    primary, decision = primary_interval(x, settings)
+    chosen, decision = primary_interval(x, settings)
+    gm = inference.t_interval(x, settings.level)
     sign = inference.sign_interval(x, settings.level)
     hl = inference.hodges_lehmann_interval(x, settings.level)
-    chosen = inference.verdict_interval(primary, sign)
-    basis = "primary" if chosen is primary else f"sign test ({primary.reason})"
+    failures = verdicts.failure_rate(trials, case, arm, settings.level)
     second = usable["arm_second"].to_numpy(dtype=bool)
     order = inference.order_effect(x, second, settings.level) if x.size else None
     ours = measured(trials.assign(slice=resumed_slices(trials)), metric)
@@ -370,17 +384,17 @@ def _claim_row(
         "case": case,
         "arm": arm,
         "baseline_arm": baseline_arm,
-        "kind": "control" if control else "claim",
+        "kind": "control" if kind_control else "claim",
         "pairs": int(x.size),
         "planned_pairs": planned_pairs,
         "both_failed": int(len(group) - len(usable)),
         "one_failed": int(np.isinf(x).sum()),
-        "estimate": primary.estimate,
+        "estimate": chosen.estimate,
         "ci_low": chosen.low,
         "ci_high": chosen.high,
         "ci_level": settings.level,
         "ci_attained": chosen.attained_level,
-        "ci_nominal": chosen.nominal_level,
+        "ci_nominal": chosen.nominal_level,  # a sequential look's own level; NaN for a fixed run
         "ci_sufficient": bool(chosen.sufficient and chosen.computable),
         "ci_method": chosen.method,
         "ci_reason": (
@@ -388,7 +402,15 @@ def _claim_row(
             if x.size == 0
             else chosen.reason
         ),
-        "verdict_basis": basis,
+        "verdict_basis": "primary",
+        "gm_estimate": gm.estimate,
+        "gm_low": gm.low,
+        "gm_high": gm.high,
+        "gm_attained": gm.attained_level,
+        "gm_sufficient": bool(gm.sufficient and gm.computable),
+        "gm_method": gm.method,
+        "gm_verdict": judge(gm, limit, control),
+        **failures,
         "median": float(np.median(reductions)) if reductions.size else math.nan,
         "min": float(reductions.min()) if reductions.size else math.nan,
         "max": float(reductions.max()) if reductions.size else math.nan,
