@@ -148,7 +148,7 @@ UNBOUNDED = 100_000  # measure tables as if the console had no edge (a measureme
 
 def _cells(plan: Plan, summaries: Summaries) -> list[dict[str, str]]:
     """Per arm row: each figure as text (value and range apart, so a narrow layout can stack them); the
-    reduction is the claim's primary estimate (the geometric mean), its range the pairs' min–max."""
+    reduction is the claim's primary estimate (the median), its range the pairs' min–max."""
     claims = summaries.claims.set_index(["case", "arm"]) if not summaries.claims.empty else None
     rows = []
     for _, arm in summaries.arms.iterrows():
@@ -184,7 +184,7 @@ def _wide_table(plan: Plan, title: str, rows: list[dict[str, str]]) -> Table:
         "arm",
         "trials",
         "median (min–max)",
-        "reduction (geometric mean)",
+        "reduction (median)",
         "interval",
         "method, levels, pairs",
         "verdict",
@@ -267,7 +267,7 @@ def _notes(summaries: Summaries) -> list[str]:
 
 
 def print_summary(plan: Plan, summaries: Summaries, out: Console | None = None) -> None:
-    """Per case: each arm's median (min–max); each other arm's geometric-mean reduction with its interval,
+    """Per case: each arm's median (min–max); each other arm's median reduction with its interval,
     method, levels and verdict; then what the verdicts rest on (pairs left out, checks that disagree).
 
     It opens with what the arms ran (where the plan says), so an A/A in effect is named before any figure.

@@ -28,6 +28,7 @@ from harness.formatting import (
     format_percent,
     format_value,
     interval_estimand,
+    is_missing,
     method_label,
 )
 from harness.protocol import Plan
@@ -375,8 +376,8 @@ def _verdict_words(claim: pd.Series, same: set[str]) -> str:
     control = claim["kind"] == "control"
     if str(claim["arm"]) in same:
         return f"verdict withheld: {claim['arm']} ran the baseline's code"
-    if claim["verdict"] in ("no bar", "no tolerance"):
-        return f"no {'tolerance (--tolerance)' if control else 'bar (--bar)'} set, so no verdict"
+    if is_missing(claim["bar"]):
+        return f"no {'tolerance (--tolerance)' if control else 'bar (--bar)'} set: {claim['verdict']}"
     limit = format_limit(100 * float(claim["bar"]), control)
     return f"{'A/A ' if control else ''}verdict against {limit}: {claim['verdict']}"
 
@@ -385,7 +386,7 @@ def _verdict_cell(claim: pd.Series, same: set[str]) -> str:
     """``insufficient (the 8% bar)``, ``withheld`` for an arm that ran the baseline's code, or ``no bar``."""
     if str(claim["arm"]) in same:
         return "withheld (the baseline's code)"
-    if claim["verdict"] in ("no bar", "no tolerance"):
+    if is_missing(claim["bar"]):
         return str(claim["verdict"])
     return f"{claim['verdict']} ({format_limit(100 * float(claim['bar']), claim['kind'] == 'control')})"
 
