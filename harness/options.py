@@ -341,23 +341,6 @@ def resolve_placement(cpus: str) -> Placement | None:
     return choose_placement(cpus)
 
 
-def _looks_end_short(first_look: int, max_pairs: int) -> str | None:
-    """A note where the stopping rule's simulated coverage misses 95% by more than 1.5 points with these
-    looks (every verdict would read insufficient), else None."""
-    from harness import intervals, sequential  # the parent's only: scipy
-    from harness.inference import CONFIDENCE
-
-    if first_look >= intervals.min_pairs(CONFIDENCE):
-        return None
-    plan = sequential.looks(first_look, max_pairs)
-    worst = sequential.look_level(CONFIDENCE, plan)[1]
-    return (
-        f"note: with a first look at {first_look} pairs the stopping rule covers only {worst:.1%} at worst, "
-        f"so its verdicts will read insufficient whatever the data (the interval speaks from "
-        f"{intervals.min_pairs(CONFIDENCE)} pairs)"
-    )
-
-
 def protocol_options(
     arms: str | None = DEFAULT_ARMS,
     warmup: int | str = ProtocolOptions.default("warmup"),
@@ -394,10 +377,6 @@ def protocol_options(
     if announce is not None:
         ranks = f"; {gpus} ranks per trial" if gpus > 1 else ""
         announce(f"device: {device} ({why}{ranks})")
-        if parsed_pairs == "auto":
-            short = _looks_end_short(first_look, max_pairs)
-            if short:
-                announce(short)
     if arms is None:
         arms, arms_why = default_arms(device) if default_arms is not None else (DEFAULT_ARMS, "the default")
         if announce is not None:
