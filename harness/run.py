@@ -322,7 +322,7 @@ class TableRefresh:
 
 class StoppingRule:
     """``--pairs auto``: before each unit of the schedule, for every case whose scheduled rounds have all run,
-    ask ``inference.should_stop`` of each claim's log ratios; unless every claim stops, grow the case's
+    ask ``sequential.should_stop`` of each claim's log ratios; unless every claim stops, grow the case's
     schedule to the next look. Before a round that would take the log past ``--time-budget`` seconds of
     trials, end that case there (budget spent). Each decision is recorded in ``plan.looks`` and the plan
     saved, so a resume continues the same sequence."""

@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from harness import intervals
-from harness.inference import CONFIDENCE, Interval, StopDecision, to_reduction
+from harness.inference import CONFIDENCE, Interval, to_reduction
 from harness.laws import LAWS, median_of
 
 GROWTH = 0.4  # each look adds about 40% more pairs (at least 4)
@@ -32,6 +32,21 @@ SPREAD = 0.05  # the per-pair spread the calibration simulates at (the H200's se
 RATIOS = (0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.6, 2.0, 2.4)  # precision targets, in spreads
 DRAWS = 6000  # sequences per law in the calibration (standard error 0.3 point at 95%)
 SEED = 20261204
+
+
+@dataclass(frozen=True)
+class StopDecision:
+    """Whether to stop after the pairs given, why, and the interval at this look (None between looks).
+    ``level`` is the procedure's; ``per_look_level`` the level the interval was read at."""
+
+    stop: bool
+    reason: str
+    pairs: int
+    look: int | None
+    looks: tuple[int, ...]
+    level: float
+    per_look_level: float | None
+    interval: Interval | None
 
 
 def looks(first: int = 6, max_pairs: int = 20) -> tuple[int, ...]:

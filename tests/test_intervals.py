@@ -97,3 +97,10 @@ def test_a_target_max_pairs_cannot_reach_is_said_at_the_first_look() -> None:
     decision = sequential.should_stop(x, precision=0.5, first=6, max_pairs=20)
     assert not decision.stop and "20 pairs reach about" in decision.reason
     assert "reach about" not in sequential.should_stop(x, precision=50.0).reason
+
+
+def test_the_stopping_rule_runs_on_while_a_failed_arm_leaves_an_infinite_end() -> None:
+    x = np.array([np.log(0.8)] * 5 + [np.inf])
+    decision = sequential.should_stop(x, precision=50.0)
+    assert not decision.stop and decision.interval.low == -np.inf
+    assert sequential.should_stop(np.concatenate([x, np.zeros(14)]), precision=50.0).stop  # the last look
