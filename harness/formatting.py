@@ -94,11 +94,12 @@ def format_bytes(value: Any) -> str:
 
 
 def method_label(claim: Any) -> str:
-    """A claim's interval method in a few words, from its ``ci_method``: ``median``, ``stopping-rule median``
+    """A claim's interval method in a few words, from its ``ci_method``: ``order-statistic``, ``stopping-rule
+    order-statistic``
     (``harness.intervals``, ``harness.sequential``), or for folders' older rows ``calibrated t``."""
     method = str(claim.get("ci_method", ""))
     if method.startswith("order statistics"):
-        return "stopping-rule median" if " look " in method else "median"
+        return "stopping-rule order-statistic" if " look " in method else "order-statistic"
     if method.startswith("calibrated"):
         return "calibrated t"
     return method.split(",")[0] or "n/a"

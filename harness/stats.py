@@ -411,7 +411,7 @@ def _claim_row(
         "gm_method": gm.method,
         "gm_verdict": judge(gm, limit, control),
         **failures,
-        "median": float(np.median(reductions)) if reductions.size else math.nan,
+        "median": chosen.estimate,  # the primary's estimate: one median, whatever the count
         "min": float(reductions.min()) if reductions.size else math.nan,
         "max": float(reductions.max()) if reductions.size else math.nan,
         "sign_low": sign.low,

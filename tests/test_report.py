@@ -230,7 +230,7 @@ def test_report_has_every_section_and_both_plots(claim_run: RunFolder) -> None:
     assert "| peak allocated (median) | peak reserved (median) |" in text
     assert "fixture tier: not a training claim. Its figures are scripted." in text
     assert (
-        "insufficient: candidate vs baseline's median interval does not keep the stated 95% with 3 pairs."
+        "insufficient: candidate vs baseline's order-statistic interval does not keep the stated 95% with 3 pairs."
         in text
     )
     assert "95% needs 5" in text and "**insufficient**" in text
@@ -799,7 +799,7 @@ def test_an_auto_run_states_its_stopping_rule_and_looks(tmp_path: Path, no_gc) -
     assert "Stopping rule (`--pairs auto --precision 3`): at pre-set looks [6, 10, 14, 20]" in text
     assert "Looks taken: 6 pairs: precision not reached by every claim;" in text
     assert "14 pairs: every claim's precision reached." in text
-    assert "| 14 of auto (≤ 20) |" in text and "stopping-rule median" in text
+    assert "| 14 of auto (≤ 20) |" in text and "stopping-rule order-statistic" in text
 
 
 def test_an_aa_in_effect_is_named_first_and_its_verdict_withheld(tmp_path: Path) -> None:

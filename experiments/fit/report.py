@@ -516,7 +516,9 @@ def claim_text(run: Run) -> str:
             f"{verdict}." + (f" Insufficient: {claim['ci_reason']}." if not claim["ci_sufficient"] else "")
         )
         lines.append(
-            f"Checks: sign-test interval of the median {format_interval(claim['sign_low'], claim['sign_high'])} "
+            f"Checks: geometric-mean t {format_percent(claim['gm_estimate'])}, interval "
+            f"{format_interval(claim['gm_low'], claim['gm_high'])} ({verdict_shown(plan, arm, str(claim['gm_verdict']))}); "
+            f"sign-test interval of the median {format_interval(claim['sign_low'], claim['sign_high'])} "
             f"({100 * float(claim['sign_attained']):.1f}% attained, {verdict_shown(plan, arm, str(claim['sign_verdict']))}); "
             "Hodges-Lehmann "
             f"{format_percent(claim['hl_estimate'])}, Wilcoxon interval "
