@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness import inference, intervals, sequential, telemetry, verdicts
+from harness import design_checks, inference, intervals, sequential, telemetry, verdicts
 
 CONFIDENCE = inference.CONFIDENCE
 CONTROL_SUFFIX = "-control"
@@ -47,13 +47,29 @@ def measured(trials: pd.DataFrame, metric: str = "value") -> pd.DataFrame:
     return rows
 
 
+def run_order(trials: pd.DataFrame) -> pd.Series:
+    """Each logged row's place in the order the trials ran: by ``started`` where the rows carry it (the log
+    is sorted by schedule index, and a resume's warm-up or a grown schedule puts indices out of run order),
+    else by index."""
+    if trials.empty:
+        return pd.Series(dtype=int)
+    started = pd.to_datetime(trials["started"], errors="coerce", utc=True) if "started" in trials else None
+    if started is None or started.isna().any():
+        keys = trials["index"] if "index" in trials else pd.Series(range(len(trials)), index=trials.index)
+    else:
+        keys = started
+    return keys.rank(method="first").astype(int) - 1
+
+
 def resumed_slices(trials: pd.DataFrame) -> pd.Series:
     """Each logged row's slice of the run: 0 until the first resume's warm-up (a row whose ``warmup_reason``
-    is ``resume``), then 1, and so on; the log is in the order the trials ran. A resumed slice may run on
-    another machine or day, so a drift is fitted within slices, never across one's step."""
+    is ``resume``) in run order, then 1, and so on. A resumed slice may run on another machine or day, so a
+    drift is fitted within slices, never across one's step."""
     if trials.empty or "warmup_reason" not in trials:
         return pd.Series(0, index=trials.index, dtype=int)
-    return (trials["warmup_reason"].astype(str) == "resume").cumsum().astype(int)
+    order = run_order(trials).sort_values().index
+    resumes = (trials.loc[order, "warmup_reason"].astype(str) == "resume").cumsum().astype(int)
+    return resumes.reindex(trials.index)
 
 
 def finished(trials: pd.DataFrame) -> pd.DataFrame:
@@ -338,6 +354,35 @@ def disagreeing_checks(claim: Any) -> list[tuple[str, str]]:
     ]
 
 
+def design_figures(
+    trials: pd.DataFrame, case: Any, arm: Any, group: pd.DataFrame, level: float, metric: str = "value"
+) -> tuple[design_checks.Diagnostic | None, design_checks.Diagnostic | None]:
+    """Drift and the order effect of one claim, fitted together on its paired trials in run order."""
+    if trials.empty or "index" not in trials:
+        return None, None
+    baseline_arm = group["baseline_arm"].iloc[0]
+    ours = measured(trials.assign(slice=resumed_slices(trials), ran=run_order(trials)), metric)
+    # A trial's position among the measured trials in run order (every case and arm): warm-ups are no step
+    # of drift, and a grown schedule's indices are not the order its trials ran in.
+    position = {index: place for place, index in enumerate(ours.sort_values("ran")["index"])}
+    late = dict(zip(group["round"], group["arm_second"].astype(bool), strict=True))
+    ours = ours[(ours["case"] == case) & ours["arm"].isin([baseline_arm, arm]) & ours["round"].isin(late)]
+    ours = ours[~ours["effective"].isna()]
+    if ours.empty:
+        return None, None
+    is_arm = (ours["arm"] == arm).to_numpy()
+    arm_late = ours["round"].map(late).to_numpy(dtype=bool)
+    values, labels = ours["effective"].to_numpy(dtype=float), ours["arm"].astype(str).to_numpy()
+    where = {"index": ours["index"].map(position).to_numpy(dtype=float), "blocks": ours["slice"].to_numpy()}
+    second = is_arm == arm_late  # the arm's trial when it ran second, the baseline's when the arm ran first
+    if arm_late.all() or not arm_late.any():  # one order only: no order effect to fit or to set apart
+        return design_checks.drift(values, labels, level, **where), design_checks.one_order(
+            level, len(values)
+        )
+    trend = design_checks.drift(values, labels, level, second=second, **where)
+    return trend, design_checks.order_effect(values, labels, second, level, **where)
+
+
 def _claim_row(
     case: Any,
     arm: Any,
@@ -362,24 +407,7 @@ def _claim_row(
     hl = inference.hodges_lehmann_interval(x, settings.level)
     failures = verdicts.failure_rate(trials, case, arm, settings.level)
     second = usable["arm_second"].to_numpy(dtype=bool)
-    order = inference.order_effect(x, second, settings.level) if x.size else None
-    ours = measured(trials.assign(slice=resumed_slices(trials)), metric)
-    # A trial's position in the measured schedule (every case and arm), not its log index: a resume's
-    # warm-up is logged at an index between measured trials and would count as a step of drift.
-    position = {index: place for place, index in enumerate(sorted(ours["index"]))} if not ours.empty else {}
-    ours = ours[(ours["case"] == case) & ours["arm"].isin([baseline_arm, arm])] if not ours.empty else ours
-    ours = ours[~ours["effective"].isna()] if not ours.empty else ours
-    trend = (
-        inference.drift(
-            ours["effective"].to_numpy(dtype=float),
-            ours["arm"].astype(str).to_numpy(),
-            settings.level,
-            index=ours["index"].map(position).to_numpy(dtype=float),
-            blocks=ours["slice"].to_numpy(),
-        )
-        if len(ours) and "index" in ours
-        else None
-    )
+    trend, order = design_figures(trials, case, arm, group, settings.level, metric)
     return {
         "case": case,
         "arm": arm,

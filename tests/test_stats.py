@@ -227,15 +227,27 @@ def test_a_control_whose_every_trial_failed_is_insufficient_not_within() -> None
     assert claim["verdict"] == "insufficient" and "both arms failed" in claim["ci_reason"]
 
 
-def test_an_odd_count_states_its_order_imbalance_and_effect() -> None:
-    """Five pairs AB, BA, AB, BA, AB: the candidate ran second in 3 and first in 2; its order effect is the
-    mean log ratio when second (−0.1, −0.1, −0.1) minus when first (0.1, 0.1): e^−0.2 − 1 = −18.13%."""
-    values = [(10.0, 10.0 * math.exp(-0.1 if r % 2 == 0 else 0.1)) for r in range(5)]
-    claim = claim_of(paired(values, orders=["AB", "BA"] * 3), bar_percent=8)
+def test_an_odd_count_states_its_order_imbalance_and_the_order_effect_apart_from_drift() -> None:
+    """Five pairs AB, BA, AB, BA, AB: the candidate ran second in 3 and first in 2. Every trial run second is
+    10% slower (e^0.1), and the machine drifts 1% per trial: the difference of the orders' mean log ratios
+    read 0.2 + 2 * 0.01 (the order effect plus twice the drift); fitted together on the trials in run order,
+    the order effect is e^0.2 - 1 = 22.14% and the drift 1.005% per trial, each exactly."""
+    values = []
+    for r in range(5):
+        first, second = math.exp(0.01 * 2 * r), math.exp(0.1 + 0.01 * (2 * r + 1))
+        baseline_first = r % 2 == 0  # AB
+        values.append((10 * (first if baseline_first else second), 9 * (second if baseline_first else first)))
+    frame = paired(values, orders=["AB", "BA"] * 3)
+    clock = pd.Timestamp("2026-12-01T10:00:00Z")  # the trials ran in slot order within each round
+    frame["started"] = [
+        (clock + pd.Timedelta(seconds=2 * r + s)).isoformat()
+        for r, s in zip(frame["round"], frame["slot"], strict=True)
+    ]
+    claim = claim_of(frame, bar_percent=8)
     assert (claim["arm_second"], claim["arm_first"]) == (3, 2)
-    assert claim["order_effect"] == pytest.approx(100 * math.expm1(-0.2))
-    assert claim["order_low"] == pytest.approx(claim["order_effect"])  # no spread within the orders
-    assert "drift" in stats.CLAIM_COLUMNS and not math.isnan(claim["drift"])
+    assert claim["order_effect"] == pytest.approx(100 * math.expm1(0.2))
+    assert claim["drift"] == pytest.approx(100 * math.expm1(0.01))
+    assert claim["order_low"] == pytest.approx(claim["order_effect"])  # no noise
 
 
 def test_claim_settings_from_protocol() -> None:
@@ -447,3 +459,22 @@ def test_one_failed_arm_keeps_the_median_estimand_and_states_the_failure_rate() 
     assert (claim["failed_trials"], claim["arm_trials"]) == (2, 14)
     assert claim["failure_rate"] == pytest.approx(2 / 14)
     assert (claim["failure_low"], claim["failure_high"]) == pytest.approx((0.01779, 0.42814), abs=1e-4)
+
+
+def test_drift_slices_follow_run_order_when_a_resume_falls_inside_a_grown_schedule() -> None:
+    """A --pairs auto run grew to 10 pairs (indices 0-19), was cut after index 15 and resumed: the resume's
+    warm-up took index 20, after the schedule, and indices 16-19 ran after it. Sorted by index, those four
+    trials sat in the first slice, so a machine 10% slower after the resume read as a drift."""
+    values = [(10.0 * (1.1 if r >= 8 else 1.0), 9.0 * (1.1 if r >= 8 else 1.0)) for r in range(10)]
+    frame = paired(values, orders=["AB", "BA"] * 5)
+    clock = pd.Timestamp("2026-12-01T10:00:00Z")
+    frame["started"] = [(clock + pd.Timedelta(seconds=10 * i)).isoformat() for i in range(len(frame))]
+    late = frame["index"] >= 16
+    frame.loc[late, "started"] = [
+        (clock + pd.Timedelta(hours=1, seconds=10 * i)).isoformat() for i in range(4)
+    ]
+    warmup = {**frame.iloc[0].to_dict(), "index": 20, "phase": "warmup", "round": -1}
+    warmup.update(warmup_reason="resume", started=(clock + pd.Timedelta(minutes=59)).isoformat())
+    frame = pd.concat([frame, pd.DataFrame([warmup])], ignore_index=True)
+    claim = claim_of(frame, bar_percent=8)
+    assert abs(claim["drift"]) < 1e-9, claim["drift"]  # one level per slice, no trend within either
