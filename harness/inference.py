@@ -32,15 +32,14 @@ Pure functions over numpy arrays. Conventions, stated once:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import integrate, stats
+from scipy import stats
 
 from harness import t_calibration as calibration
-from harness.formatting import format_probability
 
 CONFIDENCE = 0.95
 LEVEL_SLACK = 1e-12  # float slack when comparing an exact attained level with the level asked for
@@ -516,144 +515,6 @@ def control_verdict(interval: Interval, tolerance: float) -> str:
     if interval.low > tolerance or interval.high < -tolerance:
         return "outside"
     return "ambiguous"
-
-
-# ------------------------------------------------------------------------------------------- planning
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Pairs (and seconds) a goal needs at a measured per-pair spread σ of the log ratio.
-
-    ``pairs_for_goal`` is the fewest pairs whose t interval meets the goal with ``probability`` (exact for
-    normal log ratios, σ taken as known); ``pairs`` also reaches the t interval's sufficiency minimum
-    (``minimum_pairs``) and is rounded up to even, for balanced AB/BA pairs."""
-
-    goal: str
-    pairs: int
-    pairs_for_goal: int
-    probability: float
-    minimum_pairs: int | None
-    seconds: float | None
-
-
-def _t_quantile(pairs: int, level: float) -> float:
-    """The t quantile the primary interval of ``pairs`` log ratios uses: at its calibrated nominal level."""
-    fitted = t_calibration(pairs, level)
-    return float(stats.t.ppf(0.5 + (level if fitted is None else fitted.nominal) / 2.0, pairs - 1))
-
-
-def power_to_resolve(
-    pairs: int, sigma: float, effect: float, bar: float = 0.0, level: float = CONFIDENCE
-) -> float:
-    """Probability that the primary t interval of ``pairs`` log ratios (normal, spread σ; at its calibrated
-    nominal level ν) lies wholly on the true effect's side of the bar (both reductions, fractions): with
-    δ = |log(1 − bar) − log(1 − effect)|, the statistic δ̂√n/s is noncentral t (n − 1 df, noncentrality
-    δ√n/σ) and must pass t_{(1+ν)/2, n−1}."""
-    _check_level(level)
-    if pairs < 2:
-        return 0.0
-    delta = abs(math.log1p(-bar) - math.log1p(-effect))
-    quantile = _t_quantile(pairs, level)
-    return float(stats.nct.sf(quantile, pairs - 1, delta * math.sqrt(pairs) / sigma))
-
-
-def probability_within(pairs: int, sigma: float, tolerance: float, level: float = CONFIDENCE) -> float:
-    """Probability that an A/A control's t interval (true log ratio 0, normal, spread σ) lies strictly within
-    ±tolerance as reductions: the mean m ~ N(0, σ²/n) and s² ~ σ²χ²_{n−1}/(n−1) are independent, and the
-    interval m ± h, h = t·s/√n, must satisfy m + h < log(1 + T) and m − h > log(1 − T); integrated over s."""
-    _check_level(level)
-    if pairs < 2:
-        return 0.0
-    upper, lower = math.log1p(tolerance), math.log1p(-tolerance)
-    df = pairs - 1
-    quantile = _t_quantile(pairs, level)
-    scale = sigma / math.sqrt(pairs)
-
-    def inside(chi2: float) -> float:
-        half = quantile * sigma * math.sqrt(chi2 / df) / math.sqrt(pairs)
-        if lower + half >= upper - half:
-            return 0.0
-        return float(stats.norm.cdf((upper - half) / scale) - stats.norm.cdf((lower + half) / scale))
-
-    # the interval fits only while h < (upper − lower)/2; integrate over the chi-square's quantiles up to
-    # there, so the integrand is smooth and bounded whatever the pairs
-    limit = df * ((upper - lower) / 2.0 * math.sqrt(pairs) / (quantile * sigma)) ** 2
-    value, _ = integrate.quad(
-        lambda p: inside(stats.chi2.ppf(p, df)), 0.0, stats.chi2.cdf(limit, df), limit=200
-    )
-    return float(min(1.0, value))
-
-
-def _fewest_pairs(meets: Callable[[int], bool], max_pairs: int) -> int | None:
-    """The fewest pairs in 2 … max_pairs for which ``meets`` holds (monotone in the pairs): doubling, then
-    bisection."""
-    high = 2
-    while not meets(high):
-        if high >= max_pairs:
-            return None
-        high = min(2 * high, max_pairs)
-    low = max(2, high // 2)
-    while low < high:
-        middle = (low + high) // 2
-        if meets(middle):
-            high = middle
-        else:
-            low = middle + 1
-    return low
-
-
-def _finish_plan(
-    goal: str, found: int | None, probability: float, level: float, seconds: float | None
-) -> Plan:
-    if found is None:
-        raise ValueError(f"{goal}: not reachable within the pairs searched")
-    minimum = t_min_pairs(level)
-    pairs = max(found, minimum or 0)
-    pairs += pairs % 2
-    return Plan(goal, pairs, found, probability, minimum, None if seconds is None else pairs * seconds)
-
-
-def plan_effect(
-    sigma: float,
-    effect: float,
-    bar: float = 0.0,
-    level: float = CONFIDENCE,
-    power: float = 0.8,
-    seconds_per_pair: float | None = None,
-    max_pairs: int = 100_000,
-) -> Plan:
-    """Pairs needed to resolve a true reduction ``effect`` against ``bar`` (both fractions; 0 for "any
-    gain") with probability ``power`` at ``level``, from the per-pair spread σ of the log ratio."""
-    if sigma <= 0 or effect == bar or max(effect, bar) >= 1:
-        raise ValueError("need a positive spread, and an effect and a bar below 100% that differ")
-    found = _fewest_pairs(lambda n: power_to_resolve(n, sigma, effect, bar, level) >= power, max_pairs)
-    goal = (
-        f"resolve a {effect:.1%} reduction against {bar:.1%} with {format_probability(power)} power at "
-        f"{level:.0%}"
-    )
-    achieved = power_to_resolve(found, sigma, effect, bar, level) if found else math.nan
-    return _finish_plan(goal, found, achieved, level, seconds_per_pair)
-
-
-def plan_control(
-    sigma: float,
-    tolerance: float,
-    level: float = CONFIDENCE,
-    probability: float = 0.8,
-    seconds_per_pair: float | None = None,
-    max_pairs: int = 100_000,
-) -> Plan:
-    """Pairs needed for an A/A control's interval to fall within ±``tolerance`` with ``probability``."""
-    if sigma <= 0 or not 0 < tolerance < 1:
-        raise ValueError("need a positive spread and a tolerance in (0, 1)")
-    found = _fewest_pairs(lambda n: probability_within(n, sigma, tolerance, level) >= probability, max_pairs)
-    goal = (
-        f"bring an A/A within +/-{tolerance:.1%} with probability {format_probability(probability)} at "
-        f"{level:.0%}"
-    )
-    achieved = probability_within(found, sigma, tolerance, level) if found else math.nan
-    return _finish_plan(goal, found, achieved, level, seconds_per_pair)
 
 
 # -------------------------------------------------------------------------------- design diagnostics

@@ -49,8 +49,9 @@ from harness.formatting import (
     is_missing,
     method_label,
 )
-from harness.inference import t_min_pairs, t_unkept_counts_text
+from harness.inference import t_unkept_counts_text
 from harness.options import InputError
+from harness.planning import plan_rows
 from harness.protocol import IDLE_GAP_SECONDS, WHOLE_PAIRS_FORMAT, Plan, scheduled_done, warmup_sequences
 from harness.stats import (
     ClaimSettings,
@@ -58,7 +59,6 @@ from harness.stats import (
     finished,
     instability_flags,
     numeric_column,
-    plan_rows,
 )
 from harness.tables import (
     RunFolder,
@@ -1399,7 +1399,8 @@ def _planning(run: LoadedRun) -> list[str]:
                 f"{r['arm']} vs {r['baseline_arm']}" + (f" ({r['case']})" if len(run.plan.cases) > 1 else ""),
                 spread,
                 r["goal"],
-                f"{r['pairs']} ({r['pairs_for_goal']} for the goal, {100 * r['probability']:.0f}% likely)",
+                f"{r['pairs']} ({r['pairs_for_goal']} for the goal, {100 * r['probability']:.0f}% likely; "
+                f"{r['pairs_upper']} at σ's upper bound)",
                 seconds,
             ]
         )
@@ -1410,9 +1411,10 @@ def _planning(run: LoadedRun) -> list[str]:
             ["claim", "per-pair σ of the log ratio", "goal", "pairs to run", "time"], rows, "lrlrr"
         ),
         "",
-        "From this run's per-pair spread (normal log ratios, σ taken as known): the fewest pairs whose primary "
-        "interval meets the goal with 80% probability, raised to the calibrated interval's minimum "
-        f"({t_min_pairs()} pairs) and to an even count; time from each arm's median trial. For another goal: "
+        "From this run's per-pair spread (normal log ratios, simulated): the fewest pairs whose primary "
+        "interval meets the goal with 80% probability, the effect against 0, raised to an even count; beside "
+        "it, the pairs at σ's one-sided 95% upper bound. Time from each arm's median trial (a duet pair: the "
+        "slower arm's). For another goal: "
         f"`bench plan {run.name} --effect 3%` (or `--tolerance 1%` for an A/A arm).",
     ]
 

@@ -504,30 +504,7 @@ def secondary_claims(trials: pd.DataFrame, protocol: Any, metric: str) -> pd.Dat
     return claim_table(pairs, ClaimSettings.from_protocol(protocol), planned, trials, metric)
 
 
-# ------------------------------------------------------------------------------------ planning and flags
-
-
-def per_pair_spread(pairs: pd.DataFrame, case: Any, arm: Any) -> tuple[float, int]:
-    """The standard deviation of one claim's finite log ratios (the per-pair σ) and how many it rests on."""
-    mine = pairs[(pairs["case"] == case) & (pairs["arm"] == arm)]
-    x = mine["log_ratio"].to_numpy(dtype=float)
-    x = x[np.isfinite(x)]
-    return (float(np.std(x, ddof=1)) if x.size >= 2 else math.nan), int(x.size)
-
-
-def seconds_per_pair(trials: pd.DataFrame, case: Any, arms: tuple[Any, Any], cooldown: float = 0.0) -> float:
-    """The seconds one pair of these two arms takes by the log: each arm's median trial time plus the
-    cool-down before each trial; NaN where the log holds no time."""
-    rows = measured(trials)
-    if rows.empty or "trial_seconds" not in rows:
-        return math.nan
-    total = 0.0
-    for arm in arms:
-        mine = numeric_column(rows[(rows["case"] == case) & (rows["arm"] == arm)], "trial_seconds")
-        if not len(mine):
-            return math.nan
-        total += float(mine.median()) + cooldown
-    return total
+# ---------------------------------------------------------------------------------------------- flags
 
 
 def instability_flags(trials: pd.DataFrame, env: dict[str, Any] | None = None) -> list[inference.Flag]:
@@ -584,72 +561,6 @@ def instability_flags(trials: pd.DataFrame, env: dict[str, Any] | None = None) -
                 )
             )
     return flags
-
-
-def plan_rows(
-    protocol: Any,
-    summaries: Any,
-    effect: float | None = None,
-    tolerance: float | None = None,
-    bar: float | None = None,
-    power: float = 0.8,
-) -> list[dict[str, Any]]:
-    """Per claim of a run, the pairs (and seconds) a goal needs at the run's measured per-pair spread σ of
-    the log ratio (``inference.plan_effect`` / ``plan_control``). A claim's goal is to resolve ``effect``
-    (default: its measured geometric-mean reduction) against ``bar`` (default: the run's bar, else 0); an
-    A/A arm's, to fall within ±``tolerance`` (default: the run's). Fractions throughout."""
-    settings = ClaimSettings.from_protocol(protocol)
-    out: list[dict[str, Any]] = []
-    for _, claim in summaries.claims.iterrows():
-        case, arm, base = claim["case"], claim["arm"], claim["baseline_arm"]
-        sigma, used = per_pair_spread(summaries.pairs, case, arm)
-        seconds = seconds_per_pair(
-            summaries.trials, case, (base, arm), float(getattr(protocol, "cooldown", 0))
-        )
-        row: dict[str, Any] = {
-            "case": case,
-            "arm": arm,
-            "baseline_arm": base,
-            "kind": claim["kind"],
-            "sigma": sigma,
-            "sigma_pairs": used,
-            "seconds_per_pair": seconds,
-            "goal": "",
-            "pairs": None,
-            "pairs_for_goal": None,
-            "probability": math.nan,
-            "minimum_pairs": inference.t_min_pairs(settings.level),
-            "seconds": math.nan,
-            "note": "",
-        }
-        seconds_arg = seconds if math.isfinite(seconds) else None
-        try:
-            if not math.isfinite(sigma) or sigma <= 0:
-                raise ValueError(f"needs a spread: {used} finished pair(s) with a finite log ratio")
-            if claim["kind"] == "control":
-                limit = tolerance if tolerance is not None else claim["bar"]
-                if limit is None or is_nan(limit):
-                    raise ValueError("no tolerance to plan for (give one, e.g. --tolerance 1%)")
-                found = inference.plan_control(sigma, float(limit), settings.level, power, seconds_arg)
-            else:
-                target = float(claim["estimate"]) if effect is None else effect
-                against = bar if bar is not None else (0.0 if is_nan(claim["bar"]) else float(claim["bar"]))
-                if not math.isfinite(target):
-                    raise ValueError("no finite effect to plan for (give one, e.g. --effect 3%)")
-                found = inference.plan_effect(sigma, target, against, settings.level, power, seconds_arg)
-        except ValueError as exc:
-            row["note"] = str(exc)
-        else:
-            row.update(
-                goal=found.goal,
-                pairs=found.pairs,
-                pairs_for_goal=found.pairs_for_goal,
-                probability=found.probability,
-                minimum_pairs=found.minimum_pairs,
-                seconds=math.nan if found.seconds is None else found.seconds,
-            )
-        out.append(row)
-    return out
 
 
 def is_nan(value: Any) -> bool:

@@ -327,46 +327,6 @@ def test_control_verdict_exactly_at_the_tolerance() -> None:
 # ------------------------------------------------------------------------------------ stopping rule
 
 
-def test_plan_effect_against_simulation() -> None:
-    sigma, effect = 0.054, 0.09
-    plan = inf.plan_effect(sigma, effect, seconds_per_pair=120.0)
-    assert plan.pairs_for_goal == 6 and plan.probability >= 0.8
-    assert inf.power_to_resolve(5, sigma, effect) < 0.8
-    # the 6-pair plan's power, by simulating its t intervals (at the calibrated nominal level) on normal
-    # log ratios
-    rows = math.log(1 - effect) + sigma * np.random.default_rng(12).standard_normal((DRAWS, 6))
-    _, _, high = inf.t_log_bounds(rows, inf.t_calibration(6).nominal)
-    simulated = float(np.mean(1 - np.exp(high) > 0))
-    assert simulated == pytest.approx(plan.probability, abs=3 * math.sqrt(0.2 * 0.8 / DRAWS))
-    # what is run: also the calibrated t interval's minimum, rounded up to an even count
-    assert plan.minimum_pairs == 25 and plan.pairs == 26 and plan.seconds == 26 * 120.0
-
-
-def test_plan_refuses_an_unreachable_goal() -> None:
-    with pytest.raises(ValueError):
-        inf.plan_effect(0.05, effect=0.03, bar=0.03)
-    with pytest.raises(ValueError):
-        inf.plan_effect(0.05, effect=1.0)
-
-
-def test_power_at_the_bar_is_half_alpha() -> None:
-    # With the true effect on the bar, the interval (at its nominal level ν) lies above it with probability
-    # (1 − ν)/2 exactly.
-    nominal = inf.t_calibration(10).nominal
-    assert inf.power_to_resolve(10, 0.05, 0.03, bar=0.03) == pytest.approx((1 - nominal) / 2)
-
-
-def test_plan_control_against_simulation() -> None:
-    sigma, tolerance = 0.01, 0.01
-    plan = inf.plan_control(sigma, tolerance)
-    assert inf.probability_within(plan.pairs_for_goal - 1, sigma, tolerance) < 0.8 <= plan.probability
-    n = plan.pairs_for_goal
-    rows = sigma * np.random.default_rng(13).standard_normal((DRAWS, n))
-    _, low, high = inf.t_log_bounds(rows, inf.t_calibration(n).nominal)
-    inside = (1 - np.exp(high) > -tolerance) & (1 - np.exp(low) < tolerance)
-    assert float(inside.mean()) == pytest.approx(plan.probability, abs=3 * math.sqrt(0.2 * 0.8 / DRAWS))
-
-
 # -------------------------------------------------------------------------------------- diagnostics
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import inference, sequential, stats
+from harness import sequential, stats
 from harness.protocol import Arm, ProtocolOptions
 
 
@@ -344,28 +344,6 @@ def test_instability_flags_from_the_trials_and_the_start_load() -> None:
         stats.instability_flags(paired([(55.0, 50.0), (55.1, 50.2)]), {"load1_start": 0.5, "cpu_logical": 2})
         == []
     )
-
-
-def test_plan_rows_from_the_measured_spread() -> None:
-    ratios = [-0.1, -0.05, -0.15, -0.1]
-    frame = paired([(10.0, 10.0 * math.exp(x)) for x in ratios])
-    frame["trial_seconds"] = [60.0, 50.0] * 4
-    pairs = stats.pair_table(frame)
-    claims = stats.claim_table(pairs, stats.ClaimSettings(bar_percent=5), trials=frame)
-    summaries = type("S", (), {"claims": claims, "pairs": pairs, "trials": frame})()
-    protocol = ProtocolOptions(
-        (Arm("baseline", "baseline", "b"), Arm("candidate", "candidate", "c")), bar=5.0
-    )
-    (row,) = stats.plan_rows(protocol, summaries, effect=0.03)
-    assert row["sigma"] == pytest.approx(np.std(ratios, ddof=1)) and row["seconds_per_pair"] == 110.0
-    expected = inference.plan_effect(row["sigma"], 0.03, 0.05, seconds_per_pair=110.0)
-    assert (row["pairs"], row["pairs_for_goal"], row["seconds"]) == (
-        expected.pairs,
-        expected.pairs_for_goal,
-        expected.seconds,
-    )
-    (default,) = stats.plan_rows(protocol, summaries)  # the measured effect against the run's bar
-    assert "against 5.0%" in default["goal"]
 
 
 # --- a claims table over a second figure ---------------------------------------------------------------------
