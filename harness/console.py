@@ -247,15 +247,17 @@ def _listing(plan: Plan, title: str, rows: list[dict[str, str]]) -> list[str]:
     return lines
 
 
-def _notes(summaries: Summaries) -> list[str]:
+def _notes(plan: Plan, summaries: Summaries) -> list[str]:
     """What the verdicts rest on, one line each: pairs left out because both arms failed, why an interval is
-    insufficient, and where a distribution-free check disagrees with the verdict."""
+    insufficient, and where a check disagrees with the verdict (none of it for a withheld verdict)."""
     notes: list[str] = []
     claims = summaries.claims
     for _, claim in claims.iterrows():
         label = f"{claim['arm']}" + (f" ({claim['case']})" if claims["case"].nunique() > 1 else "")
         if int(claim["both_failed"]):
             notes.append(f"{label}: {int(claim['both_failed'])} pair(s) where both arms failed left out")
+        if verdict_shown(plan, str(claim["arm"]), str(claim["verdict"])) != str(claim["verdict"]):
+            continue  # the arm ran the baseline's code: its interval measures noise, and no verdict is given
         if not claim["ci_sufficient"] and claim["ci_reason"]:
             notes.append(f"{label}: insufficient: {claim['ci_reason']}")
         for name, prefix in disagreeing_checks(claim):
@@ -288,7 +290,7 @@ def print_summary(plan: Plan, summaries: Summaries, out: Console | None = None) 
     else:
         for text in _listing(plan, title, rows):
             out.print(text)
-    for note in _notes(summaries):
+    for note in _notes(plan, summaries):
         out.print(f"  {note}")
 
 
