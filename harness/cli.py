@@ -115,8 +115,8 @@ SHARED = (
         str,
         str(_default("warmup")),
         "Discarded warm-up trials per case, cycling through the arms (kept in the log, not in the statistics), "
-        "or auto: warm-ups until two consecutive ones of an arm agree within "
-        f"{_default('warmup_tolerance'):g}% (at most {_default('max_warmup')}, then the run goes on and the "
+        "or auto: warm-ups until one is at most "
+        f"{_default('warmup_tolerance'):g}% faster than its arm's previous (at most {_default('max_warmup')}, then the run goes on and the "
         "report says it never settled); with auto the same after a resume or an idle gap.",
     ),
     Shared(

@@ -203,7 +203,7 @@ def parse_pairs(pairs: int | str) -> int | str:
 
 def parse_warmup(warmup: int | str, name: str = "--warmup") -> int | str:
     """``--warmup`` (or the API's ``name``): warm-up trials per case, a whole number from 0 to ``MAX_WARMUP``,
-    or ``auto`` (warm-ups until two consecutive ones of an arm agree, capped;
+    or ``auto`` (warm-ups until one is no faster than its arm's previous, within a tolerance, capped;
     ``ProtocolOptions.warmup_tolerance``, ``max_warmup``)."""
     if isinstance(warmup, str):
         text = warmup.strip().lower()

@@ -303,7 +303,7 @@ def warmup_words(plan: Plan, trials: pd.DataFrame) -> str:
         return f"{p.warmup} warm-up fit(s) discarded"
     done = warmup_sequence_text(plan, trials) or "none run yet"
     return (
-        f"warm-up fits until two consecutive ones of an arm agree within {p.warmup_tolerance:g}% (at most "
+        f"warm-up fits until one is at most {p.warmup_tolerance:g}% faster than its arm's previous (at most "
         f"{p.max_warmup}), discarded: {done}"
     )
 
@@ -420,7 +420,7 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                 f"warm-ups never settled in {_plural(len(unsettled), 'sequence')}: "
                 + ", ".join(f"{w.reason} ({w.warmups} warm-ups)" for w in unsettled)
                 + ".",
-                f"No two consecutive warm-ups of an arm agreed within {plan.protocol.warmup_tolerance:g}% before "
+                f"Every warm-up was over {plan.protocol.warmup_tolerance:g}% faster than its arm's previous before "
                 f"the cap of {plan.protocol.max_warmup}; the measured trials after them may still be warming.",
             )
         )
@@ -1019,7 +1019,7 @@ def _protocol(run: LoadedRun) -> list[str]:
         else f"{p.pairs} {unit_word}"
     )
     first_warmups = (
-        f"warm-up trials until two consecutive ones of an arm agree within {p.warmup_tolerance:g}% (|log ratio|; "
+        f"warm-up trials until one is at most {p.warmup_tolerance:g}% faster than its arm's previous (log ratio; "
         f"`--warmup auto`, at most {p.max_warmup}, then the run goes on unsettled)"
         if p.auto_warmup
         else _plural(p.warmup, "warm-up trial")
