@@ -373,7 +373,7 @@ class StoppingRule:
             if stop
             else "precision not reached by every claim"
         )
-        reach = [f"{a}{d[1].split(';', 1)[1]}" for a, d in claims.items() if "pairs reach about" in d[1]]
+        reach = [f"{a}:{d[1].split(';', 1)[1]}" for a, d in claims.items() if "pairs reach about" in d[1]]
         reason += "".join(f"; {text}" for text in reach)  # a target out of reach, said at the first look
         return {
             "case": case,
