@@ -9,15 +9,15 @@ Conventions, stated once (the methods themselves are ``harness.inference``'s):
   failed is no evidence: its reduction is NaN, it is left out of every claim figure and counted
   (``both_failed``).
 * Reduction of a pair = (baseline − arm) / baseline, one per non-reference arm per round.
-* Per claim, the primary figure is the geometric-mean reduction with the calibrated t interval on the log
-  ratios (with ``--pairs auto``, the stopping rule's interval at the look it stopped at); beside it, as
-  distribution-free checks, the sign-test interval of the median reduction and Hodges–Lehmann with its
-  Wilcoxon interval, each with the level it attains. Where a pair has one failed arm the t interval does
-  not exist and the verdict reads the sign-test interval (``verdict_basis`` says which).
-* Verdict of a claim against a bar b: ``clears`` (interval wholly above b), ``fails`` (wholly below),
-  ``ambiguous`` (straddles or touches it), ``insufficient`` (the interval does not keep its stated level).
-  An A/A control's arm (``<first>-control``) is judged against ±tolerance: ``within`` / ``outside`` /
-  ``ambiguous`` / ``insufficient`` by the same rules.
+* Per claim, the primary figure is the median reduction with its order-statistic interval
+  (``harness.intervals``; with ``--pairs auto``, the stopping rule's interval, ``harness.sequential``). A
+  failure ranks slowest, so the estimand never switches. Beside it: the geometric-mean reduction with the
+  calibrated t interval (``gm_*``, the earlier primary), the sign-test interval and Hodges–Lehmann, each with
+  the level it attains; each arm's failure rate with its own interval (``harness.verdicts``).
+* Verdicts (``harness.verdicts`` states the words): against a bar, ``clears`` / ``fails`` / ``ambiguous``;
+  without one, ``faster`` / ``slower`` / ``no difference detected``; an A/A control's arm (``<first>-control``)
+  against ±tolerance, ``within`` / ``outside`` / ``ambiguous``; any of them ``insufficient`` when the
+  interval does not keep its stated level.
 """
 
 from __future__ import annotations
