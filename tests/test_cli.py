@@ -281,7 +281,7 @@ def test_the_gate_passes_a_claim_that_clears_and_a_control_within(tmp_path: Path
     ("given", "why"),
     [
         ({"pairs": 32, "bar": 30.0}, "candidate vs baseline (claim): fails"),
-        ({"pairs": 6, "bar": 8.0}, "candidate vs baseline (claim): insufficient"),
+        ({"pairs": 4, "bar": 8.0}, "candidate vs baseline (claim): insufficient"),
         ({"pairs": 32, "bar": 20.0}, "candidate vs baseline (claim): ambiguous"),
         (
             {"pairs": 32, "bar": 8.0, "control": True, "tolerance": 0.1},
