@@ -118,8 +118,8 @@ SHARED = (
         str,
         str(_default("warmup")),
         "Discarded warm-up trials per case, cycling through the arms (kept in the log, not in the statistics), "
-        "or auto: warm-ups until two consecutive ones of an arm agree within "
-        f"{_default('warmup_tolerance'):g}% (at most {_default('max_warmup')}, then the run goes on and the "
+        "or auto: warm-ups until one is at most "
+        f"{_default('warmup_tolerance'):g}% faster than its arm's previous (at most {_default('max_warmup')}, then the run goes on and the "
         "report says it never settled); with auto the same after a resume or an idle gap.",
     ),
     Shared(
@@ -447,8 +447,6 @@ def check_plan_goal(
 ) -> None:
     """``bench plan``'s goal against the run it plans from: a tolerance needs an A/A arm, and an effect a bar
     it is not at (no number of pairs resolves an effect at its bar). ``InputError`` otherwise."""
-    from harness.stats import ClaimSettings
-
     if tolerance_value is not None and not protocol.control:
         raise InputError(
             f"--tolerance {tolerance} plans an A/A arm, and the run has none (it ran without --control); drop "
@@ -456,8 +454,7 @@ def check_plan_goal(
         )
     if effect_value is None:
         return
-    bar_percent = ClaimSettings.from_protocol(protocol).bar_percent
-    against = bar_value if bar_value is not None else (bar_percent or 0.0) / 100
+    against = bar_value if bar_value is not None else 0.0  # an effect is planned against 0 unless asked
     if math.isclose(effect_value, against, abs_tol=1e-12):
         raise InputError(
             f"--effect {effect} is at the bar ({100 * against:.1f}%): no number of pairs resolves an effect at "
@@ -482,13 +479,13 @@ def plan_command(
     bar: Annotated[
         str | None,
         typer.Option(
-            help="The bar the effect is resolved against, e.g. 8% (default: the run's bar, else 0)."
+            help="The bar the effect is resolved against, e.g. 8% (default: 0, i.e. faster at all)."
         ),
     ] = None,
     power: Annotated[float, typer.Option(help="The probability the goal must be met with.")] = 0.8,
 ) -> None:
     """Pairs and time a goal needs, from a run folder's measured per-pair spread: `bench plan RUN_DIR --effect 3%`."""
-    from harness.stats import plan_rows
+    from harness.planning import plan_rows
 
     if not MIN_POWER <= power <= MAX_POWER:
         raise InputError(
@@ -516,10 +513,14 @@ def plan_command(
         time_text = (
             "" if row["seconds"] != row["seconds"] else f", about {row['seconds'] / 60:.1f} min of trials"
         )
+        upper = (
+            ""
+            if row["pairs_upper"] is None
+            else f"; {row['pairs_upper']} at σ's upper bound {100 * row['sigma_upper']:.2f}%"
+        )
         console.print(
-            f"{head}: {spread}; to {row['goal']}: run {row['pairs']} pairs{time_text} "
-            f"({row['pairs_for_goal']} meet the goal with probability {format_probability(row['probability'])}; the "
-            f"calibrated interval keeps 95% from {row['minimum_pairs']})"
+            f"{head}: run {row['pairs']} pairs to {row['goal']}{time_text} ({spread}{upper}; "
+            f"{row['pairs_for_goal']} meet it with probability {format_probability(row['probability'])})"
         )
 
 

@@ -225,7 +225,7 @@ UNBOUNDED = 100_000  # measure tables as if the console had no edge (a measureme
 
 def _cells(plan: Plan, summaries: Summaries) -> list[dict[str, str]]:
     """Per arm row: each figure as text (value and range apart, so a narrow layout can stack them); the
-    reduction is the claim's primary estimate (the geometric mean), its range the pairs' min–max."""
+    reduction is the claim's primary estimate (the median), its range the pairs' min–max."""
     claims = summaries.claims.set_index(["case", "arm"]) if not summaries.claims.empty else None
     rows = []
     for _, arm in summaries.arms.iterrows():
@@ -261,7 +261,7 @@ def _wide_table(plan: Plan, title: str, rows: list[dict[str, str]]) -> Table:
         "arm",
         "trials",
         "median (min–max)",
-        "reduction (geometric mean)",
+        "reduction (median)",
         "interval",
         "method, levels, pairs",
         "verdict",
@@ -324,15 +324,17 @@ def _listing(plan: Plan, title: str, rows: list[dict[str, str]]) -> list[str]:
     return lines
 
 
-def _notes(summaries: Summaries) -> list[str]:
+def _notes(plan: Plan, summaries: Summaries) -> list[str]:
     """What the verdicts rest on, one line each: pairs left out because both arms failed, why an interval is
-    insufficient, and where a distribution-free check disagrees with the verdict."""
+    insufficient, and where a check disagrees with the verdict (none of it for a withheld verdict)."""
     notes: list[str] = []
     claims = summaries.claims
     for _, claim in claims.iterrows():
         label = f"{claim['arm']}" + (f" ({claim['case']})" if claims["case"].nunique() > 1 else "")
         if int(claim["both_failed"]):
             notes.append(f"{label}: {int(claim['both_failed'])} pair(s) where both arms failed left out")
+        if verdict_shown(plan, str(claim["arm"]), str(claim["verdict"])) != str(claim["verdict"]):
+            continue  # the arm ran the baseline's code: its interval measures noise, and no verdict is given
         if not claim["ci_sufficient"] and claim["ci_reason"]:
             notes.append(f"{label}: insufficient: {claim['ci_reason']}")
         for name, prefix in disagreeing_checks(claim):
@@ -344,7 +346,7 @@ def _notes(summaries: Summaries) -> list[str]:
 
 
 def print_summary(plan: Plan, summaries: Summaries, out: Console | None = None) -> None:
-    """Per case: each arm's median (min–max); each other arm's geometric-mean reduction with its interval,
+    """Per case: each arm's median (min–max); each other arm's median reduction with its interval,
     method, levels and verdict; then what the verdicts rest on (pairs left out, checks that disagree).
 
     It opens with what the arms ran (where the plan says), so an A/A in effect is named before any figure.
@@ -365,7 +367,7 @@ def print_summary(plan: Plan, summaries: Summaries, out: Console | None = None) 
     else:
         for text in _listing(plan, title, rows):
             out.print(text)
-    for note in _notes(summaries):
+    for note in _notes(plan, summaries):
         out.print(f"  {note}")
 
 

@@ -95,38 +95,29 @@ def format_bytes(value: Any) -> str:
 
 
 def method_label(claim: Any) -> str:
-    """A claim's interval method in a few words, from its ``verdict_basis`` and ``ci_method``: ``calibrated
-    t``, ``stopping-rule t`` or ``sign test``."""
-    basis, method = str(claim.get("verdict_basis", "")), str(claim.get("ci_method", ""))
-    if basis.startswith("sign"):
-        return "sign test"
+    """A claim's interval method in a few words, from its ``ci_method``: ``order-statistic``, ``stopping-rule
+    order-statistic``
+    (``harness.intervals``, ``harness.sequential``), or for folders' older rows ``calibrated t``."""
+    method = str(claim.get("ci_method", ""))
+    if method.startswith("order statistics"):
+        return "stopping-rule order-statistic" if " look " in method else "order-statistic"
     if method.startswith("calibrated"):
         return "calibrated t"
-    if "look" in method:
-        return "stopping-rule t"
     return method.split(",")[0] or "n/a"
 
 
 def interval_estimand(claim: Any) -> str:
-    """What a claim's verdict interval estimates: the median reduction where the verdict reads the sign test
-    (no t interval), else the geometric-mean reduction."""
-    return (
-        "median reduction"
-        if str(claim.get("verdict_basis", "")).startswith("sign")
-        else "geometric-mean reduction"
-    )
+    """What a claim's verdict interval estimates: the median reduction (a failure ranked slowest)."""
+    return "median reduction"
 
 
 def format_levels(claim: Any) -> str:
-    """The stated and the attained level of a claim's interval: ``95% stated, 90.6% attained`` (for the
-    stopping rule, its look's level: ``95% stated, 98.4% at its look``)."""
+    """The stated and the attained level of a claim's interval: ``95% stated, 93.8% attained`` (for the
+    stopping rule, the least coverage simulated for the whole rule)."""
     stated, attained = claim.get("ci_level"), claim.get("ci_attained")
     text = "n/a" if is_missing(stated) else f"{100 * float(stated):.0f}% stated"
     if not is_missing(attained):
-        # The stopping rule's interval is taken at its look's level; the rule as a whole keeps the stated
-        # level, and an interval alone at an early stop does not, so that level is not called attained.
-        what = "at its look" if method_label(claim) == "stopping-rule t" else "attained"
-        text += f", {100 * float(attained):.1f}% {what}"
+        text += f", {100 * float(attained):.1f}% attained"
     return text
 
 

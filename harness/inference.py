@@ -1,5 +1,6 @@
-"""Honest small-sample inference for paired timings: three intervals, verdicts that know their limits, a
-stopping rule by precision that keeps its coverage, planning, design diagnostics and instability flags.
+"""Small-sample inference for paired timings: the intervals beside the primary, verdicts that know their
+limits, planning, design diagnostics and instability flags. The primary interval (the median's) is in
+``harness.intervals``; the stopping rule in ``harness.sequential``.
 
 Pure functions over numpy arrays. Conventions, stated once:
 
@@ -12,7 +13,8 @@ Pure functions over numpy arrays. Conventions, stated once:
   still do (the infinities rank at the ends).
 * Levels are two-sided confidence levels in (0, 1). Every interval states the level asked for and the level
   it attains with the pairs given, and is ``sufficient`` only when it keeps the asked level.
-* The primary interval is a Student t interval on the log ratios at a *nominal* level calibrated per pair
+* The geometric-mean interval (the primary until the median's replaced it; kept beside it) is a Student t
+  interval on the log ratios at a *nominal* level calibrated per pair
   count (``harness.t_calibration``, made by ``scripts/calibrate_t_interval.py``) so that its coverage is
   within 1.5 points of the stated level both for normal log ratios and on the *reference skewed law*; where
   no nominal level does that, it is ``insufficient`` at that count.
@@ -30,25 +32,19 @@ Pure functions over numpy arrays. Conventions, stated once:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import integrate, stats
+from scipy import stats
 
 from harness import t_calibration as calibration
-from harness.formatting import format_probability
 
 CONFIDENCE = 0.95
 LEVEL_SLACK = 1e-12  # float slack when comparing an exact attained level with the level asked for
 WINDOW = calibration.CALIBRATION_WINDOW  # a calibrated interval covers within this of its stated level
 CALIBRATED_UP_TO = max(max(table) for table in calibration.NOMINAL_LEVELS.values())
-
-# The stopping rule's last look must reach ``calibration.SEQUENTIAL_MIN_LAST_LOOK`` pairs for the whole
-# sequential procedure to keep its level on the reference skewed law (simulated with first looks at 2 to 8
-# pairs); a first look after 8 pairs, or a single look, was not shown to keep it.
-SEQUENTIAL_MAX_FIRST_LOOK = 8
 
 
 def _check_level(level: float) -> None:
@@ -127,14 +123,6 @@ def t_unkept_counts_text(level: float = CONFIDENCE) -> str:
         return "at no count"
     words = [f"from {r[0]} to {r[-1]}" if len(r) > 1 else f"at {r[0]}" for r in runs]
     return ", ".join(words) + " pairs"
-
-
-def sequential_min_last_look(level: float = CONFIDENCE) -> int | None:
-    """The last look the stopping rule needs to keep ``level`` on the reference skewed law; None for a level
-    not simulated."""
-    _check_level(level)
-    stated = _tabulated(calibration.SEQUENTIAL_MIN_LAST_LOOK, level)
-    return None if stated is None else calibration.SEQUENTIAL_MIN_LAST_LOOK[stated]
 
 
 def reference_skewed(rng: np.random.Generator, shape: tuple[int, ...]) -> NDArray[np.float64]:
@@ -501,12 +489,6 @@ def hodges_lehmann_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) ->
 # --------------------------------------------------------------------------------------------- verdicts
 
 
-def verdict_interval(primary: Interval, order_statistic: Interval) -> Interval:
-    """The interval a verdict reads: the primary t interval, or the order-statistic interval where the t
-    interval cannot be computed (a pair with one failed arm)."""
-    return primary if primary.computable else order_statistic
-
-
 def claim_verdict(interval: Interval, bar: float) -> str:
     """A claim against a bar (a reduction, as a fraction): ``clears`` when the interval lies wholly above
     it, ``fails`` wholly below, ``ambiguous`` when it straddles or touches it, ``insufficient`` when the
@@ -535,462 +517,7 @@ def control_verdict(interval: Interval, tolerance: float) -> str:
     return "ambiguous"
 
 
-# ------------------------------------------------------------------------------------ stopping rule
-
-
-def looks(min_pairs: int = 6, max_pairs: int = 20) -> tuple[int, ...]:
-    """The pre-set looks of the stopping rule: every 2 pairs (a balanced AB/BA block) from ``min_pairs``,
-    and ``max_pairs`` last."""
-    if min_pairs < 2:
-        raise ValueError(f"the first look needs at least 2 pairs (got {min_pairs})")
-    if max_pairs < min_pairs:
-        raise ValueError(f"max_pairs ({max_pairs}) must be at least min_pairs ({min_pairs})")
-    pairs = list(range(min_pairs, max_pairs + 1, 2))
-    if pairs[-1] != max_pairs:
-        pairs.append(max_pairs)
-    return tuple(pairs)
-
-
-def per_look_level(level: float, look_pairs: Sequence[int]) -> tuple[float, ...]:
-    """Each look's confidence level: α = 1 − level is split over the looks by an O'Brien–Fleming-like
-    spending function of the information fraction t = n / n_last, A(t) = 2 − 2Φ(z_{1−α/2} / √t), look k
-    getting α_k = A(t_k) − A(t_{k−1}); the α_k sum to α exactly. Early looks get little α (wide intervals),
-    which is where a skewed law hurts the t interval most."""
-    _check_level(level)
-    pairs = np.asarray(look_pairs, dtype=float)
-    if pairs.size == 0 or np.any(np.diff(pairs) <= 0):
-        raise ValueError("looks must be increasing pair counts")
-    alpha = 1.0 - level
-    spent = 2.0 - 2.0 * stats.norm.cdf(stats.norm.ppf(1.0 - alpha / 2.0) / np.sqrt(pairs / pairs[-1]))
-    spent[-1] = alpha
-    return tuple(float(1.0 - a) for a in np.diff(np.concatenate([[0.0], spent])))
-
-
-@dataclass(frozen=True)
-class StopDecision:
-    """Whether to stop after the pairs given, why, and the interval at this look (None between looks).
-    ``level`` is the procedure's; the interval's ``attained_level`` is its look's level."""
-
-    stop: bool
-    reason: str
-    pairs: int
-    look: int | None
-    looks: tuple[int, ...]
-    level: float
-    per_look_level: float | None
-    interval: Interval | None
-
-
-def _plan_keeps_level(plan: tuple[int, ...], level: float) -> tuple[bool, str]:
-    """Whether simulation showed the stopping rule with these looks to keep ``level``, and why not."""
-    needed = sequential_min_last_look(level)
-    if needed is None:
-        levels = " and ".join(f"{lv:.0%}" for lv in calibration.SEQUENTIAL_MIN_LAST_LOOK)
-        return False, f"the stopping rule's coverage is simulated only at {levels}"
-    if len(plan) < 2 or plan[0] > SEQUENTIAL_MAX_FIRST_LOOK:
-        return False, (
-            f"the stopping rule's coverage was simulated with two looks or more, the first by "
-            f"{SEQUENTIAL_MAX_FIRST_LOOK} pairs (looks {list(plan)})"
-        )
-    if plan[-1] < needed:
-        return False, (
-            f"on a skewed law of log ratios the stopping rule keeps {level:.0%} only when its looks run to "
-            f"{needed} pairs (they end at {plan[-1]})"
-        )
-    return True, ""
-
-
-def _look_interval(x: NDArray[np.float64], look_index: int, plan: tuple[int, ...], level: float) -> Interval:
-    """The t interval at one look, at its per-look level (uncalibrated: the procedure's coverage on the
-    reference skewed law was simulated as a whole), judged against the procedure's level."""
-    look_level = per_look_level(level, plan)[look_index]
-    estimand = "geometric-mean reduction"
-    method = (
-        f"Student t interval of the mean log ratio, {max(x.size - 1, 0)} df; look {look_index + 1} of "
-        f"{len(plan)} at pairs {list(plan)}, per-look level {look_level:.4%} (O'Brien-Fleming-like alpha "
-        f"spending); for normal log ratios the procedure covers at least {level:.0%}"
-    )
-    if x.size < 2 or not np.all(np.isfinite(x)):
-        reason = (
-            "a t interval needs at least 2 pairs"
-            if x.size < 2
-            else "a pair with one failed arm has an infinite log ratio: no mean, so no t interval"
-        )
-        return Interval(
-            estimand, method, math.nan, math.nan, math.nan, level, look_level, x.size, False, reason
-        )
-    mean, low, high = (float(v) for v in t_log_bounds(x, look_level))
-    sufficient, reason = _plan_keeps_level(plan, level)
-    return Interval(
-        estimand,
-        method,
-        float(to_reduction(mean)),
-        float(to_reduction(high)),
-        float(to_reduction(low)),
-        level,
-        look_level,
-        x.size,
-        sufficient,
-        reason,
-        look_level,
-    )
-
-
-def should_stop(
-    log_ratios: ArrayLike,
-    precision: float,
-    level: float = CONFIDENCE,
-    min_pairs: int = 6,
-    max_pairs: int = 20,
-    budget_spent: bool = False,
-    ended: str = "time budget spent",
-) -> StopDecision:
-    """The stopping rule by precision, asked after each pair (``log_ratios``: the usable pairs so far).
-
-    Rule: only at the pre-set ``looks(min_pairs, max_pairs)``, compute the t interval at that look's
-    ``per_look_level``; stop when its half-width (half its width in percentage points of reduction) is at
-    most ``precision``, or at the last look. When the time budget is spent the run stops at once, and the
-    interval takes the level of the look it replaces (the next pre-set look); ``ended`` says why no more pairs
-    come (the budget, or for a report read from a log, that the log ends there).
-
-    Coverage: the per-look non-coverages α_k sum to α, so by the union bound the chance that *any* look's
-    interval misses is at most α when each attains its level (normal log ratios): the interval at whatever
-    look the rule stops covers with probability at least ``level``, whatever made it stop. On the reference
-    skewed law, precision-reached stops pick samples without slow outliers (small spread, low mean), so
-    coverage there is shown by simulating the whole procedure: it keeps the level within 1.5 points when the
-    first look comes by 8 pairs and the looks run to ``sequential_min_last_look(level)`` pairs (14 at 95%);
-    other plans are insufficient.
-    With one failed arm the t interval is not computable and the rule runs on to the last look."""
-    _check_level(level)
-    if precision <= 0:
-        raise ValueError(f"precision is a positive half-width in percent (got {precision})")
-    x = _log_ratios(log_ratios)
-    n = x.size
-    plan = looks(min_pairs, max_pairs)
-    if n > plan[-1]:
-        raise ValueError(f"{n} pairs run past the last look ({plan[-1]})")
-    levels = per_look_level(level, plan)
-    if n in plan:
-        index = plan.index(n)
-    elif budget_spent:
-        index = next(i for i, pairs in enumerate(plan) if pairs >= n)
-    else:
-        where = "before the first look" if n < plan[0] else "between looks"
-        return StopDecision(False, where, n, None, plan, level, None, None)
-    interval = _look_interval(x, index, plan, level) if n >= 2 else None
-    last = index == len(plan) - 1 and n == plan[-1]
-    if interval is not None and interval.computable and interval.half_width <= precision:
-        reason = f"precision reached: half-width {interval.half_width:.2f} <= {precision:g} points"
-        return StopDecision(True, reason, n, index + 1, plan, level, levels[index], interval)
-    if last:
-        return StopDecision(True, "last look (max pairs)", n, index + 1, plan, level, levels[index], interval)
-    if budget_spent:
-        return StopDecision(True, ended, n, index + 1, plan, level, levels[index], interval)
-    if interval is None or not interval.computable:
-        reason = "precision unknown (no t interval): run on"
-    else:
-        reason = f"precision not reached: half-width {interval.half_width:.2f} > {precision:g} points"
-    return StopDecision(False, reason, n, index + 1, plan, level, levels[index], interval)
-
-
-@dataclass(frozen=True, eq=False)
-class StoppingSimulation:
-    """The stopping rule applied to many sequences at once: per sequence, the pairs at the stop, the
-    interval then (reductions) and its per-look level; ``sufficient`` as ``should_stop`` would say."""
-
-    pairs: NDArray[np.int64]
-    low: NDArray[np.float64]
-    high: NDArray[np.float64]
-    per_look_level: NDArray[np.float64]
-    sufficient: bool
-
-
-def simulate_stopping(
-    log_ratio_rows: ArrayLike,
-    precision: float,
-    level: float = CONFIDENCE,
-    min_pairs: int = 6,
-    max_pairs: int = 20,
-) -> StoppingSimulation:
-    """``should_stop`` over each row of a (sequences × max_pairs) matrix of finite log ratios, vectorized:
-    the same looks, per-look levels and precision test, for simulating the procedure's coverage."""
-    rows = np.asarray(log_ratio_rows, dtype=float)
-    plan = looks(min_pairs, max_pairs)
-    if rows.ndim != 2 or rows.shape[1] < plan[-1]:
-        raise ValueError(f"need a (sequences x {plan[-1]}) matrix of log ratios")
-    levels = per_look_level(level, plan)
-    count = rows.shape[0]
-    stopped = np.zeros(count, dtype=bool)
-    pairs = np.zeros(count, dtype=np.int64)
-    low, high, look_level = (np.full(count, math.nan) for _ in range(3))
-    for index, n in enumerate(plan):
-        _, lo, hi = t_log_bounds(rows[:, :n], levels[index])
-        reduction_low, reduction_high = to_reduction(hi), to_reduction(lo)
-        precise = 100.0 * (reduction_high - reduction_low) / 2.0 <= precision
-        stop = ~stopped & (precise | (index == len(plan) - 1))
-        pairs[stop], low[stop], high[stop], look_level[stop] = (
-            n,
-            reduction_low[stop],
-            reduction_high[stop],
-            levels[index],
-        )
-        stopped |= stop
-    return StoppingSimulation(pairs, low, high, look_level, _plan_keeps_level(plan, level)[0])
-
-
-# ------------------------------------------------------------------------------------------- planning
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Pairs (and seconds) a goal needs at a measured per-pair spread σ of the log ratio.
-
-    ``pairs_for_goal`` is the fewest pairs whose t interval meets the goal with ``probability`` (exact for
-    normal log ratios, σ taken as known); ``pairs`` also reaches the t interval's sufficiency minimum
-    (``minimum_pairs``) and is rounded up to even, for balanced AB/BA pairs."""
-
-    goal: str
-    pairs: int
-    pairs_for_goal: int
-    probability: float
-    minimum_pairs: int | None
-    seconds: float | None
-
-
-def _t_quantile(pairs: int, level: float) -> float:
-    """The t quantile the primary interval of ``pairs`` log ratios uses: at its calibrated nominal level."""
-    fitted = t_calibration(pairs, level)
-    return float(stats.t.ppf(0.5 + (level if fitted is None else fitted.nominal) / 2.0, pairs - 1))
-
-
-def power_to_resolve(
-    pairs: int, sigma: float, effect: float, bar: float = 0.0, level: float = CONFIDENCE
-) -> float:
-    """Probability that the primary t interval of ``pairs`` log ratios (normal, spread σ; at its calibrated
-    nominal level ν) lies wholly on the true effect's side of the bar (both reductions, fractions): with
-    δ = |log(1 − bar) − log(1 − effect)|, the statistic δ̂√n/s is noncentral t (n − 1 df, noncentrality
-    δ√n/σ) and must pass t_{(1+ν)/2, n−1}."""
-    _check_level(level)
-    if pairs < 2:
-        return 0.0
-    delta = abs(math.log1p(-bar) - math.log1p(-effect))
-    quantile = _t_quantile(pairs, level)
-    return float(stats.nct.sf(quantile, pairs - 1, delta * math.sqrt(pairs) / sigma))
-
-
-def probability_within(pairs: int, sigma: float, tolerance: float, level: float = CONFIDENCE) -> float:
-    """Probability that an A/A control's t interval (true log ratio 0, normal, spread σ) lies strictly within
-    ±tolerance as reductions: the mean m ~ N(0, σ²/n) and s² ~ σ²χ²_{n−1}/(n−1) are independent, and the
-    interval m ± h, h = t·s/√n, must satisfy m + h < log(1 + T) and m − h > log(1 − T); integrated over s."""
-    _check_level(level)
-    if pairs < 2:
-        return 0.0
-    upper, lower = math.log1p(tolerance), math.log1p(-tolerance)
-    df = pairs - 1
-    quantile = _t_quantile(pairs, level)
-    scale = sigma / math.sqrt(pairs)
-
-    def inside(chi2: float) -> float:
-        half = quantile * sigma * math.sqrt(chi2 / df) / math.sqrt(pairs)
-        if lower + half >= upper - half:
-            return 0.0
-        return float(stats.norm.cdf((upper - half) / scale) - stats.norm.cdf((lower + half) / scale))
-
-    # the interval fits only while h < (upper − lower)/2; integrate over the chi-square's quantiles up to
-    # there, so the integrand is smooth and bounded whatever the pairs
-    limit = df * ((upper - lower) / 2.0 * math.sqrt(pairs) / (quantile * sigma)) ** 2
-    value, _ = integrate.quad(
-        lambda p: inside(stats.chi2.ppf(p, df)), 0.0, stats.chi2.cdf(limit, df), limit=200
-    )
-    return float(min(1.0, value))
-
-
-def _fewest_pairs(meets: Callable[[int], bool], max_pairs: int) -> int | None:
-    """The fewest pairs in 2 … max_pairs for which ``meets`` holds (monotone in the pairs): doubling, then
-    bisection."""
-    high = 2
-    while not meets(high):
-        if high >= max_pairs:
-            return None
-        high = min(2 * high, max_pairs)
-    low = max(2, high // 2)
-    while low < high:
-        middle = (low + high) // 2
-        if meets(middle):
-            high = middle
-        else:
-            low = middle + 1
-    return low
-
-
-def _finish_plan(
-    goal: str, found: int | None, probability: float, level: float, seconds: float | None, searched: int
-) -> Plan:
-    if found is None:
-        raise ValueError(f"{goal}: needs more than --pairs accepts ({searched:,})")
-    minimum = t_min_pairs(level)
-    pairs = max(found, minimum or 0)
-    pairs += pairs % 2
-    return Plan(goal, pairs, found, probability, minimum, None if seconds is None else pairs * seconds)
-
-
-def plan_effect(
-    sigma: float,
-    effect: float,
-    bar: float = 0.0,
-    level: float = CONFIDENCE,
-    power: float = 0.8,
-    seconds_per_pair: float | None = None,
-    max_pairs: int = 100_000,
-) -> Plan:
-    """Pairs needed to resolve a true reduction ``effect`` against ``bar`` (both fractions; 0 for "any
-    gain") with probability ``power`` at ``level``, from the per-pair spread σ of the log ratio."""
-    if sigma <= 0 or effect == bar or max(effect, bar) >= 1:
-        raise ValueError("need a positive spread, and an effect and a bar below 100% that differ")
-    found = _fewest_pairs(lambda n: power_to_resolve(n, sigma, effect, bar, level) >= power, max_pairs)
-    goal = (
-        f"resolve a {effect:.1%} reduction against {bar:.1%} with {format_probability(power)} power at "
-        f"{level:.0%}"
-    )
-    achieved = power_to_resolve(found, sigma, effect, bar, level) if found else math.nan
-    return _finish_plan(goal, found, achieved, level, seconds_per_pair, max_pairs)
-
-
-def plan_control(
-    sigma: float,
-    tolerance: float,
-    level: float = CONFIDENCE,
-    probability: float = 0.8,
-    seconds_per_pair: float | None = None,
-    max_pairs: int = 100_000,
-) -> Plan:
-    """Pairs needed for an A/A control's interval to fall within ±``tolerance`` with ``probability``."""
-    if sigma <= 0 or not 0 < tolerance < 1:
-        raise ValueError("need a positive spread and a tolerance in (0, 1)")
-    found = _fewest_pairs(lambda n: probability_within(n, sigma, tolerance, level) >= probability, max_pairs)
-    goal = (
-        f"bring an A/A within +/-{tolerance:.1%} with probability {format_probability(probability)} at "
-        f"{level:.0%}"
-    )
-    achieved = probability_within(found, sigma, tolerance, level) if found else math.nan
-    return _finish_plan(goal, found, achieved, level, seconds_per_pair, max_pairs)
-
-
 # -------------------------------------------------------------------------------- design diagnostics
-
-
-@dataclass(frozen=True)
-class Diagnostic:
-    """A design diagnostic in percent with its t interval (NaN with a reason when not computable)."""
-
-    name: str
-    method: str
-    estimate: float
-    low: float
-    high: float
-    level: float
-    n: int
-    reason: str = ""
-
-    @property
-    def computable(self) -> bool:
-        return not math.isnan(self.estimate)
-
-
-def _percent(log_change: float) -> float:
-    """A change in logs as percent; past floating point's range (two figures 1e58 apart) an infinity."""
-    return 100.0 * math.expm1(log_change) if log_change < 709.0 else math.inf
-
-
-def order_effect(log_ratios: ArrayLike, arm_second: ArrayLike, level: float = CONFIDENCE) -> Diagnostic:
-    """Mean log ratio of the pairs where the arm ran second minus that where it ran first, as a percent
-    change of the ratio, with a pooled two-sample t interval (n − 2 df; equal spread in both orders)."""
-    _check_level(level)
-    x = _log_ratios(log_ratios)
-    second = np.asarray(arm_second, dtype=bool).ravel()
-    name = "order effect (arm second vs first)"
-    method = "difference of mean log ratios, pooled two-sample t interval"
-    if second.shape != x.shape:
-        raise ValueError("need one order flag per pair")
-    n_second, n_first = int(second.sum()), int((~second).sum())
-    reason = ""
-    if n_second == 0 or n_first == 0:
-        reason = "needs pairs in both orders"
-    elif x.size < 3:
-        reason = "needs at least 3 pairs"
-    elif not np.all(np.isfinite(x)):
-        reason = "a pair with one failed arm has an infinite log ratio"
-    if reason:
-        return Diagnostic(name, method, math.nan, math.nan, math.nan, level, x.size, reason)
-    a, b = x[second], x[~second]
-    difference = a.mean() - b.mean()
-    pooled = (((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum()) / (x.size - 2)
-    half = stats.t.ppf(0.5 + level / 2.0, x.size - 2) * math.sqrt(pooled * (1 / a.size + 1 / b.size))
-    return Diagnostic(
-        name,
-        method,
-        _percent(difference),
-        _percent(difference - half),
-        _percent(difference + half),
-        level,
-        x.size,
-    )
-
-
-def drift(
-    values: ArrayLike,
-    arms: ArrayLike,
-    level: float = CONFIDENCE,
-    index: ArrayLike | None = None,
-    blocks: ArrayLike | None = None,
-) -> Diagnostic:
-    """Drift over the measured schedule: the least-squares slope of log(value) against the trial's index
-    (its position in the measured schedule, 0, 1, … unless given) with one intercept per arm, and one more
-    per slice after the first where ``blocks`` labels the trials' slices (a resumed run's stretches, perhaps
-    on another machine: a step between them is not a trend), in percent per trial, with its t interval
-    (trials − arms − slices df). Failed (non-finite) trials are left out of the fit."""
-    _check_level(level)
-    y = np.asarray(values, dtype=float).ravel()
-    labels = np.asarray(arms).ravel()
-    position = np.arange(y.size, dtype=float) if index is None else np.asarray(index, dtype=float).ravel()
-    slices = np.zeros(y.size) if blocks is None else np.asarray(blocks).ravel()
-    if labels.shape != y.shape or position.shape != y.shape:
-        raise ValueError("need one arm label and one index per trial")
-    if slices.shape != y.shape:
-        raise ValueError("need one slice label per trial")
-    finished = np.isfinite(y) & (y > 0)
-    y, labels, position, slices = np.log(y[finished]), labels[finished], position[finished], slices[finished]
-    names = list(dict.fromkeys(labels.tolist()))
-    steps = list(dict.fromkeys(slices.tolist()))[1:]
-    design = np.column_stack(
-        [position]
-        + [(labels == name).astype(float) for name in names]
-        + [(slices == step).astype(float) for step in steps]
-    )
-    df = y.size - design.shape[1]
-    name = "drift (percent per trial)"
-    method = (
-        "least-squares slope of log(value) on trial index with one intercept per arm"
-        + (" and per slice" if steps else "")
-        + ", t interval"
-    )
-    if df < 1 or np.ptp(position) == 0:
-        return Diagnostic(
-            name, method, math.nan, math.nan, math.nan, level, y.size, "too few finished trials"
-        )
-    coefficients, _, rank, _ = np.linalg.lstsq(design, y, rcond=None)
-    if rank < design.shape[1]:
-        return Diagnostic(
-            name, method, math.nan, math.nan, math.nan, level, y.size, "index confounded with arms or slices"
-        )
-    residual = y - design @ coefficients
-    variance = float(residual @ residual) / df
-    slope_se = math.sqrt(variance * np.linalg.inv(design.T @ design)[0, 0])
-    half = stats.t.ppf(0.5 + level / 2.0, df) * slope_se
-    slope = float(coefficients[0])
-    return Diagnostic(
-        name, method, _percent(slope), _percent(slope - half), _percent(slope + half), level, y.size
-    )
 
 
 @dataclass(frozen=True)

@@ -201,7 +201,7 @@ def parse_pairs(pairs: int | str) -> int | str:
 
 def parse_warmup(warmup: int | str, name: str = "--warmup") -> int | str:
     """``--warmup`` (or the API's ``name``): warm-up trials per case, a whole number from 0 to ``MAX_WARMUP``,
-    or ``auto`` (warm-ups until two consecutive ones of an arm agree, capped;
+    or ``auto`` (warm-ups until one is no faster than its arm's previous, within a tolerance, capped;
     ``ProtocolOptions.warmup_tolerance``, ``max_warmup``)."""
     if isinstance(warmup, str):
         text = warmup.strip().lower()
@@ -339,21 +339,6 @@ def resolve_placement(cpus: str) -> Placement | None:
     return choose_placement(cpus)
 
 
-def _looks_end_short(first_look: int, max_pairs: int) -> str | None:
-    """A note where the stopping rule's looks end before the pairs it needs to keep 95% on the reference skewed
-    law (every verdict would read insufficient), else None."""
-    from harness.inference import CONFIDENCE, looks, sequential_min_last_look  # the parent's only: scipy
-
-    needed, last = sequential_min_last_look(CONFIDENCE), looks(first_look, max_pairs)[-1]
-    if needed is None or last >= needed:
-        return None
-    return (
-        f"note: with --max-pairs {max_pairs} the stopping rule's looks end at {last} pairs; on the reference "
-        f"skewed law it keeps 95% only when they run to {needed}, so its verdicts will read insufficient "
-        f"whatever the data (give --max-pairs {needed} or more for a verdict that can clear)"
-    )
-
-
 def protocol_options(
     arms: str | None = DEFAULT_ARMS,
     warmup: int | str = ProtocolOptions.default("warmup"),
@@ -390,10 +375,6 @@ def protocol_options(
     if announce is not None:
         ranks = f"; {gpus} ranks per trial" if gpus > 1 else ""
         announce(f"device: {device} ({why}{ranks})")
-        if parsed_pairs == "auto":
-            short = _looks_end_short(first_look, max_pairs)
-            if short:
-                announce(short)
     if arms is None:
         arms, arms_why = default_arms(device) if default_arms is not None else (DEFAULT_ARMS, "the default")
         if announce is not None:

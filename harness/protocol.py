@@ -230,15 +230,9 @@ class ProtocolOptions:
     max_pairs: int = 20  # --pairs auto: the last look
     time_budget: float | None = None  # --pairs auto: seconds of trials the log may hold
     first_look: int = 6  # --pairs auto: the first look (then one every 2 pairs)
-    # --warmup auto: two consecutive warm-ups of one arm agree when their |log ratio| is at most this (percent).
-    # Argued from the committed H200 fit logs. Of their nine warm-ups, seven sat 0.6-5.0% from their arm's next
-    # fit (within the steady spread) and two 9.7% and 17.4% (these would not pass). Consecutive measured fits
-    # of one arm differ by a median of 6.6% (36 of them). By simulation (tests/test_warmup.py), at the 5.4%
-    # per-pair σ of the sequential fits a steady machine of two arms settles within the cap in 97% of runs
-    # (3.5 warm-ups on average), at the 9.8% σ of those consecutive fits in 84% (the run then goes on and
-    # says it never settled), at the duet's 1.7% at the first check. Much tighter, a steady machine would
-    # rarely settle; much looser, the rule would pass the transients it is there to catch.
-    warmup_tolerance: float = 5.0
+    # --warmup auto: a warm-up settles its sequence when it is at most this much faster (percent) than its
+    # arm's previous one: a transient makes fits faster as it fades. tests/test_warmup.py simulates the rates.
+    warmup_tolerance: float = 0.5
     # --warmup auto: the most warm-ups of one sequence; two arms then get four checks (the figures above).
     max_warmup: int = 6
 
@@ -614,12 +608,18 @@ def _log_end(rows: list[dict[str, Any]]) -> float | None:
 
 
 def warmup_agreement(previous: float | None, current: float | None) -> float | None:
-    """How far two warm-ups of one arm sit apart: |ln(current / previous)|; None where either failed."""
+    """How two warm-ups of one arm compare: ln(current / previous), negative when the later was faster; None
+    where either failed."""
     if previous is None or current is None or not (previous > 0 and current > 0):
         return None
     if not (math.isfinite(previous) and math.isfinite(current)):
         return None
-    return abs(math.log(current / previous))
+    return math.log(current / previous)
+
+
+def settles(change: float | None, tolerance: float) -> bool:
+    """The settling rule: a warm-up no more than ``tolerance`` percent faster than its arm's previous one."""
+    return change is not None and change >= -tolerance / 100
 
 
 def agreements(values: list[float | None], arms: list[str]) -> list[float | None]:
@@ -634,10 +634,10 @@ def agreements(values: list[float | None], arms: list[str]) -> list[float | None
 
 
 def settled_at(values: list[float | None], arms: list[str], tolerance: float) -> int | None:
-    """The warm-up (counted from 1) at which a sequence settled: the first whose figure agrees with the
-    previous warm-up of its arm within ``tolerance`` percent (|log ratio|, inclusive); None if none did."""
+    """The warm-up (counted from 1) at which a sequence settled (``settles`` against the previous warm-up of
+    its arm); None if none did."""
     for count, agreement in enumerate(agreements(values, arms), start=1):
-        if agreement is not None and agreement <= tolerance / 100:
+        if settles(agreement, tolerance):
             return count
     return None
 
@@ -751,7 +751,7 @@ def warmup_row_fields(
     if previous:
         last = max(previous, key=lambda r: int(r["index"]))
         agreement = warmup_agreement(last.get("value") if last.get("status") == "ok" else None, value)
-    settled = agreement is not None and agreement <= plan.protocol.warmup_tolerance / 100
+    settled = settles(agreement, plan.protocol.warmup_tolerance)
     return {"warmup_agreement": agreement, "warmup_settled": settled}
 
 

@@ -34,7 +34,6 @@ from typing import Any
 import pandas as pd
 
 from harness import plots, telemetry
-from harness import t_calibration as calibration
 from harness.codepaths import WITHHELD, all_same_code, same_code_arms, verdict_shown, what_ran
 from harness.formatting import (
     format_bytes,
@@ -49,9 +48,10 @@ from harness.formatting import (
     is_missing,
     method_label,
 )
-from harness.inference import t_min_pairs, t_unkept_counts_text
+from harness.inference import t_unkept_counts_text
 from harness.markdown import NOT_RECORDED, cell, code, markdown_image, markdown_table, when
 from harness.options import InputError
+from harness.planning import plan_rows
 from harness.protocol import (
     DUET_FILLER_FORMAT,
     IDLE_GAP_SECONDS,
@@ -69,7 +69,6 @@ from harness.stats import (
     finished,
     instability_flags,
     numeric_column,
-    plan_rows,
 )
 from harness.tables import (
     RunFolder,
@@ -179,7 +178,7 @@ def claim_sentence(plan: Plan, summaries: Summaries, case: str, arm: str) -> str
     """The claim of one arm against its case's baseline, in the project's words:
 
     "Baseline median 89.448 s (88.765–89.646); candidate 79.183 s (77.799–79.660). The paired reduction
-    is 11.18% (geometric mean; median 11.19%, range 10.88–13.22%), with the same 809.9 MiB peak allocated."
+    is 11.19% (median; geometric mean 11.18%, range 10.88–13.22%), with the same 809.9 MiB peak allocated."
     """
     claim = _claim_row(summaries, case, arm)
     base_label = str(claim["baseline_arm"])
@@ -191,8 +190,8 @@ def claim_sentence(plan: Plan, summaries: Summaries, case: str, arm: str) -> str
         + (
             f"The one pair's reduction is {format_percent(claim['median'])}"
             if int(claim["pairs"]) == 1
-            else f"The paired reduction is {format_percent(claim['estimate'])} (geometric mean; median "
-            f"{format_percent(claim['median'])}, range {format_percent_range(claim['min'], claim['max'])})"
+            else f"The paired reduction is {format_percent(claim['estimate'])} (median; geometric mean "
+            f"{format_percent(claim['gm_estimate'])}, range {format_percent_range(claim['min'], claim['max'])})"
         )
     )
     base_peak = peak_median(summaries.trials, case, base_label, "peak_allocated")
@@ -267,7 +266,7 @@ def warmup_words(plan: Plan, trials: pd.DataFrame) -> str:
         return f"{p.warmup} warm-up fit(s) discarded"
     done = warmup_sequence_text(plan, trials) or "none run yet"
     return (
-        f"warm-up fits until two consecutive ones of an arm agree within {p.warmup_tolerance:g}% (at most "
+        f"warm-up fits until one is at most {p.warmup_tolerance:g}% faster than its arm's previous (at most "
         f"{p.max_warmup}), discarded: {done}"
     )
 
@@ -384,7 +383,7 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                 f"warm-ups never settled in {_plural(len(unsettled), 'sequence')}: "
                 + ", ".join(f"{w.reason} ({w.warmups} warm-ups)" for w in unsettled)
                 + ".",
-                f"No two consecutive warm-ups of an arm agreed within {plan.protocol.warmup_tolerance:g}% before "
+                f"Every warm-up was over {plan.protocol.warmup_tolerance:g}% faster than its arm's previous before "
                 f"the cap of {plan.protocol.max_warmup}; the measured trials after them may still be warming.",
             )
         )
@@ -470,9 +469,7 @@ def caveats(run: LoadedRun) -> list[Caveat]:
             )
         )
     if plan.protocol.bar is None and not plan.protocol.control:
-        out.append(Caveat("no bar set (`--bar`): the claims carry no verdict."))
-    elif not claims.empty and (claims["verdict"].isin(["no bar", "no tolerance"])).any():
-        out.append(Caveat("no bar or tolerance set for some arms: those claims carry no verdict."))
+        out.append(Caveat("no bar set (`--bar`): the claims say only whether an arm is faster at all."))
     return out
 
 
@@ -486,9 +483,9 @@ def _control_text(run: LoadedRun) -> str:
     controls = claims[claims["kind"] == "control"] if not claims.empty else claims
     if not controls.empty:
         parts = [
-            f"{format_percent(c['estimate'])} (geometric mean; {method_label(c)} interval "
-            f"{format_interval(c['ci_low'], c['ci_high'])}, {format_levels(c)}; median "
-            f"{format_percent(c['median'])}, range {format_percent_range(c['min'], c['max'])})"
+            f"{format_percent(c['estimate'])} (median; {method_label(c)} interval "
+            f"{format_interval(c['ci_low'], c['ci_high'])}, {format_levels(c)}; geometric mean "
+            f"{format_percent(c['gm_estimate'])}, range {format_percent_range(c['min'], c['max'])})"
             + (f" in case {code(c['case'])}" if len(run.plan.cases) > 1 else "")
             for _, c in _sorted(controls, run).iterrows()
         ]
@@ -603,7 +600,7 @@ def _summary(runs: list[LoadedRun]) -> list[str]:
         "pairs",
         "baseline median",
         "arm median",
-        "reduction (geometric mean)",
+        "reduction (median)",
         "interval (method, levels)",
         "bar",
         "verdict",
@@ -639,11 +636,10 @@ def _summary(runs: list[LoadedRun]) -> list[str]:
     if rows:
         lines += [markdown_table(columns, rows, ("r" if several else "") + "llrrrrrll"), ""]
         lines.append(
-            "Reduction = (baseline − arm) / baseline per pair, higher is faster; the figure is the geometric mean "
-            "over the pairs (1 − exp of the mean log ratio). Interval: its primary interval, stated level and "
-            "the level it attains, or for the stopping rule the level of the look it stopped at (the rule as a "
-            "whole keeps the stated level; an interval taken alone at an early stop does not). Each run's "
-            "section gives the distribution-free checks beside it."
+            "Reduction = (baseline − arm) / baseline per pair, higher is faster; the figure is the median "
+            "over the pairs. Interval: its primary interval, stated level and the level it attains (for the "
+            "stopping rule, the whole rule's least simulated coverage). Each run's section gives the checks "
+            "beside it."
         )
     elif any(r.tier.paired for r in runs):
         lines.append("No complete pair in any run: no claim can be made.")
@@ -821,7 +817,7 @@ def _protocol(run: LoadedRun) -> list[str]:
         else f"{p.pairs} {unit_word}"
     )
     first_warmups = (
-        f"warm-up trials until two consecutive ones of an arm agree within {p.warmup_tolerance:g}% (|log ratio|; "
+        f"warm-up trials until one is at most {p.warmup_tolerance:g}% faster than its arm's previous (log ratio; "
         f"`--warmup auto`, at most {p.max_warmup}, then the run goes on unsettled)"
         if p.auto_warmup
         else _plural(p.warmup, "warm-up trial")
@@ -856,15 +852,13 @@ def _protocol(run: LoadedRun) -> list[str]:
         f"Primary figure: {plan.metric} in {plan.unit}, lower is better; a failed trial counts as infinitely slow, "
         "never dropped, and a pair where both arms failed is left out and counted. Per pair, the reduction "
         "(baseline − arm) / baseline and the log ratio ln(arm / baseline).",
-        "Per claim the estimate is the geometric-mean reduction, 1 − exp(mean log ratio), with a Student t "
-        "interval on the log ratios at a nominal level calibrated for the pair count, so that its coverage is "
-        "within 1.5 points of the stated 95% both for normal log ratios and on a reference skewed law (two "
-        f"gamma delays, skewness {calibration.REFERENCE_SKEWNESS:g}: the upper end of the committed H200 runs' "
-        f"measured skewness); at counts where no nominal level does that ({t_unkept_counts_text()}) it is "
-        "`insufficient`. Beside it, as "
-        "distribution-free checks, the sign-test (order-statistic) interval of the median reduction and the "
-        "Hodges-Lehmann estimate with its Wilcoxon interval, each at the exact level it attains. Where a pair "
-        "has one failed arm the t interval does not exist and the verdict reads the sign-test interval.",
+        "Per claim the estimate is the median reduction, a failure ranked slowest. Its interval is a pair of "
+        "order statistics interpolated to the stated 95%; where even the range falls short it is the range at "
+        "its exact level (93.75% at 5 pairs). Simulated on normal, skewed, heavy-tailed, outlier and drift "
+        "laws, it covers within 1.5 points of the level stated; from 5 pairs it decides, below that it is "
+        "`insufficient`. Beside it: the geometric-mean reduction with the calibrated t interval (the earlier "
+        f"primary; {t_unkept_counts_text()} it is insufficient), the exact sign-test interval and "
+        "Hodges-Lehmann with its Wilcoxon interval. The failure rate of each arm has its own interval.",
         _verdict_rule(plan),
     ]
     if p.auto:
@@ -895,7 +889,7 @@ def _protocol(run: LoadedRun) -> list[str]:
 
 
 def _looks(plan: Plan) -> tuple[int, ...]:
-    from harness.inference import looks
+    from harness.sequential import looks
 
     return looks(plan.protocol.first_look, plan.protocol.max_pairs)
 
@@ -923,19 +917,18 @@ def _verdict_rule(plan: Plan) -> str:
 
 def _stopping_text(plan: Plan) -> str:
     """The stopping rule as it ran: the rule, its looks and each look's decision."""
-    from harness.inference import sequential_min_last_look
+    from harness.sequential import look_level
 
     p = plan.protocol
-    needed = sequential_min_last_look(0.95)
+    levels, worst, best = look_level(0.95, _looks(plan))
     text = (
         f"Stopping rule (`--pairs auto --precision {p.precision:g}`): at pre-set looks {list(_looks(plan))} "
-        "the t interval at that look's level (O'Brien-Fleming-like alpha spending: the looks' misses sum to "
-        "5%, so the interval the rule stops with keeps 95% for normal log ratios whatever made it stop) is "
+        f"the median's interval at that look's level ({', '.join(f'{v:.2%}' for v in levels)}) is "
         f"compared with the target half-width of {p.precision:g} points; the run stops when every claim's is "
-        f"within it, at the last look ({p.max_pairs} pairs)"
+        f"within it (A/A controls do not hold a claim's stop), at the last look ({p.max_pairs} pairs)"
         + (f", or when {p.time_budget:g} s of trials are spent" if p.time_budget is not None else "")
-        + f". On the reference skewed law the procedure keeps 95% within 1.5 points when its looks run to "
-        f"{needed} pairs or more."
+        + f". Simulated over normal, skewed, heavy-tailed, outlier and drift laws, the interval it stops "
+        f"with covers {worst:.1%} to {best:.1%}."
     )
     decisions = [
         f"{d['rounds']} pairs" + (f" ({d['case']})" if len(plan.cases) > 1 else "") + f": {d['reason']}"
@@ -1015,7 +1008,7 @@ def _results(run: LoadedRun) -> list[str]:
                 "case",
                 "arm vs baseline",
                 "pairs",
-                "geometric-mean reduction",
+                "median reduction",
                 "interval",
                 "method: levels",
                 "bar",
@@ -1101,6 +1094,9 @@ def _verdict(run: LoadedRun) -> list[str]:
             "outside": f"{interval} lies wholly beyond {limit}: the arms differ by more than it",
             "ambiguous": f"{interval} straddles {limit}: more pairs or less noise are needed to decide",
             "insufficient": f"{interval} does not keep its stated level: {c['ci_reason']}",
+            "faster": f"{interval} lies wholly above 0 (no bar was set)",
+            "slower": f"{interval} lies wholly below 0 (no bar was set)",
+            "no difference detected": f"{interval} holds 0 (no bar was set)",
             "no bar": f"no bar was set (`--bar`); {interval} is shown for reference",
             "no tolerance": f"no tolerance was set (`--tolerance`); {interval} is shown for reference",
             "no pairs": "no complete pair",
@@ -1201,7 +1197,8 @@ def _planning(run: LoadedRun) -> list[str]:
                 f"{r['arm']} vs {r['baseline_arm']}" + (f" ({r['case']})" if len(run.plan.cases) > 1 else ""),
                 spread,
                 r["goal"],
-                f"{r['pairs']} ({r['pairs_for_goal']} for the goal, {100 * r['probability']:.0f}% likely)",
+                f"{r['pairs']} ({r['pairs_for_goal']} for the goal, {100 * r['probability']:.0f}% likely; "
+                f"{r['pairs_upper']} at σ's upper bound)",
                 seconds,
             ]
         )
@@ -1212,9 +1209,10 @@ def _planning(run: LoadedRun) -> list[str]:
             ["claim", "per-pair σ of the log ratio", "goal", "pairs to run", "time"], rows, "lrlrr"
         ),
         "",
-        "From this run's per-pair spread (normal log ratios, σ taken as known): the fewest pairs whose primary "
-        "interval meets the goal with 80% probability, raised to the calibrated interval's minimum "
-        f"({t_min_pairs()} pairs) and to an even count; time from each arm's median trial. For another goal: "
+        "From this run's per-pair spread (normal log ratios, simulated): the fewest pairs whose primary "
+        "interval meets the goal with 80% probability, the effect against 0, raised to an even count; beside "
+        "it, the pairs at σ's one-sided 95% upper bound. Time from each arm's median trial (a duet pair: the "
+        "slower arm's). For another goal: "
         f"`bench plan {run.name} --effect 3%` (or `--tolerance 1%` for an A/A arm).",
     ]
 

@@ -26,7 +26,7 @@ import torch
 from harness import env
 from harness.codepaths import what_ran
 from harness.console import ScheduleProgress, console, errors, print_flags, print_summary
-from harness.inference import CONFIDENCE, looks, should_stop
+from harness.inference import CONFIDENCE
 from harness.options import InputError, check_devices_here, resolve_placement
 from harness.placement import Placement, parent_pinned, pin_parent, unpin_parent
 from harness.protocol import (
@@ -43,7 +43,8 @@ from harness.protocol import (
     run_schedule,
     scheduled_done,
 )
-from harness.stats import pair_table
+from harness.sequential import looks, should_stop
+from harness.stats import ClaimSettings, pair_table
 from harness.tables import ENV, PLAN, RunFolder, RunFolderWriteError, check_can_write
 from harness.tier import Run, TierRegistry, check_run_log, load_checked_plan
 from harness.timing import apply_budget, release_budget
@@ -325,7 +326,7 @@ class TableRefresh:
 
 class StoppingRule:
     """``--pairs auto``: before each unit of the schedule, for every case whose scheduled rounds have all run,
-    ask ``inference.should_stop`` of each claim's log ratios; unless every claim stops, grow the case's
+    ask ``sequential.should_stop`` of each claim's log ratios; unless every claim stops, grow the case's
     schedule to the next look. Before a round that would take the log past ``--time-budget`` seconds of
     trials, end that case there (budget spent). Each decision is recorded in ``plan.looks`` and the plan
     saved, so a resume continues the same sequence."""
@@ -361,10 +362,11 @@ class StoppingRule:
                 decision.interval.half_width if decision.interval and decision.interval.computable else None
             )
             decisions[str(arm)] = (decision.stop, decision.reason, half)
-        stop = (
-            budget_spent
-            or rounds >= p.max_pairs
-            or (bool(decisions) and all(d[0] for d in decisions.values()))
+        settings = ClaimSettings.from_protocol(p)
+        baseline = str(pairs["baseline_arm"].iloc[0]) if not pairs.empty else ""
+        claims = {a: d for a, d in decisions.items() if not settings.is_control(a, baseline)} or decisions
+        stop = (  # an A/A control's target does not hold a claim's stop
+            budget_spent or rounds >= p.max_pairs or (bool(claims) and all(d[0] for d in claims.values()))
         )
         reason = (
             "time budget spent"
@@ -375,6 +377,8 @@ class StoppingRule:
             if stop
             else "precision not reached by every claim"
         )
+        reach = [f"{a}:{d[1].split(';', 1)[1]}" for a, d in claims.items() if "pairs reach about" in d[1]]
+        reason += "".join(f"; {text}" for text in reach)  # a target out of reach, said at the first look
         return {
             "case": case,
             "rounds": rounds,

@@ -9,15 +9,15 @@ Conventions, stated once (the methods themselves are ``harness.inference``'s):
   failed is no evidence: its reduction is NaN, it is left out of every claim figure and counted
   (``both_failed``).
 * Reduction of a pair = (baseline − arm) / baseline, one per non-reference arm per round.
-* Per claim, the primary figure is the geometric-mean reduction with the calibrated t interval on the log
-  ratios (with ``--pairs auto``, the stopping rule's interval at the look it stopped at); beside it, as
-  distribution-free checks, the sign-test interval of the median reduction and Hodges–Lehmann with its
-  Wilcoxon interval, each with the level it attains. Where a pair has one failed arm the t interval does
-  not exist and the verdict reads the sign-test interval (``verdict_basis`` says which).
-* Verdict of a claim against a bar b: ``clears`` (interval wholly above b), ``fails`` (wholly below),
-  ``ambiguous`` (straddles or touches it), ``insufficient`` (the interval does not keep its stated level).
-  An A/A control's arm (``<first>-control``) is judged against ±tolerance: ``within`` / ``outside`` /
-  ``ambiguous`` / ``insufficient`` by the same rules.
+* Per claim, the primary figure is the median reduction with its order-statistic interval
+  (``harness.intervals``; with ``--pairs auto``, the stopping rule's interval, ``harness.sequential``). A
+  failure ranks slowest, so the estimand never switches. Beside it: the geometric-mean reduction with the
+  calibrated t interval (``gm_*``, the earlier primary), the sign-test interval and Hodges–Lehmann, each with
+  the level it attains; each arm's failure rate with its own interval (``harness.verdicts``).
+* Verdicts (``harness.verdicts`` states the words): against a bar, ``clears`` / ``fails`` / ``ambiguous``;
+  without one, ``faster`` / ``slower`` / ``no difference detected``; an A/A control's arm (``<first>-control``)
+  against ±tolerance, ``within`` / ``outside`` / ``ambiguous``; any of them ``insufficient`` when the
+  interval does not keep its stated level.
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness import inference, telemetry
-from harness.limits import MAX_PAIRS
+from harness import design_checks, inference, intervals, sequential, telemetry, verdicts
 
 CONFIDENCE = inference.CONFIDENCE
 CONTROL_SUFFIX = "-control"
@@ -48,13 +47,29 @@ def measured(trials: pd.DataFrame, metric: str = "value") -> pd.DataFrame:
     return rows
 
 
+def run_order(trials: pd.DataFrame) -> pd.Series:
+    """Each logged row's place in the order the trials ran: by ``started`` where the rows carry it (the log
+    is sorted by schedule index, and a resume's warm-up or a grown schedule puts indices out of run order),
+    else by index."""
+    if trials.empty:
+        return pd.Series(dtype=int)
+    started = pd.to_datetime(trials["started"], errors="coerce", utc=True) if "started" in trials else None
+    if started is None or started.isna().any():
+        keys = trials["index"] if "index" in trials else pd.Series(range(len(trials)), index=trials.index)
+    else:
+        keys = started
+    return keys.rank(method="first").astype(int) - 1
+
+
 def resumed_slices(trials: pd.DataFrame) -> pd.Series:
     """Each logged row's slice of the run: 0 until the first resume's warm-up (a row whose ``warmup_reason``
-    is ``resume``), then 1, and so on; the log is in the order the trials ran. A resumed slice may run on
-    another machine or day, so a drift is fitted within slices, never across one's step."""
+    is ``resume``) in run order, then 1, and so on. A resumed slice may run on another machine or day, so a
+    drift is fitted within slices, never across one's step."""
     if trials.empty or "warmup_reason" not in trials:
         return pd.Series(0, index=trials.index, dtype=int)
-    return (trials["warmup_reason"].astype(str) == "resume").cumsum().astype(int)
+    order = run_order(trials).sort_values().index
+    resumes = (trials.loc[order, "warmup_reason"].astype(str) == "resume").cumsum().astype(int)
+    return resumes.reindex(trials.index)
 
 
 def finished(trials: pd.DataFrame) -> pd.DataFrame:
@@ -249,6 +264,18 @@ CLAIM_COLUMNS = [
     "ci_method",
     "ci_reason",
     "verdict_basis",
+    "gm_estimate",
+    "gm_low",
+    "gm_high",
+    "gm_attained",
+    "gm_sufficient",
+    "gm_method",
+    "gm_verdict",
+    "failed_trials",
+    "arm_trials",
+    "failure_rate",
+    "failure_low",
+    "failure_high",
     "median",
     "min",
     "max",
@@ -282,9 +309,10 @@ CLAIM_COLUMNS = [
 
 
 def judge(interval: inference.Interval, limit: float | None, control: bool) -> str:
-    """The verdict of one interval: against ±tolerance for an A/A control's arm, else against the bar."""
+    """The verdict of one interval: against ±tolerance for an A/A control's arm (or a claim given only a
+    tolerance), else against the bar, else against 0 (``verdicts.direction``)."""
     if limit is None:
-        return "no tolerance" if control else "no bar"
+        return verdicts.direction(interval)
     if control:
         return inference.control_verdict(interval, limit)
     return inference.claim_verdict(interval, limit)
@@ -293,14 +321,14 @@ def judge(interval: inference.Interval, limit: float | None, control: bool) -> s
 def primary_interval(
     log_ratios: np.ndarray, settings: ClaimSettings
 ) -> tuple[inference.Interval, inference.StopDecision | None]:
-    """The claim's primary interval: the calibrated t interval, or with ``--pairs auto`` the stopping rule's
-    interval at the look the run stopped at (the next pre-set look's level when it stopped between looks)."""
+    """The claim's primary interval: the median reduction's order-statistic interval (``harness.intervals``),
+    or with ``--pairs auto`` the stopping rule's interval at the look the run stopped at (or would have)."""
     if not settings.sequential or log_ratios.size < 1:
-        return inference.t_interval(log_ratios, settings.level), None
-    plan = inference.looks(settings.first_look, settings.max_pairs)
+        return intervals.median_interval(log_ratios, settings.level), None
+    plan = sequential.looks(settings.first_look, settings.max_pairs)
     if log_ratios.size > plan[-1]:
-        return inference.t_interval(log_ratios, settings.level), None
-    decision = inference.should_stop(
+        return intervals.median_interval(log_ratios, settings.level), None
+    decision = sequential.should_stop(
         log_ratios,
         settings.precision,
         settings.level,
@@ -309,22 +337,50 @@ def primary_interval(
         budget_spent=True,
         ended=f"the log ends here ({log_ratios.size} pairs): no more pairs to look at",
     )
-    if decision.interval is None:  # a single pair: no t interval at any look
-        return inference.t_interval(log_ratios, settings.level), decision
+    assert decision.interval is not None
     return decision.interval, decision
 
 
-CHECKS = (("Hodges-Lehmann", "hl"), ("the sign test", "sign"))
+CHECKS = (("the geometric-mean t", "gm"), ("Hodges-Lehmann", "hl"), ("the sign test", "sign"))
 
 
 def disagreeing_checks(claim: Any) -> list[tuple[str, str]]:
     """The distribution-free checks (name, column prefix) whose verdict differs from the claim's; none where
     no bar or tolerance was set (nothing to judge)."""
-    if str(claim["verdict"]) in ("no bar", "no tolerance"):
-        return []
     return [
-        (name, prefix) for name, prefix in CHECKS if str(claim[f"{prefix}_verdict"]) != str(claim["verdict"])
+        (name, prefix)
+        for name, prefix in CHECKS
+        if f"{prefix}_verdict" in claim and str(claim[f"{prefix}_verdict"]) != str(claim["verdict"])
     ]
+
+
+def design_figures(
+    trials: pd.DataFrame, case: Any, arm: Any, group: pd.DataFrame, level: float, metric: str = "value"
+) -> tuple[design_checks.Diagnostic | None, design_checks.Diagnostic | None]:
+    """Drift and the order effect of one claim, fitted together on its paired trials in run order."""
+    if trials.empty or "index" not in trials:
+        return None, None
+    baseline_arm = group["baseline_arm"].iloc[0]
+    ours = measured(trials.assign(slice=resumed_slices(trials), ran=run_order(trials)), metric)
+    # A trial's position among the measured trials in run order (every case and arm): warm-ups are no step
+    # of drift, and a grown schedule's indices are not the order its trials ran in.
+    position = {index: place for place, index in enumerate(ours.sort_values("ran")["index"])}
+    late = dict(zip(group["round"], group["arm_second"].astype(bool), strict=True))
+    ours = ours[(ours["case"] == case) & ours["arm"].isin([baseline_arm, arm]) & ours["round"].isin(late)]
+    ours = ours[~ours["effective"].isna()]
+    if ours.empty:
+        return None, None
+    is_arm = (ours["arm"] == arm).to_numpy()
+    arm_late = ours["round"].map(late).to_numpy(dtype=bool)
+    values, labels = ours["effective"].to_numpy(dtype=float), ours["arm"].astype(str).to_numpy()
+    where = {"index": ours["index"].map(position).to_numpy(dtype=float), "blocks": ours["slice"].to_numpy()}
+    second = is_arm == arm_late  # the arm's trial when it ran second, the baseline's when the arm ran first
+    if arm_late.all() or not arm_late.any():  # one order only: no order effect to fit or to set apart
+        return design_checks.drift(values, labels, level, **where), design_checks.one_order(
+            level, len(values)
+        )
+    trend = design_checks.drift(values, labels, level, second=second, **where)
+    return trend, design_checks.order_effect(values, labels, second, level, **where)
 
 
 def _claim_row(
@@ -340,48 +396,33 @@ def _claim_row(
     usable = group[~group["both_failed"].astype(bool)]
     x = usable["log_ratio"].to_numpy(dtype=float)
     reductions = usable["reduction"].to_numpy(dtype=float)
-    control = settings.is_control(str(arm), str(baseline_arm))
+    control = kind_control = settings.is_control(str(arm), str(baseline_arm))
     limit_percent = settings.tolerance_percent if control else settings.bar_percent
+    if limit_percent is None and not control and settings.tolerance_percent is not None:
+        control, limit_percent = True, settings.tolerance_percent  # no bar: "equivalent within ±T?"
     limit = None if limit_percent is None else limit_percent / 100
-    primary, decision = primary_interval(x, settings)
+    chosen, decision = primary_interval(x, settings)
+    gm = inference.t_interval(x, settings.level)
     sign = inference.sign_interval(x, settings.level)
     hl = inference.hodges_lehmann_interval(x, settings.level)
-    chosen = inference.verdict_interval(primary, sign)
-    basis = "primary" if chosen is primary else f"sign test ({primary.reason})"
+    failures = verdicts.failure_rate(trials, case, arm, settings.level)
     second = usable["arm_second"].to_numpy(dtype=bool)
-    order = inference.order_effect(x, second, settings.level) if x.size else None
-    ours = measured(trials.assign(slice=resumed_slices(trials)), metric)
-    # A trial's position in the measured schedule (every case and arm), not its log index: a resume's
-    # warm-up is logged at an index between measured trials and would count as a step of drift.
-    position = {index: place for place, index in enumerate(sorted(ours["index"]))} if not ours.empty else {}
-    ours = ours[(ours["case"] == case) & ours["arm"].isin([baseline_arm, arm])] if not ours.empty else ours
-    ours = ours[~ours["effective"].isna()] if not ours.empty else ours
-    trend = (
-        inference.drift(
-            ours["effective"].to_numpy(dtype=float),
-            ours["arm"].astype(str).to_numpy(),
-            settings.level,
-            index=ours["index"].map(position).to_numpy(dtype=float),
-            blocks=ours["slice"].to_numpy(),
-        )
-        if len(ours) and "index" in ours
-        else None
-    )
+    trend, order = design_figures(trials, case, arm, group, settings.level, metric)
     return {
         "case": case,
         "arm": arm,
         "baseline_arm": baseline_arm,
-        "kind": "control" if control else "claim",
+        "kind": "control" if kind_control else "claim",
         "pairs": int(x.size),
         "planned_pairs": planned_pairs,
         "both_failed": int(len(group) - len(usable)),
         "one_failed": int(np.isinf(x).sum()),
-        "estimate": primary.estimate,
+        "estimate": chosen.estimate,
         "ci_low": chosen.low,
         "ci_high": chosen.high,
         "ci_level": settings.level,
         "ci_attained": chosen.attained_level,
-        "ci_nominal": chosen.nominal_level,
+        "ci_nominal": chosen.nominal_level,  # a sequential look's own level; NaN for a fixed run
         "ci_sufficient": bool(chosen.sufficient and chosen.computable),
         "ci_method": chosen.method,
         "ci_reason": (
@@ -389,8 +430,16 @@ def _claim_row(
             if x.size == 0
             else chosen.reason
         ),
-        "verdict_basis": basis,
-        "median": float(np.median(reductions)) if reductions.size else math.nan,
+        "verdict_basis": "primary",
+        "gm_estimate": gm.estimate,
+        "gm_low": gm.low,
+        "gm_high": gm.high,
+        "gm_attained": gm.attained_level,
+        "gm_sufficient": bool(gm.sufficient and gm.computable),
+        "gm_method": gm.method,
+        "gm_verdict": judge(gm, limit, control),
+        **failures,
+        "median": chosen.estimate,  # the primary's estimate: one median, whatever the count
         "min": float(reductions.min()) if reductions.size else math.nan,
         "max": float(reductions.max()) if reductions.size else math.nan,
         "sign_low": sign.low,
@@ -455,30 +504,7 @@ def secondary_claims(trials: pd.DataFrame, protocol: Any, metric: str) -> pd.Dat
     return claim_table(pairs, ClaimSettings.from_protocol(protocol), planned, trials, metric)
 
 
-# ------------------------------------------------------------------------------------ planning and flags
-
-
-def per_pair_spread(pairs: pd.DataFrame, case: Any, arm: Any) -> tuple[float, int]:
-    """The standard deviation of one claim's finite log ratios (the per-pair σ) and how many it rests on."""
-    mine = pairs[(pairs["case"] == case) & (pairs["arm"] == arm)]
-    x = mine["log_ratio"].to_numpy(dtype=float)
-    x = x[np.isfinite(x)]
-    return (float(np.std(x, ddof=1)) if x.size >= 2 else math.nan), int(x.size)
-
-
-def seconds_per_pair(trials: pd.DataFrame, case: Any, arms: tuple[Any, Any], cooldown: float = 0.0) -> float:
-    """The seconds one pair of these two arms takes by the log: each arm's median trial time plus the
-    cool-down before each trial; NaN where the log holds no time."""
-    rows = measured(trials)
-    if rows.empty or "trial_seconds" not in rows:
-        return math.nan
-    total = 0.0
-    for arm in arms:
-        mine = numeric_column(rows[(rows["case"] == case) & (rows["arm"] == arm)], "trial_seconds")
-        if not len(mine):
-            return math.nan
-        total += float(mine.median()) + cooldown
-    return total
+# ---------------------------------------------------------------------------------------------- flags
 
 
 def instability_flags(trials: pd.DataFrame, env: dict[str, Any] | None = None) -> list[inference.Flag]:
@@ -535,76 +561,6 @@ def instability_flags(trials: pd.DataFrame, env: dict[str, Any] | None = None) -
                 )
             )
     return flags
-
-
-def plan_rows(
-    protocol: Any,
-    summaries: Any,
-    effect: float | None = None,
-    tolerance: float | None = None,
-    bar: float | None = None,
-    power: float = 0.8,
-) -> list[dict[str, Any]]:
-    """Per claim of a run, the pairs (and seconds) a goal needs at the run's measured per-pair spread σ of
-    the log ratio (``inference.plan_effect`` / ``plan_control``). A claim's goal is to resolve ``effect``
-    (default: its measured geometric-mean reduction) against ``bar`` (default: the run's bar, else 0); an
-    A/A arm's, to fall within ±``tolerance`` (default: the run's). Fractions throughout."""
-    settings = ClaimSettings.from_protocol(protocol)
-    out: list[dict[str, Any]] = []
-    for _, claim in summaries.claims.iterrows():
-        case, arm, base = claim["case"], claim["arm"], claim["baseline_arm"]
-        sigma, used = per_pair_spread(summaries.pairs, case, arm)
-        seconds = seconds_per_pair(
-            summaries.trials, case, (base, arm), float(getattr(protocol, "cooldown", 0))
-        )
-        row: dict[str, Any] = {
-            "case": case,
-            "arm": arm,
-            "baseline_arm": base,
-            "kind": claim["kind"],
-            "sigma": sigma,
-            "sigma_pairs": used,
-            "seconds_per_pair": seconds,
-            "goal": "",
-            "pairs": None,
-            "pairs_for_goal": None,
-            "probability": math.nan,
-            "minimum_pairs": inference.t_min_pairs(settings.level),
-            "seconds": math.nan,
-            "note": "",
-        }
-        seconds_arg = seconds if math.isfinite(seconds) else None
-        try:
-            if not math.isfinite(sigma) or sigma <= 0:
-                raise ValueError(f"needs a spread: {used} finished pair(s) with a finite log ratio")
-            if claim["kind"] == "control":
-                limit = tolerance if tolerance is not None else claim["bar"]
-                if limit is None or is_nan(limit):
-                    raise ValueError("no tolerance to plan for (give one, e.g. --tolerance 1%)")
-                found = inference.plan_control(
-                    sigma, float(limit), settings.level, power, seconds_arg, MAX_PAIRS
-                )
-            else:
-                target = float(claim["estimate"]) if effect is None else effect
-                against = bar if bar is not None else (0.0 if is_nan(claim["bar"]) else float(claim["bar"]))
-                if not math.isfinite(target):
-                    raise ValueError("no finite effect to plan for (give one, e.g. --effect 3%)")
-                found = inference.plan_effect(
-                    sigma, target, against, settings.level, power, seconds_arg, MAX_PAIRS
-                )
-        except ValueError as exc:
-            row["note"] = str(exc)
-        else:
-            row.update(
-                goal=found.goal,
-                pairs=found.pairs,
-                pairs_for_goal=found.pairs_for_goal,
-                probability=found.probability,
-                minimum_pairs=found.minimum_pairs,
-                seconds=math.nan if found.seconds is None else found.seconds,
-            )
-        out.append(row)
-    return out
 
 
 def is_nan(value: Any) -> bool:

@@ -281,7 +281,7 @@ def test_the_gate_passes_a_claim_that_clears_and_a_control_within(tmp_path: Path
     ("given", "why"),
     [
         ({"pairs": 32, "bar": 30.0}, "candidate vs baseline (claim): fails"),
-        ({"pairs": 6, "bar": 8.0}, "candidate vs baseline (claim): insufficient"),
+        ({"pairs": 4, "bar": 8.0}, "candidate vs baseline (claim): insufficient"),
         ({"pairs": 32, "bar": 20.0}, "candidate vs baseline (claim): ambiguous"),
         (
             {"pairs": 32, "bar": 8.0, "control": True, "tolerance": 0.1},
@@ -343,7 +343,7 @@ def test_bench_plan_refuses_a_goal_it_cannot_plan_in_one_line(tmp_path: Path, mo
     for command, fragment in (
         (["--tolerance", "1%"], "--tolerance 1% plans an A/A arm, and the run has none"),
         (["--effect", "5%", "--bar", "5%"], "--effect 5% is at the bar (5.0%)"),
-        (["--effect", "8%"], "--effect 8% is at the bar (8.0%)"),
+        (["--effect", "0%"], "--effect 0% is at the bar (0.0%)"),
     ):
         capsys.readouterr()
         assert main(["plan", str(folder), *command]) == 2, command
@@ -380,8 +380,9 @@ def test_bench_plan_prints_pairs_and_time_from_a_run(tmp_path: Path, monkeypatch
     capsys.readouterr()
     assert main(["plan", str(folder), "--effect", "3%", "--tolerance", "1%"]) == 0
     out = capsys.readouterr().out
-    assert "candidate vs baseline: per-pair σ" in out and "resolve a 3.0% reduction against 8.0%" in out
-    assert "baseline-control vs baseline: per-pair σ" in out and "within +/-1.0%" in out
-    assert "pairs" in out and "the calibrated interval keeps 95% from 25" in out
+    # the effect against 0 (the run's bar is 8%: planned against it, a 3% effect read as a loss to resolve)
+    assert "candidate vs baseline: run " in out and "resolve a 3.0% reduction against 0.0%" in out
+    assert "baseline-control vs baseline: run " in out and "within +/-1.0%" in out
+    assert "at σ's upper bound" in out
     assert main(["plan", str(folder), "--effect", "lots"]) == 2
     assert main(["plan", str(tmp_path / "missing")]) == 2

@@ -401,13 +401,13 @@ def test_the_api_refuses_no_functions_and_another_tiers_folder(tmp_path) -> None
 def test_bench_plan_advises_no_more_pairs_than_the_option_accepts(capsys) -> None:
     import re
 
-    from harness.options import MAX_PAIRS
+    from harness.limits import MAX_PAIRS
 
     assert main(["plan", str(hf.FOLDERS["screen"]), "--effect", "0.3%"]) == 0
     out = capsys.readouterr().out
     advised = [int(n.replace(",", "")) for n in re.findall(r"run ([\d,]+) pairs", " ".join(out.split()))]
     assert all(n <= MAX_PAIRS for n in advised), advised
-    assert f"more than --pairs accepts ({MAX_PAIRS:,})" in " ".join(out.split())
+    assert f"needs more than {MAX_PAIRS} pairs, the most --pairs accepts" in " ".join(out.split())
 
 
 # --- 13: a second writer is detected; a doubled row has a documented repair ------------------------------------

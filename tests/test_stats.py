@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import inference, stats
+from harness import sequential, stats
 from harness.protocol import Arm, ProtocolOptions
 
 
@@ -79,8 +79,9 @@ def test_paired_reductions_log_ratios_and_order_by_hand() -> None:
     assert pairs["log_ratio"].tolist() == pytest.approx([math.log(0.8), math.log(0.75), math.log(1.1)])
     assert pairs["arm_second"].tolist() == [True, False, True]  # AB: the candidate ran second
     claim = claim_of(frame, bar_percent=8)
-    # geometric mean: 1 − (0.8 · 0.75 · 1.1)^(1/3) = 1 − 0.66^(1/3) = 0.129565
-    assert claim["estimate"] == pytest.approx(1 - 0.66 ** (1 / 3))
+    assert claim["estimate"] == pytest.approx(0.2)  # the primary: the median reduction
+    # beside it, the geometric mean: 1 − (0.8 · 0.75 · 1.1)^(1/3) = 1 − 0.66^(1/3) = 0.129565
+    assert claim["gm_estimate"] == pytest.approx(1 - 0.66 ** (1 / 3))
     assert (claim["median"], claim["min"], claim["max"]) == pytest.approx((0.2, -0.1, 0.25))
     assert claim["pairs"] == 3 and claim["both_failed"] == 0
     assert (claim["arm_second"], claim["arm_first"]) == (2, 1)
@@ -90,8 +91,8 @@ def test_paired_reductions_log_ratios_and_order_by_hand() -> None:
     assert claim["hl_verdict"] == "insufficient" and claim["verdict_basis"] == "primary"
 
 
-def test_the_primary_interval_is_the_calibrated_t_at_the_stated_level() -> None:
-    """By hand, six pairs of log ratios 0.1, −0.1, 0.2, 0.0, 0.05, 0.15: mean 0.0666667, s = 0.1080123;
+def test_the_geometric_mean_t_beside_keeps_the_old_calibrated_reading() -> None:
+    """The old primary, kept beside the median as ``gm_*`` so old and new read side by side. By hand, six pairs of log ratios 0.1, −0.1, 0.2, 0.0, 0.05, 0.15: mean 0.0666667, s = 0.1080123;
     at 6 pairs the stated 95% is computed at the nominal 96.5% of the calibration table, t(5 df, 0.9825) =
     2.869869 (scipy), half-width 0.1265493, so the reduction interval is [1 − e^0.1932160, 1 − e^−0.0598826]
     = [−21.314%, 5.812%]; the estimate 1 − e^0.0666667 = −6.894%. A change of the stated level, or an
@@ -99,24 +100,26 @@ def test_the_primary_interval_is_the_calibrated_t_at_the_stated_level() -> None:
     ratios = [0.1, -0.1, 0.2, 0.0, 0.05, 0.15]
     frame = paired([(10.0, 10.0 * math.exp(x)) for x in ratios])
     claim = claim_of(frame, bar_percent=-50)
-    assert claim["ci_level"] == 0.95 and claim["ci_nominal"] == 0.965
-    assert (claim["estimate"], claim["ci_low"], claim["ci_high"]) == pytest.approx(
+    assert "nominal level 96.50%" in claim["gm_method"]
+    assert (claim["gm_estimate"], claim["gm_low"], claim["gm_high"]) == pytest.approx(
         (-0.0689391, -0.2131448, 0.0581249), abs=1e-6
     )
-    assert claim["ci_attained"] == pytest.approx(0.917242)  # its coverage on the reference skewed law
-    assert not claim["ci_sufficient"] and "sufficient from 25 pairs" in claim["ci_reason"]
-    assert claim["verdict"] == "insufficient"  # though the interval lies above −50%
+    assert claim["gm_attained"] == pytest.approx(0.917242)  # its coverage on the reference skewed law
+    assert not claim["gm_sufficient"] and claim["gm_verdict"] == "insufficient"
+    # the primary, the median's interval at 95% (interpolated), speaks from 5 pairs: above −50%, it clears
+    assert claim["ci_sufficient"] and claim["ci_attained"] == 0.95 and claim["verdict"] == "clears"
     # the checks: six pairs' range attains 1 − 2/64 = 96.875% for the median, and so does HL's widest
     assert claim["sign_attained"] == claim["hl_attained"] == 1 - 2 / 64
     assert (claim["sign_low"], claim["sign_high"]) == pytest.approx((1 - math.exp(0.2), 1 - math.exp(-0.1)))
-    assert claim["sign_verdict"] == claim["hl_verdict"] == "clears"  # and the report says they disagree
+    assert claim["sign_verdict"] == claim["hl_verdict"] == "clears"
+    assert stats.disagreeing_checks(claim) == [("the geometric-mean t", "gm")]
 
 
 def test_a_sufficient_claim_clears_and_a_clear_loss_fails() -> None:
     rng = np.random.default_rng(4)
     values = [(100.0, 100.0 * math.exp(-0.2 + 0.02 * z)) for z in rng.standard_normal(32)]
     claim = claim_of(paired(values), bar_percent=8)
-    assert claim["ci_sufficient"] and claim["pairs"] == 32 and claim["ci_nominal"] == 0.9608
+    assert claim["ci_sufficient"] and claim["pairs"] == 32 and "nominal level 96.08%" in claim["gm_method"]
     assert claim["verdict"] == "clears" and claim["hl_verdict"] == claim["sign_verdict"] == "clears"
     assert claim_of(paired(values), bar_percent=30)["verdict"] == "fails"
 
@@ -207,8 +210,9 @@ def test_failed_trials_count_as_infinitely_slow_and_both_failed_pairs_are_left_o
     claim = claim_of(frame, bar_percent=8)
     assert claim["pairs"] == 2 and claim["both_failed"] == 1 and claim["one_failed"] == 2
     assert claim["min"] == -math.inf and claim["max"] == 1.0  # the both-failed pair is not a 0
-    assert claim["verdict_basis"].startswith("sign test")  # no t interval with a failed arm
+    assert claim["verdict_basis"] == "primary"  # failures never switch the estimand
     assert claim["verdict"] == "insufficient"  # two pairs' range attains only 50%
+    assert (claim["failed_trials"], claim["arm_trials"]) == (2, 3)
 
 
 def test_a_control_whose_every_trial_failed_is_insufficient_not_within() -> None:
@@ -223,15 +227,27 @@ def test_a_control_whose_every_trial_failed_is_insufficient_not_within() -> None
     assert claim["verdict"] == "insufficient" and "both arms failed" in claim["ci_reason"]
 
 
-def test_an_odd_count_states_its_order_imbalance_and_effect() -> None:
-    """Five pairs AB, BA, AB, BA, AB: the candidate ran second in 3 and first in 2; its order effect is the
-    mean log ratio when second (−0.1, −0.1, −0.1) minus when first (0.1, 0.1): e^−0.2 − 1 = −18.13%."""
-    values = [(10.0, 10.0 * math.exp(-0.1 if r % 2 == 0 else 0.1)) for r in range(5)]
-    claim = claim_of(paired(values, orders=["AB", "BA"] * 3), bar_percent=8)
+def test_an_odd_count_states_its_order_imbalance_and_the_order_effect_apart_from_drift() -> None:
+    """Five pairs AB, BA, AB, BA, AB: the candidate ran second in 3 and first in 2. Every trial run second is
+    10% slower (e^0.1), and the machine drifts 1% per trial: the difference of the orders' mean log ratios
+    read 0.2 + 2 * 0.01 (the order effect plus twice the drift); fitted together on the trials in run order,
+    the order effect is e^0.2 - 1 = 22.14% and the drift 1.005% per trial, each exactly."""
+    values = []
+    for r in range(5):
+        first, second = math.exp(0.01 * 2 * r), math.exp(0.1 + 0.01 * (2 * r + 1))
+        baseline_first = r % 2 == 0  # AB
+        values.append((10 * (first if baseline_first else second), 9 * (second if baseline_first else first)))
+    frame = paired(values, orders=["AB", "BA"] * 3)
+    clock = pd.Timestamp("2026-12-01T10:00:00Z")  # the trials ran in slot order within each round
+    frame["started"] = [
+        (clock + pd.Timedelta(seconds=2 * r + s)).isoformat()
+        for r, s in zip(frame["round"], frame["slot"], strict=True)
+    ]
+    claim = claim_of(frame, bar_percent=8)
     assert (claim["arm_second"], claim["arm_first"]) == (3, 2)
-    assert claim["order_effect"] == pytest.approx(100 * math.expm1(-0.2))
-    assert claim["order_low"] == pytest.approx(claim["order_effect"])  # no spread within the orders
-    assert "drift" in stats.CLAIM_COLUMNS and not math.isnan(claim["drift"])
+    assert claim["order_effect"] == pytest.approx(100 * math.expm1(0.2))
+    assert claim["drift"] == pytest.approx(100 * math.expm1(0.01))
+    assert claim["order_low"] == pytest.approx(claim["order_effect"])  # no noise
 
 
 def test_claim_settings_from_protocol() -> None:
@@ -253,11 +269,11 @@ def test_an_auto_run_reads_the_stopping_rules_interval() -> None:
     values = [(100.0, 100.0 * math.exp(-0.2 + 0.02 * z)) for z in rng.standard_normal(8)]
     claim = claim_of(paired(values), bar_percent=8, precision=50.0, max_pairs=20)
     x = stats.pair_table(paired(values))["log_ratio"].to_numpy()
-    decision = inference.should_stop(x, 50.0, budget_spent=True)
+    decision = sequential.should_stop(x, 50.0, budget_spent=True)
     assert claim["ci_low"] == pytest.approx(decision.interval.low)
     assert claim["ci_nominal"] == pytest.approx(decision.per_look_level)
-    assert "look 2 of 8" in claim["ci_method"] and claim["stopping"].startswith("precision reached")
-    assert claim["ci_sufficient"]  # looks 6..20 reach the 14 pairs the skewed law needs
+    assert "look 2 of [6, 10, 14, 20]" in claim["ci_method"] and claim["stopping"].startswith("precision")
+    assert claim["ci_sufficient"]
 
 
 def test_a_run_that_ends_at_its_last_look_or_between_looks_says_so_not_that_a_budget_was_spent() -> None:
@@ -330,28 +346,6 @@ def test_instability_flags_from_the_trials_and_the_start_load() -> None:
     )
 
 
-def test_plan_rows_from_the_measured_spread() -> None:
-    ratios = [-0.1, -0.05, -0.15, -0.1]
-    frame = paired([(10.0, 10.0 * math.exp(x)) for x in ratios])
-    frame["trial_seconds"] = [60.0, 50.0] * 4
-    pairs = stats.pair_table(frame)
-    claims = stats.claim_table(pairs, stats.ClaimSettings(bar_percent=5), trials=frame)
-    summaries = type("S", (), {"claims": claims, "pairs": pairs, "trials": frame})()
-    protocol = ProtocolOptions(
-        (Arm("baseline", "baseline", "b"), Arm("candidate", "candidate", "c")), bar=5.0
-    )
-    (row,) = stats.plan_rows(protocol, summaries, effect=0.03)
-    assert row["sigma"] == pytest.approx(np.std(ratios, ddof=1)) and row["seconds_per_pair"] == 110.0
-    expected = inference.plan_effect(row["sigma"], 0.03, 0.05, seconds_per_pair=110.0)
-    assert (row["pairs"], row["pairs_for_goal"], row["seconds"]) == (
-        expected.pairs,
-        expected.pairs_for_goal,
-        expected.seconds,
-    )
-    (default,) = stats.plan_rows(protocol, summaries)  # the measured effect against the run's bar
-    assert "against 5.0%" in default["goal"]
-
-
 # --- a claims table over a second figure ---------------------------------------------------------------------
 
 
@@ -383,7 +377,7 @@ def test_a_secondary_figure_gets_the_same_claims_as_if_it_were_the_value() -> No
         assert secondary[column] == pytest.approx(expected[column], nan_ok=True), column
     assert secondary["verdict"] == expected["verdict"] and secondary["bar"] == pytest.approx(0.08)
     x = np.log([c / b for b, c in steady])
-    assert secondary["estimate"] == pytest.approx(1 - math.exp(x.mean()))
+    assert secondary["estimate"] == pytest.approx(1 - math.exp(np.median(x)))
     primary = stats.claim_table(stats.pair_table(frame), stats.ClaimSettings.from_protocol(protocol)).iloc[0]
     assert primary["estimate"] != pytest.approx(secondary["estimate"])
 
@@ -405,3 +399,60 @@ def test_no_secondary_claims_where_no_trial_carries_the_figure() -> None:
     assert stats.secondary_claims(frame, protocol, "steady_s").empty
     frame["steady_s"] = None
     assert stats.secondary_claims(frame, protocol, "steady_s").empty
+
+
+def test_five_pairs_of_a_two_fold_speed_up_clear_the_bar() -> None:
+    """The calibrated t read insufficient at every count from 3 to 24, so a 2x speed-up never cleared."""
+    values = [(10.0, 5.0 * f) for f in (1.0, 1.01, 0.99, 1.02, 0.98)]
+    claim = claim_of(paired(values, orders=["AB", "BA"] * 3), bar_percent=5)
+    assert claim["verdict"] == "clears" and claim["ci_attained"] == 0.9375 and claim["pairs"] == 5
+    assert claim_of(paired(values[:4]), bar_percent=5)["verdict"] == "insufficient"
+
+
+def test_without_a_bar_the_verdict_says_faster_slower_or_no_difference_in_words() -> None:
+    faster = [(10.0, 8.0 + 0.01 * r) for r in range(6)]
+    assert claim_of(paired(faster), bar_percent=None)["verdict"] == "faster"
+    slower = [(10.0, 12.0 + 0.01 * r) for r in range(6)]
+    assert claim_of(paired(slower), bar_percent=None)["verdict"] == "slower"
+    mixed = [(10.0, c) for c in (9.0, 11.0, 9.5, 10.5, 9.8, 10.2)]
+    assert claim_of(paired(mixed), bar_percent=None)["verdict"] == "no difference detected"
+
+
+def test_a_claim_given_a_tolerance_and_no_bar_asks_whether_it_is_equivalent() -> None:
+    near = [(10.0, 10.0 * (1 + 0.001 * z)) for z in (-2, -1, 0, 1, 2, 0.5)]
+    claim = claim_of(paired(near), bar_percent=None, tolerance_percent=1)
+    assert claim["verdict"] == "within" and claim["kind"] == "claim" and claim["bar"] == 0.01
+
+
+def test_one_failed_arm_keeps_the_median_estimand_and_states_the_failure_rate() -> None:
+    """Two failed fits of 14 could still clear by the sign test while the report named the t interval."""
+    values = [(10.0, 8.0 + 0.01 * r) for r in range(14)]
+    frame = paired(values)
+    frame.loc[frame.index[[3, 9]], "status"] = "error"  # rounds 1 and 4: the candidate failed
+    claim = claim_of(frame, bar_percent=10)
+    # 12 finished pairs and two at +∞: the 7th and 8th of 14 are 8.08 and 8.09 (of 10)
+    assert claim["verdict_basis"] == "primary" and claim["estimate"] == pytest.approx(
+        1 - math.sqrt(0.808 * 0.809)
+    )
+    assert (claim["failed_trials"], claim["arm_trials"]) == (2, 14)
+    assert claim["failure_rate"] == pytest.approx(2 / 14)
+    assert (claim["failure_low"], claim["failure_high"]) == pytest.approx((0.01779, 0.42814), abs=1e-4)
+
+
+def test_drift_slices_follow_run_order_when_a_resume_falls_inside_a_grown_schedule() -> None:
+    """A --pairs auto run grew to 10 pairs (indices 0-19), was cut after index 15 and resumed: the resume's
+    warm-up took index 20, after the schedule, and indices 16-19 ran after it. Sorted by index, those four
+    trials sat in the first slice, so a machine 10% slower after the resume read as a drift."""
+    values = [(10.0 * (1.1 if r >= 8 else 1.0), 9.0 * (1.1 if r >= 8 else 1.0)) for r in range(10)]
+    frame = paired(values, orders=["AB", "BA"] * 5)
+    clock = pd.Timestamp("2026-12-01T10:00:00Z")
+    frame["started"] = [(clock + pd.Timedelta(seconds=10 * i)).isoformat() for i in range(len(frame))]
+    late = frame["index"] >= 16
+    frame.loc[late, "started"] = [
+        (clock + pd.Timedelta(hours=1, seconds=10 * i)).isoformat() for i in range(4)
+    ]
+    warmup = {**frame.iloc[0].to_dict(), "index": 20, "phase": "warmup", "round": -1}
+    warmup.update(warmup_reason="resume", started=(clock + pd.Timedelta(minutes=59)).isoformat())
+    frame = pd.concat([frame, pd.DataFrame([warmup])], ignore_index=True)
+    claim = claim_of(frame, bar_percent=8)
+    assert abs(claim["drift"]) < 1e-9, claim["drift"]  # one level per slice, no trend within either

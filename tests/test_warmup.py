@@ -4,10 +4,10 @@ and an idle gap; resumes inside a warm-up sequence; plans that record it; bad in
 from __future__ import annotations
 
 import math
-import random
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from harness import options
@@ -41,55 +41,71 @@ def warm_rows(folder: RunFolder) -> list[dict]:
 # --- the rule ------------------------------------------------------------------------------------------------
 
 
-def test_one_arm_settles_at_its_second_warmup_when_they_agree() -> None:
-    assert settled_at([10.0, 10.2], ["a", "a"], tolerance=5.0) == 2
+def test_one_arm_settles_at_its_second_warmup_when_it_stopped_getting_faster() -> None:
+    assert settled_at([10.0, 10.2], ["a", "a"], tolerance=0.5) == 2  # slower: the transient is over
+    assert settled_at([10.0, 9.0], ["a", "a"], tolerance=0.5) is None  # 10% faster: still fading
 
 
 def test_two_arms_settle_at_the_first_arms_second_warmup() -> None:
     """Warm-ups cycle the arms; the first check is the first arm's second warm-up (the third of the sequence)."""
-    assert settled_at([10.0, 8.0, 10.3], ["a", "b", "a"], tolerance=5.0) == 3
-    assert settled_at([10.0, 8.0], ["a", "b"], tolerance=5.0) is None  # no arm has two yet
+    assert settled_at([10.0, 8.0, 10.3], ["a", "b", "a"], tolerance=0.5) == 3
+    assert settled_at([10.0, 8.0], ["a", "b"], tolerance=0.5) is None  # no arm has two yet
 
 
 def test_a_sequence_settles_later_when_the_first_fits_are_slow() -> None:
-    # a's first two differ by ln(12/10.8) = 10.5%; b's first two by ln(8.1/8.0) = 1.2%: settled at the 4th
-    assert settled_at([12.0, 8.0, 10.8, 8.1], ["a", "b", "a", "b"], tolerance=5.0) == 4
+    # a's second is ln(10.8/12) = 10.5% faster; b's second ln(8.1/8.0) = 1.2% slower: settled at the 4th
+    assert settled_at([12.0, 8.0, 10.8, 8.1], ["a", "b", "a", "b"], tolerance=0.5) == 4
 
 
-def test_a_sequence_that_never_agrees_does_not_settle() -> None:
-    values = [10.0, 8.0, 11.0, 9.0, 10.0, 8.0]  # every same-arm step is 9.5% or more
-    assert settled_at(values, ["a", "b"] * 3, tolerance=5.0) is None
+def test_a_sequence_that_keeps_getting_faster_does_not_settle() -> None:
+    values = [10.0, 8.0, 9.0, 7.5, 8.5, 7.0]  # every same-arm step is 5% faster or more
+    assert settled_at(values, ["a", "b"] * 3, tolerance=0.5) is None
 
 
-def test_agreement_is_the_absolute_log_ratio_against_the_tolerance_inclusive() -> None:
-    at = 10.0 * math.exp(0.05)
-    assert settled_at([10.0, at], ["a", "a"], tolerance=5.0 + 1e-9) == 2
-    assert settled_at([10.0, at * 1.001], ["a", "a"], tolerance=5.0) is None
-    assert settled_at([at, 10.0], ["a", "a"], tolerance=5.0 + 1e-9) == 2  # faster or slower alike
+def test_the_rule_is_the_log_ratio_against_the_tolerance_inclusive() -> None:
+    at = 10.0 * math.exp(-0.005)
+    assert settled_at([10.0, at], ["a", "a"], tolerance=0.5 + 1e-9) == 2
+    assert settled_at([10.0, at * 0.999], ["a", "a"], tolerance=0.5) is None
 
 
 def test_a_failed_warmup_never_agrees() -> None:
-    assert settled_at([10.0, None, 10.0], ["a", "a", "a"], tolerance=5.0) is None
+    assert settled_at([10.0, None, 10.0], ["a", "a", "a"], tolerance=0.5) is None
 
 
-def test_the_default_tolerance_settles_a_steady_machine_within_the_cap() -> None:
-    """The default's argument, by simulation: fits of a steady machine whose pairs' log ratios have the 5.4%
-    σ of the committed sequential H200 fits (each fit 5.4%/√2) settle within the cap in at least 95% of runs of
-    two arms; at the 1.7% σ of the duet A/A they settle at the first check in at least 99%."""
-    tolerance, cap = ProtocolOptions.default("warmup_tolerance"), ProtocolOptions.default("max_warmup")
-    rng = random.Random(13)
-    arms = ["a", "b"] * cap
+def _rates(
+    rule_tolerance: float, absolute: bool, sigma: float, excess: float, decay: float
+) -> tuple[float, float]:
+    """By simulation (20 000 runs of two arms, the default cap, vectorised): the share that never settled,
+    and the share that settled while a fading transient still held fits over 5% slow. Standard error at
+    most 0.35 point."""
+    cap, draws = ProtocolOptions.default("max_warmup"), 20_000
+    rng = np.random.default_rng(23)
+    slow = excess * decay ** np.arange(cap)
+    logs = np.log1p(slow) + sigma / math.sqrt(2) * rng.standard_normal((draws, cap))
+    at = np.full(draws, -1)
+    for k in range(2, cap):  # the arms alternate: warm-up k's previous of its arm is k - 2
+        change = logs[:, k] - logs[:, k - 2]
+        ok = np.abs(change) <= rule_tolerance / 100 if absolute else change >= -rule_tolerance / 100
+        at[(at < 0) & ok] = k
+    early = (at >= 0) & (slow[np.maximum(at, 0)] > 0.05)
+    return float(np.mean(at < 0)), float(np.mean(early))
 
-    def settle_rate(sigma: float, within: int) -> float:
-        draws = 4000
-        hits = 0
-        for _ in range(draws):
-            values = [math.exp(rng.gauss(0.0, sigma / math.sqrt(2))) for _ in range(within)]
-            hits += settled_at(values, arms[:within], tolerance) is not None
-        return hits / draws
 
-    assert settle_rate(0.054, cap) >= 0.95
-    assert settle_rate(0.017, 3) >= 0.99
+def test_the_settling_rule_lowers_false_settled_and_never_settled_rates_by_simulation() -> None:
+    """The old rule (two consecutive warm-ups of an arm within 5%, either way) said "never settled" on a steady
+    machine in 11-15% of runs at the 8.5-9.8% per-pair σ of the H200's sequential fits, and called a slowly
+    fading 10-17% transient settled while still over 5% slow in 87-98% of runs. The rule now settles when a
+    warm-up is at most 0.5% faster than its arm's previous: both rates fall at every σ and transient tried."""
+    tolerance = ProtocolOptions.default("warmup_tolerance")
+    assert tolerance == 0.5
+    for sigma in (0.054, 0.085, 0.098):
+        old, _ = _rates(5.0, True, sigma, 0.0, 1.0)
+        new, _ = _rates(tolerance, False, sigma, 0.0, 1.0)
+        assert new < 0.03 and new < old, (sigma, old, new)
+    for excess, decay in ((0.10, 0.85), (0.17, 0.85), (0.17, 0.75), (0.10, 0.9)):
+        _, old = _rates(5.0, True, 0.054, excess, decay)
+        _, new = _rates(tolerance, False, 0.054, excess, decay)
+        assert new < old, (excess, decay, old, new)
 
 
 # --- the run -------------------------------------------------------------------------------------------------
@@ -100,9 +116,9 @@ def auto_plan(warmups: dict, **extra) -> Plan:
 
 
 def test_auto_warmups_run_until_settled_then_the_pairs(tmp_path: Path) -> None:
-    """Cycling baseline, candidate: baseline 12 → 10 (18%) does not agree, candidate 9 → 8.9 (1.1%) does, so
-    the sequence settles at its fourth warm-up and the pairs follow."""
-    plan = auto_plan({"baseline": [12.0, 10.0], "candidate": [9.0, 8.9]})
+    """Cycling baseline, candidate: baseline 12 → 10 (18% faster) has not settled, candidate 9 → 9.05 (no
+    faster) has, so the sequence settles at its fourth warm-up and the pairs follow."""
+    plan = auto_plan({"baseline": [12.0, 10.0], "candidate": [9.0, 9.05]})
     assert [t.phase for t in plan.schedule] == ["measured"] * 4  # warm-ups are not scheduled ahead
     folder = runner(tmp_path).start(plan).folder
     rows = folder.rows()
@@ -113,8 +129,8 @@ def test_auto_warmups_run_until_settled_then_the_pairs(tmp_path: Path) -> None:
     assert {r["warmup_reason"] for r in warm} == {"start"} and {r["warmup_sequence"] for r in warm} == {0}
     assert [r["warmup_settled"] for r in warm] == [False, False, False, True]
     assert warm[0]["warmup_agreement"] is None and warm[1]["warmup_agreement"] is None
-    assert warm[2]["warmup_agreement"] == pytest.approx(abs(math.log(10.0 / 12.0)))
-    assert warm[3]["warmup_agreement"] == pytest.approx(abs(math.log(8.9 / 9.0)))
+    assert warm[2]["warmup_agreement"] == pytest.approx(math.log(10.0 / 12.0))
+    assert warm[3]["warmup_agreement"] == pytest.approx(math.log(9.05 / 9.0))
     assert all(r["index"] >= len(plan.schedule) for r in warm)  # outside the schedule, never reused
     assert len({r["index"] for r in rows}) == len(rows)
     (sequence,) = warmup_sequences(rows, plan.protocol)
@@ -122,7 +138,7 @@ def test_auto_warmups_run_until_settled_then_the_pairs(tmp_path: Path) -> None:
 
 
 def test_auto_warmups_that_never_settle_stop_at_the_cap_and_the_run_goes_on(tmp_path: Path) -> None:
-    plan = auto_plan({"baseline": [10.0, 11.0, 10.0], "candidate": [8.0, 9.0, 8.0]}, max_warmup=5)
+    plan = auto_plan({"baseline": [12.0, 11.0, 10.0], "candidate": [9.0, 8.5, 8.0]}, max_warmup=5)
     folder = runner(tmp_path).start(plan).folder
     warm = warm_rows(folder)
     assert len(warm) == 5 and not any(r["warmup_settled"] for r in warm)
@@ -134,7 +150,7 @@ def test_auto_warmups_that_never_settle_stop_at_the_cap_and_the_run_goes_on(tmp_
 def test_a_resume_inside_the_warmup_sequence_continues_it(tmp_path: Path) -> None:
     """Cut after two warm-ups (a crash): the resume continues the same sequence (its count and comparisons),
     runs no separate resume sequence, and ends with the same warm-ups an uncut run has, none repeated."""
-    warmups = {"baseline": [12.0, 10.0], "candidate": [9.0, 8.9]}
+    warmups = {"baseline": [12.0, 10.0], "candidate": [9.0, 9.05]}
     whole = runner(tmp_path / "whole").start(auto_plan(warmups)).folder
     folder = runner(tmp_path / "cut").start(auto_plan(warmups)).folder
     log = folder.file(LOG)
@@ -149,7 +165,7 @@ def test_a_resume_inside_the_warmup_sequence_continues_it(tmp_path: Path) -> Non
 def test_stop_after_inside_the_warmup_sequence_resumes_where_it_stopped(tmp_path: Path) -> None:
     """A deadline stops before a warm-up the log says would leave no time for the pair after it; the resume
     continues the sequence from the next step."""
-    warmups = {"baseline": [12.0, 10.0], "candidate": [9.0, 8.9]}
+    warmups = {"baseline": [12.0, 10.0], "candidate": [9.0, 9.05]}
     plan = auto_plan(warmups, sleep=0.15)
     with pytest.raises(PlannedStop):
         runner(tmp_path, stop_after=0.4).start(plan)

@@ -28,6 +28,7 @@ from harness.formatting import (
     format_percent,
     format_value,
     interval_estimand,
+    is_missing,
     method_label,
 )
 from harness.markdown import markdown_image, markdown_table
@@ -376,8 +377,8 @@ def _verdict_words(claim: pd.Series, same: set[str]) -> str:
     control = claim["kind"] == "control"
     if str(claim["arm"]) in same:
         return f"verdict withheld: {claim['arm']} ran the baseline's code"
-    if claim["verdict"] in ("no bar", "no tolerance"):
-        return f"no {'tolerance (--tolerance)' if control else 'bar (--bar)'} set, so no verdict"
+    if is_missing(claim["bar"]):
+        return f"no {'tolerance (--tolerance)' if control else 'bar (--bar)'} set: {claim['verdict']}"
     limit = format_limit(100 * float(claim["bar"]), control)
     return f"{'A/A ' if control else ''}verdict against {limit}: {claim['verdict']}"
 
@@ -386,7 +387,7 @@ def _verdict_cell(claim: pd.Series, same: set[str]) -> str:
     """``insufficient (the 8% bar)``, ``withheld`` for an arm that ran the baseline's code, or ``no bar``."""
     if str(claim["arm"]) in same:
         return "withheld (the baseline's code)"
-    if claim["verdict"] in ("no bar", "no tolerance"):
+    if is_missing(claim["bar"]):
         return str(claim["verdict"])
     return f"{claim['verdict']} ({format_limit(100 * float(claim['bar']), claim['kind'] == 'control')})"
 
@@ -516,7 +517,9 @@ def claim_text(run: Run) -> str:
             f"{verdict}." + (f" Insufficient: {claim['ci_reason']}." if not claim["ci_sufficient"] else "")
         )
         lines.append(
-            f"Checks: sign-test interval of the median {format_interval(claim['sign_low'], claim['sign_high'])} "
+            f"Checks: geometric-mean t {format_percent(claim['gm_estimate'])}, interval "
+            f"{format_interval(claim['gm_low'], claim['gm_high'])} ({verdict_shown(plan, arm, str(claim['gm_verdict']))}); "
+            f"sign-test interval of the median {format_interval(claim['sign_low'], claim['sign_high'])} "
             f"({100 * float(claim['sign_attained']):.1f}% attained, {verdict_shown(plan, arm, str(claim['sign_verdict']))}); "
             "Hodges-Lehmann "
             f"{format_percent(claim['hl_estimate'])}, Wilcoxon interval "

@@ -1,0 +1,147 @@
+"""Design diagnostics of a paired run: drift and the order effect, fitted together on the trials.
+
+One least-squares fit of log(figure) per trial, in run order:
+
+* one level per arm, and one more per resumed slice (a step between machines or days is no trend);
+* a slope on the trial's position among the measured trials in run order: the drift per trial;
+* with ``second`` given, a step for a trial that ran second in its pair. A pair's log ratio then moves by
+  twice that step between the orders: the order effect, apart from drift.
+
+On pair log ratios alone the two cannot be told apart: the arm that runs second also runs one trial later,
+so the difference of the orders reads the order effect plus twice the drift per trial.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy import stats
+
+from harness.inference import CONFIDENCE
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """A design diagnostic in percent with its t interval (NaN with a reason when not computable)."""
+
+    name: str
+    method: str
+    estimate: float
+    low: float
+    high: float
+    level: float
+    n: int
+    reason: str = ""
+
+    @property
+    def computable(self) -> bool:
+        return not math.isnan(self.estimate)
+
+
+def _percent(log_change: float) -> float:
+    return 100.0 * math.expm1(log_change)
+
+
+def _columns(values, arms, index, blocks, second) -> tuple[np.ndarray, list[np.ndarray], int, bool]:
+    y = np.asarray(values, dtype=float).ravel()
+    labels = np.asarray(arms).ravel()
+    position = np.arange(y.size, dtype=float) if index is None else np.asarray(index, dtype=float).ravel()
+    slices = np.zeros(y.size) if blocks is None else np.asarray(blocks).ravel()
+    late = None if second is None else np.asarray(second, dtype=bool).ravel()
+    if labels.shape != y.shape or position.shape != y.shape:
+        raise ValueError("need one arm label and one index per trial")
+    if slices.shape != y.shape:
+        raise ValueError("need one slice label per trial")
+    if late is not None and late.shape != y.shape:
+        raise ValueError("need one order flag per trial")
+    finished = np.isfinite(y) & (y > 0)
+    y, labels, position, slices = np.log(y[finished]), labels[finished], position[finished], slices[finished]
+    names = list(dict.fromkeys(labels.tolist()))
+    steps = list(dict.fromkeys(slices.tolist()))[1:]
+    columns = [position] + [(labels == name).astype(float) for name in names]
+    columns += [(slices == step).astype(float) for step in steps]
+    if late is not None:
+        columns.append(late[finished].astype(float))
+    return y, columns, len(steps), bool(position.size and np.ptp(position) > 0)
+
+
+def _fit(y: np.ndarray, columns: list[np.ndarray], which: int, level: float):
+    """The coefficient ``which`` of the least-squares fit, its t half-width, or a reason it has none."""
+    design = np.column_stack(columns)
+    df = y.size - design.shape[1]
+    if df < 1:
+        return None, "too few finished trials"
+    coefficients, _, rank, _ = np.linalg.lstsq(design, y, rcond=None)
+    if rank < design.shape[1]:
+        return None, "index confounded with arms, slices or order"
+    residual = y - design @ coefficients
+    variance = float(residual @ residual) / df
+    se = math.sqrt(variance * np.linalg.inv(design.T @ design)[which, which])
+    return (float(coefficients[which]), float(stats.t.ppf(0.5 + level / 2.0, df) * se)), ""
+
+
+def drift(
+    values: ArrayLike,
+    arms: ArrayLike,
+    level: float = CONFIDENCE,
+    index: ArrayLike | None = None,
+    blocks: ArrayLike | None = None,
+    second: ArrayLike | None = None,
+) -> Diagnostic:
+    """Drift over the measured trials in run order, in percent per trial, with its t interval: the slope of
+    the module's fit (``index``: each trial's position, 0, 1, … unless given). Failed trials are left out."""
+    y, columns, steps, spread = _columns(values, arms, index, blocks, second)
+    name = "drift (percent per trial)"
+    method = (
+        "least-squares slope of log(value) on run position with one level per arm"
+        + (" and per slice" if steps else "")
+        + (", apart from the order" if second is not None else "")
+        + ", t interval"
+    )
+    found, reason = _fit(y, columns, 0, level) if spread else (None, "too few finished trials")
+    if found is None:
+        return Diagnostic(name, method, math.nan, math.nan, math.nan, level, y.size, reason)
+    slope, half = found
+    return Diagnostic(
+        name, method, _percent(slope), _percent(slope - half), _percent(slope + half), level, y.size
+    )
+
+
+ORDER = "order effect (arm second vs first)"
+ORDER_METHOD = "twice the least-squares step of a trial run second, apart from drift and slices, t interval"
+
+
+def one_order(level: float, n: int) -> Diagnostic:
+    """The order effect of pairs all run in one order: none to estimate."""
+    return Diagnostic(
+        ORDER, ORDER_METHOD, math.nan, math.nan, math.nan, level, n, "needs pairs in both orders"
+    )
+
+
+def order_effect(
+    values: ArrayLike,
+    arms: ArrayLike,
+    second: ArrayLike,
+    level: float = CONFIDENCE,
+    index: ArrayLike | None = None,
+    blocks: ArrayLike | None = None,
+) -> Diagnostic:
+    """The order effect apart from drift, as the percent change of a pair's ratio when the arm runs second
+    rather than first: twice the fit's step for running second, with its t interval."""
+    y, columns, _, spread = _columns(values, arms, index, blocks, second)
+    found, reason = _fit(y, columns, len(columns) - 1, level) if spread else (None, "too few finished trials")
+    if found is None:
+        return Diagnostic(ORDER, ORDER_METHOD, math.nan, math.nan, math.nan, level, y.size, reason)
+    step, half = found
+    return Diagnostic(
+        ORDER,
+        ORDER_METHOD,
+        _percent(2 * step),
+        _percent(2 * (step - half)),
+        _percent(2 * (step + half)),
+        level,
+        y.size,
+    )

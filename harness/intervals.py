@@ -1,0 +1,129 @@
+"""The claim's primary interval: the median paired reduction with an order-statistic interval.
+
+The rule, stated once:
+
+* The estimate is the median of the pairs' log ratios, as a reduction. A failed arm ranks slowest (+∞),
+  a failed baseline fastest (−∞), so failures never change what is estimated.
+* The interval is [x_(k), x_(n+1−k)] of the sorted log ratios, which covers the median with probability
+  γ_k = 1 − 2·P(B ≤ k − 1), B ~ binomial(n, ½), for any continuous law.
+* Between two adjacent exact levels γ_k > L > γ_(k+1) the bounds are interpolated to the stated level L
+  (Hettmansperger and Sheather, 1986). Its coverage stays within 1.5 points of L on every law the tests
+  simulate: normal, skewed, heavy-tailed, outliers and drift.
+* Where even the range attains less than L, the range is the interval and its exact level is stated
+  (93.75% at 5 pairs).
+* One sufficiency rule, for fixed and sequential runs: an interval is sufficient when the level it attains
+  is at least the stated level less ``WINDOW`` (1.5 points). At 95% that is 5 pairs or more.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy import stats
+
+from harness.inference import CONFIDENCE, Interval, to_reduction
+
+WINDOW = 0.015  # an interval's attained level may fall this far below the stated one
+LEVEL_SLACK = 1e-12
+ESTIMAND = "median reduction"
+
+
+def exact_levels(n: int) -> NDArray[np.float64]:
+    """γ_k for k = 1 … ⌈n/2⌉: the exact level of [x_(k), x_(n+1−k)] as an interval of the median."""
+    ranks = np.arange(1, (n + 1) // 2 + 1)
+    return 1.0 - 2.0 * stats.binom.cdf(ranks - 1, n, 0.5)
+
+
+def attained_level(n: int, level: float = CONFIDENCE) -> float:
+    """The level the interval of ``n`` pairs attains: ``level`` where the range reaches it, else the
+    range's exact level (0 without pairs)."""
+    if n < 1:
+        return 0.0
+    return min(level, float(exact_levels(n)[0]))
+
+
+def keeps_level(attained: float, level: float = CONFIDENCE) -> bool:
+    """The one sufficiency rule: an attained level no more than ``WINDOW`` below the stated one."""
+    return attained >= level - WINDOW - LEVEL_SLACK
+
+
+def min_pairs(level: float = CONFIDENCE) -> int:
+    """The fewest pairs whose interval keeps ``level`` (5 at 95%, 4 at 90%)."""
+    n = 1
+    while not keeps_level(attained_level(n, level), level):
+        n += 1
+    return n
+
+
+def _weights(n: int, level: float) -> tuple[int, float]:
+    """The order statistic k and the interpolation weight λ toward x_(k+1) for ``level`` at ``n``."""
+    gammas = exact_levels(n)
+    reaching = np.nonzero(gammas >= level - LEVEL_SLACK)[0]
+    if reaching.size == 0:
+        return 1, 0.0  # the range, at its own level
+    k = int(reaching.max()) + 1
+    if k == gammas.size or abs(gammas[k - 1] - level) <= LEVEL_SLACK:
+        return k, 0.0
+    share = (gammas[k - 1] - level) / (gammas[k - 1] - gammas[k])
+    return k, float((n - k) * share / (k + (n - 2 * k) * share))
+
+
+def _between(near: NDArray[np.float64], far: NDArray[np.float64], weight: float) -> NDArray[np.float64]:
+    """(1 − w)·near + w·far, where an infinite ``near`` (a failure's rank) stays infinite."""
+    if weight == 0.0:
+        return near
+    with np.errstate(invalid="ignore"):
+        mixed = (1.0 - weight) * near + weight * far
+    return np.where(np.isinf(near), near, mixed)
+
+
+def median_log_bounds(
+    log_ratios: ArrayLike, level: float = CONFIDENCE
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], float]:
+    """Median log ratio, the interval's bounds along the last axis and the level they attain."""
+    x = np.sort(np.asarray(log_ratios, dtype=float), axis=-1)
+    n = x.shape[-1]
+    k, weight = _weights(n, level)
+    low = _between(x[..., k - 1], x[..., min(k, n - 1)], weight)
+    high = _between(x[..., n - k], x[..., max(n - k - 1, 0)], weight)
+    with np.errstate(invalid="ignore"):  # +∞ and −∞ in the middle: no median, NaN
+        median = np.median(x, axis=-1)
+    return median, low, high, attained_level(n, level)
+
+
+def median_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
+    """The primary interval of the median reduction at ``level`` (see the module's rule)."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"a confidence level is a fraction in (0, 1) (got {level})")
+    x = np.asarray(log_ratios, dtype=float).ravel()
+    if np.any(np.isnan(x)):
+        raise ValueError("log ratios must not be NaN (a pair where both arms failed is left out)")
+    n = x.size
+    if n < 1:
+        return Interval(ESTIMAND, "order statistics", *(math.nan,) * 3, level, math.nan, 0, False, "no pairs")
+    median, low, high, attained = median_log_bounds(x, level)
+    k, weight = _weights(n, level)
+    method = f"order statistics {k} and {n + 1 - k} of {n}" + (
+        f", interpolated toward {k + 1} and {n - k} (weight {weight:.3f})" if weight else ""
+    )
+    method += f"; covers the median at {attained:.2%} on any continuous law"
+    sufficient = keeps_level(attained, level)
+    reason = (
+        ""
+        if sufficient
+        else f"{n} pairs: even their range attains only {attained:.2%}; {level:.0%} needs {min_pairs(level)}"
+    )
+    return Interval(
+        ESTIMAND,
+        method,
+        float(to_reduction(median)),
+        float(to_reduction(high)),
+        float(to_reduction(low)),
+        level,
+        attained,
+        n,
+        sufficient,
+        reason,
+    )

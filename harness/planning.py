@@ -1,0 +1,258 @@
+"""Planning: the pairs (and time) a goal needs under the rule a run uses, at a measured per-pair spread.
+
+The rule, stated once:
+
+* The interval planned is the run's primary, the median's order-statistic interval (``harness.intervals``);
+  a ``--pairs auto`` run reads its last look's level (``harness.sequential.look_level``).
+* Its chance to meet a goal is simulated on normal log ratios of spread σ (``DRAWS`` sequences per count,
+  the same seed at every count, so the chance rises smoothly). Past ``SIMULATED_UP_TO`` pairs the median's
+  large-sample law is used: its standard error is √(π/2)·σ/√n.
+* A claim's effect is planned against 0 (is it faster at all?) unless a bar is asked for.
+* σ from few pairs is itself uncertain: each plan is also made at σ's one-sided 95% upper bound,
+  σ·√((n − 1)/χ²(0.05, n − 1)).
+* A pair's time: the two arms' median trial times, one after the other; a duet pair runs both at once, so
+  it costs the slower arm's time alone.
+* No plan advises more pairs than ``--pairs`` accepts (``limits.MAX_PAIRS``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from harness import intervals, sequential
+from harness.formatting import format_probability
+from harness.inference import CONFIDENCE
+from harness.limits import MAX_PAIRS
+from harness.protocol import CONCURRENT_ORDERS
+from harness.stats import ClaimSettings, is_nan, measured, numeric_column
+
+DRAWS = 4000
+SIMULATED_UP_TO = 400
+SEED = 41
+MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)  # the median's standard error over the mean's, normal law
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Pairs (and seconds) a goal needs: ``pairs_for_goal`` meet it with ``probability``; ``pairs`` is that
+    raised to the interval's minimum and to an even count (balanced AB/BA pairs)."""
+
+    goal: str
+    pairs: int
+    pairs_for_goal: int
+    probability: float
+    minimum_pairs: int
+    seconds: float | None
+
+
+def _bounds(n: int, sigma: float, centre: float, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """The median interval's log-ratio bounds over ``DRAWS`` normal sequences of n pairs."""
+    rng = np.random.default_rng(SEED)
+    _, low, high, _ = intervals.median_log_bounds(centre + sigma * rng.standard_normal((DRAWS, n)), level)
+    return low, high
+
+
+def chance_to_resolve(n: int, sigma: float, effect: float, bar: float, level: float = CONFIDENCE) -> float:
+    """The chance that the interval of n pairs lies wholly on the true effect's side of the bar."""
+    if not intervals.keeps_level(intervals.attained_level(n, level), level):
+        return 0.0
+    centre, against = math.log1p(-effect), math.log1p(-bar)
+    if n > SIMULATED_UP_TO:
+        z = stats.norm.ppf(0.5 + level / 2.0)
+        return float(stats.norm.cdf(abs(centre - against) * math.sqrt(n) / (MEDIAN_EFFICIENCY * sigma) - z))
+    low, high = _bounds(n, sigma, centre, level)
+    return float(np.mean(high < against) if centre < against else np.mean(low > against))
+
+
+def chance_within(n: int, sigma: float, tolerance: float, level: float = CONFIDENCE) -> float:
+    """The chance that an A/A control's interval of n pairs lies strictly within ±tolerance."""
+    if not intervals.keeps_level(intervals.attained_level(n, level), level):
+        return 0.0
+    upper, lower = math.log1p(tolerance), math.log1p(-tolerance)
+    if n > SIMULATED_UP_TO:
+        z = stats.norm.ppf(0.5 + level / 2.0)
+        se = MEDIAN_EFFICIENCY * sigma / math.sqrt(n)
+        room = (upper - lower) / 2.0 - z * se
+        return float(max(0.0, 2.0 * stats.norm.cdf(room / se) - 1.0))
+    low, high = _bounds(n, sigma, 0.0, level)
+    return float(np.mean((low > lower) & (high < upper)))
+
+
+def _fewest(meets: Callable[[int], bool], start: int) -> int | None:
+    """The fewest pairs from ``start`` to ``MAX_PAIRS`` for which ``meets`` holds (rising with n)."""
+    high = start
+    while not meets(high):
+        if high >= MAX_PAIRS:
+            return None
+        high = min(2 * high, MAX_PAIRS)
+    low = max(start, high // 2)
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if meets(middle) else (middle + 1, high)
+    return low
+
+
+def plan_goal(goal: str, chance: Callable[[int], float], power: float, level: float, seconds: float | None):
+    """The plan for a goal whose chance at n pairs is ``chance(n)``; ValueError past ``MAX_PAIRS``."""
+    minimum = intervals.min_pairs(level)
+    found = _fewest(lambda n: chance(n) >= power, minimum)
+    if found is None:
+        raise ValueError(f"{goal}: needs more than {MAX_PAIRS} pairs, the most --pairs accepts")
+    pairs = min(found + found % 2, MAX_PAIRS)
+    return Plan(goal, pairs, found, chance(found), minimum, None if seconds is None else pairs * seconds)
+
+
+def plan_effect(sigma, effect, bar=0.0, level=CONFIDENCE, power=0.8, seconds_per_pair=None) -> Plan:
+    """Pairs to resolve a true reduction ``effect`` against ``bar`` (fractions; 0: faster at all)."""
+    if sigma <= 0 or effect == bar or max(effect, bar) >= 1:
+        raise ValueError("need a positive spread, and an effect and a bar below 100% that differ")
+    goal = f"resolve a {effect:.1%} reduction against {bar:.1%} with {format_probability(power)} power"
+    chance = lambda n: chance_to_resolve(n, sigma, effect, bar, level)  # noqa: E731
+    return plan_goal(goal, chance, power, level, seconds_per_pair)
+
+
+def plan_control(sigma, tolerance, level=CONFIDENCE, power=0.8, seconds_per_pair=None) -> Plan:
+    """Pairs for an A/A control's interval to fall within ±``tolerance`` with probability ``power``."""
+    if sigma <= 0 or not 0 < tolerance < 1:
+        raise ValueError("need a positive spread and a tolerance in (0, 1)")
+    goal = f"bring an A/A within +/-{tolerance:.1%} with probability {format_probability(power)}"
+    chance = lambda n: chance_within(n, sigma, tolerance, level)  # noqa: E731
+    return plan_goal(goal, chance, power, level, seconds_per_pair)
+
+
+def sigma_upper(sigma: float, pairs: int, level: float = 0.95) -> float:
+    """σ's one-sided upper confidence bound from ``pairs`` log ratios (normal law)."""
+    if pairs < 2 or not math.isfinite(sigma):
+        return math.nan
+    return sigma * math.sqrt((pairs - 1) / stats.chi2.ppf(1.0 - level, pairs - 1))
+
+
+def per_pair_spread(pairs: pd.DataFrame, case: Any, arm: Any) -> tuple[float, int]:
+    """The standard deviation of one claim's finite log ratios (the per-pair σ) and how many it rests on."""
+    mine = pairs[(pairs["case"] == case) & (pairs["arm"] == arm)]
+    x = mine["log_ratio"].to_numpy(dtype=float)
+    x = x[np.isfinite(x)]
+    return (float(np.std(x, ddof=1)) if x.size >= 2 else math.nan), int(x.size)
+
+
+def seconds_per_pair(
+    trials: pd.DataFrame, case: Any, arms: tuple[Any, Any], cooldown: float = 0.0, duet: bool = False
+) -> float:
+    """The seconds one pair takes by the log: each arm's median trial time plus its cool-down, one after the
+    other; a duet pair runs both at once (the slower arm and one cool-down). NaN where the log holds no time."""
+    rows = measured(trials)
+    if rows.empty or "trial_seconds" not in rows:
+        return math.nan
+    times = []
+    for arm in arms:
+        mine = numeric_column(rows[(rows["case"] == case) & (rows["arm"] == arm)], "trial_seconds")
+        if not len(mine):
+            return math.nan
+        times.append(float(mine.median()))
+    return (max(times) + cooldown) if duet else (sum(times) + cooldown * len(times))
+
+
+def _goal(
+    claim: Any, effect: float | None, tolerance: float | None, bar: float | None
+) -> tuple[str, float, float]:
+    """A claim's goal: ("control", tolerance, 0) or ("effect", effect, against); ValueError where none."""
+    if claim["kind"] == "control":
+        limit = tolerance if tolerance is not None else claim["bar"]
+        if limit is None or is_nan(limit):
+            raise ValueError("no tolerance to plan for (give one, e.g. --tolerance 1%)")
+        return "control", float(limit), 0.0
+    target = float(claim["estimate"]) if effect is None else effect
+    if not math.isfinite(target):
+        raise ValueError("no finite effect to plan for (give one, e.g. --effect 3%)")
+    return "effect", target, 0.0 if bar is None else bar
+
+
+def _plan_for(goal: tuple[str, float, float], sigma: float, used: int, level, power, seconds) -> Plan:
+    if not math.isfinite(sigma) or sigma <= 0:
+        raise ValueError(f"needs a spread: {used} finished pair(s) with a finite log ratio")
+    kind, value, against = goal
+    per_pair = seconds if math.isfinite(seconds) else None
+    if kind == "control":
+        return plan_control(sigma, value, level, power, per_pair)
+    return plan_effect(sigma, value, against, level, power, per_pair)
+
+
+def _upper_pairs(
+    goal: tuple[str, float, float], sigma: float, level: float, power: float
+) -> int | str | None:
+    """The pairs the goal needs at σ's upper bound (None where that bound does not exist)."""
+    if not math.isfinite(sigma):
+        return None
+    try:
+        return _plan_for(goal, sigma, 0, level, power, math.nan).pairs
+    except ValueError:
+        return f"more than {MAX_PAIRS}"
+
+
+def plan_rows(
+    protocol: Any,
+    summaries: Any,
+    effect: float | None = None,
+    tolerance: float | None = None,
+    bar: float | None = None,
+    power: float = 0.8,
+) -> list[dict[str, Any]]:
+    """Per claim of a run, the pairs (and seconds) a goal needs at its measured σ and at σ's upper bound. A
+    claim's goal: ``effect`` (default: its measured reduction) against ``bar`` (default 0); an A/A arm's:
+    within ±``tolerance`` (default: the run's)."""
+    settings = ClaimSettings.from_protocol(protocol)
+    level = settings.level
+    if getattr(protocol, "pairs", None) == "auto":  # the last look's level is the one a long run reads
+        level = sequential.look_level(
+            settings.level, sequential.looks(settings.first_look, protocol.max_pairs)
+        )[0][-1]
+    duet = getattr(protocol, "order", "") in CONCURRENT_ORDERS
+    out: list[dict[str, Any]] = []
+    for _, claim in summaries.claims.iterrows():
+        case, arm, base = claim["case"], claim["arm"], claim["baseline_arm"]
+        sigma, used = per_pair_spread(summaries.pairs, case, arm)
+        seconds = seconds_per_pair(
+            summaries.trials, case, (base, arm), float(getattr(protocol, "cooldown", 0)), duet
+        )
+        row: dict[str, Any] = {
+            "case": case,
+            "arm": arm,
+            "baseline_arm": base,
+            "kind": claim["kind"],
+            "sigma": sigma,
+            "sigma_upper": sigma_upper(sigma, used),
+            "sigma_pairs": used,
+            "seconds_per_pair": seconds,
+            "goal": "",
+            "pairs": None,
+            "pairs_for_goal": None,
+            "pairs_upper": None,
+            "probability": math.nan,
+            "minimum_pairs": intervals.min_pairs(settings.level),
+            "seconds": math.nan,
+            "note": "",
+        }
+        try:
+            goal = _goal(claim, effect, tolerance, bar)
+            found = _plan_for(goal, sigma, used, level, power, seconds)
+        except ValueError as exc:
+            row["note"] = str(exc)
+        else:
+            row.update(
+                goal=found.goal,
+                pairs=found.pairs,
+                pairs_for_goal=found.pairs_for_goal,
+                probability=found.probability,
+                minimum_pairs=found.minimum_pairs,
+                seconds=math.nan if found.seconds is None else found.seconds,
+                pairs_upper=_upper_pairs(goal, row["sigma_upper"], level, power),
+            )
+        out.append(row)
+    return out
