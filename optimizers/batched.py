@@ -52,7 +52,8 @@ No public flag and no checkpoint field is added: the state is exactly the baseli
 between MuSGD and BatchedMuSGD both ways. `pad_guard`, `pad_chain_flops` and `graph_replay` (class
 attributes, or `with_pad_guard`) are internal knobs for screens: guard None pads every size, 0 pads nothing;
 a chain price cuts padded runs where their wasted arithmetic costs more than another chain (the default
-chosen from an H200 sweep; None pads as far as the memory budget allows); replay off runs every core eagerly.
+chosen from an H200 sweep; None pads as far as the memory budget allows); replay off runs every core eagerly;
+`ns_lanes` runs that many stacks' chains at once on forked streams (`optimizers.concurrent`; 1: in lockstep).
 The plan's stacks and scratch are memory the optimizer keeps between steps: about the bf16 size of the Muon
 parameters (plus padding) and the size of the parameters; `plan_bytes` says how much (with the captured
 graph's pool).
