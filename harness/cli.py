@@ -516,9 +516,12 @@ def plan_command(
 @app.command("env")
 def env_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the fingerprint as JSON.")] = False,
+    arms: Annotated[str | None, typer.Option(help="Arms whose own files to fingerprint too.")] = None,
 ) -> None:
     """Show this machine's environment fingerprint (what every run records in env.json)."""
-    record = env_module.collect()
+    from experiments.arms import arm_files  # noqa: PLC0415 - the composition root names the tiers' code
+
+    record = env_module.collect(code_files=arm_files(arms) if arms else ())
     if as_json:
         print(json.dumps(record, indent=1, default=str))
         return

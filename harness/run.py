@@ -24,7 +24,7 @@ import pandas as pd
 import torch
 
 from harness import env
-from harness.codepaths import what_ran
+from harness.codepaths import arm_files, what_ran
 from harness.console import ScheduleProgress, console, errors, print_flags, print_summary
 from harness.inference import CONFIDENCE, looks, should_stop
 from harness.options import InputError, check_devices_here, resolve_placement
@@ -155,7 +155,8 @@ class Runner:
                 folder.name_holder()
                 try:
                     folder.write_json(PLAN, plan.to_json())
-                    record = {**env.collect(touch_device=plan.in_process), **machine_load()}
+                    files = arm_files(plan)
+                    record = {**env.collect(plan.in_process, files), **machine_load()}
                     record["placement"] = None if placement is None else placement.to_dict()
                     folder.write_json(ENV, record)
                 except RunFolderWriteError as failure:
@@ -188,7 +189,7 @@ class Runner:
                     "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                     "boot_id": env.boot_id(),
                     "gpus": env.gpu_snapshot(),
-                    **env.code_revision(),
+                    **env.code_revision(arm_files(plan)),
                     "placement": None if placement is None else placement.to_dict(),
                     **machine_load(),
                 }
