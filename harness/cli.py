@@ -35,6 +35,7 @@ from harness.codepaths import what_ran
 from harness.console import console, errors
 from harness.entry import INTERRUPTED, terminate
 from harness.errors import RunFolderError
+from harness.failures import EVERY_TRIAL_FAILED, failed_arms, failure_lines
 from harness.formatting import format_probability
 from harness.options import (
     AUTO_DEVICE,
@@ -174,7 +175,8 @@ SHARED = (
         "time_budget",
         float | None,
         _default("time_budget"),
-        "With --pairs auto: stop at the next pair boundary once the log's trials would pass this many seconds.",
+        "Seconds the run may take (default: 3600 on the CPU, none on a GPU); a longer plan stops after its first "
+        "trial, exit 2. With --pairs auto: stop at the next pair boundary once the log's trials would pass it.",
     ),
     Shared(
         "cpus",
@@ -402,6 +404,10 @@ def launch(
         if line:
             console.print(line, soft_wrap=True)  # one line, before anything runs: what the arms will run
         result = runner.start(plan)
+    for line in failure_lines(result.folder.rows()):  # an arm with nothing measured: not a success
+        errors.print(f"bench: {line}", soft_wrap=True)
+    if failed_arms(result.folder.rows()):
+        raise typer.Exit(EVERY_TRIAL_FAILED)
     if run.gate:
         failures = result.gate_failures()
         for failure in failures:

@@ -261,15 +261,16 @@ def parse_warmup(warmup: int | str, name: str = "--warmup") -> int | str:
 def check_sequential(
     pairs: int | str, precision: float | None, max_pairs: int, time_budget: float | None, first_look: int
 ) -> None:
-    """``--precision``, ``--max-pairs`` and ``--time-budget`` belong to ``--pairs auto``, which needs a
-    precision; the looks run from the first (every 2 pairs) to ``--max-pairs``."""
+    """``--precision`` and ``--max-pairs`` belong to ``--pairs auto``, which needs a precision; the looks run
+    from the first (every 2 pairs) to ``--max-pairs``. ``--time-budget``: positive seconds (``harness.estimate``)."""
+    if time_budget is not None and not (math.isfinite(time_budget) and time_budget > 0):
+        raise InputError(f"--time-budget must be a positive number of seconds (got {time_budget})")
     if pairs != "auto":
         given = [
             name
             for name, value, default in (
                 ("--precision", precision, None),
                 ("--max-pairs", max_pairs, ProtocolOptions.default("max_pairs")),
-                ("--time-budget", time_budget, None),
             )
             if value != default
         ]
@@ -286,8 +287,6 @@ def check_sequential(
         raise InputError(
             f"--max-pairs {max_pairs} is below the first look at {first_look} pairs; use {first_look} or more"
         )
-    if time_budget is not None and not (math.isfinite(time_budget) and time_budget > 0):
-        raise InputError(f"--time-budget must be a positive number of seconds (got {time_budget})")
 
 
 def check_tolerance(tolerance: float | None, control: bool) -> float | None:

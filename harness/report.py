@@ -53,6 +53,7 @@ from harness.formatting import (
 from harness.inference import t_min_pairs, t_unkept_counts_text
 from harness.options import InputError
 from harness.protocol import IDLE_GAP_SECONDS, WHOLE_PAIRS_FORMAT, Plan, scheduled_done, warmup_sequences
+from harness.sentence import answers
 from harness.stats import (
     ClaimSettings,
     disagreeing_checks,
@@ -572,6 +573,11 @@ def _title(runs: list[LoadedRun]) -> list[str]:
             kinds.append(kind)
     first = runs[0]
     lines = [f"# musgd-bench report: {' + '.join(kinds)}", ""]
+    for run in runs:  # the answer first, in words (harness.sentence)
+        where = f"Run {run.number}: " if len(runs) > 1 else ""
+        if run.tier.paired and not run.tier.diagnostic:
+            lines += [f"{where}{said}" for said in answers(run.plan, run.summaries.claims)]
+        lines += [""] if lines[-1] else []
     first_start = _time(min(str(r.plan.created) for r in runs))
     lines.append(
         f"Date: {first_start[:10]} ("

@@ -224,3 +224,46 @@ def test_bench_env_fingerprints_the_arms_it_is_given(tmp_path: Path, monkeypatch
     assert main(["env", "--json", "--arms", "env_arm_42:Mine"]) == 0
     record = json.loads(capsys.readouterr().out)
     assert [entry["path"] for entry in record["arm_files"]] == [str(tmp_path / "env_arm_42.py")]
+
+
+class Broken(MuSGD):
+    """Builds, then fails at every step."""
+
+    def step(self, closure=None):
+        raise RuntimeError("boom at step")
+
+
+def test_an_arm_whose_every_trial_failed_names_its_errors_and_exits_3(tmp_path: Path, capsys) -> None:
+    from harness.failures import EVERY_TRIAL_FAILED
+
+    out = tmp_path / "runs"
+    argv = ["screen", "--arms", f"baseline,broken={__name__}:Broken", "--device", "cpu", "--scales", "n"]
+    argv += ["--steps", "1", "--warmup-steps", "0", "--warmup", "0", "--pairs", "2", "--quiet", "--no-report"]
+    assert main([*argv, "--out", str(out)]) == EVERY_TRIAL_FAILED == 3
+    err = capsys.readouterr().err
+    assert "every trial of arm 'broken' failed (1 distinct error(s)):" in err
+    assert err.count("RuntimeError: boom at step") == 1, err
+
+
+def test_a_plan_over_its_time_budget_is_refused_after_one_trial_with_one_line(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "runs"
+    argv = ["screen", "--arms", "baseline,candidate-cpu", "--device", "cpu", "--scales", "n", "--steps", "1"]
+    argv += ["--warmup-steps", "0", "--warmup", "1", "--pairs", "4", "--time-budget", "0.001"]
+    assert main([*argv, "--no-report", "--out", str(out)]) == 2
+    printed = capsys.readouterr()
+    assert "estimated: about " in printed.out and "more for 20 trials" in printed.out
+    err = printed.err.strip()
+    assert err.count("\n") == 0 and "over the time budget of 0 s" in err and "--time-budget " in err
+    assert [r["phase"] for r in only_run(out).rows()] == ["warmup"]  # no measured trial ran
+
+
+def test_the_default_budget_is_an_hour_on_the_cpu_and_none_on_a_gpu() -> None:
+    from dataclasses import replace
+
+    from harness.estimate import budget_of
+    from tests.trialfns import plan_of
+
+    plan = plan_of("scripted", warmup=0, pairs=2, device="cpu")
+    assert budget_of(plan) == 3600.0
+    plan.protocol = replace(plan.protocol, device="cuda:0")
+    assert budget_of(plan) is None
