@@ -108,8 +108,11 @@ SHARED = (
         str | None,
         None,
         "Comma-separated arms, baseline first: baseline, candidate, candidate-cpu (the candidate with CPU tensors "
-        f"through its batched path), upstream, or package.module:Class. Default: {DEFAULT_ARMS} on CUDA, "
-        "baseline,candidate-cpu on the CPU (where the candidate keeps the baseline's per-parameter step).",
+        "through its batched path), upstream, or package.module:Class, each as label=spec with keywords if you "
+        "like ('fused=torch.optim:AdamW(fused=True)'). Each gets param groups with lr, momentum, weight_decay, "
+        "nesterov, use_muon; its constructor the keywords it names of: muon, sgd (screen, probe, parity), and "
+        "lr, momentum, weight_decay, nesterov, use_muon too (pair); then its own. "
+        f"Default: {DEFAULT_ARMS} on CUDA, baseline,candidate-cpu on the CPU.",
     ),
     Shared(
         "warmup",
@@ -736,7 +739,13 @@ def parity_command(
     fit: Annotated[
         bool, typer.Option("--fit", help="Real forward/backward steps of the embedded fit workload instead.")
     ] = _Parity.fit,
-    candidate: Annotated[str, typer.Option(help="The arm checked against the baseline.")] = _Parity.candidate,
+    arms: Annotated[
+        str | None,
+        typer.Option(
+            help="baseline,candidate (default baseline,candidate); each built with muon, sgd and its own keywords."
+        ),
+    ] = None,
+    candidate: Annotated[str | None, typer.Option(hidden=True, help="Deprecated: --arms baseline,X.")] = None,
     device: Annotated[
         str, typer.Option(help="auto (CUDA when present, else the CPU), cpu, cuda or cuda:N.")
     ] = AUTO_DEVICE,
@@ -753,7 +762,8 @@ def parity_command(
     """The numerical contract of candidate against baseline, as a run folder (exit 1 when it breaks)."""
     from experiments import parity
 
-    settings = _Parity(scale=scale, steps=steps, fit=fit, candidate=candidate)
+    baseline, candidate = parity.arms_of(arms, candidate)
+    settings = _Parity(scale=scale, steps=steps, fit=fit, candidate=candidate, baseline=baseline)
     options = None
     if run.resume is None:
         first, gpus = split_device_list(device, gpus)
@@ -770,7 +780,10 @@ def parity_command(
         )
     result = launch("parity", options, settings, run, accepts=("parity",))
     if not parity.result_of(result).holds:
-        errors.print("bench parity: the one-step contract is broken (see the report)")
+        where = (
+            "see the report" if not run.no_report else f"bench report {result.folder.path} writes the report"
+        )
+        errors.print(f"bench parity: the one-step contract is broken ({where})", soft_wrap=True)
         raise typer.Exit(1)
 
 

@@ -61,7 +61,8 @@ class Estimate:
             return
         self.said = True
         seconds = remaining_seconds(self.plan, todo, rows)
-        self.say(f"estimated: about {_duration(seconds)} more for {len(todo)} trials (from the log's first)")
+        trials = f"{len(todo)} trial" + ("" if len(todo) == 1 else "s")
+        self.say(f"estimated: about {_duration(seconds)} more for {trials} (from the log's first)")
         budget = budget_of(self.plan)
         if self.fresh and budget is not None and seconds > budget:
             raise OverBudget(
