@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from experiments import fit, parity, probe, screen
+from experiments import command, fit, parity, probe, screen
 from harness.tier import TierRegistry
 
-TIERS = TierRegistry([screen.TIER, probe.TIER, fit.PAIR, fit.STAGES, parity.TIER])
+TIERS = TierRegistry([screen.TIER, probe.TIER, fit.PAIR, fit.STAGES, parity.TIER, command.TIER])

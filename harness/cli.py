@@ -654,6 +654,27 @@ def pair_command(
     launch("stages" if stages else "pair", protocol, settings, run, accepts=("pair", "stages"))
 
 
+@tier_command("command")
+def command_command(
+    protocol: dict[str, Any],
+    run: RunArgs,
+    argv: Annotated[
+        list[str] | None, typer.Argument(help="After --: the command; {arm} is the arm's spec.")
+    ] = None,
+    figure: Annotated[
+        str | None, typer.Option(help="A regex whose first group is the figure (else wall s).")
+    ] = None,
+    unit: Annotated[str, typer.Option(help="The unit of --figure's number.")] = "s",
+    timeout: Annotated[float | None, typer.Option(help="Seconds a trial may take.")] = None,
+) -> None:
+    """Your own command, a fresh process per trial, {arm} replaced by each arm's spec (nothing passed to it)."""
+    from experiments.command import CommandSettings
+
+    if run.resume is None and protocol["arms"] is None:
+        raise InputError("bench command needs --arms: the values {arm} takes, e.g. --arms a=slow,b=fast")
+    launch("command", protocol, CommandSettings(list(argv or []), figure, unit, timeout), run, ("command",))
+
+
 @tier_command("screen")
 def screen_command(
     protocol: dict[str, Any],

@@ -86,7 +86,7 @@ def test_pair_embedded_end_to_end(tmp_path: Path, capsys) -> None:
     assert plan["tier"] == "pair" and plan["in_process"] is False
     assert FitSettings.from_dict(plan["settings"]).epochs == 2
     answer, claim = folder.file("claim.txt").read_text().split("\n", 1)  # the answer first, in words
-    assert answer.startswith("candidate-cpu ") and "95% CI" in answer and "the 8% bar" in answer
+    assert answer.startswith("candidate-cpu ") and "2 pairs" in answer and "the 8% bar" in answer
     assert claim.startswith("On cpu: baseline ran the per-parameter MuSGD")
     claim_body = "\n".join(claim.splitlines()[1:])
     assert claim_body.startswith("Baseline median ") and "The paired reduction is" in claim
