@@ -12,7 +12,6 @@ import contextlib
 import functools
 import inspect
 import json
-import math
 import shlex
 import signal
 import sys
@@ -31,6 +30,7 @@ from experiments.parity import ParitySettings as _Parity
 from experiments.probe.plan import ProbeSettings as _Probe
 from experiments.screen.plan import ScreenSettings as _Screen
 from harness import env as env_module
+from harness.arguments import check_given_once, check_plan_goal, parse_percent
 from harness.codepaths import what_ran
 from harness.console import console, errors
 from harness.entry import INTERRUPTED, terminate
@@ -421,47 +421,6 @@ def launch(
             "bench: gate passed: every claim clears its bar and every A/A arm is within its tolerance"
         )
     return result
-
-
-def parse_percent(name: str, text: str | None) -> float | None:
-    """``3%`` or ``3`` → 0.03; ``InputError`` for anything else."""
-    if text is None:
-        return None
-    try:
-        value = float(text.strip().rstrip("%"))
-    except ValueError:
-        raise InputError(f"{name} '{text}' is not a percentage; use e.g. 3% or 3") from None
-    if not -100 < value < 100:
-        raise InputError(f"{name} {text} must lie between -100% and 100%")
-    return value / 100
-
-
-def check_plan_goal(
-    protocol: ProtocolOptions,
-    effect: str | None,
-    effect_value: float | None,
-    tolerance: str | None,
-    tolerance_value: float | None,
-    bar_value: float | None,
-) -> None:
-    """``bench plan``'s goal against the run it plans from: a tolerance needs an A/A arm, and an effect a bar
-    it is not at (no number of pairs resolves an effect at its bar). ``InputError`` otherwise."""
-    from harness.stats import ClaimSettings
-
-    if tolerance_value is not None and not protocol.control:
-        raise InputError(
-            f"--tolerance {tolerance} plans an A/A arm, and the run has none (it ran without --control); drop "
-            "--tolerance"
-        )
-    if effect_value is None:
-        return
-    bar_percent = ClaimSettings.from_protocol(protocol).bar_percent
-    against = bar_value if bar_value is not None else (bar_percent or 0.0) / 100
-    if math.isclose(effect_value, against, abs_tol=1e-12):
-        raise InputError(
-            f"--effect {effect} is at the bar ({100 * against:.1f}%): no number of pairs resolves an effect at "
-            "its bar; give an effect away from it, or another --bar"
-        )
 
 
 MIN_POWER, MAX_POWER = 0.5, 0.999  # `bench plan --power`: past 0.999 the pairs grow without a useful end
@@ -859,36 +818,6 @@ def _one_line(text: str) -> str:
     return "".join(ascii(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in text)
 
 
-def check_given_once(args: list[str]) -> None:
-    """``InputError`` for an option given twice in a command line: click would take the last and say nothing,
-    so `--steps 4 … --steps 8` would run 8 steps from a command line that reads 4 at a glance."""
-    commands = typer.main.get_command(app).commands
-    if not args or args[0] not in commands or "--help" in args:
-        return
-    options = {
-        name: param
-        for param in commands[args[0]].params
-        if param.param_type_name == "option"
-        for name in (*param.opts, *param.secondary_opts)
-    }
-    given: dict[str, list[str]] = {}
-    tokens = iter(args[1:])
-    for token in tokens:
-        if token == "--":
-            break
-        name, equals, value = token.partition("=") if token.startswith("--") else (token, "", "")
-        param = options.get(name)
-        if param is None:
-            continue
-        if not param.is_flag and not equals:
-            value = next(tokens, "")  # the option's value, whatever it looks like
-        given.setdefault(param.name, []).append(value)
-        if len(given[param.name]) == 2:
-            first, then = given[param.name]
-            values = "" if param.is_flag else f" ({first}, then {then})"
-            raise InputError(f"{'/'.join(param.opts)} given twice{values}; give it once")
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``bench`` script: bad input is one line on stderr and exit status 2."""
     global _ARGUMENTS
@@ -898,7 +827,7 @@ def main(argv: list[str] | None = None) -> int:
     _ARGUMENTS = args
     previous_sigterm = signal.signal(signal.SIGTERM, terminate)  # SIGTERM stops a run as Ctrl-C does
     try:
-        check_given_once(args)
+        check_given_once(args, typer.main.get_command(app).commands)
         result = typer.main.get_command(app).main(args=args, prog_name="bench", standalone_mode=False)
     except (InputError, RunFolderError) as exc:
         errors.print(f"bench: error: {_one_line(str(exc))}", soft_wrap=True)
