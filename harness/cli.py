@@ -24,6 +24,7 @@ from typing import Annotated, Any
 
 import typer
 
+from experiments import cpu_defaults
 from experiments.fit.plan import FitSettings as _Fit
 from experiments.fit.plan import check_data_cache_used
 from experiments.parity import ParitySettings as _Parity
@@ -658,6 +659,10 @@ def screen_command(
 ) -> None:
     """Optimizer-only crossover screen over YOLO26 scales and padding guards."""
     settings = _Screen(scales, guards, steps, warmup_steps, floor_replays, dtype)
+    if run.resume is None:
+        settings = cpu_defaults.on_cpu(
+            settings, cpu_defaults.SCREEN, protocol["device"], run.given, console.print
+        )
     launch("screen", protocol, settings, run, accepts=("screen",))
 
 
@@ -705,6 +710,9 @@ def probe_command(
     settings = _Probe(
         head, variants, reserve, learner_ms, tokens, vocab, dim, cap, chunk, scale, imgsz, batch
     )
+    if run.resume is None and head in cpu_defaults.PROBE:
+        defaults = cpu_defaults.PROBE[head]
+        settings = cpu_defaults.on_cpu(settings, defaults, protocol["device"], run.given, console.print)
     launch("probe", protocol, settings, run, accepts=("probe",))
 
 

@@ -267,3 +267,28 @@ def test_the_default_budget_is_an_hour_on_the_cpu_and_none_on_a_gpu() -> None:
     assert budget_of(plan) == 3600.0
     plan.protocol = replace(plan.protocol, device="cuda:0")
     assert budget_of(plan) is None
+
+
+def test_cpu_defaults_of_screen_and_probe_are_about_a_minute(monkeypatch, tmp_path: Path, capsys) -> None:
+    from harness.run import Runner
+
+    planned = {}
+
+    def capture(self, plan, trial_fn=None):
+        planned[plan.tier] = plan
+        raise KeyboardInterrupt  # nothing run: the plan is what is checked
+
+    monkeypatch.setattr(Runner, "start", capture)
+    for argv in (["screen"], ["probe"], ["probe", "--tokens", "16384"]):
+        main([*argv, "--device", "cpu", "--quiet", "--out", str(tmp_path)])
+        plan = planned.pop(argv[0])
+        out = capsys.readouterr().out
+        if argv[0] == "screen":
+            assert plan.settings["scales"] == ["n"] and plan.settings["steps"] == 4
+            assert len(plan.schedule) <= 16 and "CPU defaults: --scales n" in out
+        elif len(argv) == 1:
+            assert (plan.cases[0].params["tokens"], plan.cases[0].params["vocab"]) == (8192, 2048)
+        else:
+            assert plan.cases[0].params["tokens"] == 16384 and "--tokens" not in out  # typed: kept
+    main(["screen", "--device", "cuda:0", "--quiet", "--out", str(tmp_path)])  # refused (no CUDA): exit 2
+    assert "CPU defaults" not in capsys.readouterr().out
