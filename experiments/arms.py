@@ -213,7 +213,8 @@ def make_optimizer(spec: str, groups: list[dict[str, Any]], kwargs: dict[str, An
     arm_kwargs = parse_spec(spec)[1]
     group_keys = {key for group in groups for key in group if key != "params"}
     overrides = {k: v for k, v in arm_kwargs.items() if k in group_keys}
-    groups = [{**group, **overrides} for group in groups]
+    if overrides:
+        groups = [{**group, **overrides} for group in groups]
     return optimizer_class(groups, **constructor_kwargs(optimizer_class, kwargs, arm_kwargs))
 
 
@@ -307,7 +308,7 @@ def describe_arm(spec: str, device: str) -> str:
     spec = spec.strip()
     kwargs = _kwargs_or_none(spec)
     given = f" with {', '.join(f'{k}={v!r}' for k, v in kwargs.items())}" if kwargs else ""
-    if spec.startswith("upstream"):
+    if kwargs is not None and parse_spec(spec)[0] == "upstream":
         return f"the MuSGD of the installed ultralytics (ultralytics.optim.MuSGD){given}"
     cls = _class_or_none(spec)
     if cls is None:

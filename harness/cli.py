@@ -408,9 +408,10 @@ def launch(
         if line:
             console.print(line, soft_wrap=True)  # one line, before anything runs: what the arms will run
         result = runner.start(plan)
-    for line in failure_lines(result.folder.rows()):  # an arm with nothing measured: not a success
+    rows = result.folder.rows() if isinstance(result, Run) else []
+    for line in failure_lines(rows):  # an arm with nothing measured: not a success
         errors.print(f"bench: {line}", soft_wrap=True)
-    if failed_arms(result.folder.rows()):
+    if failed_arms(rows):
         raise typer.Exit(EVERY_TRIAL_FAILED)
     if run.gate:
         failures = result.gate_failures()
