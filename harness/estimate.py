@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from harness.errors import InputError
-from harness.protocol import CONCURRENT_ORDERS, Plan, ScheduledTrial, estimated_seconds
+from harness.protocol import CONCURRENT_ORDERS, Plan, ScheduledTrial, estimated_seconds, pending
+from harness.tables import RunFolder
 
 DEFAULT_CPU_BUDGET_S = 3600.0  # one hour: a CPU run longer than this must be asked for (--time-budget)
 
@@ -56,8 +57,11 @@ class Estimate:
     def __init__(self, plan: Plan, say: Any, fresh: bool) -> None:
         self.plan, self.say, self.fresh, self.said = plan, say, fresh, False
 
-    def __call__(self, todo: list[ScheduledTrial], rows: list[dict[str, Any]], folder: str) -> None:
-        if self.said or not todo or not any(r.get("trial_seconds") is not None for r in rows):
+    def __call__(self, folder: RunFolder) -> None:
+        if self.said:
+            return
+        todo, rows = list(pending(self.plan, folder)), folder.rows()
+        if not todo or not any(r.get("trial_seconds") is not None for r in rows):
             return
         self.said = True
         seconds = remaining_seconds(self.plan, todo, rows)
@@ -68,5 +72,5 @@ class Estimate:
             raise OverBudget(
                 f"the plan would take about {_duration(seconds)}, over the time budget of {_duration(budget)}: "
                 f"shorten it (fewer --pairs, --steps or cases) or give --time-budget {seconds * 1.2:.0f}; "
-                f"{folder} holds the first trial (--resume it to run the rest anyway)"
+                f"{folder.path} holds the first trial (--resume it to run the rest anyway)"
             )

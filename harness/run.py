@@ -237,7 +237,7 @@ class Runner:
                 estimate = Estimate(plan, console.print, fresh=done == 0)
 
                 def before_unit(unit: list[ScheduledTrial]) -> bool:
-                    estimate(list(pending(plan, folder)), folder.rows(), str(folder.path))
+                    estimate(folder)
                     refresh()
                     return rule(unit) if rule is not None else False
 
