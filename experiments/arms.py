@@ -13,15 +13,18 @@ so the run can be called what it is (an A/A in effect) and its conclusions withh
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
+import inspect
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 
 from harness.code_origin import class_fingerprint, run_folder_code
-from harness.options import DEFAULT_ARMS, InputError
+from harness.options import DEFAULT_ARMS, InputError, parse_arms
 from harness.protocol import Case
 from optimizers import BatchedMuSGD, MuSGD
 from optimizers import batched as _batched
@@ -52,9 +55,39 @@ class BatchedMuSGDOnCPU(BatchedMuSGD):
             return super().step(closure)
 
 
+def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """(name, keywords) of an arm spec: ``module:Class(k=v, ...)`` or a named arm with keywords.
+
+    The one parser of a spec's keywords (the run and a resume's checks both call it). Each value is a Python
+    literal read by ``ast.literal_eval``: nothing in a spec is ever run as code. ArmError, one line, otherwise.
+    """
+    spec = spec.strip()
+    name, paren, rest = spec.partition("(")
+    if not paren:
+        return spec, {}
+    if not rest.endswith(")"):
+        raise ArmError(f"arm {spec!r}: its keyword list is not closed; write name(key=value, ...)")
+    try:
+        call = ast.parse(f"f({rest}", mode="eval").body
+    except SyntaxError:
+        raise ArmError(f"arm {spec!r}: its keyword list is not closed; write name(key=value, ...)") from None
+    if not isinstance(call, ast.Call) or call.args or any(k.arg is None for k in call.keywords):
+        raise ArmError(f"arm {spec!r}: give keyword arguments only, as name(key=value, ...)")
+    kwargs: dict[str, Any] = {}
+    for keyword in call.keywords:
+        try:
+            kwargs[str(keyword.arg)] = ast.literal_eval(keyword.value)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            raise ArmError(
+                f"arm {spec!r}: {keyword.arg}: only literals (numbers, strings, True/False/None, tuples, "
+                "lists, dicts) are accepted"
+            ) from None
+    return name.strip(), kwargs
+
+
 def resolve_optimizer(spec: str) -> type[torch.optim.Optimizer]:
     """The optimizer class an arm spec names (see the module docstring); ArmError when it cannot."""
-    spec = spec.strip()
+    spec, _ = parse_spec(spec)
     if spec == "baseline":
         return MuSGD
     if spec == "candidate":
@@ -94,17 +127,20 @@ def resolve_optimizer(spec: str) -> type[torch.optim.Optimizer]:
 
 
 def checked_optimizer(
-    spec: str, option: str = "--arms", import_upstream: bool = True
+    spec: str,
+    option: str = "--arms",
+    import_upstream: bool = True,
+    tier_kwargs: dict[str, Any] | None = None,
 ) -> type[torch.optim.Optimizer] | None:
     """The class an arm spec names, or ``InputError`` (one line, exit 2) naming the option that gave it.
 
-    The class is built once on a tiny parameter set (``check_constructor``), so a constructor that does not fit
-    is refused before any schedule. ``import_upstream=False`` only checks that ultralytics is installed for
-    ``upstream`` (and returns None):
+    The arm is built once on a tiny parameter set exactly as its tier builds it (``make_optimizer`` with the
+    tier's ``tier_kwargs``), so a constructor that does not fit is refused before anything is written.
+    ``import_upstream=False`` only checks that ultralytics is installed for ``upstream`` (and returns None):
     a parent that hands trials to workers must not import it, since importing reads its settings and may try
     the network; the worker resolves it.
     """
-    if spec.strip() == "upstream" and not import_upstream:
+    if parse_spec(spec)[0] == "upstream" and not import_upstream:
         if importlib.util.find_spec("ultralytics") is None:
             raise InputError(
                 f"{option}: arm 'upstream' needs ultralytics; install the extra (pip install -e '.[ultralytics]')"
@@ -114,11 +150,11 @@ def checked_optimizer(
         optimizer_class = resolve_optimizer(spec)
     except ArmError as exc:
         raise InputError(f"{option}: {exc}") from None
-    check_constructor(optimizer_class, spec, option)
+    check_constructor(spec, option, CONSTRUCTOR_KWARGS if tier_kwargs is None else tier_kwargs)
     return optimizer_class
 
 
-# MuSGD's constructor as every tier calls it: the trainer's groups (use_muon, decay, param_group) and muon/sgd.
+# MuSGD's constructor keywords as the screen and probe tiers pass them (their workloads' optimizer_kwargs).
 CONSTRUCTOR_KWARGS: dict[str, Any] = {"muon": 0.2, "sgd": 1.0}
 
 
@@ -133,24 +169,57 @@ def tiny_param_groups() -> list[dict[str, Any]]:
     ]
 
 
-def check_constructor(
-    optimizer_class: type[torch.optim.Optimizer], spec: str, option: str = "--arms"
-) -> None:
-    """Build the arm once on a tiny parameter set, before any schedule: a class whose constructor does not take
-    what every trial gives it is one line (``InputError``) here, not an error row in every trial."""
+def check_constructor(spec: str, option: str, tier_kwargs: dict[str, Any]) -> None:
+    """Build the arm once on a tiny parameter set, as its tier will (``make_optimizer``): a constructor that
+    does not take what every trial gives it is one line (``InputError``) here, not an error row per trial."""
     try:
-        optimizer_class(tiny_param_groups(), **CONSTRUCTOR_KWARGS)
+        make_optimizer(spec, tiny_param_groups(), tier_kwargs)
     except Exception as exc:  # noqa: BLE001 - any complaint of the constructor is the user's to read
         complaint = " ".join(f"{type(exc).__name__}: {exc}".split())
+        given = ", ".join(
+            sorted(constructor_kwargs(resolve_optimizer(spec), tier_kwargs, parse_spec(spec)[1]))
+        )
         raise InputError(
-            f"{option}: arm '{spec}' cannot be built with MuSGD's constructor (param groups with use_muon, "
-            f"muon=0.2, sgd=1.0): {complaint[:300]}"
+            f"{option}: arm '{spec}' cannot be built as the tier builds it (param groups with lr, momentum, "
+            f"weight_decay, nesterov, use_muon; keywords: {given or 'none'}): {complaint[:300]}"
         ) from None
 
 
+def accepted_keywords(optimizer_class: type) -> set[str] | None:
+    """The keywords ``optimizer_class``'s constructor names, or None where it takes ``**kwargs`` (any)."""
+    try:
+        parameters = inspect.signature(optimizer_class).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def constructor_kwargs(
+    optimizer_class: type, tier_kwargs: dict[str, Any], arm_kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """The keywords an arm's constructor receives: the tier's it accepts, then the arm's own (all of them)."""
+    accepted = accepted_keywords(optimizer_class)
+    kept = {k: v for k, v in tier_kwargs.items() if accepted is None or k in accepted}
+    return {**kept, **arm_kwargs}
+
+
 def make_optimizer(spec: str, groups: list[dict[str, Any]], kwargs: dict[str, Any]) -> torch.optim.Optimizer:
-    """Resolve an arm and build it over param groups with the given constructor kwargs (e.g. muon, sgd)."""
-    return resolve_optimizer(spec)(groups, **kwargs)
+    """Build arm ``spec`` over the tier's param groups with the tier's constructor ``kwargs``: every tier's way.
+
+    The mapping, for any class: each group keeps the tier's lr, momentum, weight_decay, nesterov and use_muon
+    (torch ignores keys a class does not read). The constructor receives the tier's keywords it names (all of
+    them where it takes ``**kwargs``), then the arm's own. An arm keyword naming a group key sets it in every
+    group (``torch.optim:AdamW(lr=0.001)``).
+    """
+    optimizer_class = resolve_optimizer(spec)
+    arm_kwargs = parse_spec(spec)[1]
+    group_keys = {key for group in groups for key in group if key != "params"}
+    overrides = {k: v for k, v in arm_kwargs.items() if k in group_keys}
+    if overrides:
+        groups = [{**group, **overrides} for group in groups]
+    return optimizer_class(groups, **constructor_kwargs(optimizer_class, kwargs, arm_kwargs))
 
 
 # --- what an arm's code does on a device --------------------------------------------------------------------
@@ -167,25 +236,47 @@ def _qualified(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+# What any class body holds, with or without code of its own (Python 3.10-3.13 add the last ones).
+_PLAIN_NAMES = frozenset(
+    {
+        "__module__",
+        "__qualname__",
+        "__doc__",
+        "__dict__",
+        "__weakref__",
+        "__annotations__",
+        "__orig_bases__",
+        "__parameters__",
+        "__firstlineno__",
+        "__static_attributes__",
+        "__annotate__",
+        "__annotate_func__",
+    }
+)
+
+
+def adds_nothing(cls: type, base: type) -> bool:
+    """Whether ``cls`` is ``base`` or a subclass that defines no attribute of its own: any overridden method
+    (``step``, ``zero_grad``, ``__init__``, …) or class attribute counts as code of its own."""
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        return False
+    own = cls.__mro__[: cls.__mro__.index(base)]
+    return all(set(vars(ancestor)) <= _PLAIN_NAMES for ancestor in own)
+
+
 def _per_parameter_on(cls: type, device: str) -> bool:
-    """Whether ``cls`` runs the baseline's per-parameter MuSGD step on ``device``: MuSGD's own step, or
-    BatchedMuSGD's step (not overridden) where BatchedMuSGD does not batch."""
-    step = getattr(cls, "step", None)
-    if step is MuSGD.step:
+    """Whether ``cls`` runs the baseline's per-parameter MuSGD step on ``device``, adding nothing to it: MuSGD
+    itself, or BatchedMuSGD where it does not batch, each with no attribute of a subclass's own."""
+    if adds_nothing(cls, MuSGD):
         return True
-    return (
-        isinstance(cls, type)
-        and issubclass(cls, BatchedMuSGD)
-        and step is BatchedMuSGD.step
-        and not _batches_on(device)
-    )
+    return adds_nothing(cls, BatchedMuSGD) and not _batches_on(device)
 
 
 def _class_or_none(spec: str) -> type | None:
     """The class of a spec without importing ultralytics (a parent must not), None where unknown."""
-    if spec.strip() == "upstream":
-        return None
     try:
+        if parse_spec(spec)[0] == "upstream":
+            return None
         return resolve_optimizer(spec)
     except ArmError:
         return None
@@ -193,10 +284,16 @@ def _class_or_none(spec: str) -> type | None:
 
 def same_path_as_baseline(spec: str, device: str, baseline: str = "baseline") -> str | None:
     """Why arm ``spec`` runs the same code as the ``baseline`` arm on ``device``, or None where it runs other
-    code (or where that cannot be known without importing it, as for ``upstream``)."""
+    code, other keywords (another computation), or where that cannot be known without importing it
+    (``upstream``)."""
     spec, baseline = spec.strip(), baseline.strip()
     if spec == baseline:
         return f"{spec} is the baseline's own arm"
+    try:
+        if parse_spec(spec)[1] != parse_spec(baseline)[1]:
+            return None
+    except ArmError:
+        return None
     mine, theirs = _class_or_none(spec), _class_or_none(baseline)
     if mine is None or theirs is None:
         return None
@@ -213,11 +310,17 @@ def same_path_as_baseline(spec: str, device: str, baseline: str = "baseline") ->
 def describe_arm(spec: str, device: str) -> str:
     """What arm ``spec`` runs on ``device``, in a few words (for the first line of a console, claim, report)."""
     spec = spec.strip()
-    if spec == "upstream":
-        return "the MuSGD of the installed ultralytics (ultralytics.optim.MuSGD)"
+    kwargs = _kwargs_or_none(spec)
+    given = f" with {', '.join(f'{k}={v!r}' for k, v in kwargs.items())}" if kwargs else ""
+    if kwargs is not None and parse_spec(spec)[0] == "upstream":
+        return f"the MuSGD of the installed ultralytics (ultralytics.optim.MuSGD){given}"
     cls = _class_or_none(spec)
     if cls is None:
         return spec
+    return _describe_class(cls, device) + given
+
+
+def _describe_class(cls: type, device: str) -> str:
     name = _qualified(cls)
     if issubclass(cls, BatchedMuSGDOnCPU):
         return f"the batched path (batched Newton-Schulz, foreach momentum) with CPU tensors routed through it ({name})"
@@ -225,8 +328,10 @@ def describe_arm(spec: str, device: str) -> str:
         if issubclass(cls, BatchedMuSGD):
             return f"the per-parameter step, since {name} batches CUDA tensors only"
         return f"the per-parameter MuSGD ({name})"
-    if issubclass(cls, BatchedMuSGD):
+    if issubclass(cls, BatchedMuSGD) and _batches_on(device):
         return f"batched Newton-Schulz and foreach momentum ({name})"
+    if issubclass(cls, MuSGD):
+        return f"{name}, with code of its own over {_qualified(cls.__mro__[1])}"
     return name
 
 
@@ -241,6 +346,8 @@ def arm_code(cases: Iterable[Case], device: str) -> dict[str, dict[str, Any]]:
                 continue
             out[arm.label] = {
                 "spec": arm.spec,
+                "kwargs": _kwargs_or_none(arm.spec),
+                "file": _source_file(arm.spec),
                 "runs": describe_arm(arm.spec, device),
                 "same_path_as_baseline": None
                 if position == 0
@@ -248,6 +355,31 @@ def arm_code(cases: Iterable[Case], device: str) -> dict[str, dict[str, Any]]:
                 "code": class_fingerprint(_class_or_none(arm.spec)),  # a resume checks it
             }
     return out
+
+
+def _source_file(spec: str) -> str | None:
+    """The file of the module that defines an arm's class (None for a built-in arm or where unknown)."""
+    if parse_spec(spec)[0] in ARM_NAMES:
+        return None
+    cls = _class_or_none(spec)
+    module = sys.modules.get(cls.__module__) if cls is not None else None
+    return getattr(module, "__file__", None)
+
+
+def _kwargs_or_none(spec: str) -> dict[str, Any] | None:
+    try:
+        return parse_spec(spec)[1]
+    except ArmError:
+        return None
+
+
+def arm_files(arms: str) -> list[str]:
+    """The files of the modules an ``--arms`` list names (``bench env --arms``); ``InputError`` on a bad spec."""
+    files = []
+    for arm in parse_arms(arms, control=True):
+        checked_optimizer(arm.spec, import_upstream=False)
+        files.append(_source_file(arm.spec))
+    return [file for file in files if file]
 
 
 def default_arms(device: str) -> tuple[str, str]:

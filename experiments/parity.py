@@ -37,7 +37,7 @@ import torch
 from experiments.arms import checked_optimizer, make_optimizer, same_path_as_baseline
 from experiments.resume_check import arms_resume_problem
 from experiments.workloads import SCALES, build_param_groups, fill_synthetic_grads
-from harness.options import MAX_PAIRS, InputError, check_choice, check_positive
+from harness.options import MAX_PAIRS, InputError, check_choice, check_positive, parse_arms
 from harness.protocol import Arm, Case, Plan, ProtocolOptions, ScheduledTrial, TrialContext, TrialFunction
 from harness.tier import BaseTier, Caveat, Run
 from harness.validation import FIGURE_LIMIT, UINT64_MAX, RowField, row_fields_problem, settings_problem
@@ -534,6 +534,20 @@ def recorded_row_problem(row: dict[str, Any]) -> str | None:
     return None
 
 
+def arms_of(arms: str | None, candidate: str | None) -> tuple[str, str]:
+    """(baseline, candidate) specs from ``--arms`` (two arms, baseline first) or the deprecated ``--candidate``."""
+    if arms is not None and candidate is not None:
+        raise InputError("--candidate is --arms baseline,X; give --arms alone")
+    if arms is None:
+        return ParitySettings.baseline, candidate or ParitySettings.candidate
+    parsed = parse_arms(arms, control=False)
+    if len(parsed) != 2:
+        raise InputError(
+            f"--arms '{arms}': parity follows two arms, baseline first (e.g. baseline,candidate)"
+        )
+    return parsed[0].spec, parsed[1].spec
+
+
 def make_plan(protocol: ProtocolOptions, settings: ParitySettings, command: str = "") -> Plan:
     """Check the parity options and describe the run: each comparison's steps, one trial per step."""
     _check_scale_and_steps(settings.scale, settings.steps)
@@ -807,7 +821,12 @@ def contract_text(run: Run) -> str:
         return "One-step contract: not judged (step one has not run for both comparisons).\n"
     broken = [clause for clause, ok in result.contract.items() if not ok]
     verdict = "holds" if not broken else "BROKEN (" + "; ".join(broken) + ")"
-    return f"One-step contract: {verdict}; largest bound {_g(result.bound_largest)}.\n"
+    first = next(f for f in result.steps if f.step == 1 and f.comparison == "candidate")
+    return (
+        f"One-step contract: {verdict}; the candidate's largest difference {_g(first.max_abs_diff)}, its "
+        f"largest bound {_g(result.bound_largest)} (worst tensor at {_g(result.bound_worst_ratio['candidate'])} "
+        "of its own bound; 1 or less holds).\n"
+    )
 
 
 class ParityTier(BaseTier):

@@ -4,7 +4,7 @@ statistics, run folder and report as every ``bench`` command.
     from harness.api import compare
 
     result = compare({"baseline": old_step, "candidate": new_step}, pairs=6, bar=5, device="cuda")
-    print(result)              # each arm's median and the paired reduction, with its interval and verdict
+    print(result)              # the answer in one sentence per claim (result.answers), then the run folder
     result.claims              # the claims table (pandas)
     result.report()            # report.md in the run folder
 
@@ -18,13 +18,15 @@ from __future__ import annotations
 import inspect
 import numbers
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from harness.console import console, errors
 from harness.options import (
     MAX_COOLDOWN,
     MAX_PAIRS,
@@ -39,6 +41,7 @@ from harness.options import (
 )
 from harness.protocol import ORDERS, Arm, Case, Plan, ProtocolOptions, TrialContext, TrialFunction
 from harness.run import Runner, RunOptions
+from harness.sentence import answers
 from harness.tables import RunFolder, unnameable
 from harness.tier import BaseTier, Run, TierRegistry
 from harness.timing import SyncTimer
@@ -105,15 +108,13 @@ class Result:
 
         return write_report([self.run.folder], self.tiers, output)
 
-    def __str__(self) -> str:
-        from harness.report import claim_sentence
+    @property
+    def answers(self) -> list[str]:
+        """The answer of each claim in one sentence, as the console, claim.txt and the report say it."""
+        return answers(self.run.plan, self.run.summaries.claims)
 
-        plan, summaries = self.run.plan, self.run.summaries
-        lines = [f"run folder: {self.folder}"]
-        for _, claim in summaries.claims.iterrows():
-            lines.append(claim_sentence(plan, summaries, str(claim["case"]), str(claim["arm"])))
-            lines.append(f"verdict: {claim['verdict']}")
-        return "\n".join(lines)
+    def __str__(self) -> str:
+        return "\n".join([*self.answers, f"run folder: {self.folder}"])
 
 
 def _check_functions(functions: Any) -> list[str]:
@@ -187,6 +188,26 @@ def compare(
     tier = FunctionTier(functions)
     tiers = TierRegistry([tier])
     runner = Runner(tiers, RunOptions(out=_checked_out(out), quiet=quiet, report=report))
+    with silenced(quiet):
+        return _compare(runner, tiers, labels, locals())
+
+
+@contextmanager
+def silenced(quiet: bool) -> Iterator[None]:
+    """Nothing printed while ``quiet`` (the API's default): the result says it all. Errors still raise."""
+    saved = console.quiet, errors.quiet
+    console.quiet = errors.quiet = quiet or console.quiet
+    try:
+        yield
+    finally:
+        console.quiet, errors.quiet = saved
+
+
+def _compare(runner: Runner, tiers: TierRegistry, labels: list[str], given: dict[str, Any]) -> Result:
+    """``compare`` once its console is set: ``given`` holds its arguments."""
+    warmup, pairs, order, seed, bar = (given[k] for k in ("warmup", "pairs", "order", "seed", "bar"))
+    control, device, cooldown, name = (given[k] for k in ("control", "device", "cooldown", "name"))
+    metric, unit, out, resume, tier = (given[k] for k in ("metric", "unit", "out", "resume", "tier"))
     if resume is not None:  # a resume keeps the run's options: any given beside it is refused
         options = dict(
             warmup=warmup, pairs=pairs, order=order, seed=seed, bar=bar, control=control, device=device,

@@ -12,7 +12,6 @@ import contextlib
 import functools
 import inspect
 import json
-import math
 import shlex
 import signal
 import sys
@@ -25,6 +24,7 @@ from typing import Annotated, Any
 
 import typer
 
+from experiments import cpu_defaults
 from experiments.command import CommandSettings as _Command
 from experiments.command.resume import check_resumed_command
 from experiments.fit.plan import FitSettings as _Fit
@@ -33,9 +33,11 @@ from experiments.parity import ParitySettings as _Parity
 from experiments.probe.plan import ProbeSettings as _Probe
 from experiments.screen.plan import ScreenSettings as _Screen
 from harness import env as env_module
+from harness.arguments import check_given_once, check_plan_goal, parse_percent
 from harness.codepaths import what_ran
 from harness.console import console, errors
 from harness.errors import RunFolderError
+from harness.failures import EVERY_TRIAL_FAILED, failed_arms, failure_lines
 from harness.formatting import format_probability
 from harness.interrupts import INTERRUPTED, terminate
 from harness.options import (
@@ -110,8 +112,11 @@ SHARED = (
         str | None,
         None,
         "Comma-separated arms, baseline first: baseline, candidate, candidate-cpu (the candidate with CPU tensors "
-        f"through its batched path), upstream, or package.module:Class. Default: {DEFAULT_ARMS} on CUDA, "
-        "baseline,candidate-cpu on the CPU (where the candidate keeps the baseline's per-parameter step).",
+        "through its batched path), upstream, or package.module:Class, each as label=spec with keywords if you "
+        "like ('fused=torch.optim:AdamW(fused=True)'). Each gets param groups with lr, momentum, weight_decay, "
+        "nesterov, use_muon; its constructor the keywords it names of: muon, sgd (screen, probe, parity), and "
+        "lr, momentum, weight_decay, nesterov, use_muon too (pair); then its own. "
+        f"Default: {DEFAULT_ARMS} on CUDA, baseline,candidate-cpu on the CPU.",
     ),
     Shared(
         "warmup",
@@ -177,7 +182,8 @@ SHARED = (
         "time_budget",
         float | None,
         _default("time_budget"),
-        "With --pairs auto: stop at the next pair boundary once the log's trials would pass this many seconds.",
+        "Seconds the run may take (default: 3600 on the CPU, none on a GPU); a longer plan stops after its first "
+        "trial, exit 2. With --pairs auto: stop at the next pair boundary once the log's trials would pass it.",
     ),
     Shared(
         "cpus",
@@ -412,6 +418,11 @@ def launch(
         if line:
             console.print(line, soft_wrap=True)  # one line, before anything runs: what the arms will run
         result = runner.start(plan)
+    rows = result.folder.rows() if isinstance(result, Run) else []
+    for line in failure_lines(rows):  # an arm with nothing measured: not a success
+        errors.print(f"bench: {line}", soft_wrap=True)
+    if failed_arms(rows):
+        raise typer.Exit(EVERY_TRIAL_FAILED)
     if run.gate:
         failures = result.gate_failures()
         for failure in failures:
@@ -422,44 +433,6 @@ def launch(
             "bench: gate passed: every claim clears its bar and every A/A arm is within its tolerance"
         )
     return result
-
-
-def parse_percent(name: str, text: str | None) -> float | None:
-    """``3%`` or ``3`` → 0.03; ``InputError`` for anything else."""
-    if text is None:
-        return None
-    try:
-        value = float(text.strip().rstrip("%"))
-    except ValueError:
-        raise InputError(f"{name} '{text}' is not a percentage; use e.g. 3% or 3") from None
-    if not -100 < value < 100:
-        raise InputError(f"{name} {text} must lie between -100% and 100%")
-    return value / 100
-
-
-def check_plan_goal(
-    protocol: ProtocolOptions,
-    effect: str | None,
-    effect_value: float | None,
-    tolerance: str | None,
-    tolerance_value: float | None,
-    bar_value: float | None,
-) -> None:
-    """``bench plan``'s goal against the run it plans from: a tolerance needs an A/A arm, and an effect a bar
-    it is not at (no number of pairs resolves an effect at its bar). ``InputError`` otherwise."""
-    if tolerance_value is not None and not protocol.control:
-        raise InputError(
-            f"--tolerance {tolerance} plans an A/A arm, and the run has none (it ran without --control); drop "
-            "--tolerance"
-        )
-    if effect_value is None:
-        return
-    against = bar_value if bar_value is not None else 0.0  # an effect is planned against 0 unless asked
-    if math.isclose(effect_value, against, abs_tol=1e-12):
-        raise InputError(
-            f"--effect {effect} is at the bar ({100 * against:.1f}%): no number of pairs resolves an effect at "
-            "its bar; give an effect away from it, or another --bar"
-        )
 
 
 MIN_POWER, MAX_POWER = 0.5, 0.999  # `bench plan --power`: past 0.999 the pairs grow without a useful end
@@ -527,9 +500,12 @@ def plan_command(
 @app.command("env")
 def env_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the fingerprint as JSON.")] = False,
+    arms: Annotated[str | None, typer.Option(help="Arms whose own files to fingerprint too.")] = None,
 ) -> None:
     """Show this machine's environment fingerprint (what every run records in env.json)."""
-    record = env_module.collect()
+    from experiments.arms import arm_files  # noqa: PLC0415 - the composition root names the tiers' code
+
+    record = env_module.collect(code_files=arm_files(arms) if arms else ())
     if as_json:
         print(json.dumps(record, indent=1, default=str))
         return
@@ -563,6 +539,10 @@ def pair_command(protocol: dict[str, Any], run: RunArgs, settings: _Fit) -> None
 @tier_command("screen", settings=_Screen)
 def screen_command(protocol: dict[str, Any], run: RunArgs, settings: _Screen) -> None:
     """Optimizer-only crossover screen over YOLO26 scales and padding guards."""
+    if run.resume is None:
+        settings = cpu_defaults.on_cpu(
+            settings, cpu_defaults.SCREEN, protocol["device"], run.given, console.print
+        )
     launch("screen", protocol, settings, run, accepts=("screen",))
 
 
@@ -591,6 +571,9 @@ def command_command(
 @tier_command("probe", settings=_Probe)
 def probe_command(protocol: dict[str, Any], run: RunArgs, settings: _Probe) -> None:
     """Head-memory probes under a device budget; out-of-memory is a recorded result."""
+    if run.resume is None and settings.head in cpu_defaults.PROBE:
+        defaults = cpu_defaults.PROBE[settings.head]
+        settings = cpu_defaults.on_cpu(settings, defaults, protocol["device"], run.given, console.print)
     launch("probe", protocol, settings, run, accepts=("probe",))
 
 
@@ -605,7 +588,13 @@ def parity_command(
     fit: Annotated[
         bool, typer.Option("--fit", help="Real forward/backward steps of the embedded fit workload instead.")
     ] = _Parity.fit,
-    candidate: Annotated[str, typer.Option(help="The arm checked against the baseline.")] = _Parity.candidate,
+    arms: Annotated[
+        str | None,
+        typer.Option(
+            help="baseline,candidate (default baseline,candidate); each built with muon, sgd and its own keywords."
+        ),
+    ] = None,
+    candidate: Annotated[str | None, typer.Option(hidden=True, help="Deprecated: --arms baseline,X.")] = None,
     device: Annotated[
         str, typer.Option(help="auto (CUDA when present, else the CPU), cpu, cuda or cuda:N.")
     ] = AUTO_DEVICE,
@@ -622,7 +611,8 @@ def parity_command(
     """The numerical contract of candidate against baseline, as a run folder (exit 1 when it breaks)."""
     from experiments import parity
 
-    settings = _Parity(scale=scale, steps=steps, fit=fit, candidate=candidate)
+    baseline, candidate = parity.arms_of(arms, candidate)
+    settings = _Parity(scale=scale, steps=steps, fit=fit, candidate=candidate, baseline=baseline)
     options = None
     if run.resume is None:
         first, gpus = split_device_list(device, gpus)
@@ -639,7 +629,10 @@ def parity_command(
         )
     result = launch("parity", options, settings, run, accepts=("parity",))
     if not parity.result_of(result).holds:
-        errors.print("bench parity: the one-step contract is broken (see the report)")
+        where = (
+            "see the report" if not run.no_report else f"bench report {result.folder.path} writes the report"
+        )
+        errors.print(f"bench parity: the one-step contract is broken ({where})", soft_wrap=True)
         raise typer.Exit(1)
 
 
@@ -694,36 +687,6 @@ def _one_line(text: str) -> str:
     return "".join(ascii(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in text)
 
 
-def check_given_once(args: list[str]) -> None:
-    """``InputError`` for an option given twice in a command line: click would take the last and say nothing,
-    so `--steps 4 … --steps 8` would run 8 steps from a command line that reads 4 at a glance."""
-    commands = typer.main.get_command(app).commands
-    if not args or args[0] not in commands or "--help" in args:
-        return
-    options = {
-        name: param
-        for param in commands[args[0]].params
-        if param.param_type_name == "option"
-        for name in (*param.opts, *param.secondary_opts)
-    }
-    given: dict[str, list[str]] = {}
-    tokens = iter(args[1:])
-    for token in tokens:
-        if token == "--":
-            break
-        name, equals, value = token.partition("=") if token.startswith("--") else (token, "", "")
-        param = options.get(name)
-        if param is None:
-            continue
-        if not param.is_flag and not equals:
-            value = next(tokens, "")  # the option's value, whatever it looks like
-        given.setdefault(param.name, []).append(value)
-        if len(given[param.name]) == 2:
-            first, then = given[param.name]
-            values = "" if param.is_flag else f" ({first}, then {then})"
-            raise InputError(f"{'/'.join(param.opts)} given twice{values}; give it once")
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``bench`` script: bad input is one line on stderr and exit status 2."""
     global _ARGUMENTS
@@ -733,7 +696,7 @@ def main(argv: list[str] | None = None) -> int:
     _ARGUMENTS = args
     previous_sigterm = signal.signal(signal.SIGTERM, terminate)  # SIGTERM stops a run as Ctrl-C does
     try:
-        check_given_once(args)
+        check_given_once(args, typer.main.get_command(app).commands)
         result = typer.main.get_command(app).main(args=args, prog_name="bench", standalone_mode=False)
     except (InputError, RunFolderError) as exc:
         errors.print(f"bench: error: {_one_line(str(exc))}", soft_wrap=True)

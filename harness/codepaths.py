@@ -14,6 +14,11 @@ from typing import Any
 WITHHELD = "withheld"
 
 
+def arm_files(plan: Any) -> list[str]:
+    """The files of the arms' own modules, as the plan records them (what the environment record fingerprints)."""
+    return [str(entry["file"]) for entry in plan.arm_code.values() if entry.get("file")]
+
+
 def control_arm(plan: Any) -> str | None:
     """The A/A control's arm (``<first>-control``, the baseline again by design), or None without ``--control``."""
     arms = plan.protocol.arms

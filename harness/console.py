@@ -20,15 +20,14 @@ from harness.codepaths import verdict_shown, what_ran
 from harness.eta import seconds_left
 from harness.formatting import (
     format_interval,
-    format_levels,
     format_percent,
     format_percent_range,
     format_range,
     format_value,
-    method_label,
 )
 from harness.protocol import Plan, ScheduledTrial
-from harness.stats import disagreeing_checks, instability_flags
+from harness.sentence import answers
+from harness.stats import instability_flags
 from harness.tables import Summaries
 
 # Rich falls back to 80 columns off a terminal (CI logs, pipes); tables need more to stay readable. Everything
@@ -238,7 +237,6 @@ def _cells(plan: Plan, summaries: Summaries) -> list[dict[str, str]]:
             "reduction": "",
             "reduction_range": "",
             "interval": "",
-            "method": "",
             "verdict": "",
         }
         if claims is not None and (arm["case"], arm["arm"]) in claims.index:
@@ -247,7 +245,6 @@ def _cells(plan: Plan, summaries: Summaries) -> list[dict[str, str]]:
                 reduction=format_percent(claim["estimate"]),
                 reduction_range=f"({format_percent_range(claim['min'], claim['max'])})",
                 interval=format_interval(claim["ci_low"], claim["ci_high"]),
-                method=f"{method_label(claim)}, {format_levels(claim)}, {int(claim['pairs'])} pairs",
                 verdict=verdict_shown(plan, str(arm["arm"]), str(claim["verdict"])),
             )
         rows.append(row)
@@ -263,7 +260,6 @@ def _wide_table(plan: Plan, title: str, rows: list[dict[str, str]]) -> Table:
         "median (min–max)",
         "reduction (median)",
         "interval",
-        "method, levels, pairs",
         "verdict",
     )
     for column in columns:
@@ -276,7 +272,6 @@ def _wide_table(plan: Plan, title: str, rows: list[dict[str, str]]) -> Table:
             f"{r['median']} {r['range']}",
             f"{r['reduction']} {r['reduction_range']}".strip(),
             r["interval"],
-            r["method"],
             r["verdict"],
         )
     return table
@@ -295,7 +290,7 @@ def _narrow_table(plan: Plan, title: str, rows: list[dict[str, str]]) -> Table:
         show_lines=not one_case,
     )
     columns = ([] if one_case else ["case"]) + ["arm", "trials", "median\n(min–max)", "reduction\n(min–max)"]
-    for column in columns + ["interval", "method", "verdict"]:
+    for column in columns + ["interval", "verdict"]:
         table.add_column(column, no_wrap=True)
     for r in rows:
         table.add_row(
@@ -305,7 +300,6 @@ def _narrow_table(plan: Plan, title: str, rows: list[dict[str, str]]) -> Table:
             f"{r['median']}\n{r['range']}",
             f"{r['reduction']}\n{r['reduction_range']}".strip(),
             "\n".join(r["interval"].split(" ")),
-            "\n".join(r["method"].split(", ")),
             r["verdict"],
         )
     return table
@@ -318,7 +312,7 @@ def _listing(plan: Plan, title: str, rows: list[dict[str, str]]) -> list[str]:
         lines.append(f"{r['case']} · {r['arm']}: {r['trials']} trials, median {r['median']} {r['range']}")
         if r["reduction"]:
             lines.append(
-                f"  reduction {r['reduction']} {r['reduction_range']}, interval {r['interval']} ({r['method']}), "
+                f"  reduction {r['reduction']} {r['reduction_range']}, interval {r['interval']}, "
                 f"verdict {r['verdict']}"
             )
     return lines
@@ -337,27 +331,25 @@ def _notes(plan: Plan, summaries: Summaries) -> list[str]:
             continue  # the arm ran the baseline's code: its interval measures noise, and no verdict is given
         if not claim["ci_sufficient"] and claim["ci_reason"]:
             notes.append(f"{label}: insufficient: {claim['ci_reason']}")
-        for name, prefix in disagreeing_checks(claim):
-            notes.append(
-                f"{label}: {name} says {claim[f'{prefix}_verdict']} "
-                f"({format_interval(claim[f'{prefix}_low'], claim[f'{prefix}_high'])}), the verdict {claim['verdict']}"
-            )
     return notes
 
 
 def print_summary(plan: Plan, summaries: Summaries, out: Console | None = None) -> None:
-    """Per case: each arm's median (min–max); each other arm's median reduction with its interval,
-    method, levels and verdict; then what the verdicts rest on (pairs left out, checks that disagree).
+    """The answer in one sentence per claim (``harness.sentence``), what the arms ran, then per case each
+    arm's median (min–max) and each other arm's median reduction with its interval and verdict; then what the
+    verdicts rest on (pairs left out). The method and its checks live in the report.
 
-    It opens with what the arms ran (where the plan says), so an A/A in effect is named before any figure.
     The table keeps every figure whole at any width: the full layout where it fits, else a narrower one
     (less decoration, values above their ranges), else plain lines; no layout is ever squeezed by rich.
     """
     out = out or console
-    line = what_ran(plan)
+    said = answers(plan, summaries.claims)
+    for sentence in said:
+        out.print(sentence)
+    line = None if said else what_ran(plan)  # else said before the run, and in claim.txt and the report
     if line:
         out.print(line)
-    title = f"{plan.tier}: {plan.metric} ({plan.unit}), measured trials only"
+    title = f"{plan.tier}: {plan.metric} ({plan.unit})"
     rows = _cells(plan, summaries)
     for layout in (_wide_table, _narrow_table):
         table = layout(plan, title, rows)  # no cell wraps: a layout is used only where it fits whole

@@ -7,12 +7,14 @@ Written once per run to ``env.json`` (GPU clocks and temperature read again when
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import numbers
 import os
 import platform
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +132,30 @@ def _cpu_model() -> str | None:
     return platform.processor() or None
 
 
+def git_state(repo: Path, code_files: Iterable[str] = ()) -> dict[str, Any]:
+    """``_git`` of ``repo``, with the files of the code under test (an arm's module): one inside ``repo``
+    that is modified or untracked makes it dirty; one outside is fingerprinted in ``arm_files`` (its sha256)."""
+    state = _git(repo)
+    inside, outside = [], []
+    for name in dict.fromkeys(code_files):
+        path = Path(name).resolve()
+        (inside if path.is_relative_to(repo.resolve()) else outside).append(path)
+    if inside and state["git_revision"] is not None and state["git_dirty"] is False:
+        status = _run(
+            ["git", "status", "--porcelain", "--untracked-files=all", "--", *map(str, inside)], repo
+        )
+        state["git_dirty"] = None if status is None else bool(status)
+    state["arm_files"] = [{"path": str(path), "sha256": _sha256(path)} for path in outside]
+    return state
+
+
+def _sha256(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
 def _git(repo: Path) -> dict[str, Any]:
     """Revision and dirty flag of the code that runs. ``BENCH_GIT_REVISION`` / ``BENCH_GIT_DIRTY``, set by
     whoever copied the tree to another machine, win over git: such a copy may carry no ``.git``, or a stale one
@@ -148,9 +174,10 @@ def _git(repo: Path) -> dict[str, Any]:
     return {"git_revision": revision, "git_dirty": None if status is None else bool(status)}
 
 
-def code_revision() -> dict[str, Any]:
-    """The revision and dirty flag of the code running now (recorded at a run's start and at every resume)."""
-    return _git(project_root())
+def code_revision(code_files: Iterable[str] = ()) -> dict[str, Any]:
+    """The revision and dirty flag of the code running now (recorded at a run's start and at every resume),
+    with the arms' own files (``git_state``)."""
+    return git_state(project_root(), code_files)
 
 
 def project_root() -> Path:
@@ -189,7 +216,7 @@ def _own_version() -> str | None:
         return None
 
 
-def collect(touch_device: bool = True) -> dict[str, Any]:
+def collect(touch_device: bool = True, code_files: Iterable[str] = ()) -> dict[str, Any]:
     """The fingerprint of this process's machine and settings, as JSON-ready values.
 
     ``touch_device=False`` reads GPU names and memory from nvidia-smi only, so a parent that must never touch
@@ -229,7 +256,7 @@ def collect(touch_device: bool = True) -> dict[str, Any]:
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
         "ultralytics": _package_version("ultralytics"),
         "musgd_bench": _own_version(),
-        **code_revision(),
+        **code_revision(code_files),
         "gpus_start": gpus,
         "gpus_end": None,
     }

@@ -77,8 +77,28 @@ def format_percent_range(low: Any, high: Any) -> str:
     return f"{_percent_number(low)}–{_percent_number(high)}%"
 
 
+UNBOUNDED_RATIO = 1000.0  # an end past this time ratio (either way) is an interval's width, not a figure
+UNBOUNDED = "unbounded"
+UNBOUNDED_REASON = f"an end past a {UNBOUNDED_RATIO:g}× time ratio: too few pairs or too much noise"
+
+
+def is_bounded(low: Any, high: Any) -> bool:
+    """Whether a reduction interval can be stated: both ends finite, each within ``UNBOUNDED_RATIO`` either way."""
+    if is_missing(low) or is_missing(high):
+        return False
+    low, high = float(low), float(high)
+    return (
+        math.isfinite(low)
+        and math.isfinite(high)
+        and 1 - low < UNBOUNDED_RATIO
+        and 1 - high > 1 / UNBOUNDED_RATIO
+    )
+
+
 def format_interval(low: Any, high: Any) -> str:
-    """A confidence interval: ``[10.88%, 13.22%]``."""
+    """A confidence interval: ``[10.88%, 13.22%]``; ``UNBOUNDED`` where it cannot be stated (``is_bounded``)."""
+    if not (is_missing(low) or is_missing(high)) and not is_bounded(low, high):
+        return UNBOUNDED
     return f"[{format_percent(low)}, {format_percent(high)}]"
 
 

@@ -165,20 +165,58 @@ def split_list(name: str, text: str) -> list[str]:
     return items
 
 
+ARM_LABEL = re.compile(r"\s*([A-Za-z0-9_][\w.-]*)\s*=(?!=)(.*)", re.DOTALL)
+
+
+def split_top_level(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets and quotes: ``a=m:C(betas=(0.9, 0.99)),b`` is two items."""
+    items, depth, quote, start = [], 0, "", 0
+    for i, char in enumerate(text):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    return [*items, text[start:]]
+
+
+def split_arm(item: str) -> tuple[str, str]:
+    """``label=spec`` → (label, spec); a bare spec is its own label. A label has no ``:`` or ``(``."""
+    match = ARM_LABEL.fullmatch(item)
+    label, spec = (match.group(1), match.group(2).strip()) if match else (item.strip(), item.strip())
+    if not spec:
+        raise InputError(f"--arms: arm '{label}' names no optimizer; write label=module:Class")
+    return label, spec
+
+
 def parse_arms(text: str, control: bool) -> tuple[Arm, ...]:
-    """``baseline,candidate`` → arms; the first is the reference. ``control`` adds the first arm again as
-    ``<first>-control`` (an A/A arm in the same schedule; alone, the run is an A/A control)."""
-    specs = split_list("--arms", text)
-    if len(set(specs)) != len(specs):
+    """``baseline,candidate`` → arms; the first is the reference. An item may be ``label=spec`` and a spec may
+    carry keywords (``fused=torch.optim:AdamW(fused=True)``); the tier reads the spec. ``control`` adds the
+    first arm again as ``<first>-control`` (an A/A arm in the same schedule; alone, the run is an A/A control)."""
+    items = [item.strip() for item in split_top_level(text)]
+    if not text.strip() or any(not item for item in items):
+        raise InputError(f"--arms '{text}' must be a comma-separated list with no empty items")
+    pairs = [split_arm(item) for item in items]
+    labels = [label for label, _ in pairs]
+    specs = [spec for _, spec in pairs]
+    if len(set(labels)) != len(labels) or len(set(specs)) != len(specs):
         raise InputError(f"--arms '{text}' names an arm twice; use --control for an A/A arm")
     if len(specs) < 2 and not control:
         raise InputError(
             f"--arms '{text}' names one arm; name two or more (baseline first), or add --control"
         )
-    arms = tuple(Arm(spec, "baseline" if i == 0 else "candidate", spec) for i, spec in enumerate(specs))
+    arms = tuple(
+        Arm(label, "baseline" if i == 0 else "candidate", spec) for i, (label, spec) in enumerate(pairs)
+    )
     if control:
-        twin = f"{specs[0]}-control"
-        if twin in specs:
+        twin = f"{labels[0]}-control"
+        if twin in labels:
             raise InputError(f"--arms '{text}' already names '{twin}', the label --control gives the A/A arm")
         arms += (Arm(twin, "candidate", specs[0]),)
     return arms
@@ -221,15 +259,16 @@ def parse_warmup(warmup: int | str, name: str = "--warmup") -> int | str:
 def check_sequential(
     pairs: int | str, precision: float | None, max_pairs: int, time_budget: float | None, first_look: int
 ) -> None:
-    """``--precision``, ``--max-pairs`` and ``--time-budget`` belong to ``--pairs auto``, which needs a
-    precision; the looks run from the first (every 2 pairs) to ``--max-pairs``."""
+    """``--precision`` and ``--max-pairs`` belong to ``--pairs auto``, which needs a precision; the looks run
+    from the first (every 2 pairs) to ``--max-pairs``. ``--time-budget``: positive seconds (``harness.estimate``)."""
+    if time_budget is not None and not (math.isfinite(time_budget) and time_budget > 0):
+        raise InputError(f"--time-budget must be a positive number of seconds (got {time_budget})")
     if pairs != "auto":
         given = [
             name
             for name, value, default in (
                 ("--precision", precision, None),
                 ("--max-pairs", max_pairs, ProtocolOptions.default("max_pairs")),
-                ("--time-budget", time_budget, None),
             )
             if value != default
         ]
@@ -246,8 +285,6 @@ def check_sequential(
         raise InputError(
             f"--max-pairs {max_pairs} is below the first look at {first_look} pairs; use {first_look} or more"
         )
-    if time_budget is not None and not (math.isfinite(time_budget) and time_budget > 0):
-        raise InputError(f"--time-budget must be a positive number of seconds (got {time_budget})")
 
 
 def check_tolerance(tolerance: float | None, control: bool) -> float | None:

@@ -63,6 +63,7 @@ from harness.protocol import (
 from harness.report_env import environment_section, resumed_at_other_code, resumed_elsewhere
 from harness.report_staging import remove_stale_staging, staging_folder
 from harness.safe_fs import remove_tree
+from harness.sentence import answers
 from harness.stats import (
     ClaimSettings,
     disagreeing_checks,
@@ -532,6 +533,11 @@ def _title(runs: list[LoadedRun]) -> list[str]:
             kinds.append(kind)
     first = runs[0]
     lines = [f"# musgd-bench report: {' + '.join(kinds)}", ""]
+    for run in runs:  # the answer first, in words (harness.sentence)
+        where = f"Run {run.number}: " if len(runs) > 1 else ""
+        if run.tier.paired and not run.tier.diagnostic:
+            lines += [f"{where}{said}" for said in answers(run.plan, run.summaries.claims)]
+        lines += [""] if lines[-1] else []
     first_start = when(min(str(r.plan.created) for r in runs))
     lines.append(
         f"Date: {first_start[:10]} ("

@@ -24,8 +24,9 @@ import pandas as pd
 import torch
 
 from harness import env
-from harness.codepaths import what_ran
+from harness.codepaths import arm_files, what_ran
 from harness.console import ScheduleProgress, console, errors, print_flags, print_summary
+from harness.estimate import Estimate
 from harness.inference import CONFIDENCE
 from harness.options import InputError, check_devices_here, resolve_placement
 from harness.placement import Placement, parent_pinned, pin_parent, unpin_parent
@@ -43,6 +44,7 @@ from harness.protocol import (
     run_schedule,
     scheduled_done,
 )
+from harness.sentence import answers
 from harness.sequential import looks, should_stop
 from harness.stats import ClaimSettings, pair_table
 from harness.tables import ENV, PLAN, RunFolder, RunFolderWriteError, check_can_write
@@ -156,7 +158,8 @@ class Runner:
                 folder.name_holder()
                 try:
                     folder.write_json(PLAN, plan.to_json())
-                    record = {**env.collect(touch_device=plan.in_process), **machine_load()}
+                    files = arm_files(plan)
+                    record = {**env.collect(plan.in_process, files), **machine_load()}
                     record["placement"] = None if placement is None else placement.to_dict()
                     folder.write_json(ENV, record)
                 except RunFolderWriteError as failure:
@@ -192,7 +195,7 @@ class Runner:
                     "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                     "boot_id": env.boot_id(),
                     "gpus": env.gpu_snapshot(),
-                    **env.code_revision(),
+                    **env.code_revision(arm_files(plan)),
                     "placement": None if placement is None else placement.to_dict(),
                     **machine_load(),
                 }
@@ -213,8 +216,9 @@ class Runner:
         for name, frame in {**run.summaries.csv_tables(tier.paired), **tier.tables(run)}.items():
             folder.write_csv(name, frame)
         claim = tier.claim(run)
-        if claim is not None:
-            folder.write_text(CLAIM_FILE, claim)
+        said = answers(run.plan, run.summaries.claims) if tier.paired and not tier.diagnostic else []
+        if claim is not None or said:
+            folder.write_text(CLAIM_FILE, "".join(f"{line}\n" for line in said) + (claim or ""))
         return run
 
     def _carry_out(
@@ -235,8 +239,10 @@ class Runner:
             ):
                 rule = StoppingRule(plan, folder, progress) if plan.protocol.auto else None
                 refresh = TableRefresh(self, folder)
+                estimate = Estimate(plan, console.print, fresh=done == 0)
 
                 def before_unit(unit: list[ScheduledTrial]) -> bool:
+                    estimate(folder)
                     refresh()
                     return rule(unit) if rule is not None else False
 
@@ -275,7 +281,7 @@ class Runner:
         if tier.paired:
             print_summary(run.plan, run.summaries)
             print_flags(run.summaries, run.env)
-        claim = tier.claim(run)
+        claim = tier.claim(run) if not tier.paired or tier.diagnostic else None  # else: claim.txt, the report
         if claim:
             shown, headline = claim.rstrip(), what_ran(run.plan)
             if tier.paired and headline and shown.startswith(headline):
@@ -285,7 +291,7 @@ class Runner:
             from harness.report import write_report
 
             try:
-                console.print(f"report: {write_report([folder], self.tiers)}")
+                console.print(f"report: {write_report([folder], self.tiers)}", soft_wrap=True)
             except (RunFolderWriteError, OSError) as failure:
                 raise RunFolderWriteError(
                     f"could not write the report: {failure}; the run is complete: bench report {folder.path} "

@@ -30,7 +30,7 @@ def test_compare_times_each_call_and_gives_the_claim(tmp_path: Path) -> None:
     assert claim["estimate"] == claim["median"]  # the median, the claim's figure
     assert result.verdict() == "insufficient"  # four pairs: their range attains 87.5%, not 95%
     text = str(result)
-    assert "Slow median" in text and "The paired reduction is" in text and "verdict: insufficient" in text
+    assert text.startswith("fast is ") and "% faster than slow (95% CI" in text and "insufficient" in text
     report = result.report()
     assert report == result.folder / "report.md" and "### Verdict" in report.read_text()
     plan = RunFolder(result.folder).read_json(PLAN)

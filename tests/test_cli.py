@@ -98,7 +98,7 @@ def test_unknown_command_is_exit_2() -> None:
         ({"pairs": "auto", "precision": 2.0, "max_pairs": 4}, "--max-pairs 4 is below the first look at 6"),
         ({"pairs": "auto", "precision": 2.0, "time_budget": 0.0}, "--time-budget must be a positive number"),
         ({"precision": 2.0}, "--precision only applies with --pairs auto"),
-        ({"time_budget": 60.0, "max_pairs": 30}, "--max-pairs, --time-budget only apply with --pairs auto"),
+        ({"time_budget": 60.0, "max_pairs": 30}, "--max-pairs only applies with --pairs auto"),
         ({"tolerance": 1.0}, "--tolerance judges the A/A arm; add --control"),
         ({"tolerance": 0.0, "control": True}, "--tolerance 0.0 is not a positive percentage"),
         ({"arms": "baseline,baseline-control", "control": True}, "already names 'baseline-control'"),

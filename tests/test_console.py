@@ -63,19 +63,23 @@ def test_every_figure_stays_whole_at_any_width(loaded_run: Run, width: int) -> N
         assert figure in text, (figure, text)
 
 
-def test_the_summary_opens_with_what_ran_and_withholds_a_same_code_verdict(loaded_run: Run) -> None:
+def test_the_summary_opens_with_the_answer_and_withholds_a_same_code_verdict(loaded_run: Run) -> None:
     text = summary_text(loaded_run.plan, loaded_run.summaries, 80)
-    first = text.splitlines()[0]
-    assert first.startswith("An A/A in effect on cpu:")
-    assert "withheld" in text
+    first = " ".join(text.split("\n\n")[0].split()) if "\n\n" in text else text.splitlines()[0]
+    assert first.startswith("candidate vs baseline: no difference detected")
+    assert (
+        "verdict withheld: candidate (optimizers.batched.BatchedMuSGD) keeps the per-parameter step"
+        in " ".join(text.split())
+    )
     assert str(loaded_run.summaries.claims["verdict"].iloc[0]) not in text.replace("withheld", "")
 
 
-def test_a_plan_with_no_arm_record_prints_the_table_alone(tmp_path: Path) -> None:
+def test_a_plan_with_no_arm_record_prints_the_answer_then_the_table(tmp_path: Path) -> None:
     plan = plan_of("scripted", warmup=0, pairs=2, arms=ARMS, figures=FIGURES, device="cpu")
     run = runner(tmp_path).start(plan)
-    text = summary_text(run.plan, run.summaries, 80)
-    assert text.splitlines()[0].strip().startswith("test: test figure")
+    lines = [line.strip() for line in summary_text(run.plan, run.summaries, 80).splitlines()]
+    assert lines[0].startswith("candidate against baseline: unbounded (an end past a 1000× time ratio")
+    assert lines[2].startswith("test: test figure")
 
 
 def test_progress_numbers_scheduled_trials_by_their_place_and_names_warmups_outside_it(capsys) -> None:

@@ -435,7 +435,7 @@ def test_a_head_whose_loss_is_not_finite_is_a_failed_trial(tmp_path: Path) -> No
     (a head that computes nothing would have counted as fast); it is an ``error`` row, as a NaN fit is."""
     out = tmp_path / "runs"
     argv = ["probe", *TINY_LM, "--variants", "chunked", "--cap", "1e308", "--device", "cpu"]
-    assert main([*argv, "--pairs", "1", "--warmup", "0", "--quiet", "--no-report", "--out", str(out)]) == 0
+    assert main([*argv, "--pairs", "1", "--warmup", "0", "--quiet", "--no-report", "--out", str(out)]) == 3
     (folder,) = list(out.iterdir())
     rows = [json.loads(line) for line in (folder / "trials.jsonl").read_text().splitlines()]
     assert rows and {r["status"] for r in rows} == {"error"}

@@ -38,7 +38,9 @@ def test_the_readme_first_command_compares_two_computations(tmp_path: Path, monk
         "baseline": "optimizers.musgd.MuSGD",
         "candidate-cpu": "experiments.arms.BatchedMuSGDOnCPU",
     }
-    first = folder.file("claim.txt").read_text().splitlines()[0]
+    answer, first = folder.file("claim.txt").read_text().splitlines()[:2]
+    assert answer.startswith("candidate-cpu ") and "baseline" in answer and "6 pairs" in answer  # in words
+    assert answer in out and answer in folder.file("report.md").read_text()
     assert first == (
         "On cpu: baseline ran the per-parameter MuSGD (optimizers.musgd.MuSGD); candidate-cpu ran the batched "
         "path (batched Newton-Schulz, foreach momentum) with CPU tensors routed through it "

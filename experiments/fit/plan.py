@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.arms import arm_code, checked_optimizer
+from experiments.fit.embedded import optimizer_kwargs
 from experiments.fit.stages import STAGES, stage_column
 from harness.formatting import format_bytes
 from harness.isolation import RANK_ENVIRONMENT, WorkerDied, WorkerError, run_in_ranks, run_in_worker
@@ -302,8 +303,8 @@ def make_plan(
 ) -> Plan:
     """Check the fit's options (``InputError`` on the first bad one) and build the plan; nothing is written."""
     s = settings
-    for arm in protocol.arms:
-        checked_optimizer(arm.spec, import_upstream=False)
+    for arm in protocol.arms:  # the real trainer passes upstream MuSGD's defaults: these keys too
+        checked_optimizer(arm.spec, import_upstream=False, tier_kwargs=optimizer_kwargs())
     if s.stages and protocol.bar is not None:
         raise InputError(
             "--bar with --stages: a stages run is a diagnostic with no verdict; drop --bar (or --stages)"

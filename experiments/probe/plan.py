@@ -13,6 +13,7 @@ from typing import Any
 
 from experiments.arms import arm_code, checked_optimizer
 from experiments.probe.detect import FIRST_STRIDE
+from experiments.probe.lm import OPTIMIZER_KWARGS as LM_OPTIMIZER_KWARGS
 from experiments.probe.lm import VARIANTS as LM_VARIANTS
 from experiments.workloads import SCALES
 from harness.formatting import format_bytes
@@ -252,8 +253,8 @@ def make_plan(protocol: ProtocolOptions, settings: ProbeSettings, command: str =
     check_choice("--head", s.head, HEADS)
     check_head_options(s)
     chosen = check_variants(s.head, split_list("--variants", s.variants or DEFAULT_VARIANTS[s.head]))
-    for arm in protocol.arms:
-        checked_optimizer(arm.spec)
+    for arm in protocol.arms:  # each workload passes the trainer's muon and sgd, as the check does
+        checked_optimizer(arm.spec, tier_kwargs=LM_OPTIMIZER_KWARGS)
     reserve_bytes = parse_reserve(s.reserve, protocol.device)
     check_reserve_fits(protocol.budget, reserve_bytes)
     check_learner_ms(s.learner_ms)

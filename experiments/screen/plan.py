@@ -212,7 +212,9 @@ def make_plan(protocol: ProtocolOptions, settings: ScreenSettings, command: str 
     guarded: set[str] = set()
     default_guards: dict[str, str] = {}
     for arm in protocol.arms:
-        optimizer_class = checked_optimizer(arm.spec)
+        optimizer_class = checked_optimizer(
+            arm.spec, tier_kwargs=workloads.load_workload(scale_list[0])["optimizer_kwargs"]
+        )
         if has_guard(optimizer_class):
             guarded.add(arm.spec)
             default_guards[arm.spec] = guard_name(getattr(optimizer_class, GUARD_ATTRIBUTE))

@@ -1,0 +1,108 @@
+"""The answer of a paired run in one sentence per claim: built here, from the claim row alone, for the console,
+``claim.txt``, the report and the Python API.
+
+"candidate is 10.4% faster than upstream (95% CI 9.4–11.5%, 4 duet pairs): clears the 5% bar". Without a
+bar the interval's sign decides: "faster", "slower" or "no difference detected". An interval too wide to
+state is "unbounded", with the reason. The interval and the verdict are the claim row's, never recomputed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from harness.codepaths import same_code_arms, verdict_shown
+from harness.formatting import UNBOUNDED_REASON, is_bounded, is_missing
+
+VERDICT_WORDS = {
+    "clears": "clears {limit}",
+    "fails": "fails {limit}",
+    "ambiguous": "ambiguous: the interval straddles {limit}",
+    "within": "within {limit}",
+    "outside": "outside {limit}",
+}
+
+
+def _percent(value: float) -> str:
+    return f"{100 * abs(value):.1f}"
+
+
+def _span(low: float, high: float) -> str:
+    """``9.4–11.5%`` for an interval of one sign (shown as magnitudes), ``-1.2% to 3.4%`` across zero."""
+    if low > 0 or high < 0:
+        a, b = sorted((abs(low), abs(high)))
+        return f"{_percent(a)}–{_percent(b)}%"
+    return f"{100 * low:.1f}% to {100 * high:.1f}%"
+
+
+def _direction(claim: Mapping[str, Any]) -> str:
+    """faster / slower by the interval's sign; none detected where it holds zero (or is unbounded)."""
+    low, high = float(claim["ci_low"]), float(claim["ci_high"])
+    if not is_bounded(low, high):
+        return "unknown"
+    return "faster" if low > 0 else "slower" if high < 0 else "none"
+
+
+def _limit(claim: Mapping[str, Any]) -> str:
+    bar = float(claim["bar"])
+    return f"the ±{100 * bar:g}% tolerance" if claim.get("kind") == "control" else f"the {100 * bar:g}% bar"
+
+
+def _verdict(claim: Mapping[str, Any], verdict: str, withheld: str | None) -> str:
+    if withheld:
+        return f"verdict withheld: {withheld}"
+    bar = not is_missing(claim.get("bar"))
+    if verdict == "insufficient":
+        reason = claim.get("ci_reason")
+        return (
+            "insufficient for a verdict"
+            + (f" against {_limit(claim)}" if bar else "")
+            + (f" ({reason})" if reason and not is_missing(reason) else "")
+        )
+    if not bar or verdict not in VERDICT_WORDS:
+        return ""
+    return VERDICT_WORDS[verdict].format(limit=_limit(claim))
+
+
+def answer(
+    claim: Mapping[str, Any], order: str = "", verdict: str | None = None, withheld: str | None = None
+) -> str:
+    """One claim row in one sentence (see the module docstring). ``order`` names the pairs (``duet``);
+    ``verdict`` is the one shown (the row's by default); ``withheld`` says why no verdict is given."""
+    arm, base = str(claim["arm"]), str(claim["baseline_arm"])
+    pairs = int(claim["pairs"])
+    noun = f"{order} pair" if order in ("duet",) else "pair"
+    count = f"{pairs} {noun}{'' if pairs == 1 else 's'}"
+    level = f"{100 * float(claim['ci_level']):.0f}% CI"
+    attained = claim.get("ci_attained")
+    if not is_missing(attained) and abs(float(attained) - float(claim["ci_level"])) >= 0.0005:
+        count = f"{100 * float(attained):.1f}% attained, {count}"
+    low, high, estimate = float(claim["ci_low"]), float(claim["ci_high"]), float(claim["estimate"])
+    direction = _direction(claim)
+    if direction == "unknown":
+        reason = claim.get("ci_reason")
+        why = reason if reason and not is_missing(reason) else UNBOUNDED_REASON
+        text = f"{arm} against {base}: unbounded ({why}; {count})"
+    elif direction == "none" or not math.isfinite(estimate):
+        text = f"{arm} vs {base}: no difference detected ({level} {_span(low, high)}, {count})"
+    else:
+        word = "faster" if direction == "faster" else "slower"
+        text = f"{arm} is {_percent(estimate)}% {word} than {base} ({level} {_span(low, high)}, {count})"
+    said = _verdict(claim, verdict if verdict is not None else str(claim["verdict"]), withheld)
+    return f"{text}: {said}" if said else text
+
+
+def answers(plan: Any, claims: Any) -> list[str]:
+    """The answer of every claim of a run (``claims``: its claims table), with the verdict it shows."""
+    if claims is None or len(claims) == 0:
+        return []
+    same = same_code_arms(plan)
+    out = []
+    for _, claim in claims.iterrows():
+        arm = str(claim["arm"])
+        shown = verdict_shown(plan, arm, str(claim["verdict"]))
+        withheld = same.get(arm) if shown != str(claim["verdict"]) else None
+        where = f"{claim['case']}: " if claims["case"].nunique() > 1 else ""
+        out.append(where + answer(claim, plan.protocol.order, shown, withheld))
+    return out
