@@ -79,8 +79,11 @@ def answer(
     if not is_missing(attained) and abs(float(attained) - float(claim["ci_level"])) >= 0.0005:
         count = f"{100 * float(attained):.1f}% attained, {count}"
     low, high, estimate = float(claim["ci_low"]), float(claim["ci_high"]), float(claim["estimate"])
+    shown = verdict if verdict is not None else str(claim["verdict"])
     direction = _direction(claim)
-    if direction == "unknown":
+    if shown == "insufficient" and direction == "none":  # too few pairs to say that no difference is there
+        text = f"{arm} vs {base}: {100 * estimate:.1f}% ({level} {_span(low, high)}, {count})"
+    elif direction == "unknown":
         reason = claim.get("ci_reason")
         why = reason if reason and not is_missing(reason) else UNBOUNDED_REASON
         text = f"{arm} against {base}: unbounded ({why}; {count})"
@@ -89,7 +92,7 @@ def answer(
     else:
         word = "faster" if direction == "faster" else "slower"
         text = f"{arm} is {_percent(estimate)}% {word} than {base} ({level} {_span(low, high)}, {count})"
-    said = _verdict(claim, verdict if verdict is not None else str(claim["verdict"]), withheld)
+    said = _verdict(claim, shown, withheld)
     return f"{text}: {said}" if said else text
 
 

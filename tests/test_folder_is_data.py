@@ -269,7 +269,7 @@ def test_an_arm_that_calls_sys_exit_gets_error_rows_and_the_command_goes_on(
     root = tmp_path / "runs"
     argv = ["parity", "--steps", "2", "--candidate", f"{hostile}:ExitZero", "--device", "cpu", "--quiet"]
     code = main([*argv, "--out", str(root)])
-    assert code == 1, capsys.readouterr().err  # judged: the contract is not shown, never a silent exit 0
+    assert code == 3, capsys.readouterr().err  # every trial of the arm failed: never a silent exit 0
     rows = [json.loads(line) for line in (only_run(root).path / LOG).read_text().splitlines()]
     assert rows and any(row["status"] == "error" and "SystemExit" in row["message"] for row in rows), rows
 
@@ -590,7 +590,8 @@ def test_the_probe_fails_a_step_that_left_nan_parameters(tmp_path, hostile) -> N
     root = tmp_path / "runs"
     tiny_lm = ["--tokens", "64", "--vocab", "32", "--dim", "8", "--chunk", "24", "--variants", "chunked"]
     argv = ["probe", *tiny_lm, "--device", "cpu", "--arms", f"baseline,{hostile}:NaNFromThirdStep"]
-    assert main([*argv, "--pairs", "1", "--warmup", "0", "--quiet", "--no-report", "--out", str(root)]) == 0
+    code = main([*argv, "--pairs", "1", "--warmup", "0", "--quiet", "--no-report", "--out", str(root)])
+    assert code == 3  # every trial of the NaN arm failed
     rows = [json.loads(line) for line in (only_run(root).path / LOG).read_text().splitlines()]
     nan_rows = [row for row in rows if row["arm"].startswith(hostile)]
     assert nan_rows and all(r["status"] == "error" and "non-finite" in r["message"] for r in nan_rows), rows
