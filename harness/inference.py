@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -245,6 +246,21 @@ class Interval:
         """Half the interval's width in percentage points of reduction (the stopping rule's precision)."""
         return 100.0 * (self.high - self.low) / 2.0
 
+    @classmethod
+    def of_logs(
+        cls, estimand: str, method: str, centre: Any, low_log: Any, high_log: Any, *rest: Any
+    ) -> Interval:
+        """An interval from bounds on the log ratio: a higher log ratio is a lower reduction, so the ends
+        swap. ``rest``: stated level, attained level, pairs, sufficient, reason (and the nominal level)."""
+        return cls(
+            estimand,
+            method,
+            float(to_reduction(centre)),
+            float(to_reduction(high_log)),
+            float(to_reduction(low_log)),
+            *rest,
+        )
+
 
 def _not_computable(estimand: str, method: str, level: float, n: int, reason: str) -> Interval:
     return Interval(estimand, method, math.nan, math.nan, math.nan, level, math.nan, n, False, reason)
@@ -306,12 +322,12 @@ def t_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
             f"end): the best covers {fitted.skewed_coverage:.1%} there"
             + ("" if minimum is None else f"; sufficient from {minimum} pairs")
         )
-    return Interval(
+    return Interval.of_logs(
         estimand,
         method,
-        float(to_reduction(mean)),
-        float(to_reduction(high)),
-        float(to_reduction(low)),
+        mean,
+        low,
+        high,
         level,
         attained,
         n,
@@ -472,12 +488,12 @@ def hodges_lehmann_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) ->
         else f"{n} pairs: even the widest Wilcoxon interval attains only {attained:.2%}; "
         f"{level:.0%} needs {_pairs_for_range(level)}"
     )
-    return Interval(
+    return Interval.of_logs(
         estimand,
         method,
-        float(to_reduction(centre)),
-        float(to_reduction(high_log)),
-        float(to_reduction(low_log)),
+        centre,
+        low_log,
+        high_log,
         level,
         attained,
         n,

@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
-from harness.inference import CONFIDENCE, Interval, to_reduction
+from harness.inference import CONFIDENCE, Interval
 
 WINDOW = 0.015  # an interval's attained level may fall this far below the stated one
 LEVEL_SLACK = 1e-12
@@ -115,15 +115,4 @@ def median_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interva
         if sufficient
         else f"{n} pairs: even their range attains only {attained:.2%}; {level:.0%} needs {min_pairs(level)}"
     )
-    return Interval(
-        ESTIMAND,
-        method,
-        float(to_reduction(median)),
-        float(to_reduction(high)),
-        float(to_reduction(low)),
-        level,
-        attained,
-        n,
-        sufficient,
-        reason,
-    )
+    return Interval.of_logs(ESTIMAND, method, median, low, high, level, attained, n, sufficient, reason)

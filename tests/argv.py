@@ -15,3 +15,10 @@ def overridden(base: list[str], extra: list[str]) -> list[str]:
             continue
         kept.append(token)
     return [*kept, *extra]
+
+
+# A screen of one scale and one guard, one step per window: the smallest screen that runs, on the CPU.
+TINY_SCREEN = [
+    *("screen", "--device", "cpu", "--scales", "n", "--guards", "0"),
+    *("--steps", "1", "--warmup-steps", "0"),
+]

@@ -16,22 +16,10 @@ import pytest
 from harness.cli import main
 from harness.tables import LOG, PLAN
 from tests import test_hostile_folders as hf
-from tests.argv import overridden
+from tests.argv import TINY_SCREEN, overridden
 from tests.runfolders import only_run
 
-SCREEN = [
-    "screen",
-    "--device",
-    "cpu",
-    "--scales",
-    "n",
-    "--guards",
-    "0",
-    "--steps",
-    "1",
-    "--warmup-steps",
-    "0",
-]
+SCREEN = list(TINY_SCREEN)
 SCREEN += ["--warmup", "0", "--pairs", "2", "--arms", "baseline,candidate-cpu"]
 
 

@@ -28,7 +28,7 @@ from harness.tables import RunFolder
 from harness.tier import Run
 from optimizers import BatchedMuSGD
 from optimizers.batched import DEFAULT_PAD_GUARD, _batched_on_cpu
-from tests.argv import overridden
+from tests.argv import TINY_SCREEN, overridden
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 MiB = 2**20
@@ -624,19 +624,7 @@ def test_a_screen_with_its_control_reads_back_its_own_plan(tmp_path: Path) -> No
     """``--control`` records the first arm's spec twice in ``arm_specs``: the plan's check called that plan
     corrupt after its trials ran, so no report or resume could read the folder."""
     out = tmp_path / "runs"
-    argv = [
-        "screen",
-        "--device",
-        "cpu",
-        "--scales",
-        "n",
-        "--guards",
-        "0",
-        "--steps",
-        "1",
-        "--warmup-steps",
-        "0",
-    ]
+    argv = TINY_SCREEN
     assert (
         main([*argv, "--warmup", "0", "--pairs", "1", "--arms", "baseline", "--control", "--out", str(out)])
         == 0
