@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # H200: the decisive evidence (every fit at the claim's settings), in slices that resume committed run folders.
 # Usage, in a device call:
-#   BENCH_GIT_REVISION=<sha> DEADLINE=<s> bash scripts/h200_decisive.sh STEP...
+#   BENCH_GIT_REVISION=<sha> DEADLINE=<s> bash scripts/device/h200_decisive.sh STEP...
 # STEP is one of
 #   tests      pytest -m cuda: every CUDA test
 #   upstream   the candidate against upstream 8.4.190 with the A/A control in the same schedule, bar 5%, the A/A
@@ -11,22 +11,22 @@
 #   baseline   the candidate against the baseline with its control, bar 40%, ±1%, the same rule to 14 pairs
 #              (the issue sets no most here; 14 is the fewest whose stopping-rule interval can keep 95%)
 #   stages-upstream, stages-baseline   one --stages pair of each comparison (diagnostic; each call a new folder)
-#   profile    where the candidate's step spends its host time, by part and operation (scripts/h200_step_profile.py)
+#   profile    where the candidate's step spends its host time, by part and operation (scripts/device/h200_step_profile.py)
 #   profile-n  the same at YOLO26n alone, with the eager step's kernels by GPU time (about 25 s)
-#   fit-profile   the same inside a real fit: one --stages pair against upstream with scripts/fit_step_profile/
+#   fit-profile   the same inside a real fit: one --stages pair against upstream with scripts/device/fit_step_profile/
 #              loaded in every process; the step's parts and an operation table land in the logs (fit-profile/);
 #              its run folder is a diagnostic of an instrumented fit and stays on the machine
 #   parity     bench parity --steps 60 on YOLO26n and YOLO26x
 #   screen     bench screen n..x: baseline, candidate (guard 256), upstream 8.4.190; 3 pairs (each call a new folder)
 #   guards     bench screen at n and x over guards 0, 128, 256 with upstream: does x's padding hold its floor above
 #              upstream's? (3 pairs, a new folder per call, under guards/)
-#   prices     scripts/h200_pad_price.py: the step and its floor per scale and padding price (BatchedMuSGD.pad_chain_flops)
+#   prices     scripts/device/h200_pad_price.py: the step and its floor per scale and padding price (BatchedMuSGD.pad_chain_flops)
 #   probes     the probes: lm at 24 GiB and 6 GiB, detect at n and x (24 GiB), as the committed ones ran
 # The claim: real trainer, YOLO26n, 640 px, batch 4 (nbs 4), bf16, 256 synthetic images, 384 steps, the quiet
 # defaults (--cpus auto). Run folders live under reports/h200-decisive/<step>/ (committed between calls): a step
 # resumes the folder there, in place, or starts it; each slice stops before the shared DEADLINE (default 560 s).
 # The folders this call changed come back in $OUT/decisive.tgz and the logs in $OUT/logs.tgz, packed after every
-# step (scripts/h200_pack.sh: checkpoints, the dataset cache and the trainer's config folder left out).
+# step (scripts/device/h200_pack.sh: checkpoints, the dataset cache and the trainer's config folder left out).
 . scripts/h200_env.sh || exit 1
 end=$(( $(date +%s) + ${DEADLINE:-560} ))
 left() { echo $(( end - $(date +%s) )); }
@@ -85,14 +85,14 @@ for step in "$@"; do
     stages-upstream) fresh stages-upstream pair "${claim[@]}" --arms upstream,candidate --stages --warmup 0 --pairs 1 ;;
     stages-baseline) fresh stages-baseline pair "${claim[@]}" --arms baseline,candidate --stages --warmup 0 --pairs 1 ;;
     fit-profile) mkdir -p "$LOGS/fit-profile"
-            PYTHONPATH="$PWD/scripts/fit_step_profile:$PYTHONPATH" FIT_STEP_PROFILE_OUT="$LOGS/fit-profile" \
+            PYTHONPATH="$PWD/scripts/device/fit_step_profile:$PYTHONPATH" FIT_STEP_PROFILE_OUT="$LOGS/fit-profile" \
               timeout $(( $(left) - 10 )) python3 -m harness.cli pair "${claim[@]}" --arms upstream,candidate --stages \
               --warmup 0 --pairs 1 --out /tmp/fit-profile > "$LOGS/fit-profile/run.log" 2>&1
             echo "fit-profile rc=$?"; grep -h "optimizer step took" /tmp/fit-profile/*/report.md
             cat "$LOGS"/fit-profile/*.json ;;
-    profile) python3 scripts/h200_step_profile.py --scales n x > "$LOGS/profile.log" 2>&1
+    profile) python3 scripts/device/h200_step_profile.py --scales n x > "$LOGS/profile.log" 2>&1
              echo "profile rc=$?"; grep -E "step host|synchronized|empty_strided|kept between" "$LOGS/profile.log" ;;
-    profile-n) python3 scripts/h200_step_profile.py --scales n > "$LOGS/profile-n.log" 2>&1
+    profile-n) python3 scripts/device/h200_step_profile.py --scales n > "$LOGS/profile-n.log" 2>&1
              echo "profile-n rc=$?"; grep -E "step host|synchronized|kept between|aten::(copy_|bmm|add_|mm) " "$LOGS/profile-n.log" ;;
     parity) timeout $(( $(left) - 10 )) python3 -m harness.cli parity --device cuda --steps 60 --out "$HOME_DIR/parity" --quiet > "$LOGS/parity.log" 2>&1
             echo "parity n rc=$?"
@@ -104,7 +104,7 @@ for step in "$@"; do
     guards) fresh guards screen --scales n,x --guards 0,128,256 --arms baseline,candidate,upstream --steps 10 \
               --warmup-steps 2 --warmup 2 --pairs 3 --device cuda --quiet
             grep -A 12 "Where padding stops paying" "$(ls -d "$HOME_DIR"/guards/*/ | tail -1)report.md" ;;
-    prices) python3 scripts/h200_pad_price.py > "$LOGS/prices.log" 2>&1
+    prices) python3 scripts/device/h200_pad_price.py > "$LOGS/prices.log" 2>&1
             echo "prices rc=$?"; cat "$LOGS/prices.log" | tail -40 ;;
     probes) for args in "lm 24GiB --variants native,chunked --learner-ms 288.6 --warmup 2 --pairs 10" \
                         "lm 6GiB --variants native,chunked --learner-ms 288.6 --warmup 1 --pairs 5" \

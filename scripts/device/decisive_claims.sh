@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The decisive side-by-side report of one series, on any machine (no GPU needed: a report reads run folders).
-# Usage: bash scripts/decisive_claims.sh SERIES   (e.g. d; DECISIVE_HOME=... for another tree, PYTHON=... for
+# Usage: bash scripts/device/decisive_claims.sh SERIES   (e.g. d; DECISIVE_HOME=... for another tree, PYTHON=... for
 # another interpreter)
 # Picks, under reports/h200-decisive/, the newest run folder of each: the two claims of the series
 # (upstream-SERIES, baseline-SERIES), each stages pair, the screen, parity at YOLO26n and YOLO26x (the two
@@ -8,7 +8,7 @@
 # is left out with a note (the report is then provisional: its runs table shows which claims it holds); every
 # other kind must have a folder.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 series=${1:-}
 if [ $# -ne 1 ] || [ -z "$series" ]; then
   echo "decisive_claims.sh: which series? usage: decisive_claims.sh SERIES (a letter, e.g. d)" >&2; exit 2

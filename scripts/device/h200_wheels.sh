@@ -5,7 +5,7 @@
 # call of a new checkout (.whl/ is ignored by git), then pass carry [".whl"]. Pinned: the versions every
 # committed H200 run used.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 python3 -m pip download -q --no-deps --only-binary :all: -d .whl \
   ultralytics==8.4.190 ultralytics-thop==2.2.3 ultralytics-platform==0.1.99 cloudpickle==3.1.3
 ls .whl

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # H200, 2026-12-01: the candidate at its launch floor (CUDA tests, parity, screen) and the noise study of quiet
 # fits (a placed sequential A/A and a duet A/A at the claim's settings). Usage, in a device call:
-#   BENCH_GIT_REVISION=<sha> DEADLINE=<s> bash scripts/h200_quiet.sh STEP...
+#   BENCH_GIT_REVISION=<sha> DEADLINE=<s> bash scripts/device/h200_quiet.sh STEP...
 # STEP is one of
 #   tests    pytest -m cuda: every CUDA test (the candidate's graph replay and distributed tests included)
 #   parity   bench parity on YOLO26n (60 steps) and YOLO26x (5 steps): one step judged, the rest reported

@@ -10,7 +10,7 @@ CPU affinity and GIL switch interval; and, of steps 100 to 104 and everything th
 the profiler's table of host time per operation (<pid>-ops.txt: whether a launch or a foreach call costs
 the host more inside a fit than in a loop). Usage on the device (after `. scripts/h200_env.sh`):
 
-    PYTHONPATH=$PWD/scripts/fit_step_profile:$PYTHONPATH FIT_STEP_PROFILE_OUT=$OUT/prof \
+    PYTHONPATH=$PWD/scripts/device/fit_step_profile:$PYTHONPATH FIT_STEP_PROFILE_OUT=$OUT/prof \
         python3 -m harness.cli pair ... --arms upstream,candidate --stages --pairs 1 --out /tmp/profiled
 """
 

@@ -7,8 +7,8 @@ time, and times the list operations the step is made of against the same work on
 change to the step is chosen from measured costs. Also the plan check when every gradient is re-allocated
 (a trainer's `zero_grad(set_to_none=True)`). Figures are that machine's and are printed, not stored.
 
-    PYTHONPATH=$PWD python scripts/h200_step_profile.py --scales n x
-    PYTHONPATH=$PWD python scripts/h200_step_profile.py --device cpu --scales n --steps 2   # does it run?
+    PYTHONPATH=$PWD python scripts/device/h200_step_profile.py --scales n x
+    PYTHONPATH=$PWD python scripts/device/h200_step_profile.py --device cpu --scales n --steps 2   # does it run?
 """
 
 from __future__ import annotations

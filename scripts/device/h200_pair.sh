@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # H200: the paired-fit claim (YOLO26n, 640 px, batch 4, bf16 AMP, 256 synthetic images, 384 steps), run in
-# commands of at most ~9 minutes: the first call starts it, later calls resume it (bash scripts/h200_pair.sh resume).
+# commands of at most ~9 minutes: the first call starts it, later calls resume it (bash scripts/device/h200_pair.sh resume).
 . scripts/h200_env.sh || exit 1
 if [ "${1:-start}" = start ]; then
   python3 -m harness.cli pair --workload ultralytics --device cuda --steps 384 --images 256 --imgsz 640 --batch 4 \

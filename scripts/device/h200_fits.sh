@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # H200: the fit tier's remaining evidence, in device calls of at most ~9 minutes. Usage (in the device call):
-#   BENCH_GIT_REVISION=<sha> bash scripts/h200_fits.sh STEP...
+#   BENCH_GIT_REVISION=<sha> bash scripts/device/h200_fits.sh STEP...
 # STEP is one of
 #   tests     pytest -m cuda (every CUDA test, the fit tier's included) -> $OUT/cuda-tests.log
 #   control   A/A control: baseline against itself, YOLO26n 640 px b4 bf16, 128 steps, 2 warm-ups, 3 pairs, ±1%

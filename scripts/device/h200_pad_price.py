@@ -8,9 +8,9 @@ memory (counted), then the eager step (ms, synchronized around a window of steps
 of the whole step (the screen's `launch_floor`), in interleaved rounds so drift favours no price. Figures
 are printed, not stored.
 
-    PYTHONPATH=$PWD python scripts/h200_pad_price.py
-    PYTHONPATH=$PWD python scripts/h200_pad_price.py --lanes 1,8
-    PYTHONPATH=$PWD python scripts/h200_pad_price.py --device cpu --scales n --prices none,1e10 --rounds 1 --warm 1 --steps 1
+    PYTHONPATH=$PWD python scripts/device/h200_pad_price.py
+    PYTHONPATH=$PWD python scripts/device/h200_pad_price.py --lanes 1,8
+    PYTHONPATH=$PWD python scripts/device/h200_pad_price.py --device cpu --scales n --prices none,1e10 --rounds 1 --warm 1 --steps 1
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ the core is one replay): aten operations and the tensors they are passed (foreac
 both). Times are the thread's CPU time (a shared, loaded host makes wall time useless here). Figures are
 this machine's; they compare versions of the code, they are no speed claim for a GPU.
 
-    PYTHONPATH=$PWD python scripts/step_host_cost.py --scales n l --steps 300
+    PYTHONPATH=$PWD python scripts/device/step_host_cost.py --scales n l --steps 300
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # H200: the candidate with concurrent Newton-Schulz lanes (optimizers/concurrent.py), issue 44.
 # Usage, in a device call (carry .whl):
-#   BENCH_GIT_REVISION=<sha> DEADLINE=<s> bash scripts/h200_concurrent.sh STEP...
+#   BENCH_GIT_REVISION=<sha> DEADLINE=<s> bash scripts/device/h200_concurrent.sh STEP...
 # STEP is one of
-#   prices   scripts/h200_pad_price.py over lanes 1,4,8,16 and padding prices 0,1e9,3e9,1e10 at n..x (2 rounds):
+#   prices   scripts/device/h200_pad_price.py over lanes 1,4,8,16 and padding prices 0,1e9,3e9,1e10 at n..x (2 rounds):
 #            the step and its CUDA-graph floor per scale, lanes and price (printed; the log comes back)
 #   tests    pytest -m cuda: every CUDA test
 #   parity   bench parity --steps 60 on YOLO26n and YOLO26x
 #   screen   bench screen n..x: baseline, candidate (guard 256), upstream 8.4.190; 3 pairs
 # Run folders land under reports/h200-concurrent/<step>/; they come back in $OUT/concurrent.tgz, the logs in
-# $OUT/logs.tgz (scripts/h200_pack.sh), packed after every step.
+# $OUT/logs.tgz (scripts/device/h200_pack.sh), packed after every step.
 . scripts/h200_env.sh || exit 1
 end=$(( $(date +%s) + ${DEADLINE:-560} ))
 left() { echo $(( end - $(date +%s) )); }
@@ -17,7 +17,7 @@ HOME_DIR=reports/h200-concurrent
 mkdir -p "$HOME_DIR"
 for step in "$@"; do
   case $step in
-    prices) timeout $(( $(left) - 10 )) python3 scripts/h200_pad_price.py --lanes 1,4,8,16 --prices 0,1e9,3e9,1e10 \
+    prices) timeout $(( $(left) - 10 )) python3 scripts/device/h200_pad_price.py --lanes 1,4,8,16 --prices 0,1e9,3e9,1e10 \
               --rounds 2 > "$LOGS/prices.log" 2>&1
             echo "prices rc=$?"; tail -82 "$LOGS/prices.log" ;;
     tests) timeout $(( $(left) - 10 )) python3 -m pytest -q -m cuda -rs -p no:cacheprovider > "$LOGS/cuda-tests.log" 2>&1

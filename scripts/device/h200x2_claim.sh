@@ -2,9 +2,9 @@
 # H200 ×2: the multi-GPU claim (CUDA tests on two GPUs, parity --gpus 2, screen --gpus 2, the 2-GPU pair runs).
 # Usage, in a device call on nvidia-h200-x2 (NVLink multicast stays off: the ranks get NCCL_NVLS_ENABLE=0 and
 # TORCH_SYMM_MEM_DISABLE_MULTICAST=1 from the harness, and they are exported here for the tests too):
-#   BENCH_GIT_REVISION=<sha> DEADLINE=<s> bash scripts/h200x2_claim.sh STEP...
+#   BENCH_GIT_REVISION=<sha> DEADLINE=<s> bash scripts/device/h200x2_claim.sh STEP...
 # .whl/ must hold the cloudpickle (>= 3.1.1) wheel beside the ultralytics ones (Ultralytics' DDP launch needs it):
-# scripts/h200_wheels.sh fetches them all.
+# scripts/device/h200_wheels.sh fetches them all.
 # STEP is one of
 #   tests    pytest -m cuda (every CUDA test; the two-GPU ones in tests/test_ddp.py run only here), then
 #            tests/test_ddp.py and tests/test_distributed.py whole on this machine
@@ -18,7 +18,7 @@
 #   stages   the same fits once with --stages (diagnostic): where a 2-GPU fit's time goes
 # Fit steps start runs/<step>/ or resume the run there (each run slices itself with --stop-after); all steps
 # share one DEADLINE (default 560 s); the run folders this call changed come back in $OUT/runs.tgz and the logs
-# in $OUT/logs.tgz, packed after every step (scripts/h200_pack.sh). Carry runs/ and run the same command again
+# in $OUT/logs.tgz, packed after every step (scripts/device/h200_pack.sh). Carry runs/ and run the same command again
 # to continue.
 . scripts/h200_env.sh || exit 1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
