@@ -44,11 +44,11 @@ from harness.tables import RunFolder  # noqa: E402
 # The shared data sit beside the main checkout (``../shared``), one level further up from a worktree.
 SHARED = next((p / "shared" for p in (ROOT.parent, ROOT.parent.parent) if (p / "shared").is_dir()), ROOT)
 DEFAULT_FOLDERS = (
-    ROOT / "reports/h200-2026-11-29/pair-yolo26n-384",
-    ROOT / "reports/h200-2026-11-29/pair-upstream-yolo26n-384",
-    ROOT / "reports/h200-2026-11-29/pair-control-yolo26n-128",
+    ROOT / "reports/archive/h200-2026-11-29/pair-yolo26n-384",
+    ROOT / "reports/archive/h200-2026-11-29/pair-upstream-yolo26n-384",
+    ROOT / "reports/archive/h200-2026-11-29/pair-control-yolo26n-128",
     SHARED / "data/aa-candidate-384-2026-12-01",
-    ROOT / "reports/h200-2026-12-01/aa-placed-sequential-384",
+    ROOT / "reports/archive/h200-2026-12-01/aa-placed-sequential-384",
 )
 OUTPUT = ROOT / "harness/t_calibration.py"
 

@@ -64,9 +64,9 @@ from pathlib import Path
 
 DEFAULT_FOLDERS = (
     Path("/work/shared/data/aa-candidate-384-2026-12-01"),
-    Path("/work/main/reports/h200-2026-11-29/pair-yolo26n-384"),
-    Path("/work/main/reports/h200-2026-11-29/pair-upstream-yolo26n-384"),
-    Path("/work/main/reports/h200-2026-11-29/pair-control-yolo26n-128"),
+    Path("/work/main/reports/archive/h200-2026-11-29/pair-yolo26n-384"),
+    Path("/work/main/reports/archive/h200-2026-11-29/pair-upstream-yolo26n-384"),
+    Path("/work/main/reports/archive/h200-2026-11-29/pair-control-yolo26n-128"),
 )
 PARTS = ("setup_other", "first_iter", "epoch1_rest", "steady", "validation")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

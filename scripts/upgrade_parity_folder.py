@@ -2,7 +2,7 @@
 tier) into a run folder of today's (``plan.json`` + ``trials.jsonl``), losing nothing, so ``bench report``
 regenerates it like every other run. The figures are copied as they were logged; nothing is recomputed.
 
-    python scripts/upgrade_parity_folder.py reports/h200-2026-11-29/parity-yolo26n-60-steps
+    python scripts/upgrade_parity_folder.py reports/archive/h200-2026-11-29/parity-yolo26n-60-steps
 """
 
 from __future__ import annotations

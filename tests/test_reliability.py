@@ -643,7 +643,7 @@ def test_an_env_record_with_a_number_past_floats_is_one_line(
 # on the CPU too (nothing is left to run), so each tier's own check of its recorded settings is seen here.
 TIER_FOLDERS = {
     "screen": ROOT / "reports/h200-decisive/screen/screen-20261202-020126-5cf4",
-    "pair": ROOT / "reports/h200-2026-12-01/aa-placed-sequential-384",
+    "pair": ROOT / "reports/archive/h200-2026-12-01/aa-placed-sequential-384",
     "stages": ROOT / "reports/h200-decisive/stages-baseline/stages-20261202-020854-c8f7",
     "parity": ROOT / "reports/h200-decisive/parity/parity-20261202-020331-f306",
     "probe": ROOT / "reports/h200-decisive/probe-lm-24GiB/probe-20261202-021522-e4fe",

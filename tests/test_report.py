@@ -837,7 +837,7 @@ def test_a_fit_run_with_steady_figures_gets_its_own_claims_table_beside_the_clai
     from experiments.fit.report import STEADY_CLAIMS_CSV
     from harness.stats import secondary_claims
 
-    folder = _committed_copy("h200-2026-12-01/aa-placed-sequential-384", tmp_path)
+    folder = _committed_copy("archive/h200-2026-12-01/aa-placed-sequential-384", tmp_path)
     claims_before = pd.read_csv(folder.file("claims.csv"))
     run = Runner(PROJECT_TIERS).finish(folder)
     written = pd.read_csv(folder.file(STEADY_CLAIMS_CSV))
@@ -880,7 +880,7 @@ def test_a_stages_run_of_the_same_comparison_bounds_a_claim_in_one_report(tmp_pa
 def test_a_fit_run_without_steady_figures_has_no_steady_table(tmp_path: Path) -> None:
     from experiments.fit.report import STEADY_CLAIMS_CSV
 
-    folder = _committed_copy("h200-2026-11-29/pair-yolo26n-384", tmp_path)
+    folder = _committed_copy("archive/h200-2026-11-29/pair-yolo26n-384", tmp_path)
     Runner(PROJECT_TIERS).finish(folder)
     assert not folder.file(STEADY_CLAIMS_CSV).exists()
     assert "Steady-state figure" not in report.write_report([folder], PROJECT_TIERS).read_text()
