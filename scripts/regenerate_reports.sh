@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate every committed report and its tables from its run folder (bench report --tables), then the
-# side-by-side reports from the folders their runs tables name, and show what changed: a report change should
+# side-by-side reports from the folders their runs tables name, then the index, and show what changed: a report change should
 # leave `git status` clean, or change exactly what it meant to. Usage: bash scripts/regenerate_reports.sh   (PYTHON=... to pick the interpreter)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,5 +18,6 @@ while IFS= read -r report; do
   done < <(grep -E '^\| [0-9]+ \| `' "$report" | awk -F'|' '{gsub(/[ `]/, "", $3); print $3}')
   "$python" -m harness.cli report "${folders[@]}" -o "$report" > /dev/null || { echo "failed: $report"; failed=1; }
 done < <(grep -rl --include='*.md' '^| run | folder | tier | kind |' reports | sort)
-git status --short reports
+"$python" scripts/reports_index.py > /dev/null || { echo "failed: scripts/reports_index.py"; failed=1; }
+git status --short reports README.md
 exit "$failed"
