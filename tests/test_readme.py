@@ -167,3 +167,17 @@ def test_the_readme_first_command_compares_two_computations(tmp_path: Path, monk
     log = (folder.path / "trials" / "0.log").read_text()
     assert "epoch 2/2: train loss " in log
     print(f"the default job took {elapsed:.1f} s here")
+
+
+def test_every_script_the_docs_and_scripts_name_exists() -> None:
+    """The one-off device scripts moved to scripts/device/; a path left behind would send a reader nowhere."""
+    pages = [README, *(ROOT / "docs").glob("*.md"), *(ROOT / "reports").glob("*.md")]
+    pages += [ROOT / "reports" / "archive" / "README.md", *(ROOT / "scripts").rglob("*.*")]
+    named = {
+        path
+        for page in pages
+        if page.suffix in {".md", ".sh", ".py"}
+        for path in re.findall(r"scripts/(?:device/)?\w+(?:\.sh|\.py|/)", page.read_text())
+    }
+    assert "scripts/h200_env.sh" in named and "scripts/device/h200_wheels.sh" in named
+    assert sorted(path for path in named if not (ROOT / path).exists()) == []
