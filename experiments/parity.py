@@ -37,8 +37,9 @@ import torch
 from experiments.arms import checked_optimizer, make_optimizer, same_path_as_baseline
 from experiments.resume_check import arms_resume_problem
 from experiments.workloads import SCALES, build_param_groups, fill_synthetic_grads
-from harness.options import MAX_PAIRS, InputError, check_choice, check_positive, parse_arms
+from harness.options import MAX_PAIRS, InputError, parse_arms
 from harness.protocol import Arm, Case, Plan, ProtocolOptions, ScheduledTrial, TrialContext, TrialFunction
+from harness.schema import check_fields, option
 from harness.tier import BaseTier, Caveat, Run
 from harness.validation import FIGURE_LIMIT, UINT64_MAX, RowField, row_fields_problem, settings_problem
 from optimizers.musgd import muon_momentum
@@ -57,15 +58,18 @@ SENSITIVITY_TRIALS = 3
 
 @dataclass(frozen=True)
 class ParitySettings:
-    """The parity tier's own options, with their defaults (the CLI reads them from here)."""
+    """The parity tier's own options, each declared once (``harness.schema``): the CLI is made from them."""
 
-    scale: str = "n"
-    steps: int = 1  # steps to follow; step one is judged, later ones are reported
-    fit: bool = (
-        False  # real forward/backward steps of the embedded fit workload instead of synthetic gradients
+    scale: str = option("n", "YOLO26 parameter set: n, s, m, l or x.", choices=SCALES)
+    # One trial per step and comparison: the pairs' bound.
+    steps: int = option(
+        1, "Steps to follow; step one is judged, later ones are reported.", low=1, high=MAX_PAIRS
     )
-    candidate: str = "candidate"
-    baseline: str = "baseline"
+    fit: bool = option(
+        False, "Real forward/backward steps of the embedded fit workload instead.", flag="--fit"
+    )
+    candidate: str = option("candidate", "Deprecated: --arms baseline,X.", hidden=True, cli_default=None)
+    baseline: str = option("baseline")
 
 
 @dataclass
@@ -468,11 +472,6 @@ def parity_markdown(result: ParityResult, device: str, seed: int) -> str:
 DIVERGENCE_CSV = "divergence.csv"
 
 
-def _check_scale_and_steps(scale: str, steps: int) -> None:
-    check_choice("--scale", scale, SCALES)
-    check_positive("--steps", steps, MAX_PAIRS)  # one trial per step and comparison: the pairs' bound
-
-
 # What a parity plan records: its options as given (``ParitySettings``).
 RECORDED_SHAPE = {"scale": str, "steps": int, "fit": bool, "candidate": str, "baseline": str}
 
@@ -487,7 +486,7 @@ def recorded_settings_problem(plan: Plan) -> str | None:
     if unknown:  # the settings are read back whole, as ParitySettings
         return f"settings has {', '.join(unknown)}, which a parity plan does not record"
     try:
-        _check_scale_and_steps(plan.settings["scale"], plan.settings["steps"])
+        check_fields(ParitySettings(**plan.settings))
     except InputError as exc:
         return f"settings: {exc}"
     return None
@@ -550,7 +549,7 @@ def arms_of(arms: str | None, candidate: str | None) -> tuple[str, str]:
 
 def make_plan(protocol: ProtocolOptions, settings: ParitySettings, command: str = "") -> Plan:
     """Check the parity options and describe the run: each comparison's steps, one trial per step."""
-    _check_scale_and_steps(settings.scale, settings.steps)
+    check_fields(settings)
     if settings.candidate == settings.baseline:  # its case would hold one arm twice
         raise InputError(
             f"--candidate {settings.candidate} is the baseline: parity follows a candidate against it (the "

@@ -32,10 +32,10 @@ from experiments.fit.embedded import optimizer_kwargs
 from experiments.fit.stages import STAGES, stage_column
 from harness.formatting import format_bytes
 from harness.isolation import RANK_ENVIRONMENT, WorkerDied, WorkerError, run_in_ranks, run_in_worker
-from harness.options import InputError, check_choice, check_non_negative, check_positive
+from harness.options import InputError
 from harness.protocol import Case, Plan, ProtocolOptions, TrialContext, TrialFunction
 from harness.safe_fs import fresh_dir, remove_entry
-from harness.schema import option
+from harness.schema import check_choice, check_non_negative, check_positive, option
 from harness.validation import (
     BYTES,
     POSITIVE_SECONDS,
