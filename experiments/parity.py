@@ -1,34 +1,15 @@
-"""The numerical contract as a tier (``bench parity``): does the candidate still compute the same thing?
+"""The parity tier (``bench parity``): its plan, its trials, the ranks comparison and the verdict.
 
-Two comparisons run from identical state on identical inputs: the baseline against itself (the control,
-which must show exactly zero) and the candidate against the baseline. After one step the contract is:
-identical loss bytes (fit mode), momentum buffers equal bit for bit, and a largest parameter difference no
-larger than the bf16 rounding of the Muon update times lr·muon, tensor by tensor (zero for parameters with no
-Muon part). That rounding is measured, not picked: the larger of one bf16 ulp of the update's largest entry
-and ``ULP_SENSITIVITY_FACTOR`` times the baseline's own spread under ±1-ulp perturbations of its bf16
-Newton-Schulz input (``ulp_sensitivity``), since a reordered or zero-padded GEMM perturbs the iterates by
-about that much. The buffer clause is judged literally (every buffer bit-equal), which is stricter than the
-bound: the SGD buffer of a weight-decayed Muon parameter reads p after its Muon update.
-
-Later steps are followed and reported as a divergence table, never claimed (BF16 trajectories drift apart).
-
-With ``--gpus N`` a third comparison, ``ranks``, follows the candidate on N ranks (fresh processes of
-``torch.distributed.run``, ``gloo`` on the CPU, ``nccl`` on CUDA, every rank on the same inputs as after a
-gradient all-reduce) against the one-rank candidate in this process: bit for bit, or, where a rank's share of
-a batch rounds differently, within the same calibrated bound, the difference reported. The ranks run every
-step in one launch; rank 0 saves its parameters and optimizer state after each step for this process to
-compare, and every rank's parameters are checked equal to rank 0's.
-A parity run is a run folder like any other: one row per comparison and step, in schedule order; a resumed
-run replays the steps before the first missing one (the trajectories are deterministic) without logging them.
+The contract and its measurement are in ``experiments.parity_steps``. A parity run is a run folder like any
+other: one row per comparison and step, in schedule order. A resumed run replays the steps before the first
+missing one (the trajectories are deterministic) without logging them.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 import sys
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,441 +17,44 @@ import torch
 
 from experiments.arms import checked_optimizer, make_optimizer, same_path_as_baseline
 from experiments.resume_check import arms_resume_problem
-from experiments.workloads import SCALES, build_param_groups, fill_synthetic_grads
-from harness.options import MAX_PAIRS, InputError, check_choice, check_positive, parse_arms
+from harness.options import MAX_PAIRS, InputError, parse_arms
 from harness.protocol import Arm, Case, Plan, ProtocolOptions, ScheduledTrial, TrialContext, TrialFunction
+from harness.schema import check_fields
 from harness.tier import BaseTier, Caveat, Run
 from harness.validation import FIGURE_LIMIT, UINT64_MAX, RowField, row_fields_problem, settings_problem
-from optimizers.musgd import muon_momentum
-from optimizers.newton_schulz import muon_scale, newton_schulz
 
 if TYPE_CHECKING:
-    import pandas as pd
+    pass
 
-BF16_MANTISSA_BITS = 7
-# A reordered or zero-padded GEMM rounds differently, which perturbs each Newton-Schulz iterate by about one
-# bf16 ulp; the factor 2 allows the perturbation to enter at more than one of the five iterations. Stated,
-# not tuned: the measured ratio to the bound is reported by every parity run.
-ULP_SENSITIVITY_FACTOR = 2.0
-SENSITIVITY_TRIALS = 3
+from experiments.parity_steps import (
+    RANKS,
+    STEP_FIELDS,
+    ULP_SENSITIVITY_FACTOR,
+    Comparison,
+    ParityResult,
+    ParitySettings,
+    StepFigures,
+    Workload,
+    divergence_table,
+    figure_text,
+    other_arm,
+    params_of,
+    parity_markdown,
+    prepare,
+    run_parity,
+    ulp_sensitivity,
+)
 
-
-@dataclass(frozen=True)
-class ParitySettings:
-    """The parity tier's own options, with their defaults (the CLI reads them from here)."""
-
-    scale: str = "n"
-    steps: int = 1  # steps to follow; step one is judged, later ones are reported
-    fit: bool = (
-        False  # real forward/backward steps of the embedded fit workload instead of synthetic gradients
-    )
-    candidate: str = "candidate"
-    baseline: str = "baseline"
-
-
-@dataclass
-class StepFigures:
-    """How two trajectories compare after one step."""
-
-    comparison: str
-    step: int
-    buffers_equal: int
-    buffers_total: int
-    params_equal: int
-    params_total: int
-    max_abs_diff: float
-    max_rel_diff: float
-    loss_reference: float | None = None
-    loss_other: float | None = None
-    loss_bytes_equal: bool | None = None
-    ranks_agree: bool | None = None  # ranks comparison: every rank's parameters equal rank 0's
-
-
-@dataclass
-class ParityResult:
-    settings: ParitySettings
-    workload: str
-    steps: list[StepFigures] = field(default_factory=list)
-    bound_worst_ratio: dict[str, float] = field(default_factory=dict)
-    bound_largest: float = 0.0
-    contract: dict[str, bool] = field(default_factory=dict)
-    ranks: int = 1
-    ranks_sharing: str = ""  # how the ranks comparison's candidate shared its Newton-Schulz
-
-    @property
-    def holds(self) -> bool:
-        return bool(self.contract) and all(self.contract.values())
-
-    @classmethod
-    def from_rows(cls, settings: ParitySettings, workload: str, rows: list[dict[str, Any]]) -> ParityResult:
-        """The result of logged step rows (one per comparison and step), judged at step one."""
-        steps = [StepFigures(**{k: row.get(k) for k in STEP_FIELDS}) for row in rows]
-        result = cls(settings, workload, steps)
-        for row in rows:
-            if row["comparison"] == RANKS:
-                result.ranks, result.ranks_sharing = int(row.get("ranks") or 1), row.get("sharing_text") or ""
-            if (
-                row["step"] == 1 and row.get("bound_largest") is not None
-            ):  # a ratio beyond any bound is logged as null
-                ratio = row.get("bound_worst_ratio")
-                result.bound_worst_ratio[row["comparison"]] = math.inf if ratio is None else float(ratio)
-                result.bound_largest = max(result.bound_largest, float(row["bound_largest"]))
-        if set(COMPARISONS) <= set(result.bound_worst_ratio):
-            result.contract = judge(result.steps, result.bound_worst_ratio)
-        return result
-
-
-class Workload:
-    """Two identical copies of a parameter set and how to put gradients on them (and compute a loss)."""
-
-    def __init__(self, settings: ParitySettings, device: str = "cpu", seed: int = 0) -> None:
-        self.settings, self.device, self.seed = settings, torch.device(device), seed
-        self._bounds: dict[int, float] | None = None
-        if settings.fit:
-            from experiments.fit import embedded
-
-            torch.manual_seed(seed)
-            self.model = embedded.SmallConvNet().to(device)
-            self.images, self.labels = embedded.synthetic_images(64, embedded.DEFAULT_IMGSZ, seed)
-            self.images, self.labels = self.images.to(device), self.labels.to(device)
-            self.groups_of: Callable[[torch.nn.Module], list[dict[str, Any]]] = lambda m: (
-                embedded.build_param_groups(m, embedded.LR0, embedded.MOMENTUM, embedded.WEIGHT_DECAY)
-            )
-            self.kwargs = {"muon": embedded.MUON_SCALE, "sgd": embedded.SGD_SCALE}
-            self.name = self.describe(settings)
-        else:
-            self.groups, self.kwargs = build_param_groups(settings.scale, self.device, torch.float32, seed)
-            self.name = self.describe(settings)
-
-    @staticmethod
-    def describe(settings: ParitySettings) -> str:
-        if settings.fit:
-            return "embedded fit workload (SmallConvNet, one real forward/backward per step)"
-        return f"YOLO26{settings.scale} parameter set, seeded synthetic gradients"
-
-    def copy(self) -> Any:
-        """A fresh, identical copy of the parameters (a model in fit mode, param groups otherwise)."""
-        if self.settings.fit:
-            return copy.deepcopy(self.model)
-        return [
-            {**g, "params": [torch.nn.Parameter(p.detach().clone(), p.requires_grad) for p in g["params"]]}
-            for g in self.groups
-        ]
-
-    def step_one_bounds(
-        self, optimizer: torch.optim.Optimizer, groups: list[dict[str, Any]]
-    ) -> dict[int, float]:
-        """The per-tensor bounds of step one, from the reference optimizer: the same for every comparison (they
-        all start from this workload's state), so computed once."""
-        if self._bounds is None:
-            self._bounds = update_bounds(optimizer, groups, self.kwargs.get("muon", 0.2))
-        return self._bounds
-
-    def groups_for(self, state: Any) -> list[dict[str, Any]]:
-        return self.groups_of(state) if self.settings.fit else state
-
-    def backward(self, state: Any, step: int) -> float | None:
-        """Put step ``step``'s gradients on ``state``; in fit mode return the loss (fp32) it was taken from."""
-        if not self.settings.fit:
-            fill_synthetic_grads(state, self.seed * 1000 + step)
-            return None
-        state.zero_grad(set_to_none=True)
-        batch = slice((step * 16) % 64, (step * 16) % 64 + 16)
-        logits = state(self.images[batch].float() / 255)
-        loss = torch.nn.functional.cross_entropy(logits, self.labels[batch])
-        loss.backward()
-        return loss.detach().float().item()
-
-
-def _params(groups: list[dict[str, Any]]) -> list[torch.Tensor]:
-    return [p for g in groups for p in g["params"]]
-
-
-def _ulp_bf16(magnitude: float) -> float:
-    """One bf16 rounding step at ``magnitude`` (0 for 0)."""
-    if magnitude == 0 or not math.isfinite(magnitude):
-        return 0.0
-    return 2.0 ** (math.floor(math.log2(magnitude)) - BF16_MANTISSA_BITS)
-
-
-def ulp_sensitivity(matrix: torch.Tensor, trials: int = SENSITIVITY_TRIALS, seed: int = 0) -> float:
-    """Largest change of the exact-shape bf16 Newton-Schulz output when each input element moves by ±1 ulp."""
-    generator = torch.Generator().manual_seed(seed)
-    rounded = matrix.to(torch.bfloat16)
-    reference = newton_schulz(rounded).float()
-    spread = 0.0
-    for _ in range(trials):
-        up = torch.rand(rounded.shape, generator=generator) < 0.5
-        target = torch.where(up, float("inf"), float("-inf")).bfloat16()
-        neighbour = torch.nextafter(rounded.cpu(), target).to(rounded.device)  # one ulp up or down, each
-        spread = max(spread, (newton_schulz(neighbour).float() - reference).abs().max().item())
-    return spread
-
-
-def update_bounds(
-    optimizer: torch.optim.Optimizer, groups: list[dict[str, Any]], muon: float
-) -> dict[int, float]:
-    """Per parameter (by position): lr·muon times the bf16 rounding of its Muon update; 0 without Muon.
-
-    Computed from the baseline's own building blocks on a copy of the pre-step buffer: the update's largest
-    entry gives one ulp, the 1-ulp sensitivity of its Newton-Schulz input gives the GEMM-rounding scale.
-    """
-    bounds: dict[int, float] = {}
-    for index, (group, p) in enumerate((g, p) for g in groups for p in g["params"]):
-        if p.grad is None or not group["use_muon"]:
-            bounds[index] = 0.0
-            continue
-        state = optimizer.state.get(p, {})
-        buffer = state["momentum_buffer"].clone() if "momentum_buffer" in state else torch.zeros_like(p)
-        matrix = muon_momentum(p.grad, buffer, group["momentum"], group["nesterov"])
-        matrix = matrix.reshape(len(matrix), -1)
-        scale = muon_scale(p.grad.shape)
-        largest = newton_schulz(matrix).float().abs().max().item() * scale
-        rounding = max(_ulp_bf16(largest), ULP_SENSITIVITY_FACTOR * ulp_sensitivity(matrix) * scale)
-        bounds[index] = group["lr"] * muon * rounding
-    return bounds
-
-
-def _compare(
-    name: str,
-    step: int,
-    reference: tuple[torch.optim.Optimizer, list[torch.Tensor]],
-    other: tuple[torch.optim.Optimizer, list[torch.Tensor]],
-) -> tuple[StepFigures, list[float]]:
-    (ref_opt, ref_params), (other_opt, other_params) = reference, other
-    buffers_equal = buffers_total = params_equal = 0
-    max_abs = max_rel = 0.0
-    per_param: list[float] = []
-    for p_ref, p_other in zip(ref_params, other_params, strict=True):
-        diff = (p_ref.detach().double() - p_other.detach().double()).abs()
-        largest = diff.max().item() if diff.numel() else 0.0
-        per_param.append(largest)
-        params_equal += int(torch.equal(p_ref, p_other))
-        max_abs = max(max_abs, largest)
-        scale = p_ref.detach().double().abs().clamp_min(torch.finfo(torch.float32).tiny)
-        max_rel = max(max_rel, (diff / scale).max().item() if diff.numel() else 0.0)
-        ref_state, other_state = ref_opt.state.get(p_ref, {}), other_opt.state.get(p_other, {})
-        for key in sorted(set(ref_state) | set(other_state)):
-            if not isinstance(ref_state.get(key), torch.Tensor):
-                continue
-            buffers_total += 1
-            other_buffer = other_state.get(key)
-            buffers_equal += int(other_buffer is not None and torch.equal(ref_state[key], other_buffer))
-    figures = StepFigures(
-        name, step, buffers_equal, buffers_total, params_equal, len(ref_params), max_abs, max_rel
-    )
-    return figures, per_param
-
-
-class Comparison:
-    """One comparison (the reference arm against another) followed step by step from identical state."""
-
-    def __init__(self, name: str, workload: Workload, reference: str, other: str) -> None:
-        self.name, self.workload = name, workload
-        self.states = workload.copy(), workload.copy()
-        self.groups = workload.groups_for(self.states[0]), workload.groups_for(self.states[1])
-        self.optimizers = (
-            make_optimizer(reference, self.groups[0], workload.kwargs),
-            make_optimizer(other, self.groups[1], workload.kwargs),
-        )
-        self.params = _params(self.groups[0]), _params(self.groups[1])
-        self.steps_done = 0
-
-    def step(self) -> dict[str, Any]:
-        """One step of both trajectories; their figures, and at step one the bound and how the worst tensor
-        stands against it."""
-        step = self.steps_done + 1
-        workload = self.workload
-        losses = [workload.backward(state, step) for state in self.states]
-        bounds = workload.step_one_bounds(self.optimizers[0], self.groups[0]) if step == 1 else None
-        for optimizer in self.optimizers:
-            optimizer.step()
-        if workload.device.type == "cuda":
-            torch.cuda.synchronize(workload.device)
-        self.steps_done = step
-        figures, per_param = _compare(
-            self.name, step, (self.optimizers[0], self.params[0]), (self.optimizers[1], self.params[1])
-        )
-        if losses[0] is not None:
-            figures.loss_reference, figures.loss_other = losses
-            figures.loss_bytes_equal = _same_bytes(losses[0], losses[1])
-        row = asdict(figures)
-        if bounds is not None:
-            ratios = [
-                d / b if b > 0 else (0.0 if d == 0 else math.inf)
-                for d, b in zip(per_param, bounds.values(), strict=True)
-            ]
-            worst = max(ratios, default=0.0)
-            row.update(
-                bound_worst_ratio=worst,
-                bound_largest=max(bounds.values(), default=0.0),
-                within_bound=worst <= 1.0,
-            )
-        return row
-
-
-def _prepare(settings: ParitySettings, device: str) -> None:
-    if settings.fit and device.startswith("cuda"):
-        torch.backends.cudnn.deterministic = True
-        torch.backends.cudnn.benchmark = False
-
-
-COMPARISONS = ("control", "candidate")
-RANKS = "ranks"  # the candidate on N ranks against the one-rank candidate (--gpus N)
-
-
-def _other_arm(settings: ParitySettings, comparison: str) -> str:
-    return settings.baseline if comparison == "control" else settings.candidate
-
-
-def run_parity(settings: ParitySettings, device: str = "cpu", seed: int = 0) -> ParityResult:
-    """Run the control and the candidate comparison for ``settings.steps`` steps in memory and judge step one."""
-    _prepare(settings, device)
-    workload = Workload(settings, device, seed)
-    rows = []
-    for name in COMPARISONS:
-        comparison = Comparison(name, workload, settings.baseline, _other_arm(settings, name))
-        rows += [comparison.step() for _ in range(settings.steps)]
-    return ParityResult.from_rows(settings, workload.name, rows)
-
-
-def _same_bytes(a: float, b: float) -> bool:
-    return (
-        torch.tensor(a, dtype=torch.float32).view(torch.int32).item()
-        == torch.tensor(b, dtype=torch.float32).view(torch.int32).item()
-    )
-
-
-def judge(steps: list[StepFigures], bound_worst_ratio: dict[str, float]) -> dict[str, bool]:
-    """The one-step contract, clause by clause."""
-    first = {f.comparison: f for f in steps if f.step == 1}
-    control, candidate = first["control"], first["candidate"]
-    contract = {
-        "control: parameters identical": control.params_equal == control.params_total,
-        "control: buffers bit-equal": control.buffers_equal == control.buffers_total,
-        "candidate: buffers bit-equal": candidate.buffers_equal == candidate.buffers_total,
-        "candidate: largest difference within lr·muon·bf16 rounding of the update": bound_worst_ratio[
-            "candidate"
-        ]
-        <= 1.0,
-    }
-    if control.loss_bytes_equal is not None:
-        contract["control: loss bytes identical"] = bool(control.loss_bytes_equal)
-        contract["candidate: loss bytes identical"] = bool(candidate.loss_bytes_equal)
-    if RANKS in first and RANKS in bound_worst_ratio:
-        ranks = first[RANKS]
-        contract["ranks: every rank holds rank 0's parameters"] = bool(ranks.ranks_agree)
-        contract["ranks: largest difference from one rank within lr·muon·bf16 rounding of the update"] = (
-            bound_worst_ratio[RANKS] <= 1.0
-        )
-    return contract
-
-
-def divergence_table(result: ParityResult) -> pd.DataFrame:
-    import pandas as pd  # here, not at the top: a parity rank imports this module and needs no pandas
-
-    return pd.DataFrame([asdict(f) for f in result.steps])
-
-
-def _g(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3g}"
-
-
-def parity_markdown(result: ParityResult, device: str, seed: int) -> str:
-    """The parity section: verdict, one-step figures, the bound and the divergence table."""
-    s = result.settings
-    first = {f.comparison: f for f in result.steps if f.step == 1}
-    lines = [
-        "### Parity: candidate against baseline",
-        "",
-        f"Workload: {result.workload}; device `{device}`; seed {seed}; {s.steps} step(s). Baseline arm "
-        f"`{s.baseline}`, candidate arm `{s.candidate}`.",
-        "",
-    ]
-    if not set(COMPARISONS) <= set(first):
-        return "\n".join(lines + ["Step one has not run for both comparisons yet: no verdict."])
-    lines += [
-        f"**One-step contract: {'holds' if result.holds else 'BROKEN'}.**",
-        "",
-        "| clause | holds |",
-        "| --- | --- |",
-        *[f"| {clause} | {'yes' if ok else '**no**'} |" for clause, ok in result.contract.items()],
-        "",
-        "#### After one step from identical state",
-        "",
-        "| comparison | buffers bit-equal | parameters identical | largest abs diff | largest rel diff | diff / bound | loss bytes equal |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for name in (n for n in (*COMPARISONS, RANKS) if n in first and n in result.bound_worst_ratio):
-        f = first[name]
-        loss = "n/a" if f.loss_bytes_equal is None else ("yes" if f.loss_bytes_equal else "no")
-        lines.append(
-            f"| {name} | {f.buffers_equal} of {f.buffers_total} | {f.params_equal} of {f.params_total} | "
-            f"{_g(f.max_abs_diff)} | {_g(f.max_rel_diff)} | {_g(result.bound_worst_ratio[name])} | {loss} |"
-        )
-    lines += [
-        "",
-        "The bound per tensor is lr·muon times the bf16 rounding of the baseline's own Muon update: the larger of "
-        f"one ulp of its largest entry and {ULP_SENSITIVITY_FACTOR:g}× the output's spread under ±1-ulp "
-        "perturbations of its bf16 Newton-Schulz input (0 for tensors without a Muon part); the largest bound "
-        f"here is {_g(result.bound_largest)}. 'diff / bound' is the worst tensor's ratio (≤ 1 holds).",
-    ]
-    if RANKS in first:
-        f = first[RANKS]
-        verdict = (
-            "bit for bit"
-            if f.params_equal == f.params_total
-            else f"within {_g(result.bound_worst_ratio.get(RANKS))} of the bound (largest difference {_g(f.max_abs_diff)})"
-        )
-        lines += [
-            "",
-            f"ranks: the candidate on {result.ranks} ranks against the one-rank candidate in this process, from "
-            f"identical state on identical inputs; after one step they agree {verdict}; "
-            f"{result.ranks_sharing or 'no sharing recorded'}.",
-        ]
-    if s.steps > 1:
-        lines += [
-            "",
-            f"#### Divergence over {s.steps} steps (reported, not claimed)",
-            "",
-            "| step | control max abs diff | candidate max abs diff | candidate buffers bit-equal |"
-            + (" ranks max abs diff |" if RANKS in first else ""),
-            "| --- | --- | --- | --- |" + (" --- |" if RANKS in first else ""),
-        ]
-        by_step: dict[int, dict[str, StepFigures]] = {}
-        for f in result.steps:
-            by_step.setdefault(f.step, {})[f.comparison] = f
-        for step, pair in sorted(by_step.items()):
-            if not set(COMPARISONS) <= set(pair):
-                continue
-            c, k = pair["control"], pair["candidate"]
-            ranks = (
-                f" {_g(pair[RANKS].max_abs_diff)} |"
-                if RANKS in pair
-                else (" n/a |" if RANKS in first else "")
-            )
-            lines.append(
-                f"| {step} | {_g(c.max_abs_diff)} | {_g(k.max_abs_diff)} | {k.buffers_equal} of {k.buffers_total} |"
-                + ranks
-            )
-    lines += ["", "Not claimed: identical multi-step training."]
-    same = same_path_as_baseline(s.candidate, device, s.baseline)
-    if same:
-        lines[-1] += (
-            f" Here {same}, so this run checks the plumbing; the batched path is exercised on CUDA, or on the "
-            "CPU with `--candidate candidate-cpu`."
-        )
-    return "\n".join(lines)
-
-
-# --- the tier ---------------------------------------------------------------------------------------------
+__all__ = [
+    "STEP_FIELDS",
+    "ULP_SENSITIVITY_FACTOR",
+    "ParityResult",
+    "ParitySettings",
+    "run_parity",
+    "ulp_sensitivity",
+]
 
 DIVERGENCE_CSV = "divergence.csv"
-
-
-def _check_scale_and_steps(scale: str, steps: int) -> None:
-    check_choice("--scale", scale, SCALES)
-    check_positive("--steps", steps, MAX_PAIRS)  # one trial per step and comparison: the pairs' bound
 
 
 # What a parity plan records: its options as given (``ParitySettings``).
@@ -487,7 +71,7 @@ def recorded_settings_problem(plan: Plan) -> str | None:
     if unknown:  # the settings are read back whole, as ParitySettings
         return f"settings has {', '.join(unknown)}, which a parity plan does not record"
     try:
-        _check_scale_and_steps(plan.settings["scale"], plan.settings["steps"])
+        check_fields(ParitySettings(**plan.settings))
     except InputError as exc:
         return f"settings: {exc}"
     return None
@@ -550,7 +134,7 @@ def arms_of(arms: str | None, candidate: str | None) -> tuple[str, str]:
 
 def make_plan(protocol: ProtocolOptions, settings: ParitySettings, command: str = "") -> Plan:
     """Check the parity options and describe the run: each comparison's steps, one trial per step."""
-    _check_scale_and_steps(settings.scale, settings.steps)
+    check_fields(settings)
     if settings.candidate == settings.baseline:  # its case would hold one arm twice
         raise InputError(
             f"--candidate {settings.candidate} is the baseline: parity follows a candidate against it (the "
@@ -607,7 +191,7 @@ def trial_function(plan: Plan) -> TrialFunction:
     """One step of one comparison per trial; a comparison resumed mid-way replays its earlier steps unlogged."""
     settings = ParitySettings(**plan.settings)
     device, seed = plan.protocol.device, plan.protocol.seed
-    _prepare(settings, device)
+    prepare(settings, device)
     workload = Workload(settings, device, seed)
     comparisons: dict[str, Comparison] = {}
     ranks = RanksComparison(plan, workload) if plan.protocol.gpus > 1 else None
@@ -620,7 +204,7 @@ def trial_function(plan: Plan) -> TrialFunction:
         comparison = comparisons.get(name)
         if comparison is None or comparison.steps_done >= step:
             comparison = comparisons[name] = Comparison(
-                name, workload, settings.baseline, _other_arm(settings, name)
+                name, workload, settings.baseline, other_arm(settings, name)
             )
         while comparison.steps_done < step - 1:
             comparison.step()
@@ -630,7 +214,6 @@ def trial_function(plan: Plan) -> TrialFunction:
     return trial
 
 
-STEP_FIELDS = tuple(f.name for f in fields(StepFigures))
 RANKS_TARGET = "experiments.parity:trajectory_in_rank"
 RANKS_TIMEOUT_S = 3600
 
@@ -669,14 +252,14 @@ def trajectory_in_rank(payload: dict[str, Any]) -> dict[str, Any]:
     rank, _, device = rank_device(payload["devices"])
     settings = ParitySettings(**payload["settings"])
     torch.set_num_threads(int(payload["threads"]))  # the one-rank side's: CPU kernels round by thread count
-    _prepare(settings, device)
+    prepare(settings, device)
     init_group(device)
     try:
         workload = Workload(settings, device, int(payload["seed"]))
         state = workload.copy()
         groups = workload.groups_for(state)
         optimizer = make_optimizer(settings.candidate, groups, workload.kwargs)
-        params = _params(groups)
+        params = params_of(groups)
         agree: dict[int, bool] = {}
         for step in range(1, settings.steps + 1):
             workload.backward(state, step)
@@ -708,7 +291,7 @@ class RanksComparison:
         self.state = self.workload.copy()
         self.groups = self.workload.groups_for(self.state)
         self.optimizer = make_optimizer(self.settings.candidate, self.groups, self.workload.kwargs)
-        self.params = _params(self.groups)
+        self.params = params_of(self.groups)
         self.steps_done = 0
 
     def _launch(self, first: int, folder: Path) -> None:
@@ -823,8 +406,8 @@ def contract_text(run: Run) -> str:
     verdict = "holds" if not broken else "BROKEN (" + "; ".join(broken) + ")"
     first = next(f for f in result.steps if f.step == 1 and f.comparison == "candidate")
     return (
-        f"One-step contract: {verdict}; the candidate's largest difference {_g(first.max_abs_diff)}, its "
-        f"largest bound {_g(result.bound_largest)} (worst tensor at {_g(result.bound_worst_ratio['candidate'])} "
+        f"One-step contract: {verdict}; the candidate's largest difference {figure_text(first.max_abs_diff)}, its "
+        f"largest bound {figure_text(result.bound_largest)} (worst tensor at {figure_text(result.bound_worst_ratio['candidate'])} "
         "of its own bound; 1 or less holds).\n"
     )
 

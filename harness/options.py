@@ -7,10 +7,10 @@ options given as text); the CLI reads them from here.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Callable
+from dataclasses import fields
 from typing import Any
 
 import torch
@@ -20,29 +20,27 @@ from harness.errors import InputError
 from harness.formatting import format_bytes
 from harness.limits import MAX_PAIRS
 from harness.placement import Placement, choose_placement
-from harness.protocol import CONCURRENT_ORDERS, ORDERS, Arm, ProtocolOptions
+from harness.protocol_options import (
+    AUTO_DEVICE,
+    DEFAULT_ARMS,
+    DEVICE_FORM,
+    MAX_COOLDOWN,
+    MAX_GPUS,
+    MAX_SEED,
+    MAX_WARMUP,
+    ProtocolOptions,
+    check_protocol,
+)
+from harness.schedule import CONCURRENT_ORDERS, Arm
+from harness.schema import check_choice, check_non_negative, check_positive
 from harness.timing import parse_bytes
 
-DEFAULT_ARMS = "baseline,candidate"
+__all__ = [
+    "AUTO_DEVICE", "DEFAULT_ARMS", "DEVICE_FORM", "MAX_COOLDOWN", "MAX_GPUS", "MAX_PAIRS", "MAX_SEED",
+    "MAX_WARMUP", "InputError", "check_choice", "check_non_negative", "check_positive",
+]  # fmt: skip
+
 NO_PLACEMENT = "none"
-AUTO_DEVICE = "auto"
-
-# The most each count may be, checked before anything starts: a larger value names a run that cannot be run.
-# No count here means anything past 2**31 - 1 (two billion steps, images, rows or replays), and larger values
-# overflow the sizes torch and numpy take, so they could only fail inside every trial.
-MAX_COUNT = 2**31 - 1
-# Warm-ups are discarded: a device and its caches warm within a few trials.
-MAX_WARMUP = 1_000
-# The largest seed every generator here takes (a signed 64-bit integer); each trial's seed is derived from it.
-MAX_SEED = 2**63 - 1
-# GPU clocks settle within seconds; an hour's pause before every trial is a typo, not a cool-down.
-MAX_COOLDOWN = 3600.0
-# Ranks per trial: one node's devices (or CPU ranks) each start a process; more than 1024 is no machine here.
-MAX_GPUS = 1024
-
-
-# A device a plan can name (a list is split before); device numbers are ASCII digits.
-DEVICE_FORM = re.compile(r"^(cpu|cuda(:\d+)?)$", re.ASCII)
 _DEVICE_LIST = re.compile(r"^cuda:\d+(,\d+)+$", re.ASCII)
 
 
@@ -108,53 +106,16 @@ def split_device_list(device: str, gpus: int) -> tuple[str, int]:
     return f"cuda:{indices[0]}", len(indices)
 
 
-def check_gpus(gpus: int, device: str, order: str = "alternate") -> int:
-    """Ranks per trial: positive, on CUDA no more than the devices from ``device``'s index on; one rank per
-    trial where the trials of a round run at once."""
-    check_positive("--gpus", gpus, MAX_GPUS)
-    if gpus == 1:
-        return gpus
-    if device.startswith("cuda"):
-        first = cuda_index(device)
-        available = torch.cuda.device_count() - first
+def check_gpus(gpus: int, device: str) -> int:
+    """Ranks per trial: on CUDA, no more than the devices from ``device``'s index on."""
+    if gpus > 1 and device.startswith("cuda"):
+        available = torch.cuda.device_count() - cuda_index(device)
         if gpus > available:
             raise InputError(
                 f"--gpus {gpus} from {device}: only {max(available, 0)} CUDA device(s) from there on; use --gpus "
                 f"{max(available, 1)} or fewer"
             )
-    if order in CONCURRENT_ORDERS:
-        raise InputError(
-            f"--order {order} with --gpus {gpus}: concurrent trials of several ranks are not run"
-        )
     return gpus
-
-
-def check_positive(name: str, value: int, at_most: int | float = MAX_COUNT) -> int:
-    """A whole number from 1 to ``at_most``."""
-    if value < 1:
-        raise InputError(f"{name} must be a positive whole number (got {value})")
-    return check_at_most(name, value, at_most)
-
-
-def check_non_negative(name: str, value: int | float, at_most: int | float = MAX_COUNT) -> int | float:
-    """A number from 0 to ``at_most``."""
-    if not (isinstance(value, int) or math.isfinite(value)) or value < 0:
-        raise InputError(f"{name} must be zero or more (got {value})")
-    return check_at_most(name, value, at_most)
-
-
-def check_at_most(name: str, value: int | float, maximum: int | float) -> int | float:
-    """``value`` unless it is more than ``maximum`` (the bound is argued where it is defined)."""
-    if value > maximum:
-        shown = f"{maximum:g}" if isinstance(maximum, float) else str(maximum)
-        raise InputError(f"{name} {value} is more than {shown}, the most a run can take; use {shown} or less")
-    return value
-
-
-def check_choice(name: str, value: str, accepted: tuple[str, ...]) -> str:
-    if value not in accepted:
-        raise InputError(f"{name} '{value}' is not accepted; use one of: {', '.join(accepted)}")
-    return value
 
 
 def split_list(name: str, text: str) -> list[str]:
@@ -234,7 +195,7 @@ def parse_pairs(pairs: int | str) -> int | str:
             raise InputError(
                 f"--pairs '{pairs}' is not a number; use a positive whole number or auto"
             ) from None
-    return check_positive("--pairs", pairs, MAX_PAIRS)
+    return pairs  # its bounds: ProtocolOptions.pairs
 
 
 def parse_warmup(warmup: int | str, name: str = "--warmup") -> int | str:
@@ -254,48 +215,6 @@ def parse_warmup(warmup: int | str, name: str = "--warmup") -> int | str:
     if isinstance(warmup, bool) or not isinstance(warmup, int):
         raise InputError(f"{name} {warmup!r} is not a whole number; use a whole number of 0 or more, or auto")
     return int(check_non_negative(name, warmup, MAX_WARMUP))
-
-
-def check_sequential(
-    pairs: int | str, precision: float | None, max_pairs: int, time_budget: float | None, first_look: int
-) -> None:
-    """``--precision`` and ``--max-pairs`` belong to ``--pairs auto``, which needs a precision; the looks run
-    from the first (every 2 pairs) to ``--max-pairs``. ``--time-budget``: positive seconds (``harness.estimate``)."""
-    if time_budget is not None and not (math.isfinite(time_budget) and time_budget > 0):
-        raise InputError(f"--time-budget must be a positive number of seconds (got {time_budget})")
-    if pairs != "auto":
-        given = [
-            name
-            for name, value, default in (
-                ("--precision", precision, None),
-                ("--max-pairs", max_pairs, ProtocolOptions.default("max_pairs")),
-            )
-            if value != default
-        ]
-        if given:
-            verb = "only applies" if len(given) == 1 else "only apply"
-            raise InputError(f"{', '.join(given)} {verb} with --pairs auto (got --pairs {pairs})")
-        return
-    if precision is None:
-        raise InputError("--pairs auto needs --precision P: the target half-width of the interval, in points")
-    if not math.isfinite(precision) or precision <= 0:
-        raise InputError(f"--precision must be a positive half-width in percentage points (got {precision})")
-    check_at_most("--max-pairs", max_pairs, MAX_PAIRS)
-    if max_pairs < first_look:
-        raise InputError(
-            f"--max-pairs {max_pairs} is below the first look at {first_look} pairs; use {first_look} or more"
-        )
-
-
-def check_tolerance(tolerance: float | None, control: bool) -> float | None:
-    """The A/A arm's ±tolerance in percent: positive, below 100, and only with ``--control``."""
-    if tolerance is None:
-        return None
-    if not control:
-        raise InputError("--tolerance judges the A/A arm; add --control (or drop --tolerance)")
-    if not math.isfinite(tolerance) or not 0 < tolerance < 100:
-        raise InputError(f"--tolerance {tolerance} is not a positive percentage below 100; use e.g. 1")
-    return tolerance
 
 
 def parse_budget(text: str | None) -> int | None:
@@ -339,17 +258,6 @@ def check_budget_fits(budget: int | None, device: str) -> int | None:
     return budget
 
 
-def check_bar(bar: float | None, control: bool = False) -> float | None:
-    """A claim's bar in percent; with ``control``, the A/A tolerance ±bar, so it must be positive."""
-    if bar is not None and (not math.isfinite(bar) or not -100 < bar < 100):
-        raise InputError(f"--bar {bar} is not a percentage; use a number between -100 and 100, e.g. 8")
-    if control and bar is not None and bar <= 0:
-        raise InputError(
-            f"--bar {bar} with --control is the A/A tolerance ±bar; use a positive percentage, e.g. 1"
-        )
-    return bar
-
-
 def check_cpus(cpus: str, order: str = "alternate") -> str:
     """``none``, ``auto`` or a core list this process may use (one line for anything else); a concurrent order
     needs a placement to share."""
@@ -376,38 +284,35 @@ def resolve_placement(cpus: str) -> Placement | None:
     return choose_placement(cpus)
 
 
+# The order ``protocol_options`` takes its first arguments in, by position.
+POSITIONAL = ("arms", "warmup", "pairs", "order", "seed", "bar", "device", "budget", "control")
+
+
 def protocol_options(
-    arms: str | None = DEFAULT_ARMS,
-    warmup: int | str = ProtocolOptions.default("warmup"),
-    pairs: int = ProtocolOptions.default("pairs"),
-    order: str = ProtocolOptions.default("order"),
-    seed: int = ProtocolOptions.default("seed"),
-    bar: float | None = ProtocolOptions.default("bar"),
-    device: str = AUTO_DEVICE,
-    budget: str | None = None,
-    control: bool = ProtocolOptions.default("control"),
-    cooldown: float = ProtocolOptions.default("cooldown"),
-    cpus: str = ProtocolOptions.default("cpus"),
-    tolerance: float | None = ProtocolOptions.default("tolerance"),
-    precision: float | None = ProtocolOptions.default("precision"),
-    max_pairs: int = ProtocolOptions.default("max_pairs"),
-    time_budget: float | None = ProtocolOptions.default("time_budget"),
-    gpus: int = ProtocolOptions.default("gpus"),
+    *positional: Any,
     announce: Any = None,
     default_arms: Callable[[str], tuple[str, str]] | None = None,
+    **given: Any,
 ) -> ProtocolOptions:
-    """Check every shared option and return them parsed (``InputError`` on the first bad one).
+    """The shared options as typed (``ProtocolOptions`` fields, arms and budget as text), parsed and checked
+    (``InputError`` on the first bad one); a field not given takes its default.
 
     ``device='auto'`` resolves here (CUDA when present, else the CPU); ``announce`` is told which and why.
-    ``arms=None`` (not given) takes ``default_arms(device)`` → (arms, why), announced, else ``DEFAULT_ARMS``.
+    ``arms=None`` takes ``default_arms(device)`` → (arms, why), announced, else ``DEFAULT_ARMS``.
     ``--device cuda:0,1`` is ``--device cuda:0 --gpus 2``.
     """
-    parsed_pairs = parse_pairs(pairs)
-    parsed_warmup = parse_warmup(warmup)
-    first_look = ProtocolOptions.default("first_look")
-    check_sequential(parsed_pairs, precision, max_pairs, time_budget, first_look)
+    values = {f.name: f.default for f in fields(ProtocolOptions) if f.name != "arms"}
+    values |= {
+        "arms": DEFAULT_ARMS,
+        "device": AUTO_DEVICE,
+        **dict(zip(POSITIONAL, positional, strict=False)),
+        **given,
+    }
+    arms, device, budget = values.pop("arms"), values.pop("device"), values.pop("budget")
+    values["pairs"] = parse_pairs(values["pairs"])
+    values["warmup"] = parse_warmup(values["warmup"])
     budget_bytes = parse_budget(budget)
-    device, gpus = split_device_list(device, gpus)
+    device, gpus = split_device_list(device, values["gpus"])
     device, why = resolve_device(device)
     if announce is not None:
         ranks = f"; {gpus} ranks per trial" if gpus > 1 else ""
@@ -416,24 +321,12 @@ def protocol_options(
         arms, arms_why = default_arms(device) if default_arms is not None else (DEFAULT_ARMS, "the default")
         if announce is not None:
             announce(f"arms: {arms} ({arms_why})")
-    parsed_arms = parse_arms(arms, control)
-    check_budget_fits(budget_bytes, device)
-    return ProtocolOptions(
-        arms=parsed_arms,
-        warmup=parsed_warmup,
-        pairs=parsed_pairs,
-        order=check_choice("--order", order, ORDERS),
-        seed=check_non_negative("--seed", seed, MAX_SEED),
-        bar=check_bar(bar, control and len(parsed_arms) == 2),
-        device=device,
-        budget=budget_bytes,
-        control=control,
-        cooldown=float(check_non_negative("--cooldown", cooldown, MAX_COOLDOWN)),
-        cpus=check_cpus(cpus, order),
-        tolerance=check_tolerance(tolerance, control),
-        precision=precision,
-        max_pairs=int(max_pairs),
-        time_budget=time_budget,
-        first_look=first_look,
-        gpus=check_gpus(gpus, device, order),
+    control = bool(values["control"])
+    values["cpus"] = check_cpus(values["cpus"], values["order"])
+    options = ProtocolOptions(
+        arms=parse_arms(arms, control), device=device, budget=budget_bytes, **{**values, "gpus": gpus}
     )
+    check_protocol(options)
+    check_budget_fits(budget_bytes, device)
+    check_gpus(gpus, device)
+    return options

@@ -1,67 +1,116 @@
-"""Each tier option declared once: a field of the tier's settings dataclass, its help and flag as metadata.
+"""Each option declared once: a field of a settings dataclass, with its help, flag and bounds as metadata.
 
-The CLI makes a command's options from the fields (``parameters``) and the settings back from what was typed
-(``settings_from``). An option then touches one file, its tier's settings, plus where it is used.
+The CLI makes a command's options from the fields (``parameters``), and the settings back from what was
+typed (``settings_from``). ``check_fields`` holds every field to its bounds: the CLI, the API and a resumed
+plan run this one check. An option then touches one file, its settings, plus where it is used.
 
 ```python
 @dataclass(frozen=True)
 class ScreenSettings:
-    steps: int = option(10, "Timed optimizer steps per trial (the window).")
+    steps: int = option(10, "Timed optimizer steps per trial (the window).", low=1)
 ```
 
 | metadata | meaning |
 | --- | --- |
-| ``help`` | the ``--help`` text |
+| ``help`` | the ``--help`` text; empty: a recorded setting with no option |
 | ``flag`` | a boolean's one flag (``--stages``), with no ``--no-…`` twin |
 | ``cli_type`` | the type the command line parses, where the field keeps another (a ``Path`` kept as text) |
 | ``cli_default`` | the command line's default, where it differs from the field's (None: resolved later) |
+| ``low``, ``high`` | the bounds of a number (1: a positive whole number; 0: zero or more) |
+| ``choices`` | the words a text option accepts |
+| ``words`` | words a number's option takes too (``auto``) |
+| ``check`` | any other check of the value: raises ``InputError`` with the one line users see |
+| ``hidden`` | left out of ``--help`` (a deprecated spelling) |
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+from harness.errors import InputError
+
 OPTION = "bench_option"
 _SAME = object()  # the command line's default is the field's
+# No count here means anything past 2**31 - 1; larger values overflow the sizes torch and numpy take.
+MAX_COUNT = 2**31 - 1
 
 
 @dataclass(frozen=True)
 class Option:
-    """How one settings field appears on the command line."""
+    """How one settings field appears on the command line, and the values it accepts."""
 
     help: str
     flag: str | None = None
     cli_type: Any = None
     cli_default: Any = _SAME
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+    words: tuple[str, ...] = ()
+    check: Callable[[Any], Any] | None = None
+    hidden: bool = False
 
 
-def option(default: Any, help: str, **how: Any) -> Any:
-    """A settings field with its default and its command-line option (see the module's table)."""
+class OptionError(InputError):
+    """A value outside its option's bounds; ``field`` names the option."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def option(default: Any, help: str = "", **how: Any) -> Any:
+    """A settings field with its default and its option (see the module's table)."""
     return dataclasses.field(default=default, metadata={OPTION: Option(help, **how)})
 
 
-def declared(cls: type) -> list[tuple[dataclasses.Field, Option, Any]]:
-    """(field, its option, its type) for every field of ``cls`` declared with ``option``, in field order."""
+def flag_of(name: str) -> str:
+    """A field's command-line flag: ``max_pairs`` → ``--max-pairs``."""
+    return "--" + name.replace("_", "-")
+
+
+def declared(cls: type, cli: bool = True) -> list[tuple[dataclasses.Field, Option, Any]]:
+    """(field, its option, its type) for every field of ``cls`` declared with ``option``, in field order;
+    with ``cli``, only those on the command line."""
     hints = typing.get_type_hints(cls)
-    return [(f, f.metadata[OPTION], hints[f.name]) for f in dataclasses.fields(cls) if OPTION in f.metadata]
+    return [
+        (f, f.metadata[OPTION], hints[f.name])
+        for f in dataclasses.fields(cls)
+        if OPTION in f.metadata and (f.metadata[OPTION].help or not cli)
+    ]
 
 
-def parameters(cls: type) -> list[inspect.Parameter]:
-    """The command's keyword parameters, one per declared field, as typer reads them."""
+def cli_default(field: dataclasses.Field, how: Option) -> Any:
+    """The command line's default of a declared field."""
+    if how.cli_default is not _SAME:
+        return how.cli_default
+    return None if field.default is dataclasses.MISSING else field.default
+
+
+def parameters(cls: type, names: typing.Iterable[str] | None = None, helps: dict[str, str] | None = None):
+    """The command's keyword parameters, one per declared field (or per field in ``names``), as typer reads
+    them; ``helps`` replaces a field's help in this command."""
     import typer  # the CLI's: a worker that imports a tier's settings never needs it
 
     out = []
     for field, how, kind in declared(cls):
-        given = typer.Option(how.flag, help=how.help) if how.flag else typer.Option(help=how.help)
-        default = field.default if how.cli_default is _SAME else how.cli_default
+        if names is not None and field.name not in names:
+            continue
+        text = (helps or {}).get(field.name, how.help)
+        given = typer.Option(*([how.flag] if how.flag else []), help=text, hidden=how.hidden)
         annotation = Annotated[how.cli_type or kind, given]
         out.append(
             inspect.Parameter(
-                field.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation
+                field.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=cli_default(field, how),
+                annotation=annotation,
             )
         )
     return out
@@ -71,6 +120,70 @@ def settings_from(cls: type, values: dict[str, Any]) -> Any:
     """The settings from a command's values (a ``cli_type`` value kept as the field's text where it differs)."""
     out = {}
     for field, how, _ in declared(cls):
-        value = values[field.name]
-        out[field.name] = str(value) if how.cli_type is not None and value is not None else value
+        if field.name in values:
+            value = values[field.name]
+            out[field.name] = str(value) if how.cli_type is not None and value is not None else value
     return cls(**out)
+
+
+def check_positive(name: str, value: int, at_most: int | float = MAX_COUNT) -> int:
+    """A whole number from 1 to ``at_most``."""
+    if value < 1:
+        raise InputError(f"{name} must be a positive whole number (got {value})")
+    return check_at_most(name, value, at_most)
+
+
+def check_non_negative(name: str, value: int | float, at_most: int | float = MAX_COUNT) -> int | float:
+    """A number from 0 to ``at_most``."""
+    if not (isinstance(value, int) or math.isfinite(value)) or value < 0:
+        raise InputError(f"{name} must be zero or more (got {value})")
+    return check_at_most(name, value, at_most)
+
+
+def check_at_most(name: str, value: int | float, maximum: int | float) -> int | float:
+    """``value`` unless it is more than ``maximum`` (the bound is argued where it is defined)."""
+    if value > maximum:
+        shown = f"{maximum:g}" if isinstance(maximum, float) else str(maximum)
+        raise InputError(f"{name} {value} is more than {shown}, the most a run can take; use {shown} or less")
+    return value
+
+
+def check_choice(name: str, value: str, accepted: tuple[str, ...]) -> str:
+    if value not in accepted:
+        raise InputError(f"{name} '{value}' is not accepted; use one of: {', '.join(accepted)}")
+    return value
+
+
+def check_value(name: str, value: Any, how: Option, prefix: str = "--") -> None:
+    """One value against its option's bounds, choices and check; ``OptionError`` names the field."""
+    shown = prefix + name.replace("_", "-") if prefix else name
+    try:
+        if value is None or value in how.words:
+            return
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            if how.low is not None or how.choices:
+                raise InputError(f"{shown} {value!r} is not accepted")
+        if how.choices:
+            check_choice(shown, value, how.choices)
+        if how.low is not None or how.high is not None:
+            if isinstance(value, str):
+                raise InputError(f"{shown} '{value}' is not a number")
+            if how.low == 1:
+                check_positive(shown, value, how.high or MAX_COUNT)
+            elif how.low == 0:
+                check_non_negative(shown, value, how.high or MAX_COUNT)
+            elif (how.low is not None and value < how.low) or not math.isfinite(value):
+                raise InputError(f"{shown} must be at least {how.low:g} (got {value})")
+            elif how.high is not None:
+                check_at_most(shown, value, how.high)
+        if how.check is not None:
+            how.check(value)
+    except InputError as exc:
+        raise OptionError(name, str(exc)) from None
+
+
+def check_fields(settings: Any, prefix: str = "--") -> Any:
+    """``settings`` unless a declared field is outside its bounds (``OptionError`` on the first one)."""
+    for field, how, _ in declared(type(settings), cli=False):
+        check_value(field.name, getattr(settings, field.name), how, prefix)
+    return settings

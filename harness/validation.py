@@ -21,18 +21,13 @@ from typing import Any
 from harness import telemetry
 from harness.env import ENV_SHAPE
 from harness.errors import InputError
-from harness.options import (
-    DEVICE_FORM,
-    MAX_COOLDOWN,
-    MAX_GPUS,
-    MAX_PAIRS,
-    MAX_SEED,
-    MAX_WARMUP,
-    check_sequential,
-)
-from harness.placement import is_placement_form
-from harness.protocol import CONCURRENT_ORDERS, FIGURE_LIMIT, ORDERS, Plan, ScheduledTrial
+from harness.limits import MAX_PAIRS
+from harness.plan import Plan
+from harness.protocol_options import check_protocol
+from harness.schedule import ScheduledTrial
+from harness.schema import OptionError
 from harness.tables import ENV, LOG, PLAN, CorruptRunFolder, RunFolder
+from harness.trial import FIGURE_LIMIT
 
 ROLES = ("baseline", "candidate")
 PHASES = ("warmup", "measured")
@@ -191,31 +186,10 @@ def _plan_problem(plan: Plan) -> str | None:
     for i, arm in enumerate(p.arms):
         if arm.role not in ROLES:
             return f"protocol.arms[{i}] has role '{arm.role}', not one of {', '.join(ROLES)}"
-    # The bounds each option is checked against when a run starts (harness.options), held again here: a
-    # resume acts on these values and a report reads them, so an edited one past them is refused, not run.
-    checks = {
-        "warmup": p.warmup == "auto" if isinstance(p.warmup, str) else 0 <= p.warmup <= MAX_WARMUP,
-        "warmup_tolerance": p.warmup_tolerance > 0,
-        "max_warmup": 2 <= p.max_warmup <= MAX_WARMUP,
-        "pairs": p.pairs == "auto" if isinstance(p.pairs, str) else 1 <= p.pairs <= MAX_PAIRS,
-        "precision": p.precision is None or (math.isfinite(p.precision) and p.precision > 0),
-        "max_pairs": MAX_PAIRS >= p.max_pairs >= p.first_look >= 1 if p.auto else True,
-        "time_budget": p.time_budget is None or p.time_budget > 0,
-        "seed": 0 <= p.seed <= MAX_SEED,
-        "cooldown": 0 <= p.cooldown <= MAX_COOLDOWN,
-        "order": p.order in ORDERS,
-        "bar": p.bar is None or -100 < p.bar < 100,
-        "tolerance": p.tolerance is None or 0 < p.tolerance < 100,
-        "budget": p.budget is None or p.budget > 0,
-        "device": DEVICE_FORM.match(p.device) is not None,
-        "cpus": is_placement_form(p.cpus),
-        "gpus": 1 <= p.gpus <= MAX_GPUS and (p.gpus == 1 or p.order not in CONCURRENT_ORDERS),
-    }
-    for name, holds in checks.items():
-        if not holds:
-            return f"protocol.{name} is {_show(getattr(p, name))}, which no run can have"
-    try:  # the start's own check of --pairs auto and its options
-        check_sequential(p.pairs, p.precision, p.max_pairs, p.time_budget, p.first_look)
+    try:  # the one check of the options, as when the run started: a resume acts on these values
+        check_protocol(p)
+    except OptionError as exc:
+        return f"protocol.{exc.field} is {_show(getattr(p, exc.field))}, which no run can have"
     except InputError as exc:
         return f"protocol: {exc}"
     if not plan.cases:

@@ -386,3 +386,41 @@ def test_bench_plan_prints_pairs_and_time_from_a_run(tmp_path: Path, monkeypatch
     assert "at σ's upper bound" in out
     assert main(["plan", str(folder), "--effect", "lots"]) == 2
     assert main(["plan", str(tmp_path / "missing")]) == 2
+
+
+def test_the_committed_cli_reference_is_the_generated_one() -> None:
+    """docs/cli.md is rendered from the option declarations: `python -m harness.cli_doc > docs/cli.md`."""
+    from harness.cli_doc import cli_reference
+
+    assert (ROOT / "docs" / "cli.md").read_text() == cli_reference()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "typed", "why"),
+    [
+        (
+            "cooldown",
+            4000.0,
+            ["--cooldown", "4000"],
+            "--cooldown 4000.0 is more than 3600, the most a run can take",
+        ),
+        ("gpus", 0, ["--gpus", "0"], "--gpus must be a positive whole number (got 0)"),
+        ("order", "zigzag", ["--order", "zigzag"], "--order 'zigzag' is not accepted; use one of: alternate"),
+    ],
+)
+def test_one_check_refuses_a_value_typed_and_a_value_in_a_resumed_plan(
+    field: str, value, typed: list[str], why: str, capsys
+) -> None:
+    """The CLI and a plan read back (``check_protocol``) refuse a value out of its declared bounds alike."""
+    from dataclasses import replace
+
+    from harness.protocol import Arm, ProtocolOptions
+    from harness.protocol_options import check_protocol
+    from harness.schema import OptionError
+
+    arms = (Arm("baseline", "baseline", "baseline"), Arm("candidate", "candidate", "candidate"))
+    with pytest.raises(OptionError, match=re.escape(why)) as raised:
+        check_protocol(replace(ProtocolOptions(arms), **{field: value}))
+    assert raised.value.field == field
+    assert main(["screen", "--device", "cpu", *typed]) == 2
+    assert why in capsys.readouterr().err

@@ -11,13 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from experiments.fit.plan import (
-    FitSettings,
-    make_plan,
-    recorded_row_problem,
-    recorded_settings_problem,
-    trial_function,
-)
+from experiments.fit.plan import FitSettings, make_plan
+from experiments.fit.recorded import recorded_row_problem, recorded_settings_problem
+from experiments.fit.trial import trial_function
 from experiments.resume_check import arms_resume_problem
 from harness.protocol import Plan, ProtocolOptions
 from harness.tier import BaseTier, Caveat, Run

@@ -19,35 +19,17 @@ rendezvous options through); the real trainer's by Ultralytics' own DDP launch, 
 from __future__ import annotations
 
 import importlib.util
-import os
-import shlex
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from experiments.arms import arm_code, checked_optimizer
 from experiments.fit.embedded import optimizer_kwargs
-from experiments.fit.stages import STAGES, stage_column
+from experiments.fit.ranks_check import check_ranks, isolation_text
 from harness.formatting import format_bytes
-from harness.isolation import RANK_ENVIRONMENT, WorkerDied, WorkerError, run_in_ranks, run_in_worker
-from harness.options import InputError, check_choice, check_non_negative, check_positive
-from harness.protocol import Case, Plan, ProtocolOptions, TrialContext, TrialFunction
-from harness.safe_fs import fresh_dir, remove_entry
-from harness.schema import option
-from harness.validation import (
-    BYTES,
-    POSITIVE_SECONDS,
-    SECONDS,
-    TEXT,
-    TRIAL_SECONDS_LIMIT,
-    UINT64_MAX,
-    RowField,
-    row_fields_problem,
-    settings_problem,
-    shape_problem,
-)
+from harness.options import InputError
+from harness.protocol import Case, Plan, ProtocolOptions
+from harness.schema import check_choice, check_non_negative, check_positive, option
 
 WORKLOADS = ("auto", "ultralytics", "embedded")
 AMP_CHOICES = ("auto", "bf16", "fp16", "fp32")
@@ -310,7 +292,7 @@ def make_plan(
             "--bar with --stages: a stages run is a diagnostic with no verdict; drop --bar (or --stages)"
         )
     chosen, why = resolve_workload(s.workload)
-    _check_counts(s)
+    check_counts(s)
     amp = resolve_amp(s.amp, protocol.device)
     imgsz = DEFAULT_IMGSZ[chosen] if s.imgsz is None else check_positive("--imgsz", s.imgsz, MAX_IMGSZ)
     if chosen == "ultralytics":
@@ -435,7 +417,7 @@ def make_plan(
         settings=asdict(resolved),
         command=command,
         in_process=False,
-        isolation=_isolation_text(protocol, chosen)
+        isolation=isolation_text(protocol, chosen)
         + (
             "; before the first trial a preparatory worker builds the data set once (label caches"
             + (", .npy image cache" if s.cache == "disk" else "")
@@ -473,291 +455,10 @@ def make_plan(
     )
 
 
-def _check_counts(s: FitSettings) -> None:
+def check_counts(s: FitSettings) -> None:
     """The options a plan keeps as given: each within the bound argued where it is defined."""
     check_non_negative("--workers", s.workers, MAX_WORKERS)
     check_choice("--cache", s.cache, CACHE_CHOICES)
     check_non_negative("--close-mosaic", s.close_mosaic, MAX_EPOCHS)
     check_positive("--trial-timeout", s.trial_timeout, MAX_TRIAL_TIMEOUT)
     check_positive("--val-images", s.val_images, MAX_IMAGES)
-
-
-# What a fit's plan records: its settings as ``make_plan`` resolved them (no ``auto``, no None).
-RECORDED_SHAPE = {
-    "workload": str,
-    "steps": int,
-    "images": int,
-    "val_images": int,
-    "batch": int,
-    "imgsz": int,
-    "amp": str,
-    "model": str,
-    "stages": bool,
-    "workers": int,
-    "cache": str,
-    "close_mosaic": int,
-}
-
-
-# What a fit's plan records beside them where it has them (older plans lack some; the first format named two
-# otherwise): each of its type, as ``FitSettings`` reads it back for a resume and the report.
-OPTIONAL_SHAPE = {
-    "data": str | None,
-    "data_cache": str,
-    "data_root": str,
-    "trial_timeout": int,
-    "trial_timeout_s": int,
-    "keep_checkpoints": bool,
-    "torchrun": str,
-}
-
-
-def recorded_settings_problem(plan: Plan) -> str | None:
-    """What is wrong with a fit plan's recorded settings (an edited plan.json), or None: a field missing or of
-    another type, ``stages`` that disagrees with the tier's name, or a value the options' own checks refuse.
-    The machine's part of the checks (the model file, the trainer's import, the devices) is a resume's."""
-    problem = settings_problem(plan.settings, RECORDED_SHAPE) or shape_problem(
-        plan.settings, OPTIONAL_SHAPE, "settings"
-    )
-    if problem:
-        return problem
-    s = FitSettings.from_dict(plan.settings)
-    if s.stages != (plan.tier == "stages"):
-        return (
-            f"settings.stages is {str(s.stages).lower()}, but the plan's tier is '{plan.tier}' (a stages run "
-            "records true, a pair false)"
-        )
-    try:
-        check_choice("--workload", s.workload, tuple(w for w in WORKLOADS if w != "auto"))
-        check_choice("--amp", s.amp, tuple(a for a in AMP_CHOICES if a != "auto"))
-        _check_counts(s)
-        check_positive("--imgsz", s.imgsz, MAX_IMGSZ)
-        check_positive("--images", s.images, MAX_IMAGES)
-        check_steps(s.steps, s.images, s.batch)
-        check_ranks(plan.protocol, s, s.workload, machine=False)  # the start's check: --torchrun above all
-    except InputError as exc:
-        return f"settings: {exc}"
-    return None
-
-
-# What a fit's report reads of its rows (the fit's and its stages' figures, the ranks' sharing), each of its
-# type and in its range where present. The steady-state figure is compared by ratio, as the fit's time is:
-# positive.
-ROW_FIELDS = {
-    "steady_s": POSITIVE_SECONDS,
-    **{stage_column(stage): SECONDS for stage in STAGES},
-    "stage_unattributed_s": RowField(float, -TRIAL_SECONDS_LIMIT, TRIAL_SECONDS_LIMIT),  # a difference
-    **{
-        key: SECONDS
-        for key in (
-            "stage_optimizer_first_s",
-            "stage_optimizer_step_median_s",
-            "stage_optimizer_host_median_s",
-            "iteration_sync_median_s",
-            "iteration_host_median_s",
-        )
-    },
-    **{key: BYTES for key in ("peak_allocated_sum", "optimizer_plan_bytes", "checkpoint_bytes")},
-    **{key: RowField(float) for key in ("train_loss", "val_map50_95", "val_map50", "val_accuracy")},
-    **{key: TEXT for key in ("optimizer_class", "optimizer_graphs", "sharing_note")},
-    **{
-        key: RowField(int, 0, UINT64_MAX)
-        for key in ("iterations", "sharing_world", "sharing_matrices_here", "sharing_matrices")
-    },
-    "rank_matrices_here": RowField(list, 0, UINT64_MAX),  # per rank, null where a rank did not say
-    "amp_used": RowField(bool),
-}
-
-
-def recorded_row_problem(row: dict[str, Any]) -> str | None:
-    """What is wrong with the fields a fit's report reads of a log row (``ROW_FIELDS``), or None."""
-    return row_fields_problem(row, ROW_FIELDS)
-
-
-def _isolation_text(protocol: ProtocolOptions, workload: str) -> str:
-    if protocol.gpus == 1:
-        return (
-            "a fresh worker process per trial (python -m harness.isolation); the parent schedules and "
-            "collects rows and never touches the GPU"
-        )
-    launch = (
-        "one worker per trial launches Ultralytics' own DDP fit (torch.distributed.run over a generated file)"
-        if workload == "ultralytics"
-        else "each trial's ranks started fresh by torch.distributed.run (python -m harness.isolation in each)"
-    )
-    return (
-        f"{protocol.gpus} ranks per trial, data-parallel ({protocol.backend}, devices "
-        f"{', '.join(protocol.rank_devices)}): {launch}; the parent schedules and collects rank 0's row and "
-        "never touches the GPU; a rank that dies fails the trial"
-    )
-
-
-def check_launcher_options(text: str, words: list[str]) -> None:
-    """``--torchrun``'s words read by ``torch.distributed.run``'s own parser, placed as the ranks' launch places
-    them: ``InputError`` for a word it does not take (every rank would die at its start, every trial failed)."""
-    import argparse
-    import contextlib
-    import io
-
-    from torch.distributed.run import get_args_parser
-
-    parser = get_args_parser()
-    parser.exit_on_error = False
-    launch = ["--nproc-per-node", "2", *words, "--module", "harness.isolation", "target"]
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):
-            parsed, unknown = parser.parse_known_args(launch)
-    except (argparse.ArgumentError, SystemExit) as exc:
-        unknown, parsed = [str(exc)], None
-    if unknown or parsed is None or parsed.training_script != "harness.isolation":
-        left = " ".join(unknown) or "a script of its own"
-        raise InputError(
-            f"--torchrun '{text}' is not torch.distributed.run's options ({left}); give its rendezvous options, "
-            "e.g. '--nnodes 2 --node-rank 0 --rdzv-backend c10d --rdzv-endpoint HOST:29400 --rdzv-id ID'"
-        )
-
-
-def check_ranks(
-    protocol: ProtocolOptions, settings: FitSettings, workload: str, machine: bool = True
-) -> None:
-    """A data-parallel fit splits the global batch evenly; the real trainer's DDP launch needs CUDA devices
-    and cloudpickle; ``--torchrun`` options are the embedded workload's, with several ranks. ``machine=False``
-    leaves out what this machine has (cloudpickle): a recorded plan is checked by the rest."""
-    ranks = protocol.gpus
-    if settings.torchrun and (ranks == 1 or workload != "embedded"):
-        raise InputError(
-            "--torchrun passes rendezvous options to the embedded workload's ranks: it needs --gpus 2 or more "
-            "and --workload embedded (Ultralytics' DDP launch runs on one node)"
-        )
-    try:
-        words = shlex.split(settings.torchrun)
-    except ValueError as exc:
-        raise InputError(f"--torchrun '{settings.torchrun}' is not a command line: {exc}") from None
-    if words:
-        check_launcher_options(settings.torchrun, words)
-    if ranks == 1:
-        return
-    if settings.batch % ranks:
-        raise InputError(
-            f"--batch {settings.batch} is the global batch, split evenly over --gpus {ranks}; use a multiple of "
-            f"{ranks} (e.g. --batch {settings.batch + ranks - settings.batch % ranks})"
-        )
-    if workload == "ultralytics":
-        if not protocol.device.startswith("cuda"):
-            raise InputError(
-                f"--gpus {ranks} with the real trainer: Ultralytics' DDP launch needs CUDA devices; use --device "
-                "cuda, or --workload embedded for CPU ranks on gloo"
-            )
-        if machine and importlib.util.find_spec("cloudpickle") is None:
-            raise InputError(
-                "--gpus with the real trainer: Ultralytics' DDP launch pickles its trainer with cloudpickle, which "
-                "is not importable here; pip install 'cloudpickle>=3.1.1'"
-            )
-
-
-def worker_environment(run_dir: Path) -> dict[str, str]:
-    """Environment of every worker: offline, with its own writable Ultralytics config folder (the embedded
-    workload needs it too when an arm is ``upstream``, whose import reads settings and probes the network)."""
-    from experiments.fit.ultralytics_fit import offline_environment
-
-    return offline_environment(run_dir / "ultralytics-config")
-
-
-def prepare_data_set(settings: FitSettings, data_yaml: str) -> dict[str, Any]:
-    """Make the real trainer's data-set side effects (label caches, a disk image cache) once, untimed, in a
-    preparatory worker (the parent never imports ultralytics); ``InputError`` with its last line if it fails."""
-    from experiments.fit.ultralytics_fit import offline_environment
-
-    with tempfile.TemporaryDirectory(prefix="bench-prepare-") as config:
-        try:
-            return run_in_worker(
-                PREPARE_TARGET,
-                {"settings": asdict(settings), "data_yaml": data_yaml, "parent_pid": os.getpid()},
-                timeout_s=PREPARE_TIMEOUT_S,
-                env=offline_environment(Path(config)),
-            )
-        except (WorkerDied, WorkerError) as exc:
-            raise InputError(
-                f"the data set {data_yaml} could not be prepared by Ultralytics: {exc}"
-            ) from None
-
-
-def trial_function(plan: Plan) -> TrialFunction:
-    """The trial function of a fit plan: one worker process per trial, its output in ``trials/<index>.log``.
-
-    For the real trainer the data set is ready before the first trial: generated (synthetic) and built once
-    by upstream's dataset builder, so its caches are never made inside a timed fit.
-    """
-    settings = FitSettings.from_dict(plan.settings)
-    ranks = plan.protocol.gpus
-    data_yaml = settings.data
-    if settings.workload == "ultralytics" and data_yaml is None:
-        from experiments.fit.dataset import SyntheticSet, ensure_synthetic_set
-
-        spec = SyntheticSet(settings.images, settings.val_images, settings.imgsz, plan.protocol.seed)
-        data_yaml = str(ensure_synthetic_set(spec, Path(settings.data_cache)).resolve())
-    if settings.workload == "ultralytics":
-        prepared = prepare_data_set(settings, data_yaml)
-        from harness.console import console
-
-        console.print(
-            f"data: {data_yaml} built once before the first trial (untimed): "
-            f"{len(prepared['label_caches'])} label cache(s)"
-            + (", an .npy per image (--cache disk)" if prepared["image_cache"] == "disk" else "")
-        )
-
-    def trial(ctx: TrialContext) -> dict[str, Any]:
-        trials_dir = fresh_dir(ctx.run_dir / "trials")  # a link there is removed, never followed
-        trial_dir = trials_dir / f"{ctx.trial.index:03d}"
-        remove_entry(trial_dir)  # a link at the trial's folder: removed, so its target is never emptied
-        payload = {
-            "settings": asdict(settings),
-            "data_yaml": data_yaml,
-            "arm_spec": ctx.arm.spec,
-            "arm_params": ctx.arm.params,
-            "device": ctx.device,
-            "budget": plan.protocol.budget,
-            "data_seed": plan.protocol.seed,
-            "seed": ctx.seed,
-            "trial_dir": os.path.abspath(trial_dir),  # never resolved: a link is not followed
-            "parent_pid": os.getpid(),
-            "ranks": ranks,
-            "devices": list(plan.protocol.rank_devices),
-        }
-        log_path = trials_dir / f"{ctx.trial.index}.log"
-        try:
-            if ranks > 1 and settings.workload == "embedded":
-                return run_in_ranks(
-                    RANK_TARGET,
-                    payload,
-                    ranks,
-                    timeout_s=settings.trial_timeout,
-                    log_path=log_path,
-                    env=worker_environment(ctx.run_dir),
-                    launcher_options=shlex.split(settings.torchrun),
-                    placement=ctx.placement,
-                    cancel=ctx.cancel,
-                )
-            return run_in_worker(
-                WORKER_TARGET,
-                payload,
-                timeout_s=settings.trial_timeout,
-                log_path=log_path,
-                env={**worker_environment(ctx.run_dir), **(RANK_ENVIRONMENT if ranks > 1 else {})},
-                placement=ctx.placement,
-                cancel=ctx.cancel,
-            )
-        finally:  # the trial's folder keeps its small records (e.g. upstream's results.csv), never a
-            # half-written file, and checkpoints only with --keep-checkpoints
-            if trial_dir.exists():
-                for unfinished in trial_dir.rglob("*.tmp"):
-                    unfinished.unlink(missing_ok=True)
-                if not settings.keep_checkpoints:
-                    for checkpoint in trial_dir.rglob("*.pt"):
-                        checkpoint.unlink(missing_ok=True)
-                    shutil.rmtree(trial_dir / "fit" / "weights", ignore_errors=True)
-                for folder in sorted(trial_dir.rglob("*"), reverse=True) + [trial_dir]:  # deepest first
-                    if folder.is_dir() and not any(folder.iterdir()):
-                        folder.rmdir()  # nothing left in it: no empty folder either
-
-    return trial

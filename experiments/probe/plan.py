@@ -17,9 +17,9 @@ from experiments.probe.lm import OPTIMIZER_KWARGS as LM_OPTIMIZER_KWARGS
 from experiments.probe.lm import VARIANTS as LM_VARIANTS
 from experiments.workloads import SCALES
 from harness.formatting import format_bytes
-from harness.options import InputError, check_choice, check_positive, split_list
+from harness.options import InputError, split_list
 from harness.protocol import Case, Plan, ProtocolOptions
-from harness.schema import option
+from harness.schema import check_choice, check_positive, option
 from harness.timing import parse_bytes
 from harness.validation import settings_problem, shape_problem
 

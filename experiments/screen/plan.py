@@ -12,17 +12,9 @@ import torch
 
 from experiments import workloads
 from experiments.arms import arm_code, checked_optimizer
-from harness.options import (
-    MAX_COUNT,
-    InputError,
-    check_at_most,
-    check_choice,
-    check_non_negative,
-    check_positive,
-    split_list,
-)
+from harness.options import InputError, split_list
 from harness.protocol import Arm, Case, Plan, ProtocolOptions
-from harness.schema import option
+from harness.schema import MAX_COUNT, check_at_most, check_choice, check_non_negative, check_positive, option
 from harness.validation import settings_problem
 
 GUARD_ATTRIBUTE = "pad_guard"  # an optimizer class with this attribute has a padding guard (None = no limit)

@@ -1,0 +1,125 @@
+"""A fit's trials: one worker process per trial (or N ranks), the data set ready before the first."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from experiments.fit.plan import PREPARE_TARGET, PREPARE_TIMEOUT_S, RANK_TARGET, WORKER_TARGET, FitSettings
+from harness.isolation import RANK_ENVIRONMENT, WorkerDied, WorkerError, run_in_ranks, run_in_worker
+from harness.options import InputError
+from harness.protocol import Plan, TrialContext, TrialFunction
+from harness.safe_fs import fresh_dir, remove_entry
+
+
+def worker_environment(run_dir: Path) -> dict[str, str]:
+    """Environment of every worker: offline, with its own writable Ultralytics config folder (the embedded
+    workload needs it too when an arm is ``upstream``, whose import reads settings and probes the network)."""
+    from experiments.fit.ultralytics_fit import offline_environment
+
+    return offline_environment(run_dir / "ultralytics-config")
+
+
+def prepare_data_set(settings: FitSettings, data_yaml: str) -> dict[str, Any]:
+    """Make the real trainer's data-set side effects (label caches, a disk image cache) once, untimed, in a
+    preparatory worker (the parent never imports ultralytics); ``InputError`` with its last line if it fails."""
+    from experiments.fit.ultralytics_fit import offline_environment
+
+    with tempfile.TemporaryDirectory(prefix="bench-prepare-") as config:
+        try:
+            return run_in_worker(
+                PREPARE_TARGET,
+                {"settings": asdict(settings), "data_yaml": data_yaml, "parent_pid": os.getpid()},
+                timeout_s=PREPARE_TIMEOUT_S,
+                env=offline_environment(Path(config)),
+            )
+        except (WorkerDied, WorkerError) as exc:
+            raise InputError(
+                f"the data set {data_yaml} could not be prepared by Ultralytics: {exc}"
+            ) from None
+
+
+def trial_function(plan: Plan) -> TrialFunction:
+    """The trial function of a fit plan: one worker process per trial, its output in ``trials/<index>.log``.
+
+    For the real trainer the data set is ready before the first trial: generated (synthetic) and built once
+    by upstream's dataset builder, so its caches are never made inside a timed fit.
+    """
+    settings = FitSettings.from_dict(plan.settings)
+    ranks = plan.protocol.gpus
+    data_yaml = settings.data
+    if settings.workload == "ultralytics" and data_yaml is None:
+        from experiments.fit.dataset import SyntheticSet, ensure_synthetic_set
+
+        spec = SyntheticSet(settings.images, settings.val_images, settings.imgsz, plan.protocol.seed)
+        data_yaml = str(ensure_synthetic_set(spec, Path(settings.data_cache)).resolve())
+    if settings.workload == "ultralytics":
+        prepared = prepare_data_set(settings, data_yaml)
+        from harness.console import console
+
+        console.print(
+            f"data: {data_yaml} built once before the first trial (untimed): "
+            f"{len(prepared['label_caches'])} label cache(s)"
+            + (", an .npy per image (--cache disk)" if prepared["image_cache"] == "disk" else "")
+        )
+
+    def trial(ctx: TrialContext) -> dict[str, Any]:
+        trials_dir = fresh_dir(ctx.run_dir / "trials")  # a link there is removed, never followed
+        trial_dir = trials_dir / f"{ctx.trial.index:03d}"
+        remove_entry(trial_dir)  # a link at the trial's folder: removed, so its target is never emptied
+        payload = {
+            "settings": asdict(settings),
+            "data_yaml": data_yaml,
+            "arm_spec": ctx.arm.spec,
+            "arm_params": ctx.arm.params,
+            "device": ctx.device,
+            "budget": plan.protocol.budget,
+            "data_seed": plan.protocol.seed,
+            "seed": ctx.seed,
+            "trial_dir": os.path.abspath(trial_dir),  # never resolved: a link is not followed
+            "parent_pid": os.getpid(),
+            "ranks": ranks,
+            "devices": list(plan.protocol.rank_devices),
+        }
+        log_path = trials_dir / f"{ctx.trial.index}.log"
+        try:
+            if ranks > 1 and settings.workload == "embedded":
+                return run_in_ranks(
+                    RANK_TARGET,
+                    payload,
+                    ranks,
+                    timeout_s=settings.trial_timeout,
+                    log_path=log_path,
+                    env=worker_environment(ctx.run_dir),
+                    launcher_options=shlex.split(settings.torchrun),
+                    placement=ctx.placement,
+                    cancel=ctx.cancel,
+                )
+            return run_in_worker(
+                WORKER_TARGET,
+                payload,
+                timeout_s=settings.trial_timeout,
+                log_path=log_path,
+                env={**worker_environment(ctx.run_dir), **(RANK_ENVIRONMENT if ranks > 1 else {})},
+                placement=ctx.placement,
+                cancel=ctx.cancel,
+            )
+        finally:  # the trial's folder keeps its small records (e.g. upstream's results.csv), never a
+            # half-written file, and checkpoints only with --keep-checkpoints
+            if trial_dir.exists():
+                for unfinished in trial_dir.rglob("*.tmp"):
+                    unfinished.unlink(missing_ok=True)
+                if not settings.keep_checkpoints:
+                    for checkpoint in trial_dir.rglob("*.pt"):
+                        checkpoint.unlink(missing_ok=True)
+                    shutil.rmtree(trial_dir / "fit" / "weights", ignore_errors=True)
+                for folder in sorted(trial_dir.rglob("*"), reverse=True) + [trial_dir]:  # deepest first
+                    if folder.is_dir() and not any(folder.iterdir()):
+                        folder.rmdir()  # nothing left in it: no empty folder either
+
+    return trial

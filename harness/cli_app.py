@@ -1,0 +1,202 @@
+"""The ``bench`` app and how a tier command is made from the options it declares (``harness.schema``).
+
+A tier command takes its own options (its settings' fields), the shared ones (``ProtocolOptions``), then
+the run options (``RunArgs``). Each is declared once, with its help, default and bounds.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import shlex
+import sys
+import typing
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from harness.console import errors
+from harness.errors import InputError
+from harness.protocol import PlannedStop, ProtocolOptions
+from harness.run import RunInterrupted, RunOptions
+from harness.schema import check_fields, option, parameters, settings_from
+from harness.tables import unnameable
+
+app = typer.Typer(
+    name="bench",
+    help="Paired, synchronized benchmarks of MuSGD implementations: screen, probe, complete fits, parity, reports.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _stop_after(seconds: float) -> None:
+    if not seconds > 0:
+        raise InputError(f"--stop-after must be a positive number of seconds (got {seconds})")
+
+
+@dataclass(frozen=True)
+class RunArgs:
+    """The run options as given: where, how, resume or not."""
+
+    resume: Path | None = option(
+        None, "Continue an interrupted run folder where it stopped (its saved plan wins)."
+    )
+    # Taken as text: a Path option turns an empty --out into '.', the current folder.
+    out: Path = option(
+        Path("runs"), "Folder under which run folders are created.", cli_type=str, cli_default="runs"
+    )
+    stop_after: float | None = option(
+        None,
+        "Stop cleanly (exit 130) before a trial that would not end within this many seconds of the command's "
+        "start (estimated from the log); continue with --resume.",
+        check=_stop_after,
+    )
+    quiet: bool = option(
+        False, "No live progress bar: one plain line per trial (for CI logs).", flag="--quiet"
+    )
+    gate: bool = option(
+        False,
+        "Exit 1 when a claim fails, is insufficient or ambiguous, or an A/A arm is not within its tolerance.",
+        flag="--gate",
+    )
+    no_report: bool = option(False, "Do not write the markdown report when the run ends.", flag="--no-report")
+    command: str = ""  # the command's name (pair, screen, …)
+    given: dict[str, Any] = field(default_factory=dict)  # options typed on the command line, by name
+
+    def options(self) -> RunOptions:
+        check_fields(self)
+        return RunOptions(
+            out=self.out, quiet=self.quiet, report=not self.no_report, stop_after=self.stop_after
+        )
+
+
+def interruptible(func: Callable[..., Any], outside_a_run: str = "before any run folder was written") -> Any:
+    """A command that, on Ctrl-C or SIGTERM, says on stderr what was interrupted and where the run folder is
+    (typer turns the interrupt into exit status 130 without a word)."""
+
+    @functools.wraps(func)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except KeyboardInterrupt as interrupt:
+            if isinstance(interrupt, RunInterrupted):
+                errors.print(f"bench: {interrupt}")
+            elif not isinstance(interrupt, PlannedStop):  # a planned stop has said where it stopped
+                errors.print(f"bench: interrupted {outside_a_run}".rstrip())
+            raise
+
+    return command
+
+
+def tier_command(
+    name: str,
+    settings: type | None = None,
+    protocol: Iterable[str] | None = None,
+    helps: dict[str, str] | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register ``func`` as command ``name``: its own parameters, its ``settings``' options, the shared
+    options (those named in ``protocol``, else all; ``helps`` rewords them here), then the run options.
+    ``func`` receives ``protocol`` (a dict of the values as given), ``run`` (``RunArgs``) and, with a
+    settings class, ``settings`` (made from the values typed)."""
+    shared = parameters(ProtocolOptions, protocol, helps)
+    declared = parameters(settings) if settings is not None else []
+    run_options = parameters(RunArgs)
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        hints = typing.get_type_hints(func, include_extras=True)
+        own = [
+            inspect.Parameter(
+                p.name, inspect.Parameter.KEYWORD_ONLY, default=p.default, annotation=hints[p.name]
+            )
+            for p in inspect.signature(func).parameters.values()
+            if p.name not in ("protocol", "run", "settings")
+        ]
+
+        @interruptible
+        def command(**values: Any) -> Any:
+            context = values.pop("context")
+            typed = {
+                key: value
+                for key, value in values.items()
+                if getattr(context.get_parameter_source(key), "name", "") == "COMMANDLINE"
+            }
+            given = {p.name: values.pop(p.name) for p in shared}
+            run_values = {p.name: values.pop(p.name) for p in run_options}
+            why = unnameable(run_values["out"])
+            if why:
+                raise InputError(f"--out '{run_values['out']}': {why}; give a writable folder")
+            run_values["out"] = Path(run_values["out"])
+            run = RunArgs(**run_values, command=name, given=typed)
+            if settings is not None:
+                values["settings"] = settings_from(settings, {p.name: values.pop(p.name) for p in declared})
+            return func(protocol=given, run=run, **values)
+
+        context = inspect.Parameter("context", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+        command.__signature__ = inspect.Signature([*own, *declared, *shared, *run_options, context])
+        command.__doc__, command.__name__ = func.__doc__, func.__name__
+        app.command(name)(command)
+        return func
+
+    return decorate
+
+
+ARGUMENTS: list[list[str]] = []  # what ``main`` was last given (tests call it with a list, not sys.argv)
+
+
+def command_line() -> str:
+    """The exact command as typed, recorded in the plan and shown in the report."""
+    return "bench " + shlex.join(ARGUMENTS[-1] if ARGUMENTS else sys.argv[1:])
+
+
+# Options a resume takes as given: how this command runs, not what the run is.
+RESUME_OPTIONS = ("resume", "stop_after", "quiet", "no_report", "gate")
+
+
+def check_resume_options(plan_command: str, run: RunArgs) -> None:
+    """``InputError`` (one line) for any option typed with ``--resume`` whose value differs from the one the
+    run was started with (read back from the command its plan records): a resumed run keeps its plan, so an
+    option that would change it must not be silently ignored. Options left out are fine."""
+    typed = {k: v for k, v in run.given.items() if k not in RESUME_OPTIONS}
+    if not typed:
+        return
+    original = _options_of(plan_command, run.command)
+    if original is None:
+        names = ", ".join(_shown(k, v) for k, v in typed.items())
+        raise InputError(
+            f"--resume {run.resume}: its plan records no command line to check {names} against; a resumed run "
+            "keeps its plan, so drop them"
+        )
+    differ = {k: v for k, v in typed.items() if k not in original or original[k] != v}
+    if differ:
+        raise InputError(
+            f"--resume {run.resume} keeps its plan: {', '.join(_shown(k, v) for k, v in differ.items())} "
+            f"differ from the run's ({', '.join(_shown(k, original.get(k)) for k in differ)}); drop them"
+        )
+
+
+def _options_of(command: str, name: str) -> dict[str, Any] | None:
+    """The option values (typed or default) of a recorded ``bench NAME …`` command line; None if unreadable."""
+    try:
+        words = shlex.split(command)
+        if words[:2] != ["bench", name]:
+            return None
+        parsed = (
+            typer.main.get_command(app).commands[name].make_context(name, words[2:], resilient_parsing=True)
+        )
+        return dict(parsed.params)
+    except Exception:  # noqa: BLE001 - a command line that does not parse today is simply unknown
+        return None
+
+
+def _shown(name: str, value: Any) -> str:
+    flag = "--" + name.replace("_", "-")
+    if value is True:
+        return flag
+    if value is False or value is None:
+        return f"no {flag}"
+    return f"{flag} {value}"

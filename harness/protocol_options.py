@@ -1,0 +1,281 @@
+"""The options every tier shares, each declared once (``harness.schema``), and the one check of them.
+
+The CLI, the API and a resumed plan all run ``check_protocol``; what needs this machine (a CUDA device,
+its memory, its cores) is checked where a run starts (``harness.options``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import MISSING, dataclass, fields
+from typing import Any
+
+from harness.errors import InputError
+from harness.limits import MAX_PAIRS
+from harness.placement import is_placement_form
+from harness.schedule import CONCURRENT_ORDERS, ORDERS, Arm
+from harness.schema import OptionError, check_at_most, check_fields, option
+
+DEFAULT_ARMS = "baseline,candidate"
+AUTO_DEVICE = "auto"
+# Warm-ups are discarded: a device and its caches warm within a few trials.
+MAX_WARMUP = 1_000
+# The largest seed every generator here takes (a signed 64-bit integer); each trial's seed is derived from it.
+MAX_SEED = 2**63 - 1
+# GPU clocks settle within seconds; an hour's pause before every trial is a typo, not a cool-down.
+MAX_COOLDOWN = 3600.0
+# Ranks per trial: one node's devices (or CPU ranks) each start a process; more than 1024 is no machine here.
+MAX_GPUS = 1024
+# A device a plan can name (a list is split before); device numbers are ASCII digits.
+DEVICE_FORM = re.compile(r"^(cpu|cuda(:\d+)?)$", re.ASCII)
+
+
+def _bar(bar: float) -> None:
+    if not math.isfinite(bar) or not -100 < bar < 100:
+        raise InputError(f"--bar {bar} is not a percentage; use a number between -100 and 100, e.g. 8")
+
+
+def _device(device: str) -> None:
+    if not DEVICE_FORM.match(device):
+        raise InputError(f"--device '{device}' is not a device; use auto, cpu, cuda or cuda:N")
+
+
+def _cpus(cpus: str) -> None:
+    if not is_placement_form(cpus):
+        raise InputError(f"--cpus '{cpus}' is not auto, none or a core list such as 2-7")
+
+
+def _tolerance(tolerance: float) -> None:
+    if not math.isfinite(tolerance) or not 0 < tolerance < 100:
+        raise InputError(f"--tolerance {tolerance} is not a positive percentage below 100; use e.g. 1")
+
+
+def _precision(precision: float) -> None:
+    if not math.isfinite(precision) or precision <= 0:
+        raise InputError(f"--precision must be a positive half-width in percentage points (got {precision})")
+
+
+def _time_budget(seconds: float) -> None:
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise InputError(f"--time-budget must be a positive number of seconds (got {seconds})")
+
+
+def _positive(name: str):
+    def check(value: float) -> None:
+        if not (math.isfinite(value) and value > 0):
+            raise InputError(f"{name} must be positive (got {value})")
+
+    return check
+
+
+ARMS_HELP = (
+    "Comma-separated arms, baseline first: baseline, candidate, candidate-cpu (the candidate with CPU tensors "
+    "through its batched path), upstream, or package.module:Class, each as label=spec with keywords if you "
+    "like ('fused=torch.optim:AdamW(fused=True)'). Each gets param groups with lr, momentum, weight_decay, "
+    "nesterov, use_muon; its constructor the keywords it names of: muon, sgd (screen, probe, parity), and "
+    "lr, momentum, weight_decay, nesterov, use_muon too (pair); then its own. "
+    f"Default: {DEFAULT_ARMS} on CUDA, baseline,candidate-cpu on the CPU."
+)
+
+
+@dataclass(frozen=True)
+class ProtocolOptions:
+    """What every tier's schedule is built from: checked once (``check_protocol``) and passed whole."""
+
+    arms: tuple[Arm, ...] = option(MISSING, ARMS_HELP, cli_type=str | None, cli_default=None)
+    warmup: int | str = option(
+        2,
+        "Discarded warm-up trials per case, cycling through the arms (kept in the log, not in the statistics), "
+        "or auto: warm-ups until one is at most 0.5% faster than its arm's previous (at most 6, then the run "
+        "goes on and the report says it never settled); with auto the same after a resume or an idle gap.",
+        cli_type=str,
+        cli_default="2",
+        low=0,
+        high=MAX_WARMUP,
+        words=("auto",),
+    )
+    pairs: int | str = option(
+        6,
+        "Measured pairs (rounds: each arm once) per case, in counterbalanced order (an even count balances "
+        "AB/BA), or auto: pairs run until the interval's half-width is at most --precision (looks every 2 "
+        "pairs from 6 to --max-pairs, alpha spent over them), or --time-budget is spent.",
+        cli_type=str,
+        cli_default="6",
+        low=1,
+        high=MAX_PAIRS,
+        words=("auto",),
+    )
+    order: str = option(
+        "alternate",
+        "Arm order within pairs: alternate (AB, BA, …; a balanced Latin square for more arms), abba (AB, BA, "
+        "BA, AB, …) or random (seeded).",
+        choices=ORDERS,
+    )
+    seed: int = option(0, "Seed for data and random order.", low=0, high=MAX_SEED)
+    bar: float | None = option(
+        None,
+        "The bar, in percent, the paired reduction must clear (e.g. 8); with --control, the tolerance ±bar "
+        "the A/A difference must stay within (e.g. 1).",
+        check=_bar,
+    )
+    device: str = option(
+        "cpu",
+        "auto (CUDA when present, else the CPU), cpu, cuda, cuda:N, or consecutive devices cuda:0,1 "
+        "(= --gpus 2).",
+        cli_default=AUTO_DEVICE,
+        check=_device,
+    )
+    budget: int | None = option(
+        None,
+        "Device-memory cap emulated on a larger card, e.g. 24GiB or 800MiB.",
+        cli_type=str | None,
+        low=1,
+        high=2**63 - 1,
+    )
+    control: bool = option(
+        False,
+        "A/A control: add the first arm again (<first>-control) to the same schedule; alone, the run is an A/A.",
+        flag="--control",
+    )
+    cooldown: float = option(
+        0.0,
+        "Seconds to pause before each trial (GPU clocks settle between trials).",
+        low=0,
+        high=MAX_COOLDOWN,
+    )
+    cpus: str = option(
+        "auto",
+        "CPU placement of the trials: auto (a fixed core set for the worker, apart from the parent), a core "
+        "list such as 2-7, or none (as the OS schedules); threads fixed to match.",
+        check=_cpus,
+    )
+    tolerance: float | None = option(
+        None,
+        "With --control beside other arms: the ±tolerance, in percent, the A/A arm must stay within (e.g. 1).",
+        check=_tolerance,
+    )
+    precision: float | None = option(
+        None,
+        "With --pairs auto: the target half-width of the interval, in percentage points of reduction.",
+        check=_precision,
+    )
+    max_pairs: int = option(20, "With --pairs auto: the last look (most pairs per case).", low=1)
+    time_budget: float | None = option(
+        None,
+        "Seconds the run may take (default: 3600 on the CPU, none on a GPU); a longer plan stops after its "
+        "first trial, exit 2. With --pairs auto: stop at the next pair boundary once the log's trials would "
+        "pass it.",
+        check=_time_budget,
+    )
+    first_look: int = option(
+        6, low=1, high=MAX_PAIRS
+    )  # --pairs auto: the first look (then one every 2 pairs)
+    # --warmup auto: a warm-up settles its sequence when it is at most this much faster (percent) than its
+    # arm's previous one: a transient makes fits faster as it fades. tests/test_warmup.py simulates the rates.
+    warmup_tolerance: float = option(0.5, check=_positive("warmup_tolerance"))
+    # --warmup auto: the most warm-ups of one sequence; two arms then get four checks (the figures above).
+    max_warmup: int = option(6, low=2, high=MAX_WARMUP)
+    gpus: int = option(
+        1,
+        "Ranks per trial: each trial is data-parallel over N devices from --device on (N CPU ranks on gloo "
+        "when the device is the CPU).",
+        low=1,
+        high=MAX_GPUS,
+    )
+
+    @property
+    def auto_warmup(self) -> bool:
+        """Warm-ups run until two consecutive ones of an arm agree (``--warmup auto``), not a fixed count."""
+        return self.warmup == "auto"
+
+    @property
+    def scheduled_warmup(self) -> int:
+        """The warm-ups the schedule holds per case (none with ``--warmup auto``: decided as they run)."""
+        return 0 if self.auto_warmup else int(self.warmup)
+
+    @property
+    def auto(self) -> bool:
+        """Pairs chosen by the stopping rule (``--pairs auto``)."""
+        return self.pairs == "auto"
+
+    @property
+    def initial_pairs(self) -> int:
+        """The rounds the first schedule holds: all of them, or with ``--pairs auto`` those of the first look."""
+        return self.first_look if self.auto else int(self.pairs)
+
+    @property
+    def rank_devices(self) -> tuple[str, ...]:
+        """Each rank's device: consecutive CUDA devices from ``device``'s index, or the CPU for every rank."""
+        if not self.device.startswith("cuda"):
+            return (self.device,) * self.gpus
+        first = int(self.device.split(":")[1]) if ":" in self.device else 0
+        if self.gpus == 1:
+            return (self.device,)
+        return tuple(f"cuda:{first + rank}" for rank in range(self.gpus))
+
+    @property
+    def backend(self) -> str:
+        """The process group's backend for these devices: ``nccl`` on CUDA, ``gloo`` on the CPU."""
+        return "nccl" if self.device.startswith("cuda") else "gloo"
+
+    @classmethod
+    def default(cls, name: str) -> Any:
+        """The default of one option."""
+        return next(f.default for f in fields(cls) if f.name == name)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProtocolOptions:
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["arms"] = tuple(Arm(**a) for a in data["arms"])
+        return cls(**values)
+
+
+def check_sequential(
+    pairs: int | str, precision: float | None, max_pairs: int, time_budget: float | None, first_look: int
+) -> None:
+    """``--precision`` and ``--max-pairs`` belong to ``--pairs auto``, which needs a precision; the looks run
+    from the first (every 2 pairs) to ``--max-pairs``."""
+    if time_budget is not None:
+        _time_budget(time_budget)
+    if pairs != "auto":
+        given = [
+            name
+            for name, value, default in (
+                ("--precision", precision, None),
+                ("--max-pairs", max_pairs, ProtocolOptions.default("max_pairs")),
+            )
+            if value != default
+        ]
+        if given:
+            verb = "only applies" if len(given) == 1 else "only apply"
+            raise InputError(f"{', '.join(given)} {verb} with --pairs auto (got --pairs {pairs})")
+        return
+    if precision is None:
+        raise InputError("--pairs auto needs --precision P: the target half-width of the interval, in points")
+    _precision(precision)
+    check_at_most("--max-pairs", max_pairs, MAX_PAIRS)
+    if max_pairs < first_look:
+        raise InputError(
+            f"--max-pairs {max_pairs} is below the first look at {first_look} pairs; use {first_look} or more"
+        )
+
+
+def check_protocol(p: ProtocolOptions, prefix: str = "--") -> ProtocolOptions:
+    """``p`` unless a value is out of its bounds or the values disagree (``InputError``, one line; an
+    ``OptionError`` names the field)."""
+    check_fields(p, prefix)
+    check_sequential(p.pairs, p.precision, p.max_pairs, p.time_budget, p.first_look)
+    if p.tolerance is not None and not p.control:
+        raise OptionError("tolerance", "--tolerance judges the A/A arm; add --control (or drop --tolerance)")
+    if p.control and len(p.arms) == 2 and p.bar is not None and p.bar <= 0:
+        raise OptionError(
+            "bar",
+            f"--bar {p.bar} with --control is the A/A tolerance ±bar; use a positive percentage, e.g. 1",
+        )
+    if p.gpus > 1 and p.order in CONCURRENT_ORDERS:
+        raise OptionError(
+            "gpus", f"--order {p.order} with --gpus {p.gpus}: concurrent trials of several ranks are not run"
+        )
+    return p

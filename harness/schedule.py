@@ -1,0 +1,152 @@
+"""The counterbalanced schedule: arms, cases, and the order each round runs them in.
+
+An *arm* is one implementation (role ``baseline`` or ``candidate``). A *case* is one setting the arms are
+compared under. A *round* runs every arm of a case once; with two arms it is a *pair*.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.errors import InputError
+
+ORDERS = ("alternate", "abba", "random", "duet")
+CONCURRENT_ORDERS = ("duet",)  # the trials of a round run at once, each in its own worker on its own cores
+# plan.json lists every scheduled trial (about 150 bytes each: 150 MB at a million), built in memory before
+# the first trial; no benchmark here needs more.
+MAX_TRIALS = 1_000_000
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One implementation under test. ``spec`` is what the arm resolver takes; ``params`` tune the arm."""
+
+    label: str
+    role: str
+    spec: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One setting under which the arms are compared; the first arm is the reference (baseline)."""
+
+    label: str
+    params: dict[str, Any]
+    arms: tuple[Arm, ...]
+
+    def arm(self, label: str) -> Arm:
+        return next(a for a in self.arms if a.label == label)
+
+
+@dataclass(frozen=True)
+class ScheduledTrial:
+    """One slot of the schedule: which arm runs, in which phase, round and position."""
+
+    index: int
+    case: str
+    phase: str
+    round: int
+    slot: int
+    order: str
+    arm: str
+    role: str
+
+
+def letters(n: int) -> str:
+    return "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:n]
+
+
+def balanced_block(arms: int, order: str = "alternate") -> list[list[int]]:
+    """One block of round orders (arm positions) balanced over the arms.
+
+    ``alternate``: a Williams square — row i is (0, 1, k−1, 2, k−2, …) + i mod k — so every arm runs in
+    every slot once per block; for an odd k the rows are followed by their mirror images, so each arm also
+    follows every other equally often. Two arms give AB, BA. ``abba`` follows that block by its mirror image
+    (two arms: AB, BA, BA, AB, i.e. trials ABBA BAAB): over each block an order effect is then orthogonal
+    to a linear drift.
+    """
+    if arms < 1:
+        raise ValueError("a round needs at least one arm")
+    first, low, high = [0], 1, arms - 1
+    while len(first) < arms:
+        first.append(low)
+        low += 1
+        if len(first) < arms:
+            first.append(high)
+            high -= 1
+    rows = [[(p + i) % arms for p in first] for i in range(arms)]
+    if arms % 2 == 1 and arms > 1:
+        rows += [row[::-1] for row in rows]
+    if order == "abba":
+        rows += [row[::-1] for row in rows]
+    return rows
+
+
+def _round_trials(case: Case, rnd: int, positions: list[int], start: int) -> list[ScheduledTrial]:
+    names = letters(len(case.arms))
+    round_order = "".join(names[p] for p in positions)
+    return [
+        ScheduledTrial(
+            start + slot,
+            case.label,
+            "measured",
+            rnd,
+            slot,
+            round_order,
+            case.arms[p].label,
+            case.arms[p].role,
+        )
+        for slot, p in enumerate(positions)
+    ]
+
+
+def build_schedule(
+    cases: list[Case], warmup: int, pairs: int, order: str = "alternate", seed: int = 0
+) -> list[ScheduledTrial]:
+    """The whole schedule, case after case: ``warmup`` trials cycling the arms, then ``pairs`` rounds.
+
+    Rounds follow ``balanced_block`` (``alternate``: AB, BA, …; with k arms a Williams square per block of
+    k rounds, 2k for an odd k; ``abba``: each block then its mirror), so slow drift cannot favour one arm
+    and every arm runs in every slot equally often per block; ``order='random'`` shuffles each round with a
+    seeded generator instead; ``duet`` keeps the alternating order, which then assigns each arm to the other
+    half of the cores each round.
+    """
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {', '.join(ORDERS)} (got '{order}')")
+    total = sum(warmup + pairs * len(case.arms) for case in cases)
+    if total > MAX_TRIALS:
+        raise InputError(
+            f"{total} scheduled trials ({len(cases)} case(s), their arms, --warmup {warmup} and --pairs {pairs}) "
+            f"are more than {MAX_TRIALS}, the most a run can take; use fewer pairs, arms or cases"
+        )
+    rng = random.Random(seed)
+    schedule: list[ScheduledTrial] = []
+    for case in cases:
+        names = letters(len(case.arms))
+        for w in range(warmup):
+            k = w % len(case.arms)
+            arm = case.arms[k]
+            schedule.append(
+                ScheduledTrial(
+                    len(schedule),
+                    case.label,
+                    "warmup",
+                    w // len(case.arms),
+                    k,
+                    names[k],
+                    arm.label,
+                    arm.role,
+                )
+            )
+        block = balanced_block(len(case.arms), "abba" if order == "abba" else "alternate")
+        for r in range(pairs):
+            positions = list(range(len(case.arms)))
+            if order == "random":
+                rng.shuffle(positions)
+            else:
+                positions = block[r % len(block)]
+            schedule += _round_trials(case, r, positions, len(schedule))
+    return schedule

@@ -1,0 +1,165 @@
+"""``--warmup auto``: warm-up sequences that run until two of one arm agree, read back from the log."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, replace
+from typing import Any
+
+from harness.plan import Plan
+from harness.protocol_options import ProtocolOptions
+from harness.schedule import ScheduledTrial, letters
+
+
+def warmup_agreement(previous: float | None, current: float | None) -> float | None:
+    """How two warm-ups of one arm compare: ln(current / previous), negative when the later was faster; None
+    where either failed."""
+    if previous is None or current is None or not (previous > 0 and current > 0):
+        return None
+    if not (math.isfinite(previous) and math.isfinite(current)):
+        return None
+    return math.log(current / previous)
+
+
+def settles(change: float | None, tolerance: float) -> bool:
+    """The settling rule: a warm-up no more than ``tolerance`` percent faster than its arm's previous one."""
+    return change is not None and change >= -tolerance / 100
+
+
+def agreements(values: list[float | None], arms: list[str]) -> list[float | None]:
+    """Each warm-up's agreement with the previous warm-up of its arm in the same sequence (None for an arm's
+    first, or where either failed)."""
+    last: dict[str, float | None] = {}
+    out: list[float | None] = []
+    for value, arm in zip(values, arms, strict=True):
+        out.append(warmup_agreement(last[arm], value) if arm in last else None)
+        last[arm] = value
+    return out
+
+
+def settled_at(values: list[float | None], arms: list[str], tolerance: float) -> int | None:
+    """The warm-up (counted from 1) at which a sequence settled (``settles`` against the previous warm-up of
+    its arm); None if none did."""
+    for count, agreement in enumerate(agreements(values, arms), start=1):
+        if settles(agreement, tolerance):
+            return count
+    return None
+
+
+@dataclass(frozen=True)
+class WarmupSequence:
+    """One ``--warmup auto`` sequence as its rows tell it: why it ran (``start``, ``resume``, an idle gap),
+    how many warm-ups it took, whether two of one arm agreed (``settled``) or it reached the cap."""
+
+    number: int
+    case: str
+    reason: str
+    rows: tuple[dict[str, Any], ...]
+    tolerance: float
+    cap: int
+
+    @property
+    def warmups(self) -> int:
+        return len(self.rows)
+
+    @property
+    def settled(self) -> bool:
+        values = [r.get("value") if r.get("status") == "ok" else None for r in self.rows]
+        return settled_at(values, [str(r["arm"]) for r in self.rows], self.tolerance) is not None
+
+    @property
+    def capped(self) -> bool:
+        """It reached the cap without settling (the run went on unsettled)."""
+        return not self.settled and self.warmups >= self.cap
+
+    @property
+    def done(self) -> bool:
+        return self.settled or self.warmups >= self.cap
+
+
+def warmup_sequences(rows: list[dict[str, Any]], protocol: ProtocolOptions) -> list[WarmupSequence]:
+    """The run's ``--warmup auto`` sequences from its log (rows with a ``warmup_sequence``), in order."""
+    grouped: dict[int, list[dict[str, Any]]] = {}
+    for row in sorted(rows, key=lambda r: int(r["index"])):
+        number = row.get("warmup_sequence")  # a float where a table of every row held it (NaN elsewhere)
+        if row.get("phase") == "warmup" and isinstance(number, numbers.Real) and math.isfinite(number):
+            grouped.setdefault(int(number), []).append(row)
+    return [
+        WarmupSequence(
+            number,
+            str(mine[0]["case"]),
+            str(mine[0].get("warmup_reason", "")),
+            tuple(mine),
+            float(protocol.warmup_tolerance),
+            int(protocol.max_warmup),
+        )
+        for number, mine in sorted(grouped.items())
+    ]
+
+
+def next_auto_warmup(
+    plan: Plan, rows: list[dict[str, Any]], unit: list[ScheduledTrial], reason: str
+) -> tuple[ScheduledTrial, dict[str, Any]] | None:
+    """The next ``--warmup auto`` warm-up before measured ``unit``, and the fields its row carries; None when
+    the unit may run. An unfinished sequence (a run stopped inside it) is continued; else a case's first
+    measured unit gets a ``start`` sequence (cycling the arms from the first), and ``reason`` (a resume, an
+    idle gap) a new one cycling from the unit's first arm."""
+    sequences = warmup_sequences(rows, plan.protocol)
+    open_ = [s for s in sequences if not s.done]
+    case = plan.case(unit[0].case)
+    labels = [a.label for a in case.arms]
+    if open_:
+        sequence = open_[-1]
+        number, why, done_rows = sequence.number, sequence.reason, list(sequence.rows)
+        case = plan.case(sequence.case)
+        labels = [a.label for a in case.arms]
+        first = labels.index(str(done_rows[0]["arm"]))
+    else:
+        started = any(s.case == case.label and s.reason == "start" for s in sequences)
+        why = reason if started else "start"
+        if not why:
+            return None
+        number = 1 + max((s.number for s in sequences), default=-1)
+        done_rows = []
+        first = 0 if why == "start" else labels.index(unit[0].arm)
+    step = len(done_rows)
+    position = (first + step) % len(labels)
+    arm = case.arms[position]
+    used = {int(r["index"]) for r in rows} | {t.index for t in plan.schedule}
+    trial = ScheduledTrial(
+        max(used) + 1,
+        case.label,
+        "warmup",
+        step // len(labels),
+        position,
+        letters(len(labels))[position],
+        arm.label,
+        arm.role,
+    )
+    fields = {"warmup_reason": why, "warmup_sequence": number, "warmup_step": step + 1}
+    return trial, fields
+
+
+def warmup_row_fields(
+    plan: Plan, rows: list[dict[str, Any]], row: dict[str, Any], number: int
+) -> dict[str, Any]:
+    """A finished ``--warmup auto`` row's agreement with its arm's previous warm-up in its sequence and whether
+    it settled the sequence."""
+    previous = [
+        r
+        for r in rows
+        if r.get("phase") == "warmup" and r.get("warmup_sequence") == number and r.get("arm") == row["arm"]
+    ]
+    value = row.get("value") if row.get("status") == "ok" else None
+    agreement = None
+    if previous:
+        last = max(previous, key=lambda r: int(r["index"]))
+        agreement = warmup_agreement(last.get("value") if last.get("status") == "ok" else None, value)
+    settled = settles(agreement, plan.protocol.warmup_tolerance)
+    return {"warmup_agreement": agreement, "warmup_settled": settled}
+
+
+def extra_warmup(plan: Plan, trial: ScheduledTrial, index: int) -> ScheduledTrial:
+    """An untimed warm-up of ``trial``'s arm, outside the saved schedule (``index`` above every index)."""
+    return replace(trial, index=index, phase="warmup")
