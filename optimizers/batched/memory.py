@@ -1,0 +1,164 @@
+"""Which tensors share memory: spans of bytes, compared by address, never by storage object.
+
+Two DLPack views over one buffer are different storages but the same bytes, so addresses decide.
+The per-step checks dispatch no tensor operation: they are C-level passes over Python integers.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import operator
+from typing import Any
+
+import torch
+
+_OPAQUE = -1  # the address of a tensor that refuses data_ptr()
+_DATA_PTR = torch.Tensor.data_ptr
+
+Span = tuple[str, int, int, Any]  # (device, start, end, owner)
+
+
+def _address(t: torch.Tensor | None) -> int | None:
+    """A tensor's data_ptr; None for a missing tensor, _OPAQUE where it refuses inspection."""
+    if t is None:
+        return None
+    try:
+        return t.data_ptr()
+    except Exception:
+        return _OPAQUE
+
+
+def _addresses(tensors: list[torch.Tensor]) -> tuple[int, ...]:
+    """Every tensor's data_ptr in one C-level pass; _OPAQUE for those that refuse."""
+    try:
+        return tuple(map(_DATA_PTR, tensors))
+    except Exception:
+        return tuple(map(_address, tensors))
+
+
+def _refuses_inspection(t: torch.Tensor) -> bool:
+    """Whether a tensor subclass refuses storage inspection (data_ptr or untyped_storage raise)."""
+    try:
+        t.untyped_storage()
+        t.data_ptr()
+    except Exception:
+        return True
+    return False
+
+
+def _memory_span(t: torch.Tensor) -> tuple[int, int]:
+    """The bytes [start, end) an inspectable tensor can reach; empty for an empty tensor."""
+    start = t.data_ptr()
+    if t.numel() == 0:
+        return start, start
+    if t.is_contiguous():
+        return start, start + t.numel() * t.element_size()
+    reach = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride(), strict=True))
+    return start, start + (reach + 1) * t.element_size()
+
+
+def _overlapping(spans: list[Span]) -> set[Any]:
+    """Owners of spans that share at least one byte with another span.
+
+    Sorted by start, spans merge into runs while each starts before the run's furthest end.
+    Every member of a run of two or more overlaps another member; nothing else does.
+    """
+    flagged: set[Any] = set()
+    run: list[Any] = []
+    run_device, run_end = None, 0
+    for device, start, end, owner in sorted((s for s in spans if s[2] > s[1]), key=lambda s: (s[0], s[1])):
+        if run and device == run_device and start < run_end:
+            run.append(owner)
+            run_end = max(run_end, end)
+            continue
+        if len(run) > 1:
+            flagged.update(run)
+        run, run_device, run_end = [owner], device, end
+    if len(run) > 1:
+        flagged.update(run)
+    return flagged
+
+
+def _spans_of(
+    tracked: list[tuple[dict[str, Any], torch.Tensor]], state: dict[torch.Tensor, dict[str, Any]], grads: bool
+) -> tuple[list[Span], set[int]]:
+    """The spans of each parameter, its state tensors and (with `grads`) its gradient, owned by (id, role).
+
+    Also returns the ids of parameters one of whose other tensors refuses inspection.
+    """
+    spans, refusing = [], set()
+    for _, p in tracked:
+        device = str(p.device)
+        tensors = [("param", p), *([("grad", p.grad)] if grads else []), *state[p].items()]
+        for role, tensor in tensors:
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            if _refuses_inspection(tensor):
+                if role != "param":
+                    refusing.add(id(p))
+                continue
+            spans.append((device, *_memory_span(tensor), (id(p), role)))
+    return spans, refusing
+
+
+def _span_index(spans: list[Span]) -> dict[str, tuple[list[int], list[int]]]:
+    """Per device, the span starts in order and the running maximum of their ends."""
+    index: dict[str, tuple[list[int], list[int]]] = {}
+    for device, start, end, _ in sorted(spans, key=lambda s: (s[0], s[1])):
+        if end > start:
+            starts, reach = index.setdefault(device, ([], []))
+            starts.append(start)
+            reach.append(max(end, reach[-1]) if reach else end)
+    return index
+
+
+def _reach_index(starts: list[int], reach: list[int]) -> tuple[list[int], list[int]]:
+    """One device's `_span_index` as `_spans_reach` reads it: -1 prepended to the running maximum."""
+    return starts, [-1, *reach]
+
+
+def _spans_reach(starts: list[int], ends: list[int], index: tuple[list[int], list[int]]) -> bool:
+    """Whether any span [start, end) reaches into an indexed span, or two nonempty spans share a byte.
+
+    One binary search per span, then `_overlapping`'s rule over a sort of pairs.
+    """
+    index_starts, reach_before = index
+    # Per span, how many indexed spans start before it ends, and the furthest end among those.
+    below = map(bisect.bisect_left, itertools.repeat(index_starts), ends)
+    if any(map(operator.gt, map(reach_before.__getitem__, below), starts)):
+        return True
+    spans = sorted(span for span in zip(starts, ends, strict=True) if span[1] > span[0])
+    furthest = itertools.accumulate((end for _, end in spans), max)
+    return any(map(operator.lt, (start for start, _ in spans[1:]), furthest))
+
+
+def _disjoint_ends(starts: list[int], reach: list[int]) -> dict[int, int] | None:
+    """Each indexed span's end by its start, touching spans merged; None where some overlap.
+
+    Built once per plan for `_spans_meet`. A flat buffer's views become one span.
+    """
+    if not all(map(operator.le, reach[:-1], starts[1:])):
+        return None
+    ends: dict[int, int] = {}  # disjoint: the running maximum of the ends is each span's own end
+    last = None
+    for start, end in zip(starts, reach, strict=True):
+        if last is not None and ends[last] == start:
+            ends[last] = end
+        else:
+            ends[start] = end
+            last = start
+    return ends
+
+
+def _spans_meet(starts: list[int], ends: list[int], indexed_ends: dict[int, int]) -> bool:
+    """`_spans_reach`'s answer against pairwise disjoint indexed spans (`_disjoint_ends`), in fewer passes.
+
+    Sorted by start, spans are pairwise disjoint exactly when each starts no earlier than the one before ends.
+    """
+    ends_by_start = indexed_ends.copy()
+    ends_by_start.update(zip(starts, ends, strict=True))
+    if len(ends_by_start) != len(indexed_ends) + len(starts):
+        return True  # two nonempty spans start at one byte
+    ordered = sorted(ends_by_start)
+    return any(map(operator.lt, itertools.islice(ordered, 1, None), map(ends_by_start.__getitem__, ordered)))
