@@ -1,7 +1,8 @@
 """BatchedMuSGD: MuSGD with Newton-Schulz batched across parameters and foreach momentum, on CUDA.
 
-Its state is exactly the baseline's; a step computes what the baseline computes (GUIDE §5 and §6).
-The optimizer keeps a plan per parameter set (`planning`) and runs each step from it.
+Its state is the baseline's, so a state_dict moves between the two; the rules are GUIDE §5 and §6.
+A plan per parameter set (`planning`) holds the stacks; a step runs momentum, the core, then SGD from it.
+The core replays from a CUDA graph (`optimizers.graphs`); ranks share it (`optimizers.distributed`).
 `batched_on_cpu` runs the batched path on CPU tensors too.
 """
 
@@ -26,14 +27,13 @@ from .runs import _build_layout, _compute_scalars
 from .stacks import _fill_stacks, _finish, _newton_schulz_here, _orthogonalize_stacks
 
 DEFAULT_PAD_GUARD = 256
-# One more Newton-Schulz chain priced in padded arithmetic (FLOPs). Chosen on the H200 (scripts/h200_pad_price.py,
-# reports/h200-decisive/logs/2026-12-01-2325/prices.log): of the prices swept, 3e9 is within 1.6% of the best
-# price's step at every YOLO26 scale (1e9 within 2.8%, 1e10 2.7%) and 8–13% faster than the memory-budget rule
-# at every scale (n..x).
+# One more Newton-Schulz chain priced in padded FLOPs. On the H200 (reports/h200-decisive/logs/2026-12-01-2325/
+# prices.log), 3e9 is within 1.6% of the best price's step at every YOLO26 scale, 8–13% faster than no price.
 DEFAULT_PAD_CHAIN_FLOPS = 3e9
 MAX_LAYOUTS = 16  # scalar patterns whose merged lists a plan keeps (a schedule rarely makes more than two)
 _GRAD = operator.attrgetter("grad")
 _IS_NONE = functools.partial(operator.is_, None)
+_SCALARS = operator.itemgetter("lr", "momentum", "nesterov", "weight_decay", "use_muon")
 _IS_NOT_NONE = functools.partial(operator.is_not, None)
 _PLAIN_NUMBERS = (float, int, bool)
 _CPU = torch.device("cpu")
@@ -42,7 +42,7 @@ __all__ = ["DEFAULT_PAD_CHAIN_FLOPS", "DEFAULT_PAD_GUARD", "BatchedMuSGD", "batc
 
 
 def _device_refusal(devices: set[torch.device]) -> str | None:
-    """Why cores on these devices cannot replay a graph now, or None (one CUDA device, not capturing)."""
+    """Why cores on these devices cannot replay a graph now; None on one CUDA device, not capturing."""
     if any(device.type != "cuda" for device in devices):
         return "not on CUDA"
     if len(devices) > 1:
@@ -52,26 +52,18 @@ def _device_refusal(devices: set[torch.device]) -> str | None:
     return None
 
 
-# ---------------------------------------------------------------------------------------------- the optimizer
-
-
 class BatchedMuSGD(MuSGD):
     """MuSGD with batched Newton-Schulz and foreach momentum on CUDA; same constructor, same state.
 
-    See the module docstring for the rules. `pad_guard` is the largest smaller-dimension that may be
-    zero-padded into a shared batch (None: no limit, 0: exact-shape batches only); set it on the class, on
-    an instance before its first step, or take a subclass from `with_pad_guard`. `graph_replay` (default on)
-    lets the Newton-Schulz core replay from a CUDA graph; `graph_stats` counts replays and the reasons for
-    every eager core; `eager_step` runs one step with an eager core whatever replay would do.
+    Knobs for screens, set on the class, on an instance before its first step, or by `with_pad_guard`:
+    `pad_guard` is the largest smaller dimension zero-padded into a shared stack (None: any, 0: none).
+    `pad_chain_flops` prices one more chain in padded FLOPs (None: pad as far as memory allows).
+    `graph_replay` lets the core replay from a CUDA graph. `ns_lanes` runs that many chains at once (1: lockstep).
     """
 
     pad_guard: int | None = DEFAULT_PAD_GUARD
-    # What one more Newton-Schulz chain is worth in padded arithmetic (FLOPs): padding that wastes more than
-    # a chain costs is split off (`_split_by_cost`); None pads as far as the memory budget allows.
     pad_chain_flops: float | None = DEFAULT_PAD_CHAIN_FLOPS
     graph_replay: bool = True
-    # How many stacks' Newton-Schulz chains may run at once on CUDA, each lane on its own stream
-    # (`optimizers.concurrent`); 1 runs them in lockstep on the caller's stream.
     ns_lanes: int = DEFAULT_LANES
 
     @classmethod
@@ -96,51 +88,42 @@ class BatchedMuSGD(MuSGD):
         self._eager_requested = False
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        """Unpickled or deep-copied optimizers carry state and groups only: they start a plan and a graph.
-
-        (torch's `load_state_dict` calls this too, on a live optimizer: its counts and graph object stay.)
-        """
+        """An unpickled or deep-copied optimizer starts a plan and a graph; a live one keeps its own."""
         super().__setstate__(state)
         if not hasattr(self, "_core_graph"):
             self._reset_caches()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load as torch does; the restored buffers are new tensors, so the plan is rebuilt on the next step."""
+        """Load as torch does; the next step rebuilds the plan around the restored buffers."""
         super().load_state_dict(state_dict)
         self._plan = None
         self._core_graph.reset()
 
     @property
     def graph_stats(self) -> dict[str, int]:
-        """How each step's core ran: 'replayed', 'captured', or 'eager: <reason>' (counts since construction)."""
+        """How many cores were 'replayed', 'captured', or 'eager: <reason>' since construction."""
         return dict(self._core_graph.stats)
 
     @property
     def plan_bytes(self) -> int:
-        """Device bytes the optimizer keeps between steps besides its state: the stacks, the scratch, a captured
-        graph's pool and what its capture stream set up (cuBLAS's workspace there)."""
+        """Device bytes kept between steps besides the state: stacks, scratch, the graph's pool, its stream's setup."""
         core = self._core_graph
         return (self._plan.nbytes if self._plan is not None else 0) + core.pool_bytes + core.warm_bytes
 
     @property
     def sharing(self) -> dict[str, Any]:
-        """How the current plan shares Newton-Schulz: over `world` ranks (1: this process does it all), this
-        `rank`'s count of matrices of all of them, and a note where a process group's ranks could not share."""
+        """How the plan shares Newton-Schulz: `world`, `rank`, matrices here and in all, and why not, if not."""
         plan = self._plan
         if plan is None:
             return {"world": 1, "rank": 0, "matrices_here": 0, "matrices": 0, "note": ""}
         here = sum(sum(entry.here) for entry in plan.stacks)
         world, rank = (plan.partition.world, plan.partition.rank) if plan.partition is not None else (1, 0)
-        return {
-            "world": world,
-            "rank": rank,
-            "matrices_here": here,
-            "matrices": len(plan.fill),
-            "note": plan.sharing_note,
-        }
+        return dict(
+            world=world, rank=rank, matrices_here=here, matrices=len(plan.fill), note=plan.sharing_note
+        )
 
     def eager_step(self, closure: Callable[[], Any] | None = None) -> Any:
-        """One step whose core runs eagerly, replay or not: the step's own kernels, for an outer capture."""
+        """One step with an eager core, replay or not: the step's own kernels, for an outer capture."""
         previous, self._eager_requested = self._eager_requested, True
         try:
             return self.step(closure)
@@ -168,26 +151,16 @@ class BatchedMuSGD(MuSGD):
             self._step_grads = []  # no gradient kept alive past the step (zero_grad may free them)
         return loss
 
-    # ------------------------------------------------------------------------------------------ step phases
-
     def _scalars(self, plan: _Plan) -> _Scalars:
-        """This step's scalars per group, computed as the baseline computes them, and their pattern.
+        """This step's scalars; reused while every one is the last step's object and a plain number.
 
-        Reused while every group's lr, momentum, Nesterov, decay and `use_muon`, and `muon` and `sgd`, are
-        the very objects of the last step and all plain Python numbers (immutable: the same value); a
-        schedule assigns new ones, and a tensor scalar could change in place, so it is read every step.
+        A schedule assigns new objects; a tensor could change in place, so it is read every step.
         """
         muon, sgd = self.muon, self.sgd
         raw: list[Any] = [muon, sgd]
         for group_plan in plan.groups:
             group = group_plan.group
-            raw += (
-                group["lr"],
-                group["momentum"],
-                group["nesterov"],
-                group["weight_decay"],
-                group["use_muon"],
-            )
+            raw += _SCALARS(group)
         last = plan.last_scalars
         if last is not None and len(last[0]) == len(raw) and all(map(operator.is_, raw, last[0])):
             return last[1]
@@ -198,10 +171,8 @@ class BatchedMuSGD(MuSGD):
     def _muon(self, plan: _Plan, layout: _Layout, scalars: _Scalars) -> dict[int, torch.Tensor]:
         """Muon momentum, the core, the clean members' apply; return the ordered members' updates.
 
-        On one rank the whole core (filling the stacks from buffers and scratch, Newton-Schulz, gains,
-        widening into scratch) may replay as one graph. Under a process group the graph holds this rank's
-        Newton-Schulz share only; the fill before it and the gather and what follows it run eagerly (no
-        collective is captured).
+        On one rank the graph holds the whole core: fill, Newton-Schulz, gains, widening.
+        Under a process group it holds this rank's Newton-Schulz share; no collective is captured.
         """
         if not plan.stacks:
             return {}
@@ -231,9 +202,10 @@ class BatchedMuSGD(MuSGD):
         return {id(member.param): updates[member.position] for member in plan.ordered}
 
     def _momentum(self, plan: _Plan, layout: _Layout, scalars: _Scalars) -> None:
-        """Muon momentum for every member: foreach per run of groups, the Nesterov input of the members
-        orthogonalized here computed in their scratch (the baseline's out-of-place lerp, in place on a copy
-        of the gradient); ordered members by the scalar step, their inputs copied into their slots now."""
+        """Muon momentum: foreach per run, each Nesterov input computed in scratch; ordered members one by one.
+
+        The baseline's out-of-place lerp runs in place on a copy of the gradient.
+        """
         for run in layout.momentum:
             momentum = scalars.momentum[run.group]
             torch._foreach_lerp_(run.buffers, run.grads(self._step_grads), 1 - momentum)
@@ -263,8 +235,10 @@ class BatchedMuSGD(MuSGD):
     def _sgd(
         self, plan: _Plan, layout: _Layout, scalars: _Scalars, in_order_updates: dict[int, torch.Tensor]
     ) -> None:
-        """SGD momentum of the clean buckets as merged foreach lists, then every group's in-order parameters
-        one by one (clean parameters share no memory with them, so running them first changes no bit)."""
+        """SGD momentum of the clean buckets as merged foreach lists, then the in-order parameters one by one.
+
+        Clean parameters share no memory with the others, so running them first changes no bit.
+        """
         run_updates = []
         for run in layout.sgd:
             momentum, weight_decay = scalars.momentum[run.group], scalars.weight_decay[run.group]
@@ -300,15 +274,9 @@ class BatchedMuSGD(MuSGD):
                 self._sgd_in_order(group_plan, in_order_updates)
 
     def _sgd_in_order(self, group_plan: _GroupPlan, in_order_updates: dict[int, torch.Tensor]) -> None:
-        """A group's in-order parameters one by one: the whole baseline step, or the ordered Muon apply and
-        scalar SGD momentum."""
+        """A group's in-order parameters: the whole baseline step, or the Muon apply and scalar SGD momentum."""
         group = group_plan.group
-        lr, momentum, nesterov, weight_decay = (
-            group["lr"],
-            group["momentum"],
-            group["nesterov"],
-            group["weight_decay"],
-        )
+        lr, momentum, nesterov, weight_decay, _ = _SCALARS(group)
         sgd_lr = lr * self.sgd if group["use_muon"] else lr
         for p in group_plan.in_order:
             state = self.state[p]
@@ -320,14 +288,11 @@ class BatchedMuSGD(MuSGD):
                 p, p.grad, state["momentum_buffer_SGD"], sgd_lr, momentum, weight_decay, nesterov
             )
 
-    # ------------------------------------------------------------------------------------------ planning
-
     def _signature(self) -> tuple[tuple[Any, ...], tuple[Any, ...], list[torch.Tensor | None]]:
-        """What the plan depends on (cheap, per step), the gradients' addresses (checked separately), and
-        every parameter's gradient in the optimizer's order (read once here, used by the step).
+        """What the plan depends on, the gradients' addresses, and every gradient in the optimizer's order.
 
-        Per group: its identity and `use_muon`, the parameters' identities and addresses, which have a
-        gradient, and (apart) the present gradients' addresses; each a C-level pass over the group.
+        Per group: its identity and `use_muon`, its parameters' ids and addresses, which have a gradient.
+        Each is one C-level pass over the group.
         """
         parts: list[Any] = [
             id(self.state),
@@ -343,19 +308,13 @@ class BatchedMuSGD(MuSGD):
             params = group["params"]
             grads = list(map(_GRAD, params))
             every_grad += grads
-            parts += [
-                id(group),
-                group["use_muon"],
-                tuple(map(id, params)),
-                _addresses(params),
-                tuple(map(_IS_NONE, grads)),
-            ]
+            parts += [id(group), group["use_muon"], tuple(map(id, params)), _addresses(params)]
+            parts.append(tuple(map(_IS_NONE, grads)))
             grad_addresses.append(_addresses(list(filter(_IS_NOT_NONE, grads))))
         return tuple(parts), tuple(grad_addresses), every_grad
 
     def _current_plan(self) -> _Plan:
-        """The plan for this step's parameter set (reused while its signature holds, else rebuilt); the
-        gradients read for the check are kept for this step (`_step_grads`)."""
+        """The plan for this step's parameters, reused while its signature holds; keeps `_step_grads`."""
         signature, grad_addresses, self._step_grads = self._signature()
         plan = self._plan
         if plan is not None and plan.signature == signature:

@@ -1,7 +1,7 @@
-"""The plan of a parameter set: which matrices share a stack, what takes the baseline's step, where it all lives.
+"""The plan of a parameter set: which matrices share a stack, and what keeps the baseline's step or order.
 
-Whatever reordering could change keeps the baseline's order: overlapping or opaque parameters, odd state.
 `batched_on_cpu` routes CPU tensors through the batched path, as CUDA tensors always go.
+A moved gradient is checked against the plan's memory each step (`_grads_overlap`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from typing import Any
 
 import torch
 
-from ..distributed import Partition, agreed, world_and_rank
+from ..distributed import world_and_rank
 from ..newton_schulz import muon_scale
+from .layout import _lay_out, _mirror_sgd_buffers
 from .memory import (
     _OPAQUE,
     _address,
@@ -33,22 +34,15 @@ from .memory import (
     _spans_of,
     _spans_reach,
 )
-from .plan import _Bucket, _GroupPlan, _MuonGroup, _Plan
+from .plan import _Bucket, _GroupPlan, _Plan
 from .stacks import (
     STACK_DTYPE,
-    _allocate_shares,
-    _allocate_stack,
-    _BatchStack,
-    _Fill,
     _make_batch,
-    _matrix_shape,
     _Member,
-    _runs,
     _split_by_budget,
     _split_by_cost,
 )
 
-_WIDENS_EXACTLY = (torch.float32, torch.float64, STACK_DTYPE)  # parameter dtypes a bf16 update widens into
 _GRAD = operator.attrgetter("grad")
 _IS_NOT_NONE = functools.partial(operator.is_not, None)
 _IS_CONTIGUOUS = torch.Tensor.is_contiguous
@@ -77,164 +71,11 @@ def batches_on(device: torch.device) -> bool:
 
 def _state_is_usual(p: torch.Tensor, state: dict[str, Any], keys: tuple[str, ...]) -> bool:
     """Buffers as the baseline would create them: plain tensors of the parameter's shape, dtype and device."""
-    for key in keys:
-        buffer = state.get(key)
-        if (
-            type(buffer) is not torch.Tensor
-            or buffer.shape != p.shape
-            or buffer.dtype != p.dtype
-            or buffer.device != p.device
-        ):
-            return False
-    return True
-
-
-def _lay_out(plan: _Plan, state: dict[torch.Tensor, dict[str, Any]], world: int, rank: int) -> None:
-    """Allocate the plan's stacks (shared out over a process group's ranks where it has several) and its
-    scratch, and fix the fill order: each group's clean members (those whose update widens into scratch
-    first), then ordered ones."""
-    plan.stacks = _share_out(plan, world, rank) if world > 1 and plan.batches else []
-    if not plan.stacks:
-        plan.stacks = [_allocate_stack(batch) for batch in plan.batches]
-    slot_of = {
-        id(member): slot
-        for entry in plan.stacks
-        for member, slot in zip(entry.batch.members, entry.slots, strict=True)
-    }
-    here = {
-        id(member)
-        for entry in plan.stacks
-        for member, mine in zip(entry.batch.members, entry.here, strict=True)
-        if mine
-    }
-    members = [m for batch in plan.batches for m in batch.members]
-    widened = {id(m) for m in members if not m.ordered and m.param.dtype in _WIDENS_EXACTLY}
-    _allocate_scratch(plan, widened)
-    by_group: dict[int, list[_Member]] = {}
-    for member in members:
-        if not member.ordered:
-            by_group.setdefault(id(member.group), []).append(member)
-    for clean in by_group.values():
-        clean.sort(key=lambda m: (id(m) not in widened, m.order))
-        start = len(plan.fill)
-        plan.fill += clean
-        params = [m.param for m in clean]
-        buffers = [state[p]["momentum_buffer"] for p in params]
-        fast = sum(id(m) in widened for m in clean)
-        mine = [i for i, m in enumerate(clean) if id(m) in here]
-        scratch = [plan.scratch_of[id(p)] for p in params]
-        plan.muon_groups.append(
-            _MuonGroup(clean[0].group, start, len(plan.fill), fast, params, buffers, mine, scratch)
-        )
-    plan.ordered = sorted((m for m in members if m.ordered), key=lambda m: m.order)
-    plan.ordered_here = [id(m) in here for m in plan.ordered]
-    plan.fill += plan.ordered
-    for position, member in enumerate(plan.fill):
-        member.position = position
-    copies = [
-        (slot, plan.scratch_of[id(member.param)])
-        for entry in plan.stacks
-        for member, slot, mine in zip(entry.batch.members, entry.slots, entry.here, strict=True)
-        if mine and not member.ordered
-    ]
-    (slots, sources), _ = _runs([[slot for slot, _ in copies], [source for _, source in copies]])
-    plan.core_fill = _Fill(slots, sources)
-    plan.ordered_slots = [slot_of[id(m)] for m in plan.ordered if id(m) in here]
-    plan.devices = {entry.batch.device for entry in plan.stacks}
-    plan.device = plan.stacks[0].batch.device if plan.stacks else None
-    plan.zeroed = [t for entry in plan.stacks for t in entry.zeroed]
-
-
-def _dense_strides(p: torch.Tensor) -> tuple[int, ...]:
-    """The strides of a dense tensor laid out like `p` (p's own where p is dense)."""
-    return torch.empty_like(p, device="meta").stride()
-
-
-def _allocate_scratch(plan: _Plan, widened: set[int]) -> None:
-    """A parameter-like view of scratch for every clean parameter (one tensor per device and dtype), and
-    where each member's update ends: members in `widened` get their bf16 result widened into their view,
-    others keep their slot. The stacks' members sit in scratch in stack and slot order, so neighbours of one
-    shape are neighbours in both, and one copy fills or widens each such run (`_runs`). Scratch is always
-    written before it is read, so it is left uninitialized."""
-    clean = [p for group_plan in plan.groups for bucket in group_plan.buckets for p in bucket.params]
-    clean_ids = {id(p) for p in clean}
-    # Each group's SGD run should tile one stretch (`_one_stretch`): the groups without Muon first, then the
-    # Muon parameters in the stacks' order, then any other Muon parameters.
-    in_stacks = [m.param for entry in plan.stacks for m in entry.batch.members if id(m.param) in clean_ids]
-    placed = {id(p) for p in in_stacks}
-    muon = {
-        id(p)
-        for group_plan in plan.groups
-        if group_plan.group["use_muon"]
-        for b in group_plan.buckets
-        for p in b.params
-    }
-    order = [p for p in clean if id(p) not in muon]
-    order += in_stacks + [p for p in clean if id(p) in muon and id(p) not in placed]
-    sizes: dict[tuple[torch.device, torch.dtype], int] = {}
-    offsets = []
-    for p in order:
-        key = (p.device, p.dtype)
-        offsets.append(sizes.get(key, 0))
-        sizes[key] = offsets[-1] + p.numel()
-    flats = {key: torch.empty(size, dtype=key[1], device=key[0]) for key, size in sizes.items()}
-    plan.scratch = list(flats.values())
-    for p, offset in zip(order, offsets, strict=True):
-        plan.scratch_of[id(p)] = flats[(p.device, p.dtype)].as_strided(p.shape, _dense_strides(p), offset)
-    for entry in plan.stacks:
-        members = entry.batch.members
-        entry.outputs = [
-            plan.scratch_of[id(m.param)] if id(m) in widened else slot
-            for m, slot in zip(members, entry.slots, strict=True)
-        ]
-        pairs = [(out, slot) for out, slot in zip(entry.outputs, entry.slots, strict=True) if out is not slot]
-        (into, out_of), _ = _runs([[out for out, _ in pairs], [slot for _, slot in pairs]])
-        entry.widen = (into, out_of)
-
-
-def _mirror_sgd_buffers(plan: _Plan, state: dict[torch.Tensor, dict[str, Any]]) -> None:
-    """Move the clean parameters' SGD momentum buffers into one tensor per device and dtype laid out like
-    scratch: each buffer at its scratch view's offset, with its strides. An SGD run whose parameters tile one
-    stretch of scratch then steps its buffers with one operation instead of a foreach list (whose host cost
-    grows with the tensors in it). The values are copied; the state holds the new views, so a state_dict
-    still gives one tensor per parameter, and the baseline reads it as its own."""
-    scratch_flats = {(t.device, t.dtype): t for t in plan.scratch}
-    buffer_flats = {key: torch.empty_like(flat) for key, flat in scratch_flats.items()}
-    for group_plan in plan.groups:
-        key = "momentum_buffer_SGD" if group_plan.group["use_muon"] else "momentum_buffer"
-        for bucket in group_plan.buckets:
-            for i, p in enumerate(bucket.params):
-                mine = plan.scratch_of[id(p)]
-                view = buffer_flats[(p.device, p.dtype)].as_strided(
-                    mine.shape, mine.stride(), mine.storage_offset()
-                )
-                view.copy_(bucket.buffers[i])
-                state[p][key] = bucket.buffers[i] = view
-    plan.sgd_flats = {key: (buffer_flats[key], scratch_flats[key]) for key in scratch_flats}
-
-
-def _share_out(plan: _Plan, world: int, rank: int) -> list[_BatchStack]:
-    """The stacks as shares of one buffer per rank, or [] (with the reason noted) where they cannot be."""
-    devices = {batch.device for batch in plan.batches}
-    if len(devices) > 1:
-        plan.sharing_note = "Muon matrices on several devices"
-        return []
-    splittable = [b for b in plan.batches if b.kind != "single"]
-    lone = [b for b in plan.batches if b.kind == "single"]
-    partition = Partition.of(
-        [len(b.members) for b in splittable],
-        [math.prod(_matrix_shape(b)) for b in splittable],
-        [math.prod(_matrix_shape(b)) for b in lone],
-        world,
-        rank,
+    buffers = [state.get(key) for key in keys]
+    return all(
+        type(b) is torch.Tensor and (b.shape, b.dtype, b.device) == (p.shape, p.dtype, p.device)
+        for b in buffers
     )
-    description = tuple((b.kind, b.stack_shape, len(b.members), str(b.dtype)) for b in plan.batches)
-    if not agreed(partition, description):
-        plan.sharing_note = "the ranks' parameter sets differ"
-        return []
-    plan.partition = partition
-    stacks, plan.buffer = _allocate_shares(plan.batches, partition)
-    return stacks
 
 
 def _build_plan(
@@ -246,8 +87,7 @@ def _build_plan(
     pad_chain_flops: float | None,
 ) -> _Plan:
     """Sort every parameter with a gradient into a batch and a foreach bucket, or the in-order list."""
-    # 1. Parameters the batched path may take at all: on CUDA (or forced CPU), usual state, matrices
-    #    in Muon groups. State is created here as the baseline would create it (zeros like p).
+    # 1. What the batched path may take: on a batching device, usual state, Muon matrices. New state is zeros.
     tracked: list[tuple[dict[str, Any], torch.Tensor]] = []
     whole_step: set[int] = set()  # ids taking the baseline's per-parameter step
     opaque_groups: set[int] = set()
@@ -270,8 +110,8 @@ def _build_plan(
             if _refuses_inspection(p):
                 opaque_groups.add(id(group))
 
-    # 2. Memory: a parameter overlapping anything keeps exact shapes and its order; a gradient or buffer
-    #    that shares memory with anything sends its parameter to the whole per-parameter step.
+    # 2. A parameter overlapping anything keeps exact shapes and its order.
+    #    A gradient or buffer sharing memory sends its parameter to the whole per-parameter step.
     spans, refusing = _spans_of(tracked, states, grads=True)
     whole_step |= refusing
     flagged = _overlapping(spans)
@@ -279,8 +119,7 @@ def _build_plan(
     overlapping_params = {pid for pid, role in flagged if role == "param"}
     whole_step |= {pid for pid, role in flagged if role != "param"}
 
-    # 3. Newton-Schulz batches, across groups: padded keys share the smaller dimension (up to the guard),
-    #    exact keys share shape and layout.
+    # 3. Batches across groups: padded ones share the smaller dimension (to the guard), exact ones the layout.
     orders = {id(p): order for order, p in enumerate(p for g in param_groups for p in g["params"])}
     padded: dict[tuple[Any, ...], list[_Member]] = {}
     exact: dict[tuple[Any, ...], list[_Member]] = {}
@@ -293,17 +132,9 @@ def _build_plan(
             clean.add(id(p))
         if not group["use_muon"]:
             continue
-        rows, cols = p.shape[0], math.prod(p.shape[1:])
-        member = _Member(
-            p,
-            group,
-            orders[id(p)],
-            ordered,
-            min(rows, cols),
-            max(rows, cols),
-            muon_scale(p.shape),
-            2 * p.numel() * p.element_size(),
-        )
+        small, large = sorted((p.shape[0], math.prod(p.shape[1:])))
+        nbytes = 2 * p.numel() * p.element_size()
+        member = _Member(p, group, orders[id(p)], ordered, small, large, muon_scale(p.shape), nbytes)
         if not ordered and (pad_guard is None or member.small <= pad_guard):
             padded.setdefault((p.device, p.dtype, member.small), []).append(member)
         else:
@@ -340,7 +171,7 @@ def _build_plan(
     _lay_out(plan, states, *world_and_rank())  # 5. the stacks (shared out over ranks), the fill order
     _mirror_sgd_buffers(plan, states)  # 6. the SGD buffers laid out like scratch (new memory)
 
-    # 7. What a moved gradient is checked against per step: the parameters and their state as now held.
+    # 7. What a moved gradient is checked against: the parameters and their state as now held.
     plan.span_index = _span_index(_spans_of(tracked, states, grads=False)[0])
     plan.grad_checks = [
         (p, str(p.device)) for group in param_groups for p in group["params"] if batches_on(p.device)
@@ -351,19 +182,17 @@ def _build_plan(
         plan.grad_check_params = [p for p, _ in plan.grad_checks]
         plan.grad_check_index = _reach_index(starts, reach)
         every = sum(len(group["params"]) for group in param_groups)
-        if len(plan.grad_check_params) == every:  # a subsequence of the order as long as it: the order
+        if len(plan.grad_check_params) == every:  # every parameter, in order
             plan.grad_check_ends = _disjoint_ends(starts, reach)
     return plan
 
 
 def _grads_overlap(plan: _Plan, step_grads: list[Any], grad_addresses: tuple[Any, ...]) -> bool:
-    """Whether any gradient now shares memory with a tracked parameter or buffer, or with another gradient.
+    """Whether any gradient now shares memory with a tracked parameter or buffer, or another gradient.
 
-    Per step only when gradients moved (a trainer's zero_grad frees them every step). Where the plan's
-    parameters share one device and every gradient is contiguous (autograd's own), a few C-level passes:
-    over this step's gradients and the addresses the signature read (`grad_addresses`, `_spans_meet`) where
-    the plan's memory is disjoint, else `_spans_reach`; otherwise a binary search per gradient against the
-    plan's sorted spans (`_grads_overlap_each`).
+    Run when gradients moved: a trainer's zero_grad frees them every step.
+    On one device with contiguous gradients, a few C-level passes (`_spans_meet`, else `_spans_reach`).
+    Otherwise a binary search per gradient (`_grads_overlap_each`).
     """
     index = plan.grad_check_index
     if index is not None:
