@@ -1,12 +1,11 @@
 """Which tensors share memory: spans of bytes, compared by address, never by storage object.
 
 Two DLPack views over one buffer are different storages but the same bytes, so addresses decide.
-The per-step checks dispatch no tensor operation: they are C-level passes over Python integers.
+The per-step check dispatches no tensor operation: it is a few C-level passes over Python integers.
 """
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import operator
 from typing import Any
@@ -113,37 +112,15 @@ def _span_index(spans: list[Span]) -> dict[str, tuple[list[int], list[int]]]:
     return index
 
 
-def _reach_index(starts: list[int], reach: list[int]) -> tuple[list[int], list[int]]:
-    """One device's `_span_index` as `_spans_reach` reads it: -1 prepended to the running maximum."""
-    return starts, [-1, *reach]
+def _union_ends(starts: list[int], reach: list[int]) -> dict[int, int]:
+    """One device's `_span_index` as `_spans_meet` reads it: the union of its spans, each part's end by start.
 
-
-def _spans_reach(starts: list[int], ends: list[int], index: tuple[list[int], list[int]]) -> bool:
-    """Whether any span [start, end) reaches into an indexed span, or two nonempty spans share a byte.
-
-    One binary search per span, then `_overlapping`'s rule over a sort of pairs.
+    Overlapping and touching spans merge, so the parts are disjoint; a flat buffer's views become one part.
     """
-    index_starts, reach_before = index
-    # Per span, how many indexed spans start before it ends, and the furthest end among those.
-    below = map(bisect.bisect_left, itertools.repeat(index_starts), ends)
-    if any(map(operator.gt, map(reach_before.__getitem__, below), starts)):
-        return True
-    spans = sorted(span for span in zip(starts, ends, strict=True) if span[1] > span[0])
-    furthest = itertools.accumulate((end for _, end in spans), max)
-    return any(map(operator.lt, (start for start, _ in spans[1:]), furthest))
-
-
-def _disjoint_ends(starts: list[int], reach: list[int]) -> dict[int, int] | None:
-    """Each indexed span's end by its start, touching spans merged; None where some overlap.
-
-    Built once per plan for `_spans_meet`. A flat buffer's views become one span.
-    """
-    if not all(map(operator.le, reach[:-1], starts[1:])):
-        return None
-    ends: dict[int, int] = {}  # disjoint: the running maximum of the ends is each span's own end
+    ends: dict[int, int] = {}
     last = None
-    for start, end in zip(starts, reach, strict=True):
-        if last is not None and ends[last] == start:
+    for start, end in zip(starts, reach, strict=True):  # reach is the running maximum of the ends
+        if last is not None and ends[last] >= start:
             ends[last] = end
         else:
             ends[start] = end
@@ -152,7 +129,7 @@ def _disjoint_ends(starts: list[int], reach: list[int]) -> dict[int, int] | None
 
 
 def _spans_meet(starts: list[int], ends: list[int], indexed_ends: dict[int, int]) -> bool:
-    """`_spans_reach`'s answer against pairwise disjoint indexed spans (`_disjoint_ends`), in fewer passes.
+    """Whether any nonempty span [start, end) shares a byte with an indexed part (`_union_ends`) or another span.
 
     Sorted by start, spans are pairwise disjoint exactly when each starts no earlier than the one before ends.
     """

@@ -160,11 +160,10 @@ class _Plan:
     sharing_note: str = ""  # why a process group's ranks do not share the work, where they could
     # Every parameter on a batching device with its device's name: whose gradients a move re-checks.
     grad_checks: list[tuple[torch.Tensor, str]] = field(default_factory=list)
-    # On one device: its parameters and span index, for `_spans_reach`; else None.
+    # On one device: those parameters, whether they are every one (in order), and their memory's union.
     grad_check_params: list[torch.Tensor] = field(default_factory=list)
-    grad_check_index: tuple[list[int], list[int]] | None = None
-    # Where those are every parameter and their spans are disjoint (usual): ends by start, for `_spans_meet`.
-    grad_check_ends: dict[int, int] | None = None
+    grad_check_all: bool = False
+    grad_check_ends: dict[int, int] | None = None  # for `_spans_meet`; None across devices
     layouts: dict[tuple[Any, ...], _Layout] = field(default_factory=dict)  # merged runs, per scalar pattern
     devices: set[torch.device] = field(default_factory=set)  # where the stacks live
     device: torch.device | None = None  # the first stack's device (the core's, where it replays)

@@ -24,15 +24,13 @@ from .memory import (
     _OPAQUE,
     _address,
     _addresses,
-    _disjoint_ends,
     _memory_span,
     _overlapping,
-    _reach_index,
     _refuses_inspection,
     _span_index,
     _spans_meet,
     _spans_of,
-    _spans_reach,
+    _union_ends,
 )
 from .plan import _Bucket, _GroupPlan, _Plan
 from .stacks import (
@@ -180,10 +178,8 @@ def _build_plan(
     if len(check_devices) == 1:
         starts, reach = plan.span_index.get(check_devices.pop(), ([], []))
         plan.grad_check_params = [p for p, _ in plan.grad_checks]
-        plan.grad_check_index = _reach_index(starts, reach)
-        every = sum(len(group["params"]) for group in param_groups)
-        if len(plan.grad_check_params) == every:  # every parameter, in order
-            plan.grad_check_ends = _disjoint_ends(starts, reach)
+        plan.grad_check_all = len(plan.grad_check_params) == sum(len(g["params"]) for g in param_groups)
+        plan.grad_check_ends = _union_ends(starts, reach)
     return plan
 
 
@@ -191,13 +187,12 @@ def _grads_overlap(plan: _Plan, step_grads: list[Any], grad_addresses: tuple[Any
     """Whether any gradient now shares memory with a tracked parameter or buffer, or another gradient.
 
     Run when gradients moved: a trainer's zero_grad frees them every step.
-    On one device with contiguous gradients, a few C-level passes (`_spans_meet`, else `_spans_reach`).
+    On one device with nonempty contiguous gradients, a few C-level passes (`_spans_meet`).
     Otherwise a binary search per gradient (`_grads_overlap_each`).
     """
-    index = plan.grad_check_index
-    if index is not None:
+    if plan.grad_check_ends is not None:
         try:
-            if plan.grad_check_ends is not None:  # every parameter, in order: the signature's reads
+            if plan.grad_check_all:  # every parameter, in order: the addresses the signature read
                 grads = list(filter(_IS_NOT_NONE, step_grads))
                 starts = list(itertools.chain.from_iterable(grad_addresses))
             else:
@@ -207,10 +202,8 @@ def _grads_overlap(plan: _Plan, step_grads: list[Any], grad_addresses: tuple[Any
                 if _OPAQUE in starts:
                     return True
                 sizes = list(map(_NBYTES, grads))
-                ends = list(map(operator.add, starts, sizes))
-                if plan.grad_check_ends is not None and 0 not in sizes:
-                    return _spans_meet(starts, ends, plan.grad_check_ends)
-                return _spans_reach(starts, ends, index)
+                if 0 not in sizes:
+                    return _spans_meet(starts, list(map(operator.add, starts, sizes)), plan.grad_check_ends)
         except Exception:  # a tensor that refuses inspection: the per-gradient check says what it is
             pass
     return _grads_overlap_each(plan)
