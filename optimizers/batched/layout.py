@@ -31,17 +31,12 @@ def _lay_out(plan: _Plan, state: dict[torch.Tensor, dict[str, Any]], world: int,
     plan.stacks = _share_out(plan, world, rank) if world > 1 and plan.batches else []
     if not plan.stacks:
         plan.stacks = [_allocate_stack(batch) for batch in plan.batches]
-    slot_of = {
-        id(member): slot
-        for entry in plan.stacks
-        for member, slot in zip(entry.batch.members, entry.slots, strict=True)
-    }
-    here = {
-        id(member)
-        for entry in plan.stacks
-        for member, mine in zip(entry.batch.members, entry.here, strict=True)
-        if mine
-    }
+    slot_of, here = {}, set()
+    for entry in plan.stacks:
+        for member, slot, mine in zip(entry.batch.members, entry.slots, entry.here, strict=True):
+            slot_of[id(member)] = slot
+            if mine:
+                here.add(id(member))
     members = [m for batch in plan.batches for m in batch.members]
     widened = {id(m) for m in members if not m.ordered and m.param.dtype in _WIDENS_EXACTLY}
     _allocate_scratch(plan, widened)
@@ -96,13 +91,7 @@ def _allocate_scratch(plan: _Plan, widened: set[int]) -> None:
     # So each SGD run tiles one stretch: groups without Muon first, then Muon parameters in stack order.
     in_stacks = [m.param for entry in plan.stacks for m in entry.batch.members if id(m.param) in clean_ids]
     placed = {id(p) for p in in_stacks}
-    muon = {
-        id(p)
-        for group_plan in plan.groups
-        if group_plan.group["use_muon"]
-        for b in group_plan.buckets
-        for p in b.params
-    }
+    muon = {id(p) for gp in plan.groups if gp.group["use_muon"] for b in gp.buckets for p in b.params}
     order = [p for p in clean if id(p) not in muon]
     order += in_stacks + [p for p in clean if id(p) in muon and id(p) not in placed]
     sizes: dict[tuple[torch.device, torch.dtype], int] = {}
