@@ -1182,6 +1182,22 @@ def test_a_step_whose_gradients_moved_reads_each_address_once(monkeypatch: pytes
     assert len(reads) == len(params) + with_grad  # the signature's pass over parameters, one over gradients
 
 
+def test_moved_strided_gradients_sharing_memory_rebuild_the_plan() -> None:
+    """Strided gradients take the per-gradient check; two that share memory with each other (and nothing
+    else) rebuild the plan, and both parameters take the baseline's whole step."""
+    params = _make_params([(16, 72), (16, 40), (8,)], seed=350)
+    optimizer = BatchedMuSGD([_muon_group(params[:2]), _sgd_group(params[2:])])
+    _fill_grads(params, seed=351)
+    optimizer.step()
+    assert {id(params[0]), id(params[1])} <= set(_in_buckets(optimizer))
+    shared = torch.randn(72, 16, generator=torch.Generator().manual_seed(352)) * 0.01
+    params[0].grad, params[1].grad = shared.t(), shared[:40].t()  # transposed views of one buffer
+    params[2].grad = params[2].grad.clone()  # moved too
+    optimizer.step()
+    assert {id(params[0]), id(params[1])} <= set(_in_order(optimizer))
+    assert {id(params[0]), id(params[1])}.isdisjoint(_in_buckets(optimizer))
+
+
 def test_moved_gradients_are_checked_at_once_and_one_onto_a_buffer_or_a_strided_view_rebuilds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

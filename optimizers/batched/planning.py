@@ -224,3 +224,4 @@ def _grads_overlap_each(plan: _Plan) -> bool:
         if below and reach[below - 1] > start:  # ...of which one ends after it starts
             return True
         grad_spans.append((device, start, end, None))
+    return len(_overlapping(grad_spans)) > 0
