@@ -23,7 +23,7 @@ _LANE_STREAMS: dict[torch.device, list[torch.cuda.Stream]] = {}
 
 
 def newton_schulz_flops(small: int, large: int) -> int:
-    """Floating-point operations of the quintic on one small×large matrix (X Xᵀ, A·A and B·X per iteration)."""
+    """Floating-point operations of the quintic on one small×large matrix (X Xᵀ, A·A, B·X per step)."""
     return NS_STEPS * (4 * small * small * large + 2 * small**3)
 
 
@@ -35,7 +35,7 @@ def stack_flops(stack: Stack) -> int:
 
 
 def deal(costs: Sequence[float], lanes: int) -> list[list[int]]:
-    """Indices dealt into at most `lanes` nonempty lanes, longest first to the least loaded; ties to the lowest.
+    """Indices dealt into at most `lanes` nonempty lanes, longest first to the least loaded (ties: lowest).
 
     Each lane keeps the given order; lanes are sorted by first index.
     """

@@ -1,7 +1,7 @@
 """Sharing Newton-Schulz across the ranks of a process group: who orthogonalizes what, one gather per step.
 
 Under data parallelism every rank holds the same parameters, gradients and state; only Newton-Schulz is split.
-Each batch is cut into equal chunks per rank (zero matrices pad the last); lone matrices go to the least loaded.
+Each batch is cut into equal chunks per rank (zeros pad the last); lone matrices go to the least loaded.
 Every rank writes its share into its block of one buffer; one all-gather fills the rest.
 The partition is compared across ranks once, when made; where any differs, every rank does all the work.
 No collective is captured in a CUDA graph.
@@ -63,7 +63,7 @@ class Partition:
 
 
 def agreed(partition: Partition, description: tuple[Any, ...]) -> bool:
-    """Whether every rank made the same partition of the same matrices (one object all-gather, at plan time)."""
+    """Whether every rank made the same partition of the same matrices (one object all-gather per plan)."""
     mine = (partition.fingerprint(), description)
     everyone: list[Any] = [None] * partition.world
     dist.all_gather_object(everyone, mine)

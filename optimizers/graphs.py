@@ -34,7 +34,7 @@ class Backend(Protocol):
     def record(
         self, device: torch.device, compute: Compute
     ) -> tuple[Callable[[], None], list[torch.Tensor], int]:
-        """Capture `compute` without running it: (replay, the outputs a replay refills, bytes the graph keeps)."""
+        """Capture `compute` without running it: (replay, the outputs it refills, bytes the graph keeps)."""
         ...
 
 
@@ -56,7 +56,7 @@ class CudaBackend:
     def warm(self, device: torch.device, compute: Compute) -> tuple[list[torch.Tensor], int]:
         """Run `compute` on the capture stream, ordered after and before the caller's stream's work.
 
-        Every later use of the capture stream first waits for the caller's, so its memory is never reused early.
+        Every later use of the capture stream waits for the caller's, so its memory is never reused early.
         What stays allocated is what the stream set up for good: cuBLAS's workspace, the first time.
         """
         current, side = torch.cuda.current_stream(device), self._side(device)
@@ -102,7 +102,7 @@ class CoreGraph:
     def __init__(self, backend: Backend | None = None) -> None:
         self.stats: Counter[str] = Counter()
         self.pool_bytes = 0  # device memory the captured graph keeps reserved (its private memory pool)
-        # What a warm-up left allocated for good (the stream's cuBLAS workspace): the largest seen, across plans.
+        # What a warm-up left allocated for good (the stream's cuBLAS workspace): the most seen, across plans.
         self.warm_bytes = 0
         self._backend: Backend = backend if backend is not None else CudaBackend()
         self._key: object | None = None
@@ -144,7 +144,7 @@ class CoreGraph:
             if self._replay is None:
                 try:
                     self._replay, self._outputs, self.pool_bytes = self._backend.record(device, compute)
-                except Exception as exc:  # noqa: BLE001 - a core that cannot be captured runs eagerly, said so
+                except Exception as exc:  # noqa: BLE001 - an uncapturable core runs eagerly, said so
                     self._failure = _reason(exc)
                     self.stats[f"eager: capture failed: {self._failure}"] += 1
                     return compute()

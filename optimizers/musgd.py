@@ -2,7 +2,7 @@
 
 Groups with `use_muon` get an orthogonalized Muon update, then an SGD momentum update (gains `muon`, `sgd`).
 Other groups get plain SGD momentum. This is Ultralytics 8.4.101's step, bit for bit.
-One difference: channels_last gradients are accepted (read row-major, so the result equals the contiguous one).
+One difference: channels_last gradients are accepted (read row-major: the result equals the contiguous one).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def newton_schulz(G: torch.Tensor, compute_dtype: torch.dtype = torch.bfloat16) 
         raise ValueError(f"Newton-Schulz needs a matrix or a batch of matrices, got shape {tuple(G.shape)}")
     a, b, c = NS_COEFFICIENTS
     X = G.to(dtype=compute_dtype, memory_format=torch.contiguous_format, copy=True)
-    # One norm for a matrix (as the per-parameter reference), one per matrix of a batch (padding changes none).
+    # One norm for a matrix (as the reference), one per matrix of a batch (padding changes none).
     norm = X.norm() if X.ndim == 2 else X.norm(dim=(-2, -1), keepdim=True)
     X /= norm + NS_EPS
     tall = G.size(-2) > G.size(-1)
@@ -60,7 +60,7 @@ def foreach_mul_(tensors: list[torch.Tensor], scalars: float | list[float]) -> N
 
 @dataclass(frozen=True)
 class Stack:
-    """A contiguous matrix or batch that Newton-Schulz orthogonalizes in place, and the views its products read.
+    """A contiguous matrix or batch that Newton-Schulz orthogonalizes in place, and its products' views.
 
     `x` is its wide orientation (X in the iteration), `x_t` the other; built once, they cost nothing per step.
     """
@@ -112,5 +112,5 @@ def newton_schulz_stacks(stacks: Sequence[Stack]) -> None:
 
 
 def muon_scale(grad_shape: torch.Size | tuple[int, ...]) -> float:
-    """The per-matrix gain sqrt(max(1, rows/cols)), from the gradient's raw last two dims (1 for square kernels)."""
+    """The per-matrix gain sqrt(max(1, rows/cols)), from the gradient's raw last two dims."""
     return max(1, grad_shape[-2] / grad_shape[-1]) ** 0.5

@@ -27,8 +27,8 @@ from .runs import _build_layout, _compute_scalars
 from .stacks import _fill_stacks, _finish, _newton_schulz_here, _orthogonalize_stacks
 
 DEFAULT_PAD_GUARD = 256
-# One more Newton-Schulz chain priced in padded FLOPs. On the H200 (reports/h200-decisive/logs/2026-12-01-2325/
-# prices.log), 3e9 is within 1.6% of the best price's step at every YOLO26 scale, 8–13% faster than no price.
+# One more Newton-Schulz chain priced in padded FLOPs: on the H200, 3e9 is within 1.6% of the best price
+# at every YOLO26 scale, 8–13% faster than none (reports/h200-decisive/logs/2026-12-01-2325/prices.log).
 DEFAULT_PAD_CHAIN_FLOPS = 3e9
 MAX_LAYOUTS = 16  # scalar patterns whose merged lists a plan keeps (a schedule rarely makes more than two)
 _GRAD = operator.attrgetter("grad")
@@ -58,7 +58,8 @@ class BatchedMuSGD(MuSGD):
     Knobs for screens, set on the class, on an instance before its first step, or by `with_pad_guard`:
     `pad_guard` is the largest smaller dimension zero-padded into a shared stack (None: any, 0: none).
     `pad_chain_flops` prices one more chain in padded FLOPs (None: pad as far as memory allows).
-    `graph_replay` lets the core replay from a CUDA graph. `ns_lanes` runs that many chains at once (1: lockstep).
+    `graph_replay` lets the core replay from a CUDA graph.
+    `ns_lanes` runs that many chains at once (1: lockstep).
     """
 
     pad_guard: int | None = DEFAULT_PAD_GUARD
@@ -106,13 +107,13 @@ class BatchedMuSGD(MuSGD):
 
     @property
     def plan_bytes(self) -> int:
-        """Device bytes kept between steps besides the state: stacks, scratch, the graph's pool, its stream's setup."""
+        """Device bytes kept between steps besides the state: stacks, scratch, the graph's pool and stream."""
         core = self._core_graph
         return (self._plan.nbytes if self._plan is not None else 0) + core.pool_bytes + core.warm_bytes
 
     @property
     def sharing(self) -> dict[str, Any]:
-        """How the plan shares Newton-Schulz: `world`, `rank`, matrices here and in all, and why not, if not."""
+        """How the plan shares Newton-Schulz: `world`, `rank`, matrices here and in all, and a `note`."""
         plan = self._plan
         if plan is None:
             return {"world": 1, "rank": 0, "matrices_here": 0, "matrices": 0, "note": ""}
@@ -202,7 +203,7 @@ class BatchedMuSGD(MuSGD):
         return {id(member.param): updates[member.position] for member in plan.ordered}
 
     def _momentum(self, plan: _Plan, layout: _Layout, scalars: _Scalars) -> None:
-        """Muon momentum: foreach per run, each Nesterov input computed in scratch; ordered members one by one.
+        """Muon momentum: foreach per run, Nesterov inputs computed in scratch; ordered members one by one.
 
         The baseline's out-of-place lerp runs in place on a copy of the gradient.
         """
@@ -274,7 +275,7 @@ class BatchedMuSGD(MuSGD):
                 self._sgd_in_order(group_plan, in_order_updates)
 
     def _sgd_in_order(self, group_plan: _GroupPlan, in_order_updates: dict[int, torch.Tensor]) -> None:
-        """A group's in-order parameters: the whole baseline step, or the Muon apply and scalar SGD momentum."""
+        """A group's in-order parameters: the whole baseline step, or the Muon apply and scalar SGD."""
         group = group_plan.group
         lr, momentum, nesterov, weight_decay, _ = _SCALARS(group)
         sgd_lr = lr * self.sgd if group["use_muon"] else lr

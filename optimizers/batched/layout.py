@@ -1,4 +1,4 @@
-"""Where a plan's memory lives: the stacks (or each rank's share), scratch, the SGD buffers, the fill order."""
+"""Where a plan's memory lives: the stacks (or each rank's share), scratch, SGD buffers, the fill order."""
 
 from __future__ import annotations
 

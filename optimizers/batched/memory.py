@@ -82,10 +82,8 @@ def _overlapping(spans: list[Span]) -> set[Any]:
 def _spans_of(
     tracked: list[tuple[dict[str, Any], torch.Tensor]], state: dict[torch.Tensor, dict[str, Any]], grads: bool
 ) -> tuple[list[Span], set[int]]:
-    """The spans of each parameter, its state tensors and (with `grads`) its gradient, owned by (id, role).
-
-    Also returns the ids of parameters one of whose other tensors refuses inspection.
-    """
+    """Spans of each parameter, its state and (with `grads`) its gradient, owned by (id, role); and the ids
+    of parameters one of whose other tensors refuses inspection."""
     spans, refusing = [], set()
     for _, p in tracked:
         device = str(p.device)
@@ -129,7 +127,7 @@ def _union_ends(starts: list[int], reach: list[int]) -> dict[int, int]:
 
 
 def _spans_meet(starts: list[int], ends: list[int], indexed_ends: dict[int, int]) -> bool:
-    """Whether any nonempty span [start, end) shares a byte with an indexed part (`_union_ends`) or another span.
+    """Whether a nonempty span [start, end) shares a byte with an indexed part (`_union_ends`) or a span.
 
     Sorted by start, spans are pairwise disjoint exactly when each starts no earlier than the one before ends.
     """

@@ -1,4 +1,4 @@
-"""What a step needs, built once per parameter set: the plan, and the merged lists one step's scalars allow."""
+"""What a step needs, built once per parameter set: the plan, and the lists one step's scalars merge."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ class _SgdRun:
 
 @dataclass
 class _ApplyRun:
-    """Parameters updated by one foreach add with one alpha; their updates are (source, start, stop) slices."""
+    """Parameters updated by one foreach add with one alpha; updates as (source, start, stop) slices."""
 
     group: int
     params: list[torch.Tensor]
@@ -144,7 +144,7 @@ class _Plan:
     fill: list[_Member] = field(default_factory=list)  # every member, in fill order
     core_fill: _Fill = field(default_factory=lambda: _Fill([], []))  # the clean members' inputs copied here
     ordered_slots: list[torch.Tensor] = field(default_factory=list)  # the ordered members' filled here
-    # Per device and dtype one scratch tensor, a view of it per clean parameter: out-of-place results go there.
+    # One scratch tensor per device and dtype, a view per clean parameter: out-of-place results go there.
     scratch: list[torch.Tensor] = field(default_factory=list)
     scratch_of: dict[int, torch.Tensor] = field(default_factory=dict)  # parameter id -> its view
     # Per device and dtype: the flat tensor of the clean SGD buffers (laid out like scratch), and scratch's.

@@ -23,7 +23,7 @@ def _picker(positions: list[int]) -> Callable[[list[Any]], Any]:
 def _one_stretch(plan: _Plan, params: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The stretches of the flat SGD buffers and of scratch that these parameters' views tile, or None.
 
-    A buffer and its scratch view share offset and strides, so the two stretches pair elements as the lists do.
+    A buffer and its scratch view share offset and strides, so the stretches pair elements as the lists do.
     """
     views = [plan.scratch_of[id(p)] for p in params]
     flats = plan.sgd_flats.get((params[0].device, params[0].dtype)) if params else None

@@ -1,6 +1,6 @@
 """Batches of matrices, their bf16 stacks, and the core that orthogonalizes them in place.
 
-A wide matrix with zero columns appended keeps its norm and X Xᵀ, so every Newton-Schulz iterate keeps them zero.
+Zero columns appended to a wide matrix keep its norm and X Xᵀ, so every Newton-Schulz iterate keeps them zero.
 So matrices sharing their smaller dimension run as one zero-padded stack, each cropped back afterwards.
 """
 
@@ -78,10 +78,7 @@ class _BatchStack:
 
 @dataclass
 class _Fill:
-    """The clean members' slots and their Newton-Schulz inputs in scratch, merged into runs.
-
-    Memory that lasts as long as the plan, so a captured core reads it; the core graph's key.
-    """
+    """The clean members' slots and their inputs in scratch, by runs: plan memory, so the core graph's key."""
 
     slots: list[torch.Tensor]
     sources: list[torch.Tensor]
@@ -93,10 +90,9 @@ def _extent(t: torch.Tensor) -> int:
 
 
 def _steps_alike(columns: list[list[torch.Tensor]], i: int, steps: list[int] | None) -> list[int] | None:
-    """The storage step from entry i-1 to entry i in every column where entry i can join i-1's run; else None.
+    """Per column, the storage step from entry i-1 to i where i can join i-1's run (same layout); else None.
 
-    Joining needs the same shape, strides, dtype and storage, and the run's steps.
-    A run's second entry needs steps no shorter than one view, so a run's view never overlaps itself.
+    A run's first step is at least one view's extent, so a run's view never overlaps itself.
     """
     found = []
     for j, column in enumerate(columns):
@@ -189,10 +185,7 @@ def _allocate_stack(batch: _Batch, dtype: torch.dtype = STACK_DTYPE) -> _BatchSt
 def _allocate_shares(
     batches: list[_Batch], partition: Partition, dtype: torch.dtype = STACK_DTYPE
 ) -> tuple[list[_BatchStack], torch.Tensor]:
-    """Every batch's stack as views of one flat buffer of one block per rank.
-
-    A rank's block holds its chunk of every batch and the lone matrices it owns; a gather fills the others.
-    """
+    """Every batch's stack as views of one buffer: per rank, its chunk of each batch and its lone matrices."""
     splittable = [b for b in batches if b.kind != "single"]
     lone = [b for b in batches if b.kind == "single"]
     per_rank = partition.per_rank
@@ -338,7 +331,7 @@ def _orthogonalize_stacks(stacks: list[_BatchStack], lanes: int = 1) -> list[lis
 def _orthogonalize(
     batch: _Batch, to_orthogonalize: list[torch.Tensor], compute_dtype: torch.dtype = STACK_DTYPE
 ) -> list[torch.Tensor]:
-    """One batch's updates from its members' inputs, on a fresh stack (tests pass float64 to check padding)."""
+    """One batch's updates from its members' inputs, on a fresh stack (tests pass float64 here)."""
     entry = _allocate_stack(batch, compute_dtype)
     torch._foreach_copy_(entry.slots, to_orthogonalize)
     return _orthogonalize_stacks([entry])[0]
