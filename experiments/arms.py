@@ -42,7 +42,7 @@ class BatchedMuSGDOnCPU(BatchedMuSGD):
 
     ``BatchedMuSGD`` batches Newton-Schulz and dispatches foreach momentum for CUDA tensors only; on the CPU
     it keeps the baseline's per-parameter step, so `baseline,candidate` on a CPU runs one computation twice.
-    This class runs each step inside ``optimizers.batched._batched_on_cpu``, so CPU parameters take the
+    This class runs each step inside ``optimizers.batched.batched_on_cpu``, so CPU parameters take the
     batched path exactly as CUDA ones do: zero-padded bf16 stacks, one batched Newton-Schulz per stack,
     foreach momentum. That is the candidate's own algorithm (the same plan, the same kernels' CPU versions),
     not a model of it; its CPU timings say what batching costs or saves on a CPU, nothing about a GPU. State,
@@ -51,7 +51,7 @@ class BatchedMuSGDOnCPU(BatchedMuSGD):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        with _batched._batched_on_cpu(True):
+        with _batched.batched_on_cpu(True):
             return super().step(closure)
 
 
@@ -227,9 +227,7 @@ def make_optimizer(spec: str, groups: list[dict[str, Any]], kwargs: dict[str, An
 
 def _batches_on(device: str) -> bool:
     """Whether ``BatchedMuSGD`` takes its batched path for tensors on ``device`` (outside any switch)."""
-    decide = getattr(_batched, "_batches_on", None)
-    kind = torch.device(device)
-    return bool(decide(kind)) if decide is not None else kind.type == "cuda"
+    return _batched.batches_on(torch.device(device))
 
 
 def _qualified(cls: type) -> str:

@@ -1,18 +1,9 @@
 """Newton-Schulz chains of several stacks at once: each lane of stacks on its own forked CUDA stream.
 
-A stack's quintic is a chain of about 40 dependent kernels, most far too small to fill the GPU. Run one
-stack after another (or in lockstep), the step's floor is the sum of the chains. Here the stacks are dealt
-into lanes, each lane runs `newton_schulz_stacks` on a stream forked from the caller's, and the caller's
-stream joins them all: the floor becomes about the longest lane. Inside a CUDA-graph capture the fork and
-the join are graph edges, so a replay runs the lanes concurrently too.
-
-The bits do not change. Each stack's kernels are the lockstep form's kernels with the same arguments: a
-foreach operation over one tensor computes what it computes for that tensor in a longer list, and the
-products are the same mm/bmm calls. Only their order across stacks changes, and no stack reads another.
-
-Lanes are dealt by cost (longest first, each to the least-loaded lane), so the longest lane is short.
-Streams are kept per device for the whole process, as the capture stream is: cuBLAS keeps a workspace for
-every stream it has run on until the process ends.
+A chain is ~40 small dependent kernels; run one after another, the floor is their sum, in lanes their longest.
+Inside a graph capture the fork and join are edges, so a replay runs the lanes concurrently too.
+The bits do not change: each stack runs the lockstep form's kernels; only the order across stacks does.
+Streams are kept per device for the process: cuBLAS keeps a workspace per stream it ran on.
 """
 
 from __future__ import annotations
@@ -24,15 +15,15 @@ import torch
 
 from .newton_schulz import NS_STEPS, Stack, newton_schulz_stacks
 
-# Chosen on the H200 (reports/h200-concurrent/logs/2026-12-04-0432/prices.log, lanes 1/4/8/16): 16 lanes gave
-# the lowest or within 3% of the lowest floor at n, s, m and l, and 2.5% above 8 lanes at x.
+# On the H200 (reports/h200-concurrent/logs/2026-12-04-0432/prices.log), 16 lanes were within 3% of the best
+# floor at n, s, m and l, and 2.5% above 8 lanes at x.
 DEFAULT_LANES = 16
 
 _LANE_STREAMS: dict[torch.device, list[torch.cuda.Stream]] = {}
 
 
 def newton_schulz_flops(small: int, large: int) -> int:
-    """Floating-point operations of the quintic on one small×large matrix (X Xᵀ, A·A and B·X per iteration)."""
+    """Floating-point operations of the quintic on one small×large matrix (X Xᵀ, A·A, B·X per step)."""
     return NS_STEPS * (4 * small * small * large + 2 * small**3)
 
 
@@ -44,8 +35,10 @@ def stack_flops(stack: Stack) -> int:
 
 
 def deal(costs: Sequence[float], lanes: int) -> list[list[int]]:
-    """Indices dealt into at most `lanes` lanes, longest first to the least-loaded lane; each lane in the
-    given order, lanes by first index, none empty. Ties go to the lowest lane, so the deal is deterministic."""
+    """Indices dealt into at most `lanes` nonempty lanes, longest first to the least loaded (ties: lowest).
+
+    Each lane keeps the given order; lanes are sorted by first index.
+    """
     if lanes < 1:
         raise ValueError(f"lanes must be at least 1, got {lanes!r}")
     loads = [(0.0, lane) for lane in range(min(lanes, len(costs)))]
@@ -58,7 +51,7 @@ def deal(costs: Sequence[float], lanes: int) -> list[list[int]]:
 
 
 def lane_streams(device: torch.device, count: int) -> list[torch.cuda.Stream]:
-    """`count` side streams of `device`, the same ones every call (created once, kept for the process)."""
+    """`count` side streams of `device`, the same ones every call, kept for the process."""
     streams = _LANE_STREAMS.setdefault(device, [])
     while len(streams) < count:
         streams.append(torch.cuda.Stream(device))
@@ -66,11 +59,9 @@ def lane_streams(device: torch.device, count: int) -> list[torch.cuda.Stream]:
 
 
 def newton_schulz_lanes(stacks: Sequence[Stack], lanes: int) -> None:
-    """`newton_schulz_stacks` of every stack, bit for bit, with up to `lanes` lanes running at once on CUDA.
+    """`newton_schulz_stacks` of every stack on one device, bit for bit, up to `lanes` at once on CUDA.
 
-    One lane, one stack or a non-CUDA device runs the lockstep form on the caller's stream. Every stack must
-    be on one device. The caller's stream waits for every lane before it goes on, so what follows reads the
-    results as it would after the lockstep form.
+    One lane, one stack or a non-CUDA device runs the lockstep form. The caller's stream joins every lane.
     """
     if not stacks:
         return

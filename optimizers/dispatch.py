@@ -1,11 +1,8 @@
 """How many aten operations a call dispatches: the host work of an eager step, counted instead of timed.
 
-A step that is bound by host dispatch costs about one fixed host overhead per operation it dispatches, so the
-count is a device-independent measure of that cost (it can be taken on the CPU). Operations are counted where
-Python sees them (a `TorchDispatchMode`): a foreach operation over a hundred tensors counts once, and what an
-operation runs internally (a CPU foreach fallback looping over its tensors, a composite's inner kernels) is
-not counted again. `allocations` counts the tensors operations returned in new memory (not a view of, or the
-memory of, one of their inputs): on a GPU each is a trip through the caching allocator, a host cost of its own.
+A dispatch-bound step costs about one fixed host overhead per operation; the count is taken on any device.
+A foreach operation counts once; what an operation runs inside it is not counted again.
+`allocations` counts returned tensors in new memory: on a GPU each is a trip through the caching allocator.
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ from torch.utils._pytree import tree_leaves
 
 @dataclass(frozen=True)
 class DispatchCount:
-    """Aten operations one call dispatched: the total, and how many of each operation (by overload packet)."""
+    """Aten operations one call dispatched: the total and per operation; tensors allocated, likewise."""
 
     total: int
     by_operation: dict[str, int]

@@ -1,19 +1,10 @@
-"""Sharing Newton-Schulz across the ranks of a process group: who orthogonalizes what, and one gather per step.
+"""Sharing Newton-Schulz across the ranks of a process group: who orthogonalizes what, one gather per step.
 
-Under data-parallel training every rank holds the same parameters, gradients (all-reduced) and optimizer
-state, so every rank can compute every update; only the Newton-Schulz work is worth splitting. Each batch of
-matrices is cut into one equal chunk per rank (the last chunks padded with zero matrices, whose
-orthogonalization is zero), each lone matrix goes whole to the least-loaded rank, and every rank writes its
-share into its own block of one flat buffer. One all-gather per step then fills every rank's copy of the
-buffer, and each rank applies gains, updates and momentum exactly as on one rank.
-
-This module knows nothing of batches: it partitions sizes (`Partition`) and runs the collectives. The views
-into the buffer are the batching layer's business. A rank whose partition differs from the others' (its
-parameter set or gradients differ) would deadlock a collective, so the partition is compared across ranks
-once, when it is made, and every rank falls back to doing all the work where any differs. That comparison is
-itself a collective: every rank must rebuild its plan at the same step, as ranks with the same parameters,
-the same gradients present and the same checkpoint loads do (data-parallel training gives them that).
-Collectives are never captured in a CUDA graph here: a rank's graph holds its own share of the work.
+Under data parallelism every rank holds the same parameters, gradients and state; only Newton-Schulz is split.
+Each batch is cut into equal chunks per rank (zeros pad the last); lone matrices go to the least loaded.
+Every rank writes its share into its block of one buffer; one all-gather fills the rest.
+The partition is compared across ranks once, when made; where any differs, every rank does all the work.
+No collective is captured in a CUDA graph.
 """
 
 from __future__ import annotations
@@ -36,9 +27,8 @@ def world_and_rank() -> tuple[int, int]:
 class Partition:
     """Offsets, in elements, of every rank's share in one flat buffer of `world * per_rank` elements.
 
-    Splittable batches (`counts[i]` matrices of `sizes[i]` elements) get `chunks[i]` matrices per rank at
-    offset `offsets[i]` of every rank's block; lone matrices (`whole_sizes[j]` elements) go to rank
-    `owners[j]`, at offset `whole_offsets[j]` of that rank's block.
+    Batch i puts `chunks[i]` matrices at `offsets[i]` of every rank's block.
+    Lone matrix j goes to rank `owners[j]`, at `whole_offsets[j]` of its block.
     """
 
     world: int
@@ -73,7 +63,7 @@ class Partition:
 
 
 def agreed(partition: Partition, description: tuple[Any, ...]) -> bool:
-    """Whether every rank made the same partition of the same matrices (one object all-gather, at plan time)."""
+    """Whether every rank made the same partition of the same matrices (one object all-gather per plan)."""
     mine = (partition.fingerprint(), description)
     everyone: list[Any] = [None] * partition.world
     dist.all_gather_object(everyone, mine)
@@ -86,8 +76,7 @@ _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather
 def gather_shares(buffer: torch.Tensor, partition: Partition) -> None:
     """Fill every rank's block of `buffer` from that rank, in place: one collective for all the matrices.
 
-    gloo gathers host tensors only, so with gloo a device buffer goes through a host copy (the plumbing
-    check of several ranks on one GPU; NCCL gathers device memory directly).
+    gloo gathers host tensors only, so there a device buffer goes through a host copy.
     """
     start = partition.rank * partition.per_rank
     if buffer.device.type != "cpu" and dist.get_backend() == "gloo":

@@ -1,25 +1,11 @@
-"""Replaying a step's Newton-Schulz core from a CUDA graph, where that is safe, and saying why where not.
+"""Replaying a step's Newton-Schulz core from a CUDA graph where that is safe, and saying why where not.
 
-What is captured is the core only: the stacks filled from the momentum buffers or the plan's scratch (the
-Nesterov inputs), the orthogonalized and scaled updates out, into the plan's scratch. It reads tensors whose
-memory lasts as long as the plan, and no gradient, parameter or hyperparameter, so:
-
-- a replay runs the eager core's kernels with the eager core's arguments: its bits are the eager step's by
-  construction, whatever the learning rate or momentum does from step to step (the trainer's warm-up changes
-  both every step), with no device-tensor scalars whose rounding would have to be proven equal to Python
-  floats (a fused `p + alpha * u` with alpha as a kernel argument has no device-scalar twin in torch, and a
-  0-dim tensor operand is rounded to a bf16 buffer's dtype);
-- gradients need no static copies and may move between steps (the eager momentum reads them), a closure
-  may run, parameters without gradients change the plan (and so the graph) rather than the graph's inputs;
-- momentum, the Muon apply and the SGD part stay eager: a few foreach operations per group.
-
-The graph is tied to one plan's fill (its stacks and inputs): a new plan is first run eagerly on the capture stream (lazy
-per-stream set-up such as the cuBLAS workspace happens there, not inside the capture), captured on the next
-step and replayed from then on. Wherever replay is refused the core runs eagerly and the reason is counted
-(`CoreGraph.stats`): off, asked for, not on CUDA, on several devices, inside another capture (a caller
-capturing the whole step, such as a launch-floor measurement, records the core's own kernels), warm-up, or a
-capture that failed for this plan. The policy (`CoreGraph`) is kept apart from the CUDA mechanics
-(`CudaBackend`: streams, capture, replay), so the policy can be exercised without a device.
+The core reads only memory that lasts as long as the plan: no gradient, parameter or hyperparameter.
+So a replay is the eager core's kernels with the eager core's arguments, bit for bit, whatever the schedule.
+Momentum, the Muon apply and SGD stay eager; gradients may move between steps.
+A new plan runs one eager core on the capture stream (lazy set-up such as cuBLAS's workspace), then captures.
+Where replay is refused the core runs eagerly and `CoreGraph.stats` counts the reason.
+The policy (`CoreGraph`) is apart from the CUDA mechanics (`CudaBackend`), so tests run it without a device.
 """
 
 from __future__ import annotations
@@ -37,7 +23,7 @@ Compute = Callable[[], list[torch.Tensor]]
 
 
 class Backend(Protocol):
-    """What the policy needs from a device: run on the capture stream, record a graph, select a device."""
+    """What the policy needs from a device: select it, run on the capture stream, record a graph."""
 
     def on_device(self, device: torch.device) -> contextlib.AbstractContextManager[None]: ...
 
@@ -48,18 +34,16 @@ class Backend(Protocol):
     def record(
         self, device: torch.device, compute: Compute
     ) -> tuple[Callable[[], None], list[torch.Tensor], int]:
-        """Capture `compute` without running it: (replay, the outputs a replay refills, bytes the graph keeps)."""
+        """Capture `compute` without running it: (replay, the outputs it refills, bytes the graph keeps)."""
         ...
 
 
-# One side stream per device for the whole process: cuBLAS keeps a workspace for every stream it has run on
-# until the process ends, so a stream per optimizer would grow device memory with every optimizer built.
+# One side stream per device for the process: cuBLAS keeps a workspace per stream it ran on until exit.
 _SIDE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
 
 
 class CudaBackend:
-    """CUDA streams and graphs: one side stream per device, shared by every backend, for every warm-up and
-    capture."""
+    """CUDA streams and graphs: every warm-up and capture on the device's one side stream."""
 
     def _side(self, device: torch.device) -> torch.cuda.Stream:
         if device not in _SIDE_STREAMS:
@@ -72,10 +56,8 @@ class CudaBackend:
     def warm(self, device: torch.device, compute: Compute) -> tuple[list[torch.Tensor], int]:
         """Run `compute` on the capture stream, ordered after and before the caller's stream's work.
 
-        Memory it allocates there is used and freed by the caller's stream; every later use of the capture
-        stream first waits for the caller's stream, so such memory is never reused while still read. What
-        stays allocated afterwards (the core's outputs are the plan's own memory) is what the capture stream
-        set up for good: cuBLAS's workspace for that stream, the first time the process uses it.
+        Every later use of the capture stream waits for the caller's, so its memory is never reused early.
+        What stays allocated is what the stream set up for good: cuBLAS's workspace, the first time.
         """
         current, side = torch.cuda.current_stream(device), self._side(device)
         before = torch.cuda.memory_allocated(device)
@@ -94,8 +76,8 @@ class CudaBackend:
         torch.cuda.empty_cache()  # as the capture itself does on entry, so the pool's growth can be read
         reserved = torch.cuda.memory_reserved(device)
         side.wait_stream(current)
-        # The outer stream context restores the current stream even if capture_end raises on exit.
-        # "thread_local": other threads (a data loader pinning memory) may keep calling CUDA meanwhile.
+        # The stream context restores the current stream even if capture_end raises.
+        # "thread_local": other threads (a loader pinning memory) may keep calling CUDA meanwhile.
         try:
             with (
                 torch.cuda.stream(side),
@@ -120,8 +102,7 @@ class CoreGraph:
     def __init__(self, backend: Backend | None = None) -> None:
         self.stats: Counter[str] = Counter()
         self.pool_bytes = 0  # device memory the captured graph keeps reserved (its private memory pool)
-        # What a warm-up left allocated for good (the capture stream's cuBLAS workspace): the largest seen,
-        # kept across plans, since the stream and its workspace outlive them.
+        # What a warm-up left allocated for good (the stream's cuBLAS workspace): the most seen, across plans.
         self.warm_bytes = 0
         self._backend: Backend = backend if backend is not None else CudaBackend()
         self._key: object | None = None
@@ -140,9 +121,8 @@ class CoreGraph:
     ) -> list[torch.Tensor]:
         """The core's outputs for this step: replayed, captured then replayed, or computed eagerly.
 
-        `key` identifies what the graph reads and writes, a plan's fill (a new key drops the old graph);
-        `device` is the one CUDA device the core runs on; `refusal` is the caller's reason not to replay
-        (None: replay is safe).
+        `key`: what the graph reads and writes (a new key drops the graph). `device`: the core's CUDA device.
+        `refusal`: the caller's reason not to replay, or None.
         """
         if refusal is not None:
             self.stats[f"eager: {refusal}"] += 1
@@ -164,7 +144,7 @@ class CoreGraph:
             if self._replay is None:
                 try:
                     self._replay, self._outputs, self.pool_bytes = self._backend.record(device, compute)
-                except Exception as exc:  # noqa: BLE001 - a core that cannot be captured runs eagerly, said so
+                except Exception as exc:  # noqa: BLE001 - an uncapturable core runs eagerly, said so
                     self._failure = _reason(exc)
                     self.stats[f"eager: capture failed: {self._failure}"] += 1
                     return compute()

@@ -1,9 +1,8 @@
 """MuSGD, the per-parameter baseline: Muon and SGD momentum combined, as the Ultralytics trainer uses it.
 
-Groups with `use_muon` get an orthogonalized Muon update followed by an SGD momentum update (gains `muon` and
-`sgd`); other groups get plain SGD momentum. This is the semantics of the last per-parameter Ultralytics
-release (8.4.101) reproduced bit for bit, with one difference: channels_last gradients are accepted (their
-matrix view is materialized row-major, so the result equals the contiguous case).
+Groups with `use_muon` get an orthogonalized Muon update, then an SGD momentum update (gains `muon`, `sgd`).
+Other groups get plain SGD momentum. This is Ultralytics 8.4.101's step, bit for bit.
+One difference: channels_last gradients are accepted (read row-major: the result equals the contiguous one).
 """
 
 from __future__ import annotations
@@ -27,9 +26,9 @@ def muon_momentum(
 def muon_update(
     grad: torch.Tensor, momentum_buffer: torch.Tensor, beta: float, nesterov: bool
 ) -> torch.Tensor:
-    """Advance the Muon momentum in place and return the orthogonalized, scaled bf16 update as a matrix.
+    """Advance the Muon momentum in place; return the orthogonalized, scaled bf16 update as a matrix.
 
-    A 4-D (conv) update is seen as (out, in*kh*kw). The gain uses the gradient's raw last two dims.
+    A 4-D (conv) update is seen as (out, in*kh*kw); the gain uses the gradient's raw last two dims.
     """
     if grad.ndim not in (2, 4):
         raise ValueError(f"Muon updates 2-D or 4-D parameters, got a gradient of shape {tuple(grad.shape)}")
@@ -79,11 +78,11 @@ def musgd_param_step(
 
 
 class MuSGD(torch.optim.Optimizer):
-    """Muon + SGD hybrid, one parameter at a time (the reference every other implementation is checked against).
+    """Muon + SGD, one parameter at a time: the reference every other implementation is checked against.
 
-    Param groups carry `lr`, `momentum`, `nesterov`, `weight_decay` and `use_muon` (extra keys such as the
-    trainer's `param_group` are kept). `muon` and `sgd` scale the learning rate of the two parts of a
-    `use_muon` group. State per parameter: `momentum_buffer`, and `momentum_buffer_SGD` in `use_muon` groups.
+    Groups carry `lr`, `momentum`, `nesterov`, `weight_decay` and `use_muon`; extra keys are kept.
+    `muon` and `sgd` scale the learning rate of the two parts of a `use_muon` group.
+    State: `momentum_buffer`, and `momentum_buffer_SGD` in `use_muon` groups.
     """
 
     def __init__(

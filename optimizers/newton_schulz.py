@@ -16,42 +16,27 @@ NS_STEPS = 5
 NS_EPS = 1e-7
 
 
-def newton_schulz(
-    G: torch.Tensor, compute_dtype: torch.dtype = torch.bfloat16, in_place: bool = False
-) -> torch.Tensor:
+def newton_schulz(G: torch.Tensor, compute_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     """Approximately orthogonalize a matrix, or each matrix of a batch of shape (..., rows, cols).
 
-    X is a fresh contiguous `compute_dtype` copy of G (so neither the caller's update nor a momentum buffer
-    is touched, whatever its layout), divided by its Frobenius norm + 1e-7 (norm and division in
-    `compute_dtype`), transposed when tall so the products run on the smaller Gram matrix, then iterated five
-    times as A = X @ X^T, B = (b*A) + ((c*A) @ A), X = (a*X) + (B @ X). The result stays in `compute_dtype`;
-    for a tall input it is a transposed view.
-
-    `in_place=True` is for a stack the caller built for this call (contiguous, already `compute_dtype`): it
-    is normalized in place and receives the result, so views taken into it before the call read the result
-    after it. `compute_dtype` is bf16 for the optimizers; tests pass float64 to check batching exactness.
+    X is a fresh contiguous `compute_dtype` copy of G, divided by its Frobenius norm + 1e-7 in that dtype.
+    A tall X is transposed, so the products run on the smaller Gram matrix.
+    Five times: A = X @ X^T, B = (b*A) + ((c*A) @ A), X = (a*X) + (B @ X).
+    The result stays in `compute_dtype`; for a tall input it is a transposed view.
     """
     if G.ndim < 2:
         raise ValueError(f"Newton-Schulz needs a matrix or a batch of matrices, got shape {tuple(G.shape)}")
-    if in_place and (G.dtype != compute_dtype or not G.is_contiguous()):
-        raise ValueError("in_place Newton-Schulz needs a contiguous tensor already in compute_dtype")
     a, b, c = NS_COEFFICIENTS
-    X = G if in_place else G.to(dtype=compute_dtype, memory_format=torch.contiguous_format, copy=True)
-    # One whole-tensor norm for a matrix (what the per-parameter reference computes), one norm per matrix for
-    # a batch; zero padding leaves a member's norm unchanged.
+    X = G.to(dtype=compute_dtype, memory_format=torch.contiguous_format, copy=True)
+    # One norm for a matrix (as the reference), one per matrix of a batch (padding changes none).
     norm = X.norm() if X.ndim == 2 else X.norm(dim=(-2, -1), keepdim=True)
     X /= norm + NS_EPS
     tall = G.size(-2) > G.size(-1)
     if tall:
         X = X.mT
-    for step in range(NS_STEPS):
+    for _ in range(NS_STEPS):
         A = X @ X.mT
         B = b * A + (c * A) @ A
-        if (
-            in_place and step == NS_STEPS - 1
-        ):  # the same elementwise sum, written back into the caller's stack
-            torch.add(a * X, B @ X, out=G.mT if tall else G)
-            return G
         X = a * X + B @ X
     return X.mT if tall else X
 
@@ -62,9 +47,8 @@ _REDUCED_PRECISION = (torch.bfloat16, torch.float16)
 def foreach_mul_(tensors: list[torch.Tensor], scalars: float | list[float]) -> None:
     """`t.mul_(s)` for every tensor, rounded as the per-tensor multiply rounds (the scalar kept in float).
 
-    On the CPU, in-place `_foreach_mul_` on bf16/fp16 tensors rounds the scalar to the tensor's dtype first
-    (seen on torch 2.14.1; the out-of-place form does not), so there the product is taken out of place and
-    copied back. CUDA's foreach kernels keep the scalar in float and run in place.
+    On the CPU, in-place `_foreach_mul_` rounds the scalar to a bf16/fp16 tensor's dtype (torch 2.14.1).
+    There the product is taken out of place and copied back; CUDA's foreach kernels run in place.
     """
     if not tensors:
         return
@@ -76,11 +60,9 @@ def foreach_mul_(tensors: list[torch.Tensor], scalars: float | list[float]) -> N
 
 @dataclass(frozen=True)
 class Stack:
-    """A contiguous stack that Newton-Schulz orthogonalizes in place, and the views its products read.
+    """A contiguous matrix or batch that Newton-Schulz orthogonalizes in place, and its products' views.
 
-    `tensor` is a matrix or a batch of matrices (rows, cols); `x` is its wide orientation (X in the iteration:
-    the tensor itself, or its transposed view when tall) and `x_t` the other one. Built once, the views cost
-    nothing per step.
+    `x` is its wide orientation (X in the iteration), `x_t` the other; built once, they cost nothing per step.
     """
 
     tensor: torch.Tensor
@@ -102,18 +84,13 @@ class Stack:
 def newton_schulz_stacks(stacks: Sequence[Stack]) -> None:
     """`newton_schulz` of every stack, in place and in lockstep: bit for bit the same rounded operations.
 
-    Each stack is normalized as `newton_schulz` normalizes (one norm for a matrix, one per matrix of a batch)
-    and iterated with the same products on the same orientations; each elementwise step runs once for all
-    stacks as a foreach operation, and the products call mm/bmm directly. So the host dispatches a number of
-    operations that grows with the number of stacks, not of matrices. In-place updates keep X's layout, which
-    is the layout `newton_schulz` keeps too (an elementwise result follows its first operand's strides).
+    Same norms, same products on the same orientations; each elementwise step is one foreach over all stacks.
+    In-place updates keep X's layout, as `newton_schulz`'s results follow their first operand's strides.
     """
     if not stacks:
         return
     a, b, c = NS_COEFFICIENTS
-    # Stacks whose X is laid out as its product B X comes out (wide ones) first: a foreach add over tensors
-    # of different strides launches one kernel per tensor on CUDA, so X += B X is one kernel for all of them
-    # and one per tall stack (whose X is a transposed view), not one per stack.
+    # Wide stacks first: their X is laid out as B X comes out, so X += B X is one CUDA kernel for all of them.
     stacks = sorted(stacks, key=lambda s: not s.x.is_contiguous())
     dense = sum(s.x.is_contiguous() for s in stacks)
     tensors = [s.tensor for s in stacks]
@@ -135,5 +112,5 @@ def newton_schulz_stacks(stacks: Sequence[Stack]) -> None:
 
 
 def muon_scale(grad_shape: torch.Size | tuple[int, ...]) -> float:
-    """The per-matrix gain sqrt(max(1, rows/cols)), from the gradient's raw last two dims (1 for square kernels)."""
+    """The per-matrix gain sqrt(max(1, rows/cols)), from the gradient's raw last two dims."""
     return max(1, grad_shape[-2] / grad_shape[-1]) ** 0.5

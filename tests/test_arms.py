@@ -153,7 +153,7 @@ def test_candidate_cpu_runs_the_batched_path_on_cpu_tensors_and_candidate_does_n
     batched = {"bmm", "_foreach_lerp_"}  # (SGD momentum's multiply is one flat mul_ now)
     assert not batched & baseline_ops and not batched & candidate_ops  # the per-parameter step, twice
     assert batched <= routed_ops  # batched Newton-Schulz and foreach momentum
-    assert batched_module._FORCE_BATCHED_ON_CPU is False  # the switch is restored after the step
+    assert not batched_module.batches_on(torch.device("cpu"))  # the switch is restored after the step
     # The candidate's algorithm, not another one: the Muon momentum (computed before any update) is bit for bit
     # the baseline's (how far the updates may differ is the batched-path tests' calibrated bound).
     for p_base, p_routed in zip(
@@ -175,7 +175,7 @@ def test_candidate_cpu_restores_the_switch_when_a_step_raises() -> None:
 
     with pytest.raises(RuntimeError, match="closure failed"):
         optimizer.step(closure)
-    assert batched_module._FORCE_BATCHED_ON_CPU is False
+    assert not batched_module.batches_on(torch.device("cpu"))
 
 
 def test_a_guarded_candidate_cpu_still_routes_cpu_tensors() -> None:

@@ -1,6 +1,6 @@
 """The candidate BatchedMuSGD against the per-parameter baseline: every rule of GUIDE §5 and the §6 contract.
 
-CPU tests force the batched path (`_batched_on_cpu`), so batching, padding, planning and the foreach calls
+CPU tests force the batched path (`batched_on_cpu`), so batching, padding, planning and the foreach calls
 run in CI; CUDA tests check what only CUDA can show (foreach fast paths, cuBLAS batched rounding).
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import itertools
 import math
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,21 +23,19 @@ from experiments.parity import ULP_SENSITIVITY_FACTOR, ulp_sensitivity
 from experiments.workloads import build_param_groups, fill_synthetic_grads
 from optimizers import BatchedMuSGD, MuSGD, newton_schulz
 from optimizers import batched as batched_module
-from optimizers.batched import (
-    _batched_on_cpu,
-    _disjoint_ends,
-    _Member,
-    _orthogonalize,
+from optimizers.batched import batched_on_cpu, batches_on
+from optimizers.batched import memory as memory_module
+from optimizers.batched import planning as planning_module
+from optimizers.batched.memory import (
     _overlapping,
-    _Plan,
-    _reach_index,
-    _runs,
     _span_index,
     _spans_meet,
-    _spans_reach,
-    _split_by_cost,
-    newton_schulz_flops,
+    _union_ends,
 )
+from optimizers.batched.plan import _Plan
+from optimizers.batched.runs import _classes
+from optimizers.batched.stacks import _Member, _orthogonalize, _runs, _split_by_cost
+from optimizers.concurrent import newton_schulz_flops
 from optimizers.dispatch import count_dispatched_ops
 
 cuda = pytest.mark.cuda
@@ -54,7 +53,7 @@ def _batched_cpu_one_thread() -> Iterator[None]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with _batched_on_cpu():
+        with batched_on_cpu():
             yield
     finally:
         torch.set_num_threads(threads)
@@ -690,8 +689,8 @@ def test_the_plan_is_reused_until_the_parameter_set_changes(monkeypatch: pytest.
     params = _make_params([(16, 72), (16, 40), (8,)], seed=80)
     optimizer = BatchedMuSGD([_muon_group(params[:2]), _sgd_group(params[2:])])
     builds = []
-    original = BatchedMuSGD._build_plan
-    monkeypatch.setattr(BatchedMuSGD, "_build_plan", lambda self, *a: builds.append(1) or original(self, *a))
+    original = batched_module._build_plan
+    monkeypatch.setattr(batched_module, "_build_plan", lambda *a: builds.append(1) or original(*a))
 
     for step in range(3):  # fresh gradient tensors every step (as zero_grad(set_to_none=True) gives)
         _fill_grads(params, seed=81 + step)
@@ -719,11 +718,27 @@ def test_the_plan_is_reused_until_the_parameter_set_changes(monkeypatch: pytest.
 
 def test_cpu_keeps_the_baseline_path_unless_forced() -> None:
     groups = [_muon_group(_make_params(MIXED_SMALL_16, seed=95)), _sgd_group(_make_params([(8,)], seed=96))]
-    with _batched_on_cpu(False):
+    with batched_on_cpu(False):
         baseline, base_groups, candidate, cand_groups = _run_both(groups, 2, _grads_by_seed)
     assert _plan(candidate).batches == [] and _in_buckets(candidate) == []
     for pb, pc in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
         assert torch.equal(pb, pc)
+
+
+def test_the_public_cpu_switch_routes_cpu_tensors_and_restores_itself() -> None:
+    """`batched_on_cpu` is the documented switch: batched inside the block, the baseline's path after it."""
+    cpu = torch.device("cpu")
+    with batched_on_cpu(False):
+        assert not batches_on(cpu) and batches_on(torch.device("cuda"))
+        with pytest.raises(RuntimeError, match="inside"), batched_on_cpu():
+            assert batches_on(cpu)
+            params = _make_params([(8, 16), (8, 24)], seed=97)
+            optimizer = BatchedMuSGD([_muon_group(params)])
+            _fill_grads(params, seed=98)
+            optimizer.step()
+            assert {b.kind for b in _plan(optimizer).batches} == {"padded"}
+            raise RuntimeError("inside")
+        assert not batches_on(cpu)
 
 
 # ---------------------------------------------------------------------------------------------- CUDA
@@ -776,7 +791,7 @@ def test_cuda_one_step_contract_on_yolo26n() -> None:
 @needs_cuda
 def test_cuda_device_and_dtype_buckets_in_one_group() -> None:
     """CUDA fp32/bf16 and CPU fp32 parameters in one group: separate buckets, CPU on the baseline path."""
-    with _batched_on_cpu(False):
+    with batched_on_cpu(False):
         cuda_params = _make_params([(16, 72), (16, 40)], seed=110, device="cuda") + _make_params(
             [(16, 72), (16, 40)], seed=111, dtype=torch.bfloat16, device="cuda"
         )
@@ -925,12 +940,12 @@ def test_merged_foreach_lists_change_no_bit_and_follow_the_scalar_pattern(
     )
     baseline = MuSGD(base_groups, muon=0.2, sgd=1.0)
     builds = []
-    original = BatchedMuSGD._build_plan
-    monkeypatch.setattr(BatchedMuSGD, "_build_plan", lambda self, *a: builds.append(1) or original(self, *a))
+    original = batched_module._build_plan
+    monkeypatch.setattr(batched_module, "_build_plan", lambda *a: builds.append(1) or original(*a))
     for step in range(len(LR_SCHEDULE)):
         _step_with_schedule(merged, merged_groups, step)
         with monkeypatch.context() as patch:
-            patch.setattr("optimizers.batched._classes", _one_list_per_group)
+            patch.setattr("optimizers.batched.runs._classes", _one_list_per_group)
             _step_with_schedule(alone, alone_groups, step)
         _step_with_schedule(baseline, base_groups, step)
         for pm, pa in zip(_params_of(merged_groups), _params_of(alone_groups), strict=True):
@@ -993,8 +1008,6 @@ def test_every_nesterov_and_decay_combination_matches_the_baseline_as_nesterov_f
 
 def test_equal_scalars_keep_the_step_s_operation_count_whatever_the_group_count() -> None:
     """Six groups with equal scalars dispatch what their parameters in two groups (Muon, SGD) dispatch."""
-    from optimizers.dispatch import count_dispatched_ops
-
     six = _six_groups(seed=320)
     for group in six:
         group["weight_decay"] = 5e-4
@@ -1012,8 +1025,6 @@ def test_equal_scalars_keep_the_step_s_operation_count_whatever_the_group_count(
 
 
 def test_scalars_merge_only_where_they_are_interchangeable_kernel_arguments() -> None:
-    from optimizers.batched import _classes
-
     nan = float("nan")
     lr = torch.tensor(0.01)
     values = [0.01, -0.0, 0.0, 0.01, nan, nan, 1, 1.0, True, 1, lr, lr, 0.0]
@@ -1041,8 +1052,8 @@ def test_the_plan_is_rebuilt_when_data_moves_a_group_is_added_or_a_moved_gradien
     params = _make_params([(16, 72), (16, 40), (8,)], seed=340)
     optimizer = BatchedMuSGD([_muon_group(params[:2]), _sgd_group(params[2:])])
     builds = []
-    original = BatchedMuSGD._build_plan
-    monkeypatch.setattr(BatchedMuSGD, "_build_plan", lambda self, *a: builds.append(1) or original(self, *a))
+    original = batched_module._build_plan
+    monkeypatch.setattr(batched_module, "_build_plan", lambda *a: builds.append(1) or original(*a))
     _fill_grads(params, seed=341)
     optimizer.step()
     assert len(builds) == 1
@@ -1084,32 +1095,18 @@ def _searched_per_gradient(
     return starts, reach, spans, expected
 
 
-@settings(max_examples=300, deadline=None, derandomize=True)
-@given(static=_SPANS, moved=_SPANS)
+@settings(max_examples=600, deadline=None, derandomize=True)
+@given(static=_SPANS, moved=st.lists(st.tuples(st.integers(0, 60), st.integers(1, 12)), max_size=12))
 def test_the_gradient_check_answers_as_a_search_per_gradient(
     static: list[tuple[int, int]], moved: list[tuple[int, int]]
 ) -> None:
-    """`_spans_reach` (the per-step check when gradients moved) against the reference it replaces: a binary
-    search per gradient span in the static index, then `_overlapping` over the gradient spans."""
+    """`_spans_meet` over `_union_ends` (the per-step check when gradients moved) against the reference it
+    replaces, for nonempty moved spans; the static spans may be empty, touch or overlap."""
     starts, reach, spans, expected = _searched_per_gradient(static, moved)
-    got = _spans_reach([s for s, _ in spans], [e for _, e in spans], _reach_index(starts, reach))
-    assert got == expected
-
-
-@settings(max_examples=300, deadline=None, derandomize=True)
-@given(static=_SPANS, moved=st.lists(st.tuples(st.integers(0, 60), st.integers(1, 12)), max_size=12))
-def test_the_check_over_disjoint_memory_answers_as_a_search_per_gradient(
-    static: list[tuple[int, int]], moved: list[tuple[int, int]]
-) -> None:
-    """`_spans_meet` (the per-step check where the plan's memory is disjoint) against the same reference,
-    for nonempty moved spans; where the indexed spans overlap, `_disjoint_ends` declines (None)."""
-    starts, reach, spans, expected = _searched_per_gradient(static, moved)
-    nonempty = [(start, start + size, i) for i, (start, size) in enumerate(static) if size]
-    disjoint = not _overlapping([("cpu", *span) for span in nonempty])
-    indexed_ends = _disjoint_ends(starts, reach)
-    assert (indexed_ends is not None) == disjoint
-    if indexed_ends is not None:
-        assert _spans_meet([s for s, _ in spans], [e for _, e in spans], indexed_ends) == expected
+    union = _union_ends(starts, reach)
+    parts = sorted(union.items())  # disjoint, not touching
+    assert all(end < start for (_, end), (start, _) in itertools.pairwise(parts))
+    assert _spans_meet([s for s, _ in spans], [e for _, e in spans], union) == expected
 
 
 _VIEW_SHAPES = [(2, 3), (3, 2), (2, 3, 1, 1)]
@@ -1179,10 +1176,26 @@ def test_a_step_whose_gradients_moved_reads_each_address_once(monkeypatch: pytes
     _fill_grads([p for p in params if p.requires_grad], seed=2)  # fresh gradients
     reads: list[int] = []
     data_ptr = torch.Tensor.data_ptr
-    monkeypatch.setattr(batched_module, "_DATA_PTR", lambda t: reads.append(1) or data_ptr(t))
+    monkeypatch.setattr(memory_module, "_DATA_PTR", lambda t: reads.append(1) or data_ptr(t))
     assert optimizer._current_plan() is plan
     with_grad = sum(p.grad is not None for p in params)
     assert len(reads) == len(params) + with_grad  # the signature's pass over parameters, one over gradients
+
+
+def test_moved_strided_gradients_sharing_memory_rebuild_the_plan() -> None:
+    """Strided gradients take the per-gradient check; two that share memory with each other (and nothing
+    else) rebuild the plan, and both parameters take the baseline's whole step."""
+    params = _make_params([(16, 72), (16, 40), (8,)], seed=350)
+    optimizer = BatchedMuSGD([_muon_group(params[:2]), _sgd_group(params[2:])])
+    _fill_grads(params, seed=351)
+    optimizer.step()
+    assert {id(params[0]), id(params[1])} <= set(_in_buckets(optimizer))
+    shared = torch.randn(72, 16, generator=torch.Generator().manual_seed(352)) * 0.01
+    params[0].grad, params[1].grad = shared.t(), shared[:40].t()  # transposed views of one buffer
+    params[2].grad = params[2].grad.clone()  # moved too
+    optimizer.step()
+    assert {id(params[0]), id(params[1])} <= set(_in_order(optimizer))
+    assert {id(params[0]), id(params[1])}.isdisjoint(_in_buckets(optimizer))
 
 
 def test_moved_gradients_are_checked_at_once_and_one_onto_a_buffer_or_a_strided_view_rebuilds(
@@ -1193,11 +1206,9 @@ def test_moved_gradients_are_checked_at_once_and_one_onto_a_buffer_or_a_strided_
     params = _make_params([(16, 72), (16, 40), (8,)], seed=345)
     optimizer = BatchedMuSGD([_muon_group(params[:2]), _sgd_group(params[2:])])
     builds, one_by_one = [], []
-    build, each = BatchedMuSGD._build_plan, BatchedMuSGD._grads_overlap_each
-    monkeypatch.setattr(BatchedMuSGD, "_build_plan", lambda self, *a: builds.append(1) or build(self, *a))
-    monkeypatch.setattr(
-        BatchedMuSGD, "_grads_overlap_each", lambda self, *a: one_by_one.append(1) or each(self, *a)
-    )
+    build, each = batched_module._build_plan, planning_module._grads_overlap_each
+    monkeypatch.setattr(batched_module, "_build_plan", lambda *a: builds.append(1) or build(*a))
+    monkeypatch.setattr(planning_module, "_grads_overlap_each", lambda *a: one_by_one.append(1) or each(*a))
     _fill_grads(params, seed=346)
     optimizer.step()
     for seed in (347, 348):

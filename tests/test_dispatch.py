@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from experiments.workloads import build_param_groups, fill_synthetic_grads
 from optimizers import BatchedMuSGD
-from optimizers.batched import _batched_on_cpu
+from optimizers.batched import batched_on_cpu
 from optimizers.dispatch import count_dispatched_ops
 from optimizers.graphs import CoreGraph
 
@@ -31,7 +31,7 @@ def _batched_cpu_one_thread() -> Iterator[None]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with _batched_on_cpu():
+        with batched_on_cpu():
             yield
     finally:
         torch.set_num_threads(threads)

@@ -18,7 +18,7 @@ import torch
 import torch.multiprocessing as mp
 
 from optimizers import BatchedMuSGD
-from optimizers.batched import _batched_on_cpu
+from optimizers.batched import batched_on_cpu
 from optimizers.distributed import Partition, world_and_rank
 
 WORLD = 2
@@ -83,7 +83,7 @@ def _rank(rank: int, world: int, port: int, out: str, device: str) -> None:
             gathers.append(1) or original(*args, **kwargs)
         )
         groups = _groups(device)
-        with _batched_on_cpu():  # CPU tensors take the batched path; CUDA ones take it anyway
+        with batched_on_cpu():  # CPU tensors take the batched path; CUDA ones take it anyway
             optimizer = _run(groups)
         results = {
             **_results(optimizer, groups),
@@ -127,7 +127,7 @@ def _one_rank(device: str = "cpu") -> tuple[dict[str, Any], list[dict[str, Any]]
     torch.set_num_threads(1)
     try:
         groups = _groups(device)
-        with _batched_on_cpu():
+        with batched_on_cpu():
             optimizer = _run(groups)
         return _results(optimizer, groups), groups
     finally:

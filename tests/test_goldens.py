@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from optimizers import BatchedMuSGD, MuSGD
-from optimizers.batched import _batched_on_cpu
+from optimizers.batched import batched_on_cpu
 
 GOLDENS = Path(__file__).parent / "data" / "musgd_goldens_8.4.101.pt"
 
@@ -90,7 +90,7 @@ def test_the_candidate_with_exact_shapes_equals_upstream_8_4_101(goldens: dict[s
     """Every golden matrix has its own shape: without padding each is a lone matrix, which the candidate
     orthogonalizes exactly as the baseline does, through its batched path (forced onto the CPU)."""
     case = goldens["cases"][dtype]
-    with _batched_on_cpu():
+    with batched_on_cpu():
         _judge(goldens, _differences(case, *_run(BatchedMuSGD.with_pad_guard(0), case)))
 
 

@@ -19,9 +19,9 @@ import torch
 
 from experiments.screen import trial as screen_trial
 from experiments.workloads import build_param_groups, fill_synthetic_grads
-from optimizers import BatchedMuSGD, MuSGD
+from optimizers import BatchedMuSGD, MuSGD, graphs
 from optimizers import batched as batched_module
-from optimizers.batched import _batched_on_cpu
+from optimizers.batched import batched_on_cpu
 from optimizers.graphs import CoreGraph
 
 cuda = pytest.mark.cuda
@@ -130,7 +130,7 @@ def simulated_device(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with _batched_on_cpu():
+        with batched_on_cpu():
             yield
     finally:
         torch.set_num_threads(threads)
@@ -434,8 +434,6 @@ def test_every_optimizer_shares_one_capture_stream_per_device(monkeypatch: pytes
     """cuBLAS keeps a workspace (32 MiB on an H200) for every stream it has run on, for the life of the
     process: a side stream per optimizer grew the process by one workspace per optimizer built (on the H200 a
     probe of four trials ended 64 MiB above where it started). Every backend uses one stream per device."""
-    from optimizers import graphs
-
     made: list[torch.device] = []
 
     class FakeStream:

@@ -14,7 +14,7 @@ from harness.cli import main
 from harness.tables import RunFolder
 from harness.tier import Run
 from optimizers import MuSGD
-from optimizers.batched import _batched_on_cpu
+from optimizers.batched import batched_on_cpu
 
 
 class NudgedMuSGD(MuSGD):
@@ -58,7 +58,7 @@ def fit_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_candidate_on_the_batched_path_keeps_the_contract() -> None:
     """The test-only switch routes CPU tensors through the padded batches and foreach momentum."""
-    with _batched_on_cpu():
+    with batched_on_cpu():
         result = parity.run_parity(parity.ParitySettings(scale="n", steps=1))
     first = {f.comparison: f for f in result.steps if f.step == 1}
     control, candidate = first["control"], first["candidate"]

@@ -27,7 +27,7 @@ from harness.run import Runner, RunOptions
 from harness.tables import RunFolder
 from harness.tier import Run
 from optimizers import BatchedMuSGD
-from optimizers.batched import DEFAULT_PAD_GUARD, _batched_on_cpu
+from optimizers.batched import DEFAULT_PAD_GUARD, batched_on_cpu
 from tests.argv import TINY_SCREEN, overridden
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -158,7 +158,7 @@ def batch_kinds(guard: str) -> set[str]:
     optimizer = screen_trial.make_arm_optimizer(
         Arm(f"candidate@g{guard}", "candidate", "candidate", {"guard": guard}), groups, kwargs
     )
-    with _batched_on_cpu():
+    with batched_on_cpu():
         optimizer.step()
     return {batch.kind for batch in optimizer._plan.batches}
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from optimizers import BatchedMuSGD, MuSGD
-from optimizers.batched import _batched_on_cpu
+from optimizers.batched import batched_on_cpu
 
 # --- tests/test_fit.py: a worker that dies mid-fit
 
@@ -85,7 +85,7 @@ class CpuBatchedCandidate(BatchedMuSGD):
     """The candidate with CPU tensors on its batched path (test-only switch): it shares across CPU ranks."""
 
     def step(self, closure: Any = None) -> Any:
-        with _batched_on_cpu():
+        with batched_on_cpu():
             return super().step(closure)
 
 

@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     ]
     results: dict[tuple[str, tuple[float | None, int]], list[dict[str, float]]] = defaultdict(list)
     order = random.Random(0)
-    with batched._batched_on_cpu(arguments.device == "cpu"):
+    with batched.batched_on_cpu(arguments.device == "cpu"):
         for _ in range(arguments.rounds):
             for scale in arguments.scales:
                 prices = list(chosen)

@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     arguments = parser.parse_args(argv)
     DEVICE = arguments.device
-    with batched._batched_on_cpu(DEVICE == "cpu"):
+    with batched.batched_on_cpu(DEVICE == "cpu"):
         scalar_twins()
         for scale in arguments.scales:
             profile_step(scale, arguments.steps)

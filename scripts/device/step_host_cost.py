@@ -127,7 +127,7 @@ def measure(scale: str, steps: int, optimizer_class: type[BatchedMuSGD] = Batche
     fill_synthetic_grads(groups, seed=0)
     optimizer = optimizer_class(groups, **kwargs)
     figures: dict[str, float] = {}
-    with batched._batched_on_cpu(), _replayed_core():
+    with batched.batched_on_cpu(), _replayed_core():
         with _no_op_foreach():
             optimizer.step()  # builds the plan and the "replayed" outputs
         counting = _Counting()
