@@ -28,10 +28,12 @@ GATE_PASSING = {"claim": ("clears",), "control": ("within",)}  # the verdicts ``
 
 @dataclass(frozen=True)
 class Caveat:
-    """A caveat of a run: a headline (in the report's summary too) and the detail (in the run's section)."""
+    """A caveat of a run: a headline (in the report's summary too), the detail (in the run's section) and a
+    reason code (``failures``, ``unstable``, …; ``tier`` for a tier's own) that tools can filter on."""
 
     headline: str
     detail: str = ""
+    code: str = "tier"
 
     def __str__(self) -> str:
         return f"{self.headline} {self.detail}".strip()

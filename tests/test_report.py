@@ -20,6 +20,7 @@ import torch
 from experiments.tiers import TIERS as PROJECT_TIERS
 from harness import cli, markdown, report
 from harness.console import print_summary
+from harness.formatting import format_number
 from harness.options import InputError
 from harness.protocol import Arm, Case, Plan, ProtocolOptions, TrialContext, TrialFunction
 from harness.run import Runner, RunOptions
@@ -73,7 +74,7 @@ def fixture_section(run: Run) -> str:
     with plot_style.figure(png, width=6, height=3) as (_fig, ax):
         ax.plot([0, 1], [0, 1])
         ax.set_xlabel("x (unit)")
-    rows = [[r["arm"], report.format_number(r["median"])] for _, r in run.summaries.arms.iterrows()]
+    rows = [[r["arm"], format_number(r["median"])] for _, r in run.summaries.arms.iterrows()]
     return "\n\n".join(
         [
             "### Fixture tier section",
