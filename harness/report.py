@@ -17,6 +17,7 @@ from pathlib import Path
 from harness.markdown import code, when
 from harness.options import InputError
 from harness.present.machine import caveats_section, failures_section, plots_section, telemetry_section
+from harness.present.model import Section, markdown
 from harness.present.protocol_text import protocol_section
 from harness.present.results import (
     diagnostics_section,
@@ -51,10 +52,12 @@ __all__ = [
 REPORT_NAME = "report.md"
 
 
-def _tier_section(run: LoadedRun) -> list[str]:
-    """The tier's own section."""
-    text = run.tier.section(run)
-    return [str(text).strip()] if text and str(text).strip() else []
+def _tier_section(run: LoadedRun) -> Section | None:
+    """The tier's own section: a ``Section``, or markdown text (``###`` headings)."""
+    made = run.tier.section(run)
+    if isinstance(made, Section) or not made or not str(made).strip():
+        return made or None
+    return Section("").add(str(made).strip())
 
 
 def _run_section(run: LoadedRun) -> list[str]:
@@ -75,7 +78,7 @@ def _run_section(run: LoadedRun) -> list[str]:
     if not run.tier.paired:  # a tier whose rows are not paired trials reads them in its own section
         parts = (_tier_section, failures_section, caveats_section)
     for part in parts:
-        body = part(run)
+        body = markdown(part(run))
         if body:
             lines += [""] + body
     return lines
@@ -129,7 +132,7 @@ def _load(folders: Sequence[RunFolder], output: Path, tiers: TierRegistry, drawn
 
 def render(runs: list[LoadedRun]) -> str:
     """The markdown of the report (and, as it goes, its PNGs in each run's figures folder, made already)."""
-    lines = title_lines(runs) + [""] + summary_section(runs) + [""] + environment_section(runs)
+    lines = title_lines(runs) + [""] + markdown(summary_section(runs)) + [""] + environment_section(runs)
     for run in runs:
         lines += [""] + _run_section(run)
     return "\n".join(lines).rstrip() + "\n"
@@ -167,14 +170,14 @@ def write_report(
             except OSError as exc:  # a folder that takes no new entries (/proc), found only by trying
                 raise RunFolderWriteError(f"could not make {folder}: {exc.strerror or exc}") from None
         try:
-            markdown = render(runs)
+            text = render(runs)
         except OSError as exc:  # a figure that could not be drawn (a full disk): nothing replaced yet
             raise RunFolderWriteError(
                 f"could not draw the report's figures beside {path}: {exc.strerror or exc}; nothing was replaced"
             ) from None
         for run in runs:
             _put_in_place(run.figures_dir, path.parent / run.figures_dir.name, staging)
-        return write_atomic(path, markdown)
+        return write_atomic(path, text)
     finally:
         remove_tree(staging)
 

@@ -45,15 +45,17 @@ class Section:
         return self
 
     @classmethod
-    def of_lines(cls, title: str, lines: Sequence[str], depth: int = 3) -> Section:
-        """A section of paragraphs from lines separated by empty lines."""
+    def of_lines(cls, title: str, lines: Sequence[Block], depth: int = 3) -> Section:
+        """A section of paragraphs from lines separated by empty lines (a table or an image stands alone)."""
         section, para = cls(title, depth=depth), []
         for line in [*lines, ""]:
-            if line:
+            if isinstance(line, str) and line:
                 para.append(line)
-            elif para:
-                section.add("\n".join(para))
-                para = []
+                continue
+            section.add("\n".join(para))
+            para = []
+            if not isinstance(line, str):
+                section.add(line)
         return section
 
 

@@ -13,8 +13,8 @@ from harness.formatting import (
     format_limit,
     is_missing,
 )
-from harness.inference import t_unkept_counts_text
 from harness.markdown import NOT_RECORDED, code, when
+from harness.present.model import STATISTICS_DOC, Section
 from harness.present.run_view import LoadedRun, extra_warmups, looks, plural, warmup_sequence_text
 from harness.protocol import (
     DUET_FILLER_FORMAT,
@@ -84,7 +84,7 @@ def round_orders(plan: Plan) -> str:
     return ", ".join(shown) + (", …" if len(orders) > len(shown) else "")
 
 
-def protocol_section(run: LoadedRun) -> list[str]:
+def protocol_section(run: LoadedRun) -> Section:
     plan = run.plan
     p = plan.protocol
     arms_per_case = max(len(c.arms) for c in plan.cases) if plan.cases else 2
@@ -95,15 +95,11 @@ def protocol_section(run: LoadedRun) -> list[str]:
     )
     orders = round_orders(plan)
     order = {
-        "alternate": f"counterbalanced order ({orders}): every arm runs in every slot equally often per block, "
-        "so slow drift favours no arm",
-        "abba": f"ABBA blocks ({orders}): each block of rounds is followed by its mirror image, so an order "
-        "effect is orthogonal to a linear drift over every block",
-        "duet": f"duet rounds ({orders}): a round's arms run at once, each on its own share of the worker cores, "
-        "the shares taken in turn; "
+        "alternate": f"counterbalanced order ({orders})",
+        "abba": f"ABBA blocks ({orders})",
+        "duet": f"duet rounds ({orders}): a round's arms run at once, each on its own share of the worker cores; "
         + (
-            "the arm that ends first runs discarded fillers until its partner ends, so both run under the same "
-            "load: the estimand is the ratio of their times when they share the machine"
+            "the arm that ends first runs discarded fillers until its partner ends"
             if plan.format >= DUET_FILLER_FORMAT
             else "the arm that ended first left its partner to finish alone, which favours the slower arm"
         ),
@@ -151,16 +147,8 @@ def protocol_section(run: LoadedRun) -> list[str]:
         options = ", ".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in plan.settings.items())
         design.append(f"Tier options: {code(options)}.")
     statistics = [
-        f"Primary figure: {plan.metric} in {plan.unit}, lower is better; a failed trial counts as infinitely slow, "
-        "never dropped, and a pair where both arms failed is left out and counted. Per pair, the reduction "
-        "(baseline − arm) / baseline and the log ratio ln(arm / baseline).",
-        "Per claim the estimate is the median reduction, a failure ranked slowest. Its interval is a pair of "
-        "order statistics interpolated to the stated 95%; where even the range falls short it is the range at "
-        "its exact level (93.75% at 5 pairs). Simulated on normal, skewed, heavy-tailed, outlier and drift "
-        "laws, it covers within 1.5 points of the level stated; from 5 pairs it decides, below that it is "
-        "`insufficient`. Beside it: the geometric-mean reduction with the calibrated t interval (the earlier "
-        f"primary; {t_unkept_counts_text()} it is insufficient), the exact sign-test interval and "
-        "Hodges-Lehmann with its Wilcoxon interval. The failure rate of each arm has its own interval.",
+        f"Primary figure: {plan.metric} in {plan.unit}, lower is better; a failed trial counts as infinitely slow. "
+        f"Estimate, interval and checks per claim: see `{STATISTICS_DOC}`.",
         verdict_rule(plan),
     ]
     if p.auto:
@@ -186,8 +174,7 @@ def protocol_section(run: LoadedRun) -> list[str]:
     span = log_span(trials)
     if span:
         log.append(span)
-    lines = ["### Protocol", "", " ".join(design), "", " ".join(statistics)]
-    return lines + (["", " ".join(log)] if log else [])
+    return Section("Protocol").add(" ".join(design), " ".join(statistics), " ".join(log))
 
 
 def verdict_rule(plan: Plan) -> str:

@@ -12,6 +12,7 @@ from harness.formatting import (
 )
 from harness.markdown import code, markdown_table, when
 from harness.present.caveats import caveats, control_text
+from harness.present.model import STATISTICS_DOC, Section, Table
 from harness.present.run_view import LoadedRun, arm_row, limit_text, logged, pairs_text, plan_ordered
 from harness.protocol import (
     Plan,
@@ -102,7 +103,7 @@ def gate(run: LoadedRun) -> tuple[str, list[str]]:
     return ("exit 1" if failures else "exit 0"), failures
 
 
-def summary_section(runs: list[LoadedRun]) -> list[str]:
+def summary_section(runs: list[LoadedRun]) -> Section:
     several = len(runs) > 1
     columns = (["run"] if several else []) + [
         "case",
@@ -144,12 +145,10 @@ def summary_section(runs: list[LoadedRun]) -> list[str]:
         if line:
             lines += [(f"Run {run.number}: " if several else "") + line, ""]
     if rows:
-        lines += [markdown_table(columns, rows, ("r" if several else "") + "llrrrrrll"), ""]
+        lines += [Table(columns, rows, ("r" if several else "") + "llrrrrrll"), ""]
         lines.append(
-            "Reduction = (baseline − arm) / baseline per pair, higher is faster; the figure is the median "
-            "over the pairs. Interval: its primary interval, stated level and the level it attains (for the "
-            "stopping rule, the whole rule's least simulated coverage). Each run's section gives the checks "
-            "beside it."
+            "Reduction = (baseline − arm) / baseline per pair, higher is faster; the figure is the median over "
+            f"the pairs. The methods are described in `{STATISTICS_DOC}`."
         )
     elif any(r.tier.paired for r in runs):
         lines.append("No complete pair in any run: no claim can be made.")
@@ -185,7 +184,7 @@ def summary_section(runs: list[LoadedRun]) -> list[str]:
     ]
     if caveat_lines:
         lines += ["", "Caveats (details in each run's section):", ""] + caveat_lines
-    return lines
+    return Section.of_lines("Summary", lines[2:], depth=2)
 
 
 def side_by_side(run: LoadedRun) -> str:
