@@ -956,3 +956,14 @@ def test_a_stopping_rule_interval_states_the_rules_coverage_not_its_looks_level(
     assert decision.interval.nominal_level == levels[1] > 0.95 and decision.interval.attained_level == worst
     claim = {"ci_level": 0.95, "ci_attained": worst, "ci_method": decision.interval.method}
     assert format_levels(claim) == f"95% stated, {100 * worst:.1f}% attained"
+
+
+def test_every_caveat_carries_a_reason_code(claim_run: RunFolder) -> None:
+    """Caveats are data: a headline, a detail and a reason code a tool can filter on (NVBench's reason codes)."""
+    from harness.present.caveats import caveats
+    from harness.present.run_view import LoadedRun
+
+    run = LoadedRun(**vars(Run.load(claim_run, tiers=TIERS)), tiers=TIERS)
+    codes = [c.code for c in caveats(run)]
+    assert {"tier", "insufficient", "odd-pairs", "cpu"} <= set(codes), codes
+    assert all(code and code == code.lower() and " " not in code for code in codes), codes

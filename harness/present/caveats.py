@@ -48,6 +48,7 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                 "; ".join(f"{label}: {reason}" for label, reason in same.items())
                 + ". Name an arm that runs other code there (on the CPU, candidate-cpu routes CPU tensors "
                 "through the candidate's batched path).",
+                code="same-code",
             )
         )
     out += list(run.tier.caveats(run))
@@ -57,6 +58,7 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                 f"spans machines: resume {k} ran on another machine ({machine}).",
                 "Each pair ran within one slice, so each pair's ratio is of one machine; the arms' medians "
                 "and the spread mix machines (the environment table names each slice's machine).",
+                code="spans-machines",
             )
         )
     for k, revision in resumed_at_other_code(run.env):
@@ -67,10 +69,15 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                 "Each pair ran within one slice, so each pair's ratio is of one revision; where the arms' code "
                 "changed between revisions, the medians and the claim mix implementations (the environment "
                 "table names each slice's revision).",
+                code="spans-revisions",
             )
         )
     if plan.protocol.control:
-        out.append(Caveat("A/A control: it measures the noise floor, not a speed-up.", control_text(run)))
+        out.append(
+            Caveat(
+                "A/A control: it measures the noise floor, not a speed-up.", control_text(run), code="control"
+            )
+        )
     if is_interrupted(plan, trials):
         planned = sum(
             len({t.round for t in plan.schedule if t.case == c.label and t.phase == "measured"})
@@ -82,6 +89,7 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                 f"interrupted: {completed_pairs(plan, trials)} of {planned} pairs.",
                 f"{scheduled_done(plan, rows)} of {len(plan.schedule)} scheduled trials are in the log; the "
                 "figures cover only what ran. `--resume` with this run folder continues it.",
+                code="interrupted",
             )
         )
     if not trials.empty:
@@ -96,6 +104,7 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                     "A pair whose arm failed has reduction -∞ (whose baseline failed, +100%); no failure is "
                     "dropped, but a pair where both arms failed is no evidence either way: it is left out of the "
                     "claim and counted.",
+                    code="failures",
                 )
             )
         if warmup_failed:
@@ -103,6 +112,7 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                 Caveat(
                     f"{plural(warmup_failed, 'warm-up trial')} failed.",
                     "Warm-ups are discarded from the statistics anyway.",
+                    code="warmup-failures",
                 )
             )
     unsettled = [
@@ -118,15 +128,17 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                 + ".",
                 f"Every warm-up was over {plan.protocol.warmup_tolerance:g}% faster than its arm's previous before "
                 f"the cap of {plan.protocol.max_warmup}; the measured trials after them may still be warming.",
+                code="warmups-unsettled",
             )
         )
     if plan.protocol.device == "cpu" and run.tier.paired:
-        out.append(Caveat("device cpu: timings on the CPU say nothing about speed on a GPU."))
+        out.append(Caveat("device cpu: timings on the CPU say nothing about speed on a GPU.", code="cpu"))
     if run.env.get("git_dirty") is True:
         out.append(
             Caveat(
                 "uncommitted changes: the code differed from its git revision.",
                 f"The working tree had changes against {code(run.env.get('git_revision'))} when the run started.",
+                code="uncommitted",
             )
         )
     if not run.tier.paired:  # pairs, intervals and bars mean nothing to it
@@ -140,6 +152,7 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                     f"insufficient: {label}'s {method_label(c)} interval does not keep the stated "
                     f"{100 * float(c['ci_level']):.0f}% with {int(c['pairs'])} pairs.",
                     sentence(str(c["ci_reason"])) if c["ci_reason"] else "",
+                    code="insufficient",
                 )
             )
         if int(c["both_failed"]):
@@ -147,7 +160,8 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                 Caveat(
                     f"{plural(int(c['both_failed']), 'pair')} of {label} left out: both arms failed.",
                     "A pair where both arms failed says nothing about their difference; it is counted here and in "
-                    "`claims.csv` (`both_failed`), never taken as a reduction of 0.",
+                    "`claim_diagnostics.csv` (`both_failed`), never taken as a reduction of 0.",
+                    code="both-failed",
                 )
             )
         if c["arm_second"] != c["arm_first"]:
@@ -157,6 +171,7 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                     f"{int(c['arm_first'])}, unbalanced.",
                     "An order effect is not averaged out of the estimate; the diagnostics give its estimate "
                     f"({diagnostic_text(c, 'order')}).",
+                    code="odd-pairs",
                 )
             )
         disagree = disagreeing_checks(c)
@@ -172,6 +187,7 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                         for name, prefix in disagree
                     )
                     + "; see the verdict section.",
+                    code="checks-disagree",
                 )
             )
     summaries = {
@@ -184,7 +200,13 @@ def caveats(run: LoadedRun) -> list[Caveat]:
         if len(items) <= 3:  # one caveat per claim; beyond three, one that lists them
             out += items
         else:
-            out.append(Caveat(summaries[key].format(n=len(items)), " ".join(c.headline for c in items)))
+            out.append(
+                Caveat(
+                    summaries[key].format(n=len(items)),
+                    " ".join(c.headline for c in items),
+                    code=items[0].code,
+                )
+            )
     flags = instability_flags(trials, run.env)
     if len(flags) <= 3:
         for flag in flags:
@@ -192,6 +214,7 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                 Caveat(
                     f"unstable: {flag.reason}.",
                     "Flagged trials are kept in every figure; read them with care.",
+                    code="unstable",
                 )
             )
     else:
@@ -199,10 +222,15 @@ def caveats(run: LoadedRun) -> list[Caveat]:
             Caveat(
                 f"unstable: {len(flags)} flags (the stability section lists them).",
                 "Flagged trials are kept in every figure; read them with care.",
+                code="unstable",
             )
         )
     if plan.protocol.bar is None and not plan.protocol.control:
-        out.append(Caveat("no bar set (`--bar`): the claims say only whether an arm is faster at all."))
+        out.append(
+            Caveat(
+                "no bar set (`--bar`): the claims say only whether an arm is faster at all.", code="no-bar"
+            )
+        )
     return out
 
 
