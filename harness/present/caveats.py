@@ -21,15 +21,9 @@ from harness.present.run_view import (
     plural,
     sentence,
 )
-from harness.protocol import (
-    scheduled_done,
-    warmup_sequences,
-)
+from harness.protocol import scheduled_done, warmup_sequences
 from harness.report_env import resumed_at_other_code, resumed_elsewhere
-from harness.stats import (
-    disagreeing_checks,
-    instability_flags,
-)
+from harness.stats import disagreeing_checks, instability_flags
 from harness.tier import Caveat
 
 

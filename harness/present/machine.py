@@ -5,10 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness import plots, telemetry
-from harness.formatting import (
-    format_bytes,
-    is_missing,
-)
+from harness.formatting import format_bytes, is_missing
 from harness.markdown import cell, code
 from harness.present.caveats import caveats
 from harness.present.model import Image, Section, Table

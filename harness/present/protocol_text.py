@@ -8,23 +8,12 @@ from typing import Any
 
 import pandas as pd
 
-from harness.formatting import (
-    format_bytes,
-    format_limit,
-    is_missing,
-)
+from harness.formatting import format_bytes, format_limit, is_missing
 from harness.markdown import NOT_RECORDED, code, when
 from harness.present.model import STATISTICS_DOC, Section
 from harness.present.run_view import LoadedRun, extra_warmups, looks, plural, warmup_sequence_text
-from harness.protocol import (
-    DUET_FILLER_FORMAT,
-    IDLE_GAP_SECONDS,
-    WHOLE_PAIRS_FORMAT,
-    Plan,
-)
-from harness.stats import (
-    ClaimSettings,
-)
+from harness.protocol import DUET_FILLER_FORMAT, IDLE_GAP_SECONDS, WHOLE_PAIRS_FORMAT, Plan
+from harness.stats import ClaimSettings
 
 
 def describe_arms(plan: Plan) -> str:

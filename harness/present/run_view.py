@@ -17,19 +17,9 @@ from harness.formatting import (
     is_missing,
     method_label,
 )
-from harness.protocol import (
-    Plan,
-    scheduled_done,
-    warmup_sequences,
-)
-from harness.stats import (
-    ClaimSettings,
-    finished,
-    numeric_column,
-)
-from harness.tables import (
-    Summaries,
-)
+from harness.protocol import Plan, scheduled_done, warmup_sequences
+from harness.stats import ClaimSettings, finished, numeric_column
+from harness.tables import Summaries
 from harness.tier import Run, TierRegistry
 
 
