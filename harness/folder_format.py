@@ -56,6 +56,8 @@ TRIAL_COLUMNS = {
     "started": "When it started (UTC, ISO 8601).",
     "trial_seconds": "Its wall time, start to end.",
     "message": "What failed (first line), for a failed trial.",
+    "concurrent_with": "In a duet round: the indices of the trials that ran at the same time.",
+    "warmup_reason": "Why an extra warm-up ran (a resume, an idle gap); empty in the schedule's own.",
     "oom_*": "The byte figures an out-of-memory reported.",
 }
 ARM_COLUMNS = {
