@@ -1,9 +1,6 @@
-"""The run folder: the append-only trial log and the tidy tables written beside it.
+"""The run folder's I/O: the append-only trial log, atomic writes, the lock, and the tidy tables of a run.
 
-A run folder holds ``plan.json`` (what was asked), ``env.json`` (where it ran), ``trials.jsonl`` (one row
-per finished trial, appended and fsynced as each trial ends: the record of the run) and the tidy CSVs the
-runner derives from it (``trials.csv``, ``arms.csv``, ``pairs.csv``, ``claims.csv`` and the tier's own),
-rewritten between rounds as the run goes and at its end.
+The files and their columns are declared in ``harness.folder_format`` (``docs/run-folder.md``).
 Everything but the log, the plan and the environment can be regenerated from those three. ``run.lock`` is the
 folder's lock: a run holds it (``fcntl.flock``) for its whole life, so two runs never share a folder.
 """
@@ -21,19 +18,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import InputError, RunFolderError
+from harness.folder_format import ARMS_CSV, LOCK, LOG, PAIRS_CSV, PLAN, TRIALS_CSV, claim_tables
+from harness.folder_format import ENV as ENV  # read from here by the env and the report
 from harness.safe_fs import create_exclusive, open_no_follow
 
 if TYPE_CHECKING:  # pandas and the statistics load on first use: a trial's worker reads none of them
     import pandas as pd
-
-PLAN = "plan.json"
-ENV = "env.json"
-LOG = "trials.jsonl"
-LOCK = "run.lock"
-TRIALS_CSV = "trials.csv"
-ARMS_CSV = "arms.csv"
-PAIRS_CSV = "pairs.csv"
-CLAIMS_CSV = "claims.csv"
 
 
 class NotARunFolder(RunFolderError, ValueError):
@@ -365,10 +355,16 @@ class Summaries:
         self.trials, self.arms, self.pairs, self.claims = trials, arms, pairs, claims
 
     def csv_tables(self, paired: bool = True) -> dict[str, pd.DataFrame]:
-        """The tables the runner writes beside the log: the trials, and for paired runs arms, pairs, claims."""
+        """The tables the runner writes beside the log: the trials, and for paired runs arms, pairs and the
+        claims (narrow, with their long tables: ``harness.folder_format``)."""
         if not paired:
             return {TRIALS_CSV: self.trials}
-        return {TRIALS_CSV: self.trials, ARMS_CSV: self.arms, PAIRS_CSV: self.pairs, CLAIMS_CSV: self.claims}
+        return {
+            TRIALS_CSV: self.trials,
+            ARMS_CSV: self.arms,
+            PAIRS_CSV: self.pairs,
+            **claim_tables(self.claims),
+        }
 
 
 def summarize_trials(trials: pd.DataFrame, protocol: Any) -> Summaries:

@@ -22,16 +22,20 @@ from harness.validation import check_log, load_env, load_plan
 if TYPE_CHECKING:  # annotations only: a trial's worker imports the tiers and no pandas
     import pandas as pd
 
+    from harness.present.model import Section
+
 
 GATE_PASSING = {"claim": ("clears",), "control": ("within",)}  # the verdicts ``--gate`` lets through
 
 
 @dataclass(frozen=True)
 class Caveat:
-    """A caveat of a run: a headline (in the report's summary too) and the detail (in the run's section)."""
+    """A caveat of a run: a headline (in the report's summary too), the detail (in the run's section) and a
+    reason code (``failures``, ``unstable``, …; ``tier`` for a tier's own) that tools can filter on."""
 
     headline: str
     detail: str = ""
+    code: str = "tier"
 
     def __str__(self) -> str:
         return f"{self.headline} {self.detail}".strip()
@@ -151,7 +155,7 @@ class Tier(Protocol):
 
     def tables(self, run: Run) -> dict[str, pd.DataFrame]: ...
 
-    def section(self, run: Run) -> str: ...
+    def section(self, run: Run) -> Section | str: ...
 
     def caveats(self, run: Run) -> list[Caveat]: ...
 
@@ -176,7 +180,7 @@ class BaseTier:
         row_problem: Callable[[dict[str, Any]], str | None] | None = None,
         resume_problem: Callable[[Plan], str | None] | None = None,
         tables: Callable[[Run], dict[str, pd.DataFrame]] | None = None,
-        section: Callable[[Run], str] | None = None,
+        section: Callable[[Run], Section | str] | None = None,
         claim: Callable[[Run], str | None] | None = None,
         bounds: Callable[[Run, Sequence[Run]], list[tuple[Run, str]]] | None = None,
         caveats: tuple[Caveat, ...] = (),

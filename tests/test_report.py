@@ -20,6 +20,7 @@ import torch
 from experiments.tiers import TIERS as PROJECT_TIERS
 from harness import cli, markdown, report
 from harness.console import print_summary
+from harness.formatting import format_number, method_label
 from harness.options import InputError
 from harness.protocol import Arm, Case, Plan, ProtocolOptions, TrialContext, TrialFunction
 from harness.run import Runner, RunOptions
@@ -73,7 +74,7 @@ def fixture_section(run: Run) -> str:
     with plot_style.figure(png, width=6, height=3) as (_fig, ax):
         ax.plot([0, 1], [0, 1])
         ax.set_xlabel("x (unit)")
-    rows = [[r["arm"], report.format_number(r["median"])] for _, r in run.summaries.arms.iterrows()]
+    rows = [[r["arm"], format_number(r["median"])] for _, r in run.summaries.arms.iterrows()]
     return "\n\n".join(
         [
             "### Fixture tier section",
@@ -220,14 +221,19 @@ def test_report_has_every_section_and_both_plots(claim_run: RunFolder) -> None:
         "Timed region: the whole fit, synchronized at both ends",
         "memory budget: none",
         "seed 0",
-        "order statistics interpolated to the stated 95%",
-        "the geometric-mean reduction with the calibrated t interval (the earlier primary",
-        "Hodges-Lehmann with its Wilcoxon interval",
+        "Estimate, interval and checks per claim: see `docs/statistics.md`.",  # the methods, explained once
+        "| sign-test interval of the median | sign verdict | Hodges-Lehmann, Wilcoxon interval |",
         "a claim against the 8% bar `clears` when the whole interval lies above it",
         "After a resume, or an idle gap of more than 10 s",
     ):
         assert phrase in text, phrase
     assert "| peak allocated (median) | peak reserved (median) |" in text
+    for explained_once in (
+        "median of the Walsh averages",
+        "pooled two-sample t interval",
+        "Thresholds: max/min",
+    ):
+        assert explained_once not in text, explained_once  # docs/statistics.md holds the methods
     assert "fixture tier: not a training claim. Its figures are scripted." in text
     assert (
         "insufficient: candidate vs baseline's order-statistic interval does not keep the stated 95% with 3 pairs."
@@ -854,7 +860,9 @@ def test_a_fit_run_with_steady_figures_gets_its_own_claims_table_beside_the_clai
     assert "Secondary, not the claim: the steady-state figure" in claim
     text = report.write_report([folder], PROJECT_TIERS).read_text()
     section = text.split("### Steady-state figure (secondary: the whole fit stays the claim)")[1]
-    assert "calibrated t" in section and "insufficient (the ±1% tolerance)" in section
+    # the section names the method its table used (its prose once said "calibrated t" beside an order-statistic table)
+    assert f"{method_label(expected.iloc[0])}: " in section and "insufficient (the ±1% tolerance)" in section
+    assert "calibrated t" not in section and "| median reduction |" in section
     assert f"{100 * expected['estimate'].iloc[0]:.2f}%" in section and STEADY_CLAIMS_CSV in section
 
 
@@ -926,11 +934,13 @@ def test_fixed_warmups_read_as_before() -> None:
     assert report.warmup_sequence_text(plan, pd.DataFrame()) == ""
 
 
-def test_the_methods_text_names_the_pair_counts_that_are_insufficient(tmp_path: Path) -> None:
+def test_the_methods_are_explained_once_in_the_statistics_doc_not_in_each_report(tmp_path: Path) -> None:
+    """Every report re-explained its methods (which pair counts leave the t interval insufficient, say); it now
+    names each claim's method and links ``docs/statistics.md``, where the explanation lives."""
     figures = {"baseline": [10.0, 10.1], "candidate": [8.0, 8.1]}
     text = write([run_folder(tmp_path, make_plan(pairs=2, warmup=0), scripted(figures))]).read_text("utf-8")
-    assert "(the earlier primary; from 3 to 24 pairs it is insufficient)" in text
-    assert "below 25 pairs" not in text
+    assert "the earlier primary" not in text and "below 25 pairs" not in text
+    assert text.count("`docs/statistics.md`") >= 2 and "Primary method: order statistics 1 and 2 of 2" in text
 
 
 def test_a_stopping_rule_interval_states_the_rules_coverage_not_its_looks_level() -> None:
@@ -946,3 +956,14 @@ def test_a_stopping_rule_interval_states_the_rules_coverage_not_its_looks_level(
     assert decision.interval.nominal_level == levels[1] > 0.95 and decision.interval.attained_level == worst
     claim = {"ci_level": 0.95, "ci_attained": worst, "ci_method": decision.interval.method}
     assert format_levels(claim) == f"95% stated, {100 * worst:.1f}% attained"
+
+
+def test_every_caveat_carries_a_reason_code(claim_run: RunFolder) -> None:
+    """Caveats are data: a headline, a detail and a reason code a tool can filter on (NVBench's reason codes)."""
+    from harness.present.caveats import caveats
+    from harness.present.run_view import LoadedRun
+
+    run = LoadedRun(**vars(Run.load(claim_run, tiers=TIERS)), tiers=TIERS)
+    codes = [c.code for c in caveats(run)]
+    assert {"tier", "insufficient", "odd-pairs", "cpu"} <= set(codes), codes
+    assert all(code and code == code.lower() and " " not in code for code in codes), codes

@@ -632,3 +632,17 @@ def test_a_screen_with_its_control_reads_back_its_own_plan(tmp_path: Path) -> No
     (folder,) = list(out.iterdir())
     assert (folder / "report.md").is_file()
     assert main(["report", str(folder), "-o", str(tmp_path / "again.md")]) == 0
+
+
+def test_a_screen_of_one_guard_names_no_empty_list_of_other_guards(tmp_path: Path) -> None:
+    """With one guard there are no other guards to compare: the report said "the other guards' worst cases: .",
+    an empty list rendered."""
+    from harness.cli import main
+    from tests.runfolders import only_run
+
+    argv = ["screen", "--arms", "baseline,candidate-cpu", "--device", "cpu", "--scales", "n", "--steps", "1"]
+    argv += ["--warmup-steps", "0", "--warmup", "0", "--pairs", "2", "--guards", "256"]
+    assert main([*argv, "--out", str(tmp_path / "runs")]) == 0
+    text = only_run(tmp_path / "runs").file("report.md").read_text()
+    assert "**The data supports guard 256**" in text
+    assert "worst cases: ." not in text and "the only guard screened" in text

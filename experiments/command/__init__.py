@@ -5,12 +5,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from experiments.command.plan import CommandSettings, make_plan, recorded_settings_problem
 from experiments.command.trial import trial_function
 from harness.tier import BaseTier, Caveat, Run
 
+if TYPE_CHECKING:  # the worker imports this package: the report's model loads with the report
+    from harness.present.model import Section
 
-def _section(run: Run) -> str:
+
+def _section(run: Run) -> Section:
     from experiments.command.report import report_section
 
     return report_section(run)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from experiments.command.plan import CommandSettings
 from harness.codepaths import verdict_shown, what_ran
 from harness.formatting import format_interval, format_levels, method_label
-from harness.markdown import markdown_table
+from harness.present.model import Section, Table
 from harness.report import claim_sentence, pairs_words, warmup_words
 from harness.tier import Run
 
 
-def report_section(run: Run) -> str:
+def report_section(run: Run) -> Section:
     """The command as given, what each arm ran, and where the figure comes from."""
     plan = run.plan
     settings = CommandSettings.from_dict(plan.settings)
@@ -22,14 +22,9 @@ def report_section(run: Run) -> str:
         else "The figure is the command's wall time, from just before it starts to its exit."
     )
     timeout = f" A trial stops after {settings.timeout:g} s." if settings.timeout else ""
-    return "\n".join(
-        [
-            "## Your command",
-            "",
-            markdown_table(["arm", "command line"], rows),
-            "",
-            figure + timeout + " Each trial's output is in `trials/<index>.log`.",
-        ]
+    return Section("Your command", depth=2).add(
+        Table(["arm", "command line"], rows),
+        figure + timeout + " Each trial's output is in `trials/<index>.log`.",
     )
 
 

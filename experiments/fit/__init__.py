@@ -46,7 +46,7 @@ def _bounds(run: Run, others: Sequence[Run]) -> list[tuple[Run, str]]:
 
 
 def _claim(run: Run) -> str:
-    from experiments.fit.report import claim_text
+    from experiments.fit.claim import claim_text
 
     return claim_text(run)
 

@@ -2,7 +2,6 @@
 
 The section gives the fit settings and how steps map to epochs, per-arm medians of the trial's own figures,
 and — in a ``--stages`` run — each stage's share of the fit and the ceiling it puts on the whole-fit saving.
-``claim_text`` is what a ``bench pair`` command prints when it ends (the runner writes it as ``claim.txt``).
 Everything here is derived from the run alone.
 """
 
@@ -18,7 +17,7 @@ import pandas as pd
 from experiments.fit.plan import FitSettings
 from experiments.fit.plots import plot_fit_stage_shares
 from experiments.fit.stages import OPTIMIZER_STAGE, STAGES, stage_column
-from harness.codepaths import same_code_arms, verdict_shown, what_ran
+from harness.codepaths import same_code_arms
 from harness.formatting import (
     format_bytes,
     format_interval,
@@ -27,13 +26,11 @@ from harness.formatting import (
     format_number,
     format_percent,
     format_value,
-    interval_estimand,
     is_missing,
     method_label,
 )
 from harness.markdown import markdown_image, markdown_table
 from harness.protocol import Plan
-from harness.report import claim_sentence, pairs_words, warmup_words
 from harness.stats import finished, median_of, numeric_column, secondary_claims
 from harness.tier import Run
 
@@ -372,17 +369,6 @@ def tables(run: Run) -> dict[str, pd.DataFrame]:
     return {STAGES_CSV: stage_table(run.plan, run.summaries.trials)}
 
 
-def _verdict_words(claim: pd.Series, same: set[str]) -> str:
-    """A claim row's verdict as the claim text states it (withheld for an arm that ran the baseline's code)."""
-    control = claim["kind"] == "control"
-    if str(claim["arm"]) in same:
-        return f"verdict withheld: {claim['arm']} ran the baseline's code"
-    if is_missing(claim["bar"]):
-        return f"no {'tolerance (--tolerance)' if control else 'bar (--bar)'} set: {claim['verdict']}"
-    limit = format_limit(100 * float(claim["bar"]), control)
-    return f"{'A/A ' if control else ''}verdict against {limit}: {claim['verdict']}"
-
-
 def _verdict_cell(claim: pd.Series, same: set[str]) -> str:
     """``insufficient (the 8% bar)``, ``withheld`` for an arm that ran the baseline's code, or ``no bar``."""
     if str(claim["arm"]) in same:
@@ -422,7 +408,7 @@ def _steady_text(run: Run) -> list[str]:
     columns = [
         "pair",
         "pairs",
-        "reduction (geo. mean)",
+        "median reduction",
         "interval",
         "method",
         "checks: sign test; HL",
@@ -434,11 +420,8 @@ def _steady_text(run: Run) -> list[str]:
         "### Steady-state figure (secondary: the whole fit stays the claim)",
         "",
         "Per fit, the training time from the start of the second epoch to the end of the last iteration "
-        "(validation and checkpoints left out), read where the trainer already synchronizes. Its pairs go "
-        "through the same statistics as the claim (geometric-mean reduction, calibrated t interval, sign-test "
-        "and Hodges-Lehmann checks, the verdict against the same bar or tolerance); it says how much of the "
-        "whole-fit result and noise is steady-state training, and the gate reads only the whole fit. "
-        f"Medians: {', '.join(medians)}.",
+        "(validation and checkpoints left out). Its pairs go through the claim's statistics, against the same "
+        f"bar or tolerance; the gate reads only the whole fit. Medians: {', '.join(medians)}.",
         "",
         markdown_table(columns, table, "l" * (len(columns) - 7) + "lrrrlll"),
         "",
@@ -459,96 +442,3 @@ def report_section(run: Run) -> str:
             "a claim) for each stage's share of the fit and the ceiling on what an optimizer-only change can save.",
         ]
     return "\n".join(lines).rstrip()
-
-
-def _environment_line(env: dict[str, Any]) -> str:
-    gpus = env.get("gpu_names") or []
-    device = ", ".join(gpus) if gpus else f"CPU {env.get('cpu_model') or 'unknown'}"
-    parts = [device]
-    if env.get("driver_version"):
-        parts.append(f"driver {env['driver_version']}")
-    parts.append(
-        f"torch {env.get('torch')}" + (f" (CUDA {env['cuda_runtime']})" if env.get("cuda_runtime") else "")
-    )
-    parts.append(f"Python {env.get('python')}")
-    if env.get("ultralytics"):
-        parts.append(f"ultralytics {env['ultralytics']}")
-    if env.get("git_revision"):
-        parts.append(
-            f"revision {str(env['git_revision'])[:10]}" + (" (dirty)" if env.get("git_dirty") else "")
-        )
-    return "Environment: " + ", ".join(parts) + "."
-
-
-def claim_text(run: Run) -> str:
-    """The claim of a paired run (or the stage shares of a stages run), as plain text (``claim.txt``)."""
-    plan, summaries, env = run.plan, run.summaries, run.env
-    settings = FitSettings.from_dict(plan.settings)
-    opening = what_ran(plan)
-    lines: list[str] = [opening] if opening else []
-    same = same_code_arms(plan)
-    if settings.stages:
-        table = stage_table(plan, summaries.trials)
-        lines += ["Stages diagnostic (not a claim):"] + stage_findings(plan, table)
-    elif summaries.claims.empty:
-        lines.append("No complete pair: no claim.")
-    for _, claim in summaries.claims.iterrows():
-        case, arm = str(claim["case"]), str(claim["arm"])
-        if settings.stages:
-            continue
-        control = claim["kind"] == "control"
-        kind = (
-            "A/A control (noise floor): "
-            if control
-            else "A/A in effect (noise, not a speed-up): "
-            if arm in same
-            else ""
-        )
-        verdict = _verdict_words(claim, set(same))
-        lines.append(f"{kind}{claim_sentence(plan, summaries, case, arm)}")
-        pairs = f"{int(claim['pairs'])} pairs" + (
-            f", {int(claim['both_failed'])} more with both arms failed left out"
-            if int(claim["both_failed"])
-            else ""
-        )
-        lines.append(
-            f"{100 * float(claim['ci_level']):.0f}% {method_label(claim)} interval of the {interval_estimand(claim)} "
-            f"{format_interval(claim['ci_low'], claim['ci_high'])} ({format_levels(claim)}, {pairs}); "
-            f"{verdict}." + (f" Insufficient: {claim['ci_reason']}." if not claim["ci_sufficient"] else "")
-        )
-        lines.append(
-            f"Checks: geometric-mean t {format_percent(claim['gm_estimate'])}, interval "
-            f"{format_interval(claim['gm_low'], claim['gm_high'])} ({verdict_shown(plan, arm, str(claim['gm_verdict']))}); "
-            f"sign-test interval of the median {format_interval(claim['sign_low'], claim['sign_high'])} "
-            f"({100 * float(claim['sign_attained']):.1f}% attained, {verdict_shown(plan, arm, str(claim['sign_verdict']))}); "
-            "Hodges-Lehmann "
-            f"{format_percent(claim['hl_estimate'])}, Wilcoxon interval "
-            f"{format_interval(claim['hl_low'], claim['hl_high'])} "
-            + (
-                "(not computable)."
-                if math.isnan(float(claim["hl_attained"]))
-                else f"({100 * float(claim['hl_attained']):.1f}% attained, "
-                f"{verdict_shown(plan, arm, str(claim['hl_verdict']))})."
-            )
-        )
-    steady = steady_claims(run)
-    for _, claim in steady.iterrows():
-        lines.append(
-            f"Secondary, not the claim: the steady-state figure (epochs 2 on, training only) of {claim['arm']} "
-            f"vs {claim['baseline_arm']}: {format_percent(claim['estimate'])}, {100 * float(claim['ci_level']):.0f}% "
-            f"{method_label(claim)} interval {format_interval(claim['ci_low'], claim['ci_high'])} "
-            f"({int(claim['pairs'])} pairs); {_verdict_words(claim, set(same))}."
-        )
-    lines.append(
-        f"Protocol: {warmup_words(plan, summaries.trials)}, then {pairs_words(plan, summaries.trials)} in {plan.protocol.order} order "
-        f"({_orders(plan)}), {settings.steps} steps each ({settings.epochs} epochs × {settings.iterations_per_epoch}); "
-        f"isolation: {plan.isolation}; timed region: {plan.timed_region}."
-    )
-    lines.append(_environment_line(env))
-    return "\n".join(lines) + "\n"
-
-
-def _orders(plan: Plan) -> str:
-    """The first rounds' orders as scheduled: ``AB, BA, …``."""
-    orders = list(dict.fromkeys((t.round, t.order) for t in plan.schedule if t.phase == "measured"))
-    return ", ".join(order for _, order in orders[:2]) + (", …" if len(orders) > 2 else "")

@@ -178,17 +178,17 @@ def guard_analysis(
     if supported is not None:
         ratio, where = worst[supported]
         lines.append("")
+        others = [
+            f"g{g} {format_number(worst[g][0])}× at {worst[g][1]}"
+            if g in worst
+            else f"g{g} did not finish at every scale"
+            for g in guards
+            if g != supported
+        ]
+        rest = f"the other guards' worst cases: {', '.join(others)}" if others else "the only guard screened"
         lines.append(
             f"**The data supports guard {supported}** (`{labels[supported]}`): across the scales its median is at "
-            f"most {format_number(ratio)}× the fastest guard's (worst at {where}); the other guards' worst cases: "
-            + ", ".join(
-                f"g{g} {format_number(worst[g][0])}× at {worst[g][1]}"
-                if g in worst
-                else f"g{g} did not finish at every scale"
-                for g in guards
-                if g != supported
-            )
-            + "."
+            f"most {format_number(ratio)}× the fastest guard's (worst at {where}); {rest}."
         )
         default = plan.settings["default_guards"].get(spec)
         if default is not None and default != supported and default in worst:

@@ -1,0 +1,202 @@
+"""The run folder's format, declared once: its files, the columns of the harness's tables, and the doc made of them.
+
+``docs/run-folder.md`` is ``format_reference()``'s text; a test keeps the two equal. ``claims.csv`` is narrow
+(one row per claim, ``CLAIM_COLUMNS``); every interval a claim has is a row of ``claim_intervals.csv`` and every
+other figure a row of ``claim_diagnostics.csv``. A statistic added to the claims table lands in a long table with
+no edit here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pandas loads on first use: a trial's worker reads the file names only
+    import pandas as pd
+
+PLAN = "plan.json"
+ENV = "env.json"
+LOG = "trials.jsonl"
+LOCK = "run.lock"
+TRIALS_CSV = "trials.csv"
+ARMS_CSV = "arms.csv"
+PAIRS_CSV = "pairs.csv"
+CLAIMS_CSV = "claims.csv"
+INTERVALS_CSV = "claim_intervals.csv"
+DIAGNOSTICS_CSV = "claim_diagnostics.csv"
+
+FILES = {
+    PLAN: "What was asked: the protocol options, the tier and its settings, the cases, arms and schedule.",
+    ENV: "Where it ran: host, devices, library versions, the code's commit and the arms' file hashes.",
+    LOG: "One JSON row per finished trial, appended and fsynced as each trial ends: the record of the run.",
+    LOCK: "The folder's lock, held by a running run (its process id inside).",
+    TRIALS_CSV: "The log as a table, one row per trial, in schedule order.",
+    ARMS_CSV: "Per case and arm: measured trials, failures, median and range of the figure.",
+    PAIRS_CSV: "One row per round and compared arm: both figures and the reduction.",
+    CLAIMS_CSV: "One row per claim: the estimate, its interval and the verdict.",
+    INTERVALS_CSV: "One row per claim and interval method (long).",
+    DIAGNOSTICS_CSV: "One row per claim and figure not in the two tables above (long).",
+    "claim.txt": "The answer in one sentence per claim, then the caveats.",
+    "report.md": "The report, written from the three files above (plan, env, log) alone.",
+}
+REGENERATED = (TRIALS_CSV, ARMS_CSV, PAIRS_CSV, CLAIMS_CSV, INTERVALS_CSV, DIAGNOSTICS_CSV, "claim.txt")
+
+TRIAL_COLUMNS = {
+    "index": "The trial's place in the schedule (warm-ups added later get numbers past it).",
+    "case": "The case (a workload, a scale) the trial ran.",
+    "phase": "`measured`, or `warmup` (kept in the log, left out of statistics).",
+    "round": "The pair (round) the trial belongs to.",
+    "slot": "Its position within the round.",
+    "order": "The round's order of arms (AB, BA, …).",
+    "arm": "The arm's label.",
+    "role": "`baseline` or `candidate`.",
+    "spec": "The arm's spec (what was built).",
+    "case_*, arm_*": "The case's and the arm's parameters.",
+    "status": "`ok`, `error` or `resource_failure` (an out-of-memory).",
+    "value": "The trial's figure (seconds or milliseconds, lower is better).",
+    "started": "When it started (UTC, ISO 8601).",
+    "trial_seconds": "Its wall time, start to end.",
+    "message": "What failed (first line), for a failed trial.",
+    "concurrent_with": "In a duet round: the indices of the trials that ran at the same time.",
+    "warmup_reason": "Why an extra warm-up ran (a resume, an idle gap); empty in the schedule's own.",
+    "oom_*": "The byte figures an out-of-memory reported.",
+}
+ARM_COLUMNS = {
+    "case": "The case.",
+    "arm": "The arm's label.",
+    "role": "`baseline` or `candidate`.",
+    "trials": "Measured trials.",
+    "failed": "Of those, failed.",
+    "median": "Median figure (failures count as infinitely slow).",
+    "min": "Smallest figure.",
+    "max": "Largest figure.",
+}
+PAIR_COLUMNS = {
+    "case": "The case.",
+    "round": "The round.",
+    "order": "The round's order of arms.",
+    "baseline_arm": "The case's reference arm.",
+    "arm": "The compared arm.",
+    "baseline": "The reference arm's figure.",
+    "candidate": "The compared arm's figure.",
+    "reduction": "(baseline − candidate) / baseline: above 0 is faster.",
+    "log_ratio": "log(baseline / candidate).",
+    "arm_second": "Whether the arm ran after the reference in this round.",
+    "both_failed": "Whether both trials failed (no reduction).",
+}
+CLAIM_COLUMNS = {
+    "case": "The case.",
+    "arm": "The compared arm.",
+    "baseline_arm": "The arm it is compared with.",
+    "kind": "`claim`, or `control` for an A/A arm.",
+    "pairs": "Complete pairs.",
+    "estimate": "The median reduction (above 0: faster).",
+    "ci_low": "The interval's low end.",
+    "ci_high": "The interval's high end.",
+    "ci_level": "The level stated.",
+    "ci_attained": "The level the method attains at this pair count.",
+    "bar": "The bar (a fraction) the claim is judged against; empty without one.",
+    "verdict": "`clears`, `fails`, `ambiguous`, `insufficient`, `within`, `outside`, … (`harness.verdicts`).",
+    "median": "The arm's median figure.",
+    "min": "The arm's smallest figure.",
+    "max": "The arm's largest figure.",
+}
+# (name in claim_intervals.csv, column prefix in the claims table, its estimate's column)
+INTERVALS = (
+    ("primary", "ci", "estimate"),
+    ("geometric mean", "gm", "gm_estimate"),
+    ("sign", "sign", "estimate"),
+    ("Hodges-Lehmann", "hl", "hl_estimate"),
+    ("failure rate", "failure", "failure_rate"),
+    ("order effect", "order", "order_effect"),
+    ("drift", "drift", "drift"),
+)
+INTERVAL_COLUMNS = {
+    "case": "The case.",
+    "arm": "The compared arm.",
+    "interval": "Which: " + ", ".join(name for name, _, _ in INTERVALS) + ".",
+    "estimate": "Its point estimate.",
+    "low": "Its low end.",
+    "high": "Its high end.",
+    "attained": "The level attained.",
+    "sufficient": "Whether the pairs suffice for it.",
+    "method": "The method's name (see `docs/statistics.md`).",
+    "verdict": "The verdict it gives.",
+    "reason": "Why it is missing or unbounded, where it is.",
+}
+INTERVAL_FIELDS = ("low", "high", "attained", "sufficient", "method", "verdict", "reason")
+DIAGNOSTIC_COLUMNS = {
+    "case": "The case.",
+    "arm": "The compared arm.",
+    "name": "The figure's name (the claims table's column).",
+    "value": "Its value.",
+}
+
+
+def _interval_columns(prefix: str, estimate: str) -> dict[str, str]:
+    """{long-table field: claims-table column} of one interval family."""
+    fields = {"estimate": estimate}
+    for field in INTERVAL_FIELDS:
+        fields[field] = "verdict" if (prefix, field) == ("ci", "verdict") else f"{prefix}_{field}"
+    return fields
+
+
+def claim_tables(claims: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The claims table written as three: narrow ``claims.csv``, long intervals and long diagnostics."""
+    import pandas as pd
+
+    keys = ["case", "arm"]
+    narrow = claims.reindex(columns=list(CLAIM_COLUMNS))
+    used = set(CLAIM_COLUMNS)
+    intervals: list[dict[str, Any]] = []
+    families = [(name, _interval_columns(prefix, estimate)) for name, prefix, estimate in INTERVALS]
+    for _, row in claims.iterrows():
+        for name, fields in families:
+            present = {field: row[column] for field, column in fields.items() if column in claims.columns}
+            if "low" in present:
+                intervals.append({"case": row["case"], "arm": row["arm"], "interval": name, **present})
+    for _, fields in families:
+        used |= {column for column in fields.values() if column in claims.columns} - {"verdict"}
+    rest = [column for column in claims.columns if column not in used]
+    long = claims.melt(id_vars=keys, value_vars=rest, var_name="name") if rest else pd.DataFrame()
+    if not long.empty:
+        long = long.sort_values(keys, kind="stable")
+    return {
+        CLAIMS_CSV: narrow,
+        INTERVALS_CSV: pd.DataFrame(intervals, columns=list(INTERVAL_COLUMNS)),
+        DIAGNOSTICS_CSV: long.reindex(columns=list(DIAGNOSTIC_COLUMNS)),
+    }
+
+
+def _table(columns: dict[str, str]) -> list[str]:
+    return ["| column | what it holds |", "| --- | --- |", *(f"| `{k}` | {v} |" for k, v in columns.items())]
+
+
+def format_reference() -> str:
+    """The run folder's format as markdown: its files, then each harness table's columns."""
+    lines = [
+        "# The run folder",
+        "",
+        "Generated by `harness.folder_format.format_reference()`; do not edit by hand.",
+        "A run folder is data: the plan, the environment and the log are the record, the rest is derived.",
+        f"`bench report --tables` writes {', '.join(f'`{name}`' for name in REGENERATED)} again from the log.",
+        "A tier may add its own tables beside these.",
+        "The methods behind the figures are in [statistics.md](statistics.md).",
+        "",
+        "| file | what it holds |",
+        "| --- | --- |",
+        *(f"| `{name}` | {what} |" for name, what in FILES.items()),
+    ]
+    for name, columns in (
+        (f"{LOG} and {TRIALS_CSV}", TRIAL_COLUMNS),
+        (ARMS_CSV, ARM_COLUMNS),
+        (PAIRS_CSV, PAIR_COLUMNS),
+        (CLAIMS_CSV, CLAIM_COLUMNS),
+        (INTERVALS_CSV, INTERVAL_COLUMNS),
+        (DIAGNOSTICS_CSV, DIAGNOSTIC_COLUMNS),
+    ):
+        lines += ["", f"## {name}", "", *_table(columns)]
+    lines.append("")
+    lines.append(
+        f"A log row may carry more: the tier's figures and the trial's telemetry (both in `{TRIALS_CSV}` too)."
+    )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,77 @@
+"""The presentation model: a section is a title and blocks (paragraphs, tables, images); renderers write it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.markdown import markdown_image, markdown_table
+
+STATISTICS_DOC = "docs/statistics.md"  # the methods, explained once (the report links it)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table: column names, rows of values, one alignment letter per column ('l', 'r', 'c')."""
+
+    columns: Sequence[str]
+    rows: Sequence[Sequence[Any]]
+    align: str = ""
+
+
+@dataclass(frozen=True)
+class Image:
+    """A figure drawn into a run's figures folder, with its caption."""
+
+    path: Path
+    caption: str
+
+
+Block = str | Table | Image  # a str is a paragraph (lines of a list included)
+
+
+@dataclass
+class Section:
+    """A titled part of a report; ``depth`` 2 for a summary or a run, 3 for a run's parts."""
+
+    title: str
+    blocks: list[Block] = field(default_factory=list)
+    depth: int = 3
+
+    def add(self, *blocks: Block) -> Section:
+        self.blocks.extend(b for b in blocks if b != "")
+        return self
+
+    @classmethod
+    def of_lines(cls, title: str, lines: Sequence[Block], depth: int = 3) -> Section:
+        """A section of paragraphs from lines separated by empty lines (a table or an image stands alone)."""
+        section, para = cls(title, depth=depth), []
+        for line in [*lines, ""]:
+            if isinstance(line, str) and line:
+                para.append(line)
+                continue
+            section.add("\n".join(para))
+            para = []
+            if not isinstance(line, str):
+                section.add(line)
+        return section
+
+
+def block_markdown(block: Block) -> str:
+    if isinstance(block, Table):
+        return markdown_table(block.columns, block.rows, block.align)
+    if isinstance(block, Image):
+        return markdown_image(block.path, block.caption)
+    return block
+
+
+def markdown(section: Section | None) -> list[str]:
+    """A section as markdown lines (none for an empty one)."""
+    if section is None:
+        return []
+    lines = [f"{'#' * section.depth} {section.title}"] if section.title else []
+    for block in section.blocks:
+        lines += ([""] if lines else []) + [block_markdown(block)]
+    return lines
