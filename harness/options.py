@@ -183,37 +183,29 @@ def parse_arms(text: str, control: bool) -> tuple[Arm, ...]:
     return arms
 
 
-def parse_pairs(pairs: int | str) -> int | str:
-    """``--pairs``: a positive whole number, or ``auto`` (the stopping rule chooses)."""
-    if isinstance(pairs, str):
-        text = pairs.strip().lower()
-        if text == "auto":
-            return "auto"
-        try:
-            pairs = int(text)
-        except ValueError:
-            raise InputError(
-                f"--pairs '{pairs}' is not a number; use a positive whole number or auto"
-            ) from None
-    return pairs  # its bounds: ProtocolOptions.pairs
+def parse_auto(name: str, value: int | str, accepted: str) -> int | str:
+    """``auto``, or a whole number typed as text; ``accepted`` words the one line for anything else."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip().lower()
+    if text == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise InputError(f"{name} '{value}' is not a number; use {accepted}") from None
+
+
+WARMUP_ACCEPTED = "a whole number of 0 or more, or auto"
 
 
 def parse_warmup(warmup: int | str, name: str = "--warmup") -> int | str:
-    """``--warmup`` (or the API's ``name``): warm-up trials per case, a whole number from 0 to ``MAX_WARMUP``,
-    or ``auto`` (warm-ups until one is no faster than its arm's previous, within a tolerance, capped;
-    ``ProtocolOptions.warmup_tolerance``, ``max_warmup``)."""
-    if isinstance(warmup, str):
-        text = warmup.strip().lower()
-        if text == "auto":
-            return "auto"
-        try:
-            warmup = int(text)
-        except ValueError:
-            raise InputError(
-                f"{name} '{warmup}' is not a number; use a whole number of 0 or more, or auto"
-            ) from None
+    """Warm-up trials per case: a whole number from 0 to ``MAX_WARMUP``, or ``auto``."""
+    warmup = parse_auto(name, warmup, WARMUP_ACCEPTED)
+    if warmup == "auto":
+        return warmup
     if isinstance(warmup, bool) or not isinstance(warmup, int):
-        raise InputError(f"{name} {warmup!r} is not a whole number; use a whole number of 0 or more, or auto")
+        raise InputError(f"{name} {warmup!r} is not a whole number; use {WARMUP_ACCEPTED}")
     return int(check_non_negative(name, warmup, MAX_WARMUP))
 
 
@@ -309,7 +301,7 @@ def protocol_options(
         **given,
     }
     arms, device, budget = values.pop("arms"), values.pop("device"), values.pop("budget")
-    values["pairs"] = parse_pairs(values["pairs"])
+    values["pairs"] = parse_auto("--pairs", values["pairs"], "a positive whole number or auto")
     values["warmup"] = parse_warmup(values["warmup"])
     budget_bytes = parse_budget(budget)
     device, gpus = split_device_list(device, values["gpus"])
