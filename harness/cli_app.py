@@ -108,14 +108,7 @@ def tier_command(
     run_options = parameters(RunArgs)
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-        hints = typing.get_type_hints(func, include_extras=True)
-        own = [
-            inspect.Parameter(
-                p.name, inspect.Parameter.KEYWORD_ONLY, default=p.default, annotation=hints[p.name]
-            )
-            for p in inspect.signature(func).parameters.values()
-            if p.name not in ("protocol", "run", "settings")
-        ]
+        own = _own_parameters(func)
 
         @interruptible
         def command(**values: Any) -> Any:
@@ -137,12 +130,42 @@ def tier_command(
             return func(protocol=given, run=run, **values)
 
         context = inspect.Parameter("context", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
-        command.__signature__ = inspect.Signature([*own, *declared, *shared, *run_options, context])
-        command.__doc__, command.__name__ = func.__doc__, func.__name__
-        app.command(name)(command)
-        return func
+        return _register(name, func, command, [*own, *declared, *shared, *run_options, context])
 
     return decorate
+
+
+def options_command(name: str, settings: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register ``func`` as command ``name``: its own parameters, then ``settings``' options.
+
+    ``func`` receives ``settings`` made from the values typed and checked (``check_fields``).
+    """
+    declared = parameters(settings)
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        def command(**values: Any) -> Any:
+            typed = settings_from(settings, {p.name: values.pop(p.name) for p in declared})
+            return func(settings=check_fields(typed), **values)
+
+        return _register(name, func, command, [*_own_parameters(func), *declared])
+
+    return decorate
+
+
+def _own_parameters(func: Callable[..., Any]) -> list[inspect.Parameter]:
+    hints = typing.get_type_hints(func, include_extras=True)
+    return [
+        inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=p.default, annotation=hints[p.name])
+        for p in inspect.signature(func).parameters.values()
+        if p.name not in ("protocol", "run", "settings")
+    ]
+
+
+def _register(name: str, func: Callable[..., Any], command: Any, signature: list[inspect.Parameter]) -> Any:
+    command.__signature__ = inspect.Signature(signature)
+    command.__doc__, command.__name__ = func.__doc__, func.__name__
+    app.command(name)(command)
+    return func
 
 
 ARGUMENTS: list[list[str]] = []  # what ``main`` was last given (tests call it with a list, not sys.argv)

@@ -46,7 +46,7 @@ class Option:
     """How one settings field appears on the command line, and the values it accepts."""
 
     help: str
-    flag: str | None = None
+    flag: str | tuple[str, ...] | None = None
     cli_type: Any = None
     cli_default: Any = _SAME
     low: float | None = None
@@ -103,7 +103,8 @@ def parameters(cls: type, names: typing.Iterable[str] | None = None, helps: dict
         if names is not None and field.name not in names:
             continue
         text = (helps or {}).get(field.name, how.help)
-        given = typer.Option(*([how.flag] if how.flag else []), help=text, hidden=how.hidden)
+        flags = (how.flag,) if isinstance(how.flag, str) else how.flag or ()
+        given = typer.Option(*flags, help=text, hidden=how.hidden)
         annotation = Annotated[how.cli_type or kind, given]
         out.append(
             inspect.Parameter(
