@@ -1,9 +1,4 @@
-"""The parity tier (``bench parity``): its plan, its trials, the ranks comparison and the verdict.
-
-The contract and its measurement are in ``experiments.parity_steps``. A parity run is a run folder like any
-other: one row per comparison and step, in schedule order. A resumed run replays the steps before the first
-missing one (the trajectories are deterministic) without logging them.
-"""
+"""The parity tier (``bench parity``): its plan, its trials, the ranks comparison and the verdict."""
 
 from __future__ import annotations
 

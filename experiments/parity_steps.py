@@ -1,26 +1,6 @@
-"""The numerical contract as a tier (``bench parity``): does the candidate still compute the same thing?
+"""The numerical contract's measurement: two trajectories from identical state, compared step by step.
 
-Two comparisons run from identical state on identical inputs: the baseline against itself (the control,
-which must show exactly zero) and the candidate against the baseline. After one step the contract is:
-identical loss bytes (fit mode), momentum buffers equal bit for bit, and a largest parameter difference no
-larger than the bf16 rounding of the Muon update times lr·muon, tensor by tensor (zero for parameters with no
-Muon part). That rounding is measured, not picked: the larger of one bf16 ulp of the update's largest entry
-and ``ULP_SENSITIVITY_FACTOR`` times the baseline's own spread under ±1-ulp perturbations of its bf16
-Newton-Schulz input (``ulp_sensitivity``), since a reordered or zero-padded GEMM perturbs the iterates by
-about that much. The buffer clause is judged literally (every buffer bit-equal), which is stricter than the
-bound: the SGD buffer of a weight-decayed Muon parameter reads p after its Muon update.
-
-Later steps are followed and reported as a divergence table, never claimed (BF16 trajectories drift apart).
-
-With ``--gpus N`` a third comparison, ``ranks``, follows the candidate on N ranks (fresh processes of
-``torch.distributed.run``, ``gloo`` on the CPU, ``nccl`` on CUDA, every rank on the same inputs as after a
-gradient all-reduce) against the one-rank candidate in this process: bit for bit, or, where a rank's share of
-a batch rounds differently, within the same calibrated bound, the difference reported. The ranks run every
-step in one launch; rank 0 saves its parameters and optimizer state after each step for this process to
-compare, and every rank's parameters are checked equal to rank 0's.
-A parity run is a run folder like any other: one row per comparison and step, in schedule order; a resumed
-run replays the steps before the first missing one (the trajectories are deterministic) without logging them.
-"""
+The contract and its bound: docs/candidate.md."""
 
 from __future__ import annotations
 
@@ -211,11 +191,7 @@ def ulp_sensitivity(matrix: torch.Tensor, trials: int = SENSITIVITY_TRIALS, seed
 def update_bounds(
     optimizer: torch.optim.Optimizer, groups: list[dict[str, Any]], muon: float
 ) -> dict[int, float]:
-    """Per parameter (by position): lr·muon times the bf16 rounding of its Muon update; 0 without Muon.
-
-    Computed from the baseline's own building blocks on a copy of the pre-step buffer: the update's largest
-    entry gives one ulp, the 1-ulp sensitivity of its Newton-Schulz input gives the GEMM-rounding scale.
-    """
+    """Per parameter (by position): lr·muon times the bf16 rounding of its Muon update; 0 without Muon."""
     bounds: dict[int, float] = {}
     for index, (group, p) in enumerate((g, p) for g in groups for p in g["params"]):
         if p.grad is None or not group["use_muon"]:

@@ -1,9 +1,4 @@
-"""``bench``: the command line, and the composition root that wires the project's tiers into the harness.
-
-Every command checks its inputs before anything is written; a bad input is one line on stderr and exit
-status 2. Each option is declared once (``harness.schema``); the commands are made from the declarations
-(``harness.cli_app``), and ``harness.cli_read`` holds the commands that read run folders.
-"""
+"""``bench``: the command line, and the composition root that wires the project's tiers into the harness."""
 
 from __future__ import annotations
 
@@ -83,10 +78,8 @@ def launch(
     run: RunArgs,
     accepts: tuple[str, ...],
 ) -> Run:
-    """Start a run of ``tier`` from the options given, or resume ``run.resume`` (one of ``accepts``' tiers).
-
-    Every input is checked before anything is written, so a bad input leaves no run folder.
-    """
+    """Start a run of ``tier`` from the options given, or resume ``run.resume`` (one of ``accepts``'
+    tiers)."""
     runner = Runner(registry(), run.options())
     if run.gate and gate_refusal(runner.tiers.get(tier)):
         raise InputError(f"--gate judges claims, and a '{tier}' run makes none; drop --gate")

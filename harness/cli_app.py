@@ -1,8 +1,4 @@
-"""The ``bench`` app and how a tier command is made from the options it declares (``harness.schema``).
-
-A tier command takes its own options (its settings' fields), the shared ones (``ProtocolOptions``), then
-the run options (``RunArgs``). Each is declared once, with its help, default and bounds.
-"""
+"""The ``bench`` app, and its commands made from the options they declare (``harness.schema``)."""
 
 from __future__ import annotations
 
@@ -100,9 +96,7 @@ def tier_command(
     helps: dict[str, str] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register ``func`` as command ``name``: its own parameters, its ``settings``' options, the shared
-    options (those named in ``protocol``, else all; ``helps`` rewords them here), then the run options.
-    ``func`` receives ``protocol`` (a dict of the values as given), ``run`` (``RunArgs``) and, with a
-    settings class, ``settings`` (made from the values typed)."""
+    options (those named in ``protocol``, else all; ``helps`` rewords them here), then the run options."""
     shared = parameters(ProtocolOptions, protocol, helps)
     declared = parameters(settings) if settings is not None else []
     run_options = parameters(RunArgs)
@@ -136,10 +130,7 @@ def tier_command(
 
 
 def options_command(name: str, settings: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register ``func`` as command ``name``: its own parameters, then ``settings``' options.
-
-    ``func`` receives ``settings`` made from the values typed and checked (``check_fields``).
-    """
+    """Register ``func`` as command ``name``: its own parameters, then ``settings``' options."""
     declared = parameters(settings)
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -1,9 +1,4 @@
-"""The protocol options every tier shares, checked once into one ``ProtocolOptions``.
-
-``InputError`` carries the one line a bad value gets; the CLI prints it and exits with status 2 before
-anything is written. Defaults live on ``ProtocolOptions`` (and ``DEFAULT_ARMS`` / ``AUTO_DEVICE`` for the two
-options given as text); the CLI reads them from here.
-"""
+"""The shared options as typed, parsed and checked into one ``ProtocolOptions``; bad input is ``InputError``."""
 
 from __future__ import annotations
 
@@ -157,9 +152,7 @@ def split_arm(item: str) -> tuple[str, str]:
 
 
 def parse_arms(text: str, control: bool) -> tuple[Arm, ...]:
-    """``baseline,candidate`` → arms; the first is the reference. An item may be ``label=spec`` and a spec may
-    carry keywords (``fused=torch.optim:AdamW(fused=True)``); the tier reads the spec. ``control`` adds the
-    first arm again as ``<first>-control`` (an A/A arm in the same schedule; alone, the run is an A/A control)."""
+    """``baseline,candidate`` → arms; the first is the reference."""
     items = [item.strip() for item in split_top_level(text)]
     if not text.strip() or any(not item for item in items):
         raise InputError(f"--arms '{text}' must be a comma-separated list with no empty items")
@@ -287,12 +280,7 @@ def protocol_options(
     **given: Any,
 ) -> ProtocolOptions:
     """The shared options as typed (``ProtocolOptions`` fields, arms and budget as text), parsed and checked
-    (``InputError`` on the first bad one); a field not given takes its default.
-
-    ``device='auto'`` resolves here (CUDA when present, else the CPU); ``announce`` is told which and why.
-    ``arms=None`` takes ``default_arms(device)`` → (arms, why), announced, else ``DEFAULT_ARMS``.
-    ``--device cuda:0,1`` is ``--device cuda:0 --gpus 2``.
-    """
+    (``InputError`` on the first bad one); a field not given takes its default."""
     values = {f.name: f.default for f in fields(ProtocolOptions) if f.name != "arms"}
     values |= {
         "arms": DEFAULT_ARMS,

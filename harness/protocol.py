@@ -1,14 +1,6 @@
-"""The paired protocol: arms, cases, the counterbalanced schedule, the plan of a run and the trial loop.
+"""The paired protocol's trial loop: each trial run and its row appended the moment it ends.
 
-Words: an *arm* is one implementation (role ``baseline`` or ``candidate``); a *case* is one
-setting under which the arms are compared (a scale, a guard, a variant); a *trial* is one measured unit of
-work of one arm; *warm-ups* run first and are kept in the log but not in the statistics; a *round* runs every
-arm of a case once (with two arms, a round is a *pair*), in an order that alternates forward and backward
-(AB, BA, AB, …) or, with ``order='random'``, a seeded shuffle.
-
-The protocol knows nothing about what a trial does: it calls a trial function with a ``TrialContext`` and
-appends the row it returns (or the failure it raised) to the run's log the moment the trial ends.
-"""
+Words (arm, case, trial, warm-up, round, pair): docs/concepts.md."""
 
 from __future__ import annotations
 
@@ -93,11 +85,7 @@ def run_trial(
     run_dir: Path,
     placement: Placement | None = None,
 ) -> dict[str, Any]:
-    """Run one scheduled trial and return its log row, whatever happens inside it.
-
-    Telemetry (machine CPU shares, load, clocks, GPU clocks and throttle reasons, the trial process's CPU time
-    and switches) is read just before and just after the trial, outside whatever the trial times.
-    """
+    """Run one scheduled trial and return its log row, whatever happens inside it."""
     case = plan.case(trial.case)
     arm = case.arm(trial.arm)
     row = row_head(plan, trial)
@@ -189,20 +177,7 @@ def run_schedule(
     before_unit: Callable[[list[ScheduledTrial]], bool] | None = None,
     warm_after_gaps: bool = True,
 ) -> None:
-    """Run every pending trial, appending each row to the log (fsynced) as soon as the trial ends.
-
-    Trials run in units: a scheduled warm-up alone, or a measured round (a pair) whole. Before each trial the
-    protocol pauses ``plan.protocol.cooldown`` seconds (GPU clocks settle between trials). With a
-    ``deadline`` (``time.monotonic()`` seconds) it raises ``PlannedStop`` before a unit the log says would
-    not end in time, never inside one; a round the log already holds part of (a crash) is finished whatever
-    the deadline. Before the first measured trial after a resume, and after an idle gap of more than
-    ``IDLE_GAP_SECONDS`` (the cool-down not counted), one untimed warm-up of the next arm runs, logged with
-    ``phase=warmup``, ``warmup_reason`` and an index outside the schedule (unless ``warm_after_gaps`` is
-    off: a tier whose trials are not timings). ``before_unit`` is asked before each unit (the runner's
-    stopping rule grows or ends the schedule there; it returns True when it changed the schedule, and the
-    next unit is found again). With a concurrent order (``duet``) the measured trials of a round start
-    together, each on its own share of the worker cores (``duet_placements``).
-    """
+    """Run every pending trial, appending each row to the log (fsynced) as soon as the trial ends."""
     cooldown = plan.protocol.cooldown
     together = plan.protocol.order in CONCURRENT_ORDERS
     rows = folder.rows()

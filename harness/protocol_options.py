@@ -1,8 +1,4 @@
-"""The options every tier shares, each declared once (``harness.schema``), and the one check of them.
-
-The CLI, the API and a resumed plan all run ``check_protocol``; what needs this machine (a CUDA device,
-its memory, its cores) is checked where a run starts (``harness.options``).
-"""
+"""The options every tier shares, each declared once (``harness.schema``), and the one check of them."""
 
 from __future__ import annotations
 

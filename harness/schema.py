@@ -1,27 +1,7 @@
-"""Each option declared once: a field of a settings dataclass, with its help, flag and bounds as metadata.
+"""Each option declared once: a settings field with its help, flag and bounds as metadata (``Option``).
 
-The CLI makes a command's options from the fields (``parameters``), and the settings back from what was
-typed (``settings_from``). ``check_fields`` holds every field to its bounds: the CLI, the API and a resumed
-plan run this one check. An option then touches one file, its settings, plus where it is used.
-
-```python
-@dataclass(frozen=True)
-class ScreenSettings:
-    steps: int = option(10, "Timed optimizer steps per trial (the window).", low=1)
-```
-
-| metadata | meaning |
-| --- | --- |
-| ``help`` | the ``--help`` text; empty: a recorded setting with no option |
-| ``flag`` | a boolean's one flag (``--stages``), with no ``--no-…`` twin |
-| ``cli_type`` | the type the command line parses, where the field keeps another (a ``Path`` kept as text) |
-| ``cli_default`` | the command line's default, where it differs from the field's (None: resolved later) |
-| ``low``, ``high`` | the bounds of a number (1: a positive whole number; 0: zero or more) |
-| ``choices`` | the words a text option accepts |
-| ``words`` | words a number's option takes too (``auto``) |
-| ``check`` | any other check of the value: raises ``InputError`` with the one line users see |
-| ``hidden`` | left out of ``--help`` (a deprecated spelling) |
-"""
+The CLI makes a command's options from the fields; ``check_fields`` is the one check of the CLI, the API
+and a resumed plan."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""One validation of a run folder's files, before anything reads them (``bench report``, every resume).
-
-The plan is read back and checked whole: its JSON shape, the type of every field (against the dataclasses'
-own annotations, so a new field is checked without a line here), the schedule against the cases and arms it
-names, and the protocol's values. The log's rows, already whole JSON objects with distinct indices
-(``RunFolder.rows``), are checked against that schedule. Whatever is wrong is one ``CorruptRunFolder`` line
-naming the file, the line and what is wrong; nothing is written and nothing runs.
-"""
+"""One check of a run folder's plan and log before anything reads them; a fault is one ``CorruptRunFolder`` line."""
 
 from __future__ import annotations
 
@@ -69,8 +62,7 @@ def load_env(folder: RunFolder) -> dict[str, Any]:
 
 
 def shape_problem(record: dict[str, Any], shape: dict[str, Any], where: str) -> str | None:
-    """What is wrong with a record's fields present in ``shape``, or None. A hint written ``[SHAPE]`` is a
-    list of records of that shape (or null); any other hint is checked by ``type_problem``."""
+    """What is wrong with a record's fields present in ``shape``, or None."""
     for key, hint in shape.items():
         if key not in record:
             continue

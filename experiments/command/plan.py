@@ -1,16 +1,4 @@
-"""Your own command as a tier (``bench command``): its settings, their checks, and the plan.
-
-Each trial runs the command once in a fresh process, with the arm substituted into it:
-
-| placeholder | becomes |
-| --- | --- |
-| ``{arm}`` | the arm's label (``fast`` in ``--arms slow=…,fast=…``) |
-| ``{spec}`` | the arm's spec (the text after ``=``; the label where none is given) |
-| ``{{`` and ``}}`` | a literal brace |
-
-The figure is the command's wall time, or with ``--figure REGEX`` the number that the regular expression's
-group matches in the command's output (its last match). Lower is better either way.
-"""
+"""Your own command as a tier (``bench command``): ``{arm}`` and ``{spec}`` filled per arm (docs/tiers.md)."""
 
 from __future__ import annotations
 

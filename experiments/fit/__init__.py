@@ -1,10 +1,4 @@
-"""The complete-fit tiers: ``pair`` (whole short training runs, the arms alternating: the decisive claim) and
-``stages`` (the same fits with synchronized stage marks: a diagnostic of where the time goes, never a claim).
-
-``plan`` checks the options and builds the plan, and starts each trial in a fresh worker process
-(``worker``) on the real Ultralytics trainer (``ultralytics_fit``) or the embedded workload (``embedded``);
-``report`` gives the section, the tables and the claim.
-"""
+"""The complete-fit tiers: ``pair`` (whole short fits, the decisive claim) and ``stages`` (a diagnostic)."""
 
 from __future__ import annotations
 

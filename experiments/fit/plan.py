@@ -1,20 +1,4 @@
-"""The complete-fit tier's plan: its settings, their checks, and the trial function that starts each worker.
-
-One trial is one whole short training run in a fresh worker process (``harness.isolation.run_in_worker``);
-the parent only schedules, writes the payload and collects the row. It never touches the GPU: it does not
-even import ultralytics (``--workload auto`` only asks whether the package could be imported).
-
-Steps and epochs. Every iteration steps the optimizer (``nbs`` = batch), so a fit of ``--steps S`` with
-``--images N`` training images at ``--batch B`` is ``S / (N / B)`` epochs of ``N / B`` iterations: the
-default 384 steps of 256 images at batch 4 are 6 epochs of 64 iterations. Only whole epochs are run (the
-trainer's schedule, validation and checkpoints are per epoch), so ``N`` must be a multiple of ``B`` and ``S``
-a multiple of ``N / B``; anything else is refused with one line saying what would work.
-
-Several ranks (``--gpus N``): ``--batch`` is the global batch, split evenly (``B / N`` images per rank and
-iteration), so the steps, epochs and images per epoch are those of the one-device fit. The embedded workload's
-ranks are started by ``torch.distributed.run`` (``harness.isolation.run_in_ranks``; ``--torchrun`` passes its
-rendezvous options through); the real trainer's by Ultralytics' own DDP launch, from one worker.
-"""
+"""The complete-fit tier's plan: its settings, their checks and the plan; whole epochs only (docs/tiers.md)."""
 
 from __future__ import annotations
 
@@ -236,10 +220,8 @@ def _divisors_around(count: int, value: int) -> tuple[int | None, int | None]:
 
 
 def check_steps(steps: int, images: int, batch: int, counted: bool = False) -> int:
-    """Epochs for ``steps`` optimizer steps over ``images`` at ``batch``; ``InputError`` unless whole epochs.
-
-    ``counted``: the images were counted from ``--data``, so the hint changes ``--batch``, never ``--images``.
-    """
+    """Epochs for ``steps`` optimizer steps over ``images`` at ``batch``; ``InputError`` unless whole
+    epochs."""
     if images % batch:
         if counted:
             lower, upper = _divisors_around(images, batch)

@@ -1,9 +1,4 @@
-"""The probe tier's plan: its options, their checks, and the cases (one per head variant, or per scale).
-
-``bench probe --head lm`` compares the arms on the softcapped LM head in each ``--variants`` (``native``,
-``chunked``); ``--head detect`` on the YOLO26 detect head of each ``--scale``. Every input is checked here
-before anything is written; a bad one raises ``InputError`` (one line, exit status 2, no run folder).
-"""
+"""The probe tier's plan: its options, their checks, and one case per head variant or scale."""
 
 from __future__ import annotations
 

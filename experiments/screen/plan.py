@@ -1,8 +1,4 @@
-"""The screen's settings and plan: one case per YOLO26 scale, each arm once per padding guard where it has one.
-
-Arm labels: ``candidate@g256``, ``candidate@g0`` (exact-shape batches only), ``candidate@gnone`` (no limit).
-The guard is the internal ``pad_guard`` of ``optimizers.BatchedMuSGD``; an arm without it (upstream) runs once.
-"""
+"""The screen's settings and plan: one case per YOLO26 scale, each arm once per padding guard it has."""
 
 from __future__ import annotations
 
