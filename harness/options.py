@@ -24,6 +24,7 @@ from harness.protocol_options import (
     MAX_SEED,
     MAX_WARMUP,
     ProtocolOptions,
+    check_bar,
     check_protocol,
 )
 from harness.schedule import CONCURRENT_ORDERS, Arm
@@ -32,7 +33,7 @@ from harness.timing import parse_bytes
 
 __all__ = [
     "AUTO_DEVICE", "DEFAULT_ARMS", "DEVICE_FORM", "MAX_COOLDOWN", "MAX_GPUS", "MAX_PAIRS", "MAX_SEED",
-    "MAX_WARMUP", "InputError", "check_choice", "check_non_negative", "check_positive",
+    "MAX_WARMUP", "InputError", "check_bar", "check_choice", "check_non_negative", "check_positive",
 ]  # fmt: skip
 
 NO_PLACEMENT = "none"
