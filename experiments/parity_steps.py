@@ -214,11 +214,23 @@ def compare_steps(
     reference: tuple[torch.optim.Optimizer, list[torch.Tensor]],
     other: tuple[torch.optim.Optimizer, list[torch.Tensor]],
 ) -> tuple[StepFigures, list[float]]:
+    """Two trajectories after one step: each parameter and each of the reference's buffers compared."""
     (ref_opt, ref_params), (other_opt, other_params) = reference, other
+    states = [
+        (ref_opt.state.get(p, {}), other_opt.state.get(q, {}))
+        for p, q in zip(ref_params, other_params, strict=True)
+    ]
+    return compare_tensors(name, step, ref_params, other_params, states)
+
+
+def compare_tensors(
+    name: str, step: int, ref_params: list[torch.Tensor], other_params: list[torch.Tensor], states: list[Any]
+) -> tuple[StepFigures, list[float]]:
+    """The step's figures from the parameters and (reference, other) optimizer states, tensor by tensor."""
     buffers_equal = buffers_total = params_equal = 0
     max_abs = max_rel = 0.0
     per_param: list[float] = []
-    for p_ref, p_other in zip(ref_params, other_params, strict=True):
+    for p_ref, p_other, (ref_state, other_state) in zip(ref_params, other_params, states, strict=True):
         diff = (p_ref.detach().double() - p_other.detach().double()).abs()
         largest = diff.max().item() if diff.numel() else 0.0
         per_param.append(largest)
@@ -226,7 +238,6 @@ def compare_steps(
         max_abs = max(max_abs, largest)
         scale = p_ref.detach().double().abs().clamp_min(torch.finfo(torch.float32).tiny)
         max_rel = max(max_rel, (diff / scale).max().item() if diff.numel() else 0.0)
-        ref_state, other_state = ref_opt.state.get(p_ref, {}), other_opt.state.get(p_other, {})
         for key in sorted(set(ref_state) | set(other_state)):
             if not isinstance(ref_state.get(key), torch.Tensor):
                 continue
@@ -237,6 +248,20 @@ def compare_steps(
         name, step, buffers_equal, buffers_total, params_equal, len(ref_params), max_abs, max_rel
     )
     return figures, per_param
+
+
+def bound_fields(per_param: list[float], bounds: dict[int, float]) -> dict[str, Any]:
+    """How the worst tensor of step one stands against its bound, as row fields."""
+    ratios = [
+        d / b if b > 0 else (0.0 if d == 0 else math.inf)
+        for d, b in zip(per_param, bounds.values(), strict=True)
+    ]
+    worst = max(ratios, default=0.0)
+    return {
+        "bound_worst_ratio": worst,
+        "bound_largest": max(bounds.values(), default=0.0),
+        "within_bound": worst <= 1.0,
+    }
 
 
 class Comparison:
@@ -273,16 +298,7 @@ class Comparison:
             figures.loss_bytes_equal = same_bytes(losses[0], losses[1])
         row = asdict(figures)
         if bounds is not None:
-            ratios = [
-                d / b if b > 0 else (0.0 if d == 0 else math.inf)
-                for d, b in zip(per_param, bounds.values(), strict=True)
-            ]
-            worst = max(ratios, default=0.0)
-            row.update(
-                bound_worst_ratio=worst,
-                bound_largest=max(bounds.values(), default=0.0),
-                within_bound=worst <= 1.0,
-            )
+            row.update(bound_fields(per_param, bounds))
         return row
 
 

@@ -40,13 +40,7 @@ from harness.errors import RunFolderError
 from harness.failures import EVERY_TRIAL_FAILED, failed_arms, failure_lines
 from harness.formatting import format_probability
 from harness.interrupts import INTERRUPTED, terminate
-from harness.options import (
-    InputError,
-    check_gpus,
-    protocol_options,
-    resolve_device,
-    split_device_list,
-)
+from harness.options import InputError, check_gpus, protocol_options, resolve_device, split_device_list
 from harness.protocol import Arm, ProtocolOptions
 from harness.protocol_options import check_protocol
 from harness.run import Runner

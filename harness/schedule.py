@@ -113,14 +113,7 @@ def build_schedule(
             arm = case.arms[k]
             schedule.append(
                 ScheduledTrial(
-                    len(schedule),
-                    case.label,
-                    "warmup",
-                    w // len(case.arms),
-                    k,
-                    names[k],
-                    arm.label,
-                    arm.role,
+                    len(schedule), case.label, "warmup", w // len(case.arms), k, names[k], arm.label, arm.role
                 )
             )
         block = balanced_block(len(case.arms), "abba" if order == "abba" else "alternate")
