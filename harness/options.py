@@ -18,13 +18,12 @@ from harness.placement import Placement, choose_placement
 from harness.protocol_options import (
     AUTO_DEVICE,
     DEFAULT_ARMS,
-    DEVICE_FORM,
     MAX_COOLDOWN,
-    MAX_GPUS,
     MAX_SEED,
     MAX_WARMUP,
     ProtocolOptions,
     check_bar,
+    check_device_form,
     check_protocol,
 )
 from harness.schedule import CONCURRENT_ORDERS, Arm
@@ -32,8 +31,8 @@ from harness.schema import check_choice, check_non_negative, check_positive
 from harness.timing import parse_bytes
 
 __all__ = [
-    "AUTO_DEVICE", "DEFAULT_ARMS", "DEVICE_FORM", "MAX_COOLDOWN", "MAX_GPUS", "MAX_PAIRS", "MAX_SEED",
-    "MAX_WARMUP", "InputError", "check_bar", "check_choice", "check_non_negative", "check_positive",
+    "DEFAULT_ARMS", "MAX_COOLDOWN", "MAX_PAIRS", "MAX_SEED", "InputError", "check_bar", "check_choice",
+    "check_non_negative", "check_positive",
 ]  # fmt: skip
 
 NO_PLACEMENT = "none"
@@ -56,8 +55,7 @@ def cuda_index(device: str) -> int:
 
 def check_device(device: str) -> str:
     """``cpu``, ``cuda`` or ``cuda:N``, and CUDA only where a CUDA device is present."""
-    if not DEVICE_FORM.match(device):
-        raise InputError(f"--device '{device}' is not a device; use auto, cpu, cuda or cuda:N")
+    check_device_form(device)
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise InputError(
@@ -248,7 +246,7 @@ def check_cpus(cpus: str, order: str = "alternate") -> str:
     """``none``, ``auto`` or a core list this process may use (one line for anything else); a concurrent order
     needs a placement to share."""
     text = str(cpus).strip()
-    if text.lower() == NO_PLACEMENT or (text.lower() == "auto" and not hasattr(os, "sched_setaffinity")):
+    if _unplaced(text):
         if order in CONCURRENT_ORDERS:
             raise InputError(
                 f"--order {order} runs the arms at once on shares of the cores: give --cpus auto or a core list"
@@ -261,11 +259,16 @@ def check_cpus(cpus: str, order: str = "alternate") -> str:
     return text.lower() if text.lower() == "auto" else text  # the plan records the word every reader takes
 
 
+def _unplaced(cpus: str) -> bool:
+    """``none``, or ``auto`` where the OS offers no CPU affinity (not Linux)."""
+    text = cpus.strip().lower()
+    return text == NO_PLACEMENT or (text == "auto" and not hasattr(os, "sched_setaffinity"))
+
+
 def resolve_placement(cpus: str) -> Placement | None:
     """The placement ``--cpus`` asks for on this machine: None for ``none``, and for ``auto`` where the OS
     offers no CPU affinity (not Linux), so the default runs everywhere."""
-    text = cpus.strip().lower()
-    if text == NO_PLACEMENT or (text == "auto" and not hasattr(os, "sched_setaffinity")):
+    if _unplaced(cpus):
         return None
     return choose_placement(cpus)
 

@@ -20,7 +20,6 @@ from harness.errors import is_disk_full
 from harness.placement import Placement, split_placement
 from harness.plan import (
     DUET_FILLER_FORMAT,
-    PLAN_FORMAT,
     WHOLE_PAIRS_FORMAT,
     Plan,
     drop_rounds,
@@ -33,7 +32,6 @@ from harness.plan import (
 from harness.protocol_options import ProtocolOptions
 from harness.schedule import (
     CONCURRENT_ORDERS,
-    MAX_TRIALS,
     ORDERS,
     Arm,
     Case,
@@ -44,7 +42,6 @@ from harness.schedule import (
 from harness.tables import RunFolder, RunFolderWriteError, encode_row
 from harness.timing import TrialFailure
 from harness.trial import (
-    FIGURE_LIMIT,
     TrialContext,
     TrialFunction,
     UnusableValue,
@@ -53,22 +50,18 @@ from harness.trial import (
     row_head,
 )
 from harness.warmup import (
-    WarmupSequence,
     extra_warmup,
     next_auto_warmup,
     settled_at,
-    warmup_agreement,
     warmup_row_fields,
     warmup_sequences,
 )
 
 __all__ = [
-    "CONCURRENT_ORDERS", "DUET_FILLER_FORMAT", "FIGURE_LIMIT", "IDLE_GAP_SECONDS", "MAX_TRIALS", "ORDERS",
-    "PLAN_FORMAT", "WHOLE_PAIRS_FORMAT", "Arm", "Case", "Plan", "PlannedStop", "ProtocolOptions",
-    "ScheduledTrial", "TrialContext", "TrialFunction", "UnusableValue", "WarmupSequence", "balanced_block",
-    "build_schedule", "check_value", "concurrent_problem", "drop_rounds", "estimated_seconds", "grow_schedule",
-    "next_unit", "pending", "row_head", "run_schedule", "run_trial", "scheduled_done", "settled_at",
-    "warmup_agreement", "warmup_sequences",
+    "CONCURRENT_ORDERS", "DUET_FILLER_FORMAT", "ORDERS", "WHOLE_PAIRS_FORMAT", "Arm", "Case", "Plan",
+    "ProtocolOptions", "ScheduledTrial", "TrialContext", "TrialFunction", "balanced_block", "build_schedule",
+    "drop_rounds", "estimated_seconds", "grow_schedule", "pending", "row_head", "scheduled_done", "settled_at",
+    "warmup_sequences",
 ]  # fmt: skip
 
 

@@ -38,7 +38,7 @@ def check_bar(bar: float | None, control: bool = False) -> float | None:
     return bar
 
 
-def _device(device: str) -> None:
+def check_device_form(device: str) -> None:
     if not DEVICE_FORM.match(device):
         raise InputError(f"--device '{device}' is not a device; use auto, cpu, cuda or cuda:N")
 
@@ -126,7 +126,7 @@ class ProtocolOptions:
         "auto (CUDA when present, else the CPU), cpu, cuda, cuda:N, or consecutive devices cuda:0,1 "
         "(= --gpus 2).",
         cli_default=AUTO_DEVICE,
-        check=_device,
+        check=check_device_form,
     )
     budget: int | None = option(
         None,

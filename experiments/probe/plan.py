@@ -223,10 +223,9 @@ def _cases_problem(plan: Plan) -> str | None:
     shape = CASE_SHAPE[head]
     for i, case in enumerate(plan.cases):
         where, params = f"cases[{i}].params", case.params
-        missing = [key for key in shape if key not in params]
-        if missing:
-            return f"{where} has no {', '.join(missing)} (what a case of the {head} head records)"
-        problem = shape_problem(params, {**shape, "chunk": int}, where)
+        problem = settings_problem(params, shape, where, f"a case of the {head} head") or shape_problem(
+            params, {"chunk": int}, where
+        )
         if problem:
             return problem
         try:
