@@ -216,40 +216,30 @@ def make_plan(protocol: ProtocolOptions, settings: ScreenSettings, command: str 
         "floor_warmup_steps": FLOOR_WARMUP_STEPS,
     }
     ranks = protocol.gpus
+    window = f"{settings.steps} optimizer.step() calls after {settings.warmup_steps} untimed warm-up steps"
     if ranks > 1:
         resolved["ranks"] = ranks
-        return Plan(
-            tier="screen",
-            protocol=protocol,
-            cases=cases,
-            unit="ms/step",
-            metric=f"optimizer step time under a process group of {ranks} ranks (the slowest rank's window / steps)",
-            settings=resolved,
-            command=command,
-            in_process=False,
-            isolation=f"{ranks} fresh ranks per trial (torch.distributed.run, {protocol.backend}, devices "
-            f"{', '.join(protocol.rank_devices)}); each builds the same parameters and gradients and a fresh "
-            "optimizer; the parent schedules and never touches the GPU",
-            timed_region=(
-                f"on every rank, {settings.steps} optimizer.step() calls after {settings.warmup_steps} untimed "
-                "warm-up steps and a barrier, in one synchronized bracket (no synchronization inside; an arm's own "
-                "collectives are inside); the collective's share from one untimed diagnostic step after it, whose "
-                "collectives are bracketed by synchronizations; no launch floor"
-            ),
-        )
     return Plan(
         tier="screen",
         protocol=protocol,
         cases=cases,
-        arm_code=arm_code(cases, protocol.device),
+        arm_code={} if ranks > 1 else arm_code(cases, protocol.device),
         unit="ms/step",
-        metric="optimizer step time (window total / steps)",
+        metric=f"optimizer step time under a process group of {ranks} ranks (the slowest rank's window / steps)"
+        if ranks > 1
+        else "optimizer step time (window total / steps)",
         settings=resolved,
         command=command,
-        isolation="in-process; a fresh optimizer on fresh parameters and gradients (seeded by the round) per trial",
-        timed_region=(
-            f"{settings.steps} optimizer.step() calls after {settings.warmup_steps} untimed warm-up steps, in one "
-            "synchronized bracket (no synchronization inside); the launch floor (CUDA-graph replay) is measured "
-            "after it, outside"
-        ),
+        in_process=ranks == 1,
+        isolation=f"{ranks} fresh ranks per trial (torch.distributed.run, {protocol.backend}, devices "
+        f"{', '.join(protocol.rank_devices)}); each builds the same parameters and gradients and a fresh "
+        "optimizer; the parent schedules and never touches the GPU"
+        if ranks > 1
+        else "in-process; a fresh optimizer on fresh parameters and gradients (seeded by the round) per trial",
+        timed_region=f"on every rank, {window} and a barrier, in one synchronized bracket (no synchronization "
+        "inside; an arm's own collectives are inside); the collective's share from one untimed diagnostic step "
+        "after it, whose collectives are bracketed by synchronizations; no launch floor"
+        if ranks > 1
+        else f"{window}, in one synchronized bracket (no synchronization inside); the launch floor (CUDA-graph "
+        "replay) is measured after it, outside",
     )
