@@ -44,7 +44,7 @@ from harness.options import InputError, check_gpus, protocol_options, resolve_de
 from harness.protocol import Arm, ProtocolOptions
 from harness.protocol_options import check_protocol
 from harness.run import Runner
-from harness.schema import check_fields, option
+from harness.schema import check_fields, option, require
 from harness.tables import RunFolder
 from harness.tier import (
     Run,
@@ -209,12 +209,11 @@ def parity_command(protocol: dict[str, Any], run: RunArgs, settings: _Parity) ->
 MIN_POWER, MAX_POWER = 0.5, 0.999  # `bench plan --power`: past 0.999 the pairs grow without a useful end
 
 
-def _power(power: float) -> None:
-    if not MIN_POWER <= power <= MAX_POWER:
-        raise InputError(
-            f"--power {power} must be a probability from {MIN_POWER} to {MAX_POWER} (the chance the goal is "
-            "met; below a coin flip a plan expects to miss it), e.g. 0.8"
-        )
+_power = require(
+    lambda power: MIN_POWER <= power <= MAX_POWER,
+    f"--power {{}} must be a probability from {MIN_POWER} to {MAX_POWER} (the chance the goal is met; below a "
+    "coin flip a plan expects to miss it), e.g. 0.8",
+)
 
 
 def _tolerance(text: str) -> None:

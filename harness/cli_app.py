@@ -18,7 +18,7 @@ from harness.console import errors
 from harness.errors import InputError
 from harness.protocol import PlannedStop, ProtocolOptions
 from harness.run import RunInterrupted, RunOptions
-from harness.schema import check_fields, option, parameters, settings_from
+from harness.schema import check_fields, option, parameters, require, settings_from
 from harness.tables import unnameable
 
 app = typer.Typer(
@@ -30,9 +30,9 @@ app = typer.Typer(
 )
 
 
-def _stop_after(seconds: float) -> None:
-    if not seconds > 0:
-        raise InputError(f"--stop-after must be a positive number of seconds (got {seconds})")
+_stop_after = require(
+    lambda seconds: seconds > 0, "--stop-after must be a positive number of seconds (got {})"
+)
 
 
 @dataclass(frozen=True)

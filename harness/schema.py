@@ -50,6 +50,21 @@ def option(default: Any, help: str = "", **how: Any) -> Any:
     return dataclasses.field(default=default, metadata={OPTION: Option(help, **how)})
 
 
+def require(test: Callable[[Any], bool], message: str) -> Callable[[Any], None]:
+    """A field's ``check``: ``InputError(message.format(value))`` unless ``test(value)``."""
+
+    def check(value: Any) -> None:
+        if not test(value):
+            raise InputError(message.format(value))
+
+    return check
+
+
+def finite(test: Callable[[float], bool]) -> Callable[[float], bool]:
+    """``test`` of a finite number only: NaN and the infinities fail it."""
+    return lambda value: math.isfinite(value) and test(value)
+
+
 def flag_of(name: str) -> str:
     """A field's command-line flag: ``max_pairs`` → ``--max-pairs``."""
     return "--" + name.replace("_", "-")

@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.options import InputError
 from harness.protocol import Arm, Case, Plan, ProtocolOptions
-from harness.schema import check_fields, option
+from harness.schema import check_fields, option, require
 from harness.validation import settings_problem, shape_problem
 
 PLACEHOLDERS = ("arm", "spec")
@@ -74,14 +74,13 @@ def figure_pattern(text: str) -> re.Pattern[str]:
     return pattern
 
 
-def _unit(unit: str) -> None:
-    if not unit.strip() or len(unit) > MAX_UNIT or not unit.isprintable():
-        raise InputError(f"--unit '{unit}' must be 1 to {MAX_UNIT} printable characters, e.g. ms")
-
-
-def _timeout(timeout: float) -> None:
-    if not 0 < timeout <= MAX_TIMEOUT:
-        raise InputError(f"--timeout {timeout:g} must lie between 0 and {MAX_TIMEOUT} seconds")
+_unit = require(
+    lambda unit: unit.strip() and len(unit) <= MAX_UNIT and unit.isprintable(),
+    f"--unit '{{}}' must be 1 to {MAX_UNIT} printable characters, e.g. ms",
+)
+_timeout = require(
+    lambda t: 0 < t <= MAX_TIMEOUT, f"--timeout {{:g}} must lie between 0 and {MAX_TIMEOUT} seconds"
+)
 
 
 def check_settings(settings: CommandSettings, protocol: ProtocolOptions) -> None:

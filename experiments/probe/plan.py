@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +13,7 @@ from experiments.workloads import SCALES
 from harness.formatting import format_bytes
 from harness.options import InputError, split_list
 from harness.protocol import Case, Plan, ProtocolOptions
-from harness.schema import check_choice, check_fields, option
+from harness.schema import check_choice, check_fields, finite, option, require
 from harness.timing import parse_bytes
 from harness.validation import settings_problem, shape_problem
 
@@ -51,16 +50,13 @@ def parse_reserve(text: str | None, device: str) -> int | None:
         raise InputError(f"--reserve {exc}") from None
 
 
-def _learner_ms(learner_ms: float) -> None:
-    if not math.isfinite(learner_ms) or learner_ms <= 0:
-        raise InputError(
-            f"--learner-ms {learner_ms} is not a time; give the measured milliseconds of one whole learner step (> 0)"
-        )
-
-
-def _cap(cap: float) -> None:
-    if not math.isfinite(cap) or cap <= 0:
-        raise InputError(f"--cap {cap} is not a softcap; use a positive number of logits units, e.g. 30")
+_learner_ms = require(
+    finite(lambda ms: ms > 0),
+    "--learner-ms {} is not a time; give the measured milliseconds of one whole learner step (> 0)",
+)
+_cap = require(
+    finite(lambda cap: cap > 0), "--cap {} is not a softcap; use a positive number of logits units, e.g. 30"
+)
 
 
 def _scales(text: str) -> None:
