@@ -98,7 +98,6 @@ def launch(
             protocol = protocol_options(**protocol, announce=console.print, default_arms=default_arms)
         if run.gate:
             check_gate_threshold(protocol)
-        check_fields(settings) if settings is not None else None
         plan = runner.tiers.get(tier).make_plan(protocol, settings, command_line())
         line = what_ran(plan)
         if line:
