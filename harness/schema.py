@@ -25,16 +25,16 @@ MAX_COUNT = 2**31 - 1
 class Option:
     """How one settings field appears on the command line, and the values it accepts."""
 
-    help: str
-    flag: str | tuple[str, ...] | None = None
-    cli_type: Any = None
-    cli_default: Any = _SAME
-    low: float | None = None
+    help: str  # the --help text; empty: a recorded setting with no option
+    flag: str | tuple[str, ...] | None = None  # a boolean's one flag (no --no-… twin), or an option's names
+    cli_type: Any = None  # the type the command line parses, where the field keeps another
+    cli_default: Any = _SAME  # the command line's default, where it differs (None: resolved later)
+    low: float | None = None  # 1: a positive whole number; 0: zero or more
     high: float | None = None
-    choices: tuple[str, ...] = ()
-    words: tuple[str, ...] = ()
-    check: Callable[[Any], Any] | None = None
-    hidden: bool = False
+    choices: tuple[str, ...] = ()  # the words a text option accepts
+    words: tuple[str, ...] = ()  # words a number's option takes too (auto)
+    check: Callable[[Any], Any] | None = None  # any other check: raises InputError with the one line
+    hidden: bool = False  # left out of --help (a deprecated spelling)
 
 
 class OptionError(InputError):
