@@ -97,10 +97,7 @@ def run_trial(
         check_value(figures["value"], plan.compared_by_ratio(case.label))
         try:
             encode_row(figures)
-        except (
-            TypeError,
-            ValueError,
-        ) as exc:  # the row could not be logged: the trial's failure, not the run's
+        except (TypeError, ValueError) as exc:  # the row cannot be logged: the trial's failure, not the run's
             raise UnusableValue(f"the trial returned a figure the log cannot hold ({exc})") from None
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the run stops; an arm's sys.exit is its trial's error below
         raise
