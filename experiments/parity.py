@@ -1,31 +1,15 @@
-"""The parity tier (``bench parity``): its plan, its trials, the ranks comparison and the verdict.
-
-The contract and its measurement are in ``experiments.parity_steps``. A parity run is a run folder like any
-other: one row per comparison and step, in schedule order. A resumed run replays the steps before the first
-missing one (the trajectories are deterministic) without logging them.
-"""
+"""The parity tier (``bench parity``): its plan, its trials, the ranks comparison and the verdict."""
 
 from __future__ import annotations
 
-import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from experiments.arms import checked_optimizer, make_optimizer, same_path_as_baseline
-from experiments.resume_check import arms_resume_problem
-from harness.options import MAX_PAIRS, InputError, parse_arms
-from harness.protocol import Arm, Case, Plan, ProtocolOptions, ScheduledTrial, TrialContext, TrialFunction
-from harness.schema import check_fields
-from harness.tier import BaseTier, Caveat, Run
-from harness.validation import FIGURE_LIMIT, UINT64_MAX, RowField, row_fields_problem, settings_problem
-
-if TYPE_CHECKING:
-    pass
-
 from experiments.parity_steps import (
     RANKS,
     STEP_FIELDS,
@@ -33,8 +17,9 @@ from experiments.parity_steps import (
     Comparison,
     ParityResult,
     ParitySettings,
-    StepFigures,
     Workload,
+    bound_fields,
+    compare_tensors,
     divergence_table,
     figure_text,
     other_arm,
@@ -44,6 +29,12 @@ from experiments.parity_steps import (
     run_parity,
     ulp_sensitivity,
 )
+from experiments.resume_check import arms_resume_problem
+from harness.options import MAX_PAIRS, InputError, parse_arms
+from harness.protocol import Arm, Case, Plan, ProtocolOptions, ScheduledTrial, TrialContext, TrialFunction
+from harness.schema import check_fields
+from harness.tier import BaseTier, Caveat, Run
+from harness.validation import FIGURE_LIMIT, UINT64_MAX, RowField, row_fields_problem, settings_problem
 
 __all__ = [
     "STEP_FIELDS",
@@ -333,7 +324,14 @@ class RanksComparison:
             self.steps_done += 1
         other = torch.load(saved, weights_only=True)
         saved.unlink()
-        row = _compare_saved(step, self.optimizer, self.params, other)
+        mine = [self.optimizer.state.get(p, {}) for p in self.params]
+        states = [
+            ({k: v.cpu() for k, v in here.items() if isinstance(v, torch.Tensor)}, there)
+            for here, there in zip(mine, other["state"], strict=True)
+        ]
+        here = [p.detach().cpu() for p in self.params]
+        figures, per_param = compare_tensors(RANKS, step, here, other["params"], states)
+        row = asdict(figures)
         agree = self.launched["agree"]
         row["ranks_agree"] = bool(agree.get(str(step), agree.get(step, False)))
         row["ranks"] = self.ranks
@@ -346,47 +344,8 @@ class RanksComparison:
             else f"`{self.settings.candidate}` reports no sharing"
         )
         if bounds is not None:
-            per_param = row.pop("per_param")
-            ratios = [
-                d / b if b > 0 else (0.0 if d == 0 else math.inf)
-                for d, b in zip(per_param, bounds.values(), strict=True)
-            ]
-            worst = max(ratios, default=0.0)
-            row.update(
-                bound_worst_ratio=worst,
-                bound_largest=max(bounds.values(), default=0.0),
-                within_bound=worst <= 1.0,
-            )
-        row.pop("per_param", None)
+            row.update(bound_fields(per_param, bounds))
         return row
-
-
-def _compare_saved(
-    step: int, optimizer: torch.optim.Optimizer, params: list[torch.Tensor], saved: dict[str, Any]
-) -> dict[str, Any]:
-    """The one-rank trajectory here against the figures rank 0 saved: the same figures as ``_compare``."""
-    buffers_equal = buffers_total = params_equal = 0
-    max_abs = max_rel = 0.0
-    per_param: list[float] = []
-    for p, q, other_state in zip(params, saved["params"], saved["state"], strict=True):
-        reference = p.detach().cpu()
-        diff = (reference.double() - q.double()).abs()
-        largest = diff.max().item() if diff.numel() else 0.0
-        per_param.append(largest)
-        params_equal += int(torch.equal(reference, q))
-        max_abs = max(max_abs, largest)
-        scale = reference.double().abs().clamp_min(torch.finfo(torch.float32).tiny)
-        max_rel = max(max_rel, (diff / scale).max().item() if diff.numel() else 0.0)
-        mine = {k: v for k, v in optimizer.state.get(p, {}).items() if isinstance(v, torch.Tensor)}
-        for key in sorted(set(mine) | set(other_state)):
-            buffers_total += 1
-            buffers_equal += int(
-                key in mine and key in other_state and torch.equal(mine[key].cpu(), other_state[key])
-            )
-    figures = StepFigures(
-        RANKS, step, buffers_equal, buffers_total, params_equal, len(params), max_abs, max_rel
-    )
-    return {**asdict(figures), "per_param": per_param}
 
 
 def result_of(run: Run) -> ParityResult:

@@ -1,26 +1,6 @@
-"""The numerical contract as a tier (``bench parity``): does the candidate still compute the same thing?
+"""The numerical contract's measurement: two trajectories from identical state, compared step by step.
 
-Two comparisons run from identical state on identical inputs: the baseline against itself (the control,
-which must show exactly zero) and the candidate against the baseline. After one step the contract is:
-identical loss bytes (fit mode), momentum buffers equal bit for bit, and a largest parameter difference no
-larger than the bf16 rounding of the Muon update times lr·muon, tensor by tensor (zero for parameters with no
-Muon part). That rounding is measured, not picked: the larger of one bf16 ulp of the update's largest entry
-and ``ULP_SENSITIVITY_FACTOR`` times the baseline's own spread under ±1-ulp perturbations of its bf16
-Newton-Schulz input (``ulp_sensitivity``), since a reordered or zero-padded GEMM perturbs the iterates by
-about that much. The buffer clause is judged literally (every buffer bit-equal), which is stricter than the
-bound: the SGD buffer of a weight-decayed Muon parameter reads p after its Muon update.
-
-Later steps are followed and reported as a divergence table, never claimed (BF16 trajectories drift apart).
-
-With ``--gpus N`` a third comparison, ``ranks``, follows the candidate on N ranks (fresh processes of
-``torch.distributed.run``, ``gloo`` on the CPU, ``nccl`` on CUDA, every rank on the same inputs as after a
-gradient all-reduce) against the one-rank candidate in this process: bit for bit, or, where a rank's share of
-a batch rounds differently, within the same calibrated bound, the difference reported. The ranks run every
-step in one launch; rank 0 saves its parameters and optimizer state after each step for this process to
-compare, and every rank's parameters are checked equal to rank 0's.
-A parity run is a run folder like any other: one row per comparison and step, in schedule order; a resumed
-run replays the steps before the first missing one (the trajectories are deterministic) without logging them.
-"""
+The contract and its bound: docs/candidate.md."""
 
 from __future__ import annotations
 
@@ -211,11 +191,7 @@ def ulp_sensitivity(matrix: torch.Tensor, trials: int = SENSITIVITY_TRIALS, seed
 def update_bounds(
     optimizer: torch.optim.Optimizer, groups: list[dict[str, Any]], muon: float
 ) -> dict[int, float]:
-    """Per parameter (by position): lr·muon times the bf16 rounding of its Muon update; 0 without Muon.
-
-    Computed from the baseline's own building blocks on a copy of the pre-step buffer: the update's largest
-    entry gives one ulp, the 1-ulp sensitivity of its Newton-Schulz input gives the GEMM-rounding scale.
-    """
+    """Per parameter (by position): lr·muon times the bf16 rounding of its Muon update; 0 without Muon."""
     bounds: dict[int, float] = {}
     for index, (group, p) in enumerate((g, p) for g in groups for p in g["params"]):
         if p.grad is None or not group["use_muon"]:
@@ -238,11 +214,23 @@ def compare_steps(
     reference: tuple[torch.optim.Optimizer, list[torch.Tensor]],
     other: tuple[torch.optim.Optimizer, list[torch.Tensor]],
 ) -> tuple[StepFigures, list[float]]:
+    """Two trajectories after one step: each parameter and each of the reference's buffers compared."""
     (ref_opt, ref_params), (other_opt, other_params) = reference, other
+    states = [
+        (ref_opt.state.get(p, {}), other_opt.state.get(q, {}))
+        for p, q in zip(ref_params, other_params, strict=True)
+    ]
+    return compare_tensors(name, step, ref_params, other_params, states)
+
+
+def compare_tensors(
+    name: str, step: int, ref_params: list[torch.Tensor], other_params: list[torch.Tensor], states: list[Any]
+) -> tuple[StepFigures, list[float]]:
+    """The step's figures from the parameters and (reference, other) optimizer states, tensor by tensor."""
     buffers_equal = buffers_total = params_equal = 0
     max_abs = max_rel = 0.0
     per_param: list[float] = []
-    for p_ref, p_other in zip(ref_params, other_params, strict=True):
+    for p_ref, p_other, (ref_state, other_state) in zip(ref_params, other_params, states, strict=True):
         diff = (p_ref.detach().double() - p_other.detach().double()).abs()
         largest = diff.max().item() if diff.numel() else 0.0
         per_param.append(largest)
@@ -250,7 +238,6 @@ def compare_steps(
         max_abs = max(max_abs, largest)
         scale = p_ref.detach().double().abs().clamp_min(torch.finfo(torch.float32).tiny)
         max_rel = max(max_rel, (diff / scale).max().item() if diff.numel() else 0.0)
-        ref_state, other_state = ref_opt.state.get(p_ref, {}), other_opt.state.get(p_other, {})
         for key in sorted(set(ref_state) | set(other_state)):
             if not isinstance(ref_state.get(key), torch.Tensor):
                 continue
@@ -261,6 +248,20 @@ def compare_steps(
         name, step, buffers_equal, buffers_total, params_equal, len(ref_params), max_abs, max_rel
     )
     return figures, per_param
+
+
+def bound_fields(per_param: list[float], bounds: dict[int, float]) -> dict[str, Any]:
+    """How the worst tensor of step one stands against its bound, as row fields."""
+    ratios = [
+        d / b if b > 0 else (0.0 if d == 0 else math.inf)
+        for d, b in zip(per_param, bounds.values(), strict=True)
+    ]
+    worst = max(ratios, default=0.0)
+    return {
+        "bound_worst_ratio": worst,
+        "bound_largest": max(bounds.values(), default=0.0),
+        "within_bound": worst <= 1.0,
+    }
 
 
 class Comparison:
@@ -297,16 +298,7 @@ class Comparison:
             figures.loss_bytes_equal = same_bytes(losses[0], losses[1])
         row = asdict(figures)
         if bounds is not None:
-            ratios = [
-                d / b if b > 0 else (0.0 if d == 0 else math.inf)
-                for d, b in zip(per_param, bounds.values(), strict=True)
-            ]
-            worst = max(ratios, default=0.0)
-            row.update(
-                bound_worst_ratio=worst,
-                bound_largest=max(bounds.values(), default=0.0),
-                within_bound=worst <= 1.0,
-            )
+            row.update(bound_fields(per_param, bounds))
         return row
 
 

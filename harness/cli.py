@@ -1,9 +1,4 @@
-"""``bench``: the command line, and the composition root that wires the project's tiers into the harness.
-
-Every command checks its inputs before anything is written; a bad input is one line on stderr and exit
-status 2. Each option is declared once (``harness.schema``); the commands are made from the declarations
-(``harness.cli_app``), and ``harness.cli_read`` holds the commands that read run folders.
-"""
+"""``bench``: the command line, and the composition root that wires the project's tiers into the harness."""
 
 from __future__ import annotations
 
@@ -13,7 +8,7 @@ import json
 import signal
 import sys
 import unicodedata
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -36,6 +31,7 @@ from harness.cli_app import (
     check_resume_options,
     command_line,
     interruptible,
+    options_command,
     tier_command,
 )
 from harness.codepaths import what_ran
@@ -44,17 +40,11 @@ from harness.errors import RunFolderError
 from harness.failures import EVERY_TRIAL_FAILED, failed_arms, failure_lines
 from harness.formatting import format_probability
 from harness.interrupts import INTERRUPTED, terminate
-from harness.options import (
-    InputError,
-    check_gpus,
-    protocol_options,
-    resolve_device,
-    split_device_list,
-)
+from harness.options import InputError, check_gpus, protocol_options, resolve_device, split_device_list
 from harness.protocol import Arm, ProtocolOptions
 from harness.protocol_options import check_protocol
 from harness.run import Runner
-from harness.schema import check_fields
+from harness.schema import check_fields, option, require
 from harness.tables import RunFolder
 from harness.tier import (
     Run,
@@ -82,10 +72,8 @@ def launch(
     run: RunArgs,
     accepts: tuple[str, ...],
 ) -> Run:
-    """Start a run of ``tier`` from the options given, or resume ``run.resume`` (one of ``accepts``' tiers).
-
-    Every input is checked before anything is written, so a bad input leaves no run folder.
-    """
+    """Start a run of ``tier`` from the options given, or resume ``run.resume`` (one of ``accepts``'
+    tiers)."""
     runner = Runner(registry(), run.options())
     if run.gate and gate_refusal(runner.tiers.get(tier)):
         raise InputError(f"--gate judges claims, and a '{tier}' run makes none; drop --gate")
@@ -110,7 +98,6 @@ def launch(
             protocol = protocol_options(**protocol, announce=console.print, default_arms=default_arms)
         if run.gate:
             check_gate_threshold(protocol)
-        check_fields(settings) if settings is not None else None
         plan = runner.tiers.get(tier).make_plan(protocol, settings, command_line())
         line = what_ran(plan)
         if line:
@@ -221,38 +208,50 @@ def parity_command(protocol: dict[str, Any], run: RunArgs, settings: _Parity) ->
 MIN_POWER, MAX_POWER = 0.5, 0.999  # `bench plan --power`: past 0.999 the pairs grow without a useful end
 
 
-@app.command("plan")
+_power = require(
+    lambda power: MIN_POWER <= power <= MAX_POWER,
+    f"--power {{}} must be a probability from {MIN_POWER} to {MAX_POWER} (the chance the goal is met; below a "
+    "coin flip a plan expects to miss it), e.g. 0.8",
+)
+
+
+def _tolerance(text: str) -> None:
+    if parse_percent("--tolerance", text) <= 0:
+        raise InputError(f"--tolerance {text} must be positive, e.g. 1%")
+
+
+@dataclass(frozen=True)
+class PlanArgs:
+    """``bench plan``'s goal."""
+
+    effect: str | None = option(
+        None,
+        "A claim's true reduction to resolve, e.g. 3% (default: the run's measured one).",
+        check=functools.partial(parse_percent, "--effect"),
+    )
+    tolerance: str | None = option(
+        None, "An A/A arm's ±tolerance to fall within, e.g. 1% (default: the run's).", check=_tolerance
+    )
+    bar: str | None = option(
+        None,
+        "The bar the effect is resolved against, e.g. 8% (default: 0, i.e. faster at all).",
+        check=functools.partial(parse_percent, "--bar"),
+    )
+    power: float = option(0.8, "The probability the goal must be met with.", check=_power)
+
+
+@options_command("plan", PlanArgs)
 def plan_command(
     run_dir: Annotated[Path, typer.Argument(help="A run folder whose per-pair spread to plan from.")],
-    effect: Annotated[
-        str | None,
-        typer.Option(help="A claim's true reduction to resolve, e.g. 3% (default: the run's measured one)."),
-    ] = None,
-    tolerance: Annotated[
-        str | None,
-        typer.Option(help="An A/A arm's ±tolerance to fall within, e.g. 1% (default: the run's)."),
-    ] = None,
-    bar: Annotated[
-        str | None,
-        typer.Option(
-            help="The bar the effect is resolved against, e.g. 8% (default: 0, i.e. faster at all)."
-        ),
-    ] = None,
-    power: Annotated[float, typer.Option(help="The probability the goal must be met with.")] = 0.8,
+    settings: PlanArgs,
 ) -> None:
     """Pairs and time a goal needs, from a run folder's measured per-pair spread: `bench plan RUN_DIR --effect 3%`."""
     from harness.planning import plan_rows
 
-    if not MIN_POWER <= power <= MAX_POWER:
-        raise InputError(
-            f"--power {power} must be a probability from {MIN_POWER} to {MAX_POWER} (the chance the goal is "
-            "met; below a coin flip a plan expects to miss it), e.g. 0.8"
-        )
+    effect, tolerance, power = settings.effect, settings.tolerance, settings.power
     effect_value = parse_percent("--effect", effect)
     tolerance_value = parse_percent("--tolerance", tolerance)
-    if tolerance_value is not None and tolerance_value <= 0:
-        raise InputError(f"--tolerance {tolerance} must be positive, e.g. 1%")
-    bar_value = parse_percent("--bar", bar)
+    bar_value = parse_percent("--bar", settings.bar)
     run = Run.load(RunFolder.open(run_dir), tiers=registry())
     check_plan_goal(run.plan.protocol, effect, effect_value, tolerance, tolerance_value, bar_value)
     rows = plan_rows(run.plan.protocol, run.summaries, effect_value, tolerance_value, bar_value, power)
@@ -280,16 +279,22 @@ def plan_command(
         )
 
 
-@app.command("env")
-def env_command(
-    as_json: Annotated[bool, typer.Option("--json", help="Print the fingerprint as JSON.")] = False,
-    arms: Annotated[str | None, typer.Option(help="Arms whose own files to fingerprint too.")] = None,
-) -> None:
+@dataclass(frozen=True)
+class EnvArgs:
+    """``bench env``'s options."""
+
+    as_json: bool = option(False, "Print the fingerprint as JSON.", flag="--json")
+    arms: str | None = option(None, "Arms whose own files to fingerprint too.")
+
+
+@options_command("env", EnvArgs)
+def env_command(settings: EnvArgs) -> None:
     """Show this machine's environment fingerprint (what every run records in env.json)."""
     from experiments.arms import arm_files  # noqa: PLC0415 - the composition root names the tiers' code
 
+    arms = settings.arms
     record = env_module.collect(code_files=arm_files(arms) if arms else ())
-    if as_json:
+    if settings.as_json:
         print(json.dumps(record, indent=1, default=str))
         return
     from rich.table import Table
@@ -310,7 +315,25 @@ def env_command(
     console.print(table)
 
 
-@app.command("report")
+@dataclass(frozen=True)
+class ReportArgs:
+    """``bench report``'s options."""
+
+    output: Path | None = option(
+        None,
+        "Markdown file to write (.md); needed for several run folders. Default: report.md inside the single "
+        "run folder.",
+        flag=("-o", "--output"),
+    )
+    tables: bool = option(
+        False,
+        "Also write each folder's tables (CSVs) and claim.txt again from its log, as a run's end does (after "
+        "the statistics' code changed); refused while a run holds the folder.",
+        flag="--tables",
+    )
+
+
+@options_command("report", ReportArgs)
 @functools.partial(interruptible, outside_a_run="(the report is written whole or not at all)")
 def report_command(
     run_dirs: Annotated[
@@ -321,29 +344,13 @@ def report_command(
             show_default=False,
         ),
     ] = None,
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "-o",
-            "--output",
-            help="Markdown file to write (.md); needed for several run folders. "
-            "Default: report.md inside the single run folder.",
-        ),
-    ] = None,
-    tables: Annotated[
-        bool,
-        typer.Option(
-            "--tables",
-            help="Also write each folder's tables (CSVs) and claim.txt again from its log, as a run's end does "
-            "(after the statistics' code changed); refused while a run holds the folder.",
-        ),
-    ] = False,
+    settings: ReportArgs = ReportArgs(),
 ) -> None:
     """Write the markdown report (with PNG plots beside it) of one or more run folders, from the folders alone."""
     from harness.report import resolve_output, write_report
 
-    folders = [RunFolder.open(path) for path in run_dirs or []]
-    if tables:  # the folders named once, each locked and read, before any table is written
+    folders, output = [RunFolder.open(path) for path in run_dirs or []], settings.output
+    if settings.tables:  # the folders named once, each locked and read, before any table is written
         resolve_output(folders, output)
         runner = Runner(registry())
         with contextlib.ExitStack() as held:

@@ -1,8 +1,4 @@
-"""The ``bench`` app and how a tier command is made from the options it declares (``harness.schema``).
-
-A tier command takes its own options (its settings' fields), the shared ones (``ProtocolOptions``), then
-the run options (``RunArgs``). Each is declared once, with its help, default and bounds.
-"""
+"""The ``bench`` app, and its commands made from the options they declare (``harness.schema``)."""
 
 from __future__ import annotations
 
@@ -22,7 +18,7 @@ from harness.console import errors
 from harness.errors import InputError
 from harness.protocol import PlannedStop, ProtocolOptions
 from harness.run import RunInterrupted, RunOptions
-from harness.schema import check_fields, option, parameters, settings_from
+from harness.schema import check_fields, option, parameters, require, settings_from
 from harness.tables import unnameable
 
 app = typer.Typer(
@@ -34,9 +30,9 @@ app = typer.Typer(
 )
 
 
-def _stop_after(seconds: float) -> None:
-    if not seconds > 0:
-        raise InputError(f"--stop-after must be a positive number of seconds (got {seconds})")
+_stop_after = require(
+    lambda seconds: seconds > 0, "--stop-after must be a positive number of seconds (got {})"
+)
 
 
 @dataclass(frozen=True)
@@ -100,22 +96,13 @@ def tier_command(
     helps: dict[str, str] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register ``func`` as command ``name``: its own parameters, its ``settings``' options, the shared
-    options (those named in ``protocol``, else all; ``helps`` rewords them here), then the run options.
-    ``func`` receives ``protocol`` (a dict of the values as given), ``run`` (``RunArgs``) and, with a
-    settings class, ``settings`` (made from the values typed)."""
+    options (those named in ``protocol``, else all; ``helps`` rewords them here), then the run options."""
     shared = parameters(ProtocolOptions, protocol, helps)
     declared = parameters(settings) if settings is not None else []
     run_options = parameters(RunArgs)
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-        hints = typing.get_type_hints(func, include_extras=True)
-        own = [
-            inspect.Parameter(
-                p.name, inspect.Parameter.KEYWORD_ONLY, default=p.default, annotation=hints[p.name]
-            )
-            for p in inspect.signature(func).parameters.values()
-            if p.name not in ("protocol", "run", "settings")
-        ]
+        own = _own_parameters(func)
 
         @interruptible
         def command(**values: Any) -> Any:
@@ -137,12 +124,39 @@ def tier_command(
             return func(protocol=given, run=run, **values)
 
         context = inspect.Parameter("context", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
-        command.__signature__ = inspect.Signature([*own, *declared, *shared, *run_options, context])
-        command.__doc__, command.__name__ = func.__doc__, func.__name__
-        app.command(name)(command)
-        return func
+        return _register(name, func, command, [*own, *declared, *shared, *run_options, context])
 
     return decorate
+
+
+def options_command(name: str, settings: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register ``func`` as command ``name``: its own parameters, then ``settings``' options."""
+    declared = parameters(settings)
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        def command(**values: Any) -> Any:
+            typed = settings_from(settings, {p.name: values.pop(p.name) for p in declared})
+            return func(settings=check_fields(typed), **values)
+
+        return _register(name, func, command, [*_own_parameters(func), *declared])
+
+    return decorate
+
+
+def _own_parameters(func: Callable[..., Any]) -> list[inspect.Parameter]:
+    hints = typing.get_type_hints(func, include_extras=True)
+    return [
+        inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=p.default, annotation=hints[p.name])
+        for p in inspect.signature(func).parameters.values()
+        if p.name not in ("protocol", "run", "settings")
+    ]
+
+
+def _register(name: str, func: Callable[..., Any], command: Any, signature: list[inspect.Parameter]) -> Any:
+    command.__signature__ = inspect.Signature(signature)
+    command.__doc__, command.__name__ = func.__doc__, func.__name__
+    app.command(name)(command)
+    return func
 
 
 ARGUMENTS: list[list[str]] = []  # what ``main`` was last given (tests call it with a list, not sys.argv)

@@ -1,7 +1,4 @@
-"""The command-line reference, rendered from the commands the option declarations make.
-
-``python -m harness.cli_doc > docs/cli.md`` writes it; a test holds the committed file to this text.
-"""
+"""The command-line reference as markdown: ``python -m harness.cli_doc > docs/cli.md``."""
 
 from __future__ import annotations
 

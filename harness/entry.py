@@ -1,8 +1,4 @@
-"""The ``bench`` console script: takes Ctrl-C and SIGTERM before anything heavy is imported.
-
-The command line imports typer, torch and the tiers, which takes seconds; an interrupt in that time would
-otherwise be a KeyboardInterrupt traceback, and SIGTERM a silent exit 143.
-"""
+"""The ``bench`` console script: takes Ctrl-C and SIGTERM before typer, torch and the tiers load."""
 
 from __future__ import annotations
 

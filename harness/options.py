@@ -1,9 +1,4 @@
-"""The protocol options every tier shares, checked once into one ``ProtocolOptions``.
-
-``InputError`` carries the one line a bad value gets; the CLI prints it and exits with status 2 before
-anything is written. Defaults live on ``ProtocolOptions`` (and ``DEFAULT_ARMS`` / ``AUTO_DEVICE`` for the two
-options given as text); the CLI reads them from here.
-"""
+"""The shared options as typed, parsed and checked into one ``ProtocolOptions``; bad input is ``InputError``."""
 
 from __future__ import annotations
 
@@ -23,12 +18,12 @@ from harness.placement import Placement, choose_placement
 from harness.protocol_options import (
     AUTO_DEVICE,
     DEFAULT_ARMS,
-    DEVICE_FORM,
     MAX_COOLDOWN,
-    MAX_GPUS,
     MAX_SEED,
     MAX_WARMUP,
     ProtocolOptions,
+    check_bar,
+    check_device_form,
     check_protocol,
 )
 from harness.schedule import CONCURRENT_ORDERS, Arm
@@ -36,8 +31,8 @@ from harness.schema import check_choice, check_non_negative, check_positive
 from harness.timing import parse_bytes
 
 __all__ = [
-    "AUTO_DEVICE", "DEFAULT_ARMS", "DEVICE_FORM", "MAX_COOLDOWN", "MAX_GPUS", "MAX_PAIRS", "MAX_SEED",
-    "MAX_WARMUP", "InputError", "check_choice", "check_non_negative", "check_positive",
+    "DEFAULT_ARMS", "MAX_COOLDOWN", "MAX_PAIRS", "MAX_SEED", "InputError", "check_bar", "check_choice",
+    "check_non_negative", "check_positive",
 ]  # fmt: skip
 
 NO_PLACEMENT = "none"
@@ -60,8 +55,7 @@ def cuda_index(device: str) -> int:
 
 def check_device(device: str) -> str:
     """``cpu``, ``cuda`` or ``cuda:N``, and CUDA only where a CUDA device is present."""
-    if not DEVICE_FORM.match(device):
-        raise InputError(f"--device '{device}' is not a device; use auto, cpu, cuda or cuda:N")
+    check_device_form(device)
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise InputError(
@@ -157,9 +151,7 @@ def split_arm(item: str) -> tuple[str, str]:
 
 
 def parse_arms(text: str, control: bool) -> tuple[Arm, ...]:
-    """``baseline,candidate`` → arms; the first is the reference. An item may be ``label=spec`` and a spec may
-    carry keywords (``fused=torch.optim:AdamW(fused=True)``); the tier reads the spec. ``control`` adds the
-    first arm again as ``<first>-control`` (an A/A arm in the same schedule; alone, the run is an A/A control)."""
+    """``baseline,candidate`` → arms; the first is the reference."""
     items = [item.strip() for item in split_top_level(text)]
     if not text.strip() or any(not item for item in items):
         raise InputError(f"--arms '{text}' must be a comma-separated list with no empty items")
@@ -183,37 +175,29 @@ def parse_arms(text: str, control: bool) -> tuple[Arm, ...]:
     return arms
 
 
-def parse_pairs(pairs: int | str) -> int | str:
-    """``--pairs``: a positive whole number, or ``auto`` (the stopping rule chooses)."""
-    if isinstance(pairs, str):
-        text = pairs.strip().lower()
-        if text == "auto":
-            return "auto"
-        try:
-            pairs = int(text)
-        except ValueError:
-            raise InputError(
-                f"--pairs '{pairs}' is not a number; use a positive whole number or auto"
-            ) from None
-    return pairs  # its bounds: ProtocolOptions.pairs
+def parse_auto(name: str, value: int | str, accepted: str) -> int | str:
+    """``auto``, or a whole number typed as text; ``accepted`` words the one line for anything else."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip().lower()
+    if text == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise InputError(f"{name} '{value}' is not a number; use {accepted}") from None
+
+
+WARMUP_ACCEPTED = "a whole number of 0 or more, or auto"
 
 
 def parse_warmup(warmup: int | str, name: str = "--warmup") -> int | str:
-    """``--warmup`` (or the API's ``name``): warm-up trials per case, a whole number from 0 to ``MAX_WARMUP``,
-    or ``auto`` (warm-ups until one is no faster than its arm's previous, within a tolerance, capped;
-    ``ProtocolOptions.warmup_tolerance``, ``max_warmup``)."""
-    if isinstance(warmup, str):
-        text = warmup.strip().lower()
-        if text == "auto":
-            return "auto"
-        try:
-            warmup = int(text)
-        except ValueError:
-            raise InputError(
-                f"{name} '{warmup}' is not a number; use a whole number of 0 or more, or auto"
-            ) from None
+    """Warm-up trials per case: a whole number from 0 to ``MAX_WARMUP``, or ``auto``."""
+    warmup = parse_auto(name, warmup, WARMUP_ACCEPTED)
+    if warmup == "auto":
+        return warmup
     if isinstance(warmup, bool) or not isinstance(warmup, int):
-        raise InputError(f"{name} {warmup!r} is not a whole number; use a whole number of 0 or more, or auto")
+        raise InputError(f"{name} {warmup!r} is not a whole number; use {WARMUP_ACCEPTED}")
     return int(check_non_negative(name, warmup, MAX_WARMUP))
 
 
@@ -262,7 +246,7 @@ def check_cpus(cpus: str, order: str = "alternate") -> str:
     """``none``, ``auto`` or a core list this process may use (one line for anything else); a concurrent order
     needs a placement to share."""
     text = str(cpus).strip()
-    if text.lower() == NO_PLACEMENT or (text.lower() == "auto" and not hasattr(os, "sched_setaffinity")):
+    if _unplaced(text):
         if order in CONCURRENT_ORDERS:
             raise InputError(
                 f"--order {order} runs the arms at once on shares of the cores: give --cpus auto or a core list"
@@ -275,11 +259,16 @@ def check_cpus(cpus: str, order: str = "alternate") -> str:
     return text.lower() if text.lower() == "auto" else text  # the plan records the word every reader takes
 
 
+def _unplaced(cpus: str) -> bool:
+    """``none``, or ``auto`` where the OS offers no CPU affinity (not Linux)."""
+    text = cpus.strip().lower()
+    return text == NO_PLACEMENT or (text == "auto" and not hasattr(os, "sched_setaffinity"))
+
+
 def resolve_placement(cpus: str) -> Placement | None:
     """The placement ``--cpus`` asks for on this machine: None for ``none``, and for ``auto`` where the OS
     offers no CPU affinity (not Linux), so the default runs everywhere."""
-    text = cpus.strip().lower()
-    if text == NO_PLACEMENT or (text == "auto" and not hasattr(os, "sched_setaffinity")):
+    if _unplaced(cpus):
         return None
     return choose_placement(cpus)
 
@@ -295,12 +284,7 @@ def protocol_options(
     **given: Any,
 ) -> ProtocolOptions:
     """The shared options as typed (``ProtocolOptions`` fields, arms and budget as text), parsed and checked
-    (``InputError`` on the first bad one); a field not given takes its default.
-
-    ``device='auto'`` resolves here (CUDA when present, else the CPU); ``announce`` is told which and why.
-    ``arms=None`` takes ``default_arms(device)`` → (arms, why), announced, else ``DEFAULT_ARMS``.
-    ``--device cuda:0,1`` is ``--device cuda:0 --gpus 2``.
-    """
+    (``InputError`` on the first bad one); a field not given takes its default."""
     values = {f.name: f.default for f in fields(ProtocolOptions) if f.name != "arms"}
     values |= {
         "arms": DEFAULT_ARMS,
@@ -309,7 +293,7 @@ def protocol_options(
         **given,
     }
     arms, device, budget = values.pop("arms"), values.pop("device"), values.pop("budget")
-    values["pairs"] = parse_pairs(values["pairs"])
+    values["pairs"] = parse_auto("--pairs", values["pairs"], "a positive whole number or auto")
     values["warmup"] = parse_warmup(values["warmup"])
     budget_bytes = parse_budget(budget)
     device, gpus = split_device_list(device, values["gpus"])

@@ -23,13 +23,7 @@ DUET_FILLER_FORMAT = 5
 
 @dataclass
 class Plan:
-    """Everything a run needs, fixed before the first trial and saved as ``plan.json``.
-
-    ``tier`` names the tier by its registered name (never importable code); ``protocol`` holds the shared
-    options whole; ``settings`` is the tier's own, as the tier resolved them. ``arm_code`` is what each arm
-    label runs on the plan's device, as the tier found it (``spec``, ``runs`` in words, and
-    ``same_path_as_baseline``: why it runs the baseline's code, or None); empty where no tier said.
-    """
+    """Everything a run needs, fixed before the first trial and saved as ``plan.json``."""
 
     tier: str
     protocol: ProtocolOptions
@@ -147,8 +141,7 @@ def drop_rounds(plan: Plan, case_label: str, done: set[int]) -> int:
 
 
 def pending(plan: Plan, folder: RunFolder) -> Iterator[ScheduledTrial]:
-    """Scheduled trials with no row in the log yet, in schedule order (what a resume runs). Extra warm-ups
-    carry indices outside the schedule, so they never count here."""
+    """Scheduled trials with no row in the log yet, in schedule order (what a resume runs)."""
     done = folder.completed_indices()
     return (t for t in plan.schedule if t.index not in done)
 

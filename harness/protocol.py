@@ -1,14 +1,6 @@
-"""The paired protocol: arms, cases, the counterbalanced schedule, the plan of a run and the trial loop.
+"""The paired protocol's trial loop: each trial run and its row appended the moment it ends.
 
-Words: an *arm* is one implementation (role ``baseline`` or ``candidate``); a *case* is one
-setting under which the arms are compared (a scale, a guard, a variant); a *trial* is one measured unit of
-work of one arm; *warm-ups* run first and are kept in the log but not in the statistics; a *round* runs every
-arm of a case once (with two arms, a round is a *pair*), in an order that alternates forward and backward
-(AB, BA, AB, …) or, with ``order='random'``, a seeded shuffle.
-
-The protocol knows nothing about what a trial does: it calls a trial function with a ``TrialContext`` and
-appends the row it returns (or the failure it raised) to the run's log the moment the trial ends.
-"""
+Words (arm, case, trial, warm-up, round, pair): docs/concepts.md."""
 
 from __future__ import annotations
 
@@ -28,7 +20,6 @@ from harness.errors import is_disk_full
 from harness.placement import Placement, split_placement
 from harness.plan import (
     DUET_FILLER_FORMAT,
-    PLAN_FORMAT,
     WHOLE_PAIRS_FORMAT,
     Plan,
     drop_rounds,
@@ -41,7 +32,6 @@ from harness.plan import (
 from harness.protocol_options import ProtocolOptions
 from harness.schedule import (
     CONCURRENT_ORDERS,
-    MAX_TRIALS,
     ORDERS,
     Arm,
     Case,
@@ -52,7 +42,6 @@ from harness.schedule import (
 from harness.tables import RunFolder, RunFolderWriteError, encode_row
 from harness.timing import TrialFailure
 from harness.trial import (
-    FIGURE_LIMIT,
     TrialContext,
     TrialFunction,
     UnusableValue,
@@ -61,22 +50,18 @@ from harness.trial import (
     row_head,
 )
 from harness.warmup import (
-    WarmupSequence,
     extra_warmup,
     next_auto_warmup,
     settled_at,
-    warmup_agreement,
     warmup_row_fields,
     warmup_sequences,
 )
 
 __all__ = [
-    "CONCURRENT_ORDERS", "DUET_FILLER_FORMAT", "FIGURE_LIMIT", "IDLE_GAP_SECONDS", "MAX_TRIALS", "ORDERS",
-    "PLAN_FORMAT", "WHOLE_PAIRS_FORMAT", "Arm", "Case", "Plan", "PlannedStop", "ProtocolOptions",
-    "ScheduledTrial", "TrialContext", "TrialFunction", "UnusableValue", "WarmupSequence", "balanced_block",
-    "build_schedule", "check_value", "concurrent_problem", "drop_rounds", "estimated_seconds", "grow_schedule",
-    "next_unit", "pending", "row_head", "run_schedule", "run_trial", "scheduled_done", "settled_at",
-    "warmup_agreement", "warmup_sequences",
+    "CONCURRENT_ORDERS", "DUET_FILLER_FORMAT", "ORDERS", "WHOLE_PAIRS_FORMAT", "Arm", "Case", "Plan",
+    "ProtocolOptions", "ScheduledTrial", "TrialContext", "TrialFunction", "balanced_block", "build_schedule",
+    "drop_rounds", "estimated_seconds", "grow_schedule", "pending", "row_head", "scheduled_done", "settled_at",
+    "warmup_sequences",
 ]  # fmt: skip
 
 
@@ -93,11 +78,7 @@ def run_trial(
     run_dir: Path,
     placement: Placement | None = None,
 ) -> dict[str, Any]:
-    """Run one scheduled trial and return its log row, whatever happens inside it.
-
-    Telemetry (machine CPU shares, load, clocks, GPU clocks and throttle reasons, the trial process's CPU time
-    and switches) is read just before and just after the trial, outside whatever the trial times.
-    """
+    """Run one scheduled trial and return its log row, whatever happens inside it."""
     case = plan.case(trial.case)
     arm = case.arm(trial.arm)
     row = row_head(plan, trial)
@@ -116,10 +97,7 @@ def run_trial(
         check_value(figures["value"], plan.compared_by_ratio(case.label))
         try:
             encode_row(figures)
-        except (
-            TypeError,
-            ValueError,
-        ) as exc:  # the row could not be logged: the trial's failure, not the run's
+        except (TypeError, ValueError) as exc:  # the row cannot be logged: the trial's failure, not the run's
             raise UnusableValue(f"the trial returned a figure the log cannot hold ({exc})") from None
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the run stops; an arm's sys.exit is its trial's error below
         raise
@@ -189,20 +167,7 @@ def run_schedule(
     before_unit: Callable[[list[ScheduledTrial]], bool] | None = None,
     warm_after_gaps: bool = True,
 ) -> None:
-    """Run every pending trial, appending each row to the log (fsynced) as soon as the trial ends.
-
-    Trials run in units: a scheduled warm-up alone, or a measured round (a pair) whole. Before each trial the
-    protocol pauses ``plan.protocol.cooldown`` seconds (GPU clocks settle between trials). With a
-    ``deadline`` (``time.monotonic()`` seconds) it raises ``PlannedStop`` before a unit the log says would
-    not end in time, never inside one; a round the log already holds part of (a crash) is finished whatever
-    the deadline. Before the first measured trial after a resume, and after an idle gap of more than
-    ``IDLE_GAP_SECONDS`` (the cool-down not counted), one untimed warm-up of the next arm runs, logged with
-    ``phase=warmup``, ``warmup_reason`` and an index outside the schedule (unless ``warm_after_gaps`` is
-    off: a tier whose trials are not timings). ``before_unit`` is asked before each unit (the runner's
-    stopping rule grows or ends the schedule there; it returns True when it changed the schedule, and the
-    next unit is found again). With a concurrent order (``duet``) the measured trials of a round start
-    together, each on its own share of the worker cores (``duet_placements``).
-    """
+    """Run every pending trial, appending each row to the log (fsynced) as soon as the trial ends."""
     cooldown = plan.protocol.cooldown
     together = plan.protocol.order in CONCURRENT_ORDERS
     rows = folder.rows()

@@ -1,8 +1,4 @@
-"""The options every tier shares, each declared once (``harness.schema``), and the one check of them.
-
-The CLI, the API and a resumed plan all run ``check_protocol``; what needs this machine (a CUDA device,
-its memory, its cores) is checked where a run starts (``harness.options``).
-"""
+"""The options every tier shares, each declared once (``harness.schema``), and the one check of them."""
 
 from __future__ import annotations
 
@@ -15,7 +11,7 @@ from harness.errors import InputError
 from harness.limits import MAX_PAIRS
 from harness.placement import is_placement_form
 from harness.schedule import CONCURRENT_ORDERS, ORDERS, Arm
-from harness.schema import OptionError, check_at_most, check_fields, option
+from harness.schema import OptionError, check_at_most, check_fields, finite, option, require
 
 DEFAULT_ARMS = "baseline,candidate"
 AUTO_DEVICE = "auto"
@@ -31,42 +27,30 @@ MAX_GPUS = 1024
 DEVICE_FORM = re.compile(r"^(cpu|cuda(:\d+)?)$", re.ASCII)
 
 
-def _bar(bar: float) -> None:
-    if not math.isfinite(bar) or not -100 < bar < 100:
+def check_bar(bar: float | None, control: bool = False) -> float | None:
+    """A claim's bar in percent; with ``control``, the A/A tolerance ±bar, so it must be positive."""
+    if bar is not None and (not math.isfinite(bar) or not -100 < bar < 100):
         raise InputError(f"--bar {bar} is not a percentage; use a number between -100 and 100, e.g. 8")
+    if control and bar is not None and bar <= 0:
+        raise InputError(
+            f"--bar {bar} with --control is the A/A tolerance ±bar; use a positive percentage, e.g. 1"
+        )
+    return bar
 
 
-def _device(device: str) -> None:
+def check_device_form(device: str) -> None:
     if not DEVICE_FORM.match(device):
         raise InputError(f"--device '{device}' is not a device; use auto, cpu, cuda or cuda:N")
 
 
-def _cpus(cpus: str) -> None:
-    if not is_placement_form(cpus):
-        raise InputError(f"--cpus '{cpus}' is not auto, none or a core list such as 2-7")
-
-
-def _tolerance(tolerance: float) -> None:
-    if not math.isfinite(tolerance) or not 0 < tolerance < 100:
-        raise InputError(f"--tolerance {tolerance} is not a positive percentage below 100; use e.g. 1")
-
-
-def _precision(precision: float) -> None:
-    if not math.isfinite(precision) or precision <= 0:
-        raise InputError(f"--precision must be a positive half-width in percentage points (got {precision})")
-
-
-def _time_budget(seconds: float) -> None:
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise InputError(f"--time-budget must be a positive number of seconds (got {seconds})")
-
-
-def _positive(name: str):
-    def check(value: float) -> None:
-        if not (math.isfinite(value) and value > 0):
-            raise InputError(f"{name} must be positive (got {value})")
-
-    return check
+_cpus = require(is_placement_form, "--cpus '{}' is not auto, none or a core list such as 2-7")
+_tolerance = require(
+    finite(lambda t: 0 < t < 100), "--tolerance {} is not a positive percentage below 100; use e.g. 1"
+)
+_precision = require(
+    finite(lambda p: p > 0), "--precision must be a positive half-width in percentage points (got {})"
+)
+_time_budget = require(finite(lambda s: s > 0), "--time-budget must be a positive number of seconds (got {})")
 
 
 ARMS_HELP = (
@@ -117,14 +101,14 @@ class ProtocolOptions:
         None,
         "The bar, in percent, the paired reduction must clear (e.g. 8); with --control, the tolerance ±bar "
         "the A/A difference must stay within (e.g. 1).",
-        check=_bar,
+        check=check_bar,
     )
     device: str = option(
         "cpu",
         "auto (CUDA when present, else the CPU), cpu, cuda, cuda:N, or consecutive devices cuda:0,1 "
         "(= --gpus 2).",
         cli_default=AUTO_DEVICE,
-        check=_device,
+        check=check_device_form,
     )
     budget: int | None = option(
         None,
@@ -173,7 +157,9 @@ class ProtocolOptions:
     )  # --pairs auto: the first look (then one every 2 pairs)
     # --warmup auto: a warm-up settles its sequence when it is at most this much faster (percent) than its
     # arm's previous one: a transient makes fits faster as it fades. tests/test_warmup.py simulates the rates.
-    warmup_tolerance: float = option(0.5, check=_positive("warmup_tolerance"))
+    warmup_tolerance: float = option(
+        0.5, check=require(finite(lambda t: t > 0), "warmup_tolerance must be positive (got {})")
+    )
     # --warmup auto: the most warm-ups of one sequence; two arms then get four checks (the figures above).
     max_warmup: int = option(6, low=2, high=MAX_WARMUP)
     gpus: int = option(
@@ -232,13 +218,9 @@ class ProtocolOptions:
         return cls(**values)
 
 
-def check_sequential(
-    pairs: int | str, precision: float | None, max_pairs: int, time_budget: float | None, first_look: int
-) -> None:
+def check_sequential(pairs: int | str, precision: float | None, max_pairs: int, first_look: int) -> None:
     """``--precision`` and ``--max-pairs`` belong to ``--pairs auto``, which needs a precision; the looks run
     from the first (every 2 pairs) to ``--max-pairs``."""
-    if time_budget is not None:
-        _time_budget(time_budget)
     if pairs != "auto":
         given = [
             name
@@ -254,7 +236,6 @@ def check_sequential(
         return
     if precision is None:
         raise InputError("--pairs auto needs --precision P: the target half-width of the interval, in points")
-    _precision(precision)
     check_at_most("--max-pairs", max_pairs, MAX_PAIRS)
     if max_pairs < first_look:
         raise InputError(
@@ -266,7 +247,7 @@ def check_protocol(p: ProtocolOptions, prefix: str = "--") -> ProtocolOptions:
     """``p`` unless a value is out of its bounds or the values disagree (``InputError``, one line; an
     ``OptionError`` names the field)."""
     check_fields(p, prefix)
-    check_sequential(p.pairs, p.precision, p.max_pairs, p.time_budget, p.first_look)
+    check_sequential(p.pairs, p.precision, p.max_pairs, p.first_look)
     if p.tolerance is not None and not p.control:
         raise OptionError("tolerance", "--tolerance judges the A/A arm; add --control (or drop --tolerance)")
     if p.control and len(p.arms) == 2 and p.bar is not None and p.bar <= 0:

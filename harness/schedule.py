@@ -1,8 +1,4 @@
-"""The counterbalanced schedule: arms, cases, and the order each round runs them in.
-
-An *arm* is one implementation (role ``baseline`` or ``candidate``). A *case* is one setting the arms are
-compared under. A *round* runs every arm of a case once; with two arms it is a *pair*.
-"""
+"""The counterbalanced schedule: arms, cases, and the order each round runs them in."""
 
 from __future__ import annotations
 
@@ -60,14 +56,7 @@ def letters(n: int) -> str:
 
 
 def balanced_block(arms: int, order: str = "alternate") -> list[list[int]]:
-    """One block of round orders (arm positions) balanced over the arms.
-
-    ``alternate``: a Williams square — row i is (0, 1, k−1, 2, k−2, …) + i mod k — so every arm runs in
-    every slot once per block; for an odd k the rows are followed by their mirror images, so each arm also
-    follows every other equally often. Two arms give AB, BA. ``abba`` follows that block by its mirror image
-    (two arms: AB, BA, BA, AB, i.e. trials ABBA BAAB): over each block an order effect is then orthogonal
-    to a linear drift.
-    """
+    """One block of round orders (arm positions) balanced over the arms."""
     if arms < 1:
         raise ValueError("a round needs at least one arm")
     first, low, high = [0], 1, arms - 1
@@ -106,14 +95,7 @@ def _round_trials(case: Case, rnd: int, positions: list[int], start: int) -> lis
 def build_schedule(
     cases: list[Case], warmup: int, pairs: int, order: str = "alternate", seed: int = 0
 ) -> list[ScheduledTrial]:
-    """The whole schedule, case after case: ``warmup`` trials cycling the arms, then ``pairs`` rounds.
-
-    Rounds follow ``balanced_block`` (``alternate``: AB, BA, …; with k arms a Williams square per block of
-    k rounds, 2k for an odd k; ``abba``: each block then its mirror), so slow drift cannot favour one arm
-    and every arm runs in every slot equally often per block; ``order='random'`` shuffles each round with a
-    seeded generator instead; ``duet`` keeps the alternating order, which then assigns each arm to the other
-    half of the cores each round.
-    """
+    """The whole schedule, case after case: ``warmup`` trials cycling the arms, then ``pairs`` rounds."""
     if order not in ORDERS:
         raise ValueError(f"order must be one of {', '.join(ORDERS)} (got '{order}')")
     total = sum(warmup + pairs * len(case.arms) for case in cases)
@@ -131,14 +113,7 @@ def build_schedule(
             arm = case.arms[k]
             schedule.append(
                 ScheduledTrial(
-                    len(schedule),
-                    case.label,
-                    "warmup",
-                    w // len(case.arms),
-                    k,
-                    names[k],
-                    arm.label,
-                    arm.role,
+                    len(schedule), case.label, "warmup", w // len(case.arms), k, names[k], arm.label, arm.role
                 )
             )
         block = balanced_block(len(case.arms), "abba" if order == "abba" else "alternate")

@@ -1,27 +1,7 @@
-"""Each option declared once: a field of a settings dataclass, with its help, flag and bounds as metadata.
+"""Each option declared once: a settings field with its help, flag and bounds as metadata (``Option``).
 
-The CLI makes a command's options from the fields (``parameters``), and the settings back from what was
-typed (``settings_from``). ``check_fields`` holds every field to its bounds: the CLI, the API and a resumed
-plan run this one check. An option then touches one file, its settings, plus where it is used.
-
-```python
-@dataclass(frozen=True)
-class ScreenSettings:
-    steps: int = option(10, "Timed optimizer steps per trial (the window).", low=1)
-```
-
-| metadata | meaning |
-| --- | --- |
-| ``help`` | the ``--help`` text; empty: a recorded setting with no option |
-| ``flag`` | a boolean's one flag (``--stages``), with no ``--no-…`` twin |
-| ``cli_type`` | the type the command line parses, where the field keeps another (a ``Path`` kept as text) |
-| ``cli_default`` | the command line's default, where it differs from the field's (None: resolved later) |
-| ``low``, ``high`` | the bounds of a number (1: a positive whole number; 0: zero or more) |
-| ``choices`` | the words a text option accepts |
-| ``words`` | words a number's option takes too (``auto``) |
-| ``check`` | any other check of the value: raises ``InputError`` with the one line users see |
-| ``hidden`` | left out of ``--help`` (a deprecated spelling) |
-"""
+The CLI makes a command's options from the fields; ``check_fields`` is the one check of the CLI, the API
+and a resumed plan."""
 
 from __future__ import annotations
 
@@ -45,16 +25,16 @@ MAX_COUNT = 2**31 - 1
 class Option:
     """How one settings field appears on the command line, and the values it accepts."""
 
-    help: str
-    flag: str | None = None
-    cli_type: Any = None
-    cli_default: Any = _SAME
-    low: float | None = None
+    help: str  # the --help text; empty: a recorded setting with no option
+    flag: str | tuple[str, ...] | None = None  # a boolean's one flag (no --no-… twin), or an option's names
+    cli_type: Any = None  # the type the command line parses, where the field keeps another
+    cli_default: Any = _SAME  # the command line's default, where it differs (None: resolved later)
+    low: float | None = None  # 1: a positive whole number; 0: zero or more
     high: float | None = None
-    choices: tuple[str, ...] = ()
-    words: tuple[str, ...] = ()
-    check: Callable[[Any], Any] | None = None
-    hidden: bool = False
+    choices: tuple[str, ...] = ()  # the words a text option accepts
+    words: tuple[str, ...] = ()  # words a number's option takes too (auto)
+    check: Callable[[Any], Any] | None = None  # any other check: raises InputError with the one line
+    hidden: bool = False  # left out of --help (a deprecated spelling)
 
 
 class OptionError(InputError):
@@ -68,6 +48,21 @@ class OptionError(InputError):
 def option(default: Any, help: str = "", **how: Any) -> Any:
     """A settings field with its default and its option (see the module's table)."""
     return dataclasses.field(default=default, metadata={OPTION: Option(help, **how)})
+
+
+def require(test: Callable[[Any], bool], message: str) -> Callable[[Any], None]:
+    """A field's ``check``: ``InputError(message.format(value))`` unless ``test(value)``."""
+
+    def check(value: Any) -> None:
+        if not test(value):
+            raise InputError(message.format(value))
+
+    return check
+
+
+def finite(test: Callable[[float], bool]) -> Callable[[float], bool]:
+    """``test`` of a finite number only: NaN and the infinities fail it."""
+    return lambda value: math.isfinite(value) and test(value)
 
 
 def flag_of(name: str) -> str:
@@ -103,7 +98,8 @@ def parameters(cls: type, names: typing.Iterable[str] | None = None, helps: dict
         if names is not None and field.name not in names:
             continue
         text = (helps or {}).get(field.name, how.help)
-        given = typer.Option(*([how.flag] if how.flag else []), help=text, hidden=how.hidden)
+        flags = (how.flag,) if isinstance(how.flag, str) else how.flag or ()
+        given = typer.Option(*flags, help=text, hidden=how.hidden)
         annotation = Annotated[how.cli_type or kind, given]
         out.append(
             inspect.Parameter(

@@ -17,10 +17,7 @@ from harness.schedule import Arm, Case, ScheduledTrial
 
 @dataclass(frozen=True)
 class TrialContext:
-    """What a trial function is told: the plan, its slot, its case and arm, a seed and the run folder.
-
-    ``seed`` is shared by the arms of one round, so paired trials see the same synthetic data.
-    """
+    """What a trial function is told: the plan, its slot, its case and arm, a seed and the run folder."""
 
     plan: Plan
     trial: ScheduledTrial

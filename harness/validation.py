@@ -1,11 +1,4 @@
-"""One validation of a run folder's files, before anything reads them (``bench report``, every resume).
-
-The plan is read back and checked whole: its JSON shape, the type of every field (against the dataclasses'
-own annotations, so a new field is checked without a line here), the schedule against the cases and arms it
-names, and the protocol's values. The log's rows, already whole JSON objects with distinct indices
-(``RunFolder.rows``), are checked against that schedule. Whatever is wrong is one ``CorruptRunFolder`` line
-naming the file, the line and what is wrong; nothing is written and nothing runs.
-"""
+"""One check of a run folder's plan and log before anything reads them; a fault is one ``CorruptRunFolder`` line."""
 
 from __future__ import annotations
 
@@ -69,8 +62,7 @@ def load_env(folder: RunFolder) -> dict[str, Any]:
 
 
 def shape_problem(record: dict[str, Any], shape: dict[str, Any], where: str) -> str | None:
-    """What is wrong with a record's fields present in ``shape``, or None. A hint written ``[SHAPE]`` is a
-    list of records of that shape (or null); any other hint is checked by ``type_problem``."""
+    """What is wrong with a record's fields present in ``shape``, or None."""
     for key, hint in shape.items():
         if key not in record:
             continue
@@ -93,13 +85,14 @@ def shape_problem(record: dict[str, Any], shape: dict[str, Any], where: str) -> 
     return None
 
 
-def settings_problem(settings: dict[str, Any], shape: dict[str, Any]) -> str | None:
-    """What is wrong with a plan's tier settings against the fields its tier reads (``shape``: name → type),
-    or None: a field missing, or a value not of its type (``type_problem``). A tier checks the values."""
-    missing = [key for key in shape if key not in settings]
+def settings_problem(
+    record: dict[str, Any], shape: dict[str, Any], where: str = "settings", what: str = "a plan of this tier"
+) -> str | None:
+    """What is wrong with a record against ``shape`` (name → type): a field missing, or one not of its type."""
+    missing = [key for key in shape if key not in record]
     if missing:
-        return f"settings has no {', '.join(missing)} (what a plan of this tier records)"
-    return shape_problem(settings, shape, "settings")
+        return f"{where} has no {', '.join(missing)} (what {what} records)"
+    return shape_problem(record, shape, where)
 
 
 def check_log(
@@ -232,10 +225,7 @@ def _looks_problem(plan: Plan, cases: set[str]) -> str | None:
     and a number of rounds a run can have."""
     for i, look in enumerate(plan.looks):
         where = f"looks[{i}]"
-        missing = [key for key in LOOK_SHAPE if key not in look]
-        if missing:
-            return f"{where} has no {', '.join(missing)} (what each look of the stopping rule records)"
-        problem = shape_problem(look, LOOK_SHAPE, where)
+        problem = settings_problem(look, LOOK_SHAPE, where, "each look of the stopping rule")
         if problem:
             return problem
         if look["case"] not in cases:

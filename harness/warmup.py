@@ -102,9 +102,7 @@ def next_auto_warmup(
     plan: Plan, rows: list[dict[str, Any]], unit: list[ScheduledTrial], reason: str
 ) -> tuple[ScheduledTrial, dict[str, Any]] | None:
     """The next ``--warmup auto`` warm-up before measured ``unit``, and the fields its row carries; None when
-    the unit may run. An unfinished sequence (a run stopped inside it) is continued; else a case's first
-    measured unit gets a ``start`` sequence (cycling the arms from the first), and ``reason`` (a resume, an
-    idle gap) a new one cycling from the unit's first arm."""
+    the unit may run."""
     sequences = warmup_sequences(rows, plan.protocol)
     open_ = [s for s in sequences if not s.done]
     case = plan.case(unit[0].case)

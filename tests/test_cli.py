@@ -424,3 +424,36 @@ def test_one_check_refuses_a_value_typed_and_a_value_in_a_resumed_plan(
     assert raised.value.field == field
     assert main(["screen", "--device", "cpu", *typed]) == 2
     assert why in capsys.readouterr().err
+
+
+def test_every_option_of_every_command_is_a_declared_settings_field() -> None:
+    """Each option is declared once, as a field: no command keeps a hand-written option beside the schema."""
+    import dataclasses
+
+    import typer
+
+    from harness import cli
+    from harness.schema import declared, flag_of
+
+    flags: set[str] = set()
+    for cls in (v for v in vars(cli).values() if dataclasses.is_dataclass(v) and isinstance(v, type)):
+        for field, how, _ in declared(cls):
+            flags |= {how.flag} if isinstance(how.flag, str) else set(how.flag or (flag_of(field.name),))
+    for name, command in typer.main.get_command(app).commands.items():
+        for param in command.params:
+            if param.param_type_name == "option":
+                assert set(param.opts) <= flags, f"bench {name} {param.opts}: not a declared field"
+
+
+def test_bench_plan_checks_its_goal_with_the_schema_before_reading_the_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness.cli import PlanArgs
+    from harness.schema import check_fields
+
+    assert main(["plan", str(tmp_path / "absent"), "--power", "2"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("bench: error: --power 2.0 must be a probability from 0.5 to 0.999")
+    with pytest.raises(options.InputError) as raised:
+        check_fields(PlanArgs(power=2.0))
+    assert line == f"bench: error: {raised.value}"

@@ -1,7 +1,4 @@
-"""Your own command as a tier (``bench command``): any command, a fresh process per trial, the same protocol.
-
-``plan`` (settings, checks, the plan), ``trial`` (one run of the command), ``report`` (section and claim).
-"""
+"""Your own command as a tier (``bench command``): a fresh process per trial, the same protocol."""
 
 from __future__ import annotations
 

@@ -1,16 +1,4 @@
-"""Your own command as a tier (``bench command``): its settings, their checks, and the plan.
-
-Each trial runs the command once in a fresh process, with the arm substituted into it:
-
-| placeholder | becomes |
-| --- | --- |
-| ``{arm}`` | the arm's label (``fast`` in ``--arms slow=…,fast=…``) |
-| ``{spec}`` | the arm's spec (the text after ``=``; the label where none is given) |
-| ``{{`` and ``}}`` | a literal brace |
-
-The figure is the command's wall time, or with ``--figure REGEX`` the number that the regular expression's
-group matches in the command's output (its last match). Lower is better either way.
-"""
+"""Your own command as a tier (``bench command``): ``{arm}`` and ``{spec}`` filled per arm (docs/tiers.md)."""
 
 from __future__ import annotations
 
@@ -22,11 +10,13 @@ from typing import Any
 
 from harness.options import InputError
 from harness.protocol import Arm, Case, Plan, ProtocolOptions
-from harness.schema import option
+from harness.schema import check_fields, option, require
+from harness.validation import settings_problem, shape_problem
 
 PLACEHOLDERS = ("arm", "spec")
 MAX_TIMEOUT = 7 * 24 * 3600  # seconds: a week
 MAX_UNIT = 16  # characters
+RECORDED_SHAPE = {"figure": str | None, "unit": str | None, "timeout": float | None}
 
 
 @dataclass(frozen=True)
@@ -35,10 +25,14 @@ class CommandSettings:
 
     argv: tuple[str, ...] = ()  # the command, placeholders unexpanded (the command line's argument)
     figure: str | None = option(
-        None, "A regular expression with one group: the figure the command prints (its last match)."
+        None,
+        "A regular expression with one group: the figure the command prints (its last match).",
+        check=lambda text: figure_pattern(text),
     )
-    unit: str | None = option(None, "The unit of the --figure, e.g. ms.")
-    timeout: float | None = option(None, "Seconds a trial may run before it fails.")
+    unit: str | None = option(None, "The unit of the --figure, e.g. ms.", check=lambda unit: _unit(unit))
+    timeout: float | None = option(
+        None, "Seconds a trial may run before it fails.", check=lambda t: _timeout(t)
+    )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CommandSettings:
@@ -80,6 +74,15 @@ def figure_pattern(text: str) -> re.Pattern[str]:
     return pattern
 
 
+_unit = require(
+    lambda unit: unit.strip() and len(unit) <= MAX_UNIT and unit.isprintable(),
+    f"--unit '{{}}' must be 1 to {MAX_UNIT} printable characters, e.g. ms",
+)
+_timeout = require(
+    lambda t: 0 < t <= MAX_TIMEOUT, f"--timeout {{:g}} must lie between 0 and {MAX_TIMEOUT} seconds"
+)
+
+
 def check_settings(settings: CommandSettings, protocol: ProtocolOptions) -> None:
     """Every check of the tier's settings, for a new run and for a plan read back (``InputError``)."""
     if not settings.argv:
@@ -92,17 +95,9 @@ def check_settings(settings: CommandSettings, protocol: ProtocolOptions) -> None
             raise InputError(
                 f"the command's word '{token}' names {{{unknown[0]}}}; the placeholders are {{arm}} and {{spec}}"
             )
-    if settings.figure is not None:
-        figure_pattern(settings.figure)
-    if settings.unit is not None:
-        if settings.figure is None:
-            raise InputError("--unit names the unit of a --figure; a wall time is in seconds: drop --unit")
-        if not settings.unit.strip() or len(settings.unit) > MAX_UNIT or not settings.unit.isprintable():
-            raise InputError(
-                f"--unit '{settings.unit}' must be 1 to {MAX_UNIT} printable characters, e.g. ms"
-            )
-    if settings.timeout is not None and not 0 < settings.timeout <= MAX_TIMEOUT:
-        raise InputError(f"--timeout {settings.timeout:g} must lie between 0 and {MAX_TIMEOUT} seconds")
+    if settings.unit is not None and settings.figure is None:
+        raise InputError("--unit names the unit of a --figure; a wall time is in seconds: drop --unit")
+    check_fields(settings)
     if protocol.gpus > 1:
         raise InputError(
             "--gpus: bench command runs your command once per trial; start its ranks inside it (e.g. torchrun)"
@@ -153,18 +148,13 @@ def make_plan(protocol: ProtocolOptions, settings: CommandSettings, command: str
 
 def recorded_settings_problem(plan: Plan) -> str | None:
     """What is wrong with a plan's recorded command settings (None when a run could have them)."""
-    given = plan.settings
-    argv = given.get("argv")
-    if not isinstance(argv, list) or not all(isinstance(word, str) for word in argv):
-        return "settings: argv is not a list of words"
-    for name in ("figure", "unit"):
-        if given.get(name) is not None and not isinstance(given[name], str):
-            return f"settings: {name} is not text"
-    timeout = given.get("timeout")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
-        return "settings: timeout is not a number"
+    problem = settings_problem(plan.settings, {"argv": list[str]}) or shape_problem(
+        plan.settings, RECORDED_SHAPE, "settings"
+    )
+    if problem:
+        return problem
     try:
-        check_settings(CommandSettings.from_dict(given), plan.protocol)
+        check_settings(CommandSettings.from_dict(plan.settings), plan.protocol)
     except InputError as exc:
         return f"settings: {exc}"
     return None

@@ -1,14 +1,8 @@
-"""The complete-fit tiers: ``pair`` (whole short training runs, the arms alternating: the decisive claim) and
-``stages`` (the same fits with synchronized stage marks: a diagnostic of where the time goes, never a claim).
-
-``plan`` checks the options and builds the plan, and starts each trial in a fresh worker process
-(``worker``) on the real Ultralytics trainer (``ultralytics_fit``) or the embedded workload (``embedded``);
-``report`` gives the section, the tables and the claim.
-"""
+"""The complete-fit tiers: ``pair`` (whole short fits, the decisive claim) and ``stages`` (a diagnostic)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib
 from typing import Any
 
 from experiments.fit.plan import FitSettings, make_plan
@@ -16,7 +10,7 @@ from experiments.fit.recorded import recorded_row_problem, recorded_settings_pro
 from experiments.fit.trial import trial_function
 from experiments.resume_check import arms_resume_problem
 from harness.protocol import Plan, ProtocolOptions
-from harness.tier import BaseTier, Caveat, Run
+from harness.tier import BaseTier, Caveat
 
 
 # The words of a run (report, claim, plots) are imported when a run is read, not when a worker process imports
@@ -27,28 +21,8 @@ def _make_plan(protocol: ProtocolOptions, settings: FitSettings, command: str = 
     return make_plan(protocol, settings, command, announce=console.print)
 
 
-def _tables(run: Run) -> Any:
-    from experiments.fit.report import tables
-
-    return tables(run)
-
-
-def _section(run: Run) -> str:
-    from experiments.fit.report import report_section
-
-    return report_section(run)
-
-
-def _bounds(run: Run, others: Sequence[Run]) -> list[tuple[Run, str]]:
-    from experiments.fit.report import claim_bounds
-
-    return claim_bounds(run, others)
-
-
-def _claim(run: Run) -> str:
-    from experiments.fit.claim import claim_text
-
-    return claim_text(run)
+def _report(name: str, module: str = "experiments.fit.report") -> Any:
+    return lambda *args: getattr(importlib.import_module(module), name)(*args)
 
 
 HOOKS = {
@@ -57,10 +31,10 @@ HOOKS = {
     "settings_problem": recorded_settings_problem,
     "resume_problem": arms_resume_problem,
     "row_problem": recorded_row_problem,
-    "tables": _tables,
-    "section": _section,
-    "claim": _claim,
-    "bounds": _bounds,
+    "tables": _report("tables"),
+    "section": _report("report_section"),
+    "claim": _report("claim_text", "experiments.fit.claim"),
+    "bounds": _report("claim_bounds"),
 }
 PAIR = BaseTier(
     "pair",

@@ -1,20 +1,4 @@
-"""The complete-fit tier's plan: its settings, their checks, and the trial function that starts each worker.
-
-One trial is one whole short training run in a fresh worker process (``harness.isolation.run_in_worker``);
-the parent only schedules, writes the payload and collects the row. It never touches the GPU: it does not
-even import ultralytics (``--workload auto`` only asks whether the package could be imported).
-
-Steps and epochs. Every iteration steps the optimizer (``nbs`` = batch), so a fit of ``--steps S`` with
-``--images N`` training images at ``--batch B`` is ``S / (N / B)`` epochs of ``N / B`` iterations: the
-default 384 steps of 256 images at batch 4 are 6 epochs of 64 iterations. Only whole epochs are run (the
-trainer's schedule, validation and checkpoints are per epoch), so ``N`` must be a multiple of ``B`` and ``S``
-a multiple of ``N / B``; anything else is refused with one line saying what would work.
-
-Several ranks (``--gpus N``): ``--batch`` is the global batch, split evenly (``B / N`` images per rank and
-iteration), so the steps, epochs and images per epoch are those of the one-device fit. The embedded workload's
-ranks are started by ``torch.distributed.run`` (``harness.isolation.run_in_ranks``; ``--torchrun`` passes its
-rendezvous options through); the real trainer's by Ultralytics' own DDP launch, from one worker.
-"""
+"""The complete-fit tier's plan: its settings, their checks and the plan; whole epochs only (docs/tiers.md)."""
 
 from __future__ import annotations
 
@@ -29,7 +13,7 @@ from experiments.fit.ranks_check import check_ranks, isolation_text
 from harness.formatting import format_bytes
 from harness.options import InputError
 from harness.protocol import Case, Plan, ProtocolOptions
-from harness.schema import check_choice, check_non_negative, check_positive, option
+from harness.schema import check_fields, option
 
 WORKLOADS = ("auto", "ultralytics", "embedded")
 AMP_CHOICES = ("auto", "bf16", "fp16", "fp32")
@@ -80,21 +64,32 @@ class FitSettings:
     workload: str = option(
         "auto",
         "auto (the real trainer when ultralytics is importable, else embedded), ultralytics or embedded.",
+        choices=WORKLOADS,
     )
     steps: int | None = option(
         None,
         "Optimizer steps per fit; a whole number of epochs of images/batch iterations "
         f"(default {DEFAULT_STEPS}; {CPU_EMBEDDED_STEPS} for the embedded workload on the CPU).",
+        low=1,
+        high=MAX_FIT_STEPS,
     )
     images: int | None = option(
         None,
         f"Synthetic training images (default {DEFAULT_IMAGES}; {CPU_EMBEDDED_IMAGES} for the embedded workload "
         "on the CPU; with --data, counted from it).",
+        low=1,
+        high=MAX_IMAGES,
     )
-    val_images: int = option(32, "Synthetic validation images (32 = four validation batches).")
-    batch: int = option(4, "Batch size; nbs is set to it so every iteration steps the optimizer.")
-    imgsz: int | None = option(None, "Image size in pixels (default 640 real trainer, 32 embedded).")
-    amp: str = option("auto", "Precision: auto (bf16 on CUDA, fp32 on cpu), bf16, fp16 or fp32.")
+    val_images: int = option(
+        32, "Synthetic validation images (32 = four validation batches).", low=1, high=MAX_IMAGES
+    )
+    batch: int = option(4, "Batch size; nbs is set to it so every iteration steps the optimizer.", low=1)
+    imgsz: int | None = option(
+        None, "Image size in pixels (default 640 real trainer, 32 embedded).", low=1, high=MAX_IMGSZ
+    )
+    amp: str = option(
+        "auto", "Precision: auto (bf16 on CUDA, fp32 on cpu), bf16, fp16 or fp32.", choices=AMP_CHOICES
+    )
     model: str = option("yolo26n.yaml", "Model yaml for the real trainer (no pretrained weights).")
     data: str | None = option(
         None,
@@ -107,15 +102,21 @@ class FitSettings:
         cli_type=Path | None,
         cli_default=None,
     )
-    workers: int = option(4, "Real trainer: dataloader workers (0 on cpu, upstream's rule).")
-    cache: str = option("ram", "Real trainer: image cache ram, disk or none.")
-    close_mosaic: int = option(10, "Real trainer: close mosaic for the final N epochs (upstream's 10).")
+    workers: int = option(
+        4, "Real trainer: dataloader workers (0 on cpu, upstream's rule).", low=0, high=MAX_WORKERS
+    )
+    cache: str = option("ram", "Real trainer: image cache ram, disk or none.", choices=CACHE_CHOICES)
+    close_mosaic: int = option(
+        10, "Real trainer: close mosaic for the final N epochs (upstream's 10).", low=0, high=MAX_EPOCHS
+    )
     stages: bool = option(
         False,
         "Diagnostic run (own run folder, never a claim): stage shares and the ceiling.",
         flag="--stages",
     )
-    trial_timeout: int = option(3600, "Seconds before a worker is killed (its trial fails).")
+    trial_timeout: int = option(
+        3600, "Seconds before a worker is killed (its trial fails).", low=1, high=MAX_TRIAL_TIMEOUT
+    )
     keep_checkpoints: bool = option(
         False,
         "Keep each fit's folder, checkpoints included (deleted after each trial by default; its log stays).",
@@ -164,7 +165,6 @@ def check_data_cache_used(workload: str, data: str | None) -> None:
 
 def resolve_workload(workload: str) -> tuple[str, str]:
     """(workload, why): ``auto`` picks the real trainer when it is importable, else the embedded one."""
-    check_choice("--workload", workload, WORKLOADS)
     importable = ultralytics_importable()
     if workload == "auto":
         if importable:
@@ -220,12 +220,8 @@ def _divisors_around(count: int, value: int) -> tuple[int | None, int | None]:
 
 
 def check_steps(steps: int, images: int, batch: int, counted: bool = False) -> int:
-    """Epochs for ``steps`` optimizer steps over ``images`` at ``batch``; ``InputError`` unless whole epochs.
-
-    ``counted``: the images were counted from ``--data``, so the hint changes ``--batch``, never ``--images``.
-    """
-    check_positive("--steps", steps, MAX_FIT_STEPS)
-    check_positive("--batch", batch)
+    """Epochs for ``steps`` optimizer steps over ``images`` at ``batch``; ``InputError`` unless whole
+    epochs."""
     if images % batch:
         if counted:
             lower, upper = _divisors_around(images, batch)
@@ -270,7 +266,6 @@ def _minutes(seconds: float) -> str:
 
 
 def resolve_amp(amp: str, device: str) -> str:
-    check_choice("--amp", amp, AMP_CHOICES)
     if amp == "auto":
         return "bf16" if device.startswith("cuda") else "fp32"
     if amp == "fp16" and not device.startswith("cuda"):
@@ -284,7 +279,7 @@ def make_plan(
     protocol: ProtocolOptions, settings: FitSettings, command: str = "", announce: Any = None
 ) -> Plan:
     """Check the fit's options (``InputError`` on the first bad one) and build the plan; nothing is written."""
-    s = settings
+    s = check_fields(settings)
     for arm in protocol.arms:  # the real trainer passes upstream MuSGD's defaults: these keys too
         checked_optimizer(arm.spec, import_upstream=False, tier_kwargs=optimizer_kwargs())
     if s.stages and protocol.bar is not None:
@@ -292,9 +287,8 @@ def make_plan(
             "--bar with --stages: a stages run is a diagnostic with no verdict; drop --bar (or --stages)"
         )
     chosen, why = resolve_workload(s.workload)
-    check_counts(s)
     amp = resolve_amp(s.amp, protocol.device)
-    imgsz = DEFAULT_IMGSZ[chosen] if s.imgsz is None else check_positive("--imgsz", s.imgsz, MAX_IMGSZ)
+    imgsz = DEFAULT_IMGSZ[chosen] if s.imgsz is None else s.imgsz
     if chosen == "ultralytics":
         check_model(s.model)
         if imgsz % YOLO_STRIDE:
@@ -328,13 +322,12 @@ def make_plan(
                 f"--images {images} disagrees with --data, which has {counted} training images; drop --images"
             )
         images, data_path = counted, str(Path(s.data).resolve())
+        check_fields(replace(s, images=images))  # the count --data holds
     small = chosen == "embedded" and not protocol.device.startswith("cuda")
     smaller: list[str] = []
     if images is None:
         images = CPU_EMBEDDED_IMAGES if small else DEFAULT_IMAGES
         smaller += [f"{images} images"] if small else []
-    else:
-        images = check_positive("--images", images, MAX_IMAGES)
     steps = s.steps
     if steps is None:
         steps = CPU_EMBEDDED_STEPS if small else DEFAULT_STEPS
@@ -453,12 +446,3 @@ def make_plan(
             + stage_note
         ),
     )
-
-
-def check_counts(s: FitSettings) -> None:
-    """The options a plan keeps as given: each within the bound argued where it is defined."""
-    check_non_negative("--workers", s.workers, MAX_WORKERS)
-    check_choice("--cache", s.cache, CACHE_CHOICES)
-    check_non_negative("--close-mosaic", s.close_mosaic, MAX_EPOCHS)
-    check_positive("--trial-timeout", s.trial_timeout, MAX_TRIAL_TIMEOUT)
-    check_positive("--val-images", s.val_images, MAX_IMAGES)

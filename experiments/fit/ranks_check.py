@@ -55,8 +55,7 @@ def check_launcher_options(text: str, words: list[str]) -> None:
 
 def check_ranks(protocol: ProtocolOptions, settings: Any, workload: str, machine: bool = True) -> None:
     """A data-parallel fit splits the global batch evenly; the real trainer's DDP launch needs CUDA devices
-    and cloudpickle; ``--torchrun`` options are the embedded workload's, with several ranks. ``machine=False``
-    leaves out what this machine has (cloudpickle): a recorded plan is checked by the rest."""
+    and cloudpickle; ``--torchrun`` options are the embedded workload's, with several ranks."""
     ranks = protocol.gpus
     if settings.torchrun and (ranks == 1 or workload != "embedded"):
         raise InputError(

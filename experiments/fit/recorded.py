@@ -4,20 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from experiments.fit.plan import (
-    AMP_CHOICES,
-    MAX_IMAGES,
-    MAX_IMGSZ,
-    WORKLOADS,
-    FitSettings,
-    check_counts,
-    check_ranks,
-    check_steps,
-)
+from experiments.fit.plan import AMP_CHOICES, WORKLOADS, FitSettings, check_ranks, check_steps
 from experiments.fit.stages import STAGES, stage_column
 from harness.options import InputError
 from harness.protocol import Plan
-from harness.schema import check_choice, check_positive
+from harness.schema import check_choice, check_fields
 from harness.validation import (
     BYTES,
     POSITIVE_SECONDS,
@@ -79,9 +70,7 @@ def recorded_settings_problem(plan: Plan) -> str | None:
     try:
         check_choice("--workload", s.workload, tuple(w for w in WORKLOADS if w != "auto"))
         check_choice("--amp", s.amp, tuple(a for a in AMP_CHOICES if a != "auto"))
-        check_counts(s)
-        check_positive("--imgsz", s.imgsz, MAX_IMGSZ)
-        check_positive("--images", s.images, MAX_IMAGES)
+        check_fields(s)
         check_steps(s.steps, s.images, s.batch)
         check_ranks(plan.protocol, s, s.workload, machine=False)  # the start's check: --torchrun above all
     except InputError as exc:

@@ -45,11 +45,8 @@ def prepare_data_set(settings: FitSettings, data_yaml: str) -> dict[str, Any]:
 
 
 def trial_function(plan: Plan) -> TrialFunction:
-    """The trial function of a fit plan: one worker process per trial, its output in ``trials/<index>.log``.
-
-    For the real trainer the data set is ready before the first trial: generated (synthetic) and built once
-    by upstream's dataset builder, so its caches are never made inside a timed fit.
-    """
+    """The trial function of a fit plan: one worker process per trial, its output in
+    ``trials/<index>.log``."""
     settings = FitSettings.from_dict(plan.settings)
     ranks = plan.protocol.gpus
     data_yaml = settings.data

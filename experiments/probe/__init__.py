@@ -1,12 +1,4 @@
-"""The head-memory probe tier (``bench probe``): a head's time and memory together under a device budget.
-
-A head can look fast alone while the learner that carries it cannot fit; this tier measures one head step
-(forward, backward, optimizer step) under a stated budget, records an out-of-memory as a result, and, given
-the time of a whole learner step, states how much of it the head could ever save.
-
-``lm`` (softcapped LM head, native or chunked) and ``detect`` (the YOLO26 detect head); ``plan`` (settings,
-cases), ``trial`` (one head step), ``section`` (tables and the report), ``plots``.
-"""
+"""The head-memory probe tier (``bench probe``): a head's time and memory together under a device budget."""
 
 from __future__ import annotations
 

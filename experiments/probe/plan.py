@@ -1,13 +1,7 @@
-"""The probe tier's plan: its options, their checks, and the cases (one per head variant, or per scale).
-
-``bench probe --head lm`` compares the arms on the softcapped LM head in each ``--variants`` (``native``,
-``chunked``); ``--head detect`` on the YOLO26 detect head of each ``--scale``. Every input is checked here
-before anything is written; a bad one raises ``InputError`` (one line, exit status 2, no run folder).
-"""
+"""The probe tier's plan: its options, their checks, and one case per head variant or scale."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +13,7 @@ from experiments.workloads import SCALES
 from harness.formatting import format_bytes
 from harness.options import InputError, split_list
 from harness.protocol import Case, Plan, ProtocolOptions
-from harness.schema import check_choice, check_positive, option
+from harness.schema import check_choice, check_fields, finite, option, require
 from harness.timing import parse_bytes
 from harness.validation import settings_problem, shape_problem
 
@@ -56,12 +50,21 @@ def parse_reserve(text: str | None, device: str) -> int | None:
         raise InputError(f"--reserve {exc}") from None
 
 
-def check_learner_ms(learner_ms: float | None) -> float | None:
-    if learner_ms is not None and (not math.isfinite(learner_ms) or learner_ms <= 0):
-        raise InputError(
-            f"--learner-ms {learner_ms} is not a time; give the measured milliseconds of one whole learner step (> 0)"
-        )
-    return learner_ms
+_learner_ms = require(
+    finite(lambda ms: ms > 0),
+    "--learner-ms {} is not a time; give the measured milliseconds of one whole learner step (> 0)",
+)
+_cap = require(
+    finite(lambda cap: cap > 0), "--cap {} is not a softcap; use a positive number of logits units, e.g. 30"
+)
+
+
+def _scales(text: str) -> None:
+    scales = split_list("--scale", text)
+    for scale in scales:
+        check_choice("--scale", scale, SCALES)
+    if len(set(scales)) != len(scales):
+        raise InputError(f"--scale '{text}' names a scale twice")
 
 
 def check_reserve_fits(budget: int | None, reserve: int | None) -> None:
@@ -77,10 +80,6 @@ def check_reserve_fits(budget: int | None, reserve: int | None) -> None:
 def lm_cases(
     variants: list[str], tokens: int, vocab: int, dim: int, cap: float, chunk: int
 ) -> list[dict[str, Any]]:
-    for name, value in (("--tokens", tokens), ("--vocab", vocab), ("--dim", dim), ("--chunk", chunk)):
-        check_positive(name, value)
-    if not math.isfinite(cap) or cap <= 0:
-        raise InputError(f"--cap {cap} is not a softcap; use a positive number of logits units, e.g. 30")
     sizes = {"tokens": tokens, "vocab": vocab, "dim": dim, "cap": cap}
     return [
         {
@@ -95,10 +94,6 @@ def lm_cases(
 
 
 def detect_cases(variants: list[str], scales: list[str], imgsz: int, batch: int) -> list[dict[str, Any]]:
-    for scale in scales:
-        check_choice("--scale", scale, SCALES)
-    check_positive("--batch", batch)
-    check_positive("--imgsz", imgsz)
     if imgsz % P5_STRIDE:
         raise InputError(
             f"--imgsz {imgsz} is not a multiple of the P5 stride {P5_STRIDE} (e.g. 640, 320, 64)"
@@ -126,7 +121,9 @@ def detect_cases(variants: list[str], scales: list[str], imgsz: int, batch: int)
 class ProbeSettings:
     """The probe's own options, each declared once (``harness.schema``): the CLI is made from them."""
 
-    head: str = option("lm", "Head workload: lm (softcapped LM head) or detect (YOLO26 detect head).")
+    head: str = option(
+        "lm", "Head workload: lm (softcapped LM head) or detect (YOLO26 detect head).", choices=HEADS
+    )
     variants: str | None = option(
         None,
         "Comma-separated variants, one case each: lm takes native,chunked (default both); detect takes native.",
@@ -140,15 +137,16 @@ class ProbeSettings:
         None,
         "Measured milliseconds of one whole learner step: the report states the head's share and the most a "
         "zero-cost head could save.",
+        check=_learner_ms,
     )
-    tokens: int = option(131072, "lm: hidden states N (rows).")
-    vocab: int = option(8192, "lm: vocabulary V (head weight rows).")
-    dim: int = option(512, "lm: model width d.")
-    cap: float = option(30.0, "lm: logit softcap, cap·tanh(z/cap).")
-    chunk: int = option(16384, "lm chunked: rows per chunk (memory O(chunk·V)).")
-    scale: str = option("n", "detect: YOLO26 scale(s), comma-separated: n, s, m, l, x.")
-    imgsz: int = option(640, "detect: image size in pixels (a multiple of 32).")
-    batch: int = option(16, "detect: images per batch.")
+    tokens: int = option(131072, "lm: hidden states N (rows).", low=1)
+    vocab: int = option(8192, "lm: vocabulary V (head weight rows).", low=1)
+    dim: int = option(512, "lm: model width d.", low=1)
+    cap: float = option(30.0, "lm: logit softcap, cap·tanh(z/cap).", check=_cap)
+    chunk: int = option(16384, "lm chunked: rows per chunk (memory O(chunk·V)).", low=1)
+    scale: str = option("n", "detect: YOLO26 scale(s), comma-separated: n, s, m, l, x.", check=_scales)
+    imgsz: int = option(640, "detect: image size in pixels (a multiple of 32).", low=1)
+    batch: int = option(16, "detect: images per batch.", low=1)
 
 
 # Each head's own options: given with the other head they would be ignored, so they are refused.
@@ -195,9 +193,8 @@ def recorded_settings_problem(plan: Plan) -> str | None:
     if s["reserve_bytes"] is not None and s["reserve_bytes"] <= 0:
         return f"settings.reserve_bytes is {s['reserve_bytes']}, not a positive number of bytes (or null)"
     try:
-        check_choice("--head", s["head"], HEADS)
+        check_fields(ProbeSettings(head=s["head"], learner_ms=s["learner_ms"]))
         check_variants(s["head"], s["variants"])
-        check_learner_ms(s["learner_ms"])
     except InputError as exc:
         return f"settings: {exc}"
     return _cases_problem(plan)
@@ -211,6 +208,9 @@ CASE_SHAPE = {
 }
 
 
+SIZE_FIELDS = ("tokens", "vocab", "dim", "cap", "chunk", "scale", "imgsz", "batch")
+
+
 def _cases_problem(plan: Plan) -> str | None:
     """What is wrong with a probe plan's cases (the sizes its report reads), or None: each case's params of
     their types, within the options' own checks, and the very case ``lm_cases``/``detect_cases`` make of them,
@@ -219,19 +219,19 @@ def _cases_problem(plan: Plan) -> str | None:
     shape = CASE_SHAPE[head]
     for i, case in enumerate(plan.cases):
         where, params = f"cases[{i}].params", case.params
-        missing = [key for key in shape if key not in params]
-        if missing:
-            return f"{where} has no {', '.join(missing)} (what a case of the {head} head records)"
-        problem = shape_problem(params, {**shape, "chunk": int}, where)
+        problem = settings_problem(params, shape, where, f"a case of the {head} head") or shape_problem(
+            params, {"chunk": int}, where
+        )
         if problem:
             return problem
         try:
+            check_fields(ProbeSettings(**{k: params[k] for k in SIZE_FIELDS if k in params}))
             if head == "lm":
                 sizes = (params["tokens"], params["vocab"], params["dim"], params["cap"])
                 spec = lm_cases([params["variant"]], *sizes, params.get("chunk", ProbeSettings.chunk))[0]
             else:
                 sizes = (params["imgsz"], params["batch"])
-                spec = detect_cases([params["variant"]], [params["scale"]], *sizes)[0]
+                spec = detect_cases([params["variant"]], params["scale"].split(","), *sizes)[0]
         except InputError as exc:
             return f"{where}: {exc}"
         label = spec.pop("label")
@@ -250,21 +250,17 @@ def make_plan(protocol: ProtocolOptions, settings: ProbeSettings, command: str =
     s = settings
     if protocol.gpus > 1:
         raise InputError(f"--gpus {protocol.gpus}: the probe measures one device's memory; use --gpus 1")
-    check_choice("--head", s.head, HEADS)
+    check_fields(s)
     check_head_options(s)
     chosen = check_variants(s.head, split_list("--variants", s.variants or DEFAULT_VARIANTS[s.head]))
     for arm in protocol.arms:  # each workload passes the trainer's muon and sgd, as the check does
         checked_optimizer(arm.spec, tier_kwargs=LM_OPTIMIZER_KWARGS)
     reserve_bytes = parse_reserve(s.reserve, protocol.device)
     check_reserve_fits(protocol.budget, reserve_bytes)
-    check_learner_ms(s.learner_ms)
     if s.head == "lm":
         specs = lm_cases(chosen, s.tokens, s.vocab, s.dim, s.cap, s.chunk)
     else:
-        scales = split_list("--scale", s.scale)
-        if len(set(scales)) != len(scales):
-            raise InputError(f"--scale '{s.scale}' names a scale twice")
-        specs = detect_cases(chosen, scales, s.imgsz, s.batch)
+        specs = detect_cases(chosen, split_list("--scale", s.scale), s.imgsz, s.batch)
     cases = [Case(spec.pop("label"), spec, protocol.arms) for spec in specs]
     return Plan(
         tier="probe",

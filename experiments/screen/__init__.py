@@ -1,9 +1,4 @@
-"""The optimizer-only crossover screen (``bench screen``): ``optimizer.step()`` alone on the YOLO26 parameter
-sets, each arm once per padding guard where it has one, with the step's CUDA-graph launch floor.
-
-``plan`` (settings, cases), ``trial`` (one timed window and its floor), ``summary`` (the per scale × arm
-table), ``section`` (the report's analysis), ``plots``.
-"""
+"""The optimizer-only crossover screen (``bench screen``): ``optimizer.step()`` alone, with its launch floor."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
-"""The screen's settings and plan: one case per YOLO26 scale, each arm once per padding guard where it has one.
-
-Arm labels: ``candidate@g256``, ``candidate@g0`` (exact-shape batches only), ``candidate@gnone`` (no limit).
-The guard is the internal ``pad_guard`` of ``optimizers.BatchedMuSGD``; an arm without it (upstream) runs once.
-"""
+"""The screen's settings and plan: one case per YOLO26 scale, each arm once per padding guard it has."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import torch
 
@@ -14,7 +10,7 @@ from experiments import workloads
 from experiments.arms import arm_code, checked_optimizer
 from harness.options import InputError, split_list
 from harness.protocol import Arm, Case, Plan, ProtocolOptions
-from harness.schema import MAX_COUNT, check_at_most, check_choice, check_non_negative, check_positive, option
+from harness.schema import MAX_COUNT, check_at_most, check_choice, check_fields, option
 from harness.validation import settings_problem
 
 GUARD_ATTRIBUTE = "pad_guard"  # an optimizer class with this attribute has a padding guard (None = no limit)
@@ -30,20 +26,6 @@ DTYPES: dict[str, torch.dtype] = {
 # 100 000 steps are hours per trial, far past any window a screen needs.
 MAX_WINDOW_STEPS = 100_000
 FLOOR_WARMUP_STEPS = 2  # steps on the capture stream before capture (the state already exists by then)
-
-
-@dataclass(frozen=True)
-class ScreenSettings:
-    """The screen's own options, each declared once (``harness.schema``): the CLI is made from them."""
-
-    scales: str = option("n,s,m,l,x", "Comma-separated YOLO26 scales: n, s, m, l, x.")
-    guards: str = option(
-        "0,256,512,none", "Padding guards for arms that have one: whole numbers (0 = exact shapes) or none."
-    )
-    steps: int = option(10, "Timed optimizer steps per trial (the window).")
-    warmup_steps: int = option(2, "Untimed warm-up steps inside each trial, before the window.")
-    floor_replays: int = option(20, "CUDA-graph replays timed for the launch floor.")
-    dtype: str = option("float32", "Parameter dtype: float32, bfloat16 or float16.")
 
 
 def parse_guard(text: str) -> int | None:
@@ -88,6 +70,26 @@ def parse_guards(text: str) -> list[int | None]:
     return guards
 
 
+@dataclass(frozen=True)
+class ScreenSettings:
+    """The screen's own options, each declared once (``harness.schema``)."""
+
+    scales: str = option("n,s,m,l,x", "Comma-separated YOLO26 scales: n, s, m, l, x.", check=parse_scales)
+    guards: str = option(
+        "0,256,512,none",
+        "Padding guards for arms that have one: whole numbers (0 = exact shapes) or none.",
+        check=parse_guards,
+    )
+    steps: int = option(10, "Timed optimizer steps per trial (the window).", low=1, high=MAX_WINDOW_STEPS)
+    warmup_steps: int = option(
+        2, "Untimed warm-up steps inside each trial, before the window.", low=0, high=MAX_WINDOW_STEPS
+    )
+    floor_replays: int = option(
+        20, "CUDA-graph replays timed for the launch floor.", low=1, high=MAX_WINDOW_STEPS
+    )
+    dtype: str = option("float32", "Parameter dtype: float32, bfloat16 or float16.", choices=tuple(DTYPES))
+
+
 def build_cases(
     scales: list[str], guards: list[int | None], arms: tuple[Arm, ...], guarded: set[str]
 ) -> list[Case]:
@@ -115,13 +117,6 @@ def build_cases(
     return cases
 
 
-def _check_window(steps: int, warmup_steps: int, floor_replays: int, dtype: str) -> None:
-    check_positive("--steps", steps, MAX_WINDOW_STEPS)
-    check_non_negative("--warmup-steps", warmup_steps, MAX_WINDOW_STEPS)
-    check_positive("--floor-replays", floor_replays, MAX_WINDOW_STEPS)
-    check_choice("--dtype", dtype, tuple(DTYPES))
-
-
 # What a screen's plan records: its options parsed, and what its report reads of the arms' classes.
 RECORDED_SHAPE = {
     "scales": list[str],
@@ -143,10 +138,10 @@ def recorded_settings_problem(plan: Plan) -> str | None:
     if problem:
         return problem
     s = plan.settings
+    given = {f.name: s[f.name] for f in fields(ScreenSettings)}
+    given |= {"scales": ",".join(s["scales"]), "guards": ",".join(s["guards"])}
     try:
-        _check_window(s["steps"], s["warmup_steps"], s["floor_replays"], s["dtype"])
-        parse_scales(",".join(s["scales"]))
-        parse_guards(",".join(s["guards"]))
+        check_fields(ScreenSettings(**given))
     except InputError as exc:
         return f"settings: {exc}"
     cases = [case.label for case in plan.cases]
@@ -194,7 +189,7 @@ def _arms_problem(plan: Plan) -> str | None:
 
 def make_plan(protocol: ProtocolOptions, settings: ScreenSettings, command: str = "") -> Plan:
     """Check the screen's options (``InputError`` with one line on the first bad one) and describe the screen."""
-    _check_window(settings.steps, settings.warmup_steps, settings.floor_replays, settings.dtype)
+    check_fields(settings)
     if protocol.budget is not None:
         raise InputError(
             "--budget: the screen measures the step's own extra peak, not a budget; drop --budget"
@@ -221,40 +216,30 @@ def make_plan(protocol: ProtocolOptions, settings: ScreenSettings, command: str 
         "floor_warmup_steps": FLOOR_WARMUP_STEPS,
     }
     ranks = protocol.gpus
+    window = f"{settings.steps} optimizer.step() calls after {settings.warmup_steps} untimed warm-up steps"
     if ranks > 1:
         resolved["ranks"] = ranks
-        return Plan(
-            tier="screen",
-            protocol=protocol,
-            cases=cases,
-            unit="ms/step",
-            metric=f"optimizer step time under a process group of {ranks} ranks (the slowest rank's window / steps)",
-            settings=resolved,
-            command=command,
-            in_process=False,
-            isolation=f"{ranks} fresh ranks per trial (torch.distributed.run, {protocol.backend}, devices "
-            f"{', '.join(protocol.rank_devices)}); each builds the same parameters and gradients and a fresh "
-            "optimizer; the parent schedules and never touches the GPU",
-            timed_region=(
-                f"on every rank, {settings.steps} optimizer.step() calls after {settings.warmup_steps} untimed "
-                "warm-up steps and a barrier, in one synchronized bracket (no synchronization inside; an arm's own "
-                "collectives are inside); the collective's share from one untimed diagnostic step after it, whose "
-                "collectives are bracketed by synchronizations; no launch floor"
-            ),
-        )
     return Plan(
         tier="screen",
         protocol=protocol,
         cases=cases,
-        arm_code=arm_code(cases, protocol.device),
+        arm_code={} if ranks > 1 else arm_code(cases, protocol.device),
         unit="ms/step",
-        metric="optimizer step time (window total / steps)",
+        metric=f"optimizer step time under a process group of {ranks} ranks (the slowest rank's window / steps)"
+        if ranks > 1
+        else "optimizer step time (window total / steps)",
         settings=resolved,
         command=command,
-        isolation="in-process; a fresh optimizer on fresh parameters and gradients (seeded by the round) per trial",
-        timed_region=(
-            f"{settings.steps} optimizer.step() calls after {settings.warmup_steps} untimed warm-up steps, in one "
-            "synchronized bracket (no synchronization inside); the launch floor (CUDA-graph replay) is measured "
-            "after it, outside"
-        ),
+        in_process=ranks == 1,
+        isolation=f"{ranks} fresh ranks per trial (torch.distributed.run, {protocol.backend}, devices "
+        f"{', '.join(protocol.rank_devices)}); each builds the same parameters and gradients and a fresh "
+        "optimizer; the parent schedules and never touches the GPU"
+        if ranks > 1
+        else "in-process; a fresh optimizer on fresh parameters and gradients (seeded by the round) per trial",
+        timed_region=f"on every rank, {window} and a barrier, in one synchronized bracket (no synchronization "
+        "inside; an arm's own collectives are inside); the collective's share from one untimed diagnostic step "
+        "after it, whose collectives are bracketed by synchronizations; no launch floor"
+        if ranks > 1
+        else f"{window}, in one synchronized bracket (no synchronization inside); the launch floor (CUDA-graph "
+        "replay) is measured after it, outside",
     )
