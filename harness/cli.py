@@ -32,6 +32,7 @@ from experiments.fit.plan import check_data_cache_used
 from experiments.parity import ParitySettings as _Parity
 from experiments.probe.plan import ProbeSettings as _Probe
 from experiments.screen.plan import ScreenSettings as _Screen
+from harness import calibration, delay_check
 from harness import env as env_module
 from harness.arguments import check_given_once, check_plan_goal, parse_percent
 from harness.codepaths import what_ran
@@ -197,6 +198,13 @@ SHARED = (
         float,
         _default("cooldown"),
         "Seconds to pause before each trial (GPU clocks settle between trials).",
+    ),
+    Shared(
+        "calibrate",
+        str | None,
+        None,
+        "Add a calibration arm: the baseline with a known host-side delay, e.g. 5% (of a baseline warm-up) or "
+        "2.5s; its recovered/known ratio shows whether the design biases.",
     ),
     Shared(
         "gpus",
@@ -414,6 +422,7 @@ def launch(
         if run.gate:
             check_gate_threshold(protocol)
         plan = runner.tiers.get(tier).make_plan(protocol, settings, command_line())
+        calibration.check_plan(plan)
         line = what_ran(plan)
         if line:
             console.print(line, soft_wrap=True)  # one line, before anything runs: what the arms will run
@@ -423,6 +432,9 @@ def launch(
         errors.print(f"bench: {line}", soft_wrap=True)
     if failed_arms(rows):
         raise typer.Exit(EVERY_TRIAL_FAILED)
+    if isinstance(result, Run):
+        for reading in delay_check.readings(result.folder.trials()):
+            console.print(reading.text, soft_wrap=True)
     if run.gate:
         failures = result.gate_failures()
         for failure in failures:

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from harness.calibration import with_calibration
 from harness.env import gpu_snapshot
 from harness.errors import InputError
 from harness.formatting import format_bytes
@@ -393,6 +394,7 @@ def protocol_options(
     max_pairs: int = ProtocolOptions.default("max_pairs"),
     time_budget: float | None = ProtocolOptions.default("time_budget"),
     gpus: int = ProtocolOptions.default("gpus"),
+    calibrate: str | None = None,
     announce: Any = None,
     default_arms: Callable[[str], tuple[str, str]] | None = None,
 ) -> ProtocolOptions:
@@ -417,9 +419,11 @@ def protocol_options(
         if announce is not None:
             announce(f"arms: {arms} ({arms_why})")
     parsed_arms = parse_arms(arms, control)
+    if calibrate is not None and gpus > 1:
+        raise InputError("--calibrate times one process per trial; drop it or --gpus")
     check_budget_fits(budget_bytes, device)
     return ProtocolOptions(
-        arms=parsed_arms,
+        arms=with_calibration(parsed_arms, calibrate, parsed_warmup),
         warmup=parsed_warmup,
         pairs=parsed_pairs,
         order=check_choice("--order", order, ORDERS),

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from harness import design_checks, inference, intervals, sequential, telemetry, verdicts
+from harness.delay_check import ROLE as CALIBRATION_ROLE
 
 CONFIDENCE = inference.CONFIDENCE
 CONTROL_SUFFIX = "-control"
@@ -226,7 +227,7 @@ class ClaimSettings:
         its ``--bar`` as the tolerance; beside other arms ``--bar`` is the claims' and ``--tolerance`` the
         control's."""
         control = bool(getattr(protocol, "control", False))
-        arms = tuple(getattr(protocol, "arms", ()))
+        arms = tuple(a for a in getattr(protocol, "arms", ()) if a.role != CALIBRATION_ROLE)
         tolerance = getattr(protocol, "tolerance", None)
         pure_control = control and len(arms) <= 2
         bar = protocol.bar
@@ -485,9 +486,11 @@ def claim_table(
     if pairs.empty:
         return pd.DataFrame(columns=CLAIM_COLUMNS)
     trials = pd.DataFrame() if trials is None else trials
+    calibration = set(trials["arm"][trials["role"] == CALIBRATION_ROLE]) if "role" in trials else set()
     rows = [
         _claim_row(case, arm, group, trials, settings, planned_pairs, metric)
         for (case, arm), group in pairs.groupby(["case", "arm"], sort=False)
+        if arm not in calibration  # read as recovered/known (harness.calibration), never a claim
     ]
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
 

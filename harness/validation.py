@@ -34,7 +34,7 @@ from harness.placement import is_placement_form
 from harness.protocol import CONCURRENT_ORDERS, FIGURE_LIMIT, ORDERS, Plan, ScheduledTrial
 from harness.tables import ENV, LOG, PLAN, CorruptRunFolder, RunFolder
 
-ROLES = ("baseline", "candidate")
+ROLES = ("baseline", "candidate", "calibration")
 PHASES = ("warmup", "measured")
 STATUSES = ("ok", "error", "resource_failure")
 

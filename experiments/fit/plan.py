@@ -30,6 +30,7 @@ from typing import Any
 from experiments.arms import arm_code, checked_optimizer
 from experiments.fit.embedded import optimizer_kwargs
 from experiments.fit.stages import STAGES, stage_column
+from harness.calibration import delay_seconds
 from harness.formatting import format_bytes
 from harness.isolation import RANK_ENVIRONMENT, WorkerDied, WorkerError, run_in_ranks, run_in_worker
 from harness.options import InputError, check_choice, check_non_negative, check_positive
@@ -715,6 +716,7 @@ def trial_function(plan: Plan) -> TrialFunction:
             "data_yaml": data_yaml,
             "arm_spec": ctx.arm.spec,
             "arm_params": ctx.arm.params,
+            "delay_s": delay_seconds(ctx.arm, ctx.run_dir, ctx.case.label),  # a calibration arm's
             "device": ctx.device,
             "budget": plan.protocol.budget,
             "data_seed": plan.protocol.seed,
