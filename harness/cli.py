@@ -32,7 +32,7 @@ from experiments.fit.plan import check_data_cache_used
 from experiments.parity import ParitySettings as _Parity
 from experiments.probe.plan import ProbeSettings as _Probe
 from experiments.screen.plan import ScreenSettings as _Screen
-from harness import calibration, delay_check
+from harness import calibration, delay_check, design
 from harness import env as env_module
 from harness.arguments import check_given_once, check_plan_goal, parse_percent
 from harness.codepaths import what_ran
@@ -52,6 +52,7 @@ from harness.options import (
     check_positive,
     protocol_options,
     resolve_device,
+    resolve_placement,
     split_device_list,
 )
 from harness.protocol import Arm, PlannedStop, ProtocolOptions
@@ -141,7 +142,8 @@ SHARED = (
         str,
         _default("order"),
         "Arm order within pairs: alternate (AB, BA, …; a balanced Latin square for more arms), abba (AB, BA, "
-        "BA, AB, …) or random (seeded).",
+        "BA, AB, …), random (seeded) or duet (the arms at once, each on a share of the cores). Not given: duet "
+        "for worker trials with 4 worker cores per arm, else alternate.",
     ),
     Shared("seed", int, _default("seed"), "Seed for data and random order."),
     Shared(
@@ -422,6 +424,13 @@ def launch(
         if run.gate:
             check_gate_threshold(protocol)
         plan = runner.tiers.get(tier).make_plan(protocol, settings, command_line())
+        if "order" not in run.given:  # the quiet design where the cores allow (harness.design)
+            placement = resolve_placement(protocol.cpus)
+            chosen = design.default_order(plan, None if placement is None else len(placement.worker_cores))
+            if chosen.order != protocol.order:
+                protocol = replace(protocol, order=chosen.order)
+                plan = runner.tiers.get(tier).make_plan(protocol, settings, command_line())
+            console.print(chosen.text, soft_wrap=True)
         calibration.check_plan(plan)
         line = what_ran(plan)
         if line:
