@@ -43,7 +43,9 @@ def default_order(plan: Any, worker_cores: int | None) -> Choice:
     elif worker_cores is None:
         why = "no CPU placement to share"
     elif worker_cores < needed:
-        why = f"{worker_cores} worker core{'s' * (worker_cores != 1)}; a duet of {at_once} arms wants {needed}"
+        why = (
+            f"{worker_cores} worker core{'s' * (worker_cores != 1)}; a duet of {at_once} arms wants {needed}"
+        )
     else:
         return Choice("duet", f"order: duet ({worker_cores} worker cores); estimates {ESTIMANDS['duet']}")
     return Choice("alternate", f"order: alternate ({why}); estimates {ESTIMANDS['alternate']}")
