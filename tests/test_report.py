@@ -790,13 +790,13 @@ def test_an_auto_run_states_its_stopping_rule_and_looks(tmp_path: Path, no_gc) -
     arms = (Arm("baseline", "baseline", "baseline"), Arm("candidate", "candidate", "candidate"))
     plan = Plan(
         tier="fixture",
-        protocol=ProtocolOptions(arms, warmup=0, pairs="auto", precision=3.0, bar=8.0),
+        protocol=ProtocolOptions(arms, warmup=0, pairs="auto", precision=2.0, bar=8.0),
         unit="s",
         metric="whole-fit wall time",
         cases=[Case("yolo26n", {}, arms)],
     )
     text = write([run_folder(tmp_path, plan, scripted(AUTO_FIGURES))]).read_text(encoding="utf-8")
-    assert "Stopping rule (`--pairs auto --precision 3`): at pre-set looks [6, 10, 14, 20]" in text
+    assert "Stopping rule (`--pairs auto --precision 2`): at pre-set looks [6, 10, 14, 20]" in text
     assert "Looks taken: 6 pairs: precision not reached by every claim;" in text
     assert "14 pairs: every claim's precision reached." in text
     assert "| 14 of auto (≤ 20) |" in text and "stopping-rule order-statistic" in text

@@ -266,7 +266,7 @@ def test_claim_settings_from_protocol() -> None:
 
 def test_an_auto_run_reads_the_stopping_rules_interval() -> None:
     rng = np.random.default_rng(7)
-    values = [(100.0, 100.0 * math.exp(-0.2 + 0.02 * z)) for z in rng.standard_normal(8)]
+    values = [(100.0, 100.0 * math.exp(-0.2 + 0.02 * z)) for z in rng.standard_normal(10)]  # MIN_STOP
     claim = claim_of(paired(values), bar_percent=8, precision=50.0, max_pairs=20)
     x = stats.pair_table(paired(values))["log_ratio"].to_numpy()
     decision = sequential.should_stop(x, 50.0, budget_spent=True)
