@@ -48,7 +48,8 @@ from harness.formatting import (
     is_missing,
     method_label,
 )
-from harness.inference import t_unkept_counts_text
+from harness.gm_interval import t_unkept_counts_text
+from harness.instability import run_flags as instability_flags
 from harness.markdown import NOT_RECORDED, cell, code, markdown_image, markdown_table, when
 from harness.options import InputError
 from harness.planning import plan_rows
@@ -68,7 +69,6 @@ from harness.stats import (
     ClaimSettings,
     disagreeing_checks,
     finished,
-    instability_flags,
     numeric_column,
 )
 from harness.tables import (

@@ -2,7 +2,7 @@
 examples, failed pairs, verdict boundaries, planning against simulation, diagnostics and instability flags.
 
 Coverage is simulated on the laws each method is judged on. The primary (calibrated t) interval: normal log
-ratios and the reference skewed law (``inference.reference_skewed``, skewness 2.28, calibrated from the
+ratios and the reference skewed law (``gm_interval.reference_skewed``, skewness 2.28, calibrated from the
 committed runs). The distribution-free checks: normal and a centred standard exponential (skewness 2). The
 tolerance is the one the methods promise: coverage within 1.5 points of the stated level, unless the
 interval says ``insufficient``. With 20 000 draws a coverage near 95% has a simulation standard error of
@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from harness import gm_interval as gm
 from harness import inference as inf
-from harness import t_calibration
+from harness import instability, laws, t_calibration
 
 DRAWS = 20_000
 SIZES = (4, 6, 8, 12, 20)
@@ -43,7 +44,7 @@ def draw(law: str, shape: tuple[int, int], seed: int, scale: float = 0.05) -> np
     if law == "normal":
         return scale * rng.standard_normal(shape)
     if law == "reference":
-        return scale / REFERENCE_SD * inf.reference_skewed(rng, shape)
+        return scale / REFERENCE_SD * gm.reference_skewed(rng, shape)
     return scale * (rng.standard_exponential(shape) - 1.0)
 
 
@@ -70,24 +71,24 @@ T_CHECKS = {2: DRAWS, **{n: DRAWS for n in SIZES}, 25: 300_000, 46: 60_000, 120:
 def test_calibrated_t_interval_keeps_the_stated_level_or_says_insufficient(law: str, n: int) -> None:
     draws = T_CHECKS[n]
     x = draw(law, (draws, n), seed=100 + n + (0 if law == "normal" else 50))
-    stated = inf.t_interval(x[0])
-    calibration = inf.t_calibration(n)
+    stated = gm.t_interval(x[0])
+    calibration = gm.t_calibration(n)
     assert stated.stated_level == 0.95 and stated.nominal_level == calibration.nominal
-    _, low, high = inf.t_log_bounds(x, calibration.nominal)
+    _, low, high = gm.t_log_bounds(x, calibration.nominal)
     coverage = covered(low, high, 0.0)
     error = simulation_error(0.95, draws)
     if stated.sufficient:
         assert abs(coverage - 0.95) <= TOLERANCE, coverage
         assert stated.attained_level == pytest.approx(min(calibration.nominal, calibration.skewed_coverage))
     else:
-        assert n < inf.t_min_pairs(0.95) and "sufficient from 25 pairs" in stated.reason
+        assert n < gm.t_min_pairs(0.95) and "sufficient from 25 pairs" in stated.reason
     if law == "normal":  # the t interval is exact there: it covers its nominal level
         assert abs(coverage - calibration.nominal) <= error, coverage
     elif not stated.sufficient:  # why it says insufficient: even the best nominal level misses the window
         # (less the calibration's margin for its own simulation error: 1.47 points at 20 pairs is not kept)
         assert coverage < 0.95 - (TOLERANCE - t_calibration.CALIBRATION_MARGIN) + error, coverage
         assert abs(coverage - calibration.skewed_coverage) <= error + 0.002, coverage
-    elif n <= inf.CALIBRATED_UP_TO:  # what the table says it covers there
+    elif n <= gm.CALIBRATED_UP_TO:  # what the table says it covers there
         assert abs(coverage - calibration.skewed_coverage) <= error + 0.002, coverage
     else:  # past the table the shortfall only shrinks
         assert coverage >= calibration.skewed_coverage - error, coverage
@@ -98,7 +99,7 @@ def test_the_uncalibrated_t_interval_is_why_a_calibration_exists() -> None:
     counts (89-92%), and still 1.5 points short at 24 pairs."""
     for n, below in ((6, 0.91), (24, 0.95 - TOLERANCE)):
         x = draw("reference", (DRAWS, n), seed=200 + n)
-        _, low, high = inf.t_log_bounds(x, 0.95)
+        _, low, high = gm.t_log_bounds(x, 0.95)
         assert covered(low, high, 0.0) < below
 
 
@@ -106,10 +107,10 @@ def test_the_calibration_table_is_consistent() -> None:
     """Nominal levels within 1.5 points of the stated one, sufficient exactly where the calibrated distance is
     within the window less the margin (at every count from the minimum, not just below it), and the measured
     skewness's upper end matched by the reference law."""
-    assert inf.t_min_pairs(0.95) == 25 and inf.t_min_pairs(0.90) == 28 and inf.t_min_pairs(0.99) is None
+    assert gm.t_min_pairs(0.95) == 25 and gm.t_min_pairs(0.90) == 28 and gm.t_min_pairs(0.99) is None
     for stated, table in t_calibration.NOMINAL_LEVELS.items():
         assert sorted(table) == list(range(2, 61))
-        minimum = inf.t_min_pairs(stated)
+        minimum = gm.t_min_pairs(stated)
         for n, (nominal, skewed, distance, keeps) in table.items():
             assert abs(nominal - stated) <= TOLERANCE + 1e-9
             assert distance == pytest.approx(max(abs(nominal - stated), abs(skewed - stated)), abs=1e-6)
@@ -118,14 +119,14 @@ def test_the_calibration_table_is_consistent() -> None:
         assert not table[minimum - 1][3]
     low, high = t_calibration.MEASURED_SKEWNESS_INTERVAL
     assert t_calibration.REFERENCE_SKEWNESS >= max(abs(low), abs(high))
-    assert inf.delays_skewness(
+    assert laws.delays_skewness(
         t_calibration.REFERENCE_DELAY_SHAPE, t_calibration.REFERENCE_SCALE_RATIO
     ) == pytest.approx(t_calibration.REFERENCE_SKEWNESS, abs=1e-5)
-    x = inf.reference_skewed(np.random.default_rng(17), (2_000_000,))
+    x = gm.reference_skewed(np.random.default_rng(17), (2_000_000,))
     assert abs(float(x.mean())) < 0.002 and stats.skew(x) == pytest.approx(2.28, abs=0.15)
     # two exponential delays at scales 1 and 1/2 (the brief's example) give 1.25, and never more than 2
-    assert inf.delays_skewness(1.0, 0.5) == pytest.approx(1.2522, abs=1e-4)
-    assert inf.delays_skewness(1.0, 0.0) == 2.0
+    assert laws.delays_skewness(1.0, 0.5) == pytest.approx(1.2522, abs=1e-4)
+    assert laws.delays_skewness(1.0, 0.0) == 2.0
 
 
 @pytest.mark.parametrize("law", LAWS)
@@ -159,9 +160,9 @@ def test_distribution_free_checks_keep_the_level_they_state(law: str, n: int) ->
 def test_public_intervals_match_the_vectorized_bounds() -> None:
     x = draw("exponential", (20, 9), seed=3)
     for row in x:
-        nominal = inf.t_calibration(9).nominal
-        mean, low, high = inf.t_log_bounds(row, nominal)
-        t = inf.t_interval(row)
+        nominal = gm.t_calibration(9).nominal
+        mean, low, high = gm.t_log_bounds(row, nominal)
+        t = gm.t_interval(row)
         assert (t.estimate, t.low, t.high) == pytest.approx(
             (1 - math.exp(mean), 1 - math.exp(high), 1 - math.exp(low))
         )
@@ -185,7 +186,7 @@ def test_t_interval_by_hand_at_the_calibrated_level() -> None:
     # [−0.186898, 0.286898]. As reductions: 1 − e^0.286898 = −0.332288, 1 − e^−0.186898 = 0.170471;
     # estimate 1 − e^0.05 = −0.051271. It is insufficient there (92.07% on the reference law).
     assert t_calibration.NOMINAL_LEVELS[0.95][4][0] == 0.965
-    interval = inf.t_interval([0.1, -0.1, 0.2, 0.0])
+    interval = gm.t_interval([0.1, -0.1, 0.2, 0.0])
     assert interval.stated_level == 0.95 and interval.nominal_level == 0.965
     assert interval.attained_level == 0.9207  # the simulated coverage on the reference law
     assert (interval.estimate, interval.low, interval.high) == pytest.approx(
@@ -194,12 +195,12 @@ def test_t_interval_by_hand_at_the_calibrated_level() -> None:
     assert interval.n == 4 and not interval.sufficient and "25 pairs" in interval.reason
     # At a level not calibrated (80%) the interval is computed at that level and says so: t(3 df, 0.90) =
     # 1.637744, half-width 0.105716, low = 1 − e^(0.05 + 0.105716) = −0.168494.
-    eighty = inf.t_interval([0.1, -0.1, 0.2, 0.0], 0.80)
+    eighty = gm.t_interval([0.1, -0.1, 0.2, 0.0], 0.80)
     assert eighty.low == pytest.approx(-0.168494, abs=1e-5) and "calibrated only at" in eighty.reason
     assert not eighty.sufficient and eighty.nominal_level == 0.80
     # A sufficient one: 32 pairs at the nominal 96.08%, t(31 df, 0.9804) = 2.153148 (scipy).
     ratios = np.tile([0.1, -0.1, 0.2, 0.0], 8)  # mean 0.05, s = √(0.05·8/31) = 0.113592
-    interval = inf.t_interval(ratios)
+    interval = gm.t_interval(ratios)
     half = 2.153148 * 0.113592 / math.sqrt(32)
     assert interval.sufficient and interval.nominal_level == 0.9608
     assert (interval.low, interval.high) == pytest.approx(
@@ -208,8 +209,8 @@ def test_t_interval_by_hand_at_the_calibrated_level() -> None:
 
 
 def test_t_interval_needs_two_pairs() -> None:
-    assert not inf.t_interval([0.1]).computable
-    assert "at least 2 pairs" in inf.t_interval([0.1]).reason
+    assert not gm.t_interval([0.1]).computable
+    assert "at least 2 pairs" in gm.t_interval([0.1]).reason
 
 
 def test_sign_interval_by_hand() -> None:
@@ -271,7 +272,7 @@ def test_both_failed_pairs_are_dropped_and_counted() -> None:
 def test_an_all_failed_control_is_not_within() -> None:
     split = inf.split_pairs([math.inf] * 6, [math.inf] * 6)
     assert split.n == 0 and split.both_failed == 6
-    for method in (inf.t_interval, inf.sign_interval, inf.hodges_lehmann_interval):
+    for method in (gm.t_interval, inf.sign_interval, inf.hodges_lehmann_interval):
         assert inf.control_verdict(method(split.log_ratios), 0.01) == "insufficient"
 
 
@@ -279,7 +280,7 @@ def test_one_failed_arm_leaves_only_the_order_statistic_interval() -> None:
     base = [10.0, 10.0, 10.0, 10.0, 10.0, 10.0]
     arm = [9.0, 9.5, math.inf, 8.8, 9.2, 9.1]  # the arm ran out of memory once
     ratios = inf.split_pairs(base, arm).log_ratios
-    t, hl, sign = inf.t_interval(ratios), inf.hodges_lehmann_interval(ratios), inf.sign_interval(ratios)
+    t, hl, sign = gm.t_interval(ratios), inf.hodges_lehmann_interval(ratios), inf.sign_interval(ratios)
     assert not t.computable and "infinite" in t.reason
     assert not hl.computable and "infinite" in hl.reason
     assert sign.computable and sign.sufficient and sign.low == -math.inf and sign.high == pytest.approx(0.12)
@@ -292,7 +293,7 @@ def test_one_failed_arm_leaves_only_the_order_statistic_interval() -> None:
 
 def test_nan_log_ratios_are_refused() -> None:
     with pytest.raises(ValueError, match="NaN"):
-        inf.t_interval([0.1, math.nan])
+        gm.t_interval([0.1, math.nan])
 
 
 # ---------------------------------------------------------------------------------------- verdicts
@@ -344,20 +345,20 @@ def test_odd_pair_count_states_its_imbalance() -> None:
 def test_unstable_arm_flagged_and_kept() -> None:
     loaded = [14.9, 20.3, 31.0, 140.4, math.inf]  # one arm on a loaded machine, and one failed trial
     steady = [54.5, 55.0, 54.8, 55.3]
-    flags = inf.instability_flags({"candidate": loaded, "baseline": steady})
+    flags = instability.arm_flags({"candidate": loaded, "baseline": steady})
     assert [(f.subject, f.kind) for f in flags] == [("candidate", "spread"), ("candidate", "mad")]
     assert flags[0].value == pytest.approx(140.4 / 14.9)
-    spread = inf.arm_spread("candidate", loaded)
+    spread = instability.arm_spread("candidate", loaded)
     assert spread.trials == 5 and spread.failed == 1  # the failed trial is counted, not dropped
     # a bimodal arm within 1.5x: MAD/median 0.15 / 1.15 = 13%
-    bimodal = inf.instability_flags({"a": [1.0, 1.0, 1.0, 1.3, 1.3, 1.3]})
+    bimodal = instability.arm_flags({"a": [1.0, 1.0, 1.0, 1.3, 1.3, 1.3]})
     assert [f.kind for f in bimodal] == ["mad"]
 
 
 def test_machine_load_flag() -> None:
-    flags = inf.instability_flags({}, load_1min=3.1, cores=2)
+    flags = instability.arm_flags({}, load_1min=3.1, cores=2)
     assert [f.kind for f in flags] == ["load"]
-    assert inf.instability_flags({}, load_1min=1.9, cores=2) == ()
+    assert instability.arm_flags({}, load_1min=1.9, cores=2) == ()
 
 
 def test_a_failed_arm_on_each_side_leaves_the_median_undefined_without_a_numpy_warning() -> None:
@@ -376,5 +377,5 @@ def test_a_failed_arm_on_each_side_leaves_the_median_undefined_without_a_numpy_w
 def test_the_counts_the_calibrated_t_interval_does_not_keep_are_named_as_they_are() -> None:
     """At 95% the interval keeps its level at 2 pairs (1 df, wide) and from 25 on: the report said
     'insufficient below 25 pairs' while a 2-pair claim read `clears` beside it."""
-    assert inf.t_unkept_counts_text(0.95) == "from 3 to 24 pairs"
-    assert inf.t_unkept_counts_text(0.90) == "from 2 to 27 pairs"
+    assert gm.t_unkept_counts_text(0.95) == "from 3 to 24 pairs"
+    assert gm.t_unkept_counts_text(0.90) == "from 2 to 27 pairs"

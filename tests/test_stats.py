@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import sequential, stats
+from harness import instability, sequential, stats
 from harness.protocol import Arm, ProtocolOptions
 
 
@@ -293,14 +293,14 @@ def test_the_runs_steal_flag_reads_each_trials_steal_as_the_trial_flag_does() ->
     median share of all CPU time against 2%) did not: two rules for one thing."""
     frame = paired([(55.0, 50.0), (55.1, 50.2)])
     frame["cpu_busy_share"], frame["cpu_steal_share"] = 0.084, 0.009
-    flags = stats.instability_flags(frame, {"load1_start": 0.5, "cpu_logical": 16})
+    flags = instability.run_flags(frame, {"load1_start": 0.5, "cpu_logical": 16})
     assert [(f.subject, f.kind) for f in flags] == [("trials", "steal")]
     assert (
         flags[0].reason
         == "4 of 4 measured trials had CPU steal above 3% of the CPU time they wanted (at most 9.7%)"
     )
     frame["cpu_steal_share"] = 0.001  # 1.2% of the wanted time: no flag from either rule
-    assert stats.instability_flags(frame, {"load1_start": 0.5, "cpu_logical": 16}) == []
+    assert instability.run_flags(frame, {"load1_start": 0.5, "cpu_logical": 16}) == []
 
 
 def test_drift_is_per_measured_trial_whatever_warm_ups_a_resume_put_between() -> None:
@@ -334,14 +334,14 @@ def test_drift_takes_a_level_per_resumed_slice() -> None:
 def test_instability_flags_from_the_trials_and_the_start_load() -> None:
     loaded = [14.9, 20.3, 31.0, 140.4, 30.0]
     frame = paired([(55.0, c) for c in loaded])
-    flags = stats.instability_flags(frame, {"load1_start": 5.2, "cpu_logical": 2})
+    flags = instability.run_flags(frame, {"load1_start": 5.2, "cpu_logical": 2})
     assert [(f.subject, f.kind) for f in flags] == [
         ("candidate", "spread"),
         ("candidate", "mad"),
         ("machine", "load"),
     ]
     assert (
-        stats.instability_flags(paired([(55.0, 50.0), (55.1, 50.2)]), {"load1_start": 0.5, "cpu_logical": 2})
+        instability.run_flags(paired([(55.0, 50.0), (55.1, 50.2)]), {"load1_start": 0.5, "cpu_logical": 2})
         == []
     )
 
