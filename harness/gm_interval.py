@@ -176,3 +176,10 @@ def t_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
         reason,
         nominal,
     )
+
+
+def describe(level: float = CONFIDENCE) -> str:
+    """How the t interval is calibrated, in words, with the pair counts where it is insufficient."""
+    text = f"calibrated one-sidedly on the claim pairs' law, skewness to {calibration.REFERENCE_SKEWNESS:g}"
+    unkept = t_unkept_counts_text(level)
+    return text if unkept == "at no count" else f"{text}; {unkept} it is insufficient"

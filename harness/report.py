@@ -33,7 +33,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness import plots, telemetry
+from harness import gm_interval, plots, telemetry
 from harness.codepaths import WITHHELD, all_same_code, same_code_arms, verdict_shown, what_ran
 from harness.formatting import (
     format_bytes,
@@ -48,7 +48,6 @@ from harness.formatting import (
     is_missing,
     method_label,
 )
-from harness.gm_interval import t_unkept_counts_text
 from harness.instability import run_flags as instability_flags
 from harness.markdown import NOT_RECORDED, cell, code, markdown_image, markdown_table, when
 from harness.options import InputError
@@ -862,8 +861,8 @@ def _protocol(run: LoadedRun) -> list[str]:
         "order statistics interpolated to the stated 95%; where even the range falls short it is the range at "
         "its exact level (93.75% at 5 pairs). Simulated on normal, skewed, heavy-tailed, outlier and drift "
         "laws, it covers within 1.5 points of the level stated; from 5 pairs it decides, below that it is "
-        "`insufficient`. Beside it: the geometric-mean reduction with the calibrated t interval (the earlier "
-        f"primary; {t_unkept_counts_text()} it is insufficient), the exact sign-test interval and "
+        "`insufficient`. Beside it: the geometric-mean reduction with the t interval "
+        f"({gm_interval.describe()}), the exact sign-test interval and "
         "Hodges-Lehmann with its Wilcoxon interval. The failure rate of each arm has its own interval.",
         _verdict_rule(plan),
     ]
