@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import stats
 
 CONFIDENCE = 0.95
 LEVEL_SLACK = 1e-12  # float slack when comparing an exact attained level with the level asked for
@@ -146,76 +145,9 @@ def not_computable(estimand: str, method: str, level: float, n: int, reason: str
     return Interval(estimand, method, math.nan, math.nan, math.nan, level, math.nan, n, False, reason)
 
 
-def sign_test_rank(n: int, level: float = CONFIDENCE) -> tuple[int, float]:
-    """The order statistic k and the exact level of [x_(k), x_(n+1−k)] as an interval of the median.
-
-    x_(k) lies below the median unless at most k − 1 of n values do, so the interval covers with probability
-    1 − 2·P(B ≤ k − 1), B ~ binomial(n, ½), for any continuous law. k is the largest that attains ``level``;
-    when even the range (k = 1, level 1 − 2·0.5ⁿ) falls short, k = 1 with the level it attains."""
-    check_level(level)
-    if n < 1:
-        return 0, 0.0
-    ranks = np.arange(1, (n + 1) // 2 + 1)
-    attained = 1.0 - 2.0 * stats.binom.cdf(ranks - 1, n, 0.5)
-    reaching = ranks[attained >= level - LEVEL_SLACK]
-    k = int(reaching.max()) if reaching.size else 1
-    return k, float(attained[k - 1])
-
-
-def _pairs_for_range(level: float) -> int:
+def pairs_for_range(level: float) -> int:
     """The fewest pairs whose range attains ``level`` as an interval of the median (6 at 95%)."""
     return max(1, math.ceil(math.log2(2.0 / (1.0 - level)) - 1e-9))
-
-
-def sign_log_bounds(
-    log_ratios: ArrayLike, level: float = CONFIDENCE
-) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], float]:
-    """Median log ratio, the order-statistic bounds along the last axis and their exact level."""
-    x = np.sort(np.asarray(log_ratios, dtype=float), axis=-1)
-    n = x.shape[-1]
-    k, attained = sign_test_rank(n, level)
-    with np.errstate(invalid="ignore"):  # a failed arm on each side (+∞ and −∞ in the middle): no median, nan
-        median = np.median(x, axis=-1)
-    return median, x[..., k - 1], x[..., n - k], attained
-
-
-def sign_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
-    """Distribution-free check: the exact order-statistic (sign-test) interval of the median reduction.
-
-    Exact for any continuous law of log ratios; infinities (one failed arm) rank at the ends, so it is
-    computable with failures. Sufficient when some pair of order statistics attains ``level`` (6 pairs at
-    95%); otherwise it gives the range with the level the range attains."""
-    check_level(level)
-    x = log_ratios_of(log_ratios)
-    n = x.size
-    estimand = "median reduction"
-    if n < 1:
-        return not_computable(estimand, "order-statistic interval of the median", level, 0, "no pairs")
-    _, low_log, high_log, attained = sign_log_bounds(x, level)
-    k, _ = sign_test_rank(n, level)
-    method = (
-        f"order statistics {k} and {n + 1 - k} of {n} (sign test, binomial(n, 1/2)); "
-        "exact for any continuous law"
-    )
-    sufficient = attained >= level - LEVEL_SLACK
-    reason = (
-        ""
-        if sufficient
-        else f"{n} pairs: even their range attains only {attained:.2%}; "
-        f"{level:.0%} needs {_pairs_for_range(level)}"
-    )
-    return Interval(
-        estimand,
-        method,
-        float(np.median(to_reduction(x))),
-        float(to_reduction(high_log)),
-        float(to_reduction(low_log)),
-        level,
-        attained,
-        n,
-        sufficient,
-        reason,
-    )
 
 
 def signed_rank_null(n: int) -> NDArray[np.float64]:
@@ -295,7 +227,7 @@ def hodges_lehmann_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) ->
         ""
         if sufficient
         else f"{n} pairs: even the widest Wilcoxon interval attains only {attained:.2%}; "
-        f"{level:.0%} needs {_pairs_for_range(level)}"
+        f"{level:.0%} needs {pairs_for_range(level)}"
     )
     return Interval.of_logs(
         estimand,
@@ -340,34 +272,3 @@ def control_verdict(interval: Interval, tolerance: float) -> str:
     if interval.low > tolerance or interval.high < -tolerance:
         return "outside"
     return "ambiguous"
-
-
-# -------------------------------------------------------------------------------- design diagnostics
-
-
-@dataclass(frozen=True)
-class OrderBalance:
-    """How many pairs ran the arm second and first, and a sentence saying so."""
-
-    arm_second: int
-    arm_first: int
-    text: str
-
-    @property
-    def balanced(self) -> bool:
-        return self.arm_second == self.arm_first
-
-
-def order_balance(arm_second: ArrayLike) -> OrderBalance:
-    """The order counts of the pairs as a sentence; an odd count cannot be balanced."""
-    second = np.asarray(arm_second, dtype=bool).ravel()
-    n_second, n_first = int(second.sum()), int((~second).sum())
-    total = n_second + n_first
-    if n_second == n_first:
-        text = f"{total} pairs: the arm ran second in {n_second} and first in {n_first} (balanced)"
-    else:
-        text = (
-            f"{total} pairs: the arm ran second in {n_second} and first in {n_first}, unbalanced by "
-            f"{abs(n_second - n_first)}; an order effect is not averaged out of the estimate"
-        )
-    return OrderBalance(n_second, n_first, text)

@@ -356,7 +356,7 @@ def _claim_row(
     limit = None if limit_percent is None else limit_percent / 100
     chosen, decision = primary_interval(x, settings)
     gm = gm_interval.t_interval(x, settings.level)
-    sign = inference.sign_interval(x, settings.level)
+    sign = intervals.sign_interval(x, settings.level)
     hl = inference.hodges_lehmann_interval(x, settings.level)
     failures = verdicts.failure_rate(trials, case, arm, settings.level)
     second = usable["arm_second"].to_numpy(dtype=bool)

@@ -21,7 +21,7 @@ from scipy import stats
 
 from harness import gm_interval as gm
 from harness import inference as inf
-from harness import instability, laws, t_calibration
+from harness import instability, intervals, laws, t_calibration
 
 DRAWS = 20_000
 SIZES = (4, 6, 8, 12, 20)
@@ -160,9 +160,9 @@ def test_distribution_free_checks_keep_the_level_they_state(law: str, n: int) ->
     scale = 0.05
 
     # Sign-test order statistics of the median: exact for any continuous law, at its attained level.
-    _, low, high, attained = inf.sign_log_bounds(x, 0.95)
+    _, low, high, attained = intervals.sign_log_bounds(x, 0.95)
     sign_coverage = covered(low, high, scale * truth["median"])
-    sign_stated = inf.sign_interval(x[0])
+    sign_stated = intervals.sign_interval(x[0])
     assert sign_stated.attained_level == attained
     assert abs(sign_coverage - attained) <= TOLERANCE, (sign_coverage, attained)
     assert sign_stated.sufficient == (n >= 6)
@@ -189,8 +189,8 @@ def test_public_intervals_match_the_vectorized_bounds() -> None:
         assert (t.estimate, t.low, t.high) == pytest.approx(
             (1 - math.exp(mean), 1 - math.exp(high), 1 - math.exp(low))
         )
-        _, low, high, _ = inf.sign_log_bounds(row)
-        sign = inf.sign_interval(row)
+        _, low, high, _ = intervals.sign_log_bounds(row)
+        sign = intervals.sign_interval(row)
         assert (sign.low, sign.high) == pytest.approx((1 - math.exp(high), 1 - math.exp(low)))
         centre, low, high, _ = inf.hodges_lehmann_log_bounds(row)
         hl = inf.hodges_lehmann_interval(row)
@@ -239,19 +239,19 @@ def test_t_interval_needs_two_pairs() -> None:
 def test_sign_interval_by_hand() -> None:
     # Six pairs: the range, which misses the median only when all six fall on one side: 1 − 2/64.
     ratios = np.log([0.90, 0.95, 0.85, 1.00, 0.92, 0.97])  # reductions 10%, 5%, 15%, 0%, 8%, 3%
-    interval = inf.sign_interval(ratios)
+    interval = intervals.sign_interval(ratios)
     assert (interval.low, interval.high) == pytest.approx((0.0, 0.15))
     assert interval.estimate == pytest.approx((0.05 + 0.08) / 2)
     assert interval.attained_level == 1 - 2 / 64 and interval.sufficient
     # Five pairs: the range attains 1 − 2/32 = 93.75% < 95%: insufficient, and it says what it attains.
-    short = inf.sign_interval(ratios[:5])
+    short = intervals.sign_interval(ratios[:5])
     assert short.attained_level == 1 - 2 / 32 and not short.sufficient and "needs 6" in short.reason
     # Twelve pairs: P(B ≤ 2) = (1 + 12 + 66)/4096, so order statistics 3 and 10 attain 1 − 158/4096.
     twelve = np.log(1 - np.arange(1, 13) / 100)  # reductions 1% … 12%
-    interval = inf.sign_interval(twelve)
+    interval = intervals.sign_interval(twelve)
     assert interval.attained_level == pytest.approx(1 - 158 / 4096)
     assert (interval.low, interval.high) == pytest.approx((0.03, 0.10))
-    assert inf.sign_test_rank(8) == (1, 1 - 2 / 256)  # P(B ≤ 1) = 9/256 would leave 92.97%
+    assert intervals.sign_test_rank(8) == (1, 1 - 2 / 256)  # P(B ≤ 1) = 9/256 would leave 92.97%
 
 
 def test_hodges_lehmann_by_hand() -> None:
@@ -295,7 +295,7 @@ def test_both_failed_pairs_are_dropped_and_counted() -> None:
 def test_an_all_failed_control_is_not_within() -> None:
     split = inf.split_pairs([math.inf] * 6, [math.inf] * 6)
     assert split.n == 0 and split.both_failed == 6
-    for method in (gm.t_interval, inf.sign_interval, inf.hodges_lehmann_interval):
+    for method in (gm.t_interval, intervals.sign_interval, inf.hodges_lehmann_interval):
         assert inf.control_verdict(method(split.log_ratios), 0.01) == "insufficient"
 
 
@@ -303,7 +303,7 @@ def test_one_failed_arm_leaves_only_the_order_statistic_interval() -> None:
     base = [10.0, 10.0, 10.0, 10.0, 10.0, 10.0]
     arm = [9.0, 9.5, math.inf, 8.8, 9.2, 9.1]  # the arm ran out of memory once
     ratios = inf.split_pairs(base, arm).log_ratios
-    t, hl, sign = gm.t_interval(ratios), inf.hodges_lehmann_interval(ratios), inf.sign_interval(ratios)
+    t, hl, sign = gm.t_interval(ratios), inf.hodges_lehmann_interval(ratios), intervals.sign_interval(ratios)
     assert not t.computable and "infinite" in t.reason
     assert not hl.computable and "infinite" in hl.reason
     assert sign.computable and sign.sufficient and sign.low == -math.inf and sign.high == pytest.approx(0.12)
@@ -311,7 +311,7 @@ def test_one_failed_arm_leaves_only_the_order_statistic_interval() -> None:
     assert inf.claim_verdict(sign, 0.20) == "fails"
     # A failed baseline ranks as +100% at the top end.
     ratios = inf.split_pairs([math.inf, 10, 10, 10, 10, 10], [9.0, 9.5, 9.0, 8.8, 9.2, 9.1]).log_ratios
-    assert inf.sign_interval(ratios).high == 1.0
+    assert intervals.sign_interval(ratios).high == 1.0
 
 
 def test_nan_log_ratios_are_refused() -> None:
@@ -354,14 +354,6 @@ def test_control_verdict_exactly_at_the_tolerance() -> None:
 # -------------------------------------------------------------------------------------- diagnostics
 
 
-def test_odd_pair_count_states_its_imbalance() -> None:
-    odd = inf.order_balance([False, True, False, True, False])  # AB, BA, AB, BA, AB: the arm second in 2
-    assert (odd.arm_second, odd.arm_first) == (2, 3) and not odd.balanced
-    assert "5 pairs" in odd.text and "unbalanced by 1" in odd.text
-    even = inf.order_balance([False, True, False, True])
-    assert even.balanced and "balanced" in even.text and "unbalanced" not in even.text
-
-
 # -------------------------------------------------------------------------------------- instability
 
 
@@ -390,8 +382,8 @@ def test_a_failed_arm_on_each_side_leaves_the_median_undefined_without_a_numpy_w
     in reduce"); the interval is still the order statistics, and nothing is printed."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        interval = inf.sign_interval([math.inf, -math.inf])
-        median, low, high, _ = inf.sign_log_bounds(np.array([[math.inf, -math.inf], [0.1, 0.2]]))
+        interval = intervals.sign_interval([math.inf, -math.inf])
+        median, low, high, _ = intervals.sign_log_bounds(np.array([[math.inf, -math.inf], [0.1, 0.2]]))
     assert (interval.low, interval.high) == (-math.inf, 1.0)
     assert math.isnan(float(median[0])) and (float(low[0]), float(high[0])) == (-math.inf, math.inf)
     assert float(median[1]) == pytest.approx(0.15)
