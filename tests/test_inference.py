@@ -60,7 +60,7 @@ def simulation_error(level: float, draws: int) -> float:
 
 
 # Pair counts beyond the five: where the calibrated interval is sufficient (2 pairs, whose 1-df
-# interval is wide enough, and from 25 pairs at 95%), and past the table's last count (60), where the last
+# interval is wide enough, and from 25 pairs at 95%), and past the table's last count (30), where the last
 # nominal level is used. More draws where the calibrated coverage lies within a few simulation errors of the
 # window's edge (0.21 point at 25 pairs).
 T_CHECKS = {2: DRAWS, **{n: DRAWS for n in SIZES}, 25: 300_000, 46: 60_000, 120: DRAWS}
@@ -134,7 +134,7 @@ def test_the_calibration_table_is_consistent() -> None:
         0.30, abs=0.01
     )
     for stated, table in t_calibration.NOMINAL_LEVELS.items():
-        assert sorted(table) == list(range(2, 61))
+        assert sorted(table) == list(range(2, 31))
         for nominal, skewed, distance, keeps in table.values():
             assert stated <= nominal <= stated + TOLERANCE + 1e-9
             assert skewed >= stated - TOLERANCE / 2 - 1e-6
