@@ -96,8 +96,8 @@ def headline(rows: list[Reread]) -> list[str]:
     pairs = [r for r in rows if "pair-" in r.folder and r.kind == "claim" and r.pairs >= 6]
     lines = [
         "# Committed claims re-read with today's statistics (old: each folder's claims.csv; new: its log)",
-        f"{len(rows)} claims in {len({r.folder for r in rows})} folders; {len(changed)} verdicts changed, "
-        f"{words} of them from 'no bar' or 'no tolerance': a direction now, or insufficient below 5 pairs.",
+        f"{len(rows)} claims in {len({r.folder for r in rows})} folders; {len(changed)} verdicts changed. "
+        f"{words} were 'no bar' or 'no tolerance': now a direction, or insufficient below 5 pairs.",
     ]
     for r in sorted(pairs, key=lambda r: -r.pairs)[: HEADLINE - 2]:
         lines.append(f"{r.arm} vs {r.baseline}, {r.pairs} pairs: {_shown(r.old)} → {_shown(r.new)}.")
