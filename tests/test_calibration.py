@@ -90,3 +90,19 @@ def test_a_known_delay_per_pair_and_a_failed_trial() -> None:
     known = np.array([0.5, 0.52, 0.49, 0.5, np.nan, 0.51])  # the fifth trial failed: its sleep is unknown
     got = delay_check.recovered(base, base + known, known)
     assert got.pairs == 5 and got.estimate == pytest.approx(1.0)
+
+
+def test_a_calibration_arms_spread_does_not_hold_a_claims_stop(tmp_path: Path, monkeypatch) -> None:
+    """The calibration arm is no claim: like an A/A control's, its precision never holds the claims' stop."""
+    from harness import protocol
+    from harness.protocol import Arm, Plan
+    from harness.tables import PLAN
+    from tests.test_protocol import AUTO_FIGURES, NOISE
+    from tests.trialfns import TWO_ARMS, plan_of, runner
+
+    monkeypatch.setattr(protocol, "_release_device_memory", lambda: None)
+    arms = (*TWO_ARMS, Arm("calibration", "calibration", "baseline", {"delay": "1s", "of": "baseline"}))
+    figures = {**AUTO_FIGURES, "calibration": [11.0 * np.exp(0.3 * z) for z in reversed(NOISE)]}
+    plan = plan_of("scripted", warmup=0, pairs="auto", precision=2.0, arms=arms, figures=figures)
+    saved = Plan.from_json(runner(tmp_path).start(plan).folder.read_json(PLAN))
+    assert [(d["rounds"], d["stop"]) for d in saved.looks] == [(6, False), (10, False), (14, True)]
