@@ -106,3 +106,15 @@ def test_a_calibration_arms_spread_does_not_hold_a_claims_stop(tmp_path: Path, m
     plan = plan_of("scripted", warmup=0, pairs="auto", precision=2.0, arms=arms, figures=figures)
     saved = Plan.from_json(runner(tmp_path).start(plan).folder.read_json(PLAN))
     assert [(d["rounds"], d["stop"]) for d in saved.looks] == [(6, False), (10, False), (14, True)]
+
+
+def test_a_calibration_arm_is_not_called_the_baseline_s_code() -> None:
+    """It runs the baseline's code by design; what_ran must not withhold anything for it."""
+    from experiments.arms import arm_code
+    from harness import calibration
+    from harness.protocol import Arm, Case
+
+    base = Arm("baseline", "baseline", "baseline")
+    arms = (base, Arm("candidate", "candidate", "candidate"), calibration.calibration_arm(base, "1s"))
+    code = arm_code([Case("c", {}, arms)], "cpu")
+    assert code["calibration"]["same_path_as_baseline"] is None
