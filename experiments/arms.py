@@ -348,7 +348,7 @@ def arm_code(cases: Iterable[Case], device: str) -> dict[str, dict[str, Any]]:
                 "file": _source_file(arm.spec),
                 "runs": describe_arm(arm.spec, device),
                 "same_path_as_baseline": None
-                if position == 0
+                if position == 0 or arm.role == "calibration"  # the baseline again by design, as a control
                 else same_path_as_baseline(arm.spec, device, baseline),
                 "code": class_fingerprint(_class_or_none(arm.spec)),  # a resume checks it
             }

@@ -22,6 +22,7 @@ from experiments.fit.plan import check_data_cache_used
 from experiments.parity import ParitySettings as _Parity
 from experiments.probe.plan import ProbeSettings as _Probe
 from experiments.screen.plan import ScreenSettings as _Screen
+from harness import calibration, delay_check, design
 from harness import env as env_module
 from harness.arguments import check_given_once, check_plan_goal, parse_percent
 from harness.cli_app import (
@@ -40,7 +41,14 @@ from harness.errors import RunFolderError
 from harness.failures import EVERY_TRIAL_FAILED, failed_arms, failure_lines
 from harness.formatting import format_probability
 from harness.interrupts import INTERRUPTED, terminate
-from harness.options import InputError, check_gpus, protocol_options, resolve_device, split_device_list
+from harness.options import (
+    InputError,
+    check_gpus,
+    protocol_options,
+    resolve_device,
+    resolve_placement,
+    split_device_list,
+)
 from harness.protocol import Arm, ProtocolOptions
 from harness.protocol_options import check_protocol
 from harness.run import Runner
@@ -99,6 +107,14 @@ def launch(
         if run.gate:
             check_gate_threshold(protocol)
         plan = runner.tiers.get(tier).make_plan(protocol, settings, command_line())
+        if "order" not in run.given:  # the quiet design where the cores allow (harness.design)
+            placement = resolve_placement(protocol.cpus)
+            chosen = design.default_order(plan, None if placement is None else len(placement.worker_cores))
+            if chosen.order != protocol.order:
+                protocol = replace(protocol, order=chosen.order)
+                plan = runner.tiers.get(tier).make_plan(protocol, settings, command_line())
+            console.print(chosen.text, soft_wrap=True)
+        calibration.check_plan(plan)
         line = what_ran(plan)
         if line:
             console.print(line, soft_wrap=True)  # one line, before anything runs: what the arms will run
@@ -108,6 +124,9 @@ def launch(
         errors.print(f"bench: {line}", soft_wrap=True)
     if failed_arms(rows):
         raise typer.Exit(EVERY_TRIAL_FAILED)
+    if isinstance(result, Run):
+        for reading in delay_check.readings(result.folder.trials()):
+            console.print(reading.text, soft_wrap=True)
     if run.gate:
         failures = result.gate_failures()
         for failure in failures:

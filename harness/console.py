@@ -25,9 +25,9 @@ from harness.formatting import (
     format_range,
     format_value,
 )
+from harness.instability import run_flags as instability_flags
 from harness.protocol import Plan, ScheduledTrial
 from harness.sentence import answers
-from harness.stats import instability_flags
 from harness.tables import Summaries
 
 # Rich falls back to 80 columns off a terminal (CI logs, pipes); tables need more to stay readable. Everything

@@ -13,10 +13,14 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 from numpy.typing import ArrayLike
 
 from harness import intervals
 from harness.inference import CONFIDENCE
+
+ROLE = "calibration"  # the calibration arm's role (``harness.calibration`` makes the arm)
+FIGURE = "injected_s"  # its rows' figure: the sleep each trial measured, the known size
 
 
 @dataclass(frozen=True)
@@ -32,18 +36,20 @@ class Recovered:
 
 
 def recovered(
-    baseline: ArrayLike, delayed: ArrayLike, known_seconds: float, level: float = CONFIDENCE
+    baseline: ArrayLike, delayed: ArrayLike, known_seconds: ArrayLike, level: float = CONFIDENCE
 ) -> Recovered:
     """The recovered/known ratio of a known delay from paired trial times (seconds; a failed trial is NaN or
-    ∞ and leaves its pair out). ``verdict``: ``recovered`` (the interval holds 1), ``biased`` (it does not)
-    or ``insufficient`` (too few pairs for the stated level)."""
-    if not (known_seconds > 0 and math.isfinite(known_seconds)):
-        raise ValueError(f"a known delay is a positive number of seconds (got {known_seconds})")
+    ∞ and leaves its pair out). ``known_seconds``: one delay, or one per pair (NaN: not known, left out).
+    ``verdict``: ``recovered`` (the interval holds 1), ``biased`` (it does not) or ``insufficient`` (too few
+    pairs for the stated level)."""
     b, c = np.asarray(baseline, dtype=float).ravel(), np.asarray(delayed, dtype=float).ravel()
     if b.shape != c.shape:
         raise ValueError(f"need one time per pair from each arm (got {b.size} and {c.size})")
-    keep = np.isfinite(b) & np.isfinite(c)
-    ratio = (c[keep] - b[keep]) / known_seconds
+    known = np.broadcast_to(np.asarray(known_seconds, dtype=float), b.shape)
+    if np.any(known <= 0) or np.any(np.isinf(known)):
+        raise ValueError(f"a known delay is a positive number of seconds (got {known_seconds})")
+    keep = np.isfinite(b) & np.isfinite(c) & np.isfinite(known)
+    ratio = (c[keep] - b[keep]) / known[keep]
     if ratio.size == 0:
         return Recovered(math.nan, math.nan, math.nan, 0.0, 0, "insufficient")
     median, low, high, attained = intervals.median_log_bounds(ratio, level)
@@ -52,3 +58,49 @@ def recovered(
     else:
         verdict = "recovered" if low <= 1.0 <= high else "biased"
     return Recovered(float(median), float(low), float(high), attained, int(ratio.size), verdict)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One case's calibration: the known delay (median of the measured sleeps) and what the design recovered."""
+
+    case: str
+    known_s: float
+    result: Recovered
+
+    @property
+    def text(self) -> str:
+        """One line: the answer first, in words."""
+        r = self.result
+        if not math.isfinite(r.estimate):
+            return f"calibration: {r.verdict}: no pairs with a finished delay ({self.case})"
+        return (
+            f"calibration: {r.verdict}: {r.estimate:.2f} of a known {self.known_s:.3g} s delay recovered "
+            f"[{r.low:.2f}, {r.high:.2f}] at {r.attained:.1%}, {r.pairs} pairs"
+        )
+
+
+def readings(trials: pd.DataFrame, level: float = CONFIDENCE) -> list[Reading]:
+    """The calibration arm's reading per case, from the measured trials of a run's log."""
+    if trials.empty or "role" not in trials or not (trials["role"] == ROLE).any():
+        return []
+    rows = trials[trials["phase"] == "measured"]
+    out = []
+    for case, group in rows.groupby("case", sort=False):
+        base = group[group["role"] == "baseline"].set_index("round")
+        delayed = group[group["role"] == ROLE].set_index("round")
+        rounds = base.index.intersection(delayed.index)
+        if delayed.empty:
+            continue
+        b = _figures(base.loc[rounds])
+        c = _figures(delayed.loc[rounds])
+        known = pd.to_numeric(delayed.loc[rounds].get(FIGURE), errors="coerce").to_numpy(dtype=float)
+        typical = float(np.nanmedian(known)) if np.isfinite(known).any() else math.nan
+        out.append(Reading(str(case), typical, recovered(b, c, known, level)))
+    return out
+
+
+def _figures(rows: pd.DataFrame) -> np.ndarray:
+    """Each trial's figure; a failed trial is ∞."""
+    value = pd.to_numeric(rows["value"], errors="coerce").to_numpy(dtype=float)
+    return np.where(rows["status"].to_numpy() == "ok", value, math.inf)

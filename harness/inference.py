@@ -1,6 +1,7 @@
-"""Small-sample inference for paired timings: the intervals beside the primary, verdicts that know their
-limits, planning, design diagnostics and instability flags. The primary interval (the median's) is in
-``harness.intervals``; the stopping rule in ``harness.sequential``.
+"""Small-sample inference for paired timings: pairs and log ratios, the distribution-free checks beside the
+primary, and verdicts that know their limits. The primary interval (the median's) is in
+``harness.intervals``, the geometric-mean t in ``harness.gm_interval``, the stopping rule in
+``harness.sequential``.
 
 Pure functions over numpy arrays. Conventions, stated once:
 
@@ -13,16 +14,6 @@ Pure functions over numpy arrays. Conventions, stated once:
   still do (the infinities rank at the ends).
 * Levels are two-sided confidence levels in (0, 1). Every interval states the level asked for and the level
   it attains with the pairs given, and is ``sufficient`` only when it keeps the asked level.
-* The geometric-mean interval (the primary until the median's replaced it; kept beside it) is a Student t
-  interval on the log ratios at a *nominal* level calibrated per pair
-  count (``harness.t_calibration``, made by ``scripts/calibrate_t_interval.py``) so that its coverage is
-  within 1.5 points of the stated level both for normal log ratios and on the *reference skewed law*; where
-  no nominal level does that, it is ``insufficient`` at that count.
-* The reference skewed law is calibrated from measured noise: the skewness of the committed H200 fit runs'
-  log ratios (the sequential design's five runs, each centred on its median, pooled: 1.08 over 19 pairs, 95%
-  bootstrap interval −1.26 to 2.28) is matched at its upper end by a pair's log ratio as the difference of
-  two arms' delays with unequal scales, G1 − ½·G2, G ~ gamma(0.302), skewness 2.28 (two exponential delays
-  reach at most 2). ``difference_of_delays`` draws it; ``harness.t_calibration`` holds the figures.
 * The distribution-free checks (sign test, Hodges–Lehmann) attain their levels exactly, and their tests
   also check them on a centred exponential (skewness 2).
 * Verdicts read closed intervals: an end that touches the bar (or ±tolerance) exactly counts as straddling
@@ -32,131 +23,19 @@ Pure functions over numpy arrays. Conventions, stated once:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import stats
-
-from harness import t_calibration as calibration
 
 CONFIDENCE = 0.95
 LEVEL_SLACK = 1e-12  # float slack when comparing an exact attained level with the level asked for
-WINDOW = calibration.CALIBRATION_WINDOW  # a calibrated interval covers within this of its stated level
-CALIBRATED_UP_TO = max(max(table) for table in calibration.NOMINAL_LEVELS.values())
 
 
-def _check_level(level: float) -> None:
+def check_level(level: float) -> None:
     if not 0.0 < level < 1.0:
         raise ValueError(f"a confidence level is a fraction in (0, 1) (got {level})")
-
-
-def _tabulated(table: Mapping[float, object], level: float) -> float | None:
-    """The tabulated level equal to ``level`` (within float slack), or None."""
-    return next((lv for lv in table if abs(lv - level) <= 1e-9), None)
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """The t interval's calibration at one stated level and pair count: the nominal level it is computed
-    at, its simulated coverage on the reference skewed law (on normal log ratios it covers the nominal level
-    exactly) and whether both lie within ``WINDOW`` of the stated level."""
-
-    stated: float
-    pairs: int
-    nominal: float
-    skewed_coverage: float
-    keeps: bool
-
-    @property
-    def attained(self) -> float:
-        """The lower of the two laws' coverages: what the interval attains at worst on the laws checked."""
-        return min(self.nominal, self.skewed_coverage)
-
-
-def t_calibration(pairs: int, level: float = CONFIDENCE) -> Calibration | None:
-    """The calibration of the t interval of ``pairs`` log ratios at the stated ``level``; None for a level
-    not calibrated or fewer than 2 pairs. Beyond the table's last count its nominal level is used: the
-    skewed law's shortfall only shrinks as pairs grow (the central limit theorem), which the tests check at
-    twice the table's last count."""
-    _check_level(level)
-    stated = _tabulated(calibration.NOMINAL_LEVELS, level)
-    if stated is None or pairs < 2:
-        return None
-    table = calibration.NOMINAL_LEVELS[stated]
-    nominal, skewed, _, keeps = table[min(pairs, max(table))]
-    return Calibration(stated, pairs, nominal, skewed, keeps)
-
-
-def t_min_pairs(level: float = CONFIDENCE) -> int | None:
-    """The fewest pairs from which the calibrated t interval keeps ``level`` at every larger count; None for
-    a level not calibrated (``harness.t_calibration`` holds 90% and 95%)."""
-    _check_level(level)
-    stated = _tabulated(calibration.NOMINAL_LEVELS, level)
-    if stated is None:
-        return None
-    table = calibration.NOMINAL_LEVELS[stated]
-    counts = sorted(table)
-    for index, n in enumerate(counts):
-        if all(table[m][3] for m in counts[index:]):
-            return n
-    return None
-
-
-def t_unkept_counts_text(level: float = CONFIDENCE) -> str:
-    """The pair counts at which no nominal level keeps ``level`` on both laws (the calibrated t interval is
-    insufficient there), in words: ``from 3 to 24 pairs`` at 95%; runs of counts joined by commas."""
-    _check_level(level)
-    stated = _tabulated(calibration.NOMINAL_LEVELS, level)
-    if stated is None:
-        return "at every count (the level is not calibrated)"
-    table = calibration.NOMINAL_LEVELS[stated]
-    unkept = sorted(n for n in table if not table[n][3])
-    runs: list[list[int]] = []
-    for n in unkept:
-        if runs and n == runs[-1][-1] + 1:
-            runs[-1].append(n)
-        else:
-            runs.append([n])
-    if not runs:
-        return "at no count"
-    words = [f"from {r[0]} to {r[-1]}" if len(r) > 1 else f"at {r[0]}" for r in runs]
-    return ", ".join(words) + " pairs"
-
-
-def reference_skewed(rng: np.random.Generator, shape: tuple[int, ...]) -> NDArray[np.float64]:
-    """Draws of the reference skewed law of log ratios (mean 0, unit-free: scale them to a spread)."""
-    return difference_of_delays(
-        rng, shape, calibration.REFERENCE_DELAY_SHAPE, calibration.REFERENCE_SCALE_RATIO
-    )
-
-
-# ----------------------------------------------------------------------------------- reference laws
-
-
-def delays_skewness(delay_shape: float, scale_ratio: float) -> float:
-    """Skewness of G1 − r·G2 for independent gamma(k, 1) delays G1, G2: cumulants κ2 = k(1 + r²) and
-    κ3 = 2k(1 − r³) give 2(1 − r³) / (√k (1 + r²)^1.5); two exponential delays (k = 1) reach at most 2."""
-    return 2.0 * (1.0 - scale_ratio**3) / (math.sqrt(delay_shape) * (1.0 + scale_ratio**2) ** 1.5)
-
-
-def delay_shape_for(skewness: float, scale_ratio: float) -> float:
-    """The gamma shape k at which G1 − r·G2 has the given skewness (the inverse of ``delays_skewness``)."""
-    if skewness <= 0:
-        raise ValueError(f"a skewed reference law needs a positive skewness (got {skewness})")
-    return (2.0 * (1.0 - scale_ratio**3) / (skewness * (1.0 + scale_ratio**2) ** 1.5)) ** 2
-
-
-def difference_of_delays(
-    rng: np.random.Generator, shape: tuple[int, ...], delay_shape: float, scale_ratio: float
-) -> NDArray[np.float64]:
-    """Draws of a paired log ratio as the difference of two arms' delays, centred: G1 − r·G2 − k(1 − r),
-    G1, G2 ~ gamma(k, 1) independent (mean 0, variance k(1 + r²), skewness ``delays_skewness(k, r)``)."""
-    first = rng.gamma(delay_shape, 1.0, shape)
-    second = rng.gamma(delay_shape, 1.0, shape)
-    return first - scale_ratio * second - delay_shape * (1.0 - scale_ratio)
 
 
 # ---------------------------------------------------------------------------------------------- pairs
@@ -197,7 +76,7 @@ def split_pairs(baseline: ArrayLike, arm: ArrayLike) -> PairSplit:
     return PairSplit(log_ratios=ratios[kept], kept=kept, both_failed=int((~kept).sum()))
 
 
-def _log_ratios(values: ArrayLike) -> NDArray[np.float64]:
+def log_ratios_of(values: ArrayLike) -> NDArray[np.float64]:
     x = np.asarray(values, dtype=float).ravel()
     if np.any(np.isnan(x)):
         raise ValueError(
@@ -262,151 +141,13 @@ class Interval:
         )
 
 
-def _not_computable(estimand: str, method: str, level: float, n: int, reason: str) -> Interval:
+def not_computable(estimand: str, method: str, level: float, n: int, reason: str) -> Interval:
     return Interval(estimand, method, math.nan, math.nan, math.nan, level, math.nan, n, False, reason)
 
 
-def t_log_bounds(
-    log_ratios: ArrayLike, level: float = CONFIDENCE
-) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
-    """Mean log ratio and its Student t bounds along the last axis (finite values, at least 2 per row)."""
-    x = np.asarray(log_ratios, dtype=float)
-    n = x.shape[-1]
-    mean = x.mean(axis=-1)
-    half = stats.t.ppf(0.5 + level / 2.0, n - 1) * x.std(axis=-1, ddof=1) / math.sqrt(n)
-    return mean, mean - half, mean + half
-
-
-def t_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
-    """The primary interval: Student t on the log ratios (n − 1 degrees of freedom) at the nominal level
-    calibrated for n pairs (``t_calibration``), mapped to reductions; the estimate is the geometric-mean
-    ratio as a reduction, 1 − exp(mean log ratio).
-
-    Its coverage is within 1.5 points of ``level`` for normal log ratios (exactly the nominal level) and on
-    the reference skewed law (simulated); ``attained_level`` is the lower of the two. At a count where no
-    nominal level does that, the interval is computed at the best nominal level found and is insufficient
-    (from 3 to 24 pairs at 95% on the committed runs' skewness; 2 pairs' 1-df interval is wide enough)."""
-    _check_level(level)
-    x = _log_ratios(log_ratios)
-    n = x.size
-    estimand = "geometric-mean reduction"
-    if n < 2:
-        method = "calibrated Student t interval of the mean log ratio"
-        return _not_computable(estimand, method, level, n, f"a t interval needs at least 2 pairs ({n} given)")
-    fitted = t_calibration(n, level)
-    nominal = level if fitted is None else fitted.nominal
-    method = (
-        f"calibrated Student t interval of the mean log ratio, {n - 1} df, at nominal level {nominal:.2%}"
-        + (
-            ""
-            if fitted is None
-            else f" (covers {fitted.nominal:.2%} of normal and {fitted.skewed_coverage:.2%} of reference "
-            f"skewed log ratios at {n} pairs)"
-        )
-    )
-    if not np.all(np.isfinite(x)):
-        reason = "a pair with one failed arm has an infinite log ratio: no mean, so no t interval"
-        return _not_computable(estimand, method, level, n, reason)
-    mean, low, high = (float(v) for v in t_log_bounds(x, nominal))
-    if fitted is None:
-        levels = " and ".join(f"{lv:.0%}" for lv in calibration.NOMINAL_LEVELS)
-        sufficient, reason, attained = False, f"the t interval is calibrated only at {levels}", math.nan
-    else:
-        sufficient, attained = fitted.keeps, fitted.attained
-        minimum = t_min_pairs(level)
-        reason = (
-            ""
-            if sufficient
-            else f"at {n} pairs no nominal level keeps {level:.0%} within {100 * WINDOW:.1f} points on the "
-            f"reference skewed law (skewness {calibration.REFERENCE_SKEWNESS:g}, the committed runs' upper "
-            f"end): the best covers {fitted.skewed_coverage:.1%} there"
-            + ("" if minimum is None else f"; sufficient from {minimum} pairs")
-        )
-    return Interval.of_logs(
-        estimand,
-        method,
-        mean,
-        low,
-        high,
-        level,
-        attained,
-        n,
-        sufficient,
-        reason,
-        nominal,
-    )
-
-
-def sign_test_rank(n: int, level: float = CONFIDENCE) -> tuple[int, float]:
-    """The order statistic k and the exact level of [x_(k), x_(n+1−k)] as an interval of the median.
-
-    x_(k) lies below the median unless at most k − 1 of n values do, so the interval covers with probability
-    1 − 2·P(B ≤ k − 1), B ~ binomial(n, ½), for any continuous law. k is the largest that attains ``level``;
-    when even the range (k = 1, level 1 − 2·0.5ⁿ) falls short, k = 1 with the level it attains."""
-    _check_level(level)
-    if n < 1:
-        return 0, 0.0
-    ranks = np.arange(1, (n + 1) // 2 + 1)
-    attained = 1.0 - 2.0 * stats.binom.cdf(ranks - 1, n, 0.5)
-    reaching = ranks[attained >= level - LEVEL_SLACK]
-    k = int(reaching.max()) if reaching.size else 1
-    return k, float(attained[k - 1])
-
-
-def _pairs_for_range(level: float) -> int:
+def pairs_for_range(level: float) -> int:
     """The fewest pairs whose range attains ``level`` as an interval of the median (6 at 95%)."""
     return max(1, math.ceil(math.log2(2.0 / (1.0 - level)) - 1e-9))
-
-
-def sign_log_bounds(
-    log_ratios: ArrayLike, level: float = CONFIDENCE
-) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], float]:
-    """Median log ratio, the order-statistic bounds along the last axis and their exact level."""
-    x = np.sort(np.asarray(log_ratios, dtype=float), axis=-1)
-    n = x.shape[-1]
-    k, attained = sign_test_rank(n, level)
-    with np.errstate(invalid="ignore"):  # a failed arm on each side (+∞ and −∞ in the middle): no median, nan
-        median = np.median(x, axis=-1)
-    return median, x[..., k - 1], x[..., n - k], attained
-
-
-def sign_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
-    """Distribution-free check: the exact order-statistic (sign-test) interval of the median reduction.
-
-    Exact for any continuous law of log ratios; infinities (one failed arm) rank at the ends, so it is
-    computable with failures. Sufficient when some pair of order statistics attains ``level`` (6 pairs at
-    95%); otherwise it gives the range with the level the range attains."""
-    _check_level(level)
-    x = _log_ratios(log_ratios)
-    n = x.size
-    estimand = "median reduction"
-    if n < 1:
-        return _not_computable(estimand, "order-statistic interval of the median", level, 0, "no pairs")
-    _, low_log, high_log, attained = sign_log_bounds(x, level)
-    k, _ = sign_test_rank(n, level)
-    method = (
-        f"order statistics {k} and {n + 1 - k} of {n} (sign test, binomial(n, 1/2)); "
-        "exact for any continuous law"
-    )
-    sufficient = attained >= level - LEVEL_SLACK
-    reason = (
-        ""
-        if sufficient
-        else f"{n} pairs: even their range attains only {attained:.2%}; "
-        f"{level:.0%} needs {_pairs_for_range(level)}"
-    )
-    return Interval(
-        estimand,
-        method,
-        float(np.median(to_reduction(x))),
-        float(to_reduction(high_log)),
-        float(to_reduction(low_log)),
-        level,
-        attained,
-        n,
-        sufficient,
-        reason,
-    )
 
 
 def signed_rank_null(n: int) -> NDArray[np.float64]:
@@ -429,7 +170,7 @@ def signed_rank_rank(n: int, level: float = CONFIDENCE) -> tuple[int, float]:
     """The Walsh-average order statistic k and the exact level of [W_(k), W_(M+1−k)], M = n(n+1)/2: it
     covers the centre with probability 1 − 2·P(T+ ≤ k − 1) for a continuous law symmetric about it. k is
     the largest that attains ``level``; when none does, k = 1 (the range) with the level it attains."""
-    _check_level(level)
+    check_level(level)
     if n < 1:
         return 0, 0.0
     cumulative = np.cumsum(signed_rank_null(n))
@@ -466,18 +207,18 @@ def hodges_lehmann_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) ->
     Exact for a continuous law symmetric about its centre; on a skewed law its estimand is the pseudo-median
     (the median of the mean of two pairs) and its coverage of it stays within a point of the attained level
     (94.3% at 95% on the exponential as n grows). Needs finite log ratios; sufficient from 6 pairs at 95%."""
-    _check_level(level)
-    x = _log_ratios(log_ratios)
+    check_level(level)
+    x = log_ratios_of(log_ratios)
     n = x.size
     estimand = "Hodges-Lehmann (pseudo-median) reduction"
     method = (
         "Hodges-Lehmann: median of Walsh averages; Wilcoxon signed-rank interval, exact null distribution"
     )
     if n < 1:
-        return _not_computable(estimand, method, level, 0, "no pairs")
+        return not_computable(estimand, method, level, 0, "no pairs")
     if not np.all(np.isfinite(x)):
         reason = "a pair with one failed arm has an infinite log ratio: Walsh averages are undefined"
-        return _not_computable(estimand, method, level, n, reason)
+        return not_computable(estimand, method, level, n, reason)
     centre, low_log, high_log, attained = hodges_lehmann_log_bounds(x, level)
     k, _ = signed_rank_rank(n, level)
     method += f", Walsh averages {k} and {n * (n + 1) // 2 + 1 - k} of {n * (n + 1) // 2}"
@@ -486,7 +227,7 @@ def hodges_lehmann_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) ->
         ""
         if sufficient
         else f"{n} pairs: even the widest Wilcoxon interval attains only {attained:.2%}; "
-        f"{level:.0%} needs {_pairs_for_range(level)}"
+        f"{level:.0%} needs {pairs_for_range(level)}"
     )
     return Interval.of_logs(
         estimand,
@@ -531,124 +272,3 @@ def control_verdict(interval: Interval, tolerance: float) -> str:
     if interval.low > tolerance or interval.high < -tolerance:
         return "outside"
     return "ambiguous"
-
-
-# -------------------------------------------------------------------------------- design diagnostics
-
-
-@dataclass(frozen=True)
-class OrderBalance:
-    """How many pairs ran the arm second and first, and a sentence saying so."""
-
-    arm_second: int
-    arm_first: int
-    text: str
-
-    @property
-    def balanced(self) -> bool:
-        return self.arm_second == self.arm_first
-
-
-def order_balance(arm_second: ArrayLike) -> OrderBalance:
-    """The order counts of the pairs as a sentence; an odd count cannot be balanced."""
-    second = np.asarray(arm_second, dtype=bool).ravel()
-    n_second, n_first = int(second.sum()), int((~second).sum())
-    total = n_second + n_first
-    if n_second == n_first:
-        text = f"{total} pairs: the arm ran second in {n_second} and first in {n_first} (balanced)"
-    else:
-        text = (
-            f"{total} pairs: the arm ran second in {n_second} and first in {n_first}, unbalanced by "
-            f"{abs(n_second - n_first)}; an order effect is not averaged out of the estimate"
-        )
-    return OrderBalance(n_second, n_first, text)
-
-
-# ------------------------------------------------------------------------------------ instability
-
-
-# Thresholds, argued from the house's measured noise: complete fits on one H200 gave a per-pair spread of
-# the log ratio of 5.4% to 9%, i.e. 3.8% to 6.4% per trial. Forty trials of a lognormal law at 6.4% have an
-# expected max/min of about exp(4.3 × 0.064) = 1.32 and a MAD/median of about 0.674 × 6.4% = 4.3%, so
-# 1.5 and 10% lie beyond the house's ordinary noise and catch the outliers of a loaded machine (one arm's
-# 14.9 to 140.4 s). CPU steal has one threshold, per trial, in ``harness.telemetry`` (STEAL_FLAG_SHARE).
-MAX_OVER_MIN_LIMIT = 1.5
-MAD_OVER_MEDIAN_LIMIT = 0.10
-
-
-@dataclass(frozen=True)
-class ArmSpread:
-    """An arm's spread over its finished trials: max/min and MAD/median (raw median absolute deviation over
-    the median); ``failed`` counts the trials without a figure (kept in the log and in every statistic)."""
-
-    arm: str
-    trials: int
-    failed: int
-    median: float
-    max_over_min: float
-    mad_over_median: float
-
-
-def arm_spread(arm: str, values: ArrayLike) -> ArmSpread:
-    """The spread of one arm's figures (non-finite: failed trials, counted, not measured)."""
-    x = np.asarray(values, dtype=float).ravel()
-    finished = x[np.isfinite(x)]
-    if finished.size == 0:
-        return ArmSpread(arm, x.size, x.size, math.nan, math.nan, math.nan)
-    median = float(np.median(finished))
-    mad = float(np.median(np.abs(finished - median)))
-    return ArmSpread(
-        arm, x.size, int(x.size - finished.size), median, float(finished.max() / finished.min()), mad / median
-    )
-
-
-@dataclass(frozen=True)
-class Flag:
-    """A warning that travels with the data: what, the figure, the threshold and a sentence."""
-
-    subject: str
-    kind: str
-    value: float
-    threshold: float
-    reason: str
-
-
-def instability_flags(
-    values_by_arm: Mapping[str, ArrayLike],
-    *,
-    load_1min: float | None = None,
-    cores: int | None = None,
-    max_over_min: float = MAX_OVER_MIN_LIMIT,
-    mad_over_median: float = MAD_OVER_MEDIAN_LIMIT,
-) -> tuple[Flag, ...]:
-    """Flags for unreliable figures: per arm, a max/min or MAD/median above its threshold; for the machine,
-    a 1-minute load average above its cores (CPU steal is read per trial: ``harness.telemetry``). Flags only
-    warn: every trial stays in the data."""
-    flags: list[Flag] = []
-    for arm, values in values_by_arm.items():
-        spread = arm_spread(arm, values)
-        if spread.max_over_min > max_over_min:
-            flags.append(
-                Flag(
-                    arm,
-                    "spread",
-                    spread.max_over_min,
-                    max_over_min,
-                    f"{arm}: max/min {spread.max_over_min:.2f} > {max_over_min:g}",
-                )
-            )
-        if spread.mad_over_median > mad_over_median:
-            flags.append(
-                Flag(
-                    arm,
-                    "mad",
-                    spread.mad_over_median,
-                    mad_over_median,
-                    f"{arm}: MAD/median {spread.mad_over_median:.1%} > {mad_over_median:.0%}",
-                )
-            )
-    if load_1min is not None and cores is not None and load_1min > cores:
-        flags.append(
-            Flag("machine", "load", load_1min, float(cores), f"1-minute load {load_1min:.2f} > {cores} cores")
-        )
-    return tuple(flags)

@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
-from harness.inference import CONFIDENCE, Interval
+from harness.inference import CONFIDENCE, Interval, check_level, log_ratios_of, pairs_for_range, to_reduction
 
 WINDOW = 0.015  # an interval's attained level may fall this far below the stated one
 LEVEL_SLACK = 1e-12
@@ -116,3 +116,50 @@ def median_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interva
         else f"{n} pairs: even their range attains only {attained:.2%}; {level:.0%} needs {min_pairs(level)}"
     )
     return Interval.of_logs(ESTIMAND, method, median, low, high, level, attained, n, sufficient, reason)
+
+
+# ------------------------------------------------------------- the sign test: exact levels, no interpolation
+
+
+def sign_test_rank(n: int, level: float = CONFIDENCE) -> tuple[int, float]:
+    """The largest k whose [x_(k), x_(n+1−k)] attains ``level`` (1, the range, where none does), and its
+    exact level as an interval of the median."""
+    check_level(level)
+    if n < 1:
+        return 0, 0.0
+    k, _ = _weights(n, level)
+    return k, float(exact_levels(n)[k - 1])
+
+
+def sign_log_bounds(
+    log_ratios: ArrayLike, level: float = CONFIDENCE
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], float]:
+    """Median log ratio, the sign test's order-statistic bounds along the last axis and their exact level."""
+    x = np.sort(np.asarray(log_ratios, dtype=float), axis=-1)
+    n = x.shape[-1]
+    k, attained = sign_test_rank(n, level)
+    with np.errstate(invalid="ignore"):  # +∞ and −∞ in the middle: no median, NaN
+        median = np.median(x, axis=-1)
+    return median, x[..., k - 1], x[..., n - k], attained
+
+
+def sign_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
+    """Distribution-free check: the exact sign-test interval of the median reduction, sufficient where some
+    pair of order statistics attains ``level`` (6 pairs at 95%); else the range at its own level."""
+    check_level(level)
+    x = log_ratios_of(log_ratios)
+    n = x.size
+    if n < 1:
+        return Interval(ESTIMAND, "sign test", *(math.nan,) * 3, level, math.nan, 0, False, "no pairs")
+    _, low, high, attained = sign_log_bounds(x, level)
+    k, _ = sign_test_rank(n, level)
+    method = f"order statistics {k} and {n + 1 - k} of {n} (sign test, binomial(n, 1/2)); exact for any continuous law"
+    sufficient = attained >= level - LEVEL_SLACK
+    short = (
+        f"{n} pairs: even their range attains only {attained:.2%}; {level:.0%} needs {pairs_for_range(level)}"
+    )
+    estimate = float(np.median(to_reduction(x)))
+    bounds = float(to_reduction(high)), float(to_reduction(low))
+    return Interval(
+        ESTIMAND, method, estimate, *bounds, level, attained, n, sufficient, "" if sufficient else short
+    )

@@ -3,17 +3,40 @@
 Each law draws pairs of unit spread (or near it) in run order, so a drift can alternate with the order.
 The median of each law is known (``median_of``), so a simulated interval's coverage can be counted.
 The skewed laws are a pair's log ratio as the difference of two arms' gamma delays at scales 1 and ½
-(``inference.difference_of_delays``); 1.1 is about the claim pairs' upper end (0.30, 95% to 1.13).
+(``difference_of_delays``); 1.1 is about the claim pairs' upper end (0.30, 95% to 1.13).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
 
-from harness.inference import delay_shape_for, difference_of_delays
+
+def delays_skewness(delay_shape: float, scale_ratio: float) -> float:
+    """Skewness of G1 − r·G2 for independent gamma(k, 1) delays G1, G2: cumulants κ2 = k(1 + r²) and
+    κ3 = 2k(1 − r³) give 2(1 − r³) / (√k (1 + r²)^1.5); two exponential delays (k = 1) reach at most 2."""
+    return 2.0 * (1.0 - scale_ratio**3) / (math.sqrt(delay_shape) * (1.0 + scale_ratio**2) ** 1.5)
+
+
+def delay_shape_for(skewness: float, scale_ratio: float) -> float:
+    """The gamma shape k at which G1 − r·G2 has the given skewness (the inverse of ``delays_skewness``)."""
+    if skewness <= 0:
+        raise ValueError(f"a skewed reference law needs a positive skewness (got {skewness})")
+    return (2.0 * (1.0 - scale_ratio**3) / (skewness * (1.0 + scale_ratio**2) ** 1.5)) ** 2
+
+
+def difference_of_delays(
+    rng: np.random.Generator, shape: tuple[int, ...], delay_shape: float, scale_ratio: float
+) -> NDArray[np.float64]:
+    """Draws of a paired log ratio as the difference of two arms' delays, centred: G1 − r·G2 − k(1 − r),
+    G1, G2 ~ gamma(k, 1) independent (mean 0, variance k(1 + r²), skewness ``delays_skewness(k, r)``)."""
+    first = rng.gamma(delay_shape, 1.0, shape)
+    second = rng.gamma(delay_shape, 1.0, shape)
+    return first - scale_ratio * second - delay_shape * (1.0 - scale_ratio)
+
 
 Law = Callable[[np.random.Generator, tuple[int, int]], NDArray[np.float64]]
 OUTLIER_SHARE = 0.05  # one pair in twenty has a hiccup ...

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from harness.calibration import parse_size, with_calibration
 from harness.env import gpu_snapshot
 from harness.errors import InputError
 from harness.formatting import format_bytes
@@ -307,8 +308,13 @@ def protocol_options(
             announce(f"arms: {arms} ({arms_why})")
     control = bool(values["control"])
     values["cpus"] = check_cpus(values["cpus"], values["order"])
+    if values["calibrate"] is not None:
+        if gpus > 1:
+            raise InputError("--calibrate times one process per trial; drop it or --gpus")
+        values["calibrate"] = parse_size(values["calibrate"])
+    parsed_arms = with_calibration(parse_arms(arms, control), values["calibrate"], values["warmup"])
     options = ProtocolOptions(
-        arms=parse_arms(arms, control), device=device, budget=budget_bytes, **{**values, "gpus": gpus}
+        arms=parsed_arms, device=device, budget=budget_bytes, **{**values, "gpus": gpus}
     )
     check_protocol(options)
     check_budget_fits(budget_bytes, device)

@@ -93,7 +93,8 @@ class ProtocolOptions:
     order: str = option(
         "alternate",
         "Arm order within pairs: alternate (AB, BA, …; a balanced Latin square for more arms), abba (AB, BA, "
-        "BA, AB, …) or random (seeded).",
+        "BA, AB, …), random (seeded) or duet (the arms at once, each on a share of the cores). Not given: duet "
+        "for worker trials with 4 worker cores per arm, else alternate.",
         choices=ORDERS,
     )
     seed: int = option(0, "Seed for data and random order.", low=0, high=MAX_SEED)
@@ -127,6 +128,11 @@ class ProtocolOptions:
         "Seconds to pause before each trial (GPU clocks settle between trials).",
         low=0,
         high=MAX_COOLDOWN,
+    )
+    calibrate: str | None = option(
+        None,
+        "Add a calibration arm: the baseline with a known host-side delay, e.g. 5% (of a baseline warm-up) or "
+        "2.5s; its recovered/known ratio shows whether the design biases.",
     )
     cpus: str = option(
         "auto",

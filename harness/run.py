@@ -26,6 +26,7 @@ import torch
 from harness import env
 from harness.codepaths import arm_files, what_ran
 from harness.console import ScheduleProgress, console, errors, print_flags, print_summary
+from harness.delay_check import ROLE as CALIBRATION_ROLE
 from harness.estimate import Estimate
 from harness.inference import CONFIDENCE
 from harness.options import InputError, check_devices_here, resolve_placement
@@ -370,8 +371,12 @@ class StoppingRule:
             decisions[str(arm)] = (decision.stop, decision.reason, half)
         settings = ClaimSettings.from_protocol(p)
         baseline = str(pairs["baseline_arm"].iloc[0]) if not pairs.empty else ""
-        claims = {a: d for a, d in decisions.items() if not settings.is_control(a, baseline)} or decisions
-        stop = (  # an A/A control's target does not hold a claim's stop
+        calibration = (
+            set(trials.loc[trials["role"] == CALIBRATION_ROLE, "arm"]) if "role" in trials else set()
+        )
+        mine = {a: d for a, d in decisions.items() if a not in calibration}  # recovered/known, no claim
+        claims = {a: d for a, d in mine.items() if not settings.is_control(a, baseline)} or mine
+        stop = (  # an A/A control's or a calibration arm's target does not hold a claim's stop
             budget_spent or rounds >= p.max_pairs or (bool(claims) and all(d[0] for d in claims.values()))
         )
         reason = (

@@ -12,8 +12,9 @@ Conventions, stated once (the methods themselves are ``harness.inference``'s):
 * Per claim, the primary figure is the median reduction with its order-statistic interval
   (``harness.intervals``; with ``--pairs auto``, the stopping rule's interval, ``harness.sequential``). A
   failure ranks slowest, so the estimand never switches. Beside it: the geometric-mean reduction with the
-  calibrated t interval (``gm_*``, the earlier primary), the sign-test interval and Hodges–Lehmann, each with
-  the level it attains; each arm's failure rate with its own interval (``harness.verdicts``).
+  calibrated t interval (``gm_*``, ``harness.gm_interval``), the sign-test interval and Hodges–Lehmann, each
+  with the level it attains; each arm's failure rate with its own interval (``harness.verdicts``).
+* A calibration arm is no claim: it is read as recovered/known (``harness.delay_check``).
 * Verdicts (``harness.verdicts`` states the words): against a bar, ``clears`` / ``fails`` / ``ambiguous``;
   without one, ``faster`` / ``slower`` / ``no difference detected``; an A/A control's arm (``<first>-control``)
   against ±tolerance, ``within`` / ``outside`` / ``ambiguous``; any of them ``insufficient`` when the
@@ -29,7 +30,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness import design_checks, inference, intervals, sequential, telemetry, verdicts
+from harness import design_checks, gm_interval, inference, intervals, sequential, verdicts
+from harness.delay_check import ROLE as CALIBRATION_ROLE
 
 CONFIDENCE = inference.CONFIDENCE
 CONTROL_SUFFIX = "-control"
@@ -135,17 +137,8 @@ def arm_table(trials: pd.DataFrame) -> pd.DataFrame:
 
 
 PAIR_COLUMNS = [
-    "case",
-    "round",
-    "order",
-    "baseline_arm",
-    "arm",
-    "baseline",
-    "candidate",
-    "reduction",
-    "log_ratio",
-    "arm_second",
-    "both_failed",
+    *("case", "round", "order", "baseline_arm", "arm", "baseline", "candidate", "reduction", "log_ratio"),
+    *("arm_second", "both_failed"),
 ]
 
 
@@ -226,7 +219,7 @@ class ClaimSettings:
         its ``--bar`` as the tolerance; beside other arms ``--bar`` is the claims' and ``--tolerance`` the
         control's."""
         control = bool(getattr(protocol, "control", False))
-        arms = tuple(getattr(protocol, "arms", ()))
+        arms = tuple(a for a in getattr(protocol, "arms", ()) if a.role != CALIBRATION_ROLE)
         tolerance = getattr(protocol, "tolerance", None)
         pure_control = control and len(arms) <= 2
         bar = protocol.bar
@@ -246,64 +239,24 @@ class ClaimSettings:
 
 
 CLAIM_COLUMNS = [
-    "case",
-    "arm",
-    "baseline_arm",
-    "kind",
-    "pairs",
-    "planned_pairs",
-    "both_failed",
-    "one_failed",
-    "estimate",
-    "ci_low",
-    "ci_high",
-    "ci_level",
-    "ci_attained",
-    "ci_nominal",
-    "ci_sufficient",
-    "ci_method",
-    "ci_reason",
-    "verdict_basis",
-    "gm_estimate",
-    "gm_low",
-    "gm_high",
-    "gm_attained",
-    "gm_sufficient",
-    "gm_method",
-    "gm_verdict",
-    "failed_trials",
-    "arm_trials",
-    "failure_rate",
-    "failure_low",
-    "failure_high",
-    "median",
-    "min",
-    "max",
-    "sign_low",
-    "sign_high",
-    "sign_attained",
-    "sign_sufficient",
-    "sign_method",
-    "hl_estimate",
-    "hl_low",
-    "hl_high",
-    "hl_attained",
-    "hl_sufficient",
-    "hl_method",
-    "bar",
-    "verdict",
-    "sign_verdict",
-    "hl_verdict",
-    "arm_second",
-    "arm_first",
-    "order_effect",
-    "order_low",
-    "order_high",
-    "order_reason",
-    "drift",
-    "drift_low",
-    "drift_high",
-    "drift_reason",
+    *("case", "arm", "baseline_arm", "kind", "pairs", "planned_pairs", "both_failed", "one_failed"),
+    *("estimate", "ci_low", "ci_high", "ci_level", "ci_attained", "ci_nominal", "ci_sufficient", "ci_method"),
+    *("ci_reason", "verdict_basis"),
+    *("gm_estimate", "gm_low", "gm_high", "gm_attained", "gm_sufficient", "gm_method", "gm_verdict"),
+    *("failed_trials", "arm_trials", "failure_rate", "failure_low", "failure_high", "median", "min", "max"),
+    *("sign_low", "sign_high", "sign_attained", "sign_sufficient", "sign_method"),
+    *("hl_estimate", "hl_low", "hl_high", "hl_attained", "hl_sufficient", "hl_method"),
+    *("bar", "verdict", "sign_verdict", "hl_verdict", "arm_second", "arm_first"),
+    *(
+        "order_effect",
+        "order_low",
+        "order_high",
+        "order_reason",
+        "drift",
+        "drift_low",
+        "drift_high",
+        "drift_reason",
+    ),
     "stopping",
 ]
 
@@ -402,8 +355,8 @@ def _claim_row(
         control, limit_percent = True, settings.tolerance_percent  # no bar: "equivalent within ±T?"
     limit = None if limit_percent is None else limit_percent / 100
     chosen, decision = primary_interval(x, settings)
-    gm = inference.t_interval(x, settings.level)
-    sign = inference.sign_interval(x, settings.level)
+    gm = gm_interval.t_interval(x, settings.level)
+    sign = intervals.sign_interval(x, settings.level)
     hl = inference.hodges_lehmann_interval(x, settings.level)
     failures = verdicts.failure_rate(trials, case, arm, settings.level)
     second = usable["arm_second"].to_numpy(dtype=bool)
@@ -485,9 +438,11 @@ def claim_table(
     if pairs.empty:
         return pd.DataFrame(columns=CLAIM_COLUMNS)
     trials = pd.DataFrame() if trials is None else trials
+    calibration = set(trials["arm"][trials["role"] == CALIBRATION_ROLE]) if "role" in trials else set()
     rows = [
         _claim_row(case, arm, group, trials, settings, planned_pairs, metric)
         for (case, arm), group in pairs.groupby(["case", "arm"], sort=False)
+        if arm not in calibration  # read as recovered/known (harness.calibration), never a claim
     ]
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
 
@@ -502,65 +457,6 @@ def secondary_claims(trials: pd.DataFrame, protocol: Any, metric: str) -> pd.Dat
     pairs = pair_table(trials, metric)
     planned = protocol.pairs if isinstance(protocol.pairs, int) else None
     return claim_table(pairs, ClaimSettings.from_protocol(protocol), planned, trials, metric)
-
-
-# ---------------------------------------------------------------------------------------------- flags
-
-
-def instability_flags(trials: pd.DataFrame, env: dict[str, Any] | None = None) -> list[inference.Flag]:
-    """Flags for figures made unreliable by their spread or their machine: per case and arm, the measured
-    trials' max/min and MAD/median (failed trials counted, not measured); the 1-minute load at the run's
-    start against its cores (``env``: ``load1_start``, ``cpu_logical``), and at each trial's start where the
-    trial rows carry it; the trials whose CPU steal passed the per-trial flag's share of the CPU time they
-    wanted (``telemetry.STEAL_FLAG_SHARE``: one rule for the trial and the run). Every trial stays in the data."""
-    flags: list[inference.Flag] = []
-    rows = measured(trials)
-    cases = list(dict.fromkeys(rows["case"])) if not rows.empty else []
-    for case in cases:
-        mine = rows[rows["case"] == case]
-        values = {
-            (f"{arm}" if len(cases) == 1 else f"{case} · {arm}"): group["effective"].to_numpy(dtype=float)
-            for arm, group in mine.groupby("arm", sort=False)
-        }
-        flags += inference.instability_flags(values)
-    env = env or {}
-    if env.get("load1_start") is not None and env.get("cpu_logical"):
-        flags += inference.instability_flags(
-            {}, load_1min=float(env["load1_start"]), cores=int(env["cpu_logical"])
-        )
-    if not rows.empty and "load1_start" in rows and "cpu_logical" in rows:
-        loaded = rows[
-            pd.to_numeric(rows["load1_start"], errors="coerce")
-            > pd.to_numeric(rows["cpu_logical"], errors="coerce")
-        ]
-        if len(loaded):
-            worst = float(pd.to_numeric(loaded["load1_start"]).max())
-            cores = int(pd.to_numeric(loaded["cpu_logical"]).iloc[0])
-            flags.append(
-                inference.Flag(
-                    "trials",
-                    "load",
-                    worst,
-                    float(cores),
-                    f"{len(loaded)} of {len(rows)} measured trials started with the 1-minute load above the "
-                    f"{cores} cores (at most {worst:.2f})",
-                )
-            )
-    if not rows.empty and "cpu_steal_share" in rows and "cpu_busy_share" in rows:
-        wanted = [telemetry.steal_of_wanted(row) for row in rows.to_dict("records")]  # None where unrecorded
-        stolen = [w for w in wanted if w is not None and w > telemetry.STEAL_FLAG_SHARE]
-        if stolen:
-            flags.append(
-                inference.Flag(
-                    "trials",
-                    "steal",
-                    max(stolen),
-                    telemetry.STEAL_FLAG_SHARE,
-                    f"{len(stolen)} of {len(rows)} measured trials had CPU steal above "
-                    f"{telemetry.STEAL_FLAG_SHARE:.0%} of the CPU time they wanted (at most {max(stolen):.1%})",
-                )
-            )
-    return flags
 
 
 def is_nan(value: Any) -> bool:

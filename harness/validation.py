@@ -22,7 +22,7 @@ from harness.schema import OptionError
 from harness.tables import ENV, LOG, PLAN, CorruptRunFolder, RunFolder
 from harness.trial import FIGURE_LIMIT
 
-ROLES = ("baseline", "candidate")
+ROLES = ("baseline", "candidate", "calibration")
 PHASES = ("warmup", "measured")
 STATUSES = ("ok", "error", "resource_failure")
 

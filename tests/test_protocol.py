@@ -388,7 +388,7 @@ def no_gc(monkeypatch) -> None:
 
 
 def test_pairs_auto_grows_look_by_look_until_the_precision(tmp_path: Path, no_gc) -> None:
-    """Log ratios ln 0.8 + 3%·z: the half-width at the looks' levels falls below 3 points at 14 pairs (the
+    """Log ratios ln 0.8 + 3%·z: the half-width at the looks' levels falls below 2 points at 14 pairs (the
     rule's own decision on the same numbers); the schedule grows from the first look's 6 pairs to each look
     (6, 10, 14, 20), the plan records every decision, and the claim reads the interval of the look it
     stopped at."""
@@ -396,20 +396,20 @@ def test_pairs_auto_grows_look_by_look_until_the_precision(tmp_path: Path, no_gc
     from harness.tier import Run
 
     x = [math.log(c / b) for b, c in zip(AUTO_FIGURES["baseline"], AUTO_FIGURES["candidate"], strict=True)]
-    expected = next(n for n in (6, 10, 14, 20) if should_stop(x[:n], 3.0).stop)
+    expected = next(n for n in (6, 10, 14, 20) if should_stop(x[:n], 2.0).stop)
     assert expected == 14
-    plan = plan_of("scripted", warmup=0, pairs="auto", precision=3.0, figures=AUTO_FIGURES)
+    plan = plan_of("scripted", warmup=0, pairs="auto", precision=2.0, figures=AUTO_FIGURES)
     assert len(plan.schedule) == 12  # the first look's 6 pairs
     folder = runner(tmp_path).start(plan).folder
     saved = Plan.from_json(folder.read_json(PLAN))
     assert sorted({t.round for t in saved.schedule}) == list(range(14))
     assert [(d["rounds"], d["stop"]) for d in saved.looks] == [(6, False), (10, False), (14, True)]
     assert saved.looks[-1]["reason"] == "every claim's precision reached"
-    assert saved.looks[-1]["claims"]["candidate"]["half_width"] <= 3.0
+    assert saved.looks[-1]["claims"]["candidate"]["half_width"] <= 2.0
     assert len([r for r in folder.rows() if r["phase"] == "measured"]) == 28
     claim = Run.load(folder).summaries.claims.iloc[0]
     assert "look 3 of [6, 10, 14, 20]" in claim["ci_method"] and claim["ci_sufficient"]
-    assert 100 * (claim["ci_high"] - claim["ci_low"]) / 2 <= 3.0
+    assert 100 * (claim["ci_high"] - claim["ci_low"]) / 2 <= 2.0
     # a resume of a cut run continues the same sequence: the decided looks are not taken again
     log = folder.file(LOG)
     log.write_text("".join(log.read_text().splitlines(keepends=True)[:17]))
@@ -425,7 +425,7 @@ def test_pairs_auto_grown_after_a_resumes_warmup_reads_back_and_resumes(tmp_path
     its next read: 'schedule[19].index is 20, not 19'). The folder reads back, reports and resumes."""
     from harness.tier import Run
 
-    plan = plan_of("scripted", warmup=1, pairs="auto", precision=3.0, figures=AUTO_FIGURES)
+    plan = plan_of("scripted", warmup=1, pairs="auto", precision=2.0, figures=AUTO_FIGURES)
     folder = runner(tmp_path).start(plan).folder
     log = folder.file(LOG)
     log.write_text("".join(log.read_text().splitlines(keepends=True)[:5]))  # the warm-up and two pairs
@@ -489,7 +489,7 @@ def test_an_aa_controls_target_does_not_hold_a_claims_stop(tmp_path: Path, no_gc
     noisy = [10.0 * math.exp(0.3 * z) for z in reversed(NOISE)]
     figures = {**AUTO_FIGURES, "baseline-control": noisy}
     plan = plan_of(
-        "scripted", warmup=0, pairs="auto", precision=3.0, arms=arms, control=True, figures=figures
+        "scripted", warmup=0, pairs="auto", precision=2.0, arms=arms, control=True, figures=figures
     )
     folder = runner(tmp_path).start(plan).folder
     saved = Plan.from_json(folder.read_json(PLAN))

@@ -22,6 +22,8 @@ from tests.runfolders import only_run
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+
+
 # Pages other helpers write from the option schema and the run-folder format; linked before they land.
 def load_index():
     """scripts/reports_index.py, the generator of reports/index.md and the README's headline table."""

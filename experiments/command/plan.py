@@ -8,6 +8,7 @@ import string
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from harness.calibration import runs_as
 from harness.options import InputError
 from harness.protocol import Arm, Case, Plan, ProtocolOptions
 from harness.schema import check_fields, option, require
@@ -97,6 +98,8 @@ def check_settings(settings: CommandSettings, protocol: ProtocolOptions) -> None
             )
     if settings.unit is not None and settings.figure is None:
         raise InputError("--unit names the unit of a --figure; a wall time is in seconds: drop --unit")
+    if settings.figure is not None and any(arm.role == "calibration" for arm in protocol.arms):
+        raise InputError("--calibrate delays the command's wall time, not a --figure it prints; drop one")
     check_fields(settings)
     if protocol.gpus > 1:
         raise InputError(
@@ -111,8 +114,9 @@ def arm_code(case: Case, argv: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     baseline = expand(argv, case.arms[0])
     out: dict[str, dict[str, Any]] = {}
     for position, arm in enumerate(case.arms):
-        line = expand(argv, arm)
-        same = position > 0 and line == baseline and arm.label != f"{case.arms[0].label}-control"
+        line = expand(argv, runs_as(arm))
+        twin = arm.label == f"{case.arms[0].label}-control" or arm.role == "calibration"
+        same = position > 0 and line == baseline and not twin
         out[arm.label] = {
             "spec": arm.spec,
             "runs": f"`{shlex.join(line)}`",

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.command.plan import CommandSettings, expand, figure_pattern
+from harness.calibration import delay_seconds, inject, runs_as
 from harness.placement import Placement, worker_environment
 from harness.process_usage import USAGE_KEY, ProcessUsage, reap
 from harness.protocol import Plan, TrialContext, TrialFunction
@@ -76,11 +77,14 @@ def run_command(
     timeout_s: float | None,
     cores: frozenset[int] | None,
     cancel: threading.Event | None = None,
-) -> tuple[float, ProcessUsage, int | str]:
-    """Run ``argv`` to its end: (wall seconds, its whole life's CPU usage, its exit status or why it was stopped).
+    delay_s: float | None = None,
+) -> tuple[float, ProcessUsage, int | str, dict[str, float]]:
+    """Run ``argv`` to its end: (wall seconds, its whole life's CPU usage, its exit status or why it was
+    stopped, the calibration delay's figure).
 
     The command is moved onto ``cores`` as soon as it has started (it inherits the parent's core until then).
     It is stopped past ``timeout_s`` seconds, or once ``cancel`` is set (a duet filler called off).
+    A calibration arm's ``delay_s`` is slept after the command exits, before the clock is read.
     """
     stopped: list[str] = []
     with open(log_path, "ab") as output:
@@ -103,6 +107,7 @@ def run_command(
         watcher.start()
         try:
             os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)  # blocks until it has exited
+            injected = inject(delay_s)
             seconds = time.perf_counter() - started
             usage = reap(process)
         except BaseException:
@@ -113,7 +118,7 @@ def run_command(
             exited.set()
             with _live_lock:
                 _live.discard(process)
-    return seconds, usage, stopped[0] if stopped else process.returncode
+    return seconds, usage, stopped[0] if stopped else process.returncode, injected
 
 
 def _stop_when(
@@ -151,20 +156,24 @@ def trial_function(plan: Plan) -> TrialFunction:
         logs.mkdir(exist_ok=True)
         log_path = logs / f"{ctx.trial.index}.log"
         log_path.unlink(missing_ok=True)  # a resumed trial's log starts empty
+        arm = runs_as(ctx.arm)  # a calibration arm runs the baseline's command
         env = {
             **os.environ,
-            "BENCH_ARM": ctx.arm.label,
-            "BENCH_ARM_SPEC": ctx.arm.spec,
+            "BENCH_ARM": arm.label,
+            "BENCH_ARM_SPEC": arm.spec,
             "BENCH_SEED": str(ctx.seed),
             "BENCH_TRIAL": str(ctx.trial.index),
             **(worker_environment(ctx.placement) if ctx.placement is not None else {}),
         }
         cores = _cores(ctx.placement)
-        argv = expand(settings.argv, ctx.arm)
-        seconds, usage, code = run_command(argv, env, log_path, settings.timeout, cores, ctx.cancel)
+        argv = expand(settings.argv, arm)
+        delay = delay_seconds(ctx.arm, ctx.run_dir, ctx.case.label)
+        seconds, usage, code, injected = run_command(
+            argv, env, log_path, settings.timeout, cores, ctx.cancel, delay
+        )
         if code != 0:
             raise CommandFailed(f"the command {_ended(code)}: {_tail(log_path)}")
-        figures: dict[str, Any] = {"command_seconds": round(seconds, 6), USAGE_KEY: asdict(usage)}
+        figures: dict[str, Any] = {"command_seconds": round(seconds, 6), USAGE_KEY: asdict(usage), **injected}
         if pattern is None:
             return {"value": round(seconds, 6), **figures}
         return {"value": _figure(pattern, log_path), **figures}

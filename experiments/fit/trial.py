@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.fit.plan import PREPARE_TARGET, PREPARE_TIMEOUT_S, RANK_TARGET, WORKER_TARGET, FitSettings
+from harness.calibration import delay_seconds
 from harness.isolation import RANK_ENVIRONMENT, WorkerDied, WorkerError, run_in_ranks, run_in_worker
 from harness.options import InputError
 from harness.protocol import Plan, TrialContext, TrialFunction
@@ -74,6 +75,7 @@ def trial_function(plan: Plan) -> TrialFunction:
             "data_yaml": data_yaml,
             "arm_spec": ctx.arm.spec,
             "arm_params": ctx.arm.params,
+            "delay_s": delay_seconds(ctx.arm, ctx.run_dir, ctx.case.label),  # a calibration arm's
             "device": ctx.device,
             "budget": plan.protocol.budget,
             "data_seed": plan.protocol.seed,

@@ -16,6 +16,7 @@ from typing import Any
 
 from experiments.fit.fitting import arm_optimizer_factory, fit_figures, prepare_device
 from experiments.fit.plan import FitSettings
+from harness.calibration import inject
 from harness.isolation import die_with_parent
 from harness.safe_fs import remove_tree
 from harness.timing import NullClock, StageClock, SyncTimer, read_peaks, reset_peaks
@@ -74,5 +75,8 @@ def run_fit(payload: dict[str, Any]) -> dict[str, Any]:
         clock.start()
         result = fit()
         clock.mark("other")
+        injected = inject(
+            payload.get("delay_s")
+        )  # a calibration arm's delay, after the last checkpoint (a sync)
     peak_allocated, peak_reserved = read_peaks(device)
-    return fit_figures(settings, result, timer.seconds, peak_allocated, peak_reserved, clock)
+    return {**fit_figures(settings, result, timer.seconds, peak_allocated, peak_reserved, clock), **injected}

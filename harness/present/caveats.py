@@ -10,6 +10,7 @@ from harness.formatting import (
     format_percent_range,
     method_label,
 )
+from harness.instability import run_flags as instability_flags
 from harness.markdown import code
 from harness.present.run_view import (
     LoadedRun,
@@ -23,7 +24,7 @@ from harness.present.run_view import (
 )
 from harness.protocol import scheduled_done, warmup_sequences
 from harness.report_env import resumed_at_other_code, resumed_elsewhere
-from harness.stats import disagreeing_checks, instability_flags
+from harness.stats import disagreeing_checks
 from harness.tier import Caveat
 
 

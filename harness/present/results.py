@@ -17,6 +17,7 @@ from harness.formatting import (
     is_missing,
     method_label,
 )
+from harness.instability import run_flags as instability_flags
 from harness.markdown import code
 from harness.planning import plan_rows
 from harness.present.model import STATISTICS_DOC, Section, Table
@@ -32,7 +33,7 @@ from harness.present.run_view import (
     plan_ordered,
 )
 from harness.protocol import Plan
-from harness.stats import disagreeing_checks, finished, instability_flags
+from harness.stats import disagreeing_checks, finished
 
 PEAKS = ("peak_allocated", "peak_reserved")
 
