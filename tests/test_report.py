@@ -437,20 +437,20 @@ def test_both_failed_pairs_are_left_out_and_counted_in_the_report(tmp_path: Path
 
 
 def test_checks_that_disagree_with_the_primary_are_said(tmp_path: Path) -> None:
-    """Six clear pairs: the median's interval clears the bar, the old calibrated t is insufficient at 6 pairs
-    (the primary changed from it: this test's first form had the two the other way round)."""
+    """Ten clear pairs, one with a hiccup (13 s against 10): the median's interval clears the 8% bar, the
+    geometric-mean t and Hodges-Lehmann, widened by the hiccup (the t to [5.9%, 25.0%]), are ambiguous."""
     figures = {
-        "baseline": [10.0, 10.1, 9.9, 10.0, 10.05, 9.95],
-        "candidate": [8.0, 8.1, 7.9, 8.05, 7.95, 8.0],
+        "baseline": [10.0, 10.1, 9.9, 10.0, 10.05, 9.95, 10.0, 10.1, 9.9, 10.0],
+        "candidate": [8.0, 8.1, 7.9, 8.05, 7.95, 8.0, 8.1, 7.9, 8.05, 13.0],
     }
-    folder = run_folder(tmp_path, make_plan(pairs=6, warmup=0), scripted(figures))
+    folder = run_folder(tmp_path, make_plan(pairs=10, warmup=0), scripted(figures))
     text = write([folder]).read_text(encoding="utf-8")
     assert (
-        "checks disagree: for candidate vs baseline the primary says clears, the geometric-mean t insufficient."
-        in text
+        "checks disagree: for candidate vs baseline the primary says clears, the geometric-mean t ambiguous, "
+        "Hodges-Lehmann ambiguous." in text
     )
-    assert "The checks disagree: the geometric-mean t says insufficient" in text
-    assert "| 3 / 3 (balanced) |" in text
+    assert "The checks disagree: the geometric-mean t says ambiguous ([5.88%, 24.98%]" in text
+    assert "| 5 / 5 (balanced) |" in text
 
 
 def test_a_sign_test_that_disagrees_with_the_primary_is_said(tmp_path: Path, capsys) -> None:
@@ -796,13 +796,13 @@ def test_an_auto_run_states_its_stopping_rule_and_looks(tmp_path: Path, no_gc) -
     arms = (Arm("baseline", "baseline", "baseline"), Arm("candidate", "candidate", "candidate"))
     plan = Plan(
         tier="fixture",
-        protocol=ProtocolOptions(arms, warmup=0, pairs="auto", precision=3.0, bar=8.0),
+        protocol=ProtocolOptions(arms, warmup=0, pairs="auto", precision=2.0, bar=8.0),
         unit="s",
         metric="whole-fit wall time",
         cases=[Case("yolo26n", {}, arms)],
     )
     text = write([run_folder(tmp_path, plan, scripted(AUTO_FIGURES))]).read_text(encoding="utf-8")
-    assert "Stopping rule (`--pairs auto --precision 3`): at pre-set looks [6, 10, 14, 20]" in text
+    assert "Stopping rule (`--pairs auto --precision 2`): at pre-set looks [6, 10, 14, 20]" in text
     assert "Looks taken: 6 pairs: precision not reached by every claim;" in text
     assert "14 pairs: every claim's precision reached." in text
     assert "| 14 of auto (≤ 20) |" in text and "stopping-rule order-statistic" in text
