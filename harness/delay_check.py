@@ -3,8 +3,9 @@
 A calibration arm is the baseline with a known host-side delay of D seconds per trial, run in the same
 schedule. Each pair gives the delay the design saw, arm time − baseline time. Their median over D is the
 recovered/known ratio, with the primary's order-statistic interval (``harness.intervals``) on the same
-differences, so its coverage is that interval's. A ratio whose interval holds 1 shows no bias at that size;
-a duet's mutual slow-down, for one, reads below 1.
+differences, so its coverage is that interval's. A ratio whose interval holds 1 shows no bias at that size.
+An interval inside 1 ± ``MARGIN`` also counts as recovered: a fixed exec overhead of a few tenths of a
+millisecond can exclude 1 from a very narrow interval. A duet's mutual slow-down, for one, reads below 1.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from harness.inference import CONFIDENCE
 
 ROLE = "calibration"  # the calibration arm's role (``harness.calibration`` makes the arm)
 FIGURE = "injected_s"  # its rows' figure: the sleep each trial measured, the known size
+MARGIN = 0.1  # an interval inside 0.9-1.1 is recovered even where it misses 1 (the issue's target band)
 
 
 @dataclass(frozen=True)
@@ -40,8 +42,8 @@ def recovered(
 ) -> Recovered:
     """The recovered/known ratio of a known delay from paired trial times (seconds; a failed trial is NaN or
     ∞ and leaves its pair out). ``known_seconds``: one delay, or one per pair (NaN: not known, left out).
-    ``verdict``: ``recovered`` (the interval holds 1), ``biased`` (it does not) or ``insufficient`` (too few
-    pairs for the stated level)."""
+    ``verdict``: ``recovered`` (the interval holds 1 or lies inside 1 ± ``MARGIN``), ``biased`` (else) or
+    ``insufficient`` (too few pairs for the stated level)."""
     b, c = np.asarray(baseline, dtype=float).ravel(), np.asarray(delayed, dtype=float).ravel()
     if b.shape != c.shape:
         raise ValueError(f"need one time per pair from each arm (got {b.size} and {c.size})")
@@ -56,7 +58,8 @@ def recovered(
     if not intervals.keeps_level(attained, level):
         verdict = "insufficient"
     else:
-        verdict = "recovered" if low <= 1.0 <= high else "biased"
+        inside = 1.0 - MARGIN <= low and high <= 1.0 + MARGIN
+        verdict = "recovered" if low <= 1.0 <= high or inside else "biased"
     return Recovered(float(median), float(low), float(high), attained, int(ratio.size), verdict)
 
 

@@ -68,7 +68,7 @@ def test_a_new_statistic_lands_in_a_long_table_with_no_edit_to_the_writer() -> N
 
 
 def test_every_field_the_protocol_writes_in_a_log_row_is_documented() -> None:
-    from harness.protocol import PROTOCOL_FIELDS
+    from harness.trial import PROTOCOL_FIELDS
 
     declared = set(folder_format.TRIAL_COLUMNS)
     head = ["index", "case", "phase", "round", "slot", "order", "arm", "role", "spec"]  # protocol.row_head
