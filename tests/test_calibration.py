@@ -118,3 +118,14 @@ def test_a_calibration_arm_is_not_called_the_baseline_s_code() -> None:
     arms = (base, Arm("candidate", "candidate", "candidate"), calibration.calibration_arm(base, "1s"))
     code = arm_code([Case("c", {}, arms)], "cpu")
     assert code["calibration"]["same_path_as_baseline"] is None
+
+
+@needs_sleep
+def test_the_report_states_the_calibration_reading_and_the_estimand(tmp_path: Path) -> None:
+    argv = ["command", "--arms", "0.2,0.25", "--pairs", "5", "--warmup", "0", "--calibrate", "0.05s"]
+    assert main([*argv, "--out", str(tmp_path), "--quiet", "--", "sleep", "{arm}"]) == 0
+    folder = only_folder(tmp_path)
+    (reading,) = delay_check.readings(RunFolder.open(folder).trials())
+    report = (folder / "report.md").read_text("utf-8")
+    assert f"- {reading.text}." in report
+    assert "Estimand: the reduction with each arm alone on the machine, in alternating order" in report

@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.design import estimand
 from harness.formatting import format_bytes, format_limit, is_missing
 from harness.markdown import NOT_RECORDED, code, when
 from harness.present.model import STATISTICS_DOC, Section
@@ -127,6 +128,7 @@ def protocol_section(run: LoadedRun) -> Section:
             else "This run predates whole-pair stops and warm-ups after a resume: a `--stop-after` slice or a "
             "resume could fall between the two trials of a pair, with no warm-up after it."
         ),
+        f"Estimand: {estimand(p.order)}.",
         f"Isolation: {plan.isolation or NOT_RECORDED}.",
         f"Timed region: {plan.timed_region or 'not stated by the tier'}.",
         f"Device: {code(p.device)}; memory budget: {budget}; seed {p.seed} (shared by the arms of a pair "
