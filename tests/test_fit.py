@@ -301,34 +301,18 @@ def test_a_killed_run_resumes_with_only_the_rest(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_stop_after_stops_between_pairs_and_resume_finishes(tmp_path: Path, capsys) -> None:
-    """--stop-after 1: the first pair runs whole (nothing to estimate from), the second would overrun: a clean
-    stop between the pairs, never between a pair's two trials."""
-    assert (
-        main(
-            [
-                "pair",
-                *TINY,
-                "--warmup",
-                "0",
-                "--pairs",
-                "2",
-                "--stop-after",
-                "1",
-                "--out",
-                str(tmp_path),
-                "--no-report",
-            ]
-        )
-        == 130
-    )
+def test_stop_after_stops_before_a_first_fit_too_long_and_resume_finishes(tmp_path: Path, capsys) -> None:
+    """--stop-after 1: the untimed first fit alone runs past it, so its worker is ended and nothing is logged;
+    the resume runs every trial (pairs stopped between: ``test_first_estimate``)."""
+    argv = ["pair", *TINY, "--warmup", "0", "--pairs", "2", "--stop-after", "1", "--out", str(tmp_path)]
+    assert main([*argv, "--no-report"]) == 130
     folder = only_run(tmp_path)
-    assert [r["index"] for r in folder.rows()] == [0, 1]
-    assert "stopping before pair 2 (trial 3–4 of 4) (candidate-cpu, baseline" in capsys.readouterr().err
-    assert not (folder.path / "trials" / "2.log").exists()  # the second pair never started
+    assert folder.rows() == []
+    assert "stopping before the first trial: it alone runs past --stop-after" in capsys.readouterr().err
+    assert not (folder.path / "probe").exists()
     assert main(["pair", "--resume", str(folder.path), "--quiet", "--no-report"]) == 0
     assert sorted(r["index"] for r in folder.rows() if r["phase"] == "measured") == [0, 1, 2, 3]
-    assert [r["warmup_reason"] for r in folder.rows() if r["phase"] == "warmup"] == ["resume"]
+    assert [r["phase"] for r in folder.rows()] == ["measured"] * 4  # an empty log resumes as a fresh start
 
 
 @pytest.mark.parametrize(
