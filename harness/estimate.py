@@ -131,6 +131,7 @@ def probe_first(
     by_deadline = None if deadline is None else max(deadline - time.monotonic(), 0.0)
     limits = [x for x in (by_budget, by_deadline) if x is not None]
     run_dir = folder.path if keep else folder.path / "probe"
+    run_dir.mkdir(exist_ok=True)
     time.sleep(plan.protocol.cooldown)
     on_start(first)
     try:

@@ -90,3 +90,14 @@ def test_stop_after_stops_between_pairs_never_inside_one(tmp_path: Path) -> None
     with pytest.raises(PlannedStop, match="stopping before pair 2"):
         runner(tmp_path, stop_after=7.0).start(plan)
     assert [r["round"] for r in only_run(tmp_path).rows()] == [0, 0]
+
+
+def test_a_worker_tier_probe_runs_the_command_and_is_held_to_the_budget(tmp_path: Path, capsys) -> None:
+    """The first trial is measured (no warm-up), so the probe runs apart, in its own folder: a 2 s command
+    against a budget of 1 s for 2 trials is cut at 0.5 s and refused."""
+    out = tmp_path / "runs"
+    argv = ["command", "--arms", "2,3", "--warmup", "0", "--pairs", "1", "--time-budget", "1", "--quiet"]
+    assert main([*argv, "--no-report", "--out", str(out), "--", "sleep", "{arm}"]) == 2
+    err = capsys.readouterr().err
+    assert "over the time budget of 1 s" in err and "the first trial alone ran past 0.5 s" in err, err
+    assert not out.exists() or not any(out.iterdir())
