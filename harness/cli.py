@@ -182,8 +182,8 @@ SHARED = (
         "time_budget",
         float | None,
         _default("time_budget"),
-        "Seconds the run may take (default: 3600 on the CPU, none on a GPU); a longer plan stops after its first "
-        "trial, exit 2. With --pairs auto: stop at the next pair boundary once the log's trials would pass it.",
+        "Seconds the run may take (default: 3600 on the CPU, none on a GPU); a longer plan is refused before its "
+        "first trial, exit 2. With --pairs auto: stop at the next pair boundary once the log's trials would pass it.",
     ),
     Shared(
         "cpus",
@@ -217,7 +217,7 @@ RUN = (
         "stop_after",
         float | None,
         None,
-        "Stop cleanly (exit 130) before a trial that would not end within this many seconds of the command's start (estimated from the log); continue with --resume.",
+        "Stop cleanly (exit 130) before a trial that would not end within this many seconds of the command's start (estimated from the log, or an untimed first trial); continue with --resume.",
     ),
     Shared("quiet", bool, False, "No live progress bar: one plain line per trial (for CI logs).", "--quiet"),
     Shared(
