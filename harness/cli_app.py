@@ -49,7 +49,7 @@ class RunArgs:
     stop_after: float | None = option(
         None,
         "Stop cleanly (exit 130) before a trial that would not end within this many seconds of the command's "
-        "start (estimated from the log); continue with --resume.",
+        "start (estimated from the log, or an untimed first trial); continue with --resume.",
         check=_stop_after,
     )
     quiet: bool = option(

@@ -17,7 +17,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from harness.codepaths import verdict_shown, what_ran
-from harness.eta import seconds_left
+from harness.estimate import seconds_left
 from harness.formatting import (
     format_interval,
     format_percent,

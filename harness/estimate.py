@@ -1,16 +1,33 @@
-"""No surprise durations: once the first trial has run (an untimed warm-up where the plan has one), the run's
-remaining time is estimated from the log and said; a plan over its time budget stops there, with one line.
+"""No surprise durations: a run's time is estimated before its first trial and said.
 
-The budget is ``--time-budget`` seconds, else ``DEFAULT_CPU_BUDGET_S`` on the CPU (none on a GPU). With
-``--pairs auto`` the stopping rule spends the budget instead. A resume is never refused: its plan was accepted.
+Nothing in the log yet, so the first scheduled trial runs once, untimed, as a probe. A scheduled warm-up is
+the probe itself and is logged once the plan is accepted; any other probe is discarded. The budget is
+``--time-budget`` seconds, else ``DEFAULT_CPU_BUDGET_S`` on the CPU (none on a GPU, none with ``--pairs auto``:
+its stopping rule spends the budget). A plan over it is refused before any trial is logged (exit 2). The probe
+never runs past the budget's share of one trial, nor past ``--stop-after``: a first trial that alone would
+overrun it stops the run there, as a stop does. A resume is never refused: its plan was accepted.
 """
 
 from __future__ import annotations
 
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from harness.errors import InputError
-from harness.protocol import CONCURRENT_ORDERS, Plan, ScheduledTrial, estimated_seconds, pending
+from harness.placement import Placement
+from harness.protocol import (
+    CONCURRENT_ORDERS,
+    Plan,
+    PlannedStop,
+    ScheduledTrial,
+    estimated_seconds,
+    run_trial,
+)
 from harness.tables import RunFolder
 
 DEFAULT_CPU_BUDGET_S = 3600.0  # one hour: a CPU run longer than this must be asked for (--time-budget)
@@ -18,6 +35,10 @@ DEFAULT_CPU_BUDGET_S = 3600.0  # one hour: a CPU run longer than this must be as
 
 class OverBudget(InputError):
     """A plan whose estimated duration is over its time budget (exit 2, one line)."""
+
+
+class TimeLimit(KeyboardInterrupt):
+    """The probe ran past its limit (``time_limit``)."""
 
 
 def budget_of(plan: Plan) -> float | None:
@@ -30,47 +51,112 @@ def budget_of(plan: Plan) -> float | None:
     return DEFAULT_CPU_BUDGET_S if protocol.device == "cpu" else None
 
 
-def remaining_seconds(plan: Plan, todo: list[ScheduledTrial], rows: list[dict[str, Any]]) -> float:
-    """The pending trials' time by the log (each arm's longest trial), with cool-downs; a duet round once."""
-    cooldown = plan.protocol.cooldown
-    rounds: dict[tuple[str, int, str], float] = {}
+def seconds_left(plan: Plan, rows: list[dict[str, Any]]) -> float | None:
+    """The unlogged trials' time, each as long as the log says (``estimated_seconds``), with cool-downs.
+
+    A concurrent order's measured round costs its longest trial. None while no trial is timed.
+    """
+    if not any(r.get("trial_seconds") is not None for r in rows):
+        return None
+    logged = {int(r["index"]) for r in rows if r.get("index") is not None}
+    together = plan.protocol.order in CONCURRENT_ORDERS
+    rounds: dict[tuple[str, int], float] = {}
     total = 0.0
-    for trial in todo:
-        seconds = cooldown + estimated_seconds(trial, rows)
-        if trial.phase == "measured" and plan.protocol.order in CONCURRENT_ORDERS:
-            key = (trial.case, trial.round, trial.phase)
-            rounds[key] = max(rounds.get(key, 0.0), seconds)
+    for trial in plan.schedule:
+        if trial.index in logged:
+            continue
+        cost = plan.protocol.cooldown + estimated_seconds(trial, rows)
+        if together and trial.phase == "measured":
+            rounds[(trial.case, trial.round)] = max(rounds.get((trial.case, trial.round), 0.0), cost)
         else:
-            total += seconds
+            total += cost
     return total + sum(rounds.values())
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """``45 s``, ``12 min``, ``3.5 h``."""
     if seconds < 120:
         return f"{seconds:.0f} s"
     return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
-class Estimate:
-    """Said once, before the second trial: the remaining time; ``OverBudget`` where it is over the budget."""
+@contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise ``TimeLimit`` after ``seconds`` (SIGALRM); no limit off the main thread or without a figure."""
+    if seconds is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
 
-    def __init__(self, plan: Plan, say: Any, fresh: bool) -> None:
-        self.plan, self.say, self.fresh, self.said = plan, say, fresh, False
+    def ring(signum: int, frame: Any) -> None:
+        raise TimeLimit
 
-    def __call__(self, folder: RunFolder) -> None:
-        if self.said:
-            return
-        todo, rows = list(pending(self.plan, folder)), folder.rows()
-        if not todo or not any(r.get("trial_seconds") is not None for r in rows):
-            return
-        self.said = True
-        seconds = remaining_seconds(self.plan, todo, rows)
-        trials = f"{len(todo)} trial" + ("" if len(todo) == 1 else "s")
-        self.say(f"estimated: about {_duration(seconds)} more for {trials} (from the log's first)")
-        budget = budget_of(self.plan)
-        if self.fresh and budget is not None and seconds > budget:
-            raise OverBudget(
-                f"the plan would take about {_duration(seconds)}, over the time budget of {_duration(budget)}: "
-                f"shorten it (fewer --pairs, --steps or cases) or give --time-budget {seconds * 1.2:.0f}; "
-                f"{folder.path} holds the first trial (--resume it to run the rest anyway)"
-            )
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-4))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _over(plan: Plan, how_long: str, budget: float, advice: str) -> OverBudget:
+    """``how_long``: ``about 2 h, over`` or ``over``, then the budget; the ways to shorten it."""
+    return OverBudget(
+        f"{len(plan.schedule)} trials would take {how_long} the time budget of {duration(budget)}: "
+        f"shorten it (fewer --pairs, --steps or cases) or give {advice}"
+    )
+
+
+def probe_first(
+    plan: Plan,
+    trial_fn: Any,
+    folder: RunFolder,
+    placement: Placement | None,
+    deadline: float | None,
+    say: Callable[[str], None],
+    on_start: Callable[[ScheduledTrial], None],
+    resumed: bool = False,
+) -> dict[str, Any] | None:
+    """Run the first trial untimed, say the run's estimate, refuse a plan over budget (``OverBudget``) or stop
+    where the first trial alone would pass the deadline (``PlannedStop``). Returns the row to log: a warm-up's.
+
+    The caller logs that row once the schedule runs (so the run does not count as resumed). A resumed plan
+    (``resumed``: an empty log) was accepted: it is never refused for its budget."""
+    first = plan.schedule[0]
+    keep = first.phase == "warmup"
+    base = plan.protocol.cooldown * len(plan.schedule)
+    per_trial = (seconds_left(plan, [{"index": -1, "trial_seconds": 1.0}]) or 0.0) - base
+    budget = None if resumed else budget_of(plan)
+    by_budget = None if budget is None or per_trial <= 0 else max(budget - base, 0.0) / per_trial
+    by_deadline = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+    limits = [x for x in (by_budget, by_deadline) if x is not None]
+    run_dir = folder.path if keep else folder.path / "probe"
+    run_dir.mkdir(exist_ok=True)
+    time.sleep(plan.protocol.cooldown)
+    on_start(first)
+    try:
+        with time_limit(min(limits) if limits else None):
+            row = run_trial(plan, first, trial_fn, run_dir, placement)
+    except TimeLimit:
+        if by_deadline is not None and min(limits) == by_deadline:
+            raise PlannedStop(
+                f"stopping before the first trial: it alone runs past --stop-after ({by_deadline:.1f} s were left)"
+            ) from None
+        advice = f"a larger --time-budget (the first trial alone ran past {min(limits):.1f} s)"
+        raise _over(plan, "over", budget or 0.0, advice) from None
+    finally:
+        if not keep:
+            shutil.rmtree(run_dir, ignore_errors=True)
+    seconds = seconds_left(plan, [{**row, "index": -1}])
+    if seconds is None:
+        return row if keep else None
+    say(f"estimated: about {duration(seconds)} for {len(plan.schedule)} trials (from an untimed first trial)")
+    if budget is not None and seconds > budget:
+        raise _over(plan, f"about {duration(seconds)}, over", budget, f"--time-budget {seconds * 1.2:.0f}")
+    first_unit = plan.protocol.cooldown + float(row["trial_seconds"])
+    if deadline is not None and not keep and time.monotonic() + first_unit > deadline:
+        raise PlannedStop(
+            f"stopping before the first trial: it takes about {first_unit:.0f} s, more than is left of "
+            "--stop-after"
+        )
+    return row if keep else None

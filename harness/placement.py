@@ -1,23 +1,14 @@
-"""CPU placement of a fit: which cores the worker (and its loader workers) run on, apart from the parent.
+"""CPU placement: which cores a trial's worker and the parent run on, and the worker's thread counts.
 
-A fit's step is host-bound, so where its threads run is part of what is measured. A ``Placement`` fixes, for
-every trial of a run alike, the worker's core set and its thread counts (torch intra-op and inter-op,
-OpenMP, MKL) and the parent's core set; it is chosen once from ``--cpus`` (``choose_placement``) and is
-JSON-ready (``to_dict`` / ``from_dict``) for the run's plan and environment records.
+A fit's step is host-bound, so placement is part of what is measured. ``choose_placement`` picks one
+``Placement`` from ``--cpus`` for every trial; it is JSON-ready (``to_dict`` / ``from_dict``).
 
-How a worker is placed. The parent passes ``worker_environment(placement)`` to the worker's environment
-(thread counts that OpenMP and MKL read when they load, before any Python runs) and the worker calls
-``apply_in_worker(placement)`` first thing. That sets the affinity of *every* thread the worker already has
-(Linux affinity is per thread, and importing torch may have started some), then torch's thread counts. A
-``preexec_fn`` that pins the child between fork and exec was the alternative; it is not used because it is
-documented as unsafe when the parent has threads, turns off subprocess's ``posix_spawn`` path, is refused in
-subinterpreters, cannot set torch's thread counts anyway, and does not reach processes the harness does not
-start itself (ranks of ``torch.distributed.run``, which can call ``apply_from_environment`` instead). The
-worker's interpreter start and imports run unplaced (on the parent's cores when the parent is pinned): they
-happen before its timed bracket. Processes the worker starts afterwards (DataLoader workers, fork or spawn)
-inherit its mask from the kernel.
+The parent passes ``worker_environment(placement)`` (OpenMP and MKL read it at load). The worker calls
+``apply_in_worker`` first: it pins every thread it has, then sets torch's thread counts. A ``preexec_fn`` is
+not used: it is unsafe with threads and cannot set torch's counts. Ranks of ``torch.distributed.run`` call
+``apply_from_environment``. Children (DataLoader workers) inherit the mask.
 
-Linux only: elsewhere ``os.sched_setaffinity`` does not exist and ``choose_placement`` raises ``ValueError``.
+Linux only: elsewhere ``choose_placement`` raises ``ValueError``.
 """
 
 from __future__ import annotations

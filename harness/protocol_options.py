@@ -153,8 +153,8 @@ class ProtocolOptions:
     max_pairs: int = option(20, "With --pairs auto: the last look (most pairs per case).", low=1)
     time_budget: float | None = option(
         None,
-        "Seconds the run may take (default: 3600 on the CPU, none on a GPU); a longer plan stops after its "
-        "first trial, exit 2. With --pairs auto: stop at the next pair boundary once the log's trials would "
+        "Seconds the run may take (default: 3600 on the CPU, none on a GPU); a longer plan is refused "
+        "before its first trial, exit 2. With --pairs auto: stop at the next pair boundary once the log's trials would "
         "pass it.",
         check=_time_budget,
     )

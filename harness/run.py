@@ -27,7 +27,7 @@ from harness import env
 from harness.codepaths import arm_files, what_ran
 from harness.console import ScheduleProgress, console, errors, print_flags, print_summary
 from harness.delay_check import ROLE as CALIBRATION_ROLE
-from harness.estimate import Estimate
+from harness.estimate import OverBudget, probe_first
 from harness.inference import CONFIDENCE
 from harness.options import InputError, check_devices_here, resolve_placement
 from harness.placement import Placement, parent_pinned, pin_parent, unpin_parent
@@ -155,20 +155,24 @@ class Runner:
             raise InputError(problem)
         with _device_budget(plan):  # a budget the device refuses fails here, before any folder exists
             folder = new_run_folder(self.options.out, plan.tier)
-            with folder.lock(), _interrupts_name(folder):
-                folder.name_holder()
-                try:
-                    folder.write_json(PLAN, plan.to_json())
-                    files = arm_files(plan)
-                    record = {**env.collect(plan.in_process, files), **machine_load()}
-                    record["placement"] = None if placement is None else placement.to_dict()
-                    folder.write_json(ENV, record)
-                except RunFolderWriteError as failure:
-                    shutil.rmtree(folder.path, ignore_errors=True)
-                    raise RunFolderWriteError(
-                        f"{failure}; nothing was run and the new folder was removed"
-                    ) from None
-                return self._carry_out(plan, trial_fn, folder, placement)
+            try:
+                with folder.lock(), _interrupts_name(folder):
+                    folder.name_holder()
+                    try:
+                        folder.write_json(PLAN, plan.to_json())
+                        files = arm_files(plan)
+                        record = {**env.collect(plan.in_process, files), **machine_load()}
+                        record["placement"] = None if placement is None else placement.to_dict()
+                        folder.write_json(ENV, record)
+                    except RunFolderWriteError as failure:
+                        shutil.rmtree(folder.path, ignore_errors=True)
+                        raise RunFolderWriteError(
+                            f"{failure}; nothing was run and the new folder was removed"
+                        ) from None
+                    return self._carry_out(plan, trial_fn, folder, placement)
+            except OverBudget:  # refused before any trial was logged: nothing stays
+                shutil.rmtree(folder.path, ignore_errors=True)
+                raise
 
     def resume(self, path: str | Path, trial_fn: TrialFunction | None = None) -> Run:
         """Continue an interrupted run exactly where it stopped: the saved schedule, minus the finished trials."""
@@ -207,7 +211,7 @@ class Runner:
                     folder.write_json(ENV, record)
                 except RunFolderWriteError as failure:
                     raise RunFolderWriteError(f"{failure}; nothing was run") from None
-                return self._carry_out(plan, trial_fn, folder, placement)
+                return self._carry_out(plan, trial_fn, folder, placement, resumed=True)
 
     def finish(self, folder: RunFolder, run: Run | None = None) -> Run:
         """Write what a run folder derives from its log: the tables, the tier's tables and its claim
@@ -223,7 +227,12 @@ class Runner:
         return run
 
     def _carry_out(
-        self, plan: Plan, trial_fn: TrialFunction, folder: RunFolder, placement: Placement | None
+        self,
+        plan: Plan,
+        trial_fn: TrialFunction,
+        folder: RunFolder,
+        placement: Placement | None,
+        resumed: bool = False,
     ) -> Run:
         remaining = sum(1 for _ in pending(plan, folder))
         logged = folder.rows()
@@ -240,10 +249,16 @@ class Runner:
             ):
                 rule = StoppingRule(plan, folder, progress) if plan.protocol.auto else None
                 refresh = TableRefresh(self, folder)
-                estimate = Estimate(plan, console.print, fresh=done == 0)
+                fresh = not logged and plan.schedule
+                args = (plan, trial_fn, folder, placement, self.deadline, console.print, progress.start)
+                held = [probe_first(*args, resumed=resumed)] if fresh else []
 
                 def before_unit(unit: list[ScheduledTrial]) -> bool:
-                    estimate(folder)
+                    row = held.pop() if held else None
+                    if row is not None:  # the probe was the scheduled warm-up: logged, found next unit
+                        folder.append_row(row)
+                        progress.end(row)
+                        return True
                     refresh()
                     return rule(unit) if rule is not None else False
 
@@ -263,6 +278,8 @@ class Runner:
                 f"{failure}; the run stopped with every finished trial in the log: make room, then continue "
                 f"with --resume {folder.path} (the trial that could not be recorded runs again)"
             ) from None
+        except OverBudget:
+            raise
         except PlannedStop as stop:
             errors.print(
                 f"bench: {stop}; continue with --resume {folder.path} (with --stop-after again to slice the rest)"

@@ -1,26 +1,16 @@
 """Per-trial telemetry: what the machine, the trial's process and the GPUs did while one trial ran.
 
-Whoever runs a trial takes a ``snapshot()`` just before it starts and one just after it ends (the parent for a
-worker trial, the process itself for an in-process trial); ``trial_fields(start, end, usage)`` turns the pair
-into one flat row of JSON-ready fields (``FIELD_TYPES``, and ``GPU_FIELD_TYPES`` once per device as
-``gpu<i>_<field>``). Anything unreadable is None (null), never guessed. ``flags(row)`` names what in a row may
-have moved its figure, for the report; a flagged trial is kept.
+A ``snapshot()`` is taken just before and just after a trial; ``trial_fields`` turns the pair into one flat
+row (``FIELD_TYPES``; ``GPU_FIELD_TYPES`` as ``gpu<i>_<field>``). Unreadable is None, never guessed.
+``flags(row)`` names what may have moved a figure; a flagged trial is kept.
 
-Where the readings come from:
+Sources:
 
-* machine CPU shares over the trial: deltas of ``/proc/stat`` (else ``psutil.cpu_times()``); 1-minute load
-  average at the start; logical cores (``os.cpu_count()``, the machine's, as the load average is);
-* the trial's process (``harness.process_usage``): ``wait_and_reap`` for a worker that exits at the end of its trial (what the lead
-  should use: exact, see its docstring), ``usage_of_pid`` for a live child (``psutil``), ``own_usage`` for
-  the calling process (``resource.getrusage``);
-* CPU clock: ``cpufreq`` in sysfs, else ``/proc/cpuinfo`` (a VM may show a fixed nominal figure there; the
-  source is recorded), else ``psutil.cpu_freq()``;
-* GPUs (``harness.gpu_readings``; NVML indices, which ignore ``CUDA_VISIBLE_DEVICES``): NVML through ``pynvml`` where it imports and
-  initializes, else ``nvidia-smi`` (``clocks_event_reasons.active``, older drivers
-  ``clocks_throttle_reasons.active``), else nothing. Neither creates a CUDA context. A snapshot taken
-  around a trial sees an idle GPU at both ends, so NVML's cumulative violation counters (time spent held
-  down by power or thermal policy) and energy counter are also recorded, as deltas over the trial: they see
-  what happened in between. ``nvidia-smi`` offers no such counters here: they stay null.
+* CPU shares: deltas of ``/proc/stat`` (else ``psutil``); the 1-minute load; ``os.cpu_count()``;
+* the process: ``harness.process_usage`` (``wait_and_reap`` for a worker, ``own_usage`` in-process);
+* CPU clock: sysfs ``cpufreq``, else ``/proc/cpuinfo``, else ``psutil`` (the source is recorded);
+* GPUs: ``harness.gpu_readings`` (NVML, else ``nvidia-smi``; no CUDA context). NVML's violation and energy
+  counters are recorded as deltas over the trial.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.eta import seconds_left
+from harness.estimate import seconds_left
 from tests.trialfns import plan_of
 
 

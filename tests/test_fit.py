@@ -301,34 +301,18 @@ def test_a_killed_run_resumes_with_only_the_rest(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_stop_after_stops_between_pairs_and_resume_finishes(tmp_path: Path, capsys) -> None:
-    """--stop-after 1: the first pair runs whole (nothing to estimate from), the second would overrun: a clean
-    stop between the pairs, never between a pair's two trials."""
-    assert (
-        main(
-            [
-                "pair",
-                *TINY,
-                "--warmup",
-                "0",
-                "--pairs",
-                "2",
-                "--stop-after",
-                "1",
-                "--out",
-                str(tmp_path),
-                "--no-report",
-            ]
-        )
-        == 130
-    )
+def test_stop_after_stops_before_a_first_fit_too_long_and_resume_finishes(tmp_path: Path, capsys) -> None:
+    """--stop-after 1: the untimed first fit alone runs past it, so its worker is ended and nothing is logged;
+    the resume runs every trial (pairs stopped between: ``test_first_estimate``)."""
+    argv = ["pair", *TINY, "--warmup", "0", "--pairs", "2", "--stop-after", "1", "--out", str(tmp_path)]
+    assert main([*argv, "--no-report"]) == 130
     folder = only_run(tmp_path)
-    assert [r["index"] for r in folder.rows()] == [0, 1]
-    assert "stopping before pair 2 (trial 3–4 of 4) (candidate-cpu, baseline" in capsys.readouterr().err
-    assert not (folder.path / "trials" / "2.log").exists()  # the second pair never started
+    assert folder.rows() == []
+    assert "stopping before the first trial: it alone runs past --stop-after" in capsys.readouterr().err
+    assert not (folder.path / "probe").exists()
     assert main(["pair", "--resume", str(folder.path), "--quiet", "--no-report"]) == 0
     assert sorted(r["index"] for r in folder.rows() if r["phase"] == "measured") == [0, 1, 2, 3]
-    assert [r["warmup_reason"] for r in folder.rows() if r["phase"] == "warmup"] == ["resume"]
+    assert [r["phase"] for r in folder.rows()] == ["measured"] * 4  # an empty log resumes as a fresh start
 
 
 @pytest.mark.parametrize(
@@ -447,9 +431,9 @@ def test_the_claim_opens_with_what_the_arms_ran(tmp_path: Path, arms: str, first
 
     protocol = protocol_options(arms=arms, warmup=0, pairs=2, bar=8.0, device="cpu")
     plan = make_plan(protocol, FitSettings(workload="embedded", images=8, batch=4, steps=4, val_images=8))
-    figures = iter([10.0, 9.0, 9.5, 10.5])
+    figures = [10.0, 9.0, 9.5, 10.5]  # by trial index: the untimed probe runs trial 0 once more
     runner = Runner(TIERS, RunOptions(out=tmp_path, quiet=True, report=False))
-    folder = runner.start(plan, lambda ctx: {"value": next(figures)}).folder
+    folder = runner.start(plan, lambda ctx: {"value": figures[ctx.trial.index]}).folder
     claim = folder.file("claim.txt").read_text().splitlines()[1:]  # after the answer
     assert claim[0].startswith(first), claim[0]
     assert any(verdict in line for line in claim)

@@ -245,29 +245,6 @@ def test_an_arm_whose_every_trial_failed_names_its_errors_and_exits_3(tmp_path: 
     assert err.count("RuntimeError: boom at step") == 1, err
 
 
-def test_a_plan_over_its_time_budget_is_refused_after_one_trial_with_one_line(tmp_path: Path, capsys) -> None:
-    out = tmp_path / "runs"
-    argv = ["screen", "--arms", "baseline,candidate-cpu", "--device", "cpu", "--scales", "n", "--steps", "1"]
-    argv += [
-        "--warmup-steps",
-        "0",
-        "--warmup",
-        "1",
-        "--pairs",
-        "4",
-        "--time-budget",
-        "0.001",
-        "--guards",
-        "256",
-    ]
-    assert main([*argv, "--no-report", "--out", str(out)]) == 2
-    printed = capsys.readouterr()
-    assert "estimated: about " in printed.out and "more for 8 trials" in printed.out
-    err = printed.err.strip()
-    assert err.count("\n") == 0 and "over the time budget of 0 s" in err and "--time-budget " in err
-    assert [r["phase"] for r in only_run(out).rows()] == ["warmup"]  # no measured trial ran
-
-
 def test_the_default_budget_is_an_hour_on_the_cpu_and_none_on_a_gpu() -> None:
     from dataclasses import replace
 

@@ -1,16 +1,12 @@
-"""Data-parallel fits: what every rank of a trial does around its share of the fit, and the embedded rank.
+"""Data-parallel fits: what every rank does around its share of the fit, and the embedded rank program.
 
-A data-parallel trial is one fit over N ranks (``--gpus N``): ``nccl`` on CUDA devices, ``gloo`` on the CPU.
-Every rank sets up its device and its process group outside the timed region; then the whole fit is one
-synchronized bracket opened after a barrier (every rank ready) and closed after another (every rank done),
-so rank 0's bracket is the fit's wall time. After it each rank reads its own peaks, and the ranks gather
-their figures to every rank: the row carries each rank's bracket, peaks (and their max and sum) and how many
-Newton-Schulz matrices it orthogonalized (``optimizer.sharing`` of an arm that shares; None for one that
-does not, whose every rank does all the work).
+One fit over N ranks (``--gpus N``; ``nccl`` on CUDA, ``gloo`` on the CPU). Set-up runs untimed; the fit is
+one synchronized bracket between two barriers, so rank 0's bracket is the fit's wall time. Then the ranks
+gather each rank's bracket, peaks (with their max and sum) and Newton-Schulz matrix count (None for an arm
+that does not share).
 
-``run_rank_fit`` is the embedded workload's rank program (``harness.isolation.run_in_ranks`` starts it in
-each rank); the real trainer's ranks come from Ultralytics' own DDP launch (``ultralytics_ddp``) and use the
-same bracket and figures.
+``run_rank_fit`` is the embedded workload's rank program; the real trainer's ranks (``ultralytics_ddp``) use
+the same bracket and figures.
 """
 
 from __future__ import annotations

@@ -1,23 +1,17 @@
 """The embedded workload: a small convolutional classifier trained through the elements of a real fit.
 
-For machines without the Ultralytics extra or without a GPU. It keeps every element of the loop that the
-real trainer has, so an optimizer change is measured inside a whole learner, not alone:
+For machines without Ultralytics or a GPU. It keeps the real trainer's loop, so a change is measured inside
+a whole learner:
 
-* deterministic synthetic data (class templates plus noise), augmented each batch with a seeded generator
-  (random flips, padded random crops, brightness and contrast jitter);
-* parameter groups built the way the Ultralytics trainer builds them for MuSGD: conv and linear weights in
-  the Muon group (with decay), BatchNorm weights without decay, biases without decay;
-* LR warm-up (linear from 0, biases from 0.1, momentum from 0.8) over up to three epochs, leaving at least
-  the last epoch, then linear decay per epoch to ``lrf``; gradient clipping at norm 10;
-* an EMA of the weights, validated each epoch, and a checkpoint each epoch (model, EMA and optimizer state,
-  written to real files in the trial folder);
-* a log line per epoch on stdout (train loss, validation loss and accuracy, host seconds), as a trainer
-  prints: a worker's ``trials/N.log``. The losses are read on the host every iteration anyway.
+* seeded synthetic data (class templates plus noise), augmented each batch (flips, crops, jitter);
+* Ultralytics-style groups: conv and linear weights in the Muon group, BatchNorm weights and biases without
+  decay;
+* LR warm-up over up to three epochs, then linear decay to ``lrf``; gradient clipping at norm 10;
+* an EMA validated each epoch and a checkpoint each epoch in the trial folder;
+* one log line per epoch on stdout (the worker's ``trials/N.log``).
 
-Data-parallel (``world`` > 1, inside an initialized process group): the model is wrapped in
-``DistributedDataParallel``; every rank draws the same permutation of the epoch and takes its own slice of
-each global batch (``batch // world`` images, augmented with its own generator); rank 0 validates and writes
-the checkpoints, and every rank waits for it at the epoch's end.
+Data-parallel (``world`` > 1): ``DistributedDataParallel``; each rank takes its slice of every global batch;
+rank 0 validates and checkpoints, and every rank waits for it.
 """
 
 from __future__ import annotations

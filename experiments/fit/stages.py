@@ -1,21 +1,17 @@
-"""Stage attribution for the ``--stages`` diagnostic: where the time of one whole fit goes.
+"""Stage attribution for ``--stages``: where the time of one whole fit goes.
 
-A synchronized ``harness.timing.StageClock`` is marked at every stage boundary (batch fetched, backward done,
-optimizer step entered and left, EMA updated, validation and checkpoint done), so the stages add up exactly to
-the whole bracket. Those synchronizations change what they measure a little, which is why this runs only in
-its own diagnostic run folder and never inside a claim. Claim runs use ``NullClock``, whose marks do nothing.
+A synchronized ``StageClock`` is marked at every stage boundary, so the stages add up to the bracket. The
+syncs change what they measure a little: this runs only in its own diagnostic run, never in a claim. Claim
+runs use ``NullClock``.
 
-Stages (both workloads use the same names):
+Stages (both workloads):
 
-* ``data``: fetching the batch (loader, augmentation), moving it to the device and normalizing it
-* ``forward_backward``: forward, loss and backward (the warm-up learning-rate interpolation, microseconds,
-  falls in this stage in the embedded loop and in ``data`` in the real trainer, whose loop runs it first)
-* ``optimizer``: ``optimizer.step()`` alone — the only stage an optimizer-only change can shorten
-* ``step_overhead``: gradient unscale and clipping, scaler update, ``zero_grad``
-* ``ema``: the EMA update of the weights
-* ``validation``: validation each epoch and the final validation
-* ``checkpoint``: writing checkpoints
-* ``other``: the rest: set-up (model, dataset and image cache, loaders), per-epoch scheduling, logging
+* ``data``: fetching, moving and normalizing the batch
+* ``forward_backward``: forward, loss and backward
+* ``optimizer``: ``optimizer.step()`` alone, the only stage an optimizer change can shorten
+* ``step_overhead``: unscale, clipping, scaler update, ``zero_grad``
+* ``ema``, ``validation``, ``checkpoint``
+* ``other``: set-up, per-epoch scheduling, logging
 """
 
 from __future__ import annotations

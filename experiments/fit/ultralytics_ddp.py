@@ -1,19 +1,13 @@
 """The real trainer on several GPUs, through Ultralytics' own DDP launch (imports ultralytics: worker side only).
 
-The trial's worker builds the YOLO model and calls ``train(trainer=RankTrainer, device='0,1', …)``. Seeing
-several devices, Ultralytics writes a script and a cloudpickle of the trainer's class, arguments, model and
-callbacks, and runs the script under ``torch.distributed.run``; each rank unpickles the class, builds the
-trainer and trains. The class must therefore be importable in the ranks: ``RankTrainer`` lives at this module's
-top level, so cloudpickle stores it by reference. What a rank needs besides upstream's arguments (the arm, the
-stages switch, its devices, where to write its record) travels in a JSON file named by ``BENCH_DDP_TRIAL``,
-an environment variable the ranks inherit from the worker.
+The worker calls ``train(trainer=RankTrainer, device='0,1', …)``. Ultralytics pickles the trainer's class and
+runs each rank under ``torch.distributed.run``, so ``RankTrainer`` lives at this module's top level. What a
+rank needs beyond upstream's arguments travels in the JSON file named by ``BENCH_DDP_TRIAL``.
 
-In the worker (``RANK == -1``) ``RankTrainer`` is plain upstream: it only launches. In a rank, constructing
-``RankTrainer`` gives an instance of ``ultralytics_fit.make_trainer_class(..., base=RankTrainer)``, the same
-arm substitution and stage marks as the one-device fit, over ``RankTrainer``'s bracket: the rank's process
-group comes up in ``_setup_ddp`` and the bracket opens right after it, behind a barrier, so it holds the
-rest of the fit (set-up of the model, loaders and optimizer, every epoch, the final validation) and closes
-after every rank finished. Each rank then records its figures; the worker reads rank 0's.
+In the worker (``RANK == -1``) ``RankTrainer`` only launches. In a rank it becomes
+``ultralytics_fit.make_trainer_class(..., base=RankTrainer)``: the same arm substitution and stage marks.
+The bracket opens behind a barrier right after ``_setup_ddp`` and closes once every rank finished. Each rank
+records its figures; the worker reads rank 0's.
 """
 
 from __future__ import annotations

@@ -1,27 +1,15 @@
-"""The real-trainer adapter: an Ultralytics YOLO fit with the arm's optimizer substituted, fully offline.
+"""The real-trainer adapter: an Ultralytics YOLO fit with the arm's optimizer, fully offline.
 
-Substitution: a ``DetectionTrainer`` subclass overrides ``build_optimizer``. The parent builds
-its MuSGD groups exactly as upstream does (with ``optimizer='MuSGD'``: muon, bn and bias groups, the head's
-triple-lr split, the ``param_group`` key, ``muon=0.2, sgd=1.0``); the override rebuilds those same groups,
-parameters and hyperparameters into the arm's class through ``experiments.arms.make_optimizer``. Everything
-else is upstream's: dataset checks and image cache, augmentation and mosaic closure, LR warm-up and decay,
-EMA, validation each epoch, checkpoints and the final validation. ``nbs`` equals the batch, so every
-iteration steps the optimizer.
+A ``DetectionTrainer`` subclass overrides ``build_optimizer``: the parent builds upstream's MuSGD groups, and
+the override rebuilds them into the arm's class (``experiments.arms.make_optimizer``). The rest is upstream's:
+data, augmentation, LR schedule, EMA, validation and checkpoints. ``nbs`` equals the batch, so every iteration
+steps the optimizer.
 
-Offline: the worker runs with ``YOLO_OFFLINE=1``, its own writable ``YOLO_CONFIG_DIR`` holding
-``Ultralytics/Arial.ttf`` (matplotlib's DejaVuSans), third-party logger integrations off, and HTTP(S)
-proxies pointed at a closed local port, so any download upstream might attempt (fonts, the AMP check's
-weights) fails at once instead of waiting on a network that is not there; with ``amp=True`` (fp16) on a GPU,
-upstream then logs that its AMP check was skipped and keeps AMP on. The bf16 default never runs that check.
+Offline: ``YOLO_OFFLINE=1``, a writable ``YOLO_CONFIG_DIR`` with a font, logger integrations off, and proxies
+at a closed port, so any download fails at once. With fp16 AMP on a GPU, upstream skips its AMP check.
 
-Data-set side effects: the first time Ultralytics builds a data set it writes label caches
-(``labels/<split>.cache``) into it, and with ``cache='disk'`` an ``.npy`` beside every image. So that no
-trial pays for that inside its timed fit (the first one would), ``prepare_dataset`` builds both splits once
-with upstream's own dataset builder, in a preparatory worker before the first trial; every fit then finds
-the same files. An image cache in RAM lives in each fit's own process and is part of every fit alike.
-
-polars: upstream reads ``results.csv`` with polars at each checkpoint; ``read_results_csv`` is overridden
-with the standard library, so polars is never imported on the training path (the H200 image has none).
+``prepare_dataset`` writes the label caches (and ``cache='disk'`` files) once, before the first trial, so no
+timed fit pays for them. ``read_results_csv`` uses the standard library: polars is never imported.
 """
 
 from __future__ import annotations

@@ -1,21 +1,14 @@
 """The YOLO26 detect head, rebuilt from the recorded parameter shapes, as a real forward and backward.
 
-The workload data (experiments/data/yolo26{n,s,m,l,x}.json) lists every MuSGD parameter with its name,
-shape and optimizer group. The detect head is the model's last module (a YOLO model's layer list ends with
-its ``Detect``), so its parameters are those named ``model.<last index>.…``. They fall into *chains* named
-``<branch>.<level>`` (``cv2.0``, ``one2one_cv3.2``, …): for each pyramid level, each branch is a sequence
-of layers, ordered by the numeric indices after the level. A layer with ``conv.weight`` (and ``bn.weight``,
-``bn.bias``) is a bias-free convolution, batch norm and SiLU; a layer with a bare ``weight`` (and ``bias``)
-is a plain convolution, the branch's output. Channel counts come from the shapes: a level's input has the
-most input channels any of its chains' first layers takes, and a layer's groups are its input channels
-divided by its weight's second dimension (1 for a dense conv, the channel count for a depthwise one).
+The workload data (experiments/data/yolo26{n,s,m,l,x}.json) lists every MuSGD parameter. The head is the last
+module: parameters named ``model.<last index>.…``. They form *chains* ``<branch>.<level>`` (``cv2.0``, …),
+each a sequence of layers. A ``conv.weight`` layer is a bias-free conv, batch norm and SiLU; a bare
+``weight`` layer is a plain conv, the branch's output. Shapes give the channels; groups are input channels
+over the weight's second dimension (1 dense, the channel count depthwise).
 
-Forward runs every chain on synthetic feature maps P3/P4/P5 (strides 8, 16, 32 at ``imgsz``, batch
-``batch``), whose gradient is computed too, as the learner's neck needs it. On CUDA the module and its
-inputs are channels_last and the compute runs under bf16 autocast with fp32 master parameters, as an AMP
-trainer keeps them (Ultralytics uses fp16 with a gradient scaler; bf16 needs none and has the same memory
-traffic). On the CPU (tests) it runs in fp32. The loss, ``½ Σ mean(output²)`` over every output, is synthetic:
-it stands for the detection loss's reduction over every output, not for its value.
+Forward runs every chain on synthetic P3/P4/P5 maps (strides 8, 16, 32), whose gradient is computed too. On
+CUDA: channels_last, bf16 autocast, fp32 master parameters; on the CPU, fp32. The loss ``½ Σ mean(output²)``
+stands for the detection loss's reduction, not its value.
 """
 
 from __future__ import annotations

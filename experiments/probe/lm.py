@@ -1,18 +1,12 @@
 """The language-model head: softcapped logits and cross-entropy, native or streamed in chunks.
 
-One head step computes ``loss = mean_i CE(cap * tanh(H W^T / cap)_i, t_i)`` over ``N`` hidden states ``H``
-(N×d, in the compute dtype, default bf16) and a head weight ``W`` (V×d, an fp32 master parameter cast to the
-compute dtype for the products, as mixed-precision training does), then back-propagates into ``W`` and ``H``
-(the hidden states' gradient is what a learner passes on to its trunk).
+One step computes ``loss = mean_i CE(cap * tanh(H W^T / cap)_i, t_i)`` over hidden states ``H`` (N×d, the
+compute dtype) and a weight ``W`` (V×d, fp32 master cast for the products), then back-propagates into both.
 
-* ``native`` writes the formula with ordinary tensor operations: autograd keeps the N×V softcapped logits
-  (their tanh), the fp32 copy fed to the cross-entropy and its log-probabilities, and materializes the N×V
-  gradients in backward. Its memory grows with N·V.
-* ``chunked`` streams N in chunks of ``chunk`` rows (``ChunkedSoftcapCrossEntropy``): the forward keeps only
-  each row's log-sum-exp (N floats); the backward recomputes one chunk's logits at a time, forms its
-  gradient and accumulates ``dW`` (fp32) and ``dH`` chunk by chunk, so its extra memory is O(chunk·V). It
-  repeats the native rounding sequence (logits and softcap in the compute dtype, cross-entropy in fp32),
-  so the two agree to within the compute dtype's rounding (tests/test_probe.py calibrates the bound).
+* ``native``: ordinary tensor operations; autograd keeps N×V tensors, so memory grows with N·V.
+* ``chunked`` (``ChunkedSoftcapCrossEntropy``): the forward keeps each row's log-sum-exp; the backward
+  recomputes one chunk's logits at a time, so extra memory is O(chunk·V). It repeats the native rounding
+  sequence; tests/test_probe.py calibrates the bound between the two.
 """
 
 from __future__ import annotations

@@ -1,24 +1,15 @@
-"""One probe trial: build a head workload and the arm's optimizer, prime, then time one head step.
+"""One probe trial: a head workload and the arm's optimizer, primed, then one timed head step.
 
-A trial, in order (everything freed at the end, whatever happens):
+In order, everything freed at the end:
 
-1. ``--reserve`` bytes are allocated and held for the whole trial: the rest of a learner (trunk weights,
-   activations, optimizer state) that shares the device with the head, so a budget means what it says.
-2. The seeded workload (``lm`` or ``detect``) and a fresh optimizer of the arm (``experiments.arms``) over the
-   head's parameters in their groups.
-3. One untimed priming step (forward, backward, ``optimizer.step()``): creates the optimizer's state and the
-   candidate's batch plan, as every step of a running learner after its first has them; gradients are then
-   dropped (``set_to_none``) as a trainer's ``zero_grad`` does.
-4. One untimed attribution step, state in place: the allocator's peak counters are read and reset between
-   backward and ``optimizer.step()``, which gives the step's own extra peak. This bookkeeping stays out of the
-   timed step on purpose: nothing but the work may sit inside a claim's bracket.
-5. The timed head step, inside one synchronized bracket (``harness.timing.SyncTimer``): forward and backward,
-   then ``optimizer.step()``. Nothing inside the bracket synchronizes or reads the allocator: the split between
-   the two stages is marked with CUDA events (read after the bracket); peaks are reset before it and read
-   after it.
+1. ``--reserve`` bytes held for the trial: the rest of a learner sharing the device.
+2. The seeded workload (``lm`` or ``detect``) and a fresh optimizer of the arm over the head's groups.
+3. One untimed priming step: it creates the optimizer's state and the candidate's batch plan.
+4. One untimed attribution step: peaks read between backward and ``optimizer.step()`` give the step's own.
+5. The timed step in one synchronized bracket (``SyncTimer``): forward, backward, ``optimizer.step()``.
+   Nothing inside synchronizes; CUDA events split the two stages.
 
-An out-of-memory anywhere (the reserve, building, priming, the timed step) propagates: the protocol records it
-as a ``resource_failure`` row with the byte figures of the error and goes on with the next trial.
+An out-of-memory anywhere propagates: the protocol logs a ``resource_failure`` row and goes on.
 """
 
 from __future__ import annotations

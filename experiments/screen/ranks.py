@@ -1,14 +1,10 @@
 """The distributed screen (``bench screen --gpus N``): the optimizer-only step under a process group.
 
-Each trial runs in N fresh ranks (``harness.isolation.run_in_ranks``; ``nccl`` on CUDA, ``gloo`` on the CPU).
-Every rank builds the same parameters and gradients (data-parallel ranks hold identical ones after the
-gradient all-reduce) and a fresh optimizer of the arm, takes the warm-up steps, then, after a barrier, times
-its own window of steps in one synchronized bracket, exactly as the one-device screen does. The trial's
-figure is the slowest rank's ms/step (a data-parallel step waits for its slowest rank); every rank's is in
-the row. An arm that shares Newton-Schulz (the candidate) all-gathers inside its step, so a window holds its
-collective; the collective's share comes from one untimed diagnostic step after the window, in which every
-collective is bracketed by synchronizations: its milliseconds over the diagnostic step's. There is no launch
-floor here: a step that holds a collective is not captured.
+Each trial runs in N fresh ranks (``run_in_ranks``; ``nccl`` on CUDA, ``gloo`` on the CPU). Every rank builds
+the same parameters and gradients and a fresh optimizer, warms up, then after a barrier times its window in
+one synchronized bracket, as the one-device screen does. The figure is the slowest rank's ms/step; every
+rank's is in the row. A sharing arm's collective sits inside its window; its share comes from one untimed,
+synchronized diagnostic step after it. No launch floor: a step holding a collective is not captured.
 """
 
 from __future__ import annotations
