@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from harness.delay_check import FIGURE, ROLE
 from harness.errors import InputError
 from harness.protocol import Arm
-from harness.tables import RunFolder
+
+ROLE = "calibration"  # the calibration arm's role
+FIGURE = "injected_s"  # its rows' figure: the sleep each trial measured, the known size
 
 LABEL = "calibration"
 PARAM = "delay"  # the arm's parameter: the size as given, normalised ("5%" or "2.5s")
@@ -79,6 +80,8 @@ def delay_seconds(arm: Arm, run_dir: Path, case: str) -> float | None:
         return None
     if size.endswith("s"):
         return float(size[:-1])
+    from harness.tables import RunFolder  # here, not at the top: a fit's worker imports ``inject`` light
+
     rows = RunFolder.open(run_dir).rows()
     figures = [
         float(r["value"])

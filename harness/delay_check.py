@@ -18,10 +18,9 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from harness import intervals
+from harness.calibration import FIGURE, ROLE
 from harness.inference import CONFIDENCE
 
-ROLE = "calibration"  # the calibration arm's role (``harness.calibration`` makes the arm)
-FIGURE = "injected_s"  # its rows' figure: the sleep each trial measured, the known size
 MARGIN = 0.1  # an interval inside 0.9-1.1 is recovered even where it misses 1 (the issue's target band)
 
 

@@ -40,8 +40,9 @@ def test_a_known_ten_percent_of_wall_time_is_recovered(tmp_path: Path) -> None:
     row = claim(run)
     trials = run.summaries.trials.pivot(index="round", columns="arm", values="value")
     gaps = trials["1.1"] - trials["1.0"]
-    # Jitter of a sleep's exec is about 0.1 ms here (measured); 5 ms leaves room for a loaded CI machine.
-    assert (gaps - 0.1).abs().max() < 0.005, gaps.tolist()
+    # A sleep's exec jitters by about 0.1 ms on a quiet machine and up to 14 ms per trial at a load of 7
+    # (both measured here); the median of 6 gaps stays within 5 ms of the known 0.1 s.
+    assert abs(gaps.median() - 0.1) < 0.005, gaps.tolist()
     known = 0.1 / trials["1.1"].median()
     assert abs(row["estimate"] - known) < 0.005 / 1.1, (row["estimate"], known)
     assert row["ci_low"] <= row["estimate"] <= row["ci_high"]

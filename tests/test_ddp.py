@@ -202,7 +202,8 @@ def test_a_rank_that_dies_fails_its_trial_leaves_nothing_running_and_the_run_goe
     assert survivor["status"] == "ok" and survivor["ranks"] == 2
     ranks = {int(p.name) for p in pids.iterdir()}
     launchers = {int(p.read_text()) for p in pids.iterdir()}
-    assert len(ranks) == 2 and len(launchers) == 1  # both ranks of the dying arm's trial, under one launcher
+    # Two ranks under one launcher, twice: the dying arm's untimed first run (the estimate) and its trial.
+    assert len(ranks) == 4 and len(launchers) == 2
     deadline = time.monotonic() + 30
     while any(_alive(pid) for pid in ranks | launchers) and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -37,14 +37,16 @@ def test_the_half_that_ends_first_keeps_working_until_its_partner_ends(tmp_path:
 
 
 def test_a_partners_end_stops_a_running_filler_at_once(tmp_path: Path) -> None:
-    """The short arm's filler would sleep 60 s (its mark exists once it has run); the round ends with the
-    partner's 1 s, not a minute later."""
+    """From its third run (after the untimed first trial and its measured one, or its measured one and a first
+    filler), the short arm sleeps 60 s: the round ends with the partner's 1 s, not a minute later."""
     marks = tmp_path / "m"
-    script = f"if [ -f {marks}{{arm}} ]; then sleep 60; else touch {marks}{{arm}}; sleep {{arm}}; fi"
+    runs = f"$(cat {marks}{{arm}} 2>/dev/null | wc -l)"
+    script = f"echo >> {marks}{{arm}}; if [ {runs} -ge 3 ]; then sleep 60; else sleep {{arm}}; fi"
     argv = ["command", "--arms", "0.2,1.0", "--pairs", "1", "--out", str(tmp_path / "runs"), *QUIET]
     started = time.monotonic()
     assert main([*argv, "--", "sh", "-c", script]) == 0
     assert time.monotonic() - started < 30
+    assert len((tmp_path / "m0.2").read_text().splitlines()) >= 3  # the minute-long filler did start
     rows = only_folder(tmp_path / "runs").rows()
     assert [r["status"] for r in rows] == ["ok", "ok"]
 

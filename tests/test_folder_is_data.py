@@ -409,7 +409,9 @@ def test_a_lock_removed_under_a_run_stops_it_before_its_next_row(tmp_path) -> No
 
     def remove_the_lock() -> None:
         calls.append(1)
-        if len(calls) == 2:  # the second trial: as if a user deleted run.lock to start a second run
+        # Call 1 is the untimed first trial (the estimate), 2 the first logged: 3 is a's second logged trial,
+        # as if a user deleted run.lock to start a second run.
+        if len(calls) == 3:
             for lock in tmp_path.glob(f"*/{LOCK}"):
                 lock.unlink()
 

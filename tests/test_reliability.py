@@ -364,7 +364,8 @@ def test_a_full_disk_stops_a_fit_with_one_line_and_resume_finishes(tiny_disk, ca
     folder = _only_folder(disk)
     assert _tmp_files(disk) == []
     assert folder.rows() == []  # the trial that hit the full disk has no row: it runs again on resume
-    assert sorted(p.name for p in (folder.path / "trials").iterdir()) == ["0.log"]
+    # The untimed first trial (the estimate before any trial) hit the full disk, in a folder since removed.
+    assert sorted(p.name for p in folder.path.iterdir() if p.is_dir()) == []
     grow()
     assert main(["pair", "--resume", str(folder.path), "--quiet", "--no-report"]) == 0
     assert [r["index"] for r in folder.rows()] == [0, 1]
@@ -979,7 +980,7 @@ TOO_MANY = [
     ),
     ([*EMBEDDED, "--steps", "200000", "--images", "8", "--batch", "4"], "100000 epochs is more than 10000"),
     (
-        [*EMBEDDED, "--images", "100000000", "--steps", "25000000", "--batch", "4"],
+        [*EMBEDDED, "--images", "100000000", "--steps", "8", "--batch", "4"],
         "--images 100000000 is more",
     ),
     ([*EMBEDDED, "--images", "65536", "--steps", "16384", "--imgsz", "256"], "holds its whole synthetic set"),
