@@ -1,11 +1,6 @@
-"""No surprise durations: a run's time is estimated before its first trial and said.
+"""No surprise durations: a run's time is estimated before its first trial, said, and held to its budget.
 
-Nothing in the log yet, so the first scheduled trial runs once, untimed, as a probe. A scheduled warm-up is
-the probe itself and is logged once the plan is accepted; any other probe is discarded. The budget is
-``--time-budget`` seconds, else ``DEFAULT_CPU_BUDGET_S`` on the CPU (none on a GPU, none with ``--pairs auto``:
-its stopping rule spends the budget). A plan over it is refused before any trial is logged (exit 2). The probe
-never runs past the budget's share of one trial, nor past ``--stop-after``: a first trial that alone would
-overrun it stops the run there, as a stop does. A resume is never refused: its plan was accepted.
+A tier's own estimate refuses a plan at once; else one untimed first trial is the probe. docs/cli.md (--time-budget).
 """
 
 from __future__ import annotations
@@ -105,6 +100,15 @@ def _over(plan: Plan, how_long: str, budget: float, advice: str) -> OverBudget:
         f"{len(plan.schedule)} trials would take {how_long} the time budget of {duration(budget)}: "
         f"shorten it (fewer --pairs, --steps or cases) or give {advice}"
     )
+
+
+def refuse_by_estimate(plan: Plan, per_trial: float | None) -> None:
+    """``OverBudget`` at once where a tier's own estimate of one trial puts the plan over its budget."""
+    budget = budget_of(plan)
+    seconds = seconds_left(plan, [{"index": -1, "trial_seconds": per_trial}]) if per_trial else None
+    if budget is not None and seconds is not None and seconds > budget:
+        how_long = f"about {duration(seconds)} (estimated before any trial), over"
+        raise _over(plan, how_long, budget, f"--time-budget {seconds * 1.2:.0f}")
 
 
 def probe_first(

@@ -27,7 +27,7 @@ from harness import env
 from harness.codepaths import arm_files, what_ran
 from harness.console import ScheduleProgress, console, errors, print_flags, print_summary
 from harness.delay_check import ROLE as CALIBRATION_ROLE
-from harness.estimate import OverBudget, probe_first
+from harness.estimate import OverBudget, probe_first, refuse_by_estimate
 from harness.inference import CONFIDENCE
 from harness.options import InputError, check_devices_here, resolve_placement
 from harness.placement import Placement, parent_pinned, pin_parent, unpin_parent
@@ -54,10 +54,8 @@ from harness.timing import apply_budget, release_budget
 from harness.validation import load_env
 
 CLAIM_FILE = "claim.txt"
-# While a run goes on its tables are rewritten before a unit of the schedule when the log has grown and this
-# long has passed since they were last written: a run killed outright (its machine taken back) leaves tables
-# that hold every finished round up to the last such write. A fit's round takes minutes, so its tables follow
-# every round; a tier of quick trials rewrites them at most this often (a write takes about 0.2 s).
+# Tables are rewritten before a schedule unit once the log grew and this long passed since the last write: a run
+# killed outright keeps every round up to that write. Quick trials rewrite at most this often (a write: ~0.2 s).
 TABLES_REFRESH_SECONDS = 30.0
 
 
@@ -148,6 +146,7 @@ class Runner:
     def start(self, plan: Plan, trial_fn: TrialFunction | None = None) -> Run:
         """Start a new run of ``plan`` under ``options.out`` and carry it to the end."""
         check_can_write(self.options.out, "--out")  # before the trials are set up (some write under it)
+        refuse_by_estimate(plan, self.tiers.reader(plan.tier).trial_seconds(plan))
         trial_fn = trial_fn or self.tiers.get(plan.tier).trial_function(plan)
         placement = resolve_placement(plan.protocol.cpus)
         problem = concurrent_problem(plan, placement)

@@ -139,6 +139,10 @@ class Tier(Protocol):
 
     def trial_function(self, plan: Plan) -> TrialFunction: ...
 
+    def trial_seconds(self, plan: Plan) -> float | None:
+        """The tier's own estimate of one trial's seconds before any runs (None: the first trial is probed)."""
+        ...
+
     def settings_problem(self, plan: Plan) -> str | None:
         """What is wrong with a plan's recorded settings for this tier (None when a run of it could have them)."""
         ...
@@ -176,6 +180,7 @@ class BaseTier:
         *,
         make_plan: Callable[[ProtocolOptions, Any, str], Plan] | None = None,
         trial_function: Callable[[Plan], TrialFunction] | None = None,
+        trial_seconds: Callable[[Plan], float | None] | None = None,
         settings_problem: Callable[[Plan], str | None] | None = None,
         row_problem: Callable[[dict[str, Any]], str | None] | None = None,
         resume_problem: Callable[[Plan], str | None] | None = None,
@@ -191,7 +196,7 @@ class BaseTier:
         self._make_plan, self._trial_function = make_plan, trial_function
         self._tables, self._section, self._claim, self._caveats = tables, section, claim, caveats
         self._bounds, self._settings_problem, self._row_problem = bounds, settings_problem, row_problem
-        self._resume_problem = resume_problem
+        self._resume_problem, self._trial_seconds = resume_problem, trial_seconds
 
     def make_plan(self, protocol: ProtocolOptions, settings: Any, command: str) -> Plan:
         if self._make_plan is None:
@@ -204,6 +209,9 @@ class BaseTier:
                 f"tier '{plan.tier}' is not known here, so its trials cannot run; resume it where it was started"
             )
         return self._trial_function(plan)
+
+    def trial_seconds(self, plan: Plan) -> float | None:
+        return self._trial_seconds(plan) if self._trial_seconds else None
 
     def settings_problem(self, plan: Plan) -> str | None:
         return self._settings_problem(plan) if self._settings_problem else None

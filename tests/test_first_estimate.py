@@ -3,6 +3,7 @@ logged, and ``--stop-after`` before a first trial that alone would overrun it.""
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from pathlib import Path
 
@@ -101,3 +102,18 @@ def test_a_worker_tier_probe_runs_the_command_and_is_held_to_the_budget(tmp_path
     err = capsys.readouterr().err
     assert "over the time budget of 1 s" in err and "the first trial alone ran past 0.5 s" in err, err
     assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ultralytics") is None, reason="the real trainer's estimate")
+def test_the_real_trainer_on_the_cpu_is_refused_at_once_by_its_own_estimate(tmp_path: Path, capsys) -> None:
+    """The fit tier estimates a real-trainer fit on the CPU (hours at the defaults) before any probe: the plan
+    is refused in seconds, with no data set built and no run folder."""
+    out, cache = tmp_path / "runs", tmp_path / "cache"
+    argv = ["pair", "--device", "cpu", "--workload", "ultralytics", "--pairs", "1", "--warmup", "0"]
+    started = time.monotonic()
+    assert main([*argv, "--time-budget", "120", "--data-cache", str(cache), "--out", str(out)]) == 2
+    assert time.monotonic() - started < 20
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "2 trials would take about " in err, err
+    assert "over the time budget of 2 min" in err and "before any trial" in err, err
+    assert not out.exists() and not cache.exists()

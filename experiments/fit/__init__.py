@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from experiments.fit.plan import FitSettings, make_plan
+from experiments.fit.plan import FitSettings, make_plan, trial_seconds
 from experiments.fit.recorded import recorded_row_problem, recorded_settings_problem
 from experiments.fit.trial import trial_function
 from experiments.resume_check import arms_resume_problem
@@ -28,6 +28,7 @@ def _report(name: str, module: str = "experiments.fit.report") -> Any:
 HOOKS = {
     "make_plan": _make_plan,
     "trial_function": trial_function,
+    "trial_seconds": trial_seconds,
     "settings_problem": recorded_settings_problem,
     "resume_problem": arms_resume_problem,
     "row_problem": recorded_row_problem,

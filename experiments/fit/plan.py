@@ -260,6 +260,14 @@ def estimated_cpu_fit_seconds(steps: int, epochs: int, batch: int, imgsz: int, v
     return per_image * (steps * batch + VALIDATION_SHARE * (epochs + 1) * val_images)
 
 
+def trial_seconds(plan: Plan) -> float | None:
+    """A real-trainer fit's rough CPU duration, the tier's estimate before any trial (None elsewhere)."""
+    s, epochs = plan.settings, plan.cases[0].params["epochs"]
+    if s["workload"] != "ultralytics" or plan.protocol.device.startswith("cuda"):
+        return None
+    return estimated_cpu_fit_seconds(s["steps"], epochs, s["batch"], s["imgsz"], s["val_images"])
+
+
 def _minutes(seconds: float) -> str:
     minutes = seconds / 60
     return f"{minutes:.0f} minutes" if minutes >= 2 else f"{minutes:.1f} minutes"
