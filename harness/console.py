@@ -37,15 +37,7 @@ PLAIN = {"highlight": False, "markup": False, "emoji": False}
 
 
 class SafeStream:
-    """A standard stream as the consoles write to it: nothing a reader or the terminal does stops the run.
-
-    - A closed pipe (``bench … | head -2``): the first failed write points the descriptor at /dev/null.
-    - A closed stream (``bench … >&-``: Python's ``sys.stdout`` is None): writes are dropped.
-    - An encoding without a character (``PYTHONIOENCODING=ascii``): the character is replaced.
-    - rich's live display swaps ``sys.stdout`` for a proxy that prints through the console. The console
-      writes past that proxy, to the stream it wraps: writing into it would loop forever.
-    The stream is looked up at each write, so a test's captured stream is used too.
-    """
+    """A standard stream as the consoles write to it: nothing a reader or the terminal does stops the run."""
 
     def __init__(self, name: str, past_live_proxy: bool) -> None:
         self.name, self.past_live_proxy = name, past_live_proxy
@@ -128,8 +120,7 @@ class TwoLineProgress(Progress):
 
 
 class TimeColumn(ProgressColumn):
-    """``0:01:05 elapsed · about 0:03:10 left``: what is left is the log's estimate at the last trial's end,
-    counted down since."""
+    """``0:01:05 elapsed · about 0:03:10 left``."""
 
     def render(self, task: Task) -> Text:
         elapsed = _clock(task.elapsed or 0.0)
@@ -188,8 +179,7 @@ class ScheduleProgress:
             self.progress.update(self.task, total=total, **self._time_left())
 
     def place(self, index: int) -> int | None:
-        """A trial's place in the schedule (1-based), or None for a warm-up logged outside it (after a resume
-        or an idle gap, or of a ``--warmup auto`` sequence): log indices skip those, places do not."""
+        """A trial's place in the schedule (1-based), or None for a warm-up logged outside it."""
         return next((n for n, t in enumerate(self.plan.schedule, 1) if t.index == index), None)
 
     def describe(self, place: int | None, reason: str | None = None) -> str:
@@ -223,8 +213,7 @@ UNBOUNDED = 100_000  # measure tables as if the console had no edge (a measureme
 
 
 def _cells(plan: Plan, summaries: Summaries) -> list[dict[str, str]]:
-    """Per arm row: each figure as text (value and range apart, so a narrow layout can stack them); the
-    reduction is the claim's primary estimate (the median), its range the pairs' min–max."""
+    """Per arm row: each figure as text, value and range apart."""
     claims = summaries.claims.set_index(["case", "arm"]) if not summaries.claims.empty else None
     rows = []
     for _, arm in summaries.arms.iterrows():
@@ -278,8 +267,7 @@ def _wide_table(plan: Plan, title: str, rows: list[dict[str, str]]) -> Table:
 
 
 def _narrow_table(plan: Plan, title: str, rows: list[dict[str, str]]) -> Table:
-    """The same figures with less decoration: no vertical rules, no case column for one case, and each
-    value above its range, so every figure stays whole in fewer columns."""
+    """The same figures with less decoration."""
     one_case = len({r["case"] for r in rows}) <= 1
     table = Table(
         title=title,
@@ -319,8 +307,7 @@ def _listing(plan: Plan, title: str, rows: list[dict[str, str]]) -> list[str]:
 
 
 def _notes(plan: Plan, summaries: Summaries) -> list[str]:
-    """What the verdicts rest on, one line each: pairs left out because both arms failed, why an interval is
-    insufficient, and where a check disagrees with the verdict (none of it for a withheld verdict)."""
+    """What the verdicts rest on, one line each."""
     notes: list[str] = []
     claims = summaries.claims
     for _, claim in claims.iterrows():
@@ -335,13 +322,7 @@ def _notes(plan: Plan, summaries: Summaries) -> list[str]:
 
 
 def print_summary(plan: Plan, summaries: Summaries, out: Console | None = None) -> None:
-    """The answer in one sentence per claim (``harness.sentence``), what the arms ran, then per case each
-    arm's median (min–max) and each other arm's median reduction with its interval and verdict; then what the
-    verdicts rest on (pairs left out). The method and its checks live in the report.
-
-    The table keeps every figure whole at any width: the full layout where it fits, else a narrower one
-    (less decoration, values above their ranges), else plain lines; no layout is ever squeezed by rich.
-    """
+    """The answer per claim, what the arms ran, per case each arm's figures, and what verdicts rest on."""
     out = out or console
     said = answers(plan, summaries.claims)
     for sentence in said:
@@ -364,8 +345,7 @@ def print_summary(plan: Plan, summaries: Summaries, out: Console | None = None) 
 
 
 def print_flags(summaries: Summaries, env: dict[str, Any] | None = None) -> None:
-    """The instability flags of a run (spread per arm, machine load and steal), one line each; the flagged
-    trials stay in every figure."""
+    """The instability flags of a run (spread per arm, machine load and steal), one line each."""
     flags = instability_flags(summaries.trials, env)
     for flag in flags:
         errors.print(Text(f"unstable: {flag.reason} (flagged trials are kept)", style="yellow"))

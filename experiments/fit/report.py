@@ -1,9 +1,4 @@
-"""The complete-fit tier's words: its report section, its claim and the stage-share analysis.
-
-The section gives the fit settings and how steps map to epochs, per-arm medians of the trial's own figures,
-and — in a ``--stages`` run — each stage's share of the fit and the ceiling it puts on the whole-fit saving.
-Everything here is derived from the run alone.
-"""
+"""The complete-fit tier's words: its report section, its claim and the stage-share analysis."""
 
 from __future__ import annotations
 
@@ -40,20 +35,14 @@ STEADY_COLUMN = "steady_s"
 
 
 def steady_claims(run: Run) -> pd.DataFrame:
-    """The paired statistics of the steady-state figure (``steady_s``: training from the start of the second
-    epoch to the last iteration, validation and checkpoints left out), by the whole-fit claim's own functions
-    and bar; empty for a stages run or where no fit carries the figure. Secondary: the claim is the whole fit."""
+    """The paired statistics of the steady-state figure ``steady_s``; empty where no fit carries it."""
     if FitSettings.from_dict(run.plan.settings).stages:
         return pd.DataFrame()
     return secondary_claims(run.summaries.trials, run.plan.protocol, STEADY_COLUMN)
 
 
 def stage_table(plan: Plan, trials: pd.DataFrame) -> pd.DataFrame:
-    """Per arm and stage: median seconds over measured trials and the share of the median stage total.
-
-    Also, per arm, the whole fit's median and, for the reference (first) arm, the ceiling of an
-    optimizer-only change: its optimizer share (a candidate whose step took no time at all saves that much).
-    """
+    """Per arm and stage: median seconds over measured trials and the share of the median stage total."""
     rows = finished(trials)
     columns = ["arm", "stage", "median_s", "share", "fit_median_s", "trials"]
     if rows.empty or stage_column(OPTIMIZER_STAGE) not in rows:
@@ -126,9 +115,7 @@ _COMPARABLE = ("workload", "model", "data", "steps", "images", "batch", "imgsz",
 
 
 def claim_bounds(run: Run, others: Sequence[Run]) -> list[tuple[Run, str]]:
-    """What a stages run of the same fit and the same two implementations, among a report's other runs,
-    says bounds each claim of this paired run: the reference's optimizer share of its fit (the most an
-    optimizer-only change can save) and the whole-fit saving the optimizer stages' difference implies."""
+    """What a stages run of the same fit among a report's other runs says bounds each claim of this run."""
     settings = FitSettings.from_dict(run.plan.settings)
     if settings.stages or run.summaries.claims.empty:
         return []
@@ -166,9 +153,7 @@ def claim_bounds(run: Run, others: Sequence[Run]) -> list[tuple[Run, str]]:
 
 
 def step_findings(plan: Plan, trials: pd.DataFrame) -> list[str]:
-    """Per arm, the optimizer stage split into its first step and the median of the rest, and how the step's
-    core ran (`optimizer.graph_stats`), from the arm's last finished trial that recorded them (older trials
-    did not)."""
+    """Per arm, the optimizer stage's first step and median of the rest, and how the step's core ran."""
     rows = finished(trials)
     if "stage_optimizer_first_s" not in rows:
         return []
@@ -361,8 +346,7 @@ def _stages_text(plan: Plan, trials: pd.DataFrame, figures_dir: Path) -> list[st
 
 
 def tables(run: Run) -> dict[str, pd.DataFrame]:
-    """The stage table of a ``--stages`` run; for a claim run whose fits carry the steady-state figure, its
-    claims table (``steady_claims.csv``)."""
+    """The stage table of a ``--stages`` run."""
     if not FitSettings.from_dict(run.plan.settings).stages:
         steady = steady_claims(run)
         return {} if steady.empty else {STEADY_CLAIMS_CSV: steady}

@@ -1,9 +1,4 @@
-"""The probe tier's report section: memory against the budget, the step's own extra peak, stage share.
-
-Everything comes from the run (plan and trial log). Its two tidy tables, written beside the log by the runner:
-``probe_memory.csv`` (one row per case and arm) and, when the run was given ``--learner-ms``,
-``stage_share.csv`` (the head's share of one learner step and the ceiling that puts on any whole-run saving).
-"""
+"""The probe tier's report section: memory against the budget, the step's own extra peak, stage share."""
 
 from __future__ import annotations
 
@@ -84,8 +79,7 @@ def zero_cost_bound(share: float) -> float:
 
 
 def share_table(plan: Plan, summaries: Summaries, learner_ms: float) -> pd.DataFrame:
-    """Per case and arm: the head's median (failures count as infinitely slow), its share of one learner
-    step, and what the arm's head saving against its case's baseline would take off a learner step."""
+    """Per case and arm: the head's median, its share of a learner step, and its saving."""
     arms = summaries.arms
     out = []
     for case in plan.cases:

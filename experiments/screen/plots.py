@@ -23,14 +23,7 @@ def plot_crossover(
     title: str = "crossover",
     unit: str = "ms/step",
 ) -> Path:
-    """A crossover plot (the screen's): one line per series over categorical x, log y.
-
-    ``table`` columns: ``x``, ``series``, ``median``, ``low``, ``high`` (the range, drawn as error bars) and
-    ``floor`` (drawn dashed in the series' colour; NaN where there is none). Series follow ``series`` order.
-    Each series sits a little apart within its x category (``series_offsets``), so its point and range stay
-    readable where several series are close, and with a single x (one scale) every series still has its
-    own position.
-    """
+    """A crossover plot (the screen's): one line per series over categorical x, log y."""
     styles = arm_styles(series)
     positions = {x: i for i, x in enumerate(x_order)}
     offsets = series_offsets(len(series), len(x_order))
@@ -112,8 +105,7 @@ def plot_crossover(
 
 
 def series_offsets(count: int, categories: int) -> list[float]:
-    """Horizontal offsets of ``count`` series within one x category: spread over 0.6 of a category with one
-    category (there is nothing else to tell them apart), over 0.3 with several (the lines stay lines)."""
+    """Horizontal offsets of ``count`` series within one x category."""
     if count <= 1:
         return [0.0] * count
     span = 0.6 if categories <= 1 else 0.3
@@ -127,10 +119,7 @@ def plot_memory(
     path: Path,
     title: str = "extra peak memory",
 ) -> Path:
-    """Bytes per series over categorical x (``table`` columns ``x``, ``series``, ``bytes``), in MiB.
-
-    A log axis when every value is positive and they span 20× or more; a linear one otherwise.
-    """
+    """Bytes per series over categorical x (``table`` columns ``x``, ``series``, ``bytes``), in MiB."""
     styles = arm_styles(series)
     positions = {x: i for i, x in enumerate(x_order)}
     offsets = series_offsets(len(series), len(x_order))
