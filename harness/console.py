@@ -240,44 +240,16 @@ def _cells(plan: Plan, summaries: Summaries) -> list[dict[str, str]]:
     return rows
 
 
-def _wide_table(plan: Plan, title: str, rows: list[dict[str, str]]) -> Table:
-    table = Table(title=title, show_lines=False)
-    columns = (
-        "case",
-        "arm",
-        "trials",
-        "median (min–max)",
-        "reduction (median)",
-        "interval",
-        "verdict",
+def _table(title: str, rows: list[dict[str, str]], narrow: bool) -> Table:
+    """The figures as a table; narrow: no vertical rules or lone case column, each value above its range."""
+    one_case = narrow and len({r["case"] for r in rows}) <= 1
+    sep = "\n" if narrow else " "
+    style = (
+        {"box": box.SIMPLE_HEAD, "show_edge": False, "padding": (0, 1), "pad_edge": False} if narrow else {}
     )
-    for column in columns:
-        table.add_column(column, no_wrap=True)
-    for r in rows:
-        table.add_row(
-            r["case"],
-            r["arm"],
-            r["trials"],
-            f"{r['median']} {r['range']}",
-            f"{r['reduction']} {r['reduction_range']}".strip(),
-            r["interval"],
-            r["verdict"],
-        )
-    return table
-
-
-def _narrow_table(plan: Plan, title: str, rows: list[dict[str, str]]) -> Table:
-    """The same figures with less decoration."""
-    one_case = len({r["case"] for r in rows}) <= 1
-    table = Table(
-        title=title,
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        padding=(0, 1),
-        pad_edge=False,
-        show_lines=not one_case,
-    )
-    columns = ([] if one_case else ["case"]) + ["arm", "trials", "median\n(min–max)", "reduction\n(min–max)"]
+    table = Table(title=title, show_lines=narrow and not one_case, **style)
+    reduction = "reduction\n(min–max)" if narrow else "reduction (median)"
+    columns = ([] if one_case else ["case"]) + ["arm", "trials", f"median{sep}(min–max)", reduction]
     for column in columns + ["interval", "verdict"]:
         table.add_column(column, no_wrap=True)
     for r in rows:
@@ -285,9 +257,9 @@ def _narrow_table(plan: Plan, title: str, rows: list[dict[str, str]]) -> Table:
             *([] if one_case else [r["case"]]),
             r["arm"],
             r["trials"],
-            f"{r['median']}\n{r['range']}",
-            f"{r['reduction']}\n{r['reduction_range']}".strip(),
-            "\n".join(r["interval"].split(" ")),
+            f"{r['median']}{sep}{r['range']}",
+            f"{r['reduction']}{sep}{r['reduction_range']}".strip(),
+            sep.join(r["interval"].split(" ")),
             r["verdict"],
         )
     return table
@@ -332,8 +304,8 @@ def print_summary(plan: Plan, summaries: Summaries, out: Console | None = None) 
         out.print(line)
     title = f"{plan.tier}: {plan.metric} ({plan.unit})"
     rows = _cells(plan, summaries)
-    for layout in (_wide_table, _narrow_table):
-        table = layout(plan, title, rows)  # no cell wraps: a layout is used only where it fits whole
+    for narrow in (False, True):
+        table = _table(title, rows, narrow)  # no cell wraps: a layout is used only where it fits whole
         if Measurement.get(out, out.options.update_width(UNBOUNDED), table).maximum <= out.width:
             out.print(table)
             break

@@ -38,18 +38,12 @@ from harness.plot_style import (  # noqa: E402
     percent_axis,
 )
 
-# --- the report's own plots ------------------------------------------------------------------------------
-
 
 def _spans(indices: Sequence[int]) -> list[tuple[int, int]]:
     """Contiguous runs [first, last] of sorted integers."""
-    spans: list[tuple[int, int]] = []
-    for i in sorted(indices):
-        if spans and i == spans[-1][1] + 1:
-            spans[-1] = (spans[-1][0], i)
-        else:
-            spans.append((i, i))
-    return spans
+    ordered = np.sort(np.asarray(indices, dtype=int))
+    runs = np.split(ordered, np.flatnonzero(np.diff(ordered) != 1) + 1) if len(ordered) else []
+    return [(int(run[0]), int(run[-1])) for run in runs]
 
 
 def plot_timeline(trials: pd.DataFrame, plan: Any, path: Path) -> Path:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.codepaths import same_code_arms, verdict_shown
-from harness.formatting import UNBOUNDED_REASON, is_bounded, is_missing
+from harness.formatting import UNBOUNDED_REASON, format_limit, is_bounded, is_missing
 
 VERDICT_WORDS = {
     "clears": "clears {limit}",
@@ -39,8 +39,7 @@ def _direction(claim: Mapping[str, Any]) -> str:
 
 
 def _limit(claim: Mapping[str, Any]) -> str:
-    bar = float(claim["bar"])
-    return f"the ±{100 * bar:g}% tolerance" if claim.get("kind") == "control" else f"the {100 * bar:g}% bar"
+    return format_limit(100 * float(claim["bar"]), claim.get("kind") == "control")
 
 
 def _verdict(claim: Mapping[str, Any], verdict: str, withheld: str | None) -> str:

@@ -41,6 +41,11 @@ def steady_claims(run: Run) -> pd.DataFrame:
     return secondary_claims(run.summaries.trials, run.plan.protocol, STEADY_COLUMN)
 
 
+def _by_arm(plan: Plan, rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """Each arm of the plan that has rows, with its rows, in the plan's order."""
+    return [(arm, mine) for arm in plan.arm_labels() if not (mine := rows[rows["arm"] == arm]).empty]
+
+
 def stage_table(plan: Plan, trials: pd.DataFrame) -> pd.DataFrame:
     """Per arm and stage: median seconds over measured trials and the share of the median stage total."""
     rows = finished(trials)
@@ -48,10 +53,7 @@ def stage_table(plan: Plan, trials: pd.DataFrame) -> pd.DataFrame:
     if rows.empty or stage_column(OPTIMIZER_STAGE) not in rows:
         return pd.DataFrame(columns=columns)
     out = []
-    for arm in plan.arm_labels():
-        mine = rows[rows["arm"] == arm]
-        if mine.empty:
-            continue
+    for arm, mine in _by_arm(plan, rows):
         medians = {s: float(pd.to_numeric(mine[stage_column(s)]).median()) for s in STAGES}
         total = sum(medians.values())
         fit_median = float(pd.to_numeric(mine["value"]).median())
@@ -160,10 +162,7 @@ def step_findings(plan: Plan, trials: pd.DataFrame) -> list[str]:
     rows = rows[pd.to_numeric(rows["stage_optimizer_first_s"], errors="coerce").notna()]
     steps = FitSettings.from_dict(plan.settings).steps
     lines = []
-    for arm in plan.arm_labels():
-        mine = rows[rows["arm"] == arm]
-        if mine.empty:
-            continue
+    for arm, mine in _by_arm(plan, rows):
         last = mine.iloc[-1]
         graphs = last.get("optimizer_graphs")
         core = f"; its core ran: {graphs}" if isinstance(graphs, str) and graphs else ""
@@ -228,54 +227,34 @@ def _figures_text(plan: Plan, trials: pd.DataFrame) -> list[str]:
     ranked = plan.protocol.gpus > 1
     quality = "val_map50_95" if "val_map50_95" in rows else "val_accuracy" if "val_accuracy" in rows else None
     kept = len(numeric_column(rows, "optimizer_plan_bytes")) > 0  # older runs did not record it
-    table = []
-    for arm in plan.arm_labels():
-        mine = rows[rows["arm"] == arm]
-        if mine.empty:
-            continue
-
-        iteration = median_of(mine, "iteration_host_median_s")
-        classes = ", ".join(
-            sorted(set(mine.get("optimizer_class", pd.Series(dtype=str)).dropna().astype(str)))
-        )
-        table.append(
-            [
-                arm,
-                len(mine),
-                format_number(median_of(mine, "value")),
-                "n/a" if math.isnan(iteration) else f"{1000 * iteration:.1f}",
-                format_bytes(median_of(mine, "peak_allocated")),
-                format_bytes(median_of(mine, "peak_reserved")),
-                *([format_bytes(median_of(mine, "peak_allocated_sum")), _shares(mine)] if ranked else []),
-                *([format_bytes(median_of(mine, "optimizer_plan_bytes"))] if kept else []),
-                format_bytes(median_of(mine, "checkpoint_bytes")),
-                "n/a" if quality is None else format_number(median_of(mine, quality)),
-                classes or "n/a",
-            ]
-        )
+    over = " (max over ranks)" if ranked else ""
+    cells: dict[str, Any] = {
+        "trials": len,
+        "fit (s)": lambda m: format_number(median_of(m, "value")),
+        "iteration (ms, host)": lambda m: _ms_or_na(median_of(m, "iteration_host_median_s")),
+        "peak allocated" + over: lambda m: format_bytes(median_of(m, "peak_allocated")),
+        "peak reserved" + over: lambda m: format_bytes(median_of(m, "peak_reserved")),
+    }
+    if ranked:
+        cells["peak allocated (sum over ranks)"] = lambda m: format_bytes(median_of(m, "peak_allocated_sum"))
+        cells["NS matrices per rank"] = _shares
+    if kept:
+        cells["kept between steps"] = lambda m: format_bytes(median_of(m, "optimizer_plan_bytes"))
     quality_name = {"val_map50_95": "val mAP50-95", "val_accuracy": "val accuracy"}.get(
         quality or "", "val metric"
     )
+    cells["checkpoints"] = lambda m: format_bytes(median_of(m, "checkpoint_bytes"))
+    cells[quality_name] = lambda m: "n/a" if quality is None else format_number(median_of(m, quality))
+    cells["optimizer class"] = lambda m: (
+        ", ".join(sorted(set(m.get("optimizer_class", pd.Series(dtype=str)).dropna().astype(str)))) or "n/a"
+    )
+    table = [[arm] + [cell(mine) for cell in cells.values()] for arm, mine in _by_arm(plan, rows)]
     return (
         [
             "### Per-trial figures (medians over measured trials)",
             "",
             markdown_table(
-                [
-                    "arm",
-                    "trials",
-                    "fit (s)",
-                    "iteration (ms, host)",
-                    "peak allocated" + (" (max over ranks)" if ranked else ""),
-                    "peak reserved" + (" (max over ranks)" if ranked else ""),
-                    *(["peak allocated (sum over ranks)", "NS matrices per rank"] if ranked else []),
-                    *(["kept between steps"] if kept else []),
-                    "checkpoints",
-                    quality_name,
-                    "optimizer class",
-                ],
-                table,
-                "lrrrrrr" + ("rr" if ranked else "") + ("r" if kept else "") + "rl",
+                ["arm", *cells], table, "lrrrrrr" + ("rr" if ranked else "") + ("r" if kept else "") + "rl"
             ),
             "",
             "Iteration: median gap between consecutive iteration ends, read from the host clock with no "
@@ -307,6 +286,10 @@ def _figures_text(plan: Plan, trials: pd.DataFrame) -> list[str]:
             else []
         )
     )
+
+
+def _ms_or_na(seconds: float) -> str:
+    return "n/a" if math.isnan(seconds) else f"{1000 * seconds:.1f}"
 
 
 def _shares(rows: pd.DataFrame) -> str:
@@ -370,14 +353,15 @@ def _steady_text(run: Run) -> list[str]:
     plan, trials = run.plan, run.summaries.trials
     same = set(same_code_arms(plan))
     rows = finished(trials)
-    medians = []
-    for arm in plan.arm_labels():
-        mine = rows[rows["arm"] == arm]
-        if not mine.empty:
-            medians.append(f"{arm} {format_value(median_of(mine, STEADY_COLUMN), 's')}")
+    medians = [
+        f"{arm} {format_value(median_of(mine, STEADY_COLUMN), 's')}" for arm, mine in _by_arm(plan, rows)
+    ]
+    several = steady["case"].nunique() > 1
+    columns = ["case"] * several + ["pair", "pairs", "median reduction", "interval", "method"]
+    columns += ["checks: sign test; HL", "verdict"]
     table = [
         [
-            *([c["case"]] if steady["case"].nunique() > 1 else []),
+            *([c["case"]] * several),
             f"{c['arm']} vs {c['baseline_arm']}",
             int(c["pairs"]),
             format_percent(c["estimate"]),
@@ -389,17 +373,6 @@ def _steady_text(run: Run) -> list[str]:
         ]
         for _, c in steady.iterrows()
     ]
-    columns = [
-        "pair",
-        "pairs",
-        "median reduction",
-        "interval",
-        "method",
-        "checks: sign test; HL",
-        "verdict",
-    ]
-    if steady["case"].nunique() > 1:
-        columns = ["case", *columns]
     return [
         "### Steady-state figure (secondary: the whole fit stays the claim)",
         "",

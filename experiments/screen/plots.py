@@ -7,9 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
-from harness.plot_style import arm_styles, figure
+from harness.plot_style import MarkStyle, arm_styles, figure
 
 CROSSOVER_PNG = "screen_crossover.png"
 MEMORY_PNG = "screen_memory.png"
@@ -32,10 +33,7 @@ def plot_crossover(
     with figure(path, width=10.0, height=5.4) as (fig, ax):
         ax.set_yscale("log")
         for label in series:
-            rows = table[table["series"] == label]
-            rows = (
-                rows[rows["x"].isin(positions)].assign(pos=lambda r: r["x"].map(positions)).sort_values("pos")
-            )
+            rows = _ordered(table, label, positions)
             median = pd.to_numeric(rows["median"], errors="coerce").to_numpy(dtype=float)
             keep = np.isfinite(median) & (median > 0)
             if not keep.any():
@@ -67,41 +65,48 @@ def plot_crossover(
                 ax.plot(
                     rows["pos"].to_numpy(dtype=float)[has_floor] + offsets[series.index(label)],
                     floor[has_floor],
-                    color=style.color,
-                    linestyle="--",
-                    linewidth=1.5,
-                    marker=style.marker,
-                    markerfacecolor="none",
+                    **_floor_marks(style),
                     zorder=2,
                 )
-        ax.set_xticks(range(len(x_order)))
-        ax.set_xticklabels(list(x_order))
-        margin = 0.5 if len(x_order) == 1 else 0.3
-        ax.set_xlim(-margin, len(x_order) - 1 + margin)
-        ax.set_xlabel("scale")
-        ax.set_ylabel(unit + " (log)")
-        ax.set_title(title)
+        _scale_axis(ax, x_order, unit + " (log)", title)
         handles = [
             Line2D([], [], color=styles[label].color, marker=styles[label].marker, linewidth=2)
             for label in lines
         ]
         labels = list(lines)
-        for label in floors:  # each floor as drawn: its series' colour and marker, hollow, dashed
-            style = styles[label]
-            handles.append(
-                Line2D(
-                    [],
-                    [],
-                    color=style.color,
-                    linestyle="--",
-                    linewidth=1.5,
-                    marker=style.marker,
-                    markerfacecolor="none",
-                )
-            )
+        for label in floors:
+            handles.append(Line2D([], [], **_floor_marks(styles[label])))
             labels.append(f"{label} launch floor (CUDA graph)")
         ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return path
+
+
+def _ordered(table: pd.DataFrame, label: str, positions: dict[str, int]) -> pd.DataFrame:
+    """One series' rows on the x axis, in axis order, with their position ``pos``."""
+    rows = table[table["series"] == label]
+    return rows[rows["x"].isin(positions)].assign(pos=lambda r: r["x"].map(positions)).sort_values("pos")
+
+
+def _floor_marks(style: MarkStyle) -> dict[str, object]:
+    """A launch floor's line: its series' colour and marker, hollow, dashed."""
+    return {
+        "color": style.color,
+        "linestyle": "--",
+        "linewidth": 1.5,
+        "marker": style.marker,
+        "markerfacecolor": "none",
+    }
+
+
+def _scale_axis(ax: Axes, x_order: Sequence[str], ylabel: str, title: str) -> None:
+    """The categorical scale axis, its labels and the title."""
+    ax.set_xticks(range(len(x_order)))
+    ax.set_xticklabels(list(x_order))
+    margin = 0.5 if len(x_order) == 1 else 0.3
+    ax.set_xlim(-margin, len(x_order) - 1 + margin)
+    ax.set_xlabel("scale")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
 
 
 def series_offsets(count: int, categories: int) -> list[float]:
@@ -134,10 +139,7 @@ def plot_memory(
             ax.set_yscale("log")
         drawn = False
         for label in series:
-            rows = table[table["series"] == label]
-            rows = (
-                rows[rows["x"].isin(positions)].assign(pos=lambda r: r["x"].map(positions)).sort_values("pos")
-            )
+            rows = _ordered(table, label, positions)
             mib = pd.to_numeric(rows["bytes"], errors="coerce").to_numpy(dtype=float) / 2**20
             keep = np.isfinite(mib)
             if not keep.any():
@@ -162,13 +164,7 @@ def plot_memory(
                 va="center",
             )
             ax.set_yticks([])
-        ax.set_xticks(range(len(x_order)))
-        ax.set_xticklabels(list(x_order))
-        margin = 0.5 if len(x_order) == 1 else 0.3
-        ax.set_xlim(-margin, len(x_order) - 1 + margin)
-        ax.set_xlabel("scale")
-        ax.set_ylabel("MiB")
-        ax.set_title(title)
+        _scale_axis(ax, x_order, "MiB", title)
         if drawn:
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return path

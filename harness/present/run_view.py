@@ -150,13 +150,11 @@ def completed_pairs(plan: Plan, trials: pd.DataFrame) -> int:
     if trials.empty:
         return 0
     measured = trials[trials["phase"] == "measured"]
-    done = 0
-    for case in plan.cases:
-        rows = measured[measured["case"] == case.label]
-        for _, in_round in rows.groupby("round"):
-            if set(in_round["arm"]) >= {a.label for a in case.arms}:
-                done += 1
-    return done
+    return sum(
+        set(in_round["arm"]) >= {a.label for a in case.arms}
+        for case in plan.cases
+        for _, in_round in measured[measured["case"] == case.label].groupby("round")
+    )
 
 
 def is_interrupted(plan: Plan, trials: pd.DataFrame) -> bool:
