@@ -37,15 +37,7 @@ PLAIN = {"highlight": False, "markup": False, "emoji": False}
 
 
 class SafeStream:
-    """A standard stream as the consoles write to it: nothing a reader or the terminal does stops the run.
-
-    - A closed pipe (``bench … | head -2``): the first failed write points the descriptor at /dev/null.
-    - A closed stream (``bench … >&-``: Python's ``sys.stdout`` is None): writes are dropped.
-    - An encoding without a character (``PYTHONIOENCODING=ascii``): the character is replaced.
-    - rich's live display swaps ``sys.stdout`` for a proxy that prints through the console. The console
-      writes past that proxy, to the stream it wraps: writing into it would loop forever.
-    The stream is looked up at each write, so a test's captured stream is used too.
-    """
+    """A standard stream as the consoles write to it: nothing a reader or the terminal does stops the run."""
 
     def __init__(self, name: str, past_live_proxy: bool) -> None:
         self.name, self.past_live_proxy = name, past_live_proxy
@@ -128,8 +120,7 @@ class TwoLineProgress(Progress):
 
 
 class TimeColumn(ProgressColumn):
-    """``0:01:05 elapsed · about 0:03:10 left``: what is left is the log's estimate at the last trial's end,
-    counted down since."""
+    """``0:01:05 elapsed · about 0:03:10 left``."""
 
     def render(self, task: Task) -> Text:
         elapsed = _clock(task.elapsed or 0.0)
@@ -188,8 +179,7 @@ class ScheduleProgress:
             self.progress.update(self.task, total=total, **self._time_left())
 
     def place(self, index: int) -> int | None:
-        """A trial's place in the schedule (1-based), or None for a warm-up logged outside it (after a resume
-        or an idle gap, or of a ``--warmup auto`` sequence): log indices skip those, places do not."""
+        """A trial's place in the schedule (1-based), or None for a warm-up logged outside it."""
         return next((n for n, t in enumerate(self.plan.schedule, 1) if t.index == index), None)
 
     def describe(self, place: int | None, reason: str | None = None) -> str:
@@ -223,8 +213,7 @@ UNBOUNDED = 100_000  # measure tables as if the console had no edge (a measureme
 
 
 def _cells(plan: Plan, summaries: Summaries) -> list[dict[str, str]]:
-    """Per arm row: each figure as text (value and range apart, so a narrow layout can stack them); the
-    reduction is the claim's primary estimate (the median), its range the pairs' min–max."""
+    """Per arm row: each figure as text, value and range apart."""
     claims = summaries.claims.set_index(["case", "arm"]) if not summaries.claims.empty else None
     rows = []
     for _, arm in summaries.arms.iterrows():
@@ -251,45 +240,16 @@ def _cells(plan: Plan, summaries: Summaries) -> list[dict[str, str]]:
     return rows
 
 
-def _wide_table(plan: Plan, title: str, rows: list[dict[str, str]]) -> Table:
-    table = Table(title=title, show_lines=False)
-    columns = (
-        "case",
-        "arm",
-        "trials",
-        "median (min–max)",
-        "reduction (median)",
-        "interval",
-        "verdict",
+def _table(title: str, rows: list[dict[str, str]], narrow: bool) -> Table:
+    """The figures as a table; narrow: no vertical rules or lone case column, each value above its range."""
+    one_case = narrow and len({r["case"] for r in rows}) <= 1
+    sep = "\n" if narrow else " "
+    style = (
+        {"box": box.SIMPLE_HEAD, "show_edge": False, "padding": (0, 1), "pad_edge": False} if narrow else {}
     )
-    for column in columns:
-        table.add_column(column, no_wrap=True)
-    for r in rows:
-        table.add_row(
-            r["case"],
-            r["arm"],
-            r["trials"],
-            f"{r['median']} {r['range']}",
-            f"{r['reduction']} {r['reduction_range']}".strip(),
-            r["interval"],
-            r["verdict"],
-        )
-    return table
-
-
-def _narrow_table(plan: Plan, title: str, rows: list[dict[str, str]]) -> Table:
-    """The same figures with less decoration: no vertical rules, no case column for one case, and each
-    value above its range, so every figure stays whole in fewer columns."""
-    one_case = len({r["case"] for r in rows}) <= 1
-    table = Table(
-        title=title,
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        padding=(0, 1),
-        pad_edge=False,
-        show_lines=not one_case,
-    )
-    columns = ([] if one_case else ["case"]) + ["arm", "trials", "median\n(min–max)", "reduction\n(min–max)"]
+    table = Table(title=title, show_lines=narrow and not one_case, **style)
+    reduction = "reduction\n(min–max)" if narrow else "reduction (median)"
+    columns = ([] if one_case else ["case"]) + ["arm", "trials", f"median{sep}(min–max)", reduction]
     for column in columns + ["interval", "verdict"]:
         table.add_column(column, no_wrap=True)
     for r in rows:
@@ -297,9 +257,9 @@ def _narrow_table(plan: Plan, title: str, rows: list[dict[str, str]]) -> Table:
             *([] if one_case else [r["case"]]),
             r["arm"],
             r["trials"],
-            f"{r['median']}\n{r['range']}",
-            f"{r['reduction']}\n{r['reduction_range']}".strip(),
-            "\n".join(r["interval"].split(" ")),
+            f"{r['median']}{sep}{r['range']}",
+            f"{r['reduction']}{sep}{r['reduction_range']}".strip(),
+            sep.join(r["interval"].split(" ")),
             r["verdict"],
         )
     return table
@@ -319,8 +279,7 @@ def _listing(plan: Plan, title: str, rows: list[dict[str, str]]) -> list[str]:
 
 
 def _notes(plan: Plan, summaries: Summaries) -> list[str]:
-    """What the verdicts rest on, one line each: pairs left out because both arms failed, why an interval is
-    insufficient, and where a check disagrees with the verdict (none of it for a withheld verdict)."""
+    """What the verdicts rest on, one line each."""
     notes: list[str] = []
     claims = summaries.claims
     for _, claim in claims.iterrows():
@@ -335,13 +294,7 @@ def _notes(plan: Plan, summaries: Summaries) -> list[str]:
 
 
 def print_summary(plan: Plan, summaries: Summaries, out: Console | None = None) -> None:
-    """The answer in one sentence per claim (``harness.sentence``), what the arms ran, then per case each
-    arm's median (min–max) and each other arm's median reduction with its interval and verdict; then what the
-    verdicts rest on (pairs left out). The method and its checks live in the report.
-
-    The table keeps every figure whole at any width: the full layout where it fits, else a narrower one
-    (less decoration, values above their ranges), else plain lines; no layout is ever squeezed by rich.
-    """
+    """The answer per claim, what the arms ran, per case each arm's figures, and what verdicts rest on."""
     out = out or console
     said = answers(plan, summaries.claims)
     for sentence in said:
@@ -351,8 +304,8 @@ def print_summary(plan: Plan, summaries: Summaries, out: Console | None = None) 
         out.print(line)
     title = f"{plan.tier}: {plan.metric} ({plan.unit})"
     rows = _cells(plan, summaries)
-    for layout in (_wide_table, _narrow_table):
-        table = layout(plan, title, rows)  # no cell wraps: a layout is used only where it fits whole
+    for narrow in (False, True):
+        table = _table(title, rows, narrow)  # no cell wraps: a layout is used only where it fits whole
         if Measurement.get(out, out.options.update_width(UNBOUNDED), table).maximum <= out.width:
             out.print(table)
             break
@@ -364,8 +317,7 @@ def print_summary(plan: Plan, summaries: Summaries, out: Console | None = None) 
 
 
 def print_flags(summaries: Summaries, env: dict[str, Any] | None = None) -> None:
-    """The instability flags of a run (spread per arm, machine load and steal), one line each; the flagged
-    trials stay in every figure."""
+    """The instability flags of a run (spread per arm, machine load and steal), one line each."""
     flags = instability_flags(summaries.trials, env)
     for flag in flags:
         errors.print(Text(f"unstable: {flag.reason} (flagged trials are kept)", style="yellow"))

@@ -115,9 +115,7 @@ def format_bytes(value: Any) -> str:
 
 
 def method_label(claim: Any) -> str:
-    """A claim's interval method in a few words, from its ``ci_method``: ``order-statistic``, ``stopping-rule
-    order-statistic``
-    (``harness.intervals``, ``harness.sequential``), or for folders' older rows ``calibrated t``."""
+    """A claim's interval method in a few words, from its ``ci_method``."""
     method = str(claim.get("ci_method", ""))
     if method.startswith("order statistics"):
         return "stopping-rule order-statistic" if " look " in method else "order-statistic"
@@ -132,8 +130,7 @@ def interval_estimand(claim: Any) -> str:
 
 
 def format_levels(claim: Any) -> str:
-    """The stated and the attained level of a claim's interval: ``95% stated, 93.8% attained`` (for the
-    stopping rule, the least coverage simulated for the whole rule)."""
+    """The stated and the attained level of a claim's interval."""
     stated, attained = claim.get("ci_level"), claim.get("ci_attained")
     text = "n/a" if is_missing(stated) else f"{100 * float(stated):.0f}% stated"
     if not is_missing(attained):
@@ -145,7 +142,6 @@ TERMINAL_ESCAPE = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b
 
 
 def without_controls(text: Any) -> str:
-    """``text`` with terminal escapes removed and other control characters shown as ``\\xNN``: an arm's message
-    reaches a report or a terminal as the words it holds, never as colours or moves of the cursor."""
+    """``text`` with terminal escapes removed and other control characters shown as ``\\xNN``."""
     plain = TERMINAL_ESCAPE.sub("", str(text))
     return "".join(c if c.isprintable() or c in "\n\t" else f"\\x{ord(c):02x}" for c in plain)

@@ -1,15 +1,4 @@
-"""The house style of every plot: headless (Agg), readable in print, the same bytes for the same inputs.
-
-* ``figure(path, width, height)``: a context manager that yields ``(fig, ax)`` under the house style
-  (large fonts, grid, tight layout) and saves a PNG with fixed metadata when the block ends.
-* ``arm_styles(labels)``: a colour *and* a marker per arm (Okabe–Ito colours, safe for colour-blind
-  readers; the marker carries the arm in grey print too), stable by the arms' order in the plan.
-* ``FAILED``, ``WARMUP``, ``BAR``: how failures (red x), warm-ups (hollow, grey) and the bar (dashed) look.
-* ``percent_axis(ax, axis)``: tick labels in percent for fractions; ``axis_label(text)`` wraps long labels.
-
-Figures are made through ``matplotlib.figure.Figure`` directly (never pyplot), so no global state or GUI
-backend is involved and plotting is safe in any process.
-"""
+"""The house style of every plot: headless (Agg), readable in print, the same bytes for the same inputs."""
 
 from __future__ import annotations
 
@@ -88,9 +77,7 @@ def failure_handle(label: str) -> Line2D:
 
 
 def marks(style: MarkStyle, hollow: bool = False, size: float = 8.5) -> dict[str, Any]:
-    """Marker keywords of one arm's points (``ax.plot(..., linestyle="", **marks(style))``); the same keywords
-    make its legend handle, so a legend always shows the marker it stands for. Hollow: a warm-up (discarded),
-    the arm's own marker outlined in grey."""
+    """Marker keywords of one arm's points (``ax.plot(..., linestyle="", **marks(style))``)."""
     face = "none" if hollow else style.color
     edge = WARMUP.color if hollow else style.color
     return {

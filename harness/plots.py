@@ -1,7 +1,4 @@
-"""The report's own plots of a run: the timeline, the paired reductions and the telemetry.
-
-Each is drawn in the house style of ``harness.plot_style``; tier plots use that style too.
-"""
+"""The report's own plots of a run: the timeline, the paired reductions and the telemetry."""
 
 from __future__ import annotations
 
@@ -41,24 +38,16 @@ from harness.plot_style import (  # noqa: E402
     percent_axis,
 )
 
-# --- the report's own plots ------------------------------------------------------------------------------
-
 
 def _spans(indices: Sequence[int]) -> list[tuple[int, int]]:
     """Contiguous runs [first, last] of sorted integers."""
-    spans: list[tuple[int, int]] = []
-    for i in sorted(indices):
-        if spans and i == spans[-1][1] + 1:
-            spans[-1] = (spans[-1][0], i)
-        else:
-            spans.append((i, i))
-    return spans
+    ordered = np.sort(np.asarray(indices, dtype=int))
+    runs = np.split(ordered, np.flatnonzero(np.diff(ordered) != 1) + 1) if len(ordered) else []
+    return [(int(run[0]), int(run[-1])) for run in runs]
 
 
 def plot_timeline(trials: pd.DataFrame, plan: Any, path: Path) -> Path:
-    """Every trial's figure in schedule order: arms by colour and marker, warm-ups the arm's marker hollow and
-    grey, failures a red x along the top, cases separated, scheduled trials with no row (not run yet) shaded;
-    the legend shows every marker drawn (each arm's measured and, where there are any, warm-up marker)."""
+    """Every trial's figure in schedule order."""
     styles = arm_styles(plan.arm_labels())
     scheduled = len(plan.schedule)
     rows = _timeline_rows(trials)
@@ -214,10 +203,7 @@ SQUASH = 4.0  # ... and the axis is clipped to the bulk only when the full span 
 
 
 def reduction_axis(values: np.ndarray, keep: Sequence[float]) -> tuple[float, float, bool]:
-    """(left, right, clipped): the x span of a reductions plot. Where one pair is extreme (beyond the
-    quartiles by ``EXTREME_FENCE`` IQRs) and showing it would squash the rest more than ``SQUASH`` times, the
-    axis spans the bulk (every other pair, 0, the bar, the medians in ``keep``) and the outliers are drawn at
-    its edge with their value; otherwise it spans everything."""
+    """(left, right, clipped): the x span of a reductions plot, keeping to the bulk past an extreme pair."""
     finite = values[np.isfinite(values)]
     anchors = [float(v) for v in keep if math.isfinite(v)] + [0.0]
     everything = np.concatenate([finite, anchors])
@@ -236,8 +222,7 @@ def reduction_axis(values: np.ndarray, keep: Sequence[float]) -> tuple[float, fl
 
 
 def _beyond(ax: Axes, x: float, y: float, value: float, style: MarkStyle, left_edge: bool) -> None:
-    """An outlier drawn at the axis edge in its arm's marker, labelled inside the axes with an arrow that
-    points past the edge and its value."""
+    """An outlier drawn at the axis edge in its arm's marker, arrowed and labelled with its value."""
     ax.plot([x], [y], linestyle="", zorder=5, clip_on=False, **marks(style))
     ax.annotate(
         f"← {format_percent(value)}" if left_edge else f"{format_percent(value)} →",
@@ -253,11 +238,7 @@ def _beyond(ax: Axes, x: float, y: float, value: float, style: MarkStyle, left_e
 
 
 def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: Path) -> Path:
-    """Paired reductions per case and arm: each pair a point in its arm's marker and colour, the median a
-    bar-shaped tick, the primary interval (the claim's ``ci_low``–``ci_high``) a thick line, the bar a dashed
-    line; a failed candidate's pair (−∞) is a red x at the left; a pair where both arms failed (NaN) is not
-    drawn. Where one pair is extreme the axis keeps to the bulk and that pair sits at the edge, arrowed and
-    labelled with its value (never dropped)."""
+    """Paired reductions per case and arm."""
     keys = [(str(c["case"]), str(c["arm"])) for _, c in claims.iterrows()]
     styles = arm_styles(plan.arm_labels())
     height = min(20.0, max(3.2, 1.4 + (0.75 if len(keys) <= 10 else 0.45) * len(keys)))
@@ -387,8 +368,7 @@ def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: 
 
 
 def plot_telemetry(trials: pd.DataFrame, plan: Any, columns: Sequence[tuple[str, str]], path: Path) -> Path:
-    """One small panel per telemetry column: each trial's figure (y) against the reading (x), arms by colour and
-    marker, warm-ups hollow, so a slow trial that lines up with steal, load or a low clock shows at a glance."""
+    """One small panel per telemetry column."""
     styles = arm_styles(plan.arm_labels())
     rows = trials[trials["status"] == "ok"] if "status" in trials else trials
     count = len(columns)

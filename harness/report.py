@@ -1,13 +1,4 @@
-"""The markdown report of one or more run folders: what a reviewer reads.
-
-Everything comes from the run folders alone (plan, env, log; the summaries are recomputed from the log), so a
-report can be regenerated at any time, byte for byte: no clock is read, every ordering follows the plan.
-The sections are built in ``harness.present``; this module orders them and writes the markdown and figures.
-
-``write_report([folder])`` writes ``<folder>/report.md``; several folders need an explicit ``output``.
-PNGs go in ``<stem>-figures/`` (``<stem>-figures-<k>/`` for the k-th of several), drawn aside, then put in place.
-A tier's section (``Tier.section(run)``) is markdown with ``###`` headings, built with ``harness.markdown``.
-"""
+"""The markdown report of one or more run folders, from the folders alone (docs/run-folder.md)."""
 
 from __future__ import annotations
 
@@ -141,15 +132,7 @@ def render(runs: list[LoadedRun]) -> str:
 def write_report(
     folders: list[RunFolder], tiers: TierRegistry | None = None, output: Path | None = None
 ) -> Path:
-    """Write the report of ``folders`` (one, or several side by side) and return the markdown's path.
-
-    One folder: ``<folder>/report.md`` unless ``output`` says otherwise. Several: ``output`` is required
-    (``InputError`` otherwise). ``tiers`` reads each run's tier (its section, caveats); an unknown tier gets
-    the defaults. Every input is checked before anything is written. The figures are drawn aside, in
-    ``<stem>-figures.partial/``, and each folder replaces its older self whole just before the markdown is
-    written (through a temporary file and a rename): an interrupted report leaves the older one, figures and
-    all, or nothing.
-    """
+    """Write the report of ``folders`` (one, or several side by side) and return the markdown's path."""
     folders = [RunFolder.open(f.path) for f in folders]
     path = resolve_output(folders, output)
     if output is None:
@@ -183,8 +166,7 @@ def write_report(
 
 
 def _check_only_figures(folder: Path) -> None:
-    """A figures folder the report will replace whole holds nothing but a report's PNGs: ``InputError``
-    otherwise (a run folder, or a folder holding one, that the name lands on is never replaced)."""
+    """A figures folder the report will replace whole holds nothing but a report's PNGs."""
     if not folder.is_dir():
         return
     other = next((p for p in folder.iterdir() if not (p.is_file() and p.suffix == ".png")), None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import groupby
 from typing import Any
 
 from harness.formatting import format_bytes, is_missing
@@ -27,14 +28,10 @@ def _gpus(env: dict[str, Any]) -> str:
     if not names:
         return "none (CUDA not available)" if env.get("cuda_available") is False else "none"
     memory = env.get("gpu_memory_bytes") or []
-    groups: list[list[Any]] = []
-    for i, name in enumerate(names):
-        label = name + (f" ({format_bytes(memory[i])})" if i < len(memory) else "")
-        if groups and groups[-1][0] == label:
-            groups[-1][1] += 1
-        else:
-            groups.append([label, 1])
-    return ", ".join(f"{count} × {label}" for label, count in groups)
+    labels = [
+        name + (f" ({format_bytes(memory[i])})" if i < len(memory) else "") for i, name in enumerate(names)
+    ]
+    return ", ".join(f"{len(list(same))} × {label}" for label, same in groupby(labels))
 
 
 def _machine(boot: Any, gpus: Any) -> str:
@@ -78,14 +75,11 @@ def resumed_at_other_code(env: dict[str, Any]) -> list[tuple[int, str]]:
 
 def _code_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
     """The code of every resume that recorded it (older runs did not)."""
-    rows = []
-    for k, resume in enumerate(env.get("resumes") or [], start=1):
-        other = _other_revision(env, resume)
-        if other is None:
-            continue
-        text = f"{_git(resume)} (another revision)" if other else "the same revision"
-        rows.append((f"… code at resume {k}", text))
-    return rows
+    return [
+        (f"… code at resume {k}", f"{_git(resume)} (another revision)" if other else "the same revision")
+        for k, resume in enumerate(env.get("resumes") or [], start=1)
+        if (other := _other_revision(env, resume)) is not None
+    ]
 
 
 def _machine_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
@@ -167,11 +161,7 @@ def _environment_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
 def environment_section(runs: list[Any]) -> list[str]:
     """The environment table, one column per loaded run (its ``env`` and ``number``)."""
     tables = [_environment_rows(r.env) for r in runs]
-    fields: list[str] = []
-    for table in tables:
-        for field, _ in table:
-            if field not in fields:
-                fields.append(field)
+    fields = dict.fromkeys(field for table in tables for field, _ in table)
     values = [dict(t) for t in tables]
     header = ["field"] + ([f"run {r.number}" for r in runs] if len(runs) > 1 else ["value"])
     rows = [[field] + [v.get(field, "—") for v in values] for field in fields]

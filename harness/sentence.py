@@ -1,10 +1,4 @@
-"""The answer of a paired run in one sentence per claim: built here, from the claim row alone, for the console,
-``claim.txt``, the report and the Python API.
-
-"candidate is 10.4% faster than upstream (95% CI 9.4–11.5%, 4 duet pairs): clears the 5% bar". Without a
-bar the interval's sign decides: "faster", "slower" or "no difference detected". An interval too wide to
-state is "unbounded", with the reason. The interval and the verdict are the claim row's, never recomputed.
-"""
+"""The answer of a paired run in one sentence per claim, from the claim row alone (docs/run-folder.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.codepaths import same_code_arms, verdict_shown
-from harness.formatting import UNBOUNDED_REASON, is_bounded, is_missing
+from harness.formatting import UNBOUNDED_REASON, format_limit, is_bounded, is_missing
 
 VERDICT_WORDS = {
     "clears": "clears {limit}",
@@ -45,8 +39,7 @@ def _direction(claim: Mapping[str, Any]) -> str:
 
 
 def _limit(claim: Mapping[str, Any]) -> str:
-    bar = float(claim["bar"])
-    return f"the ±{100 * bar:g}% tolerance" if claim.get("kind") == "control" else f"the {100 * bar:g}% bar"
+    return format_limit(100 * float(claim["bar"]), claim.get("kind") == "control")
 
 
 def _verdict(claim: Mapping[str, Any], verdict: str, withheld: str | None) -> str:
@@ -68,8 +61,7 @@ def _verdict(claim: Mapping[str, Any], verdict: str, withheld: str | None) -> st
 def answer(
     claim: Mapping[str, Any], order: str = "", verdict: str | None = None, withheld: str | None = None
 ) -> str:
-    """One claim row in one sentence (see the module docstring). ``order`` names the pairs (``duet``);
-    ``verdict`` is the one shown (the row's by default); ``withheld`` says why no verdict is given."""
+    """One claim row in one sentence (see the module docstring)."""
     arm, base = str(claim["arm"]), str(claim["baseline_arm"])
     pairs = int(claim["pairs"])
     noun = f"{order} pair" if order in ("duet",) else "pair"

@@ -23,11 +23,7 @@ FIT_STAGE_COLORS = {
 
 
 def plot_fit_stage_shares(table: pd.DataFrame, plan: Any, path: Path) -> Path:
-    """Complete fit (``bench pair --stages``): one stacked bar per arm, the median seconds of each stage of the
-    whole fit, the optimizer step labelled with its share (the ceiling of an optimizer-only change).
-
-    ``table`` has one row per arm and stage with ``arm``, ``stage``, ``median_s`` and ``share``; stages are
-    drawn in the order they first appear."""
+    """Complete fit (``bench pair --stages``): a stacked bar of median stage seconds per arm."""
     arms = [a for a in plan.arm_labels() if a in set(table["arm"].astype(str))]
     stages = list(dict.fromkeys(str(s) for s in table["stage"]))
     height = max(3.0, 1.6 + 0.7 * len(arms))

@@ -1,9 +1,4 @@
-"""The complete-fit tier's words: its report section, its claim and the stage-share analysis.
-
-The section gives the fit settings and how steps map to epochs, per-arm medians of the trial's own figures,
-and — in a ``--stages`` run — each stage's share of the fit and the ceiling it puts on the whole-fit saving.
-Everything here is derived from the run alone.
-"""
+"""The complete-fit tier's words: its report section, its claim and the stage-share analysis."""
 
 from __future__ import annotations
 
@@ -40,29 +35,25 @@ STEADY_COLUMN = "steady_s"
 
 
 def steady_claims(run: Run) -> pd.DataFrame:
-    """The paired statistics of the steady-state figure (``steady_s``: training from the start of the second
-    epoch to the last iteration, validation and checkpoints left out), by the whole-fit claim's own functions
-    and bar; empty for a stages run or where no fit carries the figure. Secondary: the claim is the whole fit."""
+    """The paired statistics of the steady-state figure ``steady_s``; empty where no fit carries it."""
     if FitSettings.from_dict(run.plan.settings).stages:
         return pd.DataFrame()
     return secondary_claims(run.summaries.trials, run.plan.protocol, STEADY_COLUMN)
 
 
-def stage_table(plan: Plan, trials: pd.DataFrame) -> pd.DataFrame:
-    """Per arm and stage: median seconds over measured trials and the share of the median stage total.
+def _by_arm(plan: Plan, rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """Each arm of the plan that has rows, with its rows, in the plan's order."""
+    return [(arm, mine) for arm in plan.arm_labels() if not (mine := rows[rows["arm"] == arm]).empty]
 
-    Also, per arm, the whole fit's median and, for the reference (first) arm, the ceiling of an
-    optimizer-only change: its optimizer share (a candidate whose step took no time at all saves that much).
-    """
+
+def stage_table(plan: Plan, trials: pd.DataFrame) -> pd.DataFrame:
+    """Per arm and stage: median seconds over measured trials and the share of the median stage total."""
     rows = finished(trials)
     columns = ["arm", "stage", "median_s", "share", "fit_median_s", "trials"]
     if rows.empty or stage_column(OPTIMIZER_STAGE) not in rows:
         return pd.DataFrame(columns=columns)
     out = []
-    for arm in plan.arm_labels():
-        mine = rows[rows["arm"] == arm]
-        if mine.empty:
-            continue
+    for arm, mine in _by_arm(plan, rows):
         medians = {s: float(pd.to_numeric(mine[stage_column(s)]).median()) for s in STAGES}
         total = sum(medians.values())
         fit_median = float(pd.to_numeric(mine["value"]).median())
@@ -126,9 +117,7 @@ _COMPARABLE = ("workload", "model", "data", "steps", "images", "batch", "imgsz",
 
 
 def claim_bounds(run: Run, others: Sequence[Run]) -> list[tuple[Run, str]]:
-    """What a stages run of the same fit and the same two implementations, among a report's other runs,
-    says bounds each claim of this paired run: the reference's optimizer share of its fit (the most an
-    optimizer-only change can save) and the whole-fit saving the optimizer stages' difference implies."""
+    """What a stages run of the same fit among a report's other runs says bounds each claim of this run."""
     settings = FitSettings.from_dict(run.plan.settings)
     if settings.stages or run.summaries.claims.empty:
         return []
@@ -166,19 +155,14 @@ def claim_bounds(run: Run, others: Sequence[Run]) -> list[tuple[Run, str]]:
 
 
 def step_findings(plan: Plan, trials: pd.DataFrame) -> list[str]:
-    """Per arm, the optimizer stage split into its first step and the median of the rest, and how the step's
-    core ran (`optimizer.graph_stats`), from the arm's last finished trial that recorded them (older trials
-    did not)."""
+    """Per arm, the optimizer stage's first step and median of the rest, and how the step's core ran."""
     rows = finished(trials)
     if "stage_optimizer_first_s" not in rows:
         return []
     rows = rows[pd.to_numeric(rows["stage_optimizer_first_s"], errors="coerce").notna()]
     steps = FitSettings.from_dict(plan.settings).steps
     lines = []
-    for arm in plan.arm_labels():
-        mine = rows[rows["arm"] == arm]
-        if mine.empty:
-            continue
+    for arm, mine in _by_arm(plan, rows):
         last = mine.iloc[-1]
         graphs = last.get("optimizer_graphs")
         core = f"; its core ran: {graphs}" if isinstance(graphs, str) and graphs else ""
@@ -243,54 +227,34 @@ def _figures_text(plan: Plan, trials: pd.DataFrame) -> list[str]:
     ranked = plan.protocol.gpus > 1
     quality = "val_map50_95" if "val_map50_95" in rows else "val_accuracy" if "val_accuracy" in rows else None
     kept = len(numeric_column(rows, "optimizer_plan_bytes")) > 0  # older runs did not record it
-    table = []
-    for arm in plan.arm_labels():
-        mine = rows[rows["arm"] == arm]
-        if mine.empty:
-            continue
-
-        iteration = median_of(mine, "iteration_host_median_s")
-        classes = ", ".join(
-            sorted(set(mine.get("optimizer_class", pd.Series(dtype=str)).dropna().astype(str)))
-        )
-        table.append(
-            [
-                arm,
-                len(mine),
-                format_number(median_of(mine, "value")),
-                "n/a" if math.isnan(iteration) else f"{1000 * iteration:.1f}",
-                format_bytes(median_of(mine, "peak_allocated")),
-                format_bytes(median_of(mine, "peak_reserved")),
-                *([format_bytes(median_of(mine, "peak_allocated_sum")), _shares(mine)] if ranked else []),
-                *([format_bytes(median_of(mine, "optimizer_plan_bytes"))] if kept else []),
-                format_bytes(median_of(mine, "checkpoint_bytes")),
-                "n/a" if quality is None else format_number(median_of(mine, quality)),
-                classes or "n/a",
-            ]
-        )
+    over = " (max over ranks)" if ranked else ""
+    cells: dict[str, Any] = {
+        "trials": len,
+        "fit (s)": lambda m: format_number(median_of(m, "value")),
+        "iteration (ms, host)": lambda m: _ms_or_na(median_of(m, "iteration_host_median_s")),
+        "peak allocated" + over: lambda m: format_bytes(median_of(m, "peak_allocated")),
+        "peak reserved" + over: lambda m: format_bytes(median_of(m, "peak_reserved")),
+    }
+    if ranked:
+        cells["peak allocated (sum over ranks)"] = lambda m: format_bytes(median_of(m, "peak_allocated_sum"))
+        cells["NS matrices per rank"] = _shares
+    if kept:
+        cells["kept between steps"] = lambda m: format_bytes(median_of(m, "optimizer_plan_bytes"))
     quality_name = {"val_map50_95": "val mAP50-95", "val_accuracy": "val accuracy"}.get(
         quality or "", "val metric"
     )
+    cells["checkpoints"] = lambda m: format_bytes(median_of(m, "checkpoint_bytes"))
+    cells[quality_name] = lambda m: "n/a" if quality is None else format_number(median_of(m, quality))
+    cells["optimizer class"] = lambda m: (
+        ", ".join(sorted(set(m.get("optimizer_class", pd.Series(dtype=str)).dropna().astype(str)))) or "n/a"
+    )
+    table = [[arm] + [cell(mine) for cell in cells.values()] for arm, mine in _by_arm(plan, rows)]
     return (
         [
             "### Per-trial figures (medians over measured trials)",
             "",
             markdown_table(
-                [
-                    "arm",
-                    "trials",
-                    "fit (s)",
-                    "iteration (ms, host)",
-                    "peak allocated" + (" (max over ranks)" if ranked else ""),
-                    "peak reserved" + (" (max over ranks)" if ranked else ""),
-                    *(["peak allocated (sum over ranks)", "NS matrices per rank"] if ranked else []),
-                    *(["kept between steps"] if kept else []),
-                    "checkpoints",
-                    quality_name,
-                    "optimizer class",
-                ],
-                table,
-                "lrrrrrr" + ("rr" if ranked else "") + ("r" if kept else "") + "rl",
+                ["arm", *cells], table, "lrrrrrr" + ("rr" if ranked else "") + ("r" if kept else "") + "rl"
             ),
             "",
             "Iteration: median gap between consecutive iteration ends, read from the host clock with no "
@@ -322,6 +286,10 @@ def _figures_text(plan: Plan, trials: pd.DataFrame) -> list[str]:
             else []
         )
     )
+
+
+def _ms_or_na(seconds: float) -> str:
+    return "n/a" if math.isnan(seconds) else f"{1000 * seconds:.1f}"
 
 
 def _shares(rows: pd.DataFrame) -> str:
@@ -361,8 +329,7 @@ def _stages_text(plan: Plan, trials: pd.DataFrame, figures_dir: Path) -> list[st
 
 
 def tables(run: Run) -> dict[str, pd.DataFrame]:
-    """The stage table of a ``--stages`` run; for a claim run whose fits carry the steady-state figure, its
-    claims table (``steady_claims.csv``)."""
+    """The stage table of a ``--stages`` run."""
     if not FitSettings.from_dict(run.plan.settings).stages:
         steady = steady_claims(run)
         return {} if steady.empty else {STEADY_CLAIMS_CSV: steady}
@@ -386,14 +353,15 @@ def _steady_text(run: Run) -> list[str]:
     plan, trials = run.plan, run.summaries.trials
     same = set(same_code_arms(plan))
     rows = finished(trials)
-    medians = []
-    for arm in plan.arm_labels():
-        mine = rows[rows["arm"] == arm]
-        if not mine.empty:
-            medians.append(f"{arm} {format_value(median_of(mine, STEADY_COLUMN), 's')}")
+    medians = [
+        f"{arm} {format_value(median_of(mine, STEADY_COLUMN), 's')}" for arm, mine in _by_arm(plan, rows)
+    ]
+    several = steady["case"].nunique() > 1
+    columns = ["case"] * several + ["pair", "pairs", "median reduction", "interval", "method"]
+    columns += ["checks: sign test; HL", "verdict"]
     table = [
         [
-            *([c["case"]] if steady["case"].nunique() > 1 else []),
+            *([c["case"]] * several),
             f"{c['arm']} vs {c['baseline_arm']}",
             int(c["pairs"]),
             format_percent(c["estimate"]),
@@ -405,17 +373,6 @@ def _steady_text(run: Run) -> list[str]:
         ]
         for _, c in steady.iterrows()
     ]
-    columns = [
-        "pair",
-        "pairs",
-        "median reduction",
-        "interval",
-        "method",
-        "checks: sign test; HL",
-        "verdict",
-    ]
-    if steady["case"].nunique() > 1:
-        columns = ["case", *columns]
     return [
         "### Steady-state figure (secondary: the whole fit stays the claim)",
         "",

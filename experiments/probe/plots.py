@@ -14,11 +14,7 @@ from harness.plot_style import ARM_COLORS, BAR, FAILED, MarkStyle, arm_styles, f
 
 
 def plot_probe_memory(memory: pd.DataFrame, plan: Any, path: Path) -> Path:
-    """Probe: median peak allocated per case and arm (whisker to the highest peak), the ``--reserve`` held for
-    the rest of the learner hatched, the budget dashed, a red x where an arm's measured trials ran out of memory.
-
-    ``memory`` has one row per case and arm with ``case``, ``arm``, ``peak_allocated_median``,
-    ``peak_allocated_max``, ``out_of_memory``, ``budget`` and ``reserve`` (bytes)."""
+    """Probe: median peak allocated per case and arm, the reserve hatched, the budget dashed."""
     styles = arm_styles(plan.arm_labels())
     gib = float(2**30)
     budget = plan.protocol.budget / gib if plan.protocol.budget is not None else None
@@ -89,10 +85,7 @@ def plot_probe_memory(memory: pd.DataFrame, plan: Any, path: Path) -> Path:
 
 
 def plot_stage_share(shares: pd.DataFrame, path: Path) -> Path:
-    """Probe: one bar per case and arm for one learner step, the head's median coloured and the rest of the
-    step grey, labelled with the head's share (rows whose head failed are left out).
-
-    ``shares`` has ``case``, ``arm``, ``head_median_ms``, ``learner_ms`` and ``head_share``."""
+    """Probe: one bar per case and arm for a learner step, the head's share coloured."""
     rows = shares[np.isfinite(pd.to_numeric(shares["head_median_ms"], errors="coerce").to_numpy(dtype=float))]
     labels = list(dict.fromkeys(str(a) for a in shares["arm"]))
     styles = arm_styles(labels)

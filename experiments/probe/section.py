@@ -1,9 +1,4 @@
-"""The probe tier's report section: memory against the budget, the step's own extra peak, stage share.
-
-Everything comes from the run (plan and trial log). Its two tidy tables, written beside the log by the runner:
-``probe_memory.csv`` (one row per case and arm) and, when the run was given ``--learner-ms``,
-``stage_share.csv`` (the head's share of one learner step and the ceiling that puts on any whole-run saving).
-"""
+"""The probe tier's report section: memory against the budget, the step's own extra peak, stage share."""
 
 from __future__ import annotations
 
@@ -23,6 +18,15 @@ from harness.tier import Run
 
 MEMORY_CSV = "probe_memory.csv"
 SHARE_CSV = "stage_share.csv"
+
+
+_MEMORY_COLUMNS = {
+    "peak allocated": "peak_allocated_median",
+    "max peak allocated": "peak_allocated_max",
+    "peak reserved": "peak_reserved_median",
+    "head's extra peak": "head_extra_peak_median",
+    "step's extra peak": "step_extra_peak_median",
+}
 
 
 def describe_head(params: dict[str, Any]) -> str:
@@ -84,8 +88,7 @@ def zero_cost_bound(share: float) -> float:
 
 
 def share_table(plan: Plan, summaries: Summaries, learner_ms: float) -> pd.DataFrame:
-    """Per case and arm: the head's median (failures count as infinitely slow), its share of one learner
-    step, and what the arm's head saving against its case's baseline would take off a learner step."""
+    """Per case and arm: the head's median, its share of a learner step, and its saving."""
     arms = summaries.arms
     out = []
     for case in plan.cases:
@@ -163,33 +166,18 @@ def _share_lines(plan: Plan, shares: pd.DataFrame, learner_ms: float) -> list[st
         "of it bounds any whole-run saving from the head: removing the head entirely would save exactly its share.",
         "",
     ]
-    rows = []
-    for _, r in shares.iterrows():
-        rows.append(
-            [
-                r["case"],
-                r["arm"],
-                format_number(r["head_median_ms"]),
-                format_percent(r["head_share"]),
-                _bound_cell(r["head_share"], r["zero_cost_saving_under_percent"]),
-                format_percent(r["learner_step_reduction"]),
-            ]
-        )
-    lines += [
-        markdown_table(
-            [
-                "case",
-                "arm",
-                "head median (ms)",
-                "share of a learner step",
-                "zero-cost head saves",
-                "arm's head saving as a share of a learner step",
-            ],
-            rows,
-            "llrrrr",
+    cells = {
+        "case": lambda r: r["case"],
+        "arm": lambda r: r["arm"],
+        "head median (ms)": lambda r: format_number(r["head_median_ms"]),
+        "share of a learner step": lambda r: format_percent(r["head_share"]),
+        "zero-cost head saves": lambda r: _bound_cell(r["head_share"], r["zero_cost_saving_under_percent"]),
+        "arm's head saving as a share of a learner step": lambda r: format_percent(
+            r["learner_step_reduction"]
         ),
-        "",
-    ]
+    }
+    rows = [[cell(r) for cell in cells.values()] for _, r in shares.iterrows()]
+    lines += [markdown_table(list(cells), rows, "llrrrr"), ""]
     for _, r in shares.iterrows():
         where = f"{r['case']} · {r['arm']}"
         if not math.isfinite(r["head_median_ms"]):
@@ -263,34 +251,19 @@ def report_section(run: Run) -> str:
         "",
     ]
     has_memory = memory["peak_allocated_median"].notna().any()
-    rows = []
-    for _, r in memory.iterrows():
-        row = [
-            r["case"],
-            r["arm"],
-            f"{int(r['ok'])} of {int(r['measured'])}",
-            format_number(r["time_ms_median"]),
-            format_number(r["fwd_bwd_ms_median"]),
-            format_number(r["step_ms_median"]),
-        ]
-        if has_memory:
-            row += [
-                format_bytes(r["peak_allocated_median"]),
-                format_bytes(r["peak_allocated_max"]),
-                format_bytes(r["peak_reserved_median"]),
-                format_bytes(r["head_extra_peak_median"]),
-                format_bytes(r["step_extra_peak_median"]),
-            ]
-        rows.append(row)
-    columns = ["case", "arm", "finished", "head step (ms)", "forward+backward (ms)", "optimizer step (ms)"]
+    cells = {
+        "case": lambda r: r["case"],
+        "arm": lambda r: r["arm"],
+        "finished": lambda r: f"{int(r['ok'])} of {int(r['measured'])}",
+        "head step (ms)": lambda r: format_number(r["time_ms_median"]),
+        "forward+backward (ms)": lambda r: format_number(r["fwd_bwd_ms_median"]),
+        "optimizer step (ms)": lambda r: format_number(r["step_ms_median"]),
+    }
     if has_memory:
-        columns += [
-            "peak allocated",
-            "max peak allocated",
-            "peak reserved",
-            "head's extra peak",
-            "step's extra peak",
-        ]
+        for name, column in _MEMORY_COLUMNS.items():
+            cells[name] = lambda r, column=column: format_bytes(r[column])
+    columns = list(cells)
+    rows = [[cell(r) for cell in cells.values()] for _, r in memory.iterrows()]
     lines += [markdown_table(columns, rows, "llr" + "r" * (len(columns) - 3)), ""]
     lines.append(
         "The forward+backward and step columns come from CUDA events recorded inside the bracket (the host clock "

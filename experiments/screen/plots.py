@@ -7,9 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
-from harness.plot_style import arm_styles, figure
+from harness.plot_style import MarkStyle, arm_styles, figure
 
 CROSSOVER_PNG = "screen_crossover.png"
 MEMORY_PNG = "screen_memory.png"
@@ -23,14 +24,7 @@ def plot_crossover(
     title: str = "crossover",
     unit: str = "ms/step",
 ) -> Path:
-    """A crossover plot (the screen's): one line per series over categorical x, log y.
-
-    ``table`` columns: ``x``, ``series``, ``median``, ``low``, ``high`` (the range, drawn as error bars) and
-    ``floor`` (drawn dashed in the series' colour; NaN where there is none). Series follow ``series`` order.
-    Each series sits a little apart within its x category (``series_offsets``), so its point and range stay
-    readable where several series are close, and with a single x (one scale) every series still has its
-    own position.
-    """
+    """A crossover plot (the screen's): one line per series over categorical x, log y."""
     styles = arm_styles(series)
     positions = {x: i for i, x in enumerate(x_order)}
     offsets = series_offsets(len(series), len(x_order))
@@ -39,10 +33,7 @@ def plot_crossover(
     with figure(path, width=10.0, height=5.4) as (fig, ax):
         ax.set_yscale("log")
         for label in series:
-            rows = table[table["series"] == label]
-            rows = (
-                rows[rows["x"].isin(positions)].assign(pos=lambda r: r["x"].map(positions)).sort_values("pos")
-            )
+            rows = _ordered(table, label, positions)
             median = pd.to_numeric(rows["median"], errors="coerce").to_numpy(dtype=float)
             keep = np.isfinite(median) & (median > 0)
             if not keep.any():
@@ -74,46 +65,52 @@ def plot_crossover(
                 ax.plot(
                     rows["pos"].to_numpy(dtype=float)[has_floor] + offsets[series.index(label)],
                     floor[has_floor],
-                    color=style.color,
-                    linestyle="--",
-                    linewidth=1.5,
-                    marker=style.marker,
-                    markerfacecolor="none",
+                    **_floor_marks(style),
                     zorder=2,
                 )
-        ax.set_xticks(range(len(x_order)))
-        ax.set_xticklabels(list(x_order))
-        margin = 0.5 if len(x_order) == 1 else 0.3
-        ax.set_xlim(-margin, len(x_order) - 1 + margin)
-        ax.set_xlabel("scale")
-        ax.set_ylabel(unit + " (log)")
-        ax.set_title(title)
+        _scale_axis(ax, x_order, unit + " (log)", title)
         handles = [
             Line2D([], [], color=styles[label].color, marker=styles[label].marker, linewidth=2)
             for label in lines
         ]
         labels = list(lines)
-        for label in floors:  # each floor as drawn: its series' colour and marker, hollow, dashed
-            style = styles[label]
-            handles.append(
-                Line2D(
-                    [],
-                    [],
-                    color=style.color,
-                    linestyle="--",
-                    linewidth=1.5,
-                    marker=style.marker,
-                    markerfacecolor="none",
-                )
-            )
+        for label in floors:
+            handles.append(Line2D([], [], **_floor_marks(styles[label])))
             labels.append(f"{label} launch floor (CUDA graph)")
         ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return path
 
 
+def _ordered(table: pd.DataFrame, label: str, positions: dict[str, int]) -> pd.DataFrame:
+    """One series' rows on the x axis, in axis order, with their position ``pos``."""
+    rows = table[table["series"] == label]
+    return rows[rows["x"].isin(positions)].assign(pos=lambda r: r["x"].map(positions)).sort_values("pos")
+
+
+def _floor_marks(style: MarkStyle) -> dict[str, object]:
+    """A launch floor's line: its series' colour and marker, hollow, dashed."""
+    return {
+        "color": style.color,
+        "linestyle": "--",
+        "linewidth": 1.5,
+        "marker": style.marker,
+        "markerfacecolor": "none",
+    }
+
+
+def _scale_axis(ax: Axes, x_order: Sequence[str], ylabel: str, title: str) -> None:
+    """The categorical scale axis, its labels and the title."""
+    ax.set_xticks(range(len(x_order)))
+    ax.set_xticklabels(list(x_order))
+    margin = 0.5 if len(x_order) == 1 else 0.3
+    ax.set_xlim(-margin, len(x_order) - 1 + margin)
+    ax.set_xlabel("scale")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+
+
 def series_offsets(count: int, categories: int) -> list[float]:
-    """Horizontal offsets of ``count`` series within one x category: spread over 0.6 of a category with one
-    category (there is nothing else to tell them apart), over 0.3 with several (the lines stay lines)."""
+    """Horizontal offsets of ``count`` series within one x category."""
     if count <= 1:
         return [0.0] * count
     span = 0.6 if categories <= 1 else 0.3
@@ -127,10 +124,7 @@ def plot_memory(
     path: Path,
     title: str = "extra peak memory",
 ) -> Path:
-    """Bytes per series over categorical x (``table`` columns ``x``, ``series``, ``bytes``), in MiB.
-
-    A log axis when every value is positive and they span 20× or more; a linear one otherwise.
-    """
+    """Bytes per series over categorical x (``table`` columns ``x``, ``series``, ``bytes``), in MiB."""
     styles = arm_styles(series)
     positions = {x: i for i, x in enumerate(x_order)}
     offsets = series_offsets(len(series), len(x_order))
@@ -145,10 +139,7 @@ def plot_memory(
             ax.set_yscale("log")
         drawn = False
         for label in series:
-            rows = table[table["series"] == label]
-            rows = (
-                rows[rows["x"].isin(positions)].assign(pos=lambda r: r["x"].map(positions)).sort_values("pos")
-            )
+            rows = _ordered(table, label, positions)
             mib = pd.to_numeric(rows["bytes"], errors="coerce").to_numpy(dtype=float) / 2**20
             keep = np.isfinite(mib)
             if not keep.any():
@@ -173,13 +164,7 @@ def plot_memory(
                 va="center",
             )
             ax.set_yticks([])
-        ax.set_xticks(range(len(x_order)))
-        ax.set_xticklabels(list(x_order))
-        margin = 0.5 if len(x_order) == 1 else 0.3
-        ax.set_xlim(-margin, len(x_order) - 1 + margin)
-        ax.set_xlabel("scale")
-        ax.set_ylabel("MiB")
-        ax.set_title(title)
+        _scale_axis(ax, x_order, "MiB", title)
         if drawn:
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return path

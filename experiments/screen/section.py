@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,6 +94,10 @@ def memory_bound(table: pd.DataFrame, scale: str, candidate: str) -> str:
 def _row(table: pd.DataFrame, scale: str, arm: str) -> pd.Series | None:
     match = table[(table["scale"] == scale) & (table["arm"] == arm)]
     return match.iloc[0] if len(match) else None
+
+
+def _finite(value: float, show: Callable[[float], str]) -> str:
+    return show(value) if math.isfinite(value) else "n/a"
 
 
 def _ms(row: pd.Series | None) -> float:
@@ -362,49 +367,30 @@ def report_section(run: Run) -> str:
         "what was allocated when it opened (state excluded; state = what the warm-up steps left allocated)."
     )
     lines.append("")
-    rows = []
     has_ops = "ops_per_step_median" in table and table["ops_per_step_median"].notna().any()
-    for _, r in table.iterrows():
-        floor = format_number(r["floor_ms_median"]) if math.isfinite(r["floor_ms_median"]) else "n/a"
-        ops = (
-            [f"{r['ops_per_step_median']:.0f}" if math.isfinite(r["ops_per_step_median"]) else "n/a"]
+    cells = {
+        "scale": lambda r: r["scale"],
+        "arm": lambda r: r["arm"],
+        "trials": lambda r: f"{int(r['trials'])}" + (f" ({int(r['failed'])} failed)" if r["failed"] else ""),
+        "ms/step median (min–max)": lambda r: (
+            f"{format_number(r['ms_median'])} ({format_number(r['ms_min'])}–{format_number(r['ms_max'])})"
+        ),
+        "host ms/step": lambda r: format_number(r["host_ms_median"]),
+        "floor ms": lambda r: _finite(r["floor_ms_median"], format_number),
+        "× floor": lambda r: _finite(r["over_floor"], format_number),
+        "extra peak": lambda r: format_bytes(r["extra_peak_bytes_median"]),
+        "state": lambda r: format_bytes(r["state_bytes_median"]),
+        **(
+            {"aten ops/step": lambda r: _finite(r["ops_per_step_median"], lambda v: f"{v:.0f}")}
             if has_ops
-            else []
-        )
-        rows.append(
-            [
-                r["scale"],
-                r["arm"],
-                f"{int(r['trials'])}" + (f" ({int(r['failed'])} failed)" if r["failed"] else ""),
-                f"{format_number(r['ms_median'])} ({format_number(r['ms_min'])}–{format_number(r['ms_max'])})",
-                format_number(r["host_ms_median"]),
-                floor,
-                format_number(r["over_floor"]) if math.isfinite(r["over_floor"]) else "n/a",
-                format_bytes(r["extra_peak_bytes_median"]),
-                format_bytes(r["state_bytes_median"]),
-                *ops,
-                "—" if r["role"] == "baseline" else format_percent(r["reduction_vs_baseline_median"]),
-            ]
-        )
-    lines.append(
-        markdown_table(
-            [
-                "scale",
-                "arm",
-                "trials",
-                "ms/step median (min–max)",
-                "host ms/step",
-                "floor ms",
-                "× floor",
-                "extra peak",
-                "state",
-                *(["aten ops/step"] if has_ops else []),
-                "vs baseline (paired median)",
-            ],
-            rows,
-            "llrrrrrrrr" + ("r" if has_ops else ""),
-        )
-    )
+            else {}
+        ),
+        "vs baseline (paired median)": lambda r: (
+            "—" if r["role"] == "baseline" else format_percent(r["reduction_vs_baseline_median"])
+        ),
+    }
+    rows = [[cell(r) for cell in cells.values()] for _, r in table.iterrows()]
+    lines.append(markdown_table(list(cells), rows, "ll" + "r" * (len(cells) - 2)))
     lines.append("")
     if plan.protocol.gpus > 1:
         from experiments.screen.ranks import ranks_lines

@@ -191,31 +191,23 @@ def caveats(run: LoadedRun) -> list[Caveat]:
         "odd": "odd pairs: {n} claims ran their arm second and first unequally often.",
         "checks": "checks disagree with the primary verdict in {n} claims.",
     }
-    for key, items in per_claim.items():
-        if len(items) <= 3:  # one caveat per claim; beyond three, one that lists them
-            out += items
-        else:
-            out.append(
-                Caveat(
-                    summaries[key].format(n=len(items)),
-                    " ".join(c.headline for c in items),
-                    code=items[0].code,
-                )
-            )
+    for key, items in per_claim.items():  # one caveat per claim; beyond three, one that lists them
+        headlines = " ".join(c.headline for c in items)
+        out += (
+            items
+            if len(items) <= 3
+            else [Caveat(summaries[key].format(n=len(items)), headlines, code=items[0].code)]
+        )
     flags = instability_flags(trials, run.env)
-    if len(flags) <= 3:
-        for flag in flags:
-            out.append(
-                Caveat(
-                    f"unstable: {flag.reason}.",
-                    "Flagged trials are kept in every figure; read them with care.",
-                    code="unstable",
-                )
-            )
-    else:
+    heads = (
+        [flag.reason for flag in flags]
+        if len(flags) <= 3
+        else [f"{len(flags)} flags (the stability section lists them)"]
+    )
+    for head in heads:
         out.append(
             Caveat(
-                f"unstable: {len(flags)} flags (the stability section lists them).",
+                f"unstable: {head}.",
                 "Flagged trials are kept in every figure; read them with care.",
                 code="unstable",
             )

@@ -41,8 +41,7 @@ class LoadedRun(Run):
 
     @property
     def kind(self) -> str:
-        """'claim', 'A/A control' (a run of one arm against its twin) or 'claim + A/A control' (``--control``
-        beside other arms: both from one schedule)."""
+        """'claim', 'A/A control' or 'claim + A/A control' (``--control`` beside other arms)."""
         if not self.plan.protocol.control:
             return "claim"
         settings = ClaimSettings.from_protocol(self.plan.protocol)
@@ -86,8 +85,7 @@ def plan_ordered(frame: pd.DataFrame, run: LoadedRun) -> pd.DataFrame:
 
 
 def peak_median(trials: pd.DataFrame, case: str, arm: str, column: str) -> float | None:
-    """Median of a per-trial byte figure (``peak_allocated``/``peak_reserved``) over measured, finished
-    trials of one arm; None where the trials carry no such figure (e.g. on the CPU)."""
+    """Median of a per-trial byte figure over one arm's measured, finished trials; None where absent."""
     rows = finished(trials)
     if rows.empty:
         return None
@@ -114,11 +112,7 @@ def arm_row(summaries: Summaries, case: str, arm: str) -> pd.Series:
 
 
 def claim_sentence(plan: Plan, summaries: Summaries, case: str, arm: str) -> str:
-    """The claim of one arm against its case's baseline, in the project's words:
-
-    "Baseline median 89.448 s (88.765–89.646); candidate 79.183 s (77.799–79.660). The paired reduction
-    is 11.19% (median; geometric mean 11.18%, range 10.88–13.22%), with the same 809.9 MiB peak allocated."
-    """
+    """The claim of one arm against its case's baseline, in the project's words."""
     claim = claim_row(summaries, case, arm)
     base_label = str(claim["baseline_arm"])
     base, mine = arm_row(summaries, case, base_label), arm_row(summaries, case, arm)
@@ -156,13 +150,11 @@ def completed_pairs(plan: Plan, trials: pd.DataFrame) -> int:
     if trials.empty:
         return 0
     measured = trials[trials["phase"] == "measured"]
-    done = 0
-    for case in plan.cases:
-        rows = measured[measured["case"] == case.label]
-        for _, in_round in rows.groupby("round"):
-            if set(in_round["arm"]) >= {a.label for a in case.arms}:
-                done += 1
-    return done
+    return sum(
+        set(in_round["arm"]) >= {a.label for a in case.arms}
+        for case in plan.cases
+        for _, in_round in measured[measured["case"] == case.label].groupby("round")
+    )
 
 
 def is_interrupted(plan: Plan, trials: pd.DataFrame) -> bool:
@@ -180,8 +172,7 @@ def extra_warmups(trials: pd.DataFrame) -> pd.DataFrame:
 
 
 def warmup_sequence_text(plan: Plan, trials: pd.DataFrame) -> str:
-    """``--warmup auto``'s sequences in words, one per phase: ``start 4 (settled), resume 6 (never settled)``
-    (by case where there are several); empty for fixed warm-ups or before any ran."""
+    """``--warmup auto``'s sequences in words, one per phase."""
     rows = [] if trials.empty else trials.to_dict("records")
     sequences = warmup_sequences(rows, plan.protocol)
     several = len(plan.cases) > 1
@@ -195,8 +186,7 @@ def warmup_sequence_text(plan: Plan, trials: pd.DataFrame) -> str:
 
 
 def warmup_words(plan: Plan, trials: pd.DataFrame) -> str:
-    """The warm-ups of a run in a few words: ``2 warm-up fit(s) discarded``, or with ``--warmup auto`` the rule
-    and each phase's count and whether it settled."""
+    """The warm-ups of a run in a few words."""
     p = plan.protocol
     if not p.auto_warmup:
         return f"{p.warmup} warm-up fit(s) discarded"
@@ -208,8 +198,7 @@ def warmup_words(plan: Plan, trials: pd.DataFrame) -> str:
 
 
 def pairs_words(plan: Plan, trials: pd.DataFrame) -> str:
-    """The measured pairs of a run in a few words: ``1 pair``, ``6 pairs``, or with ``--pairs auto`` the
-    stopping rule's count so far and its last look."""
+    """The measured pairs of a run in a few words."""
     p = plan.protocol
     if p.pairs != "auto":
         return f"{p.pairs} pair{'' if p.pairs == 1 else 's'}"

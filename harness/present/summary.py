@@ -86,8 +86,7 @@ def title_lines(runs: list[LoadedRun]) -> list[str]:
 
 
 def gate(run: LoadedRun) -> tuple[str, list[str]]:
-    """The runs table's `--gate` cell (the exit status the gate gives this folder, or why it judges none)
-    and why it fails (empty where it passes or judges nothing)."""
+    """The runs table's `--gate` cell and why the gate fails (empty where it passes or judges nothing)."""
     refusal = gate_refusal(run.tier)
     if refusal is not None:
         return f"n/a ({refusal})", []
