@@ -1,18 +1,6 @@
 """Planning: the pairs (and time) a goal needs under the rule a run uses, at a measured per-pair spread.
 
-The rule, stated once:
-
-* The interval planned is the run's primary, the median's order-statistic interval (``harness.intervals``);
-  a ``--pairs auto`` run reads its last look's level (``harness.sequential.look_level``).
-* Its chance to meet a goal is simulated on normal log ratios of spread σ (``DRAWS`` sequences per count,
-  the same seed at every count, so the chance rises smoothly). Past ``SIMULATED_UP_TO`` pairs the median's
-  large-sample law is used: its standard error is √(π/2)·σ/√n.
-* A claim's effect is planned against 0 (is it faster at all?) unless a bar is asked for.
-* σ from few pairs is itself uncertain: each plan is also made at σ's one-sided 95% upper bound,
-  σ·√((n − 1)/χ²(0.05, n − 1)).
-* A pair's time: the two arms' median trial times, one after the other; a duet pair runs both at once, so
-  it costs the slower arm's time alone.
-* No plan advises more pairs than ``--pairs`` accepts (``limits.MAX_PAIRS``).
+The rule, stated once: ``docs/methods.md`` (``harness/planning.py``).
 """
 
 from __future__ import annotations
@@ -41,8 +29,7 @@ MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)  # the median's standard error over t
 
 @dataclass(frozen=True)
 class Plan:
-    """Pairs (and seconds) a goal needs: ``pairs_for_goal`` meet it with ``probability``; ``pairs`` is that
-    raised to the interval's minimum and to an even count (balanced AB/BA pairs)."""
+    """Pairs (and seconds) a goal needs, with the chance they meet it."""
 
     goal: str
     pairs: int
@@ -145,8 +132,7 @@ def per_pair_spread(pairs: pd.DataFrame, case: Any, arm: Any) -> tuple[float, in
 def seconds_per_pair(
     trials: pd.DataFrame, case: Any, arms: tuple[Any, Any], cooldown: float = 0.0, duet: bool = False
 ) -> float:
-    """The seconds one pair takes by the log: each arm's median trial time plus its cool-down, one after the
-    other; a duet pair runs both at once (the slower arm and one cool-down). NaN where the log holds no time."""
+    """The seconds one pair takes by the log, with cool-downs; NaN where the log holds no time."""
     rows = measured(trials)
     if rows.empty or "trial_seconds" not in rows:
         return math.nan
@@ -204,9 +190,7 @@ def plan_rows(
     bar: float | None = None,
     power: float = 0.8,
 ) -> list[dict[str, Any]]:
-    """Per claim of a run, the pairs (and seconds) a goal needs at its measured σ and at σ's upper bound. A
-    claim's goal: ``effect`` (default: its measured reduction) against ``bar`` (default 0); an A/A arm's:
-    within ±``tolerance`` (default: the run's)."""
+    """Per claim of a run, the pairs (and seconds) a goal needs at its measured σ and at σ's upper bound."""
     settings = ClaimSettings.from_protocol(protocol)
     level = settings.level
     if getattr(protocol, "pairs", None) == "auto":  # the last look's level is the one a long run reads

@@ -1,16 +1,6 @@
 """Verdict words and the failure rate beside a timing claim.
 
-The words, stated once (``claims.csv``'s ``verdict`` column):
-
-* With a bar b: ``clears`` (the interval wholly above b), ``fails`` (wholly below), ``ambiguous`` (it
-  straddles or touches b).
-* Without a bar the question is "is it faster at all?": ``faster`` (wholly above 0), ``slower`` (wholly
-  below 0), ``no difference detected`` (it holds or touches 0).
-* An A/A control, or a claim given a tolerance T and no bar, asks "equivalent within ±T?": ``within``
-  (strictly inside ±T: equivalent), ``outside`` (wholly beyond one side: not equivalent), ``ambiguous``.
-  The words stay those of earlier runs, so a gate and a reader of old folders see the same answer.
-* Any of them: ``insufficient`` when the interval does not keep its stated level (fewer than 5 pairs at
-  95%, or failures that leave no interval).
+The rule, stated once: ``docs/methods.md`` (``harness/verdicts.py``).
 """
 
 from __future__ import annotations
@@ -46,8 +36,7 @@ def rate_interval(failed: int, trials: int, level: float) -> tuple[float, float]
 
 
 def failure_rate(trials: pd.DataFrame, case: Any, arm: Any, level: float) -> dict[str, Any]:
-    """The arm's measured trials that failed, as its own figure with an interval. The timing claim
-    counts a failed trial as the slowest; this figure says how often that happened."""
+    """The arm's measured trials that failed, as its own figure with an interval."""
     if trials.empty or "phase" not in trials:
         mine = trials
     else:

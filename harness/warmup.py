@@ -13,8 +13,7 @@ from harness.schedule import ScheduledTrial, letters
 
 
 def warmup_agreement(previous: float | None, current: float | None) -> float | None:
-    """How two warm-ups of one arm compare: ln(current / previous), negative when the later was faster; None
-    where either failed."""
+    """ln(current / previous) of two warm-ups of one arm; None where either failed."""
     if previous is None or current is None or not (previous > 0 and current > 0):
         return None
     if not (math.isfinite(previous) and math.isfinite(current)):
@@ -28,8 +27,7 @@ def settles(change: float | None, tolerance: float) -> bool:
 
 
 def agreements(values: list[float | None], arms: list[str]) -> list[float | None]:
-    """Each warm-up's agreement with the previous warm-up of its arm in the same sequence (None for an arm's
-    first, or where either failed)."""
+    """Each warm-up's agreement with its arm's previous one in the sequence."""
     last: dict[str, float | None] = {}
     out: list[float | None] = []
     for value, arm in zip(values, arms, strict=True):
@@ -39,8 +37,7 @@ def agreements(values: list[float | None], arms: list[str]) -> list[float | None
 
 
 def settled_at(values: list[float | None], arms: list[str], tolerance: float) -> int | None:
-    """The warm-up (counted from 1) at which a sequence settled (``settles`` against the previous warm-up of
-    its arm); None if none did."""
+    """The warm-up (counted from 1) at which a sequence settled; None if none did."""
     for count, agreement in enumerate(agreements(values, arms), start=1):
         if settles(agreement, tolerance):
             return count
@@ -49,8 +46,7 @@ def settled_at(values: list[float | None], arms: list[str], tolerance: float) ->
 
 @dataclass(frozen=True)
 class WarmupSequence:
-    """One ``--warmup auto`` sequence as its rows tell it: why it ran (``start``, ``resume``, an idle gap),
-    how many warm-ups it took, whether two of one arm agreed (``settled``) or it reached the cap."""
+    """One ``--warmup auto`` sequence as its rows tell it."""
 
     number: int
     case: str
@@ -101,8 +97,7 @@ def warmup_sequences(rows: list[dict[str, Any]], protocol: ProtocolOptions) -> l
 def next_auto_warmup(
     plan: Plan, rows: list[dict[str, Any]], unit: list[ScheduledTrial], reason: str
 ) -> tuple[ScheduledTrial, dict[str, Any]] | None:
-    """The next ``--warmup auto`` warm-up before measured ``unit``, and the fields its row carries; None when
-    the unit may run."""
+    """The next ``--warmup auto`` warm-up before ``unit`` and its row's fields; None when ``unit`` may run."""
     sequences = warmup_sequences(rows, plan.protocol)
     open_ = [s for s in sequences if not s.done]
     case = plan.case(unit[0].case)
@@ -142,8 +137,7 @@ def next_auto_warmup(
 def warmup_row_fields(
     plan: Plan, rows: list[dict[str, Any]], row: dict[str, Any], number: int
 ) -> dict[str, Any]:
-    """A finished ``--warmup auto`` row's agreement with its arm's previous warm-up in its sequence and whether
-    it settled the sequence."""
+    """A finished ``--warmup auto`` row's agreement with its arm's previous warm-up, and if it settled."""
     previous = [
         r
         for r in rows
