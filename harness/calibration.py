@@ -99,11 +99,8 @@ def check_plan(plan: Any) -> None:
     arms = [*plan.protocol.arms, *(a for c in plan.cases for a in c.arms)]
     if not any(is_calibration(a) for a in arms):
         return
-    if (
-        plan.in_process
-        or plan.unit != "s"
-        or not all(any(is_calibration(a) for a in c.arms) for c in plan.cases)
-    ):
+    everywhere = all(any(is_calibration(a) for a in c.arms) for c in plan.cases)
+    if plan.in_process or plan.unit != "s" or not everywhere:
         raise InputError(
             f"--calibrate sleeps inside a worker trial's timed seconds; {plan.tier} trials are not that: "
             "drop --calibrate"

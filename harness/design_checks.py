@@ -92,13 +92,17 @@ def drift(
         + (", apart from the order" if second is not None else "")
         + ", t interval"
     )
-    found, reason = _fit(y, columns, 0, level) if spread else (None, "too few finished trials")
+    return _diagnostic(name, method, level, y, columns, 0, spread)
+
+
+def _diagnostic(name, method, level, y, columns, which: int, spread: bool, times: int = 1) -> Diagnostic:
+    """Coefficient ``which`` of the fit, times ``times``, in percent with its t interval."""
+    found, reason = _fit(y, columns, which, level) if spread else (None, "too few finished trials")
     if found is None:
         return Diagnostic(name, method, math.nan, math.nan, math.nan, level, y.size, reason)
-    slope, half = found
-    return Diagnostic(
-        name, method, *(_percent(v) for v in (slope, slope - half, slope + half)), level, y.size
-    )
+    value, half = found
+    figures = (_percent(times * v) for v in (value, value - half, value + half))
+    return Diagnostic(name, method, *figures, level, y.size)
 
 
 ORDER = "order effect (arm second vs first)"
@@ -107,9 +111,7 @@ ORDER_METHOD = "twice the least-squares step of a trial run second, apart from d
 
 def one_order(level: float, n: int) -> Diagnostic:
     """The order effect of pairs all run in one order: none to estimate."""
-    return Diagnostic(
-        ORDER, ORDER_METHOD, math.nan, math.nan, math.nan, level, n, "needs pairs in both orders"
-    )
+    return Diagnostic(ORDER, ORDER_METHOD, *(math.nan,) * 3, level, n, "needs pairs in both orders")
 
 
 def order_effect(
@@ -122,10 +124,4 @@ def order_effect(
 ) -> Diagnostic:
     """The order effect apart from drift, in percent, with its t interval."""
     y, columns, _, spread = _columns(values, arms, index, blocks, second)
-    found, reason = _fit(y, columns, len(columns) - 1, level) if spread else (None, "too few finished trials")
-    if found is None:
-        return Diagnostic(ORDER, ORDER_METHOD, math.nan, math.nan, math.nan, level, y.size, reason)
-    step, half = found
-    return Diagnostic(
-        ORDER, ORDER_METHOD, *(_percent(2 * v) for v in (step, step - half, step + half)), level, y.size
-    )
+    return _diagnostic(ORDER, ORDER_METHOD, level, y, columns, len(columns) - 1, spread, times=2)

@@ -21,14 +21,8 @@ def duet_partners(plan: Any, unit: list[Any], rows: list[dict[str, Any]]) -> lis
         return []
     first = unit[0]
     pending = {t.index for t in unit}
-    logged = [
-        t
-        for t in plan.schedule
-        if t.case == first.case
-        and t.round == first.round
-        and t.phase == "measured"
-        and t.index not in pending
-    ]
+    same = (first.case, first.round, "measured")
+    logged = [t for t in plan.schedule if (t.case, t.round, t.phase) == same and t.index not in pending]
     used = {int(r["index"]) for r in rows} | {t.index for t in plan.schedule}
     start = max(used, default=-1) + 1
     return [replace(t, index=start + n, phase="warmup") for n, t in enumerate(logged)]

@@ -105,13 +105,10 @@ def t_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
     nominal = level if fitted is None else fitted.nominal
     method = (
         f"calibrated Student t interval of the mean log ratio, {n - 1} df, at nominal level {nominal:.2%}"
-        + (
-            ""
-            if fitted is None
-            else f" (covers {fitted.nominal:.2%} of normal and {fitted.skewed_coverage:.2%} of reference "
-            f"skewed log ratios at {n} pairs)"
-        )
     )
+    if fitted is not None:
+        method += f" (covers {fitted.nominal:.2%} of normal and {fitted.skewed_coverage:.2%} of reference "
+        method += f"skewed log ratios at {n} pairs)"
     if not np.all(np.isfinite(x)):
         reason = "a pair with one failed arm has an infinite log ratio: no mean, so no t interval"
         return not_computable(estimand, method, level, n, reason)

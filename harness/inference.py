@@ -98,14 +98,7 @@ class Interval:
         cls, estimand: str, method: str, centre: Any, low_log: Any, high_log: Any, *rest: Any
     ) -> Interval:
         """An interval from log-ratio bounds; the ends swap, as a higher log ratio is a lower reduction."""
-        return cls(
-            estimand,
-            method,
-            float(to_reduction(centre)),
-            float(to_reduction(high_log)),
-            float(to_reduction(low_log)),
-            *rest,
-        )
+        return cls(estimand, method, *(float(to_reduction(v)) for v in (centre, high_log, low_log)), *rest)
 
 
 def not_computable(estimand: str, method: str, level: float, n: int, reason: str) -> Interval:
@@ -145,19 +138,14 @@ def signed_rank_rank(n: int, level: float = CONFIDENCE) -> tuple[int, float]:
     return k, float(attained[k - 1])
 
 
-def walsh_averages(log_ratios: ArrayLike) -> NDArray[np.float64]:
-    """(x_i + x_j)/2 for i ≤ j along the last axis, sorted: n(n+1)/2 values."""
-    x = np.asarray(log_ratios, dtype=float)
-    i, j = np.triu_indices(x.shape[-1])
-    return np.sort((x[..., i] + x[..., j]) / 2.0, axis=-1)
-
-
 def hodges_lehmann_log_bounds(
     log_ratios: ArrayLike, level: float = CONFIDENCE
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], float]:
     """Hodges–Lehmann estimate of the log ratio, its Wilcoxon bounds along the last axis, their level."""
-    walsh = walsh_averages(log_ratios)
-    n = np.asarray(log_ratios).shape[-1]
+    x = np.asarray(log_ratios, dtype=float)
+    n = x.shape[-1]
+    i, j = np.triu_indices(n)
+    walsh = np.sort((x[..., i] + x[..., j]) / 2.0, axis=-1)
     k, attained = signed_rank_rank(n, level)
     total = walsh.shape[-1]
     return np.median(walsh, axis=-1), walsh[..., k - 1], walsh[..., total - k], attained

@@ -101,28 +101,17 @@ def run_flags(trials: pd.DataFrame, env: dict[str, Any] | None = None) -> list[F
         if len(loaded):
             worst = float(pd.to_numeric(loaded["load1_start"]).max())
             cores = int(pd.to_numeric(loaded["cpu_logical"]).iloc[0])
+            text = f"{len(loaded)} of {len(rows)} measured trials started with the 1-minute load above the "
             flags.append(
-                Flag(
-                    "trials",
-                    "load",
-                    worst,
-                    float(cores),
-                    f"{len(loaded)} of {len(rows)} measured trials started with the 1-minute load above the "
-                    f"{cores} cores (at most {worst:.2f})",
-                )
+                Flag("trials", "load", worst, float(cores), f"{text}{cores} cores (at most {worst:.2f})")
             )
     if not rows.empty and "cpu_steal_share" in rows and "cpu_busy_share" in rows:
         wanted = [telemetry.steal_of_wanted(row) for row in rows.to_dict("records")]  # None where unrecorded
         stolen = [w for w in wanted if w is not None and w > telemetry.STEAL_FLAG_SHARE]
         if stolen:
+            share = telemetry.STEAL_FLAG_SHARE
+            text = f"{len(stolen)} of {len(rows)} measured trials had CPU steal above {share:.0%} of the CPU time"
             flags.append(
-                Flag(
-                    "trials",
-                    "steal",
-                    max(stolen),
-                    telemetry.STEAL_FLAG_SHARE,
-                    f"{len(stolen)} of {len(rows)} measured trials had CPU steal above "
-                    f"{telemetry.STEAL_FLAG_SHARE:.0%} of the CPU time they wanted (at most {max(stolen):.1%})",
-                )
+                Flag("trials", "steal", max(stolen), share, f"{text} they wanted (at most {max(stolen):.1%})")
             )
     return flags

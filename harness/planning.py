@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -229,14 +229,7 @@ def plan_rows(
         except ValueError as exc:
             row["note"] = str(exc)
         else:
-            row.update(
-                goal=found.goal,
-                pairs=found.pairs,
-                pairs_for_goal=found.pairs_for_goal,
-                probability=found.probability,
-                minimum_pairs=found.minimum_pairs,
-                seconds=math.nan if found.seconds is None else found.seconds,
-                pairs_upper=_upper_pairs(goal, row["sigma_upper"], level, power),
-            )
+            row.update(asdict(found), seconds=math.nan if found.seconds is None else found.seconds)
+            row["pairs_upper"] = _upper_pairs(goal, row["sigma_upper"], level, power)
         out.append(row)
     return out

@@ -97,18 +97,9 @@ def arm_table(trials: pd.DataFrame) -> pd.DataFrame:
     out = []
     for (case, arm), group in rows.groupby(["case", "arm"], sort=False):
         values = group["effective"].to_numpy(dtype=float)
-        out.append(
-            {
-                "case": case,
-                "arm": arm,
-                "role": group["role"].iloc[0],
-                "trials": len(values),
-                "failed": int((group["status"] != "ok").sum()),
-                "median": float(np.median(values)),
-                "min": float(values.min()),
-                "max": float(values.max()),
-            }
-        )
+        failed = int((group["status"] != "ok").sum())
+        figures = (len(values), failed, float(np.median(values)), float(values.min()), float(values.max()))
+        out.append(dict(zip(columns, (case, arm, group["role"].iloc[0], *figures), strict=True)))
     return pd.DataFrame(out, columns=columns)
 
 
@@ -141,21 +132,9 @@ def pair_table(trials: pd.DataFrame, metric: str = "value") -> pd.DataFrame:
                     continue
                 both_failed = math.isinf(b) and math.isinf(c)
                 log_ratio = math.nan if both_failed else float(inference.split_pairs([b], [c]).log_ratios[0])
-                out.append(
-                    {
-                        "case": case,
-                        "round": int(rnd),
-                        "order": other["order"],
-                        "baseline_arm": reference_arm,
-                        "arm": other["arm"],
-                        "baseline": b,
-                        "candidate": c,
-                        "reduction": reduction(b, c),
-                        "log_ratio": log_ratio,
-                        "arm_second": bool(int(other.get("slot", 1)) > base_slot),
-                        "both_failed": both_failed,
-                    }
-                )
+                second = bool(int(other.get("slot", 1)) > base_slot)
+                figures = (case, int(rnd), other["order"], reference_arm, other["arm"], b, c, reduction(b, c))
+                out.append(dict(zip(PAIR_COLUMNS, (*figures, log_ratio, second, both_failed), strict=True)))
     return pd.DataFrame(out, columns=PAIR_COLUMNS)
 
 
@@ -283,11 +262,10 @@ def design_figures(
     values, labels = ours["effective"].to_numpy(dtype=float), ours["arm"].astype(str).to_numpy()
     where = {"index": ours["index"].map(position).to_numpy(dtype=float), "blocks": ours["slice"].to_numpy()}
     second = is_arm == arm_late  # the arm's trial when it ran second, the baseline's when the arm ran first
-    if arm_late.all() or not arm_late.any():  # one order only: no order effect to fit or to set apart
-        return design_checks.drift(values, labels, level, **where), design_checks.one_order(
-            level, len(values)
-        )
-    trend = design_checks.drift(values, labels, level, second=second, **where)
+    one_order = arm_late.all() or not arm_late.any()  # no order effect to fit or to set apart
+    trend = design_checks.drift(values, labels, level, second=None if one_order else second, **where)
+    if one_order:
+        return trend, design_checks.one_order(level, values.size)
     return trend, design_checks.order_effect(values, labels, second, level, **where)
 
 
@@ -350,13 +328,12 @@ def _claim_row(
         "stopping": "" if decision is None else decision.reason,
     }
     for prefix, check in (("gm", gm), ("sign", sign), ("hl", hl)):
-        row |= {
-            f"{prefix}_estimate": check.estimate,
-            f"{prefix}_low": check.low,
-            f"{prefix}_high": check.high,
+        figures = {"estimate": check.estimate, "low": check.low, "high": check.high, "method": check.method}
+        figures |= {
+            "attained": check.attained_level,
+            "sufficient": bool(check.sufficient and check.computable),
         }
-        row |= {f"{prefix}_attained": check.attained_level, f"{prefix}_method": check.method}
-        row[f"{prefix}_sufficient"] = bool(check.sufficient and check.computable)
+        row |= {f"{prefix}_{key}": value for key, value in figures.items()}
         row[f"{prefix}_verdict"] = judge(check, limit, control)
     designs = (
         ("order_effect", "order", order, "no usable pair"),

@@ -11,20 +11,15 @@ from typing import Any
 import pandas as pd
 from scipy import stats
 
-from harness.inference import Interval
+from harness.inference import Interval, claim_verdict
 
-DIRECTION_WORDS = ("faster", "slower", "no difference detected")
+DIRECTION_WORDS = {"clears": "faster", "fails": "slower", "ambiguous": "no difference detected"}
 
 
 def direction(interval: Interval) -> str:
     """The verdict without a bar: is the arm faster than the baseline at all?"""
-    if not (interval.sufficient and interval.computable):
-        return "insufficient"
-    if interval.low > 0:
-        return "faster"
-    if interval.high < 0:
-        return "slower"
-    return "no difference detected"
+    verdict = claim_verdict(interval, 0.0)
+    return DIRECTION_WORDS.get(verdict, verdict)
 
 
 def rate_interval(failed: int, trials: int, level: float) -> tuple[float, float]:
