@@ -75,11 +75,8 @@ def delay_seconds(arm: Arm, run_dir: Path, case: str) -> float | None:
     if size.endswith("s"):
         return float(size[:-1])
     rows = RunFolder.open(run_dir).rows()
-    figures = [
-        float(r["value"])
-        for r in rows
-        if r.get("case") == case and r.get("role") == "baseline" and r.get("status") == "ok"
-    ]
+    baseline = (case, "baseline", "ok")
+    figures = [float(r["value"]) for r in rows if (r.get("case"), r.get("role"), r.get("status")) == baseline]
     if not figures:
         raise RuntimeError(f"--calibrate {size}: no finished baseline trial yet to size the delay from")
     return float(np.median(figures)) * float(size[:-1]) / 100.0

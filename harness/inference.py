@@ -105,6 +105,11 @@ def not_computable(estimand: str, method: str, level: float, n: int, reason: str
     return Interval(estimand, method, math.nan, math.nan, math.nan, level, math.nan, n, False, reason)
 
 
+def short_of(n: int, widest: str, attained: float, level: float, needs: int) -> str:
+    """Why an interval of ``n`` pairs is insufficient: even its widest form attains less than ``level``."""
+    return f"{n} pairs: even {widest} attains only {attained:.2%}; {level:.0%} needs {needs}"
+
+
 def pairs_for_range(level: float) -> int:
     """The fewest pairs whose range attains ``level`` as an interval of the median (6 at 95%)."""
     return max(1, math.ceil(math.log2(2.0 / (1.0 - level)) - 1e-9))
@@ -169,12 +174,8 @@ def hodges_lehmann_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) ->
     k, _ = signed_rank_rank(n, level)
     method += f", Walsh averages {k} and {n * (n + 1) // 2 + 1 - k} of {n * (n + 1) // 2}"
     sufficient = attained >= level - LEVEL_SLACK
-    reason = (
-        ""
-        if sufficient
-        else f"{n} pairs: even the widest Wilcoxon interval attains only {attained:.2%}; "
-        f"{level:.0%} needs {pairs_for_range(level)}"
-    )
+    widest = "the widest Wilcoxon interval"
+    reason = "" if sufficient else short_of(n, widest, attained, level, pairs_for_range(level))
     return Interval.of_logs(
         estimand, method, centre, low_log, high_log, level, attained, n, sufficient, reason
     )
@@ -184,11 +185,7 @@ def claim_verdict(interval: Interval, bar: float) -> str:
     """A claim's verdict against a bar (a fraction): clears, fails, ambiguous or insufficient."""
     if not (interval.sufficient and interval.computable):
         return "insufficient"
-    if interval.low > bar:
-        return "clears"
-    if interval.high < bar:
-        return "fails"
-    return "ambiguous"
+    return "clears" if interval.low > bar else "fails" if interval.high < bar else "ambiguous"
 
 
 def control_verdict(interval: Interval, tolerance: float) -> str:
@@ -199,6 +196,4 @@ def control_verdict(interval: Interval, tolerance: float) -> str:
         return "insufficient"
     if -tolerance < interval.low and interval.high < tolerance:
         return "within"
-    if interval.low > tolerance or interval.high < -tolerance:
-        return "outside"
-    return "ambiguous"
+    return "outside" if interval.low > tolerance or interval.high < -tolerance else "ambiguous"

@@ -12,7 +12,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
 from harness import inference
-from harness.inference import CONFIDENCE, LEVEL_SLACK, Interval, check_level, log_ratios_of, pairs_for_range
+from harness.inference import CONFIDENCE, LEVEL_SLACK, Interval, check_level, log_ratios_of, short_of
 
 WINDOW = 0.015  # an interval's attained level may fall this far below the stated one
 ESTIMAND = "median reduction"
@@ -94,11 +94,7 @@ def median_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interva
     )
     method += f"; covers the median at {attained:.2%} on any continuous law"
     sufficient = keeps_level(attained, level)
-    reason = (
-        ""
-        if sufficient
-        else f"{n} pairs: even their range attains only {attained:.2%}; {level:.0%} needs {min_pairs(level)}"
-    )
+    reason = "" if sufficient else short_of(n, "their range", attained, level, min_pairs(level))
     return Interval.of_logs(ESTIMAND, method, median, low, high, level, attained, n, sufficient, reason)
 
 
@@ -134,11 +130,9 @@ def sign_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
     k, _ = sign_test_rank(n, level)
     method = f"order statistics {k} and {n + 1 - k} of {n} (sign test, binomial(n, 1/2)); exact for any continuous law"
     sufficient = attained >= level - LEVEL_SLACK
-    short = (
-        f"{n} pairs: even their range attains only {attained:.2%}; {level:.0%} needs {pairs_for_range(level)}"
+    reason = (
+        "" if sufficient else short_of(n, "their range", attained, level, inference.pairs_for_range(level))
     )
     estimate = float(np.median(inference.to_reduction(x)))
     bounds = float(inference.to_reduction(high)), float(inference.to_reduction(low))
-    return Interval(
-        ESTIMAND, method, estimate, *bounds, level, attained, n, sufficient, "" if sufficient else short
-    )
+    return Interval(ESTIMAND, method, estimate, *bounds, level, attained, n, sufficient, reason)

@@ -19,7 +19,7 @@ from harness.formatting import format_probability
 from harness.inference import CONFIDENCE
 from harness.limits import MAX_PAIRS
 from harness.protocol import CONCURRENT_ORDERS
-from harness.stats import ClaimSettings, is_nan, measured, numeric_column
+from harness.stats import ClaimSettings, is_nan, measured, median_of
 
 DRAWS = 4000
 SIMULATED_UP_TO = 400
@@ -136,12 +136,9 @@ def seconds_per_pair(
     rows = measured(trials)
     if rows.empty or "trial_seconds" not in rows:
         return math.nan
-    times = []
-    for arm in arms:
-        mine = numeric_column(rows[(rows["case"] == case) & (rows["arm"] == arm)], "trial_seconds")
-        if not len(mine):
-            return math.nan
-        times.append(float(mine.median()))
+    times = [median_of(rows[(rows["case"] == case) & (rows["arm"] == arm)], "trial_seconds") for arm in arms]
+    if any(math.isnan(t) for t in times):
+        return math.nan
     return (max(times) + cooldown) if duet else (sum(times) + cooldown * len(times))
 
 
@@ -182,6 +179,22 @@ def _upper_pairs(
         return f"more than {MAX_PAIRS}"
 
 
+PLAN_COLUMNS = (
+    *(
+        "case",
+        "arm",
+        "baseline_arm",
+        "kind",
+        "sigma",
+        "sigma_upper",
+        "sigma_pairs",
+        "seconds_per_pair",
+        "goal",
+    ),
+    *("pairs", "pairs_for_goal", "pairs_upper", "probability", "minimum_pairs", "seconds", "note"),
+)
+
+
 def plan_rows(
     protocol: Any,
     summaries: Any,
@@ -194,35 +207,18 @@ def plan_rows(
     settings = ClaimSettings.from_protocol(protocol)
     level = settings.level
     if getattr(protocol, "pairs", None) == "auto":  # the last look's level is the one a long run reads
-        level = sequential.look_level(
-            settings.level, sequential.looks(settings.first_look, protocol.max_pairs)
-        )[0][-1]
+        plan = sequential.looks(settings.first_look, protocol.max_pairs)
+        level = sequential.look_level(settings.level, plan)[0][-1]
     duet = getattr(protocol, "order", "") in CONCURRENT_ORDERS
+    cooldown = float(getattr(protocol, "cooldown", 0))
     out: list[dict[str, Any]] = []
     for _, claim in summaries.claims.iterrows():
         case, arm, base = claim["case"], claim["arm"], claim["baseline_arm"]
         sigma, used = per_pair_spread(summaries.pairs, case, arm)
-        seconds = seconds_per_pair(
-            summaries.trials, case, (base, arm), float(getattr(protocol, "cooldown", 0)), duet
-        )
-        row: dict[str, Any] = {
-            "case": case,
-            "arm": arm,
-            "baseline_arm": base,
-            "kind": claim["kind"],
-            "sigma": sigma,
-            "sigma_upper": sigma_upper(sigma, used),
-            "sigma_pairs": used,
-            "seconds_per_pair": seconds,
-            "goal": "",
-            "pairs": None,
-            "pairs_for_goal": None,
-            "pairs_upper": None,
-            "probability": math.nan,
-            "minimum_pairs": intervals.min_pairs(settings.level),
-            "seconds": math.nan,
-            "note": "",
-        }
+        seconds = seconds_per_pair(summaries.trials, case, (base, arm), cooldown, duet)
+        values = (case, arm, base, claim["kind"], sigma, sigma_upper(sigma, used), used, seconds, "")
+        values += (None, None, None, math.nan, intervals.min_pairs(settings.level), math.nan, "")
+        row: dict[str, Any] = dict(zip(PLAN_COLUMNS, values, strict=True))
         try:
             goal = _goal(claim, effect, tolerance, bar)
             found = _plan_for(goal, sigma, used, level, power, seconds)

@@ -146,14 +146,11 @@ def _interval(x: NDArray[np.float64], plan: tuple[int, ...], level: float, index
 
 def reach_note(x: NDArray[np.float64], precision: float, max_pairs: int, level: float) -> str:
     """At the first look: the half-width ``max_pairs`` would give, where it misses the precision."""
-    finite = x[np.isfinite(x)]
-    if finite.size < 2:
+    if np.isfinite(x).sum() < 2:
         return ""
     found = intervals.median_interval(x, level)
-    if not found.computable:
-        return ""
-    projected = found.half_width * math.sqrt(x.size / max_pairs)
-    if projected <= precision:
+    projected = found.half_width * math.sqrt(x.size / max_pairs) if found.computable else math.nan
+    if not projected > precision:  # NaN: no interval to project
         return ""
     return (
         f"; at the spread measured, {max_pairs} pairs reach about ±{projected:.2f} points, "

@@ -167,12 +167,11 @@ class ClaimSettings:
         arms = tuple(a for a in getattr(protocol, "arms", ()) if a.role != CALIBRATION_ROLE)
         tolerance = getattr(protocol, "tolerance", None)
         pure_control = control and len(arms) <= 2
-        bar = protocol.bar
         if pure_control and tolerance is None:
-            tolerance = bar
+            tolerance = protocol.bar
         sequential = getattr(protocol, "pairs", None) == "auto"
         return cls(
-            bar_percent=None if pure_control else bar,
+            bar_percent=None if pure_control else protocol.bar,
             seed=protocol.seed,
             control=control,
             tolerance_percent=tolerance,

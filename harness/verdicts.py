@@ -39,10 +39,5 @@ def failure_rate(trials: pd.DataFrame, case: Any, arm: Any, level: float) -> dic
     count = len(mine)
     failed = int((mine["status"] != "ok").sum()) if count else 0
     low, high = rate_interval(failed, count, level)
-    return {
-        "failed_trials": failed,
-        "arm_trials": count,
-        "failure_rate": failed / count if count else math.nan,
-        "failure_low": low,
-        "failure_high": high,
-    }
+    keys = ("failed_trials", "arm_trials", "failure_rate", "failure_low", "failure_high")
+    return dict(zip(keys, (failed, count, failed / count if count else math.nan, low, high), strict=True))
