@@ -293,6 +293,7 @@ def _claim_row(
     failures = verdicts.failure_rate(trials, case, arm, settings.level)
     second = usable["arm_second"].to_numpy(dtype=bool)
     trend, order = design_figures(trials, case, arm, group, settings.level, metric)
+    no_pair = f"no usable pair ({len(group) - len(usable)} with both arms failed)"
     row = {
         "case": case,
         "arm": arm,
@@ -303,18 +304,9 @@ def _claim_row(
         "both_failed": int(len(group) - len(usable)),
         "one_failed": int(np.isinf(x).sum()),
         "estimate": chosen.estimate,
-        "ci_low": chosen.low,
-        "ci_high": chosen.high,
         "ci_level": settings.level,
-        "ci_attained": chosen.attained_level,
         "ci_nominal": chosen.nominal_level,  # a sequential look's own level; NaN for a fixed run
-        "ci_sufficient": bool(chosen.sufficient and chosen.computable),
-        "ci_method": chosen.method,
-        "ci_reason": (
-            f"no usable pair ({len(group) - len(usable)} with both arms failed)"
-            if x.size == 0
-            else chosen.reason
-        ),
+        "ci_reason": chosen.reason if x.size else no_pair,
         "verdict_basis": "primary",
         **failures,
         "median": chosen.estimate,  # the primary's estimate: one median, whatever the count
@@ -326,12 +318,10 @@ def _claim_row(
         "arm_first": int((~second).sum()),
         "stopping": "" if decision is None else decision.reason,
     }
-    for prefix, check in (("gm", gm), ("sign", sign), ("hl", hl)):
+    for prefix, check in (("ci", chosen), ("gm", gm), ("sign", sign), ("hl", hl)):
         figures = {"estimate": check.estimate, "low": check.low, "high": check.high, "method": check.method}
-        figures |= {
-            "attained": check.attained_level,
-            "sufficient": bool(check.sufficient and check.computable),
-        }
+        usable_check = bool(check.sufficient and check.computable)
+        figures |= {"attained": check.attained_level, "sufficient": usable_check}
         row |= {f"{prefix}_{key}": value for key, value in figures.items()}
         row[f"{prefix}_verdict"] = judge(check, limit, control)
     designs = (
