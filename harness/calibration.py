@@ -1,10 +1,6 @@
-"""The calibration arm (``--calibrate SIZE``): the baseline with a known host-side delay, in the same schedule.
+"""The calibration arm (``--calibrate SIZE``): the baseline with a known host-side delay.
 
-- ``SIZE`` is seconds (``2.5`` or ``2.5s``) or a share of a baseline trial (``5%``).
-- A share is sized from the baseline's median figure in the log so far, so it needs a warm-up first.
-- Each of its trials sleeps the delay inside the tier's timed region, and logs the sleep it measured
-  (``injected_s``): the known size is measured, not assumed.
-- Its reading is recovered/known per case (``harness.delay_check``), beside the claim, never a claim itself.
+The rule, stated once: ``docs/methods.md`` (``harness/calibration.py``).
 """
 
 from __future__ import annotations
@@ -73,8 +69,7 @@ def is_calibration(arm: Arm) -> bool:
 
 
 def delay_seconds(arm: Arm, run_dir: Path, case: str) -> float | None:
-    """The delay a trial of ``arm`` sleeps (None: not the calibration arm). A share reads the baseline's
-    median finished figure in the log so far; ``RuntimeError`` (a failed trial) where there is none."""
+    """The delay a trial of ``arm`` sleeps (None: not the calibration arm)."""
     size = arm.params.get(PARAM) if is_calibration(arm) else None
     if size is None:
         return None
@@ -83,11 +78,8 @@ def delay_seconds(arm: Arm, run_dir: Path, case: str) -> float | None:
     from harness.tables import RunFolder  # here, not at the top: a fit's worker imports ``inject`` light
 
     rows = RunFolder.open(run_dir).rows()
-    figures = [
-        float(r["value"])
-        for r in rows
-        if r.get("case") == case and r.get("role") == "baseline" and r.get("status") == "ok"
-    ]
+    baseline = (case, "baseline", "ok")
+    figures = [float(r["value"]) for r in rows if (r.get("case"), r.get("role"), r.get("status")) == baseline]
     if not figures:
         raise RuntimeError(f"--calibrate {size}: no finished baseline trial yet to size the delay from")
     return float(np.median(figures)) * float(size[:-1]) / 100.0
@@ -103,16 +95,12 @@ def inject(seconds: float | None) -> dict[str, float]:
 
 
 def check_plan(plan: Any) -> None:
-    """``InputError`` where the plan's calibration arm cannot be timed: a tier whose trials run in this
-    process, or whose figure is not seconds."""
+    """``InputError`` where the plan's calibration arm cannot be timed."""
     arms = [*plan.protocol.arms, *(a for c in plan.cases for a in c.arms)]
     if not any(is_calibration(a) for a in arms):
         return
-    if (
-        plan.in_process
-        or plan.unit != "s"
-        or not all(any(is_calibration(a) for a in c.arms) for c in plan.cases)
-    ):
+    everywhere = all(any(is_calibration(a) for a in c.arms) for c in plan.cases)
+    if plan.in_process or plan.unit != "s" or not everywhere:
         raise InputError(
             f"--calibrate sleeps inside a worker trial's timed seconds; {plan.tier} trials are not that: "
             "drop --calibrate"

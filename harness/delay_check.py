@@ -1,11 +1,6 @@
 """The calibration arm's reading: how much of a known injected delay a design recovers.
 
-A calibration arm is the baseline with a known host-side delay of D seconds per trial, run in the same
-schedule. Each pair gives the delay the design saw, arm time − baseline time. Their median over D is the
-recovered/known ratio, with the primary's order-statistic interval (``harness.intervals``) on the same
-differences, so its coverage is that interval's. A ratio whose interval holds 1 shows no bias at that size.
-An interval inside 1 ± ``MARGIN`` also counts as recovered: a fixed exec overhead of a few tenths of a
-millisecond can exclude 1 from a very narrow interval. A duet's mutual slow-down, for one, reads below 1.
+The rule, stated once: ``docs/methods.md`` (``harness/delay_check.py``).
 """
 
 from __future__ import annotations
@@ -39,10 +34,7 @@ class Recovered:
 def recovered(
     baseline: ArrayLike, delayed: ArrayLike, known_seconds: ArrayLike, level: float = CONFIDENCE
 ) -> Recovered:
-    """The recovered/known ratio of a known delay from paired trial times (seconds; a failed trial is NaN or
-    ∞ and leaves its pair out). ``known_seconds``: one delay, or one per pair (NaN: not known, left out).
-    ``verdict``: ``recovered`` (the interval holds 1 or lies inside 1 ± ``MARGIN``), ``biased`` (else) or
-    ``insufficient`` (too few pairs for the stated level)."""
+    """The recovered/known ratio of a known delay from paired trial times, with a verdict."""
     b, c = np.asarray(baseline, dtype=float).ravel(), np.asarray(delayed, dtype=float).ravel()
     if b.shape != c.shape:
         raise ValueError(f"need one time per pair from each arm (got {b.size} and {c.size})")

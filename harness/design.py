@@ -1,12 +1,6 @@
 """The order a run takes when none is given, and the quantity each order estimates.
 
-- A duet runs a round's arms at once, each on its own share of the worker cores: a slow stretch of the
-  machine slows both, so its pairs vary several times less than sequential ones (0.65-2.8% against 5.3-9%
-  per pair on one H200).
-- It is the default for tiers whose trials run in workers, with one trial per process and at least
-  ``CORES_PER_ARM`` worker cores per arm at once; else the arms alternate (AB, BA, ...).
-- Each order states its estimand: a duet's is the reduction with both arms loading the machine.
-  ``--calibrate`` shows on the user's machine how far that is from the sequential one.
+The rule, stated once: ``docs/methods.md`` (``harness/design.py``).
 """
 
 from __future__ import annotations
@@ -32,8 +26,7 @@ class Choice:
 
 
 def default_order(plan: Any, worker_cores: int | None) -> Choice:
-    """The order for a run given no ``--order``: duet where the tier's trials run in workers, one process each,
-    on at least ``CORES_PER_ARM`` worker cores per arm at once (``worker_cores`` None: no placement)."""
+    """The order for a run given no ``--order``: duet where worker cores allow, else the default."""
     at_once = max((len(case.arms) for case in plan.cases), default=2)
     needed = CORES_PER_ARM * at_once
     if plan.in_process:

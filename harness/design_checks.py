@@ -1,14 +1,6 @@
 """Design diagnostics of a paired run: drift and the order effect, fitted together on the trials.
 
-One least-squares fit of log(figure) per trial, in run order:
-
-* one level per arm, and one more per resumed slice (a step between machines or days is no trend);
-* a slope on the trial's position among the measured trials in run order: the drift per trial;
-* with ``second`` given, a step for a trial that ran second in its pair. A pair's log ratio then moves by
-  twice that step between the orders: the order effect, apart from drift.
-
-On pair log ratios alone the two cannot be told apart: the arm that runs second also runs one trial later,
-so the difference of the orders reads the order effect plus twice the drift per trial.
+The rule, stated once: ``docs/methods.md`` (``harness/design_checks.py``).
 """
 
 from __future__ import annotations
@@ -91,8 +83,7 @@ def drift(
     blocks: ArrayLike | None = None,
     second: ArrayLike | None = None,
 ) -> Diagnostic:
-    """Drift over the measured trials in run order, in percent per trial, with its t interval: the slope of
-    the module's fit (``index``: each trial's position, 0, 1, … unless given). Failed trials are left out."""
+    """Drift over the measured trials in run order, in percent per trial, with its t interval."""
     y, columns, steps, spread = _columns(values, arms, index, blocks, second)
     name = "drift (percent per trial)"
     method = (
@@ -101,13 +92,17 @@ def drift(
         + (", apart from the order" if second is not None else "")
         + ", t interval"
     )
-    found, reason = _fit(y, columns, 0, level) if spread else (None, "too few finished trials")
+    return _diagnostic(name, method, level, y, columns, 0, spread)
+
+
+def _diagnostic(name, method, level, y, columns, which: int, spread: bool, times: int = 1) -> Diagnostic:
+    """Coefficient ``which`` of the fit, times ``times``, in percent with its t interval."""
+    found, reason = _fit(y, columns, which, level) if spread else (None, "too few finished trials")
     if found is None:
         return Diagnostic(name, method, math.nan, math.nan, math.nan, level, y.size, reason)
-    slope, half = found
-    return Diagnostic(
-        name, method, _percent(slope), _percent(slope - half), _percent(slope + half), level, y.size
-    )
+    value, half = found
+    figures = (_percent(times * v) for v in (value, value - half, value + half))
+    return Diagnostic(name, method, *figures, level, y.size)
 
 
 ORDER = "order effect (arm second vs first)"
@@ -116,9 +111,7 @@ ORDER_METHOD = "twice the least-squares step of a trial run second, apart from d
 
 def one_order(level: float, n: int) -> Diagnostic:
     """The order effect of pairs all run in one order: none to estimate."""
-    return Diagnostic(
-        ORDER, ORDER_METHOD, math.nan, math.nan, math.nan, level, n, "needs pairs in both orders"
-    )
+    return Diagnostic(ORDER, ORDER_METHOD, *(math.nan,) * 3, level, n, "needs pairs in both orders")
 
 
 def order_effect(
@@ -129,19 +122,6 @@ def order_effect(
     index: ArrayLike | None = None,
     blocks: ArrayLike | None = None,
 ) -> Diagnostic:
-    """The order effect apart from drift, as the percent change of a pair's ratio when the arm runs second
-    rather than first: twice the fit's step for running second, with its t interval."""
+    """The order effect apart from drift, in percent, with its t interval."""
     y, columns, _, spread = _columns(values, arms, index, blocks, second)
-    found, reason = _fit(y, columns, len(columns) - 1, level) if spread else (None, "too few finished trials")
-    if found is None:
-        return Diagnostic(ORDER, ORDER_METHOD, math.nan, math.nan, math.nan, level, y.size, reason)
-    step, half = found
-    return Diagnostic(
-        ORDER,
-        ORDER_METHOD,
-        _percent(2 * step),
-        _percent(2 * (step - half)),
-        _percent(2 * (step + half)),
-        level,
-        y.size,
-    )
+    return _diagnostic(ORDER, ORDER_METHOD, level, y, columns, len(columns) - 1, spread, times=2)

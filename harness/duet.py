@@ -1,15 +1,6 @@
 """Duet rounds: the machine as loaded as at the start until every trial of a round has ended.
 
-A duet round starts its arms at once, each on its own share of the worker cores.
-
-- **Fillers.** Without more, the arm that ends first leaves its partner to finish alone on a quieter
-  machine, and the slower arm looks faster than it is: with a mutual slow-down c, a true reduction R reads
-  as R / (1 + (1 − R)c). So a half whose trial has ended runs discarded copies of it until its partners
-  end; a partner's end stops a filler at once (``TrialContext.cancel``). A filler writes no row; its files
-  are removed.
-- **A round a crash left half done.** Its missing trial, run alone on every worker core, would be compared
-  with a contended partner. So the round's logged trials run again beside it, as untimed warm-ups outside
-  the schedule (``warmup_reason`` ``duet partner``): the log keeps one measured row per slot.
+The rule, stated once: ``docs/methods.md`` (``harness/duet.py``).
 """
 
 from __future__ import annotations
@@ -25,21 +16,13 @@ PARTNER_REASON = "duet partner"
 
 
 def duet_partners(plan: Any, unit: list[Any], rows: list[dict[str, Any]]) -> list[Any]:
-    """Warm-ups (``ScheduledTrial``) of the arms of ``unit``'s round that the log already holds (empty where
-    the round is not started, or not a measured round); their indices lie above every index of the schedule
-    and the log."""
+    """Warm-ups of the arms of ``unit``'s round that the log already holds."""
     if not unit or unit[0].phase != "measured":
         return []
     first = unit[0]
     pending = {t.index for t in unit}
-    logged = [
-        t
-        for t in plan.schedule
-        if t.case == first.case
-        and t.round == first.round
-        and t.phase == "measured"
-        and t.index not in pending
-    ]
+    same = (first.case, first.round, "measured")
+    logged = [t for t in plan.schedule if (t.case, t.round, t.phase) == same and t.index not in pending]
     used = {int(r["index"]) for r in rows} | {t.index for t in plan.schedule}
     start = max(used, default=-1) + 1
     return [replace(t, index=start + n, phase="warmup") for n, t in enumerate(logged)]
@@ -51,11 +34,7 @@ FILLER_INDEX = 1_000_000_000  # a filler's index: its trial's plus this, apart f
 def fill_until_partners_end(
     ctx_for: Any, trial: Any, trial_fn: Any, run_dir: Path, partners: Sequence[threading.Event]
 ) -> int:
-    """Run discarded copies of ``trial`` until every event in ``partners`` is set; return how many started.
-
-    ``ctx_for(filler, cancel)`` builds the filler's ``TrialContext``. A filler's failure is nobody's figure:
-    it is ignored, and the next copy starts while a partner still runs.
-    """
+    """Run discarded copies of ``trial`` until every event in ``partners`` is set; return how many started."""
     done = threading.Event()
 
     def watch() -> None:

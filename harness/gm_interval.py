@@ -1,19 +1,13 @@
 """The geometric-mean reduction with a calibrated Student t interval, beside the primary median.
 
-* A Student t interval on the log ratios, at a *nominal* level calibrated per pair count
-  (``harness.t_calibration``, made by ``scripts/calibrate_t_interval.py``).
-* The calibration holds the coverage within 1.5 points of the stated level on normal log ratios and on the
-  *reference skewed law*; where no nominal level does that, the interval is ``insufficient`` at that count.
-* The reference law is a pair's log ratio as the difference of two arms' delays, G1 − ½·G2, G gamma
-  (``harness.laws.difference_of_delays``), at the upper end of the measured skewness.
-* A failed arm gives an infinite log ratio: no mean, so no t interval.
+The rule, stated once: ``docs/methods.md`` (``harness/gm_interval.py``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import groupby
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -27,16 +21,16 @@ WINDOW = calibration.CALIBRATION_WINDOW  # a calibrated interval covers within t
 CALIBRATED_UP_TO = max(max(table) for table in calibration.NOMINAL_LEVELS.values())
 
 
-def _tabulated(table: Mapping[float, object], level: float) -> float | None:
-    """The tabulated level equal to ``level`` (within float slack), or None."""
-    return next((lv for lv in table if abs(lv - level) <= 1e-9), None)
+def _table(level: float) -> tuple[float, dict[int, tuple[float, float, float, bool]]] | None:
+    """The tabulated stated level equal to ``level`` (within float slack) and its table, or None."""
+    check_level(level)
+    stated = next((lv for lv in calibration.NOMINAL_LEVELS if abs(lv - level) <= 1e-9), None)
+    return None if stated is None else (stated, calibration.NOMINAL_LEVELS[stated])
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """The t interval's calibration at one stated level and pair count: the nominal level it is computed
-    at, its simulated coverage on the reference skewed law (on normal log ratios it covers the nominal level
-    exactly) and whether both lie within ``WINDOW`` of the stated level."""
+    """The t interval's calibration at one stated level and pair count."""
 
     stated: float
     pairs: int
@@ -51,49 +45,29 @@ class Calibration:
 
 
 def t_calibration(pairs: int, level: float = CONFIDENCE) -> Calibration | None:
-    """The calibration of the t interval of ``pairs`` log ratios at the stated ``level``; None for a level
-    not calibrated or fewer than 2 pairs. Beyond the table's last count its nominal level is used: the
-    skewed law's shortfall only shrinks as pairs grow (the central limit theorem), which the tests check at
-    twice the table's last count."""
-    check_level(level)
-    stated = _tabulated(calibration.NOMINAL_LEVELS, level)
-    if stated is None or pairs < 2:
+    """The t interval's calibration at ``pairs`` and ``level``; None where not calibrated."""
+    found = _table(level)
+    if found is None or pairs < 2:
         return None
-    table = calibration.NOMINAL_LEVELS[stated]
+    stated, table = found
     nominal, skewed, _, keeps = table[min(pairs, max(table))]
     return Calibration(stated, pairs, nominal, skewed, keeps)
 
 
 def t_min_pairs(level: float = CONFIDENCE) -> int | None:
-    """The fewest pairs from which the calibrated t interval keeps ``level`` at every larger count; None for
-    a level not calibrated (``harness.t_calibration`` holds 90% and 95%)."""
-    check_level(level)
-    stated = _tabulated(calibration.NOMINAL_LEVELS, level)
-    if stated is None:
-        return None
-    table = calibration.NOMINAL_LEVELS[stated]
-    counts = sorted(table)
-    for index, n in enumerate(counts):
-        if all(table[m][3] for m in counts[index:]):
-            return n
-    return None
+    """The fewest pairs from which the t interval keeps ``level`` at every larger count."""
+    found = _table(level)
+    counts = sorted(found[1]) if found else []
+    return next((n for i, n in enumerate(counts) if all(found[1][m][3] for m in counts[i:])), None)
 
 
 def t_unkept_counts_text(level: float = CONFIDENCE) -> str:
-    """The pair counts at which no nominal level keeps ``level`` on both laws (the calibrated t interval is
-    insufficient there), in words: ``from 3 to 24 pairs`` at 95%; runs of counts joined by commas."""
-    check_level(level)
-    stated = _tabulated(calibration.NOMINAL_LEVELS, level)
-    if stated is None:
+    """The pair counts where the calibrated t interval is insufficient, in words."""
+    found = _table(level)
+    if found is None:
         return "at every count (the level is not calibrated)"
-    table = calibration.NOMINAL_LEVELS[stated]
-    unkept = sorted(n for n in table if not table[n][3])
-    runs: list[list[int]] = []
-    for n in unkept:
-        if runs and n == runs[-1][-1] + 1:
-            runs[-1].append(n)
-        else:
-            runs.append([n])
+    unkept = sorted(n for n, row in found[1].items() if not row[3])
+    runs = [[n for _, n in run] for _, run in groupby(enumerate(unkept), lambda pair: pair[1] - pair[0])]
     if not runs:
         return "at no count"
     words = [f"from {r[0]} to {r[-1]}" if len(r) > 1 else f"at {r[0]}" for r in runs]
@@ -119,14 +93,7 @@ def t_log_bounds(
 
 
 def t_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
-    """The primary interval: Student t on the log ratios (n − 1 degrees of freedom) at the nominal level
-    calibrated for n pairs (``t_calibration``), mapped to reductions; the estimate is the geometric-mean
-    ratio as a reduction, 1 − exp(mean log ratio).
-
-    Its coverage is within 1.5 points of ``level`` for normal log ratios (exactly the nominal level) and on
-    the reference skewed law (simulated); ``attained_level`` is the lower of the two. At a count where no
-    nominal level does that, the interval is computed at the best nominal level found and is insufficient
-    (from 3 to 24 pairs at 95% on the committed runs' skewness; 2 pairs' 1-df interval is wide enough)."""
+    """Student t interval of the log ratios at the calibrated nominal level, as reductions."""
     check_level(level)
     x = log_ratios_of(log_ratios)
     n = x.size
@@ -138,13 +105,10 @@ def t_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
     nominal = level if fitted is None else fitted.nominal
     method = (
         f"calibrated Student t interval of the mean log ratio, {n - 1} df, at nominal level {nominal:.2%}"
-        + (
-            ""
-            if fitted is None
-            else f" (covers {fitted.nominal:.2%} of normal and {fitted.skewed_coverage:.2%} of reference "
-            f"skewed log ratios at {n} pairs)"
-        )
     )
+    if fitted is not None:
+        method += f" (covers {fitted.nominal:.2%} of normal and {fitted.skewed_coverage:.2%} of reference "
+        method += f"skewed log ratios at {n} pairs)"
     if not np.all(np.isfinite(x)):
         reason = "a pair with one failed arm has an infinite log ratio: no mean, so no t interval"
         return not_computable(estimand, method, level, n, reason)
@@ -164,17 +128,7 @@ def t_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
             + ("" if minimum is None else f"; sufficient from {minimum} pairs")
         )
     return Interval.of_logs(
-        estimand,
-        method,
-        mean,
-        low,
-        high,
-        level,
-        attained,
-        n,
-        sufficient,
-        reason,
-        nominal,
+        estimand, method, mean, low, high, level, attained, n, sufficient, reason, nominal
     )
 
 

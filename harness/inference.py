@@ -1,23 +1,6 @@
-"""Small-sample inference for paired timings: pairs and log ratios, the distribution-free checks beside the
-primary, and verdicts that know their limits. The primary interval (the median's) is in
-``harness.intervals``, the geometric-mean t in ``harness.gm_interval``, the stopping rule in
-``harness.sequential``.
+"""Small-sample inference for paired timings: log ratios, distribution-free checks and verdicts.
 
-Pure functions over numpy arrays. Conventions, stated once:
-
-* A *pair* is a baseline time b and an arm time c (lower is better). Its log ratio is log(c/b) and its
-  reduction (b − c)/b = 1 − exp(log ratio). That map is decreasing, so a log-ratio interval [lo, hi] is
-  the reduction interval [1 − exp(hi), 1 − exp(lo)].
-* A failed trial is a non-finite time. A pair whose two arms both failed is no evidence: ``split_pairs``
-  drops and counts it. A pair with one failed arm has a log ratio of +∞ (the arm failed; reduction −∞) or
-  −∞ (the baseline failed; reduction +100%): means and Walsh averages do not exist then, order statistics
-  still do (the infinities rank at the ends).
-* Levels are two-sided confidence levels in (0, 1). Every interval states the level asked for and the level
-  it attains with the pairs given, and is ``sufficient`` only when it keeps the asked level.
-* The distribution-free checks (sign test, Hodges–Lehmann) attain their levels exactly, and their tests
-  also check them on a centred exponential (skewness 2).
-* Verdicts read closed intervals: an end that touches the bar (or ±tolerance) exactly counts as straddling
-  it, so ``clears``, ``fails``, ``within`` and ``outside`` need strict inequalities.
+The rule, stated once: ``docs/methods.md`` (``harness/inference.py``).
 """
 
 from __future__ import annotations
@@ -38,13 +21,9 @@ def check_level(level: float) -> None:
         raise ValueError(f"a confidence level is a fraction in (0, 1) (got {level})")
 
 
-# ---------------------------------------------------------------------------------------------- pairs
-
-
 @dataclass(frozen=True, eq=False)
 class PairSplit:
-    """Pairs split into evidence and no evidence: ``log_ratios`` of the usable pairs in their given order
-    (±∞ where one arm failed), ``kept`` marks them among the pairs given, ``both_failed`` counts the rest."""
+    """Usable pairs' log ratios, which pairs were kept, and how many had both arms failed."""
 
     log_ratios: NDArray[np.float64]
     kept: NDArray[np.bool_]
@@ -60,8 +39,7 @@ class PairSplit:
 
 
 def split_pairs(baseline: ArrayLike, arm: ArrayLike) -> PairSplit:
-    """Log ratios log(c/b) of the pairs (b, c); a non-finite time is a failed trial. Pairs where both arms
-    failed are dropped and counted; one failed arm gives ±∞."""
+    """Log ratios log(c/b) of the pairs (b, c); a non-finite time is a failed trial."""
     b = np.asarray(baseline, dtype=float).ravel()
     c = np.asarray(arm, dtype=float).ravel()
     if b.shape != c.shape:
@@ -90,17 +68,9 @@ def to_reduction(log_ratio: ArrayLike) -> NDArray[np.float64]:
     return 1.0 - np.exp(np.asarray(log_ratio, dtype=float))
 
 
-# ------------------------------------------------------------------------------------------- intervals
-
-
 @dataclass(frozen=True)
 class Interval:
-    """An interval of reductions with the method that made it and the level it attains with its pairs.
-
-    ``stated_level`` is the level asked for; ``attained_level`` the level this interval attains (exactly,
-    under the method's stated assumption; for the calibrated t interval the lower of its coverages on the
-    laws it was calibrated on); ``sufficient`` says whether it keeps the stated level (and why not in
-    ``reason``). Not computable: ``low`` and ``high`` are NaN."""
+    """An interval of reductions with the method that made it and the level it attains with its pairs."""
 
     estimand: str
     method: str
@@ -112,9 +82,7 @@ class Interval:
     n: int
     sufficient: bool
     reason: str = ""
-    nominal_level: float = (
-        math.nan
-    )  # the level the interval was computed at, where it differs from the stated
+    nominal_level: float = math.nan
 
     @property
     def computable(self) -> bool:
@@ -129,20 +97,17 @@ class Interval:
     def of_logs(
         cls, estimand: str, method: str, centre: Any, low_log: Any, high_log: Any, *rest: Any
     ) -> Interval:
-        """An interval from bounds on the log ratio: a higher log ratio is a lower reduction, so the ends
-        swap. ``rest``: stated level, attained level, pairs, sufficient, reason (and the nominal level)."""
-        return cls(
-            estimand,
-            method,
-            float(to_reduction(centre)),
-            float(to_reduction(high_log)),
-            float(to_reduction(low_log)),
-            *rest,
-        )
+        """An interval from log-ratio bounds; the ends swap, as a higher log ratio is a lower reduction."""
+        return cls(estimand, method, *(float(to_reduction(v)) for v in (centre, high_log, low_log)), *rest)
 
 
 def not_computable(estimand: str, method: str, level: float, n: int, reason: str) -> Interval:
     return Interval(estimand, method, math.nan, math.nan, math.nan, level, math.nan, n, False, reason)
+
+
+def short_of(n: int, widest: str, attained: float, level: float, needs: int) -> str:
+    """Why an interval of ``n`` pairs is insufficient: even its widest form attains less than ``level``."""
+    return f"{n} pairs: even {widest} attains only {attained:.2%}; {level:.0%} needs {needs}"
 
 
 def pairs_for_range(level: float) -> int:
@@ -151,9 +116,7 @@ def pairs_for_range(level: float) -> int:
 
 
 def signed_rank_null(n: int) -> NDArray[np.float64]:
-    """Exact null distribution of the Wilcoxon signed-rank statistic T+ of n values: P(T+ = t), t = 0 …
-    n(n+1)/2 (each rank joins the sum with probability ½, independently). scipy computes it only inside
-    ``scipy.stats.wilcoxon``, so it is built here by convolution, rank by rank."""
+    """Exact null distribution of the Wilcoxon signed-rank statistic T+ of n values."""
     if n < 0:
         raise ValueError("n must be at least 0")
     total = n * (n + 1) // 2
@@ -167,9 +130,7 @@ def signed_rank_null(n: int) -> NDArray[np.float64]:
 
 
 def signed_rank_rank(n: int, level: float = CONFIDENCE) -> tuple[int, float]:
-    """The Walsh-average order statistic k and the exact level of [W_(k), W_(M+1−k)], M = n(n+1)/2: it
-    covers the centre with probability 1 − 2·P(T+ ≤ k − 1) for a continuous law symmetric about it. k is
-    the largest that attains ``level``; when none does, k = 1 (the range) with the level it attains."""
+    """The Walsh-average rank k that attains ``level`` (1 where none does) and its exact level."""
     check_level(level)
     if n < 1:
         return 0, 0.0
@@ -182,31 +143,21 @@ def signed_rank_rank(n: int, level: float = CONFIDENCE) -> tuple[int, float]:
     return k, float(attained[k - 1])
 
 
-def walsh_averages(log_ratios: ArrayLike) -> NDArray[np.float64]:
-    """(x_i + x_j)/2 for i ≤ j along the last axis, sorted: n(n+1)/2 values."""
-    x = np.asarray(log_ratios, dtype=float)
-    i, j = np.triu_indices(x.shape[-1])
-    return np.sort((x[..., i] + x[..., j]) / 2.0, axis=-1)
-
-
 def hodges_lehmann_log_bounds(
     log_ratios: ArrayLike, level: float = CONFIDENCE
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], float]:
     """Hodges–Lehmann estimate of the log ratio, its Wilcoxon bounds along the last axis, their level."""
-    walsh = walsh_averages(log_ratios)
-    n = np.asarray(log_ratios).shape[-1]
+    x = np.asarray(log_ratios, dtype=float)
+    n = x.shape[-1]
+    i, j = np.triu_indices(n)
+    walsh = np.sort((x[..., i] + x[..., j]) / 2.0, axis=-1)
     k, attained = signed_rank_rank(n, level)
     total = walsh.shape[-1]
     return np.median(walsh, axis=-1), walsh[..., k - 1], walsh[..., total - k], attained
 
 
 def hodges_lehmann_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
-    """Distribution-free check: the Hodges–Lehmann estimate (median of the Walsh averages of the log ratios)
-    with its Wilcoxon signed-rank interval, from the exact null distribution, as reductions.
-
-    Exact for a continuous law symmetric about its centre; on a skewed law its estimand is the pseudo-median
-    (the median of the mean of two pairs) and its coverage of it stays within a point of the attained level
-    (94.3% at 95% on the exponential as n grows). Needs finite log ratios; sufficient from 6 pairs at 95%."""
+    """Hodges–Lehmann estimate with its exact Wilcoxon signed-rank interval, as reductions."""
     check_level(level)
     x = log_ratios_of(log_ratios)
     n = x.size
@@ -223,52 +174,26 @@ def hodges_lehmann_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) ->
     k, _ = signed_rank_rank(n, level)
     method += f", Walsh averages {k} and {n * (n + 1) // 2 + 1 - k} of {n * (n + 1) // 2}"
     sufficient = attained >= level - LEVEL_SLACK
-    reason = (
-        ""
-        if sufficient
-        else f"{n} pairs: even the widest Wilcoxon interval attains only {attained:.2%}; "
-        f"{level:.0%} needs {pairs_for_range(level)}"
-    )
+    widest = "the widest Wilcoxon interval"
+    reason = "" if sufficient else short_of(n, widest, attained, level, pairs_for_range(level))
     return Interval.of_logs(
-        estimand,
-        method,
-        centre,
-        low_log,
-        high_log,
-        level,
-        attained,
-        n,
-        sufficient,
-        reason,
+        estimand, method, centre, low_log, high_log, level, attained, n, sufficient, reason
     )
-
-
-# --------------------------------------------------------------------------------------------- verdicts
 
 
 def claim_verdict(interval: Interval, bar: float) -> str:
-    """A claim against a bar (a reduction, as a fraction): ``clears`` when the interval lies wholly above
-    it, ``fails`` wholly below, ``ambiguous`` when it straddles or touches it, ``insufficient`` when the
-    interval does not keep its stated level (or cannot be computed)."""
+    """A claim's verdict against a bar (a fraction): clears, fails, ambiguous or insufficient."""
     if not (interval.sufficient and interval.computable):
         return "insufficient"
-    if interval.low > bar:
-        return "clears"
-    if interval.high < bar:
-        return "fails"
-    return "ambiguous"
+    return "clears" if interval.low > bar else "fails" if interval.high < bar else "ambiguous"
 
 
 def control_verdict(interval: Interval, tolerance: float) -> str:
-    """An A/A control against ±tolerance (a fraction): ``within`` when the interval lies strictly inside,
-    ``outside`` when wholly beyond one side, ``ambiguous`` when it straddles or touches ±tolerance,
-    ``insufficient`` as for a claim."""
+    """An A/A control's verdict against ±tolerance: within, outside, ambiguous or insufficient."""
     if tolerance <= 0:
         raise ValueError(f"a tolerance is a positive fraction (got {tolerance})")
     if not (interval.sufficient and interval.computable):
         return "insufficient"
     if -tolerance < interval.low and interval.high < tolerance:
         return "within"
-    if interval.low > tolerance or interval.high < -tolerance:
-        return "outside"
-    return "ambiguous"
+    return "outside" if interval.low > tolerance or interval.high < -tolerance else "ambiguous"

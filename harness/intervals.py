@@ -1,18 +1,6 @@
 """The claim's primary interval: the median paired reduction with an order-statistic interval.
 
-The rule, stated once:
-
-* The estimate is the median of the pairs' log ratios, as a reduction. A failed arm ranks slowest (+∞),
-  a failed baseline fastest (−∞), so failures never change what is estimated.
-* The interval is [x_(k), x_(n+1−k)] of the sorted log ratios, which covers the median with probability
-  γ_k = 1 − 2·P(B ≤ k − 1), B ~ binomial(n, ½), for any continuous law.
-* Between two adjacent exact levels γ_k > L > γ_(k+1) the bounds are interpolated to the stated level L
-  (Hettmansperger and Sheather, 1986). Its coverage stays within 1.5 points of L on every law the tests
-  simulate: normal, skewed, heavy-tailed, outliers and drift.
-* Where even the range attains less than L, the range is the interval and its exact level is stated
-  (93.75% at 5 pairs).
-* One sufficiency rule, for fixed and sequential runs: an interval is sufficient when the level it attains
-  is at least the stated level less ``WINDOW`` (1.5 points). At 95% that is 5 pairs or more.
+The rule, stated once: ``docs/methods.md`` (``harness/intervals.py``).
 """
 
 from __future__ import annotations
@@ -23,10 +11,10 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
-from harness.inference import CONFIDENCE, Interval, check_level, log_ratios_of, pairs_for_range, to_reduction
+from harness import inference
+from harness.inference import CONFIDENCE, LEVEL_SLACK, Interval, check_level, log_ratios_of, short_of
 
 WINDOW = 0.015  # an interval's attained level may fall this far below the stated one
-LEVEL_SLACK = 1e-12
 ESTIMAND = "median reduction"
 
 
@@ -37,8 +25,7 @@ def exact_levels(n: int) -> NDArray[np.float64]:
 
 
 def attained_level(n: int, level: float = CONFIDENCE) -> float:
-    """The level the interval of ``n`` pairs attains: ``level`` where the range reaches it, else the
-    range's exact level (0 without pairs)."""
+    """The level the interval of ``n`` pairs attains: ``level``, or the range's where lower."""
     if n < 1:
         return 0.0
     return min(level, float(exact_levels(n)[0]))
@@ -95,11 +82,8 @@ def median_log_bounds(
 
 def median_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
     """The primary interval of the median reduction at ``level`` (see the module's rule)."""
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"a confidence level is a fraction in (0, 1) (got {level})")
-    x = np.asarray(log_ratios, dtype=float).ravel()
-    if np.any(np.isnan(x)):
-        raise ValueError("log ratios must not be NaN (a pair where both arms failed is left out)")
+    check_level(level)
+    x = log_ratios_of(log_ratios)
     n = x.size
     if n < 1:
         return Interval(ESTIMAND, "order statistics", *(math.nan,) * 3, level, math.nan, 0, False, "no pairs")
@@ -110,20 +94,12 @@ def median_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interva
     )
     method += f"; covers the median at {attained:.2%} on any continuous law"
     sufficient = keeps_level(attained, level)
-    reason = (
-        ""
-        if sufficient
-        else f"{n} pairs: even their range attains only {attained:.2%}; {level:.0%} needs {min_pairs(level)}"
-    )
+    reason = "" if sufficient else short_of(n, "their range", attained, level, min_pairs(level))
     return Interval.of_logs(ESTIMAND, method, median, low, high, level, attained, n, sufficient, reason)
 
 
-# ------------------------------------------------------------- the sign test: exact levels, no interpolation
-
-
 def sign_test_rank(n: int, level: float = CONFIDENCE) -> tuple[int, float]:
-    """The largest k whose [x_(k), x_(n+1−k)] attains ``level`` (1, the range, where none does), and its
-    exact level as an interval of the median."""
+    """The largest k whose order-statistic interval attains ``level`` (1 where none does), and its level."""
     check_level(level)
     if n < 1:
         return 0, 0.0
@@ -144,8 +120,7 @@ def sign_log_bounds(
 
 
 def sign_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
-    """Distribution-free check: the exact sign-test interval of the median reduction, sufficient where some
-    pair of order statistics attains ``level`` (6 pairs at 95%); else the range at its own level."""
+    """The exact sign-test interval of the median reduction."""
     check_level(level)
     x = log_ratios_of(log_ratios)
     n = x.size
@@ -155,11 +130,9 @@ def sign_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
     k, _ = sign_test_rank(n, level)
     method = f"order statistics {k} and {n + 1 - k} of {n} (sign test, binomial(n, 1/2)); exact for any continuous law"
     sufficient = attained >= level - LEVEL_SLACK
-    short = (
-        f"{n} pairs: even their range attains only {attained:.2%}; {level:.0%} needs {pairs_for_range(level)}"
+    reason = (
+        "" if sufficient else short_of(n, "their range", attained, level, inference.pairs_for_range(level))
     )
-    estimate = float(np.median(to_reduction(x)))
-    bounds = float(to_reduction(high)), float(to_reduction(low))
-    return Interval(
-        ESTIMAND, method, estimate, *bounds, level, attained, n, sufficient, "" if sufficient else short
-    )
+    estimate = float(np.median(inference.to_reduction(x)))
+    bounds = float(inference.to_reduction(high)), float(inference.to_reduction(low))
+    return Interval(ESTIMAND, method, estimate, *bounds, level, attained, n, sufficient, reason)

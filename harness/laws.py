@@ -1,9 +1,6 @@
 """Laws of paired log ratios that intervals and the stopping rule are checked on, by simulation.
 
-Each law draws pairs of unit spread (or near it) in run order, so a drift can alternate with the order.
-The median of each law is known (``median_of``), so a simulated interval's coverage can be counted.
-The skewed laws are a pair's log ratio as the difference of two arms' gamma delays at scales 1 and ½
-(``difference_of_delays``); 1.1 is about the claim pairs' upper end (0.30, 95% to 1.13).
+The rule, stated once: ``docs/methods.md`` (``harness/laws.py``).
 """
 
 from __future__ import annotations
@@ -16,8 +13,7 @@ from numpy.typing import NDArray
 
 
 def delays_skewness(delay_shape: float, scale_ratio: float) -> float:
-    """Skewness of G1 − r·G2 for independent gamma(k, 1) delays G1, G2: cumulants κ2 = k(1 + r²) and
-    κ3 = 2k(1 − r³) give 2(1 − r³) / (√k (1 + r²)^1.5); two exponential delays (k = 1) reach at most 2."""
+    """Skewness of G1 − r·G2 for independent gamma(k, 1) delays: 2(1 − r³) / (√k (1 + r²)^1.5)."""
     return 2.0 * (1.0 - scale_ratio**3) / (math.sqrt(delay_shape) * (1.0 + scale_ratio**2) ** 1.5)
 
 
@@ -31,8 +27,7 @@ def delay_shape_for(skewness: float, scale_ratio: float) -> float:
 def difference_of_delays(
     rng: np.random.Generator, shape: tuple[int, ...], delay_shape: float, scale_ratio: float
 ) -> NDArray[np.float64]:
-    """Draws of a paired log ratio as the difference of two arms' delays, centred: G1 − r·G2 − k(1 − r),
-    G1, G2 ~ gamma(k, 1) independent (mean 0, variance k(1 + r²), skewness ``delays_skewness(k, r)``)."""
+    """Draws of G1 − r·G2 − k(1 − r), G1 and G2 independent gamma(k, 1): a centred log ratio."""
     first = rng.gamma(delay_shape, 1.0, shape)
     second = rng.gamma(delay_shape, 1.0, shape)
     return first - scale_ratio * second - delay_shape * (1.0 - scale_ratio)
@@ -81,8 +76,7 @@ SYMMETRIC = frozenset({"normal", "t, 3 df", "5% outliers, either arm", "linear d
 
 
 def median_of(name: str, draws: int = 2_000_000, seed: int = 12345) -> float:
-    """The law's median: 0 for a law symmetric about 0, else from a large seeded sample (standard error
-    under 0.002 spreads)."""
+    """The law's median: 0 for a symmetric law, else from a large seeded sample."""
     if name in SYMMETRIC:
         return 0.0
     rng = np.random.default_rng(seed)

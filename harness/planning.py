@@ -1,25 +1,13 @@
 """Planning: the pairs (and time) a goal needs under the rule a run uses, at a measured per-pair spread.
 
-The rule, stated once:
-
-* The interval planned is the run's primary, the median's order-statistic interval (``harness.intervals``);
-  a ``--pairs auto`` run reads its last look's level (``harness.sequential.look_level``).
-* Its chance to meet a goal is simulated on normal log ratios of spread σ (``DRAWS`` sequences per count,
-  the same seed at every count, so the chance rises smoothly). Past ``SIMULATED_UP_TO`` pairs the median's
-  large-sample law is used: its standard error is √(π/2)·σ/√n.
-* A claim's effect is planned against 0 (is it faster at all?) unless a bar is asked for.
-* σ from few pairs is itself uncertain: each plan is also made at σ's one-sided 95% upper bound,
-  σ·√((n − 1)/χ²(0.05, n − 1)).
-* A pair's time: the two arms' median trial times, one after the other; a duet pair runs both at once, so
-  it costs the slower arm's time alone.
-* No plan advises more pairs than ``--pairs`` accepts (``limits.MAX_PAIRS``).
+The rule, stated once: ``docs/methods.md`` (``harness/planning.py``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -31,7 +19,7 @@ from harness.formatting import format_probability
 from harness.inference import CONFIDENCE
 from harness.limits import MAX_PAIRS
 from harness.protocol import CONCURRENT_ORDERS
-from harness.stats import ClaimSettings, is_nan, measured, numeric_column
+from harness.stats import ClaimSettings, is_nan, measured, median_of
 
 DRAWS = 4000
 SIMULATED_UP_TO = 400
@@ -41,8 +29,7 @@ MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)  # the median's standard error over t
 
 @dataclass(frozen=True)
 class Plan:
-    """Pairs (and seconds) a goal needs: ``pairs_for_goal`` meet it with ``probability``; ``pairs`` is that
-    raised to the interval's minimum and to an even count (balanced AB/BA pairs)."""
+    """Pairs (and seconds) a goal needs, with the chance they meet it."""
 
     goal: str
     pairs: int
@@ -145,17 +132,13 @@ def per_pair_spread(pairs: pd.DataFrame, case: Any, arm: Any) -> tuple[float, in
 def seconds_per_pair(
     trials: pd.DataFrame, case: Any, arms: tuple[Any, Any], cooldown: float = 0.0, duet: bool = False
 ) -> float:
-    """The seconds one pair takes by the log: each arm's median trial time plus its cool-down, one after the
-    other; a duet pair runs both at once (the slower arm and one cool-down). NaN where the log holds no time."""
+    """The seconds one pair takes by the log, with cool-downs; NaN where the log holds no time."""
     rows = measured(trials)
     if rows.empty or "trial_seconds" not in rows:
         return math.nan
-    times = []
-    for arm in arms:
-        mine = numeric_column(rows[(rows["case"] == case) & (rows["arm"] == arm)], "trial_seconds")
-        if not len(mine):
-            return math.nan
-        times.append(float(mine.median()))
+    times = [median_of(rows[(rows["case"] == case) & (rows["arm"] == arm)], "trial_seconds") for arm in arms]
+    if any(math.isnan(t) for t in times):
+        return math.nan
     return (max(times) + cooldown) if duet else (sum(times) + cooldown * len(times))
 
 
@@ -196,6 +179,22 @@ def _upper_pairs(
         return f"more than {MAX_PAIRS}"
 
 
+PLAN_COLUMNS = (
+    *(
+        "case",
+        "arm",
+        "baseline_arm",
+        "kind",
+        "sigma",
+        "sigma_upper",
+        "sigma_pairs",
+        "seconds_per_pair",
+        "goal",
+    ),
+    *("pairs", "pairs_for_goal", "pairs_upper", "probability", "minimum_pairs", "seconds", "note"),
+)
+
+
 def plan_rows(
     protocol: Any,
     summaries: Any,
@@ -204,55 +203,29 @@ def plan_rows(
     bar: float | None = None,
     power: float = 0.8,
 ) -> list[dict[str, Any]]:
-    """Per claim of a run, the pairs (and seconds) a goal needs at its measured σ and at σ's upper bound. A
-    claim's goal: ``effect`` (default: its measured reduction) against ``bar`` (default 0); an A/A arm's:
-    within ±``tolerance`` (default: the run's)."""
+    """Per claim of a run, the pairs (and seconds) a goal needs at its measured σ and at σ's upper bound."""
     settings = ClaimSettings.from_protocol(protocol)
     level = settings.level
     if getattr(protocol, "pairs", None) == "auto":  # the last look's level is the one a long run reads
-        level = sequential.look_level(
-            settings.level, sequential.looks(settings.first_look, protocol.max_pairs)
-        )[0][-1]
+        plan = sequential.looks(settings.first_look, protocol.max_pairs)
+        level = sequential.look_level(settings.level, plan)[0][-1]
     duet = getattr(protocol, "order", "") in CONCURRENT_ORDERS
+    cooldown = float(getattr(protocol, "cooldown", 0))
     out: list[dict[str, Any]] = []
     for _, claim in summaries.claims.iterrows():
         case, arm, base = claim["case"], claim["arm"], claim["baseline_arm"]
         sigma, used = per_pair_spread(summaries.pairs, case, arm)
-        seconds = seconds_per_pair(
-            summaries.trials, case, (base, arm), float(getattr(protocol, "cooldown", 0)), duet
-        )
-        row: dict[str, Any] = {
-            "case": case,
-            "arm": arm,
-            "baseline_arm": base,
-            "kind": claim["kind"],
-            "sigma": sigma,
-            "sigma_upper": sigma_upper(sigma, used),
-            "sigma_pairs": used,
-            "seconds_per_pair": seconds,
-            "goal": "",
-            "pairs": None,
-            "pairs_for_goal": None,
-            "pairs_upper": None,
-            "probability": math.nan,
-            "minimum_pairs": intervals.min_pairs(settings.level),
-            "seconds": math.nan,
-            "note": "",
-        }
+        seconds = seconds_per_pair(summaries.trials, case, (base, arm), cooldown, duet)
+        values = (case, arm, base, claim["kind"], sigma, sigma_upper(sigma, used), used, seconds, "")
+        values += (None, None, None, math.nan, intervals.min_pairs(settings.level), math.nan, "")
+        row: dict[str, Any] = dict(zip(PLAN_COLUMNS, values, strict=True))
         try:
             goal = _goal(claim, effect, tolerance, bar)
             found = _plan_for(goal, sigma, used, level, power, seconds)
         except ValueError as exc:
             row["note"] = str(exc)
         else:
-            row.update(
-                goal=found.goal,
-                pairs=found.pairs,
-                pairs_for_goal=found.pairs_for_goal,
-                probability=found.probability,
-                minimum_pairs=found.minimum_pairs,
-                seconds=math.nan if found.seconds is None else found.seconds,
-                pairs_upper=_upper_pairs(goal, row["sigma_upper"], level, power),
-            )
+            row.update(asdict(found), seconds=math.nan if found.seconds is None else found.seconds)
+            row["pairs_upper"] = _upper_pairs(goal, row["sigma_upper"], level, power)
         out.append(row)
     return out

@@ -1,25 +1,12 @@
 """The stopping rule of ``--pairs auto``: few looks, one look level calibrated by simulating the plan run.
 
-The rule, stated once:
-
-* Looks come at ``looks(first, max_pairs)``: the first, then about 40% more pairs each time (6, 10, 14,
-  20, 28, 40 …), always even, and ``max_pairs`` last.
-* At a look the primary interval (``harness.intervals``) is read at that look's level; the run stops when
-  its half-width is at most the precision and it holds ``MIN_STOP`` pairs or more, or at the last look.
-* ``MIN_STOP``: the median of fewer pairs is biased on skewed laws. At a 9% spread and skewness 2.3 it
-  reads 0.71 point off at 6 pairs and 0.46 at 10 (``tests/test_intervals.py`` simulates the rule's bias).
-* The look levels are calibrated for the plan actually run (``look_level``): one for the first look, one
-  for the middle looks, one for the last. The looks, precisions from 0.2 to 2.4 spreads and every law of
-  ``harness.laws`` are simulated; the levels whose stopped intervals' coverage strays least from the stated
-  level are taken. The middle looks come out strictest: a stop there picks a narrow sample.
-  The tests check the coverage on fresh draws.
-* At the first look the rule says whether ``max_pairs`` can reach the precision at the spread measured.
+The rule, stated once: ``docs/methods.md`` (``harness/sequential.py``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -39,8 +26,7 @@ SEED = 20261204
 
 @dataclass(frozen=True)
 class StopDecision:
-    """Whether to stop after the pairs given, why, and the interval at this look (None between looks).
-    ``level`` is the procedure's; ``per_look_level`` the level the interval was read at."""
+    """Whether to stop after the pairs given, why, and the interval at this look (None between looks)."""
 
     stop: bool
     reason: str
@@ -85,8 +71,7 @@ def _draws(plan: tuple[int, ...]) -> dict[str, tuple[list[NDArray[np.float64]], 
 
 
 class _Coverage:
-    """Coverage of the median by the stopped interval, per law and precision ratio, for given look levels;
-    each look's half-widths and hits are computed once per level."""
+    """Coverage of the median by the stopped interval, per law and precision ratio."""
 
     def __init__(self, plan: tuple[int, ...]) -> None:
         self.plan, self.draws, self.cache = plan, _draws(plan), {}
@@ -115,8 +100,7 @@ class _Coverage:
 
 
 def _candidates(level: float, count: int, blocked: int = 0) -> list[tuple[float, ...]]:
-    """Look levels to try: ``level`` at the ``blocked`` looks before ``MIN_STOP`` (they cannot stop for
-    precision), then one for the first look that can, one for the middle looks and one for the last."""
+    """Candidate look levels: first, middle and last, after the looks blocked by ``MIN_STOP``."""
     alpha = 1.0 - level
     first = [level + alpha * f for f in (0.0, 0.1, 0.2, 0.3, 0.4)]
     middle = [level + alpha * f for f in (-0.2, 0.0, 0.2, 0.4, 0.5, 0.6, 0.7)]
@@ -133,8 +117,7 @@ def _candidates(level: float, count: int, blocked: int = 0) -> list[tuple[float,
 
 @lru_cache(maxsize=32)
 def look_level(level: float, plan: tuple[int, ...]) -> tuple[tuple[float, ...], float, float]:
-    """Each look's level for ``plan`` at ``level``, and the worst and best coverage simulated with them:
-    of the candidates, the one whose coverage strays least from ``level`` over every law and precision."""
+    """Each look's level for ``plan``, and the worst and best coverage simulated with them."""
     coverage = _Coverage(plan)
     found = []
     blocked = sum(1 for n in plan[:-1] if n < MIN_STOP)
@@ -157,32 +140,17 @@ def _interval(x: NDArray[np.float64], plan: tuple[int, ...], level: float, index
     )
     sufficient = intervals.keeps_level(attained, level)
     reason = "" if sufficient else found.reason or f"the stopping rule attains only {attained:.1%}"
-    return Interval(
-        found.estimand,
-        method,
-        found.estimate,
-        found.low,
-        found.high,
-        level,
-        attained,
-        x.size,
-        sufficient,
-        reason,
-        at,
-    )
+    changed = {"method": method, "stated_level": level, "attained_level": attained, "nominal_level": at}
+    return replace(found, **changed, sufficient=sufficient, reason=reason)
 
 
 def reach_note(x: NDArray[np.float64], precision: float, max_pairs: int, level: float) -> str:
-    """At the first look: the half-width ``max_pairs`` would give at the spread measured, where it misses
-    the precision (the interval narrows as 1/√n)."""
-    finite = x[np.isfinite(x)]
-    if finite.size < 2:
+    """At the first look: the half-width ``max_pairs`` would give, where it misses the precision."""
+    if np.isfinite(x).sum() < 2:
         return ""
     found = intervals.median_interval(x, level)
-    if not found.computable:
-        return ""
-    projected = found.half_width * math.sqrt(x.size / max_pairs)
-    if projected <= precision:
+    projected = found.half_width * math.sqrt(x.size / max_pairs) if found.computable else math.nan
+    if not projected > precision:  # NaN: no interval to project
         return ""
     return (
         f"; at the spread measured, {max_pairs} pairs reach about ±{projected:.2f} points, "
@@ -199,8 +167,7 @@ def should_stop(
     budget_spent: bool = False,
     ended: str = "time budget spent",
 ) -> StopDecision:
-    """The stopping rule, asked after each pair. Between looks it waits; when the budget is spent (or the
-    log ends) it stops at once and reads the interval at the look level."""
+    """The stopping rule, asked after each pair."""
     if precision <= 0:
         raise ValueError(f"precision is a positive half-width in percent (got {precision})")
     x = np.asarray(log_ratios, dtype=float).ravel()

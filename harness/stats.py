@@ -1,24 +1,6 @@
 """Statistics of a run: per-arm medians and ranges, paired reductions, the claim's intervals and verdict.
 
-Conventions, stated once (the methods themselves are ``harness.inference``'s):
-
-* Only ``phase == 'measured'`` trials count; warm-ups stay in the log and out of every figure here.
-* A failed trial (``status`` not ``ok``) counts against its arm as an infinitely slow trial, the way
-  time-to-result benchmarks count a miss: it is never dropped. A pair with a failed arm has reduction −∞
-  (log ratio +∞); with a failed baseline and a finished arm, +100% (log ratio −∞). A pair where both
-  failed is no evidence: its reduction is NaN, it is left out of every claim figure and counted
-  (``both_failed``).
-* Reduction of a pair = (baseline − arm) / baseline, one per non-reference arm per round.
-* Per claim, the primary figure is the median reduction with its order-statistic interval
-  (``harness.intervals``; with ``--pairs auto``, the stopping rule's interval, ``harness.sequential``). A
-  failure ranks slowest, so the estimand never switches. Beside it: the geometric-mean reduction with the
-  calibrated t interval (``gm_*``, ``harness.gm_interval``), the sign-test interval and Hodges–Lehmann, each
-  with the level it attains; each arm's failure rate with its own interval (``harness.verdicts``).
-* A calibration arm is no claim: it is read as recovered/known (``harness.delay_check``).
-* Verdicts (``harness.verdicts`` states the words): against a bar, ``clears`` / ``fails`` / ``ambiguous``;
-  without one, ``faster`` / ``slower`` / ``no difference detected``; an A/A control's arm (``<first>-control``)
-  against ±tolerance, ``within`` / ``outside`` / ``ambiguous``; any of them ``insufficient`` when the
-  interval does not keep its stated level.
+The rule, stated once: ``docs/methods.md`` (``harness/stats.py``).
 """
 
 from __future__ import annotations
@@ -38,8 +20,7 @@ CONTROL_SUFFIX = "-control"
 
 
 def measured(trials: pd.DataFrame, metric: str = "value") -> pd.DataFrame:
-    """Measured rows, with ``effective`` = the figure (``metric``: the primary ``value`` or another per-trial
-    column), or +∞ for a failed trial; NaN where a finished trial does not carry ``metric``."""
+    """Measured rows with ``effective``: the ``metric`` figure, +∞ for a failed trial."""
     if trials.empty:
         return trials.assign(effective=pd.Series(dtype=float))
     rows = trials[trials["phase"] == "measured"].copy()
@@ -50,9 +31,7 @@ def measured(trials: pd.DataFrame, metric: str = "value") -> pd.DataFrame:
 
 
 def run_order(trials: pd.DataFrame) -> pd.Series:
-    """Each logged row's place in the order the trials ran: by ``started`` where the rows carry it (the log
-    is sorted by schedule index, and a resume's warm-up or a grown schedule puts indices out of run order),
-    else by index."""
+    """Each logged row's place in run order: by ``started`` where every row carries it, else by index."""
     if trials.empty:
         return pd.Series(dtype=int)
     started = pd.to_datetime(trials["started"], errors="coerce", utc=True) if "started" in trials else None
@@ -64,9 +43,7 @@ def run_order(trials: pd.DataFrame) -> pd.Series:
 
 
 def resumed_slices(trials: pd.DataFrame) -> pd.Series:
-    """Each logged row's slice of the run: 0 until the first resume's warm-up (a row whose ``warmup_reason``
-    is ``resume``) in run order, then 1, and so on. A resumed slice may run on another machine or day, so a
-    drift is fitted within slices, never across one's step."""
+    """Each logged row's slice of the run: the count of resume warm-ups before it in run order."""
     if trials.empty or "warmup_reason" not in trials:
         return pd.Series(0, index=trials.index, dtype=int)
     order = run_order(trials).sort_values().index
@@ -75,8 +52,7 @@ def resumed_slices(trials: pd.DataFrame) -> pd.Series:
 
 
 def finished(trials: pd.DataFrame) -> pd.DataFrame:
-    """Measured rows whose trial finished: where figures other than the primary one (peaks, host time,
-    stage times) exist. A failure still counts against its arm in the primary figure (``measured``)."""
+    """Measured rows whose trial finished (they carry figures beside the primary one)."""
     if trials.empty:
         return trials
     return trials[(trials["phase"] == "measured") & (trials["status"] == "ok")]
@@ -121,18 +97,9 @@ def arm_table(trials: pd.DataFrame) -> pd.DataFrame:
     out = []
     for (case, arm), group in rows.groupby(["case", "arm"], sort=False):
         values = group["effective"].to_numpy(dtype=float)
-        out.append(
-            {
-                "case": case,
-                "arm": arm,
-                "role": group["role"].iloc[0],
-                "trials": len(values),
-                "failed": int((group["status"] != "ok").sum()),
-                "median": float(np.median(values)),
-                "min": float(values.min()),
-                "max": float(values.max()),
-            }
-        )
+        failed = int((group["status"] != "ok").sum())
+        figures = (len(values), failed, float(np.median(values)), float(values.min()), float(values.max()))
+        out.append(dict(zip(columns, (case, arm, group["role"].iloc[0], *figures), strict=True)))
     return pd.DataFrame(out, columns=columns)
 
 
@@ -143,13 +110,7 @@ PAIR_COLUMNS = [
 
 
 def pair_table(trials: pd.DataFrame, metric: str = "value") -> pd.DataFrame:
-    """One row per round and non-reference arm: both figures, the reduction and the log ratio, whether the arm
-    ran after the baseline in that round (``arm_second``) and whether both failed.
-
-    The reference of a case is its baseline-role arm (the first arm); every other arm is compared with it
-    round by round. Rounds missing either side (an interrupted run) are left out, and so are pairs where a
-    finished trial does not carry ``metric`` (a secondary figure some fits lack).
-    """
+    """One row per round and non-reference arm: both figures, the reduction, log ratio and order."""
     rows = measured(trials, metric)
     if rows.empty:
         return pd.DataFrame(columns=PAIR_COLUMNS)
@@ -171,28 +132,15 @@ def pair_table(trials: pd.DataFrame, metric: str = "value") -> pd.DataFrame:
                     continue
                 both_failed = math.isinf(b) and math.isinf(c)
                 log_ratio = math.nan if both_failed else float(inference.split_pairs([b], [c]).log_ratios[0])
-                out.append(
-                    {
-                        "case": case,
-                        "round": int(rnd),
-                        "order": other["order"],
-                        "baseline_arm": reference_arm,
-                        "arm": other["arm"],
-                        "baseline": b,
-                        "candidate": c,
-                        "reduction": reduction(b, c),
-                        "log_ratio": log_ratio,
-                        "arm_second": bool(int(other.get("slot", 1)) > base_slot),
-                        "both_failed": both_failed,
-                    }
-                )
+                second = bool(int(other.get("slot", 1)) > base_slot)
+                figures = (case, int(rnd), other["order"], reference_arm, other["arm"], b, c, reduction(b, c))
+                out.append(dict(zip(PAIR_COLUMNS, (*figures, log_ratio, second, both_failed), strict=True)))
     return pd.DataFrame(out, columns=PAIR_COLUMNS)
 
 
 @dataclass(frozen=True)
 class ClaimSettings:
-    """How claims are judged: the bar (percent) of a claim, the tolerance (percent, ±) of an A/A control's
-    arms (``control_arms``), the stated level, and for ``--pairs auto`` runs the stopping rule's settings."""
+    """How claims are judged: bar, tolerance, control arms, level and the stopping rule's settings."""
 
     bar_percent: float | None
     seed: int = 0
@@ -209,25 +157,21 @@ class ClaimSettings:
         return self.precision is not None and self.max_pairs is not None
 
     def is_control(self, arm: str, baseline_arm: str) -> bool:
-        """An arm judged as an A/A control: a named control arm, or (a run made with ``control``) the first
-        arm's ``-control`` twin."""
+        """An arm judged as an A/A control: a named control arm or the first arm's ``-control`` twin."""
         return arm in self.control_arms or (self.control and arm == f"{baseline_arm}{CONTROL_SUFFIX}")
 
     @classmethod
     def from_protocol(cls, protocol: Any) -> ClaimSettings:
-        """The settings a run's ``ProtocolOptions`` imply. An A/A run of one arm (``--control`` alone) reads
-        its ``--bar`` as the tolerance; beside other arms ``--bar`` is the claims' and ``--tolerance`` the
-        control's."""
+        """The settings a run's ``ProtocolOptions`` imply."""
         control = bool(getattr(protocol, "control", False))
         arms = tuple(a for a in getattr(protocol, "arms", ()) if a.role != CALIBRATION_ROLE)
         tolerance = getattr(protocol, "tolerance", None)
         pure_control = control and len(arms) <= 2
-        bar = protocol.bar
         if pure_control and tolerance is None:
-            tolerance = bar
+            tolerance = protocol.bar
         sequential = getattr(protocol, "pairs", None) == "auto"
         return cls(
-            bar_percent=None if pure_control else bar,
+            bar_percent=None if pure_control else protocol.bar,
             seed=protocol.seed,
             control=control,
             tolerance_percent=tolerance,
@@ -247,23 +191,14 @@ CLAIM_COLUMNS = [
     *("sign_low", "sign_high", "sign_attained", "sign_sufficient", "sign_method"),
     *("hl_estimate", "hl_low", "hl_high", "hl_attained", "hl_sufficient", "hl_method"),
     *("bar", "verdict", "sign_verdict", "hl_verdict", "arm_second", "arm_first"),
-    *(
-        "order_effect",
-        "order_low",
-        "order_high",
-        "order_reason",
-        "drift",
-        "drift_low",
-        "drift_high",
-        "drift_reason",
-    ),
+    *("order_effect", "order_low", "order_high", "order_reason"),
+    *("drift", "drift_low", "drift_high", "drift_reason"),
     "stopping",
 ]
 
 
 def judge(interval: inference.Interval, limit: float | None, control: bool) -> str:
-    """The verdict of one interval: against ±tolerance for an A/A control's arm (or a claim given only a
-    tolerance), else against the bar, else against 0 (``verdicts.direction``)."""
+    """The verdict of one interval against ±tolerance, the bar, or else 0."""
     if limit is None:
         return verdicts.direction(interval)
     if control:
@@ -274,8 +209,7 @@ def judge(interval: inference.Interval, limit: float | None, control: bool) -> s
 def primary_interval(
     log_ratios: np.ndarray, settings: ClaimSettings
 ) -> tuple[inference.Interval, inference.StopDecision | None]:
-    """The claim's primary interval: the median reduction's order-statistic interval (``harness.intervals``),
-    or with ``--pairs auto`` the stopping rule's interval at the look the run stopped at (or would have)."""
+    """The median's order-statistic interval, or with ``--pairs auto`` the stopping rule's at its look."""
     if not settings.sequential or log_ratios.size < 1:
         return intervals.median_interval(log_ratios, settings.level), None
     plan = sequential.looks(settings.first_look, settings.max_pairs)
@@ -298,8 +232,7 @@ CHECKS = (("the geometric-mean t", "gm"), ("Hodges-Lehmann", "hl"), ("the sign t
 
 
 def disagreeing_checks(claim: Any) -> list[tuple[str, str]]:
-    """The distribution-free checks (name, column prefix) whose verdict differs from the claim's; none where
-    no bar or tolerance was set (nothing to judge)."""
+    """The distribution-free checks (name, column prefix) whose verdict differs from the claim's."""
     return [
         (name, prefix)
         for name, prefix in CHECKS
@@ -328,11 +261,10 @@ def design_figures(
     values, labels = ours["effective"].to_numpy(dtype=float), ours["arm"].astype(str).to_numpy()
     where = {"index": ours["index"].map(position).to_numpy(dtype=float), "blocks": ours["slice"].to_numpy()}
     second = is_arm == arm_late  # the arm's trial when it ran second, the baseline's when the arm ran first
-    if arm_late.all() or not arm_late.any():  # one order only: no order effect to fit or to set apart
-        return design_checks.drift(values, labels, level, **where), design_checks.one_order(
-            level, len(values)
-        )
-    trend = design_checks.drift(values, labels, level, second=second, **where)
+    one_order = arm_late.all() or not arm_late.any()  # no order effect to fit or to set apart
+    trend = design_checks.drift(values, labels, level, second=None if one_order else second, **where)
+    if one_order:
+        return trend, design_checks.one_order(level, values.size)
     return trend, design_checks.order_effect(values, labels, second, level, **where)
 
 
@@ -361,7 +293,8 @@ def _claim_row(
     failures = verdicts.failure_rate(trials, case, arm, settings.level)
     second = usable["arm_second"].to_numpy(dtype=bool)
     trend, order = design_figures(trials, case, arm, group, settings.level, metric)
-    return {
+    no_pair = f"no usable pair ({len(group) - len(usable)} with both arms failed)"
+    row = {
         "case": case,
         "arm": arm,
         "baseline_arm": baseline_arm,
@@ -371,57 +304,35 @@ def _claim_row(
         "both_failed": int(len(group) - len(usable)),
         "one_failed": int(np.isinf(x).sum()),
         "estimate": chosen.estimate,
-        "ci_low": chosen.low,
-        "ci_high": chosen.high,
         "ci_level": settings.level,
-        "ci_attained": chosen.attained_level,
         "ci_nominal": chosen.nominal_level,  # a sequential look's own level; NaN for a fixed run
-        "ci_sufficient": bool(chosen.sufficient and chosen.computable),
-        "ci_method": chosen.method,
-        "ci_reason": (
-            f"no usable pair ({len(group) - len(usable)} with both arms failed)"
-            if x.size == 0
-            else chosen.reason
-        ),
+        "ci_reason": chosen.reason if x.size else no_pair,
         "verdict_basis": "primary",
-        "gm_estimate": gm.estimate,
-        "gm_low": gm.low,
-        "gm_high": gm.high,
-        "gm_attained": gm.attained_level,
-        "gm_sufficient": bool(gm.sufficient and gm.computable),
-        "gm_method": gm.method,
-        "gm_verdict": judge(gm, limit, control),
         **failures,
         "median": chosen.estimate,  # the primary's estimate: one median, whatever the count
         "min": float(reductions.min()) if reductions.size else math.nan,
         "max": float(reductions.max()) if reductions.size else math.nan,
-        "sign_low": sign.low,
-        "sign_high": sign.high,
-        "sign_attained": sign.attained_level,
-        "sign_sufficient": bool(sign.sufficient and sign.computable),
-        "sign_method": sign.method,
-        "hl_estimate": hl.estimate,
-        "hl_low": hl.low,
-        "hl_high": hl.high,
-        "hl_attained": hl.attained_level,
-        "hl_sufficient": bool(hl.sufficient and hl.computable),
-        "hl_method": hl.method,
         "bar": limit,
         "verdict": judge(chosen, limit, control),
-        "sign_verdict": judge(sign, limit, control),
-        "hl_verdict": judge(hl, limit, control),
         "arm_second": int(second.sum()),
         "arm_first": int((~second).sum()),
-        "order_effect": order.estimate if order else math.nan,
-        "order_low": order.low if order else math.nan,
-        "order_high": order.high if order else math.nan,
-        "order_reason": order.reason if order else "no usable pair",
-        "drift": trend.estimate if trend else math.nan,
-        "drift_low": trend.low if trend else math.nan,
-        "drift_high": trend.high if trend else math.nan,
-        "drift_reason": trend.reason if trend else "no measured trial",
         "stopping": "" if decision is None else decision.reason,
     }
+    for prefix, check in (("ci", chosen), ("gm", gm), ("sign", sign), ("hl", hl)):
+        figures = {"estimate": check.estimate, "low": check.low, "high": check.high, "method": check.method}
+        usable_check = bool(check.sufficient and check.computable)
+        figures |= {"attained": check.attained_level, "sufficient": usable_check}
+        row |= {f"{prefix}_{key}": value for key, value in figures.items()}
+        row[f"{prefix}_verdict"] = judge(check, limit, control)
+    designs = (
+        ("order_effect", "order", order, "no usable pair"),
+        ("drift", "drift", trend, "no measured trial"),
+    )
+    for estimate, prefix, found, none in designs:
+        figures = (found.estimate, found.low, found.high) if found else (math.nan,) * 3
+        row |= dict(zip((estimate, f"{prefix}_low", f"{prefix}_high"), figures, strict=True))
+        row[f"{prefix}_reason"] = found.reason if found else none
+    return row
 
 
 def claim_table(
@@ -431,10 +342,7 @@ def claim_table(
     trials: pd.DataFrame | None = None,
     metric: str = "value",
 ) -> pd.DataFrame:
-    """Per case and non-reference arm: the usable pairs (and those left out), the primary estimate and interval
-    with its method and levels, the median reduction and range, the distribution-free checks, the verdict
-    (and what each check would say), and the design diagnostics (order balance and effect, drift), computed
-    from ``trials`` where given (over ``metric``, the figure ``pairs`` was built from)."""
+    """Per case and non-reference arm: primary interval, checks, verdict and design diagnostics."""
     if pairs.empty:
         return pd.DataFrame(columns=CLAIM_COLUMNS)
     trials = pd.DataFrame() if trials is None else trials
@@ -448,10 +356,7 @@ def claim_table(
 
 
 def secondary_claims(trials: pd.DataFrame, protocol: Any, metric: str) -> pd.DataFrame:
-    """The claims table over a secondary per-trial figure (e.g. a fit's steady-state seconds): the same pairs,
-    methods, checks and verdict against the same bar or tolerance as the primary claim, computed by the same
-    functions, with ``metric`` in place of ``value``; pairs a finished trial of which lacks the figure are left
-    out. Empty where no measured trial carries it. A secondary table explains a claim, never makes one."""
+    """The claims table over a secondary per-trial figure, judged like the primary; it never claims."""
     if trials.empty or metric not in trials or numeric_column(finished(trials), metric).empty:
         return pd.DataFrame(columns=CLAIM_COLUMNS)
     pairs = pair_table(trials, metric)

@@ -1,16 +1,6 @@
 """Verdict words and the failure rate beside a timing claim.
 
-The words, stated once (``claims.csv``'s ``verdict`` column):
-
-* With a bar b: ``clears`` (the interval wholly above b), ``fails`` (wholly below), ``ambiguous`` (it
-  straddles or touches b).
-* Without a bar the question is "is it faster at all?": ``faster`` (wholly above 0), ``slower`` (wholly
-  below 0), ``no difference detected`` (it holds or touches 0).
-* An A/A control, or a claim given a tolerance T and no bar, asks "equivalent within ±T?": ``within``
-  (strictly inside ±T: equivalent), ``outside`` (wholly beyond one side: not equivalent), ``ambiguous``.
-  The words stay those of earlier runs, so a gate and a reader of old folders see the same answer.
-* Any of them: ``insufficient`` when the interval does not keep its stated level (fewer than 5 pairs at
-  95%, or failures that leave no interval).
+The rule, stated once: ``docs/methods.md`` (``harness/verdicts.py``).
 """
 
 from __future__ import annotations
@@ -21,20 +11,15 @@ from typing import Any
 import pandas as pd
 from scipy import stats
 
-from harness.inference import Interval
+from harness.inference import Interval, claim_verdict
 
-DIRECTION_WORDS = ("faster", "slower", "no difference detected")
+DIRECTION_WORDS = {"clears": "faster", "fails": "slower", "ambiguous": "no difference detected"}
 
 
 def direction(interval: Interval) -> str:
     """The verdict without a bar: is the arm faster than the baseline at all?"""
-    if not (interval.sufficient and interval.computable):
-        return "insufficient"
-    if interval.low > 0:
-        return "faster"
-    if interval.high < 0:
-        return "slower"
-    return "no difference detected"
+    verdict = claim_verdict(interval, 0.0)
+    return DIRECTION_WORDS.get(verdict, verdict)
 
 
 def rate_interval(failed: int, trials: int, level: float) -> tuple[float, float]:
@@ -46,8 +31,7 @@ def rate_interval(failed: int, trials: int, level: float) -> tuple[float, float]
 
 
 def failure_rate(trials: pd.DataFrame, case: Any, arm: Any, level: float) -> dict[str, Any]:
-    """The arm's measured trials that failed, as its own figure with an interval. The timing claim
-    counts a failed trial as the slowest; this figure says how often that happened."""
+    """The arm's measured trials that failed, as its own figure with an interval."""
     if trials.empty or "phase" not in trials:
         mine = trials
     else:
@@ -55,10 +39,5 @@ def failure_rate(trials: pd.DataFrame, case: Any, arm: Any, level: float) -> dic
     count = len(mine)
     failed = int((mine["status"] != "ok").sum()) if count else 0
     low, high = rate_interval(failed, count, level)
-    return {
-        "failed_trials": failed,
-        "arm_trials": count,
-        "failure_rate": failed / count if count else math.nan,
-        "failure_low": low,
-        "failure_high": high,
-    }
+    keys = ("failed_trials", "arm_trials", "failure_rate", "failure_low", "failure_high")
+    return dict(zip(keys, (failed, count, failed / count if count else math.nan, low, high), strict=True))

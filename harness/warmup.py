@@ -13,8 +13,7 @@ from harness.schedule import ScheduledTrial, letters
 
 
 def warmup_agreement(previous: float | None, current: float | None) -> float | None:
-    """How two warm-ups of one arm compare: ln(current / previous), negative when the later was faster; None
-    where either failed."""
+    """ln(current / previous) of two warm-ups of one arm; None where either failed."""
     if previous is None or current is None or not (previous > 0 and current > 0):
         return None
     if not (math.isfinite(previous) and math.isfinite(current)):
@@ -27,30 +26,19 @@ def settles(change: float | None, tolerance: float) -> bool:
     return change is not None and change >= -tolerance / 100
 
 
-def agreements(values: list[float | None], arms: list[str]) -> list[float | None]:
-    """Each warm-up's agreement with the previous warm-up of its arm in the same sequence (None for an arm's
-    first, or where either failed)."""
-    last: dict[str, float | None] = {}
-    out: list[float | None] = []
-    for value, arm in zip(values, arms, strict=True):
-        out.append(warmup_agreement(last[arm], value) if arm in last else None)
-        last[arm] = value
-    return out
-
-
 def settled_at(values: list[float | None], arms: list[str], tolerance: float) -> int | None:
-    """The warm-up (counted from 1) at which a sequence settled (``settles`` against the previous warm-up of
-    its arm); None if none did."""
-    for count, agreement in enumerate(agreements(values, arms), start=1):
-        if settles(agreement, tolerance):
+    """The warm-up (counted from 1) at which a sequence settled; None if none did."""
+    last: dict[str, float | None] = {}
+    for count, (value, arm) in enumerate(zip(values, arms, strict=True), start=1):
+        if arm in last and settles(warmup_agreement(last[arm], value), tolerance):
             return count
+        last[arm] = value
     return None
 
 
 @dataclass(frozen=True)
 class WarmupSequence:
-    """One ``--warmup auto`` sequence as its rows tell it: why it ran (``start``, ``resume``, an idle gap),
-    how many warm-ups it took, whether two of one arm agreed (``settled``) or it reached the cap."""
+    """One ``--warmup auto`` sequence as its rows tell it."""
 
     number: int
     case: str
@@ -85,14 +73,10 @@ def warmup_sequences(rows: list[dict[str, Any]], protocol: ProtocolOptions) -> l
         number = row.get("warmup_sequence")  # a float where a table of every row held it (NaN elsewhere)
         if row.get("phase") == "warmup" and isinstance(number, numbers.Real) and math.isfinite(number):
             grouped.setdefault(int(number), []).append(row)
+    limits = (float(protocol.warmup_tolerance), int(protocol.max_warmup))
     return [
         WarmupSequence(
-            number,
-            str(mine[0]["case"]),
-            str(mine[0].get("warmup_reason", "")),
-            tuple(mine),
-            float(protocol.warmup_tolerance),
-            int(protocol.max_warmup),
+            number, str(mine[0]["case"]), str(mine[0].get("warmup_reason", "")), tuple(mine), *limits
         )
         for number, mine in sorted(grouped.items())
     ]
@@ -101,8 +85,7 @@ def warmup_sequences(rows: list[dict[str, Any]], protocol: ProtocolOptions) -> l
 def next_auto_warmup(
     plan: Plan, rows: list[dict[str, Any]], unit: list[ScheduledTrial], reason: str
 ) -> tuple[ScheduledTrial, dict[str, Any]] | None:
-    """The next ``--warmup auto`` warm-up before measured ``unit``, and the fields its row carries; None when
-    the unit may run."""
+    """The next ``--warmup auto`` warm-up before ``unit`` and its row's fields; None when ``unit`` may run."""
     sequences = warmup_sequences(rows, plan.protocol)
     open_ = [s for s in sequences if not s.done]
     case = plan.case(unit[0].case)
@@ -125,16 +108,8 @@ def next_auto_warmup(
     position = (first + step) % len(labels)
     arm = case.arms[position]
     used = {int(r["index"]) for r in rows} | {t.index for t in plan.schedule}
-    trial = ScheduledTrial(
-        max(used) + 1,
-        case.label,
-        "warmup",
-        step // len(labels),
-        position,
-        letters(len(labels))[position],
-        arm.label,
-        arm.role,
-    )
+    slot = (step // len(labels), position, letters(len(labels))[position])
+    trial = ScheduledTrial(max(used) + 1, case.label, "warmup", *slot, arm.label, arm.role)
     fields = {"warmup_reason": why, "warmup_sequence": number, "warmup_step": step + 1}
     return trial, fields
 
@@ -142,13 +117,9 @@ def next_auto_warmup(
 def warmup_row_fields(
     plan: Plan, rows: list[dict[str, Any]], row: dict[str, Any], number: int
 ) -> dict[str, Any]:
-    """A finished ``--warmup auto`` row's agreement with its arm's previous warm-up in its sequence and whether
-    it settled the sequence."""
-    previous = [
-        r
-        for r in rows
-        if r.get("phase") == "warmup" and r.get("warmup_sequence") == number and r.get("arm") == row["arm"]
-    ]
+    """A finished ``--warmup auto`` row's agreement with its arm's previous warm-up, and if it settled."""
+    mine = {"phase": "warmup", "warmup_sequence": number, "arm": row["arm"]}
+    previous = [r for r in rows if all(r.get(key) == value for key, value in mine.items())]
     value = row.get("value") if row.get("status") == "ok" else None
     agreement = None
     if previous:
