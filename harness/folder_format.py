@@ -1,9 +1,6 @@
-"""The run folder's format, declared once: its files, the columns of the harness's tables, and the doc made of them.
+"""The run folder's format, declared once: its files, its tables' columns and the doc made of them.
 
-``docs/run-folder.md`` is ``format_reference()``'s text; a test keeps the two equal. ``claims.csv`` is narrow
-(one row per claim, ``CLAIM_COLUMNS``); every interval a claim has is a row of ``claim_intervals.csv`` and every
-other figure a row of ``claim_diagnostics.csv``. A statistic added to the claims table lands in a long table with
-no edit here.
+``docs/run-folder.md`` is ``format_reference()``'s text; a test keeps the two equal.
 """
 
 from __future__ import annotations

@@ -10,8 +10,7 @@ from harness.errors import InputError
 
 ORDERS = ("alternate", "abba", "random", "duet")
 CONCURRENT_ORDERS = ("duet",)  # the trials of a round run at once, each in its own worker on its own cores
-# plan.json lists every scheduled trial (about 150 bytes each: 150 MB at a million), built in memory before
-# the first trial; no benchmark here needs more.
+# plan.json lists every scheduled trial (about 150 bytes each), built in memory before the first.
 MAX_TRIALS = 1_000_000
 
 

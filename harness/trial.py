@@ -67,17 +67,14 @@ class UnusableValue(ArithmeticError):
     """A trial whose primary figure is not a finite number: it failed, whatever else it returned."""
 
 
-# A figure beyond these is no measurement (the ratio of two stays far inside floating point's range); the log's
-# reader refuses what a trial could not have logged.
+# A figure beyond this is no measurement; the log's reader refuses it.
 FIGURE_LIMIT = 1e30
 # The fields of a log row the protocol writes itself; a trial's figures may not set them.
 PROTOCOL_FIELDS = ("started", "trial_seconds", "status", "message", "concurrent_with", "warmup_reason")
 
 
 def check_value(value: Any, by_ratio: bool = False) -> None:
-    """A trial's ``value`` must be a finite real number within ±``FIGURE_LIMIT`` (a NaN or infinity is a failed
-    trial, not a figure), and from 1/``FIGURE_LIMIT`` on where the arms are compared by ratio (a time of 0
-    would be an infinitely faster arm)."""
+    """``UnusableValue`` unless ``value`` is a finite figure within ±``FIGURE_LIMIT`` (positive by ratio)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise UnusableValue(f"value is not a number: {value!r}")
     if not math.isfinite(value):
@@ -94,8 +91,7 @@ def check_value(value: Any, by_ratio: bool = False) -> None:
 
 
 def check_figure_names(figures: dict[str, Any], row: dict[str, Any]) -> None:
-    """A trial's figures may not set what the row says of the trial (its index, case, arm, …) nor what the
-    protocol writes (its status, its time): a trial returning ``index`` made the log say another trial ran."""
+    """``UnusableValue`` where a trial's figures set a field the row or the protocol writes."""
     taken = sorted(set(figures) & {*row, *PROTOCOL_FIELDS})
     if taken:
         raise UnusableValue(f"the trial returned {', '.join(taken)}, which the protocol writes itself")

@@ -48,8 +48,7 @@ def load_plan(folder: RunFolder) -> Plan:
 
 
 def load_env(folder: RunFolder) -> dict[str, Any]:
-    """The folder's environment record (empty when absent); ``CorruptRunFolder`` unless a JSON object whose
-    every field the report reads has the recorder's shape (``harness.env.ENV_SHAPE``)."""
+    """The folder's environment record (empty when absent), checked against ``ENV_SHAPE``."""
     record = folder.read_json(ENV)
     if record is None:
         return {}
@@ -200,7 +199,6 @@ def _plan_problem(plan: Plan) -> str | None:
         cases[case.label] = {arm.label: arm.role for arm in case.arms}
     seen: set[int] = set()
     for i, trial in enumerate(plan.schedule):
-        # Unique, not dense: rounds the stopping rule adds take indices above an extra warm-up's.
         if trial.index < 0 or trial.index in seen:
             return f"schedule[{i}].index is {trial.index}, which is negative or an earlier trial's"
         seen.add(trial.index)
@@ -215,14 +213,12 @@ def _plan_problem(plan: Plan) -> str | None:
     return _looks_problem(plan, set(cases))
 
 
-# One look of the stopping rule (``--pairs auto``: ``harness.run.StoppingRule``), as a resume and the report
-# read it back: the case and the rounds it looked at, its decision and why, and each claim's.
+# One look of the stopping rule (``--pairs auto``), as a resume and the report read it back.
 LOOK_SHAPE = {"case": str, "rounds": int, "stop": bool, "reason": str, "claims": dict[str, Any]}
 
 
 def _looks_problem(plan: Plan, cases: set[str]) -> str | None:
-    """What is wrong with the plan's looks, or None: each with every field of its type, of a case of the plan
-    and a number of rounds a run can have."""
+    """What is wrong with the plan's looks, or None."""
     for i, look in enumerate(plan.looks):
         where = f"looks[{i}]"
         problem = settings_problem(look, LOOK_SHAPE, where, "each look of the stopping rule")
@@ -243,7 +239,6 @@ def _row_problem(
     if trial is None:
         if row.get("phase") != "warmup" or not isinstance(row.get("warmup_reason"), str):
             return f"trial {index} is not in the plan (its schedule has {len(plan.schedule)} trials)"
-        # A warm-up the protocol ran after a resume or an idle gap: outside the schedule, of a planned arm.
         arms = {(t.case, t.arm) for t in plan.schedule}
         if (row.get("case"), row.get("arm")) not in arms:
             return f"trial {index} is a warm-up outside the schedule of arm {_show(row.get('arm'))}, not a planned one"
@@ -258,8 +253,7 @@ def _row_problem(
 
 # The longest a trial can have taken, in seconds: about 115 days.
 TRIAL_SECONDS_LIMIT = 1e7
-# No machine's one-minute load average or logical core count comes near a million (nor a clock in MHz, a GPU's
-# temperature in °C or its power in W).
+# No machine's load, core count, clock (MHz), temperature (°C) or power (W) comes near a million.
 MACHINE_COUNT_LIMIT = 1e6
 # A process's CPU seconds over one trial: every core of the largest machine, the longest trial through.
 CPU_SECONDS_LIMIT = MACHINE_COUNT_LIMIT * TRIAL_SECONDS_LIMIT
@@ -269,9 +263,7 @@ UINT64_MAX = 2**64 - 1
 
 @dataclass(frozen=True)
 class RowField:
-    """A row field a report reads: of ``kind`` (float: a finite number; int: a whole number; str; bool; list: a
-    list of numbers, null entries among them), each number from ``low`` to ``high``; null where unrecorded, unless ``needed`` by an
-    'ok' row (a figure its tier's report reads from every finished trial)."""
+    """A row field a report reads: its kind, its range, whether an 'ok' row needs it."""
 
     kind: type = float
     low: float = -FIGURE_LIMIT
@@ -282,13 +274,9 @@ class RowField:
 SECONDS = RowField(float, 0.0, TRIAL_SECONDS_LIMIT)
 BYTES = RowField(float, 0.0, FIGURE_LIMIT)
 TEXT = RowField(str)
-FLAG = RowField(bool)
-# A time a tier's figures are compared by (a ratio of two): positive, as a compared ``value`` must be.
 POSITIVE_SECONDS = RowField(float, 1 / FIGURE_LIMIT, TRIAL_SECONDS_LIMIT)
 
-# The range of each telemetry field (``harness.telemetry``: its type is the module's own, ``field_type``); a
-# GPU's fields by their name after ``gpu<i>_``. A share of the CPU time is a fraction, a load or a core count
-# is no more than any machine has, a mask or a counter is an unsigned 64-bit integer.
+# Each telemetry field's range (its type is ``harness.telemetry.field_type``); a GPU's by its name after gpu<i>_.
 TELEMETRY_RANGES: dict[str, tuple[float, float]] = {
     "telemetry_seconds": (0.0, TRIAL_SECONDS_LIMIT),
     "cpu_logical": (1.0, MACHINE_COUNT_LIMIT),
@@ -320,8 +308,7 @@ TELEMETRY_RANGES: dict[str, tuple[float, float]] = {
     "thermal_violation_s": (0.0, TRIAL_SECONDS_LIMIT),
     "energy_j": (0.0, FIGURE_LIMIT),
 }
-# Row fields the harness's statistics, flags and report read, besides telemetry: the trial's duration, the
-# allocator's peaks, and what an out-of-memory failure reported (``harness.timing.TrialFailure``).
+# Row fields the harness reads besides telemetry: the duration, the allocator's peaks, an out-of-memory's bytes.
 ROW_FIELDS: dict[str, RowField] = {
     "trial_seconds": SECONDS,
     "message": TEXT,
@@ -333,8 +320,7 @@ ROW_FIELDS: dict[str, RowField] = {
 
 
 def _number(value: Any, nan: bool = False) -> float | None:
-    """``value`` as a finite float (or NaN, with ``nan``); None for anything else (text, true/false, an
-    infinity, an integer past float's range)."""
+    """``value`` as a finite float (or NaN, with ``nan``)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return None
     try:
@@ -366,8 +352,7 @@ def _status_problem(index: int, row: dict[str, Any], by_ratio: bool) -> str | No
 
 
 def _fields_problem(index: int, row: dict[str, Any]) -> str | None:
-    """The timing and telemetry fields a report reads: a start time with its zone, and every other field of its
-    type and in its range (``ROW_FIELDS``, ``TELEMETRY_RANGES``), or null."""
+    """What is wrong with a row's start time and telemetry fields, or None."""
     started = row.get("started")
     if started is not None and _start(started) is None:
         return (
@@ -383,8 +368,7 @@ def _fields_problem(index: int, row: dict[str, Any]) -> str | None:
 
 
 def row_fields_problem(row: dict[str, Any], row_fields: dict[str, RowField]) -> str | None:
-    """What is wrong with the fields a tier's report reads of a (structurally valid) row, or None: each of its
-    type and range (``RowField``), or null where a finished trial need not have it. A tier's ``row_problem``."""
+    """What is wrong with the fields a tier's report reads of a (structurally valid) row, or None."""
     index = row["index"]
     for key, rule in row_fields.items():
         if row.get(key) is None:
@@ -397,14 +381,12 @@ def row_fields_problem(row: dict[str, Any], row_fields: dict[str, RowField]) -> 
     return None
 
 
-# A trial's start: after the first computers, and early enough that its end (a start plus a trial's longest
-# duration) is still a date.
+# A trial's start: from 1970, and early enough that its end is still a date.
 FIRST_YEAR, LAST_YEAR = 1970, 9998
 
 
 def _start(value: Any) -> _dt.datetime | None:
-    """``value`` as a start time (ISO 8601 text with a time zone, from ``FIRST_YEAR`` to ``LAST_YEAR``), else
-    None: a time without a zone cannot be compared with one that has it."""
+    """``value`` as a start time (ISO 8601 with a time zone, in the years allowed), else None."""
     try:
         time = _dt.datetime.fromisoformat(value if isinstance(value, str) else "")
     except ValueError:
@@ -427,8 +409,7 @@ def _telemetry_rule(key: str) -> RowField | None:
 
 
 def _field_problem(key: str, value: Any, rule: RowField) -> str | None:
-    """What is wrong with a row field's ``value`` under ``rule`` ("KEY is VALUE, not WHAT IS ACCEPTED"), or None;
-    null passes (whether a field is needed is its tier's check)."""
+    """What is wrong with a row field's ``value`` under ``rule``, or None (null passes)."""
     if value is None:
         return None
     if rule.kind is str:
