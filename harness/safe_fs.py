@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -41,12 +42,10 @@ def remove_entry(path: Path) -> None:
 def remove_tree(path: Path) -> None:
     """Remove a folder and what it holds, errors ignored; a link is removed as a link."""
     if path.is_symlink() or (path.exists() and not path.is_dir()):
-        try:
+        with contextlib.suppress(OSError):
             path.unlink()
-        except OSError:
-            pass
-        return
-    shutil.rmtree(path, ignore_errors=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def fresh_dir(path: Path) -> Path:

@@ -39,7 +39,8 @@ class RunFolderWriteError(RunFolderError):
 
 def encode_row(row: dict[str, Any]) -> bytes:
     """One log line: the row as JSON, non-finite numbers as null."""
-    return (json.dumps({k: _clean(v) for k, v in row.items()}, default=_json_default) + "\n").encode()
+    clean = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
+    return (json.dumps(clean, default=_json_default) + "\n").encode()
 
 
 def _json_default(value: Any) -> Any:
@@ -48,13 +49,6 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     raise TypeError(f"not JSON-serializable: {type(value).__name__}")
-
-
-def _clean(value: Any) -> Any:
-    """JSON has no infinities or NaN: store them as null (the row's status says why a figure is missing)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def unnameable(path: str | Path) -> str | None:
@@ -140,11 +134,6 @@ def write_atomic(path: Path, data: str | bytes) -> Path:
             pass
         raise RunFolderWriteError(f"could not write {path}: {exc.strerror or exc}") from None
     return path
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON through ``write_atomic``."""
-    write_atomic(path, json.dumps(data, indent=1, default=_json_default) + "\n")
 
 
 def _whole_lines_end(fd: int, size: int) -> int:
@@ -251,7 +240,7 @@ class RunFolder:
             raise CorruptRunFolder(f"{path}: not JSON ({_first_line(exc)})") from None
 
     def write_json(self, name: str, data: Any) -> None:
-        write_json_atomic(self.file(name), data)
+        write_atomic(self.file(name), json.dumps(data, indent=1, default=_json_default) + "\n")
 
     def append_row(self, row: dict[str, Any]) -> None:
         """Append one trial row to the log and push it to disk (fsync) before returning."""

@@ -276,38 +276,19 @@ BYTES = RowField(float, 0.0, FIGURE_LIMIT)
 TEXT = RowField(str)
 POSITIVE_SECONDS = RowField(float, 1 / FIGURE_LIMIT, TRIAL_SECONDS_LIMIT)
 
-# Each telemetry field's range (its type is ``harness.telemetry.field_type``); a GPU's by its name after gpu<i>_.
-TELEMETRY_RANGES: dict[str, tuple[float, float]] = {
-    "telemetry_seconds": (0.0, TRIAL_SECONDS_LIMIT),
-    "cpu_logical": (1.0, MACHINE_COUNT_LIMIT),
-    "cpu_busy_share": (0.0, 1.0),
-    "cpu_iowait_share": (0.0, 1.0),
-    "cpu_steal_share": (0.0, 1.0),
-    "load1_start": (0.0, MACHINE_COUNT_LIMIT),
-    "cpu_mhz_start": (0.0, MACHINE_COUNT_LIMIT),
-    "cpu_mhz_end": (0.0, MACHINE_COUNT_LIMIT),
-    "worker_user_s": (0.0, CPU_SECONDS_LIMIT),
-    "worker_system_s": (0.0, CPU_SECONDS_LIMIT),
-    "worker_children_user_s": (0.0, CPU_SECONDS_LIMIT),
-    "worker_children_system_s": (0.0, CPU_SECONDS_LIMIT),
-    "worker_voluntary_switches": (0, UINT64_MAX),
-    "worker_involuntary_switches": (0, UINT64_MAX),
-    "gpu_count": (0, MACHINE_COUNT_LIMIT),
-    **{
-        f"{name}_{end}": limits
-        for end in ("start", "end")
-        for name, limits in (
-            ("sm_clock_mhz", (0.0, MACHINE_COUNT_LIMIT)),
-            ("mem_clock_mhz", (0.0, MACHINE_COUNT_LIMIT)),
-            ("temperature_c", (-273.15, MACHINE_COUNT_LIMIT)),
-            ("power_w", (0.0, MACHINE_COUNT_LIMIT)),
-            ("throttle_mask", (0, UINT64_MAX)),
-        )
-    },
-    "power_violation_s": (0.0, TRIAL_SECONDS_LIMIT),
-    "thermal_violation_s": (0.0, TRIAL_SECONDS_LIMIT),
-    "energy_j": (0.0, FIGURE_LIMIT),
-}
+# (part of a telemetry field's name, its range): the first that matches; a GPU's field by its name after gpu<i>_.
+TELEMETRY_RANGES: tuple[tuple[str, tuple[float, float]], ...] = (
+    ("share", (0.0, 1.0)),
+    ("switches", (0, UINT64_MAX)),
+    ("throttle_mask", (0, UINT64_MAX)),
+    ("worker_", (0.0, CPU_SECONDS_LIMIT)),
+    ("temperature", (-273.15, MACHINE_COUNT_LIMIT)),
+    ("cpu_logical", (1.0, MACHINE_COUNT_LIMIT)),
+    ("energy", (0.0, FIGURE_LIMIT)),
+    ("seconds", (0.0, TRIAL_SECONDS_LIMIT)),
+    ("violation", (0.0, TRIAL_SECONDS_LIMIT)),
+    ("", (0.0, MACHINE_COUNT_LIMIT)),  # loads, core and GPU counts, clocks (MHz), power (W)
+)
 # Row fields the harness reads besides telemetry: the duration, the allocator's peaks, an out-of-memory's bytes.
 ROW_FIELDS: dict[str, RowField] = {
     "trial_seconds": SECONDS,
@@ -404,7 +385,7 @@ def _telemetry_rule(key: str) -> RowField | None:
     if kind is not int and kind is not float:
         return RowField(kind)
     name = key.split("_", 1)[1] if key.startswith("gpu") and key[3:4].isdigit() else key
-    low, high = TELEMETRY_RANGES.get(name, (-FIGURE_LIMIT, FIGURE_LIMIT))
+    low, high = next(limits for part, limits in TELEMETRY_RANGES if part in name)
     return RowField(kind, low, high)
 
 
