@@ -53,10 +53,7 @@ class Plan:
 
     def arm_labels(self) -> list[str]:
         """Arm labels in plan order (first appearance over the cases): the one order every table and plot uses."""
-        labels: list[str] = []
-        for case in self.cases:
-            labels += [arm.label for arm in case.arms if arm.label not in labels]
-        return labels
+        return list(dict.fromkeys(arm.label for case in self.cases for arm in case.arms))
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

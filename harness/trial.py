@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.folder_format import FIGURE_LIMIT
 from harness.placement import Placement
 from harness.plan import Plan
 from harness.schedule import Arm, Case, ScheduledTrial
@@ -67,8 +68,6 @@ class UnusableValue(ArithmeticError):
     """A trial whose primary figure is not a finite number: it failed, whatever else it returned."""
 
 
-# A figure beyond this is no measurement; the log's reader refuses it.
-FIGURE_LIMIT = 1e30
 # The fields of a log row the protocol writes itself; a trial's figures may not set them.
 PROTOCOL_FIELDS = ("started", "trial_seconds", "status", "message", "concurrent_with", "warmup_reason")
 

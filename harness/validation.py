@@ -7,20 +7,27 @@ import math
 import numbers
 import types
 import typing
-from collections.abc import Callable
-from dataclasses import dataclass, fields, is_dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import fields, is_dataclass
 from typing import Any
 
 from harness import telemetry
 from harness.env import ENV_SHAPE
 from harness.errors import InputError
+from harness.folder_format import (
+    FIGURE_LIMIT,
+    OOM_FIELDS,
+    TRIAL_COLUMNS,
+    TRIAL_SECONDS_LIMIT,
+    UINT64_MAX,
+    RowField,
+)
 from harness.limits import MAX_PAIRS
 from harness.plan import Plan
 from harness.protocol_options import check_protocol
 from harness.schedule import ScheduledTrial
 from harness.schema import OptionError
 from harness.tables import ENV, LOG, PLAN, CorruptRunFolder, RunFolder
-from harness.trial import FIGURE_LIMIT
 
 ROLES = ("baseline", "candidate", "calibration")
 PHASES = ("warmup", "measured")
@@ -62,26 +69,28 @@ def load_env(folder: RunFolder) -> dict[str, Any]:
 
 def shape_problem(record: dict[str, Any], shape: dict[str, Any], where: str) -> str | None:
     """What is wrong with a record's fields present in ``shape``, or None."""
-    for key, hint in shape.items():
-        if key not in record:
-            continue
-        value, here = record[key], f"{where}.{key}"
-        if isinstance(hint, list):
-            if value is None:
-                continue
-            if not isinstance(value, list):
-                return f"{here} is {_show(value)}, not a list"
-            for i, item in enumerate(value):
-                if not isinstance(item, dict):
-                    return f"{here}[{i}] is {_show(item)}, not an object"
-                problem = shape_problem(item, hint[0], f"{here}[{i}]")
-                if problem:
-                    return problem
-            continue
-        problem = type_problem(value, hint, here)
-        if problem:
-            return problem
-    return None
+    return _first(
+        _value_problem(record[key], hint, f"{where}.{key}") for key, hint in shape.items() if key in record
+    )
+
+
+def _value_problem(value: Any, hint: Any, here: str) -> str | None:
+    """What is wrong with one value of a shape (a type, or ``[shape]``: a list of records, or null), or None."""
+    if not isinstance(hint, list):
+        return type_problem(value, hint, here)
+    if value is not None and not isinstance(value, list):
+        return f"{here} is {_show(value)}, not a list"
+    return _first(
+        shape_problem(item, hint[0], f"{here}[{i}]")
+        if isinstance(item, dict)
+        else f"{here}[{i}] is {_show(item)}, not an object"
+        for i, item in enumerate(value or [])
+    )
+
+
+def _first(problems: Iterable[str | None]) -> str | None:
+    """The first problem of a lazy sequence, or None."""
+    return next((problem for problem in problems if problem), None)
 
 
 def settings_problem(
@@ -131,20 +140,14 @@ def type_problem(value: Any, hint: Any, where: str) -> str | None:
         if not isinstance(value, hint):
             return f"{where} is {_show(value)}, not an object"
         hints = typing.get_type_hints(hint)
-        for field in fields(hint):
-            problem = type_problem(getattr(value, field.name), hints[field.name], f"{where}.{field.name}")
-            if problem:
-                return problem
-        return None
+        return _first(
+            type_problem(getattr(value, f.name), hints[f.name], f"{where}.{f.name}") for f in fields(hint)
+        )
     if origin in (list, tuple):
         if not isinstance(value, list | tuple):
             return f"{where} is {_show(value)}, not a list"
         item = args[0] if args else Any
-        for i, element in enumerate(value):
-            problem = type_problem(element, item, f"{where}[{i}]")
-            if problem:
-                return problem
-        return None
+        return _first(type_problem(element, item, f"{where}[{i}]") for i, element in enumerate(value))
     if origin is dict:
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             return f"{where} is {_show(value)}, not an object"
@@ -251,30 +254,10 @@ def _row_problem(
     return _status_problem(index, row, trial.case in by_ratio)
 
 
-# The longest a trial can have taken, in seconds: about 115 days.
-TRIAL_SECONDS_LIMIT = 1e7
 # No machine's load, core count, clock (MHz), temperature (°C) or power (W) comes near a million.
 MACHINE_COUNT_LIMIT = 1e6
 # A process's CPU seconds over one trial: every core of the largest machine, the longest trial through.
 CPU_SECONDS_LIMIT = MACHINE_COUNT_LIMIT * TRIAL_SECONDS_LIMIT
-# Counters and bit masks are unsigned 64-bit integers where they are read (NVML, getrusage).
-UINT64_MAX = 2**64 - 1
-
-
-@dataclass(frozen=True)
-class RowField:
-    """A row field a report reads: its kind, its range, whether an 'ok' row needs it."""
-
-    kind: type = float
-    low: float = -FIGURE_LIMIT
-    high: float = FIGURE_LIMIT
-    needed: bool = False
-
-
-SECONDS = RowField(float, 0.0, TRIAL_SECONDS_LIMIT)
-BYTES = RowField(float, 0.0, FIGURE_LIMIT)
-TEXT = RowField(str)
-POSITIVE_SECONDS = RowField(float, 1 / FIGURE_LIMIT, TRIAL_SECONDS_LIMIT)
 
 # (part of a telemetry field's name, its range): the first that matches; a GPU's field by its name after gpu<i>_.
 TELEMETRY_RANGES: tuple[tuple[str, tuple[float, float]], ...] = (
@@ -289,14 +272,12 @@ TELEMETRY_RANGES: tuple[tuple[str, tuple[float, float]], ...] = (
     ("violation", (0.0, TRIAL_SECONDS_LIMIT)),
     ("", (0.0, MACHINE_COUNT_LIMIT)),  # loads, core and GPU counts, clocks (MHz), power (W)
 )
-# Row fields the harness reads besides telemetry: the duration, the allocator's peaks, an out-of-memory's bytes.
+# Row fields the harness reads besides telemetry, as ``TRIAL_COLUMNS`` declares them.
 ROW_FIELDS: dict[str, RowField] = {
-    "trial_seconds": SECONDS,
-    "message": TEXT,
-    "warmup_reason": TEXT,
-    "peak_allocated": BYTES,
-    "peak_reserved": BYTES,
-    **{f"oom_{name}": BYTES for name in ("requested", "total", "free", "allocated", "reserved", "budget")},
+    name: rule
+    for column, rule in TRIAL_COLUMNS.items()
+    if isinstance(rule, RowField)
+    for name in (OOM_FIELDS if column == "oom_*" else (column,))
 }
 
 
@@ -340,12 +321,9 @@ def _fields_problem(index: int, row: dict[str, Any]) -> str | None:
             f"trial {index}'s started is {_show(started)}, not an ISO 8601 time with a time zone from "
             f"{FIRST_YEAR} to {LAST_YEAR} (e.g. 2026-12-02T02:01:27.000+00:00) or null"
         )
-    for key, value in row.items():
-        rule = ROW_FIELDS.get(key) or _telemetry_rule(key)
-        problem = _field_problem(key, value, rule) if rule is not None else None
-        if problem:
-            return f"trial {index}'s {problem}"
-    return None
+    rules = ((key, value, ROW_FIELDS.get(key) or _telemetry_rule(key)) for key, value in row.items())
+    problem = _first(_field_problem(key, value, rule) for key, value, rule in rules if rule is not None)
+    return f"trial {index}'s {problem}" if problem else None
 
 
 def row_fields_problem(row: dict[str, Any], row_fields: dict[str, RowField]) -> str | None:

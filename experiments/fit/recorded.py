@@ -6,10 +6,7 @@ from typing import Any
 
 from experiments.fit.plan import AMP_CHOICES, WORKLOADS, FitSettings, check_ranks, check_steps
 from experiments.fit.stages import STAGES, stage_column
-from harness.options import InputError
-from harness.protocol import Plan
-from harness.schema import check_choice, check_fields
-from harness.validation import (
+from harness.folder_format import (
     BYTES,
     POSITIVE_SECONDS,
     SECONDS,
@@ -17,10 +14,11 @@ from harness.validation import (
     TRIAL_SECONDS_LIMIT,
     UINT64_MAX,
     RowField,
-    row_fields_problem,
-    settings_problem,
-    shape_problem,
 )
+from harness.options import InputError
+from harness.protocol import Plan
+from harness.schema import check_choice, check_fields
+from harness.validation import row_fields_problem, settings_problem, shape_problem
 
 # What a fit's plan records: its settings as ``make_plan`` resolved them.
 RECORDED_SHAPE = {
