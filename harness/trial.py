@@ -6,7 +6,7 @@ import math
 import numbers
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,14 +50,7 @@ def row_head(plan: Plan, trial: ScheduledTrial) -> dict[str, Any]:
     case = plan.case(trial.case)
     arm = case.arm(trial.arm)
     return {
-        "index": trial.index,
-        "case": trial.case,
-        "phase": trial.phase,
-        "round": trial.round,
-        "slot": trial.slot,
-        "order": trial.order,
-        "arm": trial.arm,
-        "role": trial.role,
+        **asdict(trial),
         "spec": arm.spec,
         **{f"case_{k}": v for k, v in case.params.items()},
         **{f"arm_{k}": v for k, v in arm.params.items()},
