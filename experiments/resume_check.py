@@ -1,10 +1,4 @@
-"""What a resume checks of a plan's arms before any trial: the start's own check, and the code it recorded.
-
-A plan names each arm by a spec; a folder can be edited. So a resume resolves each spec with the start's
-check (``checked_optimizer``), which refuses code inside a run folder before importing it, and compares the
-class it finds with the fingerprint the start recorded (``Plan.arm_code[label]['code']``). Rows logged under
-one label then never come from two codes. ``upstream`` is resolved by the trial's worker, never the parent.
-"""
+"""What a resume checks of a plan's arms: the start's own check, and the code fingerprint it recorded."""
 
 from __future__ import annotations
 
@@ -26,8 +20,7 @@ def plan_specs(plan: Plan) -> dict[str, str]:
 
 
 def arms_resume_problem(plan: Plan) -> str | None:
-    """Why a resume cannot run a plan's arms (None where it can): a spec the start's check refuses, or a class
-    that is not the one the start recorded for its label."""
+    """Why a resume cannot run a plan's arms (None where it can)."""
     from experiments.arms import checked_optimizer  # the parent's: imports the arms' code
 
     for label, spec in plan_specs(plan).items():

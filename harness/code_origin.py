@@ -1,10 +1,4 @@
-"""Where an import would load code from, found without running any of it: a run folder is data, never code.
-
-``import_locations`` walks a dotted module name the way the path finder does (``sys.path``, then each
-package's search locations) and lists every file and folder the import would read; nothing is executed.
-``run_folder_code`` names the first of them inside a run folder (a folder holding a plan): an import from
-there would run whatever a folder's author put in it, so the caller refuses it before importing.
-"""
+"""Where an import would load code from, found without running it: code inside a run folder is refused."""
 
 from __future__ import annotations
 
@@ -22,9 +16,7 @@ RUN_FOLDER_FILES = ("env.json", "trials.jsonl", "run.lock")
 
 
 def import_locations(module_name: str) -> list[Path]:
-    """Every file and folder importing ``module_name`` could read, found as the path finder looks (each
-    directory of ``sys.path``, then each package's folders), without importing anything. A package already
-    imported is taken as imported. It lists more than an import reads, never less: a refusal errs safe."""
+    """Every file and folder importing ``module_name`` could read, found without importing anything."""
     found: list[Path] = []
     search = [os.path.abspath(entry or os.curdir) for entry in sys.path if isinstance(entry, str)]
     parts = module_name.split(".")

@@ -1,10 +1,5 @@
-"""What each arm ran, as its plan records it (``Plan.arm_code``, filled by the tier that made the plan).
-
-A candidate that runs the baseline's own code on the chosen device (the batched MuSGD on the CPU keeps the
-per-parameter step) turns a comparison into an A/A in effect: its differences are noise, and a verdict or a
-conclusion drawn from them would mislead. ``what_ran`` is the sentence that opens the console summary, the
-claim and the report; ``same_code_arms`` names the arms whose conclusions are withheld. A plan with no
-``arm_code`` (older run folders, the Python API's functions) gets no sentence and withholds nothing.
+"""What each arm ran, as its plan records it (``Plan.arm_code``); a candidate running the baseline's code
+is an A/A in effect, and its verdicts are withheld (docs/run-folder.md).
 """
 
 from __future__ import annotations
@@ -26,8 +21,7 @@ def control_arm(plan: Any) -> str | None:
 
 
 def same_code_arms(plan: Any) -> dict[str, str]:
-    """Arm label → why it ran the baseline's code, for every compared arm that did (never the A/A control's
-    arm, the same by design, whose verdict is about exactly that)."""
+    """Arm label → why it ran the baseline's code, for each compared arm but the A/A control."""
     control = control_arm(plan)
     return {
         label: str(entry["same_path_as_baseline"])
@@ -52,8 +46,7 @@ def _grouped(plan: Any, labels: list[str]) -> str:
 
 
 def what_ran(plan: Any) -> str | None:
-    """One sentence naming what the arms ran on the plan's device, and, where a compared arm ran the
-    baseline's code, that the run is (or is partly) an A/A in effect whose conclusions are withheld."""
+    """One sentence naming what the arms ran on the plan's device, and any A/A in effect."""
     if not plan.arm_code:
         return None
     device = plan.protocol.device

@@ -1,13 +1,11 @@
-"""The run folder's format, declared once: its files, the columns of the harness's tables, and the doc made of them.
+"""The run folder's format, declared once: its files, its tables' columns and the doc made of them.
 
-``docs/run-folder.md`` is ``format_reference()``'s text; a test keeps the two equal. ``claims.csv`` is narrow
-(one row per claim, ``CLAIM_COLUMNS``); every interval a claim has is a row of ``claim_intervals.csv`` and every
-other figure a row of ``claim_diagnostics.csv``. A statistic added to the claims table lands in a long table with
-no edit here.
+``docs/run-folder.md`` is ``format_reference()``'s text; a test keeps the two equal.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pandas loads on first use: a trial's worker reads the file names only
@@ -40,7 +38,32 @@ FILES = {
 }
 REGENERATED = (TRIALS_CSV, ARMS_CSV, PAIRS_CSV, CLAIMS_CSV, INTERVALS_CSV, DIAGNOSTICS_CSV, "claim.txt")
 
-TRIAL_COLUMNS = {
+FIGURE_LIMIT = 1e30  # a figure beyond this is no measurement; the log's reader refuses it
+TRIAL_SECONDS_LIMIT = 1e7  # the longest a trial can have taken, in seconds: about 115 days
+UINT64_MAX = 2**64 - 1  # counters and bit masks, as NVML and getrusage give them
+
+
+@dataclass(frozen=True)
+class RowField:
+    """A log row's field a report reads: its kind, its range, whether an 'ok' row needs it, what it holds."""
+
+    kind: type = float
+    low: float = -FIGURE_LIMIT
+    high: float = FIGURE_LIMIT
+    needed: bool = False
+    doc: str = ""
+
+
+SECONDS = RowField(float, 0.0, TRIAL_SECONDS_LIMIT)
+BYTES = RowField(float, 0.0, FIGURE_LIMIT)
+TEXT = RowField(str)
+POSITIVE_SECONDS = RowField(float, 1 / FIGURE_LIMIT, TRIAL_SECONDS_LIMIT)  # a time compared by ratio
+OOM_FIELDS = tuple(
+    f"oom_{name}" for name in ("requested", "total", "free", "allocated", "reserved", "budget")
+)
+
+# The log's columns: a ``RowField`` where the log's check reads its kind and range.
+TRIAL_COLUMNS: dict[str, str | RowField] = {
     "index": "The trial's place in the schedule (warm-ups added later get numbers past it).",
     "case": "The case (a workload, a scale) the trial ran.",
     "phase": "`measured`, or `warmup` (kept in the log, left out of statistics).",
@@ -54,11 +77,15 @@ TRIAL_COLUMNS = {
     "status": "`ok`, `error` or `resource_failure` (an out-of-memory).",
     "value": "The trial's figure (seconds or milliseconds, lower is better).",
     "started": "When it started (UTC, ISO 8601).",
-    "trial_seconds": "Its wall time, start to end.",
-    "message": "What failed (first line), for a failed trial.",
+    "trial_seconds": RowField(float, 0.0, TRIAL_SECONDS_LIMIT, doc="Its wall time, start to end."),
+    "message": RowField(str, doc="What failed (first line), for a failed trial."),
     "concurrent_with": "In a duet round: the indices of the trials that ran at the same time.",
-    "warmup_reason": "Why an extra warm-up ran (a resume, an idle gap); empty in the schedule's own.",
-    "oom_*": "The byte figures an out-of-memory reported.",
+    "warmup_reason": RowField(
+        str, doc="Why an extra warm-up ran (a resume, an idle gap); empty in the schedule's own."
+    ),
+    "peak_allocated": RowField(float, 0.0, FIGURE_LIMIT, doc="The allocator's peak of allocated bytes."),
+    "peak_reserved": RowField(float, 0.0, FIGURE_LIMIT, doc="The allocator's peak of reserved bytes."),
+    "oom_*": RowField(float, 0.0, FIGURE_LIMIT, doc="The byte figures an out-of-memory reported."),
 }
 ARM_COLUMNS = {
     "case": "The case.",
@@ -167,8 +194,12 @@ def claim_tables(claims: pd.DataFrame) -> dict[str, pd.DataFrame]:
     }
 
 
-def _table(columns: dict[str, str]) -> list[str]:
-    return ["| column | what it holds |", "| --- | --- |", *(f"| `{k}` | {v} |" for k, v in columns.items())]
+def _table(columns: dict[str, Any]) -> list[str]:
+    return [
+        "| column | what it holds |",
+        "| --- | --- |",
+        *(f"| `{k}` | {getattr(v, 'doc', v)} |" for k, v in columns.items()),
+    ]
 
 
 def format_reference() -> str:

@@ -11,11 +11,7 @@ from harness.protocol_options import ProtocolOptions
 from harness.schedule import Arm, Case, ScheduledTrial, build_schedule
 from harness.tables import RunFolder
 
-# 3: pairs are kept whole by --stop-after and resumes, with a warm-up after a resume or an idle gap, and the
-# schedule may grow (--pairs auto); a plan of format 2 or less ran without those. 4: --warmup auto may run
-# warm-up sequences outside the schedule (a plan of format 3 has fixed warm-ups only, and reads the same).
-# 5: in a duet round the arm that ends first runs fillers until its partner ends (``harness.duet``); before,
-# the partner finished alone.
+# 3: whole pairs, resume warm-ups, a growing schedule; 4: --warmup auto; 5: duet fillers (``harness.duet``).
 PLAN_FORMAT = 5
 WHOLE_PAIRS_FORMAT = 3
 DUET_FILLER_FORMAT = 5
@@ -52,17 +48,12 @@ class Plan:
         return next(c for c in self.cases if c.label == label)
 
     def compared_by_ratio(self, case: str) -> bool:
-        """Whether the statistics compare a case's arms by the ratio of their figures (its schedule runs its
-        baseline-role arm, the reference of every pair), so each figure must be positive; a parity case runs
-        no reference trial and its figures are differences, 0 included."""
+        """Whether a case's arms are compared by ratio (its schedule runs a baseline)."""
         return any(t.case == case and t.role == "baseline" for t in self.schedule)
 
     def arm_labels(self) -> list[str]:
         """Arm labels in plan order (first appearance over the cases): the one order every table and plot uses."""
-        labels: list[str] = []
-        for case in self.cases:
-            labels += [arm.label for arm in case.arms if arm.label not in labels]
-        return labels
+        return list(dict.fromkeys(arm.label for case in self.cases for arm in case.arms))
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -93,8 +84,7 @@ class Plan:
 
 
 def _upgrade_first_format(data: dict[str, Any], cases: list[Case]) -> dict[str, Any]:
-    """A plan of the first format (shared options flat beside the tier's, and importable code named in
-    ``factory`` / ``sections``, which is never imported) in today's shape."""
+    """A plan of the first format (shared options flat beside the tier's) in today's shape."""
     protocol = {
         k: data[k]
         for k in ("warmup", "pairs", "order", "seed", "bar", "device", "budget", "control")
@@ -105,9 +95,7 @@ def _upgrade_first_format(data: dict[str, Any], cases: list[Case]) -> dict[str, 
 
 
 def grow_schedule(plan: Plan, case_label: str, rounds: int, next_index: int) -> list[ScheduledTrial]:
-    """Add measured rounds of one case up to ``rounds`` (the stopping rule's next look), placed after the
-    case's last scheduled slot; the new trials take indices from ``next_index`` on (above every index the
-    schedule and the log hold, so an extra warm-up's index is never reused). Returns the trials added."""
+    """Add measured rounds of one case up to ``rounds``, after its last slot; returns the trials added."""
     case = plan.case(case_label)
     mine = [t for t in plan.schedule if t.case == case_label and t.phase == "measured"]
     have = 1 + max((t.round for t in mine), default=-1)
@@ -125,8 +113,7 @@ def grow_schedule(plan: Plan, case_label: str, rounds: int, next_index: int) -> 
 
 
 def drop_rounds(plan: Plan, case_label: str, done: set[int]) -> int:
-    """Remove a case's measured trials the log does not hold from rounds none of whose trials ran (the
-    stopping rule ended the case there); returns how many were removed."""
+    """Remove a case's rounds of which no trial ran; returns how many trials were removed."""
     started = {t.round for t in plan.schedule if t.case == case_label and t.index in done}
     keep = [
         t
@@ -162,8 +149,7 @@ def estimated_seconds(trial: ScheduledTrial, rows: list[dict[str, Any]]) -> floa
 
 
 def next_unit(plan: Plan, folder: RunFolder) -> list[ScheduledTrial]:
-    """The next trials that must run together: a scheduled warm-up alone, or the pending trials of the
-    first measured round with a pending trial (all its arms: a pair is never split). Empty when done."""
+    """The next trials to run together: a warm-up alone, or a round's pending trials."""
     todo = list(pending(plan, folder))
     if not todo:
         return []

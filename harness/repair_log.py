@@ -1,9 +1,6 @@
 """Repair a log that holds a trial twice: ``python -m harness.repair_log RUN_FOLDER``.
 
-Two runs that wrote one folder at once (its ``run.lock`` removed under the first) can log a trial twice;
-every command then refuses the folder. The repair keeps each trial's first row in ``trials.jsonl`` and
-moves every later row of it to ``trials.doubled.jsonl``, beside it, so nothing is lost. It takes the
-folder's lock, so it never runs beside a run. A resume or a report then reads the folder again.
+Each trial's first row stays; later ones move to ``trials.doubled.jsonl``, under the folder's lock.
 """
 
 from __future__ import annotations

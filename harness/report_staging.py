@@ -1,9 +1,4 @@
-"""Where a report draws its figures before they replace the older ones: a folder of its own per process.
-
-Two reports of one folder at once shared ``<stem>-figures.partial``: one removed what the other drew. Each
-report now draws in ``<stem>-figures.<pid>.partial``; a report removes only its own, and those of reports
-whose process is gone (killed outright). A link there is removed as a link, never followed.
-"""
+"""Where a report draws its figures first: ``<stem>-figures.<pid>.partial``, one folder per process."""
 
 from __future__ import annotations
 

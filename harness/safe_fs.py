@@ -1,10 +1,8 @@
-"""File operations inside a run folder that follow no link: a run folder is data, and a link in it points
-anywhere. Opens use ``O_NOFOLLOW``; a link where a file or folder of the run should be is removed (the link,
-never its target) or refused; nothing resolves a path before removing a tree.
-"""
+"""File operations inside a run folder that follow no link: a link is removed (never its target) or refused."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -30,8 +28,7 @@ def open_no_follow(path: str | os.PathLike[str], flags: int, mode: int = 0o644) 
 
 
 def create_exclusive(path: str | os.PathLike[str], mode: int = 0o644) -> int:
-    """A new file at ``path`` opened for writing, after removing whatever entry was there (a stale temporary
-    file or a link: the entry, never what a link points to)."""
+    """A new file at ``path`` for writing, the entry there removed first (never a link's target)."""
     remove_entry(Path(path))
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NO_FOLLOW, mode)
 
@@ -43,15 +40,12 @@ def remove_entry(path: Path) -> None:
 
 
 def remove_tree(path: Path) -> None:
-    """Remove a folder and what it holds; a link at ``path`` is removed as a link (never followed). Errors
-    are ignored, as ``shutil.rmtree(ignore_errors=True)`` ignores them."""
+    """Remove a folder and what it holds, errors ignored; a link is removed as a link."""
     if path.is_symlink() or (path.exists() and not path.is_dir()):
-        try:
+        with contextlib.suppress(OSError):
             path.unlink()
-        except OSError:
-            pass
-        return
-    shutil.rmtree(path, ignore_errors=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def fresh_dir(path: Path) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import string
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,8 +11,7 @@ from harness.errors import InputError
 
 ORDERS = ("alternate", "abba", "random", "duet")
 CONCURRENT_ORDERS = ("duet",)  # the trials of a round run at once, each in its own worker on its own cores
-# plan.json lists every scheduled trial (about 150 bytes each: 150 MB at a million), built in memory before
-# the first trial; no benchmark here needs more.
+# plan.json lists every scheduled trial (about 150 bytes each), built in memory before the first.
 MAX_TRIALS = 1_000_000
 
 
@@ -52,7 +52,7 @@ class ScheduledTrial:
 
 
 def letters(n: int) -> str:
-    return "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:n]
+    return string.ascii_uppercase[:n]
 
 
 def balanced_block(arms: int, order: str = "alternate") -> list[list[int]]:
@@ -72,24 +72,6 @@ def balanced_block(arms: int, order: str = "alternate") -> list[list[int]]:
     if order == "abba":
         rows += [row[::-1] for row in rows]
     return rows
-
-
-def _round_trials(case: Case, rnd: int, positions: list[int], start: int) -> list[ScheduledTrial]:
-    names = letters(len(case.arms))
-    round_order = "".join(names[p] for p in positions)
-    return [
-        ScheduledTrial(
-            start + slot,
-            case.label,
-            "measured",
-            rnd,
-            slot,
-            round_order,
-            case.arms[p].label,
-            case.arms[p].role,
-        )
-        for slot, p in enumerate(positions)
-    ]
 
 
 def build_schedule(
@@ -123,5 +105,12 @@ def build_schedule(
                 rng.shuffle(positions)
             else:
                 positions = block[r % len(block)]
-            schedule += _round_trials(case, r, positions, len(schedule))
+            arms, start = [case.arms[p] for p in positions], len(schedule)
+            round_order = "".join(names[p] for p in positions)
+            schedule += [
+                ScheduledTrial(
+                    start + slot, case.label, "measured", r, slot, round_order, arm.label, arm.role
+                )
+                for slot, arm in enumerate(arms)
+            ]
     return schedule

@@ -1,9 +1,4 @@
-"""The run folder's I/O: the append-only trial log, atomic writes, the lock, and the tidy tables of a run.
-
-The files and their columns are declared in ``harness.folder_format`` (``docs/run-folder.md``).
-Everything but the log, the plan and the environment can be regenerated from those three. ``run.lock`` is the
-folder's lock: a run holds it (``fcntl.flock``) for its whole life, so two runs never share a folder.
-"""
+"""The run folder's I/O: the append-only log, atomic writes, the lock and the run's tables (docs/run-folder.md)."""
 
 from __future__ import annotations
 
@@ -43,9 +38,9 @@ class RunFolderWriteError(RunFolderError):
 
 
 def encode_row(row: dict[str, Any]) -> bytes:
-    """One log line: the row as JSON (non-finite numbers as null), ``TypeError``/``ValueError`` for a value JSON
-    cannot hold."""
-    return (json.dumps({k: _clean(v) for k, v in row.items()}, default=_json_default) + "\n").encode()
+    """One log line: the row as JSON, non-finite numbers as null."""
+    clean = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
+    return (json.dumps(clean, default=_json_default) + "\n").encode()
 
 
 def _json_default(value: Any) -> Any:
@@ -54,13 +49,6 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     raise TypeError(f"not JSON-serializable: {type(value).__name__}")
-
-
-def _clean(value: Any) -> Any:
-    """JSON has no infinities or NaN: store them as null (the row's status says why a figure is missing)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def unnameable(path: str | Path) -> str | None:
@@ -78,9 +66,7 @@ def unnameable(path: str | Path) -> str | None:
 
 
 def check_can_write(folder: str | Path, what: str, instead: str = "give a writable folder") -> Path:
-    """``folder`` as a place a run or a report can write in (created later if missing), or ``InputError`` with
-    one line: the nearest existing part of the path is a file, or cannot be written (read-only, no permission).
-    ``what`` names where the folder came from (``--out``, ``-o``); ``instead`` says what to do."""
+    """``folder`` as a place a run or a report can write in, or ``InputError`` with one line."""
     why = unnameable(folder)
     if why:
         raise InputError(f"{what} '{folder}': {why}; {instead}")
@@ -129,9 +115,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def write_atomic(path: Path, data: str | bytes) -> Path:
-    """Write a whole file through a temporary file, fsync and a rename: a reader (or a crash) sees the old file
-    or the new one, never half of one. On a failure the temporary file is removed, the old file stays, and
-    ``RunFolderWriteError`` says what could not be written and why."""
+    """Write a whole file through a temporary file, fsync and a rename."""
     payload = data.encode("utf-8") if isinstance(data, str) else data
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
@@ -152,14 +136,8 @@ def write_atomic(path: Path, data: str | bytes) -> Path:
     return path
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON through ``write_atomic``."""
-    write_atomic(path, json.dumps(data, indent=1, default=_json_default) + "\n")
-
-
 def _whole_lines_end(fd: int, size: int) -> int:
-    """Where the log's whole lines end: ``size``, or the byte after the last newline when the last line is torn
-    (a process killed mid-write left it without its newline)."""
+    """Where the log's whole lines end (a torn last line lies past it)."""
     end = size
     while end > 0:
         start = max(0, end - 65536)
@@ -197,9 +175,7 @@ class RunFolder:
 
     @contextmanager
     def lock(self) -> Iterator[None]:
-        """Hold the folder's exclusive lock while the block runs; ``RunFolderBusy`` at once if another process
-        holds it. The lock is an ``fcntl.flock`` on ``run.lock``, so it dies with its holder (even killed -9).
-        Taking it writes nothing: a run that goes ahead names itself with ``name_holder``."""
+        """Hold the folder's exclusive lock while the block runs."""
         path = self.file(LOCK)
         try:
             fd = open_no_follow(path, os.O_RDWR | os.O_CREAT)
@@ -222,8 +198,7 @@ class RunFolder:
             os.close(fd)  # releases the lock
 
     def _check_lock_held(self, row: dict[str, Any]) -> None:
-        """``RunFolderBusy`` where this run holds the lock but ``run.lock`` is no longer its file (removed or
-        replaced): a second run may write the folder, so this one logs nothing more."""
+        """``RunFolderBusy`` where this run holds the lock but ``run.lock`` was removed or replaced."""
         fd = getattr(self, "_lock_fd", None)
         if fd is None:
             return
@@ -240,8 +215,7 @@ class RunFolder:
             )
 
     def name_holder(self) -> None:
-        """Write this process's id into ``run.lock`` (held by it), for the message a second run gets; called
-        once a run goes ahead, so a command refused after taking the lock leaves the folder as it was."""
+        """Write this process's id into ``run.lock`` (held by it), for the message a second run gets."""
         try:
             fd = open_no_follow(self.file(LOCK), os.O_WRONLY | os.O_TRUNC)
             try:
@@ -266,14 +240,10 @@ class RunFolder:
             raise CorruptRunFolder(f"{path}: not JSON ({_first_line(exc)})") from None
 
     def write_json(self, name: str, data: Any) -> None:
-        write_json_atomic(self.file(name), data)
+        write_atomic(self.file(name), json.dumps(data, indent=1, default=_json_default) + "\n")
 
     def append_row(self, row: dict[str, Any]) -> None:
-        """Append one trial row to the log and push it to disk (fsync) before returning.
-
-        A torn last line (a process killed while writing its row, whose trial therefore runs again) is cut off
-        first, so the log holds whole rows only. A failed write is taken back (the log is truncated to what it
-        was) and raises ``RunFolderWriteError``: the trial has no row and a resume runs it again."""
+        """Append one trial row to the log and push it to disk (fsync) before returning."""
         line = encode_row(row)
         self._check_lock_held(row)
         path = self.file(LOG)
@@ -305,13 +275,7 @@ class RunFolder:
         return [row for _, row in self.numbered_rows()]
 
     def numbered_rows(self) -> list[tuple[int, dict[str, Any]]]:
-        """(line number, row) for every complete row of the log.
-
-        A torn last line (no newline: a process killed mid-write, its trial runs again) is ignored; any other
-        line that is not a JSON object with a whole-number ``index`` is ``CorruptRunFolder``, naming the line
-        (a log that skipped it would silently lose a trial), and so is a log that is not a regular file (a
-        directory, a FIFO, a device: read as empty, the whole schedule would run again). A trial logged twice
-        is refused by ``harness.validation.check_log``."""
+        """(line number, row) for every complete row of the log."""
         path = self.file(LOG)
         if not os.path.lexists(path):
             return []
@@ -355,8 +319,7 @@ class Summaries:
         self.trials, self.arms, self.pairs, self.claims = trials, arms, pairs, claims
 
     def csv_tables(self, paired: bool = True) -> dict[str, pd.DataFrame]:
-        """The tables the runner writes beside the log: the trials, and for paired runs arms, pairs and the
-        claims (narrow, with their long tables: ``harness.folder_format``)."""
+        """The tables written beside the log: the trials, and for a paired run arms, pairs and claims."""
         if not paired:
             return {TRIALS_CSV: self.trials}
         return {

@@ -6,10 +6,11 @@ import math
 import numbers
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.folder_format import FIGURE_LIMIT
 from harness.placement import Placement
 from harness.plan import Plan
 from harness.schedule import Arm, Case, ScheduledTrial
@@ -49,14 +50,7 @@ def row_head(plan: Plan, trial: ScheduledTrial) -> dict[str, Any]:
     case = plan.case(trial.case)
     arm = case.arm(trial.arm)
     return {
-        "index": trial.index,
-        "case": trial.case,
-        "phase": trial.phase,
-        "round": trial.round,
-        "slot": trial.slot,
-        "order": trial.order,
-        "arm": trial.arm,
-        "role": trial.role,
+        **asdict(trial),
         "spec": arm.spec,
         **{f"case_{k}": v for k, v in case.params.items()},
         **{f"arm_{k}": v for k, v in arm.params.items()},
@@ -67,17 +61,12 @@ class UnusableValue(ArithmeticError):
     """A trial whose primary figure is not a finite number: it failed, whatever else it returned."""
 
 
-# A figure beyond these is no measurement (the ratio of two stays far inside floating point's range); the log's
-# reader refuses what a trial could not have logged.
-FIGURE_LIMIT = 1e30
 # The fields of a log row the protocol writes itself; a trial's figures may not set them.
 PROTOCOL_FIELDS = ("started", "trial_seconds", "status", "message", "concurrent_with", "warmup_reason")
 
 
 def check_value(value: Any, by_ratio: bool = False) -> None:
-    """A trial's ``value`` must be a finite real number within ±``FIGURE_LIMIT`` (a NaN or infinity is a failed
-    trial, not a figure), and from 1/``FIGURE_LIMIT`` on where the arms are compared by ratio (a time of 0
-    would be an infinitely faster arm)."""
+    """``UnusableValue`` unless ``value`` is a finite figure within ±``FIGURE_LIMIT`` (positive by ratio)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise UnusableValue(f"value is not a number: {value!r}")
     if not math.isfinite(value):
@@ -94,8 +83,7 @@ def check_value(value: Any, by_ratio: bool = False) -> None:
 
 
 def check_figure_names(figures: dict[str, Any], row: dict[str, Any]) -> None:
-    """A trial's figures may not set what the row says of the trial (its index, case, arm, …) nor what the
-    protocol writes (its status, its time): a trial returning ``index`` made the log say another trial ran."""
+    """``UnusableValue`` where a trial's figures set a field the row or the protocol writes."""
     taken = sorted(set(figures) & {*row, *PROTOCOL_FIELDS})
     if taken:
         raise UnusableValue(f"the trial returned {', '.join(taken)}, which the protocol writes itself")

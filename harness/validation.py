@@ -7,20 +7,27 @@ import math
 import numbers
 import types
 import typing
-from collections.abc import Callable
-from dataclasses import dataclass, fields, is_dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import fields, is_dataclass
 from typing import Any
 
 from harness import telemetry
 from harness.env import ENV_SHAPE
 from harness.errors import InputError
+from harness.folder_format import (
+    FIGURE_LIMIT,
+    OOM_FIELDS,
+    TRIAL_COLUMNS,
+    TRIAL_SECONDS_LIMIT,
+    UINT64_MAX,
+    RowField,
+)
 from harness.limits import MAX_PAIRS
 from harness.plan import Plan
 from harness.protocol_options import check_protocol
 from harness.schedule import ScheduledTrial
 from harness.schema import OptionError
 from harness.tables import ENV, LOG, PLAN, CorruptRunFolder, RunFolder
-from harness.trial import FIGURE_LIMIT
 
 ROLES = ("baseline", "candidate", "calibration")
 PHASES = ("warmup", "measured")
@@ -48,8 +55,7 @@ def load_plan(folder: RunFolder) -> Plan:
 
 
 def load_env(folder: RunFolder) -> dict[str, Any]:
-    """The folder's environment record (empty when absent); ``CorruptRunFolder`` unless a JSON object whose
-    every field the report reads has the recorder's shape (``harness.env.ENV_SHAPE``)."""
+    """The folder's environment record (empty when absent), checked against ``ENV_SHAPE``."""
     record = folder.read_json(ENV)
     if record is None:
         return {}
@@ -63,26 +69,28 @@ def load_env(folder: RunFolder) -> dict[str, Any]:
 
 def shape_problem(record: dict[str, Any], shape: dict[str, Any], where: str) -> str | None:
     """What is wrong with a record's fields present in ``shape``, or None."""
-    for key, hint in shape.items():
-        if key not in record:
-            continue
-        value, here = record[key], f"{where}.{key}"
-        if isinstance(hint, list):
-            if value is None:
-                continue
-            if not isinstance(value, list):
-                return f"{here} is {_show(value)}, not a list"
-            for i, item in enumerate(value):
-                if not isinstance(item, dict):
-                    return f"{here}[{i}] is {_show(item)}, not an object"
-                problem = shape_problem(item, hint[0], f"{here}[{i}]")
-                if problem:
-                    return problem
-            continue
-        problem = type_problem(value, hint, here)
-        if problem:
-            return problem
-    return None
+    return _first(
+        _value_problem(record[key], hint, f"{where}.{key}") for key, hint in shape.items() if key in record
+    )
+
+
+def _value_problem(value: Any, hint: Any, here: str) -> str | None:
+    """What is wrong with one value of a shape (a type, or ``[shape]``: a list of records, or null), or None."""
+    if not isinstance(hint, list):
+        return type_problem(value, hint, here)
+    if value is not None and not isinstance(value, list):
+        return f"{here} is {_show(value)}, not a list"
+    return _first(
+        shape_problem(item, hint[0], f"{here}[{i}]")
+        if isinstance(item, dict)
+        else f"{here}[{i}] is {_show(item)}, not an object"
+        for i, item in enumerate(value or [])
+    )
+
+
+def _first(problems: Iterable[str | None]) -> str | None:
+    """The first problem of a lazy sequence, or None."""
+    return next((problem for problem in problems if problem), None)
 
 
 def settings_problem(
@@ -132,20 +140,14 @@ def type_problem(value: Any, hint: Any, where: str) -> str | None:
         if not isinstance(value, hint):
             return f"{where} is {_show(value)}, not an object"
         hints = typing.get_type_hints(hint)
-        for field in fields(hint):
-            problem = type_problem(getattr(value, field.name), hints[field.name], f"{where}.{field.name}")
-            if problem:
-                return problem
-        return None
+        return _first(
+            type_problem(getattr(value, f.name), hints[f.name], f"{where}.{f.name}") for f in fields(hint)
+        )
     if origin in (list, tuple):
         if not isinstance(value, list | tuple):
             return f"{where} is {_show(value)}, not a list"
         item = args[0] if args else Any
-        for i, element in enumerate(value):
-            problem = type_problem(element, item, f"{where}[{i}]")
-            if problem:
-                return problem
-        return None
+        return _first(type_problem(element, item, f"{where}[{i}]") for i, element in enumerate(value))
     if origin is dict:
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             return f"{where} is {_show(value)}, not an object"
@@ -200,7 +202,6 @@ def _plan_problem(plan: Plan) -> str | None:
         cases[case.label] = {arm.label: arm.role for arm in case.arms}
     seen: set[int] = set()
     for i, trial in enumerate(plan.schedule):
-        # Unique, not dense: rounds the stopping rule adds take indices above an extra warm-up's.
         if trial.index < 0 or trial.index in seen:
             return f"schedule[{i}].index is {trial.index}, which is negative or an earlier trial's"
         seen.add(trial.index)
@@ -215,14 +216,12 @@ def _plan_problem(plan: Plan) -> str | None:
     return _looks_problem(plan, set(cases))
 
 
-# One look of the stopping rule (``--pairs auto``: ``harness.run.StoppingRule``), as a resume and the report
-# read it back: the case and the rounds it looked at, its decision and why, and each claim's.
+# One look of the stopping rule (``--pairs auto``), as a resume and the report read it back.
 LOOK_SHAPE = {"case": str, "rounds": int, "stop": bool, "reason": str, "claims": dict[str, Any]}
 
 
 def _looks_problem(plan: Plan, cases: set[str]) -> str | None:
-    """What is wrong with the plan's looks, or None: each with every field of its type, of a case of the plan
-    and a number of rounds a run can have."""
+    """What is wrong with the plan's looks, or None."""
     for i, look in enumerate(plan.looks):
         where = f"looks[{i}]"
         problem = settings_problem(look, LOOK_SHAPE, where, "each look of the stopping rule")
@@ -243,7 +242,6 @@ def _row_problem(
     if trial is None:
         if row.get("phase") != "warmup" or not isinstance(row.get("warmup_reason"), str):
             return f"trial {index} is not in the plan (its schedule has {len(plan.schedule)} trials)"
-        # A warm-up the protocol ran after a resume or an idle gap: outside the schedule, of a planned arm.
         arms = {(t.case, t.arm) for t in plan.schedule}
         if (row.get("case"), row.get("arm")) not in arms:
             return f"trial {index} is a warm-up outside the schedule of arm {_show(row.get('arm'))}, not a planned one"
@@ -256,85 +254,35 @@ def _row_problem(
     return _status_problem(index, row, trial.case in by_ratio)
 
 
-# The longest a trial can have taken, in seconds: about 115 days.
-TRIAL_SECONDS_LIMIT = 1e7
-# No machine's one-minute load average or logical core count comes near a million (nor a clock in MHz, a GPU's
-# temperature in °C or its power in W).
+# No machine's load, core count, clock (MHz), temperature (°C) or power (W) comes near a million.
 MACHINE_COUNT_LIMIT = 1e6
 # A process's CPU seconds over one trial: every core of the largest machine, the longest trial through.
 CPU_SECONDS_LIMIT = MACHINE_COUNT_LIMIT * TRIAL_SECONDS_LIMIT
-# Counters and bit masks are unsigned 64-bit integers where they are read (NVML, getrusage).
-UINT64_MAX = 2**64 - 1
 
-
-@dataclass(frozen=True)
-class RowField:
-    """A row field a report reads: of ``kind`` (float: a finite number; int: a whole number; str; bool; list: a
-    list of numbers, null entries among them), each number from ``low`` to ``high``; null where unrecorded, unless ``needed`` by an
-    'ok' row (a figure its tier's report reads from every finished trial)."""
-
-    kind: type = float
-    low: float = -FIGURE_LIMIT
-    high: float = FIGURE_LIMIT
-    needed: bool = False
-
-
-SECONDS = RowField(float, 0.0, TRIAL_SECONDS_LIMIT)
-BYTES = RowField(float, 0.0, FIGURE_LIMIT)
-TEXT = RowField(str)
-FLAG = RowField(bool)
-# A time a tier's figures are compared by (a ratio of two): positive, as a compared ``value`` must be.
-POSITIVE_SECONDS = RowField(float, 1 / FIGURE_LIMIT, TRIAL_SECONDS_LIMIT)
-
-# The range of each telemetry field (``harness.telemetry``: its type is the module's own, ``field_type``); a
-# GPU's fields by their name after ``gpu<i>_``. A share of the CPU time is a fraction, a load or a core count
-# is no more than any machine has, a mask or a counter is an unsigned 64-bit integer.
-TELEMETRY_RANGES: dict[str, tuple[float, float]] = {
-    "telemetry_seconds": (0.0, TRIAL_SECONDS_LIMIT),
-    "cpu_logical": (1.0, MACHINE_COUNT_LIMIT),
-    "cpu_busy_share": (0.0, 1.0),
-    "cpu_iowait_share": (0.0, 1.0),
-    "cpu_steal_share": (0.0, 1.0),
-    "load1_start": (0.0, MACHINE_COUNT_LIMIT),
-    "cpu_mhz_start": (0.0, MACHINE_COUNT_LIMIT),
-    "cpu_mhz_end": (0.0, MACHINE_COUNT_LIMIT),
-    "worker_user_s": (0.0, CPU_SECONDS_LIMIT),
-    "worker_system_s": (0.0, CPU_SECONDS_LIMIT),
-    "worker_children_user_s": (0.0, CPU_SECONDS_LIMIT),
-    "worker_children_system_s": (0.0, CPU_SECONDS_LIMIT),
-    "worker_voluntary_switches": (0, UINT64_MAX),
-    "worker_involuntary_switches": (0, UINT64_MAX),
-    "gpu_count": (0, MACHINE_COUNT_LIMIT),
-    **{
-        f"{name}_{end}": limits
-        for end in ("start", "end")
-        for name, limits in (
-            ("sm_clock_mhz", (0.0, MACHINE_COUNT_LIMIT)),
-            ("mem_clock_mhz", (0.0, MACHINE_COUNT_LIMIT)),
-            ("temperature_c", (-273.15, MACHINE_COUNT_LIMIT)),
-            ("power_w", (0.0, MACHINE_COUNT_LIMIT)),
-            ("throttle_mask", (0, UINT64_MAX)),
-        )
-    },
-    "power_violation_s": (0.0, TRIAL_SECONDS_LIMIT),
-    "thermal_violation_s": (0.0, TRIAL_SECONDS_LIMIT),
-    "energy_j": (0.0, FIGURE_LIMIT),
-}
-# Row fields the harness's statistics, flags and report read, besides telemetry: the trial's duration, the
-# allocator's peaks, and what an out-of-memory failure reported (``harness.timing.TrialFailure``).
+# (part of a telemetry field's name, its range): the first that matches; a GPU's field by its name after gpu<i>_.
+TELEMETRY_RANGES: tuple[tuple[str, tuple[float, float]], ...] = (
+    ("share", (0.0, 1.0)),
+    ("switches", (0, UINT64_MAX)),
+    ("throttle_mask", (0, UINT64_MAX)),
+    ("worker_", (0.0, CPU_SECONDS_LIMIT)),
+    ("temperature", (-273.15, MACHINE_COUNT_LIMIT)),
+    ("cpu_logical", (1.0, MACHINE_COUNT_LIMIT)),
+    ("energy", (0.0, FIGURE_LIMIT)),
+    ("seconds", (0.0, TRIAL_SECONDS_LIMIT)),
+    ("violation", (0.0, TRIAL_SECONDS_LIMIT)),
+    ("", (0.0, MACHINE_COUNT_LIMIT)),  # loads, core and GPU counts, clocks (MHz), power (W)
+)
+# Row fields the harness reads besides telemetry, as ``TRIAL_COLUMNS`` declares them.
 ROW_FIELDS: dict[str, RowField] = {
-    "trial_seconds": SECONDS,
-    "message": TEXT,
-    "warmup_reason": TEXT,
-    "peak_allocated": BYTES,
-    "peak_reserved": BYTES,
-    **{f"oom_{name}": BYTES for name in ("requested", "total", "free", "allocated", "reserved", "budget")},
+    name: rule
+    for column, rule in TRIAL_COLUMNS.items()
+    if isinstance(rule, RowField)
+    for name in (OOM_FIELDS if column == "oom_*" else (column,))
 }
 
 
 def _number(value: Any, nan: bool = False) -> float | None:
-    """``value`` as a finite float (or NaN, with ``nan``); None for anything else (text, true/false, an
-    infinity, an integer past float's range)."""
+    """``value`` as a finite float (or NaN, with ``nan``)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return None
     try:
@@ -366,25 +314,20 @@ def _status_problem(index: int, row: dict[str, Any], by_ratio: bool) -> str | No
 
 
 def _fields_problem(index: int, row: dict[str, Any]) -> str | None:
-    """The timing and telemetry fields a report reads: a start time with its zone, and every other field of its
-    type and in its range (``ROW_FIELDS``, ``TELEMETRY_RANGES``), or null."""
+    """What is wrong with a row's start time and telemetry fields, or None."""
     started = row.get("started")
     if started is not None and _start(started) is None:
         return (
             f"trial {index}'s started is {_show(started)}, not an ISO 8601 time with a time zone from "
             f"{FIRST_YEAR} to {LAST_YEAR} (e.g. 2026-12-02T02:01:27.000+00:00) or null"
         )
-    for key, value in row.items():
-        rule = ROW_FIELDS.get(key) or _telemetry_rule(key)
-        problem = _field_problem(key, value, rule) if rule is not None else None
-        if problem:
-            return f"trial {index}'s {problem}"
-    return None
+    rules = ((key, value, ROW_FIELDS.get(key) or _telemetry_rule(key)) for key, value in row.items())
+    problem = _first(_field_problem(key, value, rule) for key, value, rule in rules if rule is not None)
+    return f"trial {index}'s {problem}" if problem else None
 
 
 def row_fields_problem(row: dict[str, Any], row_fields: dict[str, RowField]) -> str | None:
-    """What is wrong with the fields a tier's report reads of a (structurally valid) row, or None: each of its
-    type and range (``RowField``), or null where a finished trial need not have it. A tier's ``row_problem``."""
+    """What is wrong with the fields a tier's report reads of a (structurally valid) row, or None."""
     index = row["index"]
     for key, rule in row_fields.items():
         if row.get(key) is None:
@@ -397,14 +340,12 @@ def row_fields_problem(row: dict[str, Any], row_fields: dict[str, RowField]) -> 
     return None
 
 
-# A trial's start: after the first computers, and early enough that its end (a start plus a trial's longest
-# duration) is still a date.
+# A trial's start: from 1970, and early enough that its end is still a date.
 FIRST_YEAR, LAST_YEAR = 1970, 9998
 
 
 def _start(value: Any) -> _dt.datetime | None:
-    """``value`` as a start time (ISO 8601 text with a time zone, from ``FIRST_YEAR`` to ``LAST_YEAR``), else
-    None: a time without a zone cannot be compared with one that has it."""
+    """``value`` as a start time (ISO 8601 with a time zone, in the years allowed), else None."""
     try:
         time = _dt.datetime.fromisoformat(value if isinstance(value, str) else "")
     except ValueError:
@@ -422,13 +363,12 @@ def _telemetry_rule(key: str) -> RowField | None:
     if kind is not int and kind is not float:
         return RowField(kind)
     name = key.split("_", 1)[1] if key.startswith("gpu") and key[3:4].isdigit() else key
-    low, high = TELEMETRY_RANGES.get(name, (-FIGURE_LIMIT, FIGURE_LIMIT))
+    low, high = next(limits for part, limits in TELEMETRY_RANGES if part in name)
     return RowField(kind, low, high)
 
 
 def _field_problem(key: str, value: Any, rule: RowField) -> str | None:
-    """What is wrong with a row field's ``value`` under ``rule`` ("KEY is VALUE, not WHAT IS ACCEPTED"), or None;
-    null passes (whether a field is needed is its tier's check)."""
+    """What is wrong with a row field's ``value`` under ``rule``, or None (null passes)."""
     if value is None:
         return None
     if rule.kind is str:

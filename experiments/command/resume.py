@@ -11,8 +11,7 @@ from harness.validation import load_plan
 
 
 def check_resumed_command(folder: Path, argv: tuple[str, ...]) -> None:
-    """``InputError`` unless ``argv`` is the command the run at ``folder`` started with (a plan of another tier
-    passes: the resume refuses it itself)."""
+    """``InputError`` unless ``argv`` is the command the run at ``folder`` started with."""
     plan = load_plan(RunFolder.open(folder))
     if plan.tier != "command":
         return

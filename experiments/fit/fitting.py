@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from experiments.arms import make_optimizer
+from experiments.finite import first_named, non_finite
 from experiments.fit.plan import FitSettings
 from experiments.fit.stages import epoch_spans, host_iteration_median, stage_figures, steady_seconds
 from harness.timing import StageClock, apply_budget
@@ -27,12 +28,8 @@ def prepare_device(device: str, budget: int | None) -> None:
         apply_budget(budget, device)
 
 
-NAMED_PER_MODULE = 3  # non-finite parameters named in the message before "and N more"
-
-
 def non_finite_results(figures: dict[str, Any], trained: dict[str, torch.nn.Module]) -> list[str]:
-    """What is not finite at the end of a fit: the training loss, the validation figures (``val_*``) and every
-    floating-point parameter of the trained modules (the model and its EMA); empty when all are finite."""
+    """What is not finite after a fit: the training loss, the ``val_*`` figures, the trained modules' parameters."""
     problems = [
         f"{name} {value}"
         for name, value in figures.items()
@@ -41,20 +38,9 @@ def non_finite_results(figures: dict[str, Any], trained: dict[str, torch.nn.Modu
         and not math.isfinite(value)
     ]
     for module_name, module in trained.items():
-        if module is None:
-            continue
-        bad = []
-        with torch.no_grad():
-            for name, parameter in module.named_parameters():
-                if parameter.is_floating_point():
-                    finite = int(torch.isfinite(parameter).sum())
-                    if finite < parameter.numel():
-                        bad.append(f"{name} ({parameter.numel() - finite} of {parameter.numel()} entries)")
-        named = ", ".join(bad[:NAMED_PER_MODULE]) + (
-            f" and {len(bad) - NAMED_PER_MODULE} more" if len(bad) > NAMED_PER_MODULE else ""
-        )
+        bad = non_finite(module.named_parameters(), " entries") if module is not None else []
         if bad:
-            problems.append(f"{module_name} parameter{'s' if len(bad) > 1 else ''} {named}")
+            problems.append(f"{module_name} parameter{'s' if len(bad) > 1 else ''} {first_named(bad)}")
     return problems
 
 

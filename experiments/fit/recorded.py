@@ -6,10 +6,7 @@ from typing import Any
 
 from experiments.fit.plan import AMP_CHOICES, WORKLOADS, FitSettings, check_ranks, check_steps
 from experiments.fit.stages import STAGES, stage_column
-from harness.options import InputError
-from harness.protocol import Plan
-from harness.schema import check_choice, check_fields
-from harness.validation import (
+from harness.folder_format import (
     BYTES,
     POSITIVE_SECONDS,
     SECONDS,
@@ -17,12 +14,13 @@ from harness.validation import (
     TRIAL_SECONDS_LIMIT,
     UINT64_MAX,
     RowField,
-    row_fields_problem,
-    settings_problem,
-    shape_problem,
 )
+from harness.options import InputError
+from harness.protocol import Plan
+from harness.schema import check_choice, check_fields
+from harness.validation import row_fields_problem, settings_problem, shape_problem
 
-# What a fit's plan records: its settings as ``make_plan`` resolved them (no ``auto``, no None).
+# What a fit's plan records: its settings as ``make_plan`` resolved them.
 RECORDED_SHAPE = {
     "workload": str,
     "steps": int,
@@ -39,8 +37,7 @@ RECORDED_SHAPE = {
 }
 
 
-# What a fit's plan records beside them where it has them (older plans lack some; the first format named two
-# otherwise): each of its type, as ``FitSettings`` reads it back for a resume and the report.
+# What a fit's plan records beside them where it has them (older plans lack some).
 OPTIONAL_SHAPE = {
     "data": str | None,
     "data_cache": str,
@@ -53,9 +50,7 @@ OPTIONAL_SHAPE = {
 
 
 def recorded_settings_problem(plan: Plan) -> str | None:
-    """What is wrong with a fit plan's recorded settings (an edited plan.json), or None: a field missing or of
-    another type, ``stages`` that disagrees with the tier's name, or a value the options' own checks refuse.
-    The machine's part of the checks (the model file, the trainer's import, the devices) is a resume's."""
+    """What is wrong with a fit plan's recorded settings (an edited plan.json), or None."""
     problem = settings_problem(plan.settings, RECORDED_SHAPE) or shape_problem(
         plan.settings, OPTIONAL_SHAPE, "settings"
     )
@@ -78,9 +73,7 @@ def recorded_settings_problem(plan: Plan) -> str | None:
     return None
 
 
-# What a fit's report reads of its rows (the fit's and its stages' figures, the ranks' sharing), each of its
-# type and in its range where present. The steady-state figure is compared by ratio, as the fit's time is:
-# positive.
+# What a fit's report reads of its rows; the steady-state figure is compared by ratio, so positive.
 ROW_FIELDS = {
     "steady_s": POSITIVE_SECONDS,
     **{stage_column(stage): SECONDS for stage in STAGES},
