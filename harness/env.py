@@ -1,8 +1,4 @@
-"""The environment fingerprint of a run: hardware, driver, CUDA, libraries, speed settings, revision, clocks.
-
-Written once per run to ``env.json`` (GPU clocks and temperature read again when the run ends) and shown by
-``bench env``. Anything that cannot be read is recorded as None (null), never guessed.
-"""
+"""The environment fingerprint of a run: hardware, driver, CUDA, libraries, settings, revision, clocks."""
 
 from __future__ import annotations
 
@@ -114,8 +110,7 @@ def gpu_snapshot() -> list[dict[str, Any]]:
 
 
 def boot_id() -> str | None:
-    """The kernel's id of this boot: what tells one machine (one VM's life) from another here, where every
-    host is called 'vm'; None where the OS has none."""
+    """The kernel's id of this boot (one VM's life); None where the OS has none."""
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
     except OSError:
@@ -133,8 +128,7 @@ def _cpu_model() -> str | None:
 
 
 def git_state(repo: Path, code_files: Iterable[str] = ()) -> dict[str, Any]:
-    """``_git`` of ``repo``, with the files of the code under test (an arm's module): one inside ``repo``
-    that is modified or untracked makes it dirty; one outside is fingerprinted in ``arm_files`` (its sha256)."""
+    """``_git`` of ``repo``, with the files of the code under test (an arm's module)."""
     state = _git(repo)
     inside, outside = [], []
     for name in dict.fromkeys(code_files):
@@ -157,9 +151,7 @@ def _sha256(path: Path) -> str | None:
 
 
 def _git(repo: Path) -> dict[str, Any]:
-    """Revision and dirty flag of the code that runs. ``BENCH_GIT_REVISION`` / ``BENCH_GIT_DIRTY``, set by
-    whoever copied the tree to another machine, win over git: such a copy may carry no ``.git``, or a stale one
-    (the GPU machine's copy holds the ``.git`` of the session's start while the tree is newer). Else git, else null."""
+    """Revision and dirty flag of the code that runs."""
     given = os.environ.get("BENCH_GIT_REVISION")
     if given:
         dirty = os.environ.get("BENCH_GIT_DIRTY")
@@ -175,8 +167,7 @@ def _git(repo: Path) -> dict[str, Any]:
 
 
 def code_revision(code_files: Iterable[str] = ()) -> dict[str, Any]:
-    """The revision and dirty flag of the code running now (recorded at a run's start and at every resume),
-    with the arms' own files (``git_state``)."""
+    """The revision and dirty flag of the code running now."""
     return git_state(project_root(), code_files)
 
 
@@ -202,8 +193,7 @@ def _package_version(name: str) -> str | None:
 
 
 def _own_version() -> str | None:
-    """musgd-bench's version: the installed metadata, else the ``pyproject.toml`` of the tree that runs (a
-    copy run from ``PYTHONPATH``, as on the GPU machine, is not installed)."""
+    """musgd-bench's version: the installed metadata, else the ``pyproject.toml`` of the tree that runs."""
     installed = _package_version("musgd-bench")
     if installed is not None:
         return installed
@@ -217,11 +207,7 @@ def _own_version() -> str | None:
 
 
 def collect(touch_device: bool = True, code_files: Iterable[str] = ()) -> dict[str, Any]:
-    """The fingerprint of this process's machine and settings, as JSON-ready values.
-
-    ``touch_device=False`` reads GPU names and memory from nvidia-smi only, so a parent that must never touch
-    the GPU (runs whose trials are worker processes) creates no CUDA context of its own.
-    """
+    """The fingerprint of this process's machine and settings, as JSON-ready values."""
     cuda = torch.cuda.is_available()
     gpus = gpu_snapshot()
     if touch_device and cuda:

@@ -1,10 +1,4 @@
-"""What the GPUs read at one instant: clocks, temperature, power, clock-event reasons and counters.
-
-NVML indices ignore ``CUDA_VISIBLE_DEVICES``. NVML through ``pynvml`` where it imports and initializes, else
-``nvidia-smi`` (``clocks_event_reasons.active``, older drivers ``clocks_throttle_reasons.active``), else
-nothing. Neither creates a CUDA context. NVML's cumulative violation and energy counters are read too, so
-a trial's deltas see what happened between two idle readings; ``nvidia-smi`` offers no such counters.
-"""
+"""What the GPUs read at one instant: clocks, temperature, power, clock-event reasons and counters."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""How much CPU a trial's process used: its own and its reaped children's time, and its context switches.
-
-* ``wait_and_reap`` for a worker that exits at the end of its trial (exact: see its docstring);
-* ``usage_of_pid`` for a live child (``psutil``);
-* ``own_usage`` for the calling process (``resource.getrusage``).
-"""
+"""How much CPU a trial's process used: its own and its reaped children's time, and its context switches."""
 
 from __future__ import annotations
 
@@ -19,13 +14,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class ProcessUsage:
-    """CPU time (s) of a process and of its reaped children, and its context switches, with their source.
-
-    Switches count the process's threads and its reaped children together (what the kernel reports to the
-    parent that reaps it, and what ``getrusage`` self + children gives), except from ``usage_of_pid``: a
-    live process's reaped children's switches are not readable, so there they count its live threads only
-    (source ``psutil``).
-    """
+    """CPU time (s) of a process and of its reaped children, and its context switches, with their source."""
 
     user_s: float | None = None
     system_s: float | None = None
@@ -80,8 +69,7 @@ def own_usage() -> ProcessUsage:
 
 
 def usage_of_pid(pid: int) -> ProcessUsage:
-    """Another process's usage so far, through ``psutil`` (a live child, or one that exited and is not yet
-    reaped); all None when it cannot be read. Switches: its live threads only (see ``ProcessUsage``)."""
+    """Another process's usage so far, through ``psutil``."""
     try:
         import psutil
 
@@ -134,16 +122,7 @@ def wait_and_reap(
     poll_s: float = 0.01,
     cancel: threading.Event | None = None,
 ) -> ProcessUsage:
-    """Wait for a child started with ``subprocess.Popen`` to exit, reap it, and return its whole life's usage.
-
-    The one exact reading for a worker that exits at the end of its trial: once it has exited but before it
-    is reaped (``waitid`` with ``WNOWAIT``), ``/proc`` still holds its CPU time split into its own and its
-    reaped children's (DataLoader workers it joined); reaping it with ``wait4`` then gives the kernel's count
-    of its and its children's context switches, including threads that had already ended. Reading it while
-    it runs cannot see its last moments, and ``getrusage`` in the worker misses loader workers still alive
-    when it reports. Sets ``process.returncode``. On timeout raises ``subprocess.TimeoutExpired``, and once
-    ``cancel`` is set ``Cancelled``; either leaves the child unreaped: kill it and call again to reap it.
-    """
+    """Wait for a child started with ``subprocess.Popen`` to exit, reap it."""
     pid = process.pid
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     if not (hasattr(os, "waitid") and hasattr(os, "WNOWAIT")):
@@ -159,8 +138,7 @@ def wait_and_reap(
 
 
 def reap(process: subprocess.Popen) -> ProcessUsage:
-    """Reap a child that has exited but is not yet reaped (``waitid`` with ``WNOWAIT`` saw it end) and
-    return its whole life's usage (see ``wait_and_reap``). Sets ``process.returncode``."""
+    """Reap a child that has exited but is not yet reaped."""
     times = usage_of_pid(process.pid)
     _, status, rusage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)

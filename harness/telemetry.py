@@ -1,17 +1,4 @@
-"""Per-trial telemetry: what the machine, the trial's process and the GPUs did while one trial ran.
-
-A ``snapshot()`` is taken just before and just after a trial; ``trial_fields`` turns the pair into one flat
-row (``FIELD_TYPES``; ``GPU_FIELD_TYPES`` as ``gpu<i>_<field>``). Unreadable is None, never guessed.
-``flags(row)`` names what may have moved a figure; a flagged trial is kept.
-
-Sources:
-
-* CPU shares: deltas of ``/proc/stat`` (else ``psutil``); the 1-minute load; ``os.cpu_count()``;
-* the process: ``harness.process_usage`` (``wait_and_reap`` for a worker, ``own_usage`` in-process);
-* CPU clock: sysfs ``cpufreq``, else ``/proc/cpuinfo``, else ``psutil`` (the source is recorded);
-* GPUs: ``harness.gpu_readings`` (NVML, else ``nvidia-smi``; no CUDA context). NVML's violation and energy
-  counters are recorded as deltas over the trial.
-"""
+"""Per-trial telemetry: what the machine, the trial's process and the GPUs did while one trial ran."""
 
 from __future__ import annotations
 
@@ -96,8 +83,7 @@ _GPU_KEY = re.compile(r"^gpu(\d+)_(.+)$")
 
 
 def field_type(key: str) -> type | None:
-    """The type a row's telemetry field holds (``FIELD_TYPES``, a ``gpu<i>_…`` field by ``GPU_FIELD_TYPES``),
-    None for a key that is no telemetry field: what a run folder's validation checks a row against."""
+    """The type a row's telemetry field holds."""
     match = _GPU_KEY.match(key)
     return GPU_FIELD_TYPES.get(match.group(2)) if match else FIELD_TYPES.get(key)
 
@@ -136,11 +122,7 @@ def read_cpu_times() -> tuple[dict[str, float] | None, str | None]:
 
 
 def cpu_shares(start: dict[str, float] | None, end: dict[str, float] | None) -> dict[str, float | None]:
-    """Busy, iowait and steal as fractions of all CPU time between two counter readings.
-
-    A field missing from either reading is None; so is one whose counter went backwards (the kernel documents
-    that iowait can), which then counts as zero in the total.
-    """
+    """Busy, iowait and steal as fractions of all CPU time between two counter readings."""
     shares: dict[str, float | None] = {"busy": None, "iowait": None, "steal": None}
     if start is None or end is None:
         return shares
@@ -235,9 +217,7 @@ def snapshot(
     cores: Iterable[int] | None = None,
     gpu_indices: Iterable[int] | None = None,
 ) -> Snapshot:
-    """Read everything now. ``process``: ``"self"`` for the calling process (``own_usage``), a pid (read with
-    ``usage_of_pid``), or None (a worker not started yet, or one ``wait_and_reap`` will account for).
-    ``cores``: whose clock to average (e.g. the worker's); ``gpu_indices``: which devices (default: all)."""
+    """Read everything now."""
     if process == "self":
         usage = own_usage()
     elif isinstance(process, int):
@@ -262,11 +242,7 @@ def snapshot(
 
 
 def trial_fields(start: Snapshot, end: Snapshot, usage: ProcessUsage | None = None) -> dict[str, Any]:
-    """The flat row of one trial from its two snapshots.
-
-    ``usage``: the process's usage over the trial when known as a whole (``wait_and_reap`` of a worker);
-    otherwise the difference between the snapshots' readings.
-    """
+    """The flat row of one trial from its two snapshots."""
     used = usage if usage is not None else end.usage.minus(start.usage)
     shares = cpu_shares(start.cpu_times, end.cpu_times)
     row: dict[str, Any] = {
@@ -338,13 +314,7 @@ def steal_of_wanted(row: dict[str, Any]) -> float | None:
 
 
 def flags(row: dict[str, Any]) -> list[str]:
-    """Why this trial's figure may have been moved by its machine, one reason per entry ([] when clean).
-
-    Raised for: a GPU reporting a throttle reason that takes speed (not idle or a clock setting) at the
-    trial's start or end; a GPU held by power or thermal policy for more than ``VIOLATION_FLAG_SHARE`` of
-    the trial; steal above ``STEAL_FLAG_SHARE`` of the CPU time wanted; a 1-minute load at the start above
-    the logical cores. Fields that are null raise nothing. For the report only: a flagged trial is kept.
-    """
+    """Why this trial's figure may have been moved by its machine, one reason per entry ([] when clean)."""
     found: list[str] = []
     seconds = row.get("telemetry_seconds")
     for key in sorted(row, key=_gpu_sort_key):

@@ -1,14 +1,4 @@
-"""Synchronized brackets, peak memory, device-memory budgets and out-of-memory capture.
-
-Everything a trial needs to be timed and sized honestly lives here, in one place:
-
-* ``SyncTimer``: ``torch.cuda.synchronize()`` (where CUDA) right before the start clock and right before
-  the stop clock, ``time.perf_counter_ns`` in between; nothing else inside the bracket.
-* ``reset_peaks`` / ``read_peaks``: peak allocated and reserved bytes of one trial.
-* ``parse_bytes`` / ``apply_budget``: a device-memory cap (``24GiB``) emulated on a larger card with the
-  per-process memory fraction.
-* ``parse_oom``: the byte figures of a PyTorch out-of-memory message, so a failure is data.
-"""
+"""Synchronized brackets, peak memory, device-memory budgets and out-of-memory capture."""
 
 from __future__ import annotations
 
@@ -108,11 +98,7 @@ def current_allocated(device: str | torch.device) -> int | None:
 
 
 def apply_budget(budget_bytes: int | None, device: str | torch.device) -> float | None:
-    """Cap this process's device memory at ``budget_bytes`` through the per-process memory fraction.
-
-    Returns the fraction set (None when no budget). A budget larger than the card is refused, since it
-    could not mean what it says.
-    """
+    """Cap this process's device memory at ``budget_bytes`` through the per-process memory fraction."""
     if budget_bytes is None:
         return None
     if not is_cuda(device):
@@ -165,11 +151,7 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 
 def parse_oom(message: str) -> dict[str, int | None]:
-    """Byte figures of an out-of-memory message: requested, total, free, allocated, reserved, budget.
-
-    ``reserved`` is allocated plus the 'reserved but unallocated' slack, which is how PyTorch counts its
-    reserved pool. Figures the message does not carry are None.
-    """
+    """Byte figures of an out-of-memory message: requested, total, free, allocated, reserved, budget."""
     found: dict[str, int | None] = {}
     for name, pattern in _OOM_FIELDS.items():
         match = pattern.search(message)
@@ -210,16 +192,7 @@ class TrialFailure:
 
 
 class StageClock:
-    """Charges the time between consecutive marks to the stage each mark names.
-
-    ``synchronized=True`` (a stage-attribution diagnostic): each mark synchronizes the device and reads the host
-    clock, so the stages add up to the whole bracket; the synchronizations change what they measure a little,
-    which is why such runs are never a claim. Each mark also reads the host clock as it is reached, before its
-    synchronization, so a stage splits into the host's own time and the wait for the device that follows
-    (`host_intervals`): a host-bound stage and one the device holds up read apart. ``synchronized=False``:
-    each mark records a CUDA event (the host clock on the CPU) and nothing synchronizes; read the figures only
-    after the enclosing bracket closed.
-    """
+    """Charges the time between consecutive marks to the stage each mark names."""
 
     enabled = True
 
@@ -279,8 +252,7 @@ class StageClock:
         ]
 
     def host_intervals(self) -> list[tuple[str, float]]:
-        """(stage, seconds until the host reached the stage's closing mark) for every mark after the start: the
-        interval less the wait in that mark's synchronization. Empty unless synchronized (nothing waits)."""
+        """(stage, seconds until the host reached the stage's closing mark); empty unless synchronized."""
         if not self.synchronized:
             return []
         return [

@@ -1,18 +1,4 @@
-"""One trial of ``bench command``: the arm's command line in a fresh process, timed by the parent.
-
-The parent reads the clock just before it starts the command and again as soon as the command has exited
-(a blocking wait, not a poll). The command's output (stdout and stderr) goes to ``trials/<index>.log``. A
-command that exits non-zero, outlives ``--timeout`` or prints no figure is a failed trial, logged with why.
-
-The command runs in the directory ``bench`` runs in, with the arm in its environment too:
-
-| variable | holds |
-| --- | --- |
-| ``BENCH_ARM`` | the arm's label |
-| ``BENCH_ARM_SPEC`` | the arm's spec |
-| ``BENCH_SEED`` | the trial's seed (the same for both arms of a pair) |
-| ``BENCH_TRIAL`` | the trial's index in the log |
-"""
+"""One trial of ``bench command``: the arm's command line in a fresh process, timed by the parent."""
 
 from __future__ import annotations
 
@@ -79,13 +65,7 @@ def run_command(
     cancel: threading.Event | None = None,
     delay_s: float | None = None,
 ) -> tuple[float, ProcessUsage, int | str, dict[str, float]]:
-    """Run ``argv`` to its end: (wall seconds, its whole life's CPU usage, its exit status or why it was
-    stopped, the calibration delay's figure).
-
-    The command is moved onto ``cores`` as soon as it has started (it inherits the parent's core until then).
-    It is stopped past ``timeout_s`` seconds, or once ``cancel`` is set (a duet filler called off).
-    A calibration arm's ``delay_s`` is slept after the command exits, before the clock is read.
-    """
+    """Run ``argv`` on ``cores``: (wall seconds, CPU usage, exit status or why stopped, delay figure)."""
     stopped: list[str] = []
     with open(log_path, "ab") as output:
         started = time.perf_counter()

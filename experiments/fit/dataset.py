@@ -1,13 +1,4 @@
-"""A deterministic synthetic YOLO-format detection set, generated once into a cache folder.
-
-Each image is seeded noise with a few filled, outlined rectangles; each rectangle is a labelled box of one
-of 80 classes (COCO's count, so the detection head — and with it every MuSGD parameter shape — matches the
-YOLO26 workloads of ``experiments/data``). The set is keyed by its content settings (train images, val
-images, size, seed): the same key always gives the same bytes, and a folder appears under its final name
-only when it is complete (written under a temporary name, then renamed), so a crash never leaves half a set.
-
-Also here: counting the train images of a user's ``data.yaml``, which the step arithmetic needs.
-"""
+"""A deterministic synthetic YOLO-format detection set, generated once into a cache folder."""
 
 from __future__ import annotations
 
@@ -137,8 +128,7 @@ def count_images(path: Path) -> int:
 
 
 def read_yaml_mapping(path: Path, option: str, keys: tuple[str, str], kind: str) -> dict[str, Any]:
-    """The mapping a user's yaml file (``--data``, ``--model``) holds, with both ``keys``; ``ValueError`` with
-    one clear line naming the option and file otherwise."""
+    """The mapping a user's yaml file (``--data``, ``--model``) holds, with both ``keys``."""
     import yaml
 
     try:

@@ -19,16 +19,14 @@ from harness.safe_fs import fresh_dir, remove_entry
 
 
 def worker_environment(run_dir: Path) -> dict[str, str]:
-    """Environment of every worker: offline, with its own writable Ultralytics config folder (the embedded
-    workload needs it too when an arm is ``upstream``, whose import reads settings and probes the network)."""
+    """Environment of every worker: offline, with its own writable Ultralytics config folder."""
     from experiments.fit.ultralytics_fit import offline_environment
 
     return offline_environment(run_dir / "ultralytics-config")
 
 
 def prepare_data_set(settings: FitSettings, data_yaml: str) -> dict[str, Any]:
-    """Make the real trainer's data-set side effects (label caches, a disk image cache) once, untimed, in a
-    preparatory worker (the parent never imports ultralytics); ``InputError`` with its last line if it fails."""
+    """Make the real trainer's data-set side effects."""
     from experiments.fit.ultralytics_fit import offline_environment
 
     with tempfile.TemporaryDirectory(prefix="bench-prepare-") as config:
@@ -46,8 +44,7 @@ def prepare_data_set(settings: FitSettings, data_yaml: str) -> dict[str, Any]:
 
 
 def trial_function(plan: Plan) -> TrialFunction:
-    """The trial function of a fit plan: one worker process per trial, its output in
-    ``trials/<index>.log``."""
+    """The trial function of a fit plan."""
     settings = FitSettings.from_dict(plan.settings)
     ranks = plan.protocol.gpus
     data_yaml = settings.data

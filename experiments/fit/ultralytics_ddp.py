@@ -1,14 +1,4 @@
-"""The real trainer on several GPUs, through Ultralytics' own DDP launch (imports ultralytics: worker side only).
-
-The worker calls ``train(trainer=RankTrainer, device='0,1', …)``. Ultralytics pickles the trainer's class and
-runs each rank under ``torch.distributed.run``, so ``RankTrainer`` lives at this module's top level. What a
-rank needs beyond upstream's arguments travels in the JSON file named by ``BENCH_DDP_TRIAL``.
-
-In the worker (``RANK == -1``) ``RankTrainer`` only launches. In a rank it becomes
-``ultralytics_fit.make_trainer_class(..., base=RankTrainer)``: the same arm substitution and stage marks.
-The bracket opens behind a barrier right after ``_setup_ddp`` and closes once every rank finished. Each rank
-records its figures; the worker reads rank 0's.
-"""
+"""The real trainer on several GPUs, through Ultralytics' own DDP launch (worker side only)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""The language-model head: softcapped logits and cross-entropy, native or streamed in chunks.
-
-One step computes ``loss = mean_i CE(cap * tanh(H W^T / cap)_i, t_i)`` over hidden states ``H`` (N×d, the
-compute dtype) and a weight ``W`` (V×d, fp32 master cast for the products), then back-propagates into both.
-
-* ``native``: ordinary tensor operations; autograd keeps N×V tensors, so memory grows with N·V.
-* ``chunked`` (``ChunkedSoftcapCrossEntropy``): the forward keeps each row's log-sum-exp; the backward
-  recomputes one chunk's logits at a time, so extra memory is O(chunk·V). It repeats the native rounding
-  sequence; tests/test_probe.py calibrates the bound between the two.
-"""
+"""The language-model head: softcapped logits and cross-entropy, native or streamed in chunks."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""The distributed screen (``bench screen --gpus N``): the optimizer-only step under a process group.
-
-Each trial runs in N fresh ranks (``run_in_ranks``; ``nccl`` on CUDA, ``gloo`` on the CPU). Every rank builds
-the same parameters and gradients and a fresh optimizer, warms up, then after a barrier times its window in
-one synchronized bracket, as the one-device screen does. The figure is the slowest rank's ms/step; every
-rank's is in the row. A sharing arm's collective sits inside its window; its share comes from one untimed,
-synchronized diagnostic step after it. No launch floor: a step holding a collective is not captured.
-"""
+"""The distributed screen (``bench screen --gpus N``): the optimizer-only step under a process group."""
 
 from __future__ import annotations
 
@@ -35,8 +28,7 @@ NO_FLOOR = "n/a: distributed screen (a step that holds a collective is not captu
 
 @contextlib.contextmanager
 def timed_collectives(device: str) -> Iterator[list[float]]:
-    """Within the block every collective (torch.distributed's, and the candidate's gather) is bracketed by
-    synchronizations and its seconds appended to the list yielded: a diagnostic, never inside a claim."""
+    """Time every collective in the block; its seconds are appended to the list yielded."""
     seconds: list[float] = []
 
     def timed(function: Any) -> Any:
@@ -147,9 +139,7 @@ def _max(values: list[Any]) -> Any:
 
 
 def rank_row(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The trial's row from every rank's figures: the slowest rank's ms/step as the value, rank 0's other
-    figures, each rank's ms/step and collective figures, and the max over ranks of the peaks, the diagnostic
-    step, the collective's time (which includes waiting there for the other ranks) and its share."""
+    """The trial's row from every rank's figures."""
     first = records[0]
     row = {k: v for k, v in first.items() if k not in ("rank", "matrices_here")}
     row.update(
