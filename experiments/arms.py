@@ -200,20 +200,8 @@ def _qualified(cls: type) -> str:
 
 # What any class body holds, with or without code of its own (Python 3.10-3.13 add the last ones).
 _PLAIN_NAMES = frozenset(
-    {
-        "__module__",
-        "__qualname__",
-        "__doc__",
-        "__dict__",
-        "__weakref__",
-        "__annotations__",
-        "__orig_bases__",
-        "__parameters__",
-        "__firstlineno__",
-        "__static_attributes__",
-        "__annotate__",
-        "__annotate_func__",
-    }
+    "__module__ __qualname__ __doc__ __dict__ __weakref__ __annotations__"
+    " __orig_bases__ __parameters__ __firstlineno__ __static_attributes__ __annotate__ __annotate_func__".split()
 )
 
 

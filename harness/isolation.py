@@ -64,14 +64,10 @@ def _run_to_end(
         process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
         try:
             return wait_and_reap(process, timeout_s, cancel=cancel), process.returncode
-        except subprocess.TimeoutExpired:
+        except (subprocess.TimeoutExpired, Cancelled) as stopped:
             process.kill()
             wait_and_reap(process)
-            return None, f"timeout after {timeout_s:g} s"
-        except Cancelled:
-            process.kill()
-            wait_and_reap(process)
-            return None, "called off"
+            return None, "called off" if isinstance(stopped, Cancelled) else f"timeout after {timeout_s:g} s"
         except BaseException:
             process.kill()
             process.wait()
@@ -133,19 +129,9 @@ def run_in_ranks(
         payload_file, result_file = Path(tmp) / "payload.json", Path(tmp) / "result.json"
         payload_file.write_text(json.dumps(payload))
         output_file = log_path or Path(tmp) / "output.log"
-        command = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            str(ranks),
-            *(list(launcher_options) or ["--standalone"]),
-            "--module",
-            "harness.isolation",
-            target,
-            str(payload_file),
-            str(result_file),
-        ]
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks)]
+        worker = ["harness.isolation", target, str(payload_file), str(result_file)]
+        command = [*launcher, *(list(launcher_options) or ["--standalone"]), "--module", *worker]
         rank_env = {
             **os.environ,
             **(env or {}),
@@ -159,9 +145,7 @@ def run_in_ranks(
             shares = rank_placements(placement, ranks)
             rank_env.update(worker_environment(min(shares, key=lambda p: p.omp_threads)))
             rank_env[RANK_PLACEMENTS_ENV] = json.dumps([share.to_dict() for share in shares])
-        usage, returncode = _run_to_end(
-            command, rank_env, output_file, timeout_s, cancel
-        )  # ranks die with it
+        usage, returncode = _run_to_end(command, rank_env, output_file, timeout_s, cancel)
         records = [json.loads(p.read_text()) for p in sorted(Path(tmp).glob("result.json.rank*"))]
         launcher_log = Path(output_file).read_text(errors="replace")
     _raise_first_failure(records, launcher_log, returncode)

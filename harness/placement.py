@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ _ITEM = re.compile(r"^(\d+)(?:-(\d+))?$", re.ASCII)  # ASCII digits: int() also 
 # Core numbers past this name no machine (Linux builds for at most 8192 CPUs): refused before a range of them
 # is expanded, which at 0-999999999 took 24 GB.
 MAX_CORE_INDEX = 65_535
+THREAD_FIELDS = ("torch_threads", "interop_threads", "omp_threads", "mkl_threads")
 
 
 @dataclass(frozen=True)
@@ -58,19 +60,9 @@ class Placement:
 
 def format_cores(cores: Iterable[int]) -> str:
     """``[0, 1, 2, 5]`` → ``0-2,5`` (the kernel's ``Cpus_allowed_list`` spelling)."""
-    ordered = sorted(set(cores))
-    spans: list[str] = []
-    start = previous = None
-    for core in ordered:
-        if previous is not None and core == previous + 1:
-            previous = core
-            continue
-        if start is not None:
-            spans.append(str(start) if start == previous else f"{start}-{previous}")
-        start = previous = core
-    if start is not None:
-        spans.append(str(start) if start == previous else f"{start}-{previous}")
-    return ",".join(spans)
+    runs = groupby(enumerate(sorted(set(cores))), lambda pair: pair[1] - pair[0])
+    spans = [[core for _, core in run] for _, run in runs]
+    return ",".join(str(s[0]) if len(s) == 1 else f"{s[0]}-{s[-1]}" for s in spans)
 
 
 def _cores(cores: Iterable[int]) -> str:
@@ -141,17 +133,7 @@ def choose_placement(cpus: str = "auto", allowed: Iterable[int] | None = None) -
             parent = worker[:1]
             reason = f"--cpus {text} as given takes every allowed core; the parent shares core {worker[0]}"
         requested = text
-    threads = len(worker)
-    return Placement(
-        requested=requested,
-        parent_cores=parent,
-        worker_cores=worker,
-        torch_threads=threads,
-        interop_threads=threads,
-        omp_threads=threads,
-        mkl_threads=threads,
-        reason=reason,
-    )
+    return Placement(requested, parent, worker, *[len(worker)] * 4, reason)
 
 
 def _auto(pool: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...], str]:
@@ -179,21 +161,15 @@ def split_placement(placement: Placement, parts: int) -> list[Placement]:
             f"{parts} workers at once need {parts} worker cores or more; the placement has {len(cores)}"
         )
     size = len(cores) // parts
-    shares = []
-    for k in range(parts):
-        mine = cores[k * size : (k + 1) * size]
-        shares.append(
-            replace(
-                placement,
-                worker_cores=mine,
-                torch_threads=len(mine),
-                interop_threads=len(mine),
-                omp_threads=len(mine),
-                mkl_threads=len(mine),
-                reason=f"{placement.reason}; share {k + 1} of {parts} of the worker cores",
-            )
+    return [
+        replace(
+            placement,
+            worker_cores=cores[k * size : (k + 1) * size],
+            **dict.fromkeys(THREAD_FIELDS, size),
+            reason=f"{placement.reason}; share {k + 1} of {parts} of the worker cores",
         )
-    return shares
+        for k in range(parts)
+    ]
 
 
 def worker_environment(placement: Placement) -> dict[str, str]:

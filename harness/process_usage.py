@@ -7,7 +7,7 @@ import re
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,23 +27,12 @@ class ProcessUsage:
     def minus(self, earlier: ProcessUsage) -> ProcessUsage:
         """The usage between ``earlier`` and this reading (None where either is None)."""
 
-        def delta(a: Any, b: Any) -> Any:
-            return None if a is None or b is None else a - b
-
-        return ProcessUsage(
-            delta(self.user_s, earlier.user_s),
-            delta(self.system_s, earlier.system_s),
-            delta(self.children_user_s, earlier.children_user_s),
-            delta(self.children_system_s, earlier.children_system_s),
-            delta(self.voluntary_switches, earlier.voluntary_switches),
-            delta(self.involuntary_switches, earlier.involuntary_switches),
-            self.source if self.source == earlier.source else None,
-        )
+        pairs = zip(astuple(self)[:-1], astuple(earlier)[:-1], strict=True)
+        deltas = [None if a is None or b is None else a - b for a, b in pairs]
+        return ProcessUsage(*deltas, self.source if self.source == earlier.source else None)
 
 
-USAGE_KEY = (
-    "_worker_usage"  # how a worker's whole-life usage travels back inside its result, to the row's fields
-)
+USAGE_KEY = "_worker_usage"  # how a worker's whole-life usage travels back inside its result
 
 
 def usage_from(record: dict[str, Any] | None) -> ProcessUsage | None:

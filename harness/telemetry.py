@@ -15,30 +15,13 @@ from harness.process_usage import USAGE_KEY as USAGE_KEY  # how a trial's row ge
 from harness.process_usage import ProcessUsage, own_usage, usage_of_pid
 from harness.process_usage import usage_from as usage_from
 
-PROC_STAT_FIELDS = (
-    "user",
-    "nice",
-    "system",
-    "idle",
-    "iowait",
-    "irq",
-    "softirq",
-    "steal",
-    "guest",
-    "guest_nice",
-)
+PROC_STAT_FIELDS = tuple("user nice system idle iowait irq softirq steal guest guest_nice".split())
 BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq")  # guest time is already inside user and nice
 TOTAL_FIELDS = (*BUSY_FIELDS, "idle", "iowait", "steal")
 
-# A host-bound step slows by about the share of the CPU time it wanted that was stolen from it. Steal is
-# divided by busy + steal (the time the CPUs wanted), not by all CPU time: idle CPUs accrue no steal, so the
-# all-time share dilutes the same loss by the idle cores (on a 16-core host running one fit on ~3 busy
-# cores, 5% of all time would be ~25% of the wanted time). 3% is about three standard deviations of one fit
-# at the whole-fit target (1.5% per pair's log ratio, so ~1.1% per fit): beyond it steal alone can make an
-# outlier.
+# Steal as a share of busy + steal (idle CPUs accrue none); 3% is about three standard deviations of one fit.
 STEAL_FLAG_SHARE = 0.03
-# A clock-limiting policy active for 1% of the trial costs at most ~1% of its device time even if it halved
-# the clocks; beyond that it may show in the figure.
+# A clock-limiting policy active for 1% of the trial costs at most ~1% of its device time.
 VIOLATION_FLAG_SHARE = 0.01
 
 FIELD_TYPES: dict[str, type] = {
