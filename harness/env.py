@@ -16,16 +16,8 @@ from typing import Any
 
 import torch
 
-_SMI_FIELDS = (
-    "index",
-    "name",
-    "clocks.sm",
-    "clocks.mem",
-    "temperature.gpu",
-    "power.draw",
-    "driver_version",
-    "memory.total",
-    "uuid",
+_SMI_FIELDS = tuple(
+    "index name clocks.sm clocks.mem temperature.gpu power.draw driver_version memory.total uuid".split()
 )
 
 
@@ -44,9 +36,7 @@ def _number(text: str | None) -> float | None:
         return None
 
 
-# The shape of what this module records, as the report reads it back (`harness.validation.load_env` checks a
-# run folder's env.json against it, key by key where present: older runs lack some keys). A list of one shape
-# is a list of such records; `numbers.Real` is any number, NaN included (nvidia-smi may print one).
+# What this module records, as `harness.validation.load_env` checks it; a list of one shape is a list of records.
 _NUMBER = numbers.Real | None
 GPU_SHAPE: dict[str, Any] = {
     "index": int,

@@ -7,7 +7,7 @@ import re
 import subprocess
 import threading
 import time
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -131,12 +131,6 @@ def reap(process: subprocess.Popen) -> ProcessUsage:
     times = usage_of_pid(process.pid)
     _, status, rusage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
-    return ProcessUsage(
-        times.user_s,
-        times.system_s,
-        times.children_user_s,
-        times.children_system_s,
-        rusage.ru_nvcsw,
-        rusage.ru_nivcsw,
-        "wait4",
+    return replace(
+        times, voluntary_switches=rusage.ru_nvcsw, involuntary_switches=rusage.ru_nivcsw, source="wait4"
     )

@@ -11,16 +11,10 @@ import torch
 
 from harness.formatting import format_bytes
 
-_UNITS: dict[str, int] = {
-    "B": 1,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "TB": 10**12,
-    "KIB": 2**10,
-    "MIB": 2**20,
-    "GIB": 2**30,
-    "TIB": 2**40,
+_UNITS: dict[str, int] = {"B": 1} | {
+    unit: base**power
+    for power, p in enumerate("KMGT", 1)
+    for unit, base in ((f"{p}B", 1000), (f"{p}IB", 1024))
 }
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$", re.ASCII)  # ASCII digits only
 BYTES_ACCEPTED = "a positive number with a unit B, KB, MB, GB, TB, KiB, MiB, GiB or TiB, e.g. 24GiB or 800MiB"
@@ -129,7 +123,6 @@ _OOM_FIELDS: dict[str, re.Pattern[str]] = {
     "requested": re.compile(r"[Tt]ried to allocate " + _SIZE_IN_TEXT),
     "total": re.compile(r"total capacity of " + _SIZE_IN_TEXT),
     "free": re.compile(r"of which " + _SIZE_IN_TEXT + r" is free"),
-    "process_in_use": re.compile(r"this process has " + _SIZE_IN_TEXT + r" memory in use"),
     "budget": re.compile(_SIZE_IN_TEXT + r" allowed;"),
     "allocated": re.compile(r"[Oo]f the allocated memory " + _SIZE_IN_TEXT + r" is allocated by PyTorch"),
     "reserved_unallocated": re.compile(_SIZE_IN_TEXT + r" is reserved by PyTorch but unallocated"),
@@ -159,14 +152,9 @@ def parse_oom(message: str) -> dict[str, int | None]:
     cpu = _CPU_OOM.search(message)
     if cpu and found["requested"] is None:
         found["requested"] = int(cpu.group(1))
-    allocated, slack = found.pop("allocated"), found.pop("reserved_unallocated")
-    found.pop("process_in_use")
+    allocated, slack = found["allocated"], found.pop("reserved_unallocated")
     reserved = allocated + slack if allocated is not None and slack is not None else None
-    return {
-        "requested": found["requested"],
-        "total": found["total"],
-        "free": found["free"],
-        "allocated": allocated,
+    return {key: found[key] for key in ("requested", "total", "free", "allocated")} | {
         "reserved": reserved,
         "budget": found["budget"],
     }

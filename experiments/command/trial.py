@@ -13,7 +13,7 @@ from typing import Any
 
 from experiments.command.plan import CommandSettings, expand, figure_pattern
 from harness.calibration import delay_seconds, inject, runs_as
-from harness.placement import Placement, worker_environment
+from harness.placement import worker_environment
 from harness.process_usage import USAGE_KEY, ProcessUsage, reap
 from harness.protocol import Plan, TrialContext, TrialFunction
 
@@ -145,7 +145,7 @@ def trial_function(plan: Plan) -> TrialFunction:
             "BENCH_TRIAL": str(ctx.trial.index),
             **(worker_environment(ctx.placement) if ctx.placement is not None else {}),
         }
-        cores = _cores(ctx.placement)
+        cores = frozenset(ctx.placement.worker_cores) if ctx.placement is not None else None
         argv = expand(settings.argv, arm)
         delay = delay_seconds(ctx.arm, ctx.run_dir, ctx.case.label)
         seconds, usage, code, injected = run_command(
@@ -154,15 +154,9 @@ def trial_function(plan: Plan) -> TrialFunction:
         if code != 0:
             raise CommandFailed(f"the command {_ended(code)}: {_tail(log_path)}")
         figures: dict[str, Any] = {"command_seconds": round(seconds, 6), USAGE_KEY: asdict(usage), **injected}
-        if pattern is None:
-            return {"value": round(seconds, 6), **figures}
-        return {"value": _figure(pattern, log_path), **figures}
+        return {"value": round(seconds, 6) if pattern is None else _figure(pattern, log_path), **figures}
 
     return trial
-
-
-def _cores(placement: Placement | None) -> frozenset[int] | None:
-    return frozenset(placement.worker_cores) if placement is not None else None
 
 
 def _ended(code: int | str) -> str:

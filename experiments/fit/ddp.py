@@ -15,8 +15,6 @@ from experiments.ranks import backend_of, barrier, gather_records, init_group, r
 from harness.safe_fs import remove_tree
 from harness.timing import NullClock, StageClock, read_peaks, reset_peaks, synchronize
 
-SHARING_KEYS = ("world", "matrices_here", "matrices", "note")
-
 
 class RankBracket:
     """The fit's synchronized bracket on every rank."""

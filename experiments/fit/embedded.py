@@ -37,13 +37,8 @@ class SmallConvNet(nn.Module):
 
     def __init__(self, classes: int = CLASSES) -> None:
         super().__init__()
-        self.features = nn.Sequential(
-            conv_block(3, 16, 1),
-            conv_block(16, 32, 2),
-            conv_block(32, 32, 1),
-            conv_block(32, 64, 2),
-            conv_block(64, 64, 1),
-        )
+        shapes = ((3, 16, 1), (16, 32, 2), (32, 32, 1), (32, 64, 2), (64, 64, 1))
+        self.features = nn.Sequential(*(conv_block(*shape) for shape in shapes))
         self.head = nn.Linear(64, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -76,15 +71,15 @@ def build_param_groups(model: nn.Module, lr: float, momentum: float, decay: floa
 
 def optimizer_kwargs() -> dict[str, Any]:
     """Constructor defaults for the optimizer (the groups carry their own values)."""
-    return {
-        "lr": LR0,
-        "momentum": MOMENTUM,
-        "weight_decay": 0.0,
-        "nesterov": True,
-        "use_muon": False,
-        "muon": MUON_SCALE,
-        "sgd": SGD_SCALE,
-    }
+    return dict(
+        lr=LR0,
+        momentum=MOMENTUM,
+        weight_decay=0.0,
+        nesterov=True,
+        use_muon=False,
+        muon=MUON_SCALE,
+        sgd=SGD_SCALE,
+    )
 
 
 def synthetic_images(count: int, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -85,18 +85,11 @@ class RankTrainer(DetectionTrainer):
                 raise RuntimeError(
                     f"the trainer ran batch {self.batch_size}, not the {side.trial['batch']} asked"
                 )
-            records = gather_records(
-                rank_record(
-                    side.rank, side.bracket.seconds, side.device, getattr(self.optimizer, "sharing", None)
-                )
-            )
-        except Exception as exc:
-            traceback.print_exc()
-            side.record({"rank": side.rank, "exception": _failure(exc)})
-            raise
-        from experiments.fit.ultralytics_fit import fit_result
+            sharing = getattr(self.optimizer, "sharing", None)
+            records = gather_records(rank_record(side.rank, side.bracket.seconds, side.device, sharing))
+            from experiments.fit.ultralytics_fit import fit_result
 
-        try:  # rank 0 checks its model and figures here: modules do not travel in the record
+            # rank 0 checks its model and figures here: modules do not travel in the record
             result = (
                 finite_checked(fit_result(self, side.stamps, side.epoch_starts)) if side.rank == 0 else {}
             )
@@ -110,13 +103,7 @@ class RankTrainer(DetectionTrainer):
             else {}
         )
         side.record(
-            {
-                "rank": side.rank,
-                "seconds": side.bracket.seconds,
-                "records": records,
-                "result": result,
-                "stages": stages,
-            }
+            dict(rank=side.rank, seconds=side.bracket.seconds, records=records, result=result, stages=stages)
         )
 
 

@@ -24,12 +24,8 @@ def offline_environment(config_dir: Path) -> dict[str, str]:
         "YOLO_OFFLINE": "1",
         "YOLO_CONFIG_DIR": str(Path(config_dir).resolve()),
         "MPLBACKEND": "Agg",
-        "HTTP_PROXY": CLOSED_PORT_PROXY,
-        "HTTPS_PROXY": CLOSED_PORT_PROXY,
-        "http_proxy": CLOSED_PORT_PROXY,
-        "https_proxy": CLOSED_PORT_PROXY,
-        "NO_PROXY": "",
-        "no_proxy": "",
+        **dict.fromkeys(("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"), CLOSED_PORT_PROXY),
+        **dict.fromkeys(("NO_PROXY", "no_proxy"), ""),
     }
 
 
