@@ -66,12 +66,9 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
 def resolve_optimizer(spec: str) -> type[torch.optim.Optimizer]:
     """The optimizer class an arm spec names (see the module docstring); ArmError when it cannot."""
     spec, _ = parse_spec(spec)
-    if spec == "baseline":
-        return MuSGD
-    if spec == "candidate":
-        return BatchedMuSGD
-    if spec == "candidate-cpu":
-        return BatchedMuSGDOnCPU
+    built_in = {"baseline": MuSGD, "candidate": BatchedMuSGD, "candidate-cpu": BatchedMuSGDOnCPU}
+    if spec in built_in:
+        return built_in[spec]
     if spec == "upstream":
         try:
             from ultralytics.optim import MuSGD as UpstreamMuSGD

@@ -22,6 +22,7 @@ _SMI_FIELDS = tuple(
 
 
 def _run(args: list[str], cwd: Path | None = None, timeout: float = 10.0) -> str | None:
+    """``args``'s stripped output, or None when it fails or cannot start."""
     try:
         out = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=True)
     except (OSError, subprocess.SubprocessError):

@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections.abc import Iterable
 from typing import Any
 
-THROTTLE_REASONS = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clock_setting",
-    0x200: "board_limit",
-    0x400: "reliability",
-}
+from harness.env import _run
+
+_REASON_NAMES = (
+    "gpu_idle applications_clocks_setting sw_power_cap hw_slowdown sync_boost sw_thermal_slowdown"
+    " hw_thermal_slowdown hw_power_brake_slowdown display_clock_setting board_limit reliability"
+)
+THROTTLE_REASONS = {1 << bit: name for bit, name in enumerate(_REASON_NAMES.split())}
 # Settings and idleness, not events that take speed from a running trial; every other bit (power, thermal,
 # hardware slowdown, sync boost holding this GPU to a slower one, board and reliability limits, and bits this
 # table does not know) is one that matters.
@@ -120,17 +113,7 @@ SMI_REASON_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.act
 
 def _run_smi(fields: list[str]) -> str | None:
     """``nvidia-smi --query-gpu=FIELDS`` as CSV without header or units; None when it fails."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout
+    return _run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
 
 
 def _smi_readings(indices: set[int] | None) -> list[dict[str, Any]] | None:

@@ -52,12 +52,9 @@ def _draw_image(
         y0 = int(rng.integers(0, size - h))
         # A class-dependent fill colour with a dark outline, so boxes are learnable, not just noise.
         colour = np.array([(cls * 37) % 256, (cls * 91 + 60) % 256, (cls * 53 + 120) % 256], dtype=np.uint8)
-        image[y0 : y0 + h, x0 : x0 + w] = colour
         border = max(1, size // 160)
-        image[y0 : y0 + border, x0 : x0 + w] = 0
-        image[y0 + h - border : y0 + h, x0 : x0 + w] = 0
-        image[y0 : y0 + h, x0 : x0 + border] = 0
-        image[y0 : y0 + h, x0 + w - border : x0 + w] = 0
+        image[y0 : y0 + h, x0 : x0 + w] = 0
+        image[y0 + border : y0 + h - border, x0 + border : x0 + w - border] = colour
         labels.append((cls, (x0 + w / 2) / size, (y0 + h / 2) / size, w / size, h / size))
     return image, labels
 

@@ -7,16 +7,7 @@ from itertools import pairwise
 
 from harness.timing import StageClock
 
-STAGES = (
-    "data",
-    "forward_backward",
-    "optimizer",
-    "step_overhead",
-    "ema",
-    "validation",
-    "checkpoint",
-    "other",
-)
+STAGES = tuple("data forward_backward optimizer step_overhead ema validation checkpoint other".split())
 OPTIMIZER_STAGE = "optimizer"
 
 

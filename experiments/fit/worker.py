@@ -62,8 +62,7 @@ def run_fit(payload: dict[str, Any]) -> dict[str, Any]:
         clock.start()
         result = fit()
         clock.mark("other")
-        injected = inject(
-            payload.get("delay_s")
-        )  # a calibration arm's delay, after the last checkpoint (a sync)
+        # A calibration arm's delay, after the last checkpoint (a sync).
+        injected = inject(payload.get("delay_s"))
     peak_allocated, peak_reserved = read_peaks(device)
     return {**fit_figures(settings, result, timer.seconds, peak_allocated, peak_reserved, clock), **injected}

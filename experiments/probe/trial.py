@@ -33,16 +33,8 @@ class HeadWorkload(Protocol):
 def build_workload(params: dict[str, Any], device: str, seed: int) -> HeadWorkload:
     """The head a case describes (``case.params``), seeded so both arms of a pair see the same data."""
     if params["head"] == "lm":
-        return LMHead.build(
-            params["variant"],
-            params["tokens"],
-            params["vocab"],
-            params["dim"],
-            params["cap"],
-            params.get("chunk") or params["tokens"],
-            device,
-            seed,
-        )
+        shape = [params[key] for key in ("variant", "tokens", "vocab", "dim", "cap")]
+        return LMHead.build(*shape, params.get("chunk") or params["tokens"], device, seed)
     if params["head"] == "detect":
         return DetectHeadWorkload.build(params["scale"], params["imgsz"], params["batch"], device, seed)
     raise ValueError(f"unknown head '{params['head']}'")
@@ -51,10 +43,7 @@ def build_workload(params: dict[str, Any], device: str, seed: int) -> HeadWorklo
 @contextlib.contextmanager
 def on_device(device: str) -> Iterator[None]:
     """Make ``device`` current for the trial (events and default allocations follow it)."""
-    if is_cuda(device):
-        with torch.cuda.device(torch.device(device)):
-            yield
-    else:
+    with torch.cuda.device(torch.device(device)) if is_cuda(device) else contextlib.nullcontext():
         yield
 
 

@@ -109,10 +109,10 @@ def measure_step(
         optimizer.step()
     figures = time_window(optimizer, device, settings.steps)
     figures["ops_per_step"] = count_dispatched_ops(optimizer.step).total  # one more step, untimed
-    if allocated_at_start is not None and figures["allocated_at_window"] is not None:
-        figures["state_bytes"] = figures["allocated_at_window"] - allocated_at_start
-    else:
-        figures["state_bytes"] = None
+    at_window = figures["allocated_at_window"]
+    figures["state_bytes"] = (
+        None if None in (at_window, allocated_at_start) else at_window - allocated_at_start
+    )
     figures.update(launch_floor(optimizer, device, settings.floor_replays))
     figures.update(guard_in_effect=guard_in_effect, steps=settings.steps, warmup_steps=settings.warmup_steps)
     return figures
@@ -179,32 +179,28 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first_line}"[:200]
 
 
+def _no_floor(why: str) -> dict[str, Any]:
+    return {"floor_ms": None, "floor_note": f"n/a: {why}", "floor_replays": 0}
+
+
 def launch_floor(optimizer: torch.optim.Optimizer, device: str, replays: int) -> dict[str, Any]:
     """ms per replay of the captured step (``floor_ms``), or None with ``floor_note`` saying why."""
     if not is_cuda(device):
-        return {
-            "floor_ms": None,
-            "floor_note": "n/a: CPU (CUDA graphs need a CUDA device)",
-            "floor_replays": 0,
-        }
+        return _no_floor("CPU (CUDA graphs need a CUDA device)")
     dev = torch.device(device)
     with torch.cuda.device(dev):
         try:
             graph = capture_step(optimizer, dev)
         except Exception as exc:  # noqa: BLE001 - a step that cannot be captured is a recorded fact
             torch.cuda.synchronize(dev)
-            return {
-                "floor_ms": None,
-                "floor_note": f"n/a: capture failed: {_reason(exc)}",
-                "floor_replays": 0,
-            }
+            return _no_floor(f"capture failed: {_reason(exc)}")
         try:
             graph.replay()  # the first replay uploads the graph; not timed
             with SyncTimer(dev) as bracket:
                 for _ in range(replays):
                     graph.replay()
         except Exception as exc:  # noqa: BLE001
-            return {"floor_ms": None, "floor_note": f"n/a: replay failed: {_reason(exc)}", "floor_replays": 0}
+            return _no_floor(f"replay failed: {_reason(exc)}")
         finally:
             del graph
     return {"floor_ms": bracket.seconds * 1e3 / replays, "floor_note": "", "floor_replays": replays}
