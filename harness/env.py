@@ -20,6 +20,8 @@ _SMI_FIELDS = tuple(
     "index name clocks.sm clocks.mem temperature.gpu power.draw driver_version memory.total uuid".split()
 )
 
+SMI_FIGURES = ("sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w")
+
 
 def _run(args: list[str], cwd: Path | None = None, timeout: float = 10.0) -> str | None:
     """``args``'s stripped output, or None when it fails or cannot start."""
@@ -84,14 +86,12 @@ def gpu_snapshot() -> list[dict[str, Any]]:
         cells = [c.strip() for c in line.split(",")]
         if len(cells) != len(_SMI_FIELDS):
             continue
+        figures = dict(zip(SMI_FIGURES, map(_number, cells[2:6]), strict=True))
         gpus.append(
             {
                 "index": int(cells[0]),
                 "name": cells[1],
-                "sm_clock_mhz": _number(cells[2]),
-                "mem_clock_mhz": _number(cells[3]),
-                "temperature_c": _number(cells[4]),
-                "power_w": _number(cells[5]),
+                **figures,
                 "driver_version": cells[6] or None,
                 "memory_total_mib": _number(cells[7]),
                 "uuid": cells[8] if cells[8] and not cells[8].startswith("[") else None,

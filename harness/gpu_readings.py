@@ -6,7 +6,7 @@ import shutil
 from collections.abc import Iterable
 from typing import Any
 
-from harness.env import _run
+from harness.env import SMI_FIGURES, _run
 
 _REASON_NAMES = (
     "gpu_idle applications_clocks_setting sw_power_cap hw_slowdown sync_boost sw_thermal_slowdown"
@@ -108,6 +108,7 @@ def _violation(nvml: Any, handle: Any, policy: int) -> int | None:
 
 
 SMI_FIELDS = ("index", "clocks.sm", "clocks.mem", "temperature.gpu", "power.draw")
+NVML_ONLY = ("power_violation_ns", "thermal_violation_ns", "energy_mj")
 SMI_REASON_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")
 
 
@@ -133,18 +134,9 @@ def _smi_readings(indices: set[int] | None) -> list[dict[str, Any]] | None:
         index = _int(cells[0])
         if index is None or (indices is not None and index not in indices):
             continue
+        figures = dict(zip(SMI_FIGURES, map(_float, cells[1:5]), strict=True))
         devices.append(
-            {
-                "index": index,
-                "sm_clock_mhz": _float(cells[1]),
-                "mem_clock_mhz": _float(cells[2]),
-                "temperature_c": _float(cells[3]),
-                "power_w": _float(cells[4]),
-                "throttle_mask": _int(cells[5]),
-                "power_violation_ns": None,
-                "thermal_violation_ns": None,
-                "energy_mj": None,
-            }
+            {"index": index, **figures, "throttle_mask": _int(cells[5]), **dict.fromkeys(NVML_ONLY)}
         )
     return devices or None
 

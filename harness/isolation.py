@@ -101,10 +101,7 @@ def run_in_worker(
         result = json.loads(result_file.read_text())
     if "exception" in result:
         raise _raised(result["exception"], "worker")
-    value = result["value"]
-    if isinstance(value, dict) and usage is not None:
-        value[USAGE_KEY] = asdict(usage)
-    return value
+    return _with_usage(result["value"], usage)
 
 
 def rank_log_template(output_file: Path) -> str:
@@ -152,9 +149,13 @@ def run_in_ranks(
     firsts = [r for r in records if r.get("local_rank") == 0]
     if returncode != 0 or not firsts:
         raise WorkerDied(f"{_root_cause(launcher_log, returncode)} (launcher exit {returncode})")
-    value = firsts[0]["value"]
+    return _with_usage(firsts[0]["value"], usage)  # the launcher's and its reaped ranks' CPU time
+
+
+def _with_usage(value: Any, usage: Any) -> Any:
+    """A worker's result with the CPU usage of its whole life (where it is a dict and usage was read)."""
     if isinstance(value, dict) and usage is not None:
-        value[USAGE_KEY] = asdict(usage)  # the launcher's and its reaped ranks' CPU time
+        value[USAGE_KEY] = asdict(usage)
     return value
 
 

@@ -46,14 +46,9 @@ def own_usage() -> ProcessUsage:
 
     me = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    switches = (me.ru_nvcsw + children.ru_nvcsw, me.ru_nivcsw + children.ru_nivcsw)
     return ProcessUsage(
-        me.ru_utime,
-        me.ru_stime,
-        children.ru_utime,
-        children.ru_stime,
-        me.ru_nvcsw + children.ru_nvcsw,
-        me.ru_nivcsw + children.ru_nivcsw,
-        "getrusage",
+        me.ru_utime, me.ru_stime, children.ru_utime, children.ru_stime, *switches, "getrusage"
     )
 
 

@@ -45,15 +45,11 @@ def _kill_tree(process: subprocess.Popen) -> None:
         children = psutil.Process(process.pid).children(recursive=True)
     except Exception:  # noqa: BLE001 - no psutil, or the process is gone: end what can be ended
         children = []
-    for child in children:
+    for child in [*children, process]:
         try:
             child.kill()
         except Exception:  # noqa: BLE001 - it ended meanwhile
             pass
-    try:
-        process.kill()
-    except OSError:
-        pass
 
 
 def run_command(

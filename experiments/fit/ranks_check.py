@@ -53,7 +53,7 @@ def check_launcher_options(text: str, words: list[str]) -> None:
 
 
 def check_ranks(protocol: ProtocolOptions, settings: Any, workload: str, machine: bool = True) -> None:
-    """A data-parallel fit splits the global batch evenly."""
+    """Refuse --gpus, --batch or --torchrun settings a data-parallel fit cannot run (``InputError``)."""
     ranks = protocol.gpus
     if settings.torchrun and (ranks == 1 or workload != "embedded"):
         raise InputError(

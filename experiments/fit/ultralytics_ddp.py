@@ -97,11 +97,9 @@ class RankTrainer(DetectionTrainer):
             traceback.print_exc()
             side.record({"rank": side.rank, "exception": _failure(exc)})
             raise
-        stages = (
-            stage_figures(side.clock, side.bracket.seconds, len(self.train_loader))
-            if side.clock.enabled
-            else {}
-        )
+        stages = {}
+        if side.clock.enabled:
+            stages = stage_figures(side.clock, side.bracket.seconds, len(self.train_loader))
         side.record(
             dict(rank=side.rank, seconds=side.bracket.seconds, records=records, result=result, stages=stages)
         )

@@ -230,9 +230,7 @@ def fit_result(trainer: Any, stamps: list[float], epoch_starts: list[float]) -> 
         "optimizer_class": f"{type(trainer.optimizer).__module__}.{type(trainer.optimizer).__qualname__}",
         "optimizer_sharing": getattr(trainer.optimizer, "sharing", None),
         "optimizer_graphs": getattr(trainer.optimizer, "graph_stats", None),
-        "optimizer_plan_bytes": getattr(
-            trainer.optimizer, "plan_bytes", None
-        ),  # memory it keeps between steps
+        "optimizer_plan_bytes": getattr(trainer.optimizer, "plan_bytes", None),
         "amp_used": bool(trainer.amp),
         "train_loss": trainer.loss,  # the last batch's loss tensor, read after the bracket
         "trained": {"model": trainer.model, "ema": getattr(trainer.ema, "ema", None)},

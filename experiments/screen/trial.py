@@ -1,4 +1,4 @@
-"""One screen trial: a fresh optimizer on fresh parameters and gradients, seeded by the round, then"""
+"""One screen trial: warm-up steps, a synchronized window, then the launch floor (docs/tiers.md)."""
 
 from __future__ import annotations
 
