@@ -1,14 +1,5 @@
-"""Naming arms: the one resolver every command uses to turn an arm spec into an optimizer class, and what
-each arm's code does on a device.
-
-An arm spec is `baseline` (optimizers.MuSGD), `candidate` (optimizers.BatchedMuSGD), `candidate-cpu`
-(``BatchedMuSGDOnCPU``: the candidate with CPU tensors routed through its batched path), `upstream` (the
-installed `ultralytics.optim.MuSGD`) or `package.module:Class` for any optimizer with MuSGD's constructor.
-
-On a device where the candidate keeps the baseline's per-parameter step (today every device but CUDA), a
-`baseline,candidate` run compares the same code twice: ``same_path_as_baseline`` says so, with the reason,
-so the run can be called what it is (an A/A in effect) and its conclusions withheld. ``default_arms`` makes
-`candidate-cpu` the candidate where that happens, so the default job still compares two computations.
+"""Naming arms: the one resolver every command uses to turn an arm spec into an optimizer class, and what each
+arm's code does on a device.
 """
 
 from __future__ import annotations
@@ -38,16 +29,7 @@ class ArmError(ValueError):
 
 
 class BatchedMuSGDOnCPU(BatchedMuSGD):
-    """The candidate with CPU tensors routed through its batched path (arm `candidate-cpu`).
-
-    ``BatchedMuSGD`` batches Newton-Schulz and dispatches foreach momentum for CUDA tensors only; on the CPU
-    it keeps the baseline's per-parameter step, so `baseline,candidate` on a CPU runs one computation twice.
-    This class runs each step inside ``optimizers.batched.batched_on_cpu``, so CPU parameters take the
-    batched path exactly as CUDA ones do: zero-padded bf16 stacks, one batched Newton-Schulz per stack,
-    foreach momentum. That is the candidate's own algorithm (the same plan, the same kernels' CPU versions),
-    not a model of it; its CPU timings say what batching costs or saves on a CPU, nothing about a GPU. State,
-    checkpoints and results are those of ``BatchedMuSGD``; the switch is restored when each step returns.
-    """
+    """The candidate with CPU tensors routed through its batched path (arm `candidate-cpu`)."""
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
@@ -56,11 +38,7 @@ class BatchedMuSGDOnCPU(BatchedMuSGD):
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
-    """(name, keywords) of an arm spec: ``module:Class(k=v, ...)`` or a named arm with keywords.
-
-    The one parser of a spec's keywords (the run and a resume's checks both call it). Each value is a Python
-    literal read by ``ast.literal_eval``: nothing in a spec is ever run as code. ArmError, one line, otherwise.
-    """
+    """(name, keywords) of an arm spec: ``module:Class(k=v, ...)`` or a named arm with keywords."""
     spec = spec.strip()
     name, paren, rest = spec.partition("(")
     if not paren:
@@ -88,12 +66,9 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
 def resolve_optimizer(spec: str) -> type[torch.optim.Optimizer]:
     """The optimizer class an arm spec names (see the module docstring); ArmError when it cannot."""
     spec, _ = parse_spec(spec)
-    if spec == "baseline":
-        return MuSGD
-    if spec == "candidate":
-        return BatchedMuSGD
-    if spec == "candidate-cpu":
-        return BatchedMuSGDOnCPU
+    built_in = {"baseline": MuSGD, "candidate": BatchedMuSGD, "candidate-cpu": BatchedMuSGDOnCPU}
+    if spec in built_in:
+        return built_in[spec]
     if spec == "upstream":
         try:
             from ultralytics.optim import MuSGD as UpstreamMuSGD
@@ -132,14 +107,7 @@ def checked_optimizer(
     import_upstream: bool = True,
     tier_kwargs: dict[str, Any] | None = None,
 ) -> type[torch.optim.Optimizer] | None:
-    """The class an arm spec names, or ``InputError`` (one line, exit 2) naming the option that gave it.
-
-    The arm is built once on a tiny parameter set exactly as its tier builds it (``make_optimizer`` with the
-    tier's ``tier_kwargs``), so a constructor that does not fit is refused before anything is written.
-    ``import_upstream=False`` only checks that ultralytics is installed for ``upstream`` (and returns None):
-    a parent that hands trials to workers must not import it, since importing reads its settings and may try
-    the network; the worker resolves it.
-    """
+    """The class an arm spec names, or ``InputError`` (one line, exit 2) naming the option that gave it."""
     if parse_spec(spec)[0] == "upstream" and not import_upstream:
         if importlib.util.find_spec("ultralytics") is None:
             raise InputError(
@@ -170,8 +138,7 @@ def tiny_param_groups() -> list[dict[str, Any]]:
 
 
 def check_constructor(spec: str, option: str, tier_kwargs: dict[str, Any]) -> None:
-    """Build the arm once on a tiny parameter set, as its tier will (``make_optimizer``): a constructor that
-    does not take what every trial gives it is one line (``InputError``) here, not an error row per trial."""
+    """Build the arm once on a tiny parameter set, as its tier will (``make_optimizer``)."""
     try:
         make_optimizer(spec, tiny_param_groups(), tier_kwargs)
     except Exception as exc:  # noqa: BLE001 - any complaint of the constructor is the user's to read
@@ -206,13 +173,7 @@ def constructor_kwargs(
 
 
 def make_optimizer(spec: str, groups: list[dict[str, Any]], kwargs: dict[str, Any]) -> torch.optim.Optimizer:
-    """Build arm ``spec`` over the tier's param groups with the tier's constructor ``kwargs``: every tier's way.
-
-    The mapping, for any class: each group keeps the tier's lr, momentum, weight_decay, nesterov and use_muon
-    (torch ignores keys a class does not read). The constructor receives the tier's keywords it names (all of
-    them where it takes ``**kwargs``), then the arm's own. An arm keyword naming a group key sets it in every
-    group (``torch.optim:AdamW(lr=0.001)``).
-    """
+    """Build arm ``spec`` over the tier's param groups with the tier's constructor ``kwargs``."""
     optimizer_class = resolve_optimizer(spec)
     arm_kwargs = parse_spec(spec)[1]
     group_keys = {key for group in groups for key in group if key != "params"}
@@ -236,26 +197,13 @@ def _qualified(cls: type) -> str:
 
 # What any class body holds, with or without code of its own (Python 3.10-3.13 add the last ones).
 _PLAIN_NAMES = frozenset(
-    {
-        "__module__",
-        "__qualname__",
-        "__doc__",
-        "__dict__",
-        "__weakref__",
-        "__annotations__",
-        "__orig_bases__",
-        "__parameters__",
-        "__firstlineno__",
-        "__static_attributes__",
-        "__annotate__",
-        "__annotate_func__",
-    }
+    "__module__ __qualname__ __doc__ __dict__ __weakref__ __annotations__"
+    " __orig_bases__ __parameters__ __firstlineno__ __static_attributes__ __annotate__ __annotate_func__".split()
 )
 
 
 def adds_nothing(cls: type, base: type) -> bool:
-    """Whether ``cls`` is ``base`` or a subclass that defines no attribute of its own: any overridden method
-    (``step``, ``zero_grad``, ``__init__``, …) or class attribute counts as code of its own."""
+    """Whether ``cls`` is ``base`` or a subclass that defines no attribute of its own."""
     if not (isinstance(cls, type) and issubclass(cls, base)):
         return False
     own = cls.__mro__[: cls.__mro__.index(base)]
@@ -263,8 +211,7 @@ def adds_nothing(cls: type, base: type) -> bool:
 
 
 def _per_parameter_on(cls: type, device: str) -> bool:
-    """Whether ``cls`` runs the baseline's per-parameter MuSGD step on ``device``, adding nothing to it: MuSGD
-    itself, or BatchedMuSGD where it does not batch, each with no attribute of a subclass's own."""
+    """Whether ``cls`` runs the baseline's per-parameter MuSGD step on ``device``, adding nothing to it."""
     if adds_nothing(cls, MuSGD):
         return True
     return adds_nothing(cls, BatchedMuSGD) and not _batches_on(device)
@@ -281,9 +228,7 @@ def _class_or_none(spec: str) -> type | None:
 
 
 def same_path_as_baseline(spec: str, device: str, baseline: str = "baseline") -> str | None:
-    """Why arm ``spec`` runs the same code as the ``baseline`` arm on ``device``, or None where it runs other
-    code, other keywords (another computation), or where that cannot be known without importing it
-    (``upstream``)."""
+    """Why arm ``spec`` runs the same code as the ``baseline`` arm on ``device``."""
     spec, baseline = spec.strip(), baseline.strip()
     if spec == baseline:
         return f"{spec} is the baseline's own arm"
@@ -334,8 +279,7 @@ def _describe_class(cls: type, device: str) -> str:
 
 
 def arm_code(cases: Iterable[Case], device: str) -> dict[str, dict[str, Any]]:
-    """Per arm label (plan order): its spec, what it runs on ``device`` and, for every arm after a case's
-    first, why it runs the baseline's code (None where it does not): what a plan records."""
+    """Per arm label (plan order): its spec, what it runs on ``device``, why it runs the baseline's code."""
     out: dict[str, dict[str, Any]] = {}
     for case in cases:
         baseline = case.arms[0].spec
@@ -381,8 +325,7 @@ def arm_files(arms: str) -> list[str]:
 
 
 def default_arms(device: str) -> tuple[str, str]:
-    """(arms, why) when ``--arms`` is not given: ``baseline,candidate-cpu`` where the candidate would keep the
-    baseline's per-parameter step (on the CPU), else ``baseline,candidate``."""
+    """(arms, why) when ``--arms`` is not given: ``baseline,candidate-cpu`` or ``baseline,candidate``."""
     if same_path_as_baseline("candidate", device) is None:
         return DEFAULT_ARMS, f"the default on {device}"
     return CPU_DEFAULT_ARMS, (

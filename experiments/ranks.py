@@ -1,9 +1,4 @@
-"""What every tier's ranks share: the process group of a data-parallel trial, its barrier and its gather.
-
-A rank is a process started by ``torch.distributed.run`` (``harness.isolation.run_in_ranks``, or Ultralytics'
-DDP launch); its group comes from the launcher's environment and is bound to the rank's device: ``nccl`` on
-CUDA devices, ``gloo`` on the CPU.
-"""
+"""What every tier's ranks share: the process group of a data-parallel trial, its barrier and its gather."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""YOLO26 MuSGD parameter sets: the real shapes and groups, with seeded synthetic values and gradients.
-
-The data (experiments/data/yolo26{n,s,m,l,x}.json) lists every parameter the Ultralytics 8.4.190 trainer
-hands to MuSGD, in optimizer order, with its group's hyperparameters. Building from it gives optimizer-only
-workloads that need neither the model nor ultralytics.
-"""
+"""YOLO26 MuSGD parameter sets: the real shapes and groups, with seeded synthetic values and gradients."""
 
 from __future__ import annotations
 
@@ -34,11 +29,7 @@ def build_param_groups(
     dtype: torch.dtype = torch.float32,
     seed: int = 0,
 ) -> tuple[list[dict[str, Any]], dict[str, float]]:
-    """Param groups ready for a MuSGD-like constructor, and the optimizer kwargs the trainer passes.
-
-    Parameters are seeded normal(0, 0.02) values drawn on the CPU (identical on every device), in optimizer
-    order; empty groups are skipped; `requires_grad` follows the data.
-    """
+    """Param groups ready for a MuSGD-like constructor, and the optimizer kwargs the trainer passes."""
     workload = load_workload(scale)
     generator = torch.Generator().manual_seed(seed)
     members: dict[int, list[dict[str, Any]]] = {}
@@ -62,11 +53,7 @@ def build_param_groups(
 
 
 def fill_synthetic_grads(groups: list[dict[str, Any]], seed: int) -> None:
-    """Give every trainable parameter a seeded normal(0, 0.01) gradient, laid out like the parameter.
-
-    Values are drawn on the CPU so they do not depend on the device; an existing gradient of the right
-    shape, dtype and device is overwritten in place (its memory stays where it is).
-    """
+    """Give every trainable parameter a seeded normal(0, 0.01) gradient, laid out like the parameter."""
     generator = torch.Generator().manual_seed(seed)
     for group in groups:
         for p in group["params"]:

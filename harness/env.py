@@ -1,8 +1,4 @@
-"""The environment fingerprint of a run: hardware, driver, CUDA, libraries, speed settings, revision, clocks.
-
-Written once per run to ``env.json`` (GPU clocks and temperature read again when the run ends) and shown by
-``bench env``. Anything that cannot be read is recorded as None (null), never guessed.
-"""
+"""The environment fingerprint of a run: hardware, driver, CUDA, libraries, settings, revision, clocks."""
 
 from __future__ import annotations
 
@@ -20,20 +16,15 @@ from typing import Any
 
 import torch
 
-_SMI_FIELDS = (
-    "index",
-    "name",
-    "clocks.sm",
-    "clocks.mem",
-    "temperature.gpu",
-    "power.draw",
-    "driver_version",
-    "memory.total",
-    "uuid",
+_SMI_FIELDS = tuple(
+    "index name clocks.sm clocks.mem temperature.gpu power.draw driver_version memory.total uuid".split()
 )
+
+SMI_FIGURES = ("sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w")
 
 
 def _run(args: list[str], cwd: Path | None = None, timeout: float = 10.0) -> str | None:
+    """``args``'s stripped output, or None when it fails or cannot start."""
     try:
         out = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=True)
     except (OSError, subprocess.SubprocessError):
@@ -48,9 +39,7 @@ def _number(text: str | None) -> float | None:
         return None
 
 
-# The shape of what this module records, as the report reads it back (`harness.validation.load_env` checks a
-# run folder's env.json against it, key by key where present: older runs lack some keys). A list of one shape
-# is a list of such records; `numbers.Real` is any number, NaN included (nvidia-smi may print one).
+# What this module records, as `harness.validation.load_env` checks it; a list of one shape is a list of records.
 _NUMBER = numbers.Real | None
 GPU_SHAPE: dict[str, Any] = {
     "index": int,
@@ -97,14 +86,12 @@ def gpu_snapshot() -> list[dict[str, Any]]:
         cells = [c.strip() for c in line.split(",")]
         if len(cells) != len(_SMI_FIELDS):
             continue
+        figures = dict(zip(SMI_FIGURES, map(_number, cells[2:6]), strict=True))
         gpus.append(
             {
                 "index": int(cells[0]),
                 "name": cells[1],
-                "sm_clock_mhz": _number(cells[2]),
-                "mem_clock_mhz": _number(cells[3]),
-                "temperature_c": _number(cells[4]),
-                "power_w": _number(cells[5]),
+                **figures,
                 "driver_version": cells[6] or None,
                 "memory_total_mib": _number(cells[7]),
                 "uuid": cells[8] if cells[8] and not cells[8].startswith("[") else None,
@@ -114,8 +101,7 @@ def gpu_snapshot() -> list[dict[str, Any]]:
 
 
 def boot_id() -> str | None:
-    """The kernel's id of this boot: what tells one machine (one VM's life) from another here, where every
-    host is called 'vm'; None where the OS has none."""
+    """The kernel's id of this boot (one VM's life); None where the OS has none."""
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
     except OSError:
@@ -133,8 +119,7 @@ def _cpu_model() -> str | None:
 
 
 def git_state(repo: Path, code_files: Iterable[str] = ()) -> dict[str, Any]:
-    """``_git`` of ``repo``, with the files of the code under test (an arm's module): one inside ``repo``
-    that is modified or untracked makes it dirty; one outside is fingerprinted in ``arm_files`` (its sha256)."""
+    """``_git`` of ``repo``, with the files of the code under test (an arm's module)."""
     state = _git(repo)
     inside, outside = [], []
     for name in dict.fromkeys(code_files):
@@ -157,9 +142,7 @@ def _sha256(path: Path) -> str | None:
 
 
 def _git(repo: Path) -> dict[str, Any]:
-    """Revision and dirty flag of the code that runs. ``BENCH_GIT_REVISION`` / ``BENCH_GIT_DIRTY``, set by
-    whoever copied the tree to another machine, win over git: such a copy may carry no ``.git``, or a stale one
-    (the GPU machine's copy holds the ``.git`` of the session's start while the tree is newer). Else git, else null."""
+    """Revision and dirty flag of the code that runs."""
     given = os.environ.get("BENCH_GIT_REVISION")
     if given:
         dirty = os.environ.get("BENCH_GIT_DIRTY")
@@ -175,8 +158,7 @@ def _git(repo: Path) -> dict[str, Any]:
 
 
 def code_revision(code_files: Iterable[str] = ()) -> dict[str, Any]:
-    """The revision and dirty flag of the code running now (recorded at a run's start and at every resume),
-    with the arms' own files (``git_state``)."""
+    """The revision and dirty flag of the code running now."""
     return git_state(project_root(), code_files)
 
 
@@ -202,8 +184,7 @@ def _package_version(name: str) -> str | None:
 
 
 def _own_version() -> str | None:
-    """musgd-bench's version: the installed metadata, else the ``pyproject.toml`` of the tree that runs (a
-    copy run from ``PYTHONPATH``, as on the GPU machine, is not installed)."""
+    """musgd-bench's version: the installed metadata, else the ``pyproject.toml`` of the tree that runs."""
     installed = _package_version("musgd-bench")
     if installed is not None:
         return installed
@@ -217,11 +198,7 @@ def _own_version() -> str | None:
 
 
 def collect(touch_device: bool = True, code_files: Iterable[str] = ()) -> dict[str, Any]:
-    """The fingerprint of this process's machine and settings, as JSON-ready values.
-
-    ``touch_device=False`` reads GPU names and memory from nvidia-smi only, so a parent that must never touch
-    the GPU (runs whose trials are worker processes) creates no CUDA context of its own.
-    """
+    """The fingerprint of this process's machine and settings, as JSON-ready values."""
     cuda = torch.cuda.is_available()
     gpus = gpu_snapshot()
     if touch_device and cuda:

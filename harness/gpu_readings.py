@@ -1,31 +1,18 @@
-"""What the GPUs read at one instant: clocks, temperature, power, clock-event reasons and counters.
-
-NVML indices ignore ``CUDA_VISIBLE_DEVICES``. NVML through ``pynvml`` where it imports and initializes, else
-``nvidia-smi`` (``clocks_event_reasons.active``, older drivers ``clocks_throttle_reasons.active``), else
-nothing. Neither creates a CUDA context. NVML's cumulative violation and energy counters are read too, so
-a trial's deltas see what happened between two idle readings; ``nvidia-smi`` offers no such counters.
-"""
+"""What the GPUs read at one instant: clocks, temperature, power, clock-event reasons and counters."""
 
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections.abc import Iterable
 from typing import Any
 
-THROTTLE_REASONS = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clock_setting",
-    0x200: "board_limit",
-    0x400: "reliability",
-}
+from harness.env import SMI_FIGURES, _run
+
+_REASON_NAMES = (
+    "gpu_idle applications_clocks_setting sw_power_cap hw_slowdown sync_boost sw_thermal_slowdown"
+    " hw_thermal_slowdown hw_power_brake_slowdown display_clock_setting board_limit reliability"
+)
+THROTTLE_REASONS = {1 << bit: name for bit, name in enumerate(_REASON_NAMES.split())}
 # Settings and idleness, not events that take speed from a running trial; every other bit (power, thermal,
 # hardware slowdown, sync boost holding this GPU to a slower one, board and reliability limits, and bits this
 # table does not know) is one that matters.
@@ -121,22 +108,13 @@ def _violation(nvml: Any, handle: Any, policy: int) -> int | None:
 
 
 SMI_FIELDS = ("index", "clocks.sm", "clocks.mem", "temperature.gpu", "power.draw")
+NVML_ONLY = ("power_violation_ns", "thermal_violation_ns", "energy_mj")
 SMI_REASON_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")
 
 
 def _run_smi(fields: list[str]) -> str | None:
     """``nvidia-smi --query-gpu=FIELDS`` as CSV without header or units; None when it fails."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout
+    return _run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
 
 
 def _smi_readings(indices: set[int] | None) -> list[dict[str, Any]] | None:
@@ -156,18 +134,9 @@ def _smi_readings(indices: set[int] | None) -> list[dict[str, Any]] | None:
         index = _int(cells[0])
         if index is None or (indices is not None and index not in indices):
             continue
+        figures = dict(zip(SMI_FIGURES, map(_float, cells[1:5]), strict=True))
         devices.append(
-            {
-                "index": index,
-                "sm_clock_mhz": _float(cells[1]),
-                "mem_clock_mhz": _float(cells[2]),
-                "temperature_c": _float(cells[3]),
-                "power_w": _float(cells[4]),
-                "throttle_mask": _int(cells[5]),
-                "power_violation_ns": None,
-                "thermal_violation_ns": None,
-                "energy_mj": None,
-            }
+            {"index": index, **figures, "throttle_mask": _int(cells[5]), **dict.fromkeys(NVML_ONLY)}
         )
     return devices or None
 

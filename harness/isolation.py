@@ -1,21 +1,4 @@
-"""Run one trial in a fresh worker process, so each trial starts from a cold process and a clean device.
-
-The parent only schedules and collects: it writes the payload to a file, starts
-``python -m harness.isolation TARGET PAYLOAD RESULT`` and reads the result file back. The worker imports
-``TARGET`` (``module:function``), calls it with the payload dict and writes the returned dict. An exception in
-the worker comes back as data and is raised again in the parent (an out-of-memory as
-``torch.OutOfMemoryError``, so the protocol records a ``resource_failure``; a full disk as ``OSError``, so the
-run stops); a worker that dies without a
-result raises ``WorkerDied`` with its exit status and the tail of its output.
-
-A data-parallel trial runs in ranks: ``run_in_ranks`` starts ``python -m torch.distributed.run`` with the same
-module as each rank's program. Every rank writes its own record; the parent returns the first rank's (rank 0,
-or on a node without it the node's first), and the first failure of any rank fails the trial (a rank that
-raised exits non-zero, so the launcher stops the others). No rank outlives its trial: each dies with the
-launcher that started it (``PR_SET_PDEATHSIG``) and with the trial's own process (a watchdog thread on
-``BENCH_TRIAL_PID``, which also covers ranks that a worker's target launches itself, e.g. Ultralytics' DDP
-launch), and each writes its output to its own log beside the trial's (``trials/3.log`` → ``trials/3.rank1.log``).
-"""
+"""Run one trial in a fresh worker process, so each trial starts from a cold process and a clean device."""
 
 from __future__ import annotations
 
@@ -74,23 +57,17 @@ def _run_to_end(
     timeout_s: float | None,
     cancel: threading.Event | None = None,
 ) -> tuple[Any, int | str]:
-    """Start ``command`` (this checkout first on its ``PYTHONPATH``, output appended to ``output_file``) and
-    wait for it: its whole-life CPU usage and its exit status, or the timeout's text (or 'called off', once
-    ``cancel`` is set) after killing it; an interrupt while waiting kills it too, then goes on up."""
+    """Run ``command`` (this checkout on ``PYTHONPATH``): its CPU usage and exit status or why it stopped."""
     root = str(Path(__file__).resolve().parent.parent)
     env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)}
     with open(output_file, "ab") as output:
         process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
         try:
             return wait_and_reap(process, timeout_s, cancel=cancel), process.returncode
-        except subprocess.TimeoutExpired:
+        except (subprocess.TimeoutExpired, Cancelled) as stopped:
             process.kill()
             wait_and_reap(process)
-            return None, f"timeout after {timeout_s:g} s"
-        except Cancelled:
-            process.kill()
-            wait_and_reap(process)
-            return None, "called off"
+            return None, "called off" if isinstance(stopped, Cancelled) else f"timeout after {timeout_s:g} s"
         except BaseException:
             process.kill()
             process.wait()
@@ -106,13 +83,7 @@ def run_in_worker(
     placement: Placement | None = None,
     cancel: threading.Event | None = None,
 ) -> dict[str, Any]:
-    """Call ``target(payload)`` in a fresh Python process and return its result dict (``WorkerDied`` once
-    ``cancel`` is set: a duet filler called off).
-
-    With a ``placement`` the worker places itself (cores and thread counts) before it imports the target. The
-    worker's whole-life CPU usage (``process_usage.wait_and_reap``: its own and its reaped children's, e.g.
-    DataLoader workers) comes back in the result under ``process_usage.USAGE_KEY``.
-    """
+    """Call ``target(payload)`` in a fresh Python process and return its result dict."""
     with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
         payload_file, result_file = Path(tmp) / "payload.json", Path(tmp) / "result.json"
         payload_file.write_text(json.dumps(payload))
@@ -130,10 +101,7 @@ def run_in_worker(
         result = json.loads(result_file.read_text())
     if "exception" in result:
         raise _raised(result["exception"], "worker")
-    value = result["value"]
-    if isinstance(value, dict) and usage is not None:
-        value[USAGE_KEY] = asdict(usage)
-    return value
+    return _with_usage(result["value"], usage)
 
 
 def rank_log_template(output_file: Path) -> str:
@@ -153,35 +121,14 @@ def run_in_ranks(
     placement: Placement | None = None,
     cancel: threading.Event | None = None,
 ) -> dict[str, Any]:
-    """Call ``target(payload)`` in ``ranks`` fresh processes started by ``torch.distributed.run``; return the
-    first rank's result dict (rank 0's on one node).
-
-    With a ``placement`` each local rank places itself on its own share of the worker cores
-    (``rank_placements``) before it imports the target.
-
-    The target sets up its own process group from the launcher's environment (``RANK``, ``WORLD_SIZE``,
-    ``MASTER_ADDR``, …). ``launcher_options`` are ``torch.distributed.run``'s own rendezvous options, passed
-    through (e.g. ``--nnodes 2 --node-rank 0 --rdzv-backend c10d --rdzv-endpoint HOST:PORT --rdzv-id ID``);
-    without any, ``--standalone`` (one node, a free port). The launcher's output goes to ``log_path``, each
-    rank's to its own log beside it. Failures are raised as ``run_in_worker`` raises them, naming the rank.
-    """
+    """Call ``target(payload)`` in ``ranks`` fresh processes started by ``torch.distributed.run``."""
     with tempfile.TemporaryDirectory(prefix="bench-ranks-") as tmp:
         payload_file, result_file = Path(tmp) / "payload.json", Path(tmp) / "result.json"
         payload_file.write_text(json.dumps(payload))
         output_file = log_path or Path(tmp) / "output.log"
-        command = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            str(ranks),
-            *(list(launcher_options) or ["--standalone"]),
-            "--module",
-            "harness.isolation",
-            target,
-            str(payload_file),
-            str(result_file),
-        ]
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks)]
+        worker = ["harness.isolation", target, str(payload_file), str(result_file)]
+        command = [*launcher, *(list(launcher_options) or ["--standalone"]), "--module", *worker]
         rank_env = {
             **os.environ,
             **(env or {}),
@@ -195,24 +142,25 @@ def run_in_ranks(
             shares = rank_placements(placement, ranks)
             rank_env.update(worker_environment(min(shares, key=lambda p: p.omp_threads)))
             rank_env[RANK_PLACEMENTS_ENV] = json.dumps([share.to_dict() for share in shares])
-        usage, returncode = _run_to_end(
-            command, rank_env, output_file, timeout_s, cancel
-        )  # ranks die with it
+        usage, returncode = _run_to_end(command, rank_env, output_file, timeout_s, cancel)
         records = [json.loads(p.read_text()) for p in sorted(Path(tmp).glob("result.json.rank*"))]
         launcher_log = Path(output_file).read_text(errors="replace")
     _raise_first_failure(records, launcher_log, returncode)
     firsts = [r for r in records if r.get("local_rank") == 0]
     if returncode != 0 or not firsts:
         raise WorkerDied(f"{_root_cause(launcher_log, returncode)} (launcher exit {returncode})")
-    value = firsts[0]["value"]
+    return _with_usage(firsts[0]["value"], usage)  # the launcher's and its reaped ranks' CPU time
+
+
+def _with_usage(value: Any, usage: Any) -> Any:
+    """A worker's result with the CPU usage of its whole life (where it is a dict and usage was read)."""
     if isinstance(value, dict) and usage is not None:
-        value[USAGE_KEY] = asdict(usage)  # the launcher's and its reaped ranks' CPU time
+        value[USAGE_KEY] = asdict(usage)
     return value
 
 
 def rank_placements(placement: Placement, ranks: int) -> list[Placement]:
-    """One placement per local rank: equal shares of the worker cores, or, with fewer cores than ranks, the
-    worker cores shared by every rank with the threads divided among them."""
+    """One placement per local rank: equal shares of the worker cores, or all of them for fewer cores."""
     if len(placement.worker_cores) >= ranks:
         return split_placement(placement, ranks)
     threads = max(1, placement.torch_threads // ranks)
@@ -228,8 +176,7 @@ def rank_placements(placement: Placement, ranks: int) -> list[Placement]:
 
 
 def _raised(failure: dict[str, Any], where: str) -> Exception:
-    """The parent's exception for a failure a worker or rank reported: out of memory stays out of memory (a
-    recorded result); a full disk is an ``OSError`` (the machine, not the arm: the run must stop)."""
+    """The parent's exception for a failure a worker or rank reported."""
     message = f"{failure['type']} in {where}: {failure['message']}"
     if failure.get("out_of_memory"):
         return torch.OutOfMemoryError(message)
@@ -258,9 +205,7 @@ def _launcher_exits(launcher_log: str) -> dict[int, int]:
 
 
 def _raise_first_failure(records: list[dict[str, Any]], launcher_log: str, returncode: int | str) -> None:
-    """Raise the trial's first failure, if any. A rank that died without a record (killed, crashed), other
-    than by the launcher's own SIGTERM, came first: the others' errors are then what its death did to their
-    collectives. Otherwise the earliest exception a rank recorded."""
+    """Raise the trial's first failure, if any."""
     recorded = {r["rank"] for r in records}
     died = {
         rank: code
@@ -287,8 +232,7 @@ def _root_cause(launcher_log: str, returncode: int | str) -> str:
 
 
 def die_with_parent(parent_pid: int | None = None) -> None:
-    """Ask Linux to kill this process when its parent dies (a killed run must not leave a fit on the GPU),
-    and leave at once if ``parent_pid`` already died while this process was still starting."""
+    """Ask Linux to kill this process when its parent dies."""
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -299,8 +243,7 @@ def die_with_parent(parent_pid: int | None = None) -> None:
 
 
 def _end_now() -> None:
-    """SIGKILL this process, and its process group where it leads one (a rank leads its own: its loader
-    workers go with it)."""
+    """SIGKILL this process, and its process group where it leads one."""
     if os.getpgid(0) == os.getpid():
         os.killpg(0, signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
@@ -401,10 +344,7 @@ def _worker_main(target: str, payload_file: str, result_file: str) -> int:
 
 
 def _leave_without_teardown(code: int) -> NoReturn:
-    """A rank leaves at once when its result is written: torch's gloo teardown aborts now and then on a loaded
-    machine ("terminate called without an active exception", no Python frame left), and the launcher would
-    report a trial that finished as failed. A lone worker exits normally: its parent already takes a written
-    result as final, whatever the exit."""
+    """A rank leaves at once when its result is written."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

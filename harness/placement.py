@@ -1,15 +1,4 @@
-"""CPU placement: which cores a trial's worker and the parent run on, and the worker's thread counts.
-
-A fit's step is host-bound, so placement is part of what is measured. ``choose_placement`` picks one
-``Placement`` from ``--cpus`` for every trial; it is JSON-ready (``to_dict`` / ``from_dict``).
-
-The parent passes ``worker_environment(placement)`` (OpenMP and MKL read it at load). The worker calls
-``apply_in_worker`` first: it pins every thread it has, then sets torch's thread counts. A ``preexec_fn`` is
-not used: it is unsafe with threads and cannot set torch's counts. Ranks of ``torch.distributed.run`` call
-``apply_from_environment``. Children (DataLoader workers) inherit the mask.
-
-Linux only: elsewhere ``choose_placement`` raises ``ValueError``.
-"""
+"""CPU placement: which cores a trial's worker and the parent run on, and the worker's thread counts."""
 
 from __future__ import annotations
 
@@ -19,6 +8,7 @@ import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +19,7 @@ _ITEM = re.compile(r"^(\d+)(?:-(\d+))?$", re.ASCII)  # ASCII digits: int() also 
 # Core numbers past this name no machine (Linux builds for at most 8192 CPUs): refused before a range of them
 # is expanded, which at 0-999999999 took 24 GB.
 MAX_CORE_INDEX = 65_535
+THREAD_FIELDS = ("torch_threads", "interop_threads", "omp_threads", "mkl_threads")
 
 
 @dataclass(frozen=True)
@@ -69,19 +60,9 @@ class Placement:
 
 def format_cores(cores: Iterable[int]) -> str:
     """``[0, 1, 2, 5]`` → ``0-2,5`` (the kernel's ``Cpus_allowed_list`` spelling)."""
-    ordered = sorted(set(cores))
-    spans: list[str] = []
-    start = previous = None
-    for core in ordered:
-        if previous is not None and core == previous + 1:
-            previous = core
-            continue
-        if start is not None:
-            spans.append(str(start) if start == previous else f"{start}-{previous}")
-        start = previous = core
-    if start is not None:
-        spans.append(str(start) if start == previous else f"{start}-{previous}")
-    return ",".join(spans)
+    runs = groupby(enumerate(sorted(set(cores))), lambda pair: pair[1] - pair[0])
+    spans = [[core for _, core in run] for _, run in runs]
+    return ",".join(str(s[0]) if len(s) == 1 else f"{s[0]}-{s[-1]}" for s in spans)
 
 
 def _cores(cores: Iterable[int]) -> str:
@@ -90,8 +71,7 @@ def _cores(cores: Iterable[int]) -> str:
 
 
 def is_placement_form(text: str) -> bool:
-    """Whether ``text`` is what ``--cpus`` takes in form (``auto``, ``none`` or a core list), on any machine:
-    a plan recorded elsewhere is read by this, its cores checked only where a resume places them."""
+    """Whether ``text`` is what ``--cpus`` takes in form."""
     text = str(text).strip().lower()
     if text in ("auto", "none"):
         return True
@@ -129,14 +109,7 @@ def allowed_cores() -> tuple[int, ...]:
 
 
 def choose_placement(cpus: str = "auto", allowed: Iterable[int] | None = None) -> Placement:
-    """The placement for ``--cpus`` (``auto`` or a core list) within ``allowed`` (default: this process's mask).
-
-    ``auto`` keeps the lowest allowed core for the parent and gives the worker the rest. The parent only
-    waits while a trial runs, so below ``MIN_CORES_TO_KEEP_APART`` cores a core of its own would halve the
-    worker for nothing: there the worker gets every allowed core and the parent is pinned to the lowest one,
-    which it then shares (the reason says so). A core list gives the worker exactly those cores and the
-    parent every other allowed core (or, when none is left, the lowest of the worker's, shared).
-    """
+    """The placement for ``--cpus`` (``auto`` or a core list) within ``allowed``."""
     pool = tuple(sorted(set(allowed))) if allowed is not None else allowed_cores()
     if not pool:
         raise ValueError("--cpus: this process may use no core at all")
@@ -160,17 +133,7 @@ def choose_placement(cpus: str = "auto", allowed: Iterable[int] | None = None) -
             parent = worker[:1]
             reason = f"--cpus {text} as given takes every allowed core; the parent shares core {worker[0]}"
         requested = text
-    threads = len(worker)
-    return Placement(
-        requested=requested,
-        parent_cores=parent,
-        worker_cores=worker,
-        torch_threads=threads,
-        interop_threads=threads,
-        omp_threads=threads,
-        mkl_threads=threads,
-        reason=reason,
-    )
+    return Placement(requested, parent, worker, *[len(worker)] * 4, reason)
 
 
 def _auto(pool: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...], str]:
@@ -191,29 +154,22 @@ def _auto(pool: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...], str]
 
 
 def split_placement(placement: Placement, parts: int) -> list[Placement]:
-    """The worker cores cut into ``parts`` equal contiguous shares (for workers that run at once), each with
-    thread counts to match; refused when there are fewer cores than parts."""
+    """The worker cores cut into ``parts`` equal contiguous shares."""
     cores = placement.worker_cores
     if len(cores) < parts:
         raise ValueError(
             f"{parts} workers at once need {parts} worker cores or more; the placement has {len(cores)}"
         )
     size = len(cores) // parts
-    shares = []
-    for k in range(parts):
-        mine = cores[k * size : (k + 1) * size]
-        shares.append(
-            replace(
-                placement,
-                worker_cores=mine,
-                torch_threads=len(mine),
-                interop_threads=len(mine),
-                omp_threads=len(mine),
-                mkl_threads=len(mine),
-                reason=f"{placement.reason}; share {k + 1} of {parts} of the worker cores",
-            )
+    return [
+        replace(
+            placement,
+            worker_cores=cores[k * size : (k + 1) * size],
+            **dict.fromkeys(THREAD_FIELDS, size),
+            reason=f"{placement.reason}; share {k + 1} of {parts} of the worker cores",
         )
-    return shares
+        for k in range(parts)
+    ]
 
 
 def worker_environment(placement: Placement) -> dict[str, str]:
@@ -255,12 +211,7 @@ def set_process_affinity(cores: Iterable[int]) -> None:
 
 
 def apply_in_worker(placement: Placement) -> dict[str, Any]:
-    """Place this worker process: affinity of all its threads, then torch's thread counts.
-
-    Call it before the worker starts any work (and before anything that may fix torch's inter-op pool).
-    Returns what was read back, for the trial's row: the affinity, torch's intra-op and inter-op counts, and
-    whether the inter-op count could still be set (torch refuses once inter-op work has started).
-    """
+    """Place this worker process: affinity of all its threads, then torch's thread counts."""
     import torch
 
     set_process_affinity(placement.worker_cores)

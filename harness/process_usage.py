@@ -1,9 +1,4 @@
-"""How much CPU a trial's process used: its own and its reaped children's time, and its context switches.
-
-* ``wait_and_reap`` for a worker that exits at the end of its trial (exact: see its docstring);
-* ``usage_of_pid`` for a live child (``psutil``);
-* ``own_usage`` for the calling process (``resource.getrusage``).
-"""
+"""How much CPU a trial's process used: its own and its reaped children's time, and its context switches."""
 
 from __future__ import annotations
 
@@ -12,20 +7,14 @@ import re
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 
 @dataclass(frozen=True)
 class ProcessUsage:
-    """CPU time (s) of a process and of its reaped children, and its context switches, with their source.
-
-    Switches count the process's threads and its reaped children together (what the kernel reports to the
-    parent that reaps it, and what ``getrusage`` self + children gives), except from ``usage_of_pid``: a
-    live process's reaped children's switches are not readable, so there they count its live threads only
-    (source ``psutil``).
-    """
+    """CPU time (s) of a process and of its reaped children, and its context switches, with their source."""
 
     user_s: float | None = None
     system_s: float | None = None
@@ -38,23 +27,12 @@ class ProcessUsage:
     def minus(self, earlier: ProcessUsage) -> ProcessUsage:
         """The usage between ``earlier`` and this reading (None where either is None)."""
 
-        def delta(a: Any, b: Any) -> Any:
-            return None if a is None or b is None else a - b
-
-        return ProcessUsage(
-            delta(self.user_s, earlier.user_s),
-            delta(self.system_s, earlier.system_s),
-            delta(self.children_user_s, earlier.children_user_s),
-            delta(self.children_system_s, earlier.children_system_s),
-            delta(self.voluntary_switches, earlier.voluntary_switches),
-            delta(self.involuntary_switches, earlier.involuntary_switches),
-            self.source if self.source == earlier.source else None,
-        )
+        pairs = zip(astuple(self)[:-1], astuple(earlier)[:-1], strict=True)
+        deltas = [None if a is None or b is None else a - b for a, b in pairs]
+        return ProcessUsage(*deltas, self.source if self.source == earlier.source else None)
 
 
-USAGE_KEY = (
-    "_worker_usage"  # how a worker's whole-life usage travels back inside its result, to the row's fields
-)
+USAGE_KEY = "_worker_usage"  # how a worker's whole-life usage travels back inside its result
 
 
 def usage_from(record: dict[str, Any] | None) -> ProcessUsage | None:
@@ -68,20 +46,14 @@ def own_usage() -> ProcessUsage:
 
     me = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    switches = (me.ru_nvcsw + children.ru_nvcsw, me.ru_nivcsw + children.ru_nivcsw)
     return ProcessUsage(
-        me.ru_utime,
-        me.ru_stime,
-        children.ru_utime,
-        children.ru_stime,
-        me.ru_nvcsw + children.ru_nvcsw,
-        me.ru_nivcsw + children.ru_nivcsw,
-        "getrusage",
+        me.ru_utime, me.ru_stime, children.ru_utime, children.ru_stime, *switches, "getrusage"
     )
 
 
 def usage_of_pid(pid: int) -> ProcessUsage:
-    """Another process's usage so far, through ``psutil`` (a live child, or one that exited and is not yet
-    reaped); all None when it cannot be read. Switches: its live threads only (see ``ProcessUsage``)."""
+    """Another process's usage so far, through ``psutil``."""
     try:
         import psutil
 
@@ -134,16 +106,7 @@ def wait_and_reap(
     poll_s: float = 0.01,
     cancel: threading.Event | None = None,
 ) -> ProcessUsage:
-    """Wait for a child started with ``subprocess.Popen`` to exit, reap it, and return its whole life's usage.
-
-    The one exact reading for a worker that exits at the end of its trial: once it has exited but before it
-    is reaped (``waitid`` with ``WNOWAIT``), ``/proc`` still holds its CPU time split into its own and its
-    reaped children's (DataLoader workers it joined); reaping it with ``wait4`` then gives the kernel's count
-    of its and its children's context switches, including threads that had already ended. Reading it while
-    it runs cannot see its last moments, and ``getrusage`` in the worker misses loader workers still alive
-    when it reports. Sets ``process.returncode``. On timeout raises ``subprocess.TimeoutExpired``, and once
-    ``cancel`` is set ``Cancelled``; either leaves the child unreaped: kill it and call again to reap it.
-    """
+    """Wait for a child started with ``subprocess.Popen`` to exit, reap it."""
     pid = process.pid
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     if not (hasattr(os, "waitid") and hasattr(os, "WNOWAIT")):
@@ -159,17 +122,10 @@ def wait_and_reap(
 
 
 def reap(process: subprocess.Popen) -> ProcessUsage:
-    """Reap a child that has exited but is not yet reaped (``waitid`` with ``WNOWAIT`` saw it end) and
-    return its whole life's usage (see ``wait_and_reap``). Sets ``process.returncode``."""
+    """Reap a child that has exited but is not yet reaped."""
     times = usage_of_pid(process.pid)
     _, status, rusage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
-    return ProcessUsage(
-        times.user_s,
-        times.system_s,
-        times.children_user_s,
-        times.children_system_s,
-        rusage.ru_nvcsw,
-        rusage.ru_nivcsw,
-        "wait4",
+    return replace(
+        times, voluntary_switches=rusage.ru_nvcsw, involuntary_switches=rusage.ru_nivcsw, source="wait4"
     )

@@ -1,17 +1,4 @@
-"""Per-trial telemetry: what the machine, the trial's process and the GPUs did while one trial ran.
-
-A ``snapshot()`` is taken just before and just after a trial; ``trial_fields`` turns the pair into one flat
-row (``FIELD_TYPES``; ``GPU_FIELD_TYPES`` as ``gpu<i>_<field>``). Unreadable is None, never guessed.
-``flags(row)`` names what may have moved a figure; a flagged trial is kept.
-
-Sources:
-
-* CPU shares: deltas of ``/proc/stat`` (else ``psutil``); the 1-minute load; ``os.cpu_count()``;
-* the process: ``harness.process_usage`` (``wait_and_reap`` for a worker, ``own_usage`` in-process);
-* CPU clock: sysfs ``cpufreq``, else ``/proc/cpuinfo``, else ``psutil`` (the source is recorded);
-* GPUs: ``harness.gpu_readings`` (NVML, else ``nvidia-smi``; no CUDA context). NVML's violation and energy
-  counters are recorded as deltas over the trial.
-"""
+"""Per-trial telemetry: what the machine, the trial's process and the GPUs did while one trial ran."""
 
 from __future__ import annotations
 
@@ -28,49 +15,27 @@ from harness.process_usage import USAGE_KEY as USAGE_KEY  # how a trial's row ge
 from harness.process_usage import ProcessUsage, own_usage, usage_of_pid
 from harness.process_usage import usage_from as usage_from
 
-PROC_STAT_FIELDS = (
-    "user",
-    "nice",
-    "system",
-    "idle",
-    "iowait",
-    "irq",
-    "softirq",
-    "steal",
-    "guest",
-    "guest_nice",
-)
+PROC_STAT_FIELDS = tuple("user nice system idle iowait irq softirq steal guest guest_nice".split())
 BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq")  # guest time is already inside user and nice
 TOTAL_FIELDS = (*BUSY_FIELDS, "idle", "iowait", "steal")
 
-# A host-bound step slows by about the share of the CPU time it wanted that was stolen from it. Steal is
-# divided by busy + steal (the time the CPUs wanted), not by all CPU time: idle CPUs accrue no steal, so the
-# all-time share dilutes the same loss by the idle cores (on a 16-core host running one fit on ~3 busy
-# cores, 5% of all time would be ~25% of the wanted time). 3% is about three standard deviations of one fit
-# at the whole-fit target (1.5% per pair's log ratio, so ~1.1% per fit): beyond it steal alone can make an
-# outlier.
+# Steal as a share of busy + steal (idle CPUs accrue none); 3% is about three standard deviations of one fit.
 STEAL_FLAG_SHARE = 0.03
-# A clock-limiting policy active for 1% of the trial costs at most ~1% of its device time even if it halved
-# the clocks; beyond that it may show in the figure.
+# A clock-limiting policy active for 1% of the trial costs at most ~1% of its device time.
 VIOLATION_FLAG_SHARE = 0.01
 
 FIELD_TYPES: dict[str, type] = {
     "telemetry_seconds": float,
     "cpu_logical": int,
-    "cpu_busy_share": float,
-    "cpu_iowait_share": float,
-    "cpu_steal_share": float,
+    **dict.fromkeys(("cpu_busy_share", "cpu_iowait_share", "cpu_steal_share"), float),
     "cpu_times_source": str,
     "load1_start": float,
     "cpu_mhz_start": float,
     "cpu_mhz_end": float,
     "cpu_mhz_source": str,
-    "worker_user_s": float,
-    "worker_system_s": float,
-    "worker_children_user_s": float,
+    **dict.fromkeys(("worker_user_s", "worker_system_s", "worker_children_user_s"), float),
     "worker_children_system_s": float,
-    "worker_voluntary_switches": int,
-    "worker_involuntary_switches": int,
+    **dict.fromkeys(("worker_voluntary_switches", "worker_involuntary_switches"), int),
     "worker_usage_source": str,
     "gpu_source": str,
     "gpu_count": int,
@@ -96,8 +61,7 @@ _GPU_KEY = re.compile(r"^gpu(\d+)_(.+)$")
 
 
 def field_type(key: str) -> type | None:
-    """The type a row's telemetry field holds (``FIELD_TYPES``, a ``gpu<i>_…`` field by ``GPU_FIELD_TYPES``),
-    None for a key that is no telemetry field: what a run folder's validation checks a row against."""
+    """The type a row's telemetry field holds."""
     match = _GPU_KEY.match(key)
     return GPU_FIELD_TYPES.get(match.group(2)) if match else FIELD_TYPES.get(key)
 
@@ -136,11 +100,7 @@ def read_cpu_times() -> tuple[dict[str, float] | None, str | None]:
 
 
 def cpu_shares(start: dict[str, float] | None, end: dict[str, float] | None) -> dict[str, float | None]:
-    """Busy, iowait and steal as fractions of all CPU time between two counter readings.
-
-    A field missing from either reading is None; so is one whose counter went backwards (the kernel documents
-    that iowait can), which then counts as zero in the total.
-    """
+    """Busy, iowait and steal as fractions of all CPU time between two counter readings."""
     shares: dict[str, float | None] = {"busy": None, "iowait": None, "steal": None}
     if start is None or end is None:
         return shares
@@ -235,9 +195,7 @@ def snapshot(
     cores: Iterable[int] | None = None,
     gpu_indices: Iterable[int] | None = None,
 ) -> Snapshot:
-    """Read everything now. ``process``: ``"self"`` for the calling process (``own_usage``), a pid (read with
-    ``usage_of_pid``), or None (a worker not started yet, or one ``wait_and_reap`` will account for).
-    ``cores``: whose clock to average (e.g. the worker's); ``gpu_indices``: which devices (default: all)."""
+    """Read everything now."""
     if process == "self":
         usage = own_usage()
     elif isinstance(process, int):
@@ -262,11 +220,7 @@ def snapshot(
 
 
 def trial_fields(start: Snapshot, end: Snapshot, usage: ProcessUsage | None = None) -> dict[str, Any]:
-    """The flat row of one trial from its two snapshots.
-
-    ``usage``: the process's usage over the trial when known as a whole (``wait_and_reap`` of a worker);
-    otherwise the difference between the snapshots' readings.
-    """
+    """The flat row of one trial from its two snapshots."""
     used = usage if usage is not None else end.usage.minus(start.usage)
     shares = cpu_shares(start.cpu_times, end.cpu_times)
     row: dict[str, Any] = {
@@ -282,9 +236,7 @@ def trial_fields(start: Snapshot, end: Snapshot, usage: ProcessUsage | None = No
         "cpu_mhz_start": start.cpu_mhz,
         "cpu_mhz_end": end.cpu_mhz,
         "cpu_mhz_source": start.cpu_mhz_source or end.cpu_mhz_source,
-        "worker_user_s": _rounded(used.user_s),
-        "worker_system_s": _rounded(used.system_s),
-        "worker_children_user_s": _rounded(used.children_user_s),
+        **{f"worker_{k}": _rounded(getattr(used, k)) for k in ("user_s", "system_s", "children_user_s")},
         "worker_children_system_s": _rounded(used.children_system_s),
         "worker_voluntary_switches": used.voluntary_switches,
         "worker_involuntary_switches": used.involuntary_switches,
@@ -338,13 +290,7 @@ def steal_of_wanted(row: dict[str, Any]) -> float | None:
 
 
 def flags(row: dict[str, Any]) -> list[str]:
-    """Why this trial's figure may have been moved by its machine, one reason per entry ([] when clean).
-
-    Raised for: a GPU reporting a throttle reason that takes speed (not idle or a clock setting) at the
-    trial's start or end; a GPU held by power or thermal policy for more than ``VIOLATION_FLAG_SHARE`` of
-    the trial; steal above ``STEAL_FLAG_SHARE`` of the CPU time wanted; a 1-minute load at the start above
-    the logical cores. Fields that are null raise nothing. For the report only: a flagged trial is kept.
-    """
+    """Why this trial's figure may have been moved by its machine, one reason per entry ([] when clean)."""
     found: list[str] = []
     seconds = row.get("telemetry_seconds")
     for key in sorted(row, key=_gpu_sort_key):

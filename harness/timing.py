@@ -1,14 +1,4 @@
-"""Synchronized brackets, peak memory, device-memory budgets and out-of-memory capture.
-
-Everything a trial needs to be timed and sized honestly lives here, in one place:
-
-* ``SyncTimer``: ``torch.cuda.synchronize()`` (where CUDA) right before the start clock and right before
-  the stop clock, ``time.perf_counter_ns`` in between; nothing else inside the bracket.
-* ``reset_peaks`` / ``read_peaks``: peak allocated and reserved bytes of one trial.
-* ``parse_bytes`` / ``apply_budget``: a device-memory cap (``24GiB``) emulated on a larger card with the
-  per-process memory fraction.
-* ``parse_oom``: the byte figures of a PyTorch out-of-memory message, so a failure is data.
-"""
+"""Synchronized brackets, peak memory, device-memory budgets and out-of-memory capture."""
 
 from __future__ import annotations
 
@@ -21,16 +11,10 @@ import torch
 
 from harness.formatting import format_bytes
 
-_UNITS: dict[str, int] = {
-    "B": 1,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "TB": 10**12,
-    "KIB": 2**10,
-    "MIB": 2**20,
-    "GIB": 2**30,
-    "TIB": 2**40,
+_UNITS: dict[str, int] = {"B": 1} | {
+    unit: base**power
+    for power, p in enumerate("KMGT", 1)
+    for unit, base in ((f"{p}B", 1000), (f"{p}IB", 1024))
 }
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$", re.ASCII)  # ASCII digits only
 BYTES_ACCEPTED = "a positive number with a unit B, KB, MB, GB, TB, KiB, MiB, GiB or TiB, e.g. 24GiB or 800MiB"
@@ -108,11 +92,7 @@ def current_allocated(device: str | torch.device) -> int | None:
 
 
 def apply_budget(budget_bytes: int | None, device: str | torch.device) -> float | None:
-    """Cap this process's device memory at ``budget_bytes`` through the per-process memory fraction.
-
-    Returns the fraction set (None when no budget). A budget larger than the card is refused, since it
-    could not mean what it says.
-    """
+    """Cap this process's device memory at ``budget_bytes`` through the per-process memory fraction."""
     if budget_bytes is None:
         return None
     if not is_cuda(device):
@@ -143,7 +123,6 @@ _OOM_FIELDS: dict[str, re.Pattern[str]] = {
     "requested": re.compile(r"[Tt]ried to allocate " + _SIZE_IN_TEXT),
     "total": re.compile(r"total capacity of " + _SIZE_IN_TEXT),
     "free": re.compile(r"of which " + _SIZE_IN_TEXT + r" is free"),
-    "process_in_use": re.compile(r"this process has " + _SIZE_IN_TEXT + r" memory in use"),
     "budget": re.compile(_SIZE_IN_TEXT + r" allowed;"),
     "allocated": re.compile(r"[Oo]f the allocated memory " + _SIZE_IN_TEXT + r" is allocated by PyTorch"),
     "reserved_unallocated": re.compile(_SIZE_IN_TEXT + r" is reserved by PyTorch but unallocated"),
@@ -165,11 +144,7 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 
 def parse_oom(message: str) -> dict[str, int | None]:
-    """Byte figures of an out-of-memory message: requested, total, free, allocated, reserved, budget.
-
-    ``reserved`` is allocated plus the 'reserved but unallocated' slack, which is how PyTorch counts its
-    reserved pool. Figures the message does not carry are None.
-    """
+    """Byte figures of an out-of-memory message: requested, total, free, allocated, reserved, budget."""
     found: dict[str, int | None] = {}
     for name, pattern in _OOM_FIELDS.items():
         match = pattern.search(message)
@@ -177,14 +152,9 @@ def parse_oom(message: str) -> dict[str, int | None]:
     cpu = _CPU_OOM.search(message)
     if cpu and found["requested"] is None:
         found["requested"] = int(cpu.group(1))
-    allocated, slack = found.pop("allocated"), found.pop("reserved_unallocated")
-    found.pop("process_in_use")
+    allocated, slack = found["allocated"], found.pop("reserved_unallocated")
     reserved = allocated + slack if allocated is not None and slack is not None else None
-    return {
-        "requested": found["requested"],
-        "total": found["total"],
-        "free": found["free"],
-        "allocated": allocated,
+    return {key: found[key] for key in ("requested", "total", "free", "allocated")} | {
         "reserved": reserved,
         "budget": found["budget"],
     }
@@ -210,16 +180,7 @@ class TrialFailure:
 
 
 class StageClock:
-    """Charges the time between consecutive marks to the stage each mark names.
-
-    ``synchronized=True`` (a stage-attribution diagnostic): each mark synchronizes the device and reads the host
-    clock, so the stages add up to the whole bracket; the synchronizations change what they measure a little,
-    which is why such runs are never a claim. Each mark also reads the host clock as it is reached, before its
-    synchronization, so a stage splits into the host's own time and the wait for the device that follows
-    (`host_intervals`): a host-bound stage and one the device holds up read apart. ``synchronized=False``:
-    each mark records a CUDA event (the host clock on the CPU) and nothing synchronizes; read the figures only
-    after the enclosing bracket closed.
-    """
+    """Charges the time between consecutive marks to the stage each mark names."""
 
     enabled = True
 
@@ -279,8 +240,7 @@ class StageClock:
         ]
 
     def host_intervals(self) -> list[tuple[str, float]]:
-        """(stage, seconds until the host reached the stage's closing mark) for every mark after the start: the
-        interval less the wait in that mark's synchronization. Empty unless synchronized (nothing waits)."""
+        """(stage, seconds until the host reached the stage's closing mark); empty unless synchronized."""
         if not self.synchronized:
             return []
         return [

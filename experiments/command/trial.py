@@ -1,18 +1,4 @@
-"""One trial of ``bench command``: the arm's command line in a fresh process, timed by the parent.
-
-The parent reads the clock just before it starts the command and again as soon as the command has exited
-(a blocking wait, not a poll). The command's output (stdout and stderr) goes to ``trials/<index>.log``. A
-command that exits non-zero, outlives ``--timeout`` or prints no figure is a failed trial, logged with why.
-
-The command runs in the directory ``bench`` runs in, with the arm in its environment too:
-
-| variable | holds |
-| --- | --- |
-| ``BENCH_ARM`` | the arm's label |
-| ``BENCH_ARM_SPEC`` | the arm's spec |
-| ``BENCH_SEED`` | the trial's seed (the same for both arms of a pair) |
-| ``BENCH_TRIAL`` | the trial's index in the log |
-"""
+"""One trial of ``bench command``: the arm's command line in a fresh process, timed by the parent."""
 
 from __future__ import annotations
 
@@ -27,7 +13,7 @@ from typing import Any
 
 from experiments.command.plan import CommandSettings, expand, figure_pattern
 from harness.calibration import delay_seconds, inject, runs_as
-from harness.placement import Placement, worker_environment
+from harness.placement import worker_environment
 from harness.process_usage import USAGE_KEY, ProcessUsage, reap
 from harness.protocol import Plan, TrialContext, TrialFunction
 
@@ -59,15 +45,11 @@ def _kill_tree(process: subprocess.Popen) -> None:
         children = psutil.Process(process.pid).children(recursive=True)
     except Exception:  # noqa: BLE001 - no psutil, or the process is gone: end what can be ended
         children = []
-    for child in children:
+    for child in [*children, process]:
         try:
             child.kill()
         except Exception:  # noqa: BLE001 - it ended meanwhile
             pass
-    try:
-        process.kill()
-    except OSError:
-        pass
 
 
 def run_command(
@@ -79,13 +61,7 @@ def run_command(
     cancel: threading.Event | None = None,
     delay_s: float | None = None,
 ) -> tuple[float, ProcessUsage, int | str, dict[str, float]]:
-    """Run ``argv`` to its end: (wall seconds, its whole life's CPU usage, its exit status or why it was
-    stopped, the calibration delay's figure).
-
-    The command is moved onto ``cores`` as soon as it has started (it inherits the parent's core until then).
-    It is stopped past ``timeout_s`` seconds, or once ``cancel`` is set (a duet filler called off).
-    A calibration arm's ``delay_s`` is slept after the command exits, before the clock is read.
-    """
+    """Run ``argv`` on ``cores``: (wall seconds, CPU usage, exit status or why stopped, delay figure)."""
     stopped: list[str] = []
     with open(log_path, "ab") as output:
         started = time.perf_counter()
@@ -165,7 +141,7 @@ def trial_function(plan: Plan) -> TrialFunction:
             "BENCH_TRIAL": str(ctx.trial.index),
             **(worker_environment(ctx.placement) if ctx.placement is not None else {}),
         }
-        cores = _cores(ctx.placement)
+        cores = frozenset(ctx.placement.worker_cores) if ctx.placement is not None else None
         argv = expand(settings.argv, arm)
         delay = delay_seconds(ctx.arm, ctx.run_dir, ctx.case.label)
         seconds, usage, code, injected = run_command(
@@ -174,15 +150,9 @@ def trial_function(plan: Plan) -> TrialFunction:
         if code != 0:
             raise CommandFailed(f"the command {_ended(code)}: {_tail(log_path)}")
         figures: dict[str, Any] = {"command_seconds": round(seconds, 6), USAGE_KEY: asdict(usage), **injected}
-        if pattern is None:
-            return {"value": round(seconds, 6), **figures}
-        return {"value": _figure(pattern, log_path), **figures}
+        return {"value": round(seconds, 6) if pattern is None else _figure(pattern, log_path), **figures}
 
     return trial
-
-
-def _cores(placement: Placement | None) -> frozenset[int] | None:
-    return frozenset(placement.worker_cores) if placement is not None else None
 
 
 def _ended(code: int | str) -> str:

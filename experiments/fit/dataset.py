@@ -1,13 +1,4 @@
-"""A deterministic synthetic YOLO-format detection set, generated once into a cache folder.
-
-Each image is seeded noise with a few filled, outlined rectangles; each rectangle is a labelled box of one
-of 80 classes (COCO's count, so the detection head — and with it every MuSGD parameter shape — matches the
-YOLO26 workloads of ``experiments/data``). The set is keyed by its content settings (train images, val
-images, size, seed): the same key always gives the same bytes, and a folder appears under its final name
-only when it is complete (written under a temporary name, then renamed), so a crash never leaves half a set.
-
-Also here: counting the train images of a user's ``data.yaml``, which the step arithmetic needs.
-"""
+"""A deterministic synthetic YOLO-format detection set, generated once into a cache folder."""
 
 from __future__ import annotations
 
@@ -61,12 +52,9 @@ def _draw_image(
         y0 = int(rng.integers(0, size - h))
         # A class-dependent fill colour with a dark outline, so boxes are learnable, not just noise.
         colour = np.array([(cls * 37) % 256, (cls * 91 + 60) % 256, (cls * 53 + 120) % 256], dtype=np.uint8)
-        image[y0 : y0 + h, x0 : x0 + w] = colour
         border = max(1, size // 160)
-        image[y0 : y0 + border, x0 : x0 + w] = 0
-        image[y0 + h - border : y0 + h, x0 : x0 + w] = 0
-        image[y0 : y0 + h, x0 : x0 + border] = 0
-        image[y0 : y0 + h, x0 + w - border : x0 + w] = 0
+        image[y0 : y0 + h, x0 : x0 + w] = 0
+        image[y0 + border : y0 + h - border, x0 + border : x0 + w - border] = colour
         labels.append((cls, (x0 + w / 2) / size, (y0 + h / 2) / size, w / size, h / size))
     return image, labels
 
@@ -137,8 +125,7 @@ def count_images(path: Path) -> int:
 
 
 def read_yaml_mapping(path: Path, option: str, keys: tuple[str, str], kind: str) -> dict[str, Any]:
-    """The mapping a user's yaml file (``--data``, ``--model``) holds, with both ``keys``; ``ValueError`` with
-    one clear line naming the option and file otherwise."""
+    """The mapping a user's yaml file (``--data``, ``--model``) holds, with both ``keys``."""
     import yaml
 
     try:

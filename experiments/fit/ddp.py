@@ -1,13 +1,4 @@
-"""Data-parallel fits: what every rank does around its share of the fit, and the embedded rank program.
-
-One fit over N ranks (``--gpus N``; ``nccl`` on CUDA, ``gloo`` on the CPU). Set-up runs untimed; the fit is
-one synchronized bracket between two barriers, so rank 0's bracket is the fit's wall time. Then the ranks
-gather each rank's bracket, peaks (with their max and sum) and Newton-Schulz matrix count (None for an arm
-that does not share).
-
-``run_rank_fit`` is the embedded workload's rank program; the real trainer's ranks (``ultralytics_ddp``) use
-the same bracket and figures.
-"""
+"""Data-parallel fits: what every rank does around its share of the fit, and the embedded rank program."""
 
 from __future__ import annotations
 
@@ -24,17 +15,9 @@ from experiments.ranks import backend_of, barrier, gather_records, init_group, r
 from harness.safe_fs import remove_tree
 from harness.timing import NullClock, StageClock, read_peaks, reset_peaks, synchronize
 
-SHARING_KEYS = ("world", "matrices_here", "matrices", "note")
-
 
 class RankBracket:
-    """The fit's synchronized bracket on every rank: barrier, synchronize, clock … synchronize, barrier, clock.
-
-    A `--stages` clock starts as the bracket opens and takes its last mark ("other") after the closing
-    barrier, so a rank's wait there for the slowest one, part of its bracket, is part of its stages too.
-    The closing barrier is skipped when the fit raised (the other ranks may never reach it; the launcher
-    stops them when this rank exits non-zero).
-    """
+    """The fit's synchronized bracket on every rank."""
 
     def __init__(self, device: str, clock: StageClock | None = None) -> None:
         self.device = device
@@ -81,8 +64,7 @@ def _max_and_sum(values: list[int | None]) -> tuple[int | None, int | None]:
 
 
 def rank_columns(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The row's per-rank columns: each rank's bracket and peaks, the peaks' max (the per-device figure, as
-    ``peak_allocated`` / ``peak_reserved``) and sum, and each rank's Newton-Schulz share."""
+    """The row's per-rank columns: each rank's bracket and peaks, the peaks' max."""
     allocated = [r["peak_allocated"] for r in records]
     reserved = [r["peak_reserved"] for r in records]
     allocated_max, allocated_sum = _max_and_sum(allocated)
@@ -101,15 +83,13 @@ def rank_columns(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def import_ahead() -> None:
-    """Import what the DistributedDataParallel constructor imports (torch._dynamo: seconds of imports), before
-    the bracket: an import is the interpreter's cost, not the fit's, and the one-device fit has none of it."""
+    """Import what the DistributedDataParallel constructor imports."""
     import torch._dynamo  # noqa: F401
     from torch.nn.parallel import DistributedDataParallel  # noqa: F401
 
 
 def run_rank_fit(payload: dict[str, Any]) -> dict[str, Any]:
-    """One rank of an embedded data-parallel fit; every rank returns the row's figures (the parent keeps
-    rank 0's): ``value`` is this rank's bracket, which on rank 0 is the fit's wall time."""
+    """One rank of an embedded data-parallel fit."""
     rank, world, device = rank_device(payload["devices"])
     settings = FitSettings.from_dict(payload["settings"])
     if settings.batch % world:

@@ -1,18 +1,4 @@
-"""The embedded workload: a small convolutional classifier trained through the elements of a real fit.
-
-For machines without Ultralytics or a GPU. It keeps the real trainer's loop, so a change is measured inside
-a whole learner:
-
-* seeded synthetic data (class templates plus noise), augmented each batch (flips, crops, jitter);
-* Ultralytics-style groups: conv and linear weights in the Muon group, BatchNorm weights and biases without
-  decay;
-* LR warm-up over up to three epochs, then linear decay to ``lrf``; gradient clipping at norm 10;
-* an EMA validated each epoch and a checkpoint each epoch in the trial folder;
-* one log line per epoch on stdout (the worker's ``trials/N.log``).
-
-Data-parallel (``world`` > 1): ``DistributedDataParallel``; each rank takes its slice of every global batch;
-rank 0 validates and checkpoints, and every rank waits for it.
-"""
+"""The embedded workload: a small convolutional classifier trained through the elements of a real fit."""
 
 from __future__ import annotations
 
@@ -51,13 +37,8 @@ class SmallConvNet(nn.Module):
 
     def __init__(self, classes: int = CLASSES) -> None:
         super().__init__()
-        self.features = nn.Sequential(
-            conv_block(3, 16, 1),
-            conv_block(16, 32, 2),
-            conv_block(32, 32, 1),
-            conv_block(32, 64, 2),
-            conv_block(64, 64, 1),
-        )
+        shapes = ((3, 16, 1), (16, 32, 2), (32, 32, 1), (32, 64, 2), (64, 64, 1))
+        self.features = nn.Sequential(*(conv_block(*shape) for shape in shapes))
         self.head = nn.Linear(64, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -90,15 +71,15 @@ def build_param_groups(model: nn.Module, lr: float, momentum: float, decay: floa
 
 def optimizer_kwargs() -> dict[str, Any]:
     """Constructor defaults for the optimizer (the groups carry their own values)."""
-    return {
-        "lr": LR0,
-        "momentum": MOMENTUM,
-        "weight_decay": 0.0,
-        "nesterov": True,
-        "use_muon": False,
-        "muon": MUON_SCALE,
-        "sgd": SGD_SCALE,
-    }
+    return dict(
+        lr=LR0,
+        momentum=MOMENTUM,
+        weight_decay=0.0,
+        nesterov=True,
+        use_muon=False,
+        muon=MUON_SCALE,
+        sgd=SGD_SCALE,
+    )
 
 
 def synthetic_images(count: int, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -147,9 +128,7 @@ class WeightEMA:
 
 
 def _save_atomic(state: dict[str, Any], path: Path) -> None:
-    """A checkpoint through a temporary file and a rename, serialized in memory first: torch's own file writer
-    turns a full disk into an opaque error, a plain write into ``OSError`` (ENOSPC), which stops the run. On a
-    failure the temporary file is removed."""
+    """A checkpoint through a temporary file and a rename, serialized in memory first."""
     buffer = io.BytesIO()
     torch.save(state, buffer)
     tmp = path.with_suffix(".tmp")
@@ -185,8 +164,7 @@ def _validate(
 
 
 def sized_by(settings: Any) -> dict[str, Any]:
-    """``fit``'s data, size, batch, epochs and precision keywords, as the fit settings give them: one
-    reading of the settings for the one-device worker and for every rank."""
+    """``fit``'s data, size, batch, epochs and precision keywords, as the fit settings give them."""
     names = ("images", "val_images", "imgsz", "batch", "epochs", "amp")
     return {name: getattr(settings, name) for name in names}
 
@@ -208,12 +186,7 @@ def fit(
     rank: int = 0,
     world: int = 1,
 ) -> dict[str, Any]:
-    """Train from scratch for ``epochs`` epochs of ``images // batch`` iterations; return the fit's figures.
-
-    ``clock`` is a ``NullClock`` in claim runs (no synchronization anywhere) and a ``StageClock`` in the
-    stages diagnostic. Iteration-end host timestamps (unsynchronized) are returned for the median iteration.
-    ``batch`` is the global batch; with ``world`` ranks each takes ``batch // world`` of it.
-    """
+    """Train from scratch for ``epochs`` epochs of ``images // batch`` iterations."""
     dev = torch.device(device)
     torch.manual_seed(seed)
     all_x, all_y = synthetic_images(images + val_images, imgsz, data_seed)  # one set of class templates

@@ -29,7 +29,7 @@ def prepare_device(device: str, budget: int | None) -> None:
 
 
 def non_finite_results(figures: dict[str, Any], trained: dict[str, torch.nn.Module]) -> list[str]:
-    """What is not finite after a fit: the training loss, the ``val_*`` figures, the trained modules' parameters."""
+    """What is not finite at the end of a fit."""
     problems = [
         f"{name} {value}"
         for name, value in figures.items()
@@ -45,8 +45,7 @@ def non_finite_results(figures: dict[str, Any], trained: dict[str, torch.nn.Modu
 
 
 def finite_checked(result: dict[str, Any]) -> dict[str, Any]:
-    """``result`` without its trained modules and with its loss a number, once every figure and parameter was
-    found finite (``FloatingPointError`` naming what is not); a result already checked passes as it is."""
+    """``result`` without its trained modules and with its loss a number."""
     trained = result.pop("trained", None) or {}
     if isinstance(result.get("train_loss"), torch.Tensor):
         result["train_loss"] = float(result["train_loss"])
@@ -57,8 +56,7 @@ def finite_checked(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def graph_counts(stats: dict[str, int] | None) -> str | None:
-    """An optimizer's ``graph_stats`` (how each step's core ran) as one line, e.g. 'captured 1, replayed 383';
-    None for an optimizer that keeps no such counts."""
+    """An optimizer's ``graph_stats`` (how each step's core ran) as one line, or None."""
     if not stats:
         return None
     return ", ".join(f"{how} {count}" for how, count in sorted(stats.items()))

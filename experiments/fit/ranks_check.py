@@ -29,8 +29,7 @@ def isolation_text(protocol: ProtocolOptions, workload: str) -> str:
 
 
 def check_launcher_options(text: str, words: list[str]) -> None:
-    """``--torchrun``'s words read by ``torch.distributed.run``'s own parser, placed as the ranks' launch places
-    them: ``InputError`` for a word it does not take (every rank would die at its start, every trial failed)."""
+    """``--torchrun``'s words read by ``torch.distributed.run``'s own parser."""
     import argparse
     import contextlib
     import io
@@ -54,8 +53,7 @@ def check_launcher_options(text: str, words: list[str]) -> None:
 
 
 def check_ranks(protocol: ProtocolOptions, settings: Any, workload: str, machine: bool = True) -> None:
-    """A data-parallel fit splits the global batch evenly; the real trainer's DDP launch needs CUDA devices
-    and cloudpickle; ``--torchrun`` options are the embedded workload's, with several ranks."""
+    """Refuse --gpus, --batch or --torchrun settings a data-parallel fit cannot run (``InputError``)."""
     ranks = protocol.gpus
     if settings.torchrun and (ranks == 1 or workload != "embedded"):
         raise InputError(

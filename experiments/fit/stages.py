@@ -1,18 +1,4 @@
-"""Stage attribution for ``--stages``: where the time of one whole fit goes.
-
-A synchronized ``StageClock`` is marked at every stage boundary, so the stages add up to the bracket. The
-syncs change what they measure a little: this runs only in its own diagnostic run, never in a claim. Claim
-runs use ``NullClock``.
-
-Stages (both workloads):
-
-* ``data``: fetching, moving and normalizing the batch
-* ``forward_backward``: forward, loss and backward
-* ``optimizer``: ``optimizer.step()`` alone, the only stage an optimizer change can shorten
-* ``step_overhead``: unscale, clipping, scaler update, ``zero_grad``
-* ``ema``, ``validation``, ``checkpoint``
-* ``other``: set-up, per-epoch scheduling, logging
-"""
+"""Stage attribution for ``--stages``: where the time of one whole fit goes."""
 
 from __future__ import annotations
 
@@ -21,16 +7,7 @@ from itertools import pairwise
 
 from harness.timing import StageClock
 
-STAGES = (
-    "data",
-    "forward_backward",
-    "optimizer",
-    "step_overhead",
-    "ema",
-    "validation",
-    "checkpoint",
-    "other",
-)
+STAGES = tuple("data forward_backward optimizer step_overhead ema validation checkpoint other".split())
 OPTIMIZER_STAGE = "optimizer"
 
 
@@ -40,8 +17,7 @@ def stage_column(stage: str) -> str:
 
 
 def stage_figures(clock: StageClock, whole_seconds: float, iterations_per_epoch: int) -> dict[str, float]:
-    """Per-stage seconds of a ``--stages`` fit, their sum's gap to the whole bracket, and the synchronized
-    median iteration."""
+    """Per-stage seconds of a ``--stages`` fit, their sum's gap to the whole bracket."""
     totals = clock.totals(STAGES)
     out = {stage_column(s): round(v, 6) for s, v in totals.items()}
     out["stage_unattributed_s"] = round(whole_seconds - sum(totals.values()), 6)
@@ -61,17 +37,12 @@ def stage_figures(clock: StageClock, whole_seconds: float, iterations_per_epoch:
 
 
 def within_epoch_gaps(stamps: list[float], iterations_per_epoch: int) -> list[float]:
-    """Gaps between consecutive per-iteration timestamps, leaving out each gap across an epoch end
-    (which holds validation and checkpoints, not an iteration)."""
+    """Gaps between consecutive per-iteration timestamps, leaving out each gap across an epoch end."""
     return [b - a for i, (a, b) in enumerate(pairwise(stamps)) if (i + 1) % iterations_per_epoch != 0]
 
 
 def host_iteration_median(stamps: list[float], iterations_per_epoch: int) -> float | None:
-    """Median gap between consecutive iteration-end host timestamps within an epoch (no synchronization).
-
-    Work on a GPU is queued asynchronously, so these are host-side cadences; the trainer reads the loss back
-    every iteration, which keeps the host close to the device, but the figure is a diagnostic, not a claim.
-    """
+    """Median gap between consecutive iteration-end host timestamps within an epoch (no synchronization)."""
     gaps = within_epoch_gaps(stamps, iterations_per_epoch)
     return round(statistics.median(gaps), 6) if gaps else None
 
@@ -79,8 +50,7 @@ def host_iteration_median(stamps: list[float], iterations_per_epoch: int) -> flo
 def epoch_spans(
     epoch_starts: list[float], iteration_ends: list[float], iterations_per_epoch: int
 ) -> list[float]:
-    """Each epoch's training time: from its start to the end of its last iteration (validation and checkpoints,
-    which follow, are left out)."""
+    """Each epoch's training time: from its start to the end of its last iteration."""
     return [
         iteration_ends[(epoch + 1) * iterations_per_epoch - 1] - start
         for epoch, start in enumerate(epoch_starts)
@@ -89,6 +59,5 @@ def epoch_spans(
 
 
 def steady_seconds(spans: list[float]) -> float | None:
-    """The steady-state figure: the training time of every epoch after the first (set-up, caches and the first
-    iteration's warm-up fall in the first), None for a one-epoch fit."""
+    """The steady-state figure: the training time of every epoch after the first."""
     return round(sum(spans[1:]), 6) if len(spans) > 1 else None

@@ -19,16 +19,14 @@ from harness.safe_fs import fresh_dir, remove_entry
 
 
 def worker_environment(run_dir: Path) -> dict[str, str]:
-    """Environment of every worker: offline, with its own writable Ultralytics config folder (the embedded
-    workload needs it too when an arm is ``upstream``, whose import reads settings and probes the network)."""
+    """Environment of every worker: offline, with its own writable Ultralytics config folder."""
     from experiments.fit.ultralytics_fit import offline_environment
 
     return offline_environment(run_dir / "ultralytics-config")
 
 
 def prepare_data_set(settings: FitSettings, data_yaml: str) -> dict[str, Any]:
-    """Make the real trainer's data-set side effects (label caches, a disk image cache) once, untimed, in a
-    preparatory worker (the parent never imports ultralytics); ``InputError`` with its last line if it fails."""
+    """Make the real trainer's data-set side effects."""
     from experiments.fit.ultralytics_fit import offline_environment
 
     with tempfile.TemporaryDirectory(prefix="bench-prepare-") as config:
@@ -46,8 +44,7 @@ def prepare_data_set(settings: FitSettings, data_yaml: str) -> dict[str, Any]:
 
 
 def trial_function(plan: Plan) -> TrialFunction:
-    """The trial function of a fit plan: one worker process per trial, its output in
-    ``trials/<index>.log``."""
+    """The trial function of a fit plan."""
     settings = FitSettings.from_dict(plan.settings)
     ranks = plan.protocol.gpus
     data_yaml = settings.data
@@ -86,30 +83,17 @@ def trial_function(plan: Plan) -> TrialFunction:
             "devices": list(plan.protocol.rank_devices),
         }
         log_path = trials_dir / f"{ctx.trial.index}.log"
+        run = dict(
+            timeout_s=settings.trial_timeout, log_path=log_path, placement=ctx.placement, cancel=ctx.cancel
+        )
+        env = worker_environment(ctx.run_dir)
         try:
             if ranks > 1 and settings.workload == "embedded":
-                return run_in_ranks(
-                    RANK_TARGET,
-                    payload,
-                    ranks,
-                    timeout_s=settings.trial_timeout,
-                    log_path=log_path,
-                    env=worker_environment(ctx.run_dir),
-                    launcher_options=shlex.split(settings.torchrun),
-                    placement=ctx.placement,
-                    cancel=ctx.cancel,
-                )
-            return run_in_worker(
-                WORKER_TARGET,
-                payload,
-                timeout_s=settings.trial_timeout,
-                log_path=log_path,
-                env={**worker_environment(ctx.run_dir), **(RANK_ENVIRONMENT if ranks > 1 else {})},
-                placement=ctx.placement,
-                cancel=ctx.cancel,
-            )
-        finally:  # the trial's folder keeps its small records (e.g. upstream's results.csv), never a
-            # half-written file, and checkpoints only with --keep-checkpoints
+                options = shlex.split(settings.torchrun)
+                return run_in_ranks(RANK_TARGET, payload, ranks, env=env, launcher_options=options, **run)
+            env = {**env, **(RANK_ENVIRONMENT if ranks > 1 else {})}
+            return run_in_worker(WORKER_TARGET, payload, env=env, **run)
+        finally:  # small records stay; half-written files go, and checkpoints without --keep-checkpoints
             if trial_dir.exists():
                 for unfinished in trial_dir.rglob("*.tmp"):
                     unfinished.unlink(missing_ok=True)

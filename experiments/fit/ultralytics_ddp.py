@@ -1,14 +1,4 @@
-"""The real trainer on several GPUs, through Ultralytics' own DDP launch (imports ultralytics: worker side only).
-
-The worker calls ``train(trainer=RankTrainer, device='0,1', …)``. Ultralytics pickles the trainer's class and
-runs each rank under ``torch.distributed.run``, so ``RankTrainer`` lives at this module's top level. What a
-rank needs beyond upstream's arguments travels in the JSON file named by ``BENCH_DDP_TRIAL``.
-
-In the worker (``RANK == -1``) ``RankTrainer`` only launches. In a rank it becomes
-``ultralytics_fit.make_trainer_class(..., base=RankTrainer)``: the same arm substitution and stage marks.
-The bracket opens behind a barrier right after ``_setup_ddp`` and closes once every rank finished. Each rank
-records its figures; the worker reads rank 0's.
-"""
+"""The real trainer on several GPUs, through Ultralytics' own DDP launch (worker side only)."""
 
 from __future__ import annotations
 
@@ -95,18 +85,11 @@ class RankTrainer(DetectionTrainer):
                 raise RuntimeError(
                     f"the trainer ran batch {self.batch_size}, not the {side.trial['batch']} asked"
                 )
-            records = gather_records(
-                rank_record(
-                    side.rank, side.bracket.seconds, side.device, getattr(self.optimizer, "sharing", None)
-                )
-            )
-        except Exception as exc:
-            traceback.print_exc()
-            side.record({"rank": side.rank, "exception": _failure(exc)})
-            raise
-        from experiments.fit.ultralytics_fit import fit_result
+            sharing = getattr(self.optimizer, "sharing", None)
+            records = gather_records(rank_record(side.rank, side.bracket.seconds, side.device, sharing))
+            from experiments.fit.ultralytics_fit import fit_result
 
-        try:  # rank 0 checks its model and figures here: modules do not travel in the record
+            # rank 0 checks its model and figures here: modules do not travel in the record
             result = (
                 finite_checked(fit_result(self, side.stamps, side.epoch_starts)) if side.rank == 0 else {}
             )
@@ -114,19 +97,11 @@ class RankTrainer(DetectionTrainer):
             traceback.print_exc()
             side.record({"rank": side.rank, "exception": _failure(exc)})
             raise
-        stages = (
-            stage_figures(side.clock, side.bracket.seconds, len(self.train_loader))
-            if side.clock.enabled
-            else {}
-        )
+        stages = {}
+        if side.clock.enabled:
+            stages = stage_figures(side.clock, side.bracket.seconds, len(self.train_loader))
         side.record(
-            {
-                "rank": side.rank,
-                "seconds": side.bracket.seconds,
-                "records": records,
-                "result": result,
-                "stages": stages,
-            }
+            dict(rank=side.rank, seconds=side.bracket.seconds, records=records, result=result, stages=stages)
         )
 
 

@@ -1,16 +1,4 @@
-"""The real-trainer adapter: an Ultralytics YOLO fit with the arm's optimizer, fully offline.
-
-A ``DetectionTrainer`` subclass overrides ``build_optimizer``: the parent builds upstream's MuSGD groups, and
-the override rebuilds them into the arm's class (``experiments.arms.make_optimizer``). The rest is upstream's:
-data, augmentation, LR schedule, EMA, validation and checkpoints. ``nbs`` equals the batch, so every iteration
-steps the optimizer.
-
-Offline: ``YOLO_OFFLINE=1``, a writable ``YOLO_CONFIG_DIR`` with a font, logger integrations off, and proxies
-at a closed port, so any download fails at once. With fp16 AMP on a GPU, upstream skips its AMP check.
-
-``prepare_dataset`` writes the label caches (and ``cache='disk'`` files) once, before the first trial, so no
-timed fit pays for them. ``read_results_csv`` uses the standard library: polars is never imported.
-"""
+"""The real-trainer adapter: an Ultralytics YOLO fit with the arm's optimizer, fully offline."""
 
 from __future__ import annotations
 
@@ -36,12 +24,8 @@ def offline_environment(config_dir: Path) -> dict[str, str]:
         "YOLO_OFFLINE": "1",
         "YOLO_CONFIG_DIR": str(Path(config_dir).resolve()),
         "MPLBACKEND": "Agg",
-        "HTTP_PROXY": CLOSED_PORT_PROXY,
-        "HTTPS_PROXY": CLOSED_PORT_PROXY,
-        "http_proxy": CLOSED_PORT_PROXY,
-        "https_proxy": CLOSED_PORT_PROXY,
-        "NO_PROXY": "",
-        "no_proxy": "",
+        **dict.fromkeys(("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"), CLOSED_PORT_PROXY),
+        **dict.fromkeys(("NO_PROXY", "no_proxy"), ""),
     }
 
 
@@ -94,8 +78,7 @@ def make_trainer_class(
     epoch_starts: list[float],
     base: type | None = None,
 ) -> type:
-    """A ``DetectionTrainer`` (or ``base``, a subclass of it) whose optimizer is the arm's; stage marks only
-    when ``clock.enabled``."""
+    """A ``DetectionTrainer`` (or ``base``, a subclass of it) whose optimizer is the arm's."""
     if base is None:
         from ultralytics.models.yolo.detect import DetectionTrainer as base
 
@@ -165,8 +148,7 @@ def make_trainer_class(
 
 
 def prepare_dataset(settings: Any, data_yaml: str) -> dict[str, Any]:
-    """Build the train and val splits of ``data_yaml`` once with upstream's dataset builder, as the trainer
-    would, so its caches exist before any timed fit; returns the images seen and the cache files present."""
+    """Build the train and val splits of ``data_yaml`` once with upstream's dataset builder."""
     prepare_config_dir(Path(os.environ["YOLO_CONFIG_DIR"]))
     from ultralytics.cfg import get_cfg
     from ultralytics.data.build import build_yolo_dataset
@@ -248,9 +230,7 @@ def fit_result(trainer: Any, stamps: list[float], epoch_starts: list[float]) -> 
         "optimizer_class": f"{type(trainer.optimizer).__module__}.{type(trainer.optimizer).__qualname__}",
         "optimizer_sharing": getattr(trainer.optimizer, "sharing", None),
         "optimizer_graphs": getattr(trainer.optimizer, "graph_stats", None),
-        "optimizer_plan_bytes": getattr(
-            trainer.optimizer, "plan_bytes", None
-        ),  # memory it keeps between steps
+        "optimizer_plan_bytes": getattr(trainer.optimizer, "plan_bytes", None),
         "amp_used": bool(trainer.amp),
         "train_loss": trainer.loss,  # the last batch's loss tensor, read after the bracket
         "trained": {"model": trainer.model, "ema": getattr(trainer.ema, "ema", None)},
@@ -289,8 +269,7 @@ UPSTREAM_SEED_LIMIT = 2**32 - 1024
 
 
 def upstream_seed(seed: int) -> int:
-    """The trial's seed as upstream can take it: unchanged below the limit (every seed that ran before), else
-    folded below it, so a large ``--seed`` does not fail inside every trial."""
+    """The trial's seed as upstream can take it."""
     return seed % UPSTREAM_SEED_LIMIT
 
 

@@ -1,13 +1,4 @@
-"""What runs inside a fit trial's fresh worker process: one whole fit, timed, sized and checked.
-
-``run_fit(payload)`` is the target ``harness.isolation`` calls. Around the fit it does only what must happen
-outside the timed bracket: tie the worker's life to the parent's, import the workload, initialize the
-device and apply any memory budget, reset the peak-memory counters. The bracket itself is one
-``SyncTimer`` (synchronize, clock, fit, synchronize, clock); nothing inside it synchronizes unless this is a
-``--stages`` diagnostic run. After it: peaks, checks that the fit did what was asked and that its loss,
-parameters and validation figures are finite (a NaN fit is a failed trial, never a fast one), the row's
-figures (``experiments.fit.fitting``, shared with the ranks of a multi-GPU fit).
-"""
+"""What runs inside a fit trial's fresh worker process: one whole fit, timed, sized and checked."""
 
 from __future__ import annotations
 
@@ -31,11 +22,7 @@ def prepare_data(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_fit(payload: dict[str, Any]) -> dict[str, Any]:
-    """One whole fit of the payload's arm; returns the trial's figures (``value`` = wall seconds).
-
-    With several ranks on the real trainer this worker only launches Ultralytics' DDP fit (its ranks time
-    the fit); the embedded workload's ranks run ``experiments.fit.ddp.run_rank_fit`` instead.
-    """
+    """One whole fit of the payload's arm; returns the trial's figures (``value`` = wall seconds)."""
     die_with_parent(payload.get("parent_pid"))
     settings = FitSettings.from_dict(payload["settings"])
     if int(payload.get("ranks", 1)) > 1:
@@ -75,8 +62,7 @@ def run_fit(payload: dict[str, Any]) -> dict[str, Any]:
         clock.start()
         result = fit()
         clock.mark("other")
-        injected = inject(
-            payload.get("delay_s")
-        )  # a calibration arm's delay, after the last checkpoint (a sync)
+        # A calibration arm's delay, after the last checkpoint (a sync).
+        injected = inject(payload.get("delay_s"))
     peak_allocated, peak_reserved = read_peaks(device)
     return {**fit_figures(settings, result, timer.seconds, peak_allocated, peak_reserved, clock), **injected}

@@ -1,15 +1,4 @@
-"""The YOLO26 detect head, rebuilt from the recorded parameter shapes, as a real forward and backward.
-
-The workload data (experiments/data/yolo26{n,s,m,l,x}.json) lists every MuSGD parameter. The head is the last
-module: parameters named ``model.<last index>.…``. They form *chains* ``<branch>.<level>`` (``cv2.0``, …),
-each a sequence of layers. A ``conv.weight`` layer is a bias-free conv, batch norm and SiLU; a bare
-``weight`` layer is a plain conv, the branch's output. Shapes give the channels; groups are input channels
-over the weight's second dimension (1 dense, the channel count depthwise).
-
-Forward runs every chain on synthetic P3/P4/P5 maps (strides 8, 16, 32), whose gradient is computed too. On
-CUDA: channels_last, bf16 autocast, fp32 master parameters; on the CPU, fp32. The loss ``½ Σ mean(output²)``
-stands for the detection loss's reduction, not its value.
-"""
+"""The YOLO26 detect head, rebuilt from the recorded parameter shapes, as a real forward and backward."""
 
 from __future__ import annotations
 

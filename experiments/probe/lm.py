@@ -1,13 +1,4 @@
-"""The language-model head: softcapped logits and cross-entropy, native or streamed in chunks.
-
-One step computes ``loss = mean_i CE(cap * tanh(H W^T / cap)_i, t_i)`` over hidden states ``H`` (N×d, the
-compute dtype) and a weight ``W`` (V×d, fp32 master cast for the products), then back-propagates into both.
-
-* ``native``: ordinary tensor operations; autograd keeps N×V tensors, so memory grows with N·V.
-* ``chunked`` (``ChunkedSoftcapCrossEntropy``): the forward keeps each row's log-sum-exp; the backward
-  recomputes one chunk's logits at a time, so extra memory is O(chunk·V). It repeats the native rounding
-  sequence; tests/test_probe.py calibrates the bound between the two.
-"""
+"""The language-model head: softcapped logits and cross-entropy, native or streamed in chunks."""
 
 from __future__ import annotations
 
@@ -19,17 +10,10 @@ import torch.nn.functional as F
 
 VARIANTS = ("native", "chunked")
 
-# The head weight's optimizer settings: those the YOLO26 trainer gives its Muon group (lr 0.01,
-# momentum 0.937, Nesterov, weight decay 5e-4) and its MuSGD gains (muon 0.2, sgd 1.0), so the head's step
-# is the step the arms take on a real Muon matrix.
-HEAD_GROUP: dict[str, Any] = {
-    "lr": 0.01,
-    "momentum": 0.937,
-    "nesterov": True,
-    "weight_decay": 0.0005,
-    "use_muon": True,
-    "param_group": "muon",
-}
+# The YOLO26 trainer's Muon group and MuSGD gains: the head's step is the arms' step on a real Muon matrix.
+HEAD_GROUP: dict[str, Any] = dict(
+    lr=0.01, momentum=0.937, nesterov=True, weight_decay=0.0005, use_muon=True, param_group="muon"
+)
 OPTIMIZER_KWARGS: dict[str, Any] = {"muon": 0.2, "sgd": 1.0}
 
 

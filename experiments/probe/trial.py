@@ -1,16 +1,4 @@
-"""One probe trial: a head workload and the arm's optimizer, primed, then one timed head step.
-
-In order, everything freed at the end:
-
-1. ``--reserve`` bytes held for the trial: the rest of a learner sharing the device.
-2. The seeded workload (``lm`` or ``detect``) and a fresh optimizer of the arm over the head's groups.
-3. One untimed priming step: it creates the optimizer's state and the candidate's batch plan.
-4. One untimed attribution step: peaks read between backward and ``optimizer.step()`` give the step's own.
-5. The timed step in one synchronized bracket (``SyncTimer``): forward, backward, ``optimizer.step()``.
-   Nothing inside synchronizes; CUDA events split the two stages.
-
-An out-of-memory anywhere propagates: the protocol logs a ``resource_failure`` row and goes on.
-"""
+"""One probe trial: a head workload and the arm's optimizer, primed, then one timed head step."""
 
 from __future__ import annotations
 
@@ -45,16 +33,8 @@ class HeadWorkload(Protocol):
 def build_workload(params: dict[str, Any], device: str, seed: int) -> HeadWorkload:
     """The head a case describes (``case.params``), seeded so both arms of a pair see the same data."""
     if params["head"] == "lm":
-        return LMHead.build(
-            params["variant"],
-            params["tokens"],
-            params["vocab"],
-            params["dim"],
-            params["cap"],
-            params.get("chunk") or params["tokens"],
-            device,
-            seed,
-        )
+        shape = [params[key] for key in ("variant", "tokens", "vocab", "dim", "cap")]
+        return LMHead.build(*shape, params.get("chunk") or params["tokens"], device, seed)
     if params["head"] == "detect":
         return DetectHeadWorkload.build(params["scale"], params["imgsz"], params["batch"], device, seed)
     raise ValueError(f"unknown head '{params['head']}'")
@@ -63,10 +43,7 @@ def build_workload(params: dict[str, Any], device: str, seed: int) -> HeadWorklo
 @contextlib.contextmanager
 def on_device(device: str) -> Iterator[None]:
     """Make ``device`` current for the trial (events and default allocations follow it)."""
-    if is_cuda(device):
-        with torch.cuda.device(torch.device(device)):
-            yield
-    else:
+    with torch.cuda.device(torch.device(device)) if is_cuda(device) else contextlib.nullcontext():
         yield
 
 
@@ -77,11 +54,7 @@ def _difference(high: int | None, low: int | None) -> int | None:
 def run_head_trial(
     params: dict[str, Any], spec: str, device: str, seed: int, reserve_bytes: int | None
 ) -> dict[str, Any]:
-    """One probe trial of arm ``spec`` on the head ``params`` describes; returns its figures.
-
-    On any exception the frames of the failed trial are cleared before it propagates, so none of its
-    tensors outlives the trial (the protocol then collects garbage and empties the allocator's cache).
-    """
+    """One probe trial of arm ``spec`` on the head ``params`` describes; returns its figures."""
     try:
         with on_device(device):
             return _measure(params, spec, device, seed, reserve_bytes)

@@ -1,11 +1,4 @@
-"""The distributed screen (``bench screen --gpus N``): the optimizer-only step under a process group.
-
-Each trial runs in N fresh ranks (``run_in_ranks``; ``nccl`` on CUDA, ``gloo`` on the CPU). Every rank builds
-the same parameters and gradients and a fresh optimizer, warms up, then after a barrier times its window in
-one synchronized bracket, as the one-device screen does. The figure is the slowest rank's ms/step; every
-rank's is in the row. A sharing arm's collective sits inside its window; its share comes from one untimed,
-synchronized diagnostic step after it. No launch floor: a step holding a collective is not captured.
-"""
+"""The distributed screen (``bench screen --gpus N``): the optimizer-only step under a process group."""
 
 from __future__ import annotations
 
@@ -30,13 +23,13 @@ if TYPE_CHECKING:  # the report's helpers below read pandas; a rank imports this
     import pandas as pd
 
 COLLECTIVES = ("all_gather_into_tensor", "all_reduce", "all_gather", "reduce_scatter_tensor", "broadcast")
+RANK_HEADERS = ("scale", "arm", "ms/step (slowest rank)", "per rank", "collective ms", "collective share")
 NO_FLOOR = "n/a: distributed screen (a step that holds a collective is not captured)"
 
 
 @contextlib.contextmanager
 def timed_collectives(device: str) -> Iterator[list[float]]:
-    """Within the block every collective (torch.distributed's, and the candidate's gather) is bracketed by
-    synchronizations and its seconds appended to the list yielded: a diagnostic, never inside a claim."""
+    """Time every collective in the block; its seconds are appended to the list yielded."""
     seconds: list[float] = []
 
     def timed(function: Any) -> Any:
@@ -147,29 +140,16 @@ def _max(values: list[Any]) -> Any:
 
 
 def rank_row(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The trial's row from every rank's figures: the slowest rank's ms/step as the value, rank 0's other
-    figures, each rank's ms/step and collective figures, and the max over ranks of the peaks, the diagnostic
-    step, the collective's time (which includes waiting there for the other ranks) and its share."""
+    """The trial's row from every rank's figures."""
     first = records[0]
     row = {k: v for k, v in first.items() if k not in ("rank", "matrices_here")}
-    row.update(
-        value=max(r["value"] for r in records),
-        ranks=len(records),
-        rank_ms=[r["value"] for r in records],
-        rank_host_ms=[r["host_ms"] for r in records],
-        rank_collective_ms=[r["collective_ms"] for r in records],
-        rank_collective_share=[r["collective_share"] for r in records],
-        diagnostic_step_ms=_max([r["diagnostic_step_ms"] for r in records]),
-        collective_ms=_max([r["collective_ms"] for r in records]),
-        collective_share=_max([r["collective_share"] for r in records]),
-        rank_matrices_here=[r["matrices_here"] for r in records],
-        extra_peak_bytes=_max([r["extra_peak_bytes"] for r in records]),
-        peak_allocated=_max([r["peak_allocated"] for r in records]),
-        peak_reserved=_max([r["peak_reserved"] for r in records]),
-        floor_ms=None,
-        floor_note=NO_FLOOR,
-        floor_replays=0,
-    )
+    column = {key: [r[key] for r in records] for key in first}
+    row.update(value=max(column["value"]), ranks=len(records), rank_ms=column["value"])
+    row.update({f"rank_{k}": column[k] for k in ("host_ms", "collective_ms", "collective_share")})
+    row.update({k: _max(column[k]) for k in ("diagnostic_step_ms", "collective_ms", "collective_share")})
+    row["rank_matrices_here"] = column["matrices_here"]
+    row.update({k: _max(column[k]) for k in ("extra_peak_bytes", "peak_allocated", "peak_reserved")})
+    row.update(floor_ms=None, floor_note=NO_FLOOR, floor_replays=0)
     return row
 
 
@@ -205,20 +185,11 @@ def ranks_lines(plan: Any, table: pd.DataFrame, trials: pd.DataFrame) -> list[st
             if isinstance(here, list) and None not in here and total is not None and not pd.isna(total)
             else "every rank: all"
         )
-        share = r["collective_share_median"]
-        rows.append(
-            [
-                r["scale"],
-                r["arm"],
-                format_number(r["ms_median"]),
-                per_rank,
-                format_number(r["collective_ms_median"])
-                if math.isfinite(r["collective_ms_median"])
-                else "n/a",
-                format_percent(share) if math.isfinite(share) else "n/a",
-                shared,
-            ]
+        ms, share = r["collective_ms_median"], r["collective_share_median"]
+        ms, share = (
+            f(v) if math.isfinite(v) else "n/a" for f, v in ((format_number, ms), (format_percent, share))
         )
+        rows.append([r["scale"], r["arm"], format_number(r["ms_median"]), per_rank, ms, share, shared])
     ranks = plan.protocol.gpus
     return [
         f"#### Under a process group of {ranks} ranks ({plan.protocol.backend}: {', '.join(plan.protocol.rank_devices)})",
@@ -230,18 +201,6 @@ def ranks_lines(plan: Any, table: pd.DataFrame, trials: pd.DataFrame) -> list[st
         "the Newton-Schulz matrices each rank orthogonalizes, of all of them (`optimizer.sharing`); an arm "
         "without sharing does all of them on every rank.",
         "",
-        markdown_table(
-            [
-                "scale",
-                "arm",
-                "ms/step (slowest rank)",
-                "per rank",
-                "collective ms",
-                "collective share",
-                "NS matrices per rank",
-            ],
-            rows,
-            "llrrrrl",
-        ),
+        markdown_table([*RANK_HEADERS, "NS matrices per rank"], rows, "llrrrrl"),
         "",
     ]

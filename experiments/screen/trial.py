@@ -1,15 +1,4 @@
-"""One screen trial: a fresh optimizer on fresh parameters and gradients, seeded by the round, then
-
-1. ``W`` untimed warm-up steps (they create the optimizer state and, for the candidate, its batch plan);
-2. the window: one synchronized bracket around ``S`` steps (ms/step = total / ``S``). Nothing inside
-   synchronizes: host dispatch is the host time inside ``step()``, and the step's extra peak is the
-   allocator's peak over the window minus what was allocated when it opened (the state already exists);
-   a step that replays its own CUDA graph says how many window steps replayed (``graph_stats``); then one
-   untimed step counts the aten operations it dispatches (``ops_per_step``);
-3. the launch floor, outside the bracket: the same step captured once in a CUDA graph and replayed ``K``
-   times, ms/replay: GPU time without host launch cost (null with ``floor_note`` where capture is impossible).
-   A step that replays its own graph is captured through its ``eager_step``, so the floor holds its kernels.
-"""
+"""One screen trial: warm-up steps, a synchronized window, then the launch floor (docs/tiers.md)."""
 
 from __future__ import annotations
 
@@ -53,11 +42,7 @@ class TrialSettings:
 
 
 class WorkloadCache:
-    """Parameters and gradients of one (scale, seed, dtype), drawn once on the CPU and copied per trial.
-
-    The arms of a round share the seed, so all but the first arm of a round copy instead of drawing again.
-    Only the latest workload is kept (one scale's values at a time).
-    """
+    """Parameters and gradients of one (scale, seed, dtype), drawn once on the CPU and copied per trial."""
 
     def __init__(self) -> None:
         self.key: tuple[str, int, torch.dtype] | None = None
@@ -103,11 +88,7 @@ def trial_function(plan: Plan) -> TrialFunction:
 def make_arm_optimizer(
     arm: Arm, groups: list[dict[str, Any]], kwargs: dict[str, float]
 ) -> torch.optim.Optimizer:
-    """The arm's optimizer over ``groups``, its guard (if the arm has one) set on this instance only.
-
-    Setting the guard on the instance, before its first step, means no class attribute ever changes: the
-    next trial, of any arm, starts from the class default whatever happened in this one.
-    """
+    """The arm's optimizer over ``groups``, its guard (if the arm has one) set on this instance only."""
     optimizer = make_optimizer(arm.spec, groups, kwargs)
     guard = arm.params.get("guard", NO_GUARD)
     if guard not in (NO_GUARD, DEFAULT_GUARD):
@@ -128,21 +109,17 @@ def measure_step(
         optimizer.step()
     figures = time_window(optimizer, device, settings.steps)
     figures["ops_per_step"] = count_dispatched_ops(optimizer.step).total  # one more step, untimed
-    if allocated_at_start is not None and figures["allocated_at_window"] is not None:
-        figures["state_bytes"] = figures["allocated_at_window"] - allocated_at_start
-    else:
-        figures["state_bytes"] = None
+    at_window = figures["allocated_at_window"]
+    figures["state_bytes"] = (
+        None if None in (at_window, allocated_at_start) else at_window - allocated_at_start
+    )
     figures.update(launch_floor(optimizer, device, settings.floor_replays))
     figures.update(guard_in_effect=guard_in_effect, steps=settings.steps, warmup_steps=settings.warmup_steps)
     return figures
 
 
 def time_window(optimizer: torch.optim.Optimizer, device: str, steps: int) -> dict[str, Any]:
-    """``steps`` steps in one synchronized bracket: ms/step, host dispatch ms/step and the step's extra peak.
-
-    Nothing inside the bracket synchronizes: the host clock is read around each ``step()`` call only, and
-    the allocator's peak is reset before the bracket opens and read after it closes.
-    """
+    """``steps`` steps in one synchronized bracket."""
     allocated = current_allocated(device)
     graphs_before = dict(getattr(optimizer, "graph_stats", {}))
     reset_peaks(device)
@@ -202,32 +179,28 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first_line}"[:200]
 
 
+def _no_floor(why: str) -> dict[str, Any]:
+    return {"floor_ms": None, "floor_note": f"n/a: {why}", "floor_replays": 0}
+
+
 def launch_floor(optimizer: torch.optim.Optimizer, device: str, replays: int) -> dict[str, Any]:
     """ms per replay of the captured step (``floor_ms``), or None with ``floor_note`` saying why."""
     if not is_cuda(device):
-        return {
-            "floor_ms": None,
-            "floor_note": "n/a: CPU (CUDA graphs need a CUDA device)",
-            "floor_replays": 0,
-        }
+        return _no_floor("CPU (CUDA graphs need a CUDA device)")
     dev = torch.device(device)
     with torch.cuda.device(dev):
         try:
             graph = capture_step(optimizer, dev)
         except Exception as exc:  # noqa: BLE001 - a step that cannot be captured is a recorded fact
             torch.cuda.synchronize(dev)
-            return {
-                "floor_ms": None,
-                "floor_note": f"n/a: capture failed: {_reason(exc)}",
-                "floor_replays": 0,
-            }
+            return _no_floor(f"capture failed: {_reason(exc)}")
         try:
             graph.replay()  # the first replay uploads the graph; not timed
             with SyncTimer(dev) as bracket:
                 for _ in range(replays):
                     graph.replay()
         except Exception as exc:  # noqa: BLE001
-            return {"floor_ms": None, "floor_note": f"n/a: replay failed: {_reason(exc)}", "floor_replays": 0}
+            return _no_floor(f"replay failed: {_reason(exc)}")
         finally:
             del graph
     return {"floor_ms": bracket.seconds * 1e3 / replays, "floor_note": "", "floor_replays": replays}
