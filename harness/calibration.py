@@ -6,7 +6,6 @@ The rule, stated once: ``docs/methods.md`` (``harness/calibration.py``).
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -14,10 +13,9 @@ from typing import Any
 import numpy as np
 
 from harness.errors import InputError
+from harness.injected import ROLE
 from harness.protocol import Arm
-
-ROLE = "calibration"  # the calibration arm's role
-FIGURE = "injected_s"  # its rows' figure: the sleep each trial measured, the known size
+from harness.tables import RunFolder
 
 LABEL = "calibration"
 PARAM = "delay"  # the arm's parameter: the size as given, normalised ("5%" or "2.5s")
@@ -75,23 +73,12 @@ def delay_seconds(arm: Arm, run_dir: Path, case: str) -> float | None:
         return None
     if size.endswith("s"):
         return float(size[:-1])
-    from harness.tables import RunFolder  # here, not at the top: a fit's worker imports ``inject`` light
-
     rows = RunFolder.open(run_dir).rows()
     baseline = (case, "baseline", "ok")
     figures = [float(r["value"]) for r in rows if (r.get("case"), r.get("role"), r.get("status")) == baseline]
     if not figures:
         raise RuntimeError(f"--calibrate {size}: no finished baseline trial yet to size the delay from")
     return float(np.median(figures)) * float(size[:-1]) / 100.0
-
-
-def inject(seconds: float | None) -> dict[str, float]:
-    """Sleep ``seconds`` (None: nothing) and return the row's figure: the sleep as the clock measured it."""
-    if seconds is None:
-        return {}
-    started = time.perf_counter()
-    time.sleep(seconds)
-    return {FIGURE: round(time.perf_counter() - started, 6)}
 
 
 def check_plan(plan: Any) -> None:

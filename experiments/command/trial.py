@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from experiments.command.plan import CommandSettings, expand, figure_pattern
-from harness.calibration import delay_seconds, inject, runs_as
+from harness.calibration import delay_seconds, runs_as
+from harness.injected import inject
 from harness.placement import worker_environment
 from harness.process_usage import USAGE_KEY, ProcessUsage, reap
 from harness.protocol import Plan, TrialContext, TrialFunction

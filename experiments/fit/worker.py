@@ -7,7 +7,7 @@ from typing import Any
 
 from experiments.fit.fitting import arm_optimizer_factory, fit_figures, prepare_device
 from experiments.fit.plan import FitSettings
-from harness.calibration import inject
+from harness.injected import inject
 from harness.isolation import die_with_parent
 from harness.safe_fs import remove_tree
 from harness.timing import NullClock, StageClock, SyncTimer, read_peaks, reset_peaks
