@@ -16,6 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script: the checkout's harness, not an installed one
+
+from harness.intervals import keeps_level  # noqa: E402
+
 REPORTS = ROOT / "reports"
 INDEX = REPORTS / "index.md"
 README = ROOT / "README.md"
@@ -65,12 +69,22 @@ def percent(text: str) -> str:
     return "—" if math.isnan(value) else f"{100 * value:.2f}%"
 
 
+def sufficient(row: dict[str, str]) -> bool:
+    """Whether the interval keeps its stated level: the wide table's flag, or the narrow table's levels."""
+    if "ci_sufficient" in row:
+        return row["ci_sufficient"] != "False"
+    try:
+        return keeps_level(float(row["ci_attained"]), float(row["ci_level"]))
+    except (KeyError, TypeError, ValueError):
+        return True
+
+
 def estimate(row: dict[str, str]) -> str:
     """The estimate and its interval, e.g. '10.61% (6.99% to 14.08%)'."""
     point, low, high = percent(row.get("estimate")), percent(row.get("ci_low")), percent(row.get("ci_high"))
     if "—" in (low, high):
         return point
-    short = "; too few pairs for 95%" if row.get("ci_sufficient") == "False" else ""
+    short = "; too few pairs for 95%" if not sufficient(row) else ""
     return f"{point} ({low} to {high}{short})"
 
 
