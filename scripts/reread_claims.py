@@ -53,13 +53,18 @@ def _figures(row: pd.Series) -> tuple[float, float, float, str]:
     return float(row["estimate"]), float(row["ci_low"]), float(row["ci_high"]), str(row["verdict"])
 
 
-def old_claims(path: Path, commit: str | None) -> pd.DataFrame:
-    """A ``claims.csv`` as the working tree holds it, or as ``commit`` does."""
+def old_claims(path: Path, commit: str | None) -> pd.DataFrame | None:
+    """A ``claims.csv`` as the working tree holds it, or as ``commit`` does (None: not there)."""
     if commit is None:
         return pd.read_csv(path)
-    where = f"{commit}:{path.resolve().relative_to(ROOT)}"
-    text = subprocess.run(["git", "-C", str(ROOT), "show", where], capture_output=True, text=True, check=True)
-    return pd.read_csv(io.StringIO(text.stdout))
+    here = path.resolve().relative_to(ROOT).as_posix()
+    for then in dict.fromkeys([here, here.replace("reports/archive/", "reports/", 1)]):  # archived since
+        shown = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{commit}:{then}"], capture_output=True, text=True
+        )
+        if shown.returncode == 0:
+            return pd.read_csv(io.StringIO(shown.stdout))
+    return None  # a folder committed after ``commit``: it has no old figures
 
 
 def reread(root: Path, commit: str | None = None) -> list[Reread]:
@@ -70,6 +75,8 @@ def reread(root: Path, commit: str | None = None) -> list[Reread]:
         if not (folder / "claims.csv").is_file():
             continue
         old = old_claims(folder / "claims.csv", commit)
+        if old is None:
+            continue
         new = Run.load(RunFolder.open(folder), tiers=TIERS).summaries.claims
         for _, row in old.iterrows():
             match = new[(new["case"] == row["case"]) & (new["arm"] == row["arm"])]
