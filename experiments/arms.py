@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from harness.code_origin import class_fingerprint, run_folder_code
-from harness.options import DEFAULT_ARMS, InputError, parse_arms
+from harness.errors import InputError
+from harness.options import DEFAULT_ARMS, parse_arms
 from harness.protocol import Case
 from optimizers import BatchedMuSGD, MuSGD
 from optimizers import batched as _batched

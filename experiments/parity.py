@@ -30,7 +30,8 @@ from experiments.parity_steps import (
     ulp_sensitivity,
 )
 from experiments.resume_check import arms_resume_problem
-from harness.options import MAX_PAIRS, InputError, parse_arms
+from harness.errors import InputError
+from harness.options import MAX_PAIRS, parse_arms
 from harness.protocol import Arm, Case, Plan, ProtocolOptions, ScheduledTrial, TrialContext, TrialFunction
 from harness.schema import check_fields
 from harness.tier import BaseTier, Caveat, Run

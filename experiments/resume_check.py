@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.code_origin import class_fingerprint
-from harness.options import InputError
+from harness.errors import InputError
 from harness.protocol import Plan
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from harness.options import InputError
+from harness.errors import InputError
 from harness.protocol import ProtocolOptions
 
 

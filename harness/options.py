@@ -32,7 +32,7 @@ from harness.schema import check_choice, check_non_negative, check_positive
 from harness.timing import parse_bytes
 
 __all__ = [
-    "DEFAULT_ARMS", "MAX_COOLDOWN", "MAX_PAIRS", "MAX_SEED", "InputError", "check_bar", "check_choice",
+    "DEFAULT_ARMS", "MAX_COOLDOWN", "MAX_PAIRS", "MAX_SEED", "check_bar", "check_choice",
     "check_non_negative", "check_positive",
 ]  # fmt: skip
 

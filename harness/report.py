@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness.errors import InputError
 from harness.markdown import code, when
-from harness.options import InputError
 from harness.present.machine import caveats_section, failures_section, plots_section, telemetry_section
 from harness.present.model import Section, markdown
 from harness.present.protocol_text import protocol_section

@@ -27,9 +27,10 @@ from harness import env
 from harness.codepaths import arm_files, what_ran
 from harness.console import ScheduleProgress, console, errors, print_flags, print_summary
 from harness.delay_check import ROLE as CALIBRATION_ROLE
+from harness.errors import InputError
 from harness.estimate import OverBudget, probe_first, refuse_by_estimate
 from harness.inference import CONFIDENCE
-from harness.options import InputError, check_devices_here, resolve_placement
+from harness.options import check_devices_here, resolve_placement
 from harness.placement import Placement, parent_pinned, pin_parent, unpin_parent
 from harness.protocol import (
     Plan,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.codepaths import verdict_shown
-from harness.options import InputError
+from harness.errors import InputError
 from harness.protocol import Plan, ProtocolOptions, TrialFunction
 from harness.tables import PLAN, CorruptRunFolder, RunFolder, Summaries, summarize_trials
 from harness.validation import check_log, load_env, load_plan

@@ -20,7 +20,8 @@ import torch
 
 from experiments.fit.plan import FitSettings
 from harness.cli import main
-from harness.options import InputError, protocol_options, split_device_list
+from harness.errors import InputError
+from harness.options import protocol_options, split_device_list
 from tests.argv import overridden
 from tests.runfolders import only_run
 from tests.workerfns import PIDS_ENV

@@ -18,7 +18,7 @@ import torch
 from experiments.fit.plan import FitSettings, check_steps
 from experiments.fit.stages import STAGES, host_iteration_median, stage_column, within_epoch_gaps
 from harness.cli import main
-from harness.options import InputError
+from harness.errors import InputError
 from harness.tier import Run
 from tests.runfolders import only_run
 

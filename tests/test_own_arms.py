@@ -23,7 +23,8 @@ from experiments.arms import (
     tiny_param_groups,
 )
 from harness.cli import main
-from harness.options import InputError, parse_arms
+from harness.errors import InputError
+from harness.options import parse_arms
 from harness.protocol import Case
 from optimizers import MuSGD
 from tests.runfolders import only_run

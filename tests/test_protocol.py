@@ -235,7 +235,7 @@ def test_torn_last_line_is_ignored_and_resume_appends_after_it(tmp_path: Path) -
 
 
 def test_a_budget_the_device_refuses_leaves_no_run_folder(tmp_path: Path) -> None:
-    from harness.options import InputError
+    from harness.errors import InputError
 
     plan = plan_of("sleepy", warmup=0, pairs=1, budget=2**30)  # a budget on the CPU
     with pytest.raises(InputError, match="needs a CUDA device"):

@@ -20,8 +20,8 @@ import torch
 from experiments.tiers import TIERS as PROJECT_TIERS
 from harness import cli, markdown, report
 from harness.console import print_summary
+from harness.errors import InputError
 from harness.formatting import format_number, method_label
-from harness.options import InputError
 from harness.protocol import Arm, Case, Plan, ProtocolOptions, TrialContext, TrialFunction
 from harness.run import Runner, RunOptions
 from harness.tables import LOG, CorruptRunFolder, RunFolder

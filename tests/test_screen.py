@@ -21,7 +21,8 @@ from experiments.screen import summary as screen_summary
 from experiments.screen import trial as screen_trial
 from experiments.tiers import TIERS
 from harness.cli import main
-from harness.options import InputError, protocol_options
+from harness.errors import InputError
+from harness.options import protocol_options
 from harness.protocol import Arm, Plan, TrialContext
 from harness.run import Runner, RunOptions
 from harness.tables import RunFolder

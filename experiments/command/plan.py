@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from harness.calibration import runs_as
-from harness.options import InputError
+from harness.errors import InputError
 from harness.protocol import Arm, Case, Plan, ProtocolOptions
 from harness.schema import check_fields, option, require
 from harness.validation import settings_problem, shape_problem

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from harness.options import InputError
+from harness.errors import InputError
 from harness.tables import RunFolder
 from harness.validation import load_plan
 

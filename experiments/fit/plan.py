@@ -10,8 +10,8 @@ from typing import Any
 from experiments.arms import arm_code, checked_optimizer
 from experiments.fit.embedded import optimizer_kwargs
 from experiments.fit.ranks_check import check_ranks, isolation_text
+from harness.errors import InputError
 from harness.formatting import format_bytes
-from harness.options import InputError
 from harness.protocol import Case, Plan, ProtocolOptions
 from harness.schema import check_fields, option
 

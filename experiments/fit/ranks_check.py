@@ -6,7 +6,7 @@ import importlib.util
 import shlex
 from typing import Any
 
-from harness.options import InputError
+from harness.errors import InputError
 from harness.protocol import ProtocolOptions
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from experiments.fit.plan import AMP_CHOICES, WORKLOADS, FitSettings, check_ranks, check_steps
 from experiments.fit.stages import STAGES, stage_column
+from harness.errors import InputError
 from harness.folder_format import (
     BYTES,
     POSITIVE_SECONDS,
@@ -15,7 +16,6 @@ from harness.folder_format import (
     UINT64_MAX,
     RowField,
 )
-from harness.options import InputError
 from harness.protocol import Plan
 from harness.schema import check_choice, check_fields
 from harness.validation import row_fields_problem, settings_problem, shape_problem

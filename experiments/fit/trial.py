@@ -12,8 +12,8 @@ from typing import Any
 
 from experiments.fit.plan import PREPARE_TARGET, PREPARE_TIMEOUT_S, RANK_TARGET, WORKER_TARGET, FitSettings
 from harness.calibration import delay_seconds
+from harness.errors import InputError
 from harness.isolation import RANK_ENVIRONMENT, WorkerDied, WorkerError, run_in_ranks, run_in_worker
-from harness.options import InputError
 from harness.protocol import Plan, TrialContext, TrialFunction
 from harness.safe_fs import fresh_dir, remove_entry
 

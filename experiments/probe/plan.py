@@ -10,8 +10,9 @@ from experiments.probe.detect import FIRST_STRIDE
 from experiments.probe.lm import OPTIMIZER_KWARGS as LM_OPTIMIZER_KWARGS
 from experiments.probe.lm import VARIANTS as LM_VARIANTS
 from experiments.workloads import SCALES
+from harness.errors import InputError
 from harness.formatting import format_bytes
-from harness.options import InputError, split_list
+from harness.options import split_list
 from harness.protocol import Case, Plan, ProtocolOptions
 from harness.schema import check_choice, check_fields, finite, option, require
 from harness.timing import parse_bytes

@@ -8,7 +8,8 @@ import torch
 
 from experiments import workloads
 from experiments.arms import arm_code, checked_optimizer
-from harness.options import InputError, split_list
+from harness.errors import InputError
+from harness.options import split_list
 from harness.protocol import Arm, Case, Plan, ProtocolOptions
 from harness.schema import MAX_COUNT, check_at_most, check_choice, check_fields, option
 from harness.validation import settings_problem
