@@ -1,9 +1,6 @@
 """Newton-Schulz chains of several stacks at once: each lane of stacks on its own forked CUDA stream.
 
-A chain is ~40 small dependent kernels; run one after another, the floor is their sum, in lanes their longest.
-Inside a graph capture the fork and join are edges, so a replay runs the lanes concurrently too.
-The bits do not change: each stack runs the lockstep form's kernels; only the order across stacks does.
-Streams are kept per device for the process: cuBLAS keeps a workspace per stream it ran on.
+Each stack runs the lockstep form's kernels, so the bits do not change; a captured graph keeps the lanes.
 """
 
 from __future__ import annotations
@@ -35,10 +32,7 @@ def stack_flops(stack: Stack) -> int:
 
 
 def deal(costs: Sequence[float], lanes: int) -> list[list[int]]:
-    """Indices dealt into at most `lanes` nonempty lanes, longest first to the least loaded (ties: lowest).
-
-    Each lane keeps the given order; lanes are sorted by first index.
-    """
+    """Indices dealt longest first to the least loaded of `lanes` lanes; each lane and the lanes in order."""
     if lanes < 1:
         raise ValueError(f"lanes must be at least 1, got {lanes!r}")
     loads = [(0.0, lane) for lane in range(min(lanes, len(costs)))]
@@ -51,7 +45,7 @@ def deal(costs: Sequence[float], lanes: int) -> list[list[int]]:
 
 
 def lane_streams(device: torch.device, count: int) -> list[torch.cuda.Stream]:
-    """`count` side streams of `device`, the same ones every call, kept for the process."""
+    """`count` side streams of `device`, the same ones every call (cuBLAS keeps a workspace per stream)."""
     streams = _LANE_STREAMS.setdefault(device, [])
     while len(streams) < count:
         streams.append(torch.cuda.Stream(device))
@@ -59,10 +53,7 @@ def lane_streams(device: torch.device, count: int) -> list[torch.cuda.Stream]:
 
 
 def newton_schulz_lanes(stacks: Sequence[Stack], lanes: int) -> None:
-    """`newton_schulz_stacks` of every stack on one device, bit for bit, up to `lanes` at once on CUDA.
-
-    One lane, one stack or a non-CUDA device runs the lockstep form. The caller's stream joins every lane.
-    """
+    """`newton_schulz_stacks` of every stack on one device, up to `lanes` at once on CUDA."""
     if not stacks:
         return
     device = stacks[0].tensor.device

@@ -1,10 +1,6 @@
 """Sharing Newton-Schulz across the ranks of a process group: who orthogonalizes what, one gather per step.
 
-Under data parallelism every rank holds the same parameters, gradients and state; only Newton-Schulz is split.
-Each batch is cut into equal chunks per rank (zeros pad the last); lone matrices go to the least loaded.
 Every rank writes its share into its block of one buffer; one all-gather fills the rest.
-The partition is compared across ranks once, when made; where any differs, every rank does all the work.
-No collective is captured in a CUDA graph.
 """
 
 from __future__ import annotations
@@ -25,25 +21,21 @@ def world_and_rank() -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Partition:
-    """Offsets, in elements, of every rank's share in one flat buffer of `world * per_rank` elements.
-
-    Batch i puts `chunks[i]` matrices at `offsets[i]` of every rank's block.
-    Lone matrix j goes to rank `owners[j]`, at `whole_offsets[j]` of its block.
-    """
+    """Offsets, in elements, of every rank's share in one flat buffer of `world * per_rank` elements."""
 
     world: int
     rank: int
     per_rank: int
-    chunks: tuple[int, ...]
+    chunks: tuple[int, ...]  # batch i puts chunks[i] matrices at offsets[i] of every rank's block
     offsets: tuple[int, ...]
-    owners: tuple[int, ...]
+    owners: tuple[int, ...]  # lone matrix j goes to rank owners[j], at whole_offsets[j] of its block
     whole_offsets: tuple[int, ...]
 
     @classmethod
     def of(
         cls, counts: list[int], sizes: list[int], whole_sizes: list[int], world: int, rank: int
     ) -> Partition:
-        """Equal chunks of every batch on every rank; lone matrices largest first to the least-loaded rank."""
+        """Equal chunks of each batch per rank; lone matrices, largest first, to the least-loaded rank."""
         chunks = tuple(-(-count // world) for count in counts)
         offsets, position = [], 0
         for chunk, size in zip(chunks, sizes, strict=True):
@@ -63,7 +55,7 @@ class Partition:
 
 
 def agreed(partition: Partition, description: tuple[Any, ...]) -> bool:
-    """Whether every rank made the same partition of the same matrices (one object all-gather per plan)."""
+    """Whether every rank made the same partition of the same matrices (else each rank does all the work)."""
     mine = (partition.fingerprint(), description)
     everyone: list[Any] = [None] * partition.world
     dist.all_gather_object(everyone, mine)
@@ -74,10 +66,7 @@ _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather
 
 
 def gather_shares(buffer: torch.Tensor, partition: Partition) -> None:
-    """Fill every rank's block of `buffer` from that rank, in place: one collective for all the matrices.
-
-    gloo gathers host tensors only, so there a device buffer goes through a host copy.
-    """
+    """Fill every rank's block of `buffer` from that rank, in place; under gloo through a host copy."""
     start = partition.rank * partition.per_rank
     if buffer.device.type != "cpu" and dist.get_backend() == "gloo":
         staged = buffer.cpu()

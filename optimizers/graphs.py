@@ -1,10 +1,6 @@
 """Replaying a step's Newton-Schulz core from a CUDA graph where that is safe, and saying why where not.
 
-The core reads only memory that lasts as long as the plan: no gradient, parameter or hyperparameter.
-So a replay is the eager core's kernels with the eager core's arguments, bit for bit, whatever the schedule.
-Momentum, the Muon apply and SGD stay eager; gradients may move between steps.
-A new plan runs one eager core on the capture stream (lazy set-up such as cuBLAS's workspace), then captures.
-Where replay is refused the core runs eagerly and `CoreGraph.stats` counts the reason.
+The core reads only the plan's memory, so a replay equals the eager core bit for bit, whatever the schedule.
 The policy (`CoreGraph`) is apart from the CUDA mechanics (`CudaBackend`), so tests run it without a device.
 """
 
@@ -20,22 +16,15 @@ import torch
 WARMUP_STEPS = 1  # eager cores run on the capture stream before a plan's capture
 
 Compute = Callable[[], list[torch.Tensor]]
+Recorded = tuple[Callable[[], None], list[torch.Tensor], int]  # replay, the outputs it refills, bytes kept
 
 
 class Backend(Protocol):
     """What the policy needs from a device: select it, run on the capture stream, record a graph."""
 
     def on_device(self, device: torch.device) -> contextlib.AbstractContextManager[None]: ...
-
-    def warm(self, device: torch.device, compute: Compute) -> tuple[list[torch.Tensor], int]:
-        """Run `compute` where the capture will run: (its outputs, bytes it left allocated there)."""
-        ...
-
-    def record(
-        self, device: torch.device, compute: Compute
-    ) -> tuple[Callable[[], None], list[torch.Tensor], int]:
-        """Capture `compute` without running it: (replay, the outputs it refills, bytes the graph keeps)."""
-        ...
+    def warm(self, device: torch.device, compute: Compute) -> tuple[list[torch.Tensor], int]: ...
+    def record(self, device: torch.device, compute: Compute) -> Recorded: ...
 
 
 # One side stream per device for the process: cuBLAS keeps a workspace per stream it ran on until exit.
@@ -54,9 +43,8 @@ class CudaBackend:
         return torch.cuda.device(device)
 
     def warm(self, device: torch.device, compute: Compute) -> tuple[list[torch.Tensor], int]:
-        """Run `compute` on the capture stream, ordered after and before the caller's stream's work.
+        """Run `compute` on the capture stream, after the caller's work; its outputs and the bytes kept.
 
-        Every later use of the capture stream waits for the caller's, so its memory is never reused early.
         What stays allocated is what the stream set up for good: cuBLAS's workspace, the first time.
         """
         current, side = torch.cuda.current_stream(device), self._side(device)
@@ -67,9 +55,8 @@ class CudaBackend:
         current.wait_stream(side)
         return outputs, max(0, torch.cuda.memory_allocated(device) - before)
 
-    def record(
-        self, device: torch.device, compute: Compute
-    ) -> tuple[Callable[[], None], list[torch.Tensor], int]:
+    def record(self, device: torch.device, compute: Compute) -> Recorded:
+        """Capture `compute` without running it."""
         current, side = torch.cuda.current_stream(device), self._side(device)
         graph = torch.cuda.CUDAGraph()
         torch.cuda.synchronize(device)
@@ -101,28 +88,25 @@ class CoreGraph:
 
     def __init__(self, backend: Backend | None = None) -> None:
         self.stats: Counter[str] = Counter()
-        self.pool_bytes = 0  # device memory the captured graph keeps reserved (its private memory pool)
-        # What a warm-up left allocated for good (the stream's cuBLAS workspace): the most seen, across plans.
-        self.warm_bytes = 0
+        self.warm_bytes = 0  # the most a warm-up left allocated for good (its stream's cuBLAS workspace)
         self._backend: Backend = backend if backend is not None else CudaBackend()
-        self._key: object | None = None
-        self._replay: Callable[[], None] | None = None
-        self._outputs: list[torch.Tensor] = []
-        self._warm_steps = 0
-        self._failure: str | None = None
+        self.reset()
 
     def reset(self) -> None:
         """Drop the graph (its memory pool goes with it); the next plan starts with a warm-up."""
-        self._key, self._replay, self._outputs = None, None, []
-        self._warm_steps, self._failure, self.pool_bytes = 0, None, 0
+        self._key: object | None = None
+        self._replay: Callable[[], None] | None = None
+        self._outputs: list[torch.Tensor] = []
+        self._failure: str | None = None
+        self._warm_steps = 0
+        self.pool_bytes = 0  # device memory the captured graph keeps reserved (its private pool)
 
     def run(
         self, key: object, device: torch.device | None, compute: Compute, refusal: str | None
     ) -> list[torch.Tensor]:
         """The core's outputs for this step: replayed, captured then replayed, or computed eagerly.
 
-        `key`: what the graph reads and writes (a new key drops the graph). `device`: the core's CUDA device.
-        `refusal`: the caller's reason not to replay, or None.
+        `key`: what the graph reads and writes (a new key drops the graph); `refusal`: why not to replay.
         """
         if refusal is not None:
             self.stats[f"eager: {refusal}"] += 1

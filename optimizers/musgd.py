@@ -1,8 +1,6 @@
-"""MuSGD, the per-parameter baseline: Muon and SGD momentum combined, as the Ultralytics trainer uses it.
+"""MuSGD, the per-parameter baseline: Ultralytics 8.4.101's step, bit for bit.
 
-Groups with `use_muon` get an orthogonalized Muon update, then an SGD momentum update (gains `muon`, `sgd`).
-Other groups get plain SGD momentum. This is Ultralytics 8.4.101's step, bit for bit.
-One difference: channels_last gradients are accepted (read row-major: the result equals the contiguous one).
+It also accepts channels_last gradients, read row-major as the contiguous ones.
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ def muon_update(
 ) -> torch.Tensor:
     """Advance the Muon momentum in place; return the orthogonalized, scaled bf16 update as a matrix.
 
-    A 4-D (conv) update is seen as (out, in*kh*kw); the gain uses the gradient's raw last two dims.
+    A 4-D update is seen as (out, in*kh*kw); the gain reads the gradient's last two dims.
     """
     if grad.ndim not in (2, 4):
         raise ValueError(f"Muon updates 2-D or 4-D parameters, got a gradient of shape {tuple(grad.shape)}")
@@ -49,7 +47,7 @@ def sgd_momentum_step(
     weight_decay: float,
     nesterov: bool,
 ) -> None:
-    """One SGD momentum step; weight decay is added to the gradient out of place, reading `p` as it is now."""
+    """One SGD momentum step; weight decay joins the gradient out of place."""
     if weight_decay != 0:
         grad = grad.add(p, alpha=weight_decay)
     buffer.mul_(momentum).add_(grad)
@@ -60,7 +58,7 @@ def sgd_momentum_step(
 def musgd_param_step(
     p: torch.Tensor, state: dict[str, Any], group: dict[str, Any], muon: float, sgd: float
 ) -> None:
-    """The whole MuSGD step of one parameter that has a gradient; creates its state on first use."""
+    """The whole MuSGD step of one parameter with a gradient; creates its state on first use."""
     grad = p.grad
     lr, momentum = group["lr"], group["momentum"]
     if group["use_muon"]:
@@ -77,10 +75,17 @@ def musgd_param_step(
     sgd_momentum_step(p, grad, sgd_buffer, sgd_lr, momentum, group["weight_decay"], group["nesterov"])
 
 
-class MuSGD(torch.optim.Optimizer):
-    """Muon + SGD, one parameter at a time: the reference every other implementation is checked against.
+def closure_loss(closure: Callable[[], Any] | None) -> Any:
+    """The closure's loss, computed with gradients on; None without a closure."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
 
-    Groups carry `lr`, `momentum`, `nesterov`, `weight_decay` and `use_muon`; extra keys are kept.
+
+class MuSGD(torch.optim.Optimizer):
+    """Muon + SGD, one parameter at a time: the reference for every other implementation.
+
     `muon` and `sgd` scale the learning rate of the two parts of a `use_muon` group.
     State: `momentum_buffer`, and `momentum_buffer_SGD` in `use_muon` groups.
     """
@@ -96,24 +101,16 @@ class MuSGD(torch.optim.Optimizer):
         muon: float = 0.2,
         sgd: float = 1.0,
     ) -> None:
-        defaults = {
-            "lr": lr,
-            "momentum": momentum,
-            "weight_decay": weight_decay,
-            "nesterov": nesterov,
-            "use_muon": use_muon,
-        }
+        defaults = dict(
+            lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov, use_muon=use_muon
+        )
         super().__init__(params, defaults)
-        self.muon = muon
-        self.sgd = sgd
+        self.muon, self.sgd = muon, sgd
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Update every parameter that has a gradient, group by group, in order."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None:

@@ -1,7 +1,6 @@
 """Quintic Newton-Schulz orthogonalization, the core of Muon, shared by both MuSGD implementations.
 
-Every step's order and dtype is fixed on purpose: the baseline must reproduce the per-parameter Ultralytics
-MuSGD bit for bit, and bf16 rounding depends on where each scalar multiply and each product happens.
+Every operation's order and dtype is fixed: bf16 rounding depends on them, and the baseline is bit-exact.
 """
 
 from __future__ import annotations
@@ -19,16 +18,12 @@ NS_EPS = 1e-7
 def newton_schulz(G: torch.Tensor, compute_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     """Approximately orthogonalize a matrix, or each matrix of a batch of shape (..., rows, cols).
 
-    X is a fresh contiguous `compute_dtype` copy of G, divided by its Frobenius norm + 1e-7 in that dtype.
-    A tall X is transposed, so the products run on the smaller Gram matrix.
-    Five times: A = X @ X^T, B = (b*A) + ((c*A) @ A), X = (a*X) + (B @ X).
     The result stays in `compute_dtype`; for a tall input it is a transposed view.
     """
     if G.ndim < 2:
         raise ValueError(f"Newton-Schulz needs a matrix or a batch of matrices, got shape {tuple(G.shape)}")
     a, b, c = NS_COEFFICIENTS
     X = G.to(dtype=compute_dtype, memory_format=torch.contiguous_format, copy=True)
-    # One norm for a matrix (as the reference), one per matrix of a batch (padding changes none).
     norm = X.norm() if X.ndim == 2 else X.norm(dim=(-2, -1), keepdim=True)
     X /= norm + NS_EPS
     tall = G.size(-2) > G.size(-1)
@@ -45,10 +40,9 @@ _REDUCED_PRECISION = (torch.bfloat16, torch.float16)
 
 
 def foreach_mul_(tensors: list[torch.Tensor], scalars: float | list[float]) -> None:
-    """`t.mul_(s)` for every tensor, rounded as the per-tensor multiply rounds (the scalar kept in float).
+    """`t.mul_(s)` for every tensor, rounded as the per-tensor multiply rounds.
 
-    On the CPU, in-place `_foreach_mul_` rounds the scalar to a bf16/fp16 tensor's dtype (torch 2.14.1).
-    There the product is taken out of place and copied back; CUDA's foreach kernels run in place.
+    On the CPU, in-place `_foreach_mul_` rounds the scalar to bf16/fp16 (torch 2.14.1), so it runs out of place.
     """
     if not tensors:
         return
@@ -60,13 +54,10 @@ def foreach_mul_(tensors: list[torch.Tensor], scalars: float | list[float]) -> N
 
 @dataclass(frozen=True)
 class Stack:
-    """A contiguous matrix or batch that Newton-Schulz orthogonalizes in place, and its products' views.
-
-    `x` is its wide orientation (X in the iteration), `x_t` the other; built once, they cost nothing per step.
-    """
+    """A contiguous matrix or batch that Newton-Schulz orthogonalizes in place, and its products' views."""
 
     tensor: torch.Tensor
-    x: torch.Tensor
+    x: torch.Tensor  # the wide orientation, X in the iteration
     x_t: torch.Tensor
     product: Callable[..., torch.Tensor]  # torch.mm for a matrix, torch.bmm for a batch: no `@` wrappers
 
@@ -84,13 +75,12 @@ class Stack:
 def newton_schulz_stacks(stacks: Sequence[Stack]) -> None:
     """`newton_schulz` of every stack, in place and in lockstep: bit for bit the same rounded operations.
 
-    Same norms, same products on the same orientations; each elementwise step is one foreach over all stacks.
-    In-place updates keep X's layout, as `newton_schulz`'s results follow their first operand's strides.
+    Each elementwise step is one foreach over all stacks; in-place updates keep X's layout, as matmuls do.
     """
     if not stacks:
         return
     a, b, c = NS_COEFFICIENTS
-    # Wide stacks first: their X is laid out as B X comes out, so X += B X is one CUDA kernel for all of them.
+    # Wide stacks first: their X is laid out as B X comes out, so X += B X is one kernel for all of them.
     stacks = sorted(stacks, key=lambda s: not s.x.is_contiguous())
     dense = sum(s.x.is_contiguous() for s in stacks)
     tensors = [s.tensor for s in stacks]

@@ -1,9 +1,6 @@
 """BatchedMuSGD: MuSGD with Newton-Schulz batched across parameters and foreach momentum, on CUDA.
 
-Its state is the baseline's, so a state_dict moves between the two; the rules are GUIDE §5 and §6.
-A plan per parameter set (`planning`) holds the stacks; a step runs momentum, the core, then SGD from it.
-The core replays from a CUDA graph (`optimizers.graphs`); ranks share it (`optimizers.distributed`).
-`batched_on_cpu` runs the batched path on CPU tensors too.
+Its state is the baseline's; docs/candidate.md gives the design and the rules that keep it exact.
 """
 
 from __future__ import annotations
@@ -18,11 +15,11 @@ import torch
 from ..concurrent import DEFAULT_LANES
 from ..distributed import gather_shares, world_and_rank
 from ..graphs import CoreGraph
-from ..musgd import MuSGD, muon_momentum, musgd_param_step, sgd_momentum_step
+from ..musgd import MuSGD, closure_loss, muon_momentum, musgd_param_step, sgd_momentum_step
 from ..newton_schulz import foreach_mul_
 from .memory import _addresses
 from .plan import _GroupPlan, _Layout, _Plan, _Scalars
-from .planning import _build_plan, _grads_overlap, batched_on_cpu, batches_on
+from .planning import _GRAD, _IS_NOT_NONE, _build_plan, _grads_overlap, batched_on_cpu, batches_on
 from .runs import _build_layout, _compute_scalars
 from .stacks import _fill_stacks, _finish, _newton_schulz_here, _orthogonalize_stacks
 
@@ -31,10 +28,8 @@ DEFAULT_PAD_GUARD = 256
 # at every YOLO26 scale, 8–13% faster than none (reports/h200-decisive/logs/2026-12-01-2325/prices.log).
 DEFAULT_PAD_CHAIN_FLOPS = 3e9
 MAX_LAYOUTS = 16  # scalar patterns whose merged lists a plan keeps (a schedule rarely makes more than two)
-_GRAD = operator.attrgetter("grad")
 _IS_NONE = functools.partial(operator.is_, None)
 _SCALARS = operator.itemgetter("lr", "momentum", "nesterov", "weight_decay", "use_muon")
-_IS_NOT_NONE = functools.partial(operator.is_not, None)
 _PLAIN_NUMBERS = (float, int, bool)
 _CPU = torch.device("cpu")
 
@@ -55,11 +50,10 @@ def _device_refusal(devices: set[torch.device]) -> str | None:
 class BatchedMuSGD(MuSGD):
     """MuSGD with batched Newton-Schulz and foreach momentum on CUDA; same constructor, same state.
 
-    Knobs for screens, set on the class, on an instance before its first step, or by `with_pad_guard`:
-    `pad_guard` is the largest smaller dimension zero-padded into a shared stack (None: any, 0: none).
-    `pad_chain_flops` prices one more chain in padded FLOPs (None: pad as far as memory allows).
-    `graph_replay` lets the core replay from a CUDA graph.
-    `ns_lanes` runs that many chains at once (1: lockstep).
+    Knobs for screens, set on the class or on an instance before its first step:
+    `pad_guard`: the largest smaller dimension zero-padded into a shared stack (None: any, 0: none).
+    `pad_chain_flops`: one more chain's price in padded FLOPs (None: pad as far as memory allows).
+    `graph_replay`: whether the core may replay from a CUDA graph. `ns_lanes`: chains run at once.
     """
 
     pad_guard: int | None = DEFAULT_PAD_GUARD
@@ -68,15 +62,11 @@ class BatchedMuSGD(MuSGD):
     ns_lanes: int = DEFAULT_LANES
 
     @classmethod
+    @functools.cache
     def with_pad_guard(cls, guard: int | None) -> type[BatchedMuSGD]:
-        """A subclass whose padding guard is `guard` (for screens that construct optimizers from a class)."""
-        key = (cls, guard)
-        if key not in _GUARDED_CLASSES:
-            name = f"{cls.__name__}_pad_{'any' if guard is None else guard}"
-            _GUARDED_CLASSES[key] = type(
-                name, (cls,), {"pad_guard": guard, "__module__": cls.__module__, "__qualname__": name}
-            )
-        return _GUARDED_CLASSES[key]
+        """A subclass whose padding guard is `guard`, the same one every call."""
+        name = f"{cls.__name__}_pad_{'any' if guard is None else guard}"
+        return type(name, (cls,), {"pad_guard": guard, "__module__": cls.__module__, "__qualname__": name})
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -113,7 +103,7 @@ class BatchedMuSGD(MuSGD):
 
     @property
     def sharing(self) -> dict[str, Any]:
-        """How the plan shares Newton-Schulz: `world`, `rank`, matrices here and in all, and a `note`."""
+        """How ranks share Newton-Schulz: `world`, `rank`, `matrices_here`, `matrices` and a `note`."""
         plan = self._plan
         if plan is None:
             return {"world": 1, "rank": 0, "matrices_here": 0, "matrices": 0, "note": ""}
@@ -134,10 +124,7 @@ class BatchedMuSGD(MuSGD):
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One MuSGD step: Muon momentum, Newton-Schulz and the Muon apply for every batch, then SGD."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         plan = self._current_plan()
         scalars = self._scalars(plan)
         layout = plan.layouts.get(scalars.pattern)
@@ -153,10 +140,7 @@ class BatchedMuSGD(MuSGD):
         return loss
 
     def _scalars(self, plan: _Plan) -> _Scalars:
-        """This step's scalars; reused while every one is the last step's object and a plain number.
-
-        A schedule assigns new objects; a tensor could change in place, so it is read every step.
-        """
+        """This step's scalars; reused while each is the last step's object and a plain number (not a tensor)."""
         muon, sgd = self.muon, self.sgd
         raw: list[Any] = [muon, sgd]
         for group_plan in plan.groups:
@@ -172,8 +156,7 @@ class BatchedMuSGD(MuSGD):
     def _muon(self, plan: _Plan, layout: _Layout, scalars: _Scalars) -> dict[int, torch.Tensor]:
         """Muon momentum, the core, the clean members' apply; return the ordered members' updates.
 
-        On one rank the graph holds the whole core: fill, Newton-Schulz, gains, widening.
-        Under a process group it holds this rank's Newton-Schulz share; no collective is captured.
+        The graph holds the whole core on one rank, and only this rank's Newton-Schulz under a process group.
         """
         if not plan.stacks:
             return {}
@@ -203,10 +186,7 @@ class BatchedMuSGD(MuSGD):
         return {id(member.param): updates[member.position] for member in plan.ordered}
 
     def _momentum(self, plan: _Plan, layout: _Layout, scalars: _Scalars) -> None:
-        """Muon momentum: foreach per run, Nesterov inputs computed in scratch; ordered members one by one.
-
-        The baseline's out-of-place lerp runs in place on a copy of the gradient.
-        """
+        """Muon momentum: foreach per run, Nesterov inputs lerped in scratch; ordered members one by one."""
         for run in layout.momentum:
             momentum = scalars.momentum[run.group]
             torch._foreach_lerp_(run.buffers, run.grads(self._step_grads), 1 - momentum)
@@ -236,10 +216,7 @@ class BatchedMuSGD(MuSGD):
     def _sgd(
         self, plan: _Plan, layout: _Layout, scalars: _Scalars, in_order_updates: dict[int, torch.Tensor]
     ) -> None:
-        """SGD momentum of the clean buckets as merged foreach lists, then the in-order parameters one by one.
-
-        Clean parameters share no memory with the others, so running them first changes no bit.
-        """
+        """SGD momentum of the clean buckets as merged foreach lists, then the in-order parameters one by one."""
         run_updates = []
         for run in layout.sgd:
             momentum, weight_decay = scalars.momentum[run.group], scalars.weight_decay[run.group]
@@ -290,11 +267,7 @@ class BatchedMuSGD(MuSGD):
             )
 
     def _signature(self) -> tuple[tuple[Any, ...], tuple[Any, ...], list[torch.Tensor | None]]:
-        """What the plan depends on, the gradients' addresses, and every gradient in the optimizer's order.
-
-        Per group: its identity and `use_muon`, its parameters' ids and addresses, which have a gradient.
-        Each is one C-level pass over the group.
-        """
+        """What the plan depends on, the gradients' addresses, and every gradient in the optimizer's order."""
         parts: list[Any] = [
             id(self.state),
             self.pad_guard,
@@ -330,6 +303,3 @@ class BatchedMuSGD(MuSGD):
             self.param_groups, self.state, signature, grad_addresses, self.pad_guard, self.pad_chain_flops
         )
         return self._plan
-
-
-_GUARDED_CLASSES: dict[tuple[type, int | None], type[BatchedMuSGD]] = {}

@@ -1,7 +1,6 @@
 """Batches of matrices, their bf16 stacks, and the core that orthogonalizes them in place.
 
-Zero columns appended to a wide matrix keep its norm and X Xᵀ, so every Newton-Schulz iterate keeps them zero.
-So matrices sharing their smaller dimension run as one zero-padded stack, each cropped back afterwards.
+Matrices sharing their smaller dimension may run as one zero-padded stack (docs/candidate.md says why).
 """
 
 from __future__ import annotations
@@ -55,30 +54,23 @@ class _Batch:
 
 @dataclass
 class _BatchStack:
-    """A batch's stack memory, allocated once, and the views a step reads and writes.
-
-    `slots`: each member's parameter-shaped view. `stack`: the part this process orthogonalizes, or None.
-    `full`: the whole contiguous tensor on one rank. `zeroed`: what a step zeroes first (padded stacks).
-    `scale_targets`/`scale_values`: what the gains multiply. `here[i]`: member i is orthogonalized here.
-    `outputs[i]`: where member i's update ends, its slot or its scratch view (widened from bf16 exactly).
-    `widen`: the (scratch, stack) copies that widen them, one per run of same-shape neighbours.
-    """
+    """A batch's stack memory, allocated once, and the views a step reads and writes."""
 
     batch: _Batch
-    stack: Stack | None
-    slots: list[torch.Tensor]
-    scale_targets: list[torch.Tensor]
+    stack: Stack | None  # the part this process orthogonalizes
+    slots: list[torch.Tensor]  # each member's parameter-shaped view
+    scale_targets: list[torch.Tensor]  # what the gains multiply, by these values
     scale_values: list[float]
-    full: torch.Tensor | None
-    zeroed: list[torch.Tensor]
-    here: list[bool]
-    outputs: list[torch.Tensor] = field(default_factory=list)
-    widen: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
+    full: torch.Tensor | None  # the whole contiguous tensor, on one rank
+    zeroed: list[torch.Tensor]  # what a step zeroes first (padded stacks)
+    here: list[bool]  # whether each member is orthogonalized here
+    outputs: list[torch.Tensor] = field(default_factory=list)  # each update: its slot, or widened in scratch
+    widen: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])  # (scratch, slot) runs copied to widen
 
 
 @dataclass
 class _Fill:
-    """The clean members' slots and their inputs in scratch, by runs: plan memory, so the core graph's key."""
+    """The clean members' slots and their inputs in scratch, by runs: the core graph's key."""
 
     slots: list[torch.Tensor]
     sources: list[torch.Tensor]
@@ -90,7 +82,7 @@ def _extent(t: torch.Tensor) -> int:
 
 
 def _steps_alike(columns: list[list[torch.Tensor]], i: int, steps: list[int] | None) -> list[int] | None:
-    """Per column, the storage step from entry i-1 to i where i can join i-1's run (same layout); else None.
+    """Per column, the storage step from entry i-1 to i where i can join i-1's run; else None.
 
     A run's first step is at least one view's extent, so a run's view never overlaps itself.
     """
@@ -112,11 +104,9 @@ def _steps_alike(columns: list[list[torch.Tensor]], i: int, steps: list[int] | N
 
 
 def _runs(columns: list[list[torch.Tensor]], keys: list[Any] | None = None) -> tuple[list[list], list]:
-    """Consecutive entries whose views step alike, merged into one view per column with a leading dimension.
+    """Consecutive entries whose views step alike, merged into one view per column; and each run's key.
 
-    `columns[j][i]` is entry i's j-th view; entries with equal `keys` may merge. An elementwise operation on
-    a run's view touches each element as the per-entry operations did, with one kernel instead of many.
-    Returns the merged columns and each run's key.
+    `columns[j][i]` is entry i's j-th view; only entries with equal `keys` merge.
     """
     merged: list[list[torch.Tensor]] = [[] for _ in columns]
     run_keys: list[Any] = []
@@ -221,7 +211,7 @@ def _allocate_shares(
 
 
 def _split_by_budget(members: list[_Member], element_size: int) -> list[list[_Member]]:
-    """Cut members sorted by decreasing width into runs whose padded stack fits their own param+grad bytes."""
+    """Cut members by decreasing width into runs whose padded stack fits their own param+grad bytes."""
     runs: list[list[_Member]] = []
     for member in members:
         run = runs[-1] if runs else None
@@ -235,10 +225,9 @@ def _split_by_budget(members: list[_Member], element_size: int) -> list[list[_Me
 
 
 def _split_by_cost(members: list[_Member], element_size: int, chain_flops: float) -> list[list[_Member]]:
-    """Cut members sorted by decreasing width into the cheapest runs of neighbours within the memory budget.
+    """Cut members by decreasing width into the cheapest runs within `_split_by_budget`'s memory bound.
 
-    A run costs `chain_flops` plus its members' arithmetic padded to its widest; a prefix table finds the
-    cheapest cuts. A run must fit its members' parameter and gradient bytes, as in `_split_by_budget`.
+    A run costs `chain_flops` plus its members' arithmetic padded to its widest.
     """
     if not (math.isfinite(chain_flops) and chain_flops >= 0):
         raise ValueError(f"pad_chain_flops must be a finite number ≥ 0 (or None), got {chain_flops!r}")
@@ -301,7 +290,7 @@ def _fill_stacks(zeroed: list[torch.Tensor], fill: _Fill) -> None:
 
 
 def _newton_schulz_here(stacks: list[_BatchStack], lanes: int = 1) -> list[torch.Tensor]:
-    """Orthogonalize in place the stacks this process owns, per device in up to `lanes` lanes; no outputs."""
+    """Orthogonalize in place the stacks this process owns, per device, in up to `lanes` lanes."""
     devices: dict[torch.device, list[Stack]] = {}
     for entry in stacks:
         if entry.stack is not None:
@@ -312,7 +301,7 @@ def _newton_schulz_here(stacks: list[_BatchStack], lanes: int = 1) -> list[torch
 
 
 def _finish(stacks: list[_BatchStack]) -> list[list[torch.Tensor]]:
-    """Gains in place (in bf16, as the baseline), then widen into scratch; each batch's members' updates."""
+    """Gains in place (in bf16, as the baseline), then widen into scratch; each batch's updates."""
     targets = [t for entry in stacks for t in entry.scale_targets]
     foreach_mul_(targets, [v for entry in stacks for v in entry.scale_values])
     into = [t for entry in stacks for t in entry.widen[0]]
