@@ -56,17 +56,23 @@ def sgd_momentum_step(
 
 
 def musgd_param_step(
-    p: torch.Tensor, state: dict[str, Any], group: dict[str, Any], muon: float, sgd: float
+    p: torch.Tensor,
+    state: dict[str, Any],
+    group: dict[str, Any],
+    muon: float,
+    sgd: float,
+    update: torch.Tensor | None = None,
 ) -> None:
-    """The whole MuSGD step of one parameter with a gradient; creates its state on first use."""
+    """The MuSGD step of one parameter with a gradient; a given Muon `update` (p's shape) skips its own."""
     grad = p.grad
     lr, momentum = group["lr"], group["momentum"]
     if group["use_muon"]:
         if len(state) == 0:
             state["momentum_buffer"] = torch.zeros_like(p)
             state["momentum_buffer_SGD"] = torch.zeros_like(p)
-        update = muon_update(grad, state["momentum_buffer"], momentum, group["nesterov"])
-        p.add_(update.reshape(p.shape), alpha=-(lr * muon))
+        if update is None:
+            update = muon_update(grad, state["momentum_buffer"], momentum, group["nesterov"]).reshape(p.shape)
+        p.add_(update, alpha=-(lr * muon))
         sgd_buffer, sgd_lr = state["momentum_buffer_SGD"], lr * sgd
     else:
         if len(state) == 0:

@@ -15,10 +15,10 @@ import torch
 from ..concurrent import DEFAULT_LANES
 from ..distributed import gather_shares, world_and_rank
 from ..graphs import CoreGraph
-from ..musgd import MuSGD, closure_loss, muon_momentum, musgd_param_step, sgd_momentum_step
+from ..musgd import MuSGD, closure_loss, muon_momentum, musgd_param_step
 from ..newton_schulz import foreach_mul_
 from .memory import _addresses
-from .plan import _GroupPlan, _Layout, _Plan, _Scalars
+from .plan import _Layout, _Plan, _Scalars
 from .planning import _GRAD, _IS_NOT_NONE, _build_plan, _grads_overlap, batched_on_cpu, batches_on
 from .runs import _build_layout, _compute_scalars
 from .stacks import _fill_stacks, _finish, _newton_schulz_here, _orthogonalize_stacks
@@ -141,11 +141,9 @@ class BatchedMuSGD(MuSGD):
 
     def _scalars(self, plan: _Plan) -> _Scalars:
         """This step's scalars; reused while each is the last step's object and a plain number (not a tensor)."""
-        muon, sgd = self.muon, self.sgd
-        raw: list[Any] = [muon, sgd]
+        raw: list[Any] = [self.muon, self.sgd]
         for group_plan in plan.groups:
-            group = group_plan.group
-            raw += _SCALARS(group)
+            raw += _SCALARS(group_plan.group)
         last = plan.last_scalars
         if last is not None and len(last[0]) == len(raw) and all(map(operator.is_, raw, last[0])):
             return last[1]
@@ -247,24 +245,10 @@ class BatchedMuSGD(MuSGD):
             torch._foreach_add_(
                 apply.params, apply.updates(run_updates), alpha=scalars.sgd_alpha[apply.group]
             )
-        for group_plan in plan.groups:
-            if group_plan.in_order:
-                self._sgd_in_order(group_plan, in_order_updates)
-
-    def _sgd_in_order(self, group_plan: _GroupPlan, in_order_updates: dict[int, torch.Tensor]) -> None:
-        """A group's in-order parameters: the whole baseline step, or the Muon apply and scalar SGD."""
-        group = group_plan.group
-        lr, momentum, nesterov, weight_decay, _ = _SCALARS(group)
-        sgd_lr = lr * self.sgd if group["use_muon"] else lr
-        for p in group_plan.in_order:
-            state = self.state[p]
-            if id(p) in group_plan.whole_step:
-                musgd_param_step(p, state, group, self.muon, self.sgd)
-                continue
-            p.add_(in_order_updates.pop(id(p)), alpha=-(lr * self.muon))
-            sgd_momentum_step(
-                p, p.grad, state["momentum_buffer_SGD"], sgd_lr, momentum, weight_decay, nesterov
-            )
+        for group_plan in plan.groups:  # in order: the whole baseline step, or the Muon apply and SGD
+            for p in group_plan.in_order:
+                update = in_order_updates.pop(id(p), None)
+                musgd_param_step(p, self.state[p], group_plan.group, self.muon, self.sgd, update)
 
     def _signature(self) -> tuple[tuple[Any, ...], tuple[Any, ...], list[torch.Tensor | None]]:
         """What the plan depends on, the gradients' addresses, and every gradient in the optimizer's order."""

@@ -1,8 +1,4 @@
-"""Which tensors share memory: spans of bytes, compared by address, never by storage object.
-
-Two DLPack views over one buffer are different storages but the same bytes, so addresses decide.
-The per-step check dispatches no tensor operation: it is a few C-level passes over Python integers.
-"""
+"""Which tensors share memory: spans of bytes, compared by address (DLPack views share bytes, not storage)."""
 
 from __future__ import annotations
 
@@ -58,11 +54,7 @@ def _memory_span(t: torch.Tensor) -> tuple[int, int]:
 
 
 def _overlapping(spans: list[Span]) -> set[Any]:
-    """Owners of spans that share at least one byte with another span.
-
-    Sorted by start, spans merge into runs while each starts before the run's furthest end.
-    Every member of a run of two or more overlaps another member; nothing else does.
-    """
+    """Owners of spans that share at least one byte with another span."""
     flagged: set[Any] = set()
     run: list[Any] = []
     run_device, run_end = None, 0
@@ -82,8 +74,7 @@ def _overlapping(spans: list[Span]) -> set[Any]:
 def _spans_of(
     tracked: list[tuple[dict[str, Any], torch.Tensor]], state: dict[torch.Tensor, dict[str, Any]], grads: bool
 ) -> tuple[list[Span], set[int]]:
-    """Spans of each parameter, its state and (with `grads`) its gradient, owned by (id, role); and the ids
-    of parameters one of whose other tensors refuses inspection."""
+    """Spans of each parameter, its state and its gradient, owned by (id, role); and whose tensors refuse."""
     spans, refusing = [], set()
     for _, p in tracked:
         device = str(p.device)
@@ -111,10 +102,7 @@ def _span_index(spans: list[Span]) -> dict[str, tuple[list[int], list[int]]]:
 
 
 def _union_ends(starts: list[int], reach: list[int]) -> dict[int, int]:
-    """One device's `_span_index` as `_spans_meet` reads it: the union of its spans, each part's end by start.
-
-    Overlapping and touching spans merge, so the parts are disjoint; a flat buffer's views become one part.
-    """
+    """One device's `_span_index` as the union of its spans: each disjoint part's end, by its start."""
     ends: dict[int, int] = {}
     last = None
     for start, end in zip(starts, reach, strict=True):  # reach is the running maximum of the ends
@@ -127,10 +115,7 @@ def _union_ends(starts: list[int], reach: list[int]) -> dict[int, int]:
 
 
 def _spans_meet(starts: list[int], ends: list[int], indexed_ends: dict[int, int]) -> bool:
-    """Whether a nonempty span [start, end) shares a byte with an indexed part (`_union_ends`) or a span.
-
-    Sorted by start, spans are pairwise disjoint exactly when each starts no earlier than the one before ends.
-    """
+    """Whether a nonempty span [start, end) shares a byte with an indexed part (`_union_ends`) or a span."""
     ends_by_start = indexed_ends.copy()
     ends_by_start.update(zip(starts, ends, strict=True))
     if len(ends_by_start) != len(indexed_ends) + len(starts):

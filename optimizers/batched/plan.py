@@ -14,20 +14,16 @@ from .stacks import _Batch, _BatchStack, _Fill, _Member
 
 @dataclass
 class _MuonGroup:
-    """The clean Muon members of one group, in fill order `start:stop`: momentum and apply as foreach lists.
-
-    The first `fast` have their updates widened into scratch, for the foreach fast path on CUDA.
-    `here`: the members orthogonalized here. `scratch`: their views of scratch (Nesterov input, then update).
-    """
+    """The clean Muon members of one group, in fill order `start:stop`: momentum and apply as foreach lists."""
 
     group: dict[str, Any]
     start: int
     stop: int
-    fast: int
+    fast: int  # the first `fast` have their updates widened into scratch
     params: list[torch.Tensor]
     buffers: list[torch.Tensor]
-    here: list[int]
-    scratch: list[torch.Tensor]
+    here: list[int]  # the members orthogonalized here
+    scratch: list[torch.Tensor]  # their views of scratch (Nesterov input, then update)
 
 
 @dataclass
@@ -45,21 +41,17 @@ class _GroupPlan:
     group: dict[str, Any]
     buckets: list[_Bucket]
     in_order: list[torch.Tensor]  # parameters stepped one by one, in the baseline's order
-    whole_step: set[int]  # ids of in_order parameters that take the baseline's whole per-parameter step
 
 
 @dataclass
 class _MomentumRun:
-    """Consecutive Muon groups with equal momentum and Nesterov: one momentum pass for all.
+    """Consecutive Muon groups with equal momentum and Nesterov: one momentum pass for all."""
 
-    `group` indexes the group whose scalars the run reads. `here`: members orthogonalized here (None: all).
-    """
-
-    group: int
+    group: int  # the group whose scalars the run reads
     nesterov: bool
     params: list[torch.Tensor]
     buffers: list[torch.Tensor]
-    here: list[int] | None
+    here: list[int] | None  # members orthogonalized here (None: all)
     here_buffers: list[torch.Tensor]
     here_scratch: list[torch.Tensor]  # where a Nesterov input is computed in place
     grads: Callable[[list[Any]], Any] = tuple  # the run's gradients out of the step's flat list
@@ -68,21 +60,17 @@ class _MomentumRun:
 
 @dataclass
 class _SgdRun:
-    """Clean SGD buckets (across groups) with one device, dtype, momentum, Nesterov and decay.
-
-    `scratch` holds the decayed gradient, then the Nesterov update, in place.
-    """
+    """Clean SGD buckets (across groups) with one device, dtype, momentum, Nesterov and decay."""
 
     group: int
     nesterov: bool
     params: list[torch.Tensor]
     buffers: list[torch.Tensor]
-    scratch: list[torch.Tensor]
+    scratch: list[torch.Tensor]  # the decayed gradient, then the Nesterov update, in place
     grads: Callable[[list[Any]], Any] = tuple
-    # The two stretches of flat tensors that the buffers and scratch tile, stepped by one operation each.
-    flat: tuple[torch.Tensor, torch.Tensor] | None = None
+    flat: tuple[torch.Tensor, torch.Tensor] | None = None  # the stretches the buffers and scratch tile
     # The Nesterov update flat too: CUDA only. On the CPU, a vectorized loop and its remainder round bf16
-    # a + α·b differently (torch 2.14.1), so the per-tensor list keeps each tensor's rounding.
+    # a + α·b differently (torch 2.14.1).
     flat_nesterov: bool = False
 
 
@@ -107,10 +95,7 @@ class _ApplyRun:
 
 @dataclass
 class _Layout:
-    """The plan's foreach lists merged across groups whose step scalars are equal (one scalar pattern).
-
-    Clean parameters share no memory, so which foreach call updates which of them changes no bit.
-    """
+    """The plan's foreach lists merged across groups whose step scalars are equal (one scalar pattern)."""
 
     momentum: list[_MomentumRun]
     muon_apply: list[_ApplyRun]  # pieces into the fill-order updates (source 0)
@@ -144,10 +129,9 @@ class _Plan:
     fill: list[_Member] = field(default_factory=list)  # every member, in fill order
     core_fill: _Fill = field(default_factory=lambda: _Fill([], []))  # the clean members' inputs copied here
     ordered_slots: list[torch.Tensor] = field(default_factory=list)  # the ordered members' filled here
-    # One scratch tensor per device and dtype, a view per clean parameter: out-of-place results go there.
-    scratch: list[torch.Tensor] = field(default_factory=list)
+    scratch: list[torch.Tensor] = field(default_factory=list)  # per device and dtype: out-of-place results
     scratch_of: dict[int, torch.Tensor] = field(default_factory=dict)  # parameter id -> its view
-    # Per device and dtype: the flat tensor of the clean SGD buffers (laid out like scratch), and scratch's.
+    # Per device and dtype: the flat clean SGD buffers (laid out like scratch), and scratch.
     sgd_flats: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = field(
         default_factory=dict
     )
@@ -158,7 +142,7 @@ class _Plan:
     partition: Partition | None = None  # how a process group shares the work; None on one rank
     buffer: torch.Tensor | None = None  # the flat buffer every rank's share lives in, under a partition
     sharing_note: str = ""  # why a process group's ranks do not share the work, where they could
-    # Every parameter on a batching device with its device's name: whose gradients a move re-checks.
+    # Every parameter on a batching device with its device's name: whose moved gradients are checked.
     grad_checks: list[tuple[torch.Tensor, str]] = field(default_factory=list)
     # On one device: those parameters, whether they are every one (in order), and their memory's union.
     grad_check_params: list[torch.Tensor] = field(default_factory=list)
@@ -173,12 +157,10 @@ class _Plan:
     @property
     def nbytes(self) -> int:
         """Bytes the plan's stacks and scratch hold between steps."""
-        scratch = sum(t.numel() * t.element_size() for t in self.scratch)
-        if self.buffer is not None:
-            return scratch + self.buffer.numel() * self.buffer.element_size()
-        return scratch + sum(
-            e.full.numel() * e.full.element_size() for e in self.stacks if e.full is not None
+        stacks = (
+            [self.buffer] if self.buffer is not None else [e.full for e in self.stacks if e.full is not None]
         )
+        return sum(t.nbytes for t in [*self.scratch, *stacks])
 
     def updates_in_fill_order(self, per_batch: list[list[torch.Tensor]]) -> list[torch.Tensor]:
         updates: list[torch.Tensor] = [None] * len(self.fill)  # type: ignore[list-item]
