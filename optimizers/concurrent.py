@@ -1,7 +1,4 @@
-"""Newton-Schulz chains of several stacks at once: each lane of stacks on its own forked CUDA stream.
-
-Each stack runs the lockstep form's kernels, so the bits do not change; a captured graph keeps the lanes.
-"""
+"""Newton-Schulz chains of several stacks at once, bit for bit: each lane on its own forked CUDA stream."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""How many aten operations a call dispatches: the host work of an eager step, counted instead of timed.
-
-A dispatch-bound step costs about one fixed host overhead per operation; the count is taken on any device.
-A foreach operation counts once; what an operation runs inside it is not counted again.
-`allocations` counts returned tensors in new memory: on a GPU each is a trip through the caching allocator.
-"""
+"""How many aten operations a call dispatches, and how many new tensors they return: host work, counted."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Sharing Newton-Schulz across the ranks of a process group: who orthogonalizes what, one gather per step.
-
-Every rank writes its share into its block of one buffer; one all-gather fills the rest.
-"""
+"""Sharing Newton-Schulz across the ranks of a process group: who orthogonalizes what, one gather per step."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Replaying a step's Newton-Schulz core from a CUDA graph where that is safe, and saying why where not.
 
-The core reads only the plan's memory, so a replay equals the eager core bit for bit, whatever the schedule.
 The policy (`CoreGraph`) is apart from the CUDA mechanics (`CudaBackend`), so tests run it without a device.
 """
 

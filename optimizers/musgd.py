@@ -1,7 +1,4 @@
-"""MuSGD, the per-parameter baseline: Ultralytics 8.4.101's step, bit for bit.
-
-It also accepts channels_last gradients, read row-major as the contiguous ones.
-"""
+"""MuSGD, the per-parameter baseline: Ultralytics 8.4.101's step, bit for bit (channels_last accepted too)."""
 
 from __future__ import annotations
 

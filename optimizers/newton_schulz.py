@@ -1,7 +1,4 @@
-"""Quintic Newton-Schulz orthogonalization, the core of Muon, shared by both MuSGD implementations.
-
-Every operation's order and dtype is fixed: bf16 rounding depends on them, and the baseline is bit-exact.
-"""
+"""Quintic Newton-Schulz, the core of Muon; each operation's order and dtype fixed, as bf16 rounding needs."""
 
 from __future__ import annotations
 
@@ -42,7 +39,7 @@ _REDUCED_PRECISION = (torch.bfloat16, torch.float16)
 def foreach_mul_(tensors: list[torch.Tensor], scalars: float | list[float]) -> None:
     """`t.mul_(s)` for every tensor, rounded as the per-tensor multiply rounds.
 
-    On the CPU, in-place `_foreach_mul_` rounds the scalar to bf16/fp16 (torch 2.14.1), so it runs out of place.
+    On the CPU, `_foreach_mul_` rounds the scalar to bf16/fp16 (torch 2.14.1), so it runs out of place there.
     """
     if not tensors:
         return

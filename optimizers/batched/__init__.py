@@ -1,7 +1,4 @@
-"""BatchedMuSGD: MuSGD with Newton-Schulz batched across parameters and foreach momentum, on CUDA.
-
-Its state is the baseline's; docs/candidate.md gives the design and the rules that keep it exact.
-"""
+"""BatchedMuSGD: MuSGD batched across parameters on CUDA, with the baseline's state (docs/candidate.md)."""
 
 from __future__ import annotations
 
@@ -140,7 +137,7 @@ class BatchedMuSGD(MuSGD):
         return loss
 
     def _scalars(self, plan: _Plan) -> _Scalars:
-        """This step's scalars; reused while each is the last step's object and a plain number (not a tensor)."""
+        """This step's scalars; reused while each is the last step's object and a plain number."""
         raw: list[Any] = [self.muon, self.sgd]
         for group_plan in plan.groups:
             raw += _SCALARS(group_plan.group)
@@ -214,7 +211,7 @@ class BatchedMuSGD(MuSGD):
     def _sgd(
         self, plan: _Plan, layout: _Layout, scalars: _Scalars, in_order_updates: dict[int, torch.Tensor]
     ) -> None:
-        """SGD momentum of the clean buckets as merged foreach lists, then the in-order parameters one by one."""
+        """SGD momentum of the clean buckets as merged foreach lists, then the in-order parameters."""
         run_updates = []
         for run in layout.sgd:
             momentum, weight_decay = scalars.momentum[run.group], scalars.weight_decay[run.group]

@@ -14,7 +14,7 @@ from .stacks import _Batch, _BatchStack, _Fill, _Member
 
 @dataclass
 class _MuonGroup:
-    """The clean Muon members of one group, in fill order `start:stop`: momentum and apply as foreach lists."""
+    """The clean Muon members of one group, in fill order `start:stop`, as foreach lists."""
 
     group: dict[str, Any]
     start: int

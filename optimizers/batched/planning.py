@@ -224,7 +224,7 @@ def _grads_overlap_each(plan: _Plan) -> bool:
 
 
 def _lay_out(plan: _Plan, state: dict[torch.Tensor, dict[str, Any]], world: int, rank: int) -> None:
-    """Allocate the stacks (shared out over ranks), scratch, and the fill order: clean members, then ordered."""
+    """Allocate the stacks (shared out over ranks) and scratch; fill order: clean members, then ordered."""
     plan.stacks = _share_out(plan, world, rank) if world > 1 and plan.batches else []
     if not plan.stacks:
         plan.stacks = [_allocate_stack(batch) for batch in plan.batches]

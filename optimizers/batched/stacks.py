@@ -1,7 +1,4 @@
-"""Batches of matrices, their bf16 stacks, and the core that orthogonalizes them in place.
-
-Matrices sharing their smaller dimension may run as one zero-padded stack (docs/candidate.md says why).
-"""
+"""Batches of matrices, their bf16 stacks (zero-padded where shapes differ), and the core on them."""
 
 from __future__ import annotations
 
