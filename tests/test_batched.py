@@ -32,8 +32,7 @@ from optimizers.batched.memory import (
     _spans_meet,
     _union_ends,
 )
-from optimizers.batched.plan import _Plan
-from optimizers.batched.runs import _classes
+from optimizers.batched.plan import _classes, _Plan
 from optimizers.batched.stacks import _Member, _orthogonalize, _runs, _split_by_cost
 from optimizers.concurrent import newton_schulz_flops
 from optimizers.dispatch import count_dispatched_ops
@@ -945,7 +944,7 @@ def test_merged_foreach_lists_change_no_bit_and_follow_the_scalar_pattern(
     for step in range(len(LR_SCHEDULE)):
         _step_with_schedule(merged, merged_groups, step)
         with monkeypatch.context() as patch:
-            patch.setattr("optimizers.batched.runs._classes", _one_list_per_group)
+            patch.setattr("optimizers.batched.plan._classes", _one_list_per_group)
             _step_with_schedule(alone, alone_groups, step)
         _step_with_schedule(baseline, base_groups, step)
         for pm, pa in zip(_params_of(merged_groups), _params_of(alone_groups), strict=True):

@@ -15,9 +15,8 @@ from ..graphs import CoreGraph
 from ..musgd import MuSGD, closure_loss, muon_momentum, musgd_param_step
 from ..newton_schulz import foreach_mul_
 from .memory import _addresses
-from .plan import _Layout, _Plan, _Scalars
+from .plan import _build_layout, _compute_scalars, _Layout, _Plan, _Scalars
 from .planning import _GRAD, _IS_NOT_NONE, _build_plan, _grads_overlap, batched_on_cpu, batches_on
-from .runs import _build_layout, _compute_scalars
 from .stacks import _fill_stacks, _finish, _newton_schulz_here, _orthogonalize_stacks
 
 DEFAULT_PAD_GUARD = 256
@@ -176,8 +175,6 @@ class BatchedMuSGD(MuSGD):
         sources = [updates]
         for apply in layout.muon_apply:
             torch._foreach_add_(apply.params, apply.updates(sources), alpha=scalars.muon_alpha[apply.group])
-        if not plan.ordered:
-            return {}
         return {id(member.param): updates[member.position] for member in plan.ordered}
 
     def _momentum(self, plan: _Plan, layout: _Layout, scalars: _Scalars) -> None:

@@ -42,15 +42,15 @@ def _refuses_inspection(t: torch.Tensor) -> bool:
     return False
 
 
+def _extent(t: torch.Tensor) -> int:
+    """Elements from a nonempty view's first to just past its last (torch strides are never negative)."""
+    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
+
+
 def _memory_span(t: torch.Tensor) -> tuple[int, int]:
     """The bytes [start, end) an inspectable tensor can reach; empty for an empty tensor."""
     start = t.data_ptr()
-    if t.numel() == 0:
-        return start, start
-    if t.is_contiguous():
-        return start, start + t.numel() * t.element_size()
-    reach = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride(), strict=True))
-    return start, start + (reach + 1) * t.element_size()
+    return start, start + (_extent(t) * t.element_size() if t.numel() else 0)
 
 
 def _overlapping(spans: list[Span]) -> set[Any]:

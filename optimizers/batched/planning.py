@@ -68,10 +68,9 @@ def batches_on(device: torch.device) -> bool:
 
 def _state_is_usual(p: torch.Tensor, state: dict[str, Any], keys: tuple[str, ...]) -> bool:
     """Buffers as the baseline would create them: plain tensors of the parameter's shape, dtype and device."""
-    buffers = [state.get(key) for key in keys]
+    usual = (p.shape, p.dtype, p.device)
     return all(
-        type(b) is torch.Tensor and (b.shape, b.dtype, b.device) == (p.shape, p.dtype, p.device)
-        for b in buffers
+        type(b) is torch.Tensor and (b.shape, b.dtype, b.device) == usual for b in map(state.get, keys)
     )
 
 
@@ -162,8 +161,7 @@ def _build_plan(
             else:
                 in_order.append(p)
         group_plans.append(_GroupPlan(group, list(buckets.values()), in_order))
-    plan = _Plan(signature, grad_addresses, grads_overlap, {}, batches, group_plans)
-    plan.positions = orders
+    plan = _Plan(signature, grad_addresses, grads_overlap, {}, batches, group_plans, positions=orders)
     _lay_out(plan, states, *world_and_rank())  # 5. the stacks (shared out over ranks), the fill order
     _mirror_sgd_buffers(plan, states)  # 6. the SGD buffers laid out like scratch (new memory)
 

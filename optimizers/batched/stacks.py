@@ -11,6 +11,7 @@ import torch
 from ..concurrent import newton_schulz_flops, newton_schulz_lanes
 from ..distributed import Partition
 from ..newton_schulz import Stack, foreach_mul_
+from .memory import _extent
 
 STACK_DTYPE = torch.bfloat16
 
@@ -71,11 +72,6 @@ class _Fill:
 
     slots: list[torch.Tensor]
     sources: list[torch.Tensor]
-
-
-def _extent(t: torch.Tensor) -> int:
-    """Elements from a view's first to just past its last."""
-    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
 
 
 def _steps_alike(columns: list[list[torch.Tensor]], i: int, steps: list[int] | None) -> list[int] | None:
@@ -139,10 +135,8 @@ def _matrix_shape(batch: _Batch) -> tuple[int, int]:
 def _member_view(storage: torch.Tensor, member: _Member, batch: _Batch, base: int) -> torch.Tensor:
     """`member` as a parameter-shaped view of its matrix at element `base` of `storage`."""
     shape = member.param.shape
-    if batch.kind == "padded":
-        return storage.as_strided(shape, member.view_stride, base)
     row_major = tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
-    return storage.as_strided(shape, row_major, base)
+    return storage.as_strided(shape, member.view_stride if batch.kind == "padded" else row_major, base)
 
 
 def _scaled(entry_slots: list[torch.Tensor], batch: _Batch, whole: list[torch.Tensor]) -> tuple[list, list]:
@@ -273,9 +267,6 @@ def _make_batch(members: list[_Member]) -> _Batch:
             *(col_stride * math.prod(column_dims[i + 1 :]) for i in range(len(column_dims))),
         )
     return batch
-
-
-# ---------------------------------------------------------------------------------------------- the core
 
 
 def _fill_stacks(zeroed: list[torch.Tensor], fill: _Fill) -> None:
