@@ -42,10 +42,7 @@ class CudaBackend:
         return torch.cuda.device(device)
 
     def warm(self, device: torch.device, compute: Compute) -> tuple[list[torch.Tensor], int]:
-        """Run `compute` on the capture stream, after the caller's work; its outputs and the bytes kept.
-
-        What stays allocated is what the stream set up for good: cuBLAS's workspace, the first time.
-        """
+        """Run `compute` on the capture stream; its outputs and the bytes it kept (cuBLAS's workspace)."""
         current, side = torch.cuda.current_stream(device), self._side(device)
         before = torch.cuda.memory_allocated(device)
         side.wait_stream(current)
@@ -103,10 +100,7 @@ class CoreGraph:
     def run(
         self, key: object, device: torch.device | None, compute: Compute, refusal: str | None
     ) -> list[torch.Tensor]:
-        """The core's outputs for this step: replayed, captured then replayed, or computed eagerly.
-
-        `key`: what the graph reads and writes (a new key drops the graph); `refusal`: why not to replay.
-        """
+        """The core's outputs: replayed, captured, or eager; a new `key` (what the graph reads) drops it."""
         if refusal is not None:
             self.stats[f"eager: {refusal}"] += 1
             return compute()

@@ -21,10 +21,7 @@ def muon_momentum(
 def muon_update(
     grad: torch.Tensor, momentum_buffer: torch.Tensor, beta: float, nesterov: bool
 ) -> torch.Tensor:
-    """Advance the Muon momentum in place; return the orthogonalized, scaled bf16 update as a matrix.
-
-    A 4-D update is seen as (out, in*kh*kw); the gain reads the gradient's last two dims.
-    """
+    """Advance the momentum; return the orthogonalized, scaled bf16 update as an (out, in*kh*kw) matrix."""
     if grad.ndim not in (2, 4):
         raise ValueError(f"Muon updates 2-D or 4-D parameters, got a gradient of shape {tuple(grad.shape)}")
     update = muon_momentum(grad, momentum_buffer, beta, nesterov)
@@ -87,11 +84,7 @@ def closure_loss(closure: Callable[[], Any] | None) -> Any:
 
 
 class MuSGD(torch.optim.Optimizer):
-    """Muon + SGD, one parameter at a time: the reference for every other implementation.
-
-    `muon` and `sgd` scale the learning rate of the two parts of a `use_muon` group.
-    State: `momentum_buffer`, and `momentum_buffer_SGD` in `use_muon` groups.
-    """
+    """Muon + SGD, one parameter at a time; `muon` and `sgd` scale the two parts' rates in Muon groups."""
 
     def __init__(
         self,

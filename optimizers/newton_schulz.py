@@ -13,10 +13,7 @@ NS_EPS = 1e-7
 
 
 def newton_schulz(G: torch.Tensor, compute_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    """Approximately orthogonalize a matrix, or each matrix of a batch of shape (..., rows, cols).
-
-    The result stays in `compute_dtype`; for a tall input it is a transposed view.
-    """
+    """Approximately orthogonalize each (rows, cols) matrix in `compute_dtype` (a transposed view if tall)."""
     if G.ndim < 2:
         raise ValueError(f"Newton-Schulz needs a matrix or a batch of matrices, got shape {tuple(G.shape)}")
     a, b, c = NS_COEFFICIENTS
@@ -37,10 +34,7 @@ _REDUCED_PRECISION = (torch.bfloat16, torch.float16)
 
 
 def foreach_mul_(tensors: list[torch.Tensor], scalars: float | list[float]) -> None:
-    """`t.mul_(s)` for every tensor, rounded as the per-tensor multiply rounds.
-
-    On the CPU, `_foreach_mul_` rounds the scalar to bf16/fp16 (torch 2.14.1), so it runs out of place there.
-    """
+    """`t.mul_(s)` for every tensor, rounded as `mul_` rounds (on the CPU out of place: foreach rounds s)."""
     if not tensors:
         return
     if tensors[0].device.type == "cpu" and any(t.dtype in _REDUCED_PRECISION for t in tensors):
@@ -70,10 +64,7 @@ class Stack:
 
 
 def newton_schulz_stacks(stacks: Sequence[Stack]) -> None:
-    """`newton_schulz` of every stack, in place and in lockstep: bit for bit the same rounded operations.
-
-    Each elementwise step is one foreach over all stacks; in-place updates keep X's layout, as matmuls do.
-    """
+    """`newton_schulz` of every stack, in place and in lockstep (one foreach a step): bit for bit the same."""
     if not stacks:
         return
     a, b, c = NS_COEFFICIENTS

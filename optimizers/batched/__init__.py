@@ -148,10 +148,7 @@ class BatchedMuSGD(MuSGD):
         return scalars
 
     def _muon(self, plan: _Plan, layout: _Layout, scalars: _Scalars) -> dict[int, torch.Tensor]:
-        """Muon momentum, the core, the clean members' apply; return the ordered members' updates.
-
-        The graph holds the whole core on one rank, and only this rank's Newton-Schulz under a process group.
-        """
+        """Muon momentum, the core (in a graph where it may replay), the clean apply; the ordered updates."""
         if not plan.stacks:
             return {}
         self._momentum(plan, layout, scalars)
@@ -246,14 +243,8 @@ class BatchedMuSGD(MuSGD):
 
     def _signature(self) -> tuple[tuple[Any, ...], tuple[Any, ...], list[torch.Tensor | None]]:
         """What the plan depends on, the gradients' addresses, and every gradient in the optimizer's order."""
-        parts: list[Any] = [
-            id(self.state),
-            self.pad_guard,
-            self.pad_chain_flops,
-            self.ns_lanes,  # the captured core's streams
-            batches_on(_CPU),
-            world_and_rank(),
-        ]
+        parts: list[Any] = [id(self.state), self.pad_guard, self.pad_chain_flops, self.ns_lanes]
+        parts += [batches_on(_CPU), world_and_rank()]
         grad_addresses: list[Any] = []
         every_grad: list[torch.Tensor | None] = []
         for group in self.param_groups:

@@ -181,10 +181,7 @@ def _picker(positions: list[int]) -> Callable[[list[Any]], Any]:
 
 
 def _one_stretch(plan: _Plan, params: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The stretches of the flat SGD buffers and of scratch that these parameters' views tile, or None.
-
-    A buffer and its scratch view share offset and strides, so the stretches pair elements as the lists do.
-    """
+    """The stretches of the flat SGD buffers and of scratch that these parameters' views tile, or None."""
     views = [plan.scratch_of[id(p)] for p in params]
     flats = plan.sgd_flats.get((params[0].device, params[0].dtype)) if params else None
     if flats is None:
@@ -198,10 +195,7 @@ def _one_stretch(plan: _Plan, params: list[torch.Tensor]) -> tuple[torch.Tensor,
 
 
 def _scalar_key(value: Any) -> Any:
-    """What makes two scalars interchangeable kernel arguments: exact float bits, or an int's or bool's value.
-
-    NaN, tensors and anything else give None: never merged.
-    """
+    """What makes scalars interchangeable kernel arguments: float bits, an int's or bool's value, or None."""
     kind = type(value)
     if kind is float:
         return value.hex() if value == value else None

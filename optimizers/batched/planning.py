@@ -180,10 +180,7 @@ def _build_plan(
 
 
 def _grads_overlap(plan: _Plan, step_grads: list[Any], grad_addresses: tuple[Any, ...]) -> bool:
-    """Whether any moved gradient now shares memory with a tracked parameter, buffer or gradient.
-
-    On one device with nonempty contiguous gradients, a few C-level passes; else one gradient at a time.
-    """
+    """Whether any moved gradient now shares memory with a tracked parameter, buffer or gradient."""
     if plan.grad_check_ends is not None:
         try:
             if plan.grad_check_all:  # every parameter, in order: the addresses the signature read
@@ -276,10 +273,7 @@ def _dense_strides(p: torch.Tensor) -> tuple[int, ...]:
 
 
 def _allocate_scratch(plan: _Plan, widened: set[int]) -> None:
-    """A scratch view like each clean parameter (one tensor per device and dtype); where each update ends.
-
-    Members sit in scratch in slot order, so one copy fills or widens each run of same-shape neighbours.
-    """
+    """A scratch view like each clean parameter, in slot order (one tensor per device and dtype)."""
     clean = [p for group_plan in plan.groups for bucket in group_plan.buckets for p in bucket.params]
     clean_ids = {id(p) for p in clean}
     # So each SGD run tiles one stretch: groups without Muon first, then Muon parameters in stack order.
@@ -310,10 +304,7 @@ def _allocate_scratch(plan: _Plan, widened: set[int]) -> None:
 
 
 def _mirror_sgd_buffers(plan: _Plan, state: dict[torch.Tensor, dict[str, Any]]) -> None:
-    """Move the clean SGD buffers into one tensor per device and dtype, each at its scratch view's offset.
-
-    The state holds the new views, so a state_dict still gives one tensor per parameter.
-    """
+    """Move the clean SGD buffers into one tensor per device and dtype; the state holds a view each."""
     scratch_flats = {(t.device, t.dtype): t for t in plan.scratch}
     buffer_flats = {key: torch.empty_like(flat) for key, flat in scratch_flats.items()}
     for group_plan in plan.groups:

@@ -75,10 +75,7 @@ class _Fill:
 
 
 def _steps_alike(columns: list[list[torch.Tensor]], i: int, steps: list[int] | None) -> list[int] | None:
-    """Per column, the storage step from entry i-1 to i where i can join i-1's run; else None.
-
-    A run's first step is at least one view's extent, so a run's view never overlaps itself.
-    """
+    """Per column, the storage step from entry i-1 to i where i can join i-1's run (never overlapping)."""
     found = []
     for j, column in enumerate(columns):
         previous, view = column[i - 1], column[i]
@@ -97,10 +94,7 @@ def _steps_alike(columns: list[list[torch.Tensor]], i: int, steps: list[int] | N
 
 
 def _runs(columns: list[list[torch.Tensor]], keys: list[Any] | None = None) -> tuple[list[list], list]:
-    """Consecutive entries whose views step alike, merged into one view per column; and each run's key.
-
-    `columns[j][i]` is entry i's j-th view; only entries with equal `keys` merge.
-    """
+    """Consecutive entries (`columns[j][i]`) whose views step alike, one view per column; each run's key."""
     merged: list[list[torch.Tensor]] = [[] for _ in columns]
     run_keys: list[Any] = []
     count = len(columns[0]) if columns else 0
@@ -216,10 +210,7 @@ def _split_by_budget(members: list[_Member], element_size: int) -> list[list[_Me
 
 
 def _split_by_cost(members: list[_Member], element_size: int, chain_flops: float) -> list[list[_Member]]:
-    """Cut members by decreasing width into the cheapest runs within `_split_by_budget`'s memory bound.
-
-    A run costs `chain_flops` plus its members' arithmetic padded to its widest.
-    """
+    """Cut members into the cheapest runs within budget: `chain_flops` a run plus its padded arithmetic."""
     if not (math.isfinite(chain_flops) and chain_flops >= 0):
         raise ValueError(f"pad_chain_flops must be a finite number ≥ 0 (or None), got {chain_flops!r}")
     count = len(members)
