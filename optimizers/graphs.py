@@ -1,7 +1,4 @@
-"""Replaying a step's Newton-Schulz core from a CUDA graph where that is safe, and saying why where not.
-
-The policy (`CoreGraph`) is apart from the CUDA mechanics (`CudaBackend`), so tests run it without a device.
-"""
+"""A step's core replayed from a CUDA graph where safe, else why not: a policy apart from the CUDA calls."""
 
 from __future__ import annotations
 

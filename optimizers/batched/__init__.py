@@ -44,18 +44,12 @@ def _device_refusal(devices: set[torch.device]) -> str | None:
 
 
 class BatchedMuSGD(MuSGD):
-    """MuSGD with batched Newton-Schulz and foreach momentum on CUDA; same constructor, same state.
+    """MuSGD batched on CUDA, same constructor and state; knobs for screens, set before the first step."""
 
-    Knobs for screens, set on the class or on an instance before its first step:
-    `pad_guard`: the largest smaller dimension zero-padded into a shared stack (None: any, 0: none).
-    `pad_chain_flops`: one more chain's price in padded FLOPs (None: pad as far as memory allows).
-    `graph_replay`: whether the core may replay from a CUDA graph. `ns_lanes`: chains run at once.
-    """
-
-    pad_guard: int | None = DEFAULT_PAD_GUARD
-    pad_chain_flops: float | None = DEFAULT_PAD_CHAIN_FLOPS
-    graph_replay: bool = True
-    ns_lanes: int = DEFAULT_LANES
+    pad_guard: int | None = DEFAULT_PAD_GUARD  # largest smaller dimension zero-padded (None: any, 0: none)
+    pad_chain_flops: float | None = DEFAULT_PAD_CHAIN_FLOPS  # one more chain's price (None: pad to memory)
+    graph_replay: bool = True  # whether the core may replay from a CUDA graph
+    ns_lanes: int = DEFAULT_LANES  # Newton-Schulz chains run at once
 
     @classmethod
     @functools.cache

@@ -14,10 +14,8 @@ _DATA_PTR = torch.Tensor.data_ptr
 Span = tuple[str, int, int, Any]  # (device, start, end, owner)
 
 
-def _address(t: torch.Tensor | None) -> int | None:
-    """A tensor's data_ptr; None for a missing tensor, _OPAQUE where it refuses inspection."""
-    if t is None:
-        return None
+def _address(t: torch.Tensor) -> int:
+    """A tensor's data_ptr, or _OPAQUE where it refuses inspection."""
     try:
         return t.data_ptr()
     except Exception:

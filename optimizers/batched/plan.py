@@ -89,10 +89,7 @@ class _ApplyRun:
             source, start, stop = self.pieces[0]
             if start == 0 and stop == len(sources[source]):
                 return sources[source]
-        gathered: list[torch.Tensor] = []
-        for source, start, stop in self.pieces:
-            gathered += sources[source][start:stop]
-        return gathered
+        return [t for source, start, stop in self.pieces for t in sources[source][start:stop]]
 
 
 @dataclass
@@ -134,9 +131,7 @@ class _Plan:
     scratch: list[torch.Tensor] = field(default_factory=list)  # per device and dtype: out-of-place results
     scratch_of: dict[int, torch.Tensor] = field(default_factory=dict)  # parameter id -> its view
     # Per device and dtype: the flat clean SGD buffers (laid out like scratch), and scratch.
-    sgd_flats: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = field(
-        default_factory=dict
-    )
+    sgd_flats: dict[tuple[Any, Any], tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     zeroed: list[torch.Tensor] = field(default_factory=list)  # padded stacks (or shares), zeroed per step
     muon_groups: list[_MuonGroup] = field(default_factory=list)
     ordered: list[_Member] = field(default_factory=list)  # fill[len(fill) - len(ordered):]
@@ -159,10 +154,8 @@ class _Plan:
     @property
     def nbytes(self) -> int:
         """Bytes the plan's stacks and scratch hold between steps."""
-        stacks = (
-            [self.buffer] if self.buffer is not None else [e.full for e in self.stacks if e.full is not None]
-        )
-        return sum(t.nbytes for t in [*self.scratch, *stacks])
+        stacks = [self.buffer] if self.buffer is not None else [e.full for e in self.stacks]
+        return sum(t.nbytes for t in [*self.scratch, *stacks] if t is not None)
 
     def updates_in_fill_order(self, per_batch: list[list[torch.Tensor]]) -> list[torch.Tensor]:
         updates: list[torch.Tensor] = [None] * len(self.fill)  # type: ignore[list-item]
@@ -268,10 +261,8 @@ def _build_layout(plan: _Plan, scalars: _Scalars) -> _Layout:
         for bucket in group_plan.buckets:
             device, dtype = bucket.params[0].device, bucket.params[0].dtype
             key = (device, dtype, momentum[i], nesterov[i], weight_decay[i])
-            if key not in sgd_runs:
-                sgd_runs[key] = _SgdRun(i, nesterov[i], [], [], [])
+            sgd_run = sgd_runs.setdefault(key, _SgdRun(i, nesterov[i], [], [], []))
             run_index = list(sgd_runs).index(key)
-            sgd_run = sgd_runs[key]
             start = len(sgd_run.params)
             sgd_run.params += bucket.params
             sgd_run.buffers += bucket.buffers

@@ -223,12 +223,9 @@ def _lay_out(plan: _Plan, state: dict[torch.Tensor, dict[str, Any]], world: int,
     plan.stacks = _share_out(plan, world, rank) if world > 1 and plan.batches else []
     if not plan.stacks:
         plan.stacks = [_allocate_stack(batch) for batch in plan.batches]
-    slot_of, here = {}, set()
-    for entry in plan.stacks:
-        for member, slot, mine in zip(entry.batch.members, entry.slots, entry.here, strict=True):
-            slot_of[id(member)] = slot
-            if mine:
-                here.add(id(member))
+    slots_here = [t for e in plan.stacks for t in zip(e.batch.members, e.slots, e.here, strict=True)]
+    slot_of = {id(m): slot for m, slot, _ in slots_here}
+    here = {id(m) for m, _, mine in slots_here if mine}
     members = [m for batch in plan.batches for m in batch.members]
     widened = {id(m) for m in members if not m.ordered and m.param.dtype in _WIDENS_EXACTLY}
     _allocate_scratch(plan, widened)
@@ -253,23 +250,13 @@ def _lay_out(plan: _Plan, state: dict[torch.Tensor, dict[str, Any]], world: int,
     plan.fill += plan.ordered
     for position, member in enumerate(plan.fill):
         member.position = position
-    copies = [
-        (slot, plan.scratch_of[id(member.param)])
-        for entry in plan.stacks
-        for member, slot, mine in zip(entry.batch.members, entry.slots, entry.here, strict=True)
-        if mine and not member.ordered
-    ]
+    copies = [(slot, plan.scratch_of[id(m.param)]) for m, slot, mine in slots_here if mine and not m.ordered]
     (slots, sources), _ = _runs([[slot for slot, _ in copies], [source for _, source in copies]])
     plan.core_fill = _Fill(slots, sources)
     plan.ordered_slots = [slot_of[id(m)] for m in plan.ordered if id(m) in here]
     plan.devices = {entry.batch.device for entry in plan.stacks}
     plan.device = plan.stacks[0].batch.device if plan.stacks else None
     plan.zeroed = [t for entry in plan.stacks for t in entry.zeroed]
-
-
-def _dense_strides(p: torch.Tensor) -> tuple[int, ...]:
-    """The strides of a dense tensor laid out like `p` (p's own where p is dense)."""
-    return torch.empty_like(p, device="meta").stride()
 
 
 def _allocate_scratch(plan: _Plan, widened: set[int]) -> None:
@@ -291,7 +278,8 @@ def _allocate_scratch(plan: _Plan, widened: set[int]) -> None:
     flats = {key: torch.empty(size, dtype=key[1], device=key[0]) for key, size in sizes.items()}
     plan.scratch = list(flats.values())
     for p, offset in zip(order, offsets, strict=True):
-        plan.scratch_of[id(p)] = flats[(p.device, p.dtype)].as_strided(p.shape, _dense_strides(p), offset)
+        dense = torch.empty_like(p, device="meta").stride()  # laid out like p, without gaps
+        plan.scratch_of[id(p)] = flats[(p.device, p.dtype)].as_strided(p.shape, dense, offset)
     for entry in plan.stacks:
         members = entry.batch.members
         entry.outputs = [
@@ -322,19 +310,13 @@ def _mirror_sgd_buffers(plan: _Plan, state: dict[torch.Tensor, dict[str, Any]]) 
 
 def _share_out(plan: _Plan, world: int, rank: int) -> list[_BatchStack]:
     """The stacks as shares of one buffer per rank; [] where they cannot be, the reason noted."""
-    devices = {batch.device for batch in plan.batches}
-    if len(devices) > 1:
+    if len({batch.device for batch in plan.batches}) > 1:
         plan.sharing_note = "Muon matrices on several devices"
         return []
     splittable = [b for b in plan.batches if b.kind != "single"]
     lone = [b for b in plan.batches if b.kind == "single"]
-    partition = Partition.of(
-        [len(b.members) for b in splittable],
-        [math.prod(_matrix_shape(b)) for b in splittable],
-        [math.prod(_matrix_shape(b)) for b in lone],
-        world,
-        rank,
-    )
+    counts, sizes = [len(b.members) for b in splittable], [math.prod(_matrix_shape(b)) for b in splittable]
+    partition = Partition.of(counts, sizes, [math.prod(_matrix_shape(b)) for b in lone], world, rank)
     description = tuple((b.kind, b.stack_shape, len(b.members), str(b.dtype)) for b in plan.batches)
     if not agreed(partition, description):
         plan.sharing_note = "the ranks' parameter sets differ"
