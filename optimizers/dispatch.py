@@ -36,9 +36,7 @@ class _CountingMode(TorchDispatchMode):
         self.counts[name] += 1
         result = func(*args, **(kwargs or {}))
         inputs = {_storage(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
-        fresh = sum(
-            1 for t in tree_leaves(result) if isinstance(t, torch.Tensor) and _storage(t) not in inputs
-        )
+        fresh = sum(isinstance(t, torch.Tensor) and _storage(t) not in inputs for t in tree_leaves(result))
         if fresh:
             self.allocated[name] += fresh
         return result
@@ -53,6 +51,5 @@ def count_dispatched_ops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> D
     mode = _CountingMode()
     with mode:
         fn(*args, **kwargs)
-    return DispatchCount(
-        sum(mode.counts.values()), dict(mode.counts), sum(mode.allocated.values()), dict(mode.allocated)
-    )
+    counts, allocated = mode.counts, mode.allocated
+    return DispatchCount(sum(counts.values()), dict(counts), sum(allocated.values()), dict(allocated))

@@ -53,20 +53,16 @@ def _memory_span(t: torch.Tensor) -> tuple[int, int]:
 
 def _overlapping(spans: list[Span]) -> set[Any]:
     """Owners of spans that share at least one byte with another span."""
-    flagged: set[Any] = set()
-    run: list[Any] = []
+    runs: list[list[Any]] = []  # owners of spans that chain into one stretch of bytes
     run_device, run_end = None, 0
     for device, start, end, owner in sorted((s for s in spans if s[2] > s[1]), key=lambda s: (s[0], s[1])):
-        if run and device == run_device and start < run_end:
-            run.append(owner)
+        if runs and device == run_device and start < run_end:
+            runs[-1].append(owner)
             run_end = max(run_end, end)
-            continue
-        if len(run) > 1:
-            flagged.update(run)
-        run, run_device, run_end = [owner], device, end
-    if len(run) > 1:
-        flagged.update(run)
-    return flagged
+        else:
+            runs.append([owner])
+            run_device, run_end = device, end
+    return {owner for run in runs if len(run) > 1 for owner in run}
 
 
 def _spans_of(

@@ -167,9 +167,7 @@ def _build_plan(
 
     # 7. What a moved gradient is checked against: the parameters and their state as now held.
     plan.span_index = _span_index(_spans_of(tracked, states, grads=False)[0])
-    plan.grad_checks = [
-        (p, str(p.device)) for group in param_groups for p in group["params"] if batches_on(p.device)
-    ]
+    plan.grad_checks = [(p, str(p.device)) for g in param_groups for p in g["params"] if batches_on(p.device)]
     check_devices = {device for _, device in plan.grad_checks}
     if len(check_devices) == 1:
         starts, reach = plan.span_index.get(check_devices.pop(), ([], []))
