@@ -45,7 +45,7 @@ def _no_op(name: str) -> Callable[..., Any]:
 @contextlib.contextmanager
 def _replayed_core() -> Iterator[None]:
     """CoreGraph.run returns the first call's outputs from then on (no Newton-Schulz), as a replay does."""
-    original_run, original_ns = CoreGraph.run, batched.newton_schulz_stacks
+    original_run, original_ns = CoreGraph.run, batched._newton_schulz_here
     cache: dict[int, list[torch.Tensor]] = {}
 
     def run(self: CoreGraph, key: object, device: Any, compute: Any, refusal: Any) -> list[torch.Tensor]:
@@ -54,12 +54,12 @@ def _replayed_core() -> Iterator[None]:
         return cache[id(key)]
 
     CoreGraph.run = run  # type: ignore[method-assign]
-    batched.newton_schulz_stacks = lambda stacks: None  # type: ignore[assignment]
+    batched._newton_schulz_here = lambda stacks, lanes=1: []  # type: ignore[assignment]
     try:
         yield
     finally:
         CoreGraph.run = original_run  # type: ignore[method-assign]
-        batched.newton_schulz_stacks = original_ns  # type: ignore[assignment]
+        batched._newton_schulz_here = original_ns  # type: ignore[assignment]
 
 
 @contextlib.contextmanager
