@@ -136,17 +136,29 @@ def render(measured: dict, calibration: dict) -> str:
         f"CALIBRATION_WINDOW = {WINDOW}",
         f"CALIBRATION_MARGIN = {MARGIN}",
         "",
-        "# stated level -> pairs -> (the best nominal level; its simulated coverage on the reference skewed law;",
-        "# the larger distance from the stated level over the two laws there; whether that distance is within",
-        "# the window less the margin, i.e. whether the t interval keeps the stated level at that count)",
-        "NOMINAL_LEVELS: dict[float, dict[int, tuple[float, float, float, bool]]] = {",
+        "# pairs, then per stated level: the best nominal level; its simulated coverage on the reference skewed",
+        "# law; the larger distance from the stated level over the two laws there; whether that distance is",
+        "# within the window less the margin, i.e. whether the t interval keeps the stated level at that count",
+        f"STATED_LEVELS = {tuple(calibration)!r}",
+        'TABLE = """',
     ]
-    for level, table in calibration.items():
-        lines.append(f"    {level}: {{")
-        for n, (nominal, skewed, distance, kept) in table.items():
-            lines.append(f"        {n}: ({nominal:.4f}, {skewed:.6f}, {distance:.6f}, {kept}),")
-        lines.append("    },")
-    lines += ["}", ""]
+    for n in next(iter(calibration.values())):
+        rows = (table[n] for table in calibration.values())
+        cells = "  ".join(
+            f"{nominal:.4f} {skewed:.6f} {gap:.6f} {kept}" for nominal, skewed, gap, kept in rows
+        )
+        lines.append(f"{n:2d} {cells}")
+    lines += [
+        '"""',
+        "NOMINAL_LEVELS: dict[float, dict[int, tuple[float, float, float, bool]]] = {",
+        "    stated: {",
+        '        int(row[0]): (*map(float, row[1 + 4 * i : 4 + 4 * i]), row[4 + 4 * i] == "True")',
+        "        for row in map(str.split, TABLE.strip().splitlines())",
+        "    }",
+        "    for i, stated in enumerate(STATED_LEVELS)",
+        "}",
+        "",
+    ]
     return "\n".join(lines)
 
 
