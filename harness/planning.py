@@ -19,7 +19,7 @@ from harness.formatting import format_probability
 from harness.inference import CONFIDENCE
 from harness.limits import MAX_PAIRS
 from harness.protocol import CONCURRENT_ORDERS
-from harness.stats import ClaimSettings, is_nan, measured, median_of
+from harness.stats import ClaimSettings, measured, median_of
 
 DRAWS = 4000
 SIMULATED_UP_TO = 400
@@ -64,10 +64,8 @@ def chance_within(n: int, sigma: float, tolerance: float, level: float = CONFIDE
         return 0.0
     upper, lower = math.log1p(tolerance), math.log1p(-tolerance)
     if n > SIMULATED_UP_TO:
-        z = stats.norm.ppf(0.5 + level / 2.0)
-        se = MEDIAN_EFFICIENCY * sigma / math.sqrt(n)
-        room = (upper - lower) / 2.0 - z * se
-        return float(max(0.0, 2.0 * stats.norm.cdf(room / se) - 1.0))
+        z, se = stats.norm.ppf(0.5 + level / 2.0), MEDIAN_EFFICIENCY * sigma / math.sqrt(n)
+        return float(max(0.0, 2.0 * stats.norm.cdf(((upper - lower) / 2.0 - z * se) / se) - 1.0))
     low, high = _bounds(n, sigma, 0.0, level)
     return float(np.mean((low > lower) & (high < upper)))
 
@@ -148,7 +146,7 @@ def _goal(
     """A claim's goal: ("control", tolerance, 0) or ("effect", effect, against); ValueError where none."""
     if claim["kind"] == "control":
         limit = tolerance if tolerance is not None else claim["bar"]
-        if limit is None or is_nan(limit):
+        if pd.isna(limit):
             raise ValueError("no tolerance to plan for (give one, e.g. --tolerance 1%)")
         return "control", float(limit), 0.0
     target = float(claim["estimate"]) if effect is None else effect
@@ -179,19 +177,9 @@ def _upper_pairs(
         return f"more than {MAX_PAIRS}"
 
 
-PLAN_COLUMNS = (
-    *(
-        "case",
-        "arm",
-        "baseline_arm",
-        "kind",
-        "sigma",
-        "sigma_upper",
-        "sigma_pairs",
-        "seconds_per_pair",
-        "goal",
-    ),
-    *("pairs", "pairs_for_goal", "pairs_upper", "probability", "minimum_pairs", "seconds", "note"),
+PLAN_COLUMNS = tuple(
+    "case arm baseline_arm kind sigma sigma_upper sigma_pairs seconds_per_pair goal pairs pairs_for_goal "
+    "pairs_upper probability minimum_pairs seconds note".split()
 )
 
 

@@ -6,6 +6,7 @@ The rule, stated once: ``docs/methods.md`` (``harness/stats.py``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -182,18 +183,42 @@ class ClaimSettings:
         )
 
 
+@dataclass(frozen=True)
+class Check:
+    """A check beside the primary interval: its name in words, column prefix and interval method."""
+
+    name: str
+    prefix: str
+    interval: Callable[[np.ndarray, float], inference.Interval]
+    own_estimate: bool = True  # False: its estimate is the primary's (the claims table keeps one)
+
+    @property
+    def columns(self) -> list[str]:
+        """Its columns in the claims table."""
+        fields = INTERVAL_FIELDS if self.own_estimate else INTERVAL_FIELDS[1:]
+        return [f"{self.prefix}_{field}" for field in fields]
+
+
+# The checks beside the primary: a new one is one entry here (its columns and verdict follow).
+INTERVAL_FIELDS = ("estimate", "low", "high", "attained", "sufficient", "method", "verdict")
+CHECKS = (
+    Check("the geometric-mean t", "gm", gm_interval.t_interval),
+    Check("Hodges-Lehmann", "hl", inference.hodges_lehmann_interval),
+    Check("the sign test", "sign", intervals.sign_interval, own_estimate=False),
+)
+# The design diagnostics' columns and the reason where none, in ``design_figures``' order.
+DESIGNS = (
+    (("drift", "drift_low", "drift_high", "drift_reason"), "no measured trial"),
+    (("order_effect", "order_low", "order_high", "order_reason"), "no usable pair"),
+)
 CLAIM_COLUMNS = [
     *("case", "arm", "baseline_arm", "kind", "pairs", "planned_pairs", "both_failed", "one_failed"),
     *("estimate", "ci_low", "ci_high", "ci_level", "ci_attained", "ci_nominal", "ci_sufficient", "ci_method"),
-    *("ci_reason", "verdict_basis"),
-    *("gm_estimate", "gm_low", "gm_high", "gm_attained", "gm_sufficient", "gm_method", "gm_verdict"),
+    *("ci_reason", "verdict_basis", "bar", "verdict"),
     *("failed_trials", "arm_trials", "failure_rate", "failure_low", "failure_high", "median", "min", "max"),
-    *("sign_low", "sign_high", "sign_attained", "sign_sufficient", "sign_method"),
-    *("hl_estimate", "hl_low", "hl_high", "hl_attained", "hl_sufficient", "hl_method"),
-    *("bar", "verdict", "sign_verdict", "hl_verdict", "arm_second", "arm_first"),
-    *("order_effect", "order_low", "order_high", "order_reason"),
-    *("drift", "drift_low", "drift_high", "drift_reason"),
-    "stopping",
+    *("arm_second", "arm_first", "stopping"),
+    *(column for check in CHECKS for column in check.columns),
+    *(column for columns, _ in DESIGNS for column in columns),
 ]
 
 
@@ -210,34 +235,25 @@ def primary_interval(
     log_ratios: np.ndarray, settings: ClaimSettings
 ) -> tuple[inference.Interval, inference.StopDecision | None]:
     """The median's order-statistic interval, or with ``--pairs auto`` the stopping rule's at its look."""
-    if not settings.sequential or log_ratios.size < 1:
+    fixed = not settings.sequential or log_ratios.size < 1
+    if fixed or log_ratios.size > sequential.looks(settings.first_look, settings.max_pairs)[-1]:
         return intervals.median_interval(log_ratios, settings.level), None
-    plan = sequential.looks(settings.first_look, settings.max_pairs)
-    if log_ratios.size > plan[-1]:
-        return intervals.median_interval(log_ratios, settings.level), None
+    ended = f"the log ends here ({log_ratios.size} pairs): no more pairs to look at"
+    s = settings
     decision = sequential.should_stop(
-        log_ratios,
-        settings.precision,
-        settings.level,
-        settings.first_look,
-        settings.max_pairs,
-        budget_spent=True,
-        ended=f"the log ends here ({log_ratios.size} pairs): no more pairs to look at",
+        log_ratios, s.precision, s.level, s.first_look, s.max_pairs, True, ended
     )
     assert decision.interval is not None
     return decision.interval, decision
 
 
-CHECKS = (("the geometric-mean t", "gm"), ("Hodges-Lehmann", "hl"), ("the sign test", "sign"))
-
-
 def disagreeing_checks(claim: Any) -> list[tuple[str, str]]:
     """The distribution-free checks (name, column prefix) whose verdict differs from the claim's."""
-    return [
-        (name, prefix)
-        for name, prefix in CHECKS
-        if f"{prefix}_verdict" in claim and str(claim[f"{prefix}_verdict"]) != str(claim["verdict"])
+    verdict = str(claim["verdict"])
+    found = [
+        c for c in CHECKS if f"{c.prefix}_verdict" in claim and str(claim[f"{c.prefix}_verdict"]) != verdict
     ]
+    return [(c.name, c.prefix) for c in found]
 
 
 def design_figures(
@@ -287,13 +303,8 @@ def _claim_row(
         control, limit_percent = True, settings.tolerance_percent  # no bar: "equivalent within ±T?"
     limit = None if limit_percent is None else limit_percent / 100
     chosen, decision = primary_interval(x, settings)
-    gm = gm_interval.t_interval(x, settings.level)
-    sign = intervals.sign_interval(x, settings.level)
-    hl = inference.hodges_lehmann_interval(x, settings.level)
-    failures = verdicts.failure_rate(trials, case, arm, settings.level)
     second = usable["arm_second"].to_numpy(dtype=bool)
-    trend, order = design_figures(trials, case, arm, group, settings.level, metric)
-    no_pair = f"no usable pair ({len(group) - len(usable)} with both arms failed)"
+    both_failed = len(group) - len(usable)
     row = {
         "case": case,
         "arm": arm,
@@ -301,14 +312,14 @@ def _claim_row(
         "kind": "control" if kind_control else "claim",
         "pairs": int(x.size),
         "planned_pairs": planned_pairs,
-        "both_failed": int(len(group) - len(usable)),
+        "both_failed": both_failed,
         "one_failed": int(np.isinf(x).sum()),
         "estimate": chosen.estimate,
         "ci_level": settings.level,
         "ci_nominal": chosen.nominal_level,  # a sequential look's own level; NaN for a fixed run
-        "ci_reason": chosen.reason if x.size else no_pair,
+        "ci_reason": chosen.reason if x.size else f"no usable pair ({both_failed} with both arms failed)",
         "verdict_basis": "primary",
-        **failures,
+        **verdicts.failure_rate(trials, case, arm, settings.level),
         "median": chosen.estimate,  # the primary's estimate: one median, whatever the count
         "min": float(reductions.min()) if reductions.size else math.nan,
         "max": float(reductions.max()) if reductions.size else math.nan,
@@ -318,20 +329,15 @@ def _claim_row(
         "arm_first": int((~second).sum()),
         "stopping": "" if decision is None else decision.reason,
     }
-    for prefix, check in (("ci", chosen), ("gm", gm), ("sign", sign), ("hl", hl)):
-        figures = {"estimate": check.estimate, "low": check.low, "high": check.high, "method": check.method}
-        usable_check = bool(check.sufficient and check.computable)
-        figures |= {"attained": check.attained_level, "sufficient": usable_check}
-        row |= {f"{prefix}_{key}": value for key, value in figures.items()}
-        row[f"{prefix}_verdict"] = judge(check, limit, control)
-    designs = (
-        ("order_effect", "order", order, "no usable pair"),
-        ("drift", "drift", trend, "no measured trial"),
-    )
-    for estimate, prefix, found, none in designs:
-        figures = (found.estimate, found.low, found.high) if found else (math.nan,) * 3
-        row |= dict(zip((estimate, f"{prefix}_low", f"{prefix}_high"), figures, strict=True))
-        row[f"{prefix}_reason"] = found.reason if found else none
+    for prefix, found in (("ci", chosen), *((c.prefix, c.interval(x, settings.level)) for c in CHECKS)):
+        usable_check = bool(found.sufficient and found.computable)
+        figures = (found.estimate, found.low, found.high, found.attained_level, usable_check, found.method)
+        figures += (judge(found, limit, control),)
+        row |= {f"{prefix}_{field}": value for field, value in zip(INTERVAL_FIELDS, figures, strict=True)}
+    designs = design_figures(trials, case, arm, group, settings.level, metric)
+    for (columns, none), found in zip(DESIGNS, designs, strict=True):
+        figures = (found.estimate, found.low, found.high, found.reason) if found else (*(math.nan,) * 3, none)
+        row |= dict(zip(columns, figures, strict=True))
     return row
 
 
@@ -362,8 +368,3 @@ def secondary_claims(trials: pd.DataFrame, protocol: Any, metric: str) -> pd.Dat
     pairs = pair_table(trials, metric)
     planned = protocol.pairs if isinstance(protocol.pairs, int) else None
     return claim_table(pairs, ClaimSettings.from_protocol(protocol), planned, trials, metric)
-
-
-def is_nan(value: Any) -> bool:
-    """True for None and NaN (a missing figure in a table row)."""
-    return value is None or (isinstance(value, float) and math.isnan(value))
