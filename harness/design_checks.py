@@ -1,7 +1,4 @@
-"""Design diagnostics of a paired run: drift and the order effect, fitted together on the trials.
-
-The rule, stated once: ``docs/methods.md`` (``harness/design_checks.py``).
-"""
+"""Design diagnostics of a paired run: drift and the order effect, fitted together (docs/methods.md)."""
 
 from __future__ import annotations
 
@@ -33,22 +30,14 @@ class Diagnostic:
         return not math.isnan(self.estimate)
 
 
-def _percent(log_change: float) -> float:
-    return 100.0 * math.expm1(log_change)
-
-
 def _columns(values, arms, index, blocks, second) -> tuple[np.ndarray, list[np.ndarray], int, bool]:
     y = np.asarray(values, dtype=float).ravel()
     labels = np.asarray(arms).ravel()
     position = np.arange(y.size, dtype=float) if index is None else np.asarray(index, dtype=float).ravel()
     slices = np.zeros(y.size) if blocks is None else np.asarray(blocks).ravel()
     late = None if second is None else np.asarray(second, dtype=bool).ravel()
-    if labels.shape != y.shape or position.shape != y.shape:
-        raise ValueError("need one arm label and one index per trial")
-    if slices.shape != y.shape:
-        raise ValueError("need one slice label per trial")
-    if late is not None and late.shape != y.shape:
-        raise ValueError("need one order flag per trial")
+    if any(a.shape != y.shape for a in (labels, position, slices, y if late is None else late)):
+        raise ValueError("need one arm label, one index, one slice label and one order flag per trial")
     finished = np.isfinite(y) & (y > 0)
     y, labels, position, slices = np.log(y[finished]), labels[finished], position[finished], slices[finished]
     names = list(dict.fromkeys(labels.tolist()))
@@ -101,7 +90,7 @@ def _diagnostic(name, method, level, y, columns, which: int, spread: bool, times
     if found is None:
         return Diagnostic(name, method, math.nan, math.nan, math.nan, level, y.size, reason)
     value, half = found
-    figures = (_percent(times * v) for v in (value, value - half, value + half))
+    figures = (100.0 * math.expm1(times * v) for v in (value, value - half, value + half))
     return Diagnostic(name, method, *figures, level, y.size)
 
 

@@ -1,7 +1,4 @@
-"""The geometric-mean reduction with a calibrated Student t interval, beside the primary median.
-
-The rule, stated once: ``docs/methods.md`` (``harness/gm_interval.py``).
-"""
+"""The geometric-mean reduction with a calibrated Student t interval (docs/methods.md)."""
 
 from __future__ import annotations
 
@@ -97,15 +94,12 @@ def t_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
     check_level(level)
     x = log_ratios_of(log_ratios)
     n = x.size
-    estimand = "geometric-mean reduction"
+    estimand, method = "geometric-mean reduction", "calibrated Student t interval of the mean log ratio"
     if n < 2:
-        method = "calibrated Student t interval of the mean log ratio"
         return not_computable(estimand, method, level, n, f"a t interval needs at least 2 pairs ({n} given)")
     fitted = t_calibration(n, level)
     nominal = level if fitted is None else fitted.nominal
-    method = (
-        f"calibrated Student t interval of the mean log ratio, {n - 1} df, at nominal level {nominal:.2%}"
-    )
+    method += f", {n - 1} df, at nominal level {nominal:.2%}"
     if fitted is not None:
         method += f" (covers {fitted.nominal:.2%} of normal and {fitted.skewed_coverage:.2%} of reference "
         method += f"skewed log ratios at {n} pairs)"
@@ -130,10 +124,3 @@ def t_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
     return Interval.of_logs(
         estimand, method, mean, low, high, level, attained, n, sufficient, reason, nominal
     )
-
-
-def describe(level: float = CONFIDENCE) -> str:
-    """How the t interval is calibrated, in words, with the pair counts where it is insufficient."""
-    text = f"calibrated one-sidedly on the claim pairs' law, skewness to {calibration.REFERENCE_SKEWNESS:g}"
-    unkept = t_unkept_counts_text(level)
-    return text if unkept == "at no count" else f"{text}; {unkept} it is insufficient"

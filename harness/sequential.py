@@ -1,7 +1,4 @@
-"""The stopping rule of ``--pairs auto``: few looks, one look level calibrated by simulating the plan run.
-
-The rule, stated once: ``docs/methods.md`` (``harness/sequential.py``).
-"""
+"""The stopping rule of ``--pairs auto``: few looks, levels calibrated by simulation (docs/methods.md)."""
 
 from __future__ import annotations
 
@@ -45,18 +42,12 @@ def looks(first: int = 6, max_pairs: int = 20) -> tuple[int, ...]:
     if max_pairs < first:
         raise ValueError(f"max_pairs ({max_pairs}) must be at least the first look ({first})")
     out = [first]
-    while True:
-        step = max(4, int(round(GROWTH * out[-1])))
-        step += step % 2
-        following = out[-1] + step
-        if following >= max_pairs:
-            break
-        out.append(following)
-    if out[-1] != max_pairs:
-        if len(out) > 1 and max_pairs - out[-1] < 2:
-            out[-1] = max_pairs
-        else:
-            out.append(max_pairs)
+    while out[-1] + (step := max(4, round(GROWTH * out[-1]))) + step % 2 < max_pairs:
+        out.append(out[-1] + step + step % 2)
+    if len(out) > 1 and max_pairs - out[-1] < 2:
+        out[-1] = max_pairs
+    elif out[-1] != max_pairs:
+        out.append(max_pairs)
     return tuple(out)
 
 
@@ -106,13 +97,9 @@ def _candidates(level: float, count: int, blocked: int = 0) -> list[tuple[float,
     middle = [level + alpha * f for f in (-0.2, 0.0, 0.2, 0.4, 0.5, 0.6, 0.7)]
     last = [level + alpha * f for f in (-0.4, -0.3, -0.2, -0.1, 0.0, 0.1, 0.2)]
     free = count - blocked
-    if free == 1:
-        tails = [(c,) for c in last]
-    elif free == 2:
-        tails = [(a, c) for a in first for c in last]
-    else:
-        tails = [(a, *([b] * (free - 2)), c) for a in first for b in middle for c in last]
-    return [(level,) * blocked + tail for tail in tails]
+    heads = [()] if free == 1 else [(a,) for a in first]
+    middles = [()] if free <= 2 else [(b,) * (free - 2) for b in middle]
+    return [(level,) * blocked + head + body + (c,) for head in heads for body in middles for c in last]
 
 
 @lru_cache(maxsize=32)
@@ -183,20 +170,19 @@ def should_stop(
     interval = _interval(x, plan, level, index) if n >= 1 else None
     note = reach_note(x, precision, plan[-1], at) if n == plan[0] else ""
     reached = interval is not None and interval.computable and interval.half_width <= precision
-    if reached and n >= MIN_STOP:
-        reason = f"precision reached: half-width {interval.half_width:.2f} <= {precision:g} points"
-        return StopDecision(True, reason, n, index + 1, plan, level, at, interval)
-    if n == plan[-1]:
-        return StopDecision(True, "last look (max pairs)", n, index + 1, plan, level, at, interval)
-    if budget_spent:
-        return StopDecision(True, ended, n, index + 1, plan, level, at, interval)
     half = "unknown" if interval is None or not interval.computable else f"{interval.half_width:.2f}"
-    reason = f"precision not reached: half-width {half} > {precision:g} points{note}"
-    if reached:
+    stop = (reached and n >= MIN_STOP) or n == plan[-1] or budget_spent
+    if reached and n >= MIN_STOP:
+        reason = f"precision reached: half-width {half} <= {precision:g} points"
+    elif stop:
+        reason = "last look (max pairs)" if n == plan[-1] else ended
+    elif reached:
         reason = (
             f"precision reached at {n} pairs; a stop takes {MIN_STOP} (the median of fewer is biased){note}"
         )
-    return StopDecision(False, reason, n, index + 1, plan, level, at, interval)
+    else:
+        reason = f"precision not reached: half-width {half} > {precision:g} points{note}"
+    return StopDecision(stop, reason, n, index + 1, plan, level, at, interval)
 
 
 @dataclass(frozen=True, eq=False)

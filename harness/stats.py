@@ -1,7 +1,4 @@
-"""Statistics of a run: per-arm medians and ranges, paired reductions, the claim's intervals and verdict.
-
-The rule, stated once: ``docs/methods.md`` (``harness/stats.py``).
-"""
+"""A run's statistics: per-arm figures, paired reductions, the claims and their verdicts (docs/methods.md)."""
 
 from __future__ import annotations
 
@@ -37,10 +34,8 @@ def run_order(trials: pd.DataFrame) -> pd.Series:
         return pd.Series(dtype=int)
     started = pd.to_datetime(trials["started"], errors="coerce", utc=True) if "started" in trials else None
     if started is None or started.isna().any():
-        keys = trials["index"] if "index" in trials else pd.Series(range(len(trials)), index=trials.index)
-    else:
-        keys = started
-    return keys.rank(method="first").astype(int) - 1
+        started = trials["index"] if "index" in trials else pd.Series(range(len(trials)), index=trials.index)
+    return started.rank(method="first").astype(int) - 1
 
 
 def resumed_slices(trials: pd.DataFrame) -> pd.Series:
@@ -68,25 +63,19 @@ def numeric_column(rows: pd.DataFrame, column: str) -> pd.Series:
 
 def median_of(rows: pd.DataFrame, column: str) -> float:
     """The median of a per-trial figure over ``rows``; NaN where none of them carries it."""
-    values = numeric_column(rows, column)
-    return float(values.median()) if len(values) else math.nan
+    return float(numeric_column(rows, column).median())
 
 
 def max_of(rows: pd.DataFrame, column: str) -> float:
     """The largest value of a per-trial figure over ``rows``; NaN where none of them carries it."""
-    values = numeric_column(rows, column)
-    return float(values.max()) if len(values) else math.nan
+    return float(numeric_column(rows, column).max())
 
 
 def reduction(baseline: float, candidate: float) -> float:
     """(baseline − candidate) / baseline, with the failure conventions of this module (NaN: both failed)."""
-    if math.isinf(baseline) and math.isinf(candidate):
-        return math.nan
     if math.isinf(baseline):
-        return 1.0
-    if math.isinf(candidate):
-        return -math.inf
-    return (baseline - candidate) / baseline
+        return math.nan if math.isinf(candidate) else 1.0
+    return -math.inf if math.isinf(candidate) else (baseline - candidate) / baseline
 
 
 def arm_table(trials: pd.DataFrame) -> pd.DataFrame:
