@@ -1,7 +1,4 @@
-"""The calibration arm's reading: how much of a known injected delay a design recovers.
-
-The rule, stated once: ``docs/methods.md`` (``harness/delay_check.py``).
-"""
+"""The calibration arm's reading: how much of a known injected delay a design recovers (docs/methods.md)."""
 
 from __future__ import annotations
 

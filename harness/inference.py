@@ -1,7 +1,4 @@
-"""Small-sample inference for paired timings: log ratios, distribution-free checks and verdicts.
-
-The rule, stated once: ``docs/methods.md`` (``harness/inference.py``).
-"""
+"""Paired timings' small-sample inference: log ratios, Hodges-Lehmann, verdicts (docs/methods.md)."""
 
 from __future__ import annotations
 

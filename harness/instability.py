@@ -1,5 +1,4 @@
-"""Warnings that travel with the data: an arm's spread, a loaded machine, CPU steal. Flags only warn: every
-trial stays in the data."""
+"""Warnings that travel with the data: an arm's spread, machine load, CPU steal; no trial is dropped."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""The claim's primary interval: the median paired reduction with an order-statistic interval.
-
-The rule, stated once: ``docs/methods.md`` (``harness/intervals.py``).
-"""
+"""The claim's primary interval: the median paired reduction between order statistics (docs/methods.md)."""
 
 from __future__ import annotations
 

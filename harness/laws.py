@@ -1,7 +1,4 @@
-"""Laws of paired log ratios that intervals and the stopping rule are checked on, by simulation.
-
-The rule, stated once: ``docs/methods.md`` (``harness/laws.py``).
-"""
+"""Laws of paired log ratios that the intervals and the stopping rule are checked on (docs/methods.md)."""
 
 from __future__ import annotations
 

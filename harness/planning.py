@@ -1,7 +1,4 @@
-"""Planning: the pairs (and time) a goal needs under the rule a run uses, at a measured per-pair spread.
-
-The rule, stated once: ``docs/methods.md`` (``harness/planning.py``).
-"""
+"""The pairs (and time) a goal needs under a run's rule, at a measured per-pair spread (docs/methods.md)."""
 
 from __future__ import annotations
 
