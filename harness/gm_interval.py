@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import groupby
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -12,7 +11,6 @@ from scipy import stats
 
 from harness import t_calibration as calibration
 from harness.inference import CONFIDENCE, Interval, check_level, log_ratios_of, not_computable
-from harness.laws import difference_of_delays
 
 WINDOW = calibration.CALIBRATION_WINDOW  # a calibrated interval covers within this of its stated level
 CALIBRATED_UP_TO = max(max(table) for table in calibration.NOMINAL_LEVELS.values())
@@ -56,26 +54,6 @@ def t_min_pairs(level: float = CONFIDENCE) -> int | None:
     found = _table(level)
     counts = sorted(found[1]) if found else []
     return next((n for i, n in enumerate(counts) if all(found[1][m][3] for m in counts[i:])), None)
-
-
-def t_unkept_counts_text(level: float = CONFIDENCE) -> str:
-    """The pair counts where the calibrated t interval is insufficient, in words."""
-    found = _table(level)
-    if found is None:
-        return "at every count (the level is not calibrated)"
-    unkept = sorted(n for n, row in found[1].items() if not row[3])
-    runs = [[n for _, n in run] for _, run in groupby(enumerate(unkept), lambda pair: pair[1] - pair[0])]
-    if not runs:
-        return "at no count"
-    words = [f"from {r[0]} to {r[-1]}" if len(r) > 1 else f"at {r[0]}" for r in runs]
-    return ", ".join(words) + " pairs"
-
-
-def reference_skewed(rng: np.random.Generator, shape: tuple[int, ...]) -> NDArray[np.float64]:
-    """Draws of the reference skewed law of log ratios (mean 0, unit-free: scale them to a spread)."""
-    return difference_of_delays(
-        rng, shape, calibration.REFERENCE_DELAY_SHAPE, calibration.REFERENCE_SCALE_RATIO
-    )
 
 
 def t_log_bounds(

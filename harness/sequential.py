@@ -10,7 +10,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from harness import intervals
-from harness.inference import CONFIDENCE, Interval, to_reduction
+from harness.inference import CONFIDENCE, Interval
 from harness.laws import LAWS, median_of
 
 GROWTH = 0.4  # each look adds about 40% more pairs (at least 4)
@@ -183,35 +183,3 @@ def should_stop(
     else:
         reason = f"precision not reached: half-width {half} > {precision:g} points{note}"
     return StopDecision(stop, reason, n, index + 1, plan, level, at, interval)
-
-
-@dataclass(frozen=True, eq=False)
-class Stopped:
-    """The rule over many sequences: pairs at the stop, the interval then and the estimate (reductions)."""
-
-    pairs: NDArray[np.int64]
-    low: NDArray[np.float64]
-    high: NDArray[np.float64]
-    estimate: NDArray[np.float64]
-
-
-def simulate(
-    rows: ArrayLike, precision: float, level: float = CONFIDENCE, first: int = 6, max_pairs: int = 20
-) -> Stopped:
-    """``should_stop`` over each row of a (sequences × max_pairs) matrix of log ratios, vectorised."""
-    x = np.asarray(rows, dtype=float)
-    plan = looks(first, max_pairs)
-    levels = look_level(level, plan)[0]
-    count = x.shape[0]
-    stopped = np.zeros(count, dtype=bool)
-    pairs = np.zeros(count, dtype=np.int64)
-    low, high, estimate = (np.full(count, math.nan) for _ in range(3))
-    for index, n in enumerate(plan):
-        median, lo, hi, _ = intervals.median_log_bounds(x[:, :n], levels[index])
-        r_low, r_high = to_reduction(hi), to_reduction(lo)
-        narrow = (100.0 * (r_high - r_low) / 2.0 <= precision) & (n >= MIN_STOP)
-        stop = ~stopped & (narrow | (index == len(plan) - 1))
-        pairs[stop], low[stop], high[stop] = n, r_low[stop], r_high[stop]
-        estimate[stop] = to_reduction(median[stop])
-        stopped |= stop
-    return Stopped(pairs, low, high, estimate)
