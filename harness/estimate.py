@@ -121,8 +121,9 @@ def probe_first(
     on_start: Callable[[ScheduledTrial], None],
     resumed: bool = False,
 ) -> dict[str, Any] | None:
-    """Run the first trial untimed, say the run's estimate, refuse a plan over budget (``OverBudget``) or stop
-    where the first trial alone would pass the deadline (``PlannedStop``). Returns the row to log: a warm-up's.
+    """Run the first trial untimed and say the run's estimate; return the row to log (a warm-up's).
+
+    A plan over budget raises ``OverBudget``; a first trial that alone passes the deadline, ``PlannedStop``.
 
     The caller logs that row once the schedule runs (so the run does not count as resumed). A resumed plan
     (``resumed``: an empty log) was accepted: it is never refused for its budget."""

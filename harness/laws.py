@@ -9,7 +9,7 @@ from numpy.typing import NDArray
 
 
 def delay_shape_for(skewness: float, scale_ratio: float) -> float:
-    """The gamma shape k at which G1 − r·G2 has the given skewness (skewness 2(1 − r³) / (√k (1 + r²)^1.5))."""
+    """The gamma shape k at which G1 − r·G2 has this skewness, 2(1 − r³) / (√k (1 + r²)^1.5)."""
     if skewness <= 0:
         raise ValueError(f"a skewed reference law needs a positive skewness (got {skewness})")
     return (2.0 * (1.0 - scale_ratio**3) / (skewness * (1.0 + scale_ratio**2) ** 1.5)) ** 2
