@@ -89,14 +89,12 @@ def t_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
         levels = " and ".join(f"{lv:.0%}" for lv in calibration.NOMINAL_LEVELS)
         sufficient, reason, attained = False, f"the t interval is calibrated only at {levels}", math.nan
     else:
-        sufficient, attained = fitted.keeps, fitted.attained
-        minimum = t_min_pairs(level)
+        sufficient, attained, minimum, reason = fitted.keeps, fitted.attained, t_min_pairs(level), ""
+    if fitted is not None and not sufficient:
+        skew, covers = calibration.REFERENCE_SKEWNESS, fitted.skewed_coverage
         reason = (
-            ""
-            if sufficient
-            else f"at {n} pairs no nominal level keeps {level:.0%} within {100 * WINDOW:.1f} points on the "
-            f"reference skewed law (skewness {calibration.REFERENCE_SKEWNESS:g}, the committed runs' upper "
-            f"end): the best covers {fitted.skewed_coverage:.1%} there"
+            f"at {n} pairs no nominal level keeps {level:.0%} within {100 * WINDOW:.1f} points on the reference "
+            f"skewed law (skewness {skew:g}, the committed runs' upper end): the best covers {covers:.1%} there"
             + ("" if minimum is None else f"; sufficient from {minimum} pairs")
         )
     return Interval.of_logs(

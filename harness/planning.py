@@ -137,39 +137,26 @@ def seconds_per_pair(
     return (max(times) + cooldown) if duet else (sum(times) + cooldown * len(times))
 
 
-def _goal(
-    claim: Any, effect: float | None, tolerance: float | None, bar: float | None
-) -> tuple[str, float, float]:
-    """A claim's goal: ("control", tolerance, 0) or ("effect", effect, against); ValueError where none."""
+def _goal(claim: Any, effect, tolerance, bar, level: float, power: float) -> Callable[[float, Any], Plan]:
+    """A claim's goal, planned at a spread and seconds per pair; ValueError where it has none."""
     if claim["kind"] == "control":
         limit = tolerance if tolerance is not None else claim["bar"]
         if pd.isna(limit):
             raise ValueError("no tolerance to plan for (give one, e.g. --tolerance 1%)")
-        return "control", float(limit), 0.0
+        return lambda sigma, seconds: plan_control(sigma, float(limit), level, power, seconds)
     target = float(claim["estimate"]) if effect is None else effect
     if not math.isfinite(target):
         raise ValueError("no finite effect to plan for (give one, e.g. --effect 3%)")
-    return "effect", target, 0.0 if bar is None else bar
+    against = 0.0 if bar is None else bar
+    return lambda sigma, seconds: plan_effect(sigma, target, against, level, power, seconds)
 
 
-def _plan_for(goal: tuple[str, float, float], sigma: float, used: int, level, power, seconds) -> Plan:
-    if not math.isfinite(sigma) or sigma <= 0:
-        raise ValueError(f"needs a spread: {used} finished pair(s) with a finite log ratio")
-    kind, value, against = goal
-    per_pair = seconds if math.isfinite(seconds) else None
-    if kind == "control":
-        return plan_control(sigma, value, level, power, per_pair)
-    return plan_effect(sigma, value, against, level, power, per_pair)
-
-
-def _upper_pairs(
-    goal: tuple[str, float, float], sigma: float, level: float, power: float
-) -> int | str | None:
+def _upper_pairs(goal: Callable[[float, Any], Plan], sigma: float) -> int | str | None:
     """The pairs the goal needs at σ's upper bound (None where that bound does not exist)."""
     if not math.isfinite(sigma):
         return None
     try:
-        return _plan_for(goal, sigma, 0, level, power, math.nan).pairs
+        return goal(sigma, None).pairs
     except ValueError:
         return f"more than {MAX_PAIRS}"
 
@@ -205,12 +192,14 @@ def plan_rows(
         values += (None, None, None, math.nan, intervals.min_pairs(settings.level), math.nan, "")
         row: dict[str, Any] = dict(zip(PLAN_COLUMNS, values, strict=True))
         try:
-            goal = _goal(claim, effect, tolerance, bar)
-            found = _plan_for(goal, sigma, used, level, power, seconds)
+            goal = _goal(claim, effect, tolerance, bar, level, power)
+            if not math.isfinite(sigma) or sigma <= 0:
+                raise ValueError(f"needs a spread: {used} finished pair(s) with a finite log ratio")
+            found = goal(sigma, seconds if math.isfinite(seconds) else None)
         except ValueError as exc:
             row["note"] = str(exc)
         else:
             row.update(asdict(found), seconds=math.nan if found.seconds is None else found.seconds)
-            row["pairs_upper"] = _upper_pairs(goal, row["sigma_upper"], level, power)
+            row["pairs_upper"] = _upper_pairs(goal, row["sigma_upper"])
         out.append(row)
     return out
