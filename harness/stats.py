@@ -200,15 +200,22 @@ DESIGNS = (
     (("drift", "drift_low", "drift_high", "drift_reason"), "no measured trial"),
     (("order_effect", "order_low", "order_high", "order_reason"), "no usable pair"),
 )
-CLAIM_COLUMNS = [
+FIXED_COLUMNS = (
     *("case", "arm", "baseline_arm", "kind", "pairs", "planned_pairs", "both_failed", "one_failed"),
     *("estimate", "ci_low", "ci_high", "ci_level", "ci_attained", "ci_nominal", "ci_sufficient", "ci_method"),
     *("ci_reason", "verdict_basis", "bar", "verdict"),
     *("failed_trials", "arm_trials", "failure_rate", "failure_low", "failure_high", "median", "min", "max"),
     *("arm_second", "arm_first", "stopping"),
-    *(column for check in CHECKS for column in check.columns),
-    *(column for columns, _ in DESIGNS for column in columns),
-]
+)
+
+
+def claim_columns() -> list[str]:
+    """The claims table's columns: the fixed ones, each registered check's, the design diagnostics'."""
+    checks = (column for check in CHECKS for column in check.columns)
+    return [*FIXED_COLUMNS, *checks, *(column for columns, _ in DESIGNS for column in columns)]
+
+
+CLAIM_COLUMNS = claim_columns()  # as registered at import; the claims table reads the registry when made
 
 
 def judge(interval: inference.Interval, limit: float | None, control: bool) -> str:
@@ -339,7 +346,7 @@ def claim_table(
 ) -> pd.DataFrame:
     """Per case and non-reference arm: primary interval, checks, verdict and design diagnostics."""
     if pairs.empty:
-        return pd.DataFrame(columns=CLAIM_COLUMNS)
+        return pd.DataFrame(columns=claim_columns())
     trials = pd.DataFrame() if trials is None else trials
     calibration = set(trials["arm"][trials["role"] == CALIBRATION_ROLE]) if "role" in trials else set()
     rows = [
@@ -347,13 +354,13 @@ def claim_table(
         for (case, arm), group in pairs.groupby(["case", "arm"], sort=False)
         if arm not in calibration  # read as recovered/known (harness.calibration), never a claim
     ]
-    return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+    return pd.DataFrame(rows, columns=claim_columns())
 
 
 def secondary_claims(trials: pd.DataFrame, protocol: Any, metric: str) -> pd.DataFrame:
     """The claims table over a secondary per-trial figure, judged like the primary; it never claims."""
     if trials.empty or metric not in trials or numeric_column(finished(trials), metric).empty:
-        return pd.DataFrame(columns=CLAIM_COLUMNS)
+        return pd.DataFrame(columns=claim_columns())
     pairs = pair_table(trials, metric)
     planned = protocol.pairs if isinstance(protocol.pairs, int) else None
     return claim_table(pairs, ClaimSettings.from_protocol(protocol), planned, trials, metric)
