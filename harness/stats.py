@@ -229,27 +229,21 @@ def judge(interval: inference.Interval, limit: float | None, control: bool) -> s
 
 def primary_interval(
     log_ratios: np.ndarray, settings: ClaimSettings
-) -> tuple[inference.Interval, inference.StopDecision | None]:
+) -> tuple[inference.Interval, sequential.StopDecision | None]:
     """The median's order-statistic interval, or with ``--pairs auto`` the stopping rule's at its look."""
-    fixed = not settings.sequential or log_ratios.size < 1
-    if fixed or log_ratios.size > sequential.looks(settings.first_look, settings.max_pairs)[-1]:
-        return intervals.median_interval(log_ratios, settings.level), None
-    ended = f"the log ends here ({log_ratios.size} pairs): no more pairs to look at"
-    s = settings
-    decision = sequential.should_stop(
-        log_ratios, s.precision, s.level, s.first_look, s.max_pairs, True, ended
-    )
-    assert decision.interval is not None
-    return decision.interval, decision
+    s, n = settings, log_ratios.size
+    if not s.sequential or n < 1 or n > sequential.looks(s.first_look, s.max_pairs)[-1]:
+        return intervals.median_interval(log_ratios, s.level), None
+    ended = f"the log ends here ({n} pairs): no more pairs to look at"
+    stop = sequential.should_stop(log_ratios, s.precision, s.level, s.first_look, s.max_pairs, True, ended)
+    assert stop.interval is not None
+    return stop.interval, stop
 
 
 def disagreeing_checks(claim: Any) -> list[tuple[str, str]]:
     """The distribution-free checks (name, column prefix) whose verdict differs from the claim's."""
     verdict = str(claim["verdict"])
-    found = [
-        c for c in CHECKS if f"{c.prefix}_verdict" in claim and str(claim[f"{c.prefix}_verdict"]) != verdict
-    ]
-    return [(c.name, c.prefix) for c in found]
+    return [(c.name, c.prefix) for c in CHECKS if str(claim.get(f"{c.prefix}_verdict", verdict)) != verdict]
 
 
 def design_figures(
