@@ -49,21 +49,6 @@ def _columns(values, arms, index, blocks, second) -> tuple[np.ndarray, list[np.n
     return y, columns, len(steps), bool(position.size and np.ptp(position) > 0)
 
 
-def _fit(y: np.ndarray, columns: list[np.ndarray], which: int, level: float):
-    """The coefficient ``which`` of the least-squares fit, its t half-width, or a reason it has none."""
-    design = np.column_stack(columns)
-    df = y.size - design.shape[1]
-    if df < 1:
-        return None, "too few finished trials"
-    coefficients, _, rank, _ = np.linalg.lstsq(design, y, rcond=None)
-    if rank < design.shape[1]:
-        return None, "index confounded with arms, slices or order"
-    residual = y - design @ coefficients
-    variance = float(residual @ residual) / df
-    se = math.sqrt(variance * np.linalg.inv(design.T @ design)[which, which])
-    return (float(coefficients[which]), float(stats.t.ppf(0.5 + level / 2.0, df) * se)), ""
-
-
 def drift(
     values: ArrayLike,
     arms: ArrayLike,
@@ -85,11 +70,18 @@ def drift(
 
 
 def _diagnostic(name, method, level, y, columns, which: int, spread: bool, times: int = 1) -> Diagnostic:
-    """Coefficient ``which`` of the fit, times ``times``, in percent with its t interval."""
-    found, reason = _fit(y, columns, which, level) if spread else (None, "too few finished trials")
-    if found is None:
+    """Coefficient ``which`` of the least-squares fit, times ``times``, in percent with its t interval."""
+    design = np.column_stack(columns)
+    df = y.size - design.shape[1]
+    reason = "" if spread and df >= 1 else "too few finished trials"
+    if not reason:
+        coefficients, _, rank, _ = np.linalg.lstsq(design, y, rcond=None)
+        reason = "" if rank == design.shape[1] else "index confounded with arms, slices or order"
+    if reason:
         return Diagnostic(name, method, math.nan, math.nan, math.nan, level, y.size, reason)
-    value, half = found
+    residual = y - design @ coefficients
+    se = math.sqrt(float(residual @ residual) / df * np.linalg.inv(design.T @ design)[which, which])
+    value, half = float(coefficients[which]), float(stats.t.ppf(0.5 + level / 2.0, df) * se)
     figures = (100.0 * math.expm1(times * v) for v in (value, value - half, value + half))
     return Diagnostic(name, method, *figures, level, y.size)
 
