@@ -51,22 +51,18 @@ def looks(first: int = 6, max_pairs: int = 20) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _draws(plan: tuple[int, ...]) -> dict[str, tuple[list[NDArray[np.float64]], float]]:
-    """Per law: each look's sorted prefix of the seeded sequences, and the law's median (at ``SPREAD``)."""
-    rng = np.random.default_rng(SEED)
-    out = {}
-    for name, law in LAWS.items():
-        x = SPREAD * law(rng, (DRAWS, plan[-1]))
-        out[name] = ([np.sort(x[:, :n], axis=1) for n in plan], SPREAD * median_of(name))
-    return out
-
-
 class _Coverage:
     """Coverage of the median by the stopped interval, per law and precision ratio."""
 
     def __init__(self, plan: tuple[int, ...]) -> None:
-        self.plan, self.draws, self.cache = plan, _draws(plan), {}
-        self.targets = 100.0 * SPREAD * np.asarray(RATIOS)[:, None]
+        rng = np.random.default_rng(SEED)
+        draws = {name: SPREAD * law(rng, (DRAWS, plan[-1])) for name, law in LAWS.items()}
+        # per law: each look's sorted prefix of the seeded sequences, and the law's median
+        self.draws = {
+            name: ([np.sort(x[:, :n], axis=1) for n in plan], SPREAD * median_of(name))
+            for name, x in draws.items()
+        }
+        self.plan, self.cache, self.targets = plan, {}, 100.0 * SPREAD * np.asarray(RATIOS)[:, None]
 
     def _look(self, name: str, index: int, at: float) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
         key = (name, index, round(at, 6))

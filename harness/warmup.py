@@ -19,6 +19,11 @@ def warmup_agreement(previous: float | None, current: float | None) -> float | N
     return math.log(current / previous)
 
 
+def _figure(row: dict[str, Any]) -> float | None:
+    """A warm-up row's figure; None where it failed."""
+    return row.get("value") if row.get("status") == "ok" else None
+
+
 def settles(change: float | None, tolerance: float) -> bool:
     """The settling rule: a warm-up no more than ``tolerance`` percent faster than its arm's previous one."""
     return change is not None and change >= -tolerance / 100
@@ -51,8 +56,8 @@ class WarmupSequence:
 
     @property
     def settled(self) -> bool:
-        values = [r.get("value") if r.get("status") == "ok" else None for r in self.rows]
-        return settled_at(values, [str(r["arm"]) for r in self.rows], self.tolerance) is not None
+        arms = [str(r["arm"]) for r in self.rows]
+        return settled_at([_figure(r) for r in self.rows], arms, self.tolerance) is not None
 
     @property
     def capped(self) -> bool:
@@ -117,11 +122,8 @@ def warmup_row_fields(
     """A finished ``--warmup auto`` row's agreement with its arm's previous warm-up, and if it settled."""
     mine = {"phase": "warmup", "warmup_sequence": number, "arm": row["arm"]}
     previous = [r for r in rows if all(r.get(key) == value for key, value in mine.items())]
-    value = row.get("value") if row.get("status") == "ok" else None
-    agreement = None
-    if previous:
-        last = max(previous, key=lambda r: int(r["index"]))
-        agreement = warmup_agreement(last.get("value") if last.get("status") == "ok" else None, value)
+    last = max(previous, key=lambda r: int(r["index"])) if previous else None
+    agreement = None if last is None else warmup_agreement(_figure(last), _figure(row))
     settled = settles(agreement, plan.protocol.warmup_tolerance)
     return {"warmup_agreement": agreement, "warmup_settled": settled}
 
