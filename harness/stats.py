@@ -133,7 +133,6 @@ class ClaimSettings:
     """How claims are judged: bar, tolerance, control arms, level and the stopping rule's settings."""
 
     bar_percent: float | None
-    seed: int = 0
     level: float = CONFIDENCE
     control: bool = False
     tolerance_percent: float | None = None
@@ -162,7 +161,6 @@ class ClaimSettings:
         sequential = getattr(protocol, "pairs", None) == "auto"
         return cls(
             bar_percent=None if pure_control else protocol.bar,
-            seed=protocol.seed,
             control=control,
             tolerance_percent=tolerance,
             control_arms=frozenset([f"{arms[0].label}{CONTROL_SUFFIX}"] if control and arms else []),
