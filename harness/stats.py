@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from harness import design_checks, gm_interval, inference, intervals, sequential, verdicts
-from harness.delay_check import ROLE as CALIBRATION_ROLE
+from harness.injected import ROLE as CALIBRATION_ROLE
 
 CONFIDENCE = inference.CONFIDENCE
 CONTROL_SUFFIX = "-control"
