@@ -1,7 +1,4 @@
-"""The calibration arm (``--calibrate SIZE``): the baseline with a known host-side delay.
-
-The rule, stated once: ``docs/methods.md`` (``harness/calibration.py``).
-"""
+"""The calibration arm (``--calibrate SIZE``): the baseline with a known host delay (docs/methods.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""The calibration arm's reading: how much of a known injected delay a design recovers.
-
-The rule, stated once: ``docs/methods.md`` (``harness/delay_check.py``).
-"""
+"""The calibration arm's reading: how much of a known injected delay a design recovers (docs/methods.md)."""
 
 from __future__ import annotations
 
@@ -15,6 +12,7 @@ from numpy.typing import ArrayLike
 from harness import intervals
 from harness.inference import CONFIDENCE
 from harness.injected import FIGURE, ROLE
+from harness.stats import measured
 
 MARGIN = 0.1  # an interval inside 0.9-1.1 is recovered even where it misses 1 (the issue's target band)
 
@@ -78,23 +76,15 @@ def readings(trials: pd.DataFrame, level: float = CONFIDENCE) -> list[Reading]:
     """The calibration arm's reading per case, from the measured trials of a run's log."""
     if trials.empty or "role" not in trials or not (trials["role"] == ROLE).any():
         return []
-    rows = trials[trials["phase"] == "measured"]
     out = []
-    for case, group in rows.groupby("case", sort=False):
+    for case, group in measured(trials).groupby("case", sort=False):
         base = group[group["role"] == "baseline"].set_index("round")
         delayed = group[group["role"] == ROLE].set_index("round")
         rounds = base.index.intersection(delayed.index)
         if delayed.empty:
             continue
-        b = _figures(base.loc[rounds])
-        c = _figures(delayed.loc[rounds])
+        b, c = (frame.loc[rounds, "effective"].to_numpy(dtype=float) for frame in (base, delayed))
         known = pd.to_numeric(delayed.loc[rounds].get(FIGURE), errors="coerce").to_numpy(dtype=float)
         typical = float(np.nanmedian(known)) if np.isfinite(known).any() else math.nan
         out.append(Reading(str(case), typical, recovered(b, c, known, level)))
     return out
-
-
-def _figures(rows: pd.DataFrame) -> np.ndarray:
-    """Each trial's figure; a failed trial is ∞."""
-    value = pd.to_numeric(rows["value"], errors="coerce").to_numpy(dtype=float)
-    return np.where(rows["status"].to_numpy() == "ok", value, math.inf)

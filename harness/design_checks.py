@@ -1,7 +1,4 @@
-"""Design diagnostics of a paired run: drift and the order effect, fitted together on the trials.
-
-The rule, stated once: ``docs/methods.md`` (``harness/design_checks.py``).
-"""
+"""Design diagnostics of a paired run: drift and the order effect, fitted together (docs/methods.md)."""
 
 from __future__ import annotations
 
@@ -33,22 +30,14 @@ class Diagnostic:
         return not math.isnan(self.estimate)
 
 
-def _percent(log_change: float) -> float:
-    return 100.0 * math.expm1(log_change)
-
-
 def _columns(values, arms, index, blocks, second) -> tuple[np.ndarray, list[np.ndarray], int, bool]:
     y = np.asarray(values, dtype=float).ravel()
     labels = np.asarray(arms).ravel()
     position = np.arange(y.size, dtype=float) if index is None else np.asarray(index, dtype=float).ravel()
     slices = np.zeros(y.size) if blocks is None else np.asarray(blocks).ravel()
     late = None if second is None else np.asarray(second, dtype=bool).ravel()
-    if labels.shape != y.shape or position.shape != y.shape:
-        raise ValueError("need one arm label and one index per trial")
-    if slices.shape != y.shape:
-        raise ValueError("need one slice label per trial")
-    if late is not None and late.shape != y.shape:
-        raise ValueError("need one order flag per trial")
+    if any(a.shape != y.shape for a in (labels, position, slices, y if late is None else late)):
+        raise ValueError("need one arm label, one index, one slice label and one order flag per trial")
     finished = np.isfinite(y) & (y > 0)
     y, labels, position, slices = np.log(y[finished]), labels[finished], position[finished], slices[finished]
     names = list(dict.fromkeys(labels.tolist()))
@@ -58,21 +47,6 @@ def _columns(values, arms, index, blocks, second) -> tuple[np.ndarray, list[np.n
     if late is not None:
         columns.append(late[finished].astype(float))
     return y, columns, len(steps), bool(position.size and np.ptp(position) > 0)
-
-
-def _fit(y: np.ndarray, columns: list[np.ndarray], which: int, level: float):
-    """The coefficient ``which`` of the least-squares fit, its t half-width, or a reason it has none."""
-    design = np.column_stack(columns)
-    df = y.size - design.shape[1]
-    if df < 1:
-        return None, "too few finished trials"
-    coefficients, _, rank, _ = np.linalg.lstsq(design, y, rcond=None)
-    if rank < design.shape[1]:
-        return None, "index confounded with arms, slices or order"
-    residual = y - design @ coefficients
-    variance = float(residual @ residual) / df
-    se = math.sqrt(variance * np.linalg.inv(design.T @ design)[which, which])
-    return (float(coefficients[which]), float(stats.t.ppf(0.5 + level / 2.0, df) * se)), ""
 
 
 def drift(
@@ -96,12 +70,19 @@ def drift(
 
 
 def _diagnostic(name, method, level, y, columns, which: int, spread: bool, times: int = 1) -> Diagnostic:
-    """Coefficient ``which`` of the fit, times ``times``, in percent with its t interval."""
-    found, reason = _fit(y, columns, which, level) if spread else (None, "too few finished trials")
-    if found is None:
+    """Coefficient ``which`` of the least-squares fit, times ``times``, in percent with its t interval."""
+    design = np.column_stack(columns)
+    df = y.size - design.shape[1]
+    reason = "" if spread and df >= 1 else "too few finished trials"
+    if not reason:
+        coefficients, _, rank, _ = np.linalg.lstsq(design, y, rcond=None)
+        reason = "" if rank == design.shape[1] else "index confounded with arms, slices or order"
+    if reason:
         return Diagnostic(name, method, math.nan, math.nan, math.nan, level, y.size, reason)
-    value, half = found
-    figures = (_percent(times * v) for v in (value, value - half, value + half))
+    residual = y - design @ coefficients
+    se = math.sqrt(float(residual @ residual) / df * np.linalg.inv(design.T @ design)[which, which])
+    value, half = float(coefficients[which]), float(stats.t.ppf(0.5 + level / 2.0, df) * se)
+    figures = (100.0 * math.expm1(times * v) for v in (value, value - half, value + half))
     return Diagnostic(name, method, *figures, level, y.size)
 
 

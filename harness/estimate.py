@@ -1,6 +1,7 @@
 """No surprise durations: a run's time is estimated before its first trial, said, and held to its budget.
 
-A tier's own estimate refuses a plan at once; else one untimed first trial is the probe. docs/cli.md (--time-budget).
+A tier's own estimate refuses a plan at once; else one untimed first trial is the probe.
+See docs/cli.md (--time-budget).
 """
 
 from __future__ import annotations
@@ -47,10 +48,7 @@ def budget_of(plan: Plan) -> float | None:
 
 
 def seconds_left(plan: Plan, rows: list[dict[str, Any]]) -> float | None:
-    """The unlogged trials' time, each as long as the log says (``estimated_seconds``), with cool-downs.
-
-    A concurrent order's measured round costs its longest trial. None while no trial is timed.
-    """
+    """The unlogged trials' time with cool-downs (a concurrent round costs its longest); None: none timed."""
     if not any(r.get("trial_seconds") is not None for r in rows):
         return None
     logged = {int(r["index"]) for r in rows if r.get("index") is not None}
@@ -121,11 +119,11 @@ def probe_first(
     on_start: Callable[[ScheduledTrial], None],
     resumed: bool = False,
 ) -> dict[str, Any] | None:
-    """Run the first trial untimed, say the run's estimate, refuse a plan over budget (``OverBudget``) or stop
-    where the first trial alone would pass the deadline (``PlannedStop``). Returns the row to log: a warm-up's.
+    """Run the first trial untimed and say the run's estimate; return the row to log (a warm-up's).
 
-    The caller logs that row once the schedule runs (so the run does not count as resumed). A resumed plan
-    (``resumed``: an empty log) was accepted: it is never refused for its budget."""
+    Over budget raises ``OverBudget``, except for a ``resumed`` plan; past the deadline, ``PlannedStop``.
+    The caller logs the row once the schedule runs, so the run does not count as resumed.
+    """
     first = plan.schedule[0]
     keep = first.phase == "warmup"
     base = plan.protocol.cooldown * len(plan.schedule)

@@ -1,13 +1,9 @@
-"""The geometric-mean reduction with a calibrated Student t interval, beside the primary median.
-
-The rule, stated once: ``docs/methods.md`` (``harness/gm_interval.py``).
-"""
+"""The geometric-mean reduction with a calibrated Student t interval (docs/methods.md)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import groupby
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -15,7 +11,6 @@ from scipy import stats
 
 from harness import t_calibration as calibration
 from harness.inference import CONFIDENCE, Interval, check_level, log_ratios_of, not_computable
-from harness.laws import difference_of_delays
 
 WINDOW = calibration.CALIBRATION_WINDOW  # a calibrated interval covers within this of its stated level
 CALIBRATED_UP_TO = max(max(table) for table in calibration.NOMINAL_LEVELS.values())
@@ -61,26 +56,6 @@ def t_min_pairs(level: float = CONFIDENCE) -> int | None:
     return next((n for i, n in enumerate(counts) if all(found[1][m][3] for m in counts[i:])), None)
 
 
-def t_unkept_counts_text(level: float = CONFIDENCE) -> str:
-    """The pair counts where the calibrated t interval is insufficient, in words."""
-    found = _table(level)
-    if found is None:
-        return "at every count (the level is not calibrated)"
-    unkept = sorted(n for n, row in found[1].items() if not row[3])
-    runs = [[n for _, n in run] for _, run in groupby(enumerate(unkept), lambda pair: pair[1] - pair[0])]
-    if not runs:
-        return "at no count"
-    words = [f"from {r[0]} to {r[-1]}" if len(r) > 1 else f"at {r[0]}" for r in runs]
-    return ", ".join(words) + " pairs"
-
-
-def reference_skewed(rng: np.random.Generator, shape: tuple[int, ...]) -> NDArray[np.float64]:
-    """Draws of the reference skewed law of log ratios (mean 0, unit-free: scale them to a spread)."""
-    return difference_of_delays(
-        rng, shape, calibration.REFERENCE_DELAY_SHAPE, calibration.REFERENCE_SCALE_RATIO
-    )
-
-
 def t_log_bounds(
     log_ratios: ArrayLike, level: float = CONFIDENCE
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
@@ -97,15 +72,12 @@ def t_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
     check_level(level)
     x = log_ratios_of(log_ratios)
     n = x.size
-    estimand = "geometric-mean reduction"
+    estimand, method = "geometric-mean reduction", "calibrated Student t interval of the mean log ratio"
     if n < 2:
-        method = "calibrated Student t interval of the mean log ratio"
         return not_computable(estimand, method, level, n, f"a t interval needs at least 2 pairs ({n} given)")
     fitted = t_calibration(n, level)
     nominal = level if fitted is None else fitted.nominal
-    method = (
-        f"calibrated Student t interval of the mean log ratio, {n - 1} df, at nominal level {nominal:.2%}"
-    )
+    method += f", {n - 1} df, at nominal level {nominal:.2%}"
     if fitted is not None:
         method += f" (covers {fitted.nominal:.2%} of normal and {fitted.skewed_coverage:.2%} of reference "
         method += f"skewed log ratios at {n} pairs)"
@@ -117,23 +89,14 @@ def t_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
         levels = " and ".join(f"{lv:.0%}" for lv in calibration.NOMINAL_LEVELS)
         sufficient, reason, attained = False, f"the t interval is calibrated only at {levels}", math.nan
     else:
-        sufficient, attained = fitted.keeps, fitted.attained
-        minimum = t_min_pairs(level)
+        sufficient, attained, minimum, reason = fitted.keeps, fitted.attained, t_min_pairs(level), ""
+    if fitted is not None and not sufficient:
+        skew, covers = calibration.REFERENCE_SKEWNESS, fitted.skewed_coverage
         reason = (
-            ""
-            if sufficient
-            else f"at {n} pairs no nominal level keeps {level:.0%} within {100 * WINDOW:.1f} points on the "
-            f"reference skewed law (skewness {calibration.REFERENCE_SKEWNESS:g}, the committed runs' upper "
-            f"end): the best covers {fitted.skewed_coverage:.1%} there"
+            f"at {n} pairs no nominal level keeps {level:.0%} within {100 * WINDOW:.1f} points on the reference "
+            f"skewed law (skewness {skew:g}, the committed runs' upper end): the best covers {covers:.1%} there"
             + ("" if minimum is None else f"; sufficient from {minimum} pairs")
         )
     return Interval.of_logs(
         estimand, method, mean, low, high, level, attained, n, sufficient, reason, nominal
     )
-
-
-def describe(level: float = CONFIDENCE) -> str:
-    """How the t interval is calibrated, in words, with the pair counts where it is insufficient."""
-    text = f"calibrated one-sidedly on the claim pairs' law, skewness to {calibration.REFERENCE_SKEWNESS:g}"
-    unkept = t_unkept_counts_text(level)
-    return text if unkept == "at no count" else f"{text}; {unkept} it is insufficient"

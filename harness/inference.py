@@ -1,7 +1,4 @@
-"""Small-sample inference for paired timings: log ratios, distribution-free checks and verdicts.
-
-The rule, stated once: ``docs/methods.md`` (``harness/inference.py``).
-"""
+"""Paired timings' small-sample inference: log ratios, Hodges-Lehmann, verdicts (docs/methods.md)."""
 
 from __future__ import annotations
 
@@ -57,9 +54,7 @@ def split_pairs(baseline: ArrayLike, arm: ArrayLike) -> PairSplit:
 def log_ratios_of(values: ArrayLike) -> NDArray[np.float64]:
     x = np.asarray(values, dtype=float).ravel()
     if np.any(np.isnan(x)):
-        raise ValueError(
-            "log ratios must not be NaN (a pair where both arms failed is dropped by split_pairs)"
-        )
+        raise ValueError("log ratios must not be NaN (split_pairs drops a pair whose arms both failed)")
     return x
 
 
@@ -170,15 +165,13 @@ def hodges_lehmann_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) ->
     if not np.all(np.isfinite(x)):
         reason = "a pair with one failed arm has an infinite log ratio: Walsh averages are undefined"
         return not_computable(estimand, method, level, n, reason)
-    centre, low_log, high_log, attained = hodges_lehmann_log_bounds(x, level)
+    centre, low, high, attained = hodges_lehmann_log_bounds(x, level)
     k, _ = signed_rank_rank(n, level)
     method += f", Walsh averages {k} and {n * (n + 1) // 2 + 1 - k} of {n * (n + 1) // 2}"
     sufficient = attained >= level - LEVEL_SLACK
     widest = "the widest Wilcoxon interval"
     reason = "" if sufficient else short_of(n, widest, attained, level, pairs_for_range(level))
-    return Interval.of_logs(
-        estimand, method, centre, low_log, high_log, level, attained, n, sufficient, reason
-    )
+    return Interval.of_logs(estimand, method, centre, low, high, level, attained, n, sufficient, reason)
 
 
 def claim_verdict(interval: Interval, bar: float) -> str:

@@ -1,5 +1,4 @@
-"""Warnings that travel with the data: an arm's spread, a loaded machine, CPU steal. Flags only warn: every
-trial stays in the data."""
+"""Warnings that travel with the data: an arm's spread, machine load, CPU steal; no trial is dropped."""
 
 from __future__ import annotations
 
@@ -84,26 +83,22 @@ def run_flags(trials: pd.DataFrame, env: dict[str, Any] | None = None) -> list[F
     rows = measured(trials)
     cases = list(dict.fromkeys(rows["case"])) if not rows.empty else []
     for case in cases:
-        mine = rows[rows["case"] == case]
-        values = {
-            (f"{arm}" if len(cases) == 1 else f"{case} · {arm}"): group["effective"].to_numpy(dtype=float)
-            for arm, group in mine.groupby("arm", sort=False)
-        }
-        flags += arm_flags(values)
+        groups = rows[rows["case"] == case].groupby("arm", sort=False)
+        prefix = "" if len(cases) == 1 else f"{case} · "
+        flags += arm_flags(
+            {f"{prefix}{arm}": group["effective"].to_numpy(dtype=float) for arm, group in groups}
+        )
     env = env or {}
     if env.get("load1_start") is not None and env.get("cpu_logical"):
         flags += arm_flags({}, load_1min=float(env["load1_start"]), cores=int(env["cpu_logical"]))
     if not rows.empty and "load1_start" in rows and "cpu_logical" in rows:
-        loaded = rows[
-            pd.to_numeric(rows["load1_start"], errors="coerce")
-            > pd.to_numeric(rows["cpu_logical"], errors="coerce")
-        ]
-        if len(loaded):
-            worst = float(pd.to_numeric(loaded["load1_start"]).max())
-            cores = int(pd.to_numeric(loaded["cpu_logical"]).iloc[0])
-            text = f"{len(loaded)} of {len(rows)} measured trials started with the 1-minute load above the "
+        load, cores = (pd.to_numeric(rows[c], errors="coerce") for c in ("load1_start", "cpu_logical"))
+        loaded = load > cores
+        if loaded.any():
+            worst, top = float(load[loaded].max()), int(cores[loaded].iloc[0])
+            text = f"{int(loaded.sum())} of {len(rows)} measured trials started with the 1-minute load above the "
             flags.append(
-                Flag("trials", "load", worst, float(cores), f"{text}{cores} cores (at most {worst:.2f})")
+                Flag("trials", "load", worst, float(top), f"{text}{top} cores (at most {worst:.2f})")
             )
     if not rows.empty and "cpu_steal_share" in rows and "cpu_busy_share" in rows:
         wanted = [telemetry.steal_of_wanted(row) for row in rows.to_dict("records")]  # None where unrecorded

@@ -1,18 +1,13 @@
-"""The claim's primary interval: the median paired reduction with an order-statistic interval.
-
-The rule, stated once: ``docs/methods.md`` (``harness/intervals.py``).
-"""
+"""The claim's primary interval: the median paired reduction between order statistics (docs/methods.md)."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
 from harness import inference
-from harness.inference import CONFIDENCE, LEVEL_SLACK, Interval, check_level, log_ratios_of, short_of
+from harness.inference import CONFIDENCE, LEVEL_SLACK, Interval, check_level, log_ratios_of, to_reduction
 
 WINDOW = 0.015  # an interval's attained level may fall this far below the stated one
 ESTIMAND = "median reduction"
@@ -67,35 +62,26 @@ def _between(near: NDArray[np.float64], far: NDArray[np.float64], weight: float)
 
 
 def median_log_bounds(
-    log_ratios: ArrayLike, level: float = CONFIDENCE
+    log_ratios: ArrayLike, level: float = CONFIDENCE, interpolate: bool = True
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], float]:
     """Median log ratio, the interval's bounds along the last axis and the level they attain."""
     x = np.sort(np.asarray(log_ratios, dtype=float), axis=-1)
     n = x.shape[-1]
     k, weight = _weights(n, level)
+    if not interpolate:
+        weight, attained = 0.0, sign_test_rank(n, level)[1]
     low = _between(x[..., k - 1], x[..., min(k, n - 1)], weight)
     high = _between(x[..., n - k], x[..., max(n - k - 1, 0)], weight)
     with np.errstate(invalid="ignore"):  # +∞ and −∞ in the middle: no median, NaN
         median = np.median(x, axis=-1)
-    return median, low, high, attained_level(n, level)
+    return median, low, high, attained_level(n, level) if interpolate else attained
 
 
-def median_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
-    """The primary interval of the median reduction at ``level`` (see the module's rule)."""
-    check_level(level)
-    x = log_ratios_of(log_ratios)
-    n = x.size
-    if n < 1:
-        return Interval(ESTIMAND, "order statistics", *(math.nan,) * 3, level, math.nan, 0, False, "no pairs")
-    median, low, high, attained = median_log_bounds(x, level)
-    k, weight = _weights(n, level)
-    method = f"order statistics {k} and {n + 1 - k} of {n}" + (
-        f", interpolated toward {k + 1} and {n - k} (weight {weight:.3f})" if weight else ""
-    )
-    method += f"; covers the median at {attained:.2%} on any continuous law"
-    sufficient = keeps_level(attained, level)
-    reason = "" if sufficient else short_of(n, "their range", attained, level, min_pairs(level))
-    return Interval.of_logs(ESTIMAND, method, median, low, high, level, attained, n, sufficient, reason)
+def sign_log_bounds(
+    log_ratios: ArrayLike, level: float = CONFIDENCE
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], float]:
+    """The median's bounds without interpolation: the sign test's, at their exact level."""
+    return median_log_bounds(log_ratios, level, interpolate=False)
 
 
 def sign_test_rank(n: int, level: float = CONFIDENCE) -> tuple[int, float]:
@@ -107,32 +93,36 @@ def sign_test_rank(n: int, level: float = CONFIDENCE) -> tuple[int, float]:
     return k, float(exact_levels(n)[k - 1])
 
 
-def sign_log_bounds(
-    log_ratios: ArrayLike, level: float = CONFIDENCE
-) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], float]:
-    """Median log ratio, the sign test's order-statistic bounds along the last axis and their exact level."""
-    x = np.sort(np.asarray(log_ratios, dtype=float), axis=-1)
-    n = x.shape[-1]
-    k, attained = sign_test_rank(n, level)
-    with np.errstate(invalid="ignore"):  # +∞ and −∞ in the middle: no median, NaN
-        median = np.median(x, axis=-1)
-    return median, x[..., k - 1], x[..., n - k], attained
-
-
-def sign_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
-    """The exact sign-test interval of the median reduction."""
+def _interval(log_ratios: ArrayLike, level: float, exact: bool) -> Interval:
+    """The median's interval: interpolated to ``level``, or exact (the sign test's)."""
     check_level(level)
     x = log_ratios_of(log_ratios)
     n = x.size
     if n < 1:
-        return Interval(ESTIMAND, "sign test", *(math.nan,) * 3, level, math.nan, 0, False, "no pairs")
-    _, low, high, attained = sign_log_bounds(x, level)
-    k, _ = sign_test_rank(n, level)
-    method = f"order statistics {k} and {n + 1 - k} of {n} (sign test, binomial(n, 1/2)); exact for any continuous law"
-    sufficient = attained >= level - LEVEL_SLACK
-    reason = (
-        "" if sufficient else short_of(n, "their range", attained, level, inference.pairs_for_range(level))
-    )
-    estimate = float(np.median(inference.to_reduction(x)))
-    bounds = float(inference.to_reduction(high)), float(inference.to_reduction(low))
-    return Interval(ESTIMAND, method, estimate, *bounds, level, attained, n, sufficient, reason)
+        method = "sign test" if exact else "order statistics"
+        return inference.not_computable(ESTIMAND, method, level, 0, "no pairs")
+    median, low, high, attained = median_log_bounds(x, level, interpolate=not exact)
+    k, weight = _weights(n, level)
+    method = f"order statistics {k} and {n + 1 - k} of {n}"
+    if exact:
+        method += " (sign test, binomial(n, 1/2)); exact for any continuous law"
+        sufficient, needs = attained >= level - LEVEL_SLACK, inference.pairs_for_range(level)
+    else:
+        if weight:
+            method += f", interpolated toward {k + 1} and {n - k} (weight {weight:.3f})"
+        method += f"; covers the median at {attained:.2%} on any continuous law"
+        sufficient, needs = keeps_level(attained, level), min_pairs(level)
+    reason = "" if sufficient else inference.short_of(n, "their range", attained, level, needs)
+    estimate = np.median(to_reduction(x)) if exact else to_reduction(median)  # sign test: reductions'
+    bounds = (float(to_reduction(v)) for v in (high, low))
+    return Interval(ESTIMAND, method, float(estimate), *bounds, level, attained, n, sufficient, reason)
+
+
+def median_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
+    """The primary interval of the median reduction at ``level`` (see the module's rule)."""
+    return _interval(log_ratios, level, exact=False)
+
+
+def sign_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
+    """The exact sign-test interval of the median reduction."""
+    return _interval(log_ratios, level, exact=True)

@@ -1,24 +1,15 @@
-"""Laws of paired log ratios that intervals and the stopping rule are checked on, by simulation.
-
-The rule, stated once: ``docs/methods.md`` (``harness/laws.py``).
-"""
+"""Laws of paired log ratios that the intervals and the stopping rule are checked on (docs/methods.md)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
 
 
-def delays_skewness(delay_shape: float, scale_ratio: float) -> float:
-    """Skewness of G1 − r·G2 for independent gamma(k, 1) delays: 2(1 − r³) / (√k (1 + r²)^1.5)."""
-    return 2.0 * (1.0 - scale_ratio**3) / (math.sqrt(delay_shape) * (1.0 + scale_ratio**2) ** 1.5)
-
-
 def delay_shape_for(skewness: float, scale_ratio: float) -> float:
-    """The gamma shape k at which G1 − r·G2 has the given skewness (the inverse of ``delays_skewness``)."""
+    """The gamma shape k at which G1 − r·G2 has this skewness, 2(1 − r³) / (√k (1 + r²)^1.5)."""
     if skewness <= 0:
         raise ValueError(f"a skewed reference law needs a positive skewness (got {skewness})")
     return (2.0 * (1.0 - scale_ratio**3) / (skewness * (1.0 + scale_ratio**2) ** 1.5)) ** 2
@@ -81,9 +72,3 @@ def median_of(name: str, draws: int = 2_000_000, seed: int = 12345) -> float:
         return 0.0
     rng = np.random.default_rng(seed)
     return float(np.median(LAWS[name](rng, (1, draws))))
-
-
-def mean_of(name: str, draws: int = 2_000_000, seed: int = 12345) -> float:
-    """The law's mean, from a large seeded sample."""
-    rng = np.random.default_rng(seed)
-    return float(np.mean(LAWS[name](rng, (1, draws))))

@@ -1,7 +1,4 @@
-"""Planning: the pairs (and time) a goal needs under the rule a run uses, at a measured per-pair spread.
-
-The rule, stated once: ``docs/methods.md`` (``harness/planning.py``).
-"""
+"""The pairs (and time) a goal needs under a run's rule, at a measured per-pair spread (docs/methods.md)."""
 
 from __future__ import annotations
 
@@ -19,7 +16,7 @@ from harness.formatting import format_probability
 from harness.inference import CONFIDENCE
 from harness.limits import MAX_PAIRS
 from harness.protocol import CONCURRENT_ORDERS
-from harness.stats import ClaimSettings, is_nan, measured, median_of
+from harness.stats import ClaimSettings, measured, median_of
 
 DRAWS = 4000
 SIMULATED_UP_TO = 400
@@ -64,10 +61,8 @@ def chance_within(n: int, sigma: float, tolerance: float, level: float = CONFIDE
         return 0.0
     upper, lower = math.log1p(tolerance), math.log1p(-tolerance)
     if n > SIMULATED_UP_TO:
-        z = stats.norm.ppf(0.5 + level / 2.0)
-        se = MEDIAN_EFFICIENCY * sigma / math.sqrt(n)
-        room = (upper - lower) / 2.0 - z * se
-        return float(max(0.0, 2.0 * stats.norm.cdf(room / se) - 1.0))
+        z, se = stats.norm.ppf(0.5 + level / 2.0), MEDIAN_EFFICIENCY * sigma / math.sqrt(n)
+        return float(max(0.0, 2.0 * stats.norm.cdf(((upper - lower) / 2.0 - z * se) / se) - 1.0))
     low, high = _bounds(n, sigma, 0.0, level)
     return float(np.mean((low > lower) & (high < upper)))
 
@@ -142,56 +137,33 @@ def seconds_per_pair(
     return (max(times) + cooldown) if duet else (sum(times) + cooldown * len(times))
 
 
-def _goal(
-    claim: Any, effect: float | None, tolerance: float | None, bar: float | None
-) -> tuple[str, float, float]:
-    """A claim's goal: ("control", tolerance, 0) or ("effect", effect, against); ValueError where none."""
+def _goal(claim: Any, effect, tolerance, bar, level: float, power: float) -> Callable[[float, Any], Plan]:
+    """A claim's goal, planned at a spread and seconds per pair; ValueError where it has none."""
     if claim["kind"] == "control":
         limit = tolerance if tolerance is not None else claim["bar"]
-        if limit is None or is_nan(limit):
+        if pd.isna(limit):
             raise ValueError("no tolerance to plan for (give one, e.g. --tolerance 1%)")
-        return "control", float(limit), 0.0
+        return lambda sigma, seconds: plan_control(sigma, float(limit), level, power, seconds)
     target = float(claim["estimate"]) if effect is None else effect
     if not math.isfinite(target):
         raise ValueError("no finite effect to plan for (give one, e.g. --effect 3%)")
-    return "effect", target, 0.0 if bar is None else bar
+    against = 0.0 if bar is None else bar
+    return lambda sigma, seconds: plan_effect(sigma, target, against, level, power, seconds)
 
 
-def _plan_for(goal: tuple[str, float, float], sigma: float, used: int, level, power, seconds) -> Plan:
-    if not math.isfinite(sigma) or sigma <= 0:
-        raise ValueError(f"needs a spread: {used} finished pair(s) with a finite log ratio")
-    kind, value, against = goal
-    per_pair = seconds if math.isfinite(seconds) else None
-    if kind == "control":
-        return plan_control(sigma, value, level, power, per_pair)
-    return plan_effect(sigma, value, against, level, power, per_pair)
-
-
-def _upper_pairs(
-    goal: tuple[str, float, float], sigma: float, level: float, power: float
-) -> int | str | None:
+def _upper_pairs(goal: Callable[[float, Any], Plan], sigma: float) -> int | str | None:
     """The pairs the goal needs at σ's upper bound (None where that bound does not exist)."""
     if not math.isfinite(sigma):
         return None
     try:
-        return _plan_for(goal, sigma, 0, level, power, math.nan).pairs
+        return goal(sigma, None).pairs
     except ValueError:
         return f"more than {MAX_PAIRS}"
 
 
-PLAN_COLUMNS = (
-    *(
-        "case",
-        "arm",
-        "baseline_arm",
-        "kind",
-        "sigma",
-        "sigma_upper",
-        "sigma_pairs",
-        "seconds_per_pair",
-        "goal",
-    ),
-    *("pairs", "pairs_for_goal", "pairs_upper", "probability", "minimum_pairs", "seconds", "note"),
+PLAN_COLUMNS = tuple(
+    "case arm baseline_arm kind sigma sigma_upper sigma_pairs seconds_per_pair goal pairs pairs_for_goal "
+    "pairs_upper probability minimum_pairs seconds note".split()
 )
 
 
@@ -220,12 +192,14 @@ def plan_rows(
         values += (None, None, None, math.nan, intervals.min_pairs(settings.level), math.nan, "")
         row: dict[str, Any] = dict(zip(PLAN_COLUMNS, values, strict=True))
         try:
-            goal = _goal(claim, effect, tolerance, bar)
-            found = _plan_for(goal, sigma, used, level, power, seconds)
+            goal = _goal(claim, effect, tolerance, bar, level, power)
+            if not math.isfinite(sigma) or sigma <= 0:
+                raise ValueError(f"needs a spread: {used} finished pair(s) with a finite log ratio")
+            found = goal(sigma, seconds if math.isfinite(seconds) else None)
         except ValueError as exc:
             row["note"] = str(exc)
         else:
             row.update(asdict(found), seconds=math.nan if found.seconds is None else found.seconds)
-            row["pairs_upper"] = _upper_pairs(goal, row["sigma_upper"], level, power)
+            row["pairs_upper"] = _upper_pairs(goal, row["sigma_upper"])
         out.append(row)
     return out

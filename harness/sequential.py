@@ -1,7 +1,4 @@
-"""The stopping rule of ``--pairs auto``: few looks, one look level calibrated by simulating the plan run.
-
-The rule, stated once: ``docs/methods.md`` (``harness/sequential.py``).
-"""
+"""The stopping rule of ``--pairs auto``: few looks, levels calibrated by simulation (docs/methods.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +10,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from harness import intervals
-from harness.inference import CONFIDENCE, Interval, to_reduction
+from harness.inference import CONFIDENCE, Interval
 from harness.laws import LAWS, median_of
 
 GROWTH = 0.4  # each look adds about 40% more pairs (at least 4)
@@ -45,37 +42,27 @@ def looks(first: int = 6, max_pairs: int = 20) -> tuple[int, ...]:
     if max_pairs < first:
         raise ValueError(f"max_pairs ({max_pairs}) must be at least the first look ({first})")
     out = [first]
-    while True:
-        step = max(4, int(round(GROWTH * out[-1])))
-        step += step % 2
-        following = out[-1] + step
-        if following >= max_pairs:
-            break
-        out.append(following)
-    if out[-1] != max_pairs:
-        if len(out) > 1 and max_pairs - out[-1] < 2:
-            out[-1] = max_pairs
-        else:
-            out.append(max_pairs)
+    while out[-1] + (step := max(4, round(GROWTH * out[-1]))) + step % 2 < max_pairs:
+        out.append(out[-1] + step + step % 2)
+    if len(out) > 1 and max_pairs - out[-1] < 2:
+        out[-1] = max_pairs
+    elif out[-1] != max_pairs:
+        out.append(max_pairs)
     return tuple(out)
-
-
-def _draws(plan: tuple[int, ...]) -> dict[str, tuple[list[NDArray[np.float64]], float]]:
-    """Per law: each look's sorted prefix of the seeded sequences, and the law's median (at ``SPREAD``)."""
-    rng = np.random.default_rng(SEED)
-    out = {}
-    for name, law in LAWS.items():
-        x = SPREAD * law(rng, (DRAWS, plan[-1]))
-        out[name] = ([np.sort(x[:, :n], axis=1) for n in plan], SPREAD * median_of(name))
-    return out
 
 
 class _Coverage:
     """Coverage of the median by the stopped interval, per law and precision ratio."""
 
     def __init__(self, plan: tuple[int, ...]) -> None:
-        self.plan, self.draws, self.cache = plan, _draws(plan), {}
-        self.targets = 100.0 * SPREAD * np.asarray(RATIOS)[:, None]
+        rng = np.random.default_rng(SEED)
+        draws = {name: SPREAD * law(rng, (DRAWS, plan[-1])) for name, law in LAWS.items()}
+        # per law: each look's sorted prefix of the seeded sequences, and the law's median
+        self.draws = {
+            name: ([np.sort(x[:, :n], axis=1) for n in plan], SPREAD * median_of(name))
+            for name, x in draws.items()
+        }
+        self.plan, self.cache, self.targets = plan, {}, 100.0 * SPREAD * np.asarray(RATIOS)[:, None]
 
     def _look(self, name: str, index: int, at: float) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
         key = (name, index, round(at, 6))
@@ -106,13 +93,9 @@ def _candidates(level: float, count: int, blocked: int = 0) -> list[tuple[float,
     middle = [level + alpha * f for f in (-0.2, 0.0, 0.2, 0.4, 0.5, 0.6, 0.7)]
     last = [level + alpha * f for f in (-0.4, -0.3, -0.2, -0.1, 0.0, 0.1, 0.2)]
     free = count - blocked
-    if free == 1:
-        tails = [(c,) for c in last]
-    elif free == 2:
-        tails = [(a, c) for a in first for c in last]
-    else:
-        tails = [(a, *([b] * (free - 2)), c) for a in first for b in middle for c in last]
-    return [(level,) * blocked + tail for tail in tails]
+    heads = [()] if free == 1 else [(a,) for a in first]
+    middles = [()] if free <= 2 else [(b,) * (free - 2) for b in middle]
+    return [(level,) * blocked + head + body + (c,) for head in heads for body in middles for c in last]
 
 
 @lru_cache(maxsize=32)
@@ -183,49 +166,16 @@ def should_stop(
     interval = _interval(x, plan, level, index) if n >= 1 else None
     note = reach_note(x, precision, plan[-1], at) if n == plan[0] else ""
     reached = interval is not None and interval.computable and interval.half_width <= precision
-    if reached and n >= MIN_STOP:
-        reason = f"precision reached: half-width {interval.half_width:.2f} <= {precision:g} points"
-        return StopDecision(True, reason, n, index + 1, plan, level, at, interval)
-    if n == plan[-1]:
-        return StopDecision(True, "last look (max pairs)", n, index + 1, plan, level, at, interval)
-    if budget_spent:
-        return StopDecision(True, ended, n, index + 1, plan, level, at, interval)
     half = "unknown" if interval is None or not interval.computable else f"{interval.half_width:.2f}"
-    reason = f"precision not reached: half-width {half} > {precision:g} points{note}"
-    if reached:
+    stop = (reached and n >= MIN_STOP) or n == plan[-1] or budget_spent
+    if reached and n >= MIN_STOP:
+        reason = f"precision reached: half-width {half} <= {precision:g} points"
+    elif stop:
+        reason = "last look (max pairs)" if n == plan[-1] else ended
+    elif reached:
         reason = (
             f"precision reached at {n} pairs; a stop takes {MIN_STOP} (the median of fewer is biased){note}"
         )
-    return StopDecision(False, reason, n, index + 1, plan, level, at, interval)
-
-
-@dataclass(frozen=True, eq=False)
-class Stopped:
-    """The rule over many sequences: pairs at the stop, the interval then and the estimate (reductions)."""
-
-    pairs: NDArray[np.int64]
-    low: NDArray[np.float64]
-    high: NDArray[np.float64]
-    estimate: NDArray[np.float64]
-
-
-def simulate(
-    rows: ArrayLike, precision: float, level: float = CONFIDENCE, first: int = 6, max_pairs: int = 20
-) -> Stopped:
-    """``should_stop`` over each row of a (sequences × max_pairs) matrix of log ratios, vectorised."""
-    x = np.asarray(rows, dtype=float)
-    plan = looks(first, max_pairs)
-    levels = look_level(level, plan)[0]
-    count = x.shape[0]
-    stopped = np.zeros(count, dtype=bool)
-    pairs = np.zeros(count, dtype=np.int64)
-    low, high, estimate = (np.full(count, math.nan) for _ in range(3))
-    for index, n in enumerate(plan):
-        median, lo, hi, _ = intervals.median_log_bounds(x[:, :n], levels[index])
-        r_low, r_high = to_reduction(hi), to_reduction(lo)
-        narrow = (100.0 * (r_high - r_low) / 2.0 <= precision) & (n >= MIN_STOP)
-        stop = ~stopped & (narrow | (index == len(plan) - 1))
-        pairs[stop], low[stop], high[stop] = n, r_low[stop], r_high[stop]
-        estimate[stop] = to_reduction(median[stop])
-        stopped |= stop
-    return Stopped(pairs, low, high, estimate)
+    else:
+        reason = f"precision not reached: half-width {half} > {precision:g} points{note}"
+    return StopDecision(stop, reason, n, index + 1, plan, level, at, interval)

@@ -1,11 +1,9 @@
-"""Statistics of a run: per-arm medians and ranges, paired reductions, the claim's intervals and verdict.
-
-The rule, stated once: ``docs/methods.md`` (``harness/stats.py``).
-"""
+"""A run's statistics: per-arm figures, paired reductions, the claims and their verdicts (docs/methods.md)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from harness import design_checks, gm_interval, inference, intervals, sequential, verdicts
-from harness.delay_check import ROLE as CALIBRATION_ROLE
+from harness.injected import ROLE as CALIBRATION_ROLE
 
 CONFIDENCE = inference.CONFIDENCE
 CONTROL_SUFFIX = "-control"
@@ -36,10 +34,8 @@ def run_order(trials: pd.DataFrame) -> pd.Series:
         return pd.Series(dtype=int)
     started = pd.to_datetime(trials["started"], errors="coerce", utc=True) if "started" in trials else None
     if started is None or started.isna().any():
-        keys = trials["index"] if "index" in trials else pd.Series(range(len(trials)), index=trials.index)
-    else:
-        keys = started
-    return keys.rank(method="first").astype(int) - 1
+        started = trials["index"] if "index" in trials else pd.Series(range(len(trials)), index=trials.index)
+    return started.rank(method="first").astype(int) - 1
 
 
 def resumed_slices(trials: pd.DataFrame) -> pd.Series:
@@ -67,25 +63,19 @@ def numeric_column(rows: pd.DataFrame, column: str) -> pd.Series:
 
 def median_of(rows: pd.DataFrame, column: str) -> float:
     """The median of a per-trial figure over ``rows``; NaN where none of them carries it."""
-    values = numeric_column(rows, column)
-    return float(values.median()) if len(values) else math.nan
+    return float(numeric_column(rows, column).median())
 
 
 def max_of(rows: pd.DataFrame, column: str) -> float:
     """The largest value of a per-trial figure over ``rows``; NaN where none of them carries it."""
-    values = numeric_column(rows, column)
-    return float(values.max()) if len(values) else math.nan
+    return float(numeric_column(rows, column).max())
 
 
 def reduction(baseline: float, candidate: float) -> float:
     """(baseline − candidate) / baseline, with the failure conventions of this module (NaN: both failed)."""
-    if math.isinf(baseline) and math.isinf(candidate):
-        return math.nan
     if math.isinf(baseline):
-        return 1.0
-    if math.isinf(candidate):
-        return -math.inf
-    return (baseline - candidate) / baseline
+        return math.nan if math.isinf(candidate) else 1.0
+    return -math.inf if math.isinf(candidate) else (baseline - candidate) / baseline
 
 
 def arm_table(trials: pd.DataFrame) -> pd.DataFrame:
@@ -143,7 +133,6 @@ class ClaimSettings:
     """How claims are judged: bar, tolerance, control arms, level and the stopping rule's settings."""
 
     bar_percent: float | None
-    seed: int = 0
     level: float = CONFIDENCE
     control: bool = False
     tolerance_percent: float | None = None
@@ -172,7 +161,6 @@ class ClaimSettings:
         sequential = getattr(protocol, "pairs", None) == "auto"
         return cls(
             bar_percent=None if pure_control else protocol.bar,
-            seed=protocol.seed,
             control=control,
             tolerance_percent=tolerance,
             control_arms=frozenset([f"{arms[0].label}{CONTROL_SUFFIX}"] if control and arms else []),
@@ -182,19 +170,50 @@ class ClaimSettings:
         )
 
 
-CLAIM_COLUMNS = [
+@dataclass(frozen=True)
+class Check:
+    """A check beside the primary interval: its name in words, column prefix and interval method."""
+
+    name: str
+    prefix: str
+    interval: Callable[[np.ndarray, float], inference.Interval]
+    own_estimate: bool = True  # False: its estimate is the primary's (the claims table keeps one)
+
+    @property
+    def columns(self) -> list[str]:
+        """Its columns in the claims table."""
+        fields = INTERVAL_FIELDS if self.own_estimate else INTERVAL_FIELDS[1:]
+        return [f"{self.prefix}_{field}" for field in fields]
+
+
+# The checks beside the primary: a new one is one entry here (its columns and verdict follow).
+INTERVAL_FIELDS = ("estimate", "low", "high", "attained", "sufficient", "method", "verdict")
+CHECKS = (
+    Check("the geometric-mean t", "gm", gm_interval.t_interval),
+    Check("Hodges-Lehmann", "hl", inference.hodges_lehmann_interval),
+    Check("the sign test", "sign", intervals.sign_interval, own_estimate=False),
+)
+# The design diagnostics' columns and the reason where none, in ``design_figures``' order.
+DESIGNS = (
+    (("drift", "drift_low", "drift_high", "drift_reason"), "no measured trial"),
+    (("order_effect", "order_low", "order_high", "order_reason"), "no usable pair"),
+)
+FIXED_COLUMNS = (
     *("case", "arm", "baseline_arm", "kind", "pairs", "planned_pairs", "both_failed", "one_failed"),
     *("estimate", "ci_low", "ci_high", "ci_level", "ci_attained", "ci_nominal", "ci_sufficient", "ci_method"),
-    *("ci_reason", "verdict_basis"),
-    *("gm_estimate", "gm_low", "gm_high", "gm_attained", "gm_sufficient", "gm_method", "gm_verdict"),
+    *("ci_reason", "verdict_basis", "bar", "verdict"),
     *("failed_trials", "arm_trials", "failure_rate", "failure_low", "failure_high", "median", "min", "max"),
-    *("sign_low", "sign_high", "sign_attained", "sign_sufficient", "sign_method"),
-    *("hl_estimate", "hl_low", "hl_high", "hl_attained", "hl_sufficient", "hl_method"),
-    *("bar", "verdict", "sign_verdict", "hl_verdict", "arm_second", "arm_first"),
-    *("order_effect", "order_low", "order_high", "order_reason"),
-    *("drift", "drift_low", "drift_high", "drift_reason"),
-    "stopping",
-]
+    *("arm_second", "arm_first", "stopping"),
+)
+
+
+def claim_columns() -> list[str]:
+    """The claims table's columns: the fixed ones, each registered check's, the design diagnostics'."""
+    checks = (column for check in CHECKS for column in check.columns)
+    return [*FIXED_COLUMNS, *checks, *(column for columns, _ in DESIGNS for column in columns)]
+
+
+CLAIM_COLUMNS = claim_columns()  # as registered at import; the claims table reads the registry when made
 
 
 def judge(interval: inference.Interval, limit: float | None, control: bool) -> str:
@@ -208,36 +227,21 @@ def judge(interval: inference.Interval, limit: float | None, control: bool) -> s
 
 def primary_interval(
     log_ratios: np.ndarray, settings: ClaimSettings
-) -> tuple[inference.Interval, inference.StopDecision | None]:
+) -> tuple[inference.Interval, sequential.StopDecision | None]:
     """The median's order-statistic interval, or with ``--pairs auto`` the stopping rule's at its look."""
-    if not settings.sequential or log_ratios.size < 1:
-        return intervals.median_interval(log_ratios, settings.level), None
-    plan = sequential.looks(settings.first_look, settings.max_pairs)
-    if log_ratios.size > plan[-1]:
-        return intervals.median_interval(log_ratios, settings.level), None
-    decision = sequential.should_stop(
-        log_ratios,
-        settings.precision,
-        settings.level,
-        settings.first_look,
-        settings.max_pairs,
-        budget_spent=True,
-        ended=f"the log ends here ({log_ratios.size} pairs): no more pairs to look at",
-    )
-    assert decision.interval is not None
-    return decision.interval, decision
-
-
-CHECKS = (("the geometric-mean t", "gm"), ("Hodges-Lehmann", "hl"), ("the sign test", "sign"))
+    s, n = settings, log_ratios.size
+    if not s.sequential or n < 1 or n > sequential.looks(s.first_look, s.max_pairs)[-1]:
+        return intervals.median_interval(log_ratios, s.level), None
+    ended = f"the log ends here ({n} pairs): no more pairs to look at"
+    stop = sequential.should_stop(log_ratios, s.precision, s.level, s.first_look, s.max_pairs, True, ended)
+    assert stop.interval is not None
+    return stop.interval, stop
 
 
 def disagreeing_checks(claim: Any) -> list[tuple[str, str]]:
     """The distribution-free checks (name, column prefix) whose verdict differs from the claim's."""
-    return [
-        (name, prefix)
-        for name, prefix in CHECKS
-        if f"{prefix}_verdict" in claim and str(claim[f"{prefix}_verdict"]) != str(claim["verdict"])
-    ]
+    verdict = str(claim["verdict"])
+    return [(c.name, c.prefix) for c in CHECKS if str(claim.get(f"{c.prefix}_verdict", verdict)) != verdict]
 
 
 def design_figures(
@@ -287,13 +291,8 @@ def _claim_row(
         control, limit_percent = True, settings.tolerance_percent  # no bar: "equivalent within ±T?"
     limit = None if limit_percent is None else limit_percent / 100
     chosen, decision = primary_interval(x, settings)
-    gm = gm_interval.t_interval(x, settings.level)
-    sign = intervals.sign_interval(x, settings.level)
-    hl = inference.hodges_lehmann_interval(x, settings.level)
-    failures = verdicts.failure_rate(trials, case, arm, settings.level)
     second = usable["arm_second"].to_numpy(dtype=bool)
-    trend, order = design_figures(trials, case, arm, group, settings.level, metric)
-    no_pair = f"no usable pair ({len(group) - len(usable)} with both arms failed)"
+    both_failed = len(group) - len(usable)
     row = {
         "case": case,
         "arm": arm,
@@ -301,14 +300,14 @@ def _claim_row(
         "kind": "control" if kind_control else "claim",
         "pairs": int(x.size),
         "planned_pairs": planned_pairs,
-        "both_failed": int(len(group) - len(usable)),
+        "both_failed": both_failed,
         "one_failed": int(np.isinf(x).sum()),
         "estimate": chosen.estimate,
         "ci_level": settings.level,
         "ci_nominal": chosen.nominal_level,  # a sequential look's own level; NaN for a fixed run
-        "ci_reason": chosen.reason if x.size else no_pair,
+        "ci_reason": chosen.reason if x.size else f"no usable pair ({both_failed} with both arms failed)",
         "verdict_basis": "primary",
-        **failures,
+        **verdicts.failure_rate(trials, case, arm, settings.level),
         "median": chosen.estimate,  # the primary's estimate: one median, whatever the count
         "min": float(reductions.min()) if reductions.size else math.nan,
         "max": float(reductions.max()) if reductions.size else math.nan,
@@ -318,20 +317,15 @@ def _claim_row(
         "arm_first": int((~second).sum()),
         "stopping": "" if decision is None else decision.reason,
     }
-    for prefix, check in (("ci", chosen), ("gm", gm), ("sign", sign), ("hl", hl)):
-        figures = {"estimate": check.estimate, "low": check.low, "high": check.high, "method": check.method}
-        usable_check = bool(check.sufficient and check.computable)
-        figures |= {"attained": check.attained_level, "sufficient": usable_check}
-        row |= {f"{prefix}_{key}": value for key, value in figures.items()}
-        row[f"{prefix}_verdict"] = judge(check, limit, control)
-    designs = (
-        ("order_effect", "order", order, "no usable pair"),
-        ("drift", "drift", trend, "no measured trial"),
-    )
-    for estimate, prefix, found, none in designs:
-        figures = (found.estimate, found.low, found.high) if found else (math.nan,) * 3
-        row |= dict(zip((estimate, f"{prefix}_low", f"{prefix}_high"), figures, strict=True))
-        row[f"{prefix}_reason"] = found.reason if found else none
+    for prefix, found in (("ci", chosen), *((c.prefix, c.interval(x, settings.level)) for c in CHECKS)):
+        usable_check = bool(found.sufficient and found.computable)
+        figures = (found.estimate, found.low, found.high, found.attained_level, usable_check, found.method)
+        figures += (judge(found, limit, control),)
+        row |= {f"{prefix}_{field}": value for field, value in zip(INTERVAL_FIELDS, figures, strict=True)}
+    designs = design_figures(trials, case, arm, group, settings.level, metric)
+    for (columns, none), found in zip(DESIGNS, designs, strict=True):
+        figures = (found.estimate, found.low, found.high, found.reason) if found else (*(math.nan,) * 3, none)
+        row |= dict(zip(columns, figures, strict=True))
     return row
 
 
@@ -344,7 +338,7 @@ def claim_table(
 ) -> pd.DataFrame:
     """Per case and non-reference arm: primary interval, checks, verdict and design diagnostics."""
     if pairs.empty:
-        return pd.DataFrame(columns=CLAIM_COLUMNS)
+        return pd.DataFrame(columns=claim_columns())
     trials = pd.DataFrame() if trials is None else trials
     calibration = set(trials["arm"][trials["role"] == CALIBRATION_ROLE]) if "role" in trials else set()
     rows = [
@@ -352,18 +346,13 @@ def claim_table(
         for (case, arm), group in pairs.groupby(["case", "arm"], sort=False)
         if arm not in calibration  # read as recovered/known (harness.calibration), never a claim
     ]
-    return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+    return pd.DataFrame(rows, columns=claim_columns())
 
 
 def secondary_claims(trials: pd.DataFrame, protocol: Any, metric: str) -> pd.DataFrame:
     """The claims table over a secondary per-trial figure, judged like the primary; it never claims."""
     if trials.empty or metric not in trials or numeric_column(finished(trials), metric).empty:
-        return pd.DataFrame(columns=CLAIM_COLUMNS)
+        return pd.DataFrame(columns=claim_columns())
     pairs = pair_table(trials, metric)
     planned = protocol.pairs if isinstance(protocol.pairs, int) else None
     return claim_table(pairs, ClaimSettings.from_protocol(protocol), planned, trials, metric)
-
-
-def is_nan(value: Any) -> bool:
-    """True for None and NaN (a missing figure in a table row)."""
-    return value is None or (isinstance(value, float) and math.isnan(value))

@@ -14,11 +14,14 @@ from harness.schedule import ScheduledTrial, letters
 
 def warmup_agreement(previous: float | None, current: float | None) -> float | None:
     """ln(current / previous) of two warm-ups of one arm; None where either failed."""
-    if previous is None or current is None or not (previous > 0 and current > 0):
-        return None
-    if not (math.isfinite(previous) and math.isfinite(current)):
+    if previous is None or current is None or not (0 < previous < math.inf and 0 < current < math.inf):
         return None
     return math.log(current / previous)
+
+
+def _figure(row: dict[str, Any]) -> float | None:
+    """A warm-up row's figure; None where it failed."""
+    return row.get("value") if row.get("status") == "ok" else None
 
 
 def settles(change: float | None, tolerance: float) -> bool:
@@ -53,8 +56,8 @@ class WarmupSequence:
 
     @property
     def settled(self) -> bool:
-        values = [r.get("value") if r.get("status") == "ok" else None for r in self.rows]
-        return settled_at(values, [str(r["arm"]) for r in self.rows], self.tolerance) is not None
+        arms = [str(r["arm"]) for r in self.rows]
+        return settled_at([_figure(r) for r in self.rows], arms, self.tolerance) is not None
 
     @property
     def capped(self) -> bool:
@@ -88,21 +91,20 @@ def next_auto_warmup(
     """The next ``--warmup auto`` warm-up before ``unit`` and its row's fields; None when ``unit`` may run."""
     sequences = warmup_sequences(rows, plan.protocol)
     open_ = [s for s in sequences if not s.done]
-    case = plan.case(unit[0].case)
-    labels = [a.label for a in case.arms]
     if open_:
-        sequence = open_[-1]
-        number, why, done_rows = sequence.number, sequence.reason, list(sequence.rows)
-        case = plan.case(sequence.case)
-        labels = [a.label for a in case.arms]
-        first = labels.index(str(done_rows[0]["arm"]))
+        number, why, done_rows = open_[-1].number, open_[-1].reason, list(open_[-1].rows)
+        case = plan.case(open_[-1].case)
     else:
+        case = plan.case(unit[0].case)
         started = any(s.case == case.label and s.reason == "start" for s in sequences)
         why = reason if started else "start"
         if not why:
             return None
-        number = 1 + max((s.number for s in sequences), default=-1)
-        done_rows = []
+        number, done_rows = 1 + max((s.number for s in sequences), default=-1), []
+    labels = [a.label for a in case.arms]
+    if done_rows:
+        first = labels.index(str(done_rows[0]["arm"]))
+    else:
         first = 0 if why == "start" else labels.index(unit[0].arm)
     step = len(done_rows)
     position = (first + step) % len(labels)
@@ -120,11 +122,8 @@ def warmup_row_fields(
     """A finished ``--warmup auto`` row's agreement with its arm's previous warm-up, and if it settled."""
     mine = {"phase": "warmup", "warmup_sequence": number, "arm": row["arm"]}
     previous = [r for r in rows if all(r.get(key) == value for key, value in mine.items())]
-    value = row.get("value") if row.get("status") == "ok" else None
-    agreement = None
-    if previous:
-        last = max(previous, key=lambda r: int(r["index"]))
-        agreement = warmup_agreement(last.get("value") if last.get("status") == "ok" else None, value)
+    last = max(previous, key=lambda r: int(r["index"])) if previous else None
+    agreement = None if last is None else warmup_agreement(_figure(last), _figure(row))
     settled = settles(agreement, plan.protocol.warmup_tolerance)
     return {"warmup_agreement": agreement, "warmup_settled": settled}
 

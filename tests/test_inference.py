@@ -2,7 +2,7 @@
 examples, failed pairs, verdict boundaries, planning against simulation, diagnostics and instability flags.
 
 Coverage is simulated on the laws each method is judged on. The geometric-mean t interval: normal log
-ratios and the reference skewed law (``gm_interval.reference_skewed``, skewness 1.13, the upper end of the
+ratios and the reference skewed law (``sim.reference_skewed``, skewness 1.13, the upper end of the
 committed claim pairs'); on every law of ``harness.laws`` in ``test_the_geometric_mean_t_on_every_law``. The distribution-free checks: normal and a centred standard exponential (skewness 2). The
 tolerance is the one the methods promise: coverage within 1.5 points of the stated level, unless the
 interval says ``insufficient``. With 20 000 draws a coverage near 95% has a simulation standard error of
@@ -22,6 +22,7 @@ from scipy import stats
 from harness import gm_interval as gm
 from harness import inference as inf
 from harness import instability, intervals, laws, t_calibration
+from tests import stats_simulations as sim
 
 DRAWS = 20_000
 SIZES = (4, 6, 8, 12, 20)
@@ -44,7 +45,7 @@ def draw(law: str, shape: tuple[int, int], seed: int, scale: float = 0.05) -> np
     if law == "normal":
         return scale * rng.standard_normal(shape)
     if law == "reference":
-        return scale / REFERENCE_SD * gm.reference_skewed(rng, shape)
+        return scale / REFERENCE_SD * sim.reference_skewed(rng, shape)
     return scale * (rng.standard_exponential(shape) - 1.0)
 
 
@@ -117,7 +118,7 @@ def test_the_geometric_mean_t_on_every_law() -> None:
     for name, law in laws.LAWS.items():
         for n in LAW_COUNTS:
             _, low, high = gm.t_log_bounds(law(rng, (DRAWS, n)), gm.t_calibration(n).nominal)
-            coverage[name, n] = covered(low, high, laws.mean_of(name))
+            coverage[name, n] = covered(low, high, sim.mean_of(name))
     assert all(abs(coverage[k] - 0.95) <= TOLERANCE for k in coverage if k[0] in IN_BAND), coverage
     assert all(0.95 - TOLERANCE <= coverage[k] <= 0.975 for k in coverage if k[0] in CONSERVATIVE), coverage
     assert all(coverage[k] < 0.95 for k in coverage if k[0] in SHORT), coverage
@@ -142,14 +143,14 @@ def test_the_calibration_table_is_consistent() -> None:
             assert keeps == (distance <= TOLERANCE - t_calibration.CALIBRATION_MARGIN)
     low, high = t_calibration.MEASURED_SKEWNESS_INTERVAL
     assert t_calibration.REFERENCE_SKEWNESS >= max(abs(low), abs(high))
-    assert laws.delays_skewness(
+    assert sim.delays_skewness(
         t_calibration.REFERENCE_DELAY_SHAPE, t_calibration.REFERENCE_SCALE_RATIO
     ) == pytest.approx(t_calibration.REFERENCE_SKEWNESS, abs=1e-5)
-    x = gm.reference_skewed(np.random.default_rng(17), (2_000_000,))
+    x = sim.reference_skewed(np.random.default_rng(17), (2_000_000,))
     assert abs(float(x.mean())) < 0.002 and stats.skew(x) == pytest.approx(1.13, abs=0.05)
     # two exponential delays at scales 1 and 1/2 (the brief's example) give 1.25, and never more than 2
-    assert laws.delays_skewness(1.0, 0.5) == pytest.approx(1.2522, abs=1e-4)
-    assert laws.delays_skewness(1.0, 0.0) == 2.0
+    assert sim.delays_skewness(1.0, 0.5) == pytest.approx(1.2522, abs=1e-4)
+    assert sim.delays_skewness(1.0, 0.0) == 2.0
 
 
 @pytest.mark.parametrize("law", LAWS)
@@ -391,5 +392,5 @@ def test_a_failed_arm_on_each_side_leaves_the_median_undefined_without_a_numpy_w
 
 def test_the_counts_the_calibrated_t_interval_does_not_keep_are_named_as_they_are() -> None:
     """Calibrated on the claim pairs' law it keeps its level at every count; the words still say so."""
-    assert gm.t_unkept_counts_text(0.95) == "at no count"
-    assert gm.t_unkept_counts_text(0.90) == "at no count"
+    assert sim.t_unkept_counts_text(0.95) == "at no count"
+    assert sim.t_unkept_counts_text(0.90) == "at no count"

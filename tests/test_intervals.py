@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from harness import intervals, laws, sequential
+from tests import stats_simulations as sim
 
 COUNTS = (5, 6, 8, 10, 14, 25)
 DRAWS = 20_000
@@ -85,7 +86,7 @@ def test_the_stopping_rule_covers_within_the_band_and_its_bias_is_small(medians,
         x = spread * law(rng, (draws, plan[-1]))
         truth = spread * medians[name]
         for ratio in sequential.RATIOS:
-            stopped = sequential.simulate(x, 100 * spread * ratio, 0.95, 6, 20)
+            stopped = sim.simulate(x, 100 * spread * ratio, 0.95, 6, 20)
             hit = (stopped.low <= 1 - np.exp(truth)) & (1 - np.exp(truth) <= stopped.high)
             worst_cover[name, ratio] = float(hit.mean())
             worst_bias[name, ratio] = 100 * float(np.mean(stopped.estimate) - (1 - np.exp(truth)))
