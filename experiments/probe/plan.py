@@ -9,12 +9,12 @@ from experiments.arms import arm_code, checked_optimizer
 from experiments.probe.detect import FIRST_STRIDE
 from experiments.probe.lm import OPTIMIZER_KWARGS as LM_OPTIMIZER_KWARGS
 from experiments.probe.lm import VARIANTS as LM_VARIANTS
-from experiments.workloads import SCALES
+from experiments.workloads import parse_scales
 from harness.errors import InputError
 from harness.formatting import format_bytes
 from harness.options import split_list
 from harness.protocol import Case, Plan, ProtocolOptions
-from harness.schema import check_choice, check_fields, finite, option, require
+from harness.schema import check_fields, finite, option, require
 from harness.timing import parse_bytes
 from harness.validation import settings_problem, shape_problem
 
@@ -58,14 +58,6 @@ _learner_ms = require(
 _cap = require(
     finite(lambda cap: cap > 0), "--cap {} is not a softcap; use a positive number of logits units, e.g. 30"
 )
-
-
-def _scales(text: str) -> None:
-    scales = split_list("--scale", text)
-    for scale in scales:
-        check_choice("--scale", scale, SCALES)
-    if len(set(scales)) != len(scales):
-        raise InputError(f"--scale '{text}' names a scale twice")
 
 
 def check_reserve_fits(budget: int | None, reserve: int | None) -> None:
@@ -145,7 +137,11 @@ class ProbeSettings:
     dim: int = option(512, "lm: model width d.", low=1)
     cap: float = option(30.0, "lm: logit softcap, cap·tanh(z/cap).", check=_cap)
     chunk: int = option(16384, "lm chunked: rows per chunk (memory O(chunk·V)).", low=1)
-    scale: str = option("n", "detect: YOLO26 scale(s), comma-separated: n, s, m, l, x.", check=_scales)
+    scale: str = option(
+        "n",
+        "detect: YOLO26 scale(s), comma-separated: n, s, m, l, x.",
+        check=lambda text: parse_scales("--scale", text),
+    )
     imgsz: int = option(640, "detect: image size in pixels (a multiple of 32).", low=1)
     batch: int = option(16, "detect: images per batch.", low=1)
 

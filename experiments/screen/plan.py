@@ -11,7 +11,7 @@ from experiments.arms import arm_code, checked_optimizer
 from harness.errors import InputError
 from harness.options import split_list
 from harness.protocol import Arm, Case, Plan, ProtocolOptions
-from harness.schema import MAX_COUNT, check_at_most, check_choice, check_fields, option
+from harness.schema import MAX_COUNT, check_at_most, check_fields, option
 from harness.validation import settings_problem
 
 GUARD_ATTRIBUTE = "pad_guard"  # an optimizer class with this attribute has a padding guard (None = no limit)
@@ -54,14 +54,7 @@ def has_guard(optimizer_class: type) -> bool:
 
 
 def parse_scales(text: str) -> list[str]:
-    scales = split_list("--scales", text)
-    for scale in scales:
-        check_choice("--scales", scale, workloads.SCALES)
-    if len(set(scales)) != len(scales):
-        raise InputError(
-            f"--scales '{text}' names a scale twice; name each of {', '.join(workloads.SCALES)} once"
-        )
-    return scales
+    return workloads.parse_scales("--scales", text)
 
 
 def parse_guards(text: str) -> list[int | None]:
