@@ -57,29 +57,15 @@ def rank_record(rank: int, seconds: float, device: str, sharing: dict[str, Any] 
     }
 
 
-def _max_and_sum(values: list[int | None]) -> tuple[int | None, int | None]:
-    if any(v is None for v in values):
-        return None, None
-    return max(values), sum(values)
-
-
 def rank_columns(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The row's per-rank columns: each rank's bracket and peaks, the peaks' max."""
-    allocated = [r["peak_allocated"] for r in records]
-    reserved = [r["peak_reserved"] for r in records]
-    allocated_max, allocated_sum = _max_and_sum(allocated)
-    reserved_max, reserved_sum = _max_and_sum(reserved)
-    return {
-        "ranks": len(records),
-        "rank_seconds": [r["seconds"] for r in records],
-        "rank_peak_allocated": allocated,
-        "rank_peak_reserved": reserved,
-        "peak_allocated": allocated_max,
-        "peak_allocated_sum": allocated_sum,
-        "peak_reserved": reserved_max,
-        "peak_reserved_sum": reserved_sum,
-        "rank_matrices_here": [r["matrices_here"] for r in records],
-    }
+    """The row's per-rank columns: each rank's bracket and peaks, the peaks' max and sum."""
+    out: dict[str, Any] = {"ranks": len(records), "rank_seconds": [r["seconds"] for r in records]}
+    for peak in ("peak_allocated", "peak_reserved"):
+        values = out[f"rank_{peak}"] = [r[peak] for r in records]
+        known = None not in values
+        out[peak], out[f"{peak}_sum"] = (max(values), sum(values)) if known else (None, None)
+    out["rank_matrices_here"] = [r["matrices_here"] for r in records]
+    return out
 
 
 def import_ahead() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.arms import arm_code, checked_optimizer
+from experiments.fit.dataset import describe_user_set, read_yaml_mapping
 from experiments.fit.embedded import optimizer_kwargs
 from experiments.fit.ranks_check import check_ranks, isolation_text
 from harness.errors import InputError
@@ -191,8 +192,6 @@ def check_model(model: str) -> str:
             f"--model '{model}': no such file, and ultralytics ships no such model yaml (e.g. yolo26n.yaml)"
         )
     if Path(model).is_file():  # one's own: what ultralytics builds a model from, or every fit would fail
-        from experiments.fit.dataset import read_yaml_mapping
-
         try:
             read_yaml_mapping(Path(model), "--model", ("backbone", "head"), "a model yaml")
         except ValueError as exc:
@@ -373,8 +372,6 @@ def _user_set(s: FitSettings, real: bool) -> tuple[int, int, str]:
         raise InputError(
             "--data needs the real trainer (--workload ultralytics); the embedded workload makes its own data"
         )
-    from experiments.fit.dataset import describe_user_set
-
     try:
         counted, val_images = describe_user_set(Path(s.data))
     except ValueError as exc:

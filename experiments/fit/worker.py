@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from experiments.fit import embedded, ultralytics_fit
 from experiments.fit.fitting import arm_optimizer_factory, fit_figures, prepare_device
 from experiments.fit.plan import FitSettings
 from harness.injected import inject
@@ -16,8 +17,6 @@ from harness.timing import NullClock, StageClock, SyncTimer, read_peaks, reset_p
 def prepare_data(payload: dict[str, Any]) -> dict[str, Any]:
     """The preparatory worker's target: the real trainer's data-set side effects, made once before any trial."""
     die_with_parent(payload.get("parent_pid"))
-    from experiments.fit import ultralytics_fit
-
     return ultralytics_fit.prepare_dataset(FitSettings.from_dict(payload["settings"]), payload["data_yaml"])
 
 
@@ -26,6 +25,7 @@ def run_fit(payload: dict[str, Any]) -> dict[str, Any]:
     die_with_parent(payload.get("parent_pid"))
     settings = FitSettings.from_dict(payload["settings"])
     if int(payload.get("ranks", 1)) > 1:
+        # Imports ultralytics at its top: only a real-trainer DDP fit needs it.
         from experiments.fit import ultralytics_ddp
 
         return ultralytics_ddp.launch_fit(payload, settings)
@@ -38,13 +38,10 @@ def run_fit(payload: dict[str, Any]) -> dict[str, Any]:
     prepare_device(device, payload.get("budget"))
 
     if settings.workload == "ultralytics":
-        from experiments.fit import ultralytics_fit
-
         fit = ultralytics_fit.prepare_fit(
             settings, payload["data_yaml"], make_optimizer, device, seed, trial_dir, clock
         )
     else:
-        from experiments.fit import embedded
 
         def fit() -> dict[str, Any]:
             return embedded.fit(
