@@ -58,8 +58,7 @@ RECORDED_SHAPE = {"scale": str, "steps": int, "fit": bool, "candidate": str, "ba
 
 
 def recorded_settings_problem(plan: Plan) -> str | None:
-    """What is wrong with a parity plan's recorded settings (an edited plan.json), or None: a field missing or
-    of another type, or a value the options' own checks refuse."""
+    """What is wrong with a parity plan's recorded settings (an edited plan.json), or None."""
     problem = settings_problem(plan.settings, RECORDED_SHAPE)
     if problem:
         return problem
@@ -100,9 +99,9 @@ ROW_FIELDS = {
 
 
 def recorded_row_problem(row: dict[str, Any]) -> str | None:
-    """What is wrong with the fields the parity report reads of a log row (``ROW_FIELDS``), or None; and a step
-    is its comparison's round + 1 and names that comparison (the step table and the contract read them by
-    these)."""
+    """What is wrong with the fields the parity report reads of a log row (``ROW_FIELDS``), or None.
+
+    A step is its comparison's round + 1 and names that comparison: the step table and the contract read them."""
     problem = row_fields_problem(row, ROW_FIELDS)
     if problem:
         return problem

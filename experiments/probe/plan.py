@@ -181,8 +181,7 @@ RECORDED_SHAPE = {"head": str, "variants": list[str], "reserve_bytes": int | Non
 
 
 def recorded_settings_problem(plan: Plan) -> str | None:
-    """What is wrong with a probe plan's recorded settings (an edited plan.json), or None: a field missing or of
-    another type, or a value the options' own checks refuse."""
+    """What is wrong with a probe plan's recorded settings (an edited plan.json), or None."""
     problem = settings_problem(plan.settings, RECORDED_SHAPE)
     if problem:
         return problem
@@ -209,9 +208,9 @@ SIZE_FIELDS = ("tokens", "vocab", "dim", "cap", "chunk", "scale", "imgsz", "batc
 
 
 def _cases_problem(plan: Plan) -> str | None:
-    """What is wrong with a probe plan's cases (the sizes its report reads), or None: each case's params of
-    their types, within the options' own checks, and the very case ``lm_cases``/``detect_cases`` make of them,
-    one per recorded variant (an lm probe's in their order)."""
+    """What is wrong with a probe plan's cases (the sizes its report reads), or None.
+
+    Each case is the one ``lm_cases`` or ``detect_cases`` makes of its params, one per recorded variant."""
     head, variants = plan.settings["head"], plan.settings["variants"]
     shape = CASE_SHAPE[head]
     for i, case in enumerate(plan.cases):

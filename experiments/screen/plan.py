@@ -126,8 +126,7 @@ RECORDED_SHAPE = {
 
 
 def recorded_settings_problem(plan: Plan) -> str | None:
-    """What is wrong with a screen plan's recorded settings (an edited plan.json), or None: a field missing or
-    of another type, a value the options' own checks refuse, or scales that are not the plan's cases."""
+    """What is wrong with a screen plan's recorded settings (an edited plan.json), or None."""
     problem = settings_problem(plan.settings, RECORDED_SHAPE)
     if problem:
         return problem
@@ -145,9 +144,9 @@ def recorded_settings_problem(plan: Plan) -> str | None:
 
 
 def _arms_problem(plan: Plan) -> str | None:
-    """What is wrong with what a screen's plan records of its arms' classes (the specs, which have a guard and
-    its default), or None: the specs are the run's arms', each guarded one has its default guard, and the cases
-    are the ones ``build_cases`` makes of them (the report reads each case's arms by these)."""
+    """What is wrong with the plan's record of its arms' classes (specs, guards, defaults), or None.
+
+    The report reads each case's arms by them: the cases must be the ones ``build_cases`` makes."""
     s, given = plan.settings, {}
     for arm in plan.protocol.arms:
         given.setdefault(arm.spec, arm)
