@@ -138,23 +138,19 @@ def make_plan(protocol: ProtocolOptions, settings: ParitySettings, command: str 
         )
     checked_optimizer(settings.candidate, option="--candidate")
     checked_optimizer(settings.baseline, option="--baseline")
-    reference = Arm(settings.baseline, "baseline", settings.baseline)
+    base, candidate, ranks = settings.baseline, settings.candidate, protocol.gpus
+    reference = Arm(base, "baseline", base)
+    control = Arm(f"{base}-control", "candidate", base)
     cases = [
-        Case(
-            "control",
-            {"comparison": "control"},
-            (reference, Arm(f"{settings.baseline}-control", "candidate", settings.baseline)),
-        ),
-        Case(
-            "candidate",
-            {"comparison": "candidate"},
-            (reference, Arm(settings.candidate, "candidate", settings.candidate)),
-        ),
+        Case("control", {"comparison": "control"}, (reference, control)),
+        Case("candidate", {"comparison": "candidate"}, (reference, Arm(candidate, "candidate", candidate))),
     ]
-    if protocol.gpus > 1:
-        one = Arm(settings.candidate, "baseline", settings.candidate)
-        many = Arm(f"{settings.candidate}@{protocol.gpus}ranks", "candidate", settings.candidate)
-        cases.append(Case(RANKS, {"comparison": RANKS, "ranks": protocol.gpus}, (one, many)))
+    if ranks > 1:
+        one, many = (
+            Arm(candidate, "baseline", candidate),
+            Arm(f"{candidate}@{ranks}ranks", "candidate", candidate),
+        )
+        cases.append(Case(RANKS, {"comparison": RANKS, "ranks": ranks}, (one, many)))
     schedule = [
         ScheduledTrial(
             i * settings.steps + k, case.label, "measured", k, 0, "", case.arms[1].label, "candidate"
@@ -162,6 +158,10 @@ def make_plan(protocol: ProtocolOptions, settings: ParitySettings, command: str 
         for i, case in enumerate(cases)
         for k in range(settings.steps)
     ]
+    ranks_words = (
+        f"; ranks: the candidate on {ranks} fresh ranks ({protocol.backend}, torch.distributed.run) against the "
+        "one-rank candidate here"
+    )
     return Plan(
         tier="parity",
         protocol=protocol,
@@ -171,12 +171,7 @@ def make_plan(protocol: ProtocolOptions, settings: ParitySettings, command: str 
         settings=asdict(settings),
         command=command,
         isolation="in-process; both trajectories of a comparison from identical state on identical inputs"
-        + (
-            f"; ranks: the candidate on {protocol.gpus} fresh ranks ({protocol.backend}, torch.distributed.run) "
-            "against the one-rank candidate here"
-            if protocol.gpus > 1
-            else ""
-        ),
+        + (ranks_words if ranks > 1 else ""),
         timed_region="nothing is timed: each trial is one step of both trajectories, compared after it",
         schedule=schedule,
     )

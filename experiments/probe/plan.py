@@ -61,8 +61,7 @@ _cap = require(
 
 
 def check_reserve_fits(budget: int | None, reserve: int | None) -> None:
-    """A reserve that leaves the head something inside the budget (the budget itself is checked with the
-    protocol options)."""
+    """A reserve that leaves the head something inside the budget (checked with the protocol options)."""
     if reserve is not None and budget is not None and reserve >= budget:
         raise InputError(
             f"--reserve {format_bytes(reserve)} leaves nothing of --budget {format_bytes(budget)} for the head; "
@@ -74,14 +73,9 @@ def lm_cases(
     variants: list[str], tokens: int, vocab: int, dim: int, cap: float, chunk: int
 ) -> list[dict[str, Any]]:
     sizes = {"tokens": tokens, "vocab": vocab, "dim": dim, "cap": cap}
+    chunked = {"chunk": chunk}
     return [
-        {
-            "label": f"lm-{v}",
-            "head": "lm",
-            "variant": v,
-            **sizes,
-            **({"chunk": chunk} if v == "chunked" else {}),
-        }
+        {"label": f"lm-{v}", "head": "lm", "variant": v, **sizes, **(chunked if v == "chunked" else {})}
         for v in variants
     ]
 
@@ -265,12 +259,7 @@ def make_plan(protocol: ProtocolOptions, settings: ProbeSettings, command: str =
         arm_code=arm_code(cases, protocol.device),
         unit="ms",
         metric=METRIC,
-        settings={
-            "head": s.head,
-            "variants": chosen,
-            "reserve_bytes": reserve_bytes,
-            "learner_ms": s.learner_ms,
-        },
+        settings=dict(head=s.head, variants=chosen, reserve_bytes=reserve_bytes, learner_ms=s.learner_ms),
         command=command,
         in_process=True,
         isolation=ISOLATION,

@@ -88,27 +88,17 @@ def build_cases(
     scales: list[str], guards: list[int | None], arms: tuple[Arm, ...], guarded: set[str]
 ) -> list[Case]:
     """One case per scale: the first arm as given, then each other arm, once per guard if it has one."""
-    cases = []
-    for scale in scales:
-        first = arms[0]
-        case_arms = [
-            Arm(
-                first.label,
-                "baseline",
-                first.spec,
-                {"guard": DEFAULT_GUARD if first.spec in guarded else NO_GUARD},
-            )
-        ]
-        for arm in arms[1:]:
-            if arm.spec in guarded:
-                case_arms += [
-                    Arm(guard_label(arm.spec, g), "candidate", arm.spec, {"guard": guard_name(g)})
-                    for g in guards
-                ]
-            else:
-                case_arms.append(Arm(arm.label, "candidate", arm.spec, {"guard": NO_GUARD}))
-        cases.append(Case(scale, {"scale": scale, "model": f"yolo26{scale}"}, tuple(case_arms)))
-    return cases
+    first = arms[0]
+    guard = DEFAULT_GUARD if first.spec in guarded else NO_GUARD
+    case_arms = [Arm(first.label, "baseline", first.spec, {"guard": guard})]
+    for arm in arms[1:]:
+        if arm.spec in guarded:
+            case_arms += [
+                Arm(guard_label(arm.spec, g), "candidate", arm.spec, {"guard": guard_name(g)}) for g in guards
+            ]
+        else:
+            case_arms.append(Arm(arm.label, "candidate", arm.spec, {"guard": NO_GUARD}))
+    return [Case(scale, {"scale": scale, "model": f"yolo26{scale}"}, tuple(case_arms)) for scale in scales]
 
 
 # What a screen's plan records: its options parsed, and what its report reads of the arms' classes.

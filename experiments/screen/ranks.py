@@ -13,7 +13,9 @@ import torch.distributed as dist
 
 from experiments.ranks import barrier, gather_records, init_group, rank_device
 from experiments.screen.trial import TrialSettings, WorkloadCache, make_arm_optimizer, window_figures
+from harness.formatting import format_number, format_percent
 from harness.isolation import run_in_ranks
+from harness.markdown import markdown_table
 from harness.protocol import Arm
 from harness.timing import synchronize
 from optimizers import distributed as sharing
@@ -154,9 +156,7 @@ def ranks_lines(plan: Any, table: pd.DataFrame, trials: pd.DataFrame) -> list[st
     """The distributed screen's own table: each rank's step, the collective's share and the sharing."""
     import pandas as pd
 
-    from harness.formatting import format_number, format_percent
-    from harness.markdown import markdown_table
-    from harness.stats import finished
+    from harness.stats import finished  # pandas and the statistics: a rank needs neither
 
     ok = finished(trials)
     rows = []
