@@ -26,7 +26,7 @@ from experiments.parity_steps import (
     divergence_table,
     figure_text,
     other_arm,
-    parity_markdown,
+    parity_section,
     prepare,
     run_parity,
     ulp_sensitivity,
@@ -366,7 +366,7 @@ class ParityTier(BaseTier):
             resume_problem=arms_resume_problem,
             row_problem=recorded_row_problem,
             tables=lambda run: {DIVERGENCE_CSV: divergence_table(result_of(run))},
-            section=lambda run: parity_markdown(
+            section=lambda run: parity_section(
                 result_of(run), run.plan.protocol.device, run.plan.protocol.seed
             ),
             claim=contract_text,

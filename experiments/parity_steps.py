@@ -14,8 +14,8 @@ import torch
 
 from experiments.arms import make_optimizer, same_path_as_baseline
 from experiments.workloads import SCALES, build_param_groups, fill_synthetic_grads
-from harness.markdown import markdown_table
 from harness.options import MAX_PAIRS
+from harness.present.model import Section, Table
 from harness.schema import option
 from optimizers.musgd import muon_momentum
 from optimizers.newton_schulz import muon_scale, newton_schulz
@@ -361,19 +361,20 @@ def figure_text(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3g}"
 
 
-def parity_markdown(result: ParityResult, device: str, seed: int) -> str:
+TITLE = "Parity: candidate against baseline"
+
+
+def parity_section(result: ParityResult, device: str, seed: int) -> Section:
     """The parity section: verdict, one-step figures, the bound and the divergence table."""
     s, text = result.settings, figure_text
     first = {f.comparison: f for f in result.steps if f.step == 1}
-    lines = [
-        "### Parity: candidate against baseline",
-        "",
+    lines: list[Any] = [
         f"Workload: {result.workload}; device `{device}`; seed {seed}; {s.steps} step(s). Baseline arm "
         f"`{s.baseline}`, candidate arm `{s.candidate}`.",
         "",
     ]
     if not set(COMPARISONS) <= set(first):
-        return "\n".join(lines + ["Step one has not run for both comparisons yet: no verdict."])
+        return Section.of_lines(TITLE, lines + ["Step one has not run for both comparisons yet: no verdict."])
     clauses = [(clause, "yes" if ok else "**no**") for clause, ok in result.contract.items()]
     judged = [n for n in (*COMPARISONS, RANKS) if n in first and n in result.bound_worst_ratio]
     one_step = [
@@ -394,11 +395,11 @@ def parity_markdown(result: ParityResult, device: str, seed: int) -> str:
     lines += [
         f"**One-step contract: {'holds' if result.holds else 'BROKEN'}.**",
         "",
-        markdown_table(["clause", "holds"], clauses),
+        Table(["clause", "holds"], clauses),
         "",
         "#### After one step from identical state",
         "",
-        markdown_table([*headers.split(","), "loss bytes equal"], one_step),
+        Table([*headers.split(","), "loss bytes equal"], one_step),
         "",
         "The bound per tensor is lr·muon times the bf16 rounding of the baseline's own Muon update: the larger of "
         f"one ulp of its largest entry and {ULP_SENSITIVITY_FACTOR:g}× the output's spread under ±1-ulp "
@@ -433,10 +434,10 @@ def parity_markdown(result: ParityResult, device: str, seed: int) -> str:
             f" Here {same}, so this run checks the plumbing; the batched path is exercised on CUDA, or on the "
             "CPU with `--candidate candidate-cpu`."
         )
-    return "\n".join(lines)
+    return Section.of_lines(TITLE, lines)
 
 
-def _divergence(result: ParityResult) -> str:
+def _divergence(result: ParityResult) -> Table:
     """Each step's largest differences, per comparison, as a markdown table."""
     ranked = any(f.comparison == RANKS and f.step == 1 for f in result.steps)
     by_step: dict[int, dict[str, StepFigures]] = {}
@@ -450,7 +451,7 @@ def _divergence(result: ParityResult) -> str:
         if set(COMPARISONS) <= set(pair)
     ]
     headers = ["step", "control max abs diff", "candidate max abs diff", "candidate buffers bit-equal"]
-    return markdown_table(headers + (["ranks max abs diff"] if ranked else []), rows)
+    return Table(headers + (["ranks max abs diff"] if ranked else []), rows)
 
 
 # --- the tier ---------------------------------------------------------------------------------------------

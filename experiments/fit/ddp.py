@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
 
-from experiments.fit import embedded
-from experiments.fit.fitting import arm_optimizer_factory, fit_figures, prepare_device
+from experiments.fit.fitting import embedded_fit, fit_figures, fresh_trial_dir, prepare_device, stage_clock
 from experiments.fit.plan import FitSettings
 from experiments.ranks import backend_of, barrier, gather_records, init_group, rank_device
-from harness.safe_fs import remove_tree
 from harness.timing import NullClock, StageClock, read_peaks, reset_peaks, synchronize
 
 
@@ -80,30 +77,17 @@ def run_rank_fit(payload: dict[str, Any]) -> dict[str, Any]:
     settings = FitSettings.from_dict(payload["settings"])
     if settings.batch % world:
         raise ValueError(f"the global batch {settings.batch} is not a multiple of the {world} ranks")
-    trial_dir = Path(payload["trial_dir"])
     prepare_device(device, payload.get("budget"))
     import_ahead()
     init_group(device)
     try:
         if rank == 0:
-            remove_tree(trial_dir)  # a resumed trial starts clean
-            trial_dir.mkdir(parents=True)
+            fresh_trial_dir(payload)
         barrier(device)
-        make_optimizer = arm_optimizer_factory(payload["arm_spec"])
-        clock = StageClock(device) if settings.stages and rank == 0 else NullClock()
+        clock = stage_clock(settings, device, rank)
         reset_peaks(device)
         with RankBracket(device, clock) as bracket:
-            result = embedded.fit(
-                make_optimizer,
-                device=device,
-                **embedded.sized_by(settings),
-                data_seed=int(payload["data_seed"]),
-                seed=int(payload["seed"]),
-                trial_dir=trial_dir,
-                clock=clock,
-                rank=rank,
-                world=world,
-            )
+            result = embedded_fit(payload, settings, device, clock, rank, world)
         records = gather_records(rank_record(rank, bracket.seconds, device, result.get("optimizer_sharing")))
     finally:
         dist.destroy_process_group()

@@ -12,22 +12,20 @@ from typing import Any
 import torch
 from ultralytics import YOLO
 from ultralytics.models.yolo.detect import DetectionTrainer
-from ultralytics.utils import RANK, SETTINGS
+from ultralytics.utils import RANK
 
 from experiments.fit.ddp import RankBracket, import_ahead, rank_columns, rank_record
-from experiments.fit.fitting import arm_optimizer_factory, finite_checked, fit_figures
+from experiments.fit.fitting import arm_optimizer_factory, finite_checked, fit_figures, fresh_trial_dir
 from experiments.fit.plan import FitSettings
 from experiments.fit.stages import stage_figures
 from experiments.fit.ultralytics_fit import (
-    INTEGRATIONS_OFF,
+    configure_ultralytics,
     fit_result,
     make_trainer_class,
-    prepare_config_dir,
     train_arguments,
 )
 from experiments.ranks import gather_records
 from harness.isolation import WorkerDied, WorkerError, guard_rank
-from harness.safe_fs import remove_tree
 from harness.timing import NullClock, StageClock, apply_budget, is_out_of_memory, reset_peaks
 
 TRIAL_ENV = "BENCH_DDP_TRIAL"
@@ -139,12 +137,9 @@ def write_trial(payload: dict[str, Any], settings: FitSettings, trial_dir: Path)
 
 def launch_fit(payload: dict[str, Any], settings: FitSettings) -> dict[str, Any]:
     """Launch one data-parallel fit of the real trainer and return rank 0's figures with every rank's."""
-    trial_dir = Path(payload["trial_dir"])
-    remove_tree(trial_dir)  # a resumed trial starts clean
-    trial_dir.mkdir(parents=True)
+    trial_dir = fresh_trial_dir(payload)
     os.environ[TRIAL_ENV] = str(write_trial(payload, settings, trial_dir))
-    prepare_config_dir(Path(os.environ["YOLO_CONFIG_DIR"]))
-    SETTINGS.update(INTEGRATIONS_OFF)
+    configure_ultralytics()
     model = YOLO(settings.model, task="detect")
     arguments = train_arguments(
         settings, payload["data_yaml"], device_list(payload["devices"]), int(payload["seed"]), trial_dir
