@@ -207,9 +207,14 @@ def _divisors_around(count: int, value: int) -> tuple[int | None, int | None]:
     return (below[-1] if below else None), (above[0] if above else None)
 
 
+def _nearest(flag: str, value: int, unit: int) -> str:
+    """The multiples of ``unit`` around ``value``, as ``(e.g. --steps 64 or 32)``."""
+    lower = value - value % unit
+    return f"(e.g. {flag} {lower + unit}" + (f" or {lower})" if lower else ")")
+
+
 def check_steps(steps: int, images: int, batch: int, counted: bool = False) -> int:
-    """Epochs for ``steps`` optimizer steps over ``images`` at ``batch``; ``InputError`` unless whole
-    epochs."""
+    """Epochs for ``steps`` optimizer steps over ``images`` at ``batch``; ``InputError`` unless whole epochs."""
     if images % batch:
         if counted:
             lower, upper = _divisors_around(images, batch)
@@ -218,18 +223,15 @@ def check_steps(steps: int, images: int, batch: int, counted: bool = False) -> i
                 f"--data has {images} training images, not a whole number of batches of {batch}: every epoch "
                 f"must be whole batches; use a batch that divides {images} (e.g. {options})"
             )
-        lower, upper = images - images % batch, images - images % batch + batch
         raise InputError(
             f"{images} training images are not a whole number of batches of {batch}: every epoch must be whole "
-            f"batches; use a multiple of --batch (e.g. --images {upper}" + (f" or {lower})" if lower else ")")
+            f"batches; use a multiple of --batch {_nearest('--images', images, batch)}"
         )
     per_epoch = images // batch
     if steps % per_epoch:
-        lower, upper = steps - steps % per_epoch, steps - steps % per_epoch + per_epoch
         raise InputError(
             f"--steps {steps} is not a whole number of epochs of {per_epoch} iterations ({images} images / batch "
-            f"{batch}); use a multiple of {per_epoch} (e.g. --steps {upper}"
-            + (f" or {lower})" if lower else ")")
+            f"{batch}); use a multiple of {per_epoch} {_nearest('--steps', steps, per_epoch)}"
         )
     epochs = steps // per_epoch
     if epochs > MAX_EPOCHS:
