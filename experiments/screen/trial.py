@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -163,14 +164,10 @@ def time_window(optimizer: torch.optim.Optimizer, device: str, steps: int) -> di
     }
 
 
-_CAPTURE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
-
-
+@functools.cache
 def capture_stream(device: torch.device) -> torch.cuda.Stream:
     """One side stream per device for every capture of the run (its lazy per-stream set-up happens once)."""
-    if device not in _CAPTURE_STREAMS:
-        _CAPTURE_STREAMS[device] = torch.cuda.Stream(device)
-    return _CAPTURE_STREAMS[device]
+    return torch.cuda.Stream(device)
 
 
 def capture_step(optimizer: torch.optim.Optimizer, device: torch.device) -> torch.cuda.CUDAGraph:
