@@ -1,6 +1,4 @@
-"""Naming arms: the one resolver every command uses to turn an arm spec into an optimizer class, and what each
-arm's code does on a device.
-"""
+"""Naming arms: the one resolver from an arm spec to its optimizer class; what each arm's code does on a device."""
 
 from __future__ import annotations
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
-from experiments.arms import checked_optimizer, make_optimizer, same_path_as_baseline
+from experiments.arms import checked_optimizer, same_path_as_baseline
 from experiments.parity_steps import (
     RANKS,
     STEP_FIELDS,
@@ -17,20 +19,22 @@ from experiments.parity_steps import (
     Comparison,
     ParityResult,
     ParitySettings,
+    Trajectory,
     Workload,
     bound_fields,
     compare_tensors,
     divergence_table,
     figure_text,
     other_arm,
-    params_of,
-    parity_markdown,
+    parity_section,
     prepare,
     run_parity,
     ulp_sensitivity,
 )
+from experiments.ranks import gather_records, init_group, rank_device
 from experiments.resume_check import arms_resume_problem
 from harness.errors import InputError
+from harness.isolation import run_in_ranks
 from harness.options import MAX_PAIRS, parse_arms
 from harness.protocol import Arm, Case, Plan, ProtocolOptions, ScheduledTrial, TrialContext, TrialFunction
 from harness.schema import check_fields
@@ -54,8 +58,7 @@ RECORDED_SHAPE = {"scale": str, "steps": int, "fit": bool, "candidate": str, "ba
 
 
 def recorded_settings_problem(plan: Plan) -> str | None:
-    """What is wrong with a parity plan's recorded settings (an edited plan.json), or None: a field missing or
-    of another type, or a value the options' own checks refuse."""
+    """What is wrong with a parity plan's recorded settings (an edited plan.json), or None."""
     problem = settings_problem(plan.settings, RECORDED_SHAPE)
     if problem:
         return problem
@@ -96,9 +99,9 @@ ROW_FIELDS = {
 
 
 def recorded_row_problem(row: dict[str, Any]) -> str | None:
-    """What is wrong with the fields the parity report reads of a log row (``ROW_FIELDS``), or None; and a step
-    is its comparison's round + 1 and names that comparison (the step table and the contract read them by
-    these)."""
+    """What is wrong with the fields the parity report reads of a log row (``ROW_FIELDS``), or None.
+
+    A step is its comparison's round + 1 and names that comparison: the step table and the contract read them."""
     problem = row_fields_problem(row, ROW_FIELDS)
     if problem:
         return problem
@@ -135,23 +138,19 @@ def make_plan(protocol: ProtocolOptions, settings: ParitySettings, command: str 
         )
     checked_optimizer(settings.candidate, option="--candidate")
     checked_optimizer(settings.baseline, option="--baseline")
-    reference = Arm(settings.baseline, "baseline", settings.baseline)
+    base, candidate, ranks = settings.baseline, settings.candidate, protocol.gpus
+    reference = Arm(base, "baseline", base)
+    control = Arm(f"{base}-control", "candidate", base)
     cases = [
-        Case(
-            "control",
-            {"comparison": "control"},
-            (reference, Arm(f"{settings.baseline}-control", "candidate", settings.baseline)),
-        ),
-        Case(
-            "candidate",
-            {"comparison": "candidate"},
-            (reference, Arm(settings.candidate, "candidate", settings.candidate)),
-        ),
+        Case("control", {"comparison": "control"}, (reference, control)),
+        Case("candidate", {"comparison": "candidate"}, (reference, Arm(candidate, "candidate", candidate))),
     ]
-    if protocol.gpus > 1:
-        one = Arm(settings.candidate, "baseline", settings.candidate)
-        many = Arm(f"{settings.candidate}@{protocol.gpus}ranks", "candidate", settings.candidate)
-        cases.append(Case(RANKS, {"comparison": RANKS, "ranks": protocol.gpus}, (one, many)))
+    if ranks > 1:
+        one, many = (
+            Arm(candidate, "baseline", candidate),
+            Arm(f"{candidate}@{ranks}ranks", "candidate", candidate),
+        )
+        cases.append(Case(RANKS, {"comparison": RANKS, "ranks": ranks}, (one, many)))
     schedule = [
         ScheduledTrial(
             i * settings.steps + k, case.label, "measured", k, 0, "", case.arms[1].label, "candidate"
@@ -159,6 +158,10 @@ def make_plan(protocol: ProtocolOptions, settings: ParitySettings, command: str 
         for i, case in enumerate(cases)
         for k in range(settings.steps)
     ]
+    ranks_words = (
+        f"; ranks: the candidate on {ranks} fresh ranks ({protocol.backend}, torch.distributed.run) against the "
+        "one-rank candidate here"
+    )
     return Plan(
         tier="parity",
         protocol=protocol,
@@ -168,12 +171,7 @@ def make_plan(protocol: ProtocolOptions, settings: ParitySettings, command: str 
         settings=asdict(settings),
         command=command,
         isolation="in-process; both trajectories of a comparison from identical state on identical inputs"
-        + (
-            f"; ranks: the candidate on {protocol.gpus} fresh ranks ({protocol.backend}, torch.distributed.run) "
-            "against the one-rank candidate here"
-            if protocol.gpus > 1
-            else ""
-        ),
+        + (ranks_words if ranks > 1 else ""),
         timed_region="nothing is timed: each trial is one step of both trajectories, compared after it",
         schedule=schedule,
     )
@@ -210,23 +208,24 @@ RANKS_TARGET = "experiments.parity:trajectory_in_rank"
 RANKS_TIMEOUT_S = 3600
 
 
-def _snapshot(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> dict[str, Any]:
+def _snapshot(mine: Trajectory) -> dict[str, Any]:
+    """A trajectory's parameters and tensor state, copied to the CPU."""
     return {
-        "params": [p.detach().cpu().clone() for p in params],
-        "state": [
-            {
-                k: v.detach().cpu().clone()
-                for k, v in optimizer.state.get(p, {}).items()
-                if isinstance(v, torch.Tensor)
-            }
-            for p in params
-        ],
+        "params": [p.detach().cpu().clone() for p in mine.params],
+        "state": [_cpu_tensors(state, clone=True) for state in mine.buffers()],
+    }
+
+
+def _cpu_tensors(state: dict[str, Any], clone: bool = False) -> dict[str, torch.Tensor]:
+    """The tensors of one parameter's optimizer state, on the CPU."""
+    return {
+        k: v.detach().cpu().clone() if clone else v.cpu()
+        for k, v in state.items()
+        if isinstance(v, torch.Tensor)
     }
 
 
 def _digest(params: list[torch.Tensor]) -> str:
-    import hashlib
-
     digest = hashlib.sha256()
     for p in params:
         digest.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
@@ -234,13 +233,10 @@ def _digest(params: list[torch.Tensor]) -> str:
 
 
 def trajectory_in_rank(payload: dict[str, Any]) -> dict[str, Any]:
-    """One rank of the ranks comparison: the candidate for every step on the workload's inputs; rank 0 saves
-    its parameters and state after each step from ``first`` on, and every rank's parameters are compared with
-    rank 0's (by digest) after each of those steps."""
-    import torch.distributed as dist
+    """One rank of the ranks comparison: the candidate for every step on the workload's inputs.
 
-    from experiments.ranks import gather_records, init_group, rank_device
-
+    From step ``first`` on, rank 0 saves its parameters and state, and each rank's digest is compared with rank 0's.
+    """
     rank, _, device = rank_device(payload["devices"])
     settings = ParitySettings(**payload["settings"])
     torch.set_num_threads(int(payload["threads"]))  # the one-rank side's: CPU kernels round by thread count
@@ -248,21 +244,18 @@ def trajectory_in_rank(payload: dict[str, Any]) -> dict[str, Any]:
     init_group(device)
     try:
         workload = Workload(settings, device, int(payload["seed"]))
-        state = workload.copy()
-        groups = workload.groups_for(state)
-        optimizer = make_optimizer(settings.candidate, groups, workload.kwargs)
-        params = params_of(groups)
+        mine = Trajectory(workload, settings.candidate)
         agree: dict[int, bool] = {}
         for step in range(1, settings.steps + 1):
-            workload.backward(state, step)
-            optimizer.step()
+            workload.backward(mine.state, step)
+            mine.optimizer.step()
             if step < int(payload["first"]):
                 continue
-            digests = gather_records({"rank": rank, "digest": _digest(params)})
+            digests = gather_records({"rank": rank, "digest": _digest(mine.params)})
             agree[step] = len({d["digest"] for d in digests}) == 1
             if rank == 0:
-                torch.save(_snapshot(optimizer, params), f"{payload['out']}/step{step}.pt")
-        sharing = dict(getattr(optimizer, "sharing", None) or {})
+                torch.save(_snapshot(mine), f"{payload['out']}/step{step}.pt")
+        sharing = dict(getattr(mine.optimizer, "sharing", None) or {})
     finally:
         dist.destroy_process_group()
     return {"agree": agree, "sharing": sharing}
@@ -275,21 +268,12 @@ class RanksComparison:
         self.plan, self.workload = plan, workload
         self.settings = ParitySettings(**plan.settings)
         self.ranks = plan.protocol.gpus
-        self.optimizer: torch.optim.Optimizer | None = None
+        self.mine: Trajectory | None = None
         self.steps_done = 0
         self.launched: dict[str, Any] | None = None
 
-    def _restart(self) -> None:
-        self.state = self.workload.copy()
-        self.groups = self.workload.groups_for(self.state)
-        self.optimizer = make_optimizer(self.settings.candidate, self.groups, self.workload.kwargs)
-        self.params = params_of(self.groups)
-        self.steps_done = 0
-
     def _launch(self, first: int, folder: Path) -> None:
         """The ranks' whole trajectory, saving every step from ``first`` on."""
-        from harness.isolation import run_in_ranks
-
         folder.mkdir(parents=True, exist_ok=True)
         payload = {
             "settings": asdict(self.settings),
@@ -314,23 +298,21 @@ class RanksComparison:
         saved = folder / f"step{step}.pt"
         if not saved.is_file() or self.launched is None:
             self._launch(step, folder)
-        if self.optimizer is None or self.steps_done >= step:
-            self._restart()
-        bounds = None
+        if self.mine is None or self.steps_done >= step:
+            self.mine, self.steps_done = Trajectory(self.workload, self.settings.candidate), 0
+        mine, bounds = self.mine, None
         while self.steps_done < step:
-            self.workload.backward(self.state, self.steps_done + 1)
+            self.workload.backward(mine.state, self.steps_done + 1)
             if self.steps_done + 1 == 1:
-                bounds = self.workload.step_one_bounds(self.optimizer, self.groups)
-            self.optimizer.step()
+                bounds = self.workload.step_one_bounds(mine.optimizer, mine.groups)
+            mine.optimizer.step()
             self.steps_done += 1
         other = torch.load(saved, weights_only=True)
         saved.unlink()
-        mine = [self.optimizer.state.get(p, {}) for p in self.params]
         states = [
-            ({k: v.cpu() for k, v in here.items() if isinstance(v, torch.Tensor)}, there)
-            for here, there in zip(mine, other["state"], strict=True)
+            (_cpu_tensors(here), there) for here, there in zip(mine.buffers(), other["state"], strict=True)
         ]
-        here = [p.detach().cpu() for p in self.params]
+        here = [p.detach().cpu() for p in mine.params]
         figures, per_param = compare_tensors(RANKS, step, here, other["params"], states)
         row = asdict(figures)
         agree = self.launched["agree"]
@@ -384,7 +366,7 @@ class ParityTier(BaseTier):
             resume_problem=arms_resume_problem,
             row_problem=recorded_row_problem,
             tables=lambda run: {DIVERGENCE_CSV: divergence_table(result_of(run))},
-            section=lambda run: parity_markdown(
+            section=lambda run: parity_section(
                 result_of(run), run.plan.protocol.device, run.plan.protocol.seed
             ),
             claim=contract_text,

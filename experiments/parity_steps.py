@@ -15,6 +15,7 @@ import torch
 from experiments.arms import make_optimizer, same_path_as_baseline
 from experiments.workloads import SCALES, build_param_groups, fill_synthetic_grads
 from harness.options import MAX_PAIRS
+from harness.present.model import Section, Table
 from harness.schema import option
 from optimizers.musgd import muon_momentum
 from optimizers.newton_schulz import muon_scale, newton_schulz
@@ -108,6 +109,7 @@ class Workload:
         self.settings, self.device, self.seed = settings, torch.device(device), seed
         self._bounds: dict[int, float] | None = None
         if settings.fit:
+            # The fit tier's whole package: a parity rank imports it only with --fit.
             from experiments.fit import embedded
 
             torch.manual_seed(seed)
@@ -208,19 +210,18 @@ def update_bounds(
     return bounds
 
 
-def compare_steps(
-    name: str,
-    step: int,
-    reference: tuple[torch.optim.Optimizer, list[torch.Tensor]],
-    other: tuple[torch.optim.Optimizer, list[torch.Tensor]],
-) -> tuple[StepFigures, list[float]]:
-    """Two trajectories after one step: each parameter and each of the reference's buffers compared."""
-    (ref_opt, ref_params), (other_opt, other_params) = reference, other
-    states = [
-        (ref_opt.state.get(p, {}), other_opt.state.get(q, {}))
-        for p, q in zip(ref_params, other_params, strict=True)
-    ]
-    return compare_tensors(name, step, ref_params, other_params, states)
+class Trajectory:
+    """One arm's optimizer over a fresh copy of the workload's parameters."""
+
+    def __init__(self, workload: Workload, spec: str) -> None:
+        self.state = workload.copy()
+        self.groups = workload.groups_for(self.state)
+        self.optimizer = make_optimizer(spec, self.groups, workload.kwargs)
+        self.params = params_of(self.groups)
+
+    def buffers(self) -> list[dict[str, Any]]:
+        """Each parameter's optimizer state."""
+        return [self.optimizer.state.get(p, {}) for p in self.params]
 
 
 def compare_tensors(
@@ -269,30 +270,21 @@ class Comparison:
 
     def __init__(self, name: str, workload: Workload, reference: str, other: str) -> None:
         self.name, self.workload = name, workload
-        self.states = workload.copy(), workload.copy()
-        self.groups = workload.groups_for(self.states[0]), workload.groups_for(self.states[1])
-        self.optimizers = (
-            make_optimizer(reference, self.groups[0], workload.kwargs),
-            make_optimizer(other, self.groups[1], workload.kwargs),
-        )
-        self.params = params_of(self.groups[0]), params_of(self.groups[1])
+        self.sides = Trajectory(workload, reference), Trajectory(workload, other)
         self.steps_done = 0
 
     def step(self) -> dict[str, Any]:
-        """One step of both trajectories; their figures, and at step one the bound and how the worst tensor
-        stands against it."""
-        step = self.steps_done + 1
-        workload = self.workload
-        losses = [workload.backward(state, step) for state in self.states]
-        bounds = workload.step_one_bounds(self.optimizers[0], self.groups[0]) if step == 1 else None
-        for optimizer in self.optimizers:
-            optimizer.step()
+        """One step of both trajectories: their figures, and at step one how the worst tensor meets its bound."""
+        step, workload, (ref, other) = self.steps_done + 1, self.workload, self.sides
+        losses = [workload.backward(side.state, step) for side in self.sides]
+        bounds = workload.step_one_bounds(ref.optimizer, ref.groups) if step == 1 else None
+        for side in self.sides:
+            side.optimizer.step()
         if workload.device.type == "cuda":
             torch.cuda.synchronize(workload.device)
         self.steps_done = step
-        figures, per_param = compare_steps(
-            self.name, step, (self.optimizers[0], self.params[0]), (self.optimizers[1], self.params[1])
-        )
+        states = list(zip(ref.buffers(), other.buffers(), strict=True))
+        figures, per_param = compare_tensors(self.name, step, ref.params, other.params, states)
         if losses[0] is not None:
             figures.loss_reference, figures.loss_other = losses
             figures.loss_bytes_equal = same_bytes(losses[0], losses[1])
@@ -369,51 +361,58 @@ def figure_text(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3g}"
 
 
-def parity_markdown(result: ParityResult, device: str, seed: int) -> str:
+TITLE = "Parity: candidate against baseline"
+
+
+def parity_section(result: ParityResult, device: str, seed: int) -> Section:
     """The parity section: verdict, one-step figures, the bound and the divergence table."""
-    s = result.settings
+    s, text = result.settings, figure_text
     first = {f.comparison: f for f in result.steps if f.step == 1}
-    lines = [
-        "### Parity: candidate against baseline",
-        "",
+    lines: list[Any] = [
         f"Workload: {result.workload}; device `{device}`; seed {seed}; {s.steps} step(s). Baseline arm "
         f"`{s.baseline}`, candidate arm `{s.candidate}`.",
         "",
     ]
     if not set(COMPARISONS) <= set(first):
-        return "\n".join(lines + ["Step one has not run for both comparisons yet: no verdict."])
+        return Section.of_lines(TITLE, lines + ["Step one has not run for both comparisons yet: no verdict."])
+    clauses = [(clause, "yes" if ok else "**no**") for clause, ok in result.contract.items()]
+    judged = [n for n in (*COMPARISONS, RANKS) if n in first and n in result.bound_worst_ratio]
+    one_step = [
+        [
+            name,
+            f"{f.buffers_equal} of {f.buffers_total}",
+            f"{f.params_equal} of {f.params_total}",
+            text(f.max_abs_diff),
+            text(f.max_rel_diff),
+            text(result.bound_worst_ratio[name]),
+            "n/a" if f.loss_bytes_equal is None else ("yes" if f.loss_bytes_equal else "no"),
+        ]
+        for name, f in ((n, first[n]) for n in judged)
+    ]
+    headers = (
+        "comparison,buffers bit-equal,parameters identical,largest abs diff,largest rel diff,diff / bound"
+    )
     lines += [
         f"**One-step contract: {'holds' if result.holds else 'BROKEN'}.**",
         "",
-        "| clause | holds |",
-        "| --- | --- |",
-        *[f"| {clause} | {'yes' if ok else '**no**'} |" for clause, ok in result.contract.items()],
+        Table(["clause", "holds"], clauses),
         "",
         "#### After one step from identical state",
         "",
-        "| comparison | buffers bit-equal | parameters identical | largest abs diff | largest rel diff | diff / bound | loss bytes equal |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for name in (n for n in (*COMPARISONS, RANKS) if n in first and n in result.bound_worst_ratio):
-        f = first[name]
-        loss = "n/a" if f.loss_bytes_equal is None else ("yes" if f.loss_bytes_equal else "no")
-        lines.append(
-            f"| {name} | {f.buffers_equal} of {f.buffers_total} | {f.params_equal} of {f.params_total} | "
-            f"{figure_text(f.max_abs_diff)} | {figure_text(f.max_rel_diff)} | {figure_text(result.bound_worst_ratio[name])} | {loss} |"
-        )
-    lines += [
+        Table([*headers.split(","), "loss bytes equal"], one_step),
         "",
         "The bound per tensor is lr·muon times the bf16 rounding of the baseline's own Muon update: the larger of "
         f"one ulp of its largest entry and {ULP_SENSITIVITY_FACTOR:g}× the output's spread under ±1-ulp "
         "perturbations of its bf16 Newton-Schulz input (0 for tensors without a Muon part); the largest bound "
-        f"here is {figure_text(result.bound_largest)}. 'diff / bound' is the worst tensor's ratio (≤ 1 holds).",
+        f"here is {text(result.bound_largest)}. 'diff / bound' is the worst tensor's ratio (≤ 1 holds).",
     ]
     if RANKS in first:
         f = first[RANKS]
         verdict = (
             "bit for bit"
             if f.params_equal == f.params_total
-            else f"within {figure_text(result.bound_worst_ratio.get(RANKS))} of the bound (largest difference {figure_text(f.max_abs_diff)})"
+            else f"within {text(result.bound_worst_ratio.get(RANKS))} of the bound (largest difference "
+            f"{text(f.max_abs_diff)})"
         )
         lines += [
             "",
@@ -426,26 +425,8 @@ def parity_markdown(result: ParityResult, device: str, seed: int) -> str:
             "",
             f"#### Divergence over {s.steps} steps (reported, not claimed)",
             "",
-            "| step | control max abs diff | candidate max abs diff | candidate buffers bit-equal |"
-            + (" ranks max abs diff |" if RANKS in first else ""),
-            "| --- | --- | --- | --- |" + (" --- |" if RANKS in first else ""),
+            _divergence(result),
         ]
-        by_step: dict[int, dict[str, StepFigures]] = {}
-        for f in result.steps:
-            by_step.setdefault(f.step, {})[f.comparison] = f
-        for step, pair in sorted(by_step.items()):
-            if not set(COMPARISONS) <= set(pair):
-                continue
-            c, k = pair["control"], pair["candidate"]
-            ranks = (
-                f" {figure_text(pair[RANKS].max_abs_diff)} |"
-                if RANKS in pair
-                else (" n/a |" if RANKS in first else "")
-            )
-            lines.append(
-                f"| {step} | {figure_text(c.max_abs_diff)} | {figure_text(k.max_abs_diff)} | {k.buffers_equal} of {k.buffers_total} |"
-                + ranks
-            )
     lines += ["", "Not claimed: identical multi-step training."]
     same = same_path_as_baseline(s.candidate, device, s.baseline)
     if same:
@@ -453,7 +434,24 @@ def parity_markdown(result: ParityResult, device: str, seed: int) -> str:
             f" Here {same}, so this run checks the plumbing; the batched path is exercised on CUDA, or on the "
             "CPU with `--candidate candidate-cpu`."
         )
-    return "\n".join(lines)
+    return Section.of_lines(TITLE, lines)
+
+
+def _divergence(result: ParityResult) -> Table:
+    """Each step's largest differences, per comparison, as a markdown table."""
+    ranked = any(f.comparison == RANKS and f.step == 1 for f in result.steps)
+    by_step: dict[int, dict[str, StepFigures]] = {}
+    for f in result.steps:
+        by_step.setdefault(f.step, {})[f.comparison] = f
+    rows = [
+        [step, figure_text(pair["control"].max_abs_diff), figure_text(pair["candidate"].max_abs_diff)]
+        + [f"{pair['candidate'].buffers_equal} of {pair['candidate'].buffers_total}"]
+        + ([figure_text(pair[RANKS].max_abs_diff) if RANKS in pair else "n/a"] if ranked else [])
+        for step, pair in sorted(by_step.items())
+        if set(COMPARISONS) <= set(pair)
+    ]
+    headers = ["step", "control max abs diff", "candidate max abs diff", "candidate buffers bit-equal"]
+    return Table(headers + (["ranks max abs diff"] if ranked else []), rows)
 
 
 # --- the tier ---------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from experiments.arms import checked_optimizer
 from harness.code_origin import class_fingerprint
 from harness.errors import InputError
 from harness.protocol import Plan
@@ -21,8 +22,6 @@ def plan_specs(plan: Plan) -> dict[str, str]:
 
 def arms_resume_problem(plan: Plan) -> str | None:
     """Why a resume cannot run a plan's arms (None where it can)."""
-    from experiments.arms import checked_optimizer  # the parent's: imports the arms' code
-
     for label, spec in plan_specs(plan).items():
         try:
             found = checked_optimizer(spec, option="its arms", import_upstream=False)

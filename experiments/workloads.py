@@ -8,6 +8,10 @@ from typing import Any
 
 import torch
 
+from harness.errors import InputError
+from harness.options import split_list
+from harness.schema import check_choice
+
 SCALES: tuple[str, ...] = ("n", "s", "m", "l", "x")
 
 GROUP_KEYS = ("lr", "momentum", "nesterov", "weight_decay", "use_muon", "param_group")
@@ -21,6 +25,16 @@ def load_workload(scale: str) -> dict[str, Any]:
         raise ValueError(f"unknown YOLO26 scale {scale!r}; accepted: {', '.join(SCALES)}")
     text = resources.files("experiments").joinpath("data", f"yolo26{scale}.json").read_text(encoding="utf-8")
     return json.loads(text)
+
+
+def parse_scales(name: str, text: str) -> list[str]:
+    """The scales a comma-separated option names, each once; ``InputError`` otherwise."""
+    scales = split_list(name, text)
+    for scale in scales:
+        check_choice(name, scale, SCALES)
+    if len(set(scales)) != len(scales):
+        raise InputError(f"{name} '{text}' names a scale twice; name each of {', '.join(SCALES)} once")
+    return scales
 
 
 def build_param_groups(

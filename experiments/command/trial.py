@@ -11,6 +11,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from experiments.command.plan import CommandSettings, expand, figure_pattern
 from harness.calibration import delay_seconds, runs_as
 from harness.injected import inject
@@ -41,10 +43,8 @@ atexit.register(_end_live)
 def _kill_tree(process: subprocess.Popen) -> None:
     """End a command and everything it started (its children first)."""
     try:
-        import psutil
-
         children = psutil.Process(process.pid).children(recursive=True)
-    except Exception:  # noqa: BLE001 - no psutil, or the process is gone: end what can be ended
+    except psutil.Error:  # the process is gone: end what can be ended
         children = []
     for child in [*children, process]:
         try:

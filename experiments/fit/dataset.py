@@ -126,7 +126,7 @@ def count_images(path: Path) -> int:
 
 def read_yaml_mapping(path: Path, option: str, keys: tuple[str, str], kind: str) -> dict[str, Any]:
     """The mapping a user's yaml file (``--data``, ``--model``) holds, with both ``keys``."""
-    import yaml
+    import yaml  # ultralytics' dependency, not the base install's; only the real trainer reads a yaml
 
     try:
         data = yaml.safe_load(Path(path).read_text())

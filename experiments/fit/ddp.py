@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
 
-from experiments.fit import embedded
-from experiments.fit.fitting import arm_optimizer_factory, fit_figures, prepare_device
+from experiments.fit.fitting import embedded_fit, fit_figures, fresh_trial_dir, prepare_device, stage_clock
 from experiments.fit.plan import FitSettings
 from experiments.ranks import backend_of, barrier, gather_records, init_group, rank_device
-from harness.safe_fs import remove_tree
 from harness.timing import NullClock, StageClock, read_peaks, reset_peaks, synchronize
 
 
@@ -57,29 +54,15 @@ def rank_record(rank: int, seconds: float, device: str, sharing: dict[str, Any] 
     }
 
 
-def _max_and_sum(values: list[int | None]) -> tuple[int | None, int | None]:
-    if any(v is None for v in values):
-        return None, None
-    return max(values), sum(values)
-
-
 def rank_columns(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The row's per-rank columns: each rank's bracket and peaks, the peaks' max."""
-    allocated = [r["peak_allocated"] for r in records]
-    reserved = [r["peak_reserved"] for r in records]
-    allocated_max, allocated_sum = _max_and_sum(allocated)
-    reserved_max, reserved_sum = _max_and_sum(reserved)
-    return {
-        "ranks": len(records),
-        "rank_seconds": [r["seconds"] for r in records],
-        "rank_peak_allocated": allocated,
-        "rank_peak_reserved": reserved,
-        "peak_allocated": allocated_max,
-        "peak_allocated_sum": allocated_sum,
-        "peak_reserved": reserved_max,
-        "peak_reserved_sum": reserved_sum,
-        "rank_matrices_here": [r["matrices_here"] for r in records],
-    }
+    """The row's per-rank columns: each rank's bracket and peaks, the peaks' max and sum."""
+    out: dict[str, Any] = {"ranks": len(records), "rank_seconds": [r["seconds"] for r in records]}
+    for peak in ("peak_allocated", "peak_reserved"):
+        values = out[f"rank_{peak}"] = [r[peak] for r in records]
+        known = None not in values
+        out[peak], out[f"{peak}_sum"] = (max(values), sum(values)) if known else (None, None)
+    out["rank_matrices_here"] = [r["matrices_here"] for r in records]
+    return out
 
 
 def import_ahead() -> None:
@@ -94,30 +77,17 @@ def run_rank_fit(payload: dict[str, Any]) -> dict[str, Any]:
     settings = FitSettings.from_dict(payload["settings"])
     if settings.batch % world:
         raise ValueError(f"the global batch {settings.batch} is not a multiple of the {world} ranks")
-    trial_dir = Path(payload["trial_dir"])
     prepare_device(device, payload.get("budget"))
     import_ahead()
     init_group(device)
     try:
         if rank == 0:
-            remove_tree(trial_dir)  # a resumed trial starts clean
-            trial_dir.mkdir(parents=True)
+            fresh_trial_dir(payload)
         barrier(device)
-        make_optimizer = arm_optimizer_factory(payload["arm_spec"])
-        clock = StageClock(device) if settings.stages and rank == 0 else NullClock()
+        clock = stage_clock(settings, device, rank)
         reset_peaks(device)
         with RankBracket(device, clock) as bracket:
-            result = embedded.fit(
-                make_optimizer,
-                device=device,
-                **embedded.sized_by(settings),
-                data_seed=int(payload["data_seed"]),
-                seed=int(payload["seed"]),
-                trial_dir=trial_dir,
-                clock=clock,
-                rank=rank,
-                world=world,
-            )
+            result = embedded_fit(payload, settings, device, clock, rank, world)
         records = gather_records(rank_record(rank, bracket.seconds, device, result.get("optimizer_sharing")))
     finally:
         dist.destroy_process_group()

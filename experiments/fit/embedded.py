@@ -163,12 +163,6 @@ def _validate(
     return float(loss_sum) / len(images), float(correct) / len(images)
 
 
-def sized_by(settings: Any) -> dict[str, Any]:
-    """``fit``'s data, size, batch, epochs and precision keywords, as the fit settings give them."""
-    names = ("images", "val_images", "imgsz", "batch", "epochs", "amp")
-    return {name: getattr(settings, name) for name in names}
-
-
 def fit(
     make_optimizer: OptimizerFactory,
     *,
@@ -194,6 +188,7 @@ def fit(
     model = SmallConvNet().to(dev)
     learner: nn.Module = model
     if world > 1:
+        # torch._dynamo comes with it: a one-rank worker never pays; ranks import it ahead (fit/ddp.py).
         from torch.nn.parallel import DistributedDataParallel
 
         learner = DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)

@@ -1,24 +1,63 @@
-"""A fit's parts that every process running one shares: the worker of a one-device fit and each rank of a
-multi-GPU fit. The arm's optimizer, the device, the checks after the fit and the row's figures.
-"""
+"""What every process running a fit shares (a one-device worker, each rank): its set-up, checks and figures."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from experiments.arms import make_optimizer
 from experiments.finite import first_named, non_finite
+from experiments.fit import embedded
 from experiments.fit.plan import FitSettings
 from experiments.fit.stages import epoch_spans, host_iteration_median, stage_figures, steady_seconds
-from harness.timing import StageClock, apply_budget
+from harness.safe_fs import remove_tree
+from harness.timing import NullClock, StageClock, apply_budget
 
 
 def arm_optimizer_factory(spec: str):
     """``(groups, kwargs) -> optimizer`` of the arm's class, through the one arm resolver."""
     return lambda groups, kwargs: make_optimizer(spec, groups, kwargs)
+
+
+def fresh_trial_dir(payload: dict[str, Any]) -> Path:
+    """The payload's trial folder, emptied: a resumed trial starts clean."""
+    trial_dir = Path(payload["trial_dir"])
+    remove_tree(trial_dir)
+    trial_dir.mkdir(parents=True)
+    return trial_dir
+
+
+def stage_clock(settings: FitSettings, device: str, rank: int = 0) -> StageClock:
+    """A ``--stages`` fit's clock on rank 0; a clock that marks nothing elsewhere."""
+    return StageClock(device) if settings.stages and rank == 0 else NullClock()
+
+
+def embedded_fit(
+    payload: dict[str, Any],
+    settings: FitSettings,
+    device: str,
+    clock: StageClock,
+    rank: int = 0,
+    world: int = 1,
+) -> dict[str, Any]:
+    """The embedded workload's whole fit, sized by ``settings`` and seeded by the payload."""
+    sizes = {
+        name: getattr(settings, name) for name in ("images", "val_images", "imgsz", "batch", "epochs", "amp")
+    }
+    return embedded.fit(
+        arm_optimizer_factory(payload["arm_spec"]),
+        device=device,
+        **sizes,
+        data_seed=int(payload["data_seed"]),
+        seed=int(payload["seed"]),
+        trial_dir=Path(payload["trial_dir"]),
+        clock=clock,
+        rank=rank,
+        world=world,
+    )
 
 
 def prepare_device(device: str, budget: int | None) -> None:

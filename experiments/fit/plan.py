@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.arms import arm_code, checked_optimizer
+from experiments.fit.dataset import describe_user_set, read_yaml_mapping
 from experiments.fit.embedded import optimizer_kwargs
 from experiments.fit.ranks_check import check_ranks, isolation_text
 from harness.errors import InputError
@@ -20,40 +21,29 @@ AMP_CHOICES = ("auto", "bf16", "fp16", "fp32")
 CACHE_CHOICES = ("ram", "disk", "none")
 DEFAULT_STEPS = 384
 DEFAULT_IMAGES = 256
-# The embedded workload on the CPU: 2 epochs × 32 iterations (LR warm-up over the first, then decay; EMA,
-# validation and a checkpoint each epoch), so the default job's 14 fits end in about a minute on two cores,
-# where each worker's start (importing torch) alone costs seconds. The real trainer and CUDA keep 384 × 256.
+# The embedded workload's CPU default (2 epochs × 32 iterations): the default job's 14 fits end in about a minute.
 CPU_EMBEDDED_STEPS = 64
 CPU_EMBEDDED_IMAGES = 128
 DEFAULT_IMGSZ = {"ultralytics": 640, "embedded": 32}
-# A rough CPU cost of the real trainer, for the pre-run note only (never a figure of a run): seconds per
-# 640-px image through a yolo26n-sized model, forward, backward and step, measured on a shared two-core
-# machine (about 1 s per 320-px image); validation costs about a third of that per image.
+# The real trainer's rough CPU cost per 640-px image (yolo26n, measured on two shared cores), for the pre-run
+# note only; validation costs about a third of that per image.
 CPU_SECONDS_PER_640PX_IMAGE = 4.0
 VALIDATION_SHARE = 1 / 3
 LONG_FIT_S = 60.0  # a fit estimated at least this long on the CPU gets the note
 YOLO_STRIDE = 32
 WORKER_TARGET = "experiments.fit.worker:run_fit"
-REAL_TRAINER_ONLY = ("model", "workers", "cache", "close_mosaic")  # refused with the embedded workload
-# Bounds of a fit, each refused before anything starts (larger values name a fit that cannot be run):
-# 10^7 steps is days even at the embedded workload's pace; the real trainer takes hundreds of ms a step.
-MAX_FIT_STEPS = 10_000_000
-# Every epoch validates and writes checkpoints: a short fit of more epochs spends its time there, not training.
-MAX_EPOCHS = 10_000
-# The synthetic set is generated (for the real trainer, written to disk) before the first trial: a million
-# images at 640 px is tens of GB.
-MAX_IMAGES = 1_000_000
-# An image side past 4096 px is past what a detection model trains at; each such image is 48 MiB as floats.
-MAX_IMGSZ = 4096
-# The embedded workload holds its whole synthetic set in memory as float32 while it builds it.
-MAX_EMBEDDED_SET_BYTES = 4 * 2**30
-# More dataloader workers than any machine here has cores (upstream caps them at the CPU count anyway).
-MAX_WORKERS = 256
-# A week: longer is a typo, and past Python's largest timeout every trial would fail.
-MAX_TRIAL_TIMEOUT = 7 * 24 * 3600
 PREPARE_TARGET = "experiments.fit.worker:prepare_data"
-PREPARE_TIMEOUT_S = 1800
 RANK_TARGET = "experiments.fit.ddp:run_rank_fit"
+PREPARE_TIMEOUT_S = 1800
+REAL_TRAINER_ONLY = ("model", "workers", "cache", "close_mosaic")  # refused with the embedded workload
+# Bounds refused before anything starts, each past any fit that can run:
+MAX_FIT_STEPS = 10_000_000  # days even at the embedded workload's pace
+MAX_EPOCHS = 10_000  # every epoch validates and writes checkpoints
+MAX_IMAGES = 1_000_000  # generated before the first trial: tens of GB at 640 px
+MAX_IMGSZ = 4096  # past what a detection model trains at (48 MiB an image as floats)
+MAX_EMBEDDED_SET_BYTES = 4 * 2**30  # the embedded workload holds its whole set in memory as float32
+MAX_WORKERS = 256  # upstream caps dataloader workers at the CPU count anyway
+MAX_TRIAL_TIMEOUT = 7 * 24 * 3600  # a week: longer is a typo
 
 
 @dataclass(frozen=True)
@@ -202,8 +192,6 @@ def check_model(model: str) -> str:
             f"--model '{model}': no such file, and ultralytics ships no such model yaml (e.g. yolo26n.yaml)"
         )
     if Path(model).is_file():  # one's own: what ultralytics builds a model from, or every fit would fail
-        from experiments.fit.dataset import read_yaml_mapping
-
         try:
             read_yaml_mapping(Path(model), "--model", ("backbone", "head"), "a model yaml")
         except ValueError as exc:
@@ -219,9 +207,14 @@ def _divisors_around(count: int, value: int) -> tuple[int | None, int | None]:
     return (below[-1] if below else None), (above[0] if above else None)
 
 
+def _nearest(flag: str, value: int, unit: int) -> str:
+    """The multiples of ``unit`` around ``value``, as ``(e.g. --steps 64 or 32)``."""
+    lower = value - value % unit
+    return f"(e.g. {flag} {lower + unit}" + (f" or {lower})" if lower else ")")
+
+
 def check_steps(steps: int, images: int, batch: int, counted: bool = False) -> int:
-    """Epochs for ``steps`` optimizer steps over ``images`` at ``batch``; ``InputError`` unless whole
-    epochs."""
+    """Epochs for ``steps`` optimizer steps over ``images`` at ``batch``; ``InputError`` unless whole epochs."""
     if images % batch:
         if counted:
             lower, upper = _divisors_around(images, batch)
@@ -230,18 +223,15 @@ def check_steps(steps: int, images: int, batch: int, counted: bool = False) -> i
                 f"--data has {images} training images, not a whole number of batches of {batch}: every epoch "
                 f"must be whole batches; use a batch that divides {images} (e.g. {options})"
             )
-        lower, upper = images - images % batch, images - images % batch + batch
         raise InputError(
             f"{images} training images are not a whole number of batches of {batch}: every epoch must be whole "
-            f"batches; use a multiple of --batch (e.g. --images {upper}" + (f" or {lower})" if lower else ")")
+            f"batches; use a multiple of --batch {_nearest('--images', images, batch)}"
         )
     per_epoch = images // batch
     if steps % per_epoch:
-        lower, upper = steps - steps % per_epoch, steps - steps % per_epoch + per_epoch
         raise InputError(
             f"--steps {steps} is not a whole number of epochs of {per_epoch} iterations ({images} images / batch "
-            f"{batch}); use a multiple of {per_epoch} (e.g. --steps {upper}"
-            + (f" or {lower})" if lower else ")")
+            f"{batch}); use a multiple of {per_epoch} {_nearest('--steps', steps, per_epoch)}"
         )
     epochs = steps // per_epoch
     if epochs > MAX_EPOCHS:
@@ -295,9 +285,10 @@ def make_plan(
             "--bar with --stages: a stages run is a diagnostic with no verdict; drop --bar (or --stages)"
         )
     chosen, why = resolve_workload(s.workload)
+    real, cuda = chosen == "ultralytics", protocol.device.startswith("cuda")
     amp = resolve_amp(s.amp, protocol.device)
     imgsz = DEFAULT_IMGSZ[chosen] if s.imgsz is None else s.imgsz
-    if chosen == "ultralytics":
+    if real:
         check_model(s.model)
         if imgsz % YOLO_STRIDE:
             raise InputError(
@@ -305,33 +296,17 @@ def make_plan(
             )
     elif imgsz < 8:
         raise InputError(f"--imgsz {imgsz} is too small for the embedded model; use 8 or more (default 32)")
+    for name in REAL_TRAINER_ONLY if not real else ():
+        if getattr(s, name) != getattr(FitSettings, name):
+            flag = "--" + name.replace("_", "-")
+            raise InputError(
+                f"{flag} {getattr(s, name)} applies to the real trainer only (--workload ultralytics); the "
+                f"embedded workload has its own model and loop: drop {flag}"
+            )
     images, val_images, data_path = s.images, s.val_images, None
-    if chosen != "ultralytics":
-        for name in REAL_TRAINER_ONLY:
-            if getattr(s, name) != getattr(FitSettings, name):
-                flag = "--" + name.replace("_", "-")
-                raise InputError(
-                    f"{flag} {getattr(s, name)} applies to the real trainer only (--workload ultralytics); the "
-                    f"embedded workload has its own model and loop: drop {flag}"
-                )
     if s.data is not None:
-        if chosen != "ultralytics":
-            raise InputError(
-                "--data needs the real trainer (--workload ultralytics); the embedded workload makes its own data"
-            )
-        from experiments.fit.dataset import describe_user_set
-
-        try:
-            counted, val_images = describe_user_set(Path(s.data))
-        except ValueError as exc:
-            raise InputError(str(exc)) from None
-        if images is not None and images != counted:
-            raise InputError(
-                f"--images {images} disagrees with --data, which has {counted} training images; drop --images"
-            )
-        images, data_path = counted, str(Path(s.data).resolve())
-        check_fields(replace(s, images=images))  # the count --data holds
-    small = chosen == "embedded" and not protocol.device.startswith("cuda")
+        images, val_images, data_path = _user_set(s, real)
+    small = chosen == "embedded" and not cuda  # the embedded workload's CPU defaults
     smaller: list[str] = []
     if images is None:
         images = CPU_EMBEDDED_IMAGES if small else DEFAULT_IMAGES
@@ -349,6 +324,7 @@ def make_plan(
             "use fewer --images or a smaller --imgsz"
         )
     check_ranks(protocol, s, chosen)
+    model = s.model if real else "embedded SmallConvNet"
     resolved = replace(
         s,
         workload=chosen,
@@ -358,56 +334,25 @@ def make_plan(
         imgsz=imgsz,
         amp=amp,
         data=data_path,
-        model=s.model if chosen == "ultralytics" else "embedded SmallConvNet",
+        model=model,
         data_cache=str(s.data_cache),
     )
     if announce is not None:
-        announce(f"workload: {chosen} ({why})")
-        if smaller:
-            announce(
-                f"fit: {steps} steps of {images} images = {epochs} epochs × {images // s.batch} iterations ("
-                f"{' and '.join(smaller)}: the embedded workload's CPU default, so that `bench pair` with no "
-                f"options ends in about a minute on two quiet cores; on CUDA and with the real trainer the "
-                f"defaults are {DEFAULT_STEPS} steps of {DEFAULT_IMAGES} images)"
-            )
-        if chosen == "ultralytics" and not protocol.device.startswith("cuda"):
-            estimate = estimated_cpu_fit_seconds(steps, epochs, s.batch, imgsz, val_images)
-            if estimate >= LONG_FIT_S:
-                fits = len(protocol.arms) * protocol.initial_pairs + protocol.scheduled_warmup
-                announce(
-                    f"note: the real trainer on the CPU: an estimated {_minutes(estimate)} per fit ({steps} steps of "
-                    f"batch {s.batch} at {imgsz} px, a yolo26n-sized model), about {_minutes(fits * estimate)} for "
-                    f"the {fits} fits; --device cuda on a GPU, fewer --steps or a smaller --imgsz, or --workload "
-                    "embedded for a quick CPU run"
-                )
+        _announce(announce, protocol, resolved, epochs, why, smaller)
     ranks = protocol.gpus
     label = (
-        f"{Path(resolved.model).stem if chosen == 'ultralytics' else 'embedded'} {imgsz}px b{s.batch} "
-        f"{steps} steps ({epochs}×{resolved.iterations_per_epoch})"
-        + (f" ×{ranks} ranks" if ranks > 1 else "")
+        f"{Path(model).stem if real else 'embedded'} {imgsz}px b{s.batch} {steps} steps "
+        f"({epochs}×{resolved.iterations_per_epoch})" + (f" ×{ranks} ranks" if ranks > 1 else "")
     )
-    case_params = {
-        "workload": chosen,
-        "model": resolved.model,
-        "steps": steps,
-        "epochs": epochs,
-        "images": images,
-        "batch": s.batch,
-        "imgsz": imgsz,
-        "amp": amp,
-        **(
-            {"ranks": ranks, "batch_per_rank": s.batch // ranks, "backend": protocol.backend}
-            if ranks > 1
-            else {}
-        ),
-    }
-    stage_note = (
-        "; --stages: synchronized marks at every stage boundary inside it (diagnostic only, never a claim)"
-        if s.stages
-        else "; the harness adds no synchronization, profiler or callback inside it (the workload's "
-        "own reads of the loss for logging are part of what is timed, for both arms alike)"
+    shares = {"ranks": ranks, "batch_per_rank": s.batch // ranks, "backend": protocol.backend}
+    params = dict(workload=chosen, model=model, steps=steps, epochs=epochs, images=images, batch=s.batch)
+    params.update(imgsz=imgsz, amp=amp, **(shares if ranks > 1 else {}))
+    cases = [Case(label, params, protocol.arms)]
+    disk = ", .npy image cache" if s.cache == "disk" else ""
+    prepared = (
+        f"; before the first trial a preparatory worker builds the data set once (label caches{disk}), so every "
+        "trial starts from the same files"
     )
-    cases = [Case(label, case_params, protocol.arms)]
     return Plan(
         tier="stages" if s.stages else "pair",
         protocol=protocol,
@@ -418,39 +363,79 @@ def make_plan(
         settings=asdict(resolved),
         command=command,
         in_process=False,
-        isolation=isolation_text(protocol, chosen)
-        + (
-            "; before the first trial a preparatory worker builds the data set once (label caches"
-            + (", .npy image cache" if s.cache == "disk" else "")
-            + "), so every trial starts from the same files"
-            if chosen == "ultralytics"
-            else ""
-        ),
-        timed_region=(
-            (
-                f"the whole fit on rank 0 of {ranks} ({protocol.backend}), one bracket opened after a barrier of every "
-                "rank and closed after another (the process group and devices are set up before it"
-                + (
-                    "; Ultralytics builds its trainer in each rank before it"
-                    if chosen == "ultralytics"
-                    else ""
-                )
-                + "), synchronized at both ends: "
-                if ranks > 1
-                else "the whole fit, synchronized at both ends: "
-            )
-            + (
-                "YOLO(model).train(...) — dataset set-up (its label caches"
-                + (" and the .npy image cache" if s.cache == "disk" else "")
-                + " made once before the first trial, untimed, by a preparatory worker, so every fit reads the "
-                "same files"
-                + ("; the RAM image cache built by each fit" if s.cache == "ram" else "")
-                + "), augmentation and mosaic closure, LR warm-up and decay, forward/backward, optimizer, EMA, "
-                "validation each epoch, checkpoints, final validation"
-                if chosen == "ultralytics"
-                else "embedded fit — synthetic data, augmentation, LR warm-up and decay, forward/backward, optimizer, "
-                "EMA, validation each epoch, checkpoints, a log line per epoch"
-            )
-            + stage_note
-        ),
+        isolation=isolation_text(protocol, chosen) + (prepared if real else ""),
+        timed_region=_timed_region(s, real, ranks, protocol.backend),
     )
+
+
+def _user_set(s: FitSettings, real: bool) -> tuple[int, int, str]:
+    """(train images, val images, path) of ``--data``; ``InputError`` where the fit cannot use it."""
+    if not real:
+        raise InputError(
+            "--data needs the real trainer (--workload ultralytics); the embedded workload makes its own data"
+        )
+    try:
+        counted, val_images = describe_user_set(Path(s.data))
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    if s.images is not None and s.images != counted:
+        raise InputError(
+            f"--images {s.images} disagrees with --data, which has {counted} training images; drop --images"
+        )
+    check_fields(replace(s, images=counted))  # the count --data holds
+    return counted, val_images, str(Path(s.data).resolve())
+
+
+def _announce(
+    announce: Any, protocol: ProtocolOptions, r: FitSettings, epochs: int, why: str, smaller: list[str]
+) -> None:
+    """The pre-run lines: the workload chosen, a CPU default used, a long CPU fit's estimate."""
+    announce(f"workload: {r.workload} ({why})")
+    if smaller:
+        announce(
+            f"fit: {r.steps} steps of {r.images} images = {epochs} epochs × {r.iterations_per_epoch} iterations ("
+            f"{' and '.join(smaller)}: the embedded workload's CPU default, so that `bench pair` with no "
+            f"options ends in about a minute on two quiet cores; on CUDA and with the real trainer the "
+            f"defaults are {DEFAULT_STEPS} steps of {DEFAULT_IMAGES} images)"
+        )
+    if r.workload != "ultralytics" or protocol.device.startswith("cuda"):
+        return
+    estimate = estimated_cpu_fit_seconds(r.steps, epochs, r.batch, r.imgsz, r.val_images)
+    if estimate >= LONG_FIT_S:
+        fits = len(protocol.arms) * protocol.initial_pairs + protocol.scheduled_warmup
+        announce(
+            f"note: the real trainer on the CPU: an estimated {_minutes(estimate)} per fit ({r.steps} steps of "
+            f"batch {r.batch} at {r.imgsz} px, a yolo26n-sized model), about {_minutes(fits * estimate)} for "
+            f"the {fits} fits; --device cuda on a GPU, fewer --steps or a smaller --imgsz, or --workload "
+            "embedded for a quick CPU run"
+        )
+
+
+def _timed_region(s: FitSettings, real: bool, ranks: int, backend: str) -> str:
+    """The timed region in words: the bracket, then what the fit does inside it."""
+    bracket = "the whole fit, synchronized at both ends: "
+    if ranks > 1:
+        built = "; Ultralytics builds its trainer in each rank before it" if real else ""
+        bracket = (
+            f"the whole fit on rank 0 of {ranks} ({backend}), one bracket opened after a barrier of every rank "
+            f"and closed after another (the process group and devices are set up before it{built}), "
+            "synchronized at both ends: "
+        )
+    disk = " and the .npy image cache" if s.cache == "disk" else ""
+    ram = "; the RAM image cache built by each fit" if s.cache == "ram" else ""
+    inside = (
+        f"YOLO(model).train(...) — dataset set-up (its label caches{disk} made once before the first trial, "
+        f"untimed, by a preparatory worker, so every fit reads the same files{ram}), augmentation and mosaic "
+        "closure, LR warm-up and decay, forward/backward, optimizer, EMA, validation each epoch, checkpoints, "
+        "final validation"
+        if real
+        else "embedded fit — synthetic data, augmentation, LR warm-up and decay, forward/backward, optimizer, "
+        "EMA, validation each epoch, checkpoints, a log line per epoch"
+    )
+    stage_note = (
+        "; --stages: synchronized marks at every stage boundary inside it (diagnostic only, never a claim)"
+        if s.stages
+        else "; the harness adds no synchronization, profiler or callback inside it (the workload's "
+        "own reads of the loss for logging are part of what is timed, for both arms alike)"
+    )
+    return bracket + inside + stage_note

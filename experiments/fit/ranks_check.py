@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import importlib.util
+import io
 import shlex
 from typing import Any
 
@@ -30,11 +33,7 @@ def isolation_text(protocol: ProtocolOptions, workload: str) -> str:
 
 def check_launcher_options(text: str, words: list[str]) -> None:
     """``--torchrun``'s words read by ``torch.distributed.run``'s own parser."""
-    import argparse
-    import contextlib
-    import io
-
-    from torch.distributed.run import get_args_parser
+    from torch.distributed.run import get_args_parser  # the elastic launcher: a worker's start needs none
 
     parser = get_args_parser()
     parser.exit_on_error = False

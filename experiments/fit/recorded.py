@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import typing
+from dataclasses import fields
 from typing import Any
 
 from experiments.fit.plan import AMP_CHOICES, WORKLOADS, FitSettings, check_ranks, check_steps
@@ -20,33 +22,12 @@ from harness.protocol import Plan
 from harness.schema import check_choice, check_fields
 from harness.validation import row_fields_problem, settings_problem, shape_problem
 
-# What a fit's plan records: its settings as ``make_plan`` resolved them.
-RECORDED_SHAPE = {
-    "workload": str,
-    "steps": int,
-    "images": int,
-    "val_images": int,
-    "batch": int,
-    "imgsz": int,
-    "amp": str,
-    "model": str,
-    "stages": bool,
-    "workers": int,
-    "cache": str,
-    "close_mosaic": int,
-}
-
-
-# What a fit's plan records beside them where it has them (older plans lack some).
-OPTIONAL_SHAPE = {
-    "data": str | None,
-    "data_cache": str,
-    "data_root": str,
-    "trial_timeout": int,
-    "trial_timeout_s": int,
-    "keep_checkpoints": bool,
-    "torchrun": str,
-}
+# What a fit's plan records: its settings as ``make_plan`` resolved them (these three never None).
+_TYPES = {**typing.get_type_hints(FitSettings), **dict.fromkeys(("steps", "images", "imgsz"), int)}
+# Recorded where a plan has them: older plans lack these (a new setting joins them), or use two older names.
+OPTIONAL = ("data", "data_cache", "trial_timeout", "keep_checkpoints", "torchrun")
+RECORDED_SHAPE = {f.name: _TYPES[f.name] for f in fields(FitSettings) if f.name not in OPTIONAL}
+OPTIONAL_SHAPE = {**{name: _TYPES[name] for name in OPTIONAL}, "data_root": str, "trial_timeout_s": int}
 
 
 def recorded_settings_problem(plan: Plan) -> str | None:

@@ -10,7 +10,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from experiments.fit.dataset import SyntheticSet, ensure_synthetic_set
 from experiments.fit.plan import PREPARE_TARGET, PREPARE_TIMEOUT_S, RANK_TARGET, WORKER_TARGET, FitSettings
+from experiments.fit.ultralytics_fit import offline_environment
 from harness.calibration import delay_seconds
 from harness.errors import InputError
 from harness.isolation import RANK_ENVIRONMENT, WorkerDied, WorkerError, run_in_ranks, run_in_worker
@@ -20,15 +22,11 @@ from harness.safe_fs import fresh_dir, remove_entry
 
 def worker_environment(run_dir: Path) -> dict[str, str]:
     """Environment of every worker: offline, with its own writable Ultralytics config folder."""
-    from experiments.fit.ultralytics_fit import offline_environment
-
     return offline_environment(run_dir / "ultralytics-config")
 
 
 def prepare_data_set(settings: FitSettings, data_yaml: str) -> dict[str, Any]:
     """Make the real trainer's data-set side effects."""
-    from experiments.fit.ultralytics_fit import offline_environment
-
     with tempfile.TemporaryDirectory(prefix="bench-prepare-") as config:
         try:
             return run_in_worker(
@@ -49,13 +47,11 @@ def trial_function(plan: Plan) -> TrialFunction:
     ranks = plan.protocol.gpus
     data_yaml = settings.data
     if settings.workload == "ultralytics" and data_yaml is None:
-        from experiments.fit.dataset import SyntheticSet, ensure_synthetic_set
-
         spec = SyntheticSet(settings.images, settings.val_images, settings.imgsz, plan.protocol.seed)
         data_yaml = str(ensure_synthetic_set(spec, Path(settings.data_cache)).resolve())
     if settings.workload == "ultralytics":
         prepared = prepare_data_set(settings, data_yaml)
-        from harness.console import console
+        from harness.console import console  # rich: the worker imports this module, and needs none
 
         console.print(
             f"data: {data_yaml} built once before the first trial (untimed): "

@@ -9,16 +9,23 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import torch
+from ultralytics import YOLO
 from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.utils import RANK
 
 from experiments.fit.ddp import RankBracket, import_ahead, rank_columns, rank_record
-from experiments.fit.fitting import arm_optimizer_factory, finite_checked, fit_figures
+from experiments.fit.fitting import arm_optimizer_factory, finite_checked, fit_figures, fresh_trial_dir
 from experiments.fit.plan import FitSettings
 from experiments.fit.stages import stage_figures
+from experiments.fit.ultralytics_fit import (
+    configure_ultralytics,
+    fit_result,
+    make_trainer_class,
+    train_arguments,
+)
 from experiments.ranks import gather_records
 from harness.isolation import WorkerDied, WorkerError, guard_rank
-from harness.safe_fs import remove_tree
 from harness.timing import NullClock, StageClock, apply_budget, is_out_of_memory, reset_peaks
 
 TRIAL_ENV = "BENCH_DDP_TRIAL"
@@ -52,7 +59,6 @@ class RankTrainer(DetectionTrainer):
         if cls is not RankTrainer or RANK == -1:
             return super().__new__(cls)
         guard_rank()  # first: die with the launcher and the trial's worker, write to this rank's log
-        from experiments.fit.ultralytics_fit import make_trainer_class
 
         side = RankSide(
             json.loads(Path(os.environ[TRIAL_ENV]).read_text()), RANK, int(os.environ["LOCAL_RANK"])
@@ -87,8 +93,6 @@ class RankTrainer(DetectionTrainer):
                 )
             sharing = getattr(self.optimizer, "sharing", None)
             records = gather_records(rank_record(side.rank, side.bracket.seconds, side.device, sharing))
-            from experiments.fit.ultralytics_fit import fit_result
-
             # rank 0 checks its model and figures here: modules do not travel in the record
             result = (
                 finite_checked(fit_result(self, side.stamps, side.epoch_starts)) if side.rank == 0 else {}
@@ -133,19 +137,11 @@ def write_trial(payload: dict[str, Any], settings: FitSettings, trial_dir: Path)
 
 def launch_fit(payload: dict[str, Any], settings: FitSettings) -> dict[str, Any]:
     """Launch one data-parallel fit of the real trainer and return rank 0's figures with every rank's."""
-    from ultralytics import YOLO
-    from ultralytics.utils import SETTINGS
-
-    from experiments.fit import ultralytics_fit
-
-    trial_dir = Path(payload["trial_dir"])
-    remove_tree(trial_dir)  # a resumed trial starts clean
-    trial_dir.mkdir(parents=True)
+    trial_dir = fresh_trial_dir(payload)
     os.environ[TRIAL_ENV] = str(write_trial(payload, settings, trial_dir))
-    ultralytics_fit.prepare_config_dir(Path(os.environ["YOLO_CONFIG_DIR"]))
-    SETTINGS.update(ultralytics_fit.INTEGRATIONS_OFF)
+    configure_ultralytics()
     model = YOLO(settings.model, task="detect")
-    arguments = ultralytics_fit.train_arguments(
+    arguments = train_arguments(
         settings, payload["data_yaml"], device_list(payload["devices"]), int(payload["seed"]), trial_dir
     )
     try:
@@ -159,8 +155,6 @@ def launch_fit(payload: dict[str, Any], settings: FitSettings) -> dict[str, Any]
         failure = failed[0]["exception"]
         message = f"{failure['type']} in rank {failed[0]['rank']}: {failure['message']}"
         if failure["out_of_memory"]:
-            import torch
-
             raise torch.OutOfMemoryError(message)
         raise WorkerError(message)
     if launch_error is not None or 0 not in records:

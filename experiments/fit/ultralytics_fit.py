@@ -1,4 +1,6 @@
-"""The real-trainer adapter: an Ultralytics YOLO fit with the arm's optimizer, fully offline."""
+"""The real-trainer adapter: an Ultralytics YOLO fit with the arm's optimizer, fully offline.
+
+Ultralytics and matplotlib are imported where used: the embedded workload's worker imports this module without them."""
 
 from __future__ import annotations
 
@@ -41,6 +43,14 @@ def prepare_config_dir(config_dir: Path) -> None:
             staging = target / f".{name}.{os.getpid()}.tmp"
             shutil.copyfile(source, staging)
             os.replace(staging, target / name)
+
+
+def configure_ultralytics() -> None:
+    """Its font in place first, then Ultralytics' integrations off, before any trainer is built."""
+    prepare_config_dir(Path(os.environ["YOLO_CONFIG_DIR"]))
+    from ultralytics.utils import SETTINGS
+
+    SETTINGS.update(INTEGRATIONS_OFF)
 
 
 def read_results_csv(path: Path) -> dict[str, list[Any]]:
@@ -149,13 +159,11 @@ def make_trainer_class(
 
 def prepare_dataset(settings: Any, data_yaml: str) -> dict[str, Any]:
     """Build the train and val splits of ``data_yaml`` once with upstream's dataset builder."""
-    prepare_config_dir(Path(os.environ["YOLO_CONFIG_DIR"]))
+    configure_ultralytics()
     from ultralytics.cfg import get_cfg
     from ultralytics.data.build import build_yolo_dataset
     from ultralytics.data.utils import check_det_dataset
-    from ultralytics.utils import SETTINGS
 
-    SETTINGS.update(INTEGRATIONS_OFF)
     data = check_det_dataset(data_yaml)
     disk = settings.cache == "disk"  # a RAM cache is per process: nothing to make ahead
     cfg = get_cfg(
@@ -191,11 +199,9 @@ def prepare_fit(
     clock: Any,
 ) -> Callable[[], dict[str, Any]]:
     """Import and configure Ultralytics (outside the timed bracket); return the fit to time."""
-    prepare_config_dir(Path(os.environ["YOLO_CONFIG_DIR"]))
+    configure_ultralytics()
     from ultralytics import YOLO
-    from ultralytics.utils import SETTINGS
 
-    SETTINGS.update(INTEGRATIONS_OFF)
     stamps: list[float] = []
     epoch_starts: list[float] = []
     trainer_class = make_trainer_class(make_optimizer, clock, stamps, epoch_starts)

@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from functools import partial
 from typing import Any
 
-from experiments.fit.fitting import arm_optimizer_factory, fit_figures, prepare_device
+from experiments.fit import ultralytics_fit
+from experiments.fit.fitting import (
+    arm_optimizer_factory,
+    embedded_fit,
+    fit_figures,
+    fresh_trial_dir,
+    prepare_device,
+    stage_clock,
+)
 from experiments.fit.plan import FitSettings
 from harness.injected import inject
 from harness.isolation import die_with_parent
-from harness.safe_fs import remove_tree
-from harness.timing import NullClock, StageClock, SyncTimer, read_peaks, reset_peaks
+from harness.timing import SyncTimer, read_peaks, reset_peaks
 
 
 def prepare_data(payload: dict[str, Any]) -> dict[str, Any]:
     """The preparatory worker's target: the real trainer's data-set side effects, made once before any trial."""
     die_with_parent(payload.get("parent_pid"))
-    from experiments.fit import ultralytics_fit
-
     return ultralytics_fit.prepare_dataset(FitSettings.from_dict(payload["settings"]), payload["data_yaml"])
 
 
@@ -26,37 +31,20 @@ def run_fit(payload: dict[str, Any]) -> dict[str, Any]:
     die_with_parent(payload.get("parent_pid"))
     settings = FitSettings.from_dict(payload["settings"])
     if int(payload.get("ranks", 1)) > 1:
+        # Imports ultralytics at its top: only a real-trainer DDP fit needs it.
         from experiments.fit import ultralytics_ddp
 
         return ultralytics_ddp.launch_fit(payload, settings)
-    device, seed = payload["device"], int(payload["seed"])
-    trial_dir = Path(payload["trial_dir"])
-    remove_tree(trial_dir)  # a resumed trial starts clean
-    trial_dir.mkdir(parents=True)
-    make_optimizer = arm_optimizer_factory(payload["arm_spec"])
-    clock = StageClock(device) if settings.stages else NullClock()
+    device = payload["device"]
+    trial_dir = fresh_trial_dir(payload)
+    clock = stage_clock(settings, device)
     prepare_device(device, payload.get("budget"))
-
+    fit = partial(embedded_fit, payload, settings, device, clock)
     if settings.workload == "ultralytics":
-        from experiments.fit import ultralytics_fit
-
+        make_optimizer, seed = arm_optimizer_factory(payload["arm_spec"]), int(payload["seed"])
         fit = ultralytics_fit.prepare_fit(
             settings, payload["data_yaml"], make_optimizer, device, seed, trial_dir, clock
         )
-    else:
-        from experiments.fit import embedded
-
-        def fit() -> dict[str, Any]:
-            return embedded.fit(
-                make_optimizer,
-                device=device,
-                **embedded.sized_by(settings),
-                data_seed=int(payload["data_seed"]),
-                seed=seed,
-                trial_dir=trial_dir,
-                clock=clock,
-            )
-
     reset_peaks(device)
     with SyncTimer(device) as timer:
         clock.start()

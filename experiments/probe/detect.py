@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from experiments.workloads import GROUP_KEYS, SCALES, load_workload
+from experiments.workloads import GROUP_KEYS, load_workload
 
 _HEAD_PARAM = re.compile(
     r"^model\.(?P<module>\d+)\.(?P<branch>[A-Za-z_]\w*)\.(?P<level>\d+)\.(?P<layer>(?:\d+\.)*)"
@@ -177,10 +177,6 @@ class DetectHeadWorkload:
     def build(
         cls, scale: str, imgsz: int, batch: int, device: str | torch.device, seed: int
     ) -> DetectHeadWorkload:
-        if scale not in SCALES:
-            raise ValueError(f"unknown YOLO26 scale '{scale}'; use one of {', '.join(SCALES)}")
-        if imgsz % (FIRST_STRIDE * 4):
-            raise ValueError(f"imgsz {imgsz} is not a multiple of {FIRST_STRIDE * 4} (the P5 stride)")
         device = torch.device(device)
         workload = load_workload(scale)
         records = detect_head_records(workload)

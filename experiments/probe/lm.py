@@ -127,8 +127,6 @@ class LMHead:
         compute_dtype: torch.dtype = torch.bfloat16,
     ) -> LMHead:
         """Hidden states ~ N(0, 1), weight ~ N(0, 1/d) (logits of unit scale), uniform targets; all seeded."""
-        if variant not in VARIANTS:
-            raise ValueError(f"unknown lm head variant '{variant}'; use one of {', '.join(VARIANTS)}")
         generator = torch.Generator(device=device).manual_seed(seed)
         hidden = torch.randn(tokens, dim, generator=generator, device=device).to(compute_dtype)
         weight = torch.randn(vocab, dim, generator=generator, device=device).mul_(dim**-0.5)

@@ -9,12 +9,12 @@ from experiments.arms import arm_code, checked_optimizer
 from experiments.probe.detect import FIRST_STRIDE
 from experiments.probe.lm import OPTIMIZER_KWARGS as LM_OPTIMIZER_KWARGS
 from experiments.probe.lm import VARIANTS as LM_VARIANTS
-from experiments.workloads import SCALES
+from experiments.workloads import parse_scales
 from harness.errors import InputError
 from harness.formatting import format_bytes
 from harness.options import split_list
 from harness.protocol import Case, Plan, ProtocolOptions
-from harness.schema import check_choice, check_fields, finite, option, require
+from harness.schema import check_fields, finite, option, require
 from harness.timing import parse_bytes
 from harness.validation import settings_problem, shape_problem
 
@@ -60,17 +60,8 @@ _cap = require(
 )
 
 
-def _scales(text: str) -> None:
-    scales = split_list("--scale", text)
-    for scale in scales:
-        check_choice("--scale", scale, SCALES)
-    if len(set(scales)) != len(scales):
-        raise InputError(f"--scale '{text}' names a scale twice")
-
-
 def check_reserve_fits(budget: int | None, reserve: int | None) -> None:
-    """A reserve that leaves the head something inside the budget (the budget itself is checked with the
-    protocol options)."""
+    """A reserve that leaves the head something inside the budget (checked with the protocol options)."""
     if reserve is not None and budget is not None and reserve >= budget:
         raise InputError(
             f"--reserve {format_bytes(reserve)} leaves nothing of --budget {format_bytes(budget)} for the head; "
@@ -82,14 +73,9 @@ def lm_cases(
     variants: list[str], tokens: int, vocab: int, dim: int, cap: float, chunk: int
 ) -> list[dict[str, Any]]:
     sizes = {"tokens": tokens, "vocab": vocab, "dim": dim, "cap": cap}
+    chunked = {"chunk": chunk}
     return [
-        {
-            "label": f"lm-{v}",
-            "head": "lm",
-            "variant": v,
-            **sizes,
-            **({"chunk": chunk} if v == "chunked" else {}),
-        }
+        {"label": f"lm-{v}", "head": "lm", "variant": v, **sizes, **(chunked if v == "chunked" else {})}
         for v in variants
     ]
 
@@ -145,7 +131,11 @@ class ProbeSettings:
     dim: int = option(512, "lm: model width d.", low=1)
     cap: float = option(30.0, "lm: logit softcap, cap·tanh(z/cap).", check=_cap)
     chunk: int = option(16384, "lm chunked: rows per chunk (memory O(chunk·V)).", low=1)
-    scale: str = option("n", "detect: YOLO26 scale(s), comma-separated: n, s, m, l, x.", check=_scales)
+    scale: str = option(
+        "n",
+        "detect: YOLO26 scale(s), comma-separated: n, s, m, l, x.",
+        check=lambda text: parse_scales("--scale", text),
+    )
     imgsz: int = option(640, "detect: image size in pixels (a multiple of 32).", low=1)
     batch: int = option(16, "detect: images per batch.", low=1)
 
@@ -185,8 +175,7 @@ RECORDED_SHAPE = {"head": str, "variants": list[str], "reserve_bytes": int | Non
 
 
 def recorded_settings_problem(plan: Plan) -> str | None:
-    """What is wrong with a probe plan's recorded settings (an edited plan.json), or None: a field missing or of
-    another type, or a value the options' own checks refuse."""
+    """What is wrong with a probe plan's recorded settings (an edited plan.json), or None."""
     problem = settings_problem(plan.settings, RECORDED_SHAPE)
     if problem:
         return problem
@@ -213,9 +202,9 @@ SIZE_FIELDS = ("tokens", "vocab", "dim", "cap", "chunk", "scale", "imgsz", "batc
 
 
 def _cases_problem(plan: Plan) -> str | None:
-    """What is wrong with a probe plan's cases (the sizes its report reads), or None: each case's params of
-    their types, within the options' own checks, and the very case ``lm_cases``/``detect_cases`` make of them,
-    one per recorded variant (an lm probe's in their order)."""
+    """What is wrong with a probe plan's cases (the sizes its report reads), or None.
+
+    Each case is the one ``lm_cases`` or ``detect_cases`` makes of its params, one per recorded variant."""
     head, variants = plan.settings["head"], plan.settings["variants"]
     shape = CASE_SHAPE[head]
     for i, case in enumerate(plan.cases):
@@ -270,12 +259,7 @@ def make_plan(protocol: ProtocolOptions, settings: ProbeSettings, command: str =
         arm_code=arm_code(cases, protocol.device),
         unit="ms",
         metric=METRIC,
-        settings={
-            "head": s.head,
-            "variants": chosen,
-            "reserve_bytes": reserve_bytes,
-            "learner_ms": s.learner_ms,
-        },
+        settings=dict(head=s.head, variants=chosen, reserve_bytes=reserve_bytes, learner_ms=s.learner_ms),
         command=command,
         in_process=True,
         isolation=ISOLATION,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import math
 import traceback
-from collections.abc import Iterator
 from typing import Any, Protocol
 
 import torch
@@ -40,13 +39,6 @@ def build_workload(params: dict[str, Any], device: str, seed: int) -> HeadWorklo
     raise ValueError(f"unknown head '{params['head']}'")
 
 
-@contextlib.contextmanager
-def on_device(device: str) -> Iterator[None]:
-    """Make ``device`` current for the trial (events and default allocations follow it)."""
-    with torch.cuda.device(torch.device(device)) if is_cuda(device) else contextlib.nullcontext():
-        yield
-
-
 def _difference(high: int | None, low: int | None) -> int | None:
     return None if high is None or low is None else high - low
 
@@ -54,9 +46,9 @@ def _difference(high: int | None, low: int | None) -> int | None:
 def run_head_trial(
     params: dict[str, Any], spec: str, device: str, seed: int, reserve_bytes: int | None
 ) -> dict[str, Any]:
-    """One probe trial of arm ``spec`` on the head ``params`` describes; returns its figures."""
+    """One probe trial of arm ``spec`` on the head ``params`` describes, its device current; returns its figures."""
     try:
-        with on_device(device):
+        with torch.cuda.device(torch.device(device)) if is_cuda(device) else contextlib.nullcontext():
             return _measure(params, spec, device, seed, reserve_bytes)
     except BaseException as exc:
         traceback.clear_frames(exc.__traceback__)

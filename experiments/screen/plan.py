@@ -11,7 +11,7 @@ from experiments.arms import arm_code, checked_optimizer
 from harness.errors import InputError
 from harness.options import split_list
 from harness.protocol import Arm, Case, Plan, ProtocolOptions
-from harness.schema import MAX_COUNT, check_at_most, check_choice, check_fields, option
+from harness.schema import MAX_COUNT, check_at_most, check_fields, option
 from harness.validation import settings_problem
 
 GUARD_ATTRIBUTE = "pad_guard"  # an optimizer class with this attribute has a padding guard (None = no limit)
@@ -54,14 +54,7 @@ def has_guard(optimizer_class: type) -> bool:
 
 
 def parse_scales(text: str) -> list[str]:
-    scales = split_list("--scales", text)
-    for scale in scales:
-        check_choice("--scales", scale, workloads.SCALES)
-    if len(set(scales)) != len(scales):
-        raise InputError(
-            f"--scales '{text}' names a scale twice; name each of {', '.join(workloads.SCALES)} once"
-        )
-    return scales
+    return workloads.parse_scales("--scales", text)
 
 
 def parse_guards(text: str) -> list[int | None]:
@@ -95,27 +88,17 @@ def build_cases(
     scales: list[str], guards: list[int | None], arms: tuple[Arm, ...], guarded: set[str]
 ) -> list[Case]:
     """One case per scale: the first arm as given, then each other arm, once per guard if it has one."""
-    cases = []
-    for scale in scales:
-        first = arms[0]
-        case_arms = [
-            Arm(
-                first.label,
-                "baseline",
-                first.spec,
-                {"guard": DEFAULT_GUARD if first.spec in guarded else NO_GUARD},
-            )
-        ]
-        for arm in arms[1:]:
-            if arm.spec in guarded:
-                case_arms += [
-                    Arm(guard_label(arm.spec, g), "candidate", arm.spec, {"guard": guard_name(g)})
-                    for g in guards
-                ]
-            else:
-                case_arms.append(Arm(arm.label, "candidate", arm.spec, {"guard": NO_GUARD}))
-        cases.append(Case(scale, {"scale": scale, "model": f"yolo26{scale}"}, tuple(case_arms)))
-    return cases
+    first = arms[0]
+    guard = DEFAULT_GUARD if first.spec in guarded else NO_GUARD
+    case_arms = [Arm(first.label, "baseline", first.spec, {"guard": guard})]
+    for arm in arms[1:]:
+        if arm.spec in guarded:
+            case_arms += [
+                Arm(guard_label(arm.spec, g), "candidate", arm.spec, {"guard": guard_name(g)}) for g in guards
+            ]
+        else:
+            case_arms.append(Arm(arm.label, "candidate", arm.spec, {"guard": NO_GUARD}))
+    return [Case(scale, {"scale": scale, "model": f"yolo26{scale}"}, tuple(case_arms)) for scale in scales]
 
 
 # What a screen's plan records: its options parsed, and what its report reads of the arms' classes.
@@ -133,8 +116,7 @@ RECORDED_SHAPE = {
 
 
 def recorded_settings_problem(plan: Plan) -> str | None:
-    """What is wrong with a screen plan's recorded settings (an edited plan.json), or None: a field missing or
-    of another type, a value the options' own checks refuse, or scales that are not the plan's cases."""
+    """What is wrong with a screen plan's recorded settings (an edited plan.json), or None."""
     problem = settings_problem(plan.settings, RECORDED_SHAPE)
     if problem:
         return problem
@@ -152,9 +134,9 @@ def recorded_settings_problem(plan: Plan) -> str | None:
 
 
 def _arms_problem(plan: Plan) -> str | None:
-    """What is wrong with what a screen's plan records of its arms' classes (the specs, which have a guard and
-    its default), or None: the specs are the run's arms', each guarded one has its default guard, and the cases
-    are the ones ``build_cases`` makes of them (the report reads each case's arms by these)."""
+    """What is wrong with the plan's record of its arms' classes (specs, guards, defaults), or None.
+
+    The report reads each case's arms by them: the cases must be the ones ``build_cases`` makes."""
     s, given = plan.settings, {}
     for arm in plan.protocol.arms:
         given.setdefault(arm.spec, arm)

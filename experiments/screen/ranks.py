@@ -6,18 +6,19 @@ import contextlib
 import math
 import time
 from collections.abc import Iterator
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
 from experiments.ranks import barrier, gather_records, init_group, rank_device
-from experiments.screen.plan import DTYPES
-from experiments.screen.trial import TrialSettings, WorkloadCache, make_arm_optimizer, time_window
+from experiments.screen.trial import TrialSettings, WorkloadCache, make_arm_optimizer, window_figures
+from harness.formatting import format_number, format_percent
 from harness.isolation import run_in_ranks
+from harness.markdown import markdown_table
 from harness.protocol import Arm
-from harness.timing import current_allocated, synchronize
+from harness.timing import synchronize
 from optimizers import distributed as sharing
-from optimizers.dispatch import count_dispatched_ops
 
 if TYPE_CHECKING:  # the report's helpers below read pandas; a rank imports this module and needs none
     import pandas as pd
@@ -82,8 +83,6 @@ def trial_in_ranks(plan: Any) -> Any:
     """The distributed screen's trial function: each trial in ``plan.protocol.gpus`` fresh ranks."""
 
     def trial(ctx: Any) -> dict[str, Any]:
-        from dataclasses import asdict
-
         logs = ctx.run_dir / "trials"
         logs.mkdir(exist_ok=True)
         payload = {
@@ -107,26 +106,14 @@ def trial_in_ranks(plan: Any) -> Any:
 
 def measure_in_rank(payload: dict[str, Any]) -> dict[str, Any]:
     """One rank of a distributed screen trial; every rank returns the row (the parent keeps rank 0's)."""
-
     rank, _, device = rank_device(payload["devices"])
-    given = payload["settings"]
-    settings = TrialSettings(
-        int(given["steps"]), int(given["warmup_steps"]), int(given["floor_replays"]), DTYPES[given["dtype"]]
-    )
+    settings = TrialSettings.of(payload["settings"])
     init_group(device)
     try:
         groups, kwargs = WorkloadCache().fresh(payload["scale"], int(payload["seed"]), settings.dtype, device)
         optimizer = make_arm_optimizer(Arm(**payload["arm"]), groups, kwargs)
-        allocated_at_start = current_allocated(device)
-        for _ in range(settings.warmup_steps):
-            optimizer.step()
-        barrier(device)
-        figures = time_window(optimizer, device, settings.steps)
-        figures.update(diagnostic_step(optimizer, device))
-        figures["ops_per_step"] = count_dispatched_ops(optimizer.step).total  # every rank steps: untimed
-        at_window = figures["allocated_at_window"]
-        figures["state_bytes"] = (
-            at_window - allocated_at_start if None not in (at_window, allocated_at_start) else None
+        figures = window_figures(
+            optimizer, device, settings, lambda: barrier(device), lambda: diagnostic_step(optimizer, device)
         )
         share = getattr(optimizer, "sharing", None) or {}
         records = gather_records({"rank": rank, **figures, "matrices_here": share.get("matrices_here")})
@@ -169,9 +156,7 @@ def ranks_lines(plan: Any, table: pd.DataFrame, trials: pd.DataFrame) -> list[st
     """The distributed screen's own table: each rank's step, the collective's share and the sharing."""
     import pandas as pd
 
-    from harness.formatting import format_number, format_percent
-    from harness.markdown import markdown_table
-    from harness.stats import finished
+    from harness.stats import finished  # pandas and the statistics: a rank needs neither
 
     ok = finished(trials)
     rows = []

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,8 +38,8 @@ class TrialSettings:
     dtype: torch.dtype
 
     @classmethod
-    def from_plan(cls, plan: Plan) -> TrialSettings:
-        o = plan.settings
+    def of(cls, o: dict[str, Any]) -> TrialSettings:
+        """The trial's settings from a plan's recorded ones."""
         return cls(int(o["steps"]), int(o["warmup_steps"]), int(o["floor_replays"]), DTYPES[o["dtype"]])
 
 
@@ -75,7 +77,7 @@ class WorkloadCache:
 
 def trial_function(plan: Plan) -> TrialFunction:
     """The one-device screen's trial function: one timed window and one floor per trial."""
-    settings = TrialSettings.from_plan(plan)
+    settings = TrialSettings.of(plan.settings)
     cache = WorkloadCache()
 
     def trial(ctx: TrialContext) -> dict[str, Any]:
@@ -104,17 +106,31 @@ def measure_step(
     guard_in_effect = (
         guard_name(getattr(optimizer, GUARD_ATTRIBUTE)) if has_guard(type(optimizer)) else NO_GUARD
     )
+    figures = window_figures(optimizer, device, settings)
+    figures.update(launch_floor(optimizer, device, settings.floor_replays))
+    figures.update(guard_in_effect=guard_in_effect, steps=settings.steps, warmup_steps=settings.warmup_steps)
+    return figures
+
+
+def window_figures(
+    optimizer: torch.optim.Optimizer,
+    device: str,
+    settings: TrialSettings,
+    before_window: Callable[[], None] = lambda: None,
+    after_window: Callable[[], dict[str, Any]] = dict,
+) -> dict[str, Any]:
+    """Warm-up steps, the timed window, an untimed step that counts its ops, and the state's bytes."""
     allocated_at_start = current_allocated(device)
     for _ in range(settings.warmup_steps):
         optimizer.step()
+    before_window()
     figures = time_window(optimizer, device, settings.steps)
+    figures.update(after_window())
     figures["ops_per_step"] = count_dispatched_ops(optimizer.step).total  # one more step, untimed
     at_window = figures["allocated_at_window"]
     figures["state_bytes"] = (
         None if None in (at_window, allocated_at_start) else at_window - allocated_at_start
     )
-    figures.update(launch_floor(optimizer, device, settings.floor_replays))
-    figures.update(guard_in_effect=guard_in_effect, steps=settings.steps, warmup_steps=settings.warmup_steps)
     return figures
 
 
@@ -148,14 +164,10 @@ def time_window(optimizer: torch.optim.Optimizer, device: str, steps: int) -> di
     }
 
 
-_CAPTURE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
-
-
+@functools.cache
 def capture_stream(device: torch.device) -> torch.cuda.Stream:
     """One side stream per device for every capture of the run (its lazy per-stream set-up happens once)."""
-    if device not in _CAPTURE_STREAMS:
-        _CAPTURE_STREAMS[device] = torch.cuda.Stream(device)
-    return _CAPTURE_STREAMS[device]
+    return torch.cuda.Stream(device)
 
 
 def capture_step(optimizer: torch.optim.Optimizer, device: torch.device) -> torch.cuda.CUDAGraph:
