@@ -7,7 +7,6 @@ import functools
 import json
 import signal
 import sys
-import unicodedata
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -36,7 +35,7 @@ from harness.cli_app import (
     tier_command,
 )
 from harness.codepaths import what_ran
-from harness.console import console, errors
+from harness.console import console, errors, print_error
 from harness.errors import RunFolderError
 from harness.failures import EVERY_TRIAL_FAILED, failed_arms, failure_lines
 from harness.formatting import format_probability
@@ -381,12 +380,6 @@ def report_command(
     console.print(f"report: {write_report(folders, registry(), output)}")
 
 
-def _one_line(text: str) -> str:
-    """``text`` with control characters (a newline or an escape inside a value given) written as escapes, so
-    an error stays one line whatever it quotes."""
-    return "".join(ascii(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in text)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``bench`` script: bad input is one line on stderr and exit status 2."""
     args = sys.argv[1:] if argv is None else list(argv)
@@ -398,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         check_given_once(args, typer.main.get_command(app).commands)
         result = typer.main.get_command(app).main(args=args, prog_name="bench", standalone_mode=False)
     except (InputError, RunFolderError) as exc:
-        errors.print(f"bench: error: {_one_line(str(exc))}", soft_wrap=True)
+        print_error(str(exc), exc.hint)
         return 2
     except typer.Exit as exc:
         return exc.exit_code
@@ -408,7 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         # click's (or typer's vendored click's) usage errors: bad option names or values.
         if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
-            errors.print(f"bench: error: {exc.format_message()}", soft_wrap=True)
+            text = exc.format_message()  # "Invalid value for '--x': why": the why goes to the hint line
+            message, _, detail = text.partition(": ") if text.startswith("Invalid value") else (text, "", "")
+            print_error(message, detail or None)
             return int(exc.exit_code)
         raise
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
@@ -30,9 +31,10 @@ from harness.protocol import Plan, ScheduledTrial
 from harness.sentence import answers
 from harness.tables import Summaries
 
-# Rich falls back to 80 columns off a terminal (CI logs, pipes); tables need more to stay readable. Everything
-# printed is plain text: user input, paths and install hints ('[v2]', '[/]', "pip install -e '.[ultralytics]'",
-# ':100:') print as they are, never as rich markup or emoji codes; errors are never wrapped (one line each).
+# Off a terminal (CI logs, pipes) lines wrap at 100 columns, rich's 80 being too narrow for the tables.
+# Everything printed is plain text: user input, paths and install hints ('[v2]', "pip install -e '.[x]'")
+# print as they are, never as rich markup or emoji codes. An error's lines are never wrapped.
+WIDTH = 100
 PLAIN = {"highlight": False, "markup": False, "emoji": False}
 
 
@@ -100,13 +102,25 @@ class SafeStream:
 
 
 def _width(stream: SafeStream) -> int | None:
-    """The terminal's own width, else 140 (rich's 80 off a terminal is too narrow for the tables)."""
-    return None if stream.isatty() else 140
+    """The terminal's own width, else ``WIDTH``."""
+    return None if stream.isatty() else WIDTH
 
 
 _stdout, _stderr = SafeStream("stdout", past_live_proxy=True), SafeStream("stderr", past_live_proxy=False)
 console = Console(file=_stdout, width=_width(_stdout), **PLAIN)  # type: ignore[arg-type]
 errors = Console(file=_stderr, width=_width(_stderr), soft_wrap=True, **PLAIN)  # type: ignore[arg-type]
+
+
+def one_line(text: str) -> str:
+    """``text`` with control characters written as escapes, so a quoted value cannot break the line."""
+    return "".join(ascii(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in text)
+
+
+def print_error(message: str, hint: str | None = None) -> None:
+    """``bench: error: <message>`` on stderr, then ``hint: <hint>`` on a line of its own if given."""
+    errors.print(f"bench: error: {one_line(message)}", soft_wrap=True)
+    if hint:
+        errors.print(f"hint: {one_line(hint)}", soft_wrap=True)
 
 
 class TwoLineProgress(Progress):
@@ -320,4 +334,6 @@ def print_flags(summaries: Summaries, env: dict[str, Any] | None = None) -> None
     """The instability flags of a run (spread per arm, machine load and steal), one line each."""
     flags = instability_flags(summaries.trials, env)
     for flag in flags:
-        errors.print(Text(f"unstable: {flag.reason} (flagged trials are kept)", style="yellow"))
+        errors.print(
+            Text(f"unstable: {flag.reason} (flagged trials are kept)", style="yellow"), soft_wrap=False
+        )
