@@ -71,7 +71,7 @@ def test_the_readme_is_short_and_its_links_resolve() -> None:
     text = README.read_text()
     assert len(text.splitlines()) <= 150
     pages = [ROOT / "docs" / page.name for page in (ROOT / "docs").glob("*.md")]
-    reports = [ROOT / "reports" / name for name in ("README.md", "index.md", "archive/README.md")]
+    reports = [ROOT / "reports" / "index.md", *(ROOT / "reports").rglob("README.md")]
     for page in [README, *pages, *reports]:
         for target in re.findall(r"\]\(([^)#]+)\)", page.read_text()):
             if "://" in target:
@@ -90,7 +90,7 @@ def prose_sentences(text: str) -> list[str]:
 
 
 def test_the_readme_and_docs_keep_sentences_under_26_words() -> None:
-    pages = [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "reports" / "README.md"]
+    pages = [README, *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "reports").rglob("README.md"))]
     long = [
         f"{page.relative_to(ROOT)}: {sentence}"
         for page in pages
