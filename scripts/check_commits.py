@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Refuse commit subjects over 72 characters.
 
 Usage: ``python scripts/check_commits.py BASE`` checks each commit in ``BASE..HEAD``.
