@@ -1,4 +1,4 @@
-"""What a person sees while a run goes: a progress bar over the schedule and a final summary table."""
+"""What a person sees: a progress bar over the schedule, a final summary table, and errors with hints."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import sys
 import time
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from rich import box
@@ -50,36 +50,32 @@ class SafeStream:
             stream = stream.rich_proxied_file
         return stream
 
-    def write(self, text: str) -> int:
+    def _guarded(self, call: Callable[[Any], Any], default: Any = None) -> Any:
+        """``call(stream)``: a missing or closed stream gives ``default``; a broken pipe goes to /dev/null."""
         stream = self._stream()
         try:
-            if stream is not None:
-                stream.write(text)
-        except UnicodeEncodeError:
-            encoding = self.encoding
-            stream.write(text.encode(encoding, "replace").decode(encoding))
+            return default if stream is None else call(stream)
         except BrokenPipeError:
             self._to_devnull(stream)
         except ValueError:  # a stream the program closed itself: nothing to write to
             pass
+        return default
+
+    def write(self, text: str) -> int:
+        def put(stream: Any) -> None:
+            try:
+                stream.write(text)
+            except UnicodeEncodeError:
+                stream.write(text.encode(self.encoding, "replace").decode(self.encoding))
+
+        self._guarded(put)
         return len(text)
 
     def flush(self) -> None:
-        stream = self._stream()
-        try:
-            if stream is not None:
-                stream.flush()
-        except BrokenPipeError:
-            self._to_devnull(stream)
-        except ValueError:
-            pass
+        self._guarded(lambda stream: stream.flush())
 
     def isatty(self) -> bool:
-        stream = self._stream()
-        try:
-            return bool(stream is not None and stream.isatty())
-        except ValueError:
-            return False
+        return bool(self._guarded(lambda stream: stream.isatty(), False))
 
     def fileno(self) -> int:
         stream = self._stream()
@@ -101,14 +97,11 @@ class SafeStream:
             pass
 
 
-def _width(stream: SafeStream) -> int | None:
-    """The terminal's own width, else ``WIDTH``."""
-    return None if stream.isatty() else WIDTH
-
-
 _stdout, _stderr = SafeStream("stdout", past_live_proxy=True), SafeStream("stderr", past_live_proxy=False)
-console = Console(file=_stdout, width=_width(_stdout), **PLAIN)  # type: ignore[arg-type]
-errors = Console(file=_stderr, width=_width(_stderr), soft_wrap=True, **PLAIN)  # type: ignore[arg-type]
+console = Console(file=_stdout, width=None if _stdout.isatty() else WIDTH, **PLAIN)  # type: ignore[arg-type]
+errors = Console(  # type: ignore[arg-type]
+    file=_stderr, width=None if _stderr.isatty() else WIDTH, soft_wrap=True, **PLAIN
+)
 
 
 def one_line(text: str) -> str:
