@@ -272,7 +272,7 @@ def _table(title: str, rows: list[dict[str, str]], narrow: bool) -> Table:
     return table
 
 
-def _listing(plan: Plan, title: str, rows: list[dict[str, str]]) -> list[str]:
+def _listing(title: str, rows: list[dict[str, str]]) -> list[str]:
     """The same figures as lines, for a console too narrow for any table."""
     lines = [title]
     for r in rows:
@@ -317,7 +317,7 @@ def print_summary(plan: Plan, summaries: Summaries, out: Console | None = None) 
             out.print(table)
             break
     else:
-        for text in _listing(plan, title, rows):
+        for text in _listing(title, rows):
             out.print(text)
     for note in _notes(plan, summaries):
         out.print(f"  {note}")
