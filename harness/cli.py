@@ -91,8 +91,8 @@ def launch(
         recorded = plan.tier
         if recorded not in accepts:
             raise InputError(
-                f"--resume {run.resume} is a '{recorded}' run; resume it with the command that started it "
-                f"(this one resumes {', '.join(accepts)} runs)"
+                f"--resume: the folder is a '{recorded}' run; this command resumes {', '.join(accepts)} runs",
+                hint="resume it with the command that started it",
             )
         check_resume_options(plan.command, run)
         if run.gate:
@@ -112,11 +112,11 @@ def launch(
             if chosen.order != protocol.order:
                 protocol = replace(protocol, order=chosen.order)
                 plan = runner.tiers.get(tier).make_plan(protocol, settings, command_line())
-            console.print(chosen.text, soft_wrap=True)
+            console.print(chosen.text)
         calibration.check_plan(plan)
         line = what_ran(plan)
         if line:
-            console.print(line, soft_wrap=True)  # one line, before anything runs: what the arms will run
+            console.print(line)  # before anything runs: what the arms will run
         result = runner.start(plan)
     rows = result.folder.rows() if isinstance(result, Run) else []
     for line in failure_lines(rows):  # an arm with nothing measured: not a success
@@ -125,7 +125,7 @@ def launch(
         raise typer.Exit(EVERY_TRIAL_FAILED)
     if isinstance(result, Run):
         for reading in delay_check.readings(result.folder.trials()):
-            console.print(reading.text, soft_wrap=True)
+            console.print(reading.text)
     if run.gate:
         failures = result.gate_failures()
         for failure in failures:
@@ -228,8 +228,7 @@ MIN_POWER, MAX_POWER = 0.5, 0.999  # `bench plan --power`: past 0.999 the pairs 
 
 _power = require(
     lambda power: MIN_POWER <= power <= MAX_POWER,
-    f"--power {{}} must be a probability from {MIN_POWER} to {MAX_POWER} (the chance the goal is met; below a "
-    "coin flip a plan expects to miss it), e.g. 0.8",
+    f"--power {{}} must be a probability from {MIN_POWER} to {MAX_POWER}, the chance the goal is met",
 )
 
 
