@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from harness.code_origin import class_fingerprint, run_folder_code
-from harness.errors import InputError
+from harness.errors import InputError, Refusal
 from harness.options import DEFAULT_ARMS, parse_arms
 from harness.protocol import Case
 from optimizers import BatchedMuSGD, MuSGD
@@ -23,7 +23,7 @@ ARM_NAMES = ("baseline", "candidate", "candidate-cpu", "upstream")
 CPU_DEFAULT_ARMS = "baseline,candidate-cpu"
 
 
-class ArmError(ValueError):
+class ArmError(Refusal, ValueError):
     """An arm spec that names no usable optimizer class; the message says what to do instead."""
 
 
@@ -88,7 +88,7 @@ def resolve_optimizer(spec: str) -> type[torch.optim.Optimizer]:
     except (Exception, SystemExit) as error:  # noqa: BLE001 - any failure to import is the spec's: one line
         why = str(error) or type(error).__name__
         raise ArmError(
-            f"arm {spec!r}: cannot import module {module_name!r} ({type(error).__name__}: {why})"
+            f"arm {spec!r}: cannot import module {module_name!r}", hint=f"{type(error).__name__}: {why}"
         ) from None
     optimizer_class = module
     for attribute in class_name.split("."):
@@ -116,7 +116,7 @@ def checked_optimizer(
     try:
         optimizer_class = resolve_optimizer(spec)
     except ArmError as exc:
-        raise InputError(f"{option}: {exc}") from None
+        raise InputError(f"{option}: {exc}", hint=exc.hint) from None
     check_constructor(spec, option, CONSTRUCTOR_KWARGS if tier_kwargs is None else tier_kwargs)
     return optimizer_class
 

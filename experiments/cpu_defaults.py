@@ -21,5 +21,5 @@ def on_cpu(settings: Any, defaults: dict[str, Any], device: str, given: dict[str
     changed = {name: value for name, value in defaults.items() if name not in given}
     if changed:
         shown = " ".join(f"--{name.replace('_', '-')} {value}" for name, value in changed.items())
-        say(f"CPU defaults: {shown} (about a minute on two cores; give an option to change it)")
+        say(f"CPU defaults: {shown} (about a minute on two cores; options override)")
     return replace(settings, **changed)

@@ -7,7 +7,6 @@ import functools
 import json
 import signal
 import sys
-import unicodedata
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -36,7 +35,7 @@ from harness.cli_app import (
     tier_command,
 )
 from harness.codepaths import what_ran
-from harness.console import console, errors
+from harness.console import console, errors, print_error
 from harness.errors import RunFolderError
 from harness.failures import EVERY_TRIAL_FAILED, failed_arms, failure_lines
 from harness.formatting import format_probability
@@ -92,8 +91,8 @@ def launch(
         recorded = plan.tier
         if recorded not in accepts:
             raise InputError(
-                f"--resume {run.resume} is a '{recorded}' run; resume it with the command that started it "
-                f"(this one resumes {', '.join(accepts)} runs)"
+                f"--resume: the folder is a '{recorded}' run; this command resumes {', '.join(accepts)} runs",
+                hint="resume it with the command that started it",
             )
         check_resume_options(plan.command, run)
         if run.gate:
@@ -113,11 +112,11 @@ def launch(
             if chosen.order != protocol.order:
                 protocol = replace(protocol, order=chosen.order)
                 plan = runner.tiers.get(tier).make_plan(protocol, settings, command_line())
-            console.print(chosen.text, soft_wrap=True)
+            console.print(chosen.text)
         calibration.check_plan(plan)
         line = what_ran(plan)
         if line:
-            console.print(line, soft_wrap=True)  # one line, before anything runs: what the arms will run
+            console.print(line)  # before anything runs: what the arms will run
         result = runner.start(plan)
     rows = result.folder.rows() if isinstance(result, Run) else []
     for line in failure_lines(rows):  # an arm with nothing measured: not a success
@@ -126,7 +125,7 @@ def launch(
         raise typer.Exit(EVERY_TRIAL_FAILED)
     if isinstance(result, Run):
         for reading in delay_check.readings(result.folder.trials()):
-            console.print(reading.text, soft_wrap=True)
+            console.print(reading.text)
     if run.gate:
         failures = result.gate_failures()
         for failure in failures:
@@ -229,8 +228,7 @@ MIN_POWER, MAX_POWER = 0.5, 0.999  # `bench plan --power`: past 0.999 the pairs 
 
 _power = require(
     lambda power: MIN_POWER <= power <= MAX_POWER,
-    f"--power {{}} must be a probability from {MIN_POWER} to {MAX_POWER} (the chance the goal is met; below a "
-    "coin flip a plan expects to miss it), e.g. 0.8",
+    f"--power {{}} must be a probability from {MIN_POWER} to {MAX_POWER}, the chance the goal is met",
 )
 
 
@@ -381,12 +379,6 @@ def report_command(
     console.print(f"report: {write_report(folders, registry(), output)}")
 
 
-def _one_line(text: str) -> str:
-    """``text`` with control characters (a newline or an escape inside a value given) written as escapes, so
-    an error stays one line whatever it quotes."""
-    return "".join(ascii(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in text)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``bench`` script: bad input is one line on stderr and exit status 2."""
     args = sys.argv[1:] if argv is None else list(argv)
@@ -398,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         check_given_once(args, typer.main.get_command(app).commands)
         result = typer.main.get_command(app).main(args=args, prog_name="bench", standalone_mode=False)
     except (InputError, RunFolderError) as exc:
-        errors.print(f"bench: error: {_one_line(str(exc))}", soft_wrap=True)
+        print_error(str(exc), exc.hint)
         return 2
     except typer.Exit as exc:
         return exc.exit_code
@@ -408,7 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         # click's (or typer's vendored click's) usage errors: bad option names or values.
         if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
-            errors.print(f"bench: error: {exc.format_message()}", soft_wrap=True)
+            text = exc.format_message()  # "Invalid value for '--x': why": the why goes to the hint line
+            message, _, detail = text.partition(": ") if text.startswith("Invalid value") else (text, "", "")
+            print_error(message, detail or None)
             return int(exc.exit_code)
         raise
     finally:

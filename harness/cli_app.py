@@ -116,7 +116,7 @@ def tier_command(
             run_values = {p.name: values.pop(p.name) for p in run_options}
             why = unnameable(run_values["out"])
             if why:
-                raise InputError(f"--out '{run_values['out']}': {why}; give a writable folder")
+                raise InputError(f"--out '{run_values['out']}': {why}")
             run_values["out"] = Path(run_values["out"])
             run = RunArgs(**run_values, command=name, given=typed)
             if settings is not None:

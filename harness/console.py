@@ -1,11 +1,12 @@
-"""What a person sees while a run goes: a progress bar over the schedule and a final summary table."""
+"""What a person sees: a progress bar over the schedule, a final summary table, and errors with hints."""
 
 from __future__ import annotations
 
 import os
 import sys
 import time
-from collections.abc import Iterable
+import unicodedata
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from rich import box
@@ -30,9 +31,10 @@ from harness.protocol import Plan, ScheduledTrial
 from harness.sentence import answers
 from harness.tables import Summaries
 
-# Rich falls back to 80 columns off a terminal (CI logs, pipes); tables need more to stay readable. Everything
-# printed is plain text: user input, paths and install hints ('[v2]', '[/]', "pip install -e '.[ultralytics]'",
-# ':100:') print as they are, never as rich markup or emoji codes; errors are never wrapped (one line each).
+# Off a terminal (CI logs, pipes) lines wrap at 100 columns, rich's 80 being too narrow for the tables.
+# Everything printed is plain text: user input, paths and install hints ('[v2]', "pip install -e '.[x]'")
+# print as they are, never as rich markup or emoji codes. An error's lines are never wrapped.
+WIDTH = 100
 PLAIN = {"highlight": False, "markup": False, "emoji": False}
 
 
@@ -48,36 +50,32 @@ class SafeStream:
             stream = stream.rich_proxied_file
         return stream
 
-    def write(self, text: str) -> int:
+    def _guarded(self, call: Callable[[Any], Any], default: Any = None) -> Any:
+        """``call(stream)``: a missing or closed stream gives ``default``; a broken pipe goes to /dev/null."""
         stream = self._stream()
         try:
-            if stream is not None:
-                stream.write(text)
-        except UnicodeEncodeError:
-            encoding = self.encoding
-            stream.write(text.encode(encoding, "replace").decode(encoding))
+            return default if stream is None else call(stream)
         except BrokenPipeError:
             self._to_devnull(stream)
         except ValueError:  # a stream the program closed itself: nothing to write to
             pass
+        return default
+
+    def write(self, text: str) -> int:
+        def put(stream: Any) -> None:
+            try:
+                stream.write(text)
+            except UnicodeEncodeError:
+                stream.write(text.encode(self.encoding, "replace").decode(self.encoding))
+
+        self._guarded(put)
         return len(text)
 
     def flush(self) -> None:
-        stream = self._stream()
-        try:
-            if stream is not None:
-                stream.flush()
-        except BrokenPipeError:
-            self._to_devnull(stream)
-        except ValueError:
-            pass
+        self._guarded(lambda stream: stream.flush())
 
     def isatty(self) -> bool:
-        stream = self._stream()
-        try:
-            return bool(stream is not None and stream.isatty())
-        except ValueError:
-            return False
+        return bool(self._guarded(lambda stream: stream.isatty(), False))
 
     def fileno(self) -> int:
         stream = self._stream()
@@ -99,14 +97,23 @@ class SafeStream:
             pass
 
 
-def _width(stream: SafeStream) -> int | None:
-    """The terminal's own width, else 140 (rich's 80 off a terminal is too narrow for the tables)."""
-    return None if stream.isatty() else 140
-
-
 _stdout, _stderr = SafeStream("stdout", past_live_proxy=True), SafeStream("stderr", past_live_proxy=False)
-console = Console(file=_stdout, width=_width(_stdout), **PLAIN)  # type: ignore[arg-type]
-errors = Console(file=_stderr, width=_width(_stderr), soft_wrap=True, **PLAIN)  # type: ignore[arg-type]
+console = Console(file=_stdout, width=None if _stdout.isatty() else WIDTH, **PLAIN)  # type: ignore[arg-type]
+errors = Console(  # type: ignore[arg-type]
+    file=_stderr, width=None if _stderr.isatty() else WIDTH, soft_wrap=True, **PLAIN
+)
+
+
+def one_line(text: str) -> str:
+    """``text`` with control characters written as escapes, so a quoted value cannot break the line."""
+    return "".join(ascii(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in text)
+
+
+def print_error(message: str, hint: str | None = None) -> None:
+    """``bench: error: <message>`` on stderr, then ``hint: <hint>`` on a line of its own if given."""
+    errors.print(f"bench: error: {one_line(message)}", soft_wrap=True)
+    if hint:
+        errors.print(f"hint: {one_line(hint)}", soft_wrap=True)
 
 
 class TwoLineProgress(Progress):
@@ -265,7 +272,7 @@ def _table(title: str, rows: list[dict[str, str]], narrow: bool) -> Table:
     return table
 
 
-def _listing(plan: Plan, title: str, rows: list[dict[str, str]]) -> list[str]:
+def _listing(title: str, rows: list[dict[str, str]]) -> list[str]:
     """The same figures as lines, for a console too narrow for any table."""
     lines = [title]
     for r in rows:
@@ -310,7 +317,7 @@ def print_summary(plan: Plan, summaries: Summaries, out: Console | None = None) 
             out.print(table)
             break
     else:
-        for text in _listing(plan, title, rows):
+        for text in _listing(title, rows):
             out.print(text)
     for note in _notes(plan, summaries):
         out.print(f"  {note}")
@@ -320,4 +327,6 @@ def print_flags(summaries: Summaries, env: dict[str, Any] | None = None) -> None
     """The instability flags of a run (spread per arm, machine load and steal), one line each."""
     flags = instability_flags(summaries.trials, env)
     for flag in flags:
-        errors.print(Text(f"unstable: {flag.reason} (flagged trials are kept)", style="yellow"))
+        errors.print(
+            Text(f"unstable: {flag.reason} (flagged trials are kept)", style="yellow"), soft_wrap=False
+        )

@@ -1,5 +1,7 @@
-"""The failures a command reports as one line on stderr with exit status 2 (the CLI prints them; the Python API
-raises them): a bad input, and a run folder that cannot be used as asked."""
+"""The failures a command reports on stderr with exit status 2; the Python API raises them.
+
+Each has a short message and an optional hint; the CLI prints the hint on a line of its own.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +10,20 @@ import errno
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
-class InputError(ValueError):
-    """A bad user input: the message names what is wrong and what is accepted."""
+class Refusal(Exception):
+    """A failure the CLI prints as a message and an optional ``hint:`` line."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
-class RunFolderError(Exception):
-    """A run folder that cannot be used as asked (missing, corrupt, in use, unwritable): the message names the
-    file and what is wrong, and how to go on where there is a way."""
+class InputError(Refusal, ValueError):
+    """A bad user input: the message names what is wrong; the hint, what is accepted."""
+
+
+class RunFolderError(Refusal):
+    """A run folder that cannot be used as asked: missing, corrupt, in use or unwritable."""
 
 
 def is_disk_full(exc: BaseException) -> bool:

@@ -162,9 +162,7 @@ def parse_arms(text: str, control: bool) -> tuple[Arm, ...]:
     if len(set(labels)) != len(labels) or len(set(specs)) != len(specs):
         raise InputError(f"--arms '{text}' names an arm twice; use --control for an A/A arm")
     if len(specs) < 2 and not control:
-        raise InputError(
-            f"--arms '{text}' names one arm; name two or more (baseline first), or add --control"
-        )
+        raise InputError(f"--arms '{text}' names one arm; name two or more, or add --control")
     arms = tuple(
         Arm(label, "baseline" if i == 0 else "candidate", spec) for i, (label, spec) in enumerate(pairs)
     )

@@ -56,7 +56,7 @@ def unnameable(path: str | Path) -> str | None:
     if str(path) == "":
         return "it is empty"
     if any(ord(c) < 32 or ord(c) == 127 for c in str(path)):
-        return "it holds a control character (a newline, a tab, an escape)"
+        return "it holds a control character"
     try:
         os.stat(path)
     except OSError as exc:
@@ -163,9 +163,7 @@ class RunFolder:
         if why:
             raise NotARunFolder(f"'{path}' is not a run folder: {why}")
         if not folder.path.is_dir():
-            raise NotARunFolder(
-                f"'{path}' is not a run folder: no such directory (a run folder holds {PLAN})"
-            )
+            raise NotARunFolder(f"'{path}' is not a run folder: no such directory")
         if not (folder.path / PLAN).is_file():
             raise NotARunFolder(f"'{path}' is not a run folder: it has no {PLAN}")
         return folder

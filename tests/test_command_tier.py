@@ -164,7 +164,8 @@ def test_bad_input_is_one_line_and_exit_2(
     argv = ["command", "--arms", "a,b", *extra, "--out", str(tmp_path / "runs"), *QUIET]
     assert main([*argv, *(["--", *command] if command else [])]) == 2
     err = capsys.readouterr().err
-    assert message in err and len(err.strip().splitlines()) == 1, err
+    lines = err.strip().splitlines()
+    assert message in err and len(lines) - lines[-1].startswith("hint: ") == 1, err  # the error, and a hint
     assert not (tmp_path / "runs").exists()
 
 

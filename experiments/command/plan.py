@@ -69,8 +69,8 @@ def figure_pattern(text: str) -> re.Pattern[str]:
         raise InputError(f"--figure '{text}' is not a regular expression ({exc})") from None
     if "value" not in pattern.groupindex and pattern.groups != 1:
         raise InputError(
-            f"--figure '{text}' has {pattern.groups} groups; give one group around the number, "
-            r"e.g. 'took ([0-9.]+) s'"
+            f"--figure '{text}' has {pattern.groups} groups; give one, around the number",
+            hint=r"e.g. --figure 'took ([0-9.]+) s'",
         )
     return pattern
 

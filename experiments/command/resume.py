@@ -18,10 +18,11 @@ def check_resumed_command(folder: Path, argv: tuple[str, ...]) -> None:
     recorded = tuple(plan.settings.get("argv") or ())
     if not argv:
         raise InputError(
-            f"--resume {folder}: give the command again after -- ({shlex.join(recorded)}); "
-            "a run folder is data, and nothing in it is run"
+            f"--resume: give the command again after --: {shlex.join(recorded)}",
+            hint="a run folder is data, and nothing in it is run",
         )
     if argv != recorded:
         raise InputError(
-            f"--resume {folder}: the command given ({shlex.join(argv)}) is not the run's ({shlex.join(recorded)})"
+            "--resume: the command given is not the run's",
+            hint=f"the run's: {shlex.join(recorded)}; given: {shlex.join(argv)}",
         )
