@@ -15,7 +15,7 @@ from experiments.screen.summary import SUMMARY_CSV, summary_table
 from harness import stats
 from harness.codepaths import same_code_arms
 from harness.formatting import format_bytes, format_number, format_percent
-from harness.markdown import markdown_image, markdown_table
+from harness.present.model import Image, Section, Table
 from harness.protocol import Plan
 from harness.tier import Run
 from harness.timing import is_cuda
@@ -104,13 +104,18 @@ def _ms(row: pd.Series | None) -> float:
     return math.nan if row is None else float(row["ms_median"])
 
 
+def _times(row: pd.Series) -> tuple[float, float, float]:
+    """A summary row's medians: ms/step, host ms/step and the launch floor."""
+    return float(row["ms_median"]), float(row["host_ms_median"]), float(row["floor_ms_median"])
+
+
 def guard_analysis(
     plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, spec: str
-) -> tuple[list[str], str | None]:
-    """Markdown lines on where padding stops paying for ``spec``, and the guard the data supports."""
+) -> tuple[list[str | Table], str | None]:
+    """Lines on where padding stops paying for ``spec``, and the guard the data supports."""
     guards = list(plan.settings["guards"])
     labels = {g: guard_label(spec, parse_guard(g)) for g in guards}
-    lines: list[str] = []
+    lines: list[str | Table] = []
     best_by_scale: dict[str, float] = {}
     rows = []
     for scale in plan.settings["scales"]:
@@ -129,16 +134,15 @@ def guard_analysis(
         rows.append([scale, fastest] + [format_number(medians[g]) for g in guards] + [versus])
     if not rows:
         return [f"No finished trial of `{spec}` at any guard."], None
-    lines.append(f"Per scale, `{spec}` ms/step (median) at each guard, and the fastest guard:")
-    lines.append("")
-    lines.append(
-        markdown_table(
-            ["scale", "fastest guard"] + [f"g{g}" for g in guards] + ["fastest vs next"],
+    lines += [
+        f"Per scale, `{spec}` ms/step (median) at each guard, and the fastest guard:",
+        Table(
+            ["scale", "fastest guard", *(f"g{g}" for g in guards), "fastest vs next"],
             rows,
             "ll" + "r" * len(guards) + "l",
-        )
-    )
-    lines.append("")
+        ),
+        "",
+    ]
 
     # Where the unguarded arm (or the largest guard) turns slower than the default guard and than exact shapes.
     widest = NO_LIMIT if NO_LIMIT in guards else max((g for g in guards), key=lambda g: int(g))
@@ -203,7 +207,7 @@ def guard_analysis(
     return lines, supported
 
 
-def target_lines(plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, candidate: str) -> list[str]:
+def target_lines(plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, candidate: str) -> list[str | Table]:
     """The issue's targets for the candidate arm ``candidate``, checked scale by scale against the data."""
     baseline = plan.cases[0].arms[0].label
     upstream = next((a.label for a in plan.cases[0].arms if a.spec == "upstream"), None)
@@ -221,11 +225,7 @@ def target_lines(plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, candidat
         mine = _row(table, scale, candidate)
         if mine is None:
             continue
-        ms, host, floor = (
-            float(mine["ms_median"]),
-            float(mine["host_ms_median"]),
-            float(mine["floor_ms_median"]),
-        )
+        ms, host, floor = _times(mine)
         bound = (
             bound_by(ms, host, floor)
             if is_cuda(plan.protocol.device)
@@ -289,12 +289,10 @@ def target_lines(plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, candidat
                 versus.a_faster == versus.rounds,
                 bound,
             )
-    lines = [
-        markdown_table(
-            ["target", "scale", "figure", "verdict", "what bounds it (where missed)"], rows, "lllll"
-        )
+    lines: list[str | Table] = [
+        Table(["target", "scale", "figure", "verdict", "what bounds it (where missed)"], rows),
+        "",
     ]
-    lines.append("")
     if misses:
         lines += ["Missed:", ""] + [f"- {miss}." for miss in misses]
     elif rows:
@@ -310,11 +308,7 @@ def next_step(table: pd.DataFrame, candidate: str, scales: list[str]) -> str:
     worst = max(
         rows, key=lambda r: (r["over_floor"] if math.isfinite(r["over_floor"]) else -1, r["ms_median"])
     )
-    ms, host, floor = (
-        float(worst["ms_median"]),
-        float(worst["host_ms_median"]),
-        float(worst["floor_ms_median"]),
-    )
+    ms, host, floor = _times(worst)
     where = f"At {worst['scale']} the candidate takes {format_number(ms)} ms/step"
     if not math.isfinite(floor):
         return (
@@ -351,22 +345,14 @@ def _withheld(labels: list[str], same: dict[str, str], what: str) -> str:
     )
 
 
-def report_section(run: Run) -> str:
+def report_section(run: Run) -> Section:
     """The screen's report section: tables, crossover and memory plots, and the analysis, from the data."""
     plan, summaries, figures_dir = run.plan, run.summaries, run.figures_dir
     table = summary_table(plan, summaries)
     trials = summaries.trials
-    lines = ["### Screen: crossover over scales and padding guards", ""]
+    section = Section("Screen: crossover over scales and padding guards")
     if table.empty:
-        return "\n".join(lines + ["No measured trial finished: nothing to analyse."])
-    lines.append(
-        f"Per scale × arm (measured trials; `{SUMMARY_CSV}` in the run folder holds every figure). ms/step = window "
-        f"total / {plan.settings['steps']} steps after {plan.settings['warmup_steps']} warm-up steps; host = host "
-        "time inside `step()` per step, no synchronization; floor = one captured step replayed "
-        f"{plan.settings['floor_replays']} times (CUDA graph); extra peak = allocator peak over the window minus "
-        "what was allocated when it opened (state excluded; state = what the warm-up steps left allocated)."
-    )
-    lines.append("")
+        return section.add("No measured trial finished: nothing to analyse.")
     has_ops = "ops_per_step_median" in table and table["ops_per_step_median"].notna().any()
     cells = {
         "scale": lambda r: r["scale"],
@@ -389,9 +375,16 @@ def report_section(run: Run) -> str:
             "—" if r["role"] == "baseline" else format_percent(r["reduction_vs_baseline_median"])
         ),
     }
-    rows = [[cell(r) for cell in cells.values()] for _, r in table.iterrows()]
-    lines.append(markdown_table(list(cells), rows, "ll" + "r" * (len(cells) - 2)))
-    lines.append("")
+    lines: list[str | Table | Image] = [
+        f"Per scale × arm (measured trials; `{SUMMARY_CSV}` in the run folder holds every figure). ms/step = window "
+        f"total / {plan.settings['steps']} steps after {plan.settings['warmup_steps']} warm-up steps; host = host "
+        "time inside `step()` per step, no synchronization; floor = one captured step replayed "
+        f"{plan.settings['floor_replays']} times (CUDA graph); extra peak = allocator peak over the window minus "
+        "what was allocated when it opened (state excluded; state = what the warm-up steps left allocated).",
+        "",
+        Table.of(cells, (r for _, r in table.iterrows()), "ll" + "r" * (len(cells) - 2)),
+        "",
+    ]
     if plan.protocol.gpus > 1:
         from experiments.screen.ranks import ranks_lines
 
@@ -400,79 +393,65 @@ def report_section(run: Run) -> str:
     for _, r in table[table["floor_note"] != ""].iterrows():
         for note in str(r["floor_note"]).split("; "):
             notes.setdefault(note, []).append(f"{r['scale']} {r['arm']}")
-    for note, where in notes.items():
-        lines.append(f"Floor {note} ({', '.join(where)}).")
-    if notes:
-        lines.append("")
-
-    labels = plan.arm_labels()
-    lines_table = table.rename(
-        columns={
-            "scale": "x",
-            "arm": "series",
-            "ms_median": "median",
-            "ms_min": "low",
-            "ms_max": "high",
-            "floor_ms_median": "floor",
-        }
-    )
+    lines += [f"Floor {note} ({', '.join(where)})." for note, where in notes.items()] + [""]
+    labels, scales = plan.arm_labels(), plan.settings["scales"]
+    names = {"scale": "x", "arm": "series", "ms_median": "median", "ms_min": "low", "ms_max": "high"}
     crossover = plot_crossover(
-        lines_table,
+        table.rename(columns={**names, "floor_ms_median": "floor"}),
         labels,
-        plan.settings["scales"],
+        scales,
         figures_dir / CROSSOVER_PNG,
         title="optimizer step vs scale (floors dashed)",
     )
-    memory_table = table.rename(columns={"scale": "x", "arm": "series", "extra_peak_bytes_median": "bytes"})
     memory = plot_memory(
-        memory_table,
+        table.rename(columns={"scale": "x", "arm": "series", "extra_peak_bytes_median": "bytes"}),
         labels,
-        plan.settings["scales"],
+        scales,
         figures_dir / MEMORY_PNG,
         title="extra peak memory of one step vs scale",
     )
     lines += [
-        markdown_image(crossover, "crossover: ms/step vs scale"),
-        "",
+        Image(crossover, "crossover: ms/step vs scale"),
         "Median ms/step per arm (bars: min–max over rounds), log axis; dashed: the same arm's launch floor "
         "(CUDA-graph replay), where it could be captured.",
         "",
-        markdown_image(memory, "extra peak memory vs scale"),
-        "",
+        Image(memory, "extra peak memory vs scale"),
         "Median extra peak of one step (allocator peak over the window minus what was allocated when it opened).",
     ]
-
+    section = Section.of_lines(section.title, lines)
     same = same_code_arms(plan)
     for spec in plan.settings["guarded_specs"]:
         if spec == plan.settings["arm_specs"][0]:
             continue
-        lines += ["", f"#### Where padding stops paying (`{spec}`)", ""]
         guarded = [guard_label(spec, parse_guard(g)) for g in plan.settings["guards"]]
         if all(label in same for label in guarded):
-            lines.append(_withheld(guarded, same, "which guard the data supports"))
-            continue
-        guard_text, supported = guard_analysis(plan, table, trials, spec)
-        lines += guard_text
-
+            body = [_withheld(guarded, same, "which guard the data supports")]
+        else:
+            body = guard_analysis(plan, table, trials, spec)[0]
+        section.add(Section.of_lines(f"Where padding stops paying (`{spec}`)", body, depth=4))
     if "candidate" in plan.settings["arm_specs"][1:]:
-        default = plan.settings["default_guards"].get("candidate")
-        if "candidate" not in plan.settings["guarded_specs"]:
-            candidate, which = "candidate", "the candidate as shipped"
-        elif default in plan.settings["guards"]:
-            candidate, which = guard_label("candidate", parse_guard(default)), "the candidate as shipped"
-        else:
-            candidate = guard_label("candidate", parse_guard(plan.settings["guards"][0]))
-            which = f"the shipped default g{default} was not screened; the first screened guard instead"
-        lines += ["", f"#### Targets, checked for `{candidate}` ({which})", ""]
-        if candidate in same:
-            lines.append(_withheld([candidate], same, "whether a target is met, and the next step"))
-        else:
-            lines += target_lines(plan, table, trials, candidate)
-            lines += ["", f"**Next step.** {next_step(table, candidate, plan.settings['scales'])}"]
+        section.add(_targets(plan, table, trials, same))
     if plan.protocol.device == "cpu":
-        lines += [
-            "",
-            "This run was on the CPU: no launch floor, no allocator peaks; its timings say nothing about "
-            "a GPU.",
-        ]
-    return "\n".join(lines)
+        section.add(
+            "This run was on the CPU: no launch floor, no allocator peaks; its timings say nothing about a GPU."
+        )
+    return section
+
+
+def _targets(plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, same: dict[str, str]) -> Section:
+    """The targets' subsection for the candidate as shipped (or the first screened guard)."""
+    default = plan.settings["default_guards"].get("candidate")
+    if "candidate" not in plan.settings["guarded_specs"]:
+        candidate, which = "candidate", "the candidate as shipped"
+    elif default in plan.settings["guards"]:
+        candidate, which = guard_label("candidate", parse_guard(default)), "the candidate as shipped"
+    else:
+        candidate = guard_label("candidate", parse_guard(plan.settings["guards"][0]))
+        which = f"the shipped default g{default} was not screened; the first screened guard instead"
+    title = f"Targets, checked for `{candidate}` ({which})"
+    if candidate in same:
+        body = [_withheld([candidate], same, "whether a target is met, and the next step")]
+    else:
+        body = target_lines(plan, table, trials, candidate)
+        body += ["", f"**Next step.** {next_step(table, candidate, plan.settings['scales'])}"]
+    return Section.of_lines(title, body, depth=4)
