@@ -300,6 +300,7 @@ def test_section_with_device_memory_figures_and_failures(tmp_path: Path) -> None
     and failure sentences, the memory plot and the stage-share plot, and both tidy CSVs."""
     from experiments.probe import ProbeSettings, make_plan
     from experiments.probe.section import report_section
+    from harness.present.model import markdown
     from experiments.tiers import TIERS
     from harness.options import protocol_options
     from harness.run import Runner, RunOptions
@@ -334,7 +335,7 @@ def test_section_with_device_memory_figures_and_failures(tmp_path: Path) -> None
         }
 
     folder = Runner(TIERS, RunOptions(out=tmp_path, quiet=True, report=False)).start(plan, trial).folder
-    text = report_section(Run.load(folder, folder.path / "figures"))
+    text = "\n".join(markdown(report_section(Run.load(folder, folder.path / "figures"))))
     assert (
         "lm-native · baseline: out of memory in 2 of 2 measured trials (a 2.00 GiB allocation refused" in text
     )
