@@ -17,28 +17,13 @@ from harness.present.results import (
     stability_section,
     verdict_section,
 )
-from harness.present.run_view import (
-    LoadedRun,
-    claim_sentence,
-    pairs_words,
-    warmup_sequence_text,
-    warmup_words,
-)
+from harness.present.run_view import LoadedRun
 from harness.present.summary import summary_section, title_lines
 from harness.report_env import environment_section
 from harness.report_staging import remove_stale_staging, staging_folder
 from harness.safe_fs import remove_tree
 from harness.tables import RunFolder, RunFolderWriteError, check_can_write, unnameable, write_atomic
 from harness.tier import Run, TierRegistry
-
-__all__ = [
-    "claim_sentence",
-    "pairs_words",
-    "resolve_output",
-    "warmup_sequence_text",
-    "warmup_words",
-    "write_report",
-]
 
 REPORT_NAME = "report.md"
 
@@ -123,7 +108,13 @@ def _load(folders: Sequence[RunFolder], output: Path, tiers: TierRegistry, drawn
 
 def render(runs: list[LoadedRun]) -> str:
     """The markdown of the report (and, as it goes, its PNGs in each run's figures folder, made already)."""
-    lines = title_lines(runs) + [""] + markdown(summary_section(runs)) + [""] + environment_section(runs)
+    lines = (
+        title_lines(runs)
+        + [""]
+        + markdown(summary_section(runs))
+        + [""]
+        + markdown(environment_section(runs))
+    )
     for run in runs:
         lines += [""] + _run_section(run)
     return "\n".join(lines).rstrip() + "\n"
