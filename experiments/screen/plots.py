@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
-from harness.plot_style import MarkStyle, arm_styles, figure
+from harness.plot_style import MarkStyle, arm_styles, figure, legend_right
 
 CROSSOVER_PNG = "screen_crossover.png"
 MEMORY_PNG = "screen_memory.png"
@@ -77,7 +77,7 @@ def plot_crossover(
         for label in floors:
             handles.append(Line2D([], [], **_floor_marks(styles[label])))
             labels.append(f"{label} launch floor (CUDA graph)")
-        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        legend_right(ax, handles, labels)
     return path
 
 
@@ -166,5 +166,5 @@ def plot_memory(
             ax.set_yticks([])
         _scale_axis(ax, x_order, "MiB", title)
         if drawn:
-            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+            legend_right(ax)
     return path
