@@ -55,6 +55,13 @@ def format_limit(bar_percent: float, control: bool) -> str:
     return f"the ±{bar_percent:g}% tolerance" if control else f"the {bar_percent:g}% bar"
 
 
+def claim_limit(claim: Any) -> str:
+    """A claim row's bar, or an A/A arm's tolerance, in words; 'no bar' where none was set."""
+    if is_missing(claim.get("bar")):
+        return "no bar"
+    return format_limit(100 * float(claim["bar"]), claim.get("kind") == "control")
+
+
 def format_range(low: Any, high: Any) -> str:
     """``88.765–89.646``."""
     return f"{format_number(low)}–{format_number(high)}"

@@ -14,10 +14,10 @@ from experiments.fit.plots import plot_fit_stage_shares
 from experiments.fit.stages import OPTIMIZER_STAGE, STAGES, stage_column
 from harness.codepaths import same_code_arms
 from harness.formatting import (
+    claim_limit,
     format_bytes,
     format_interval,
     format_levels,
-    format_limit,
     format_number,
     format_percent,
     format_value,
@@ -321,7 +321,7 @@ def _verdict_cell(claim: pd.Series, same: set[str]) -> str:
         return "withheld (the baseline's code)"
     if is_missing(claim["bar"]):
         return str(claim["verdict"])
-    return f"{claim['verdict']} ({format_limit(100 * float(claim['bar']), claim['kind'] == 'control')})"
+    return f"{claim['verdict']} ({claim_limit(claim)})"
 
 
 def _steady_section(run: Run) -> Section | None:

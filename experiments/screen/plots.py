@@ -25,9 +25,7 @@ def plot_crossover(
     unit: str = "ms/step",
 ) -> Path:
     """A crossover plot (the screen's): one line per series over categorical x, log y."""
-    styles = arm_styles(series)
-    positions = {x: i for i, x in enumerate(x_order)}
-    offsets = series_offsets(len(series), len(x_order))
+    styles, positions, offsets = _layout(series, x_order)
     lines: list[str] = []  # series drawn, in order (each gets a legend entry drawn as it is)
     floors: list[str] = []
     with figure(path, width=10.0, height=5.4) as (fig, ax):
@@ -81,6 +79,15 @@ def plot_crossover(
     return path
 
 
+def _layout(series: Sequence[str], x_order: Sequence[str]) -> tuple[dict, dict[str, int], list[float]]:
+    """Each series' style, each x category's position, and each series' offset within a category."""
+    return (
+        arm_styles(series),
+        {x: i for i, x in enumerate(x_order)},
+        series_offsets(len(series), len(x_order)),
+    )
+
+
 def _ordered(table: pd.DataFrame, label: str, positions: dict[str, int]) -> pd.DataFrame:
     """One series' rows on the x axis, in axis order, with their position ``pos``."""
     rows = table[table["series"] == label]
@@ -125,9 +132,7 @@ def plot_memory(
     title: str = "extra peak memory",
 ) -> Path:
     """Bytes per series over categorical x (``table`` columns ``x``, ``series``, ``bytes``), in MiB."""
-    styles = arm_styles(series)
-    positions = {x: i for i, x in enumerate(x_order)}
-    offsets = series_offsets(len(series), len(x_order))
+    styles, positions, offsets = _layout(series, x_order)
     values = (
         pd.to_numeric(table["bytes"], errors="coerce").to_numpy(dtype=float) / 2**20
         if len(table)
