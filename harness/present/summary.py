@@ -115,7 +115,11 @@ def summary_section(runs: list[LoadedRun]) -> Section:
             case, arm, base = str(claim["case"]), str(claim["arm"]), str(claim["baseline_arm"])
             base_row, mine = arm_row(summaries, case, base), arm_row(summaries, case, arm)
             rows.append(
-                ([run.tag(claim)] if several else [])
+                (
+                    [f"{run.number}" + (" (A/A control)" if claim["kind"] == "control" else "")]
+                    if several
+                    else []
+                )
                 + [
                     case,
                     f"{arm} vs {base}",
