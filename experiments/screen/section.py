@@ -109,10 +109,8 @@ def _times(row: pd.Series) -> tuple[float, float, float]:
     return float(row["ms_median"]), float(row["host_ms_median"]), float(row["floor_ms_median"])
 
 
-def guard_analysis(
-    plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, spec: str
-) -> tuple[list[str | Table], str | None]:
-    """Lines on where padding stops paying for ``spec``, and the guard the data supports."""
+def guard_analysis(plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, spec: str) -> list[str | Table]:
+    """Where padding stops paying for ``spec``, and the guard the data supports."""
     guards = list(plan.settings["guards"])
     labels = {g: guard_label(spec, parse_guard(g)) for g in guards}
     lines: list[str | Table] = []
@@ -133,7 +131,7 @@ def guard_analysis(
         )
         rows.append([scale, fastest] + [format_number(medians[g]) for g in guards] + [versus])
     if not rows:
-        return [f"No finished trial of `{spec}` at any guard."], None
+        return [f"No finished trial of `{spec}` at any guard."]
     lines += [
         f"Per scale, `{spec}` ms/step (median) at each guard, and the fastest guard:",
         Table(
@@ -149,20 +147,14 @@ def guard_analysis(
     for reference in [
         g for g in (plan.settings["default_guards"].get(spec), "0") if g in guards and g != widest
     ]:
-        turned = []
-        for scale in plan.settings["scales"]:
-            comparison = paired(trials, scale, labels[widest], labels[reference])
-            if comparison.rounds and comparison.median < 0:
-                turned.append(f"{scale} ({comparison.text(labels[widest], labels[reference])})")
-        if turned:
-            lines.append(
-                f"- `{labels[widest]}` is slower than `{labels[reference]}` at: " + "; ".join(turned) + "."
-            )
-        else:
-            lines.append(
-                f"- `{labels[widest]}` is never slower than `{labels[reference]}` in this data "
-                "(paired medians)."
-            )
+        a, b = labels[widest], labels[reference]
+        found = [(scale, paired(trials, scale, a, b)) for scale in plan.settings["scales"]]
+        turned = [f"{scale} ({c.text(a, b)})" for scale, c in found if c.rounds and c.median < 0]
+        lines.append(
+            f"- `{a}` is slower than `{b}` at: " + "; ".join(turned) + "."
+            if turned
+            else f"- `{a}` is never slower than `{b}` in this data (paired medians)."
+        )
     if "0" in guards and len(guards) > 1:
         pays = []
         for scale in plan.settings["scales"]:
@@ -204,7 +196,7 @@ def guard_analysis(
             lines.append(
                 f"The shipped default is g{default} (worst {format_number(worst[default][0])}× the fastest)."
             )
-    return lines, supported
+    return lines
 
 
 def target_lines(plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, candidate: str) -> list[str | Table]:
@@ -427,7 +419,7 @@ def report_section(run: Run) -> Section:
         if all(label in same for label in guarded):
             body = [_withheld(guarded, same, "which guard the data supports")]
         else:
-            body = guard_analysis(plan, table, trials, spec)[0]
+            body = guard_analysis(plan, table, trials, spec)
         section.add(Section.of_lines(f"Where padding stops paying (`{spec}`)", body, depth=4))
     if "candidate" in plan.settings["arm_specs"][1:]:
         section.add(_targets(plan, table, trials, same))
