@@ -35,16 +35,17 @@ class Paired:
     a_faster: int
     median: float
 
+    @property
+    def tally(self) -> str:
+        return f"faster in {self.a_faster} of {self.rounds} rounds"
+
     def text(self, a: str, b: str) -> str:
         if not self.rounds:
             return f"no common round of {a} and {b}"
         if math.isinf(self.median) and self.median < 0:
-            return f"{a} failed where {b} finished (paired median; {a} faster in {self.a_faster} of {self.rounds} rounds)"
+            return f"{a} failed where {b} finished (paired median; {a} {self.tally})"
         direction = "faster" if self.median > 0 else ("slower" if self.median < 0 else "no faster")
-        return (
-            f"{a} {direction} than {b} by {format_percent(abs(self.median))} (paired median; {a} faster in "
-            f"{self.a_faster} of {self.rounds} rounds)"
-        )
+        return f"{a} {direction} than {b} by {format_percent(abs(self.median))} (paired median; {a} {self.tally})"
 
 
 def paired(trials: pd.DataFrame, scale: str, a: str, b: str) -> Paired:
@@ -207,80 +208,56 @@ def target_lines(plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, candidat
     rows = []
     misses: list[str] = []
 
-    def add(target: str, scale: str, figure: str, met: bool | None, bound: str) -> None:
+    def add(target: str, figure: str, met: bool | None = None, why: str = "") -> None:
         verdict = "n/a" if met is None else ("met" if met else "**missed**")
-        rows.append([target, scale, figure, verdict, bound if met is False else ""])
+        rows.append([target, scale, figure, verdict, why if met is False else ""])
         if met is False:
-            misses.append(f"{target} at {scale}: {figure}; bound by {bound}")
+            misses.append(f"{target} at {scale}: {figure}; bound by {why}")
 
     for scale in scales:
         mine = _row(table, scale, candidate)
         if mine is None:
             continue
         ms, host, floor = _times(mine)
-        bound = (
-            bound_by(ms, host, floor)
-            if is_cuda(plan.protocol.device)
-            else "n/a on the CPU (host and device are one)"
-        )
+        cpu = "n/a on the CPU (host and device are one)"
+        bound = bound_by(ms, host, floor) if is_cuda(plan.protocol.device) else cpu
+        target = f"≤ {FLOOR_TARGET:g}× own floor"
         if math.isfinite(floor):
-            ratio = ms / floor
-            add(
-                f"≤ {FLOOR_TARGET:g}× own floor",
-                scale,
-                f"{format_number(ms)} ms = {format_number(ratio)}× floor {format_number(floor)} ms "
-                f"({'under' if ratio <= FLOOR_TARGET else 'over'} by {format_number(abs(ms - FLOOR_TARGET * floor))} ms)",
-                ratio <= FLOOR_TARGET,
-                bound,
-            )
+            ratio, gap = ms / floor, format_number(abs(ms - FLOOR_TARGET * floor))
+            side = "under" if ratio <= FLOOR_TARGET else "over"
+            figure = f"{format_number(ms)} ms = {format_number(ratio)}× floor {format_number(floor)} ms"
+            figure += f" ({side} by {gap} ms)"
+            add(target, figure, ratio <= FLOOR_TARGET, bound)
         else:
-            add(
-                f"≤ {FLOOR_TARGET:g}× own floor",
-                scale,
-                f"floor {mine['floor_note'] or 'not measured'}",
-                None,
-                "",
-            )
+            add(target, f"floor {mine['floor_note'] or 'not measured'}")
         theirs = _row(table, scale, upstream) if upstream else None
-        if theirs is not None:
+        if theirs is None:
+            add("vs upstream", "upstream not in this run")
+        else:
             speedup = _ms(theirs) / ms
             need = UPSTREAM_SPEEDUP_AT_N if scale == "n" else UPSTREAM_SPEEDUP
-            comparison = paired(trials, scale, candidate, upstream)
-            add(
-                f"≥ {need:g}× faster than upstream",
-                scale,
-                f"{format_number(speedup)}× ({format_number(_ms(theirs))} vs {format_number(ms)} ms; faster in "
-                f"{comparison.a_faster} of {comparison.rounds} rounds)",
-                speedup >= need,
-                bound,
+            tally = paired(trials, scale, candidate, upstream).tally
+            figure = (
+                f"{format_number(speedup)}× ({format_number(_ms(theirs))} vs {format_number(ms)} ms; {tally})"
             )
+            add(f"≥ {need:g}× faster than upstream", figure, speedup >= need, bound)
             peak_mine, peak_theirs = (
                 float(mine["extra_peak_bytes_median"]),
                 float(theirs["extra_peak_bytes_median"]),
             )
             if math.isfinite(peak_mine) and math.isfinite(peak_theirs):
-                add(
-                    "extra peak ≤ upstream's",
-                    scale,
-                    f"{format_bytes(peak_mine)} vs {format_bytes(peak_theirs)} "
-                    f"({'+' if peak_mine > peak_theirs else '−'}{format_bytes(abs(peak_mine - peak_theirs))})",
-                    peak_mine <= peak_theirs,
-                    memory_bound(table, scale, candidate),
-                )
+                sign = "+" if peak_mine > peak_theirs else "−"
+                gap = f"{sign}{format_bytes(abs(peak_mine - peak_theirs))}"
+                figure = f"{format_bytes(peak_mine)} vs {format_bytes(peak_theirs)} ({gap})"
+                why = memory_bound(table, scale, candidate)
+                add("extra peak ≤ upstream's", figure, peak_mine <= peak_theirs, why)
             else:
-                add("extra peak ≤ upstream's", scale, "not measurable here (no CUDA allocator)", None, "")
-        else:
-            add("vs upstream", scale, "upstream not in this run", None, "")
+                add("extra peak ≤ upstream's", "not measurable here (no CUDA allocator)")
         versus = paired(trials, scale, candidate, baseline)
         if versus.rounds:
-            add(
-                "never slower than baseline",
-                scale,
-                f"{'faster' if versus.median > 0 else 'slower'} by {format_percent(abs(versus.median))} (paired "
-                f"median; faster in {versus.a_faster} of {versus.rounds} rounds)",
-                versus.a_faster == versus.rounds,
-                bound,
-            )
+            word = "faster" if versus.median > 0 else "slower"
+            figure = f"{word} by {format_percent(abs(versus.median))} (paired median; {versus.tally})"
+            add("never slower than baseline", figure, versus.a_faster == versus.rounds, bound)
     lines: list[str | Table] = [
         Table(["target", "scale", "figure", "verdict", "what bounds it (where missed)"], rows),
         "",
