@@ -300,9 +300,9 @@ def test_section_with_device_memory_figures_and_failures(tmp_path: Path) -> None
     and failure sentences, the memory plot and the stage-share plot, and both tidy CSVs."""
     from experiments.probe import ProbeSettings, make_plan
     from experiments.probe.section import report_section
-    from harness.present.model import markdown
     from experiments.tiers import TIERS
     from harness.options import protocol_options
+    from harness.present.model import markdown
     from harness.run import Runner, RunOptions
     from harness.tier import Run
 
