@@ -23,13 +23,21 @@ def is_missing(value: Any) -> bool:
         return False
 
 
-def format_number(value: Any) -> str:
-    """A figure without unit: 3 decimals from 1 up, 4 significant digits below; 'failed' for +∞."""
+def _special(value: Any, infinite: str) -> str | None:
+    """'n/a' for a missing value, ``infinite`` or '-∞' for an infinite one; None for a finite one."""
     if is_missing(value):
         return "n/a"
+    if math.isinf(float(value)):
+        return infinite if float(value) > 0 else "-∞"
+    return None
+
+
+def format_number(value: Any) -> str:
+    """A figure without unit: 3 decimals from 1 up, 4 significant digits below; 'failed' for +∞."""
+    special = _special(value, "failed")
+    if special:
+        return special
     value = float(value)
-    if math.isinf(value):
-        return "failed" if value > 0 else "-∞"
     if value == 0 or abs(value) >= 1:
         return f"{value:.3f}"
     decimals = min(12, 3 - math.floor(math.log10(abs(value))))
@@ -47,18 +55,20 @@ def format_limit(bar_percent: float, control: bool) -> str:
     return f"the ±{bar_percent:g}% tolerance" if control else f"the {bar_percent:g}% bar"
 
 
+def claim_limit(claim: Any) -> str:
+    """A claim row's bar, or an A/A arm's tolerance, in words; 'no bar' where none was set."""
+    if is_missing(claim.get("bar")):
+        return "no bar"
+    return format_limit(100 * float(claim["bar"]), claim.get("kind") == "control")
+
+
 def format_range(low: Any, high: Any) -> str:
     """``88.765–89.646``."""
     return f"{format_number(low)}–{format_number(high)}"
 
 
 def _percent_number(value: Any) -> str:
-    if is_missing(value):
-        return "n/a"
-    value = float(value)
-    if math.isinf(value):
-        return "+∞" if value > 0 else "-∞"
-    return f"{100 * value:.2f}"
+    return _special(value, "+∞") or f"{100 * float(value):.2f}"
 
 
 def format_percent(value: Any) -> str:

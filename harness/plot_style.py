@@ -62,18 +62,25 @@ def arm_styles(labels: Sequence[str]) -> dict[str, MarkStyle]:
     }
 
 
+FAILED_MARKS = {"marker": FAILED.marker, "color": FAILED.color, "markersize": 10, "markeredgewidth": 2.5}
+
+
 def failure_handle(label: str) -> Line2D:
     """The legend entry of a failure (a red x), the same in every plot."""
-    return Line2D(
-        [],
-        [],
-        linestyle="",
-        marker=FAILED.marker,
-        color=FAILED.color,
-        markersize=10,
-        markeredgewidth=2.5,
-        label=label,
-    )
+    return Line2D([], [], linestyle="", label=label, **FAILED_MARKS)
+
+
+def legend_right(ax: Axes, *args: Any, **kwargs: Any) -> None:
+    """The legend outside the axes, to their right, top-aligned."""
+    ax.legend(*args, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, **kwargs)
+
+
+def label_rows(ax: Axes, labels: Sequence[str], top: float = -0.5, bottom: float = 0.5) -> None:
+    """One horizontal row per label, the first at the top, without horizontal grid lines."""
+    ax.set_ylim(len(labels) - bottom, top)
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels(labels)
+    ax.grid(axis="y", visible=False)
 
 
 def marks(style: MarkStyle, hollow: bool = False, size: float = 8.5) -> dict[str, Any]:

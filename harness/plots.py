@@ -25,6 +25,7 @@ from harness.plot_style import (  # noqa: E402
     BAR,
     DPI,
     FAILED,
+    FAILED_MARKS,
     INTERVAL_COLOR,
     PNG_METADATA,
     STYLE,
@@ -33,6 +34,8 @@ from harness.plot_style import (  # noqa: E402
     axis_label,
     failure_handle,
     figure,
+    label_rows,
+    legend_right,
     marker_handle,
     marks,
     percent_axis,
@@ -86,10 +89,7 @@ def plot_timeline(trials: pd.DataFrame, plan: Any, path: Path) -> Path:
                 failed["index"].to_numpy(dtype=float),
                 np.full(len(failed), 0.96),
                 linestyle="",
-                marker=FAILED.marker,
-                color=FAILED.color,
-                markersize=10,
-                markeredgewidth=2.5,
+                **FAILED_MARKS,
                 transform=ax.get_xaxis_transform(),
                 zorder=4,
                 clip_on=False,
@@ -132,7 +132,7 @@ def plot_timeline(trials: pd.DataFrame, plan: Any, path: Path) -> Path:
             handles.append(
                 Patch(facecolor="#DDDDDD", edgecolor="#AAAAAA", hatch="//", label="scheduled, not run")
             )
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        legend_right(ax, handles=handles)
     return path
 
 
@@ -292,10 +292,7 @@ def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: 
                     np.full(int(lost.sum()), failed_x),
                     y + offsets[lost],
                     linestyle="",
-                    marker=FAILED.marker,
-                    color=FAILED.color,
-                    markersize=10,
-                    markeredgewidth=2.5,
+                    **FAILED_MARKS,
                     zorder=4,
                 )
             claim = claims.iloc[y]
@@ -328,10 +325,8 @@ def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: 
             ax.axvline(line, color=BAR.color, linestyle="--", linewidth=2)
         ax.axvline(0.0, color="#555555", linewidth=1)
         ax.set_xlim(left, right)
-        ax.set_ylim(len(keys) - 0.45, -0.55)
-        ax.set_yticks(range(len(keys)))
-        ax.set_yticklabels([f"{case} · {arm}" if len(plan.cases) > 1 else arm for case, arm in keys])
-        ax.grid(axis="y", visible=False)
+        names = [f"{case} · {arm}" if len(plan.cases) > 1 else arm for case, arm in keys]
+        label_rows(ax, names, top=-0.55, bottom=0.45)
         percent_axis(ax, "x", decimals=1 if right - left < 0.2 else 0)
         ax.set_xlabel("paired reduction (baseline − arm) / baseline   (higher is faster)")
         level = float(claims["ci_level"].iloc[0]) if not claims.empty else 0.95
@@ -363,7 +358,7 @@ def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: 
             )
         if any_failed:
             handles.append(failure_handle("arm failed (−∞)"))
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        legend_right(ax, handles=handles)
     return path
 
 

@@ -17,28 +17,13 @@ from harness.present.results import (
     stability_section,
     verdict_section,
 )
-from harness.present.run_view import (
-    LoadedRun,
-    claim_sentence,
-    pairs_words,
-    warmup_sequence_text,
-    warmup_words,
-)
-from harness.present.summary import summary_section, title_lines
+from harness.present.run_view import LoadedRun
+from harness.present.summary import summary_section, title_section
 from harness.report_env import environment_section
 from harness.report_staging import remove_stale_staging, staging_folder
 from harness.safe_fs import remove_tree
 from harness.tables import RunFolder, RunFolderWriteError, check_can_write, unnameable, write_atomic
 from harness.tier import Run, TierRegistry
-
-__all__ = [
-    "claim_sentence",
-    "pairs_words",
-    "resolve_output",
-    "warmup_sequence_text",
-    "warmup_words",
-    "write_report",
-]
 
 REPORT_NAME = "report.md"
 
@@ -51,8 +36,7 @@ def _tier_section(run: LoadedRun) -> Section | None:
     return Section("").add(str(made).strip())
 
 
-def _run_section(run: LoadedRun) -> list[str]:
-    lines = [f"## {run.title}", "", f"Run folder {code(run.name)}; started {when(run.plan.created)}."]
+def _run_section(run: LoadedRun) -> Section:
     parts = (
         protocol_section,
         results_section,
@@ -68,11 +52,8 @@ def _run_section(run: LoadedRun) -> list[str]:
     )
     if not run.tier.paired:  # a tier whose rows are not paired trials reads them in its own section
         parts = (_tier_section, failures_section, caveats_section)
-    for part in parts:
-        body = markdown(part(run))
-        if body:
-            lines += [""] + body
-    return lines
+    opening = f"Run folder {code(run.name)}; started {when(run.plan.created)}."
+    return Section(run.title, [opening], depth=2).add(*(part(run) for part in parts))
 
 
 def resolve_output(folders: Sequence[RunFolder], output: Path | None) -> Path:
@@ -123,10 +104,8 @@ def _load(folders: Sequence[RunFolder], output: Path, tiers: TierRegistry, drawn
 
 def render(runs: list[LoadedRun]) -> str:
     """The markdown of the report (and, as it goes, its PNGs in each run's figures folder, made already)."""
-    lines = title_lines(runs) + [""] + markdown(summary_section(runs)) + [""] + environment_section(runs)
-    for run in runs:
-        lines += [""] + _run_section(run)
-    return "\n".join(lines).rstrip() + "\n"
+    head = [title_section(runs), summary_section(runs), environment_section(runs)]
+    return "\n".join(markdown(Section("", [*head, *map(_run_section, runs)]))).rstrip() + "\n"
 
 
 def write_report(

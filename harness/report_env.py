@@ -6,7 +6,8 @@ from itertools import groupby
 from typing import Any
 
 from harness.formatting import format_bytes, is_missing
-from harness.markdown import NOT_RECORDED, code, markdown_table, plain, when
+from harness.markdown import NOT_RECORDED, code, plain, when
+from harness.present.model import Section, Table
 
 
 def _cudnn(value: Any) -> str:
@@ -158,15 +159,14 @@ def _environment_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
     return rows + _machine_rows(env) + _code_rows(env)
 
 
-def environment_section(runs: list[Any]) -> list[str]:
+def environment_section(runs: list[Any]) -> Section:
     """The environment table, one column per loaded run (its ``env`` and ``number``)."""
     tables = [_environment_rows(r.env) for r in runs]
     fields = dict.fromkeys(field for table in tables for field, _ in table)
     values = [dict(t) for t in tables]
     header = ["field"] + ([f"run {r.number}" for r in runs] if len(runs) > 1 else ["value"])
-    rows = [[field] + [v.get(field, "—") for v in values] for field in fields]
-    lines = ["## Environment", ""]
-    if any(not r.env for r in runs):
-        lines += ["A run folder without env.json: its fields read 'not recorded'.", ""]
-    lines.append(markdown_table(header, rows))
-    return lines
+    missing = any(not r.env for r in runs)
+    return Section("Environment", depth=2).add(
+        "A run folder without env.json: its fields read 'not recorded'." if missing else None,
+        Table(header, [[field] + [v.get(field, "—") for v in values] for field in fields]),
+    )

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.codepaths import same_code_arms, verdict_shown
-from harness.formatting import UNBOUNDED_REASON, format_limit, is_bounded, is_missing
+from harness.formatting import UNBOUNDED_REASON, claim_limit, is_bounded, is_missing
 
 VERDICT_WORDS = {
     "clears": "clears {limit}",
@@ -38,10 +38,6 @@ def _direction(claim: Mapping[str, Any]) -> str:
     return "faster" if low > 0 else "slower" if high < 0 else "none"
 
 
-def _limit(claim: Mapping[str, Any]) -> str:
-    return format_limit(100 * float(claim["bar"]), claim.get("kind") == "control")
-
-
 def _verdict(claim: Mapping[str, Any], verdict: str, withheld: str | None) -> str:
     if withheld:
         return f"verdict withheld: {withheld}"
@@ -50,12 +46,12 @@ def _verdict(claim: Mapping[str, Any], verdict: str, withheld: str | None) -> st
         reason = claim.get("ci_reason")
         return (
             "insufficient for a verdict"
-            + (f" against {_limit(claim)}" if bar else "")
+            + (f" against {claim_limit(claim)}" if bar else "")
             + (f" ({reason})" if reason and not is_missing(reason) else "")
         )
     if not bar or verdict not in VERDICT_WORDS:
         return ""
-    return VERDICT_WORDS[verdict].format(limit=_limit(claim))
+    return VERDICT_WORDS[verdict].format(limit=claim_limit(claim))
 
 
 def answer(

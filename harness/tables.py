@@ -149,6 +149,14 @@ def _whole_lines_end(fd: int, size: int) -> int:
     return 0
 
 
+def _open_or_fail(path: Path, what: str) -> int:
+    """``path`` opened to read and write (made if absent); ``RunFolderWriteError`` naming ``what`` otherwise."""
+    try:
+        return open_no_follow(path, os.O_RDWR | os.O_CREAT)
+    except OSError as exc:
+        raise RunFolderWriteError(f"{what}: {exc.strerror or exc}") from None
+
+
 class RunFolder:
     """Paths and I/O of one run folder."""
 
@@ -174,11 +182,7 @@ class RunFolder:
     @contextmanager
     def lock(self) -> Iterator[None]:
         """Hold the folder's exclusive lock while the block runs."""
-        path = self.file(LOCK)
-        try:
-            fd = open_no_follow(path, os.O_RDWR | os.O_CREAT)
-        except OSError as exc:
-            raise RunFolderWriteError(f"cannot lock run folder '{self.path}': {exc.strerror}") from None
+        fd = _open_or_fail(self.file(LOCK), f"cannot lock run folder '{self.path}'")
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -245,10 +249,7 @@ class RunFolder:
         line = encode_row(row)
         self._check_lock_held(row)
         path = self.file(LOG)
-        try:
-            fd = open_no_follow(path, os.O_RDWR | os.O_CREAT)
-        except OSError as exc:
-            raise RunFolderWriteError(f"could not open {path}: {exc.strerror or exc}") from None
+        fd = _open_or_fail(path, f"could not open {path}")
         try:
             end = _whole_lines_end(fd, os.fstat(fd).st_size)
             try:

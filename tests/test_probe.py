@@ -302,6 +302,7 @@ def test_section_with_device_memory_figures_and_failures(tmp_path: Path) -> None
     from experiments.probe.section import report_section
     from experiments.tiers import TIERS
     from harness.options import protocol_options
+    from harness.present.model import markdown
     from harness.run import Runner, RunOptions
     from harness.tier import Run
 
@@ -334,7 +335,7 @@ def test_section_with_device_memory_figures_and_failures(tmp_path: Path) -> None
         }
 
     folder = Runner(TIERS, RunOptions(out=tmp_path, quiet=True, report=False)).start(plan, trial).folder
-    text = report_section(Run.load(folder, folder.path / "figures"))
+    text = "\n".join(markdown(report_section(Run.load(folder, folder.path / "figures"))))
     assert (
         "lm-native · baseline: out of memory in 2 of 2 measured trials (a 2.00 GiB allocation refused" in text
     )

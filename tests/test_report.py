@@ -22,6 +22,7 @@ from harness import cli, markdown, report
 from harness.console import print_summary
 from harness.errors import InputError
 from harness.formatting import format_number, method_label
+from harness.present import run_view
 from harness.protocol import Arm, Case, Plan, ProtocolOptions, TrialContext, TrialFunction
 from harness.run import Runner, RunOptions
 from harness.tables import LOG, CorruptRunFolder, RunFolder
@@ -253,7 +254,7 @@ def test_report_has_every_section_and_both_plots(claim_run: RunFolder) -> None:
 def test_claim_sentence_in_the_project_form(claim_run: RunFolder) -> None:
     run = loaded(claim_run)
     plan, summaries = run.plan, run.summaries
-    sentence = report.claim_sentence(plan, summaries, "yolo26n", "candidate")
+    sentence = run_view.claim_sentence(plan, summaries, "yolo26n", "candidate")
     expected = (
         "Baseline median 89.448 s (88.765–89.646); candidate 79.183 s (77.799–79.660). The paired reduction "
         f"is {reduction_text(FIGURES['baseline'], FIGURES['candidate'])}, with the same 809.9 MiB peak "
@@ -269,15 +270,15 @@ def test_one_pair_is_its_own_reduction_and_the_pairs_are_said_in_words(tmp_path:
     plan = make_plan(pairs=1, warmup=0)
     folder = run_folder(tmp_path, plan, scripted({"baseline": [10.0], "candidate": [8.0]}))
     run = loaded(folder)
-    sentence = report.claim_sentence(run.plan, run.summaries, "yolo26n", "candidate")
+    sentence = run_view.claim_sentence(run.plan, run.summaries, "yolo26n", "candidate")
     assert "The one pair's reduction is 20.00%" in sentence and "n/a" not in sentence
-    assert report.pairs_words(run.plan, run.summaries.trials) == "1 pair"
+    assert run_view.pairs_words(run.plan, run.summaries.trials) == "1 pair"
     three = loaded(run_folder(tmp_path / "three", make_plan(warmup=0), scripted(FIGURES)))
-    assert report.pairs_words(three.plan, three.summaries.trials) == "3 pairs"
+    assert run_view.pairs_words(three.plan, three.summaries.trials) == "3 pairs"
     auto = make_plan(warmup=0)
     auto.protocol = dataclasses.replace(auto.protocol, pairs="auto", precision=2.0, max_pairs=12)
     assert (
-        report.pairs_words(auto, three.summaries.trials)
+        run_view.pairs_words(auto, three.summaries.trials)
         == "pairs by the stopping rule (3 so far, at most 12)"
     )
 
@@ -288,14 +289,14 @@ def test_claim_sentence_with_different_peaks_other_labels_and_no_peaks(tmp_path:
     folder = run_folder(tmp_path, plan, scripted(figures, {"upstream": PEAK, "candidate": 851_763_200}))
     run = loaded(folder)
     plan, summaries = run.plan, run.summaries
-    sentence = report.claim_sentence(plan, summaries, "yolo26n", "candidate")
+    sentence = run_view.claim_sentence(plan, summaries, "yolo26n", "candidate")
     assert sentence.startswith("Upstream median 89.448 s (88.765–89.646); candidate 79.183 s")
     assert sentence.endswith("with peak allocated 809.9 MiB vs 812.3 MiB (+0.3%).")
 
     bare = run_folder(tmp_path / "bare", make_plan(), scripted(FIGURES))
     run = loaded(bare)
     plan, summaries = run.plan, run.summaries
-    sentence = report.claim_sentence(plan, summaries, "yolo26n", "candidate")
+    sentence = run_view.claim_sentence(plan, summaries, "yolo26n", "candidate")
     assert sentence.endswith(
         f"The paired reduction is {reduction_text(FIGURES['baseline'], FIGURES['candidate'])}."
     )
@@ -911,7 +912,7 @@ def test_the_report_shows_each_warmup_phase_and_whether_it_settled(tmp_path: Pat
     assert "Warm-up sequences (`--warmup auto`), warm-ups each: start 4 (settled)." in text
     assert "until one is at most 0.5% faster than its arm's previous" in text
     assert "never settled" not in text
-    assert report.warmup_words(loaded(folder).plan, loaded(folder).summaries.trials).endswith(
+    assert run_view.warmup_words(loaded(folder).plan, loaded(folder).summaries.trials).endswith(
         "start 4 (settled)"
     )
     never = trialfns.plan_of(
@@ -930,8 +931,8 @@ def test_the_report_shows_each_warmup_phase_and_whether_it_settled(tmp_path: Pat
 
 def test_fixed_warmups_read_as_before() -> None:
     plan = make_plan(warmup=2)
-    assert report.warmup_words(plan, pd.DataFrame()) == "2 warm-up fit(s) discarded"
-    assert report.warmup_sequence_text(plan, pd.DataFrame()) == ""
+    assert run_view.warmup_words(plan, pd.DataFrame()) == "2 warm-up fit(s) discarded"
+    assert run_view.warmup_sequence_text(plan, pd.DataFrame()) == ""
 
 
 def test_the_methods_are_explained_once_in_the_statistics_doc_not_in_each_report(tmp_path: Path) -> None:

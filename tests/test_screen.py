@@ -23,6 +23,7 @@ from experiments.tiers import TIERS
 from harness.cli import main
 from harness.errors import InputError
 from harness.options import protocol_options
+from harness.present.model import markdown
 from harness.protocol import Arm, Plan, TrialContext
 from harness.run import Runner, RunOptions
 from harness.tables import RunFolder
@@ -80,7 +81,7 @@ def loaded(folder: RunFolder):
 
 
 def section(folder: RunFolder, figures_dir: Path) -> str:
-    return screen_section.report_section(Run.load(folder, figures_dir))
+    return "\n".join(markdown(screen_section.report_section(Run.load(folder, figures_dir))))
 
 
 def labels(case) -> list[str]:

@@ -6,7 +6,7 @@ from experiments.command.plan import CommandSettings
 from harness.codepaths import verdict_shown, what_ran
 from harness.formatting import format_interval, format_levels, method_label
 from harness.present.model import Section, Table
-from harness.report import claim_sentence, pairs_words, warmup_words
+from harness.present.run_view import claim_sentence, pairs_words, warmup_words
 from harness.tier import Run
 
 

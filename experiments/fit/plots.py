@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 from matplotlib.patches import Patch
 
-from harness.plot_style import figure
+from harness.plot_style import figure, label_rows, legend_right
 
 FIT_STAGE_COLORS = {
     "data": "#56B4E9",
@@ -56,14 +56,11 @@ def plot_fit_stage_shares(table: pd.DataFrame, plan: Any, path: Path) -> Path:
                     fontsize=11,
                 )
         ax.set_xlim(0, max(right, 1e-9) * 1.3)
-        ax.set_ylim(len(arms) - 0.5, -0.5)
-        ax.set_yticks(range(len(arms)))
-        ax.set_yticklabels(arms)
-        ax.grid(axis="y", visible=False)
+        label_rows(ax, arms)
         ax.set_xlabel(f"median seconds of one whole fit ({plan.protocol.device})")
         ax.set_title(f"{plan.tier}: where the whole fit's time goes (synchronized stage marks)")
         handles = [
             Patch(facecolor=FIT_STAGE_COLORS.get(s, "#BBBBBB"), label=s.replace("_", " ")) for s in stages
         ]
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        legend_right(ax, handles=handles)
     return path

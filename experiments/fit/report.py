@@ -14,17 +14,17 @@ from experiments.fit.plots import plot_fit_stage_shares
 from experiments.fit.stages import OPTIMIZER_STAGE, STAGES, stage_column
 from harness.codepaths import same_code_arms
 from harness.formatting import (
+    claim_limit,
     format_bytes,
     format_interval,
     format_levels,
-    format_limit,
     format_number,
     format_percent,
     format_value,
     is_missing,
     method_label,
 )
-from harness.markdown import markdown_image, markdown_table
+from harness.present.model import Image, Section, Table
 from harness.protocol import Plan
 from harness.stats import finished, median_of, numeric_column, secondary_claims
 from harness.tier import Run
@@ -180,7 +180,7 @@ def step_findings(plan: Plan, trials: pd.DataFrame) -> list[str]:
     return lines
 
 
-def _settings_text(plan: Plan) -> list[str]:
+def _settings_section(plan: Plan) -> Section:
     s = FitSettings.from_dict(plan.settings)
     data = s.data or (
         f"synthetic: {s.images} train + {s.val_images} val images, {s.imgsz} px, seed {plan.protocol.seed} "
@@ -217,18 +217,19 @@ def _settings_text(plan: Plan) -> list[str]:
             ("close_mosaic", f"{s.close_mosaic} (mosaic closes when epoch ≥ epochs − close_mosaic)"),
         ]
     rows.append(("trial isolation", plan.isolation))
-    return ["### Fit settings", "", markdown_table(["setting", "value"], rows), ""]
+    return Section("Fit settings").add(Table(["setting", "value"], rows))
 
 
-def _figures_text(plan: Plan, trials: pd.DataFrame) -> list[str]:
+def _figures_section(plan: Plan, trials: pd.DataFrame) -> Section | None:
     rows = finished(trials)
     if rows.empty:
-        return []
+        return None
     ranked = plan.protocol.gpus > 1
     quality = "val_map50_95" if "val_map50_95" in rows else "val_accuracy" if "val_accuracy" in rows else None
     kept = len(numeric_column(rows, "optimizer_plan_bytes")) > 0  # older runs did not record it
     over = " (max over ranks)" if ranked else ""
     cells: dict[str, Any] = {
+        "arm": lambda m: m["arm"].iloc[0],
         "trials": len,
         "fit (s)": lambda m: format_number(median_of(m, "value")),
         "iteration (ms, host)": lambda m: _ms_or_na(median_of(m, "iteration_host_median_s")),
@@ -248,43 +249,25 @@ def _figures_text(plan: Plan, trials: pd.DataFrame) -> list[str]:
     cells["optimizer class"] = lambda m: (
         ", ".join(sorted(set(m.get("optimizer_class", pd.Series(dtype=str)).dropna().astype(str)))) or "n/a"
     )
-    table = [[arm] + [cell(mine) for cell in cells.values()] for arm, mine in _by_arm(plan, rows)]
-    return (
-        [
-            "### Per-trial figures (medians over measured trials)",
-            "",
-            markdown_table(
-                ["arm", *cells], table, "lrrrrrr" + ("rr" if ranked else "") + ("r" if kept else "") + "rl"
-            ),
-            "",
-            "Iteration: median gap between consecutive iteration ends, read from the host clock with no "
-            "synchronization (so nothing is added inside the timed region); a diagnostic, not the claim. "
-            "Checkpoints: bytes on disk of the checkpoint files the fit wrote. The quality figure is a sanity "
-            "check that the fit trained; a short fit says nothing about final accuracy.",
-            "",
-        ]
-        + (
-            [
-                "Kept between steps: device memory the optimizer holds besides its state at the fit's end "
-                "(`optimizer.plan_bytes`: for the candidate its stacks, scratch and captured graph's pool; n/a for "
-                "an optimizer that keeps none). It is part of every later peak, so it bounds how close the arms' "
-                "peaks can come.",
-                "",
-            ]
-            if kept
-            else []
-        )
-        + (
-            [
-                "Ranks: the fit's figure is rank 0's bracket; each rank's peaks are in the row (`rank_peak_allocated`, "
-                "`rank_peak_reserved`), with their max and sum. NS matrices per rank: the Newton-Schulz matrices each "
-                "rank orthogonalized in the last trial, of all of them (`optimizer.sharing`); 'every rank: all' for "
-                "an arm that does not share, whose every rank orthogonalizes every matrix.",
-                "",
-            ]
-            if ranked
-            else []
-        )
+    align = "lrrrrrr" + ("rr" if ranked else "") + ("r" if kept else "") + "rl"
+    return Section("Per-trial figures (medians over measured trials)").add(
+        Table.of(cells, (mine for _, mine in _by_arm(plan, rows)), align),
+        "Iteration: median gap between consecutive iteration ends, read from the host clock with no "
+        "synchronization (so nothing is added inside the timed region); a diagnostic, not the claim. "
+        "Checkpoints: bytes on disk of the checkpoint files the fit wrote. The quality figure is a sanity "
+        "check that the fit trained; a short fit says nothing about final accuracy.",
+        "Kept between steps: device memory the optimizer holds besides its state at the fit's end "
+        "(`optimizer.plan_bytes`: for the candidate its stacks, scratch and captured graph's pool; n/a for "
+        "an optimizer that keeps none). It is part of every later peak, so it bounds how close the arms' "
+        "peaks can come."
+        if kept
+        else None,
+        "Ranks: the fit's figure is rank 0's bracket; each rank's peaks are in the row (`rank_peak_allocated`, "
+        "`rank_peak_reserved`), with their max and sum. NS matrices per rank: the Newton-Schulz matrices each "
+        "rank orthogonalized in the last trial, of all of them (`optimizer.sharing`); 'every rank: all' for "
+        "an arm that does not share, whose every rank orthogonalizes every matrix."
+        if ranked
+        else None,
     )
 
 
@@ -301,31 +284,27 @@ def _shares(rows: pd.DataFrame) -> str:
     return f"{' + '.join(str(int(h)) for h in here)} of {int(total)}"
 
 
-def _stages_text(plan: Plan, trials: pd.DataFrame, figures_dir: Path) -> list[str]:
+def _stages_section(plan: Plan, trials: pd.DataFrame, figures_dir: Path) -> Section:
     table = stage_table(plan, trials)
     if table.empty:
-        return ["### Stage shares", "", "No finished measured trial with stage figures yet.", ""]
+        return Section("Stage shares").add("No finished measured trial with stage figures yet.")
     arms = [a for a in plan.arm_labels() if a in set(table["arm"])]
-    rows = []
-    for stage in STAGES:
-        row: list[Any] = [stage]
-        for arm in arms:
-            entry = table[(table["arm"] == arm) & (table["stage"] == stage)].iloc[0]
-            row.append(f"{format_value(entry['median_s'], 's')} ({format_percent(entry['share'])})")
-        rows.append(row)
-    lines = [
-        "### Stage shares (diagnostic: synchronized at every stage boundary)",
-        "",
-        markdown_table(["stage", *[f"{a} median (share)" for a in arms]], rows, "l" + "r" * len(arms)),
-        "",
-    ]
-    lines += [f"- {line}" for line in stage_findings(plan, table)]
-    lines += [f"- {line}" for line in step_findings(plan, trials)]
-    lines.append("")
+    cells = {"stage": lambda stage: stage}
+    for arm in arms:
+        cells[f"{arm} median (share)"] = lambda stage, arm=arm: _stage_cell(table, arm, stage)
+    findings = stage_findings(plan, table) + step_findings(plan, trials)
     path = plot_fit_stage_shares(table, plan, figures_dir / "stage_shares.png")
-    lines += [markdown_image(path, "stage shares per arm"), ""]
-    lines.append(f"Stage medians per arm are in `{STAGES_CSV}` in the run folder.")
-    return lines
+    return Section("Stage shares (diagnostic: synchronized at every stage boundary)").add(
+        Table.of(cells, STAGES, "l" + "r" * len(arms)),
+        "\n".join(f"- {line}" for line in findings),
+        Image(path, "stage shares per arm"),
+        f"Stage medians per arm are in `{STAGES_CSV}` in the run folder.",
+    )
+
+
+def _stage_cell(table: pd.DataFrame, arm: str, stage: str) -> str:
+    entry = table[(table["arm"] == arm) & (table["stage"] == stage)].iloc[0]
+    return f"{format_value(entry['median_s'], 's')} ({format_percent(entry['share'])})"
 
 
 def tables(run: Run) -> dict[str, pd.DataFrame]:
@@ -342,14 +321,14 @@ def _verdict_cell(claim: pd.Series, same: set[str]) -> str:
         return "withheld (the baseline's code)"
     if is_missing(claim["bar"]):
         return str(claim["verdict"])
-    return f"{claim['verdict']} ({format_limit(100 * float(claim['bar']), claim['kind'] == 'control')})"
+    return f"{claim['verdict']} ({claim_limit(claim)})"
 
 
-def _steady_text(run: Run) -> list[str]:
+def _steady_section(run: Run) -> Section | None:
     """The steady-state figure's section: per-arm medians and its own paired statistics, beside the claim."""
     steady = steady_claims(run)
     if steady.empty:
-        return []
+        return None
     plan, trials = run.plan, run.summaries.trials
     same = set(same_code_arms(plan))
     rows = finished(trials)
@@ -373,29 +352,23 @@ def _steady_text(run: Run) -> list[str]:
         ]
         for _, c in steady.iterrows()
     ]
-    return [
-        "### Steady-state figure (secondary: the whole fit stays the claim)",
-        "",
+    return Section("Steady-state figure (secondary: the whole fit stays the claim)").add(
         "Per fit, the training time from the start of the second epoch to the end of the last iteration "
         "(validation and checkpoints left out). Its pairs go through the claim's statistics, against the same "
         f"bar or tolerance; the gate reads only the whole fit. Medians: {', '.join(medians)}.",
-        "",
-        markdown_table(columns, table, "l" * (len(columns) - 7) + "lrrrlll"),
-        "",
+        Table(columns, table, "l" * (len(columns) - 7) + "lrrrlll"),
         f"The table is `{STEADY_CLAIMS_CSV}` in the run folder.",
-        "",
-    ]
+    )
 
 
-def report_section(run: Run) -> str:
+def report_section(run: Run) -> Section:
     """The fit tier's report section: its settings, per-trial figures and, in a stages run, the stage shares."""
     plan, trials = run.plan, run.summaries.trials
-    lines = _settings_text(plan) + _figures_text(plan, trials) + _steady_text(run)
+    parts = [_settings_section(plan), _figures_section(plan, trials), _steady_section(run)]
     if FitSettings.from_dict(plan.settings).stages:
-        lines += _stages_text(plan, trials, run.figures_dir)
-    else:
-        lines += [
-            "What bounds the figure: run the same command with `--stages` (its own run folder, never mixed into "
-            "a claim) for each stage's share of the fit and the ceiling on what an optimizer-only change can save.",
-        ]
-    return "\n".join(lines).rstrip()
+        return Section("").add(*parts, _stages_section(plan, trials, run.figures_dir))
+    return Section("").add(
+        *parts,
+        "What bounds the figure: run the same command with `--stages` (its own run folder, never mixed into "
+        "a claim) for each stage's share of the fit and the ceiling on what an optimizer-only change can save.",
+    )

@@ -10,7 +10,17 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from harness.plot_style import ARM_COLORS, BAR, FAILED, MarkStyle, arm_styles, failure_handle, figure
+from harness.plot_style import (
+    ARM_COLORS,
+    BAR,
+    FAILED,
+    MarkStyle,
+    arm_styles,
+    failure_handle,
+    figure,
+    label_rows,
+    legend_right,
+)
 
 
 def plot_probe_memory(memory: pd.DataFrame, plan: Any, path: Path) -> Path:
@@ -60,10 +70,7 @@ def plot_probe_memory(memory: pd.DataFrame, plan: Any, path: Path) -> Path:
         if budget is not None:
             ax.axvline(budget, color=BAR.color, linestyle="--", linewidth=2)
         ax.set_xlim(0, right)
-        ax.set_ylim(len(labels) - 0.5, -0.5)
-        ax.set_yticks(range(len(labels)))
-        ax.set_yticklabels(labels)
-        ax.grid(axis="y", visible=False)
+        label_rows(ax, labels)
         ax.set_xlabel("peak allocated (GiB)")
         ax.set_title(f"{plan.tier}: peak memory of one head step")
         handles: list[Any] = [
@@ -80,7 +87,7 @@ def plot_probe_memory(memory: pd.DataFrame, plan: Any, path: Path) -> Path:
             handles.append(Line2D([], [], color=BAR.color, linestyle="--", linewidth=2, label="budget"))
         if failed_any:
             handles.append(failure_handle("out of memory"))
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        legend_right(ax, handles=handles)
     return path
 
 
@@ -106,15 +113,12 @@ def plot_stage_share(shares: pd.DataFrame, path: Path) -> Path:
                 ha="left",
                 fontsize=11,
             )
-        ax.set_ylim(len(rows) - 0.5, -0.5)
-        ax.set_yticks(range(len(rows)))
-        ax.set_yticklabels([f"{r['case']} · {r['arm']}" for _, r in rows.iterrows()])
-        ax.grid(axis="y", visible=False)
+        label_rows(ax, [f"{r['case']} · {r['arm']}" for _, r in rows.iterrows()])
         learner_ms = float(rows["learner_ms"].iloc[0]) if len(rows) else 1.0
         ax.set_xlim(0, learner_ms * 1.3)
         ax.set_xlabel("milliseconds of one learner step")
         ax.set_title("probe: the head's share of one learner step")
         handles = [Patch(facecolor=s.color, label=f"head, {label}") for label, s in styles.items()]
         handles.append(Patch(facecolor="#D9D9D9", label="rest of the learner step"))
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        legend_right(ax, handles=handles)
     return path

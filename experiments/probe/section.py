@@ -10,7 +10,7 @@ import pandas as pd
 
 from experiments.probe.plots import plot_probe_memory, plot_stage_share
 from harness.formatting import format_bytes, format_number, format_percent
-from harness.markdown import markdown_image, markdown_table
+from harness.present.model import Image, Section, Table
 from harness.protocol import Plan
 from harness.stats import max_of, median_of
 from harness.tables import Summaries
@@ -158,14 +158,8 @@ def _bound_cell(share: float, bound: float) -> str:
     return "n/a (head > step)" if share > 1 else f"under {bound:g}%"
 
 
-def _share_lines(plan: Plan, shares: pd.DataFrame, learner_ms: float) -> list[str]:
-    lines = [
-        "### Stage share",
-        "",
-        f"One whole learner step was given as {format_number(learner_ms)} ms (`--learner-ms`). The head's share "
-        "of it bounds any whole-run saving from the head: removing the head entirely would save exactly its share.",
-        "",
-    ]
+def _share_section(shares: pd.DataFrame, learner_ms: float) -> Section:
+    """The head's share of one learner step, per case and arm, and what it bounds."""
     cells = {
         "case": lambda r: r["case"],
         "arm": lambda r: r["arm"],
@@ -176,45 +170,38 @@ def _share_lines(plan: Plan, shares: pd.DataFrame, learner_ms: float) -> list[st
             r["learner_step_reduction"]
         ),
     }
-    rows = [[cell(r) for cell in cells.values()] for _, r in shares.iterrows()]
-    lines += [markdown_table(list(cells), rows, "llrrrr"), ""]
-    for _, r in shares.iterrows():
-        where = f"{r['case']} · {r['arm']}"
-        if not math.isfinite(r["head_median_ms"]):
-            lines.append(
-                f"- {where}: the head did not finish in most measured trials; it has no share to bound."
-            )
-            continue
-        text = (
-            f"- {where}: the head's median {format_number(r['head_median_ms'])} ms is "
-            f"{format_percent(r['head_share'])} of a {format_number(learner_ms)} ms learner step"
+    records = [r for _, r in shares.iterrows()]
+    return Section("Stage share").add(
+        f"One whole learner step was given as {format_number(learner_ms)} ms (`--learner-ms`). The head's share "
+        "of it bounds any whole-run saving from the head: removing the head entirely would save exactly its share.",
+        Table.of(cells, records, "llrrrr"),
+        "\n".join(_share_sentence(r, learner_ms) for r in records),
+    )
+
+
+def _share_sentence(r: pd.Series, learner_ms: float) -> str:
+    where = f"{r['case']} · {r['arm']}"
+    if not math.isfinite(r["head_median_ms"]):
+        return f"- {where}: the head did not finish in most measured trials; it has no share to bound."
+    text = (
+        f"- {where}: the head's median {format_number(r['head_median_ms'])} ms is "
+        f"{format_percent(r['head_share'])} of a {format_number(learner_ms)} ms learner step"
+    )
+    if r["head_share"] > 1:
+        text += (
+            ": the head alone takes longer than the stated learner step, so that step cannot carry this head "
+            "and no bound follows; check `--learner-ms`."
         )
-        if r["head_share"] > 1:
-            text += (
-                ": the head alone takes longer than the stated learner step, so that step cannot carry this head "
-                "and no bound follows; check `--learner-ms`."
-            )
-        else:
-            text += (
-                f": even a zero-cost head would save under {r['zero_cost_saving_under_percent']:g}% "
-                "of the whole run."
-            )
-        if not pd.isna(r["learner_step_reduction"]):
-            saving = float(r["learner_step_reduction"])
-            difference = float(r["saving_vs_baseline_ms"])
-            text += (
-                f" Its median head step is {format_number(abs(difference))} ms "
-                + ("below" if difference >= 0 else "above")
-                + " the baseline's, which would "
-                + (
-                    f"take {format_percent(saving)} off"
-                    if saving >= 0
-                    else f"add {format_percent(-saving)} to"
-                )
-                + " a learner step."
-            )
-        lines.append(text)
-    return lines
+    else:
+        text += f": even a zero-cost head would save under {r['zero_cost_saving_under_percent']:g}% of the whole run."
+    if not pd.isna(r["learner_step_reduction"]):
+        saving, difference = float(r["learner_step_reduction"]), float(r["saving_vs_baseline_ms"])
+        effect = f"take {format_percent(saving)} off" if saving >= 0 else f"add {format_percent(-saving)} to"
+        text += (
+            f" Its median head step is {format_number(abs(difference))} ms "
+            f"{'below' if difference >= 0 else 'above'} the baseline's, which would {effect} a learner step."
+        )
+    return text
 
 
 def tables(run: Run) -> dict[str, pd.DataFrame]:
@@ -226,30 +213,20 @@ def tables(run: Run) -> dict[str, pd.DataFrame]:
     return out
 
 
-def report_section(run: Run) -> str:
+def report_section(run: Run) -> Section:
     """The probe's report section and its plots."""
     plan, summaries, figures_dir = run.plan, run.summaries, run.figures_dir
-    trials = summaries.trials
-    memory = memory_table(plan, trials)
+    memory = memory_table(plan, summaries.trials)
     reserve = plan.settings.get("reserve_bytes")
-    lines = ["### Head probe", ""]
-    lines.append(
-        "Heads: " + "; ".join(f"`{c.label}`: {describe_head(c.params)}" for c in plan.cases) + ". "
-        f"Budget {format_bytes(plan.protocol.budget) if plan.protocol.budget is not None else 'none (the whole device)'}"
-        + (
-            f", of which {format_bytes(reserve)} is held for the whole of every trial by `--reserve`, "
-            "standing for the rest of the learner"
-            if reserve
-            else ""
-        )
-        + ". Head-only figures: a head that fits and runs fast alone says nothing about a whole learner "
-        "until the learner, with everything it holds, fits the same budget."
+    budget = (
+        format_bytes(plan.protocol.budget) if plan.protocol.budget is not None else "none (the whole device)"
     )
-    lines += [
-        "",
-        "Memory and time split, measured trials that finished (medians; peaks over the timed step):",
-        "",
-    ]
+    held = (
+        f", of which {format_bytes(reserve)} is held for the whole of every trial by `--reserve`, "
+        "standing for the rest of the learner"
+        if reserve
+        else ""
+    )
     has_memory = memory["peak_allocated_median"].notna().any()
     cells = {
         "case": lambda r: r["case"],
@@ -262,49 +239,46 @@ def report_section(run: Run) -> str:
     if has_memory:
         for name, column in _MEMORY_COLUMNS.items():
             cells[name] = lambda r, column=column: format_bytes(r[column])
-    columns = list(cells)
-    rows = [[cell(r) for cell in cells.values()] for _, r in memory.iterrows()]
-    lines += [markdown_table(columns, rows, "llr" + "r" * (len(columns) - 3)), ""]
-    lines.append(
+    probe = Section("Head probe").add(
+        "Heads: " + "; ".join(f"`{c.label}`: {describe_head(c.params)}" for c in plan.cases) + ". "
+        f"Budget {budget}{held}. Head-only figures: a head that fits and runs fast alone says nothing about a "
+        "whole learner until the learner, with everything it holds, fits the same budget.",
+        "Memory and time split, measured trials that finished (medians; peaks over the timed step):",
+        Table.of(cells, (r for _, r in memory.iterrows()), "llr" + "r" * (len(cells) - 3)),
         "The forward+backward and step columns come from CUDA events recorded inside the bracket (the host clock "
         "on the CPU); the head's extra peak is its peak allocation above what was allocated when the timed step "
         "began (inputs, parameters, optimizer state, reserve); the step's extra peak is the optimizer step's peak "
         "above what was allocated when it began, measured in an untimed step before the timed one (the allocator "
         "is never read inside the bracket)."
-        + ("" if has_memory else " No memory figures: the allocator's counters exist only on CUDA.")
+        + ("" if has_memory else " No memory figures: the allocator's counters exist only on CUDA."),
+        "Against the budget:",
+        "\n".join(_fit_sentence(r, plan) for _, r in memory.iterrows()),
     )
-    lines += ["", "Against the budget:", ""]
-    lines += [_fit_sentence(r, plan) for _, r in memory.iterrows()]
     if has_memory or (memory["out_of_memory"] > 0).any():
-        path = plot_probe_memory(memory, plan, figures_dir / "probe-memory.png")
-        lines += [
-            "",
-            markdown_image(path, "probe: peak memory against the budget"),
-            "",
+        probe.add(
+            Image(
+                plot_probe_memory(memory, plan, figures_dir / "probe-memory.png"),
+                "probe: peak memory against the budget",
+            ),
             "Median peak allocated per case and arm (the whisker reaches the highest peak), the reserve held "
             "for the rest of the learner hatched, the budget dashed; a red x marks an arm whose measured trials "
             "ran out of memory.",
-        ]
+        )
     learner_ms = plan.settings.get("learner_ms")
-    if learner_ms:
-        shares = share_table(plan, summaries, float(learner_ms))
-        lines += [""] + _share_lines(plan, shares, float(learner_ms))
-        finite = shares[np.isfinite(shares["head_median_ms"].to_numpy(dtype=float))]
-        if len(finite):
-            path = plot_stage_share(shares, figures_dir / "probe-stage-share.png")
-            lines += [
-                "",
-                markdown_image(path, "probe: the head's share of one learner step"),
-                "",
-                "Each bar is one learner step: the head's median (coloured) and the rest of the step (grey).",
-            ]
-    else:
-        lines += [
-            "",
+    tidy = f"Tidy tables: `{MEMORY_CSV}`" + (f", `{SHARE_CSV}`" if learner_ms else "") + " in the run folder."
+    if not learner_ms:
+        return probe.add(
             "No `--learner-ms` given: no stage share (the head's share of a whole learner step) is stated.",
-        ]
-    lines += [
-        "",
-        f"Tidy tables: `{MEMORY_CSV}`" + (f", `{SHARE_CSV}`" if learner_ms else "") + " in the run folder.",
-    ]
-    return "\n".join(lines)
+            tidy,
+        )
+    shares = share_table(plan, summaries, float(learner_ms))
+    share = _share_section(shares, float(learner_ms))
+    if np.isfinite(shares["head_median_ms"].to_numpy(dtype=float)).any():
+        share.add(
+            Image(
+                plot_stage_share(shares, figures_dir / "probe-stage-share.png"),
+                "probe: the head's share of one learner step",
+            ),
+            "Each bar is one learner step: the head's median (coloured) and the rest of the step (grey).",
+        )
+    return Section("", [probe, share.add(tidy)])

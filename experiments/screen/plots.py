@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
-from harness.plot_style import MarkStyle, arm_styles, figure
+from harness.plot_style import MarkStyle, arm_styles, figure, legend_right
 
 CROSSOVER_PNG = "screen_crossover.png"
 MEMORY_PNG = "screen_memory.png"
@@ -25,9 +25,7 @@ def plot_crossover(
     unit: str = "ms/step",
 ) -> Path:
     """A crossover plot (the screen's): one line per series over categorical x, log y."""
-    styles = arm_styles(series)
-    positions = {x: i for i, x in enumerate(x_order)}
-    offsets = series_offsets(len(series), len(x_order))
+    styles, positions, offsets = _layout(series, x_order)
     lines: list[str] = []  # series drawn, in order (each gets a legend entry drawn as it is)
     floors: list[str] = []
     with figure(path, width=10.0, height=5.4) as (fig, ax):
@@ -77,8 +75,17 @@ def plot_crossover(
         for label in floors:
             handles.append(Line2D([], [], **_floor_marks(styles[label])))
             labels.append(f"{label} launch floor (CUDA graph)")
-        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        legend_right(ax, handles, labels)
     return path
+
+
+def _layout(series: Sequence[str], x_order: Sequence[str]) -> tuple[dict, dict[str, int], list[float]]:
+    """Each series' style, each x category's position, and each series' offset within a category."""
+    return (
+        arm_styles(series),
+        {x: i for i, x in enumerate(x_order)},
+        series_offsets(len(series), len(x_order)),
+    )
 
 
 def _ordered(table: pd.DataFrame, label: str, positions: dict[str, int]) -> pd.DataFrame:
@@ -125,9 +132,7 @@ def plot_memory(
     title: str = "extra peak memory",
 ) -> Path:
     """Bytes per series over categorical x (``table`` columns ``x``, ``series``, ``bytes``), in MiB."""
-    styles = arm_styles(series)
-    positions = {x: i for i, x in enumerate(x_order)}
-    offsets = series_offsets(len(series), len(x_order))
+    styles, positions, offsets = _layout(series, x_order)
     values = (
         pd.to_numeric(table["bytes"], errors="coerce").to_numpy(dtype=float) / 2**20
         if len(table)
@@ -166,5 +171,5 @@ def plot_memory(
             ax.set_yticks([])
         _scale_axis(ax, x_order, "MiB", title)
         if drawn:
-            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+            legend_right(ax)
     return path

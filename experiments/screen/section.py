@@ -15,7 +15,7 @@ from experiments.screen.summary import SUMMARY_CSV, summary_table
 from harness import stats
 from harness.codepaths import same_code_arms
 from harness.formatting import format_bytes, format_number, format_percent
-from harness.markdown import markdown_image, markdown_table
+from harness.present.model import Image, Section, Table
 from harness.protocol import Plan
 from harness.tier import Run
 from harness.timing import is_cuda
@@ -35,16 +35,17 @@ class Paired:
     a_faster: int
     median: float
 
+    @property
+    def tally(self) -> str:
+        return f"faster in {self.a_faster} of {self.rounds} rounds"
+
     def text(self, a: str, b: str) -> str:
         if not self.rounds:
             return f"no common round of {a} and {b}"
         if math.isinf(self.median) and self.median < 0:
-            return f"{a} failed where {b} finished (paired median; {a} faster in {self.a_faster} of {self.rounds} rounds)"
+            return f"{a} failed where {b} finished (paired median; {a} {self.tally})"
         direction = "faster" if self.median > 0 else ("slower" if self.median < 0 else "no faster")
-        return (
-            f"{a} {direction} than {b} by {format_percent(abs(self.median))} (paired median; {a} faster in "
-            f"{self.a_faster} of {self.rounds} rounds)"
-        )
+        return f"{a} {direction} than {b} by {format_percent(abs(self.median))} (paired median; {a} {self.tally})"
 
 
 def paired(trials: pd.DataFrame, scale: str, a: str, b: str) -> Paired:
@@ -104,13 +105,16 @@ def _ms(row: pd.Series | None) -> float:
     return math.nan if row is None else float(row["ms_median"])
 
 
-def guard_analysis(
-    plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, spec: str
-) -> tuple[list[str], str | None]:
-    """Markdown lines on where padding stops paying for ``spec``, and the guard the data supports."""
+def _times(row: pd.Series) -> tuple[float, float, float]:
+    """A summary row's medians: ms/step, host ms/step and the launch floor."""
+    return float(row["ms_median"]), float(row["host_ms_median"]), float(row["floor_ms_median"])
+
+
+def guard_analysis(plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, spec: str) -> list[str | Table]:
+    """Where padding stops paying for ``spec``, and the guard the data supports."""
     guards = list(plan.settings["guards"])
     labels = {g: guard_label(spec, parse_guard(g)) for g in guards}
-    lines: list[str] = []
+    lines: list[str | Table] = []
     best_by_scale: dict[str, float] = {}
     rows = []
     for scale in plan.settings["scales"]:
@@ -128,37 +132,30 @@ def guard_analysis(
         )
         rows.append([scale, fastest] + [format_number(medians[g]) for g in guards] + [versus])
     if not rows:
-        return [f"No finished trial of `{spec}` at any guard."], None
-    lines.append(f"Per scale, `{spec}` ms/step (median) at each guard, and the fastest guard:")
-    lines.append("")
-    lines.append(
-        markdown_table(
-            ["scale", "fastest guard"] + [f"g{g}" for g in guards] + ["fastest vs next"],
+        return [f"No finished trial of `{spec}` at any guard."]
+    lines += [
+        f"Per scale, `{spec}` ms/step (median) at each guard, and the fastest guard:",
+        Table(
+            ["scale", "fastest guard", *(f"g{g}" for g in guards), "fastest vs next"],
             rows,
             "ll" + "r" * len(guards) + "l",
-        )
-    )
-    lines.append("")
+        ),
+        "",
+    ]
 
     # Where the unguarded arm (or the largest guard) turns slower than the default guard and than exact shapes.
     widest = NO_LIMIT if NO_LIMIT in guards else max((g for g in guards), key=lambda g: int(g))
     for reference in [
         g for g in (plan.settings["default_guards"].get(spec), "0") if g in guards and g != widest
     ]:
-        turned = []
-        for scale in plan.settings["scales"]:
-            comparison = paired(trials, scale, labels[widest], labels[reference])
-            if comparison.rounds and comparison.median < 0:
-                turned.append(f"{scale} ({comparison.text(labels[widest], labels[reference])})")
-        if turned:
-            lines.append(
-                f"- `{labels[widest]}` is slower than `{labels[reference]}` at: " + "; ".join(turned) + "."
-            )
-        else:
-            lines.append(
-                f"- `{labels[widest]}` is never slower than `{labels[reference]}` in this data "
-                "(paired medians)."
-            )
+        a, b = labels[widest], labels[reference]
+        found = [(scale, paired(trials, scale, a, b)) for scale in plan.settings["scales"]]
+        turned = [f"{scale} ({c.text(a, b)})" for scale, c in found if c.rounds and c.median < 0]
+        lines.append(
+            f"- `{a}` is slower than `{b}` at: " + "; ".join(turned) + "."
+            if turned
+            else f"- `{a}` is never slower than `{b}` in this data (paired medians)."
+        )
     if "0" in guards and len(guards) > 1:
         pays = []
         for scale in plan.settings["scales"]:
@@ -200,10 +197,10 @@ def guard_analysis(
             lines.append(
                 f"The shipped default is g{default} (worst {format_number(worst[default][0])}× the fastest)."
             )
-    return lines, supported
+    return lines
 
 
-def target_lines(plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, candidate: str) -> list[str]:
+def target_lines(plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, candidate: str) -> list[str | Table]:
     """The issue's targets for the candidate arm ``candidate``, checked scale by scale against the data."""
     baseline = plan.cases[0].arms[0].label
     upstream = next((a.label for a in plan.cases[0].arms if a.spec == "upstream"), None)
@@ -211,90 +208,60 @@ def target_lines(plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, candidat
     rows = []
     misses: list[str] = []
 
-    def add(target: str, scale: str, figure: str, met: bool | None, bound: str) -> None:
+    def add(target: str, figure: str, met: bool | None = None, why: str = "") -> None:
         verdict = "n/a" if met is None else ("met" if met else "**missed**")
-        rows.append([target, scale, figure, verdict, bound if met is False else ""])
+        rows.append([target, scale, figure, verdict, why if met is False else ""])
         if met is False:
-            misses.append(f"{target} at {scale}: {figure}; bound by {bound}")
+            misses.append(f"{target} at {scale}: {figure}; bound by {why}")
 
     for scale in scales:
         mine = _row(table, scale, candidate)
         if mine is None:
             continue
-        ms, host, floor = (
-            float(mine["ms_median"]),
-            float(mine["host_ms_median"]),
-            float(mine["floor_ms_median"]),
-        )
-        bound = (
-            bound_by(ms, host, floor)
-            if is_cuda(plan.protocol.device)
-            else "n/a on the CPU (host and device are one)"
-        )
+        ms, host, floor = _times(mine)
+        cpu = "n/a on the CPU (host and device are one)"
+        bound = bound_by(ms, host, floor) if is_cuda(plan.protocol.device) else cpu
+        target = f"≤ {FLOOR_TARGET:g}× own floor"
         if math.isfinite(floor):
-            ratio = ms / floor
-            add(
-                f"≤ {FLOOR_TARGET:g}× own floor",
-                scale,
-                f"{format_number(ms)} ms = {format_number(ratio)}× floor {format_number(floor)} ms "
-                f"({'under' if ratio <= FLOOR_TARGET else 'over'} by {format_number(abs(ms - FLOOR_TARGET * floor))} ms)",
-                ratio <= FLOOR_TARGET,
-                bound,
-            )
+            ratio, gap = ms / floor, format_number(abs(ms - FLOOR_TARGET * floor))
+            side = "under" if ratio <= FLOOR_TARGET else "over"
+            figure = f"{format_number(ms)} ms = {format_number(ratio)}× floor {format_number(floor)} ms"
+            figure += f" ({side} by {gap} ms)"
+            add(target, figure, ratio <= FLOOR_TARGET, bound)
         else:
-            add(
-                f"≤ {FLOOR_TARGET:g}× own floor",
-                scale,
-                f"floor {mine['floor_note'] or 'not measured'}",
-                None,
-                "",
-            )
+            add(target, f"floor {mine['floor_note'] or 'not measured'}")
         theirs = _row(table, scale, upstream) if upstream else None
-        if theirs is not None:
+        if theirs is None:
+            add("vs upstream", "upstream not in this run")
+        else:
             speedup = _ms(theirs) / ms
             need = UPSTREAM_SPEEDUP_AT_N if scale == "n" else UPSTREAM_SPEEDUP
-            comparison = paired(trials, scale, candidate, upstream)
-            add(
-                f"≥ {need:g}× faster than upstream",
-                scale,
-                f"{format_number(speedup)}× ({format_number(_ms(theirs))} vs {format_number(ms)} ms; faster in "
-                f"{comparison.a_faster} of {comparison.rounds} rounds)",
-                speedup >= need,
-                bound,
+            tally = paired(trials, scale, candidate, upstream).tally
+            figure = (
+                f"{format_number(speedup)}× ({format_number(_ms(theirs))} vs {format_number(ms)} ms; {tally})"
             )
+            add(f"≥ {need:g}× faster than upstream", figure, speedup >= need, bound)
             peak_mine, peak_theirs = (
                 float(mine["extra_peak_bytes_median"]),
                 float(theirs["extra_peak_bytes_median"]),
             )
             if math.isfinite(peak_mine) and math.isfinite(peak_theirs):
-                add(
-                    "extra peak ≤ upstream's",
-                    scale,
-                    f"{format_bytes(peak_mine)} vs {format_bytes(peak_theirs)} "
-                    f"({'+' if peak_mine > peak_theirs else '−'}{format_bytes(abs(peak_mine - peak_theirs))})",
-                    peak_mine <= peak_theirs,
-                    memory_bound(table, scale, candidate),
-                )
+                sign = "+" if peak_mine > peak_theirs else "−"
+                gap = f"{sign}{format_bytes(abs(peak_mine - peak_theirs))}"
+                figure = f"{format_bytes(peak_mine)} vs {format_bytes(peak_theirs)} ({gap})"
+                why = memory_bound(table, scale, candidate)
+                add("extra peak ≤ upstream's", figure, peak_mine <= peak_theirs, why)
             else:
-                add("extra peak ≤ upstream's", scale, "not measurable here (no CUDA allocator)", None, "")
-        else:
-            add("vs upstream", scale, "upstream not in this run", None, "")
+                add("extra peak ≤ upstream's", "not measurable here (no CUDA allocator)")
         versus = paired(trials, scale, candidate, baseline)
         if versus.rounds:
-            add(
-                "never slower than baseline",
-                scale,
-                f"{'faster' if versus.median > 0 else 'slower'} by {format_percent(abs(versus.median))} (paired "
-                f"median; faster in {versus.a_faster} of {versus.rounds} rounds)",
-                versus.a_faster == versus.rounds,
-                bound,
-            )
-    lines = [
-        markdown_table(
-            ["target", "scale", "figure", "verdict", "what bounds it (where missed)"], rows, "lllll"
-        )
+            word = "faster" if versus.median > 0 else "slower"
+            figure = f"{word} by {format_percent(abs(versus.median))} (paired median; {versus.tally})"
+            add("never slower than baseline", figure, versus.a_faster == versus.rounds, bound)
+    lines: list[str | Table] = [
+        Table(["target", "scale", "figure", "verdict", "what bounds it (where missed)"], rows),
+        "",
     ]
-    lines.append("")
     if misses:
         lines += ["Missed:", ""] + [f"- {miss}." for miss in misses]
     elif rows:
@@ -310,11 +277,7 @@ def next_step(table: pd.DataFrame, candidate: str, scales: list[str]) -> str:
     worst = max(
         rows, key=lambda r: (r["over_floor"] if math.isfinite(r["over_floor"]) else -1, r["ms_median"])
     )
-    ms, host, floor = (
-        float(worst["ms_median"]),
-        float(worst["host_ms_median"]),
-        float(worst["floor_ms_median"]),
-    )
+    ms, host, floor = _times(worst)
     where = f"At {worst['scale']} the candidate takes {format_number(ms)} ms/step"
     if not math.isfinite(floor):
         return (
@@ -351,22 +314,14 @@ def _withheld(labels: list[str], same: dict[str, str], what: str) -> str:
     )
 
 
-def report_section(run: Run) -> str:
+def report_section(run: Run) -> Section:
     """The screen's report section: tables, crossover and memory plots, and the analysis, from the data."""
     plan, summaries, figures_dir = run.plan, run.summaries, run.figures_dir
     table = summary_table(plan, summaries)
     trials = summaries.trials
-    lines = ["### Screen: crossover over scales and padding guards", ""]
+    section = Section("Screen: crossover over scales and padding guards")
     if table.empty:
-        return "\n".join(lines + ["No measured trial finished: nothing to analyse."])
-    lines.append(
-        f"Per scale × arm (measured trials; `{SUMMARY_CSV}` in the run folder holds every figure). ms/step = window "
-        f"total / {plan.settings['steps']} steps after {plan.settings['warmup_steps']} warm-up steps; host = host "
-        "time inside `step()` per step, no synchronization; floor = one captured step replayed "
-        f"{plan.settings['floor_replays']} times (CUDA graph); extra peak = allocator peak over the window minus "
-        "what was allocated when it opened (state excluded; state = what the warm-up steps left allocated)."
-    )
-    lines.append("")
+        return section.add("No measured trial finished: nothing to analyse.")
     has_ops = "ops_per_step_median" in table and table["ops_per_step_median"].notna().any()
     cells = {
         "scale": lambda r: r["scale"],
@@ -389,9 +344,16 @@ def report_section(run: Run) -> str:
             "—" if r["role"] == "baseline" else format_percent(r["reduction_vs_baseline_median"])
         ),
     }
-    rows = [[cell(r) for cell in cells.values()] for _, r in table.iterrows()]
-    lines.append(markdown_table(list(cells), rows, "ll" + "r" * (len(cells) - 2)))
-    lines.append("")
+    lines: list[str | Table | Image] = [
+        f"Per scale × arm (measured trials; `{SUMMARY_CSV}` in the run folder holds every figure). ms/step = window "
+        f"total / {plan.settings['steps']} steps after {plan.settings['warmup_steps']} warm-up steps; host = host "
+        "time inside `step()` per step, no synchronization; floor = one captured step replayed "
+        f"{plan.settings['floor_replays']} times (CUDA graph); extra peak = allocator peak over the window minus "
+        "what was allocated when it opened (state excluded; state = what the warm-up steps left allocated).",
+        "",
+        Table.of(cells, (r for _, r in table.iterrows()), "ll" + "r" * (len(cells) - 2)),
+        "",
+    ]
     if plan.protocol.gpus > 1:
         from experiments.screen.ranks import ranks_lines
 
@@ -400,79 +362,65 @@ def report_section(run: Run) -> str:
     for _, r in table[table["floor_note"] != ""].iterrows():
         for note in str(r["floor_note"]).split("; "):
             notes.setdefault(note, []).append(f"{r['scale']} {r['arm']}")
-    for note, where in notes.items():
-        lines.append(f"Floor {note} ({', '.join(where)}).")
-    if notes:
-        lines.append("")
-
-    labels = plan.arm_labels()
-    lines_table = table.rename(
-        columns={
-            "scale": "x",
-            "arm": "series",
-            "ms_median": "median",
-            "ms_min": "low",
-            "ms_max": "high",
-            "floor_ms_median": "floor",
-        }
-    )
+    lines += [f"Floor {note} ({', '.join(where)})." for note, where in notes.items()] + [""]
+    labels, scales = plan.arm_labels(), plan.settings["scales"]
+    names = {"scale": "x", "arm": "series", "ms_median": "median", "ms_min": "low", "ms_max": "high"}
     crossover = plot_crossover(
-        lines_table,
+        table.rename(columns={**names, "floor_ms_median": "floor"}),
         labels,
-        plan.settings["scales"],
+        scales,
         figures_dir / CROSSOVER_PNG,
         title="optimizer step vs scale (floors dashed)",
     )
-    memory_table = table.rename(columns={"scale": "x", "arm": "series", "extra_peak_bytes_median": "bytes"})
     memory = plot_memory(
-        memory_table,
+        table.rename(columns={"scale": "x", "arm": "series", "extra_peak_bytes_median": "bytes"}),
         labels,
-        plan.settings["scales"],
+        scales,
         figures_dir / MEMORY_PNG,
         title="extra peak memory of one step vs scale",
     )
     lines += [
-        markdown_image(crossover, "crossover: ms/step vs scale"),
-        "",
+        Image(crossover, "crossover: ms/step vs scale"),
         "Median ms/step per arm (bars: min–max over rounds), log axis; dashed: the same arm's launch floor "
         "(CUDA-graph replay), where it could be captured.",
         "",
-        markdown_image(memory, "extra peak memory vs scale"),
-        "",
+        Image(memory, "extra peak memory vs scale"),
         "Median extra peak of one step (allocator peak over the window minus what was allocated when it opened).",
     ]
-
+    section = Section.of_lines(section.title, lines)
     same = same_code_arms(plan)
     for spec in plan.settings["guarded_specs"]:
         if spec == plan.settings["arm_specs"][0]:
             continue
-        lines += ["", f"#### Where padding stops paying (`{spec}`)", ""]
         guarded = [guard_label(spec, parse_guard(g)) for g in plan.settings["guards"]]
         if all(label in same for label in guarded):
-            lines.append(_withheld(guarded, same, "which guard the data supports"))
-            continue
-        guard_text, supported = guard_analysis(plan, table, trials, spec)
-        lines += guard_text
-
+            body = [_withheld(guarded, same, "which guard the data supports")]
+        else:
+            body = guard_analysis(plan, table, trials, spec)
+        section.add(Section.of_lines(f"Where padding stops paying (`{spec}`)", body, depth=4))
     if "candidate" in plan.settings["arm_specs"][1:]:
-        default = plan.settings["default_guards"].get("candidate")
-        if "candidate" not in plan.settings["guarded_specs"]:
-            candidate, which = "candidate", "the candidate as shipped"
-        elif default in plan.settings["guards"]:
-            candidate, which = guard_label("candidate", parse_guard(default)), "the candidate as shipped"
-        else:
-            candidate = guard_label("candidate", parse_guard(plan.settings["guards"][0]))
-            which = f"the shipped default g{default} was not screened; the first screened guard instead"
-        lines += ["", f"#### Targets, checked for `{candidate}` ({which})", ""]
-        if candidate in same:
-            lines.append(_withheld([candidate], same, "whether a target is met, and the next step"))
-        else:
-            lines += target_lines(plan, table, trials, candidate)
-            lines += ["", f"**Next step.** {next_step(table, candidate, plan.settings['scales'])}"]
+        section.add(_targets(plan, table, trials, same))
     if plan.protocol.device == "cpu":
-        lines += [
-            "",
-            "This run was on the CPU: no launch floor, no allocator peaks; its timings say nothing about "
-            "a GPU.",
-        ]
-    return "\n".join(lines)
+        section.add(
+            "This run was on the CPU: no launch floor, no allocator peaks; its timings say nothing about a GPU."
+        )
+    return section
+
+
+def _targets(plan: Plan, table: pd.DataFrame, trials: pd.DataFrame, same: dict[str, str]) -> Section:
+    """The targets' subsection for the candidate as shipped (or the first screened guard)."""
+    default = plan.settings["default_guards"].get("candidate")
+    if "candidate" not in plan.settings["guarded_specs"]:
+        candidate, which = "candidate", "the candidate as shipped"
+    elif default in plan.settings["guards"]:
+        candidate, which = guard_label("candidate", parse_guard(default)), "the candidate as shipped"
+    else:
+        candidate = guard_label("candidate", parse_guard(plan.settings["guards"][0]))
+        which = f"the shipped default g{default} was not screened; the first screened guard instead"
+    title = f"Targets, checked for `{candidate}` ({which})"
+    if candidate in same:
+        body = [_withheld([candidate], same, "whether a target is met, and the next step")]
+    else:
+        body = target_lines(plan, table, trials, candidate)
+        body += ["", f"**Next step.** {next_step(table, candidate, plan.settings['scales'])}"]
+    return Section.of_lines(title, body, depth=4)

@@ -27,6 +27,13 @@ from harness.report_env import resumed_at_other_code, resumed_elsewhere
 from harness.stats import disagreeing_checks
 from harness.tier import Caveat
 
+ONE_FOR_MANY = {  # the caveat that lists a kind's claims where more than three have it
+    "insufficient": "insufficient: {n} claims' intervals do not keep their stated level.",
+    "both": "pairs left out in {n} claims: both arms failed.",
+    "odd": "odd pairs: {n} claims ran their arm second and first unequally often.",
+    "checks": "checks disagree with the primary verdict in {n} claims.",
+}
+
 
 def caveats(run: LoadedRun) -> list[Caveat]:
     """Caveats derived from the tier and the data, most important first."""
@@ -138,7 +145,7 @@ def caveats(run: LoadedRun) -> list[Caveat]:
         )
     if not run.tier.paired:  # pairs, intervals and bars mean nothing to it
         return out
-    per_claim: dict[str, list[Caveat]] = {"insufficient": [], "both": [], "odd": [], "checks": []}
+    per_claim: dict[str, list[Caveat]] = {key: [] for key in ONE_FOR_MANY}
     for _, c in plan_ordered(claims, run).iterrows():
         label = f"{c['arm']} vs {c['baseline_arm']}" + (f" ({c['case']})" if len(plan.cases) > 1 else "")
         if not c["ci_sufficient"]:
@@ -185,18 +192,12 @@ def caveats(run: LoadedRun) -> list[Caveat]:
                     code="checks-disagree",
                 )
             )
-    summaries = {
-        "insufficient": "insufficient: {n} claims' intervals do not keep their stated level.",
-        "both": "pairs left out in {n} claims: both arms failed.",
-        "odd": "odd pairs: {n} claims ran their arm second and first unequally often.",
-        "checks": "checks disagree with the primary verdict in {n} claims.",
-    }
     for key, items in per_claim.items():  # one caveat per claim; beyond three, one that lists them
         headlines = " ".join(c.headline for c in items)
         out += (
             items
             if len(items) <= 3
-            else [Caveat(summaries[key].format(n=len(items)), headlines, code=items[0].code)]
+            else [Caveat(ONE_FOR_MANY[key].format(n=len(items)), headlines, code=items[0].code)]
         )
     flags = instability_flags(trials, run.env)
     heads = (

@@ -5,13 +5,12 @@ from __future__ import annotations
 import pandas as pd
 
 from harness import plots, telemetry
+from harness.folder_format import OOM_FIELDS
 from harness.formatting import format_bytes, is_missing
 from harness.markdown import cell, code
 from harness.present.caveats import caveats
 from harness.present.model import Image, Section, Table
 from harness.present.run_view import LoadedRun, level, plan_ordered, plural
-
-OOM_FIELDS = ("requested", "total", "free", "allocated", "reserved", "budget")
 
 TELEMETRY_FIGURES = (  # (column, what it is) plotted against each trial's figure, where the log has them
     ("cpu_busy_share", "machine CPU busy share"),
@@ -34,12 +33,16 @@ def failures_section(run: LoadedRun) -> Section:
     if len(oom):
         rows = [
             [int(r["index"]), r["case"], r["phase"], int(r["round"]), r["arm"]]
-            + [format_bytes(r.get(f"oom_{k}")) for k in OOM_FIELDS]
+            + [format_bytes(r.get(k)) for k in OOM_FIELDS]
             for _, r in oom.iterrows()
         ]
         out.add(
             "Out of memory (`resource_failure`), with the byte figures parsed from the error:",
-            Table(["trial", "case", "phase", "round", "arm", *OOM_FIELDS], rows, "rllrl" + "r" * 6),
+            Table(
+                ["trial", "case", "phase", "round", "arm", *(k.removeprefix("oom_") for k in OOM_FIELDS)],
+                rows,
+                "rllrl" + "r" * 6,
+            ),
         )
     other = failed[failed["status"] != "resource_failure"]
     if len(other):

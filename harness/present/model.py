@@ -1,11 +1,11 @@
-"""The presentation model: a section is a title and blocks (paragraphs, tables, images); renderers write it."""
+"""The presentation model: a section is a title and blocks (paragraphs, tables, images, subsections)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 from harness.markdown import markdown_image, markdown_table
 
@@ -20,6 +20,11 @@ class Table:
     rows: Sequence[Sequence[Any]]
     align: str = ""
 
+    @classmethod
+    def of(cls, cells: Mapping[str, Callable[[Any], Any]], records: Iterable[Any], align: str = "") -> Table:
+        """A table whose columns are ``cells``' names; each row applies every cell to one record."""
+        return cls(list(cells), [[cell(r) for cell in cells.values()] for r in records], align)
+
 
 @dataclass(frozen=True)
 class Image:
@@ -29,24 +34,24 @@ class Image:
     caption: str
 
 
-Block = str | Table | Image  # a str is a paragraph (lines of a list included)
+Block = Union[str, Table, Image, "Section"]  # a str is a paragraph (lines of a list included)
 
 
 @dataclass
 class Section:
-    """A titled part of a report; ``depth`` 2 for a summary or a run, 3 for a run's parts."""
+    """A titled part of a report; ``depth`` 2 for a summary or a run, 3 for a run's parts, 4 below."""
 
     title: str
     blocks: list[Block] = field(default_factory=list)
     depth: int = 3
 
-    def add(self, *blocks: Block) -> Section:
-        self.blocks.extend(b for b in blocks if b != "")
+    def add(self, *blocks: Block | None) -> Section:
+        self.blocks.extend(b for b in blocks if b is not None and b != "")
         return self
 
     @classmethod
     def of_lines(cls, title: str, lines: Sequence[Block], depth: int = 3) -> Section:
-        """A section of paragraphs from lines separated by empty lines (a table or an image stands alone)."""
+        """A section of paragraphs from lines separated by empty lines (any other block stands alone)."""
         section, para = cls(title, depth=depth), []
         for line in [*lines, ""]:
             if isinstance(line, str) and line:
@@ -64,6 +69,8 @@ def block_markdown(block: Block) -> str:
         return markdown_table(block.columns, block.rows, block.align)
     if isinstance(block, Image):
         return markdown_image(block.path, block.caption)
+    if isinstance(block, Section):
+        return "\n".join(markdown(block))
     return block
 
 

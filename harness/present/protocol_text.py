@@ -12,9 +12,16 @@ from harness.design import estimand
 from harness.formatting import format_bytes, format_limit, is_missing
 from harness.markdown import NOT_RECORDED, code, when
 from harness.present.model import STATISTICS_DOC, Section
-from harness.present.run_view import LoadedRun, extra_warmups, looks, plural, warmup_sequence_text
+from harness.present.run_view import LoadedRun, extra_warmups, plural, warmup_sequence_text
 from harness.protocol import DUET_FILLER_FORMAT, IDLE_GAP_SECONDS, WHOLE_PAIRS_FORMAT, Plan
+from harness.sequential import look_level
+from harness.sequential import looks as pair_looks
 from harness.stats import ClaimSettings
+
+
+def looks(p: Any) -> tuple[int, ...]:
+    """The stopping rule's looks (pair counts) under protocol options ``p``."""
+    return pair_looks(p.first_look, p.max_pairs)
 
 
 def describe_arms(plan: Plan) -> str:
@@ -100,7 +107,7 @@ def protocol_section(run: LoadedRun) -> Section:
         else "none"
     )
     count = (
-        f"rounds chosen by the stopping rule (`--pairs auto`: looks at {list(looks(plan))} pairs)"
+        f"rounds chosen by the stopping rule (`--pairs auto`: looks at {list(looks(p))} pairs)"
         if p.auto
         else f"{p.pairs} {unit_word}"
     )
@@ -191,12 +198,10 @@ def verdict_rule(plan: Plan) -> str:
 
 def stopping_text(plan: Plan) -> str:
     """The stopping rule as it ran: the rule, its looks and each look's decision."""
-    from harness.sequential import look_level
-
     p = plan.protocol
-    levels, worst, best = look_level(0.95, looks(plan))
+    levels, worst, best = look_level(0.95, looks(p))
     text = (
-        f"Stopping rule (`--pairs auto --precision {p.precision:g}`): at pre-set looks {list(looks(plan))} "
+        f"Stopping rule (`--pairs auto --precision {p.precision:g}`): at pre-set looks {list(looks(p))} "
         f"the median's interval at that look's level ({', '.join(f'{v:.2%}' for v in levels)}) is "
         f"compared with the target half-width of {p.precision:g} points; the run stops when every claim's is "
         f"within it (A/A controls do not hold a claim's stop), at the last look ({p.max_pairs} pairs)"

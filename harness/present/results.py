@@ -7,10 +7,10 @@ import pandas as pd
 from harness import delay_check
 from harness.codepaths import WITHHELD, same_code_arms, verdict_shown
 from harness.formatting import (
+    claim_limit,
     format_bytes,
     format_interval,
     format_levels,
-    format_limit,
     format_number,
     format_percent,
     format_percent_range,
@@ -121,8 +121,7 @@ def results_section(run: LoadedRun) -> Section:
 def _explain(c: pd.Series, verdict: str, plan: Plan) -> str:
     """Why a claim got its verdict, in words."""
     interval = f"the {100 * float(c['ci_level']):.0f}% {method_label(c)} interval {format_interval(c['ci_low'], c['ci_high'])}"
-    control = c["kind"] == "control"
-    limit = "no bar" if is_missing(c["bar"]) else format_limit(100 * float(c["bar"]), control)
+    limit = claim_limit(c)
     return {
         "clears": f"{interval} lies wholly above {limit}",
         "fails": f"{interval} lies wholly below {limit}",

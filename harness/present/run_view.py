@@ -60,22 +60,13 @@ class LoadedRun(Run):
             f"Run {self.number}: {self.plan.tier}{kind}" if self.several else f"Run: {self.plan.tier}{kind}"
         )
 
-    def tag(self, claim: pd.Series) -> str:
-        """How the summary names this run in a claim's row: its number, and for a control's row that it is one."""
-        return f"{self.number}" + (" (A/A control)" if claim["kind"] == "control" else "")
-
-    def case_order(self) -> dict[str, int]:
-        return {c.label: i for i, c in enumerate(self.plan.cases)}
-
-    def arm_order(self) -> dict[str, int]:
-        return {label: i for i, label in enumerate(self.plan.arm_labels())}
-
 
 def plan_ordered(frame: pd.DataFrame, run: LoadedRun) -> pd.DataFrame:
     """Rows in plan order of case, then arm (the statistics' order follows the first round's order)."""
     if frame.empty:
         return frame
-    cases, arms = run.case_order(), run.arm_order()
+    cases = {c.label: i for i, c in enumerate(run.plan.cases)}
+    arms = {label: i for i, label in enumerate(run.plan.arm_labels())}
     keys = [
         (cases.get(str(c), len(cases)), arms.get(str(a), len(arms)))
         for c, a in zip(frame["case"], frame["arm"], strict=True)
@@ -215,12 +206,6 @@ def logged(plan: Plan, trials: pd.DataFrame) -> str:
     )
 
 
-def planned_text(plan: Plan) -> str:
-    """The pairs asked for: a number, or the stopping rule's looks."""
-    p = plan.protocol
-    return f"auto (≤ {p.max_pairs})" if p.auto else str(p.pairs)
-
-
 def plural(count: int, word: str) -> str:
     return f"{count} {word}" + ("" if count == 1 else "s")
 
@@ -250,7 +235,8 @@ def attained(level: Any) -> str:
 
 def pairs_text(run: LoadedRun, claim: pd.Series) -> str:
     """``6 of 6``, with pairs left out (both arms failed) said."""
-    text = f"{int(claim['pairs'])} of {planned_text(run.plan)}"
+    p = run.plan.protocol
+    text = f"{int(claim['pairs'])} of " + (f"auto (≤ {p.max_pairs})" if p.auto else str(p.pairs))
     if int(claim["both_failed"]):
         text += f" (+{int(claim['both_failed'])} both failed, left out)"
     return text
@@ -282,9 +268,3 @@ def level(runs: list[LoadedRun]) -> str:
             claim = claims.iloc[0]
             return f"{100 * float(claim['ci_level']):.0f}% {method_label(claim)} interval"
     return "calibrated t interval"
-
-
-def looks(plan: Plan) -> tuple[int, ...]:
-    from harness.sequential import looks
-
-    return looks(plan.protocol.first_look, plan.protocol.max_pairs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness.codepaths import all_same_code, same_code_arms, verdict_shown, what_ran
 from harness.formatting import format_interval, format_levels, format_percent, format_value, method_label
-from harness.markdown import code, markdown_table, when
+from harness.markdown import code, when
 from harness.present.caveats import caveats, control_text
 from harness.present.model import STATISTICS_DOC, Section, Table
 from harness.present.run_view import LoadedRun, arm_row, limit_text, logged, pairs_text, plan_ordered
@@ -22,14 +22,15 @@ def same_code_tag(plan: Plan) -> str:
     return ""
 
 
-def title_lines(runs: list[LoadedRun]) -> list[str]:
+def title_section(runs: list[LoadedRun]) -> Section:
+    """The title, the answers in words, the date, and the run folder or the runs table."""
     kinds: list[str] = []
     for run in runs:
         kind = run.plan.tier + ("" if run.kind == "claim" else f" {run.kind}") + same_code_tag(run.plan)
         if kind not in kinds:
             kinds.append(kind)
     first = runs[0]
-    lines = [f"# musgd-bench report: {' + '.join(kinds)}", ""]
+    lines: list[str | Table] = [f"# musgd-bench report: {' + '.join(kinds)}", ""]
     for run in runs:  # the answer first, in words (harness.sentence)
         where = f"Run {run.number}: " if len(runs) > 1 else ""
         if run.tier.paired and not run.tier.diagnostic:
@@ -53,7 +54,7 @@ def title_lines(runs: list[LoadedRun]) -> list[str]:
             + f" (lower is better); {logged(plan, trials)} in the log."
         )
         lines += ["", "Command:", "", "```sh", plan.command or "# not recorded (started from Python)", "```"]
-        return lines
+        return Section.of_lines(lines[0][2:], lines[2:], depth=1)
     gates = {r.number: gate(r) for r in runs}
     rows = [
         [
@@ -69,7 +70,7 @@ def title_lines(runs: list[LoadedRun]) -> list[str]:
         for r in runs
     ]
     columns = ["run", "folder", "tier", "kind", "figure", "started", "trials logged", "`--gate`"]
-    lines.append(markdown_table(columns, rows, "rllll"))
+    lines.append(Table(columns, rows, "rllll"))
     failing = [(r, gates[r.number][1]) for r in runs if gates[r.number][1]]
     if failing:
         lines += [
@@ -82,7 +83,7 @@ def title_lines(runs: list[LoadedRun]) -> list[str]:
     for r in runs:
         lines += [f"# run {r.number} ({r.name})", r.plan.command or "# not recorded (started from Python)"]
     lines.append("```")
-    return lines
+    return Section.of_lines(lines[0][2:], lines[2:], depth=1)
 
 
 def gate(run: LoadedRun) -> tuple[str, list[str]]:
@@ -114,7 +115,11 @@ def summary_section(runs: list[LoadedRun]) -> Section:
             case, arm, base = str(claim["case"]), str(claim["arm"]), str(claim["baseline_arm"])
             base_row, mine = arm_row(summaries, case, base), arm_row(summaries, case, arm)
             rows.append(
-                ([run.tag(claim)] if several else [])
+                (
+                    [f"{run.number}" + (" (A/A control)" if claim["kind"] == "control" else "")]
+                    if several
+                    else []
+                )
                 + [
                     case,
                     f"{arm} vs {base}",
