@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 
@@ -333,14 +333,9 @@ def _worker_main(target: str, payload_file: str, result_file: str) -> int:
     _write_json(
         f"{result_file}.rank{rank}", {**result, "rank": rank, "local_rank": local_rank, "time": time.time()}
     )
-    _leave_without_teardown(1 if "exception" in result else 0)  # non-zero: the launcher stops the others
-
-
-def _leave_without_teardown(code: int) -> NoReturn:
-    """A rank leaves at once when its result is written."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)
+    os._exit(1 if "exception" in result else 0)  # at once; non-zero: the launcher stops the other ranks
 
 
 if __name__ == "__main__":

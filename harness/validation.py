@@ -297,10 +297,14 @@ def _status_problem(index: int, row: dict[str, Any], by_ratio: bool) -> str | No
         return f"trial {index} has status {_show(status)}, not one of {', '.join(STATUSES)}"
     if status == "ok" and value is None:
         return f"trial {index} is 'ok' with no value"
-    low = 1 / FIGURE_LIMIT if status == "ok" and by_ratio else -FIGURE_LIMIT  # a ratio's figure is positive
-    problem = _field_problem("value", value, RowField(float, low, FIGURE_LIMIT))
+    problem = _field_problem("value", value, RowField(float, -FIGURE_LIMIT, FIGURE_LIMIT))
     if problem:
         return f"trial {index}'s {problem}"
+    if status == "ok" and by_ratio and not value >= 1 / FIGURE_LIMIT:
+        return (
+            f"trial {index}'s value is {_show(value)}, not a positive figure from {1 / FIGURE_LIMIT:g} on "
+            "(the arms are compared by ratio)"
+        )
     if not isinstance(row.get("message", ""), str):
         return f"trial {index}'s message is {_show(row['message'])}, not text"
     return _fields_problem(index, row)
@@ -407,10 +411,4 @@ def _show(value: Any) -> str:
 
 
 def _name(hint: Any) -> str:
-    return {
-        int: "a whole number",
-        float: "a number",
-        numbers.Real: "a number",
-        str: "text",
-        bool: "true or false",
-    }.get(hint, "null" if hint is type(None) else getattr(hint, "__name__", str(hint)))
+    return _PLAIN[hint][1] if hint in _PLAIN else getattr(hint, "__name__", str(hint))
