@@ -47,12 +47,12 @@ class StoppingRule:
         for arm, group in pairs.groupby("arm", sort=False) if not pairs.empty else ():
             x = group.loc[~group["both_failed"].astype(bool), "log_ratio"].to_numpy(dtype=float)
             if x.size == 0:
-                decisions[str(arm)] = (False, "no usable pair yet", None)
+                decisions[str(arm)] = {"stop": False, "reason": "no usable pair yet", "half_width": None}
                 continue
             decision = should_stop(x, p.precision, CONFIDENCE, p.first_look, p.max_pairs, budget_spent=last)
             interval = decision.interval
             half = interval.half_width if interval and interval.computable else None
-            decisions[str(arm)] = (decision.stop, decision.reason, half)
+            decisions[str(arm)] = {"stop": decision.stop, "reason": decision.reason, "half_width": half}
         baseline = str(pairs["baseline_arm"].iloc[0]) if not pairs.empty else ""
         calibration = (
             set(trials.loc[trials["role"] == CALIBRATION_ROLE, "arm"]) if "role" in trials else set()
@@ -61,17 +61,20 @@ class StoppingRule:
         settings = ClaimSettings.from_protocol(p)
         claims = {a: d for a, d in mine.items() if not settings.is_control(a, baseline)} or mine
         # An A/A control's or a calibration arm's target does not hold a claim's stop.
-        stop = last or (bool(claims) and all(d[0] for d in claims.values()))
+        stop = last or (bool(claims) and all(d["stop"] for d in claims.values()))
         if budget_spent:
             reason = "time budget spent"
         elif rounds >= p.max_pairs:
             reason = "last look (max pairs)"
         else:
             reason = "every claim's precision reached" if stop else "precision not reached by every claim"
-        reach = [f"{a}:{d[1].split(';', 1)[1]}" for a, d in claims.items() if "pairs reach about" in d[1]]
+        reach = [
+            f"{a}:{d['reason'].split(';', 1)[1]}"
+            for a, d in claims.items()
+            if "pairs reach about" in d["reason"]
+        ]
         reason += "".join(f"; {text}" for text in reach)  # a target out of reach, said at the first look
-        claimed = {arm: {"stop": d[0], "reason": d[1], "half_width": d[2]} for arm, d in decisions.items()}
-        return {"case": case, "rounds": rounds, "stop": stop, "reason": reason, "claims": claimed}
+        return {"case": case, "rounds": rounds, "stop": stop, "reason": reason, "claims": decisions}
 
     def __call__(self, unit: list[ScheduledTrial]) -> bool:
         plan, protocol = self.plan, self.plan.protocol
