@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterable
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -169,8 +170,6 @@ def _cudnn_version() -> int | None:
 
 
 def _package_version(name: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version(name)
     except PackageNotFoundError:
@@ -182,7 +181,7 @@ def _own_version() -> str | None:
     installed = _package_version("musgd-bench")
     if installed is not None:
         return installed
-    import tomllib
+    import tomllib  # Python 3.11 on; reached only where the package is not installed
 
     try:
         with open(project_root() / "pyproject.toml", "rb") as handle:

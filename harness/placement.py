@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, replace
 from itertools import groupby
 from typing import Any
 
+import torch
+
 PLACEMENT_ENV = "BENCH_CPU_PLACEMENT"
 CPUS_ACCEPTED = "auto, or a list of cores such as 2-7 or 2,3,5-6"
 MIN_CORES_TO_KEEP_APART = 3
@@ -211,8 +213,6 @@ def set_process_affinity(cores: Iterable[int]) -> None:
 
 def apply_in_worker(placement: Placement) -> dict[str, Any]:
     """Place this worker process: affinity of all its threads, then torch's thread counts."""
-    import torch
-
     set_process_affinity(placement.worker_cores)
     torch.set_num_threads(placement.torch_threads)
     try:

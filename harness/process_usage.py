@@ -44,7 +44,7 @@ def usage_from(record: dict[str, Any] | None) -> ProcessUsage | None:
 
 def own_usage() -> ProcessUsage:
     """The calling process's usage (all its threads) and its reaped children's, from ``getrusage``."""
-    import resource
+    import resource  # Unix only: imported where a process reads its own usage
 
     me = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)

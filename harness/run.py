@@ -282,7 +282,7 @@ class Runner:
                 shown = shown[len(headline) :].lstrip("\n")  # the summary above opened with it already
             console.print(shown)
         if self.options.report:
-            from harness.report import write_report
+            from harness.report import write_report  # matplotlib: loaded by a run that writes a report only
 
             try:
                 console.print(f"report: {write_report([folder], self.tiers)}", soft_wrap=True)
