@@ -1,5 +1,6 @@
-"""What each arm ran, as its plan records it (``Plan.arm_code``); a candidate running the baseline's code
-is an A/A in effect, and its verdicts are withheld (docs/run-folder.md).
+"""What each arm ran, as its plan records it (``Plan.arm_code``).
+
+A candidate running the baseline's code is an A/A in effect: its verdicts are withheld (docs/run-folder.md).
 """
 
 from __future__ import annotations

@@ -5,12 +5,13 @@ The rule, stated once: ``docs/methods.md`` (``harness/duet.py``).
 
 from __future__ import annotations
 
-import shutil
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from harness.safe_fs import remove_tree
 
 PARTNER_REASON = "duet partner"
 
@@ -62,6 +63,4 @@ def _remove_files(run_dir: Path, index: int) -> None:
     trials = Path(run_dir) / "trials"
     for log in trials.glob(f"{index}.*log"):
         log.unlink(missing_ok=True)
-    folder = trials / f"{index:03d}"
-    if folder.is_dir() and not folder.is_symlink():
-        shutil.rmtree(folder, ignore_errors=True)
+    remove_tree(trials / f"{index:03d}")

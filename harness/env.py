@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import numbers
 import os
 import platform
@@ -11,10 +10,13 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterable
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from harness.code_origin import source_sha256
 
 _SMI_FIELDS = tuple(
     "index name clocks.sm clocks.mem temperature.gpu power.draw driver_version memory.total uuid".split()
@@ -130,15 +132,8 @@ def git_state(repo: Path, code_files: Iterable[str] = ()) -> dict[str, Any]:
             ["git", "status", "--porcelain", "--untracked-files=all", "--", *map(str, inside)], repo
         )
         state["git_dirty"] = None if status is None else bool(status)
-    state["arm_files"] = [{"path": str(path), "sha256": _sha256(path)} for path in outside]
+    state["arm_files"] = [{"path": str(path), "sha256": source_sha256(path)} for path in outside]
     return state
-
-
-def _sha256(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None
 
 
 def _git(repo: Path) -> dict[str, Any]:
@@ -175,8 +170,6 @@ def _cudnn_version() -> int | None:
 
 
 def _package_version(name: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version(name)
     except PackageNotFoundError:
@@ -188,7 +181,7 @@ def _own_version() -> str | None:
     installed = _package_version("musgd-bench")
     if installed is not None:
         return installed
-    import tomllib
+    import tomllib  # Python 3.11 on; reached only where the package is not installed
 
     try:
         with open(project_root() / "pyproject.toml", "rb") as handle:

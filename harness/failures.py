@@ -1,13 +1,13 @@
-"""Arms whose every measured trial failed: named on the console, one line per distinct error, and the command's
-exit status ``EVERY_TRIAL_FAILED`` (3): a run with nothing to compare must not look like a success."""
+"""Arms whose every measured trial failed: one console line per distinct error, and exit status 3.
+
+A run with nothing to compare must not look like a success.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-EVERY_TRIAL_FAILED = (
-    3  # bench's exit status when an arm has no successful measured trial (0 ok, 1 gate, 2 input)
-)
+EVERY_TRIAL_FAILED = 3  # bench's exit status when an arm has no ok measured trial (0 ok, 1 gate, 2 input)
 SHOWN = 5  # distinct errors named per arm; the report lists every trial's
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shutil
 from collections.abc import Iterable
 from typing import Any
@@ -21,13 +22,8 @@ BENIGN_REASONS = 0x1 | 0x2 | 0x100
 
 def decode_reasons(mask: int) -> list[str]:
     """Names of the set bits of a clock-event (throttle) reasons mask, unknown bits as ``unknown_0x…``."""
-    names = []
-    bit = 1
-    while bit <= mask:
-        if mask & bit:
-            names.append(THROTTLE_REASONS.get(bit, f"unknown_{bit:#x}"))
-        bit <<= 1
-    return names
+    bits = (1 << n for n in range(mask.bit_length()) if mask >> n & 1)
+    return [THROTTLE_REASONS.get(bit, f"unknown_{bit:#x}") for bit in bits]
 
 
 def reasons_that_matter(mask: int) -> list[str]:
@@ -38,7 +34,7 @@ def reasons_that_matter(mask: int) -> list[str]:
 def _load_nvml() -> Any:
     """The ``pynvml`` module, or None when it does not import."""
     try:
-        import pynvml
+        import pynvml  # imported at the first reading: a CPU-only run never loads it
     except ImportError:
         return None
     return pynvml
@@ -156,18 +152,15 @@ def _float(value: Any) -> float | None:
         number = float(value)
     except (TypeError, ValueError):
         return None
-    return number if number == number and abs(number) != float("inf") else None
+    return number if math.isfinite(number) else None
 
 
 def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
+    """A whole number, from an int or from text in decimal or ``0x…`` (as nvidia-smi prints masks)."""
+    if isinstance(value, int) and not isinstance(value, bool):
         return value
-    text = str(value).strip()
-    for base in (10, 16):  # decimal, or 0x… as nvidia-smi prints masks
-        try:
-            return int(text, base) if base == 10 or text.lower().startswith("0x") else None
-        except ValueError:
-            continue
-    return None
+    text = str(value).strip().lower()
+    try:
+        return int(text, 16 if text.startswith("0x") else 10)
+    except ValueError:
+        return None

@@ -6,6 +6,7 @@ import ctypes
 import importlib
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -14,10 +15,11 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 
@@ -50,6 +52,18 @@ class WorkerError(RuntimeError):
     """The worker raised; the message carries the worker's exception type and text."""
 
 
+@contextmanager
+def _exchange(
+    target: str, payload: dict[str, Any], log_path: Path | None
+) -> Iterator[tuple[list[str], Path, Path]]:
+    """A temporary folder with the payload: the worker's module arguments, its result file and its output file."""
+    with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
+        payload_file, result_file = Path(tmp) / "payload.json", Path(tmp) / "result.json"
+        payload_file.write_text(json.dumps(payload))
+        arguments = ["harness.isolation", target, str(payload_file), str(result_file)]
+        yield arguments, result_file, Path(log_path or Path(tmp) / "output.log")
+
+
 def _run_to_end(
     command: list[str],
     env: dict[str, str],
@@ -59,7 +73,8 @@ def _run_to_end(
 ) -> tuple[Any, int | str]:
     """Run ``command`` (this checkout on ``PYTHONPATH``): its CPU usage and exit status or why it stopped."""
     root = str(Path(__file__).resolve().parent.parent)
-    env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)}
+    env = {**os.environ, **env, "PYTHONUNBUFFERED": "1", RANK_LOG_ENV: rank_log_template(output_file)}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     with open(output_file, "ab") as output:
         process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
         try:
@@ -84,16 +99,11 @@ def run_in_worker(
     cancel: threading.Event | None = None,
 ) -> dict[str, Any]:
     """Call ``target(payload)`` in a fresh Python process and return its result dict."""
-    with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
-        payload_file, result_file = Path(tmp) / "payload.json", Path(tmp) / "result.json"
-        payload_file.write_text(json.dumps(payload))
-        output_file = log_path or Path(tmp) / "output.log"
-        command = [sys.executable, "-m", "harness.isolation", target, str(payload_file), str(result_file)]
-        worker_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
-        worker_env[RANK_LOG_ENV] = rank_log_template(output_file)  # for ranks the target may launch itself
-        if placement is not None:
-            worker_env.update(worker_environment(placement))
-        usage, returncode = _run_to_end(command, worker_env, output_file, timeout_s, cancel)
+    with _exchange(target, payload, log_path) as (arguments, result_file, output_file):
+        worker_env = {**(env or {}), **(worker_environment(placement) if placement else {})}
+        usage, returncode = _run_to_end(
+            [sys.executable, "-m", *arguments], worker_env, output_file, timeout_s, cancel
+        )
         if not result_file.is_file():
             tail = output_file.read_text(errors="replace")[-OUTPUT_TAIL_CHARS:].strip()
             last = tail.splitlines()[-1] if tail else "no output"
@@ -122,29 +132,17 @@ def run_in_ranks(
     cancel: threading.Event | None = None,
 ) -> dict[str, Any]:
     """Call ``target(payload)`` in ``ranks`` fresh processes started by ``torch.distributed.run``."""
-    with tempfile.TemporaryDirectory(prefix="bench-ranks-") as tmp:
-        payload_file, result_file = Path(tmp) / "payload.json", Path(tmp) / "result.json"
-        payload_file.write_text(json.dumps(payload))
-        output_file = log_path or Path(tmp) / "output.log"
+    with _exchange(target, payload, log_path) as (arguments, result_file, output_file):
         launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks)]
-        worker = ["harness.isolation", target, str(payload_file), str(result_file)]
-        command = [*launcher, *(list(launcher_options) or ["--standalone"]), "--module", *worker]
-        rank_env = {
-            **os.environ,
-            **(env or {}),
-            **RANK_ENVIRONMENT,
-            "PYTHONUNBUFFERED": "1",
-            RANKS_ENV: "1",
-            TRIAL_PID_ENV: str(os.getpid()),
-            RANK_LOG_ENV: rank_log_template(output_file),
-        }
+        command = [*launcher, *(list(launcher_options) or ["--standalone"]), "--module", *arguments]
+        rank_env = {**(env or {}), **RANK_ENVIRONMENT, RANKS_ENV: "1", TRIAL_PID_ENV: str(os.getpid())}
         if placement is not None:
             shares = rank_placements(placement, ranks)
             rank_env.update(worker_environment(min(shares, key=lambda p: p.omp_threads)))
             rank_env[RANK_PLACEMENTS_ENV] = json.dumps([share.to_dict() for share in shares])
         usage, returncode = _run_to_end(command, rank_env, output_file, timeout_s, cancel)
-        records = [json.loads(p.read_text()) for p in sorted(Path(tmp).glob("result.json.rank*"))]
-        launcher_log = Path(output_file).read_text(errors="replace")
+        records = [json.loads(p.read_text()) for p in sorted(result_file.parent.glob("result.json.rank*"))]
+        launcher_log = output_file.read_text(errors="replace")
     _raise_first_failure(records, launcher_log, returncode)
     firsts = [r for r in records if r.get("local_rank") == 0]
     if returncode != 0 or not firsts:
@@ -189,17 +187,12 @@ def _launcher_exits(launcher_log: str) -> dict[int, int]:
     """Each failed rank's exit code, from ``torch.distributed.run``'s failure summary (negative: a signal)."""
     exits: dict[int, int] = {}
     rank = None
-    for line in launcher_log.splitlines():
-        key, colon, value = line.partition(":")
-        if not colon:
-            continue
-        if key.strip() == "rank" and value.split()[:1] and value.split()[0].isdigit():
-            rank = int(value.split()[0])
-        elif key.strip() == "exitcode" and rank is not None:
-            try:
-                exits.setdefault(rank, int(value.split()[0]))
-            except (ValueError, IndexError):
-                pass
+    for key, value in re.findall(r"^\s*(rank|exitcode)\s*:\s*(-?\d*)", launcher_log, re.M):
+        if key == "rank":
+            rank = int(value) if value.isdigit() else rank
+        elif rank is not None:
+            if value.lstrip("-"):
+                exits.setdefault(rank, int(value))
             rank = None
     return exits
 
@@ -340,14 +333,9 @@ def _worker_main(target: str, payload_file: str, result_file: str) -> int:
     _write_json(
         f"{result_file}.rank{rank}", {**result, "rank": rank, "local_rank": local_rank, "time": time.time()}
     )
-    _leave_without_teardown(1 if "exception" in result else 0)  # non-zero: the launcher stops the others
-
-
-def _leave_without_teardown(code: int) -> NoReturn:
-    """A rank leaves at once when its result is written."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)
+    os._exit(1 if "exception" in result else 0)  # at once; non-zero: the launcher stops the other ranks
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from itertools import groupby
-from pathlib import Path
 from typing import Any
+
+import torch
 
 PLACEMENT_ENV = "BENCH_CPU_PLACEMENT"
 CPUS_ACCEPTED = "auto, or a list of cores such as 2-7 or 2,3,5-6"
@@ -37,17 +38,17 @@ class Placement:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields (core lists as lists)."""
-        record = asdict(self)
-        record["parent_cores"] = list(self.parent_cores)
-        record["worker_cores"] = list(self.worker_cores)
-        return record
+        return {
+            **asdict(self),
+            "parent_cores": list(self.parent_cores),
+            "worker_cores": list(self.worker_cores),
+        }
 
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> Placement:
         fields = {k: record[k] for k in cls.__dataclass_fields__}
-        fields["parent_cores"] = tuple(int(c) for c in fields["parent_cores"])
-        fields["worker_cores"] = tuple(int(c) for c in fields["worker_cores"])
-        return cls(**fields)
+        cores = {k: tuple(int(c) for c in fields[k]) for k in ("parent_cores", "worker_cores")}
+        return cls(**{**fields, **cores})
 
     def describe(self) -> str:
         """One line for the console and the report's protocol paragraph."""
@@ -212,8 +213,6 @@ def set_process_affinity(cores: Iterable[int]) -> None:
 
 def apply_in_worker(placement: Placement) -> dict[str, Any]:
     """Place this worker process: affinity of all its threads, then torch's thread counts."""
-    import torch
-
     set_process_affinity(placement.worker_cores)
     torch.set_num_threads(placement.torch_threads)
     try:
@@ -235,35 +234,12 @@ def apply_from_environment() -> dict[str, Any] | None:
     return None if placement is None else apply_in_worker(placement)
 
 
-def pin_parent(placement: Placement) -> frozenset[int]:
-    """Pin the calling (parent) process to its cores; returns the mask it had, for ``unpin_parent``."""
-    previous = frozenset(os.sched_getaffinity(0))
-    set_process_affinity(placement.parent_cores)
-    return previous
-
-
-def unpin_parent(previous: Iterable[int]) -> None:
-    """Give the calling process back the mask ``pin_parent`` returned."""
-    set_process_affinity(previous)
-
-
 @contextmanager
 def parent_pinned(placement: Placement) -> Iterator[None]:
-    """The parent pinned to its cores for the ``with`` block, then restored (also on error)."""
-    previous = pin_parent(placement)
+    """Every thread of the calling (parent) process pinned to its cores for the block, then restored."""
+    previous = frozenset(os.sched_getaffinity(0))
+    set_process_affinity(placement.parent_cores)
     try:
         yield
     finally:
-        unpin_parent(previous)
-
-
-def read_allowed_cores(pid: int | str = "self") -> frozenset[int] | None:
-    """The ``Cpus_allowed_list`` of a process (its main thread) from ``/proc``; None when unreadable."""
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith("Cpus_allowed_list:"):
-            return frozenset(parse_core_list(line.split(":", 1)[1].strip()))
-    return None
+        set_process_affinity(previous)

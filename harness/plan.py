@@ -102,11 +102,8 @@ def grow_schedule(plan: Plan, case_label: str, rounds: int, next_index: int) -> 
     if rounds <= have:
         return []
     p = plan.protocol
-    template = build_schedule([case], 0, rounds, p.order, p.seed)
-    added: list[ScheduledTrial] = []
-    for t in template:
-        if t.round >= have:
-            added.append(replace(t, index=next_index + len(added)))
+    later = (t for t in build_schedule([case], 0, rounds, p.order, p.seed) if t.round >= have)
+    added = [replace(t, index=next_index + n) for n, t in enumerate(later)]
     last = max(i for i, t in enumerate(plan.schedule) if t.case == case_label)
     plan.schedule[last + 1 : last + 1] = added
     return added

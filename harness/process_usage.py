@@ -11,6 +11,8 @@ from dataclasses import astuple, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 
 @dataclass(frozen=True)
 class ProcessUsage:
@@ -42,7 +44,7 @@ def usage_from(record: dict[str, Any] | None) -> ProcessUsage | None:
 
 def own_usage() -> ProcessUsage:
     """The calling process's usage (all its threads) and its reaped children's, from ``getrusage``."""
-    import resource
+    import resource  # Unix only: imported where a process reads its own usage
 
     me = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -55,8 +57,6 @@ def own_usage() -> ProcessUsage:
 def usage_of_pid(pid: int) -> ProcessUsage:
     """Another process's usage so far, through ``psutil``."""
     try:
-        import psutil
-
         times = psutil.Process(pid).cpu_times()
     except Exception:  # noqa: BLE001 - no psutil, no such process, no permission: unreadable
         return ProcessUsage()
@@ -68,32 +68,23 @@ def usage_of_pid(pid: int) -> ProcessUsage:
 
 def _thread_switches(pid: int) -> tuple[int | None, int | None]:
     """Context switches summed over a process's threads (``psutil`` counts only the main thread's)."""
-    voluntary = involuntary = 0
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        tasks = []
-    for task in tasks:
+    counts = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
         try:
             text = (task / "status").read_text()
         except OSError:
             continue  # the thread ended meanwhile
-        found = dict(
-            re.findall(r"^(voluntary_ctxt_switches|nonvoluntary_ctxt_switches):\s*(\d+)", text, re.M)
-        )
+        found = re.findall(r"^(?:voluntary|nonvoluntary)_ctxt_switches:\s*(\d+)", text, re.M)
         if len(found) != 2:
             return None, None
-        voluntary += int(found["voluntary_ctxt_switches"])
-        involuntary += int(found["nonvoluntary_ctxt_switches"])
-    if not tasks:
-        try:
-            import psutil
-
-            switches = psutil.Process(pid).num_ctx_switches()
-            return switches.voluntary, switches.involuntary
-        except Exception:  # noqa: BLE001 - unreadable
-            return None, None
-    return voluntary, involuntary
+        counts.append([int(n) for n in found])
+    if counts:
+        return sum(c[0] for c in counts), sum(c[1] for c in counts)
+    try:
+        switches = psutil.Process(pid).num_ctx_switches()
+    except Exception:  # noqa: BLE001 - unreadable
+        return None, None
+    return switches.voluntary, switches.involuntary
 
 
 class Cancelled(Exception):

@@ -1,10 +1,9 @@
 """The runner: plan → run folder → schedule → log → tables → console (→ report), for any registered tier.
 
-``Runner.start`` builds the trial function before anything touches the disk, so a plan that cannot run leaves
-no half-written folder; ``Runner.resume`` reopens a folder and runs only the trials with no row yet. A run holds
-its folder's lock from start to end, so a second run of the same folder is refused. The runner is the only
-writer of a run folder: the log as each trial ends, then the tables (the harness's and the tier's) and the
-tier's claim; the report only reads.
+``Runner.start`` builds the trial function before touching the disk: a plan that cannot run leaves no folder.
+``Runner.resume`` reopens a folder and runs only the trials with no row yet.
+A run holds its folder's lock from start to end, so a second run of the same folder is refused.
+The runner is the only writer of a run folder; the report only reads it.
 """
 
 from __future__ import annotations
@@ -20,18 +19,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import torch
 
 from harness import env
 from harness.codepaths import arm_files, what_ran
 from harness.console import ScheduleProgress, console, errors, print_flags, print_summary
-from harness.delay_check import ROLE as CALIBRATION_ROLE
 from harness.errors import InputError
 from harness.estimate import OverBudget, probe_first, refuse_by_estimate
-from harness.inference import CONFIDENCE
 from harness.options import check_devices_here, resolve_placement
-from harness.placement import Placement, parent_pinned, pin_parent, unpin_parent
+from harness.placement import Placement, parent_pinned
 from harness.protocol import (
     Plan,
     PlannedStop,
@@ -39,16 +35,12 @@ from harness.protocol import (
     TrialContext,
     TrialFunction,
     concurrent_problem,
-    drop_rounds,
-    estimated_seconds,
-    grow_schedule,
     pending,
     run_schedule,
     scheduled_done,
 )
 from harness.sentence import answers
-from harness.sequential import looks, should_stop
-from harness.stats import ClaimSettings, pair_table
+from harness.stopping import StoppingRule
 from harness.tables import ENV, PLAN, RunFolder, RunFolderWriteError, check_can_write
 from harness.tier import Run, TierRegistry, check_run_log, load_checked_plan
 from harness.timing import apply_budget, release_budget
@@ -60,13 +52,14 @@ CLAIM_FILE = "claim.txt"
 TABLES_REFRESH_SECONDS = 30.0
 
 
-def machine_load() -> dict[str, float | int | None]:
-    """The 1-minute load average and the logical cores now (null where the platform has no load average)."""
+def _machine_record(placement: Placement | None) -> dict[str, Any]:
+    """The placement, the 1-minute load average (null where the platform has none) and the logical cores."""
     try:
         load: float | None = round(float(os.getloadavg()[0]), 3)
     except (AttributeError, OSError):
         load = None
-    return {"load1_start": load, "cpu_logical": os.cpu_count()}
+    where = None if placement is None else placement.to_dict()
+    return {"placement": where, "load1_start": load, "cpu_logical": os.cpu_count()}
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -77,28 +70,8 @@ class RunInterrupted(KeyboardInterrupt):
         self.folder = folder
 
 
-def _nothing_left(plan: Plan, folder: RunFolder) -> bool:
-    """Whether a resume has no trial to run: every scheduled trial is logged and, with ``--pairs auto``, the
-    stopping rule has decided to stop every case at its last scheduled round (so it grows nothing)."""
-    if next(pending(plan, folder), None) is not None:
-        return False
-    return not plan.protocol.auto or StoppingRule(plan, folder).finished()
-
-
 def _no_trial_left(ctx: TrialContext) -> dict[str, Any]:
     raise RuntimeError(f"trial {ctx.trial.index} ran in a run that had nothing left to run")
-
-
-def _recorded_placement(cpus: str) -> Placement | None:
-    """The placement a plan's ``--cpus`` asks for on the machine resuming it (another, perhaps): ``InputError``
-    naming the recorded value where this machine lacks its cores."""
-    try:
-        return resolve_placement(cpus)
-    except ValueError as exc:
-        reason = str(exc).split(": ", 1)[-1]
-        raise InputError(
-            f"--cpus {cpus} recorded in the plan: {reason}; resume it on a machine that has them"
-        ) from None
 
 
 @contextmanager
@@ -135,6 +108,12 @@ def new_run_folder(runs_root: str | Path, tier: str) -> RunFolder:
     return RunFolder(path)
 
 
+def _check_concurrent(plan: Plan, placement: Placement | None) -> None:
+    problem = concurrent_problem(plan, placement)
+    if problem:
+        raise InputError(problem)
+
+
 class Runner:
     """Carries runs of registered tiers from plan to tables (the one way every command and the API run)."""
 
@@ -150,9 +129,7 @@ class Runner:
         refuse_by_estimate(plan, self.tiers.reader(plan.tier).trial_seconds(plan))
         trial_fn = trial_fn or self.tiers.get(plan.tier).trial_function(plan)
         placement = resolve_placement(plan.protocol.cpus)
-        problem = concurrent_problem(plan, placement)
-        if problem:
-            raise InputError(problem)
+        _check_concurrent(plan, placement)
         with _device_budget(plan):  # a budget the device refuses fails here, before any folder exists
             folder = new_run_folder(self.options.out, plan.tier)
             try:
@@ -160,10 +137,8 @@ class Runner:
                     folder.name_holder()
                     try:
                         folder.write_json(PLAN, plan.to_json())
-                        files = arm_files(plan)
-                        record = {**env.collect(plan.in_process, files), **machine_load()}
-                        record["placement"] = None if placement is None else placement.to_dict()
-                        folder.write_json(ENV, record)
+                        record = env.collect(plan.in_process, arm_files(plan))
+                        folder.write_json(ENV, {**record, **_machine_record(placement)})
                     except RunFolderWriteError as failure:
                         shutil.rmtree(folder.path, ignore_errors=True)
                         raise RunFolderWriteError(
@@ -183,7 +158,9 @@ class Runner:
             plan = load_checked_plan(folder, self.tiers)
             check_run_log(plan, folder, self.tiers)
             record = load_env(folder)
-            left = not _nothing_left(plan, folder)
+            left = next(pending(plan, folder), None) is not None or (
+                plan.protocol.auto and not StoppingRule(plan, folder).finished()
+            )
             if left:  # trials to run need the plan's devices here (else each would fail, one by one)
                 check_devices_here(plan.protocol.device, plan.protocol.gpus)
                 problem = self.tiers.reader(plan.tier).resume_problem(plan)  # the start's checks of its code
@@ -191,20 +168,22 @@ class Runner:
                     raise InputError(f"{folder.file(PLAN)}: {problem}")
             if trial_fn is None:  # a finished run only rewrites its tables: no tier set-up (a fit's data set)
                 trial_fn = self.tiers.get(plan.tier).trial_function(plan) if left else _no_trial_left
-            placement = _recorded_placement(plan.protocol.cpus)  # this machine's, for the plan's --cpus
-            problem = concurrent_problem(plan, placement) if left else None
-            if problem:
-                raise InputError(problem)
-            record.setdefault("resumes", []).append(
-                {
-                    "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                    "boot_id": env.boot_id(),
-                    "gpus": env.gpu_snapshot(),
-                    **env.code_revision(arm_files(plan)),
-                    "placement": None if placement is None else placement.to_dict(),
-                    **machine_load(),
-                }
-            )
+            try:  # the placement the plan's --cpus asks for on this machine (another, perhaps)
+                placement = resolve_placement(plan.protocol.cpus)
+            except ValueError as exc:
+                raise InputError(
+                    f"--cpus {plan.protocol.cpus} recorded in the plan: {str(exc).split(': ', 1)[-1]}; "
+                    "resume it on a machine that has them"
+                ) from None
+            if left:
+                _check_concurrent(plan, placement)
+            resumed = {
+                "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                "boot_id": env.boot_id(),
+                "gpus": env.gpu_snapshot(),
+                **env.code_revision(arm_files(plan)),
+            }
+            record.setdefault("resumes", []).append({**resumed, **_machine_record(placement)})
             with _device_budget(plan):  # a budget this device refuses: nothing recorded
                 folder.name_holder()
                 try:
@@ -214,8 +193,7 @@ class Runner:
                 return self._carry_out(plan, trial_fn, folder, placement, resumed=True)
 
     def finish(self, folder: RunFolder, run: Run | None = None) -> Run:
-        """Write what a run folder derives from its log: the tables, the tier's tables and its claim
-        (``run``: the folder already read, where the caller has it)."""
+        """Write the tables, the tier's tables and its claim from the log (``run``: the folder, where already read)."""
         run = run or Run.load(folder, tiers=self.tiers)
         tier = self.tiers.reader(run.plan.tier)
         for name, frame in {**run.summaries.csv_tables(tier.paired), **tier.tables(run)}.items():
@@ -234,24 +212,24 @@ class Runner:
         placement: Placement | None,
         resumed: bool = False,
     ) -> Run:
-        remaining = sum(1 for _ in pending(plan, folder))
         logged = folder.rows()
-        done = scheduled_done(plan, logged)
+        remaining = sum(1 for _ in pending(plan, folder))
         console.print(  # never wrapped: the path is copied from here
             f"run folder: {folder.path}  ({remaining} of {len(plan.schedule)} trials to run)", soft_wrap=True
         )
         if placement is not None:
             console.print(f"CPU placement: {placement.describe()}")
+        tier = self.tiers.reader(plan.tier)
         try:
+            done = scheduled_done(plan, logged)
             with (
                 ScheduleProgress(plan, len(plan.schedule), done, self.options.quiet, logged) as progress,
                 _placed(plan, placement),
             ):
                 rule = StoppingRule(plan, folder, progress) if plan.protocol.auto else None
                 refresh = TableRefresh(self, folder)
-                fresh = not logged and plan.schedule
                 args = (plan, trial_fn, folder, placement, self.deadline, console.print, progress.start)
-                held = [probe_first(*args, resumed=resumed)] if fresh else []
+                held = [probe_first(*args, resumed=resumed)] if not logged and plan.schedule else []
 
                 def before_unit(unit: list[ScheduledTrial]) -> bool:
                     row = held.pop() if held else None
@@ -271,7 +249,7 @@ class Runner:
                     deadline=self.deadline,
                     placement=placement,
                     before_unit=before_unit,
-                    warm_after_gaps=self.tiers.reader(plan.tier).paired,
+                    warm_after_gaps=tier.paired,
                 )
         except RunFolderWriteError as failure:  # more writes would fail too: the resume writes the tables
             raise RunFolderWriteError(
@@ -280,13 +258,12 @@ class Runner:
             ) from None
         except OverBudget:
             raise
-        except PlannedStop as stop:
-            errors.print(
-                f"bench: {stop}; continue with --resume {folder.path} (with --stop-after again to slice the rest)"
-            )
-            self._wrap_up(folder, quietly=True)
-            raise
-        except BaseException:
+        except BaseException as stop:
+            if isinstance(stop, PlannedStop):
+                errors.print(
+                    f"bench: {stop}; continue with --resume {folder.path} "
+                    "(with --stop-after again to slice the rest)"
+                )
             self._wrap_up(folder, quietly=True)
             raise
         try:
@@ -295,7 +272,6 @@ class Runner:
             raise RunFolderWriteError(
                 f"{failure}; every trial is in the log: make room, then --resume {folder.path} writes the tables"
             ) from None
-        tier = self.tiers.reader(plan.tier)
         if tier.paired:
             print_summary(run.plan, run.summaries)
             print_flags(run.summaries, run.env)
@@ -306,7 +282,7 @@ class Runner:
                 shown = shown[len(headline) :].lstrip("\n")  # the summary above opened with it already
             console.print(shown)
         if self.options.report:
-            from harness.report import write_report
+            from harness.report import write_report  # matplotlib: loaded by a run that writes a report only
 
             try:
                 console.print(f"report: {write_report([folder], self.tiers)}", soft_wrap=True)
@@ -318,8 +294,10 @@ class Runner:
         return run
 
     def _wrap_up(self, folder: RunFolder, quietly: bool = False) -> Run | None:
-        """Record the GPUs at the end and write the tables. ``quietly`` (a run already stopping for another
-        reason): a failure to write is dropped, since a resume writes them again, and the first reason stands."""
+        """Record the GPUs at the end and write the tables.
+
+        ``quietly``: the run is already stopping, so a failed write is dropped (a resume writes it again).
+        """
         try:
             record = folder.read_json(ENV) or {}
             record["gpus_end"] = env.gpu_snapshot()
@@ -332,8 +310,10 @@ class Runner:
 
 
 class TableRefresh:
-    """Rewrites a live run's tables (``Runner.finish``) when its log has grown and ``TABLES_REFRESH_SECONDS``
-    have passed since the last write: called before each unit, so the tables never hold half a round."""
+    """Rewrites a live run's tables once its log grew and ``TABLES_REFRESH_SECONDS`` passed since the last write.
+
+    Called before each unit, so the tables never hold half a round.
+    """
 
     def __init__(self, runner: Runner, folder: RunFolder) -> None:
         self.runner, self.folder = runner, folder
@@ -348,140 +328,21 @@ class TableRefresh:
         self.rows, self.written = rows, time.monotonic()
 
 
-class StoppingRule:
-    """``--pairs auto``: before each unit of the schedule, for every case whose scheduled rounds have all run,
-    ask ``sequential.should_stop`` of each claim's log ratios; unless every claim stops, grow the case's
-    schedule to the next look. Before a round that would take the log past ``--time-budget`` seconds of
-    trials, end that case there (budget spent). Each decision is recorded in ``plan.looks`` and the plan
-    saved, so a resume continues the same sequence."""
-
-    def __init__(self, plan: Plan, folder: RunFolder, progress: ScheduleProgress | None = None) -> None:
-        self.plan, self.folder, self.progress = plan, folder, progress
-
-    def finished(self) -> bool:
-        """Every case's last scheduled round has a decision to stop: the rule will grow no schedule."""
-        for case in self.plan.cases:
-            rounds = [t.round for t in self.plan.schedule if t.case == case.label and t.phase == "measured"]
-            decision = self._decided(case.label, 1 + max(rounds)) if rounds else None
-            if decision is None or not decision["stop"]:
-                return False
-        return True
-
-    def _decided(self, case: str, rounds: int) -> dict | None:
-        return next((d for d in self.plan.looks if d["case"] == case and d["rounds"] == rounds), None)
-
-    def _decide(self, case: str, rows: list[dict], rounds: int, budget_spent: bool) -> dict:
-        p = self.plan.protocol
-        trials = pd.DataFrame(rows)
-        pairs = pair_table(trials[trials["case"] == case]) if not trials.empty else pd.DataFrame()
-        decisions = {}
-        for arm, group in pairs.groupby("arm", sort=False) if not pairs.empty else ():
-            x = group.loc[~group["both_failed"].astype(bool), "log_ratio"].to_numpy(dtype=float)
-            if x.size == 0:
-                decisions[str(arm)] = (False, "no usable pair yet", None)
-                continue
-            last = budget_spent or rounds >= p.max_pairs
-            decision = should_stop(x, p.precision, CONFIDENCE, p.first_look, p.max_pairs, budget_spent=last)
-            half = (
-                decision.interval.half_width if decision.interval and decision.interval.computable else None
-            )
-            decisions[str(arm)] = (decision.stop, decision.reason, half)
-        settings = ClaimSettings.from_protocol(p)
-        baseline = str(pairs["baseline_arm"].iloc[0]) if not pairs.empty else ""
-        calibration = (
-            set(trials.loc[trials["role"] == CALIBRATION_ROLE, "arm"]) if "role" in trials else set()
-        )
-        mine = {a: d for a, d in decisions.items() if a not in calibration}  # recovered/known, no claim
-        claims = {a: d for a, d in mine.items() if not settings.is_control(a, baseline)} or mine
-        stop = (  # an A/A control's or a calibration arm's target does not hold a claim's stop
-            budget_spent or rounds >= p.max_pairs or (bool(claims) and all(d[0] for d in claims.values()))
-        )
-        reason = (
-            "time budget spent"
-            if budget_spent
-            else "last look (max pairs)"
-            if rounds >= p.max_pairs
-            else "every claim's precision reached"
-            if stop
-            else "precision not reached by every claim"
-        )
-        reach = [f"{a}:{d[1].split(';', 1)[1]}" for a, d in claims.items() if "pairs reach about" in d[1]]
-        reason += "".join(f"; {text}" for text in reach)  # a target out of reach, said at the first look
-        return {
-            "case": case,
-            "rounds": rounds,
-            "stop": stop,
-            "reason": reason,
-            "claims": {
-                arm: {"stop": d[0], "reason": d[1], "half_width": d[2]} for arm, d in decisions.items()
-            },
-        }
-
-    def __call__(self, unit: list[ScheduledTrial]) -> bool:
-        plan = self.plan
-        protocol = plan.protocol
-        rows = self.folder.rows()
-        done = {int(r["index"]) for r in rows}
-        changed = False
-        for case in plan.cases:
-            scheduled = [t for t in plan.schedule if t.case == case.label and t.phase == "measured"]
-            if not scheduled or any(t.index not in done for t in scheduled):
-                continue
-            rounds = 1 + max(t.round for t in scheduled)
-            if self._decided(case.label, rounds) is not None:
-                continue
-            decision = self._decide(case.label, rows, rounds, budget_spent=False)
-            plan.looks.append(decision)
-            if not decision["stop"]:
-                later = [n for n in looks(protocol.first_look, protocol.max_pairs) if n > rounds]
-                used = done | {t.index for t in plan.schedule}
-                grow_schedule(plan, case.label, later[0], max(used) + 1)
-            changed = True
-        budget = protocol.time_budget
-        if (
-            not changed
-            and budget is not None
-            and unit
-            and unit[0].phase == "measured"
-            and not any(r.get("case") == unit[0].case and r.get("round") == unit[0].round for r in rows)
-        ):
-            spent = sum(float(r.get("trial_seconds") or 0.0) for r in rows)
-            needed = sum(protocol.cooldown + estimated_seconds(t, rows) for t in unit)
-            if spent + needed > budget:
-                rounds = unit[0].round
-                decision = self._decide(unit[0].case, rows, rounds, budget_spent=True)
-                decision["reason"] = (
-                    f"time budget spent: {spent:.0f} s of trials logged, the next round needs about "
-                    f"{needed:.0f} s more than the {budget:g} s allowed"
-                )
-                plan.looks.append(decision)
-                drop_rounds(plan, unit[0].case, done)
-                changed = True
-        if changed:
-            self.folder.write_json(PLAN, plan.to_json())
-            if self.progress is not None:
-                self.progress.retotal(len(plan.schedule))
-        return changed
-
-
 @contextmanager
 def _placed(plan: Plan, placement: Placement | None) -> Iterator[None]:
-    """Where the runner's own process runs for the schedule: apart from the workers it starts (worker tiers),
-    or, for in-process tiers (whose trials run in this process), on the worker cores with their threads."""
+    """Pins the runner for the schedule: apart from its workers, or on their cores for in-process trials."""
     if placement is None:
         yield
-    elif plan.in_process:
-        previous = pin_parent(replace(placement, parent_cores=placement.worker_cores))
-        threads = torch.get_num_threads()
+        return
+    threads = torch.get_num_threads()
+    if plan.in_process:  # the trials run in this process: the workers' cores and threads
+        placement = replace(placement, parent_cores=placement.worker_cores)
         torch.set_num_threads(placement.torch_threads)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(threads)
-            unpin_parent(previous)
-    else:
+    try:
         with parent_pinned(placement):
             yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 @contextmanager

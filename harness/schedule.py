@@ -89,15 +89,11 @@ def build_schedule(
     rng = random.Random(seed)
     schedule: list[ScheduledTrial] = []
     for case in cases:
-        names = letters(len(case.arms))
-        for w in range(warmup):
-            k = w % len(case.arms)
-            arm = case.arms[k]
-            schedule.append(
-                ScheduledTrial(
-                    len(schedule), case.label, "warmup", w // len(case.arms), k, names[k], arm.label, arm.role
-                )
-            )
+        n, names, start = len(case.arms), letters(len(case.arms)), len(schedule)
+        schedule += [
+            ScheduledTrial(start + w, case.label, "warmup", w // n, w % n, names[w % n], arm.label, arm.role)
+            for w, arm in ((w, case.arms[w % n]) for w in range(warmup))
+        ]
         block = balanced_block(len(case.arms), "abba" if order == "abba" else "alternate")
         for r in range(pairs):
             positions = list(range(len(case.arms)))

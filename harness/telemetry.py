@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from harness.gpu_readings import decode_reasons, read_gpus, reasons_that_matter
 from harness.process_usage import USAGE_KEY as USAGE_KEY  # how a trial's row gets its worker's usage
 from harness.process_usage import ProcessUsage, own_usage, usage_of_pid
@@ -25,37 +27,27 @@ STEAL_FLAG_SHARE = 0.03
 VIOLATION_FLAG_SHARE = 0.01
 
 FIELD_TYPES: dict[str, type] = {
-    "telemetry_seconds": float,
-    "cpu_logical": int,
-    **dict.fromkeys(("cpu_busy_share", "cpu_iowait_share", "cpu_steal_share"), float),
-    "cpu_times_source": str,
-    "load1_start": float,
-    "cpu_mhz_start": float,
-    "cpu_mhz_end": float,
-    "cpu_mhz_source": str,
-    **dict.fromkeys(("worker_user_s", "worker_system_s", "worker_children_user_s"), float),
-    "worker_children_system_s": float,
-    **dict.fromkeys(("worker_voluntary_switches", "worker_involuntary_switches"), int),
-    "worker_usage_source": str,
-    "gpu_source": str,
-    "gpu_count": int,
+    **dict.fromkeys(
+        ("cpu_logical", "worker_voluntary_switches", "worker_involuntary_switches", "gpu_count"), int
+    ),
+    **dict.fromkeys(("cpu_times_source", "cpu_mhz_source", "worker_usage_source", "gpu_source"), str),
+    **dict.fromkeys(
+        (
+            *("telemetry_seconds", "load1_start", "cpu_mhz_start", "cpu_mhz_end"),
+            *(f"cpu_{name}_share" for name in ("busy", "iowait", "steal")),
+            *(f"worker_{name}" for name in ("user_s", "system_s", "children_user_s", "children_system_s")),
+        ),
+        float,
+    ),
 }
+GPU_READINGS = {"sm_clock_mhz": float, "mem_clock_mhz": float, "temperature_c": float, "power_w": float}
 GPU_FIELD_TYPES: dict[str, type] = {
     **{
         f"{name}_{end}": kind
         for end in ("start", "end")
-        for name, kind in (
-            ("sm_clock_mhz", float),
-            ("mem_clock_mhz", float),
-            ("temperature_c", float),
-            ("power_w", float),
-            ("throttle_mask", int),
-            ("throttle_reasons", str),
-        )
+        for name, kind in {**GPU_READINGS, "throttle_mask": int, "throttle_reasons": str}.items()
     },
-    "power_violation_s": float,
-    "thermal_violation_s": float,
-    "energy_j": float,
+    **dict.fromkeys(("power_violation_s", "thermal_violation_s", "energy_j"), float),
 }
 _GPU_KEY = re.compile(r"^gpu(\d+)_(.+)$")
 
@@ -92,8 +84,6 @@ def read_cpu_times() -> tuple[dict[str, float] | None, str | None]:
     except OSError:
         pass
     try:
-        import psutil
-
         return {k: float(v) for k, v in psutil.cpu_times()._asdict().items()}, "psutil"
     except Exception:  # noqa: BLE001 - psutil missing or unsupported here: unreadable
         return None, None
@@ -125,50 +115,14 @@ def load_average_1min() -> float | None:
 
 def read_cpu_mhz(cores: Iterable[int] | None = None) -> tuple[float | None, str | None]:
     """Mean current clock (MHz) of ``cores`` (default: all) and its source; (None, None) where unreadable."""
-    wanted = None if cores is None else set(cores)
-    readings: list[float] = []
-    for path in sorted(Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/scaling_cur_freq")):
-        core = int(path.parent.parent.name[3:])
-        if wanted is None or core in wanted:
-            try:
-                readings.append(int(path.read_text().strip()) / 1000.0)
-            except (OSError, ValueError):
-                pass
-    if readings:
-        return round(sum(readings) / len(readings), 1), "cpufreq"
-    per_core = _cpuinfo_mhz()
-    chosen = [mhz for core, mhz in per_core.items() if wanted is None or core in wanted]
-    if chosen:
-        return round(sum(chosen) / len(chosen), 1), "cpuinfo"
     try:
-        import psutil
-
-        frequency = psutil.cpu_freq()
-        if frequency is not None and frequency.current > 0:
-            return round(float(frequency.current), 1), "psutil"
+        clocks = [f.current for f in psutil.cpu_freq(percpu=True)]  # cpufreq, else /proc/cpuinfo, per core
     except Exception:  # noqa: BLE001 - unsupported here: unreadable
-        pass
-    return None, None
-
-
-def _cpuinfo_mhz() -> dict[int, float]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return {}
-    found: dict[int, float] = {}
-    core: int | None = None
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        try:
-            if key == "processor":
-                core = int(value)
-            elif key == "cpu MHz" and core is not None:
-                found[core] = float(value)
-        except ValueError:
-            continue
-    return found
+        return None, None
+    if cores is not None and len(clocks) == os.cpu_count():  # one reading per core, in core order
+        clocks = [clocks[core] for core in set(cores) if core < len(clocks)]
+    clocks = [mhz for mhz in clocks if mhz > 0]
+    return (round(sum(clocks) / len(clocks), 1), "psutil") if clocks else (None, None)
 
 
 # --- snapshots and the row -----------------------------------------------------------------------------------
@@ -196,12 +150,7 @@ def snapshot(
     gpu_indices: Iterable[int] | None = None,
 ) -> Snapshot:
     """Read everything now."""
-    if process == "self":
-        usage = own_usage()
-    elif isinstance(process, int):
-        usage = usage_of_pid(process)
-    else:
-        usage = ProcessUsage()
+    usage = own_usage() if process == "self" else usage_of_pid(process) if process else ProcessUsage()
     cpu_times, cpu_source = read_cpu_times()
     mhz, mhz_source = read_cpu_mhz(cores)
     gpu_source, gpus = read_gpus(gpu_indices)
@@ -257,7 +206,7 @@ def trial_fields(start: Snapshot, end: Snapshot, usage: ProcessUsage | None = No
 def _gpu_fields(index: int, start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for when, reading in (("start", start), ("end", end)):
-        for name in ("sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w", "throttle_mask"):
+        for name in (*GPU_READINGS, "throttle_mask"):
             fields[f"gpu{index}_{name}_{when}"] = reading.get(name)
         mask = reading.get("throttle_mask")
         fields[f"gpu{index}_throttle_reasons_{when}"] = (

@@ -67,18 +67,18 @@ PROTOCOL_FIELDS = ("started", "trial_seconds", "status", "message", "concurrent_
 
 def check_value(value: Any, by_ratio: bool = False) -> None:
     """``UnusableValue`` unless ``value`` is a finite figure within ±``FIGURE_LIMIT`` (positive by ratio)."""
+    shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:37]}..."
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise UnusableValue(f"value is not a number: {value!r}")
-    if not math.isfinite(value):
+        raise UnusableValue(f"value is not a number: {shown}")
+    if not isinstance(value, numbers.Integral) and not math.isfinite(value):  # an int is finite, however long
         raise UnusableValue(f"non-finite value: {float(value)!r}")
     if abs(value) > FIGURE_LIMIT:
-        raise UnusableValue(f"value {value!r} is beyond ±{FIGURE_LIMIT:g}: no measurement")
+        raise UnusableValue(f"value {shown} is beyond ±{FIGURE_LIMIT:g}: no measurement")
     if by_ratio and value <= 0:
-        raise UnusableValue(f"non-positive value: {value!r} (the arms are compared by ratio)")
+        raise UnusableValue(f"non-positive value: {shown} (the arms are compared by ratio)")
     if by_ratio and value < 1 / FIGURE_LIMIT:
         raise UnusableValue(
-            f"value {value!r} is not a positive figure from {1 / FIGURE_LIMIT:g} on (the arms are compared by "
-            "ratio)"
+            f"value {shown} is not a positive figure from {1 / FIGURE_LIMIT:g} on (the arms are compared by ratio)"
         )
 
 

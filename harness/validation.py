@@ -127,6 +127,18 @@ def check_log(
     return rows
 
 
+# A plain type's test and its word: a whole number within 64 bits (every count, byte size and seed recorded
+# here is); a float finite, and an integer past float's range is none; a Real may be NaN (nvidia-smi prints it).
+_PLAIN: dict[Any, tuple[Callable[[Any], bool], str]] = {
+    type(None): (lambda v: v is None, "null"),
+    bool: (lambda v: isinstance(v, bool), "true or false"),
+    int: (lambda v: _whole(v) and abs(v) < 2**64, "a whole number"),
+    float: (lambda v: _number(v) is not None, "a finite number"),
+    numbers.Real: (lambda v: _number(v, nan=True) is not None, "a number"),
+    str: (lambda v: isinstance(v, str), "text"),
+}
+
+
 def type_problem(value: Any, hint: Any, where: str) -> str | None:
     """What is wrong with ``value`` as a ``hint`` (a dataclass, list, tuple, dict, union or plain type), or None."""
     if hint is Any:
@@ -152,22 +164,9 @@ def type_problem(value: Any, hint: Any, where: str) -> str | None:
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             return f"{where} is {_show(value)}, not an object"
         return None
-    if hint is type(None):
-        return None if value is None else f"{where} is {_show(value)}, not null"
-    if hint is bool:
-        return None if isinstance(value, bool) else f"{where} is {_show(value)}, not true or false"
-    if hint is int:  # within 64 bits: every count, byte size and seed recorded here is
-        return (
-            None if _whole(value) and abs(value) < 2**64 else f"{where} is {_show(value)}, not a whole number"
-        )
-    if hint is float:  # an integer past float's range is no finite number either
-        return None if _number(value) is not None else f"{where} is {_show(value)}, not a finite number"
-    if hint is numbers.Real:  # any number, NaN included (nvidia-smi may print one), but within float's range
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or _number(value, nan=True) is None:
-            return f"{where} is {_show(value)}, not a number"
-        return None
-    if hint is str:
-        return None if isinstance(value, str) else f"{where} is {_show(value)}, not text"
+    if hint in _PLAIN:
+        accepts, word = _PLAIN[hint]
+        return None if accepts(value) else f"{where} is {_show(value)}, not {word}"
     return None if isinstance(value, hint) else f"{where} is {_show(value)}, not {_name(hint)}"
 
 
@@ -296,14 +295,12 @@ def _status_problem(index: int, row: dict[str, Any], by_ratio: bool) -> str | No
     status, value = row.get("status"), row.get("value")
     if status not in STATUSES:
         return f"trial {index} has status {_show(status)}, not one of {', '.join(STATUSES)}"
-    figure = _number(value)
-    if value is not None and (figure is None or abs(figure) > FIGURE_LIMIT):
-        return (
-            f"trial {index}'s value is {_show(value)}, not a finite number within ±{FIGURE_LIMIT:g} or null"
-        )
-    if status == "ok" and figure is None:
+    if status == "ok" and value is None:
         return f"trial {index} is 'ok' with no value"
-    if status == "ok" and by_ratio and not figure >= 1 / FIGURE_LIMIT:
+    problem = _field_problem("value", value, RowField(float, -FIGURE_LIMIT, FIGURE_LIMIT))
+    if problem:
+        return f"trial {index}'s {problem}"
+    if status == "ok" and by_ratio and not value >= 1 / FIGURE_LIMIT:
         return (
             f"trial {index}'s value is {_show(value)}, not a positive figure from {1 / FIGURE_LIMIT:g} on "
             "(the arms are compared by ratio)"
@@ -414,10 +411,4 @@ def _show(value: Any) -> str:
 
 
 def _name(hint: Any) -> str:
-    return {
-        int: "a whole number",
-        float: "a number",
-        numbers.Real: "a number",
-        str: "text",
-        bool: "true or false",
-    }.get(hint, "null" if hint is type(None) else getattr(hint, "__name__", str(hint)))
+    return _PLAIN[hint][1] if hint in _PLAIN else getattr(hint, "__name__", str(hint))

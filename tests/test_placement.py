@@ -15,7 +15,7 @@ import torch
 
 from harness import placement
 from harness.options import check_cpus
-from harness.placement import Placement, choose_placement, format_cores, parse_core_list, read_allowed_cores
+from harness.placement import Placement, choose_placement, format_cores, parse_core_list
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="CPU affinity is Linux only")
 
@@ -140,9 +140,17 @@ def test_placement_is_json_ready_and_travels_in_the_environment() -> None:
     assert "worker on cores 1-15" in chosen.describe() and "parent on core 0" in chosen.describe()
 
 
+def read_allowed_cores(pid: int = 0) -> frozenset[int] | None:
+    """The affinity of a process's main thread, or of one thread by its id; None once it has ended."""
+    try:
+        return frozenset(os.sched_getaffinity(pid))
+    except ProcessLookupError:
+        return None
+
+
 def _thread_cores(pid: int) -> dict[int, frozenset[int] | None]:
     tasks = Path(f"/proc/{pid}/task")
-    return {int(t.name): read_allowed_cores(f"{pid}/task/{t.name}") for t in tasks.iterdir()}
+    return {int(t.name): read_allowed_cores(int(t.name)) for t in tasks.iterdir()}
 
 
 CHILD = r"""
@@ -231,14 +239,10 @@ def test_the_parent_is_pinned_and_unpinned_with_all_its_threads() -> None:
     other = threading.Thread(target=stop.wait, daemon=True)
     other.start()
     try:
-        previous = placement.pin_parent(chosen)
-        try:
-            assert previous == mask
+        with placement.parent_pinned(chosen):
             pinned = _thread_cores(os.getpid())
             assert other.native_id in pinned
             assert all(cores == frozenset(chosen.parent_cores) for cores in pinned.values()), pinned
-        finally:
-            placement.unpin_parent(previous)
         assert all(cores == mask for cores in _thread_cores(os.getpid()).values())
         with placement.parent_pinned(chosen):
             assert read_allowed_cores() == frozenset(chosen.parent_cores)
