@@ -9,7 +9,7 @@ name a plan records; ``experiments.tiers`` registers the project's tiers in one 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -238,15 +238,49 @@ class BaseTier:
         return self._bounds(run, others) if self._bounds else []
 
 
-class TierRegistry:
-    """Tiers by name: how a run folder's ``plan.tier`` finds its tier."""
+@dataclass(frozen=True)
+class Start:
+    """A tier command's call, as its ``prepare`` hook reads and adjusts it before the run starts."""
 
-    def __init__(self, tiers: Iterable[Tier] = ()) -> None:
+    tier: str  # the tier the run is of
+    protocol: dict[str, Any] | ProtocolOptions | None  # the shared options as typed, or built whole
+    settings: Any
+    resume: Path | None  # the run folder a resume continues
+    given: dict[str, Any]  # the options typed on the command line, by name
+    out: Path
+    report: bool = True
+    argv: tuple[str, ...] = ()  # the words after --
+    say: Callable[[str], Any] = print
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """A tier's ``bench`` command: its options, and the hooks around the run it starts."""
+
+    name: str
+    help: str
+    tiers: tuple[Tier, ...]  # the tiers its runs are of, the first by default; its --resume takes each
+    settings: type | None = None  # the tier's settings: each declared field is an option
+    protocol: tuple[str, ...] | None = None  # the shared options it takes (None: all)
+    helps: dict[str, str] = field(default_factory=dict)  # shared options reworded for this command
+    argv: str = ""  # the help of the words after --; empty: it takes none
+    prepare: Callable[[Start], Start] | None = None  # the start adjusted; InputError refuses it
+    finish: Callable[[Any, Start], str | None] | None = None  # after the run: why it fails (exit 1)
+
+
+class TierRegistry:
+    """Tiers by name: how a run folder's ``plan.tier`` finds its tier; and the commands that start them."""
+
+    def __init__(self, tiers: Iterable[Tier] = (), commands: Iterable[CommandSpec] = ()) -> None:
+        self._commands = tuple(commands)
         self._tiers: dict[str, Tier] = {}
-        for tier in tiers:
+        for tier in [*(t for c in self._commands for t in c.tiers), *tiers]:
             if tier.name in self._tiers:
                 raise ValueError(f"two tiers are named '{tier.name}'")
             self._tiers[tier.name] = tier
+
+    def commands(self) -> tuple[CommandSpec, ...]:
+        return self._commands
 
     def names(self) -> tuple[str, ...]:
         return tuple(self._tiers)
@@ -265,7 +299,3 @@ class TierRegistry:
     def reader(self, name: str) -> Tier:
         """The tier that reads a run folder: its own where known, else the defaults (a report still works)."""
         return self._tiers.get(name) or BaseTier(name)
-
-    def with_tier(self, tier: Tier) -> TierRegistry:
-        """This registry with one more tier (a user's tier from the Python API)."""
-        return TierRegistry([*self._tiers.values(), tier])

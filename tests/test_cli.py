@@ -436,7 +436,8 @@ def test_every_option_of_every_command_is_a_declared_settings_field() -> None:
     from harness.schema import declared, flag_of
 
     flags: set[str] = set()
-    for cls in (v for v in vars(cli).values() if dataclasses.is_dataclass(v) and isinstance(v, type)):
+    classes = [v for v in vars(cli).values() if dataclasses.is_dataclass(v) and isinstance(v, type)]
+    for cls in [*classes, *(spec.settings for spec in cli.registry().commands() if spec.settings)]:
         for field, how, _ in declared(cls):
             flags |= {how.flag} if isinstance(how.flag, str) else set(how.flag or (flag_of(field.name),))
     for name, command in typer.main.get_command(app).commands.items():
