@@ -11,7 +11,7 @@ from harness.errors import InputError
 from harness.limits import MAX_PAIRS
 from harness.placement import is_placement_form
 from harness.schedule import CONCURRENT_ORDERS, ORDERS, Arm
-from harness.schema import OptionError, check_at_most, check_fields, finite, option, require
+from harness.schema import OptionError, check_at_most, check_fields, finite, named, option, require
 
 DEFAULT_ARMS = "baseline,candidate"
 AUTO_DEVICE = "auto"
@@ -251,18 +251,24 @@ def check_sequential(pairs: int | str, precision: float | None, max_pairs: int, 
 
 def check_protocol(p: ProtocolOptions, prefix: str = "--") -> ProtocolOptions:
     """``p`` unless a value is out of its bounds or the values disagree (``InputError``, one line; an
-    ``OptionError`` names the field)."""
+    ``OptionError`` names the field). ``prefix`` names the options (``--`` on the CLI, none in the API)."""
     check_fields(p, prefix)
-    check_sequential(p.pairs, p.precision, p.max_pairs, p.first_look)
+    try:
+        check_sequential(p.pairs, p.precision, p.max_pairs, p.first_look)
+    except InputError as exc:
+        raise InputError(named(str(exc), prefix)) from None
     if p.tolerance is not None and not p.control:
-        raise OptionError("tolerance", "--tolerance judges the A/A arm; add --control (or drop --tolerance)")
-    if p.control and len(p.arms) == 2 and p.bar is not None and p.bar <= 0:
-        raise OptionError(
+        problem = ("tolerance", "--tolerance judges the A/A arm; add --control (or drop --tolerance)")
+    elif p.control and len(p.arms) == 2 and p.bar is not None and p.bar <= 0:
+        problem = (
             "bar",
             f"--bar {p.bar} with --control is the A/A tolerance ±bar; use a positive percentage, e.g. 1",
         )
-    if p.gpus > 1 and p.order in CONCURRENT_ORDERS:
-        raise OptionError(
-            "gpus", f"--order {p.order} with --gpus {p.gpus}: concurrent trials of several ranks are not run"
+    elif p.gpus > 1 and p.order in CONCURRENT_ORDERS:
+        problem = (
+            "gpus",
+            f"--order {p.order} with --gpus {p.gpus}: concurrent trials of several ranks are not run",
         )
-    return p
+    else:
+        return p
+    raise OptionError(problem[0], named(problem[1], prefix))
