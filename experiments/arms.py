@@ -16,8 +16,9 @@ import torch
 
 from harness.code_origin import class_fingerprint, run_folder_code
 from harness.errors import InputError
-from harness.options import DEFAULT_ARMS, parse_arms
-from harness.protocol import Case
+from harness.options import parse_arms
+from harness.protocol_options import DEFAULT_ARMS
+from harness.schedule import Case
 from optimizers import BatchedMuSGD, MuSGD
 from optimizers import batched as _batched
 

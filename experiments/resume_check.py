@@ -6,7 +6,7 @@ from typing import Any
 
 from harness.code_origin import class_fingerprint
 from harness.errors import InputError
-from harness.protocol import Plan
+from harness.plan import Plan
 
 
 def plan_specs(plan: Plan) -> dict[str, str]:

@@ -16,7 +16,8 @@ import typer
 
 from harness.console import errors
 from harness.errors import InputError
-from harness.protocol import PlannedStop, ProtocolOptions
+from harness.protocol import PlannedStop
+from harness.protocol_options import ProtocolOptions
 from harness.run import RunInterrupted, RunOptions
 from harness.schema import check_fields, option, parameters, require, settings_from
 from harness.tables import unnameable
@@ -77,8 +78,9 @@ class RunArgs:
 
 
 def interruptible(func: Callable[..., Any], outside_a_run: str = "before any run folder was written") -> Any:
-    """A command that, on Ctrl-C or SIGTERM, says on stderr what was interrupted and where the run folder is
-    (typer turns the interrupt into exit status 130 without a word)."""
+    """A command that says on stderr what Ctrl-C or SIGTERM interrupted, and where the run folder is.
+
+    Typer would exit 130 without a word."""
 
     @functools.wraps(func)
     def command(*args: Any, **kwargs: Any) -> Any:
@@ -171,9 +173,9 @@ RESUME_OPTIONS = ("resume", "stop_after", "quiet", "no_report", "gate")
 
 
 def check_resume_options(plan_command: str, run: RunArgs, app: typer.Typer) -> None:
-    """``InputError`` (one line) for any option typed with ``--resume`` whose value differs from the one the
-    run was started with (read back from the command its plan records): a resumed run keeps its plan, so an
-    option that would change it must not be silently ignored. Options left out are fine."""
+    """``InputError`` for an option typed with ``--resume`` that differs from the command its plan records.
+
+    A resumed run keeps its plan: an option that would change it is refused, not ignored."""
     typed = {k: v for k, v in run.given.items() if k not in RESUME_OPTIONS}
     if not typed:
         return

@@ -32,26 +32,16 @@ from harness.estimate import OverBudget, probe_first, refuse_by_estimate
 from harness.inference import CONFIDENCE
 from harness.options import check_devices_here, resolve_placement
 from harness.placement import Placement, parent_pinned, pin_parent, unpin_parent
-from harness.protocol import (
-    Plan,
-    PlannedStop,
-    ScheduledTrial,
-    TrialContext,
-    TrialFunction,
-    concurrent_problem,
-    drop_rounds,
-    estimated_seconds,
-    grow_schedule,
-    pending,
-    run_schedule,
-    scheduled_done,
-)
+from harness.plan import Plan, drop_rounds, estimated_seconds, grow_schedule, pending, scheduled_done
+from harness.protocol import PlannedStop, concurrent_problem, run_schedule
+from harness.schedule import ScheduledTrial
 from harness.sentence import answers
 from harness.sequential import looks, should_stop
 from harness.stats import ClaimSettings, pair_table
 from harness.tables import ENV, PLAN, RunFolder, RunFolderWriteError, check_can_write
 from harness.tier import Run, TierRegistry, check_run_log, load_checked_plan
 from harness.timing import apply_budget, release_budget
+from harness.trial import TrialContext, TrialFunction
 from harness.validation import load_env
 
 CLAIM_FILE = "claim.txt"

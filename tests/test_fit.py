@@ -532,7 +532,8 @@ def test_the_embedded_workload_is_shorter_by_default_on_the_cpu_only() -> None:
     """On the CPU the embedded default is 64 steps of 128 images (2 epochs × 32), said before the run; given
     values, CUDA and the real trainer keep 384 steps of 256 images."""
     from experiments.fit import make_plan
-    from harness.protocol import Arm, ProtocolOptions
+    from harness.protocol_options import ProtocolOptions
+    from harness.schedule import Arm
 
     arms = (Arm("baseline", "baseline", "baseline"), Arm("candidate", "candidate", "candidate"))
 

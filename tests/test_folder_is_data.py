@@ -362,7 +362,7 @@ def test_a_newline_in_out_is_refused_in_one_line(tmp_path, capsys) -> None:
 )
 def test_the_api_refuses_bad_options_as_input_errors(tmp_path, monkeypatch, options, says) -> None:
     from harness.api import compare
-    from harness.options import InputError
+    from harness.errors import InputError
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(InputError, match=says):
@@ -372,7 +372,7 @@ def test_the_api_refuses_bad_options_as_input_errors(tmp_path, monkeypatch, opti
 
 def test_the_api_refuses_no_functions_and_another_tiers_folder(tmp_path) -> None:
     from harness.api import compare
-    from harness.options import InputError
+    from harness.errors import InputError
 
     with pytest.raises(InputError, match="two or more functions"):
         compare({})

@@ -16,7 +16,9 @@ from experiments.probe.lm import LMHead, chunked_loss, native_loss
 from experiments.probe.section import share_table, zero_cost_bound
 from experiments.workloads import SCALES, load_workload
 from harness.cli import main
-from harness.protocol import Arm, Case, Plan, ProtocolOptions
+from harness.plan import Plan
+from harness.protocol_options import ProtocolOptions
+from harness.schedule import Arm, Case
 from harness.tables import Summaries
 
 # A small softcap makes tanh clearly nonlinear on unit-scale logits (1 - tanh² ≈ 0.8 rather than ≈ 1 at cap

@@ -22,10 +22,13 @@ from harness import cli, markdown, report
 from harness.console import print_summary
 from harness.errors import InputError
 from harness.formatting import format_number, method_label
-from harness.protocol import Arm, Case, Plan, ProtocolOptions, TrialContext, TrialFunction
+from harness.plan import Plan
+from harness.protocol_options import ProtocolOptions
 from harness.run import Runner, RunOptions
+from harness.schedule import Arm, Case
 from harness.tables import LOG, CorruptRunFolder, RunFolder
 from harness.tier import BaseTier, Caveat, Run, TierRegistry
+from harness.trial import TrialContext, TrialFunction
 
 # A real CUDA caching-allocator message (torch 2.x); the byte figures below are what it says.
 OOM_MESSAGE = (

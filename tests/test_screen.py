@@ -23,10 +23,12 @@ from experiments.tiers import TIERS
 from harness.cli import main
 from harness.errors import InputError
 from harness.options import protocol_options
-from harness.protocol import Arm, Plan, TrialContext
+from harness.plan import Plan
 from harness.run import Runner, RunOptions
+from harness.schedule import Arm
 from harness.tables import RunFolder
 from harness.tier import Run
+from harness.trial import TrialContext
 from optimizers import BatchedMuSGD
 from optimizers.batched import DEFAULT_PAD_GUARD, batched_on_cpu
 from tests.argv import TINY_SCREEN, overridden

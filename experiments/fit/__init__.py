@@ -9,7 +9,8 @@ from experiments.fit.plan import FitSettings, make_plan, trial_seconds
 from experiments.fit.recorded import recorded_row_problem, recorded_settings_problem
 from experiments.fit.trial import trial_function
 from experiments.resume_check import arms_resume_problem
-from harness.protocol import Plan, ProtocolOptions
+from harness.plan import Plan
+from harness.protocol_options import ProtocolOptions
 from harness.tier import BaseTier, Caveat
 
 

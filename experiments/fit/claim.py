@@ -19,7 +19,7 @@ from harness.formatting import (
     is_missing,
     method_label,
 )
-from harness.protocol import Plan
+from harness.plan import Plan
 from harness.report import claim_sentence, pairs_words, warmup_words
 from harness.tier import Run
 

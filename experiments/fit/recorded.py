@@ -16,7 +16,7 @@ from harness.folder_format import (
     UINT64_MAX,
     RowField,
 )
-from harness.protocol import Plan
+from harness.plan import Plan
 from harness.schema import check_choice, check_fields
 from harness.validation import row_fields_problem, settings_problem, shape_problem
 

@@ -25,7 +25,7 @@ from harness.formatting import (
     method_label,
 )
 from harness.markdown import markdown_image, markdown_table
-from harness.protocol import Plan
+from harness.plan import Plan
 from harness.stats import finished, median_of, numeric_column, secondary_claims
 from harness.tier import Run
 

@@ -11,7 +11,7 @@ import pandas as pd
 from experiments.probe.plots import plot_probe_memory, plot_stage_share
 from harness.formatting import format_bytes, format_number, format_percent
 from harness.markdown import markdown_image, markdown_table
-from harness.protocol import Plan
+from harness.plan import Plan
 from harness.stats import max_of, median_of
 from harness.tables import Summaries
 from harness.tier import Run

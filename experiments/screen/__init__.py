@@ -8,7 +8,7 @@ from experiments.resume_check import arms_resume_problem
 from experiments.screen.plan import ScreenSettings, make_plan, recorded_settings_problem
 from experiments.screen.ranks import trial_in_ranks
 from experiments.screen.trial import trial_function
-from harness.protocol import Plan
+from harness.plan import Plan
 from harness.tier import BaseTier, Caveat, Run
 
 

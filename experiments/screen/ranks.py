@@ -14,7 +14,7 @@ from experiments.ranks import barrier, gather_records, init_group, rank_device
 from experiments.screen.plan import DTYPES
 from experiments.screen.trial import TrialSettings, WorkloadCache, make_arm_optimizer, time_window
 from harness.isolation import run_in_ranks
-from harness.protocol import Arm
+from harness.schedule import Arm
 from harness.timing import current_allocated, synchronize
 from optimizers import distributed as sharing
 from optimizers.dispatch import count_dispatched_ops

@@ -16,7 +16,7 @@ from harness import stats
 from harness.codepaths import same_code_arms
 from harness.formatting import format_bytes, format_number, format_percent
 from harness.markdown import markdown_image, markdown_table
-from harness.protocol import Plan
+from harness.plan import Plan
 from harness.tier import Run
 from harness.timing import is_cuda
 
