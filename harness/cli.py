@@ -128,8 +128,8 @@ def start_command(
     spec: CommandSpec, protocol: dict[str, Any], run: RunArgs, settings: Any, argv: tuple[str, ...]
 ) -> None:
     """A tier command: its settings checked and prepared by the tier, the run launched, then its finish."""
-    start = Start(spec.tiers[0].name, protocol, settings, run.resume, run.given, run.out, not run.no_report)
-    start = replace(start, argv=argv, say=console.print)
+    tier, report = spec.tiers[0].name, not run.no_report
+    start = Start(tier, protocol, settings, run.resume, run.given, run.out, report, argv, console.print)
     if run.resume is None and settings is not None:
         check_fields(settings)
     if spec.prepare is not None:
