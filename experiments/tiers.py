@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-from experiments import parity_command
-from experiments.command import command
-from experiments.fit import command as fit
-from experiments.probe import command as probe
-from experiments.screen import command as screen
+from experiments import command, fit, parity_command, probe, screen
 from harness.tier import TierRegistry
 
 TIERS = TierRegistry(

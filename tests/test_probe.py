@@ -300,7 +300,7 @@ def test_share_table_states_share_and_saving_and_skips_failed_heads() -> None:
 def test_section_with_device_memory_figures_and_failures(tmp_path: Path) -> None:
     """The section's CUDA side, exercised on the CPU with rows shaped like a CUDA run's: memory table, the fit
     and failure sentences, the memory plot and the stage-share plot, and both tidy CSVs."""
-    from experiments.probe import ProbeSettings, make_plan
+    from experiments.probe.plan import ProbeSettings, make_plan
     from experiments.probe.section import report_section
     from experiments.tiers import TIERS
     from harness.options import protocol_options

@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 import torch
 
-from experiments import screen
 from experiments.arms import arm_code
 from experiments.screen import plan as screen_plan
 from experiments.screen import plots as screen_plots
@@ -63,7 +62,7 @@ def make_plan(on: str | None = None, **options: Any) -> Plan:
     """A screen plan from CLI-style options (protocol ones and the screen's own); ``on='cuda'`` makes it stand
     for a GPU run's plan (its device says cuda) while it is built on this machine."""
     protocol = protocol_options(**{k: v for k, v in options.items() if k in PROTOCOL_KEYS})
-    plan = screen.make_plan(
+    plan = screen_plan.make_plan(
         protocol, screen_plan.ScreenSettings(**{k: v for k, v in options.items() if k not in PROTOCOL_KEYS})
     )
     if on is not None:
