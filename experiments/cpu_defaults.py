@@ -12,7 +12,7 @@ from harness.tier import Start
 
 
 def on_cpu(settings: Any, defaults: dict[str, Any], start: Start) -> Any:
-    """``settings`` with ``defaults`` for the options not typed, where the start's device resolves to the CPU."""
+    """``settings`` with ``defaults`` for the options not typed, where the device resolves to the CPU."""
     if resolve_device(start.protocol["device"])[0] != "cpu":
         return settings
     changed = {name: value for name, value in defaults.items() if name not in start.given}

@@ -45,8 +45,8 @@ COMMAND = CommandSpec(
         "arms": "baseline,candidate (default baseline,candidate); each built with muon, sgd and its own "
         "keywords.",
         "seed": "Seed for the parameters, gradients and data.",
-        "gpus": "Also follow the candidate on N ranks (fresh processes; gloo on the CPU) against the one-rank "
-        "candidate.",
+        "gpus": "Also follow the candidate on N ranks (fresh processes; gloo on the CPU) against the "
+        "one-rank candidate.",
     },
     prepare=_prepare,
     finish=_finish,

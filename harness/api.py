@@ -43,7 +43,7 @@ __all__ = ["FunctionTier", "Result", "RunOptions", "Runner", "compare"]
 class FunctionTier(BaseTier):
     """A tier whose arms are Python callables handed over at run time.
 
-    The run folder names them by label only: a resume needs the same callables (``compare(..., resume=folder)``).
+    The run folder names them by label only: a resume needs the same callables again.
     """
 
     NAME = "function"
@@ -110,7 +110,7 @@ class Result:
 
 
 def _check_functions(functions: Any) -> list[str]:
-    """The labels of ``functions``; ``InputError`` (before any folder) unless it maps text labels to callables."""
+    """The labels of ``functions``; ``InputError`` before any folder unless it maps labels to callables."""
     if not isinstance(functions, Mapping):
         raise InputError(
             "functions must be a mapping of label to callable, e.g. {'baseline': old_step, 'candidate': "

@@ -28,8 +28,8 @@ def new_app() -> typer.Typer:
     """The ``bench`` app, with no command yet."""
     return typer.Typer(
         name="bench",
-        help="Paired, synchronized benchmarks of MuSGD implementations: screen, probe, complete fits, parity, "
-        "reports.",
+        help="Paired, synchronized benchmarks of MuSGD implementations: screen, probe, complete fits, "
+        "parity, reports.",
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,

@@ -206,7 +206,7 @@ def parse_budget(text: str | None) -> int | None:
 def card_bytes(device: str) -> int | None:
     """Total memory of a CUDA card, None off CUDA.
 
-    From nvidia-smi where it answers (no CUDA context in a parent that must never touch the GPU), else torch."""
+    From nvidia-smi where it answers (no CUDA context in a parent that must not touch the GPU), else torch."""
     if not device.startswith("cuda"):
         return None
     index = int(device.split(":")[1]) if ":" in device else torch.cuda.current_device()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
@@ -27,15 +26,10 @@ MAX_GPUS = 1024
 DEVICE_FORM = re.compile(r"^(cpu|cuda(:\d+)?)$", re.ASCII)
 
 
-def check_bar(bar: float | None, control: bool = False) -> float | None:
-    """A claim's bar in percent; with ``control``, the A/A tolerance ±bar, so it must be positive."""
-    if bar is not None and (not math.isfinite(bar) or not -100 < bar < 100):
-        raise InputError(f"--bar {bar} is not a percentage; use a number between -100 and 100, e.g. 8")
-    if control and bar is not None and bar <= 0:
-        raise InputError(
-            f"--bar {bar} with --control is the A/A tolerance ±bar; use a positive percentage, e.g. 1"
-        )
-    return bar
+_bar = require(
+    finite(lambda bar: -100 < bar < 100),
+    "--bar {} is not a percentage; use a number between -100 and 100, e.g. 8",
+)
 
 
 def check_device_form(device: str) -> None:
@@ -102,7 +96,7 @@ class ProtocolOptions:
         None,
         "The bar, in percent, the paired reduction must clear (e.g. 8); with --control, the tolerance ±bar "
         "the A/A difference must stay within (e.g. 1).",
-        check=check_bar,
+        check=_bar,
     )
     device: str = option(
         "cpu",

@@ -153,14 +153,14 @@ def check_choice(name: str, value: str, accepted: tuple[str, ...]) -> str:
 
 
 def named(text: str, prefix: str) -> str:
-    """``text`` with each ``--flag`` named with ``prefix`` instead; the API's empty prefix gives the keyword."""
+    """``text`` with each ``--flag`` named with ``prefix``; the API's empty prefix gives the keyword."""
     if prefix == "--":
         return text
     return re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)", lambda m: prefix + m.group(1).replace("-", "_"), text)
 
 
 def _kind(value: Any, kind: Any, shown: str) -> None:
-    """``InputError`` unless a number's field holds a number (a whole one for an ``int``), or text it takes."""
+    """``InputError`` unless a number's field holds a number (whole for an ``int``), or text it takes."""
     members = typing.get_args(kind) or (kind,)
     word = "number" if float in members else "whole number" if int in members else None
     if word is None or (isinstance(value, str) and str in members):

@@ -67,7 +67,7 @@ class Run:
         return cls(folder, plan, summaries, load_env(folder), figures_dir)
 
     def gate_failures(self) -> list[str]:
-        """Why ``--gate`` fails this run (empty when it passes), a line per claim not cleared or A/A not within.
+        """Why ``--gate`` fails this run (empty when it passes): a claim not cleared, an A/A not within.
 
         A verdict withheld fails, and so does a run with no claim."""
         claims = self.summaries.claims
@@ -84,7 +84,7 @@ class Run:
 
 
 def load_checked_plan(folder: RunFolder, tiers: TierRegistry | None) -> Plan:
-    """The folder's plan, validated (``load_plan``), its settings checked by its tier where ``tiers`` knows it.
+    """The folder's plan, validated (``load_plan``), its settings checked by its tier if ``tiers`` has it.
 
     An edited tier name or setting is one ``CorruptRunFolder`` line."""
     plan = load_plan(folder)

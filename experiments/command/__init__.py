@@ -47,7 +47,7 @@ TIER = BaseTier(
 
 
 def _prepare(start: Start) -> Start:
-    """The command after -- as the settings' ``argv``; a resume runs only the run's own command (a folder is data)."""
+    """The command after -- as the settings' ``argv``; a resume runs only the run's own command."""
     start = replace(start, settings=replace(start.settings, argv=start.argv))
     if start.resume is None:
         if start.protocol["arms"] is None:
