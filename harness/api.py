@@ -27,6 +27,7 @@ from harness.errors import InputError
 from harness.options import WARMUP_ACCEPTED, check_device, parse_auto
 from harness.plan import Plan
 from harness.protocol_options import ProtocolOptions, check_protocol
+from harness.report import write_report
 from harness.run import Runner, RunOptions
 from harness.schedule import Arm, Case
 from harness.schema import named
@@ -37,7 +38,7 @@ from harness.timing import SyncTimer
 from harness.trial import TrialContext, TrialFunction
 from harness.validation import load_plan
 
-__all__ = ["FunctionTier", "Result", "RunOptions", "Runner", "compare"]
+__all__ = ["FunctionTier", "Result", "compare"]
 
 
 class FunctionTier(BaseTier):
@@ -96,8 +97,6 @@ class Result:
 
     def report(self, output: Path | None = None) -> Path:
         """Write the markdown report (``report.md`` in the run folder unless ``output`` says otherwise)."""
-        from harness.report import write_report
-
         return write_report([self.run.folder], self.tiers, output)
 
     @property
