@@ -18,13 +18,11 @@ from harness.placement import Placement, choose_placement
 from harness.protocol_options import (
     AUTO_DEVICE,
     DEFAULT_ARMS,
-    MAX_WARMUP,
     ProtocolOptions,
     check_device_form,
     check_protocol,
 )
 from harness.schedule import CONCURRENT_ORDERS, Arm
-from harness.schema import check_non_negative
 from harness.timing import parse_bytes
 
 NO_PLACEMENT = "none"
@@ -184,16 +182,6 @@ def parse_auto(name: str, value: int | str, accepted: str) -> int | str:
 WARMUP_ACCEPTED = "a whole number of 0 or more, or auto"
 
 
-def parse_warmup(warmup: int | str, name: str = "--warmup") -> int | str:
-    """Warm-up trials per case: a whole number from 0 to ``MAX_WARMUP``, or ``auto``."""
-    warmup = parse_auto(name, warmup, WARMUP_ACCEPTED)
-    if warmup == "auto":
-        return warmup
-    if isinstance(warmup, bool) or not isinstance(warmup, int):
-        raise InputError(f"{name} {warmup!r} is not a whole number; use {WARMUP_ACCEPTED}")
-    return int(check_non_negative(name, warmup, MAX_WARMUP))
-
-
 def parse_budget(text: str | None) -> int | None:
     if text is None:
         return None
@@ -289,7 +277,7 @@ def protocol_options(
     }
     arms, device, budget = values.pop("arms"), values.pop("device"), values.pop("budget")
     values["pairs"] = parse_auto("--pairs", values["pairs"], "a positive whole number or auto")
-    values["warmup"] = parse_warmup(values["warmup"])
+    values["warmup"] = parse_auto("--warmup", values["warmup"], WARMUP_ACCEPTED)  # bounds: check_protocol
     budget_bytes = parse_budget(budget)
     device, gpus = split_device_list(device, values["gpus"])
     device, why = resolve_device(device)
