@@ -14,10 +14,12 @@ import torch
 
 from harness.code_origin import class_fingerprint, run_folder_code
 from harness.errors import InputError, Refusal
-from harness.options import DEFAULT_ARMS, parse_arms
-from harness.protocol import Case
-from optimizers import BatchedMuSGD, MuSGD
+from harness.options import parse_arms
+from harness.protocol_options import DEFAULT_ARMS
+from harness.schedule import Case
 from optimizers import batched as _batched
+from optimizers.batched import BatchedMuSGD
+from optimizers.musgd import MuSGD
 
 ARM_NAMES = ("baseline", "candidate", "candidate-cpu", "upstream")
 CPU_DEFAULT_ARMS = "baseline,candidate-cpu"

@@ -34,12 +34,17 @@ from experiments.parity_steps import (
 from experiments.ranks import gather_records, init_group, rank_device
 from experiments.resume_check import arms_resume_problem
 from harness.errors import InputError
+from harness.folder_format import FIGURE_LIMIT, UINT64_MAX, RowField
 from harness.isolation import run_in_ranks
-from harness.options import MAX_PAIRS, parse_arms
-from harness.protocol import Arm, Case, Plan, ProtocolOptions, ScheduledTrial, TrialContext, TrialFunction
+from harness.limits import MAX_PAIRS
+from harness.options import parse_arms
+from harness.plan import Plan
+from harness.protocol_options import ProtocolOptions
+from harness.schedule import Arm, Case, ScheduledTrial
 from harness.schema import check_fields
 from harness.tier import BaseTier, Caveat, Run
-from harness.validation import FIGURE_LIMIT, UINT64_MAX, RowField, row_fields_problem, settings_problem
+from harness.trial import TrialContext, TrialFunction
+from harness.validation import row_fields_problem, settings_problem
 
 __all__ = [
     "STEP_FIELDS",

@@ -14,7 +14,7 @@ import torch
 
 from experiments.arms import make_optimizer, same_path_as_baseline
 from experiments.workloads import SCALES, build_param_groups, fill_synthetic_grads
-from harness.options import MAX_PAIRS
+from harness.limits import MAX_PAIRS
 from harness.present.model import Section, Table
 from harness.schema import option
 from optimizers.musgd import muon_momentum

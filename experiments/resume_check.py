@@ -7,7 +7,7 @@ from typing import Any
 from experiments.arms import checked_optimizer
 from harness.code_origin import class_fingerprint
 from harness.errors import InputError
-from harness.protocol import Plan
+from harness.plan import Plan
 
 
 def plan_specs(plan: Plan) -> dict[str, str]:

@@ -1,8 +1,10 @@
-"""The project's tiers, registered in one place: how a run folder's ``plan.tier`` finds the code that reads it."""
+"""The project's tiers, each with its ``bench`` command, registered in one place."""
 
 from __future__ import annotations
 
-from experiments import command, fit, parity, probe, screen
+from experiments import command, fit, parity_command, probe, screen
 from harness.tier import TierRegistry
 
-TIERS = TierRegistry([screen.TIER, probe.TIER, fit.PAIR, fit.STAGES, parity.TIER, command.TIER])
+TIERS = TierRegistry(
+    commands=[fit.COMMAND, screen.COMMAND, command.COMMAND, probe.COMMAND, parity_command.COMMAND]
+)

@@ -1,22 +1,18 @@
-"""A small Python API, the one the CLI uses: paired trials of your own functions, with the same protocol,
-statistics, run folder and report as every ``bench`` command.
+"""A small Python API: paired trials of your own functions.
 
-    from harness.api import compare
+The protocol, statistics, run folder and report are every ``bench`` command's.
+Each function is called with no argument inside one synchronized bracket (``harness.timing.SyncTimer``).
+Its wall seconds are the trial's figure, unless it returns a mapping with a ``value`` (and other figures).
+For example:
 
-    result = compare({"baseline": old_step, "candidate": new_step}, pairs=6, bar=5, device="cuda")
-    print(result)              # the answer in one sentence per claim (result.answers), then the run folder
-    result.claims              # the claims table (pandas)
-    result.report()            # report.md in the run folder
-
-Each function is called with no argument inside one synchronized bracket (``harness.timing.SyncTimer``) and
-its wall seconds are the trial's figure; a function may instead return a mapping with a ``value`` (and any
-other figures) to report its own. ``Runner`` carries runs of any registered ``Tier`` (the CLI's way in).
+    >>> result = compare({"baseline": old_step, "candidate": new_step}, pairs=6, bar=5)
+    >>> print(result)  # one sentence per claim, then the run folder
+    >>> result.report()  # report.md in the run folder; result.claims is the claims table
 """
 
 from __future__ import annotations
 
 import inspect
-import numbers
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -27,32 +23,29 @@ from typing import Any
 import pandas as pd
 
 from harness.console import console, errors
-from harness.options import (
-    MAX_COOLDOWN,
-    MAX_PAIRS,
-    MAX_SEED,
-    InputError,
-    check_bar,
-    check_choice,
-    check_device,
-    check_non_negative,
-    check_positive,
-    parse_warmup,
-)
-from harness.protocol import ORDERS, Arm, Case, Plan, ProtocolOptions, TrialContext, TrialFunction
+from harness.errors import InputError
+from harness.options import WARMUP_ACCEPTED, check_device, parse_auto
+from harness.plan import Plan
+from harness.protocol_options import ProtocolOptions, check_protocol
+from harness.report import write_report
 from harness.run import Runner, RunOptions
+from harness.schedule import Arm, Case
+from harness.schema import named
 from harness.sentence import answers
 from harness.tables import RunFolder, unnameable
 from harness.tier import BaseTier, Run, TierRegistry
 from harness.timing import SyncTimer
+from harness.trial import TrialContext, TrialFunction
 from harness.validation import load_plan
 
-__all__ = ["FunctionTier", "Result", "RunOptions", "Runner", "compare"]
+__all__ = ["FunctionTier", "Result", "compare"]
 
 
 class FunctionTier(BaseTier):
-    """A tier whose arms are Python callables handed over at run time: the run folder names them by label only,
-    so a resume needs the same callables again (``compare(..., resume=folder)``)."""
+    """A tier whose arms are Python callables handed over at run time.
+
+    The run folder names them by label only: a resume needs the same callables again.
+    """
 
     NAME = "function"
 
@@ -104,8 +97,6 @@ class Result:
 
     def report(self, output: Path | None = None) -> Path:
         """Write the markdown report (``report.md`` in the run folder unless ``output`` says otherwise)."""
-        from harness.report import write_report
-
         return write_report([self.run.folder], self.tiers, output)
 
     @property
@@ -118,8 +109,7 @@ class Result:
 
 
 def _check_functions(functions: Any) -> list[str]:
-    """The labels of ``functions``, or ``InputError`` (before any folder) unless it maps text labels to
-    callables: a plan names each arm by its label, and a trial calls its function."""
+    """The labels of ``functions``; ``InputError`` before any folder unless it maps labels to callables."""
     if not isinstance(functions, Mapping):
         raise InputError(
             "functions must be a mapping of label to callable, e.g. {'baseline': old_step, 'candidate': "
@@ -144,8 +134,9 @@ def _checked_out(out: Any) -> Path:
 
 
 def _check_resume(resume: str | Path, labels: list[str], given: dict[str, Any]) -> None:
-    """``InputError`` unless a resume is given the run's own functions and no option of its own (a resume
-    keeps the run's): other functions would log every trial left as a failure, used up for good."""
+    """``InputError`` unless a resume is given the run's own functions and no option (it keeps the run's).
+
+    Other functions would log every trial left as a failure, used up for good."""
     plan = load_plan(RunFolder.open(resume))
     if plan.tier != FunctionTier.NAME:
         raise InputError(
@@ -205,18 +196,13 @@ def silenced(quiet: bool) -> Iterator[None]:
 
 def _compare(runner: Runner, tiers: TierRegistry, labels: list[str], given: dict[str, Any]) -> Result:
     """``compare`` once its console is set: ``given`` holds its arguments."""
-    warmup, pairs, order, seed, bar = (given[k] for k in ("warmup", "pairs", "order", "seed", "bar"))
-    control, device, cooldown, name = (given[k] for k in ("control", "device", "cooldown", "name"))
-    metric, unit, out, resume, tier = (given[k] for k in ("metric", "unit", "out", "resume", "tier"))
-    if resume is not None:  # a resume keeps the run's options: any given beside it is refused
-        options = dict(
-            warmup=warmup, pairs=pairs, order=order, seed=seed, bar=bar, control=control, device=device,
-            cooldown=cooldown, name=name, metric=metric, unit=unit, out=out,
-        )  # fmt: skip
+    if given["resume"] is not None:  # a resume keeps the run's options: any given beside it is refused
         defaults = inspect.signature(compare).parameters
-        given = {option: value for option, value in options.items() if value != defaults[option].default}
-        _check_resume(resume, labels, given)
-        return Result(runner.resume(resume), tiers)
+        kept = ("warmup", "pairs", "order", "seed", "bar", "control", "device", "cooldown", "name", "metric")
+        changed = {k: given[k] for k in (*kept, "unit", "out") if given[k] != defaults[k].default}
+        _check_resume(given["resume"], labels, changed)
+        return Result(runner.resume(given["resume"]), tiers)
+    control = given["control"]
     if not labels or (len(labels) < 2 and not control):
         raise InputError(
             "compare needs two or more functions (the first is the baseline), or one with control=True"
@@ -226,36 +212,21 @@ def _compare(runner: Runner, tiers: TierRegistry, labels: list[str], given: dict
             "control=True runs the first function against itself (an A/A run); give it one function, or "
             "compare several without control"
         )
-    for option, value in (("pairs", pairs), ("seed", seed)):  # not `name`: that is the case's name
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InputError(f"{option} {value!r} is not a whole number")
-    if isinstance(cooldown, bool) or not isinstance(cooldown, numbers.Real):
-        raise InputError(f"cooldown {cooldown!r} is not a number of seconds")
-    if bar is not None and (isinstance(bar, bool) or not isinstance(bar, numbers.Real)):
-        raise InputError(f"bar {bar!r} is not a number (a percentage, e.g. 5)")
-    if control:
-        arms = (Arm(labels[0], "baseline", labels[0]), Arm(f"{labels[0]}-control", "candidate", labels[0]))
-    else:
-        arms = tuple(
-            Arm(label, "baseline" if i == 0 else "candidate", label) for i, label in enumerate(labels)
-        )
-    protocol = ProtocolOptions(
-        arms=arms,
-        warmup=parse_warmup(warmup, "warmup"),
-        pairs=check_positive("pairs", pairs, MAX_PAIRS),
-        order=check_choice("order", order, ORDERS),
-        seed=int(check_non_negative("seed", seed, MAX_SEED)),
-        bar=check_bar(bar, control),
-        device=check_device(device),
-        control=control,
-        cooldown=float(check_non_negative("cooldown", cooldown, MAX_COOLDOWN)),
-    )
+    arms = tuple(Arm(label, "baseline" if i == 0 else "candidate", label) for i, label in enumerate(labels))
+    arms += (Arm(f"{labels[0]}-control", "candidate", labels[0]),) if control else ()
+    warmup = parse_auto("warmup", given["warmup"], WARMUP_ACCEPTED)
+    keywords = {k: given[k] for k in ("pairs", "order", "seed", "bar", "device", "control", "cooldown")}
+    protocol = check_protocol(ProtocolOptions(arms, warmup, **keywords), prefix="")  # the CLI's one check
+    try:
+        check_device(protocol.device)
+    except InputError as exc:
+        raise InputError(named(str(exc), "")) from None
     plan = Plan(
-        tier=tier.name,
+        tier=given["tier"].name,
         protocol=protocol,
-        cases=[Case(name, {}, arms)],
-        unit=unit,
-        metric=metric,
+        cases=[Case(given["name"], {}, arms)],
+        unit=given["unit"],
+        metric=given["metric"],
         isolation="in-process; each call inside one synchronized bracket",
         timed_region="one call of the arm's function, synchronized at both ends",
     )

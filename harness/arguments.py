@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from harness.errors import InputError
-from harness.protocol import ProtocolOptions
+from harness.protocol_options import ProtocolOptions
 
 
 def parse_percent(name: str, text: str | None) -> float | None:
@@ -30,8 +30,9 @@ def check_plan_goal(
     tolerance_value: float | None,
     bar_value: float | None,
 ) -> None:
-    """``bench plan``'s goal against the run it plans from: a tolerance needs an A/A arm, and an effect a bar
-    it is not at (no number of pairs resolves an effect at its bar). ``InputError`` otherwise."""
+    """``InputError`` unless ``bench plan``'s goal fits the run: a tolerance needs an A/A arm.
+
+    An effect at its bar is refused too: no number of pairs resolves it."""
     if tolerance_value is not None and not protocol.control:
         raise InputError(
             f"--tolerance {tolerance} plans an A/A arm, and the run has none (it ran without --control); drop "
@@ -48,8 +49,9 @@ def check_plan_goal(
 
 
 def check_given_once(args: list[str], commands: dict[str, Any]) -> None:
-    """``InputError`` for an option given twice in a command line: click would take the last and say nothing,
-    so `--steps 4 … --steps 8` would run 8 steps from a command line that reads 4 at a glance."""
+    """``InputError`` for an option given twice in a command line.
+
+    Click would take the last silently: `--steps 4 … --steps 8` would run 8 steps."""
     if not args or args[0] not in commands or "--help" in args:
         return
     options = {

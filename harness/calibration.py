@@ -11,7 +11,7 @@ import numpy as np
 
 from harness.errors import InputError
 from harness.injected import ROLE
-from harness.protocol import Arm
+from harness.schedule import Arm
 from harness.tables import RunFolder
 
 LABEL = "calibration"

@@ -12,49 +12,40 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.table import Table
 
-from experiments import cpu_defaults
-from experiments.command import CommandSettings as _Command
-from experiments.command.resume import check_resumed_command
-from experiments.fit.plan import FitSettings as _Fit
-from experiments.fit.plan import check_data_cache_used
-from experiments.parity import ParitySettings as _Parity
-from experiments.probe.plan import ProbeSettings as _Probe
-from experiments.screen.plan import ScreenSettings as _Screen
+import experiments.tiers
+from experiments.arms import arm_files, default_arms
 from harness import calibration, delay_check, design
 from harness import env as env_module
 from harness.arguments import check_given_once, check_plan_goal, parse_percent
 from harness.cli_app import (
     ARGUMENTS,
     RunArgs,
-    app,
+    add_options_command,
+    add_tier_command,
     check_resume_options,
     command_line,
     interruptible,
-    options_command,
-    tier_command,
+    new_app,
 )
 from harness.codepaths import what_ran
 from harness.console import console, errors, print_error
-from harness.errors import RunFolderError
+from harness.errors import InputError, RunFolderError
 from harness.failures import EVERY_TRIAL_FAILED, failed_arms, failure_lines
 from harness.formatting import format_probability
 from harness.interrupts import INTERRUPTED, terminate
-from harness.options import (
-    InputError,
-    check_gpus,
-    protocol_options,
-    resolve_device,
-    resolve_placement,
-    split_device_list,
-)
-from harness.protocol import Arm, ProtocolOptions
-from harness.protocol_options import check_protocol
+from harness.options import protocol_options, resolve_placement
+from harness.planning import plan_rows
+from harness.protocol_options import ProtocolOptions
+from harness.report import resolve_output, write_report
 from harness.run import Runner
 from harness.schema import check_fields, option, require
 from harness.tables import RunFolder
 from harness.tier import (
+    CommandSpec,
     Run,
+    Start,
     TierRegistry,
     check_gate_threshold,
     check_run_log,
@@ -62,14 +53,10 @@ from harness.tier import (
     load_checked_plan,
 )
 
-__all__ = ["RunArgs", "app", "launch", "main", "registry"]
-
 
 def registry() -> TierRegistry:
-    """The project's tiers (imported on first use, so ``bench --help`` stays quick)."""
-    from experiments.tiers import TIERS
-
-    return TIERS
+    """The project's tiers, as ``experiments.tiers`` registers them now."""
+    return experiments.tiers.TIERS
 
 
 def launch(
@@ -94,14 +81,12 @@ def launch(
                 f"--resume: the folder is a '{recorded}' run; this command resumes {', '.join(accepts)} runs",
                 hint="resume it with the command that started it",
             )
-        check_resume_options(plan.command, run)
+        check_resume_options(plan.command, run, app_of(runner.tiers))
         if run.gate:
             check_gate_threshold(plan.protocol, resuming=True)
         result = runner.resume(run.resume)
     else:
         if not isinstance(protocol, ProtocolOptions):
-            from experiments.arms import default_arms
-
             protocol = protocol_options(**protocol, announce=console.print, default_arms=default_arms)
         if run.gate:
             check_gate_threshold(protocol)
@@ -138,88 +123,20 @@ def launch(
     return result
 
 
-@tier_command("pair", settings=_Fit)
-def pair_command(protocol: dict[str, Any], run: RunArgs, settings: _Fit) -> None:
-    """Complete paired fits (the decisive tier): `bench pair --steps 384`."""
-    if settings.data_cache is not None:
-        check_data_cache_used(settings.workload, settings.data)
-    settings = replace(settings, data_cache=settings.data_cache or str(run.out / "datasets"))
-    launch("stages" if settings.stages else "pair", protocol, settings, run, accepts=("pair", "stages"))
-
-
-@tier_command("screen", settings=_Screen)
-def screen_command(protocol: dict[str, Any], run: RunArgs, settings: _Screen) -> None:
-    """Optimizer-only crossover screen over YOLO26 scales and padding guards."""
-    if run.resume is None:
-        settings = cpu_defaults.on_cpu(
-            settings, cpu_defaults.SCREEN, protocol["device"], run.given, console.print
-        )
-    launch("screen", protocol, settings, run, accepts=("screen",))
-
-
-@tier_command("command", settings=_Command)
-def command_command(
-    protocol: dict[str, Any],
-    run: RunArgs,
-    settings: _Command,
-    argv: Annotated[
-        list[str] | None,
-        typer.Argument(
-            help="The command, after --; {arm} and {spec} become each arm's label and spec.",
-            show_default=False,
-        ),
-    ] = None,
+def start_command(
+    spec: CommandSpec, protocol: dict[str, Any], run: RunArgs, settings: Any, argv: tuple[str, ...]
 ) -> None:
-    """Your own command, timed per arm: bench command --arms a,b -- python train.py --opt {arm}."""
-    settings = replace(settings, argv=tuple(argv or ()))
-    if run.resume is not None:
-        check_resumed_command(run.resume, settings.argv)
-    elif protocol["arms"] is None:
-        raise InputError("bench command needs --arms, e.g. --arms slow,fast (each label fills {arm})")
-    launch("command", protocol, settings, run, accepts=("command",))
-
-
-@tier_command("probe", settings=_Probe)
-def probe_command(protocol: dict[str, Any], run: RunArgs, settings: _Probe) -> None:
-    """Head-memory probes under a device budget; out-of-memory is a recorded result."""
-    if run.resume is None and settings.head in cpu_defaults.PROBE:
-        defaults = cpu_defaults.PROBE[settings.head]
-        settings = cpu_defaults.on_cpu(settings, defaults, protocol["device"], run.given, console.print)
-    launch("probe", protocol, settings, run, accepts=("probe",))
-
-
-PARITY_HELPS = {
-    "arms": "baseline,candidate (default baseline,candidate); each built with muon, sgd and its own keywords.",
-    "seed": "Seed for the parameters, gradients and data.",
-    "gpus": "Also follow the candidate on N ranks (fresh processes; gloo on the CPU) against the one-rank "
-    "candidate.",
-}
-
-
-@tier_command("parity", settings=_Parity, protocol=("arms", "seed", "device", "gpus"), helps=PARITY_HELPS)
-def parity_command(protocol: dict[str, Any], run: RunArgs, settings: _Parity) -> None:
-    """The numerical contract of candidate against baseline, as a run folder (exit 1 when it breaks)."""
-    from experiments import parity
-
-    baseline, candidate = parity.arms_of(protocol["arms"], settings.candidate)
-    settings = replace(settings, candidate=candidate, baseline=baseline)
-    options = None
-    if run.resume is None:
-        first, gpus = split_device_list(protocol["device"], protocol["gpus"])
-        resolved, why = resolve_device(first)
-        console.print(f"device: {resolved} ({why})")
+    """A tier command: its settings checked and prepared by the tier, the run launched, then its finish."""
+    tier, report = spec.tiers[0].name, not run.no_report
+    start = Start(tier, protocol, settings, run.resume, run.given, run.out, report, argv, console.print)
+    if run.resume is None and settings is not None:
         check_fields(settings)
-        arms = (Arm(baseline, "baseline", baseline), Arm(candidate, "candidate", candidate))
-        options = ProtocolOptions(
-            arms, warmup=0, pairs=settings.steps, seed=protocol["seed"], device=resolved, gpus=gpus
-        )
-        check_gpus(check_protocol(options).gpus, resolved)
-    result = launch("parity", options, settings, run, accepts=("parity",))
-    if not parity.result_of(result).holds:
-        where = (
-            "see the report" if not run.no_report else f"bench report {result.folder.path} writes the report"
-        )
-        errors.print(f"bench parity: the one-step contract is broken ({where})", soft_wrap=True)
+    if spec.prepare is not None:
+        start = spec.prepare(start)
+    result = launch(start.tier, start.protocol, start.settings, run, tuple(t.name for t in spec.tiers))
+    problem = spec.finish(result, start) if spec.finish is not None else None
+    if problem:
+        errors.print(f"bench {spec.name}: {problem}", soft_wrap=True)
         raise typer.Exit(1)
 
 
@@ -257,14 +174,11 @@ class PlanArgs:
     power: float = option(0.8, "The probability the goal must be met with.", check=_power)
 
 
-@options_command("plan", PlanArgs)
 def plan_command(
     run_dir: Annotated[Path, typer.Argument(help="A run folder whose per-pair spread to plan from.")],
     settings: PlanArgs,
 ) -> None:
     """Pairs and time a goal needs, from a run folder's measured per-pair spread: `bench plan RUN_DIR --effect 3%`."""
-    from harness.planning import plan_rows
-
     effect, tolerance, power = settings.effect, settings.tolerance, settings.power
     effect_value = parse_percent("--effect", effect)
     tolerance_value = parse_percent("--tolerance", tolerance)
@@ -304,18 +218,13 @@ class EnvArgs:
     arms: str | None = option(None, "Arms whose own files to fingerprint too.")
 
 
-@options_command("env", EnvArgs)
 def env_command(settings: EnvArgs) -> None:
     """Show this machine's environment fingerprint (what every run records in env.json)."""
-    from experiments.arms import arm_files  # noqa: PLC0415 - the composition root names the tiers' code
-
     arms = settings.arms
     record = env_module.collect(code_files=arm_files(arms) if arms else ())
     if settings.as_json:
         print(json.dumps(record, indent=1, default=str))
         return
-    from rich.table import Table
-
     table = Table(title="environment", show_header=True)
     table.add_column("field")
     table.add_column("value")
@@ -350,7 +259,6 @@ class ReportArgs:
     )
 
 
-@options_command("report", ReportArgs)
 @functools.partial(interruptible, outside_a_run="(the report is written whole or not at all)")
 def report_command(
     run_dirs: Annotated[
@@ -364,8 +272,6 @@ def report_command(
     settings: ReportArgs = ReportArgs(),
 ) -> None:
     """Write the markdown report (with PNG plots beside it) of one or more run folders, from the folders alone."""
-    from harness.report import resolve_output, write_report
-
     folders, output = [RunFolder.open(path) for path in run_dirs or []], settings.output
     if settings.tables:  # the folders named once, each locked and read, before any table is written
         resolve_output(folders, output)
@@ -379,6 +285,21 @@ def report_command(
     console.print(f"report: {write_report(folders, registry(), output)}")
 
 
+@functools.cache
+def app_of(tiers: TierRegistry) -> typer.Typer:
+    """The ``bench`` app: a command per tier command registered, then plan, env and report."""
+    made = new_app()
+    for spec in tiers.commands():
+        add_tier_command(made, spec, start_command)
+    add_options_command(made, "plan", PlanArgs, plan_command)
+    add_options_command(made, "env", EnvArgs, env_command)
+    add_options_command(made, "report", ReportArgs, report_command)
+    return made
+
+
+app = app_of(registry())  # the project's commands (``harness.cli_doc`` documents them)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``bench`` script: bad input is one line on stderr and exit status 2."""
     args = sys.argv[1:] if argv is None else list(argv)
@@ -387,8 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     ARGUMENTS[:] = [args]
     previous_sigterm = signal.signal(signal.SIGTERM, terminate)  # SIGTERM stops a run as Ctrl-C does
     try:
-        check_given_once(args, typer.main.get_command(app).commands)
-        result = typer.main.get_command(app).main(args=args, prog_name="bench", standalone_mode=False)
+        group = typer.main.get_command(app_of(registry()))
+        check_given_once(args, group.commands)
+        result = group.main(args=args, prog_name="bench", standalone_mode=False)
     except (InputError, RunFolderError) as exc:
         print_error(str(exc), exc.hint)
         return 2

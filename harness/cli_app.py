@@ -7,27 +7,33 @@ import inspect
 import shlex
 import sys
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
 from harness.console import errors
 from harness.errors import InputError
-from harness.protocol import PlannedStop, ProtocolOptions
+from harness.protocol import PlannedStop
+from harness.protocol_options import ProtocolOptions
 from harness.run import RunInterrupted, RunOptions
 from harness.schema import check_fields, option, parameters, require, settings_from
 from harness.tables import unnameable
+from harness.tier import CommandSpec
 
-app = typer.Typer(
-    name="bench",
-    help="Paired, synchronized benchmarks of MuSGD implementations: screen, probe, complete fits, parity, reports.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+
+def new_app() -> typer.Typer:
+    """The ``bench`` app, with no command yet."""
+    return typer.Typer(
+        name="bench",
+        help="Paired, synchronized benchmarks of MuSGD implementations: screen, probe, complete fits, "
+        "parity, reports.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
 
 
 _stop_after = require(
@@ -72,8 +78,9 @@ class RunArgs:
 
 
 def interruptible(func: Callable[..., Any], outside_a_run: str = "before any run folder was written") -> Any:
-    """A command that, on Ctrl-C or SIGTERM, says on stderr what was interrupted and where the run folder is
-    (typer turns the interrupt into exit status 130 without a word)."""
+    """A command that says on stderr what Ctrl-C or SIGTERM interrupted, and where the run folder is.
+
+    Typer would exit 130 without a word."""
 
     @functools.wraps(func)
     def command(*args: Any, **kwargs: Any) -> Any:
@@ -89,74 +96,68 @@ def interruptible(func: Callable[..., Any], outside_a_run: str = "before any run
     return command
 
 
-def tier_command(
-    name: str,
-    settings: type | None = None,
-    protocol: Iterable[str] | None = None,
-    helps: dict[str, str] | None = None,
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register ``func`` as command ``name``: its own parameters, its ``settings``' options, the shared
-    options (those named in ``protocol``, else all; ``helps`` rewords them here), then the run options."""
-    shared = parameters(ProtocolOptions, protocol, helps)
-    declared = parameters(settings) if settings is not None else []
+TierStart = Callable[[CommandSpec, dict[str, Any], RunArgs, Any, tuple[str, ...]], Any]
+
+
+def add_tier_command(app: typer.Typer, spec: CommandSpec, start: TierStart) -> None:
+    """Command ``spec.name``: the words after -- (where it takes them), its settings' options, the shared
+    options it names, then the run options; ``start`` gets their values."""
+    shared = parameters(ProtocolOptions, spec.protocol, spec.helps)
+    declared = parameters(spec.settings) if spec.settings is not None else []
     run_options = parameters(RunArgs)
+    argv = typer.Argument(help=spec.argv, show_default=False)
+    own = [_keyword("argv", Annotated[list[str] | None, argv], None)] if spec.argv else []
 
-    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-        own = _own_parameters(func)
+    @interruptible
+    def command(context: typer.Context, **values: Any) -> Any:
+        typed = {
+            key: value
+            for key, value in values.items()
+            if getattr(context.get_parameter_source(key), "name", "") == "COMMANDLINE"
+        }
+        protocol = {p.name: values[p.name] for p in shared}
+        run_values = {p.name: values[p.name] for p in run_options}
+        why = unnameable(run_values["out"])
+        if why:
+            raise InputError(f"--out '{run_values['out']}': {why}; give a writable folder")
+        run_values["out"] = Path(run_values["out"])
+        run = RunArgs(**run_values, command=spec.name, given=typed)
+        settings = None
+        if spec.settings is not None:
+            settings = settings_from(spec.settings, {p.name: values[p.name] for p in declared})
+        return start(spec, protocol, run, settings, tuple(values.get("argv") or ()))
 
-        @interruptible
-        def command(**values: Any) -> Any:
-            context = values.pop("context")
-            typed = {
-                key: value
-                for key, value in values.items()
-                if getattr(context.get_parameter_source(key), "name", "") == "COMMANDLINE"
-            }
-            given = {p.name: values.pop(p.name) for p in shared}
-            run_values = {p.name: values.pop(p.name) for p in run_options}
-            why = unnameable(run_values["out"])
-            if why:
-                raise InputError(f"--out '{run_values['out']}': {why}")
-            run_values["out"] = Path(run_values["out"])
-            run = RunArgs(**run_values, command=name, given=typed)
-            if settings is not None:
-                values["settings"] = settings_from(settings, {p.name: values.pop(p.name) for p in declared})
-            return func(protocol=given, run=run, **values)
-
-        context = inspect.Parameter("context", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
-        return _register(name, func, command, [*own, *declared, *shared, *run_options, context])
-
-    return decorate
+    context = _keyword("context", typer.Context, inspect.Parameter.empty)
+    _register(app, spec.name, spec.help, command, [*own, *declared, *shared, *run_options, context])
 
 
-def options_command(name: str, settings: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register ``func`` as command ``name``: its own parameters, then ``settings``' options."""
+def add_options_command(app: typer.Typer, name: str, settings: type, func: Callable[..., Any]) -> None:
+    """Command ``name`` running ``func``: its own parameters, then ``settings``' options."""
     declared = parameters(settings)
 
-    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-        def command(**values: Any) -> Any:
-            typed = settings_from(settings, {p.name: values.pop(p.name) for p in declared})
-            return func(settings=check_fields(typed), **values)
+    def command(**values: Any) -> Any:
+        typed = settings_from(settings, {p.name: values.pop(p.name) for p in declared})
+        return func(settings=check_fields(typed), **values)
 
-        return _register(name, func, command, [*_own_parameters(func), *declared])
-
-    return decorate
-
-
-def _own_parameters(func: Callable[..., Any]) -> list[inspect.Parameter]:
     hints = typing.get_type_hints(func, include_extras=True)
-    return [
-        inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=p.default, annotation=hints[p.name])
+    own = [
+        _keyword(p.name, hints[p.name], p.default)
         for p in inspect.signature(func).parameters.values()
-        if p.name not in ("protocol", "run", "settings")
+        if p.name != "settings"
     ]
+    _register(app, name, func.__doc__ or "", command, [*own, *declared])
 
 
-def _register(name: str, func: Callable[..., Any], command: Any, signature: list[inspect.Parameter]) -> Any:
+def _keyword(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+def _register(
+    app: typer.Typer, name: str, help: str, command: Any, signature: list[inspect.Parameter]
+) -> None:
     command.__signature__ = inspect.Signature(signature)
-    command.__doc__, command.__name__ = func.__doc__, func.__name__
+    command.__doc__, command.__name__ = help, name
     app.command(name)(command)
-    return func
 
 
 ARGUMENTS: list[list[str]] = []  # what ``main`` was last given (tests call it with a list, not sys.argv)
@@ -171,14 +172,14 @@ def command_line() -> str:
 RESUME_OPTIONS = ("resume", "stop_after", "quiet", "no_report", "gate")
 
 
-def check_resume_options(plan_command: str, run: RunArgs) -> None:
-    """``InputError`` (one line) for any option typed with ``--resume`` whose value differs from the one the
-    run was started with (read back from the command its plan records): a resumed run keeps its plan, so an
-    option that would change it must not be silently ignored. Options left out are fine."""
+def check_resume_options(plan_command: str, run: RunArgs, app: typer.Typer) -> None:
+    """``InputError`` for an option typed with ``--resume`` that differs from the command its plan records.
+
+    A resumed run keeps its plan: an option that would change it is refused, not ignored."""
     typed = {k: v for k, v in run.given.items() if k not in RESUME_OPTIONS}
     if not typed:
         return
-    original = _options_of(plan_command, run.command)
+    original = _options_of(plan_command, run.command, app)
     if original is None:
         names = ", ".join(_shown(k, v) for k, v in typed.items())
         raise InputError(
@@ -193,7 +194,7 @@ def check_resume_options(plan_command: str, run: RunArgs) -> None:
         )
 
 
-def _options_of(command: str, name: str) -> dict[str, Any] | None:
+def _options_of(command: str, name: str, app: typer.Typer) -> dict[str, Any] | None:
     """The option values (typed or default) of a recorded ``bench NAME …`` command line; None if unreadable."""
     try:
         words = shlex.split(command)

@@ -27,7 +27,8 @@ from harness.formatting import (
     format_value,
 )
 from harness.instability import run_flags as instability_flags
-from harness.protocol import Plan, ScheduledTrial
+from harness.plan import Plan
+from harness.schedule import ScheduledTrial
 from harness.sentence import answers
 from harness.tables import Summaries
 

@@ -16,14 +16,9 @@ from typing import Any
 
 from harness.errors import InputError
 from harness.placement import Placement
-from harness.protocol import (
-    CONCURRENT_ORDERS,
-    Plan,
-    PlannedStop,
-    ScheduledTrial,
-    estimated_seconds,
-    run_trial,
-)
+from harness.plan import Plan, estimated_seconds
+from harness.protocol import PlannedStop, run_trial
+from harness.schedule import CONCURRENT_ORDERS, ScheduledTrial
 from harness.tables import RunFolder
 
 DEFAULT_CPU_BUDGET_S = 3600.0  # one hour: a CPU run longer than this must be asked for (--time-budget)

@@ -14,27 +14,16 @@ from harness.calibration import parse_size, with_calibration
 from harness.env import gpu_snapshot
 from harness.errors import InputError
 from harness.formatting import format_bytes
-from harness.limits import MAX_PAIRS
 from harness.placement import Placement, choose_placement
 from harness.protocol_options import (
     AUTO_DEVICE,
     DEFAULT_ARMS,
-    MAX_COOLDOWN,
-    MAX_SEED,
-    MAX_WARMUP,
     ProtocolOptions,
-    check_bar,
     check_device_form,
     check_protocol,
 )
 from harness.schedule import CONCURRENT_ORDERS, Arm
-from harness.schema import check_choice, check_non_negative, check_positive
 from harness.timing import parse_bytes
-
-__all__ = [
-    "DEFAULT_ARMS", "MAX_COOLDOWN", "MAX_PAIRS", "MAX_SEED", "check_bar", "check_choice",
-    "check_non_negative", "check_positive",
-]  # fmt: skip
 
 NO_PLACEMENT = "none"
 _DEVICE_LIST = re.compile(r"^cuda:\d+(,\d+)+$", re.ASCII)
@@ -84,8 +73,9 @@ def check_devices_here(device: str, gpus: int) -> None:
 
 
 def split_device_list(device: str, gpus: int) -> tuple[str, int]:
-    """``cuda:0,1`` → (``cuda:0``, 2): a list of consecutive CUDA devices names the first and the rank count
-    (it must agree with ``--gpus`` where that is given too); any other device comes back as it is."""
+    """``cuda:0,1`` → (``cuda:0``, 2): the first of consecutive CUDA devices, and the rank count.
+
+    The count must agree with ``--gpus`` where that is given; any other device comes back as it is."""
     if not _DEVICE_LIST.match(device):
         return device, gpus
     indices = [int(i) for i in device.split(":")[1].split(",")]
@@ -190,16 +180,6 @@ def parse_auto(name: str, value: int | str, accepted: str) -> int | str:
 WARMUP_ACCEPTED = "a whole number of 0 or more, or auto"
 
 
-def parse_warmup(warmup: int | str, name: str = "--warmup") -> int | str:
-    """Warm-up trials per case: a whole number from 0 to ``MAX_WARMUP``, or ``auto``."""
-    warmup = parse_auto(name, warmup, WARMUP_ACCEPTED)
-    if warmup == "auto":
-        return warmup
-    if isinstance(warmup, bool) or not isinstance(warmup, int):
-        raise InputError(f"{name} {warmup!r} is not a whole number; use {WARMUP_ACCEPTED}")
-    return int(check_non_negative(name, warmup, MAX_WARMUP))
-
-
 def parse_budget(text: str | None) -> int | None:
     if text is None:
         return None
@@ -210,8 +190,9 @@ def parse_budget(text: str | None) -> int | None:
 
 
 def card_bytes(device: str) -> int | None:
-    """Total memory of a CUDA card, from nvidia-smi where it answers (so a parent that must never touch the GPU
-    creates no CUDA context), else from torch; None off CUDA."""
+    """Total memory of a CUDA card, None off CUDA.
+
+    From nvidia-smi where it answers (no CUDA context in a parent that must not touch the GPU), else torch."""
     if not device.startswith("cuda"):
         return None
     index = int(device.split(":")[1]) if ":" in device else torch.cuda.current_device()
@@ -282,8 +263,9 @@ def protocol_options(
     default_arms: Callable[[str], tuple[str, str]] | None = None,
     **given: Any,
 ) -> ProtocolOptions:
-    """The shared options as typed (``ProtocolOptions`` fields, arms and budget as text), parsed and checked
-    (``InputError`` on the first bad one); a field not given takes its default."""
+    """The shared options as typed (arms and budget as text), parsed and checked (``InputError``).
+
+    A field not given takes its default."""
     values = {f.name: f.default for f in fields(ProtocolOptions) if f.name != "arms"}
     values |= {
         "arms": DEFAULT_ARMS,
@@ -293,7 +275,7 @@ def protocol_options(
     }
     arms, device, budget = values.pop("arms"), values.pop("device"), values.pop("budget")
     values["pairs"] = parse_auto("--pairs", values["pairs"], "a positive whole number or auto")
-    values["warmup"] = parse_warmup(values["warmup"])
+    values["warmup"] = parse_auto("--warmup", values["warmup"], WARMUP_ACCEPTED)  # bounds: check_protocol
     budget_bytes = parse_budget(budget)
     device, gpus = split_device_list(device, values["gpus"])
     device, why = resolve_device(device)

@@ -15,7 +15,7 @@ from harness import intervals, sequential
 from harness.formatting import format_probability
 from harness.inference import CONFIDENCE
 from harness.limits import MAX_PAIRS
-from harness.protocol import CONCURRENT_ORDERS
+from harness.schedule import CONCURRENT_ORDERS
 from harness.stats import ClaimSettings, measured, median_of
 
 DRAWS = 4000

@@ -18,27 +18,9 @@ from harness import telemetry
 from harness.duet import PARTNER_REASON, duet_partners, fill_until_partners_end
 from harness.errors import is_disk_full
 from harness.placement import Placement, split_placement
-from harness.plan import (
-    DUET_FILLER_FORMAT,
-    WHOLE_PAIRS_FORMAT,
-    Plan,
-    drop_rounds,
-    estimated_seconds,
-    grow_schedule,
-    next_unit,
-    pending,
-    scheduled_done,
-)
-from harness.protocol_options import ProtocolOptions
-from harness.schedule import (
-    CONCURRENT_ORDERS,
-    ORDERS,
-    Arm,
-    Case,
-    ScheduledTrial,
-    balanced_block,
-    build_schedule,
-)
+from harness.plan import Plan, estimated_seconds, next_unit
+from harness.protocol_options import ProtocolOptions  # noqa: F401 - tests/test_reliability.py imports it here
+from harness.schedule import CONCURRENT_ORDERS, Arm, Case, ScheduledTrial  # noqa: F401 - as above
 from harness.tables import RunFolder, RunFolderWriteError, encode_row
 from harness.timing import TrialFailure
 from harness.trial import (
@@ -49,20 +31,7 @@ from harness.trial import (
     check_value,
     row_head,
 )
-from harness.warmup import (
-    extra_warmup,
-    next_auto_warmup,
-    settled_at,
-    warmup_row_fields,
-    warmup_sequences,
-)
-
-__all__ = [
-    "CONCURRENT_ORDERS", "DUET_FILLER_FORMAT", "ORDERS", "WHOLE_PAIRS_FORMAT", "Arm", "Case", "Plan",
-    "ProtocolOptions", "ScheduledTrial", "TrialContext", "TrialFunction", "balanced_block", "build_schedule",
-    "drop_rounds", "estimated_seconds", "grow_schedule", "pending", "row_head", "scheduled_done", "settled_at",
-    "warmup_sequences",
-]  # fmt: skip
+from harness.warmup import extra_warmup, next_auto_warmup, warmup_row_fields
 
 
 def _release_device_memory() -> None:
@@ -319,8 +288,9 @@ def _run_one(
 
 
 def duet_placements(placement: Placement | None, trials: list[ScheduledTrial]) -> list[Placement | None]:
-    """One share of the worker cores per slot of a duet round: slot k runs on the k-th share, and since the
-    arms' order alternates from round to round (AB, BA, …), each arm takes each share in turn."""
+    """One share of the worker cores per slot of a duet round: slot k runs on the k-th share.
+
+    The arms' order alternates from round to round (AB, BA, …), so each arm takes each share in turn."""
     if placement is None:
         return [None] * len(trials)
     shares = split_placement(placement, len(trials))
@@ -328,8 +298,9 @@ def duet_placements(placement: Placement | None, trials: list[ScheduledTrial]) -
 
 
 def concurrent_problem(plan: Plan, placement: Placement | None) -> str | None:
-    """Why the plan's concurrent order cannot run here (None where it can, or the order runs one trial at a
-    time): a round's arms run at once, each in its own worker process on its own share of the worker cores."""
+    """Why the plan's concurrent order cannot run here (None where it can, or the order is not concurrent).
+
+    A round's arms run at once, each in its own worker process on its own share of the worker cores."""
     order = plan.protocol.order
     if order not in CONCURRENT_ORDERS:
         return None
@@ -357,8 +328,9 @@ def _run_together(
     on_trial_end: Callable[[dict[str, Any]], None] | None,
     placement: Placement | None,
 ) -> None:
-    """The trials of one duet round at once, each row appended as its trial ends (worker tiers only); a half
-    whose trial has ended runs fillers until its partners end (``harness.duet``)."""
+    """The trials of one duet round at once (worker tiers only), each row appended as its trial ends.
+
+    A half whose trial has ended runs fillers until its partners end (``harness.duet``)."""
     if plan.in_process:
         raise ValueError("a concurrent order needs a tier whose trials run in worker processes")
     lock = threading.Lock()

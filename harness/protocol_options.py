@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
@@ -11,7 +10,7 @@ from harness.errors import InputError
 from harness.limits import MAX_PAIRS
 from harness.placement import is_placement_form
 from harness.schedule import CONCURRENT_ORDERS, ORDERS, Arm
-from harness.schema import OptionError, check_at_most, check_fields, finite, option, require
+from harness.schema import OptionError, check_at_most, check_fields, finite, named, option, require
 
 DEFAULT_ARMS = "baseline,candidate"
 AUTO_DEVICE = "auto"
@@ -27,15 +26,10 @@ MAX_GPUS = 1024
 DEVICE_FORM = re.compile(r"^(cpu|cuda(:\d+)?)$", re.ASCII)
 
 
-def check_bar(bar: float | None, control: bool = False) -> float | None:
-    """A claim's bar in percent; with ``control``, the A/A tolerance ±bar, so it must be positive."""
-    if bar is not None and (not math.isfinite(bar) or not -100 < bar < 100):
-        raise InputError(f"--bar {bar} is not a percentage; use a number between -100 and 100, e.g. 8")
-    if control and bar is not None and bar <= 0:
-        raise InputError(
-            f"--bar {bar} with --control is the A/A tolerance ±bar; use a positive percentage, e.g. 1"
-        )
-    return bar
+_bar = require(
+    finite(lambda bar: -100 < bar < 100),
+    "--bar {} is not a percentage; use a number between -100 and 100, e.g. 8",
+)
 
 
 def check_device_form(device: str) -> None:
@@ -102,7 +96,7 @@ class ProtocolOptions:
         None,
         "The bar, in percent, the paired reduction must clear (e.g. 8); with --control, the tolerance ±bar "
         "the A/A difference must stay within (e.g. 1).",
-        check=check_bar,
+        check=_bar,
     )
     device: str = option(
         "cpu",
@@ -251,18 +245,24 @@ def check_sequential(pairs: int | str, precision: float | None, max_pairs: int, 
 
 def check_protocol(p: ProtocolOptions, prefix: str = "--") -> ProtocolOptions:
     """``p`` unless a value is out of its bounds or the values disagree (``InputError``, one line; an
-    ``OptionError`` names the field)."""
+    ``OptionError`` names the field). ``prefix`` names the options (``--`` on the CLI, none in the API)."""
     check_fields(p, prefix)
-    check_sequential(p.pairs, p.precision, p.max_pairs, p.first_look)
+    try:
+        check_sequential(p.pairs, p.precision, p.max_pairs, p.first_look)
+    except InputError as exc:
+        raise InputError(named(str(exc), prefix)) from None
     if p.tolerance is not None and not p.control:
-        raise OptionError("tolerance", "--tolerance judges the A/A arm; add --control (or drop --tolerance)")
-    if p.control and len(p.arms) == 2 and p.bar is not None and p.bar <= 0:
-        raise OptionError(
+        problem = ("tolerance", "--tolerance judges the A/A arm; add --control (or drop --tolerance)")
+    elif p.control and len(p.arms) == 2 and p.bar is not None and p.bar <= 0:
+        problem = (
             "bar",
             f"--bar {p.bar} with --control is the A/A tolerance ±bar; use a positive percentage, e.g. 1",
         )
-    if p.gpus > 1 and p.order in CONCURRENT_ORDERS:
-        raise OptionError(
-            "gpus", f"--order {p.order} with --gpus {p.gpus}: concurrent trials of several ranks are not run"
+    elif p.gpus > 1 and p.order in CONCURRENT_ORDERS:
+        problem = (
+            "gpus",
+            f"--order {p.order} with --gpus {p.gpus}: concurrent trials of several ranks are not run",
         )
-    return p
+    else:
+        return p
+    raise OptionError(problem[0], named(problem[1], prefix))

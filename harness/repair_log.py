@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import sys
 
-from harness.tables import LOG, RunFolder, write_atomic
+from harness.folder_format import LOG
+from harness.tables import RunFolder, write_atomic
 
 DOUBLED = "trials.doubled.jsonl"
 

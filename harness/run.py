@@ -26,24 +26,18 @@ from harness.codepaths import arm_files, what_ran
 from harness.console import ScheduleProgress, console, errors, print_flags, print_summary
 from harness.errors import InputError
 from harness.estimate import OverBudget, probe_first, refuse_by_estimate
+from harness.folder_format import ENV, PLAN
 from harness.options import check_devices_here, resolve_placement
 from harness.placement import Placement, parent_pinned
-from harness.protocol import (
-    Plan,
-    PlannedStop,
-    ScheduledTrial,
-    TrialContext,
-    TrialFunction,
-    concurrent_problem,
-    pending,
-    run_schedule,
-    scheduled_done,
-)
+from harness.plan import Plan, pending, scheduled_done
+from harness.protocol import PlannedStop, concurrent_problem, run_schedule
+from harness.schedule import ScheduledTrial
 from harness.sentence import answers
 from harness.stopping import StoppingRule
-from harness.tables import ENV, PLAN, RunFolder, RunFolderWriteError, check_can_write
+from harness.tables import RunFolder, RunFolderWriteError, check_can_write
 from harness.tier import Run, TierRegistry, check_run_log, load_checked_plan
 from harness.timing import apply_budget, release_budget
+from harness.trial import TrialContext, TrialFunction
 from harness.validation import load_env
 
 CLAIM_FILE = "claim.txt"

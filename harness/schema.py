@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+import numbers
+import re
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -150,12 +152,32 @@ def check_choice(name: str, value: str, accepted: tuple[str, ...]) -> str:
     return value
 
 
-def check_value(name: str, value: Any, how: Option, prefix: str = "--") -> None:
-    """One value against its option's bounds, choices and check; ``OptionError`` names the field."""
-    shown = prefix + name.replace("_", "-") if prefix else name
+def named(text: str, prefix: str) -> str:
+    """``text`` with each ``--flag`` named with ``prefix``; the API's empty prefix gives the keyword."""
+    if prefix == "--":
+        return text
+    return re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)", lambda m: prefix + m.group(1).replace("-", "_"), text)
+
+
+def _kind(value: Any, kind: Any, shown: str) -> None:
+    """``InputError`` unless a number's field holds a number (whole for an ``int``), or text it takes."""
+    members = typing.get_args(kind) or (kind,)
+    word = "number" if float in members else "whole number" if int in members else None
+    if word is None or (isinstance(value, str) and str in members):
+        return
+    fits = isinstance(value, int) if word == "whole number" else isinstance(value, numbers.Real)
+    if isinstance(value, bool) or not fits:
+        raise InputError(f"{shown} {value!r} is not a {word}")
+
+
+def check_value(name: str, value: Any, how: Option, prefix: str = "--", kind: Any = None) -> None:
+    """One value against its option's type, bounds, choices and check; ``OptionError`` names the field."""
+    shown = named(flag_of(name), prefix)
     try:
         if value is None or value in how.words:
             return
+        if not (isinstance(value, str) and how.cli_type is not None):  # text its tier parses later
+            _kind(value, kind, shown)
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             if how.low is not None or how.choices:
                 raise InputError(f"{shown} {value!r} is not accepted")
@@ -175,11 +197,11 @@ def check_value(name: str, value: Any, how: Option, prefix: str = "--") -> None:
         if how.check is not None:
             how.check(value)
     except InputError as exc:
-        raise OptionError(name, str(exc)) from None
+        raise OptionError(name, named(str(exc), prefix)) from None
 
 
 def check_fields(settings: Any, prefix: str = "--") -> Any:
     """``settings`` unless a declared field is outside its bounds (``OptionError`` on the first one)."""
-    for field, how, _ in declared(type(settings), cli=False):
-        check_value(field.name, getattr(settings, field.name), how, prefix)
+    for field, how, kind in declared(type(settings), cli=False):
+        check_value(field.name, getattr(settings, field.name), how, prefix, kind)
     return settings

@@ -7,13 +7,14 @@ from typing import Any
 import pandas as pd
 
 from harness.console import ScheduleProgress
+from harness.folder_format import PLAN
 from harness.inference import CONFIDENCE
 from harness.injected import ROLE as CALIBRATION_ROLE
 from harness.plan import Plan, drop_rounds, estimated_seconds, grow_schedule
 from harness.schedule import ScheduledTrial
 from harness.sequential import looks, should_stop
 from harness.stats import ClaimSettings, pair_table
-from harness.tables import PLAN, RunFolder
+from harness.tables import RunFolder
 
 
 class StoppingRule:

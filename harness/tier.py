@@ -1,22 +1,24 @@
 """The tier contract: what a tier (screen, probe, fit, …) gives the harness, and the registry that names them.
 
-A tier turns the shared protocol options and its own settings into a ``Plan``, makes the trial function that
-runs one scheduled trial, and says what its runs mean: the tables written beside the log, the report section,
-the caveats, the claim printed when a run ends. The harness knows tiers only through this contract, by the
-name a plan records; ``experiments.tiers`` registers the project's tiers in one place.
+A tier makes a ``Plan`` from the shared options and its settings, and the function that runs one trial.
+It says what its runs mean: tables, a report section, caveats, a claim (``HOOKS``).
+A ``CommandSpec`` declares its ``bench`` command; ``experiments.tiers`` registers the project's tiers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from harness.codepaths import verdict_shown
 from harness.errors import InputError
-from harness.protocol import Plan, ProtocolOptions, TrialFunction
-from harness.tables import PLAN, CorruptRunFolder, RunFolder, Summaries, summarize_trials
+from harness.folder_format import PLAN
+from harness.plan import Plan
+from harness.protocol_options import ProtocolOptions
+from harness.tables import CorruptRunFolder, RunFolder, Summaries, summarize_trials
+from harness.trial import TrialFunction
 from harness.validation import check_log, load_env, load_plan
 
 if TYPE_CHECKING:  # annotations only: a trial's worker imports the tiers and no pandas
@@ -66,9 +68,9 @@ class Run:
         return cls(folder, plan, summaries, load_env(folder), figures_dir)
 
     def gate_failures(self) -> list[str]:
-        """Why ``--gate`` fails this run (empty when it passes): a claim that does not clear its bar (fails, is
-        insufficient or ambiguous, or has no bar), a verdict withheld (the arm ran the baseline's code) or an
-        A/A arm that is not within its tolerance; a run with no claim at all fails too."""
+        """Why ``--gate`` fails this run (empty when it passes): a claim not cleared, an A/A not within.
+
+        A verdict withheld fails, and so does a run with no claim."""
         claims = self.summaries.claims
         if claims.empty:
             return ["no complete pair: no claim to gate on"]
@@ -83,8 +85,9 @@ class Run:
 
 
 def load_checked_plan(folder: RunFolder, tiers: TierRegistry | None) -> Plan:
-    """The folder's plan, validated (``load_plan``) and, where ``tiers`` knows its tier, its settings checked by
-    that tier (``Tier.settings_problem``): an edited tier name or setting is one ``CorruptRunFolder`` line."""
+    """The folder's plan, validated (``load_plan``), its settings checked by its tier if ``tiers`` has it.
+
+    An edited tier name or setting is one ``CorruptRunFolder`` line."""
     plan = load_plan(folder)
     problem = tiers.reader(plan.tier).settings_problem(plan) if tiers is not None else None
     if problem:
@@ -94,11 +97,11 @@ def load_checked_plan(folder: RunFolder, tiers: TierRegistry | None) -> Plan:
 
 def check_run_log(plan: Plan, folder: RunFolder, tiers: TierRegistry | None) -> list[dict[str, Any]]:
     """The folder's log rows, validated (``check_log``) and, where ``tiers`` knows the plan's tier, the fields its
-    report reads checked by that tier (``Tier.row_problem``)."""
+    report reads checked by that tier (``BaseTier.row_problem``)."""
     return check_log(plan, folder, tiers.reader(plan.tier).row_problem if tiers is not None else None)
 
 
-def gate_refusal(tier: Tier) -> str | None:
+def gate_refusal(tier: BaseTier) -> str | None:
     """Why ``--gate`` cannot judge a run of this tier (None where it can): it judges paired claims only."""
     if tier.diagnostic:
         return "diagnostic"
@@ -128,125 +131,129 @@ def check_gate_threshold(protocol: ProtocolOptions, resuming: bool = False) -> N
             raise InputError(f"--gate judges {judged} against {option}, and the run has none{instead}")
 
 
-class Tier(Protocol):
-    """One tier of evidence. ``BaseTier`` gives the defaults; a tier overrides what it has."""
-
-    name: str
-    diagnostic: bool  # synchronized inside its timed region: its figures explain a claim, never make one
-    paired: bool  # its rows are paired trials of arms (the harness's statistics apply)
-
-    def make_plan(self, protocol: ProtocolOptions, settings: Any, command: str) -> Plan: ...
-
-    def trial_function(self, plan: Plan) -> TrialFunction: ...
-
-    def trial_seconds(self, plan: Plan) -> float | None:
-        """The tier's own estimate of one trial's seconds before any runs (None: the first trial is probed)."""
-        ...
-
-    def settings_problem(self, plan: Plan) -> str | None:
-        """What is wrong with a plan's recorded settings for this tier (None when a run of it could have them)."""
-        ...
-
-    def row_problem(self, row: dict[str, Any]) -> str | None:
-        """What is wrong with a log row's fields this tier's report reads (the row's structure is checked
-        already), as one sentence naming the trial; None when its report can read them."""
-        ...
-
-    def resume_problem(self, plan: Plan) -> str | None:
-        """Why a resume cannot run a plan's trials here (None where it can): the start's checks of the code
-        a plan names, made again, since a folder can be edited."""
-        ...
-
-    def tables(self, run: Run) -> dict[str, pd.DataFrame]: ...
-
-    def section(self, run: Run) -> Section | str: ...
-
-    def caveats(self, run: Run) -> list[Caveat]: ...
-
-    def claim(self, run: Run) -> str | None: ...
-
-    def bounds(self, run: Run, others: Sequence[Run]) -> list[tuple[Run, str]]:
-        """What other runs of one report say bounds this run's claims: (that run, the sentence)."""
-        ...
+# A tier's hooks, each optional: what ``BaseTier`` calls, and what each returns when the tier gives none.
+HOOKS = {
+    "make_plan": None,  # (options, settings, command) → the plan
+    "trial_function": None,  # plan → the function that runs one scheduled trial
+    "trial_seconds": None,  # plan → one trial's seconds, estimated before any runs (None: the first is timed)
+    "settings_problem": None,  # plan → what is wrong with its recorded settings for this tier
+    "row_problem": None,  # log row → what is wrong with the fields this tier's report reads
+    "resume_problem": None,  # plan → why a resume cannot run its trials here (the start's checks again)
+    "tables": {},  # run → its tables, by file name
+    "section": "",  # run → its report section
+    "claim": None,  # run → its claim in words
+    "bounds": [],  # (run, the report's other runs) → (a run, the sentence saying it bounds this run's claims)
+}
 
 
 class BaseTier:
-    """A tier assembled from its hook functions; a hook left out takes the default (no tables, no section, no
-    claim of its own; paired, not diagnostic). Subclass it for a hook that needs more than a function."""
+    """One tier of evidence, assembled from its hooks (``HOOKS``); subclass it for a hook that needs more."""
 
     def __init__(
         self,
         name: str,
         *,
-        make_plan: Callable[[ProtocolOptions, Any, str], Plan] | None = None,
-        trial_function: Callable[[Plan], TrialFunction] | None = None,
-        trial_seconds: Callable[[Plan], float | None] | None = None,
-        settings_problem: Callable[[Plan], str | None] | None = None,
-        row_problem: Callable[[dict[str, Any]], str | None] | None = None,
-        resume_problem: Callable[[Plan], str | None] | None = None,
-        tables: Callable[[Run], dict[str, pd.DataFrame]] | None = None,
-        section: Callable[[Run], Section | str] | None = None,
-        claim: Callable[[Run], str | None] | None = None,
-        bounds: Callable[[Run, Sequence[Run]], list[tuple[Run, str]]] | None = None,
         caveats: tuple[Caveat, ...] = (),
-        diagnostic: bool = False,
-        paired: bool = True,
+        diagnostic: bool = False,  # synchronized inside its timed region: its figures never make a claim
+        paired: bool = True,  # its rows are paired trials of arms (the harness's statistics apply)
+        **hooks: Callable[..., Any],
     ) -> None:
-        self.name, self.diagnostic, self.paired = name, diagnostic, paired
-        self._make_plan, self._trial_function = make_plan, trial_function
-        self._tables, self._section, self._claim, self._caveats = tables, section, claim, caveats
-        self._bounds, self._settings_problem, self._row_problem = bounds, settings_problem, row_problem
-        self._resume_problem, self._trial_seconds = resume_problem, trial_seconds
+        if set(hooks) - set(HOOKS):
+            raise TypeError(f"tier '{name}': no hook named {', '.join(sorted(set(hooks) - set(HOOKS)))}")
+        self.name, self.diagnostic, self.paired, self._caveats, self._hooks = (
+            name,
+            diagnostic,
+            paired,
+            caveats,
+            hooks,
+        )
+
+    def _call(self, hook: str, *args: Any) -> Any:
+        return self._hooks[hook](*args) if hook in self._hooks else HOOKS[hook]
 
     def make_plan(self, protocol: ProtocolOptions, settings: Any, command: str) -> Plan:
-        if self._make_plan is None:
+        if "make_plan" not in self._hooks:
             raise NotImplementedError(f"tier '{self.name}' builds no plan here")
-        return self._make_plan(protocol, settings, command)
+        return self._call("make_plan", protocol, settings, command)
 
     def trial_function(self, plan: Plan) -> TrialFunction:
-        if self._trial_function is None:
+        if "trial_function" not in self._hooks:
             raise InputError(
                 f"tier '{plan.tier}' is not known here, so its trials cannot run; resume it where it was started"
             )
-        return self._trial_function(plan)
+        return self._call("trial_function", plan)
 
     def trial_seconds(self, plan: Plan) -> float | None:
-        return self._trial_seconds(plan) if self._trial_seconds else None
+        return self._call("trial_seconds", plan)
 
     def settings_problem(self, plan: Plan) -> str | None:
-        return self._settings_problem(plan) if self._settings_problem else None
+        return self._call("settings_problem", plan)
 
     def row_problem(self, row: dict[str, Any]) -> str | None:
-        return self._row_problem(row) if self._row_problem else None
+        return self._call("row_problem", row)
 
     def resume_problem(self, plan: Plan) -> str | None:
-        return self._resume_problem(plan) if self._resume_problem else None
+        return self._call("resume_problem", plan)
 
     def tables(self, run: Run) -> dict[str, pd.DataFrame]:
-        return self._tables(run) if self._tables else {}
+        return dict(self._call("tables", run))
 
-    def section(self, run: Run) -> str:
-        return self._section(run) if self._section else ""
+    def section(self, run: Run) -> Section | str:
+        return self._call("section", run)
 
     def caveats(self, run: Run) -> list[Caveat]:
         return list(self._caveats)
 
     def claim(self, run: Run) -> str | None:
-        return self._claim(run) if self._claim else None
+        return self._call("claim", run)
 
     def bounds(self, run: Run, others: Sequence[Run]) -> list[tuple[Run, str]]:
-        return self._bounds(run, others) if self._bounds else []
+        return list(self._call("bounds", run, others))
+
+
+@dataclass(frozen=True)
+class Start:
+    """A tier command's call, as its ``prepare`` hook reads and adjusts it before the run starts."""
+
+    tier: str  # the tier the run is of
+    protocol: dict[str, Any] | ProtocolOptions | None  # the shared options as typed, or built whole
+    settings: Any
+    resume: Path | None  # the run folder a resume continues
+    given: dict[str, Any]  # the options typed on the command line, by name
+    out: Path
+    report: bool = True
+    argv: tuple[str, ...] = ()  # the words after --
+    say: Callable[[str], Any] = print
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """A tier's ``bench`` command: its options, and the hooks around the run it starts."""
+
+    name: str
+    help: str
+    tiers: tuple[BaseTier, ...]  # the tiers its runs are of, the first by default; its --resume takes each
+    settings: type | None = None  # the tier's settings: each declared field is an option
+    protocol: tuple[str, ...] | None = None  # the shared options it takes (None: all)
+    helps: dict[str, str] = field(default_factory=dict)  # shared options reworded for this command
+    argv: str = ""  # the help of the words after --; empty: it takes none
+    prepare: Callable[[Start], Start] | None = None  # the start adjusted; InputError refuses it
+    finish: Callable[[Any, Start], str | None] | None = None  # after the run: why it fails (exit 1)
 
 
 class TierRegistry:
-    """Tiers by name: how a run folder's ``plan.tier`` finds its tier."""
+    """Tiers by name: how a run folder's ``plan.tier`` finds its tier; and the commands that start them."""
 
-    def __init__(self, tiers: Iterable[Tier] = ()) -> None:
-        self._tiers: dict[str, Tier] = {}
-        for tier in tiers:
+    def __init__(self, tiers: Iterable[BaseTier] = (), commands: Iterable[CommandSpec] = ()) -> None:
+        self._commands = tuple(commands)
+        self._tiers: dict[str, BaseTier] = {}
+        for tier in [*(t for c in self._commands for t in c.tiers), *tiers]:
             if tier.name in self._tiers:
                 raise ValueError(f"two tiers are named '{tier.name}'")
             self._tiers[tier.name] = tier
+
+    def commands(self) -> tuple[CommandSpec, ...]:
+        return self._commands
 
     def names(self) -> tuple[str, ...]:
         return tuple(self._tiers)
@@ -254,7 +261,7 @@ class TierRegistry:
     def __contains__(self, name: str) -> bool:
         return name in self._tiers
 
-    def get(self, name: str) -> Tier:
+    def get(self, name: str) -> BaseTier:
         """The tier named ``name``, or ``InputError`` naming the tiers known here."""
         if name not in self._tiers:
             raise InputError(
@@ -262,10 +269,6 @@ class TierRegistry:
             )
         return self._tiers[name]
 
-    def reader(self, name: str) -> Tier:
+    def reader(self, name: str) -> BaseTier:
         """The tier that reads a run folder: its own where known, else the defaults (a report still works)."""
         return self._tiers.get(name) or BaseTier(name)
-
-    def with_tier(self, tier: Tier) -> TierRegistry:
-        """This registry with one more tier (a user's tier from the Python API)."""
-        return TierRegistry([*self._tiers.values(), tier])

@@ -15,8 +15,11 @@ from harness import telemetry
 from harness.env import ENV_SHAPE
 from harness.errors import InputError
 from harness.folder_format import (
+    ENV,
     FIGURE_LIMIT,
+    LOG,
     OOM_FIELDS,
+    PLAN,
     TRIAL_COLUMNS,
     TRIAL_SECONDS_LIMIT,
     UINT64_MAX,
@@ -27,7 +30,7 @@ from harness.plan import Plan
 from harness.protocol_options import check_protocol
 from harness.schedule import ScheduledTrial
 from harness.schema import OptionError
-from harness.tables import ENV, LOG, PLAN, CorruptRunFolder, RunFolder
+from harness.tables import CorruptRunFolder, RunFolder
 
 ROLES = ("baseline", "candidate", "calibration")
 PHASES = ("warmup", "measured")

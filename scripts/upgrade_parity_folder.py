@@ -12,11 +12,15 @@ import math
 import sys
 from pathlib import Path
 
-from experiments.parity import ParitySettings, make_plan
+from experiments.parity import make_plan
+from experiments.parity_steps import ParitySettings
 from experiments.tiers import TIERS
-from harness.protocol import Arm, ProtocolOptions, row_head
+from harness.folder_format import ENV, LOG, PLAN
+from harness.protocol_options import ProtocolOptions
 from harness.run import Runner
-from harness.tables import ENV, LOG, PLAN, RunFolder
+from harness.schedule import Arm
+from harness.tables import RunFolder
+from harness.trial import row_head
 
 INTEGERS = ("step", "buffers_equal", "buffers_total", "params_equal", "params_total")
 FLOATS = ("max_abs_diff", "max_rel_diff", "loss_reference", "loss_other")

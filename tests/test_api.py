@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness.api import compare
-from harness.tables import PLAN, RunFolder
+from harness.folder_format import PLAN
+from harness.tables import RunFolder
 
 
 def slow() -> None:

@@ -22,7 +22,7 @@ from experiments.arms import (
     same_path_as_baseline,
 )
 from experiments.workloads import build_param_groups
-from harness.protocol import Arm, Case
+from harness.schedule import Arm, Case
 from optimizers import BatchedMuSGD, MuSGD
 from optimizers import batched as batched_module
 

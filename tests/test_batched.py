@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.dlpack import from_dlpack, to_dlpack
 
-from experiments.parity import ULP_SENSITIVITY_FACTOR, ulp_sensitivity
+from experiments.parity_steps import ULP_SENSITIVITY_FACTOR, ulp_sensitivity
 from experiments.workloads import build_param_groups, fill_synthetic_grads
 from optimizers import BatchedMuSGD, MuSGD, newton_schulz
 from optimizers import batched as batched_module

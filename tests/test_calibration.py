@@ -110,8 +110,9 @@ def test_a_known_delay_per_pair_and_a_failed_trial() -> None:
 def test_a_calibration_arms_spread_does_not_hold_a_claims_stop(tmp_path: Path, monkeypatch) -> None:
     """The calibration arm is no claim: like an A/A control's, its precision never holds the claims' stop."""
     from harness import protocol
-    from harness.protocol import Arm, Plan
-    from harness.tables import PLAN
+    from harness.folder_format import PLAN
+    from harness.plan import Plan
+    from harness.schedule import Arm
     from tests.test_protocol import AUTO_FIGURES, NOISE
     from tests.trialfns import TWO_ARMS, plan_of, runner
 
@@ -127,7 +128,7 @@ def test_a_calibration_arm_is_not_called_the_baseline_s_code() -> None:
     """It runs the baseline's code by design; what_ran must not withhold anything for it."""
     from experiments.arms import arm_code
     from harness import calibration
-    from harness.protocol import Arm, Case
+    from harness.schedule import Arm, Case
 
     base = Arm("baseline", "baseline", "baseline")
     arms = (base, Arm("candidate", "candidate", "candidate"), calibration.calibration_arm(base, "1s"))

@@ -12,6 +12,7 @@ import pytest
 
 from harness import options
 from harness.cli import app, main
+from harness.errors import InputError
 
 COMMANDS = ("env", "pair", "screen", "probe", "parity", "report", "plan")
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,15 +128,15 @@ def test_protocol_options_refuse_bad_values(kwargs: dict, message: str) -> None:
         control=False,
     )
     values.update(kwargs)
-    with pytest.raises(options.InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
         options.protocol_options(**values)
 
 
 def test_cuda_where_there_is_none(monkeypatch) -> None:
     monkeypatch.setattr(options.torch.cuda, "is_available", lambda: False)
-    with pytest.raises(options.InputError, match="no CUDA device is available here"):
+    with pytest.raises(InputError, match="no CUDA device is available here"):
         options.check_device("cuda")
-    with pytest.raises(options.InputError, match="needs a CUDA device"):
+    with pytest.raises(InputError, match="needs a CUDA device"):
         options.protocol_options("baseline,candidate", 1, 2, "alternate", 0, 8.0, "cpu", "24GiB", False)
 
 
@@ -143,7 +144,7 @@ def test_a_device_number_is_ascii_digits() -> None:
     """``--device cuda:\u0660`` (an Arabic-Indic zero) was taken as a device and recorded so in the plan, where
     int() later read it as 0: device numbers are ASCII, as ``--cpus`` core numbers are."""
     for device in ("cuda:\u0660", "cuda:\uff10"):
-        with pytest.raises(options.InputError, match="is not a device; use auto, cpu, cuda or cuda:N"):
+        with pytest.raises(InputError, match="is not a device; use auto, cpu, cuda or cuda:N"):
             options.check_device(device)
     assert options.split_device_list("cuda:\u0660,\u0661", 1) == ("cuda:\u0660,\u0661", 1)
 
@@ -168,7 +169,7 @@ def test_control_beside_two_arms_adds_the_aa_arm_to_the_same_schedule() -> None:
         ("baseline-control", "candidate", "baseline"),
     ]
     assert parsed.bar == 8.0 and parsed.tolerance == 1.0
-    from harness.protocol import Case, build_schedule
+    from harness.schedule import Case, build_schedule
 
     schedule = build_schedule([Case("c", {}, parsed.arms)], 0, parsed.pairs)
     for r in range(6):
@@ -213,7 +214,7 @@ def test_a_budget_larger_than_the_card_is_refused_without_touching_the_gpu(monke
     monkeypatch.setattr(
         options.torch.cuda, "get_device_properties", lambda i: pytest.fail("created a CUDA context")
     )
-    with pytest.raises(options.InputError, match="exceeds the card's 140.40 GiB"):
+    with pytest.raises(InputError, match="exceeds the card's 140.40 GiB"):
         options.protocol_options("baseline,candidate", 1, 2, "alternate", 0, None, "cuda:0", "200GiB", False)
     parsed = options.protocol_options(
         "baseline,candidate", 1, 2, "alternate", 0, None, "cuda:0", "24GiB", False
@@ -224,7 +225,8 @@ def test_a_budget_larger_than_the_card_is_refused_without_touching_the_gpu(monke
 def gated_registry(figures: dict[str, list[float]], diagnostic: bool = False, same_code: bool = False):
     """A tier whose trials return ``figures[arm][round]``: what the gate reads, without a real workload;
     ``same_code``: its plan records that the candidate ran the baseline's code (an A/A in effect)."""
-    from harness.protocol import Case, Plan
+    from harness.plan import Plan
+    from harness.schedule import Case
     from harness.tier import BaseTier, TierRegistry
 
     def make_plan(protocol, settings, command):
@@ -313,14 +315,14 @@ def test_the_gate_without_its_threshold_is_refused_before_the_run(
 
     from harness import cli
 
-    with pytest.raises(options.InputError, match=re.escape(why)):
+    with pytest.raises(InputError, match=re.escape(why)):
         gate(tmp_path / "new", monkeypatch, FASTER, **given)
     assert not (tmp_path / "new").exists() or not list((tmp_path / "new").iterdir())
     assert gate(tmp_path / "old", monkeypatch, FASTER, gate=False, **given) == 0
     (folder,) = list((tmp_path / "old").iterdir())
     before = (folder / "trials.jsonl").read_bytes()
     run = cli.RunArgs(resume=folder, out=tmp_path, stop_after=None, quiet=True, gate=True, no_report=True)
-    with pytest.raises(options.InputError, match=re.escape(why)):
+    with pytest.raises(InputError, match=re.escape(why)):
         try:
             cli.launch("gated", None, None, run, accepts=("gated",))
         except typer.Exit as exc:  # the gate ran to its end instead
@@ -369,7 +371,7 @@ def test_bench_plan_power_is_a_planning_probability_shown_as_given(
 
 
 def test_the_gate_refuses_a_diagnostic_tier(tmp_path: Path, monkeypatch) -> None:
-    with pytest.raises(options.InputError, match="--gate judges claims"):
+    with pytest.raises(InputError, match="--gate judges claims"):
         gate(tmp_path, monkeypatch, FASTER, pairs=2, diagnostic=True)
     assert not list(tmp_path.iterdir())  # refused before anything was written
 
@@ -414,8 +416,8 @@ def test_one_check_refuses_a_value_typed_and_a_value_in_a_resumed_plan(
     """The CLI and a plan read back (``check_protocol``) refuse a value out of its declared bounds alike."""
     from dataclasses import replace
 
-    from harness.protocol import Arm, ProtocolOptions
-    from harness.protocol_options import check_protocol
+    from harness.protocol_options import ProtocolOptions, check_protocol
+    from harness.schedule import Arm
     from harness.schema import OptionError
 
     arms = (Arm("baseline", "baseline", "baseline"), Arm("candidate", "candidate", "candidate"))
@@ -436,7 +438,8 @@ def test_every_option_of_every_command_is_a_declared_settings_field() -> None:
     from harness.schema import declared, flag_of
 
     flags: set[str] = set()
-    for cls in (v for v in vars(cli).values() if dataclasses.is_dataclass(v) and isinstance(v, type)):
+    classes = [v for v in vars(cli).values() if dataclasses.is_dataclass(v) and isinstance(v, type)]
+    for cls in [*classes, *(spec.settings for spec in cli.registry().commands() if spec.settings)]:
         for field, how, _ in declared(cls):
             flags |= {how.flag} if isinstance(how.flag, str) else set(how.flag or (flag_of(field.name),))
     for name, command in typer.main.get_command(app).commands.items():
@@ -454,6 +457,6 @@ def test_bench_plan_checks_its_goal_with_the_schema_before_reading_the_folder(
     assert main(["plan", str(tmp_path / "absent"), "--power", "2"]) == 2
     line = capsys.readouterr().err.strip()
     assert line.startswith("bench: error: --power 2.0 must be a probability from 0.5 to 0.999")
-    with pytest.raises(options.InputError) as raised:
+    with pytest.raises(InputError) as raised:
         check_fields(PlanArgs(power=2.0))
     assert line == f"bench: error: {raised.value}"

@@ -6,7 +6,9 @@ from __future__ import annotations
 from experiments.arms import arm_code
 from harness import options
 from harness.codepaths import WITHHELD, all_same_code, same_code_arms, verdict_shown, what_ran
-from harness.protocol import Arm, Case, Plan, ProtocolOptions
+from harness.plan import Plan
+from harness.protocol_options import ProtocolOptions
+from harness.schedule import Arm, Case
 
 
 def plan_with(specs: list[str], device: str = "cpu", control: bool = False, record: bool = True) -> Plan:

@@ -18,7 +18,8 @@ from harness.formatting import (
     format_range,
     format_value,
 )
-from harness.protocol import Arm, grow_schedule
+from harness.plan import grow_schedule
+from harness.schedule import Arm
 from harness.tier import Run
 from tests.trialfns import plan_of, runner
 

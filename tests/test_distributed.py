@@ -163,7 +163,7 @@ def test_cuda_two_ranks_on_one_device_agree_with_one_rank(tmp_path: Path) -> Non
     batch than one rank's, which may round differently: the updates are bit-equal or within the calibrated
     bound of experiments.parity, and the test prints which. Muon buffers read gradients only, so they are
     bit-equal either way. Each rank's graph holds its own Newton-Schulz share (the gather stays eager)."""
-    from experiments.parity import ULP_SENSITIVITY_FACTOR, ulp_sensitivity
+    from experiments.parity_steps import ULP_SENSITIVITY_FACTOR, ulp_sensitivity
 
     ranks = _spawn(WORLD, tmp_path, "cuda")
     one_rank, groups = _one_rank("cuda")

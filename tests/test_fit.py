@@ -424,7 +424,7 @@ def test_stages_on_cuda_cover_the_fit(tmp_path: Path) -> None:
 def test_the_claim_opens_with_what_the_arms_ran(tmp_path: Path, arms: str, first: str, verdict: str) -> None:
     """claim.txt's first line names what each arm ran; where the candidate ran the baseline's code (the
     candidate on the CPU) it calls the run an A/A in effect and withholds the verdict."""
-    from experiments.fit import make_plan
+    from experiments.fit.plan import make_plan
     from experiments.tiers import TIERS
     from harness.options import protocol_options
     from harness.run import Runner, RunOptions
@@ -448,7 +448,7 @@ def test_the_claim_opens_with_what_the_arms_ran(tmp_path: Path, arms: str, first
 def test_a_failed_arm_keeps_the_median_estimand_and_says_why_it_is_insufficient(tmp_path: Path) -> None:
     """A failed candidate trial once moved the verdict from the t interval to the sign test's, silently
     changing the estimand; the median's interval ranks the failure slowest and stays the primary."""
-    from experiments.fit import make_plan
+    from experiments.fit.plan import make_plan
     from experiments.tiers import TIERS
     from harness.options import protocol_options
     from harness.run import Runner, RunOptions
@@ -491,7 +491,7 @@ def user_set(root: Path, train: int, val: int = 2) -> Path:
 @pytest.mark.skipif(not ULTRALYTICS, reason="--data needs the real trainer (the ultralytics extra)")
 def test_with_data_a_batch_that_does_not_divide_the_set_suggests_another_batch(tmp_path: Path) -> None:
     """--data fixes the image count, so the hint names batches that divide it, never --images."""
-    from experiments.fit import make_plan
+    from experiments.fit.plan import make_plan
     from harness.options import protocol_options
 
     protocol = protocol_options(arms="baseline,candidate", device="cpu")
@@ -508,8 +508,7 @@ def test_with_data_a_batch_that_does_not_divide_the_set_suggests_another_batch(t
 @pytest.mark.skipif(not ULTRALYTICS, reason="the note concerns the real trainer (the ultralytics extra)")
 def test_the_cpu_note_of_the_real_trainer_follows_the_fit_asked() -> None:
     """The note's estimate follows --steps, --imgsz and the fits scheduled; a fit estimated short gets none."""
-    from experiments.fit import make_plan
-    from experiments.fit.plan import _minutes, estimated_cpu_fit_seconds
+    from experiments.fit.plan import _minutes, estimated_cpu_fit_seconds, make_plan
     from harness.options import protocol_options
 
     def notes(**settings) -> list[str]:
@@ -531,8 +530,9 @@ def test_the_cpu_note_of_the_real_trainer_follows_the_fit_asked() -> None:
 def test_the_embedded_workload_is_shorter_by_default_on_the_cpu_only() -> None:
     """On the CPU the embedded default is 64 steps of 128 images (2 epochs × 32), said before the run; given
     values, CUDA and the real trainer keep 384 steps of 256 images."""
-    from experiments.fit import make_plan
-    from harness.protocol import Arm, ProtocolOptions
+    from experiments.fit.plan import make_plan
+    from harness.protocol_options import ProtocolOptions
+    from harness.schedule import Arm
 
     arms = (Arm("baseline", "baseline", "baseline"), Arm("candidate", "candidate", "candidate"))
 

@@ -242,8 +242,8 @@ def test_the_data_sets_side_effects_are_made_once_before_the_first_trial(tmp_pat
     """Ultralytics writes label caches (and with --cache disk an .npy per image) into the data set the first
     time it builds it: the plan's trial function makes them, untimed, before any trial runs, so the first
     timed fit starts from the same state as every other."""
-    from experiments.fit import make_plan, trial_function
-    from experiments.fit.plan import FitSettings
+    from experiments.fit.plan import FitSettings, make_plan
+    from experiments.fit.trial import trial_function
     from harness.options import protocol_options
 
     spec = SyntheticSet(8, 4, 64, 0)

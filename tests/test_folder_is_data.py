@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.tables import LOG, PLAN
+from harness.folder_format import LOG, PLAN
 from tests import test_hostile_folders as hf
 from tests.argv import TINY_SCREEN, overridden
 from tests.runfolders import only_run
@@ -362,7 +362,7 @@ def test_a_newline_in_out_is_refused_in_one_line(tmp_path, capsys) -> None:
 )
 def test_the_api_refuses_bad_options_as_input_errors(tmp_path, monkeypatch, options, says) -> None:
     from harness.api import compare
-    from harness.options import InputError
+    from harness.errors import InputError
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(InputError, match=says):
@@ -372,7 +372,7 @@ def test_the_api_refuses_bad_options_as_input_errors(tmp_path, monkeypatch, opti
 
 def test_the_api_refuses_no_functions_and_another_tiers_folder(tmp_path) -> None:
     from harness.api import compare
-    from harness.options import InputError
+    from harness.errors import InputError
 
     with pytest.raises(InputError, match="two or more functions"):
         compare({})
@@ -403,7 +403,8 @@ def test_bench_plan_advises_no_more_pairs_than_the_option_accepts(capsys) -> Non
 
 def test_a_lock_removed_under_a_run_stops_it_before_its_next_row(tmp_path) -> None:
     from harness.api import compare
-    from harness.tables import LOCK, RunFolderError
+    from harness.errors import RunFolderError
+    from harness.folder_format import LOCK
 
     calls = []
 

@@ -25,7 +25,7 @@ from experiments.arms import (
 from harness.cli import main
 from harness.errors import InputError
 from harness.options import parse_arms
-from harness.protocol import Case
+from harness.schedule import Case
 from optimizers import MuSGD
 from tests.runfolders import only_run
 

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from harness import intervals, planning, stats
-from harness.options import MAX_PAIRS
-from harness.protocol import Arm, ProtocolOptions
+from harness.limits import MAX_PAIRS
+from harness.protocol_options import ProtocolOptions
+from harness.schedule import Arm
 from tests.test_stats import paired
 
 DRAWS = 20_000

@@ -15,7 +15,7 @@ from matplotlib.text import Annotation
 
 from experiments.screen.plots import plot_crossover, plot_memory
 from harness import plot_style, plots
-from harness.protocol import Arm
+from harness.schedule import Arm
 from harness.tier import Run
 from tests.trialfns import plan_of, runner
 

@@ -13,8 +13,8 @@ from experiments.tiers import TIERS
 from harness.cli import main
 from harness.options import protocol_options
 from harness.present.model import Image, Section, Table, markdown
-from harness.protocol import TrialContext
 from harness.run import Runner, RunOptions
+from harness.trial import TrialContext
 
 MiB = 2**20
 FIGURES = {"baseline": (90.0, 20.0), "candidate@g256": (6.0, 3.0)}  # invented: ms/step and floor ms

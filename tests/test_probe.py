@@ -16,7 +16,9 @@ from experiments.probe.lm import LMHead, chunked_loss, native_loss
 from experiments.probe.section import share_table, zero_cost_bound
 from experiments.workloads import SCALES, load_workload
 from harness.cli import main
-from harness.protocol import Arm, Case, Plan, ProtocolOptions
+from harness.plan import Plan
+from harness.protocol_options import ProtocolOptions
+from harness.schedule import Arm, Case
 from harness.tables import Summaries
 
 # A small softcap makes tanh clearly nonlinear on unit-scale logits (1 - tanh² ≈ 0.8 rather than ≈ 1 at cap
@@ -298,7 +300,7 @@ def test_share_table_states_share_and_saving_and_skips_failed_heads() -> None:
 def test_section_with_device_memory_figures_and_failures(tmp_path: Path) -> None:
     """The section's CUDA side, exercised on the CPU with rows shaped like a CUDA run's: memory table, the fit
     and failure sentences, the memory plot and the stage-share plot, and both tidy CSVs."""
-    from experiments.probe import ProbeSettings, make_plan
+    from experiments.probe.plan import ProbeSettings, make_plan
     from experiments.probe.section import report_section
     from experiments.tiers import TIERS
     from harness.options import protocol_options

@@ -15,8 +15,11 @@ import pandas as pd
 import pytest
 
 from harness.cli import main
-from harness.protocol import Arm, Case, Plan, PlannedStop, balanced_block, build_schedule
-from harness.tables import LOG, PLAN, RunFolder
+from harness.folder_format import LOG, PLAN
+from harness.plan import Plan
+from harness.protocol import PlannedStop
+from harness.schedule import Arm, Case, balanced_block, build_schedule
+from harness.tables import RunFolder
 from tests.trialfns import TWO_ARMS, plan_of, runner
 
 ROOT = Path(__file__).resolve().parent.parent

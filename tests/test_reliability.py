@@ -259,7 +259,8 @@ def _fail_writes_to(monkeypatch, name: str, call: int = 1):
 def test_a_row_that_cannot_be_written_stops_the_run_and_runs_again_on_resume(
     tmp_path: Path, monkeypatch
 ) -> None:
-    from harness.tables import LOG, RunFolderWriteError
+    from harness.folder_format import LOG
+    from harness.tables import RunFolderWriteError
 
     plan = plan_of("sleepy", warmup=0, pairs=2)
     _fail_writes_to(monkeypatch, LOG, call=3)
@@ -281,7 +282,8 @@ def test_a_row_that_cannot_be_written_stops_the_run_and_runs_again_on_resume(
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
 def test_a_row_that_cannot_be_written_in_a_duet_round_stops_the_run_too(tmp_path: Path, monkeypatch) -> None:
     """A duet round runs its trials in threads: a failed write there must stop the run, not vanish."""
-    from harness.tables import LOG, RunFolderWriteError
+    from harness.folder_format import LOG
+    from harness.tables import RunFolderWriteError
 
     plan = plan_of("sleepy", warmup=0, pairs=2, order="duet")
     plan.in_process = False  # a concurrent order is for worker tiers; the trials here need no worker
@@ -1109,7 +1111,9 @@ def test_user_text_in_errors_prints_verbatim(tmp_path: Path, capsys, monkeypatch
 
 
 def test_paths_and_labels_print_verbatim_on_stdout_and_in_the_progress_bar(tmp_path: Path, capsys) -> None:
-    from harness.protocol import Arm, Case, Plan, ProtocolOptions
+    from harness.plan import Plan
+    from harness.protocol_options import ProtocolOptions
+    from harness.schedule import Arm, Case
 
     arms = (Arm("base[red]", "baseline", "x"), Arm("cand[/]", "candidate", "y"))
     plan = Plan(
@@ -1553,7 +1557,7 @@ def test_a_probe_option_of_the_other_head_is_refused(
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
 def test_the_log_is_fsynced_after_every_row(tmp_path: Path, monkeypatch) -> None:
     """Each row is on disk before the next trial starts: one fsync of the log per row, after its bytes."""
-    from harness.tables import LOG
+    from harness.folder_format import LOG
 
     real_fsync, synced = os.fsync, []
 

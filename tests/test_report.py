@@ -21,12 +21,16 @@ from experiments.tiers import TIERS as PROJECT_TIERS
 from harness import cli, markdown, report
 from harness.console import print_summary
 from harness.errors import InputError
+from harness.folder_format import LOG
 from harness.formatting import format_number, method_label
+from harness.plan import Plan
 from harness.present import run_view
-from harness.protocol import Arm, Case, Plan, ProtocolOptions, TrialContext, TrialFunction
+from harness.protocol_options import ProtocolOptions
 from harness.run import Runner, RunOptions
-from harness.tables import LOG, CorruptRunFolder, RunFolder
+from harness.schedule import Arm, Case
+from harness.tables import CorruptRunFolder, RunFolder
 from harness.tier import BaseTier, Caveat, Run, TierRegistry
+from harness.trial import TrialContext, TrialFunction
 
 # A real CUDA caching-allocator message (torch 2.x); the byte figures below are what it says.
 OOM_MESSAGE = (

@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 import torch
 
-from experiments import screen
 from experiments.arms import arm_code
 from experiments.screen import plan as screen_plan
 from experiments.screen import plots as screen_plots
@@ -23,13 +22,15 @@ from experiments.tiers import TIERS
 from harness.cli import main
 from harness.errors import InputError
 from harness.options import protocol_options
+from harness.plan import Plan
 from harness.present.model import markdown
-from harness.protocol import Arm, Plan, TrialContext
 from harness.run import Runner, RunOptions
+from harness.schedule import Arm
 from harness.tables import RunFolder
 from harness.tier import Run
-from optimizers import BatchedMuSGD
-from optimizers.batched import DEFAULT_PAD_GUARD, batched_on_cpu
+from harness.trial import TrialContext
+from optimizers.batched import DEFAULT_PAD_GUARD, BatchedMuSGD
+from optimizers.batched.planning import batched_on_cpu
 from tests.argv import TINY_SCREEN, overridden
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -62,7 +63,7 @@ def make_plan(on: str | None = None, **options: Any) -> Plan:
     """A screen plan from CLI-style options (protocol ones and the screen's own); ``on='cuda'`` makes it stand
     for a GPU run's plan (its device says cuda) while it is built on this machine."""
     protocol = protocol_options(**{k: v for k, v in options.items() if k in PROTOCOL_KEYS})
-    plan = screen.make_plan(
+    plan = screen_plan.make_plan(
         protocol, screen_plan.ScreenSettings(**{k: v for k, v in options.items() if k not in PROTOCOL_KEYS})
     )
     if on is not None:

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from harness import instability, sequential, stats
-from harness.protocol import Arm, ProtocolOptions
+from harness.protocol_options import ProtocolOptions
+from harness.schedule import Arm
 
 
 def trials(rows: list[tuple], orders: list[str] | None = None) -> pd.DataFrame:

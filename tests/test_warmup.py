@@ -11,16 +11,14 @@ import numpy as np
 import pytest
 
 from harness import options
-from harness.protocol import (
-    Plan,
-    PlannedStop,
-    ProtocolOptions,
-    run_schedule,
-    settled_at,
-    warmup_sequences,
-)
-from harness.tables import LOG, PLAN, RunFolder
+from harness.errors import InputError
+from harness.folder_format import LOG, PLAN
+from harness.plan import Plan
+from harness.protocol import PlannedStop, run_schedule
+from harness.protocol_options import ProtocolOptions
+from harness.tables import RunFolder
 from harness.validation import check_log, load_plan
+from harness.warmup import settled_at, warmup_sequences
 from tests.trialfns import TIERS, plan_of, runner
 
 MEASURED = {"baseline": 10.0, "candidate": 8.0}
@@ -263,7 +261,7 @@ def test_warmup_accepts_a_number_or_auto() -> None:
     ],
 )
 def test_bad_warmup_values_are_refused(warmup: str, message: str) -> None:
-    with pytest.raises(options.InputError, match=message):
+    with pytest.raises(InputError, match=message):
         options.protocol_options("baseline,candidate", warmup=warmup, device="cpu", cpus="none")
 
 

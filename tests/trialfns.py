@@ -9,9 +9,12 @@ import os
 import time
 from pathlib import Path
 
-from harness.protocol import Arm, Case, Plan, ProtocolOptions, TrialContext, TrialFunction
+from harness.plan import Plan
+from harness.protocol_options import ProtocolOptions
 from harness.run import Runner, RunOptions
+from harness.schedule import Arm, Case
 from harness.tier import BaseTier, TierRegistry
+from harness.trial import TrialContext, TrialFunction
 
 TWO_ARMS = (Arm("baseline", "baseline", "baseline"), Arm("candidate", "candidate", "candidate"))
 

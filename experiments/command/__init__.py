@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import shlex
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from experiments.command.plan import CommandSettings, make_plan, recorded_settings_problem
 from experiments.command.trial import trial_function
-from harness.tier import BaseTier, Caveat, Run
+from harness.errors import InputError
+from harness.tables import RunFolder
+from harness.tier import BaseTier, Caveat, CommandSpec, Run, Start
+from harness.validation import load_plan
 
 if TYPE_CHECKING:  # the worker imports this package: the report's model loads with the report
     from harness.present.model import Section
@@ -40,4 +45,36 @@ TIER = BaseTier(
     ),
 )
 
-__all__ = ["TIER", "CommandSettings", "make_plan", "trial_function"]
+
+def _prepare(start: Start) -> Start:
+    """The command after -- as the settings' ``argv``; a resume runs only the run's own command."""
+    start = replace(start, settings=replace(start.settings, argv=start.argv))
+    if start.resume is None:
+        if start.protocol["arms"] is None:
+            raise InputError("bench command needs --arms, e.g. --arms slow,fast (each label fills {arm})")
+        return start
+    plan = load_plan(RunFolder.open(start.resume))
+    if plan.tier != "command":
+        return start  # the launch refuses another tier's run
+    recorded = tuple(plan.settings.get("argv") or ())
+    if not start.argv:
+        raise InputError(
+            f"--resume {start.resume}: give the command again after -- ({shlex.join(recorded)}); "
+            "a run folder is data, and nothing in it is run"
+        )
+    if start.argv != recorded:
+        raise InputError(
+            f"--resume {start.resume}: the command given ({shlex.join(start.argv)}) is not the run's "
+            f"({shlex.join(recorded)})"
+        )
+    return start
+
+
+COMMAND = CommandSpec(
+    "command",
+    "Your own command, timed per arm: bench command --arms a,b -- python train.py --opt {arm}.",
+    tiers=(TIER,),
+    settings=CommandSettings,
+    argv="The command, after --; {arm} and {spec} become each arm's label and spec.",
+    prepare=_prepare,
+)

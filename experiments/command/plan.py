@@ -10,7 +10,9 @@ from typing import Any
 
 from harness.calibration import runs_as
 from harness.errors import InputError
-from harness.protocol import Arm, Case, Plan, ProtocolOptions
+from harness.plan import Plan
+from harness.protocol_options import ProtocolOptions
+from harness.schedule import Arm, Case
 from harness.schema import check_fields, option, require
 from harness.validation import settings_problem, shape_problem
 

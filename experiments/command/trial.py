@@ -17,8 +17,9 @@ from experiments.command.plan import CommandSettings, expand, figure_pattern
 from harness.calibration import delay_seconds, runs_as
 from harness.injected import inject
 from harness.placement import worker_environment
+from harness.plan import Plan
 from harness.process_usage import USAGE_KEY, ProcessUsage, reap
-from harness.protocol import Plan, TrialContext, TrialFunction
+from harness.trial import TrialContext, TrialFunction
 
 OUTPUT_TAIL_CHARS = 400  # of the command's output, in a failed trial's message
 WATCH_S = 0.02  # how often a running command's timeout and cancel are looked at (its exit is not polled)

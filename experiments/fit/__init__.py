@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 from typing import Any
 
-from experiments.fit.plan import FitSettings, make_plan, trial_seconds
+from experiments.fit.plan import FitSettings, check_data_cache_used, make_plan, trial_seconds
 from experiments.fit.recorded import recorded_row_problem, recorded_settings_problem
 from experiments.fit.trial import trial_function
 from experiments.resume_check import arms_resume_problem
-from harness.protocol import Plan, ProtocolOptions
-from harness.tier import BaseTier, Caveat
+from harness.plan import Plan
+from harness.protocol_options import ProtocolOptions
+from harness.tier import BaseTier, Caveat, CommandSpec, Start
 
 
 # The words of a run (report, claim, plots) are imported when a run is read, not when a worker process imports
@@ -60,4 +62,19 @@ STAGES = BaseTier(
     ),
 )
 
-__all__ = ["PAIR", "STAGES", "FitSettings", "make_plan", "trial_function"]
+
+def _prepare(start: Start) -> Start:
+    settings = start.settings
+    if settings.data_cache is not None:
+        check_data_cache_used(settings.workload, settings.data)
+    settings = replace(settings, data_cache=settings.data_cache or str(start.out / "datasets"))
+    return replace(start, tier="stages" if settings.stages else "pair", settings=settings)
+
+
+COMMAND = CommandSpec(
+    "pair",
+    "Complete paired fits (the decisive tier): `bench pair --steps 384`.",
+    tiers=(PAIR, STAGES),
+    settings=FitSettings,
+    prepare=_prepare,
+)

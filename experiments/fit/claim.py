@@ -19,8 +19,8 @@ from harness.formatting import (
     is_missing,
     method_label,
 )
+from harness.plan import Plan
 from harness.present.run_view import claim_sentence, pairs_words, warmup_words
-from harness.protocol import Plan
 from harness.tier import Run
 
 

@@ -13,7 +13,9 @@ from experiments.fit.embedded import optimizer_kwargs
 from experiments.fit.ranks_check import check_ranks, isolation_text
 from harness.errors import InputError
 from harness.formatting import format_bytes
-from harness.protocol import Case, Plan, ProtocolOptions
+from harness.plan import Plan
+from harness.protocol_options import ProtocolOptions
+from harness.schedule import Case
 from harness.schema import check_fields, option
 
 WORKLOADS = ("auto", "ultralytics", "embedded")

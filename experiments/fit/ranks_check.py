@@ -10,7 +10,7 @@ import shlex
 from typing import Any
 
 from harness.errors import InputError
-from harness.protocol import ProtocolOptions
+from harness.protocol_options import ProtocolOptions
 
 
 def isolation_text(protocol: ProtocolOptions, workload: str) -> str:

@@ -6,7 +6,8 @@ import typing
 from dataclasses import fields
 from typing import Any
 
-from experiments.fit.plan import AMP_CHOICES, WORKLOADS, FitSettings, check_ranks, check_steps
+from experiments.fit.plan import AMP_CHOICES, WORKLOADS, FitSettings, check_steps
+from experiments.fit.ranks_check import check_ranks
 from experiments.fit.stages import STAGES, stage_column
 from harness.errors import InputError
 from harness.folder_format import (
@@ -18,7 +19,7 @@ from harness.folder_format import (
     UINT64_MAX,
     RowField,
 )
-from harness.protocol import Plan
+from harness.plan import Plan
 from harness.schema import check_choice, check_fields
 from harness.validation import row_fields_problem, settings_problem, shape_problem
 

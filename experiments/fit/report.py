@@ -24,8 +24,8 @@ from harness.formatting import (
     is_missing,
     method_label,
 )
+from harness.plan import Plan
 from harness.present.model import Image, Section, Table
-from harness.protocol import Plan
 from harness.stats import finished, median_of, numeric_column, secondary_claims
 from harness.tier import Run
 

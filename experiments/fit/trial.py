@@ -16,8 +16,9 @@ from experiments.fit.ultralytics_fit import offline_environment
 from harness.calibration import delay_seconds
 from harness.errors import InputError
 from harness.isolation import RANK_ENVIRONMENT, WorkerDied, WorkerError, run_in_ranks, run_in_worker
-from harness.protocol import Plan, TrialContext, TrialFunction
+from harness.plan import Plan
 from harness.safe_fs import fresh_dir, remove_entry
+from harness.trial import TrialContext, TrialFunction
 
 
 def worker_environment(run_dir: Path) -> dict[str, str]:

@@ -13,7 +13,9 @@ from experiments.workloads import parse_scales
 from harness.errors import InputError
 from harness.formatting import format_bytes
 from harness.options import split_list
-from harness.protocol import Case, Plan, ProtocolOptions
+from harness.plan import Plan
+from harness.protocol_options import ProtocolOptions
+from harness.schedule import Case
 from harness.schema import check_fields, finite, option, require
 from harness.timing import parse_bytes
 from harness.validation import settings_problem, shape_problem

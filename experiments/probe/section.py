@@ -10,8 +10,8 @@ import pandas as pd
 
 from experiments.probe.plots import plot_probe_memory, plot_stage_share
 from harness.formatting import format_bytes, format_number, format_percent
+from harness.plan import Plan
 from harness.present.model import Image, Section, Table
-from harness.protocol import Plan
 from harness.stats import max_of, median_of
 from harness.tables import Summaries
 from harness.tier import Run

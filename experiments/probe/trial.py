@@ -13,8 +13,9 @@ from experiments.arms import make_optimizer
 from experiments.finite import check_finite_step
 from experiments.probe.detect import DetectHeadWorkload
 from experiments.probe.lm import LMHead
-from harness.protocol import Plan, TrialContext, TrialFunction
+from harness.plan import Plan
 from harness.timing import StageClock, SyncTimer, current_allocated, is_cuda, read_peaks, reset_peaks
+from harness.trial import TrialContext, TrialFunction
 
 
 class HeadWorkload(Protocol):

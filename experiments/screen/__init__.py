@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+from experiments import cpu_defaults
 from experiments.resume_check import arms_resume_problem
 from experiments.screen.plan import ScreenSettings, make_plan, recorded_settings_problem
 from experiments.screen.ranks import trial_in_ranks
 from experiments.screen.trial import trial_function
-from harness.protocol import Plan
-from harness.tier import BaseTier, Caveat, Run
+from harness.plan import Plan
+from harness.tier import BaseTier, Caveat, CommandSpec, Run, Start
 
 
 # The report's parts load when a report asks for them: a rank of the distributed screen imports this package
@@ -48,4 +50,21 @@ TIER = BaseTier(
     ),
 )
 
-__all__ = ["TIER", "ScreenSettings", "make_plan", "trial_function"]
+# Scale n at the default guard, a window of 2 steps (the GPU defaults: every scale and guard, 10 steps).
+CPU_DEFAULTS = {"scales": "n", "guards": "256", "steps": 2, "warmup_steps": 1}
+
+
+def _prepare(start: Start) -> Start:
+    if start.resume is not None:
+        return start
+    settings = cpu_defaults.on_cpu(start.settings, CPU_DEFAULTS, start)
+    return replace(start, settings=settings)
+
+
+COMMAND = CommandSpec(
+    "screen",
+    "Optimizer-only crossover screen over YOLO26 scales and padding guards.",
+    tiers=(TIER,),
+    settings=ScreenSettings,
+    prepare=_prepare,
+)

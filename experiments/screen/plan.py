@@ -10,7 +10,9 @@ from experiments import workloads
 from experiments.arms import arm_code, checked_optimizer
 from harness.errors import InputError
 from harness.options import split_list
-from harness.protocol import Arm, Case, Plan, ProtocolOptions
+from harness.plan import Plan
+from harness.protocol_options import ProtocolOptions
+from harness.schedule import Arm, Case
 from harness.schema import MAX_COUNT, check_at_most, check_fields, option
 from harness.validation import settings_problem
 

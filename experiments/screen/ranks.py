@@ -16,7 +16,7 @@ from experiments.screen.trial import TrialSettings, WorkloadCache, make_arm_opti
 from harness.formatting import format_number, format_percent
 from harness.isolation import run_in_ranks
 from harness.markdown import markdown_table
-from harness.protocol import Arm
+from harness.schedule import Arm
 from harness.timing import synchronize
 from optimizers import distributed as sharing
 

@@ -15,8 +15,8 @@ from experiments.screen.summary import SUMMARY_CSV, summary_table
 from harness import stats
 from harness.codepaths import same_code_arms
 from harness.formatting import format_bytes, format_number, format_percent
+from harness.plan import Plan
 from harness.present.model import Image, Section, Table
-from harness.protocol import Plan
 from harness.tier import Run
 from harness.timing import is_cuda
 

@@ -7,7 +7,7 @@ import math
 import pandas as pd
 
 from experiments.screen.plan import NO_GUARD
-from harness.protocol import Plan
+from harness.plan import Plan
 from harness.stats import finished, max_of, median_of
 from harness.tables import Summaries
 

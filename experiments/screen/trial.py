@@ -23,8 +23,10 @@ from experiments.screen.plan import (
     has_guard,
     parse_guard,
 )
-from harness.protocol import Arm, Plan, TrialContext, TrialFunction
+from harness.plan import Plan
+from harness.schedule import Arm
 from harness.timing import SyncTimer, current_allocated, is_cuda, read_peaks, reset_peaks
+from harness.trial import TrialContext, TrialFunction
 from optimizers.dispatch import count_dispatched_ops
 
 

@@ -12,6 +12,7 @@ from harness.formatting import (
 )
 from harness.instability import run_flags as instability_flags
 from harness.markdown import code
+from harness.plan import scheduled_done
 from harness.present.run_view import (
     LoadedRun,
     attained,
@@ -22,10 +23,10 @@ from harness.present.run_view import (
     plural,
     sentence,
 )
-from harness.protocol import scheduled_done, warmup_sequences
 from harness.report_env import resumed_at_other_code, resumed_elsewhere
 from harness.stats import disagreeing_checks
 from harness.tier import Caveat
+from harness.warmup import warmup_sequences
 
 ONE_FOR_MANY = {  # the caveat that lists a kind's claims where more than three have it
     "insufficient": "insufficient: {n} claims' intervals do not keep their stated level.",

@@ -20,6 +20,7 @@ from harness.formatting import (
 )
 from harness.instability import run_flags as instability_flags
 from harness.markdown import code
+from harness.plan import Plan
 from harness.planning import plan_rows
 from harness.present.model import STATISTICS_DOC, Section, Table
 from harness.present.run_view import (
@@ -33,7 +34,6 @@ from harness.present.run_view import (
     peak_median,
     plan_ordered,
 )
-from harness.protocol import Plan
 from harness.stats import disagreeing_checks, finished
 
 PEAKS = ("peak_allocated", "peak_reserved")

@@ -17,10 +17,11 @@ from harness.formatting import (
     is_missing,
     method_label,
 )
-from harness.protocol import Plan, scheduled_done, warmup_sequences
+from harness.plan import Plan, scheduled_done
 from harness.stats import ClaimSettings, finished, numeric_column
 from harness.tables import Summaries
 from harness.tier import Run, TierRegistry
+from harness.warmup import warmup_sequences
 
 
 @dataclass

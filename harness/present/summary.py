@@ -5,10 +5,10 @@ from __future__ import annotations
 from harness.codepaths import all_same_code, same_code_arms, verdict_shown, what_ran
 from harness.formatting import format_interval, format_levels, format_percent, format_value, method_label
 from harness.markdown import code, when
+from harness.plan import Plan
 from harness.present.caveats import caveats, control_text
 from harness.present.model import STATISTICS_DOC, Section, Table
 from harness.present.run_view import LoadedRun, arm_row, limit_text, logged, pairs_text, plan_ordered
-from harness.protocol import Plan
 from harness.sentence import answers
 from harness.tier import gate_refusal
 
