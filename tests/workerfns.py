@@ -21,7 +21,7 @@ import torch
 from optimizers import BatchedMuSGD, MuSGD
 from optimizers.batched import batched_on_cpu
 
-# --- tests/test_fit.py: a worker that dies mid-fit
+# --- tests/experiments/fit/test_fit.py: a worker that dies mid-fit
 
 
 class DiesMidFit(MuSGD):
@@ -54,7 +54,7 @@ class NaNAtLastStep(MuSGD):
         return loss
 
 
-# --- tests/test_quiet.py: what a placed worker sees
+# --- tests/harness/test_quiet.py: what a placed worker sees
 
 
 def report_affinity(payload: dict) -> dict:
@@ -75,7 +75,7 @@ def report_affinity(payload: dict) -> dict:
     }
 
 
-# --- tests/test_ddp.py: data-parallel arms, the real trainer's DDP launch file, the distributed screen's rank
+# --- tests/experiments/fit/test_ddp.py: data-parallel arms, the real trainer's DDP launch file, the distributed screen's rank
 
 
 PIDS_ENV = "TEST_DDP_PIDS"  # a folder where test arms write the pids of their ranks and launchers

@@ -19,8 +19,8 @@ import torch
 from harness import gpu_readings, process_usage, telemetry
 from harness.process_usage import ProcessUsage
 from harness.telemetry import FIELD_TYPES, GPU_FIELD_TYPES, Snapshot
+from tests import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests import ROOT
+
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 
 
@@ -21,7 +22,7 @@ def test_the_device_set_up_without_wheels_says_how_to_get_them(tmp_path: Path) -
     ("*.whl is not a valid wheel filename") after a machine start; it should say what is missing and how."""
     tree = tmp_path / "tree"
     (tree / "scripts").mkdir(parents=True)
-    shutil.copy(REPO / "scripts" / "h200_env.sh", tree / "scripts")
+    shutil.copy(ROOT / "scripts" / "h200_env.sh", tree / "scripts")
     environment = {**os.environ, "OUT": str(tmp_path / "out")}
     result = subprocess.run(
         ["bash", "-c", ". scripts/h200_env.sh || exit $?"],

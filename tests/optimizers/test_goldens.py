@@ -14,7 +14,6 @@ there); where both are the same, a difference fails.
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +21,9 @@ import torch
 
 from optimizers import BatchedMuSGD, MuSGD
 from optimizers.batched import batched_on_cpu
+from tests import ROOT
 
-GOLDENS = Path(__file__).parent / "data" / "musgd_goldens_8.4.101.pt"
+GOLDENS = ROOT / "tests" / "data" / "musgd_goldens_8.4.101.pt"
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from experiments.workloads import SCALES, load_workload
 from harness.cli import main
 from harness.protocol import Arm, Case, Plan, ProtocolOptions
 from harness.tables import Summaries
+from tests import ROOT
 
 # A small softcap makes tanh clearly nonlinear on unit-scale logits (1 - tanh² ≈ 0.8 rather than ≈ 1 at cap
 # 30), so a wrong softcap derivative shows up as a large error, not one hidden in rounding.
@@ -522,7 +523,7 @@ def test_budget_too_small_for_native_is_a_resource_failure_and_chunked_fits(tmp_
         [sys.executable, "-c", BUDGET_RUN, str(tmp_path), json.dumps(TINY_LM), json.dumps(budget_run)],
         capture_output=True,
         text=True,
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=ROOT,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]

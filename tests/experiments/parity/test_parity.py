@@ -78,7 +78,16 @@ def result_in(folder: Path) -> parity.ParityResult:
 
 
 def test_a_candidate_that_computes_something_else_breaks_the_contract(tmp_path: Path, capsys) -> None:
-    code = main(["parity", "--candidate", "tests.test_parity:NudgedMuSGD", "--out", str(tmp_path), "--quiet"])
+    code = main(
+        [
+            "parity",
+            "--candidate",
+            "tests.experiments.parity.test_parity:NudgedMuSGD",
+            "--out",
+            str(tmp_path),
+            "--quiet",
+        ]
+    )
     assert code == 1
     (folder,) = tmp_path.iterdir()
     result = result_in(folder)

@@ -112,7 +112,7 @@ def test_a_calibration_arms_spread_does_not_hold_a_claims_stop(tmp_path: Path, m
     from harness import protocol
     from harness.protocol import Arm, Plan
     from harness.tables import PLAN
-    from tests.test_protocol import AUTO_FIGURES, NOISE
+    from tests.harness.test_protocol import AUTO_FIGURES, NOISE
     from tests.trialfns import TWO_ARMS, plan_of, runner
 
     monkeypatch.setattr(protocol, "_release_device_memory", lambda: None)

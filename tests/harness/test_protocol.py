@@ -17,9 +17,9 @@ import pytest
 from harness.cli import main
 from harness.protocol import Arm, Case, Plan, PlannedStop, balanced_block, build_schedule
 from harness.tables import LOG, PLAN, RunFolder
+from tests import ROOT
 from tests.trialfns import TWO_ARMS, plan_of, runner
 
-ROOT = Path(__file__).resolve().parent.parent
 REAL_OOM = (
     "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.81 GiB of which "
     "1.15 GiB is free. Including non-PyTorch memory, this process has 24.00 GiB memory in use. 24.00 GiB "

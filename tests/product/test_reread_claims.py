@@ -10,7 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests import ROOT
+
 FOLDER = "h200-decisive/upstream"  # one committed claim run: 6 pairs, read as 'insufficient' by the old t
 
 

@@ -11,7 +11,7 @@ import pytest
 from harness import intervals, planning, stats
 from harness.options import MAX_PAIRS
 from harness.protocol import Arm, ProtocolOptions
-from tests.test_stats import paired
+from tests.harness.test_stats import paired
 
 DRAWS = 20_000
 

@@ -15,7 +15,7 @@ import pytest
 
 from harness.cli import main
 from harness.tables import LOG, PLAN
-from tests import test_hostile_folders as hf
+from tests.harness import test_hostile_folders as hf
 from tests.argv import TINY_SCREEN, overridden
 from tests.runfolders import only_run
 

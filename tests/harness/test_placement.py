@@ -16,10 +16,9 @@ import torch
 from harness import placement
 from harness.options import check_cpus
 from harness.placement import Placement, choose_placement, format_cores, parse_core_list, read_allowed_cores
+from tests import ROOT
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="CPU affinity is Linux only")
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 class PidDataset(torch.utils.data.Dataset):
@@ -149,7 +148,7 @@ CHILD = r"""
 import json, multiprocessing, os, sys, threading, time
 import torch
 from harness.placement import apply_from_environment
-from tests.test_placement import PidDataset
+from tests.harness.test_placement import PidDataset
 
 early = threading.Event()
 threading.Thread(target=early.wait, daemon=True).start()  # a thread that exists before the placement

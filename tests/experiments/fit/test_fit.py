@@ -20,9 +20,9 @@ from experiments.fit.stages import STAGES, host_iteration_median, stage_column, 
 from harness.cli import main
 from harness.errors import InputError
 from harness.tier import Run
+from tests import ROOT
 from tests.runfolders import only_run
 
-ROOT = Path(__file__).resolve().parent.parent
 ULTRALYTICS = all(importlib.util.find_spec(name) is not None for name in ("ultralytics", "torchvision"))
 TINY = [
     "--workload",
@@ -111,7 +111,7 @@ def test_pair_embedded_end_to_end(tmp_path: Path, capsys) -> None:
     # the gate follows the claim's verdict (ungated the command exits 0 either way). Whether two measured
     # pairs clear 8% on a shared CPU is the machine's business, not this test's (their interval was once
     # wide, now 13.9-16.4%): a gated resume exits 0 and says so when the claim clears, 1 and says why when
-    # not (both exits on fixed rows: tests/test_cli.py).
+    # not (both exits on fixed rows: tests/harness/test_cli.py).
     # The primary's verdict, not the secondary's (whose line ends the same way: CI once read a secondary
     # "clears" beside an ambiguous primary and expected the gate to pass).
     primary = re.search(r"median reduction [^\n]*verdict against the 8% bar: (\w+)\.", claim)

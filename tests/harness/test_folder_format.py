@@ -8,8 +8,9 @@ import pandas as pd
 
 from harness import folder_format, stats
 from harness.folder_format import format_reference
+from tests import ROOT
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "run-folder.md"
+DOC = ROOT / "docs" / "run-folder.md"
 
 
 def test_the_committed_run_folder_doc_is_the_generated_text() -> None:

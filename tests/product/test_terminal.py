@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from tests import ROOT
 from tests.argv import overridden
 
-ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm-256color", "COLUMNS": "100", "LINES": "40"}
 HARD_TIMEOUT = 180.0  # seconds; each command below takes under 30 s on a loaded two-core machine
 

@@ -21,6 +21,7 @@ from harness.protocol import (
 )
 from harness.tables import LOG, PLAN, RunFolder
 from harness.validation import check_log, load_plan
+from tests import ROOT
 from tests.trialfns import TIERS, plan_of, runner
 
 MEASURED = {"baseline": 10.0, "candidate": 8.0}
@@ -271,7 +272,7 @@ def test_warmup_sometimes_on_the_command_line_is_one_line_and_exit_2(tmp_path: P
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     result = subprocess.run(
         [sys.executable, "-m", "harness.cli", "pair", "--warmup", "sometimes", "--out", str(tmp_path)],
         cwd=root,

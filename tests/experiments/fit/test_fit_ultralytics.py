@@ -20,7 +20,6 @@ from harness.cli import main
 from tests.argv import overridden
 from tests.runfolders import only_run
 
-ROOT = Path(__file__).resolve().parent.parent
 HAS_ULTRALYTICS = (
     importlib.util.find_spec("ultralytics") is not None
     and importlib.util.find_spec("torchvision") is not None

@@ -12,9 +12,9 @@ import pytest
 
 from harness import options
 from harness.cli import app, main
+from tests import ROOT
 
 COMMANDS = ("env", "pair", "screen", "probe", "parity", "report", "plan")
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_bench(*args: str) -> subprocess.CompletedProcess:

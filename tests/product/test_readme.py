@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from harness.cli import main
+from tests import ROOT
 from tests.runfolders import only_run
 
-ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 

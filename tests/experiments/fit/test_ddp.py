@@ -22,11 +22,11 @@ from experiments.fit.plan import FitSettings
 from harness.cli import main
 from harness.errors import InputError
 from harness.options import protocol_options, split_device_list
+from tests import ROOT
 from tests.argv import overridden
 from tests.runfolders import only_run
 from tests.workerfns import PIDS_ENV
 
-ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "4", "--val-images", "8"]
 RANKS = ["--gpus", "2", "--device", "cpu", "--quiet"]
 

@@ -26,6 +26,7 @@ from harness.protocol import Arm, Case, Plan, ProtocolOptions, TrialContext, Tri
 from harness.run import Runner, RunOptions
 from harness.tables import LOG, CorruptRunFolder, RunFolder
 from harness.tier import BaseTier, Caveat, Run, TierRegistry
+from tests import ROOT
 
 # A real CUDA caching-allocator message (torch 2.x); the byte figures below are what it says.
 OOM_MESSAGE = (
@@ -791,7 +792,7 @@ def test_bench_report_bad_inputs(
 
 
 def test_an_auto_run_states_its_stopping_rule_and_looks(tmp_path: Path, no_gc) -> None:
-    from tests.test_protocol import AUTO_FIGURES
+    from tests.harness.test_protocol import AUTO_FIGURES
 
     arms = (Arm("baseline", "baseline", "baseline"), Arm("candidate", "candidate", "candidate"))
     plan = Plan(
@@ -830,7 +831,7 @@ def test_an_aa_in_effect_is_named_first_and_its_verdict_withheld(tmp_path: Path)
 
 # --- the steady-state figure's own statistics and --warmup auto's phases ----------------------------------------
 
-COMMITTED = Path(__file__).resolve().parent.parent / "reports"
+COMMITTED = ROOT / "reports"
 
 
 def _committed_copy(name: str, where: Path) -> RunFolder:

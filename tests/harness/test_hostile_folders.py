@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from harness.cli import main
+from tests import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 DECISIVE = ROOT / "reports/h200-decisive"
 FOLDERS = {
     "pair": DECISIVE / "baseline-d/pair-20261202-060853-6006",
