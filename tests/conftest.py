@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -34,7 +36,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # not named here runs after these, in the usual order. A stale order costs time, never a test.
 SLOWEST_FIRST = (
     "test_readme.py",  # one test (150-270 s): first, or it lands alone at the end of one worker
-    "test_reliability.py",
+    "test_run_faults.py",
+    "test_validation_faults.py",
     "test_folder_is_data.py",
     "test_fit.py",
     "test_ddp.py",
@@ -66,3 +69,80 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _freeze_what_is_already_alive() -> None:
     gc.collect()
     gc.freeze()
+
+
+# Imports of the package and of the helpers that load it sit inside the fixtures below: torch must not load
+# before OMP_WAIT_POLICY is set above.
+
+
+@pytest.fixture
+def bench(capsys: pytest.CaptureFixture[str]):
+    """``bench(argv)`` calls the CLI in this process; ``bench.refused(argv, ...)`` checks a one-line refusal."""
+    from tests.cli import Bench
+
+    return Bench(capsys)
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory: pytest.TempPathFactory):
+    """A finished run folder of the test tier (one warm-up, two pairs); copy it before writing to it."""
+    from tests.trialfns import plan_of, runner
+
+    root = tmp_path_factory.mktemp("finished")
+    return runner(root).start(plan_of("sleepy", warmup=1, pairs=2)).folder
+
+
+@pytest.fixture
+def half_run(tmp_path: Path):
+    """A run of ``TINY_PAIR`` with its first trial logged and the second not run (interrupted there)."""
+    from experiments.fit.plan import FitSettings, make_plan
+    from experiments.tiers import TIERS
+    from harness.options import protocol_options
+    from harness.run import Runner, RunOptions
+    from tests.argv import TINY_PAIR
+    from tests.runfolders import only_run
+
+    def stop_at_second(plan):
+        def trial(ctx) -> dict:
+            if ctx.trial.index == 1:
+                raise KeyboardInterrupt
+            return {"value": 1.0}
+
+        return trial
+
+    settings = FitSettings(workload="embedded", images=8, batch=4, steps=4, val_images=8)
+    plan = make_plan(
+        protocol_options(pairs=1, warmup=2, device="cpu"), settings, "bench " + " ".join(TINY_PAIR)
+    )
+    with pytest.raises(KeyboardInterrupt):
+        Runner(TIERS, RunOptions(out=tmp_path, quiet=True, report=False)).start(plan, stop_at_second(plan))
+    return only_run(tmp_path)
+
+
+@pytest.fixture
+def no_gc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Skips the collection after each trial, which dominates the time of trials that allocate nothing."""
+    from harness import protocol
+
+    monkeypatch.setattr(protocol, "_release_device_memory", lambda: None)
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path):
+    """``tmpfs(size)`` mounts a file system of that size below ``tmp_path``; skips where mounting is refused."""
+    mounts: list[Path] = []
+
+    def mount(size: str) -> Path:
+        where = tmp_path / f"tmpfs-{len(mounts)}"
+        where.mkdir()
+        made = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True
+        )
+        if made.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+        mounts.append(where)
+        return where
+
+    yield mount
+    for where in mounts:
+        subprocess.run(["umount", "-l", str(where)], check=False)

@@ -15,8 +15,8 @@ import pytest
 
 from harness.cli import main
 from harness.tables import LOG, PLAN
-from tests.harness import test_hostile_folders as hf
 from tests.argv import TINY_SCREEN, overridden
+from tests.harness import test_hostile_folders as hf
 from tests.runfolders import only_run
 
 SCREEN = list(TINY_SCREEN)
