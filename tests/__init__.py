@@ -4,5 +4,8 @@ import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# A child Python process's environment: it imports this checkout's packages.
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment now, with this checkout's packages importable, and ``extra``."""
+    return {**os.environ, "PYTHONPATH": str(ROOT), **extra}

@@ -4,7 +4,6 @@ check before a run, what an arm's code is called, and its module found from the 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -27,7 +26,8 @@ from harness.errors import InputError
 from harness.options import parse_arms
 from harness.protocol import Case
 from optimizers import MuSGD
-from tests import ROOT
+from tests import child_env
+from tests.argv import TINY_FIT
 from tests.runfolders import only_run
 
 TWO_ADAMW = "loop=torch.optim:AdamW(foreach=False),fused=torch.optim:AdamW(fused=True)"
@@ -143,10 +143,8 @@ def test_two_torch_optimizers_with_arguments_through_screen(tmp_path: Path) -> N
 
 @pytest.mark.slow
 def test_two_torch_optimizers_with_arguments_through_pair(tmp_path: Path) -> None:
-    from tests.experiments.fit.test_fit import TINY
-
     out = tmp_path / "runs"
-    argv = ["pair", *TINY, "--arms", TWO_ADAMW, "--warmup", "0", "--pairs", "1", "--no-report"]
+    argv = ["pair", *TINY_FIT, "--quiet", "--arms", TWO_ADAMW, "--warmup", "0", "--pairs", "1", "--no-report"]
     assert main([*argv, "--out", str(out)]) == 0
     rows = only_run(out).rows()
     assert [r["status"] for r in rows] == ["ok", "ok"], [r.get("message") for r in rows]
@@ -179,7 +177,7 @@ def test_the_bench_script_imports_arm_modules_from_the_working_directory(tmp_pat
     bench = Path(sys.executable).with_name("bench")
     if not bench.exists():
         pytest.skip("no bench console script beside this python")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     argv = [str(bench), "screen", "--arms", "baseline,mine=myopt:Mine", "--device", "cpu", "--scales", "n"]
     argv += ["--steps", "1", "--warmup-steps", "0", "--warmup", "0", "--pairs", "1", "--quiet", "--no-report"]
     done = subprocess.run([*argv, "--out", "runs"], cwd=tmp_path, env=env, capture_output=True, text=True)

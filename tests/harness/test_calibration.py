@@ -17,9 +17,9 @@ from harness import delay_check
 from harness.cli import main
 from harness.tables import RunFolder
 from harness.tier import Run
+from tests.argv import TINY_FIT
 
 QUIET = ["--quiet", "--no-report"]
-TINY_FIT = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "4", "--val-images", "8"]
 needs_sleep = pytest.mark.skipif(shutil.which("sleep") is None, reason="needs the sleep command")
 
 

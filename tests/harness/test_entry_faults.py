@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests import ENV, ROOT
+from tests import ROOT, child_env
 
 # Runs the ``bench`` console script's entry point (as pyproject.toml names it) with the import of typer, the
 # first heavy import behind the command line, held until a signal comes: where a Ctrl-C or SIGTERM lands in
@@ -36,7 +36,7 @@ def test_an_interrupt_during_the_imports_is_one_line_and_exits_130(signal_name: 
     process = subprocess.Popen(
         [sys.executable, "-c", HELD_IN_IMPORTS],
         cwd=ROOT,
-        env=ENV,
+        env=child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -460,22 +460,11 @@ def test_two_reports_of_one_folder_at_once_both_succeed(tmp_path) -> None:
 
 
 @pytest.fixture
-def full_disk(tmp_path):
-    """A 200 KiB file system, filled (a tmpfs: needs the right to mount; skipped without it)."""
-    import subprocess
-
-    where = tmp_path / "full"
-    where.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(where)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip("cannot mount a small file system here")
-    try:
-        (where / "fill").write_bytes(b"\0" * 190 * 1024)
-        yield where
-    finally:
-        subprocess.run(["umount", str(where)], capture_output=True)
+def full_disk(tmpfs):
+    """A 200 KiB file system, filled."""
+    where = tmpfs("200k")
+    (where / "fill").write_bytes(b"\0" * 190 * 1024)
+    return where
 
 
 def test_a_report_on_a_full_disk_is_one_line(tmp_path, full_disk, capsys) -> None:

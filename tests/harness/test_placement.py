@@ -16,7 +16,7 @@ import torch
 from harness import placement
 from harness.options import check_cpus
 from harness.placement import Placement, choose_placement, format_cores, parse_core_list, read_allowed_cores
-from tests import ROOT
+from tests import ROOT, child_env
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="CPU affinity is Linux only")
 
@@ -177,7 +177,7 @@ def placed_worker():
     if len(mask) < 2:
         pytest.skip("needs two allowed cores to tell a placed mask from the inherited one")
     chosen = choose_placement(str(mask[-1]))
-    env = {**os.environ, **placement.worker_environment(chosen), "PYTHONPATH": str(ROOT)}
+    env = child_env(**placement.worker_environment(chosen))
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD],
         stdin=subprocess.PIPE,

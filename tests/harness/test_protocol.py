@@ -17,7 +17,7 @@ import pytest
 from harness.cli import main
 from harness.protocol import Arm, Case, Plan, PlannedStop, balanced_block, build_schedule
 from harness.tables import LOG, PLAN, RunFolder
-from tests import ROOT
+from tests import ROOT, child_env
 from tests.trialfns import TWO_ARMS, plan_of, runner
 
 REAL_OOM = (
@@ -167,7 +167,7 @@ def _killed_in_trial(runs: Path, start: str, trial: int, setup: str = "") -> Run
     """Run ``start`` (a call on ``runner``/``plan_of``) in a real process and SIGKILL it while trial ``trial``
     of a ``sleepy`` plan runs (started, no row yet); the run's folder."""
     script = f"import sys; {setup}from tests.trialfns import plan_of, runner; runner(sys.argv[1]).{start}"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     process = subprocess.Popen(
         [sys.executable, "-c", script, str(runs)],
         cwd=ROOT,
@@ -382,13 +382,6 @@ def test_an_idle_gap_gets_a_warmup_before_the_next_measured_trial(tmp_path: Path
 NOISE = [2.041, -2.556, 0.418, -0.568, -0.453, -0.216, -2.02, -0.232, -0.865, 3.323]
 NOISE += [0.226, -0.353, -0.281, -0.668, -1.055, -0.391, 0.482, -0.239, 0.958, -0.2]  # seeded normals
 AUTO_FIGURES = {"baseline": [10.0] * 20, "candidate": [8.0 * math.exp(0.03 * z) for z in NOISE]}
-
-
-@pytest.fixture
-def no_gc(monkeypatch) -> None:
-    from harness import protocol
-
-    monkeypatch.setattr(protocol, "_release_device_memory", lambda: None)
 
 
 def test_pairs_auto_grows_look_by_look_until_the_precision(tmp_path: Path, no_gc) -> None:

@@ -166,14 +166,6 @@ def reduction_text(baseline: list[float], candidate: list[float]) -> str:
     )
 
 
-@pytest.fixture
-def no_gc(monkeypatch) -> None:
-    """Runs of many in-process trials without the 0.2 s garbage collection each trial makes."""
-    from harness import protocol
-
-    monkeypatch.setattr(protocol, "_release_device_memory", lambda: None)
-
-
 # --- every section, every plot ---------------------------------------------------------------------------
 
 

@@ -19,7 +19,7 @@ from harness.cli import main
 from harness.errors import InputError
 from harness.tables import LOG, RunFolder, RunFolderBusy, RunFolderWriteError
 from harness.tier import BaseTier, TierRegistry
-from tests import ENV, ROOT
+from tests import ROOT, child_env
 from tests.argv import TINY_FIT
 from tests.runfolders import copy_run, corrupt_plan, only_run, set_field, tmp_files, untouched
 from tests.trialfns import BEHAVIOURS, TIERS, plan_of, runner
@@ -73,7 +73,7 @@ def test_a_second_run_on_a_folder_in_use_is_one_line_exit_2_and_runs_nothing(tmp
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD_A_PAIR_RUN, str(runs), "0.6"],
         cwd=ROOT,
-        env=ENV,
+        env=child_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -348,7 +348,7 @@ def test_an_interrupt_says_where_the_run_is_and_exits_130(tmp_path: Path, signal
     process = subprocess.Popen(
         [*QUIET_FIT, "--no-report", "--out", str(tmp_path)],
         cwd=ROOT,
-        env=ENV,
+        env=child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -375,7 +375,7 @@ def test_a_closed_stdout_never_stops_a_run(tmp_path: Path) -> None:
     process = subprocess.Popen(
         [*QUIET_FIT, "--out", str(tmp_path)],
         cwd=ROOT,
-        env=ENV,
+        env=child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

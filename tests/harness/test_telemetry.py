@@ -19,7 +19,7 @@ import torch
 from harness import gpu_readings, process_usage, telemetry
 from harness.process_usage import ProcessUsage
 from harness.telemetry import FIELD_TYPES, GPU_FIELD_TYPES, Snapshot
-from tests import ROOT
+from tests import ROOT, child_env
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -494,7 +494,7 @@ def test_gpu_telemetry_on_a_real_device_reads_nvml_without_a_cuda_context() -> N
         text=True,
         timeout=120,
         check=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env=child_env(),
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     row = result["row"]

@@ -27,12 +27,7 @@ from tests.trialfns import TIERS, plan_of, runner
 MEASURED = {"baseline": 10.0, "candidate": 8.0}
 
 
-@pytest.fixture(autouse=True)
-def no_gc(monkeypatch) -> None:
-    """The trials here allocate nothing: skip the collection between them (it dominates their time)."""
-    from harness import protocol
-
-    monkeypatch.setattr(protocol, "_release_device_memory", lambda: None)
+pytestmark = pytest.mark.usefixtures("no_gc")  # the trials here allocate nothing
 
 
 def warm_rows(folder: RunFolder) -> list[dict]:

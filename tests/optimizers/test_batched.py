@@ -46,17 +46,7 @@ DEVICES = ["cpu", pytest.param("cuda", marks=[cuda, needs_cuda])]
 # response to ±1-ulp input perturbations (experiments.parity, where `bench parity` uses the same rule).
 
 
-@pytest.fixture(autouse=True)
-def _batched_cpu_one_thread() -> Iterator[None]:
-    """Force the batched path on CPU; one intra-op thread, since these small matrices only lose from more
-    (on a busy two-core runner, oversubscribed threads made the tests ten times slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with batched_on_cpu():
-            yield
-    finally:
-        torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("batched_cpu_one_thread")
 
 
 def _muon_group(params: list[torch.Tensor], **overrides: Any) -> dict[str, Any]:

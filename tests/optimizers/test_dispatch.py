@@ -7,7 +7,6 @@ that there an in-place bf16 multiply is one operation where the CPU needs two, s
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,7 +15,6 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from experiments.workloads import build_param_groups, fill_synthetic_grads
 from optimizers import BatchedMuSGD
-from optimizers.batched import batched_on_cpu
 from optimizers.dispatch import count_dispatched_ops
 from optimizers.graphs import CoreGraph
 
@@ -26,15 +24,7 @@ from optimizers.graphs import CoreGraph
 YOLO26N_MAX_OPS = 300
 
 
-@pytest.fixture(autouse=True)
-def _batched_cpu_one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with batched_on_cpu():
-            yield
-    finally:
-        torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("batched_cpu_one_thread")
 
 
 def _groups(count: int, shapes: list[tuple[int, ...]]) -> list[dict[str, Any]]:

@@ -22,12 +22,12 @@ from experiments.fit.plan import FitSettings
 from harness.cli import main
 from harness.errors import InputError
 from harness.options import protocol_options, split_device_list
-from tests import ROOT
+from tests import ROOT, child_env
+from tests.argv import TINY_FIT as TINY
 from tests.argv import overridden
 from tests.runfolders import only_run
 from tests.workerfns import PIDS_ENV
 
-TINY = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "4", "--val-images", "8"]
 RANKS = ["--gpus", "2", "--device", "cpu", "--quiet"]
 
 
@@ -254,7 +254,7 @@ def test_ranks_and_their_launcher_end_when_the_run_is_killed(tmp_path: Path) -> 
         "tests.workerfns:NotesPids",
     ]
     command += ["--control", "--warmup", "0", "--pairs", "1", "--no-report", "--out", str(tmp_path / "runs")]
-    env = {**os.environ, PIDS_ENV: str(pids), "PYTHONPATH": str(ROOT)}
+    env = child_env(**{PIDS_ENV: str(pids)})
     process = subprocess.Popen(
         command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -302,7 +302,7 @@ def test_the_real_trainers_ddp_launch_file_builds_the_arms_trainer_in_a_fresh_ra
     config = tmp_path / "config"
     prepare_config_dir(config)
     data_yaml = ensure_synthetic_set(SyntheticSet(8, 8, 64, 0), tmp_path / "data")
-    env = {**os.environ, **offline_environment(config), "PYTHONPATH": str(ROOT)}
+    env = child_env(**offline_environment(config))
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", TRIAL_ENV):
         env.pop(name, None)
     generate = (

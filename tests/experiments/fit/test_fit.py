@@ -21,22 +21,11 @@ from harness.cli import main
 from harness.errors import InputError
 from harness.tier import Run
 from tests import ROOT
+from tests.argv import TINY_FIT
 from tests.runfolders import only_run
 
 ULTRALYTICS = all(importlib.util.find_spec(name) is not None for name in ("ultralytics", "torchvision"))
-TINY = [
-    "--workload",
-    "embedded",
-    "--images",
-    "8",
-    "--batch",
-    "4",
-    "--steps",
-    "4",
-    "--val-images",
-    "8",
-    "--quiet",
-]
+TINY = [*TINY_FIT, "--quiet"]
 
 
 def test_steps_must_be_whole_epochs() -> None:
