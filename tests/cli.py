@@ -35,7 +35,7 @@ class Bench:
         ran = self(argv)
         error = ran.err.strip()
         assert ran.status == 2, error
-        assert error.count("\n") == 0, error
+        assert error and error.count("\n") == 0 and "Traceback" not in error, error
         for fragment in fragments:
             assert fragment in error, error
         return error

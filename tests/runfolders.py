@@ -13,11 +13,11 @@ from tests import ROOT
 # A committed H200 run folder of each project tier: a report reads each anywhere, and a finished screen
 # resumes on the CPU too (nothing is left to run).
 TIER_FOLDERS = {
+    "pair": ROOT / "reports/h200-decisive/baseline-d/pair-20261202-060853-6006",
     "screen": ROOT / "reports/h200-decisive/screen/screen-20261202-020126-5cf4",
-    "pair": ROOT / "reports/archive/h200-2026-12-01/aa-placed-sequential-384",
-    "stages": ROOT / "reports/h200-decisive/stages-baseline/stages-20261202-020854-c8f7",
+    "probe": ROOT / "reports/h200-decisive/probe-lm-6GiB/probe-20261202-021557-b829",
     "parity": ROOT / "reports/h200-decisive/parity/parity-20261202-020331-f306",
-    "probe": ROOT / "reports/h200-decisive/probe-lm-24GiB/probe-20261202-021522-e4fe",
+    "stages": ROOT / "reports/h200-decisive/stages-baseline/stages-20261202-020854-c8f7",
 }
 
 

@@ -17,7 +17,7 @@ from harness.cli import main
 from harness.tables import LOG, PLAN
 from tests.argv import TINY_SCREEN, overridden
 from tests.harness import test_hostile_folders as hf
-from tests.runfolders import only_run
+from tests.runfolders import TIER_FOLDERS, dropped, only_run, set_field
 
 SCREEN = list(TINY_SCREEN)
 SCREEN += ["--warmup", "0", "--pairs", "2", "--arms", "baseline,candidate-cpu"]
@@ -32,20 +32,6 @@ def _stopped_screen(root: Path) -> Path:
     return folder
 
 
-def _resume(argv: list[str], capsys) -> int:
-    capsys.readouterr()  # the start's console
-    return main(argv)
-
-
-def _one_line_refusal(capsys, code: int, *words: str) -> str:
-    err = capsys.readouterr().err.strip()
-    assert code == 2, err
-    assert "Traceback" not in err and len(err.splitlines()) == 1, err
-    for word in words:
-        assert word in err, err
-    return err
-
-
 PAYLOAD = """
 import pathlib
 pathlib.Path({marker!r}).write_text("ran")
@@ -53,9 +39,7 @@ from optimizers import MuSGD as Opt
 """
 
 
-def test_a_plan_naming_code_in_its_own_folder_is_refused_before_it_runs(
-    tmp_path, monkeypatch, capsys
-) -> None:
+def test_a_plan_naming_code_in_its_own_folder_is_refused_before_it_runs(tmp_path, monkeypatch, bench) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(
         str(tmp_path)
@@ -68,14 +52,13 @@ def test_a_plan_naming_code_in_its_own_folder_is_refused_before_it_runs(
     for name in (PLAN, LOG):  # every place the folder names the spec, labels too, consistently
         (folder / name).write_text((folder / name).read_text().replace("candidate-cpu", spec))
     rows_before = (folder / LOG).read_text()
-    code = _resume(["screen", "--resume", str(folder)], capsys)
-    _one_line_refusal(capsys, code, "run folder", "data, not code")
+    bench.refused(["screen", "--resume", str(folder)], "run folder", "data, not code")
     assert not marker.exists()
     assert (folder / LOG).read_text() == rows_before
     sys.modules.pop("runs", None)
 
 
-def test_a_resume_refuses_an_arm_whose_code_changed_since_the_start(tmp_path, monkeypatch, capsys) -> None:
+def test_a_resume_refuses_an_arm_whose_code_changed_since_the_start(tmp_path, monkeypatch, bench) -> None:
     """A spec that names code outside any folder: resolved as at the start, and its recorded fingerprint
     must match, so rows logged under one label never come from two codes."""
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -89,12 +72,11 @@ def test_a_resume_refuses_an_arm_whose_code_changed_since_the_start(tmp_path, mo
     (tmp_path / "mine_a43.py").write_text("from optimizers import BatchedMuSGD as Opt\n")
     sys.modules.pop("mine_a43", None)
     rows_before = log.read_text()
-    code = _resume(["screen", "--resume", str(folder)], capsys)
-    _one_line_refusal(capsys, code, "mine_a43:Opt", "changed")
+    bench.refused(["screen", "--resume", str(folder)], "mine_a43:Opt", "changed")
     assert log.read_text() == rows_before
 
 
-def test_a_resume_checks_the_torchrun_options_as_the_start_does(tmp_path, capsys) -> None:
+def test_a_resume_checks_the_torchrun_options_as_the_start_does(tmp_path, bench) -> None:
     """settings.torchrun edited to name a script: the start refuses it, so a resume (and a report) does too."""
     root = tmp_path / "runs"
     tiny = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "2", "--val-images", "4"]
@@ -107,11 +89,9 @@ def test_a_resume_checks_the_torchrun_options_as_the_start_does(tmp_path, capsys
     plan = json.loads((folder / PLAN).read_text())
     plan["settings"]["torchrun"] = str(folder / "script.py")
     (folder / PLAN).write_text(json.dumps(plan))
-    code = _resume(["pair", "--resume", str(folder)], capsys)
-    _one_line_refusal(capsys, code, "settings", "torchrun")
+    bench.refused(["pair", "--resume", str(folder)], "settings", "torchrun")
     assert not marker.exists() and (folder / LOG).read_text() == ""
-    code = _resume(["report", str(folder), "-o", str(tmp_path / "report.md")], capsys)
-    _one_line_refusal(capsys, code, "torchrun")
+    bench.refused(["report", str(folder), "-o", str(tmp_path / "report.md")], "torchrun")
 
 
 # --- 3: links in a run folder are never followed -------------------------------------------------------------
@@ -144,27 +124,26 @@ def _killed_after_first_row(duet_pair: Path, tmp_path: Path) -> tuple[Path, dict
     return folder, first
 
 
-def test_a_link_at_the_next_trials_folder_never_empties_its_target(duet_pair, tmp_path, capsys) -> None:
+def test_a_link_at_the_next_trials_folder_never_empties_its_target(duet_pair, tmp_path, bench) -> None:
     folder, first = _killed_after_first_row(duet_pair, tmp_path)
     victim = _victim(tmp_path)
     (folder / "trials").mkdir(exist_ok=True)
     (folder / "trials" / f"{1 - first['index']:03d}").symlink_to(victim)  # the trial the resume runs
-    assert _resume(["pair", "--resume", str(folder), "--no-report"], capsys) == 0
+    assert bench(["pair", "--resume", str(folder), "--no-report"]).status == 0
     assert (victim / "keep.txt").read_text() == "precious"
 
 
-def test_a_lock_link_and_a_temporary_file_link_never_overwrite_their_targets(tmp_path, capsys) -> None:
+def test_a_lock_link_and_a_temporary_file_link_never_overwrite_their_targets(tmp_path, bench) -> None:
     root = tmp_path / "runs"
     folder = _stopped_screen(root)
     target = tmp_path / "target.txt"
     target.write_text("precious")
     (folder / "report.md.tmp").symlink_to(target)
-    assert _resume(["report", str(folder)], capsys) == 0
+    assert bench(["report", str(folder)]).status == 0
     assert target.read_text() == "precious" and (folder / "report.md").is_file()
     (folder / "run.lock").unlink(missing_ok=True)
     (folder / "run.lock").symlink_to(target)
-    code = _resume(["screen", "--resume", str(folder)], capsys)
-    _one_line_refusal(capsys, code, "run.lock", "symbolic link")
+    bench.refused(["screen", "--resume", str(folder)], "run.lock", "symbolic link")
     assert target.read_text() == "precious"
 
 
@@ -284,9 +263,9 @@ def test_a_figure_named_as_telemetry_is_an_error_row_and_the_folder_stays_readab
 # --- 6: a duet round a crash left half done runs again whole ----------------------------------------------------
 
 
-def test_a_half_done_duet_round_runs_its_missing_trial_beside_a_partner(duet_pair, tmp_path, capsys) -> None:
+def test_a_half_done_duet_round_runs_its_missing_trial_beside_a_partner(duet_pair, tmp_path, bench) -> None:
     folder, first = _killed_after_first_row(duet_pair, tmp_path)
-    assert _resume(["pair", "--resume", str(folder), "--no-report"], capsys) == 0
+    assert bench(["pair", "--resume", str(folder), "--no-report"]).status == 0
     rows = [json.loads(line) for line in (folder / LOG).read_text().splitlines()]
     missing = next(r for r in rows if r["phase"] == "measured" and r["index"] != first["index"])
     partner = [r for r in rows if r["index"] in missing["concurrent_with"]]
@@ -301,15 +280,15 @@ def test_a_half_done_duet_round_runs_its_missing_trial_beside_a_partner(duet_pai
 @pytest.mark.parametrize(
     ("how", "fragments"),
     [
-        (hf._plan(hf._set("protocol.pairs", "auto")), ("plan.json", "--pairs auto needs --precision")),
-        (hf._row(3, hf._drop("slot")), ("trials.jsonl", "line 3", "slot")),
+        (hf._plan(set_field("protocol.pairs", "auto")), ("plan.json", "--pairs auto needs --precision")),
+        (hf._row(3, dropped("slot")), ("trials.jsonl", "line 3", "slot")),
     ],
     ids=["pairs auto with no precision", "an ok row with no slot"],
 )
-def test_an_edit_that_passed_validation_and_crashed_the_report_is_one_line(tmp_path, capsys, how, fragments):
+def test_an_edit_that_passed_validation_and_crashed_the_report_is_one_line(tmp_path, bench, how, fragments):
     folder = hf._copy("screen", tmp_path)
     hf._edit(folder, how)
-    hf._refused(folder, tmp_path, capsys, fragments)
+    hf._refused(folder, tmp_path, bench, fragments)
 
 
 def test_figures_1e58_apart_in_one_pair_give_a_report(tmp_path) -> None:
@@ -342,9 +321,9 @@ def test_an_arms_escape_sequences_never_reach_the_report(tmp_path) -> None:
     assert "red second line" in text and "\x1b" not in text
 
 
-def test_a_newline_in_out_is_refused_in_one_line(tmp_path, capsys) -> None:
+def test_a_newline_in_out_is_refused_in_one_line(tmp_path, bench) -> None:
     out = str(tmp_path / "a\nb")
-    _one_line_refusal(capsys, main([*SCREEN, "--out", out]), "--out", "control character")
+    bench.refused([*SCREEN, "--out", out], "--out", "control character")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -391,7 +370,7 @@ def test_bench_plan_advises_no_more_pairs_than_the_option_accepts(capsys) -> Non
 
     from harness.limits import MAX_PAIRS
 
-    assert main(["plan", str(hf.FOLDERS["screen"]), "--effect", "0.3%"]) == 0
+    assert main(["plan", str(TIER_FOLDERS["screen"]), "--effect", "0.3%"]) == 0
     out = capsys.readouterr().out
     advised = [int(n.replace(",", "")) for n in re.findall(r"run ([\d,]+) pairs", " ".join(out.split()))]
     assert all(n <= MAX_PAIRS for n in advised), advised
@@ -422,14 +401,14 @@ def test_a_lock_removed_under_a_run_stops_it_before_its_next_row(tmp_path) -> No
     assert [row["arm"] for row in rows].count("a") == 1  # the trial that ran unlocked is not logged
 
 
-def test_a_doubled_row_is_refused_with_its_repair_and_the_repair_works(tmp_path, capsys) -> None:
+def test_a_doubled_row_is_refused_with_its_repair_and_the_repair_works(tmp_path, bench) -> None:
     from harness.repair_log import DOUBLED
     from harness.repair_log import main as repair
 
     folder = hf._copy("screen", tmp_path)
     lines = (folder / LOG).read_text().splitlines(keepends=True)
     (folder / LOG).write_text("".join([*lines, lines[2]]))
-    hf._refused(folder, tmp_path, capsys, ("logged twice", "python -m harness.repair_log"))
+    hf._refused(folder, tmp_path, bench, ("logged twice", "python -m harness.repair_log"))
     assert repair([str(folder)]) == 0
     assert (folder / LOG).read_text() == "".join(lines) and (folder / DOUBLED).read_text() == lines[2]
     assert main(["report", str(folder), "-o", str(tmp_path / "r.md")]) == 0
@@ -468,7 +447,7 @@ def full_disk(tmpfs):
 
 
 def test_a_report_on_a_full_disk_is_one_line(tmp_path, full_disk, capsys) -> None:
-    folder = hf.FOLDERS["screen"]
+    folder = TIER_FOLDERS["screen"]
     code = main(["report", str(folder), "-o", str(full_disk / "r.md")])
     err = capsys.readouterr().err.strip()
     assert code != 0 and "Traceback" not in err and len(err.splitlines()) == 1, err
@@ -505,7 +484,7 @@ def _same_type(value):
     return st.none() | st.integers(-3, 3) | st.text(max_size=4)
 
 
-PLANS = {name: json.loads((hf.FOLDERS[name] / PLAN).read_text()) for name in ("screen", "pair", "parity")}
+PLANS = {name: json.loads((TIER_FOLDERS[name] / PLAN).read_text()) for name in ("screen", "pair", "parity")}
 LEAVES = {name: [path for path, _ in _leaves(plan)] for name, plan in PLANS.items()}
 
 

@@ -18,17 +18,8 @@ from typing import Any
 
 import pytest
 
-from harness.cli import main
-from tests import ROOT
-
-DECISIVE = ROOT / "reports/h200-decisive"
-FOLDERS = {
-    "pair": DECISIVE / "baseline-d/pair-20261202-060853-6006",
-    "screen": DECISIVE / "screen/screen-20261202-020126-5cf4",
-    "probe": DECISIVE / "probe-lm-6GiB/probe-20261202-021557-b829",
-    "parity": DECISIVE / "parity/parity-20261202-020331-f306",
-    "stages": DECISIVE / "stages-baseline/stages-20261202-020854-c8f7",
-}
+from tests.cli import Bench
+from tests.runfolders import TIER_FOLDERS, dropped, set_field
 
 Edit = Callable[[dict[str, Any]], None]
 
@@ -42,83 +33,66 @@ def _row(position: int, change: Edit) -> tuple[str, Edit, int]:
     return "row", change, position
 
 
-def _set(path: str, value: Any) -> Edit:
-    """Set a dotted path (list positions as numbers) of a JSON object to ``value``."""
-
-    def change(record: dict[str, Any]) -> None:
-        *parents, last = path.split(".")
-        target: Any = record
-        for part in parents:
-            target = target[int(part)] if part.isdigit() else target[part]
-        target[int(last) if last.isdigit() else last] = value
-
-    return change
-
-
-def _drop(key: str) -> Edit:
-    return lambda record: record.pop(key)
-
-
 def _resource_failure(record: dict[str, Any]) -> None:
     record.update(status="resource_failure", value=None, oom_requested="x")
 
 
 # case: (folder, edit, fragments the one line names)
 HOSTILE: dict[str, tuple[str, tuple[Any, ...], tuple[str, ...]]] = {
-    "a look with no fields": ("pair", _plan(_set("looks.0", {})), ("plan.json", "looks[0]")),
+    "a look with no fields": ("pair", _plan(set_field("looks.0", {})), ("plan.json", "looks[0]")),
     "a look of a case the plan has not": (
         "pair",
-        _plan(_set("looks.0.case", "nowhere")),
+        _plan(set_field("looks.0.case", "nowhere")),
         ("plan.json", "looks[0].case"),
     ),
     "a look whose rounds are text": (
         "pair",
-        _plan(_set("looks.0.rounds", "6")),
+        _plan(set_field("looks.0.rounds", "6")),
         ("plan.json", "looks[0].rounds"),
     ),
     "a start with no time zone": (
         "screen",
-        _row(3, _set("started", "2026-12-02T02:01:27")),
+        _row(3, set_field("started", "2026-12-02T02:01:27")),
         ("trials.jsonl", "line 3", "started", "time zone"),
     ),
     "a throttle mask that is text": (
         "pair",
-        _row(2, _set("gpu0_throttle_mask_start", "x")),
+        _row(2, set_field("gpu0_throttle_mask_start", "x")),
         ("trials.jsonl", "line 2", "gpu0_throttle_mask_start"),
     ),
     "a throttle mask that is a list": (
         "pair",
-        _row(2, _set("gpu0_throttle_mask_start", [1])),
+        _row(2, set_field("gpu0_throttle_mask_start", [1])),
         ("trials.jsonl", "line 2", "gpu0_throttle_mask_start"),
     ),
     "a throttle mask past 64 bits": (
         "pair",
-        _row(2, _set("gpu0_throttle_mask_end", 2**64)),
+        _row(2, set_field("gpu0_throttle_mask_end", 2**64)),
         ("trials.jsonl", "line 2", "gpu0_throttle_mask_end"),
     ),
     "a throttle mask of 400 digits": (
         "pair",
-        _row(2, _set("gpu0_throttle_mask_start", 10**400)),
+        _row(2, set_field("gpu0_throttle_mask_start", 10**400)),
         ("trials.jsonl", "line 2", "gpu0_throttle_mask_start"),
     ),
     "a power violation that is text": (
         "pair",
-        _row(4, _set("gpu0_power_violation_s", "x")),
+        _row(4, set_field("gpu0_power_violation_s", "x")),
         ("trials.jsonl", "line 4", "gpu0_power_violation_s"),
     ),
     "a temperature that is text": (
         "screen",
-        _row(5, _set("gpu0_temperature_c_end", "hot")),
+        _row(5, set_field("gpu0_temperature_c_end", "hot")),
         ("trials.jsonl", "line 5", "gpu0_temperature_c_end"),
     ),
     "a switch count that is negative": (
         "screen",
-        _row(5, _set("worker_voluntary_switches", -3)),
+        _row(5, set_field("worker_voluntary_switches", -3)),
         ("trials.jsonl", "line 5", "worker_voluntary_switches"),
     ),
     "a throttle reason that is a number": (
         "screen",
-        _row(5, _set("gpu0_throttle_reasons_start", 7)),
+        _row(5, set_field("gpu0_throttle_reasons_start", 7)),
         ("trials.jsonl", "line 5", "gpu0_throttle_reasons_start"),
     ),
     "an out-of-memory request that is text": (
@@ -128,66 +102,78 @@ HOSTILE: dict[str, tuple[str, tuple[Any, ...], tuple[str, ...]]] = {
     ),
     "a screen with no arm specs": (
         "screen",
-        _plan(_set("settings.arm_specs", [])),
+        _plan(set_field("settings.arm_specs", [])),
         ("plan.json", "arm_specs"),
     ),
     "a screen's guarded spec no arm has": (
         "screen",
-        _plan(_set("settings.guarded_specs", ["nowhere"])),
+        _plan(set_field("settings.guarded_specs", ["nowhere"])),
         ("plan.json", "guarded_specs"),
     ),
     "a screen's default guard that is no guard": (
         "screen",
-        _plan(_set("settings.default_guards", {"candidate": "wide"})),
+        _plan(set_field("settings.default_guards", {"candidate": "wide"})),
         ("plan.json", "default_guards"),
     ),
     "a fit's trial timeout that is text": (
         "pair",
-        _plan(_set("settings.trial_timeout", "x")),
+        _plan(set_field("settings.trial_timeout", "x")),
         ("plan.json", "trial_timeout"),
     ),
     "a fit's checkpoints kept that is text": (
         "pair",
-        _plan(_set("settings.keep_checkpoints", "yes")),
+        _plan(set_field("settings.keep_checkpoints", "yes")),
         ("plan.json", "keep_checkpoints"),
     ),
-    "a probe case with no params": ("probe", _plan(_set("cases.0.params", {})), ("plan.json", "cases[0]")),
-    "a probe softcap that is text": ("probe", _plan(_set("cases.0.params.cap", "x")), ("plan.json", "cap")),
+    "a probe case with no params": (
+        "probe",
+        _plan(set_field("cases.0.params", {})),
+        ("plan.json", "cases[0]"),
+    ),
+    "a probe softcap that is text": (
+        "probe",
+        _plan(set_field("cases.0.params.cap", "x")),
+        ("plan.json", "cap"),
+    ),
     "a probe softcap that is negative": (
         "probe",
-        _plan(_set("cases.1.params.cap", -1.0)),
+        _plan(set_field("cases.1.params.cap", -1.0)),
         ("plan.json", "--cap"),
     ),
     "a probe case of another head": (
         "probe",
-        _plan(_set("cases.0.params.head", "detect")),
+        _plan(set_field("cases.0.params.head", "detect")),
         ("plan.json", "cases[0]"),
     ),
     "a parity ratio that is text": (
         "parity",
-        _row(1, _set("bound_worst_ratio", "y")),
+        _row(1, set_field("bound_worst_ratio", "y")),
         ("trials.jsonl", "line 1", "bound_worst_ratio"),
     ),
     "a parity difference that is text": (
         "parity",
-        _row(1, _set("max_abs_diff", "x")),
+        _row(1, set_field("max_abs_diff", "x")),
         ("trials.jsonl", "line 1", "max_abs_diff"),
     ),
-    "a parity row with no step": ("parity", _row(1, _drop("step")), ("trials.jsonl", "line 1", "step")),
-    "a parity row of another step": ("parity", _row(2, _set("step", 7)), ("trials.jsonl", "line 2", "step")),
+    "a parity row with no step": ("parity", _row(1, dropped("step")), ("trials.jsonl", "line 1", "step")),
+    "a parity row of another step": (
+        "parity",
+        _row(2, set_field("step", 7)),
+        ("trials.jsonl", "line 2", "step"),
+    ),
     "a parity buffer count that is text": (
         "parity",
-        _row(2, _set("buffers_equal", "all")),
+        _row(2, set_field("buffers_equal", "all")),
         ("trials.jsonl", "line 2", "buffers_equal"),
     ),
     "a stage's seconds that are text": (
         "stages",
-        _row(1, _set("stage_optimizer_s", "x")),
+        _row(1, set_field("stage_optimizer_s", "x")),
         ("trials.jsonl", "line 1", "stage_optimizer_s"),
     ),
     "a rank's matrices that are text": (
         "stages",
-        _row(2, _set("rank_matrices_here", ["x"])),
+        _row(2, set_field("rank_matrices_here", ["x"])),
         ("trials.jsonl", "line 2", "rank_matrices_here"),
     ),
 }
@@ -198,7 +184,7 @@ STEADY = {"zero": 0, "negative": -1, "text": "fast"}
 
 def _copy(name: str, where: Path) -> Path:
     copy = where / "run"
-    shutil.copytree(FOLDERS[name], copy)
+    shutil.copytree(TIER_FOLDERS[name], copy)
     return copy
 
 
@@ -216,29 +202,25 @@ def _edit(folder: Path, how: tuple[Any, ...]) -> None:
     (folder / "trials.jsonl").write_text("\n".join(lines) + "\n")
 
 
-def _refused(folder: Path, out: Path, capsys, fragments: tuple[str, ...]) -> None:
+def _refused(folder: Path, out: Path, bench: Bench, fragments: tuple[str, ...]) -> None:
     """The report of ``folder`` is one line naming each fragment, exit 2, nothing written."""
-    capsys.readouterr()
-    assert main(["report", str(folder), "-o", str(out / "r.md")]) == 2
-    error = capsys.readouterr().err.strip()
-    assert error.count("\n") == 0 and error.startswith("bench: error: "), error
-    for fragment in fragments:
-        assert fragment in error, error
+    error = bench.refused(["report", str(folder), "-o", str(out / "r.md")], *fragments)
+    assert error.startswith("bench: error: "), error
     assert not (out / "r.md").exists() and not (out / "r-figures").exists()
 
 
 @pytest.mark.parametrize("case", list(HOSTILE))
-def test_a_hand_edited_field_the_report_reads_is_one_line(tmp_path: Path, capsys, case: str) -> None:
+def test_a_hand_edited_field_the_report_reads_is_one_line(tmp_path: Path, bench, case: str) -> None:
     """Each edit raised inside the report (KeyError, TypeError, ValueError, OverflowError, IndexError) before
     the validation checked the field: now one line naming the file and the field."""
     name, how, fragments = HOSTILE[case]
     folder = _copy(name, tmp_path)
     _edit(folder, how)
-    _refused(folder, tmp_path, capsys, fragments)
+    _refused(folder, tmp_path, bench, fragments)
 
 
 @pytest.mark.parametrize("value", list(STEADY))
-def test_a_candidate_steady_figure_that_is_no_time_is_one_line(tmp_path: Path, capsys, value: str) -> None:
+def test_a_candidate_steady_figure_that_is_no_time_is_one_line(tmp_path: Path, bench, value: str) -> None:
     """``steady_s`` at 0 or −1 on the candidate's rows raised 'times must be positive' in the paired
     statistics; it is a time compared by ratio, so a positive number (or null) is what a row can hold."""
     folder = _copy("pair", tmp_path)
@@ -249,17 +231,14 @@ def test_a_candidate_steady_figure_that_is_no_time_is_one_line(tmp_path: Path, c
         if row["role"] == "candidate":
             row["steady_s"] = STEADY[value]
     (folder / "trials.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    _refused(folder, tmp_path, capsys, ("trials.jsonl", f"line {first}:", "steady_s"))
+    _refused(folder, tmp_path, bench, ("trials.jsonl", f"line {first}:", "steady_s"))
 
 
-def test_a_look_with_no_fields_refuses_a_resume_too(tmp_path: Path, capsys) -> None:
+def test_a_look_with_no_fields_refuses_a_resume_too(tmp_path: Path, bench) -> None:
     """A resume read the looks (``StoppingRule._decided``: KeyError 'case'); it validates them first, and is
     refused in one line before anything runs, the folder left as it was."""
     folder = _copy("pair", tmp_path)
-    _edit(folder, _plan(_set("looks.0", {})))
+    _edit(folder, _plan(set_field("looks.0", {})))
     before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
-    capsys.readouterr()
-    assert main(["pair", "--resume", str(folder), "--quiet", "--no-report"]) == 2
-    error = capsys.readouterr().err.strip()
-    assert error.count("\n") == 0 and "plan.json" in error and "looks[0]" in error, error
+    bench.refused(["pair", "--resume", str(folder), "--quiet", "--no-report"], "plan.json", "looks[0]")
     assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
