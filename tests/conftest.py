@@ -1,24 +1,20 @@
-"""Suite-wide set-up that changes no test's meaning, only how idle threads wait and what the collector walks.
+"""Suite-wide set-up and the fixtures several folders share; the set-up changes no test's meaning.
 
-OpenMP threads that wait, wait asleep (``OMP_WAIT_POLICY=PASSIVE``, unless the caller set a policy). The CI
-runs two pytest workers on two cores, and each fit's worker gets both cores (``--cpus auto``), so two
-processes' thread teams share two cores. libgomp's default is to spin while it waits: a spinning thread holds
-a core that the thread it waits for needs, and on this machine a README-default 64-step fit took 63 s with two
-threads beside one other busy process, 3.5 s with passive waits (5.1 s on one thread). The variable is set
-here, before anything in this process loads libgomp, and every worker and rank the tests start inherits it;
-thread counts, placement and what each thread computes are unchanged.
+OpenMP threads wait asleep (`OMP_WAIT_POLICY=PASSIVE`, unless the caller set a policy). The CI runs two pytest
+workers on two cores, and each fit's worker takes both cores. By default libgomp spins while it waits, holding
+a core the awaited thread needs. On this machine a 64-step fit beside one busy process took 63 s spinning and
+3.5 s with passive waits. The variable is set before anything loads libgomp; every worker and rank the tests
+start inherits it.
 
-The protocol collects garbage after every trial (``harness.protocol._release_device_memory``). In a pytest
-process that has imported torch, pandas, matplotlib, scipy and every test module, a full collection walks a
-few million long-lived objects: 0.2-0.5 s per trial, most of the time of many in-process runs. Before each
-test, the objects that are still alive (modules, fixtures, caches) are collected once and then frozen
-(``gc.freeze``: moved to a generation the collector no longer walks), so each collection a test makes walks
-only what that test created. Every collection still runs and still frees every cycle a test leaves behind.
+The protocol collects garbage after every trial. With torch, pandas, matplotlib, scipy and every test module
+loaded, a full collection walks millions of objects: 0.2-0.5 s per trial. Before each test the objects still
+alive are collected once and frozen (`gc.freeze`). Each collection a test makes then walks only what that test
+created, and still frees every cycle.
 
-The slowest files run first (``SLOWEST_FIRST``). Under ``--dist loadfile`` each file is one worker's, and a
-worker takes the next file when it is nearly out of tests; with the longest files first, the short ones at
-the end fill in and both workers end together. xdist's own order (most tests first: ``--loadscope-reorder``,
-turned off in ``pytest_configure`` below where xdist is installed: the GPU machine's pytest may lack it) put heavy files of few tests last, where one alone outlasts the rest.
+The slowest files run first (`SLOWEST_FIRST`). Under `--dist loadfile` a worker takes the next whole file when
+it is nearly out of tests. With the longest files first, the short ones fill in at the end and both workers
+end together. The reordering xdist does itself is turned off where xdist is installed; the GPU machine's
+pytest may lack xdist.
 """
 
 from __future__ import annotations

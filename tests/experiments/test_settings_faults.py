@@ -45,9 +45,11 @@ EDITED_SETTINGS = {
 
 @pytest.mark.parametrize("case", list(EDITED_SETTINGS))
 def test_a_plan_whose_tier_settings_no_run_can_have_is_one_line(tmp_path: Path, bench, case: str) -> None:
-    """An edited plan.json whose tier, or the settings its tier records, are values no run of that tier could
-    have is refused in one line by its tier's own checks (the ones its options get), before a report or a
-    resume reads them: not a traceback, nor a report of a fit of -1 steps, nor a resume that runs them."""
+    """A plan.json whose tier or tier settings no run could have is one line, by that tier's own option
+    checks.
+
+    Report and resume refuse it before reading, and nothing is written.
+    """
     tier, how, fragment = EDITED_SETTINGS[case]
     folder = copy_run(RunFolder(TIER_FOLDERS[tier]), tmp_path / "run")
     corrupt_plan(folder, how)

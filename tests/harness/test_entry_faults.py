@@ -31,8 +31,9 @@ getattr(importlib.import_module(module), function)()
 
 @pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
 def test_an_interrupt_during_the_imports_is_one_line_and_exits_130(signal_name: str) -> None:
-    """Ctrl-C in the first seconds (the imports) was a KeyboardInterrupt traceback, SIGTERM a silent exit 143:
-    the entry point takes both before it imports anything heavy."""
+    """Ctrl-C or SIGTERM during the imports is one line and exit status 130: the entry point takes both
+    signals first.
+    """
     process = subprocess.Popen(
         [sys.executable, "-c", HELD_IN_IMPORTS],
         cwd=ROOT,

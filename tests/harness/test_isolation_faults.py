@@ -16,9 +16,12 @@ WORKER_TARGETS = [
 
 
 def test_a_trial_worker_imports_torch_and_its_trial_not_the_statistics_or_the_plots() -> None:
-    """Every trial starts a process (or a rank) that imports `harness.isolation` and its target: pandas,
-    scipy and matplotlib, which only the parent's tables and reports need, cost each worker about 3 s on two
-    cores (of about 6 s; torch itself is the rest)."""
+    """Every trial starts a process that imports `harness.isolation` and its target, without pandas, scipy or
+    matplotlib.
+
+    Those three serve only the parent's tables and reports, and cost each worker about 3 s of its 6 s start on
+    two cores.
+    """
     code = (
         "import importlib, sys\n"
         "import harness.isolation\n"

@@ -66,8 +66,9 @@ def test_a_count_no_run_can_take_is_refused_before_anything_starts(
 def test_a_concurrent_order_the_run_cannot_keep_is_refused_before_any_folder(
     tmp_path: Path, bench, command: list[str], fragment: str
 ) -> None:
-    """``--order duet`` on a tier whose trials run in this process, or with fewer worker cores than arms
-    at once, raised a ValueError traceback after the run folder was made: one line, no folder."""
+    """`--order duet` is refused in one line, before any folder, where trials run in this process or worker
+    cores are too few.
+    """
     out = tmp_path / "runs"
     bench.refused([*command, "--out", str(out)], "--order duet", fragment)
     assert not out.exists()
@@ -96,8 +97,7 @@ def test_a_control_character_in_a_bad_value_stays_inside_the_one_line(bench) -> 
 
 
 def test_paths_no_file_system_can_hold_are_one_line(finished_run: RunFolder, tmp_path: Path, bench) -> None:
-    """A name of 300 characters was an OSError traceback (ENAMETOOLONG) in --out, -o, --resume and report;
-    an empty --out wrote the run into the current folder."""
+    """A name of 300 characters in --out, -o, --resume or report is one line; so is an empty --out."""
     long = str(tmp_path / ("a" * 300))
     bench.refused(["report", long], "is not a run folder", "longer than")
     bench.refused(["pair", "--resume", long], "is not a run folder", "longer than")

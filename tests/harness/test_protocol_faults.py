@@ -24,8 +24,9 @@ def test_a_non_finite_value_is_an_error_row_not_a_figure(tmp_path: Path, figure:
 def test_a_time_of_zero_or_less_is_an_error_row_where_arms_are_compared_by_ratio(
     tmp_path: Path, figure: float
 ) -> None:
-    """A ratio needs two positive figures: a trial timed at 0 (or less) is a failed trial, never a -100%
-    'infinitely faster' arm nor a crash of the statistics."""
+    """A ratio needs two positive figures: a trial timed at 0 or less is a failed trial, not an infinitely
+    faster arm.
+    """
     figures = {"baseline": [10, 10], "candidate": [8, figure]}
     folder = runner(tmp_path).start(plan_of("scripted", warmup=0, pairs=2, figures=figures)).folder
     rows = {(r["arm"], r["round"]): r for r in folder.rows()}

@@ -27,8 +27,9 @@ def test_a_report_elsewhere_writes_nothing_in_a_read_only_run_folder(
 def test_a_report_whose_figures_folder_is_a_file_is_one_line(
     finished_run: RunFolder, tmp_path: Path, bench
 ) -> None:
-    """The report draws its figures beside it (``report-figures``, ``NAME-figures``): a file of that name is
-    refused in one line before anything is drawn or written, not a FileExistsError traceback."""
+    """A file where the report's figures folder goes (`report-figures`, `NAME-figures`) is one line, before
+    anything is drawn.
+    """
     folder = copy_run(finished_run, tmp_path / "run")
     (folder.path / "report.md").unlink(missing_ok=True)
     shutil.rmtree(folder.path / "report-figures", ignore_errors=True)
@@ -41,8 +42,9 @@ def test_a_report_whose_figures_folder_is_a_file_is_one_line(
 
 
 def test_a_report_where_no_folder_can_be_made_is_one_line(finished_run: RunFolder, bench) -> None:
-    """``-o /proc/r.md``: a folder that exists and takes no new entries (as root, it passes the access check)
-    is one line naming what could not be made, not a FileNotFoundError traceback."""
+    """`-o /proc/r.md` names a folder that takes no new entries, even for root: one line naming what could not
+    be made.
+    """
     bench.refused(["report", str(finished_run.path), "-o", "/proc/r.md"], "/proc/r")
 
 
@@ -53,9 +55,10 @@ def _files(folder: Path) -> dict[Path, bytes]:
 def test_an_interrupted_report_leaves_no_figures_half_drawn(
     finished_run: RunFolder, tmp_path: Path, monkeypatch
 ) -> None:
-    """Ctrl-C while a report draws (here: at its second figure) left a figures folder with the first figure
-    of the new report beside the old report: now the figures are drawn aside and put in place with the
-    markdown, so an interrupt leaves the old report and its figures, or nothing, as they were."""
+    """Ctrl-C at a report's second figure leaves the old report and its figures as they were.
+
+    The figures are drawn aside and put in place with the markdown.
+    """
     folder = copy_run(finished_run, tmp_path / "run")
     assert main(["report", str(folder.path)]) == 0
     # The first figure drawn, made distinguishable from its redraw.

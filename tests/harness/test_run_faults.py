@@ -187,8 +187,9 @@ def test_a_table_that_cannot_be_written_stops_with_one_line_and_no_temporary_fil
 def test_a_table_that_cannot_be_rewritten_between_rounds_stops_there_and_resume_finishes(
     tmp_path: Path, monkeypatch
 ) -> None:
-    """The tables are rewritten between rounds as the run goes (``TABLES_REFRESH_SECONDS``): a write that fails
-    there stops the run before the next round with one line naming --resume, every finished trial kept."""
+    """The tables are rewritten between rounds (`TABLES_REFRESH_SECONDS`). A write that fails there stops the
+    run in one line naming --resume, every trial kept.
+    """
     monkeypatch.setattr(harness.run, "TABLES_REFRESH_SECONDS", 0.0)
     figures = {"baseline": [10, 10, 10], "candidate": [8, 9, 8]}
     _fail_writes_to(monkeypatch, "pairs.csv.tmp")
@@ -233,9 +234,11 @@ def test_a_full_disk_stops_a_fit_with_one_line_and_resume_finishes(tiny_disk, ca
 
 @pytest.mark.parametrize("pairs", [2, "auto"])
 def test_a_resume_with_nothing_left_to_run_makes_no_trial_function(tmp_path: Path, pairs) -> None:
-    """A finished run resumed (to rewrite its tables) makes no trial function: the fit tier's builds the
-    synthetic data set first (under the plan's data_cache, relative to wherever the resume runs), for trials
-    that will never run. With --pairs auto, a run whose last look stopped it is as finished."""
+    """A finished run resumed to rewrite its tables makes no trial function; the fit tier's would first build
+    a data set.
+
+    With --pairs auto, a run that its last look stopped is as finished.
+    """
     extra = {"precision": 50.0, "max_pairs": 6} if pairs == "auto" else {}
     folder = runner(tmp_path).start(plan_of("sleepy", warmup=0, pairs=pairs, **extra)).folder
     made = []
@@ -256,8 +259,9 @@ def test_a_resume_with_nothing_left_to_run_makes_no_trial_function(tmp_path: Pat
 def test_a_resume_whose_recorded_cores_this_machine_lacks_is_one_line(
     finished_run: RunFolder, tmp_path: Path
 ) -> None:
-    """A plan placed on cores of the machine it started on (``--cpus 0-4095``) resumed where they are not is
-    refused in one line naming the plan's value and this machine's cores: not a ValueError traceback."""
+    """A plan placed on cores this machine lacks (`--cpus 0-4095`) is refused in one line naming the plan's
+    value and this machine's cores.
+    """
     folder = copy_run(finished_run, tmp_path / "run")
     corrupt_plan(folder, set_field("protocol.cpus", "0-4095"))
     before = untouched(folder)
@@ -277,8 +281,7 @@ def _drop_last_row(folder: RunFolder) -> None:
 def test_a_resume_where_the_runs_cuda_device_is_absent_is_one_line(
     finished_run: RunFolder, tmp_path: Path
 ) -> None:
-    """A CUDA run resumed on a machine without CUDA ran every trial left, each an error row (and grew a
-    stopping rule's schedule to its end): refused before anything is written, naming the device."""
+    """A CUDA run resumed on a machine without CUDA is refused before anything is written, naming the device."""
     folder = copy_run(finished_run, tmp_path / "run")
     corrupt_plan(folder, set_field("protocol.device", "cuda"))
     _drop_last_row(folder)
@@ -291,8 +294,9 @@ def test_a_resume_where_the_runs_cuda_device_is_absent_is_one_line(
 def test_a_resume_refused_for_its_budget_leaves_env_json_as_it_was(
     finished_run: RunFolder, tmp_path: Path
 ) -> None:
-    """The budget of an in-process plan is applied after the resume was recorded in env.json: a budget this
-    device refuses left a resume in the record that never ran."""
+    """A resume refused for its in-process plan's budget leaves env.json as it was: no resume recorded that
+    never ran.
+    """
     folder = copy_run(finished_run, tmp_path / "run")
 
     def in_process_with_a_budget(plan: dict) -> None:

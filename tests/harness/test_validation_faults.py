@@ -106,8 +106,7 @@ def test_a_logged_time_of_zero_or_less_is_one_line_from_report(
 def test_an_env_record_with_a_number_past_floats_is_one_line(
     finished_run: RunFolder, tmp_path: Path, bench, field: str, value
 ) -> None:
-    """env.json's shape check took an integer of 400 digits as an int (or a float), and the report's
-    formatting then raised OverflowError (a traceback, and a figures folder left behind)."""
+    """An integer of 400 digits in env.json is one line, with no figures folder left behind."""
     folder = copy_run(finished_run, tmp_path / "run")
     record = json.loads(folder.file("env.json").read_text())
     record[field] = value
@@ -223,8 +222,9 @@ def test_every_committed_run_folder_still_validates() -> None:
 def test_a_log_that_is_not_a_regular_file_is_one_line(
     finished_run: RunFolder, tmp_path: Path, bench, kind
 ) -> None:
-    """A trials.jsonl replaced by a directory, a FIFO or a link to /dev/zero read as an empty log: the
-    report said 'no measured trial in the log', and a resume would have run the whole schedule again."""
+    """A trials.jsonl that is a directory, a FIFO or a link to /dev/zero is one line; it never reads as an
+    empty log.
+    """
 
     folder = copy_run(finished_run, tmp_path / "run")
     log = folder.file("trials.jsonl")
@@ -346,9 +346,9 @@ ENV_KEYS = (
 def test_fuzz_one_environment_field_changed_gives_a_report_or_one_line(
     finished_run: RunFolder, tmp_path: Path, key: str, value, inside: str
 ) -> None:
-    """env.json is read by every report (the machines, clocks and revisions of each slice): a field of the
-    record, of a resume or of a GPU snapshot that is not what the recorder writes is one line, not a crash
-    (a list of resumes that held a string raised AttributeError)."""
+    """Every report reads env.json. A field of the record, of a resume or of a GPU snapshot unlike the
+    recorder's is one line, never a crash.
+    """
     record = json.loads(finished_run.file("env.json").read_text())
     if inside == "resumes":
         record["resumes"] = [{"recorded": "2026-12-01T16:00:00+00:00", "boot_id": "b", key: value}]

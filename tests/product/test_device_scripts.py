@@ -18,8 +18,9 @@ pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash
 
 
 def test_the_device_set_up_without_wheels_says_how_to_get_them(tmp_path: Path) -> None:
-    """A new checkout has no .whl/ (it is ignored by git): on the H200 the set-up then failed inside pip
-    ("*.whl is not a valid wheel filename") after a machine start; it should say what is missing and how."""
+    """A checkout without .whl/ (git ignores it) stops the device set-up in one line saying what is missing
+    and how to get it.
+    """
     tree = tmp_path / "tree"
     (tree / "scripts").mkdir(parents=True)
     shutil.copy(ROOT / "scripts" / "h200_env.sh", tree / "scripts")

@@ -128,8 +128,10 @@ def test_the_index_follows_a_folder_s_claims_table(tmp_path: Path, monkeypatch) 
 
 @pytest.mark.slow
 def test_the_readme_first_command_compares_two_computations(tmp_path: Path, monkeypatch, capsys) -> None:
-    """`bench pair` with no option at all, as on the README's fresh machine (no ultralytics, no CUDA): the
-    embedded workload, baseline against candidate-cpu, and a claim whose first line names what each ran."""
+    """`bench pair` with no option, as on the README's fresh machine without ultralytics or CUDA.
+
+    It fits the embedded workload, baseline against candidate-cpu; the claim's first line names what each ran.
+    """
     monkeypatch.setattr("experiments.fit.plan.ultralytics_importable", lambda: False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.chdir(tmp_path)

@@ -25,8 +25,9 @@ def script():
 
 
 def test_a_committed_claim_reads_old_and_new(script, tmp_path: Path) -> None:
-    """The committed folder with its claims table as the t-primary statistics wrote it (the figures it held
-    before the reports were regenerated): 11.14% [1.60%, 19.77%], insufficient at 6 pairs."""
+    """The committed folder with the claims table the t-primary statistics wrote: 11.14% [1.60%, 19.77%],
+    insufficient at 6 pairs.
+    """
     shutil.copytree(ROOT / "reports" / FOLDER, tmp_path / "upstream")
     for claims in (tmp_path / "upstream").rglob("claims.csv"):
         table = pd.read_csv(claims)

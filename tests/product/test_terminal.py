@@ -1,8 +1,8 @@
 """Tier commands in a real terminal: a pseudo-terminal, as a user runs them, with the live progress display.
 
-Every tier command is here: pair, screen, probe, parity and command. A pipe (every other test) hides what only a terminal does: rich's live display redraws through stdout, and
-the closed-pipe-safe stdout must not send that back into itself. Each command runs under a hard timeout; a
-hang fails the test instead of stalling the suite.
+Every tier command is here: pair, screen, probe, parity and command. A pipe hides what only a terminal shows:
+rich's live display redraws through stdout. The stdout that survives a closed pipe must not feed that back
+into itself. Each command runs under a hard timeout; a hang fails the test instead of stalling the suite.
 """
 
 from __future__ import annotations
@@ -61,8 +61,11 @@ def with_out(argv: list[str], out: Path) -> list[str]:
 
 
 def run_in_terminal(argv: list[str], cwd: Path, timeout: float = HARD_TIMEOUT) -> tuple[int | None, str]:
-    """``bench ARGV`` with a pseudo-terminal as its stdin, stdout and stderr; the exit status (None if it
-    hung past ``timeout`` and was killed) and everything it wrote, escapes included."""
+    """`bench ARGV` with a pseudo-terminal as its stdin, stdout and stderr.
+
+    Returns the exit status (None if it hung past `timeout` and was killed) and everything it wrote, escapes
+    included.
+    """
     master, slave = pty.openpty()
     process = subprocess.Popen(
         [sys.executable, "-c", "from harness.entry import entry; entry()", *argv],

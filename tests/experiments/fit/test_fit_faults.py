@@ -69,8 +69,9 @@ def test_real_trainer_options_with_the_embedded_workload_are_refused(
 
 
 def test_a_data_cache_nothing_would_use_is_refused(tmp_path: Path, bench, monkeypatch) -> None:
-    """``--data-cache`` holds the real trainer's generated synthetic sets: with the embedded workload (its set
-    lives in memory) or a user's ``--data`` it was accepted and ignored."""
+    """`--data-cache` holds the real trainer's synthetic sets: with the embedded workload, which holds its set
+    in memory, it is refused.
+    """
     monkeypatch.setattr(Runner, "start", lambda *a, **k: pytest.fail("a run started"))
     out = tmp_path / "runs"
     bench.refused(

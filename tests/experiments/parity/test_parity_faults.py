@@ -6,8 +6,9 @@ from pathlib import Path
 
 
 def test_a_parity_candidate_that_is_the_baseline_is_refused_before_any_trial(tmp_path: Path, bench) -> None:
-    """``parity --candidate baseline`` ran both trials, then called its own plan corrupt (a case repeating an
-    arm) and left a folder no command would take: refused up front, in one line naming --candidate."""
+    """`parity --candidate baseline` is refused up front in one line naming --candidate: the case would repeat
+    an arm.
+    """
     bench.refused(
         ["parity", "--device", "cpu", "--candidate", "baseline", "--out", str(tmp_path)],
         "--candidate baseline is the baseline",

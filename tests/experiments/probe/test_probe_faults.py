@@ -25,8 +25,7 @@ from harness.run import Runner
 def test_a_probe_option_of_the_other_head_is_refused(
     tmp_path: Path, bench, monkeypatch, head: str, option: str, value: str
 ) -> None:
-    """``probe --head lm --scale x`` probed the LM head and ignored the scale (and ``--head detect --tokens 5``
-    the tokens): each head's own options are refused with the other head, in one line."""
+    """Each head's own options are refused with the other head in one line, never probed and ignored."""
     monkeypatch.setattr(Runner, "start", lambda *a, **k: pytest.fail("a run started"))
     out = tmp_path / "runs"
     command = ["probe", "--device", "cpu", "--head", head, option, value, "--out", str(out)]
