@@ -1,11 +1,11 @@
-"""Committed run folders, each hand-edited in one field the report reads: one line and exit 2, never a traceback.
+"""Committed run folders, each hand-edited in one field the report reads: one line and exit 2, never a
+traceback.
 
-Every edit here once reached the report (or a resume) unchecked and raised there: a look of ``--pairs auto``
-with no fields, a start with no time zone, telemetry of the wrong type or past its range, an out-of-memory
-figure that is text, settings or case parameters a tier's report reads that no run could have, a tier's own
-row figures edited to text, removed, or to a non-positive time where the figure is a ratio's. Each case copies
-a committed folder, edits it, and asks for the report: refused in one line naming the file (and the line of
-the log) and the field, nothing written.
+The edits: a look of `--pairs auto` with no fields, a start with no time zone, telemetry of the wrong type or
+past its range. Also an out-of-memory figure that is text, and settings or case parameters no run could have.
+Also a tier's row figures edited to text, removed, or to a non-positive time where the figure is a ratio's.
+Each case copies a committed folder, edits it and asks for the report. The refusal is one line naming the file
+(and the log's line) and the field; nothing is written.
 """
 
 from __future__ import annotations
@@ -211,8 +211,7 @@ def _refused(folder: Path, out: Path, bench: Bench, fragments: tuple[str, ...]) 
 
 @pytest.mark.parametrize("case", list(HOSTILE))
 def test_a_hand_edited_field_the_report_reads_is_one_line(tmp_path: Path, bench, case: str) -> None:
-    """Each edit raised inside the report (KeyError, TypeError, ValueError, OverflowError, IndexError) before
-    the validation checked the field: now one line naming the file and the field."""
+    """Each edit is one line naming the file and the field, from the validation, before the report reads it."""
     name, how, fragments = HOSTILE[case]
     folder = _copy(name, tmp_path)
     _edit(folder, how)
@@ -221,8 +220,10 @@ def test_a_hand_edited_field_the_report_reads_is_one_line(tmp_path: Path, bench,
 
 @pytest.mark.parametrize("value", list(STEADY))
 def test_a_candidate_steady_figure_that_is_no_time_is_one_line(tmp_path: Path, bench, value: str) -> None:
-    """``steady_s`` at 0 or −1 on the candidate's rows raised 'times must be positive' in the paired
-    statistics; it is a time compared by ratio, so a positive number (or null) is what a row can hold."""
+    """`steady_s` of 0, −1 or text on the candidate's rows is one line.
+
+    It is a time compared by ratio, so a row holds a positive number or null.
+    """
     folder = _copy("pair", tmp_path)
     lines = (folder / "trials.jsonl").read_text().splitlines()
     rows = [json.loads(line) for line in lines]

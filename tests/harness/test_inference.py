@@ -1,13 +1,17 @@
-"""Small-sample inference: coverage of every interval and of the stopping rule by simulation, hand-computed
-examples, failed pairs, verdict boundaries, planning against simulation, diagnostics and instability flags.
+"""Small-sample inference, by simulation and by hand.
 
-Coverage is simulated on the laws each method is judged on. The geometric-mean t interval: normal log
-ratios and the reference skewed law (``gm_interval.reference_skewed``, skewness 1.13, the upper end of the
-committed claim pairs'); on every law of ``harness.laws`` in ``test_the_geometric_mean_t_on_every_law``. The distribution-free checks: normal and a centred standard exponential (skewness 2). The
-tolerance is the one the methods promise: coverage within 1.5 points of the stated level, unless the
-interval says ``insufficient``. With 20 000 draws a coverage near 95% has a simulation standard error of
-0.15 points; where a calibrated coverage lies closer than that to the window's edge the check draws more, so
-a pass is not luck. Every simulation is seeded.
+Coverage of every interval and of the stopping rule by simulation; hand-computed examples, failed pairs,
+verdict boundaries, planning, diagnostics and instability flags.
+
+Coverage is simulated on the laws each method is judged on. The geometric-mean t interval: normal log ratios
+and the reference skewed law (`gm_interval.reference_skewed`, skewness 1.13). That skewness is the upper end
+of the committed claim pairs'. Every law of `harness.laws` is in `test_the_geometric_mean_t_on_every_law`. The
+distribution-free checks use normal and a centred standard exponential law (skewness 2).
+
+The tolerance is the one the methods promise: coverage within 1.5 points of the stated level, unless the
+interval says `insufficient`. With 20 000 draws a coverage near 95% has a simulation standard error of 0.15
+points. Where a calibrated coverage lies closer than that to the window's edge, the check draws more, so a
+pass is not luck. Every simulation is seeded.
 """
 
 from __future__ import annotations
@@ -95,8 +99,11 @@ def test_calibrated_t_interval_keeps_the_stated_level_or_says_insufficient(law: 
 
 
 def test_the_uncalibrated_t_interval_is_why_a_calibration_exists() -> None:
-    """At the stated 95% itself the t interval covers the reference law's mean 93.7% at 6 pairs (400 000
-    draws): more than the one-sided calibration's 0.75 point short."""
+    """At the stated 95% itself, the t interval covers the reference law's mean 93.7% at 6 pairs (400 000
+    draws).
+
+    That is more than the one-sided calibration's 0.75 point short.
+    """
     x = draw("reference", (DRAWS, 6), seed=206)
     _, low, high = gm.t_log_bounds(x, 0.95)
     assert covered(low, high, 0.0) < 0.95 - TOLERANCE / 2
@@ -109,9 +116,11 @@ SHORT = ("skewness 2.3", "skewness -2.3", "5% outliers, one arm")  # 90-94.4%: w
 
 
 def test_the_geometric_mean_t_on_every_law() -> None:
-    """Coverage of each law's mean at the calibrated nominal level, 20 000 draws (0.15-point error). It holds
-    the band up to skewness 1.1, errs wide on symmetric heavy tails, and falls short on skewness 2.3 and
-    one-sided hiccups: the t is a check beside the median, not the primary."""
+    """Coverage of each law's mean at the calibrated nominal level, 20 000 draws (0.15-point error).
+
+    It holds the band up to skewness 1.1 and errs wide on symmetric heavy tails. It falls short on skewness
+    2.3 and one-sided hiccups. So the t is a check beside the median, not the primary.
+    """
     rng = np.random.default_rng(41)
     coverage = {}
     for name, law in laws.LAWS.items():
@@ -125,10 +134,13 @@ def test_the_geometric_mean_t_on_every_law() -> None:
 
 
 def test_the_calibration_table_is_consistent() -> None:
-    """One-sided nominal levels: from the stated level up, within 1.5 points of it, the reference law's
-    coverage at most 0.75 point short; sufficient exactly where the calibrated distance is within the window
-    less the margin (every count: the claim pairs' skewness is 1.13 at its upper end, not 2.28); the measured
-    skewness's upper end matched by the reference law."""
+    """The calibration table's one-sided nominal levels are consistent.
+
+    Each is at or above the stated level and within 1.5 points of it. The reference law's coverage there is at
+    most 0.75 point short. A count is sufficient exactly where the calibrated distance is within the window
+    less the margin. The claim pairs' skewness is 1.13 at its upper end, not 2.28. The reference law matches
+    the measured skewness's upper end.
+    """
     assert gm.t_min_pairs(0.95) == 2 and gm.t_min_pairs(0.90) == 2 and gm.t_min_pairs(0.99) is None
     assert t_calibration.MEASURED_PAIRS == 40 and t_calibration.MEASURED_SKEWNESS == pytest.approx(
         0.30, abs=0.01
@@ -377,9 +389,10 @@ def test_machine_load_flag() -> None:
 
 
 def test_a_failed_arm_on_each_side_leaves_the_median_undefined_without_a_numpy_warning() -> None:
-    """A pair whose candidate failed (+∞) and one whose baseline failed (−∞): the two middle log ratios have
-    no midpoint, and numpy said so on the console of a real run ("RuntimeWarning: invalid value encountered
-    in reduce"); the interval is still the order statistics, and nothing is printed."""
+    """A candidate failure (+∞) and a baseline failure (−∞) leave the two middle log ratios with no midpoint.
+
+    The interval is still the order statistics, and numpy prints no RuntimeWarning.
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         interval = intervals.sign_interval([math.inf, -math.inf])

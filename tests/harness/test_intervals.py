@@ -1,8 +1,10 @@
-"""The primary interval's coverage, by simulation, on every law of ``harness.laws`` and the counts a claim
-runs at; and the stopping rule's coverage and bias on the plan a default ``--pairs auto`` run uses.
+"""The primary interval's coverage, by simulation, on every law of `harness.laws` at the counts a claim runs.
 
-Monte-Carlo error: a coverage near 95% from 20 000 draws has a standard error of 0.15 point, so the
-1.5-point band is ten standard errors wide; from 6 000 draws (the stopping rule's cells) 0.28 point."""
+Also the stopping rule's coverage and bias, on the plan a default `--pairs auto` run uses.
+
+Monte-Carlo error: a coverage near 95% from 20 000 draws has a standard error of 0.15 point. The 1.5-point
+band is thus ten standard errors wide. From 6 000 draws, the stopping rule's cells, the error is 0.28 point.
+"""
 
 from __future__ import annotations
 
@@ -73,10 +75,13 @@ def test_default_looks_are_few() -> None:
 
 @pytest.mark.parametrize("spread", [0.05, 0.09])
 def test_the_stopping_rule_covers_within_the_band_and_its_bias_is_small(medians, spread) -> None:
-    """Fresh draws (not the calibration's seed), every law, precisions 0.2 to 2.4 spreads at the H200's
-    sequential spreads (5-9% per pair): the stopped interval's coverage within 1.5 points of 95%; the
-    estimate's mean error at most 0.5 point. Its Monte-Carlo error: 0.03 point at 9% (a stopped estimate's
-    spread, about 3.5 points, over √20 000). Before ``MIN_STOP`` the rule read 0.67 point off at 9%."""
+    """The stopped interval covers within 1.5 points of 95%, and the estimate's mean error is at most 0.5
+    point.
+
+    Fresh draws, not the calibration's seed, on every law. Precisions are 0.2 to 2.4 spreads at the H200's
+    sequential spreads (5-9% per pair). The Monte-Carlo error is 0.03 point at 9%: about 3.5 points of spread
+    over √20 000. Without `MIN_STOP` the rule read 0.67 point off at 9%.
+    """
     plan = sequential.looks(6, 20)
     rng = np.random.default_rng(7)
     draws = 20_000

@@ -1,6 +1,9 @@
-"""Statistics of a run against hand-computed examples: medians, ranges, reductions and log ratios, failures
-(both-failed pairs left out and counted), the claim's intervals and verdict at the stated level and at the
-bar's boundary, A/A arms against a tolerance, diagnostics, flags and planning."""
+"""Statistics of a run against hand-computed examples.
+
+Medians, ranges, reductions and log ratios; failures, both-failed pairs left out and counted. The claim's
+intervals and verdict at the stated level and at the bar's boundary. Also A/A arms against a tolerance,
+diagnostics, flags and planning.
+"""
 
 from __future__ import annotations
 
@@ -92,12 +95,14 @@ def test_paired_reductions_log_ratios_and_order_by_hand() -> None:
 
 
 def test_the_geometric_mean_t_beside_keeps_the_old_calibrated_reading() -> None:
-    """The geometric-mean t, kept beside the median as ``gm_*``. By hand, six pairs of log ratios 0.1, −0.1,
-    0.2, 0.0, 0.05, 0.15: mean 0.0666667, s = 0.1080123; at 6 pairs the stated 95% is computed at the nominal
-    95.63% of the calibration table, t(5 df, 0.97815) = 2.682292 (scipy), half-width 0.1182780, so the
-    reduction interval is [1 − e^0.1849446, 1 − e^−0.0516113] = [−20.315%, 5.030%]; the estimate
-    1 − e^0.0666667 = −6.894%. A change of the stated level, or an interval at the stated level rather than
-    the calibrated one, moves these bounds."""
+    """The geometric-mean t, kept beside the median as `gm_*`, by hand.
+
+    Six pairs of log ratios 0.1, −0.1, 0.2, 0.0, 0.05, 0.15: mean 0.0666667, s = 0.1080123. At 6 pairs the
+    stated 95% is computed at the calibration table's nominal 95.63%. There t(5 df, 0.97815) = 2.682292
+    (scipy), and the half-width is 0.1182780. The reduction interval is [1 − e^0.1849446, 1 − e^−0.0516113] =
+    [−20.315%, 5.030%]. The estimate is 1 − e^0.0666667 = −6.894%. A change of the stated level, or an
+    uncalibrated interval, moves these bounds.
+    """
     ratios = [0.1, -0.1, 0.2, 0.0, 0.05, 0.15]
     frame = paired([(10.0, 10.0 * math.exp(x)) for x in ratios])
     claim = claim_of(frame, bar_percent=-50)
@@ -140,8 +145,10 @@ def _percent_for(value: float) -> float | None:
 
 
 def _exactly_at(make_frame, end: str, **settings) -> tuple[pd.DataFrame, float]:
-    """A frame and a limit in percent equal to the frame's claim interval end ``end`` exactly (the data are
-    scaled by a hair until such a percent exists)."""
+    """A frame, and a limit in percent equal to the frame's claim interval end `end` exactly.
+
+    The data are scaled by a hair until such a percent exists.
+    """
     for k in range(50):
         frame = make_frame(1 + 1e-9 * k)
         value = float(claim_of(frame, **settings)[end])
@@ -229,10 +236,13 @@ def test_a_control_whose_every_trial_failed_is_insufficient_not_within() -> None
 
 
 def test_an_odd_count_states_its_order_imbalance_and_the_order_effect_apart_from_drift() -> None:
-    """Five pairs AB, BA, AB, BA, AB: the candidate ran second in 3 and first in 2. Every trial run second is
-    10% slower (e^0.1), and the machine drifts 1% per trial: the difference of the orders' mean log ratios
-    read 0.2 + 2 * 0.01 (the order effect plus twice the drift); fitted together on the trials in run order,
-    the order effect is e^0.2 - 1 = 22.14% and the drift 1.005% per trial, each exactly."""
+    """Five pairs AB, BA, AB, BA, AB: the candidate ran second in 3 and first in 2.
+
+    Every trial run second is 10% slower (e^0.1), and the machine drifts 1% per trial. The difference of the
+    orders' mean log ratios reads 0.2 + 2 * 0.01, the order effect plus twice the drift. Fitted together on
+    the trials in run order, the order effect is e^0.2 - 1 = 22.14% and the drift 1.005% per trial, each
+    exactly.
+    """
     values = []
     for r in range(5):
         first, second = math.exp(0.01 * 2 * r), math.exp(0.1 + 0.01 * (2 * r + 1))
@@ -278,8 +288,10 @@ def test_an_auto_run_reads_the_stopping_rules_interval() -> None:
 
 
 def test_a_run_that_ends_at_its_last_look_or_between_looks_says_so_not_that_a_budget_was_spent() -> None:
-    """The committed H200 claim ran to its last look (14 pairs) with no time budget, and its claims.csv said
-    'time budget spent'; a run whose log stops between looks (a slice still to be resumed) said so too."""
+    """A run that ran to its last look with no time budget says so, not 'time budget spent'.
+
+    So does a run whose log stops between looks: a slice still to be resumed.
+    """
     rng = np.random.default_rng(3)
     values = [(100.0, 100.0 * math.exp(-0.1 + 0.3 * z)) for z in rng.standard_normal(14)]
     last = claim_of(paired(values), bar_percent=5, precision=0.01, max_pairs=14)
@@ -289,9 +301,11 @@ def test_a_run_that_ends_at_its_last_look_or_between_looks_says_so_not_that_a_bu
 
 
 def test_the_runs_steal_flag_reads_each_trials_steal_as_the_trial_flag_does() -> None:
-    """Steal of 0.9% of all CPU time while the CPUs were 8.4% busy is 9.7% of the time the trial wanted: the
-    trial's own flag (telemetry, above 3% of the wanted time) raised it, the run's Stability section (the
-    median share of all CPU time against 2%) did not: two rules for one thing."""
+    """The run's steal flag and each trial's read steal one way: as a share of the time the trial wanted.
+
+    Steal of 0.9% of all CPU time while the CPUs were 8.4% busy is 9.7% of the wanted time. That is above the
+    trial flag's 3%.
+    """
     frame = paired([(55.0, 50.0), (55.1, 50.2)])
     frame["cpu_busy_share"], frame["cpu_steal_share"] = 0.084, 0.009
     flags = instability.run_flags(frame, {"load1_start": 0.5, "cpu_logical": 16})
@@ -305,9 +319,11 @@ def test_the_runs_steal_flag_reads_each_trials_steal_as_the_trial_flag_does() ->
 
 
 def test_drift_is_per_measured_trial_whatever_warm_ups_a_resume_put_between() -> None:
-    """Figures rising 1% per measured trial, and a resume's warm-up logged between trials 8 and 9 (at an
-    index outside the schedule, as on the H200): the drift was fitted on the log index, so that warm-up
-    shifted every later trial by one and the figure read less than the 1% per trial it is."""
+    """Drift is fitted per measured trial, whatever warm-ups a resume logged between them.
+
+    Figures rise 1% per measured trial; a resume's warm-up sits between trials 8 and 9, at an index outside
+    the schedule. The drift reads 1% per trial.
+    """
     frame = paired([(10.0 * math.exp(0.01 * 2 * r), 9.0 * math.exp(0.01 * (2 * r + 1))) for r in range(8)])
     frame.loc[frame["index"] >= 8, "index"] += 1
     warmup = {**frame.iloc[8].to_dict(), "index": 8, "phase": "warmup", "round": -1}
@@ -317,9 +333,12 @@ def test_drift_is_per_measured_trial_whatever_warm_ups_a_resume_put_between() ->
 
 
 def test_drift_takes_a_level_per_resumed_slice() -> None:
-    """The committed baseline-d claim: its last slice ran on a machine whose fits took half the time, and its
-    report read a drift of -1.82% per trial (interval -2.53 to -1.11%) from that step alone. A resume's
-    warm-up (``warmup_reason`` resume) starts a slice; the drift is a slope within slices."""
+    """Drift is a slope within slices: a resume's warm-up (`warmup_reason` resume) starts a slice with its own
+    level.
+
+    The committed baseline-d claim's last slice ran on a machine whose fits took half the time. Fitted across
+    slices, that step alone read as a drift of -1.82% per trial.
+    """
     frame = paired([(10.0 * (0.5 if r >= 4 else 1.0), 9.0 * (0.5 if r >= 4 else 1.0)) for r in range(8)])
     frame.loc[frame["index"] >= 8, "index"] += 1
     warmup = {**frame.iloc[8].to_dict(), "index": 8, "phase": "warmup", "round": -1}
@@ -351,8 +370,11 @@ def test_instability_flags_from_the_trials_and_the_start_load() -> None:
 
 
 def test_a_secondary_figure_gets_the_same_claims_as_if_it_were_the_value() -> None:
-    """``secondary_claims`` over ``steady_s`` equals the claims table of the same trials with ``steady_s`` as
-    their value: the same functions, bar and settings, none of the primary figure leaking in."""
+    """`secondary_claims` over `steady_s` equals the claims table of the same trials with `steady_s` as their
+    value.
+
+    The same functions, bar and settings serve both; nothing of the primary figure leaks in.
+    """
     whole = [(100.0, 80.0), (102.0, 83.0), (99.0, 79.0), (101.0, 84.0), (98.0, 80.0), (103.0, 82.0)]
     steady = [(50.0, 45.0), (51.0, 46.5), (49.5, 44.0), (50.5, 46.0), (49.0, 44.8), (51.5, 46.2)]
     frame = paired(whole, orders=["AB", "BA"] * 3)
@@ -441,9 +463,12 @@ def test_one_failed_arm_keeps_the_median_estimand_and_states_the_failure_rate() 
 
 
 def test_drift_slices_follow_run_order_when_a_resume_falls_inside_a_grown_schedule() -> None:
-    """A --pairs auto run grew to 10 pairs (indices 0-19), was cut after index 15 and resumed: the resume's
-    warm-up took index 20, after the schedule, and indices 16-19 ran after it. Sorted by index, those four
-    trials sat in the first slice, so a machine 10% slower after the resume read as a drift."""
+    """Drift slices follow run order, not index order.
+
+    A --pairs auto run grew to 10 pairs (indices 0-19), was cut after index 15 and resumed. The resume's
+    warm-up took index 20, and indices 16-19 ran after it. A machine 10% slower after the resume is a new
+    slice's level, not a drift.
+    """
     values = [(10.0 * (1.1 if r >= 8 else 1.0), 9.0 * (1.1 if r >= 8 else 1.0)) for r in range(10)]
     frame = paired(values, orders=["AB", "BA"] * 5)
     clock = pd.Timestamp("2026-12-01T10:00:00Z")

@@ -1,5 +1,7 @@
-"""``--warmup auto``: warm-ups until two consecutive ones of the same arm agree, capped; the same after a resume
-and an idle gap; resumes inside a warm-up sequence; plans that record it; bad input."""
+"""`--warmup auto`: warm-ups until two consecutive ones of the same arm agree, capped.
+
+The same after a resume and an idle gap; resumes inside a warm-up sequence; plans that record it; bad input.
+"""
 
 from __future__ import annotations
 
@@ -71,9 +73,12 @@ def test_a_failed_warmup_never_agrees() -> None:
 def _rates(
     rule_tolerance: float, absolute: bool, sigma: float, excess: float, decay: float
 ) -> tuple[float, float]:
-    """By simulation (20 000 runs of two arms, the default cap, vectorised): the share that never settled,
-    and the share that settled while a fading transient still held fits over 5% slow. Standard error at
-    most 0.35 point."""
+    """Two shares, by simulation of 20 000 runs of two arms at the default cap: never settled, and settled too
+    soon.
+
+    Settled too soon means a fading transient still held fits over 5% slow. The standard error is at most 0.35
+    point.
+    """
     cap, draws = ProtocolOptions.default("max_warmup"), 20_000
     rng = np.random.default_rng(23)
     slow = excess * decay ** np.arange(cap)
@@ -88,10 +93,12 @@ def _rates(
 
 
 def test_the_settling_rule_lowers_false_settled_and_never_settled_rates_by_simulation() -> None:
-    """The old rule (two consecutive warm-ups of an arm within 5%, either way) said "never settled" on a steady
-    machine in 11-15% of runs at the 8.5-9.8% per-pair σ of the H200's sequential fits, and called a slowly
-    fading 10-17% transient settled while still over 5% slow in 87-98% of runs. The rule now settles when a
-    warm-up is at most 0.5% faster than its arm's previous: both rates fall at every σ and transient tried."""
+    """The settling rule lowers both failure rates against a rule of two warm-ups within 5% either way.
+
+    That rule said 'never settled' on a steady machine in 11-15% of runs at the H200's 8.5-9.8% per-pair σ. It
+    called a fading 10-17% transient settled while still over 5% slow in 87-98% of runs. A warm-up now settles
+    at most 0.5% faster than its arm's previous. Both rates fall at every σ and transient tried.
+    """
     tolerance = ProtocolOptions.default("warmup_tolerance")
     assert tolerance == 0.5
     for sigma in (0.054, 0.085, 0.098):
@@ -112,8 +119,10 @@ def auto_plan(warmups: dict, **extra) -> Plan:
 
 
 def test_auto_warmups_run_until_settled_then_the_pairs(tmp_path: Path) -> None:
-    """Cycling baseline, candidate: baseline 12 → 10 (18% faster) has not settled, candidate 9 → 9.05 (no
-    faster) has, so the sequence settles at its fourth warm-up and the pairs follow."""
+    """Baseline 12 → 10 (18% faster) has not settled; candidate 9 → 9.05 (no faster) has.
+
+    Cycling baseline, candidate, the sequence settles at its fourth warm-up, and the pairs follow.
+    """
     plan = auto_plan({"baseline": [12.0, 10.0], "candidate": [9.0, 9.05]})
     assert [t.phase for t in plan.schedule] == ["measured"] * 4  # warm-ups are not scheduled ahead
     folder = runner(tmp_path).start(plan).folder
@@ -144,8 +153,11 @@ def test_auto_warmups_that_never_settle_stop_at_the_cap_and_the_run_goes_on(tmp_
 
 
 def test_a_resume_inside_the_warmup_sequence_continues_it(tmp_path: Path) -> None:
-    """Cut after two warm-ups (a crash): the resume continues the same sequence (its count and comparisons),
-    runs no separate resume sequence, and ends with the same warm-ups an uncut run has, none repeated."""
+    """A resume after two warm-ups continues the same sequence, its count and comparisons, with no separate
+    resume sequence.
+
+    It ends with the warm-ups an uncut run has, none repeated.
+    """
     warmups = {"baseline": [12.0, 10.0], "candidate": [9.0, 9.05]}
     whole = runner(tmp_path / "whole").start(auto_plan(warmups)).folder
     folder = runner(tmp_path / "cut").start(auto_plan(warmups)).folder
@@ -159,8 +171,10 @@ def test_a_resume_inside_the_warmup_sequence_continues_it(tmp_path: Path) -> Non
 
 
 def test_stop_after_inside_the_warmup_sequence_resumes_where_it_stopped(tmp_path: Path) -> None:
-    """A deadline stops before a warm-up the log says would leave no time for the pair after it; the resume
-    continues the sequence from the next step."""
+    """A deadline stops before a warm-up that would leave no time for the pair after it.
+
+    The resume continues the sequence from the next step.
+    """
     warmups = {"baseline": [12.0, 10.0], "candidate": [9.0, 9.05]}
     plan = auto_plan(warmups, sleep=0.15)
     with pytest.raises(PlannedStop):
@@ -175,8 +189,10 @@ def test_stop_after_inside_the_warmup_sequence_resumes_where_it_stopped(tmp_path
 
 
 def test_a_resume_after_the_sequence_warms_again_until_settled(tmp_path: Path) -> None:
-    """The start settled and a pair ran; a crash cut the second pair: the resume runs a new sequence
-    (``resume``) until two warm-ups of one arm agree, then finishes the pairs."""
+    """The start settled and a pair ran; a crash cut the second pair.
+
+    The resume runs a new sequence (`resume`) until two warm-ups of one arm agree, then finishes the pairs.
+    """
     warmups = {"baseline": [10.0], "candidate": [8.0, 8.0, 8.1]}
     folder = runner(tmp_path).start(auto_plan(warmups)).folder
     rows = folder.rows()
