@@ -1,5 +1,8 @@
-"""The calibration arm's recovered/known ratio: by hand, and its coverage of 1 by simulation when the design
-recovers the delay whole (20 000 runs: standard error 0.15 point against the 1.5-point band)."""
+"""The calibration arm's recovered/known ratio: by hand, and its coverage of 1 by simulation.
+
+The simulation holds where the design recovers the delay whole. 20 000 runs give a standard error of 0.15
+point against the 1.5-point band.
+"""
 
 from __future__ import annotations
 
@@ -33,8 +36,10 @@ def test_the_ratios_interval_covers_one_at_its_level_when_the_delay_is_recovered
 
 
 def test_a_narrow_interval_beside_one_is_recovered_and_one_beyond_the_margin_is_biased() -> None:
-    """A fixed exec overhead of 0.2 ms on a 50 ms delay reads 1.004 with an interval that misses 1 (seen in
-    `bench command` runs here): inside 1 ± 0.1 it counts as recovered; 15% short it does not."""
+    """A fixed overhead of 0.2 ms on a 50 ms delay reads 1.004, with an interval that misses 1.
+
+    Inside 1 ± 0.1 it counts as recovered; 15% short it does not.
+    """
     base = np.array([0.25, 0.251, 0.2505, 0.2502, 0.2498, 0.2503])
     jitter = np.array([0.0, 0.00001, -0.00001, 0.00002, 0.0, -0.00002])
     near = delay_check.recovered(base, base + 0.0502 + jitter, 0.05)

@@ -1,7 +1,8 @@
 """Drift and the order effect, fitted together on the trials in run order: by hand and by simulation.
 
-Monte-Carlo error: a coverage near 95% from 20 000 draws has a standard error of 0.15 point; the tests
-allow 1.5 points (ten of them), as for every interval."""
+Monte-Carlo error: a coverage near 95% from 20 000 draws has a standard error of 0.15 point. The tests allow
+1.5 points, ten of them, as for every interval.
+"""
 
 from __future__ import annotations
 
@@ -71,9 +72,12 @@ def test_drift_by_hand_and_by_simulation() -> None:
 
 
 def test_drift_takes_a_level_per_slice_so_a_step_between_machines_is_not_a_trend() -> None:
-    """The H200 claim against the baseline ran its last three rounds on a machine whose fits took half the
-    time: fitted over the whole schedule, that one step read as a drift of -1.8% per trial. With one level
-    per slice (each resume a new one) a step between slices is not a trend, and a trend within them still is."""
+    """With one level per slice, each resume a new one, a step between slices is not a trend; a trend within
+    them is.
+
+    The H200 claim against the baseline ran its last three rounds on a machine twice as fast. Fitted over the
+    whole schedule, that step read as a drift of -1.8% per trial.
+    """
     index = np.arange(12)
     arms = np.array(list("bccbbccbbccb"))
     level = np.where(arms == "b", 3.0, 2.9)

@@ -1,5 +1,8 @@
-"""No surprise durations: the estimate before the first trial, the time budget's refusal before any trial is
-logged, and ``--stop-after`` before a first trial that alone would overrun it."""
+"""No surprise durations.
+
+The estimate comes before the first trial, and the time budget's refusal before any trial is logged.
+`--stop-after` stops before a first trial that alone would overrun it.
+"""
 
 from __future__ import annotations
 
@@ -85,8 +88,11 @@ def test_stop_after_stops_before_a_first_trial_that_alone_would_overrun(tmp_path
 
 
 def test_stop_after_stops_between_pairs_never_inside_one(tmp_path: Path) -> None:
-    """Trials of 2 s, --stop-after 7: the probe (2 s) leaves room for the first pair (4 s); the second would
-    overrun, so the run stops between the pairs. Setup may take up to 3 s before the probe."""
+    """Trials of 2 s, --stop-after 7: the probe (2 s) leaves room for the first pair (4 s).
+
+    The second pair would overrun, so the run stops between the pairs. Setup may take up to 3 s before the
+    probe.
+    """
     plan = plan_of("sleepy", warmup=0, pairs=2, sleep=2.0)
     with pytest.raises(PlannedStop, match="stopping before pair 2"):
         runner(tmp_path, stop_after=7.0).start(plan)
@@ -94,8 +100,10 @@ def test_stop_after_stops_between_pairs_never_inside_one(tmp_path: Path) -> None
 
 
 def test_a_worker_tier_probe_runs_the_command_and_is_held_to_the_budget(tmp_path: Path, capsys) -> None:
-    """The first trial is measured (no warm-up), so the probe runs apart, in its own folder: a 2 s command
-    against a budget of 1 s for 2 trials is cut at 0.5 s and refused."""
+    """The first trial is measured with no warm-up, so the probe runs apart, in its own folder.
+
+    A 2 s command against a budget of 1 s for 2 trials is cut at 0.5 s and refused.
+    """
     out = tmp_path / "runs"
     argv = ["command", "--arms", "2,3", "--warmup", "0", "--pairs", "1", "--time-budget", "1", "--quiet"]
     assert main([*argv, "--no-report", "--out", str(out), "--", "sleep", "{arm}"]) == 2
@@ -106,8 +114,10 @@ def test_a_worker_tier_probe_runs_the_command_and_is_held_to_the_budget(tmp_path
 
 @pytest.mark.skipif(importlib.util.find_spec("ultralytics") is None, reason="the real trainer's estimate")
 def test_the_real_trainer_on_the_cpu_is_refused_at_once_by_its_own_estimate(tmp_path: Path, capsys) -> None:
-    """The fit tier estimates a real-trainer fit on the CPU (hours at the defaults) before any probe: the plan
-    is refused in seconds, with no data set built and no run folder."""
+    """The fit tier estimates a real-trainer fit on the CPU (hours at the defaults) before any probe.
+
+    The plan is refused in seconds, with no data set built and no run folder.
+    """
     out, cache = tmp_path / "runs", tmp_path / "cache"
     argv = ["pair", "--device", "cpu", "--workload", "ultralytics", "--pairs", "1", "--warmup", "0"]
     started = time.monotonic()

@@ -53,8 +53,11 @@ def test_pairs_alternate_ab_ba_after_warmups() -> None:
 
 
 def test_three_arms_follow_a_balanced_latin_square() -> None:
-    """Three arms (a claim and its A/A control, say): a Williams square and its mirror, six rounds per
-    block, so every arm runs in every slot twice and runs before each other arm in half the rounds."""
+    """Three arms (a claim and its A/A control, say) follow a Williams square and its mirror: six rounds per
+    block.
+
+    Every arm runs in every slot twice, and before each other arm in half the rounds.
+    """
     arms = TWO_ARMS + (Arm("baseline-control", "candidate", "baseline"),)
     schedule = build_schedule([Case("c", {}, arms)], warmup=0, pairs=6)
     orders = [schedule[3 * r].order for r in range(6)]
@@ -164,8 +167,10 @@ def _wait_for(predicate, timeout: float = 60.0) -> None:
 
 
 def _killed_in_trial(runs: Path, start: str, trial: int, setup: str = "") -> RunFolder:
-    """Run ``start`` (a call on ``runner``/``plan_of``) in a real process and SIGKILL it while trial ``trial``
-    of a ``sleepy`` plan runs (started, no row yet); the run's folder."""
+    """The run folder of `start` (a call on `runner`/`plan_of`), run in a real process.
+
+    The process is SIGKILLed while trial `trial` of a `sleepy` plan runs: started, no row yet.
+    """
     script = f"import sys; {setup}from tests.trialfns import plan_of, runner; runner(sys.argv[1]).{start}"
     env = child_env()
     process = subprocess.Popen(
@@ -207,8 +212,9 @@ def test_resume_after_a_kill_mid_trial_loses_nothing_and_repeats_nothing(tmp_pat
 
 
 def test_a_run_killed_outright_leaves_tables_that_hold_every_finished_round(tmp_path: Path) -> None:
-    """A machine taken back kills the run with no chance to wrap up (seen on the H200, 2026-12-03): the
-    tables beside the log must already hold the rounds that finished, not the last stop's (or none)."""
+    """A run killed outright, as when a machine is taken back, leaves tables holding every round that
+    finished.
+    """
     # Killed while the third round's second trial runs: rounds 1 and 2 have ended, the tables were due.
     folder = _killed_in_trial(
         tmp_path / "runs",
@@ -253,8 +259,10 @@ def test_cooldown_pauses_before_every_trial(tmp_path: Path) -> None:
 
 
 def test_a_plan_of_the_first_format_reads_and_never_imports_its_code(tmp_path: Path) -> None:
-    """Run folders written before the tier contract name code (factory, sections) and keep the shared options
-    flat; they still read, with the options gathered into ``protocol`` and nothing imported."""
+    """A plan of the first format names code (factory, sections) and keeps the shared options flat.
+
+    It still reads, with the options gathered into `protocol` and nothing imported.
+    """
     old = {
         "tier": "pair",
         "factory": "builtins:print",
@@ -296,8 +304,10 @@ def test_a_plan_of_the_first_format_reads_and_never_imports_its_code(tmp_path: P
 
 
 def test_stop_after_stops_before_a_pair_that_would_not_end_in_time(tmp_path: Path) -> None:
-    """The untimed first trial (0.3 s) and the first pair (0.6 s) end by 0.9 s; the second pair would end
-    past 1.3 s, so the run stops before it."""
+    """The untimed first trial (0.3 s) and the first pair (0.6 s) end by 0.9 s.
+
+    The second pair would end past 1.3 s, so the run stops before it.
+    """
     plan = plan_of("sleepy", warmup=0, pairs=3, sleep=0.3)
     with pytest.raises(PlannedStop):
         runner(tmp_path, stop_after=1.3).start(plan)
@@ -314,8 +324,11 @@ def test_stop_after_stops_before_a_pair_that_would_not_end_in_time(tmp_path: Pat
 def test_a_deadline_inside_a_pair_waits_for_the_pair_or_stops_before_it(
     tmp_path: Path, stop_after: float, runs_a_pair: bool
 ) -> None:
-    """Whatever the deadline, the log never holds half a pair. The untimed first trial (0.3 s) gives the
-    estimate, so a pair starts only if both its trials end in time: by 0.9 s for the first pair."""
+    """Whatever the deadline, the log never holds half a pair.
+
+    The untimed first trial (0.3 s) gives the estimate. A pair starts only if both its trials end in time: by
+    0.9 s for the first pair.
+    """
     plan = plan_of("sleepy", warmup=0, pairs=3, sleep=0.3)
     with pytest.raises(PlannedStop):
         runner(tmp_path, stop_after=stop_after).start(plan)
@@ -325,9 +338,12 @@ def test_a_deadline_inside_a_pair_waits_for_the_pair_or_stops_before_it(
 
 
 def test_a_resume_inside_a_pair_finishes_the_pair_after_a_warmup(tmp_path: Path) -> None:
-    """A crash left half a pair in the log: the resume first runs one untimed warm-up of the pair's next arm
-    (a row outside the schedule, ``phase=warmup``), then finishes the pair even under a deadline that leaves
-    no time for it, and stops before the next pair."""
+    """A resume of half a pair first runs one untimed warm-up of the pair's next arm: a row outside the
+    schedule.
+
+    It then finishes the pair, even under a deadline that leaves no time for it, and stops before the next
+    pair.
+    """
     folder = runner(tmp_path).start(plan_of("sleepy", warmup=0, pairs=3, sleep=0.05)).folder
     log = folder.file(LOG)
     log.write_text("".join(log.read_text().splitlines(keepends=True)[:3]))  # round 1 half done
@@ -385,10 +401,12 @@ AUTO_FIGURES = {"baseline": [10.0] * 20, "candidate": [8.0 * math.exp(0.03 * z) 
 
 
 def test_pairs_auto_grows_look_by_look_until_the_precision(tmp_path: Path, no_gc) -> None:
-    """Log ratios ln 0.8 + 3%·z: the half-width at the looks' levels falls below 2 points at 14 pairs (the
-    rule's own decision on the same numbers); the schedule grows from the first look's 6 pairs to each look
-    (6, 10, 14, 20), the plan records every decision, and the claim reads the interval of the look it
-    stopped at."""
+    """Log ratios ln 0.8 + 3%·z: the half-width at the looks' levels falls below 2 points at 14 pairs.
+
+    That is the rule's own decision on the same numbers. The schedule grows from the first look's 6 pairs to
+    each look: 6, 10, 14, 20. The plan records every decision, and the claim reads the interval of the look it
+    stopped at.
+    """
     from harness.sequential import should_stop
     from harness.tier import Run
 
@@ -418,8 +436,10 @@ def test_pairs_auto_grows_look_by_look_until_the_precision(tmp_path: Path, no_gc
 
 def test_pairs_auto_grown_after_a_resumes_warmup_reads_back_and_resumes(tmp_path: Path, no_gc) -> None:
     """A resume's extra warm-up takes the index after the schedule; rounds the stopping rule adds later take
-    indices above it, so the schedule's indices have a gap there (the H200 claim's folder refused itself at
-    its next read: 'schedule[19].index is 20, not 19'). The folder reads back, reports and resumes."""
+    indices above it.
+
+    The schedule's indices then have a gap. The folder still reads back, reports and resumes.
+    """
     from harness.tier import Run
 
     plan = plan_of("scripted", warmup=1, pairs="auto", precision=2.0, figures=AUTO_FIGURES)
@@ -447,9 +467,11 @@ def test_pairs_auto_grown_after_a_resumes_warmup_reads_back_and_resumes(tmp_path
 
 @pytest.mark.parametrize("max_pairs", [6, 12, 20])
 def test_pairs_auto_keeps_95_whatever_its_last_look(max_pairs: int) -> None:
-    """The H200 claim ran with --max-pairs 12, and looks ending before 14 pairs never kept 95% on the old
-    reference law: every verdict read insufficient. The look levels are now calibrated for the plan run, so
-    any last look keeps 95% within 1.5 points on every law simulated, and no note is needed."""
+    """The look levels are calibrated for the plan run: any last look keeps 95% within 1.5 points on every law
+    simulated.
+
+    A run with --max-pairs 12 thus needs no note.
+    """
     from harness import intervals, options, sequential
 
     said: list[str] = []
@@ -480,8 +502,10 @@ def test_pairs_auto_stops_at_the_last_look_when_the_precision_is_out_of_reach(tm
 
 
 def test_an_aa_controls_target_does_not_hold_a_claims_stop(tmp_path: Path, no_gc) -> None:
-    """The decisive runs' A/A control needed 170-216 pairs for the claims' 2-point target and held both
-    claims to the last look: a control's precision no longer holds a claim's stop."""
+    """A control's precision never holds a claim's stop.
+
+    The decisive runs' A/A control needed 170-216 pairs for the claims' 2-point target.
+    """
     arms = TWO_ARMS + (Arm("baseline-control", "candidate", "baseline"),)
     noisy = [10.0 * math.exp(0.3 * z) for z in reversed(NOISE)]
     figures = {**AUTO_FIGURES, "baseline-control": noisy}
@@ -508,10 +532,11 @@ def test_pairs_auto_stops_at_a_pair_boundary_when_the_time_budget_is_spent(tmp_p
 
 
 def test_report_tables_writes_a_folders_tables_again_from_its_log(tmp_path: Path, capsys) -> None:
-    """A statistic's code changed (the drift, fitted within slices) and ``bench report`` recomputed the report
-    from the log while the folder's ``claims.csv`` kept what the run's own code wrote: the two disagreed.
-    ``--tables`` writes the tables (and ``claim.txt``) again from the log, as the run's end does, under the
-    folder's lock (refused while a run holds it); without it the report alone is written."""
+    """`--tables` writes a folder's tables and `claim.txt` again from its log, as the run's end does.
+
+    It does so under the folder's lock, refused while a run holds it. Without it, the report alone is written.
+    A statistic whose code changed then agrees in the report and `claims.csv`.
+    """
     folder = runner(tmp_path).start(plan_of("sleepy", warmup=0, pairs=3)).folder
     written = {name: folder.file(name).read_text() for name in ("claims.csv", "pairs.csv", "arms.csv")}
     for name in written:

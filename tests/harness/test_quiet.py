@@ -1,5 +1,8 @@
-"""Quiet fits, as wired through the harness: CPU placement applied to workers (and inherited by their
-children), telemetry in every row, the steady-state figure, duet pairs, and the refusals that go with them."""
+"""Quiet fits, as wired through the harness.
+
+CPU placement applied to workers and inherited by their children, telemetry in every row, and the steady-state
+figure. Also duet pairs, and the refusals that go with them.
+"""
 
 from __future__ import annotations
 
@@ -67,9 +70,11 @@ def test_an_in_process_run_is_pinned_to_the_worker_cores_for_its_schedule(tmp_pa
 
 @pytest.mark.slow
 def test_the_steady_state_figure_is_the_training_time_of_every_epoch_after_the_first(tmp_path: Path) -> None:
-    """Embedded workload, 3 epochs: the steady figure is the sum of epochs 2 and 3's training spans (start of
-    the epoch to the end of its last iteration), within the clock's resolution, and leaves out epoch one,
-    validation and checkpoints."""
+    """Embedded workload, 3 epochs: the steady figure is the sum of epochs 2 and 3's training spans.
+
+    A span runs from the epoch's start to the end of its last iteration, within the clock's resolution. Epoch
+    one, validation and checkpoints are left out.
+    """
     argv = [
         "pair",
         *overridden(TINY, ["--steps", "6"]),

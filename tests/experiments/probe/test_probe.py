@@ -31,10 +31,10 @@ SMALL_CAP = 2.0
 def reference(
     hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, cap: float
 ) -> dict[str, torch.Tensor]:
-    """Loss and gradients written from the calculus, in float64 (no autograd):
+    """Loss and gradients written from the calculus, in float64, with no autograd.
 
-    z = H Wᵀ, t = tanh(z / cap), s = cap·t, loss = mean_i(logsumexp(s_i) − s_i,target);
-    dL/ds = (softmax(s) − onehot) / N, dL/dz = dL/ds · (1 − t²), dW = (dL/dz)ᵀ H, dH = (dL/dz) W.
+    Forward: z = H Wᵀ, t = tanh(z / cap), s = cap·t, loss = mean_i(logsumexp(s_i) − s_i,target).
+    Backward: dL/ds = (softmax(s) − onehot) / N, dL/dz = dL/ds · (1 − t²), dW = (dL/dz)ᵀ H, dH = (dL/dz) W.
     """
     h, w = hidden.double(), weight.double()
     rows = h.shape[0]
@@ -72,17 +72,18 @@ def run_variant(
 def float64_error_bounds(
     ref: dict[str, torch.Tensor], hidden: torch.Tensor, weight: torch.Tensor, cap: float
 ) -> dict[str, torch.Tensor]:
-    """A-priori bounds on float64 rounding error, elementwise (Higham, *Accuracy and Stability of Numerical
-    Algorithms*, §3.1: a sum or dot product of n terms computed in any order is off by at most
-    γ_n·Σ|terms|, γ_n = n·u / (1 − n·u), u the unit roundoff).
+    """A-priori bounds on float64 rounding error, elementwise.
 
-    n is the longest chain of dependent roundings any result goes through: the d-term dot product of a
-    logit, the V-term normalizer of a row, the N-term sum of the loss or of dW, and the elementwise operations
-    of the formula, counted from it: ÷cap, tanh, ×cap, −lse, exp, the one-hot subtraction, ÷N, 1−t², the
-    product with it = 9. The magnitudes are the same expressions in absolute values; an error in a logit
-    moves a row's loss by at most twice as much (log-sum-exp and the picked logit are each 1-Lipschitz), and
-    a softmax weight by at most its own size times the logit error, hence the (1 + B) amplification with
-    B = the largest |h_i|·|w_j| dot product plus cap (logits are bounded by cap).
+    Higham, *Accuracy and Stability of Numerical Algorithms*, §3.1: a sum of n terms in any order is off by at
+    most γ_n·Σ|terms|. Here γ_n = n·u / (1 − n·u), u the unit roundoff.
+
+    n is the longest chain of dependent roundings any result goes through. Those are the d-term dot product of
+    a logit, the V-term normalizer of a row, and the N-term sum of the loss or of dW. Then come the formula's
+    elementwise operations: ÷cap, tanh, ×cap, −lse, exp, the one-hot subtraction, ÷N, 1−t², the product with
+    it = 9. The magnitudes are the same expressions in absolute values. An error in a logit moves a row's loss
+    by at most twice as much: log-sum-exp and the picked logit are each 1-Lipschitz. It moves a softmax weight
+    by at most the weight times the logit error. Hence the (1 + B) amplification, B the largest |h_i|·|w_j|
+    dot product plus cap.
     """
     rows, dim = hidden.shape
     vocab = weight.shape[0]
@@ -111,8 +112,10 @@ def float64_case(rows: int, vocab: int, dim: int, seed: int = 0):
 
 @pytest.mark.parametrize("variant,chunk", [("native", 0), ("chunked", 16), ("chunked", 7), ("chunked", 1000)])
 def test_float64_loss_and_gradients_match_the_reference(variant: str, chunk: int) -> None:
-    """Both variants against the calculus, in float64, within the a-priori rounding bound; chunk 7 leaves a
-    ragged last chunk (50 = 7·7 + 1), chunk 1000 is one chunk for all rows."""
+    """Both variants against the calculus, in float64, within the a-priori rounding bound.
+
+    Chunk 7 leaves a ragged last chunk (50 = 7·7 + 1); chunk 1000 is one chunk for all rows.
+    """
     hidden, weight, targets = float64_case(rows=50, vocab=40, dim=12)
     ref = reference(hidden, weight, targets, SMALL_CAP)
     bounds = float64_error_bounds(ref, hidden, weight, SMALL_CAP)
@@ -147,14 +150,14 @@ def one_ulp_perturbed(x: torch.Tensor, generator: torch.Generator) -> torch.Tens
 def test_bf16_chunked_gradients_equal_native_within_input_precision(
     rows: int, vocab: int, dim: int, chunk: int
 ) -> None:
-    """Chunked and native gradients differ by less than one ulp of noise in native's own bf16 inputs moves them.
+    """Chunked and native gradients differ by less than one ulp of noise in native's own bf16 inputs moves
+    them.
 
-    Tolerance, measured here: run native once more on inputs moved by one bf16 ulp (hidden states
-    and the bf16 image of the weight); the Frobenius distance between the two native results is how much the
-    data's own precision moves the gradient. The two variants round at different points (per-chunk bf16
-    partial products of dW, fp32 normalizers computed differently), so they may differ, but by less than that.
-    The loss is compared with the bound bf16 logits allow: every row's loss is 2-Lipschitz in its logits
-    (max norm), so logits one bf16 ulp apart move the mean loss by at most 2·mean_i max_j ulp(s_ij).
+    The tolerance is measured: native runs once more on inputs moved by one bf16 ulp. The Frobenius distance
+    between the two native results is how much the data's own precision moves the gradient. The variants round
+    at different points, so they may differ, but by less than that. The loss is held to the bound bf16 logits
+    allow. Every row's loss is 2-Lipschitz in its logits (max norm). So logits one bf16 ulp apart move the
+    mean loss by at most 2·mean_i max_j ulp(s_ij).
     """
     head = LMHead.build("native", rows, vocab, dim, SMALL_CAP, chunk, "cpu", seed=3)
     hidden = head.hidden.detach()
@@ -297,8 +300,11 @@ def test_share_table_states_share_and_saving_and_skips_failed_heads() -> None:
 
 
 def test_section_with_device_memory_figures_and_failures(tmp_path: Path) -> None:
-    """The section's CUDA side, exercised on the CPU with rows shaped like a CUDA run's: memory table, the fit
-    and failure sentences, the memory plot and the stage-share plot, and both tidy CSVs."""
+    """The section's CUDA side, on the CPU, from rows shaped like a CUDA run's.
+
+    It checks the memory table, the fit and failure sentences, the memory and stage-share plots, and both tidy
+    CSVs.
+    """
     from experiments.probe import ProbeSettings, make_plan
     from experiments.probe.section import report_section
     from experiments.tiers import TIERS
@@ -432,8 +438,9 @@ def test_probe_detect_on_cpu(tmp_path: Path) -> None:
 
 
 def test_a_head_whose_loss_is_not_finite_is_a_failed_trial(tmp_path: Path) -> None:
-    """A softcap past bf16's range makes the LM head's loss NaN: each trial was logged ``ok`` with its time
-    (a head that computes nothing would have counted as fast); it is an ``error`` row, as a NaN fit is."""
+    """A softcap past bf16's range makes the LM head's loss NaN: each trial is an `error` row, as a NaN fit
+    is.
+    """
     out = tmp_path / "runs"
     argv = ["probe", *TINY_LM, "--variants", "chunked", "--cap", "1e308", "--device", "cpu"]
     assert main([*argv, "--pairs", "1", "--warmup", "0", "--quiet", "--no-report", "--out", str(out)]) == 3
@@ -500,16 +507,17 @@ print(json.dumps({"warm": warm, "code": code, "before": before, "after": torch.c
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_budget_too_small_for_native_is_a_resource_failure_and_chunked_fits(tmp_path: Path) -> None:
-    """N=32768, V=8192, d=256 under 1 GiB with 256 MiB reserved: native must hold N×V logits (512 MiB in
-    bf16, then their softcap, fp32 copy and log-probabilities), so it runs out of memory; chunks of 1024 rows
-    need a few hundred MiB and fit. The run records native's failures and goes on.
+    """N=32768, V=8192, d=256 under 1 GiB with 256 MiB reserved: native runs out of memory, and chunked fits.
 
-    The budget caps everything the process holds, so the run gets a process of its own, as `bench` does: in
-    the test process, memory other CUDA tests still hold would count against the 1 GiB (on the H200 every
-    chunked trial then failed, while the same command alone passed). There, cuBLAS keeps workspaces per handle
-    and stream (main and autograd threads) in the caching allocator for the life of the process: a tiny probe
-    through the same code paths creates them before the baseline is taken, so what is left after the run is
-    only what its trials leaked."""
+    Native must hold N×V logits: 512 MiB in bf16, then their softcap, fp32 copy and log-probabilities. Chunks
+    of 1024 rows need a few hundred MiB. The run records native's failures and goes on.
+
+    The budget caps everything the process holds, so the run gets a process of its own, as `bench` does. In
+    the test process, memory other CUDA tests hold would count against the 1 GiB. cuBLAS keeps workspaces per
+    handle and stream in the caching allocator for the life of the process. A tiny probe through the same code
+    paths creates them before the baseline is taken. What is left after the run is then only what its trials
+    leaked.
+    """
     import subprocess
     import sys
 

@@ -1,5 +1,8 @@
-"""The optimizer-only screen: cases and labels, the guard's reach, one trial's figures, the CLI end to end on
-the CPU, the summary and report section from a fixture log, bad inputs, and (on CUDA) the launch floor."""
+"""The optimizer-only screen.
+
+Cases and labels, the guard's reach, one trial's figures, and the CLI end to end on the CPU. Also the summary
+and report section from a fixture log, bad inputs, and the launch floor on CUDA.
+"""
 
 from __future__ import annotations
 
@@ -36,8 +39,10 @@ MiB = 2**20
 
 
 def tiny_groups(device: str = "cpu", seed: int = 0) -> tuple[list[dict[str, Any]], dict[str, float]]:
-    """A few conv-like matrices of different widths sharing their smaller dimension (8), plus a bias group:
-    enough for the candidate to form a padded batch, small enough to step on the CPU in milliseconds."""
+    """A few conv-like matrices of different widths sharing their smaller dimension (8), plus a bias group.
+
+    That is enough for a padded batch, and small enough to step on the CPU in milliseconds.
+    """
     generator = torch.Generator().manual_seed(seed)
     shapes = [(8, 4, 3, 3), (8, 16, 1, 1), (16, 8, 1, 1), (8, 8, 3, 3)]
     hyper = {"lr": 0.01, "momentum": 0.937, "nesterov": True}
@@ -592,8 +597,10 @@ def test_cuda_screen_trial_on_scale_n() -> None:
 
 
 def test_conclusions_are_withheld_when_the_guarded_arms_run_the_baselines_code(tmp_path: Path) -> None:
-    """On the CPU `candidate@gX` keeps the per-parameter step: no guard choice, no target, no next step; the
-    same figures with candidate-cpu (the batched path on CPU tensors) are read as usual."""
+    """On the CPU `candidate@gX` keeps the per-parameter step: no guard choice, no target, no next step.
+
+    The same figures with candidate-cpu, the batched path on CPU tensors, are read as usual.
+    """
     figures = {"baseline": 90.0, "@g0": 14.0, "@g256": 8.0}
 
     def trial(ctx: TrialContext) -> dict[str, Any]:
@@ -622,8 +629,9 @@ def test_conclusions_are_withheld_when_the_guarded_arms_run_the_baselines_code(t
 
 
 def test_a_screen_with_its_control_reads_back_its_own_plan(tmp_path: Path) -> None:
-    """``--control`` records the first arm's spec twice in ``arm_specs``: the plan's check called that plan
-    corrupt after its trials ran, so no report or resume could read the folder."""
+    """`--control` records the first arm's spec twice in `arm_specs`, and the folder still reads back for a
+    report or resume.
+    """
     out = tmp_path / "runs"
     argv = TINY_SCREEN
     assert (
