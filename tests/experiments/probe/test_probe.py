@@ -513,8 +513,8 @@ def test_budget_too_small_for_native_is_a_resource_failure_and_chunked_fits(tmp_
     of 1024 rows need a few hundred MiB. The run records native's failures and goes on.
 
     The budget caps everything the process holds, so the run gets a process of its own, as `bench` does. In
-    the test process, memory other CUDA tests hold would count against the 1 GiB. cuBLAS keeps workspaces per
-    handle and stream in the caching allocator for the life of the process. A tiny probe through the same code
+    the test process, memory other CUDA tests hold would count against the 1 GiB. The cuBLAS library keeps
+    workspaces per handle and stream in the caching allocator for the life of the process. A tiny probe through the same code
     paths creates them before the baseline is taken. What is left after the run is then only what its trials
     leaked.
     """
