@@ -69,8 +69,11 @@ def test_a_control_and_bad_input(tmp_path: Path) -> None:
 
 
 def test_compare_warms_up_until_two_warm_ups_agree_with_warmup_auto(tmp_path: Path) -> None:
-    """`warmup="auto"` as the CLI's `--warmup auto`: warm-ups in the arms' order until two consecutive ones of
-    one arm agree within the tolerance (warm 10, cold 50, warm 10: settled at the third)."""
+    """`warmup="auto"` works as the CLI's `--warmup auto`: warm-ups in the arms' order until two of one arm
+    agree.
+
+    Warm 10, cold 50, warm 10: settled at the third.
+    """
     calls = {"cold": 0}
 
     def cold() -> dict[str, float]:
@@ -106,9 +109,11 @@ def test_compare_refuses_a_warmup_that_is_neither_a_count_nor_auto(tmp_path: Pat
 def test_a_function_returning_what_the_log_cannot_hold_is_a_failed_trial(
     tmp_path: Path, returned: dict, says: str
 ) -> None:
-    """A figure the log's reader refuses, or a field the protocol writes itself (the trial's index, its
-    status), looped forever, raised a TypeError, or left a folder no report could read: each is the trial's
-    recorded failure, and the run and its report go on."""
+    """A figure the log's reader refuses, or a field the protocol writes itself, is the trial's recorded
+    failure.
+
+    The fields are the trial's index and status, say. The run and its report go on.
+    """
     result = compare(
         {"base": lambda: {"value": 1.0}, "cand": lambda: dict(returned)}, pairs=2, warmup=0, out=tmp_path
     )
@@ -132,8 +137,10 @@ def test_a_function_returning_what_the_log_cannot_hold_is_a_failed_trial(
     ],
 )
 def test_compare_refuses_what_it_would_drop_or_misread_before_any_trial(tmp_path: Path, given, says) -> None:
-    """control=True beside a second function ran only the first against itself (the second silently dropped);
-    a pairs of 2.5 or a bar of True ran every trial and then called the plan corrupt; a seed of 1.5 became 1."""
+    """`compare` refuses before any trial what it would drop or misread.
+
+    Those are control=True beside a second function, a pairs of 2.5, a bar of True, and a seed of 1.5.
+    """
     with pytest.raises(ValueError, match=re.escape(says)):
         compare({"slow": slow, "fast": fast}, warmup=0, out=tmp_path, **{"pairs": 2, **given})
     assert not list(tmp_path.iterdir())
@@ -152,9 +159,10 @@ def test_compare_refuses_what_it_would_drop_or_misread_before_any_trial(tmp_path
 def test_compare_refuses_functions_it_cannot_label_or_call_before_any_folder(
     tmp_path: Path, functions, says
 ) -> None:
-    """``compare(d.items())`` wrote a plan naming each arm by a (label, function) pair, then failed on JSON with
-    the folder left half-written; a label that is not text left a plan no reader takes; a value that is not
-    callable ran every trial as an error."""
+    """`compare` refuses functions it cannot label or call, before any folder.
+
+    Those are `compare(d.items())`, a label that is not text, and a value that is not callable.
+    """
     with pytest.raises(ValueError, match=re.escape(says)):
         compare(functions, pairs=2, warmup=0, out=tmp_path)
     assert not tmp_path.exists() or not list(tmp_path.iterdir())
@@ -169,8 +177,7 @@ def test_the_case_is_named_by_name(tmp_path: Path) -> None:
 
 
 def test_compare_resume_refuses_other_functions_or_options(tmp_path: Path) -> None:
-    """A resume with other functions logged every trial left as a KeyError (used up for good), and options
-    given with it (pairs, bar, out) were ignored: each is refused before anything runs."""
+    """A resume with other functions, or with options (pairs, bar, out), is refused before anything runs."""
     first = compare({"slow": slow, "fast": fast}, pairs=2, warmup=0, out=tmp_path)
     log = first.run.folder.file("trials.jsonl")
     log.write_text("".join(log.read_text().splitlines(keepends=True)[:2]))

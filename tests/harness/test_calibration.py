@@ -1,7 +1,7 @@
-"""``--calibrate``: a known host-side delay run as a further arm, recovered through real CLI calls.
+"""`--calibrate`: a known host-side delay run as a further arm, recovered through real CLI calls.
 
-The known size is the sleep each calibration trial measured (``injected_s``). A sleep's jitter here is about
-0.1 ms (measured); 5 ms allows for a loaded CI machine, which is 10% of the 50 ms delay used below.
+The known size is the sleep each calibration trial measured (`injected_s`). A sleep's measured jitter here is
+about 0.1 ms. The 5 ms allowed for a loaded CI machine is 10% of the 50 ms delay used below.
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ def only_folder(out: Path) -> Path:
 
 
 def known_sizes(trials, size: str) -> list[float]:
-    """Each calibration trial's delay: the seconds given, or the share of the baseline's median figure among
-    the finished baseline trials logged before it (about 0.2 s plus exec overhead and load)."""
+    """Each calibration trial's delay: the seconds given, or a share of the baseline's median figure.
+
+    The median is over the finished baseline trials logged before it: about 0.2 s plus exec overhead and load.
+    """
     sizes = []
     for position, row in enumerate(trials.itertuples()):
         if row.arm == "calibration" and row.phase == "measured":

@@ -140,8 +140,9 @@ def test_cuda_where_there_is_none(monkeypatch) -> None:
 
 
 def test_a_device_number_is_ascii_digits() -> None:
-    """``--device cuda:\u0660`` (an Arabic-Indic zero) was taken as a device and recorded so in the plan, where
-    int() later read it as 0: device numbers are ASCII, as ``--cpus`` core numbers are."""
+    """`--device cuda:٠` (an Arabic-Indic zero) is refused: device numbers are ASCII, as `--cpus` core numbers
+    are.
+    """
     for device in ("cuda:\u0660", "cuda:\uff10"):
         with pytest.raises(options.InputError, match="is not a device; use auto, cpu, cuda or cuda:N"):
             options.check_device(device)
@@ -157,8 +158,10 @@ def test_control_runs_the_first_arm_against_itself() -> None:
 
 
 def test_control_beside_two_arms_adds_the_aa_arm_to_the_same_schedule() -> None:
-    """``--control`` with a claim's arms keeps them and adds the first arm again: one schedule holds the
-    claim and its noise floor, every round running all three (a Latin square balances their order)."""
+    """`--control` with a claim's arms keeps them and adds the first arm again.
+
+    One schedule holds the claim and its noise floor; every round runs all three, in Latin-square order.
+    """
     parsed = options.protocol_options(
         "baseline,candidate", 0, 6, "alternate", 0, 8.0, "cpu", None, True, tolerance=1.0
     )
@@ -307,8 +310,7 @@ def test_the_gate_exits_1_when_a_claim_or_control_does_not_pass(
 def test_the_gate_without_its_threshold_is_refused_before_the_run(
     tmp_path: Path, monkeypatch, given: dict, why: str
 ) -> None:
-    """A gate with nothing to judge against could only fail after the whole run ('no bar'): refused first,
-    when the run starts and when it is resumed."""
+    """A gate with no bar to judge against is refused first, when the run starts and when it is resumed."""
     import typer
 
     from harness import cli
@@ -329,15 +331,15 @@ def test_the_gate_without_its_threshold_is_refused_before_the_run(
 
 
 def test_the_gate_fails_a_claim_whose_verdict_is_withheld(tmp_path: Path, monkeypatch, capsys) -> None:
-    """A candidate that ran the baseline's code (an A/A in effect): the console read 'withheld' and 'no
-    verdict or conclusion is drawn', and the gate then passed it ('every claim clears its bar'), exit 0."""
+    """The gate fails a claim whose verdict is withheld: a candidate that ran the baseline's code, an A/A in
+    effect.
+    """
     assert gate(tmp_path, monkeypatch, FASTER, pairs=32, bar=8.0, same_code=True) == 1
     assert "candidate vs baseline (claim): withheld" in capsys.readouterr().err
 
 
 def test_bench_plan_refuses_a_goal_it_cannot_plan_in_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
-    """A --tolerance for a run with no A/A arm was silently ignored, and an effect at its bar (no pairs can
-    resolve it) printed a note and exited 0; both are refused in one line, exit 2."""
+    """A --tolerance for a run with no A/A arm, or an effect at its bar, is refused in one line, exit 2."""
     assert gate(tmp_path, monkeypatch, FASTER, gate=False, pairs=6, bar=8.0) == 0
     (folder,) = list(tmp_path.iterdir())
     for command, fragment in (
@@ -354,8 +356,7 @@ def test_bench_plan_refuses_a_goal_it_cannot_plan_in_one_line(tmp_path: Path, mo
 def test_bench_plan_power_is_a_planning_probability_shown_as_given(
     tmp_path: Path, monkeypatch, capsys
 ) -> None:
-    """``--power 1e-300`` planned for a goal met almost never and printed "0% power", 0.995 printed "100%":
-    a power below a coin flip or past 0.999 is refused in one line, and one inside prints its decimals."""
+    """A power below a coin flip or past 0.999 is refused in one line; one inside prints its decimals."""
     assert gate(tmp_path, monkeypatch, FASTER, gate=False, pairs=6, bar=8.0) == 0
     (folder,) = list(tmp_path.iterdir())
     for power in ("1e-300", "0.4", "0.9999"):

@@ -1,5 +1,7 @@
-"""The console's end-of-run summary: what the arms ran comes first, and every figure stays whole at any width
-(80 columns is what rich gives a terminal it cannot measure)."""
+"""The console's end-of-run summary: what the arms ran comes first, and every figure stays whole at any width.
+
+Rich gives a terminal it cannot measure 80 columns.
+"""
 
 from __future__ import annotations
 
@@ -88,9 +90,11 @@ def test_a_plan_with_no_arm_record_prints_the_answer_then_the_table(tmp_path: Pa
 
 
 def test_progress_numbers_scheduled_trials_by_their_place_and_names_warmups_outside_it(capsys) -> None:
-    """A resume's warm-up is logged with an index outside the schedule, and the stopping rule's next rounds
-    take indices after it: the progress line must count neither as a place in the schedule (the H200 log
-    read "trial 27/25 … warmup", then "trial 33/31")."""
+    """The progress line counts neither a resume's warm-up nor the rounds after it as places in the schedule.
+
+    The warm-up is logged with an index outside the schedule, and the stopping rule's next rounds take indices
+    after it.
+    """
     plan = plan_of("scripted", warmup=1, pairs=2, arms=ARMS, device="cpu")
     extra = len(plan.schedule)  # the resume's warm-up: the next free index, outside the schedule
     progress = ScheduleProgress(plan, len(plan.schedule), 1, quiet=True)

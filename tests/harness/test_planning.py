@@ -1,5 +1,8 @@
-"""`bench plan` plans the rule the run uses: the median's interval, the effect against 0, a duet pair's
-real time, and the pairs at σ's upper bound beside the point figure; never more than --pairs accepts."""
+"""`bench plan` plans the rule the run uses.
+
+It plans the median's interval and the effect against 0, charges a duet pair's real time, and gives the pairs
+at σ's upper bound. It never advises more than --pairs accepts.
+"""
 
 from __future__ import annotations
 
@@ -55,8 +58,11 @@ def _summaries(order: str, bar: float | None = 5.0):
 
 
 def test_plan_rows_plan_against_zero_charge_a_duet_one_fit_and_give_sigmas_upper_bound() -> None:
-    """The decisive runs' plan: a 3% effect was planned against the run's bar, not 0; a duet pair was charged
-    two fit-times (157 s, not 79 s); σ from 5 pairs was taken as known (its 95% interval 0.99-4.76%)."""
+    """The decisive runs' plan, redone: a 3% effect is planned against 0, not the run's bar.
+
+    A duet pair is charged one fit-time (79 s, not 157 s). The σ of 5 pairs is not taken as known: its
+    95% interval is 0.99-4.76%.
+    """
     protocol, summaries, ratios = _summaries("alternate")
     (row,) = planning.plan_rows(protocol, summaries, effect=0.03)
     assert row["sigma"] == pytest.approx(np.std(ratios, ddof=1)) and row["seconds_per_pair"] == 110.0

@@ -1,8 +1,10 @@
-"""The markdown report: every section and plot, byte-for-byte regeneration, failures, A/A controls,
-interrupted runs, several runs side by side, the claim sentence, the tier hook and `bench report`.
+"""The markdown report.
 
-Run folders are built here through the real runner (``Runner.start`` with small trial functions), so the
-fixtures can never drift from what the harness writes.
+Every section and plot, byte-for-byte regeneration, failures, A/A controls and interrupted runs. Also several
+runs side by side, the claim sentence, the tier hook and `bench report`.
+
+Run folders are built here through the real runner (`Runner.start` with small trial functions), so the
+fixtures never drift from what the harness writes.
 """
 
 from __future__ import annotations
@@ -389,8 +391,10 @@ def test_a_claim_and_its_control_side_by_side_from_one_run(tmp_path: Path, no_gc
 
 
 def test_the_runs_table_says_what_the_gate_exits_per_folder(tmp_path: Path) -> None:
-    """A side-by-side report gives each run the exit status `--gate` gives its folder (0, 1 with why), and
-    says a diagnostic run is not gated: a reviewer reads the gate without re-running anything."""
+    """A side-by-side report gives each run the exit status `--gate` gives its folder: 0, or 1 with why.
+
+    It says a diagnostic run is not gated, so a reviewer reads the gate without re-running anything.
+    """
     passing_plan = make_plan(arms=("baseline", "candidate"), pairs=32, warmup=0)
     passing = run_folder(
         tmp_path / "passing",
@@ -430,8 +434,11 @@ def test_both_failed_pairs_are_left_out_and_counted_in_the_report(tmp_path: Path
 
 
 def test_checks_that_disagree_with_the_primary_are_said(tmp_path: Path) -> None:
-    """Ten clear pairs, one with a hiccup (13 s against 10): the median's interval clears the 8% bar, the
-    geometric-mean t and Hodges-Lehmann, widened by the hiccup (the t to [5.9%, 25.0%]), are ambiguous."""
+    """Ten clear pairs, one with a hiccup (13 s against 10): the median's interval clears the 8% bar.
+
+    The geometric-mean t and Hodges-Lehmann, widened by the hiccup (the t to [5.9%, 25.0%]), are ambiguous.
+    The report says so.
+    """
     figures = {
         "baseline": [10.0, 10.1, 9.9, 10.0, 10.05, 9.95, 10.0, 10.1, 9.9, 10.0],
         "candidate": [8.0, 8.1, 7.9, 8.05, 7.95, 8.0, 8.1, 7.9, 8.05, 13.0],
@@ -447,9 +454,11 @@ def test_checks_that_disagree_with_the_primary_are_said(tmp_path: Path) -> None:
 
 
 def test_a_sign_test_that_disagrees_with_the_primary_is_said(tmp_path: Path, capsys) -> None:
-    """26 pairs, 8 of them 3% faster and 18 of them 20%: the t interval and Hodges-Lehmann clear 5%, the
-    sign-test interval of the median (order statistics 8 and 19) reaches down to 3%: ambiguous. The report
-    and the console compared Hodges-Lehmann only and said nothing, where the README promises both checks."""
+    """26 pairs, 8 of them 3% faster and 18 of them 20%: the t interval and Hodges-Lehmann clear 5%.
+
+    The sign-test interval of the median (order statistics 8 and 19) reaches down to 3%: ambiguous. The report
+    and the console say so, as the README promises for both checks.
+    """
     slow = {3, 7, 8, 12, 16, 19, 22, 25}
     candidate = [9.7 + 0.001 * r if r in slow else 8.0 + 0.001 * r for r in range(26)]
     folder = run_folder(
@@ -483,8 +492,11 @@ def test_an_unstable_run_is_flagged_on_the_console_and_in_the_report(
 
 
 def test_a_run_resumed_on_another_machine_says_so(claim_run: RunFolder) -> None:
-    """Each slice's machine is its boot and its cards: a resume on another boot or card is named in the
-    environment table and in the caveats; one on the same machine says so too."""
+    """Each slice's machine is its boot and its cards.
+
+    A resume on another boot or card is named in the environment table and in the caveats; one on the same
+    machine says so too.
+    """
     record = claim_run.read_json("env.json")
     card = {"index": 0, "name": "NVIDIA H200", "memory_total_mib": 143771.0, "uuid": "GPU-aaaa"}
     record.update(boot_id="boot-one", gpus_start=[card])
@@ -517,8 +529,7 @@ def test_a_resume_records_its_machine(claim_run: RunFolder) -> None:
 def test_a_resume_records_its_code_and_a_run_spanning_revisions_says_so(
     claim_run: RunFolder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The decisive claim's first round ran at one revision and its next five at another, and its report named
-    only the first: a resume records the revision it runs, and a run whose slices ran other code says so."""
+    """A resume records the revision it runs, and a run whose slices ran other code says so."""
     record = claim_run.read_json("env.json")
     record.update(git_revision="aaaa111", git_dirty=False)
     claim_run.write_json("env.json", record)
@@ -665,8 +676,9 @@ def test_two_runs_side_by_side(claim_run: RunFolder, tmp_path: Path) -> None:
 def test_a_claim_with_its_control_but_no_pair_yet_is_not_called_an_a_a_control(
     claim_run: RunFolder, tmp_path: Path
 ) -> None:
-    """The decisive report held the baseline claim (``--arms baseline,candidate --control``) at its warm-up
-    alone and called it "an A/A control", whose pairs "measure the noise floor": it has no pair at all."""
+    """A claim with `--control` held at its warm-up has no pair: it is never called an A/A control measuring
+    the noise floor.
+    """
     plan = claim_with_control_plan(warmup=1, pairs=3)
     figures = {"baseline": [10.0] * 3, "candidate": [8.0] * 3, "baseline-control": [10.0] * 3}
     with pytest.raises(KeyboardInterrupt):  # after the warm-up, before the first round
@@ -802,8 +814,10 @@ def test_an_auto_run_states_its_stopping_rule_and_looks(tmp_path: Path, no_gc) -
 
 
 def test_an_aa_in_effect_is_named_first_and_its_verdict_withheld(tmp_path: Path) -> None:
-    """A candidate that ran the baseline's code (the candidate on the CPU): the title, the summary's first line,
-    every verdict cell and a caveat say so; the figures themselves are still shown."""
+    """A candidate that ran the baseline's code (the candidate on the CPU) is named so first.
+
+    The title, the summary's first line, every verdict cell and a caveat say so; the figures are still shown.
+    """
     from experiments.arms import arm_code
 
     plan = make_plan()
@@ -860,9 +874,11 @@ def test_a_fit_run_with_steady_figures_gets_its_own_claims_table_beside_the_clai
 
 
 def test_a_stages_run_of_the_same_comparison_bounds_a_claim_in_one_report(tmp_path: Path) -> None:
-    """The decisive report put the claim against upstream beside the stages pair that bounds it, and a reader
-    had to join them: the report says, per claim, what a stages run of the same fit and implementations gives
-    (the ceiling and the implied saving); a stages run of another comparison bounds nothing."""
+    """Per claim, the report says what a stages run of the same fit and implementations gives: the ceiling and
+    the implied saving.
+
+    A stages run of another comparison bounds nothing.
+    """
     from experiments.fit.report import claim_bounds
 
     claim = _committed_copy("h200-decisive/upstream/pair-20261201-135230-647b", tmp_path)
@@ -928,8 +944,7 @@ def test_fixed_warmups_read_as_before() -> None:
 
 
 def test_the_methods_are_explained_once_in_the_statistics_doc_not_in_each_report(tmp_path: Path) -> None:
-    """Every report re-explained its methods (which pair counts leave the t interval insufficient, say); it now
-    names each claim's method and links ``docs/statistics.md``, where the explanation lives."""
+    """A report names each claim's method and links `docs/statistics.md`, where the explanation lives."""
     figures = {"baseline": [10.0, 10.1], "candidate": [8.0, 8.1]}
     text = write([run_folder(tmp_path, make_plan(pairs=2, warmup=0), scripted(figures))]).read_text("utf-8")
     assert "the earlier primary" not in text and "below 25 pairs" not in text
@@ -937,9 +952,12 @@ def test_the_methods_are_explained_once_in_the_statistics_doc_not_in_each_report
 
 
 def test_a_stopping_rule_interval_states_the_rules_coverage_not_its_looks_level() -> None:
-    """The stopping rule's interval is computed at its look's level (98% at a middle look); an interval
-    taken alone at an early stop covers less (a stop for precision picks the narrow samples), so the level
-    called attained is the whole rule's least simulated coverage, and the look's level is the nominal one."""
+    """A stopping rule's interval states the whole rule's least simulated coverage as attained, and its look's
+    level as nominal.
+
+    The interval is computed at its look's level, 98% at a middle look. Taken alone at an early stop it covers
+    less: a stop for precision picks the narrow samples.
+    """
     from harness import sequential
     from harness.formatting import format_levels
 

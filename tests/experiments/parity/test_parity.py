@@ -31,8 +31,10 @@ class NudgedMuSGD(MuSGD):
 
 @pytest.fixture(autouse=True)
 def _one_thread() -> Iterator[None]:
-    """One intra-op thread: these small bf16 products only lose from threads on a busy two-core runner, and
-    every comparison runs both of its trajectories in this process, at the same thread count."""
+    """One intra-op thread: these small bf16 products only lose from threads on a busy two-core runner.
+
+    Every comparison runs both of its trajectories in this process, at the same thread count.
+    """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -43,8 +45,10 @@ def _one_thread() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def fit_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The folder of one uninterrupted `bench parity --fit --steps 3`, examined by the two tests that need one
-    (they only read it, and `bench report` rewrites its report byte for byte)."""
+    """The folder of one uninterrupted `bench parity --fit --steps 3`.
+
+    The two tests that use it only read it, and `bench report` rewrites its report byte for byte.
+    """
     out = tmp_path_factory.mktemp("parity-fit")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in every test here: this fixture is set up before their _one_thread
@@ -111,8 +115,11 @@ def test_fit_mode_compares_loss_bytes_and_writes_divergence(fit_run: Path) -> No
 
 
 def test_a_parity_run_is_a_run_folder_that_resumes_and_reports(fit_run: Path, tmp_path: Path) -> None:
-    """Stopped after some steps, a parity run resumes (replaying the earlier steps unlogged) to the same rows
-    an uninterrupted run logs, and `bench report` regenerates its report byte for byte."""
+    """A parity run stopped after some steps resumes, replaying the earlier steps unlogged, to the rows of an
+    uninterrupted run.
+
+    `bench report` regenerates its report byte for byte.
+    """
     whole = fit_run
     assert main(["parity", "--fit", "--steps", "3", "--out", str(tmp_path / "cut"), "--quiet"]) == 0
     (cut,) = (tmp_path / "cut").iterdir()
