@@ -1,5 +1,7 @@
-"""Concurrent Newton-Schulz lanes: the deal (CPU), and on CUDA the same bits as the lockstep form, eagerly,
-inside a captured graph and through the optimizer's replayed step."""
+"""Concurrent Newton-Schulz lanes: the deal on the CPU, and on CUDA the same bits as the lockstep form.
+
+On CUDA they are checked eagerly, inside a captured graph, and through the optimizer's replayed step.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """How many aten operations one candidate step dispatches: a count that must not grow with the matrices.
 
-Counted on the CPU through the test-only batched switch (the host work is the same operations on CUDA, except
-that there an in-place bf16 multiply is one operation where the CPU needs two, see `foreach_mul_`).
+Counted on the CPU through the test-only batched switch. The host work is the same operations on CUDA. The one
+exception is an in-place bf16 multiply: one operation on CUDA, two on the CPU (see `foreach_mul_`).
 """
 
 from __future__ import annotations
@@ -60,9 +60,11 @@ def test_a_step_dispatches_as_many_ops_for_100_matrices_per_shape_as_for_10(
 
 
 def _core_kernels(groups: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    """The aten operations of one step's core as the profiler sees them, nested ones included: on the CPU a
-    foreach list that cannot take one kernel runs one operation per tensor, as CUDA's slow path launches one
-    kernel per tensor."""
+    """The aten operations of one step's core as the profiler sees them, nested ones included.
+
+    On the CPU a foreach list that cannot take one kernel runs one operation per tensor. CUDA's slow path
+    likewise launches one kernel per tensor.
+    """
     optimizer = BatchedMuSGD(groups)
     optimizer._current_plan()
     run = CoreGraph.run
@@ -84,9 +86,11 @@ def test_the_core_copies_into_and_out_of_its_stacks_per_shape_not_per_matrix(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The fill of the stacks and the widening out of them copy each run of same-shape neighbours at once.
+
     An H200 profile of the YOLO26n step (reports/h200-decisive/logs/2026-12-03-1340/profile-n.log) found
-    about 250 single-tensor copy kernels (0.51 ms of its 1.72 ms of kernels): one per matrix each way, since
-    a padded slot is not dense and `_foreach_copy_` then launches one kernel per tensor."""
+    copies per matrix. There were about 250 single-tensor copy kernels, 0.51 ms of its 1.72 ms of kernels. A
+    padded slot is not dense, and `_foreach_copy_` then launches one kernel per tensor.
+    """
     shapes = [(16, 32), (16, 48), (64, 16), (16, 8, 3, 3)]
     ten = _core_kernels(_groups(10, shapes), monkeypatch)
     hundred = _core_kernels(_groups(100, shapes), monkeypatch)
@@ -118,10 +122,13 @@ def test_the_counter_counts_what_python_dispatches() -> None:
 
 
 def test_a_step_allocates_nothing_outside_its_core(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On a fast GPU the host's cost of a step was mostly the caching allocator (an H200 profile: 618 new
-    tensors per YOLO26n step, 28% of its host time): the Nesterov inputs, the decayed gradient and the
-    Nesterov update, one per parameter. Outside the core (a graph replay on CUDA: its memory is the graph's)
-    a step now allocates nothing."""
+    """Outside its core a step allocates nothing; on CUDA the core is a graph replay, whose memory is the
+    graph's.
+
+    On a fast GPU the caching allocator was most of a step's host cost. An H200 profile found 618 new tensors
+    per YOLO26n step, 28% of its host time. They were the Nesterov inputs, the decayed gradient and the
+    Nesterov update, one per parameter.
+    """
     groups, kwargs = build_param_groups("n", seed=0)
     fill_synthetic_grads(groups, seed=1)
     optimizer = BatchedMuSGD(groups, **kwargs)

@@ -1,8 +1,8 @@
 """The candidate under a process group: each rank orthogonalizes its share, one gather per step, same updates.
 
-Two CPU ranks on the `gloo` backend, spawned with a free port and a deadline, run the candidate through the
-test-only batched switch; the parent runs the one-rank candidate on the same values and compares bit for
-bit. No rank outlives the test, whatever happens in it.
+Two CPU ranks on the `gloo` backend run the candidate through the test-only batched switch. They are spawned
+with a free port and a deadline. The parent runs the one-rank candidate on the same values and compares bit
+for bit. No rank outlives the test, whatever happens in it.
 """
 
 from __future__ import annotations
@@ -159,10 +159,13 @@ def test_two_ranks_share_newton_schulz_and_update_as_one_rank_does(tmp_path: Pat
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_two_ranks_on_one_device_agree_with_one_rank(tmp_path: Path) -> None:
-    """Two gloo ranks on one GPU (the plumbing, not the speed). A rank's chunk of a batch is a smaller cuBLAS
-    batch than one rank's, which may round differently: the updates are bit-equal or within the calibrated
-    bound of experiments.parity, and the test prints which. Muon buffers read gradients only, so they are
-    bit-equal either way. Each rank's graph holds its own Newton-Schulz share (the gather stays eager)."""
+    """Two gloo ranks on one GPU: the plumbing, not the speed.
+
+    A rank's chunk of a batch is a smaller cuBLAS batch than one rank's, which may round differently. The
+    updates are bit-equal or within the calibrated bound of experiments.parity; the test prints which. Muon
+    buffers read gradients only, so they are bit-equal either way. Each rank's graph holds its own
+    Newton-Schulz share; the gather stays eager.
+    """
     from experiments.parity import ULP_SENSITIVITY_FACTOR, ulp_sensitivity
 
     ranks = _spawn(WORLD, tmp_path, "cuda")

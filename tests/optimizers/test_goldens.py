@@ -1,14 +1,14 @@
 """Our MuSGD against golden outputs of upstream Ultralytics 8.4.101's per-parameter MuSGD, bit for bit.
 
-The goldens (tests/data/musgd_goldens_8.4.101.pt, made by scripts/make_goldens.py from the published wheel)
-are the only test data not computed by this repository's own Newton-Schulz, so they see a wrong coefficient,
-iteration, order or dtype that every implementation here would share.
+The goldens (tests/data/musgd_goldens_8.4.101.pt) were made by scripts/make_goldens.py from the published
+wheel. They are the only test data not computed by this repository's own Newton-Schulz. So they see a wrong
+coefficient, iteration, order or dtype that every implementation here would share.
 
-They were made on the CPU, where Newton-Schulz runs bf16 matrix products whose rounding belongs to the CPU
+They were made on the CPU, where Newton-Schulz runs bf16 matrix products. Their rounding belongs to the CPU
 kernels of one torch build on one instruction set. Another torch version or CPU capability may round them
-differently without anything here being wrong: where the comparison fails *and* the recorded torch version
-or CPU capability differs from this machine's, the test is skipped with both named (regenerate the goldens
-there); where both are the same, a difference fails.
+differently without anything here being wrong. Where the comparison fails *and* the recorded torch version or
+CPU capability differs, the test is skipped naming both. Regenerate the goldens there. Where both are the
+same, a difference fails.
 """
 
 from __future__ import annotations
@@ -87,8 +87,11 @@ def test_the_baseline_equals_upstream_8_4_101_bit_for_bit(goldens: dict[str, Any
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_the_candidate_with_exact_shapes_equals_upstream_8_4_101(goldens: dict[str, Any], dtype: str) -> None:
-    """Every golden matrix has its own shape: without padding each is a lone matrix, which the candidate
-    orthogonalizes exactly as the baseline does, through its batched path (forced onto the CPU)."""
+    """Every golden matrix has its own shape, so without padding each is a lone matrix.
+
+    The candidate orthogonalizes it exactly as the baseline does, through its batched path forced onto the
+    CPU.
+    """
     case = goldens["cases"][dtype]
     with batched_on_cpu():
         _judge(goldens, _differences(case, *_run(BatchedMuSGD.with_pad_guard(0), case)))
@@ -103,9 +106,12 @@ BF16_MANTISSAS = torch.arange(128, dtype=torch.float32) / 128 + 1  # every bf16 
 
 
 def _bf16_products_differ(k: float, other: float) -> int:
-    """How many bf16 significands round differently when multiplied by `k` and by `other` (as torch does:
-    the Python scalar in float32, the product rounded to bf16). Scale-free, so this covers every normal
-    bf16 value: each coefficient only ever multiplies bf16 tensors in Newton-Schulz."""
+    """How many bf16 significands round differently when multiplied by `k` and by `other`.
+
+    The product is taken as torch does: the Python scalar in float32, the product rounded to bf16. This is
+    scale-free, so it covers every normal bf16 value. Each coefficient only ever multiplies bf16 tensors in
+    Newton-Schulz.
+    """
     k32, other32 = torch.tensor(k, dtype=torch.float32), torch.tensor(other, dtype=torch.float32)
     return int(((BF16_MANTISSAS * k32).bfloat16() != (BF16_MANTISSAS * other32).bfloat16()).sum())
 
@@ -120,8 +126,11 @@ def _nearest_visible_change(k: float, direction: int, step: float = 1e-5) -> flo
 
 
 def test_the_issues_b_mutation_is_invisible_to_bf16_arithmetic() -> None:
-    """b = -4.7751 instead of -4.7750 gives the same bf16 product for every bf16 input: an equivalent
-    mutant that no test can catch (the nearest values of b that change any product are printed)."""
+    """b = -4.7751 instead of -4.7750 gives the same bf16 product for every bf16 input.
+
+    It is an equivalent mutant that no test can catch. The nearest values of b that change any product are
+    printed.
+    """
     assert _bf16_products_differ(-4.7750, -4.7751) == 0
     below, above = _nearest_visible_change(-4.7750, -1), _nearest_visible_change(-4.7750, +1)
     print(f"\nb = -4.7750: the nearest visible changes are {below:.5f} and {above:.5f}")
@@ -133,9 +142,12 @@ def test_the_issues_b_mutation_is_invisible_to_bf16_arithmetic() -> None:
 def test_the_goldens_catch_the_smallest_coefficient_change_bf16_can_see(
     goldens: dict[str, Any], monkeypatch: pytest.MonkeyPatch, index: int, direction: int
 ) -> None:
-    """Each coefficient moved to its nearest value that changes a single bf16 product (1 of 128
-    significands): the baseline no longer equals upstream (the float32 case; its Newton-Schulz is the same
-    bf16 arithmetic as the bfloat16 case's)."""
+    """Each coefficient moved to its nearest value that changes one bf16 product (1 of 128 significands)
+    breaks the goldens.
+
+    The baseline no longer equals upstream in the float32 case; its Newton-Schulz is the bfloat16 case's bf16
+    arithmetic.
+    """
     coefficients = list(NS_MODULE.NS_COEFFICIENTS)
     coefficients[index] = _nearest_visible_change(coefficients[index], direction)
     monkeypatch.setattr(NS_MODULE, "NS_COEFFICIENTS", tuple(coefficients))

@@ -1,8 +1,9 @@
-"""The candidate's CUDA-graph replay of its Newton-Schulz core: bit-equal to the eager step, counted fallbacks.
+"""The candidate's CUDA-graph replay of its Newton-Schulz core: bit-equal to the eager step, counted
+fallbacks.
 
 Replay exists only on CUDA, so most tests here are marked `cuda` and skip without a device. On the CPU, the
-replay policy and the way a step consumes a graph's outputs run against a simulated backend (a "capture"
-that runs the core once, and replays that recompute into the captured outputs); the rule that a CPU step
+replay policy runs against a simulated backend. So does the way a step consumes a graph's outputs. The
+simulated capture runs the core once; a replay recomputes into the captured outputs. The rule that a CPU step
 never tries to capture is tested in test_batched.py.
 """
 
@@ -84,8 +85,11 @@ def _fill(groups: list[dict[str, Any]], seed: int) -> None:
 
 
 class SimulatedBackend:
-    """A device without kernels: "capture" runs the core once (so the first replay has nothing left to do),
-    a replay recomputes it and copies the results into the captured outputs, as a real replay refills them."""
+    """A device without kernels: a capture runs the core once, so the first replay has nothing left to do.
+
+    A replay recomputes the core and copies the results into the captured outputs, as a real replay refills
+    them.
+    """
 
     def __init__(self, fail_with: Exception | None = None, warm_bytes: int = 0) -> None:
         self.fail_with = fail_with
@@ -143,8 +147,11 @@ def _simulated(groups: list[dict[str, Any]], backend: SimulatedBackend | None = 
 
 
 def test_simulated_replays_feed_the_step_what_eager_cores_would(simulated_device: None) -> None:
-    """Eight steps with a schedule that moves every step: replays (outputs refilled in place, the
-    updates widened into scratch included) give the eager optimizer's bits, and each core is counted."""
+    """Eight steps with a schedule that moves every step: replays give the eager optimizer's bits, and each
+    core is counted.
+
+    Replays refill their outputs in place, and the updates widened into scratch too.
+    """
     groups = _small_groups(seed=6, device="cpu")
     twin_groups = _clone_groups(groups)
     optimizer, twin = _simulated(groups), _eager(twin_groups)
@@ -166,8 +173,10 @@ def test_simulated_replays_feed_the_step_what_eager_cores_would(simulated_device
 
 
 def test_simulated_replays_keep_their_graph_through_a_nesterov_flip(simulated_device: None) -> None:
-    """The captured core reads its inputs in scratch, the Nesterov inputs or copies of the momentum buffers:
-    turning Nesterov off changes what the momentum step writes there, not the graph (bits as eager)."""
+    """The captured core reads its inputs in scratch: the Nesterov inputs or copies of the momentum buffers.
+
+    Turning Nesterov off changes what the momentum step writes there, not the graph; the bits stay as eager.
+    """
     groups = _small_groups(seed=9, device="cpu")
     twin_groups = _clone_groups(groups)
     optimizer, twin = _simulated(groups), _eager(twin_groups)
@@ -181,9 +190,11 @@ def test_simulated_replays_keep_their_graph_through_a_nesterov_flip(simulated_de
 
 
 def test_plan_bytes_count_what_the_capture_stream_and_the_graph_keep(simulated_device: None) -> None:
-    """The candidate's fits peaked 45.6 MiB above upstream's, and its plan_bytes missed the largest part a
-    capture keeps: the capture stream's cuBLAS workspace, set up at the warm-up. plan_bytes is the stacks
-    and scratch, the graph's pool and what the warm-up left allocated, kept across a new plan."""
+    """`plan_bytes` counts what a capture keeps, kept across a new plan.
+
+    That is the stacks and scratch, the graph's pool, and what the warm-up left allocated. The warm-up sets up
+    the capture stream's cuBLAS workspace, the largest part.
+    """
     groups = _small_groups(seed=8, device="cpu")
     optimizer = _simulated(groups, SimulatedBackend(warm_bytes=32 << 20))
     _fill(groups, 30)
@@ -260,8 +271,11 @@ def test_simulated_capture_failure_runs_eagerly_and_says_why(simulated_device: N
 @cuda
 @needs_cuda
 def test_cuda_replayed_steps_equal_eager_steps_under_a_schedule_that_moves_every_step() -> None:
-    """YOLO26n, 12 steps; learning rates and momentum change every step (as the trainer's warm-up does) and
-    gradients are fresh tensors on odd steps: the replaying optimizer stays bit-equal to the eager one."""
+    """YOLO26n, 12 steps: the replaying optimizer stays bit-equal to the eager one.
+
+    Learning rates and momentum change every step, as the trainer's warm-up does. Gradients are fresh tensors
+    on odd steps.
+    """
     groups, kwargs = build_param_groups("n", device="cuda", seed=0)
     eager_groups, replay_groups = _clone_groups(groups), _clone_groups(groups)
     eager, replaying = _eager(eager_groups, kwargs), BatchedMuSGD(replay_groups, **kwargs)
@@ -320,9 +334,11 @@ def test_cuda_every_eager_core_is_counted_with_its_reason() -> None:
 @cuda
 @needs_cuda
 def test_cuda_a_capture_of_a_replaying_step_records_the_steps_own_kernels() -> None:
-    """The screen's launch floor captures the step of an optimizer that already replays its core: it calls
-    `eager_step`, so the outer graph holds every kernel of the step, and its replays compute what eager steps
-    compute."""
+    """The screen's launch floor captures the step of an optimizer that already replays its core.
+
+    The step calls `eager_step`, so the outer graph holds every kernel of the step. Its replays compute what
+    eager steps compute.
+    """
     groups = _small_groups(seed=2)
     twin_groups = _clone_groups(groups)
     optimizer, twin = BatchedMuSGD(groups), _eager(twin_groups)
@@ -431,9 +447,11 @@ def test_cuda_loading_a_checkpoint_drops_the_graph() -> None:
 
 
 def test_every_optimizer_shares_one_capture_stream_per_device(monkeypatch: pytest.MonkeyPatch) -> None:
-    """cuBLAS keeps a workspace (32 MiB on an H200) for every stream it has run on, for the life of the
-    process: a side stream per optimizer grew the process by one workspace per optimizer built (on the H200 a
-    probe of four trials ended 64 MiB above where it started). Every backend uses one stream per device."""
+    """Every backend uses one capture stream per device.
+
+    The cuBLAS library keeps a workspace (32 MiB on an H200) for every stream it ran on, for the process's
+    life. A side stream per optimizer grew the process by one workspace per optimizer built.
+    """
     made: list[torch.device] = []
 
     class FakeStream:

@@ -201,8 +201,10 @@ NS_SHAPES = [
     ],
 )
 def test_lockstep_newton_schulz_is_bit_equal_to_the_reference(device: str) -> None:
-    """Matrices and batches, wide, tall and square, advanced together with mm/bmm and foreach steps: each
-    stack ends bit-equal to `newton_schulz` of its own (the reference uses `@` and out-of-place steps)."""
+    """Matrices and batches, wide, tall and square, advanced together with mm/bmm and foreach steps.
+
+    Each stack ends bit-equal to `newton_schulz` of its own; the reference uses `@` and out-of-place steps.
+    """
     generator = torch.Generator().manual_seed(21)
     inputs = [torch.randn(shape, generator=generator).to(device) for shape in NS_SHAPES]
     stacks = [Stack.of(G.to(torch.bfloat16)) for G in inputs]
@@ -214,10 +216,12 @@ def test_lockstep_newton_schulz_is_bit_equal_to_the_reference(device: str) -> No
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_on_cuda_x_plus_b_x_is_one_kernel_for_every_wide_stack() -> None:
-    """A foreach add over tensors of different strides takes CUDA's per-tensor path: the H200 profile of the
-    YOLO26n step (reports/h200-decisive/logs/2026-12-03-1340/profile-n.log) counted 74 single add_ kernels
-    per step, X += B X for each of its 14 stacks in each of 5 iterations, because two stacks are tall (X a
-    transposed view). Wide stacks now share one foreach kernel; each tall one still takes its own."""
+    """Wide stacks share one foreach kernel for X += B X; each tall one, a transposed view, takes its own.
+
+    A foreach add over tensors of different strides takes CUDA's per-tensor path. The H200 profile of the
+    YOLO26n step counted 74 single add_ kernels per step. That profile is
+    reports/h200-decisive/logs/2026-12-03-1340/profile-n.log.
+    """
     generator = torch.Generator().manual_seed(22)
     stacks = [Stack.of(torch.randn(shape, generator=generator).bfloat16().cuda()) for shape in NS_SHAPES]
     tall = sum(not stack.x.is_contiguous() for stack in stacks)
@@ -237,7 +241,10 @@ def test_stacks_must_be_contiguous_matrices_or_batches() -> None:
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_foreach_mul_rounds_as_the_per_tensor_multiply(dtype: torch.dtype) -> None:
     """In place, with the scalar kept in float: what `t.mul_(s)` gives, tensor by tensor, for one scalar or
-    one per tensor (CPU's in-place foreach multiply alone would round 0.937 to the tensor's dtype first)."""
+    one per tensor.
+
+    The CPU's in-place foreach multiply alone would round 0.937 to the tensor's dtype first.
+    """
     generator = torch.Generator().manual_seed(22)
     tensors = [torch.randn(64, 64, generator=generator).to(dtype) for _ in range(3)]
     for scalars in (0.937, [0.937, 2.0315, 1.4142135623730951]):
