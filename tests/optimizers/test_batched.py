@@ -163,7 +163,10 @@ def _in_buckets(optimizer: BatchedMuSGD) -> list[int]:
 
 def _muon_matrices(optimizer: MuSGD, groups: list[dict[str, Any]]) -> list[torch.Tensor]:
     """The baseline's Newton-Schulz input of the last step (Nesterov groups), one per distinct matrix shape
-    and dtype: enough to measure the 1-ulp sensitivity at every size without paying for every matrix."""
+    and dtype.
+
+    That is enough to measure the 1-ulp sensitivity at every size without paying for every matrix.
+    """
     matrices: dict[tuple[Any, ...], torch.Tensor] = {}
     for group in groups:
         if group["use_muon"]:
@@ -184,8 +187,8 @@ def _assert_contract(
 ) -> None:
     """One step from identical state: momentum buffers bit-equal, parameters within lr*muon*tolerance.
 
-    `momentum_buffer_SGD` of a decayed Muon group reads p after the Muon update, so it may differ by the
-    decay times the parameter difference; everything else that depends only on gradients is exact.
+    `momentum_buffer_SGD` of a decayed Muon group reads p after the Muon update. So it may differ by the decay
+    times the parameter difference. Everything else that depends only on gradients is exact.
     """
     for base_group, cand_group in zip(base_groups, cand_groups, strict=True):
         lr, wd = base_group["lr"], base_group["weight_decay"]
@@ -347,11 +350,13 @@ def _contiguous_partitions(items: list[_Member]) -> Iterator[list[list[_Member]]
 def test_the_cost_rule_finds_the_cheapest_runs_within_the_budget(
     small: int, extras: list[int], element_sizes: list[int], chain_flops: float, roomy: bool
 ) -> None:
-    """Every run the prefix table makes fits its members' own bytes, and its runs cost the least of all
-    partitions into runs of the width order that fit; where the budget never binds (`roomy`), the least of
-    every set partition whatever the order. (Where it binds, a partition out of order can be cheaper: widths
-    23, 8, 5, 1, 1 of bf16 parameters fit as {23, 1} and {8, 5, 1}, but in order only as {23, 8, 5} and
-    {1, 1}: found by this test.)"""
+    """Every run the prefix table makes fits its members' own bytes, and its runs cost the least of the
+    fitting partitions.
+
+    Those partitions are into runs of the width order. Where the budget never binds (`roomy`), the runs cost
+    the least of every set partition. Where it binds, a partition out of order can be cheaper. Widths 23, 8,
+    5, 1, 1 of bf16 parameters fit as {23, 1} and {8, 5, 1}. In order they fit only as {23, 8, 5} and {1, 1}.
+    """
     members = [
         _Member(
             torch.empty(0),
@@ -387,8 +392,11 @@ def test_the_chain_price_must_be_a_finite_number(price: float) -> None:
 
 def test_the_cost_rule_cuts_wasteful_padding_and_keeps_the_contract() -> None:
     """YOLO26x's groups: priced at what a chain is worth, the padded arithmetic falls; at zero it is exactly
-    the matrices' own; the priced plan still computes the baseline's step (buffers bit-equal, parameters
-    within the bound) on a mixed set whose long and short members the rule splits."""
+    the matrices' own.
+
+    The priced plan still computes the baseline's step, buffers bit-equal and parameters within the bound. It
+    does so on a mixed set whose long and short members the rule splits.
+    """
 
     def plan_flops(chain_flops: float | None) -> tuple[int, int, int]:
         groups, kwargs = build_param_groups("x", seed=0)
@@ -638,8 +646,8 @@ def test_updates_are_written_into_parameters_in_place_and_layouts_stay(device: s
 def test_checkpoint_resume_both_ways_equals_an_uninterrupted_run() -> None:
     """baseline -> candidate -> baseline through state_dicts equals never stopping, bit for bit.
 
-    Distinct shapes keep every matrix a lone one (the baseline's exact computation), so bit-equality is
-    the right bar; the state_dicts carry no field the other class would not know.
+    Distinct shapes keep every matrix a lone one, the baseline's exact computation, so bit-equality is the
+    right bar. The state_dicts carry no field the other class would not know.
     """
     shapes = [(16, 8, 3, 3), (32, 72), (24, 40)]
     params = _make_params(shapes, seed=70)
@@ -739,8 +747,8 @@ def test_the_public_cpu_switch_routes_cpu_tensors_and_restores_itself() -> None:
 def test_cuda_foreach_momentum_recurrence_is_bit_equal_to_the_scalar_path() -> None:
     """Twelve steps on YOLO26n: every momentum buffer bit-equal to the baseline's, step after step.
 
-    Muon groups run without weight decay here so their SGD buffers read only gradients; one SGD group gets
-    decay so the foreach decay path (which reads p, updated by foreach adds) is covered too.
+    Muon groups run without weight decay here, so their SGD buffers read only gradients. One SGD group gets
+    decay, covering the foreach decay path too. That path reads p, updated by foreach adds.
     """
     groups, kwargs = build_param_groups("n", device="cuda", seed=0)
     for group in groups:
@@ -804,10 +812,10 @@ def test_cuda_device_and_dtype_buckets_in_one_group() -> None:
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_reduced_precision_momentum_buffers_stay_bit_equal_over_steps(dtype: torch.dtype) -> None:
-    """bf16/fp16 buffers: every step's buf*m rounds as the baseline's `mul_` does (scalar kept in float).
+    """bf16/fp16 buffers: every step's buf*m rounds as the baseline's `mul_` does, the scalar kept in float.
 
-    Three steps, so the multiply sees non-zero buffers; no weight decay in the Muon group, so every buffer
-    depends on gradients alone and must be bit-equal (the parameters then are too, for the SGD groups).
+    Three steps, so the multiply sees non-zero buffers. The Muon group has no weight decay, so every buffer
+    depends on gradients alone and must be bit-equal. The SGD groups' parameters then are too.
     """
     muon_params = _make_params([(16, 72), (16, 40), (32, 16), (16, 16), (16, 16)], seed=120, dtype=dtype)
     sgd_params = _make_params([(16,), (32,), (8, 4)], seed=121, dtype=dtype)
@@ -842,8 +850,8 @@ def test_the_plan_allocates_its_stacks_and_scratch_once_and_says_how_big_they_ar
 def test_padding_recovers_after_a_nan_once_the_state_is_reset() -> None:
     """A NaN gradient poisons its matrix's padding; the step zeroes padding, so a reset member recovers.
 
-    Both optimizers see a NaN gradient for one padded member, then have that member's parameter and
-    buffers reset by hand to the same finite values; the next step must agree within the usual bound.
+    Both optimizers see a NaN gradient for one padded member. That member's parameter and buffers are then
+    reset by hand to the same finite values. The next step must agree within the usual bound.
     """
     groups = [_muon_group(_make_params(MIXED_SMALL_16, seed=140))]
 
@@ -920,8 +928,10 @@ def _step_with_schedule(optimizer: MuSGD, groups: list[dict[str, Any]], step: in
 def test_merged_foreach_lists_change_no_bit_and_follow_the_scalar_pattern(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Groups whose scalars are equal share foreach calls; bit for bit what one list per group computes,
-    through a schedule whose lr pattern changes (new merged lists, one plan)."""
+    """Groups whose scalars are equal share foreach calls, bit for bit what one list per group computes.
+
+    The schedule's lr pattern changes, making new merged lists under one plan.
+    """
     merged_groups, alone_groups = _six_groups(seed=300), _clone_groups(_six_groups(seed=300))
     base_groups = _clone_groups(_six_groups(seed=300))
     merged, alone = (
@@ -958,10 +968,13 @@ def test_merged_foreach_lists_change_no_bit_and_follow_the_scalar_pattern(
 
 
 def test_every_nesterov_and_decay_combination_matches_the_baseline_as_nesterov_flips() -> None:
-    """The in-place forms in scratch (the Nesterov inputs, the decayed gradient, the Nesterov SGD update) and
-    the buffers read directly without Nesterov, for Muon and SGD groups with and without decay, through a
-    schedule that moves momentum and lr and flips one Muon group's Nesterov flag (another fill of the stacks):
-    exact-shape batches (guard 0), so every parameter and buffer bit for bit, and no gradient touched."""
+    """Every Nesterov and decay combination matches the baseline bit for bit, with no gradient touched.
+
+    The in-place forms in scratch are the Nesterov inputs, the decayed gradient and the Nesterov SGD update.
+    Without Nesterov the buffers are read directly. Muon and SGD groups run with and without decay. The
+    schedule moves momentum and lr, and flips one Muon group's Nesterov flag: another fill of the stacks.
+    Batches have exact shapes (guard 0).
+    """
     shapes = [(16, 8, 3, 3), (24, 40), (32, 16)]
     groups = []
     for i, (nesterov, decay) in enumerate([(True, 5e-4), (False, 5e-4), (True, 0.0), (False, 0.0)]):
@@ -1074,8 +1087,11 @@ _SPANS = st.lists(st.tuples(st.integers(0, 60), st.integers(0, 12)), max_size=12
 def _searched_per_gradient(
     static: list[tuple[int, int]], moved: list[tuple[int, int]]
 ) -> tuple[list[int], list[int], list[tuple[int, int]], bool]:
-    """The reference the per-step checks replace: the static spans' index (starts, running ends), the moved
-    spans, and whether one of those reaches into an indexed span (a binary search each) or another moved one."""
+    """The reference the per-step checks replace, a binary search each.
+
+    It indexes the static spans (starts, running ends) and the moved spans. It asks whether a moved span
+    reaches into an indexed span or another moved one.
+    """
     index = _span_index([("cpu", start, start + size, i) for i, (start, size) in enumerate(static)])
     starts, reach = index.get("cpu", ([], []))
     spans = [(start, start + size) for start, size in moved]
@@ -1090,8 +1106,11 @@ def _searched_per_gradient(
 def test_the_gradient_check_answers_as_a_search_per_gradient(
     static: list[tuple[int, int]], moved: list[tuple[int, int]]
 ) -> None:
-    """`_spans_meet` over `_union_ends` (the per-step check when gradients moved) against the reference it
-    replaces, for nonempty moved spans; the static spans may be empty, touch or overlap."""
+    """`_spans_meet` over `_union_ends`, the per-step check when gradients moved, answers as the reference it
+    replaces.
+
+    Moved spans are nonempty; the static spans may be empty, touch or overlap.
+    """
     starts, reach, spans, expected = _searched_per_gradient(static, moved)
     union = _union_ends(starts, reach)
     parts = sorted(union.items())  # disjoint, not touching
@@ -1112,9 +1131,12 @@ _VIEW_SHAPES = [(2, 3), (3, 2), (2, 3, 1, 1)]
 def test_a_copy_over_merged_runs_writes_what_a_copy_per_entry_writes(
     entries: list[tuple[int, bool, int]],
 ) -> None:
-    """`_runs` against one copy per entry, in order: views of a few shapes (row-major or transposed, as a
-    padded stack's wide and tall slots are) at offsets stepping by their size plus a gap (negative gaps
-    overlap their neighbour, which must never join a run); the sources sit densely in another buffer."""
+    """`_runs` writes what one copy per entry, in order, writes.
+
+    The views are of a few shapes, row-major or transposed, as a padded stack's wide and tall slots are. Their
+    offsets step by their size plus a gap. A negative gap overlaps the neighbour, which must never join a run.
+    The sources sit densely in another buffer.
+    """
     destination, source = torch.arange(400.0), torch.arange(1000.0, 1400.0)
     dst_views, src_views = [], []
     offset, src_offset = 8 * 10, 0
@@ -1138,10 +1160,12 @@ def test_a_copy_over_merged_runs_writes_what_a_copy_per_entry_writes(
 
 
 def test_the_moved_gradient_check_dispatches_no_tensor_operation() -> None:
-    """In a real fit on the H200 (`logs/2026-12-03-1056/fit-profile`) gradients moved in 127 of 128 steps and
-    their check took 1.37 ms of the step's 3.41 ms of host: a dozen CPU tensor operations on a few hundred
-    addresses, where the fit's worker runs torch with 15 intra-op threads beside busy loader processes. The
-    check is arithmetic on Python integers now: a step whose gradients moved dispatches nothing for it."""
+    """A step whose gradients moved dispatches no tensor operation for the check: it is arithmetic on Python
+    integers.
+
+    In a fit on the H200 (`logs/2026-12-03-1056/fit-profile`) gradients moved in 127 of 128 steps. Their check
+    took 1.37 ms of the step's 3.41 ms of host time.
+    """
     groups, kwargs = build_param_groups("n", seed=0)
     fill_synthetic_grads(groups, seed=1)
     optimizer = BatchedMuSGD(groups, **kwargs)
@@ -1154,9 +1178,11 @@ def test_the_moved_gradient_check_dispatches_no_tensor_operation() -> None:
 
 
 def test_a_step_whose_gradients_moved_reads_each_address_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Inside a fit on the H200 the moved-gradient check still took 1.10 ms of a 3.32 ms step's host with no
-    tensor operation in it (`logs/2026-12-03-1154/fit-profile`): every pass over the few hundred gradients
-    counts there. The check reads the addresses the step's signature already read, and no data_ptr again."""
+    """The check reads the addresses the step's signature already read, and no data_ptr again.
+
+    Inside a fit on the H200 the check took 1.10 ms of a 3.32 ms step's host time
+    (`logs/2026-12-03-1154/fit-profile`).
+    """
     groups, kwargs = build_param_groups("n", seed=0)
     fill_synthetic_grads(groups, seed=1)
     optimizer = BatchedMuSGD(groups, **kwargs)
@@ -1173,8 +1199,11 @@ def test_a_step_whose_gradients_moved_reads_each_address_once(monkeypatch: pytes
 
 
 def test_moved_strided_gradients_sharing_memory_rebuild_the_plan() -> None:
-    """Strided gradients take the per-gradient check; two that share memory with each other (and nothing
-    else) rebuild the plan, and both parameters take the baseline's whole step."""
+    """Strided gradients take the per-gradient check.
+
+    Two that share memory with each other, and nothing else, rebuild the plan; both parameters take the
+    baseline's whole step.
+    """
     params = _make_params([(16, 72), (16, 40), (8,)], seed=350)
     optimizer = BatchedMuSGD([_muon_group(params[:2]), _sgd_group(params[2:])])
     _fill_grads(params, seed=351)
@@ -1191,8 +1220,10 @@ def test_moved_strided_gradients_sharing_memory_rebuild_the_plan() -> None:
 def test_moved_gradients_are_checked_at_once_and_one_onto_a_buffer_or_a_strided_view_rebuilds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Fresh contiguous gradients (a trainer's, every step) take the vectorized check and keep the plan; a
-    moved gradient onto a momentum buffer, or a strided one onto a parameter, still rebuilds it."""
+    """Fresh contiguous gradients, a trainer's every step, take the vectorized check and keep the plan.
+
+    A moved gradient onto a momentum buffer, or a strided one onto a parameter, still rebuilds it.
+    """
     params = _make_params([(16, 72), (16, 40), (8,)], seed=345)
     optimizer = BatchedMuSGD([_muon_group(params[:2]), _sgd_group(params[2:])])
     builds, one_by_one = [], []
@@ -1278,9 +1309,12 @@ def _sgd_buffer(optimizer: MuSGD, group: dict[str, Any], p: torch.Tensor) -> tor
 
 
 def test_sgd_buffers_live_in_one_tensor_laid_out_like_scratch_and_each_run_steps_flat() -> None:
-    """YOLO26n's clean SGD buffers are views of one tensor per dtype at their scratch views' offsets and
-    strides, so each SGD run of its layout (no decay; decay) tiles one stretch and steps it with one operation
-    each; parameters and every buffer stay bit-equal to the baseline's over steps with moved gradients."""
+    """YOLO26n's clean SGD buffers are views of one tensor per dtype, at their scratch views' offsets and
+    strides.
+
+    So each SGD run of its layout, decayed or not, tiles one stretch and steps it with one operation each.
+    Parameters and every buffer stay bit-equal to the baseline's over steps with moved gradients.
+    """
     groups, kwargs = build_param_groups("n", seed=0)
     fill_synthetic_grads(groups, seed=1)
 
@@ -1312,10 +1346,12 @@ def test_sgd_buffers_live_in_one_tensor_laid_out_like_scratch_and_each_run_steps
 
 
 def test_an_sgd_run_that_does_not_tile_one_stretch_keeps_its_foreach_lists() -> None:
-    """Groups whose scalars alternate (decay 0; decay 5e-4 and momentum 0.8; decay 0) merge the two
-    undecayed groups into one SGD run whose scratch is split by the middle group's: that run keeps the
-    foreach lists, the middle one steps flat, and all match the baseline bit for bit, beside a Muon group
-    (exact shapes)."""
+    """Groups whose scalars alternate: decay 0; decay 5e-4 and momentum 0.8; decay 0.
+
+    The two undecayed groups merge into one SGD run whose scratch the middle group splits. That run keeps the
+    foreach lists, and the middle one steps flat. All match the baseline bit for bit, beside a Muon group of
+    exact shapes.
+    """
     groups = [
         _sgd_group(_make_params([(8,), (16,)], seed=1), weight_decay=0.0),
         _sgd_group(_make_params([(5,), (7,), (9,)], seed=2), momentum=0.8),
@@ -1334,9 +1370,11 @@ def test_an_sgd_run_that_does_not_tile_one_stretch_keeps_its_foreach_lists() -> 
 
 
 def test_moving_buffers_into_their_flat_tensor_does_not_make_moved_gradients_rebuild_the_plan() -> None:
-    """The per-step check of moved gradients reads the plan's index of parameter and state memory: it indexes
-    the buffers as they are after the move, so fresh gradients allocated where the old buffers were do not
-    look like overlaps (which would rebuild the plan every step)."""
+    """The moved-gradient check indexes the buffers as they are after their move into the flat tensor.
+
+    Fresh gradients allocated where the old buffers were then do not look like overlaps. Overlaps would
+    rebuild the plan every step.
+    """
     params = _make_params([(16,)] * 12 + [(64,)] * 6, seed=4)
     optimizer = BatchedMuSGD([_sgd_group(params)])
     _fill_grads(params, seed=5)
@@ -1358,10 +1396,12 @@ def test_moving_buffers_into_their_flat_tensor_does_not_make_moved_gradients_reb
 def test_on_cuda_the_flat_sgd_step_with_its_nesterov_update_is_the_baselines_bit_for_bit(
     dtype: torch.dtype,
 ) -> None:
-    """On CUDA every SGD operation of a run that tiles one stretch is one elementwise kernel over it, the
-    Nesterov update included: sizes that leave every kind of remainder (odd, prime, a vector's multiple),
-    fp32 and bf16, undecayed and decayed groups, beside a Muon group: parameters and buffers stay the
-    baseline's bit for bit over steps."""
+    """On CUDA every SGD operation of a run that tiles one stretch is one elementwise kernel, the Nesterov
+    update included.
+
+    Sizes leave every kind of remainder: odd, prime, a vector's multiple. fp32 and bf16, undecayed and decayed
+    groups, run beside a Muon group. Parameters and buffers stay the baseline's bit for bit over steps.
+    """
     sizes = [(1,), (3,), (7,), (16,), (31,), (64,), (127,), (4, 257)]
     groups = [
         _sgd_group(_make_params(sizes, seed=1, dtype=dtype, device="cuda"), weight_decay=0.0),
