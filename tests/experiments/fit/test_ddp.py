@@ -1,10 +1,11 @@
-"""Data-parallel trials (`--gpus N`): the option and its checks, a 2-rank gloo fit through `bench pair` end to end,
-a rank that dies, the real trainer's DDP launch file, the distributed screen and the ranks parity.
+"""Data-parallel trials (`--gpus N`): the option and its checks, and a 2-rank gloo fit through `bench pair`
+end to end.
+
+Also a rank that dies, the real trainer's DDP launch file, the distributed screen and the ranks parity.
 
 The ranks are real processes started by torch.distributed.run on two CPU ranks (gloo), so the fits are tiny.
-The candidate shares Newton-Schulz only where it batches: `CpuBatchedCandidate` (in tests/workerfns.py,
-which the ranks import) routes CPU tensors through the batched path with the test-only switch, so the sharing
-is exercised without a GPU.
+The candidate shares Newton-Schulz only where it batches. `CpuBatchedCandidate` (in tests/workerfns.py, which
+the ranks import) takes the batched path on CPU tensors. So the sharing is exercised without a GPU.
 """
 
 from __future__ import annotations
@@ -104,8 +105,11 @@ def test_cuda_ranks_where_there_are_none_are_refused(tmp_path: Path, capsys) -> 
 
 @pytest.mark.slow
 def test_two_rank_fits_through_bench_pair_end_to_end(tmp_path: Path) -> None:
-    """One pair of 2-rank fits: rank 0's bracket is the figure, every rank's peaks and share are in the row,
-    the candidate shares its Newton-Schulz over the ranks and the baseline does not, each rank has its log."""
+    """One pair of 2-rank fits: rank 0's bracket is the figure, and every rank's peaks and share are in the
+    row.
+
+    The candidate shares its Newton-Schulz over the ranks and the baseline does not. Each rank has its log.
+    """
     arms = "baseline,tests.workerfns:CpuBatchedCandidate"
     assert (
         main(["pair", *TINY, *RANKS, "--arms", arms, "--warmup", "0", "--pairs", "1", "--out", str(tmp_path)])
@@ -151,9 +155,11 @@ def test_two_rank_fits_through_bench_pair_end_to_end(tmp_path: Path) -> None:
 
 
 def test_rank_zeros_wait_for_the_slowest_rank_is_inside_its_stages(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The bracket closes after a barrier, so rank 0's wait there for a slower rank is part of its fit; its
-    stages must hold it too. A loaded 2-core CI machine left 10 ms of a 153 ms two-rank fit outside them,
-    which `test_a_two_rank_stages_run_attributes_rank_zeros_fit` then refused (its stages summed to 93%)."""
+    """The bracket closes after a barrier, so rank 0's wait there for a slower rank is part of its fit.
+
+    Its stages must hold that wait too. Otherwise `test_a_two_rank_stages_run_attributes_rank_zeros_fit`
+    refuses stages summing to 93%.
+    """
     from experiments.fit import ddp
     from experiments.fit.stages import STAGES
     from harness.timing import StageClock
@@ -212,8 +218,10 @@ def test_a_rank_that_dies_fails_its_trial_leaves_nothing_running_and_the_run_goe
 
 
 def test_a_rank_whose_teardown_aborts_after_its_result_is_in_still_gives_the_result(tmp_path: Path) -> None:
-    """A rank's result is final once written: the process leaves without the interpreter's teardown, so a
-    teardown that aborts (gloo's, now and then, on a loaded runner) cannot fail a trial that finished."""
+    """A rank's result is final once written: the process leaves without the interpreter's teardown.
+
+    So a teardown that aborts, as gloo's does now and then on a loaded runner, cannot fail a finished trial.
+    """
     from harness.isolation import run_in_ranks
 
     log = tmp_path / "ranks.log"
@@ -287,10 +295,12 @@ HAS_ULTRALYTICS = all(
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_ULTRALYTICS, reason="needs the ultralytics extra and cloudpickle")
 def test_the_real_trainers_ddp_launch_file_builds_the_arms_trainer_in_a_fresh_rank(tmp_path: Path) -> None:
-    """Checked without a GPU as far as it goes: Ultralytics' own launch file is generated for our trainer and,
-    run in a fresh process set up as a rank, unpickles our class (by reference, importable), builds the arm's
-    trainer with its bench side and substitutes the arm's optimizer over upstream's MuSGD groups. Not checked
-    here: torch.distributed.run starting it, NCCL, and the fit itself (CUDA-only in Ultralytics)."""
+    """Ultralytics' own launch file, generated for our trainer, builds the arm's trainer in a fresh rank.
+
+    Run in a process set up as a rank, it unpickles our class by reference. It builds the arm's trainer with
+    its bench side. It substitutes the arm's optimizer over upstream's MuSGD groups. Left unchecked without a
+    GPU: torch.distributed.run starting it, NCCL, and the CUDA-only fit.
+    """
     import json as _json
     import subprocess
     import sys
@@ -345,8 +355,11 @@ def test_the_real_trainers_ddp_launch_file_builds_the_arms_trainer_in_a_fresh_ra
 def test_the_distributed_screen_times_each_rank_and_the_collectives_share(
     tmp_path: Path, monkeypatch
 ) -> None:
-    """`bench screen --gpus 2` on two gloo ranks: the slowest rank's window is the figure, each rank's is in the
-    row; the candidate gathers once per step and shares its matrices, the baseline has no collective."""
+    """`bench screen --gpus 2` on two gloo ranks: the slowest rank's window is the figure, and each rank's is
+    in the row.
+
+    The candidate gathers once per step and shares its matrices; the baseline has no collective.
+    """
     from experiments.screen import ranks
 
     monkeypatch.setattr(ranks, "RANK_TARGET", "tests.workerfns:tiny_screen_rank")
@@ -396,8 +409,12 @@ def test_the_distributed_screen_times_each_rank_and_the_collectives_share(
 
 @pytest.mark.slow
 def test_parity_over_two_ranks_follows_the_one_rank_candidate_bit_for_bit_on_the_cpu(tmp_path: Path) -> None:
-    """`bench parity --gpus 2 --fit`: the candidate on two gloo ranks (batched on the CPU, so sharing) against
-    the one-rank candidate, two real steps: bit for bit on the CPU, every rank equal to rank 0, contract held."""
+    """`bench parity --gpus 2 --fit`: the candidate on two gloo ranks against the one-rank candidate, two real
+    steps.
+
+    On the CPU it is batched, so sharing. The result is bit for bit, every rank equal to rank 0, the contract
+    held.
+    """
     arguments = ["parity", "--fit", "--candidate", "tests.workerfns:CpuBatchedCandidate", "--steps", "2"]
     assert main([*arguments, "--gpus", "2", "--device", "cpu", "--quiet", "--out", str(tmp_path)]) == 0
     folder = only_run(tmp_path)

@@ -291,8 +291,10 @@ def test_a_killed_run_resumes_with_only_the_rest(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_stop_after_stops_before_a_first_fit_too_long_and_resume_finishes(tmp_path: Path, capsys) -> None:
-    """--stop-after 1: the untimed first fit alone runs past it, so its worker is ended and nothing is logged;
-    the resume runs every trial (pairs stopped between: ``test_first_estimate``)."""
+    """--stop-after 1: the untimed first fit alone runs past it, so its worker is ended and nothing is logged.
+
+    The resume runs every trial. Pairs stopped between are in `test_first_estimate`.
+    """
     argv = ["pair", *TINY, "--warmup", "0", "--pairs", "2", "--stop-after", "1", "--out", str(tmp_path)]
     assert main([*argv, "--no-report"]) == 130
     folder = only_run(tmp_path)
@@ -411,8 +413,11 @@ def test_stages_on_cuda_cover_the_fit(tmp_path: Path) -> None:
     ],
 )
 def test_the_claim_opens_with_what_the_arms_ran(tmp_path: Path, arms: str, first: str, verdict: str) -> None:
-    """claim.txt's first line names what each arm ran; where the candidate ran the baseline's code (the
-    candidate on the CPU) it calls the run an A/A in effect and withholds the verdict."""
+    """claim.txt's first line names what each arm ran.
+
+    Where the candidate ran the baseline's code (the candidate on the CPU), it calls the run an A/A in effect
+    and withholds the verdict.
+    """
     from experiments.fit import make_plan
     from experiments.tiers import TIERS
     from harness.options import protocol_options
@@ -435,8 +440,9 @@ def test_the_claim_opens_with_what_the_arms_ran(tmp_path: Path, arms: str, first
 
 
 def test_a_failed_arm_keeps_the_median_estimand_and_says_why_it_is_insufficient(tmp_path: Path) -> None:
-    """A failed candidate trial once moved the verdict from the t interval to the sign test's, silently
-    changing the estimand; the median's interval ranks the failure slowest and stays the primary."""
+    """A failed candidate trial keeps the median as the estimand: its interval ranks the failure slowest and
+    stays the primary.
+    """
     from experiments.fit import make_plan
     from experiments.tiers import TIERS
     from harness.options import protocol_options
@@ -518,8 +524,10 @@ def test_the_cpu_note_of_the_real_trainer_follows_the_fit_asked() -> None:
 
 
 def test_the_embedded_workload_is_shorter_by_default_on_the_cpu_only() -> None:
-    """On the CPU the embedded default is 64 steps of 128 images (2 epochs × 32), said before the run; given
-    values, CUDA and the real trainer keep 384 steps of 256 images."""
+    """On the CPU the embedded default is 64 steps of 128 images (2 epochs × 32), said before the run.
+
+    Given values, CUDA and the real trainer keep 384 steps of 256 images.
+    """
     from experiments.fit import make_plan
     from harness.protocol import Arm, ProtocolOptions
 
@@ -552,8 +560,11 @@ def test_the_embedded_workload_is_shorter_by_default_on_the_cpu_only() -> None:
 
 
 def test_the_embedded_fit_logs_each_epoch(tmp_path: Path, capsys) -> None:
-    """A worker's ``trials/N.log`` is its stdout: the embedded fit prints one line per epoch (train loss,
-    validation loss and accuracy, host seconds) and a last line with the whole fit."""
+    """A worker's `trials/N.log` is its stdout.
+
+    The embedded fit prints one line per epoch: train loss, validation loss and accuracy, host seconds. A last
+    line covers the whole fit.
+    """
     from experiments.arms import make_optimizer
     from experiments.fit import embedded
     from harness.timing import NullClock

@@ -1,6 +1,8 @@
-"""The complete-fit tier on the real Ultralytics trainer, on the CPU with a tiny synthetic set, offline and
-with polars made unimportable (the H200 image has none): the arm's optimizer is substituted, every upstream
-loop element runs, and nothing is downloaded."""
+"""The complete-fit tier on the real Ultralytics trainer, on the CPU with a tiny synthetic set.
+
+It runs offline, with polars made unimportable as on the H200 image. The arm's optimizer is substituted, every
+upstream loop element runs, and nothing is downloaded.
+"""
 
 from __future__ import annotations
 
@@ -66,13 +68,12 @@ def without_optional_packages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 @pytest.fixture(scope="module")
 def narrow_yolo26(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    """``--model`` for the fits here: the installed YOLO26 yaml with only its n scale, at half of n's width.
+    """`--model` for the fits here: the installed YOLO26 yaml with only its n scale, at half of n's width.
 
-    On the CPU nearly all of a tiny fit is the optimizer's bf16 Newton-Schulz over yolo26n's matrices (4-9 s
-    a step on two busy cores); at half the width every layer, every parameter group (muon, bn, bias, the
-    head's split) and every loop element is still there, with matrices an eighth of the work. What the fits
-    here prove (the arm's optimizer substituted, each stage reached and covering the fit, checkpoints,
-    mosaic closure, no optional package needed) does not depend on the width."""
+    On the CPU nearly all of a tiny fit is bf16 Newton-Schulz over yolo26n's matrices: 4-9 s a step on two
+    busy cores. At half the width every layer, parameter group and loop element is still there. The matrices
+    are an eighth of the work. What the fits here prove does not depend on the width.
+    """
     import ultralytics
 
     source = Path(ultralytics.__file__).parent / "cfg" / "models" / "26" / "yolo26.yaml"
@@ -238,9 +239,12 @@ def test_real_trainer_on_cuda_fp16_skips_the_amp_check_offline(
 @pytest.mark.skipif(not HAS_ULTRALYTICS, reason=NO_EXTRA)
 @pytest.mark.parametrize("cache", ["ram", "disk"])
 def test_the_data_sets_side_effects_are_made_once_before_the_first_trial(tmp_path: Path, cache: str) -> None:
-    """Ultralytics writes label caches (and with --cache disk an .npy per image) into the data set the first
-    time it builds it: the plan's trial function makes them, untimed, before any trial runs, so the first
-    timed fit starts from the same state as every other."""
+    """Ultralytics writes label caches into the data set the first time it builds it; with --cache disk, an
+    .npy per image.
+
+    The plan's trial function makes them, untimed, before any trial runs. So the first timed fit starts from
+    the state every other does.
+    """
     from experiments.fit import make_plan, trial_function
     from experiments.fit.plan import FitSettings
     from harness.options import protocol_options
@@ -275,8 +279,9 @@ def test_the_data_sets_side_effects_are_made_once_before_the_first_trial(tmp_pat
     ],
 )
 def test_a_model_yaml_that_is_no_model_is_one_line(tmp_path: Path, capsys, text: str, says: str) -> None:
-    """A --model file that exists but is no model (not YAML, or no backbone and head) started a run whose every
-    fit failed: refused before the run, in one line naming the file."""
+    """A --model file that is no model (not YAML, or no backbone and head) is refused before the run, in one
+    line naming it.
+    """
     model = tmp_path / "bad.yaml"
     model.write_text(text)
     out = tmp_path / "runs"
