@@ -85,8 +85,9 @@ def test_bad_specs_raise_arm_errors(spec: str, message: str) -> None:
     ],
 )
 def test_a_module_that_cannot_be_imported_is_an_arm_error(tmp_path, monkeypatch, source, spec: str) -> None:
-    """A relative module path raised a TypeError, and a module raising anything but ImportError while it
-    imports (or exiting) went past the one-line refusal: each is an ArmError naming the module."""
+    """A relative module path, or a module raising anything while it imports (or exiting), is an ArmError
+    naming the module.
+    """
     module = spec.partition(":")[0]
     if source is not None:
         (tmp_path / f"{module}.py").write_text(source)

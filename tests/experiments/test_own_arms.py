@@ -1,5 +1,8 @@
-"""Bringing one's own optimizer: arm specs with keyword arguments and labels, the constructor mapping, the one
-check before a run, what an arm's code is called, and its module found from the working directory."""
+"""Bringing one's own optimizer: arm specs with keyword arguments and labels, and the constructor mapping.
+
+Also the one check before a run, what an arm's code is called, and its module found from the working
+directory.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""What each arm ran, as the plan records it: the opening sentence, which arms' verdicts are withheld, and the
-default arms on a device where the candidate would run the baseline's code."""
+"""What each arm ran, as the plan records it: the opening sentence, and which arms' verdicts are withheld.
+
+Also the default arms on a device where the candidate would run the baseline's code.
+"""
 
 from __future__ import annotations
 

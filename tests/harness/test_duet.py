@@ -37,8 +37,12 @@ def test_the_half_that_ends_first_keeps_working_until_its_partner_ends(tmp_path:
 
 
 def test_a_partners_end_stops_a_running_filler_at_once(tmp_path: Path) -> None:
-    """From its third run (after the untimed first trial and its measured one, or its measured one and a first
-    filler), the short arm sleeps 60 s: the round ends with the partner's 1 s, not a minute later."""
+    """From its third run the short arm sleeps 60 s; the round ends with the partner's 1 s, not a minute
+    later.
+
+    Its first two runs are the untimed first trial and its measured one, or its measured one and a first
+    filler.
+    """
     marks = tmp_path / "m"
     runs = f"$(cat {marks}{{arm}} 2>/dev/null | wc -l)"
     script = f"echo >> {marks}{{arm}}; if [ {runs} -ge 3 ]; then sleep 60; else sleep {{arm}}; fi"

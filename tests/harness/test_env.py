@@ -103,8 +103,11 @@ def test_gpu_snapshot_parses_nvidia_smi(monkeypatch) -> None:
 
 
 def test_the_machine_is_named_by_its_boot_and_its_cards() -> None:
-    """Every VM here is called 'vm' and torch and nvidia-smi give one card two sizes, so neither tells two
-    machines apart: the record names the boot (the kernel's boot id) and each card's UUID."""
+    """The record names the machine by its boot (the kernel's boot id) and each card's UUID.
+
+    Every VM here is called 'vm', and torch and nvidia-smi give one card two sizes. So neither tells two
+    machines apart.
+    """
     record = env.collect()
     assert isinstance(record["boot_id"], str) and len(record["boot_id"]) == 36
     assert record["boot_id"] == env.boot_id()  # the same boot, read twice

@@ -1,7 +1,9 @@
-"""A run folder is data: an edited folder never runs code, follows no link, and claims nothing it did not measure.
+"""A run folder is data: an edited folder never runs code, follows no link, and claims nothing it did not
+measure.
 
-Each case does what a user (or whoever handed them a folder) can do: edit a stopped run's plan, put a file or a
-link in it, then resume it or ask for its report. Every refusal is one line and exit status 2; nothing runs.
+Each case does what a user, or whoever handed them a folder, can do. It edits a stopped run's plan or puts a
+file or a link in it. Then it resumes the run or asks for its report. Every refusal is one line and exit
+status 2; nothing runs.
 """
 
 from __future__ import annotations
@@ -59,8 +61,11 @@ def test_a_plan_naming_code_in_its_own_folder_is_refused_before_it_runs(tmp_path
 
 
 def test_a_resume_refuses_an_arm_whose_code_changed_since_the_start(tmp_path, monkeypatch, bench) -> None:
-    """A spec that names code outside any folder: resolved as at the start, and its recorded fingerprint
-    must match, so rows logged under one label never come from two codes."""
+    """A spec naming code outside any folder is resolved as at the start, and its recorded fingerprint must
+    match.
+
+    So rows logged under one label never come from two codes.
+    """
     monkeypatch.syspath_prepend(str(tmp_path))
     (tmp_path / "mine_a43.py").write_text("from optimizers import MuSGD as Opt\n")
     root = tmp_path / "runs"

@@ -1,5 +1,8 @@
-"""CPU placement: parsing and refusals of --cpus, the automatic choice, and a placed worker whose threads and
-children (multiprocessing and DataLoader workers, fork and spawn) run where it was put."""
+"""CPU placement: parsing and refusals of --cpus, the automatic choice, and a placed worker.
+
+The worker's threads and children run where it was put: multiprocessing and DataLoader workers, fork and
+spawn.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""The report's and the screen's plots, read back from their matplotlib figures (no GUI): every legend entry
-shows the marker it names, one extreme pair does not flatten the rest, and one scale still spreads the arms."""
+"""The report's and the screen's plots, read back from their matplotlib figures (no GUI).
+
+Every legend entry shows the marker it names. One extreme pair does not flatten the rest, and one scale still
+spreads the arms.
+"""
 
 from __future__ import annotations
 

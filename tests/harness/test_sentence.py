@@ -1,5 +1,8 @@
-"""The answer in one sentence: built once from a claim row, first on the console, atop claim.txt and the
-report, returned by the API; figures that cannot be estimated are said to be unbounded."""
+"""The answer in one sentence, built once from a claim row.
+
+It comes first on the console, atop claim.txt and the report, and is returned by the API. Figures that cannot
+be estimated are said to be unbounded.
+"""
 
 from __future__ import annotations
 

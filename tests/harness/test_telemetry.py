@@ -1,5 +1,8 @@
-"""Per-trial telemetry: every field present and typed, null where unreadable (NVML and nvidia-smi absent,
-failing or printing garbage), /proc/stat deltas, throttle-reason decoding, process accounting, and flags."""
+"""Per-trial telemetry: every field present and typed, null where unreadable.
+
+NVML and nvidia-smi may be absent, failing or printing garbage. Also /proc/stat deltas, throttle-reason
+decoding, process accounting, and flags.
+"""
 
 from __future__ import annotations
 

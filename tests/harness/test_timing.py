@@ -121,8 +121,11 @@ def test_sync_timer_measures_elapsed_time() -> None:
 def test_a_synchronized_stage_clock_splits_each_stage_into_host_time_and_the_wait_for_the_device(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The host's own time inside a stage (until it reached the closing mark) is kept apart from the wait in
-    that mark's synchronization: a step that is host-bound and one that waits on the device read apart."""
+    """A stage's host time, until it reached the closing mark, is kept apart from the wait in that mark's
+    synchronization.
+
+    So a host-bound step and one that waits on the device read apart.
+    """
     waited = 0.05
     monkeypatch.setattr(timing, "synchronize", lambda _device: time.sleep(waited))
     clock = timing.StageClock("cpu", synchronized=True)

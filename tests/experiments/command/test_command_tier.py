@@ -1,8 +1,8 @@
-"""``bench command``: your own command as a tier, with known answers on the CPU.
+"""`bench command`: your own command as a tier, with known answers on the CPU.
 
-The known cost is a sleep: ``sleep 1.1`` waits 0.1 s longer than ``sleep 1.0``, whatever the machine's load.
-Exec and scheduling add a few milliseconds to both arms. So the known reduction is 0.1 s over the measured
-baseline, not 1 - 1.0/1.1: that overhead moves it about 0.15 points, wider than a 6-pair interval.
+The known cost is a sleep: `sleep 1.1` waits 0.1 s longer than `sleep 1.0`, whatever the machine's load. Exec
+and scheduling add a few milliseconds to both arms. So the known reduction is 0.1 s over the measured
+baseline, not 1 - 1.0/1.1. That overhead moves it about 0.15 points, wider than a 6-pair interval.
 """
 
 from __future__ import annotations

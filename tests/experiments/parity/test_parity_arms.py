@@ -1,5 +1,8 @@
-"""`bench parity` speaks the vocabulary of every command: --arms, a contract line with the difference and its
-bound, and no pointer to a report it did not write."""
+"""`bench parity` speaks the vocabulary of every command.
+
+It takes --arms, prints a contract line with the difference and its bound, and points to no report it did not
+write.
+"""
 
 from __future__ import annotations
 
