@@ -34,7 +34,7 @@ class DiesMidFit(MuSGD):
         return super().step(closure)
 
 
-# --- tests/test_reliability.py: a fit whose parameters turn NaN at its last step
+# --- tests/experiments/fit/test_fit_faults.py: a fit whose parameters turn NaN at its last step
 
 
 class NaNAtLastStep(MuSGD):
