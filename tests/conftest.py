@@ -50,7 +50,7 @@ SLOWEST_FIRST = (
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Hand files out in ``SLOWEST_FIRST``'s order under xdist (``--no-loadscope-reorder``); no-op without it."""
+    """Hands files out in `SLOWEST_FIRST`'s order under xdist (`--no-loadscope-reorder`); a no-op without it."""
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
 
@@ -73,7 +73,7 @@ def _freeze_what_is_already_alive() -> None:
 
 @pytest.fixture
 def bench(capsys: pytest.CaptureFixture[str]):
-    """``bench(argv)`` calls the CLI in this process; ``bench.refused(argv, ...)`` checks a one-line refusal."""
+    """`bench(argv)` calls the CLI in this process; `bench.refused(argv, ...)` checks a one-line refusal."""
     from tests.cli import Bench
 
     return Bench(capsys)
@@ -125,7 +125,7 @@ def no_gc(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def tmpfs(tmp_path: Path):
-    """``tmpfs(size)`` mounts a file system of that size below ``tmp_path``; skips where mounting is refused."""
+    """`tmpfs(size)` mounts a file system of that size below `tmp_path`; it skips where mounting is refused."""
     mounts: list[Path] = []
 
     def mount(size: str) -> Path:

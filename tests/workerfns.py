@@ -77,7 +77,8 @@ def report_affinity(payload: dict) -> dict:
     }
 
 
-# --- tests/experiments/fit/test_ddp.py: data-parallel arms, the real trainer's DDP launch file, the distributed screen's rank
+# --- tests/experiments/fit/test_ddp.py: data-parallel arms, the real trainer's DDP launch file, the
+# distributed screen's rank
 
 
 PIDS_ENV = "TEST_DDP_PIDS"  # a folder where test arms write the pids of their ranks and launchers

@@ -75,7 +75,7 @@ def test_a_concurrent_order_the_run_cannot_keep_is_refused_before_any_folder(
 
 
 def test_a_core_list_past_any_machine_is_one_line_not_a_memory_kill(tmp_path: Path, bench) -> None:
-    """``--cpus 0-999999999`` was expanded core by core before the bounds check: 24 GB, then the kernel's kill."""
+    """`--cpus 0-999999999` is refused by its bounds before any core list is expanded (24 GB)."""
     bench.refused([*EMBEDDED, "--cpus", "0-999999999", "--out", str(tmp_path)], "--cpus", "999999999")
     assert list(tmp_path.iterdir()) == []
 
@@ -123,7 +123,7 @@ def test_paths_no_file_system_can_hold_are_one_line(finished_run: RunFolder, tmp
 
 @pytest.mark.parametrize("workload", ["embedded", "ultralytics"])
 def test_out_on_a_file_is_one_line_before_anything_starts(tmp_path: Path, bench, workload: str) -> None:
-    """The real trainer's parent generates its synthetic set under --out before the first trial: checked first."""
+    """--out is checked first: the real trainer's parent writes its synthetic set there before the first trial."""
     if workload == "ultralytics" and not ultralytics_importable():
         pytest.skip("needs the ultralytics extra")
     occupied = tmp_path / "a-file"

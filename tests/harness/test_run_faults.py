@@ -1,4 +1,4 @@
-"""A run under faults: a folder in use, failed writes, a full disk, interrupts, a closed stdout, resumes refused."""
+"""A run under faults: a folder in use, failed writes, a full disk, interrupts, a closed stdout, refusals."""
 
 from __future__ import annotations
 
@@ -281,7 +281,7 @@ def _drop_last_row(folder: RunFolder) -> None:
 def test_a_resume_where_the_runs_cuda_device_is_absent_is_one_line(
     finished_run: RunFolder, tmp_path: Path
 ) -> None:
-    """A CUDA run resumed on a machine without CUDA is refused before anything is written, naming the device."""
+    """A CUDA run resumed where CUDA is absent is refused before anything is written, naming the device."""
     folder = copy_run(finished_run, tmp_path / "run")
     corrupt_plan(folder, set_field("protocol.device", "cuda"))
     _drop_last_row(folder)

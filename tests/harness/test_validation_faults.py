@@ -253,7 +253,7 @@ PLAN_KEYS = ("tier", "protocol", "cases", "schedule", "unit", "metric", "setting
 
 
 def _report_or_one_line(folder: RunFolder, out: Path) -> None:
-    """``bench report`` of the folder gives a report (exit 0) or one line on stderr and exit 2, nothing else."""
+    """`bench report` of the folder gives a report (exit 0), or one line on stderr and exit 2."""
 
     stderr = io.StringIO()
     # The error console writes to whatever sys.stderr is at the time: redirect it, never pin the console's
