@@ -50,7 +50,7 @@ SLOWEST_FIRST = (
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Hands files out in `SLOWEST_FIRST`'s order under xdist (`--no-loadscope-reorder`); a no-op without it."""
+    """Hands files out in `SLOWEST_FIRST`'s order under xdist (`--no-loadscope-reorder`)."""
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
 
@@ -125,7 +125,7 @@ def no_gc(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def tmpfs(tmp_path: Path):
-    """`tmpfs(size)` mounts a file system of that size below `tmp_path`; it skips where mounting is refused."""
+    """`tmpfs(size)` mounts a file system of that size below `tmp_path`; skipped where mounting is refused."""
     mounts: list[Path] = []
 
     def mount(size: str) -> Path:

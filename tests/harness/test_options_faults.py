@@ -123,7 +123,7 @@ def test_paths_no_file_system_can_hold_are_one_line(finished_run: RunFolder, tmp
 
 @pytest.mark.parametrize("workload", ["embedded", "ultralytics"])
 def test_out_on_a_file_is_one_line_before_anything_starts(tmp_path: Path, bench, workload: str) -> None:
-    """--out is checked first: the real trainer's parent writes its synthetic set there before the first trial."""
+    """--out is checked first: the real trainer's parent writes its synthetic set there before any trial."""
     if workload == "ultralytics" and not ultralytics_importable():
         pytest.skip("needs the ultralytics extra")
     occupied = tmp_path / "a-file"
