@@ -116,6 +116,15 @@ def half_run(tmp_path: Path):
 
 
 @pytest.fixture
+def no_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fails the test where a run starts or resumes: for commands refused before anything runs."""
+    from harness.run import Runner
+
+    monkeypatch.setattr(Runner, "start", lambda *a, **k: pytest.fail("a run started"))
+    monkeypatch.setattr(Runner, "resume", lambda *a, **k: pytest.fail("a run resumed"))
+
+
+@pytest.fixture
 def no_gc(monkeypatch: pytest.MonkeyPatch) -> None:
     """Skips the collection after each trial, which dominates the time of trials that allocate nothing."""
     from harness import protocol

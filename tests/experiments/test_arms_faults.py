@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.run import Runner
 from tests.argv import EMBEDDED
 
 ONE_TRIAL = ["--warmup", "0", "--pairs", "1", "--device", "cpu"]
@@ -21,9 +20,8 @@ ONE_TRIAL = ["--warmup", "0", "--pairs", "1", "--device", "cpu"]
     ],
 )
 def test_an_arm_whose_constructor_does_not_fit_is_one_line_before_the_schedule(
-    tmp_path: Path, bench, monkeypatch, command: list[str]
+    tmp_path: Path, bench, no_run, command: list[str]
 ) -> None:
-    monkeypatch.setattr(Runner, "start", lambda *a, **k: pytest.fail("a run started"))
     out = tmp_path / "runs"
     bench.refused(
         [*command, *ONE_TRIAL, "--out", str(out)],

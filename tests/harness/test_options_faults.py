@@ -47,9 +47,8 @@ TOO_MANY = [
 
 @pytest.mark.parametrize(("command", "message"), TOO_MANY)
 def test_a_count_no_run_can_take_is_refused_before_anything_starts(
-    tmp_path: Path, bench, monkeypatch, command: list[str], message: str
+    tmp_path: Path, bench, no_run, command: list[str], message: str
 ) -> None:
-    monkeypatch.setattr(Runner, "start", lambda *a, **k: pytest.fail("a run started"))
     out = tmp_path / "runs"
     bench.refused([*command, "--device", "cpu", "--out", str(out)], message)
     assert not out.exists()
@@ -140,9 +139,8 @@ def test_out_on_a_read_only_mount_is_one_line(read_only_disk, bench) -> None:
 
 
 def test_options_given_with_resume_that_differ_from_the_plan_are_refused(
-    half_run: RunFolder, bench, monkeypatch
+    half_run: RunFolder, bench, no_run
 ) -> None:
-    monkeypatch.setattr(Runner, "resume", lambda *a, **k: pytest.fail("the run was resumed"))
     before = half_run.file("trials.jsonl").read_bytes()
     resume = ["pair", "--resume", str(half_run.path)]
     bench.refused(
@@ -176,10 +174,9 @@ def test_options_given_with_resume_that_match_the_plan_are_accepted(half_run: Ru
     assert resumed == [half_run.path]
 
 
-def test_a_resume_of_a_plan_with_no_command_refuses_any_option(tmp_path: Path, bench, monkeypatch) -> None:
+def test_a_resume_of_a_plan_with_no_command_refuses_any_option(tmp_path: Path, bench, no_run) -> None:
     folder = copy_run(RunFolder(TIER_FOLDERS["screen"]), tmp_path / "run")  # as if started from Python:
     corrupt_plan(folder, set_field("command", ""))  # no command recorded
-    monkeypatch.setattr(Runner, "resume", lambda *a, **k: pytest.fail("the run was resumed"))
     command = ["screen", "--resume", str(folder.path), "--pairs", "1"]
     bench.refused(command, "--pairs 1", "no command")
 

@@ -10,7 +10,6 @@ import torch
 from experiments.fit.fitting import non_finite_results
 from experiments.fit.ultralytics_fit import upstream_seed
 from harness.cli import main
-from harness.run import Runner
 from tests.argv import EMBEDDED, TINY_FIT
 from tests.runfolders import only_run
 
@@ -60,19 +59,17 @@ def test_the_real_trainer_gets_a_seed_numpy_takes() -> None:
     [("--model", "foo.pt"), ("--workers", "8"), ("--cache", "disk"), ("--close-mosaic", "2")],
 )
 def test_real_trainer_options_with_the_embedded_workload_are_refused(
-    tmp_path: Path, bench, monkeypatch, option: str, value: str
+    tmp_path: Path, bench, no_run, option: str, value: str
 ) -> None:
-    monkeypatch.setattr(Runner, "start", lambda *a, **k: pytest.fail("a run started"))
     out = tmp_path / "runs"
     bench.refused([*EMBEDDED, option, value, "--out", str(out)], f"{option} {value}", "real trainer")
     assert not out.exists()
 
 
-def test_a_data_cache_nothing_would_use_is_refused(tmp_path: Path, bench, monkeypatch) -> None:
+def test_a_data_cache_nothing_would_use_is_refused(tmp_path: Path, bench, no_run) -> None:
     """`--data-cache` holds the real trainer's synthetic sets: with the embedded workload, which holds its set
     in memory, it is refused.
     """
-    monkeypatch.setattr(Runner, "start", lambda *a, **k: pytest.fail("a run started"))
     out = tmp_path / "runs"
     bench.refused(
         [*EMBEDDED, "--data-cache", str(tmp_path / "sets"), "--out", str(out)],

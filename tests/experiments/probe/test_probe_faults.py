@@ -6,8 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.run import Runner
-
 
 @pytest.mark.parametrize(
     ("head", "option", "value"),
@@ -23,10 +21,9 @@ from harness.run import Runner
     ],
 )
 def test_a_probe_option_of_the_other_head_is_refused(
-    tmp_path: Path, bench, monkeypatch, head: str, option: str, value: str
+    tmp_path: Path, bench, no_run, head: str, option: str, value: str
 ) -> None:
     """Each head's own options are refused with the other head in one line, never probed and ignored."""
-    monkeypatch.setattr(Runner, "start", lambda *a, **k: pytest.fail("a run started"))
     out = tmp_path / "runs"
     command = ["probe", "--device", "cpu", "--head", head, option, value, "--out", str(out)]
     bench.refused(command, f"{option} {value}", f"--head {head}")
