@@ -81,12 +81,10 @@ def test_ranks_on_the_cpu_are_gloo_ranks_of_the_cpu() -> None:
     ],
 )
 def test_bad_rank_options_are_one_line_exit_2_and_no_run_folder(
-    tmp_path: Path, capsys, arguments: list[str], message: str
+    tmp_path: Path, bench, arguments: list[str], message: str
 ) -> None:
     out = tmp_path / "runs"
-    assert main([*arguments, "--device", "cpu", "--out", str(out)]) == 2
-    error = capsys.readouterr().err.strip()
-    assert error.count("\n") == 0 and message in error, error
+    bench.refused([*arguments, "--device", "cpu", "--out", str(out)], message)
     assert not out.exists()
 
 

@@ -327,12 +327,10 @@ def test_stop_after_stops_before_a_first_fit_too_long_and_resume_finishes(tmp_pa
         (["--stages", "--bar", "8"], "--bar with --stages: a stages run is a diagnostic with no verdict"),
     ],
 )
-def test_bad_input_is_one_line_exit_2_and_no_run_folder(tmp_path: Path, capsys, arguments, message) -> None:
+def test_bad_input_is_one_line_exit_2_and_no_run_folder(tmp_path: Path, bench, arguments, message) -> None:
     out = tmp_path / "runs"
     workload = [] if "--workload" in arguments else ["--workload", "embedded"]  # an option is given once
-    assert main(["pair", *workload, *arguments, "--out", str(out)]) == 2
-    error = capsys.readouterr().err.strip()
-    assert error.count("\n") == 0 and message in error, error
+    bench.refused(["pair", *workload, *arguments, "--out", str(out)], message)
     assert not out.exists()
 
 

@@ -474,15 +474,11 @@ def test_a_head_whose_loss_is_not_finite_is_a_failed_trial(tmp_path: Path) -> No
     ],
 )
 def test_bad_inputs_exit_2_with_one_line_and_no_run_folder(
-    tmp_path: Path, capsys, args: list[str], says: str
+    tmp_path: Path, bench, args: list[str], says: str
 ) -> None:
     lm_options = [] if "detect" in args else TINY_LM  # refused with the detect head
-    code = main(
-        ["probe", *lm_options, "--device", "cpu", "--pairs", "1", "--out", str(tmp_path / "runs"), *args]
-    )
-    err = capsys.readouterr().err.strip()
-    assert code == 2
-    assert err.count("\n") == 0 and says in err
+    argv = ["probe", *lm_options, "--device", "cpu", "--pairs", "1", "--out", str(tmp_path / "runs"), *args]
+    bench.refused(argv, says)
     assert not (tmp_path / "runs").exists()
 
 

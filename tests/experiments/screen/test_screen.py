@@ -519,14 +519,11 @@ def test_section_reads_failed_trials_as_failures(tmp_path: Path) -> None:
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_no_run_folder(
-    argv: list[str], message: str, tmp_path: Path, capsys
+    argv: list[str], message: str, tmp_path: Path, bench
 ) -> None:
     out = tmp_path / "runs"
     base = ["--device", "cpu", "--scales", "n", "--out", str(out), "--quiet"]
-    code = main(["screen", *overridden(base, argv)])
-    err = capsys.readouterr().err.strip()
-    assert code == 2
-    assert err.count("\n") == 0 and message in err
+    bench.refused(["screen", *overridden(base, argv)], message)
     assert not out.exists() or not any(out.iterdir())
 
 
