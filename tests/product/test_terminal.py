@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from tests import ROOT
+from tests import child_env
 from tests.argv import overridden
 
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm-256color", "COLUMNS": "100", "LINES": "40"}
+ENV = child_env(TERM="xterm-256color", COLUMNS="100", LINES="40")
 HARD_TIMEOUT = 180.0  # seconds; each command below takes under 30 s on a loaded two-core machine
 
 COMMANDS = {
