@@ -17,23 +17,11 @@ from harness.cli import main
 from harness.isolation import run_in_worker
 from harness.placement import choose_placement
 from harness.tables import RunFolder
-from tests.argv import overridden
+from tests.argv import TINY_FIT, overridden
 from tests.trialfns import plan_of, runner
 
 LINUX = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU placement needs Linux")
-TINY = [
-    "--workload",
-    "embedded",
-    "--images",
-    "8",
-    "--batch",
-    "4",
-    "--steps",
-    "4",
-    "--val-images",
-    "8",
-    "--quiet",
-]
+TINY = [*TINY_FIT, "--quiet"]
 
 
 @LINUX
@@ -121,10 +109,8 @@ def test_duet_pairs_run_together_on_their_own_halves_and_swap_them(tmp_path: Pat
         (["--order", "duet", "--cpus", "none"], "--order duet runs the arms at once"),
     ],
 )
-def test_placement_refusals_are_one_line(argv: list[str], message: str, tmp_path: Path, capsys) -> None:
-    assert main(["pair", *TINY, *argv, "--out", str(tmp_path / "runs")]) == 2
-    error = capsys.readouterr().err.strip()
-    assert error.count("\n") == 0 and message in error, error
+def test_placement_refusals_are_one_line(argv: list[str], message: str, tmp_path: Path, bench) -> None:
+    bench.refused(["pair", *TINY, *argv, "--out", str(tmp_path / "runs")], message)
     assert not (tmp_path / "runs").exists()
 
 
