@@ -19,8 +19,7 @@ from harness.duet import PARTNER_REASON, duet_partners, fill_until_partners_end
 from harness.errors import is_disk_full
 from harness.placement import Placement, split_placement
 from harness.plan import Plan, estimated_seconds, next_unit
-from harness.protocol_options import ProtocolOptions  # noqa: F401 - tests/test_reliability.py imports it here
-from harness.schedule import CONCURRENT_ORDERS, Arm, Case, ScheduledTrial  # noqa: F401 - as above
+from harness.schedule import CONCURRENT_ORDERS, ScheduledTrial
 from harness.tables import RunFolder, RunFolderWriteError, encode_row
 from harness.timing import TrialFailure
 from harness.trial import (

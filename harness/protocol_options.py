@@ -156,7 +156,7 @@ class ProtocolOptions:
         6, low=1, high=MAX_PAIRS
     )  # --pairs auto: the first look (then one every 2 pairs)
     # --warmup auto: a warm-up settles its sequence when it is at most this much faster (percent) than its
-    # arm's previous one: a transient makes fits faster as it fades. tests/test_warmup.py simulates the rates.
+    # arm's previous one: a transient makes fits faster as it fades. tests/harness/test_warmup.py simulates the rates.
     warmup_tolerance: float = option(
         0.5, check=require(finite(lambda t: t > 0), "warmup_tolerance must be positive (got {})")
     )

@@ -22,3 +22,9 @@ TINY_SCREEN = [
     *("screen", "--device", "cpu", "--scales", "n", "--guards", "0"),
     *("--steps", "1", "--warmup-steps", "0"),
 ]
+
+# The tiny fit: the embedded workload's smallest fit of whole epochs, on any device.
+TINY_FIT = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "4", "--val-images", "8"]
+# A tiny fit of one pair: the command of the `half_run` folder (tests/conftest.py).
+TINY_PAIR = ["pair", *TINY_FIT, "--pairs", "1"]
+EMBEDDED = ["pair", "--workload", "embedded"]

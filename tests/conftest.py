@@ -1,30 +1,28 @@
-"""Suite-wide set-up that changes no test's meaning, only how idle threads wait and what the collector walks.
+"""Suite-wide set-up and the fixtures several folders share; the set-up changes no test's meaning.
 
-OpenMP threads that wait, wait asleep (``OMP_WAIT_POLICY=PASSIVE``, unless the caller set a policy). The CI
-runs two pytest workers on two cores, and each fit's worker gets both cores (``--cpus auto``), so two
-processes' thread teams share two cores. libgomp's default is to spin while it waits: a spinning thread holds
-a core that the thread it waits for needs, and on this machine a README-default 64-step fit took 63 s with two
-threads beside one other busy process, 3.5 s with passive waits (5.1 s on one thread). The variable is set
-here, before anything in this process loads libgomp, and every worker and rank the tests start inherits it;
-thread counts, placement and what each thread computes are unchanged.
+OpenMP threads wait asleep (`OMP_WAIT_POLICY=PASSIVE`, unless the caller set a policy). The CI runs two pytest
+workers on two cores, and each fit's worker takes both cores. By default libgomp spins while it waits, holding
+a core the awaited thread needs. On this machine a 64-step fit beside one busy process took 63 s spinning and
+3.5 s with passive waits. The variable is set before anything loads libgomp; every worker and rank the tests
+start inherits it.
 
-The protocol collects garbage after every trial (``harness.protocol._release_device_memory``). In a pytest
-process that has imported torch, pandas, matplotlib, scipy and every test module, a full collection walks a
-few million long-lived objects: 0.2-0.5 s per trial, most of the time of many in-process runs. Before each
-test, the objects that are still alive (modules, fixtures, caches) are collected once and then frozen
-(``gc.freeze``: moved to a generation the collector no longer walks), so each collection a test makes walks
-only what that test created. Every collection still runs and still frees every cycle a test leaves behind.
+The protocol collects garbage after every trial. With torch, pandas, matplotlib, scipy and every test module
+loaded, a full collection walks millions of objects: 0.2-0.5 s per trial. Before each test the objects still
+alive are collected once and frozen (`gc.freeze`). Each collection a test makes then walks only what that test
+created, and still frees every cycle.
 
-The slowest files run first (``SLOWEST_FIRST``). Under ``--dist loadfile`` each file is one worker's, and a
-worker takes the next file when it is nearly out of tests; with the longest files first, the short ones at
-the end fill in and both workers end together. xdist's own order (most tests first: ``--loadscope-reorder``,
-turned off in ``pytest_configure`` below where xdist is installed: the GPU machine's pytest may lack it) put heavy files of few tests last, where one alone outlasts the rest.
+The slowest files run first (`SLOWEST_FIRST`). Under `--dist loadfile` a worker takes the next whole file when
+it is nearly out of tests. With the longest files first, the short ones fill in at the end and both workers
+end together. The reordering xdist does itself is turned off where xdist is installed; the GPU machine's
+pytest may lack xdist.
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -34,7 +32,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # not named here runs after these, in the usual order. A stale order costs time, never a test.
 SLOWEST_FIRST = (
     "test_readme.py",  # one test (150-270 s): first, or it lands alone at the end of one worker
-    "test_reliability.py",
+    "test_run_faults.py",
+    "test_validation_faults.py",
     "test_folder_is_data.py",
     "test_fit.py",
     "test_ddp.py",
@@ -51,7 +50,7 @@ SLOWEST_FIRST = (
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Hand files out in ``SLOWEST_FIRST``'s order under xdist (``--no-loadscope-reorder``); no-op without it."""
+    """Hands files out in `SLOWEST_FIRST`'s order under xdist (`--no-loadscope-reorder`)."""
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
 
@@ -66,3 +65,89 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _freeze_what_is_already_alive() -> None:
     gc.collect()
     gc.freeze()
+
+
+# Imports of the package and of the helpers that load it sit inside the fixtures below: torch must not load
+# before OMP_WAIT_POLICY is set above.
+
+
+@pytest.fixture
+def bench(capsys: pytest.CaptureFixture[str]):
+    """`bench(argv)` calls the CLI in this process; `bench.refused(argv, ...)` checks a one-line refusal."""
+    from tests.cli import Bench
+
+    return Bench(capsys)
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory: pytest.TempPathFactory):
+    """A finished run folder of the test tier (one warm-up, two pairs); copy it before writing to it."""
+    from tests.trialfns import plan_of, runner
+
+    root = tmp_path_factory.mktemp("finished")
+    return runner(root).start(plan_of("sleepy", warmup=1, pairs=2)).folder
+
+
+@pytest.fixture
+def half_run(tmp_path: Path):
+    """A run of ``TINY_PAIR`` with its first trial logged and the second not run (interrupted there)."""
+    from experiments.fit.plan import FitSettings, make_plan
+    from experiments.tiers import TIERS
+    from harness.options import protocol_options
+    from harness.run import Runner, RunOptions
+    from tests.argv import TINY_PAIR
+    from tests.runfolders import only_run
+
+    def stop_at_second(plan):
+        def trial(ctx) -> dict:
+            if ctx.trial.index == 1:
+                raise KeyboardInterrupt
+            return {"value": 1.0}
+
+        return trial
+
+    settings = FitSettings(workload="embedded", images=8, batch=4, steps=4, val_images=8)
+    plan = make_plan(
+        protocol_options(pairs=1, warmup=2, device="cpu"), settings, "bench " + " ".join(TINY_PAIR)
+    )
+    with pytest.raises(KeyboardInterrupt):
+        Runner(TIERS, RunOptions(out=tmp_path, quiet=True, report=False)).start(plan, stop_at_second(plan))
+    return only_run(tmp_path)
+
+
+@pytest.fixture
+def no_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fails the test where a run starts or resumes: for commands refused before anything runs."""
+    from harness.run import Runner
+
+    monkeypatch.setattr(Runner, "start", lambda *a, **k: pytest.fail("a run started"))
+    monkeypatch.setattr(Runner, "resume", lambda *a, **k: pytest.fail("a run resumed"))
+
+
+@pytest.fixture
+def no_gc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Skips the collection after each trial, which dominates the time of trials that allocate nothing."""
+    from harness import protocol
+
+    monkeypatch.setattr(protocol, "_release_device_memory", lambda: None)
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path):
+    """`tmpfs(size)` mounts a file system of that size below `tmp_path`; skipped where mounting is refused."""
+    mounts: list[Path] = []
+
+    def mount(size: str) -> Path:
+        where = tmp_path / f"tmpfs-{len(mounts)}"
+        where.mkdir()
+        made = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True
+        )
+        if made.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+        mounts.append(where)
+        return where
+
+    yield mount
+    for where in mounts:
+        subprocess.run(["umount", "-l", str(where)], check=False)

@@ -1,10 +1,24 @@
-"""What several test files ask of the run folders a command wrote."""
+"""What several test files ask of, and do to, the run folders a command wrote."""
 
 from __future__ import annotations
 
+import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.tables import RunFolder
+from tests import ROOT
+
+# A committed H200 run folder of each project tier: a report reads each anywhere, and a finished screen
+# resumes on the CPU too (nothing is left to run).
+TIER_FOLDERS = {
+    "pair": ROOT / "reports/h200-decisive/baseline-d/pair-20261202-060853-6006",
+    "screen": ROOT / "reports/h200-decisive/screen/screen-20261202-020126-5cf4",
+    "probe": ROOT / "reports/h200-decisive/probe-lm-6GiB/probe-20261202-021557-b829",
+    "parity": ROOT / "reports/h200-decisive/parity/parity-20261202-020331-f306",
+    "stages": ROOT / "reports/h200-decisive/stages-baseline/stages-20261202-020854-c8f7",
+}
 
 
 def only_run(root: Path) -> RunFolder:
@@ -12,3 +26,47 @@ def only_run(root: Path) -> RunFolder:
     folders = [p for p in root.iterdir() if p.is_dir() and p.name != "datasets"]
     assert len(folders) == 1, folders
     return RunFolder(folders[0])
+
+
+def copy_run(folder: RunFolder, where: Path) -> RunFolder:
+    """A copy of ``folder`` at ``where``, for a test that writes to it."""
+    shutil.copytree(folder.path, where)
+    return RunFolder(where)
+
+
+def set_field(path: str, value) -> Callable[[dict], None]:
+    """An edit of a plan that sets the dotted ``path`` (list indices as numbers) to ``value``."""
+
+    def change(plan: dict) -> None:
+        *parents, last = path.split(".")
+        target = plan
+        for part in parents:
+            target = target[int(part)] if part.isdigit() else target[part]
+        target[int(last) if last.isdigit() else last] = value
+
+    return change
+
+
+def dropped(key: str) -> Callable[[dict], None]:
+    """An edit of a plan that removes its ``key``."""
+    return lambda plan: plan.pop(key)
+
+
+def corrupt_plan(folder: RunFolder, how) -> None:
+    """Writes ``folder``'s plan.json edited by ``how``, or replaced by ``how`` where it is text or bytes."""
+    if callable(how):
+        plan = json.loads(folder.file("plan.json").read_text())
+        how(plan)
+        how = json.dumps(plan)
+    path = folder.file("plan.json")
+    path.write_bytes(how) if isinstance(how, bytes) else path.write_text(how)
+
+
+def untouched(folder: RunFolder) -> dict[str, tuple[bytes, int]]:
+    """Each file's bytes and modification time; a refused command changes neither, run.lock included."""
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.path.iterdir() if p.is_file()}
+
+
+def tmp_files(root: Path) -> list[Path]:
+    """The temporary files a write left under ``root``."""
+    return sorted(p for p in root.rglob("*") if p.name.endswith(".tmp"))

@@ -77,9 +77,12 @@ def seeded(plan: Plan) -> TrialFunction:
 
 
 def warming(plan: Plan) -> TrialFunction:
-    """A warm-up's figure is the next of ``settings['warmups'][arm]`` (counted over the arm's warm-up rows in the
-    log, so a resume continues the script; the last repeats); a measured trial's is ``settings['measured'][arm]``.
-    Each trial sleeps ``settings['sleep']`` seconds."""
+    """A warm-up's figure is the next of `settings['warmups'][arm]`, the last repeating; a measured trial's is
+    `settings['measured'][arm]`.
+
+    Warm-ups are counted over the arm's warm-up rows in the log, so a resume continues the script. Each trial
+    sleeps `settings['sleep']` seconds.
+    """
     import json
 
     def trial(ctx: TrialContext) -> dict:

@@ -1,9 +1,9 @@
-"""What worker processes and ranks import from the tests: test-only arms and targets, by ``module:name``.
+"""What worker processes and ranks import from the tests: test-only arms and targets, by `module:name`.
 
-A trial's worker (and each rank of a data-parallel trial) imports the module its arm or target names. A test
-module imports the whole CLI (pandas, scipy, matplotlib, typer, rich) and pytest, 3-5 s of CPU on a busy
-two-core runner; this module imports torch, the optimizers and nothing of the harness's presentation, so a
-worker pays for what it runs and no more. Keep it that way: what the tests themselves need stays in them.
+A trial's worker, and each rank of a data-parallel trial, imports the module its arm or target names. A test
+module imports the whole CLI and pytest: 3-5 s of CPU on a busy two-core runner. This module imports torch and
+the optimizers only, so a worker pays for what it runs. Keep it that way: what the tests themselves need stays
+in them.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch
 from optimizers import BatchedMuSGD, MuSGD
 from optimizers.batched import batched_on_cpu
 
-# --- tests/test_fit.py: a worker that dies mid-fit
+# --- tests/experiments/fit/test_fit.py: a worker that dies mid-fit
 
 
 class DiesMidFit(MuSGD):
@@ -34,12 +34,14 @@ class DiesMidFit(MuSGD):
         return super().step(closure)
 
 
-# --- tests/test_reliability.py: a fit whose parameters turn NaN at its last step
+# --- tests/experiments/fit/test_fit_faults.py: a fit whose parameters turn NaN at its last step
 
 
 class NaNAtLastStep(MuSGD):
-    """An optimizer that writes NaN into every parameter at its fourth step, the last of test_reliability's
-    ``TINY_FIT``: the loss read before each step stays finite, so only an end-of-trial check can see it."""
+    """An optimizer that writes NaN into every parameter at its fourth step, a tiny fit's last.
+
+    The loss read before each step stays finite, so only the end-of-trial check sees it.
+    """
 
     LAST_STEP = 4
 
@@ -54,7 +56,7 @@ class NaNAtLastStep(MuSGD):
         return loss
 
 
-# --- tests/test_quiet.py: what a placed worker sees
+# --- tests/harness/test_quiet.py: what a placed worker sees
 
 
 def report_affinity(payload: dict) -> dict:
@@ -75,7 +77,8 @@ def report_affinity(payload: dict) -> dict:
     }
 
 
-# --- tests/test_ddp.py: data-parallel arms, the real trainer's DDP launch file, the distributed screen's rank
+# --- tests/experiments/fit/test_ddp.py: data-parallel arms, the real trainer's DDP launch file, the
+# distributed screen's rank
 
 
 PIDS_ENV = "TEST_DDP_PIDS"  # a folder where test arms write the pids of their ranks and launchers
@@ -120,8 +123,10 @@ class NotesPids(MuSGD):
 
 
 def generate_launch_file(data_yaml: str, project: str) -> None:
-    """In a fresh launching worker (``RANK`` unset): build the DDP trainer as ``launch_fit`` does, on the CPU,
-    and write Ultralytics' DDP launch file for it; print the file's path."""
+    """In a fresh launching worker (`RANK` unset): build the DDP trainer as the tier does, on the CPU.
+
+    Write Ultralytics' DDP launch file for it and print the file's path.
+    """
     from ultralytics.utils.dist import generate_ddp_file
 
     from experiments.fit.ultralytics_ddp import RankTrainer
@@ -140,8 +145,10 @@ def generate_launch_file(data_yaml: str, project: str) -> None:
 
 
 def run_launch_file_as_rank(launch_file: str, out: str) -> None:
-    """In a fresh process set up as rank 0 of 2: run the generated launch file as torch.distributed.run would,
-    with ``train`` replaced by a check of the trainer it built (its class, its bench side, its optimizer)."""
+    """In a fresh process set up as rank 0 of 2: run the generated launch file as torch.distributed.run would.
+
+    Its trainer call is replaced by a check of the trainer it built: its class, its bench side, its optimizer.
+    """
     import json as _json
     import runpy
 
@@ -166,8 +173,11 @@ def run_launch_file_as_rank(launch_file: str, out: str) -> None:
 
 
 def tiny_screen_rank(payload: dict[str, Any]) -> dict[str, Any]:
-    """The distributed screen's rank program on a tiny parameter set (the YOLO26 sets take minutes per step on
-    two CPU cores): everything else is ``measure_in_rank`` as it runs in ``bench screen --gpus N``."""
+    """The distributed screen's rank program on a tiny parameter set; the YOLO26 sets take minutes per step on
+    two cores.
+
+    Everything else runs as in `experiments.screen.ranks`.
+    """
     from experiments.screen import ranks, trial
 
     def fresh(self: Any, scale: str, seed: int, dtype: torch.dtype, device: str) -> tuple[list, dict]:
@@ -191,9 +201,11 @@ def tiny_screen_rank(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def aborts_at_exit(payload: dict[str, Any]) -> dict[str, Any]:
-    """A rank whose interpreter aborts while it tears down, after its result is in: what torch's gloo teardown
-    did to about one rank exit in five on a loaded two-core runner (SIGABRT, "terminate called without an
-    active exception", no Python frame), made certain here by an exit handler."""
+    """A rank whose interpreter aborts while it tears down, after its result is in.
+
+    Torch's gloo teardown did so about one rank exit in five on a loaded two-core runner (SIGABRT, no Python
+    frame). An exit handler makes it certain here.
+    """
     import atexit
 
     atexit.register(os.abort)

@@ -6,8 +6,8 @@
 # .whl/ must hold the cloudpickle (>= 3.1.1) wheel beside the ultralytics ones (Ultralytics' DDP launch needs it):
 # scripts/device/h200_wheels.sh fetches them all.
 # STEP is one of
-#   tests    pytest -m cuda (every CUDA test; the two-GPU ones in tests/test_ddp.py run only here), then
-#            tests/test_ddp.py and tests/test_distributed.py whole on this machine
+#   tests    pytest -m cuda (every CUDA test; the two-GPU ones in tests/experiments/fit/test_ddp.py run only here), then
+#            tests/experiments/fit/test_ddp.py and tests/optimizers/test_distributed.py whole on this machine
 #   parity   bench parity --gpus 2 on YOLO26n: one step judged, 20 reported (and x, 5 steps)
 #   screen   bench screen --gpus 2 at n and x: baseline, candidate (guard 256), upstream 8.4.190; 3 pairs
 #   screen1  the same screen on one GPU (the candidate's one-GPU step, for the 2-GPU target at x)
@@ -44,7 +44,7 @@ for step in "$@"; do
   case $step in
     tests) timeout $(( $(left) - 20 )) python3 -m pytest -q -m cuda -rs -p no:cacheprovider > "$LOGS/cuda-tests.log" 2>&1
            echo "cuda tests rc=$?"; tail -6 "$LOGS/cuda-tests.log"
-           timeout $(( $(left) - 10 )) python3 -m pytest -q -rs -p no:cacheprovider tests/test_ddp.py tests/test_distributed.py \
+           timeout $(( $(left) - 10 )) python3 -m pytest -q -rs -p no:cacheprovider tests/experiments/fit/test_ddp.py tests/optimizers/test_distributed.py \
              > "$LOGS/ddp-tests.log" 2>&1
            echo "ddp tests rc=$?"; tail -6 "$LOGS/ddp-tests.log" ;;
     parity) timeout $(( $(left) - 10 )) python3 -m harness.cli parity --device cuda --gpus 2 --steps 20 --out runs/parity --quiet > "$LOGS/parity.log" 2>&1
