@@ -267,7 +267,7 @@ def describe_arm(spec: str, device: str) -> str:
 def _describe_class(cls: type, device: str) -> str:
     name = _qualified(cls)
     if issubclass(cls, BatchedMuSGDOnCPU):
-        return f"the batched path (batched Newton-Schulz, foreach momentum) with CPU tensors routed through it ({name})"
+        return f"the batched path with CPU tensors routed through it ({name})"
     if _per_parameter_on(cls, device):
         if issubclass(cls, BatchedMuSGD):
             return f"the per-parameter step, since {name} batches CUDA tensors only"

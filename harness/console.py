@@ -280,14 +280,13 @@ def _listing(title: str, rows: list[dict[str, str]]) -> list[str]:
         lines.append(f"{r['case']} · {r['arm']}: {r['trials']} trials, median {r['median']} {r['range']}")
         if r["reduction"]:
             lines.append(
-                f"  reduction {r['reduction']} {r['reduction_range']}, interval {r['interval']}, "
-                f"verdict {r['verdict']}"
+                f"  reduction {r['reduction']} {r['reduction_range']}; interval {r['interval']}: {r['verdict']}"
             )
     return lines
 
 
-def _notes(plan: Plan, summaries: Summaries) -> list[str]:
-    """What the verdicts rest on, one line each."""
+def _notes(plan: Plan, summaries: Summaries, said: list[str]) -> list[str]:
+    """What the verdicts rest on, one line each; a reason the answer already gave is not repeated."""
     notes: list[str] = []
     claims = summaries.claims
     for _, claim in claims.iterrows():
@@ -296,7 +295,11 @@ def _notes(plan: Plan, summaries: Summaries) -> list[str]:
             notes.append(f"{label}: {int(claim['both_failed'])} pair(s) where both arms failed left out")
         if verdict_shown(plan, str(claim["arm"]), str(claim["verdict"])) != str(claim["verdict"]):
             continue  # the arm ran the baseline's code: its interval measures noise, and no verdict is given
-        if not claim["ci_sufficient"] and claim["ci_reason"]:
+        if (
+            not claim["ci_sufficient"]
+            and claim["ci_reason"]
+            and not any(claim["ci_reason"] in s for s in said)
+        ):
             notes.append(f"{label}: insufficient: {claim['ci_reason']}")
     return notes
 
@@ -320,7 +323,7 @@ def print_summary(plan: Plan, summaries: Summaries, out: Console | None = None) 
     else:
         for text in _listing(title, rows):
             out.print(text)
-    for note in _notes(plan, summaries):
+    for note in _notes(plan, summaries, said):
         out.print(f"  {note}")
 
 

@@ -50,6 +50,13 @@ class Placement:
         cores = {k: tuple(int(c) for c in fields[k]) for k in ("parent_cores", "worker_cores")}
         return cls(**{**fields, **cores})
 
+    def brief(self) -> str:
+        """The console's line: the cores and the torch threads; the report gives the reason too."""
+        return (
+            f"worker on {_cores(self.worker_cores)} ({self.torch_threads} torch threads), "
+            f"parent on {_cores(self.parent_cores)}"
+        )
+
     def describe(self) -> str:
         """One line for the console and the report's protocol paragraph."""
         return (

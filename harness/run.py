@@ -212,7 +212,7 @@ class Runner:
             f"run folder: {folder.path}  ({remaining} of {len(plan.schedule)} trials to run)", soft_wrap=True
         )
         if placement is not None:
-            console.print(f"CPU placement: {placement.describe()}")
+            console.print(f"CPU placement: {placement.brief()}")
         tier = self.tiers.reader(plan.tier)
         try:
             done = scheduled_done(plan, logged)

@@ -59,13 +59,13 @@ def _prepare(start: Start) -> Start:
     recorded = tuple(plan.settings.get("argv") or ())
     if not start.argv:
         raise InputError(
-            f"--resume {start.resume}: give the command again after -- ({shlex.join(recorded)}); "
-            "a run folder is data, and nothing in it is run"
+            f"--resume: give the command again after --: {shlex.join(recorded)}",
+            hint="a run folder is data, and nothing in it is run",
         )
     if start.argv != recorded:
         raise InputError(
-            f"--resume {start.resume}: the command given ({shlex.join(start.argv)}) is not the run's "
-            f"({shlex.join(recorded)})"
+            "--resume: the command given is not the run's",
+            hint=f"the run's: {shlex.join(recorded)}; given: {shlex.join(start.argv)}",
         )
     return start
 

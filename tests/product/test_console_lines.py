@@ -1,11 +1,13 @@
 """Every console line is at most 100 characters: bad input's error and its ``hint:`` line, and a run's output.
 
-Paths come from a short folder under pytest's base temporary folder; they are measured like any other text.
+Paths come from a short folder in /tmp, as a user's runs/ folder would be; they count like any other text.
 """
 
 from __future__ import annotations
 
 import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,11 +26,16 @@ def long_lines(text: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def short(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder with a short path, holding one finished ``bench command`` run under ``c/``."""
-    root = tmp_path_factory.mktemp("w", numbered=False)
-    assert main([*COMMAND[:-3], "--out", str(root / "c"), "--quiet", "--", *COMMAND[-2:]]) == 0
-    return root
+def short() -> Iterator[Path]:
+    """A folder with a short path, holding one finished ``bench command`` run under ``c/``.
+
+    pytest's own folders grow with the worker's name under xdist, so the folder is made in /tmp."""
+    root = Path(tempfile.mkdtemp(prefix="b", dir="/tmp"))
+    try:
+        assert main([*COMMAND[:-3], "--out", str(root / "c"), "--quiet", "--", *COMMAND[-2:]]) == 0
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def command_folder(short: Path) -> Path:
@@ -87,7 +94,7 @@ def test_a_control_character_in_a_value_stays_escaped(short: Path, capsys) -> No
 
 
 def test_a_run_s_output_and_plan_and_env_are_lines_of_at_most_100_characters(short: Path, capsys) -> None:
-    out = short / "s"  # one-letter folders: the paths are the shortest pytest's base folder allows
+    out = short / "s"  # one-letter folders, as short as a user's runs/ folder
     screen = ["screen", "--device", "cpu", "--scales", "n", "--guards", "0", "--steps", "1"]
     assert main([*screen, "--warmup-steps", "0", "--pairs", "2", "--warmup", "0", "--out", str(out)]) == 0
     assert main([*COMMAND[:-3], "--out", str(short / "d"), "--", *COMMAND[-2:]]) == 0

@@ -157,8 +157,7 @@ def test_the_readme_first_command_compares_two_computations(tmp_path: Path, monk
     assert answer in " ".join(out.split()) and answer in folder.file("report.md").read_text()
     assert first == (
         "On cpu: baseline ran the per-parameter MuSGD (optimizers.musgd.MuSGD); candidate-cpu ran the batched "
-        "path (batched Newton-Schulz, foreach momentum) with CPU tensors routed through it "
-        "(experiments.arms.BatchedMuSGDOnCPU)."
+        "path with CPU tensors routed through it (experiments.arms.BatchedMuSGDOnCPU)."
     )
     assert first in " ".join(out.split())  # the console says it too, before the figures, wrapped at 100
     report = folder.file("report.md").read_text().splitlines()
