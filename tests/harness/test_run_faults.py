@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 from experiments.fit.plan import FitSettings, make_plan
 from experiments.tiers import TIERS
-from harness.protocol import ProtocolOptions
+from harness.protocol_options import ProtocolOptions
 from harness.run import Runner, RunOptions
 from tests.trialfns import TWO_ARMS, sleepy
 
