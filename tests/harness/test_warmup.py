@@ -174,9 +174,9 @@ def test_stop_after_inside_the_warmup_sequence_resumes_where_it_stopped(tmp_path
     The resume continues the sequence from the next step.
     """
     warmups = {"baseline": [12.0, 10.0], "candidate": [9.0, 9.05]}
-    plan = auto_plan(warmups, sleep=0.15)
+    plan = auto_plan(warmups, sleep=0.3)  # 0.15 s and 0.4 s missed the first warm-up under a load of 15
     with pytest.raises(PlannedStop):
-        runner(tmp_path, stop_after=0.4).start(plan)
+        runner(tmp_path, stop_after=0.8).start(plan)
     (folder,) = [RunFolder(p) for p in tmp_path.iterdir()]
     before = warm_rows(folder)
     assert 1 <= len(before) < 4 and not [r for r in folder.rows() if r["phase"] == "measured"]
