@@ -57,7 +57,9 @@ def test_bench_command_recovers_a_known_delay(tmp_path: Path, size: str, capsys)
     assert np.allclose(delayed["injected_s"], known_sizes(trials, size), atol=0.005), delayed["injected_s"]
     (reading,) = delay_check.readings(trials)
     result = reading.result
-    assert result.verdict == "recovered" and result.low <= 1.0 <= result.high, reading.text
+    # A 95% interval misses 1 in one run of 20 by design (its coverage is simulated elsewhere); the
+    # product's rule, and this check, is the whole interval inside 1 ± 0.1.
+    assert result.verdict == "recovered" and 0.9 <= result.low <= result.high <= 1.1, reading.text
     assert 0.9 <= result.estimate <= 1.1, reading.text
     assert reading.text in capsys.readouterr().out.replace("\n", " ")
     run = Run.load(RunFolder.open(folder), tiers=TIERS)
