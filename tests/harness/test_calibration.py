@@ -54,7 +54,11 @@ def test_bench_command_recovers_a_known_delay(tmp_path: Path, size: str, capsys)
     trials = RunFolder.open(folder).trials()
     delayed = trials[(trials["arm"] == "calibration") & (trials["phase"] == "measured")]
     assert len(delayed) == 6 and (delayed["arm_delay"] == size).all()
-    assert np.allclose(delayed["injected_s"], known_sizes(trials, size), atol=0.005), delayed["injected_s"]
+    # A sleep never ends early. On this 2-core machine a sleep overran by 0.1 ms when quiet and up to 23 ms
+    # with CI running beside it, in one of six (measured). So: none short, the median within 20 ms; a wrong
+    # size (0.05 s against 0.25 s) still fails.
+    overrun = delayed["injected_s"].to_numpy() - np.asarray(known_sizes(trials, size))
+    assert (overrun >= -1e-6).all() and np.median(overrun) <= 0.02, delayed["injected_s"]
     (reading,) = delay_check.readings(trials)
     result = reading.result
     # A 95% interval misses 1 in one run of 20 by design (its coverage is simulated elsewhere); the
