@@ -30,7 +30,7 @@ from harness.cli_app import (
     new_app,
 )
 from harness.codepaths import what_ran
-from harness.console import console, errors, print_error
+from harness.console import console, errors, print_error, shown_path
 from harness.errors import InputError, RunFolderError
 from harness.failures import EVERY_TRIAL_FAILED, failed_arms, failure_lines
 from harness.formatting import format_probability
@@ -282,7 +282,7 @@ def report_command(
             runs = [Run.load(folder, tiers=runner.tiers) for folder in folders]
             for folder, run in zip(folders, runs, strict=True):
                 runner.finish(folder, run)
-    console.print(f"report: {write_report(folders, registry(), output)}")
+    console.print(f"report: {shown_path(write_report(folders, registry(), output))}", soft_wrap=True)
 
 
 @functools.cache

@@ -105,6 +105,13 @@ errors = Console(  # type: ignore[arg-type]
 )
 
 
+def shown_path(path: os.PathLike[str] | str) -> str:
+    """A path as the console shows it: relative to the working folder when inside it, else whole."""
+    whole = os.path.abspath(path)
+    inside = os.path.relpath(whole)
+    return whole if inside == os.pardir or inside.startswith(os.pardir + os.sep) else inside
+
+
 def one_line(text: str) -> str:
     """``text`` with control characters written as escapes, so a quoted value cannot break the line."""
     return "".join(ascii(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in text)

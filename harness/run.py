@@ -23,7 +23,7 @@ import torch
 
 from harness import env
 from harness.codepaths import arm_files, what_ran
-from harness.console import ScheduleProgress, console, errors, print_flags, print_summary
+from harness.console import ScheduleProgress, console, errors, print_flags, print_summary, shown_path
 from harness.errors import InputError
 from harness.estimate import OverBudget, probe_first, refuse_by_estimate
 from harness.folder_format import ENV, PLAN
@@ -209,7 +209,8 @@ class Runner:
         logged = folder.rows()
         remaining = sum(1 for _ in pending(plan, folder))
         console.print(  # never wrapped: the path is copied from here
-            f"run folder: {folder.path}  ({remaining} of {len(plan.schedule)} trials to run)", soft_wrap=True
+            f"run folder: {shown_path(folder.path)}  ({remaining} of {len(plan.schedule)} trials to run)",
+            soft_wrap=True,
         )
         if placement is not None:
             console.print(f"CPU placement: {placement.brief()}")
@@ -279,7 +280,7 @@ class Runner:
             from harness.report import write_report  # matplotlib: loaded by a run that writes a report only
 
             try:
-                console.print(f"report: {write_report([folder], self.tiers)}", soft_wrap=True)
+                console.print(f"report: {shown_path(write_report([folder], self.tiers))}", soft_wrap=True)
             except (RunFolderWriteError, OSError) as failure:
                 raise RunFolderWriteError(
                     f"could not write the report: {failure}; the run is complete: bench report {folder.path} "
