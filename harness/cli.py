@@ -16,7 +16,7 @@ from rich.table import Table
 
 import experiments.tiers
 from experiments.arms import arm_files, default_arms
-from harness import calibration, delay_check, design
+from harness import calibration, schedule
 from harness import env as env_module
 from harness.arguments import check_given_once, check_plan_goal, parse_percent
 from harness.cli_app import (
@@ -91,9 +91,9 @@ def launch(
         if run.gate:
             check_gate_threshold(protocol)
         plan = runner.tiers.get(tier).make_plan(protocol, settings, command_line())
-        if "order" not in run.given:  # the quiet design where the cores allow (harness.design)
+        if "order" not in run.given:  # the quiet design where the cores allow (harness.schedule)
             placement = resolve_placement(protocol.cpus)
-            chosen = design.default_order(plan, None if placement is None else len(placement.worker_cores))
+            chosen = schedule.default_order(plan, None if placement is None else len(placement.worker_cores))
             if chosen.order != protocol.order:
                 protocol = replace(protocol, order=chosen.order)
                 plan = runner.tiers.get(tier).make_plan(protocol, settings, command_line())
@@ -109,7 +109,7 @@ def launch(
     if failed_arms(rows):
         raise typer.Exit(EVERY_TRIAL_FAILED)
     if isinstance(result, Run):
-        for reading in delay_check.readings(result.folder.trials()):
+        for reading in calibration.readings(result.folder.trials()):
             console.print(reading.text)
     if run.gate:
         failures = result.gate_failures()

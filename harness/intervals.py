@@ -1,16 +1,125 @@
-"""The claim's primary interval: the median paired reduction between order statistics (docs/methods.md)."""
+"""Paired log ratios' intervals as reductions: the median's (primary), sign test, Hodges-Lehmann, geometric-mean t.
+
+The methods and their conventions are stated in docs/methods.md.
+"""
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
-from harness import inference
-from harness.inference import CONFIDENCE, LEVEL_SLACK, Interval, check_level, log_ratios_of, to_reduction
+from harness import t_calibration as calibration
 
+CONFIDENCE = 0.95
+LEVEL_SLACK = 1e-12  # float slack when comparing an exact attained level with the level asked for
 WINDOW = 0.015  # an interval's attained level may fall this far below the stated one
 ESTIMAND = "median reduction"
+Bounds = tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], float]
+
+
+def check_level(level: float) -> None:
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"a confidence level is a fraction in (0, 1) (got {level})")
+
+
+@dataclass(frozen=True, eq=False)
+class PairSplit:
+    """Usable pairs' log ratios, which pairs were kept, and how many had both arms failed."""
+
+    log_ratios: NDArray[np.float64]
+    kept: NDArray[np.bool_]
+    both_failed: int
+
+
+def split_pairs(baseline: ArrayLike, arm: ArrayLike) -> PairSplit:
+    """Log ratios log(c/b) of the pairs (b, c); a non-finite time is a failed trial."""
+    b = np.asarray(baseline, dtype=float).ravel()
+    c = np.asarray(arm, dtype=float).ravel()
+    if b.shape != c.shape:
+        raise ValueError(f"baseline and arm need one time per pair each (got {b.size} and {c.size})")
+    b_failed, c_failed = ~np.isfinite(b), ~np.isfinite(c)
+    if np.any(b[~b_failed] <= 0) or np.any(c[~c_failed] <= 0):
+        raise ValueError("times must be positive")
+    kept = ~(b_failed & c_failed)
+    finished = ~(b_failed | c_failed)
+    ratios = np.log(np.where(finished, c, 1.0) / np.where(finished, b, 1.0))
+    ratios = np.where(c_failed, math.inf, np.where(b_failed, -math.inf, ratios))
+    return PairSplit(log_ratios=ratios[kept], kept=kept, both_failed=int((~kept).sum()))
+
+
+def to_reduction(log_ratio: ArrayLike) -> NDArray[np.float64]:
+    """Reduction 1 − exp(log ratio): +∞ maps to −∞, −∞ to +100%."""
+    return 1.0 - np.exp(np.asarray(log_ratio, dtype=float))
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An interval of reductions with the method that made it and the level it attains with its pairs."""
+
+    estimand: str
+    method: str
+    estimate: float
+    low: float
+    high: float
+    stated_level: float
+    attained_level: float
+    n: int
+    sufficient: bool
+    reason: str = ""
+    nominal_level: float = math.nan
+
+    @property
+    def computable(self) -> bool:
+        return not (math.isnan(self.low) or math.isnan(self.high))
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval's width in percentage points of reduction (the stopping rule's precision)."""
+        return 100.0 * (self.high - self.low) / 2.0
+
+
+def _of_logs(estimand: str, method: str, estimate: float, low: float, high: float, *rest) -> Interval:
+    """An interval from log-ratio bounds; the ends swap, as a higher log ratio is a lower reduction."""
+    return Interval(estimand, method, estimate, *(float(to_reduction(v)) for v in (high, low)), *rest)
+
+
+def log_ratios_of(values: ArrayLike, level: float) -> NDArray[np.float64]:
+    """The log ratios as a flat array, once ``level`` and the values are checked."""
+    check_level(level)
+    x = np.asarray(values, dtype=float).ravel()
+    if np.any(np.isnan(x)):
+        raise ValueError("log ratios must not be NaN (split_pairs drops a pair whose arms both failed)")
+    return x
+
+
+def _refusal(
+    x: NDArray, level: float, estimand: str, method: str, least: int, undefined: str = ""
+) -> Interval | None:
+    """The not-computable interval where ``x`` has fewer than ``least`` values, or an infinite one."""
+    if x.size < least:
+        reason = "no pairs" if least == 1 else f"a t interval needs at least 2 pairs ({x.size} given)"
+    elif undefined and not np.all(np.isfinite(x)):
+        reason = f"a pair with one failed arm has an infinite log ratio: {undefined}"
+    else:
+        return None
+    return Interval(estimand, method, math.nan, math.nan, math.nan, level, math.nan, x.size, False, reason)
+
+
+def short_of(n: int, widest: str, attained: float, level: float, needs: int) -> str:
+    """Why an interval of ``n`` pairs is insufficient: even its widest form attains less than ``level``."""
+    return f"{n} pairs: even {widest} attains only {attained:.2%}; {level:.0%} needs {needs}"
+
+
+def pairs_for_range(level: float) -> int:
+    """The fewest pairs whose range attains ``level`` as an interval of the median (6 at 95%)."""
+    return max(1, math.ceil(math.log2(2.0 / (1.0 - level)) - 1e-9))
+
+
+# ------------------------------------------------------------------ the median's: order statistics
 
 
 def exact_levels(n: int) -> NDArray[np.float64]:
@@ -21,9 +130,7 @@ def exact_levels(n: int) -> NDArray[np.float64]:
 
 def attained_level(n: int, level: float = CONFIDENCE) -> float:
     """The level the interval of ``n`` pairs attains: ``level``, or the range's where lower."""
-    if n < 1:
-        return 0.0
-    return min(level, float(exact_levels(n)[0]))
+    return min(level, float(exact_levels(n)[0])) if n >= 1 else 0.0
 
 
 def keeps_level(attained: float, level: float = CONFIDENCE) -> bool:
@@ -61,10 +168,11 @@ def _between(near: NDArray[np.float64], far: NDArray[np.float64], weight: float)
     return np.where(np.isinf(near), near, mixed)
 
 
-def median_log_bounds(
-    log_ratios: ArrayLike, level: float = CONFIDENCE, interpolate: bool = True
-) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], float]:
-    """Median log ratio, the interval's bounds along the last axis and the level they attain."""
+def median_log_bounds(log_ratios: ArrayLike, level: float = CONFIDENCE, interpolate: bool = True) -> Bounds:
+    """Median log ratio, the interval's bounds along the last axis and the level they attain.
+
+    Without ``interpolate``: the sign test's bounds, at their exact level.
+    """
     x = np.sort(np.asarray(log_ratios, dtype=float), axis=-1)
     n = x.shape[-1]
     k, weight = _weights(n, level)
@@ -77,13 +185,6 @@ def median_log_bounds(
     return median, low, high, attained_level(n, level) if interpolate else attained
 
 
-def sign_log_bounds(
-    log_ratios: ArrayLike, level: float = CONFIDENCE
-) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], float]:
-    """The median's bounds without interpolation: the sign test's, at their exact level."""
-    return median_log_bounds(log_ratios, level, interpolate=False)
-
-
 def sign_test_rank(n: int, level: float = CONFIDENCE) -> tuple[int, float]:
     """The largest k whose order-statistic interval attains ``level`` (1 where none does), and its level."""
     check_level(level)
@@ -93,36 +194,203 @@ def sign_test_rank(n: int, level: float = CONFIDENCE) -> tuple[int, float]:
     return k, float(exact_levels(n)[k - 1])
 
 
-def _interval(log_ratios: ArrayLike, level: float, exact: bool) -> Interval:
+def _median(log_ratios: ArrayLike, level: float, exact: bool) -> Interval:
     """The median's interval: interpolated to ``level``, or exact (the sign test's)."""
-    check_level(level)
-    x = log_ratios_of(log_ratios)
+    x = log_ratios_of(log_ratios, level)
     n = x.size
-    if n < 1:
-        method = "sign test" if exact else "order statistics"
-        return inference.not_computable(ESTIMAND, method, level, 0, "no pairs")
+    refused = _refusal(x, level, ESTIMAND, "sign test" if exact else "order statistics", 1)
+    if refused:
+        return refused
     median, low, high, attained = median_log_bounds(x, level, interpolate=not exact)
     k, weight = _weights(n, level)
     method = f"order statistics {k} and {n + 1 - k} of {n}"
     if exact:
         method += " (sign test, binomial(n, 1/2)); exact for any continuous law"
-        sufficient, needs = attained >= level - LEVEL_SLACK, inference.pairs_for_range(level)
+        sufficient, needs = attained >= level - LEVEL_SLACK, pairs_for_range(level)
     else:
         if weight:
             method += f", interpolated toward {k + 1} and {n - k} (weight {weight:.3f})"
         method += f"; covers the median at {attained:.2%} on any continuous law"
         sufficient, needs = keeps_level(attained, level), min_pairs(level)
-    reason = "" if sufficient else inference.short_of(n, "their range", attained, level, needs)
+    reason = "" if sufficient else short_of(n, "their range", attained, level, needs)
     estimate = np.median(to_reduction(x)) if exact else to_reduction(median)  # sign test: reductions'
-    bounds = (float(to_reduction(v)) for v in (high, low))
-    return Interval(ESTIMAND, method, float(estimate), *bounds, level, attained, n, sufficient, reason)
+    return _of_logs(ESTIMAND, method, float(estimate), low, high, level, attained, n, sufficient, reason)
 
 
 def median_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
     """The primary interval of the median reduction at ``level`` (see the module's rule)."""
-    return _interval(log_ratios, level, exact=False)
+    return _median(log_ratios, level, exact=False)
 
 
 def sign_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
     """The exact sign-test interval of the median reduction."""
-    return _interval(log_ratios, level, exact=True)
+    return _median(log_ratios, level, exact=True)
+
+
+# ------------------------------------------------------------------ Hodges-Lehmann: Wilcoxon signed ranks
+
+
+def signed_rank_null(n: int) -> NDArray[np.float64]:
+    """Exact null distribution of the Wilcoxon signed-rank statistic T+ of n values."""
+    if n < 0:
+        raise ValueError("n must be at least 0")
+    total = n * (n + 1) // 2
+    probability = np.zeros(total + 1)
+    probability[0] = 1.0
+    for rank in range(1, n + 1):
+        shifted = np.zeros_like(probability)
+        shifted[rank:] = probability[: total + 1 - rank]
+        probability = (probability + shifted) / 2.0
+    return probability
+
+
+def signed_rank_rank(n: int, level: float = CONFIDENCE) -> tuple[int, float]:
+    """The Walsh-average rank k that attains ``level`` (1 where none does) and its exact level."""
+    check_level(level)
+    if n < 1:
+        return 0, 0.0
+    total = n * (n + 1) // 2
+    ranks = np.arange(1, (total + 1) // 2 + 1)
+    attained = 1.0 - 2.0 * np.cumsum(signed_rank_null(n))[ranks - 1]
+    reaching = ranks[attained >= level - LEVEL_SLACK]
+    k = int(reaching.max()) if reaching.size else 1
+    return k, float(attained[k - 1])
+
+
+def hodges_lehmann_log_bounds(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Bounds:
+    """Hodges–Lehmann estimate of the log ratio, its Wilcoxon bounds along the last axis, their level."""
+    x = np.asarray(log_ratios, dtype=float)
+    i, j = np.triu_indices(x.shape[-1])
+    walsh = np.sort((x[..., i] + x[..., j]) / 2.0, axis=-1)
+    k, attained = signed_rank_rank(x.shape[-1], level)
+    return np.median(walsh, axis=-1), walsh[..., k - 1], walsh[..., walsh.shape[-1] - k], attained
+
+
+def hodges_lehmann_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
+    """Hodges–Lehmann estimate with its exact Wilcoxon signed-rank interval, as reductions."""
+    x = log_ratios_of(log_ratios, level)
+    n, total = x.size, x.size * (x.size + 1) // 2
+    estimand = "Hodges-Lehmann (pseudo-median) reduction"
+    method = (
+        "Hodges-Lehmann: median of Walsh averages; Wilcoxon signed-rank interval, exact null distribution"
+    )
+    refused = _refusal(x, level, estimand, method, 1, "Walsh averages are undefined")
+    if refused:
+        return refused
+    centre, low, high, attained = hodges_lehmann_log_bounds(x, level)
+    k, _ = signed_rank_rank(n, level)
+    method += f", Walsh averages {k} and {total + 1 - k} of {total}"
+    sufficient = attained >= level - LEVEL_SLACK
+    widest = "the widest Wilcoxon interval"
+    reason = "" if sufficient else short_of(n, widest, attained, level, pairs_for_range(level))
+    estimate = float(to_reduction(centre))
+    return _of_logs(estimand, method, estimate, low, high, level, attained, n, sufficient, reason)
+
+
+# ------------------------------------------------------------------ the geometric mean's: calibrated t
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The t interval's calibration at one stated level and pair count."""
+
+    stated: float
+    pairs: int
+    nominal: float
+    skewed_coverage: float
+    keeps: bool
+
+    @property
+    def attained(self) -> float:
+        """The lower of the two laws' coverages: what the interval attains at worst on the laws checked."""
+        return min(self.nominal, self.skewed_coverage)
+
+
+def _table(level: float) -> tuple[float, dict[int, tuple[float, float, float, bool]]]:
+    """The tabulated stated level equal to ``level`` (within float slack) and its table; (level, {}) if none."""
+    check_level(level)
+    return next(
+        ((lv, t) for lv, t in calibration.NOMINAL_LEVELS.items() if abs(lv - level) <= 1e-9), (level, {})
+    )
+
+
+def t_calibration(pairs: int, level: float = CONFIDENCE) -> Calibration | None:
+    """The t interval's calibration at ``pairs`` and ``level``; None where not calibrated."""
+    stated, table = _table(level)
+    if not table or pairs < 2:
+        return None
+    nominal, skewed, _, keeps = table[min(pairs, max(table))]
+    return Calibration(stated, pairs, nominal, skewed, keeps)
+
+
+def t_min_pairs(level: float = CONFIDENCE) -> int | None:
+    """The fewest pairs from which the t interval keeps ``level`` at every larger count."""
+    table = _table(level)[1]
+    counts = sorted(table)
+    return next((n for i, n in enumerate(counts) if all(table[m][3] for m in counts[i:])), None)
+
+
+def t_log_bounds(
+    log_ratios: ArrayLike, level: float = CONFIDENCE
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """Mean log ratio and its Student t bounds along the last axis (finite values, at least 2 per row)."""
+    x = np.asarray(log_ratios, dtype=float)
+    n = x.shape[-1]
+    mean = x.mean(axis=-1)
+    half = stats.t.ppf(0.5 + level / 2.0, n - 1) * x.std(axis=-1, ddof=1) / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def t_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
+    """Student t interval of the log ratios at the calibrated nominal level, as reductions."""
+    x = log_ratios_of(log_ratios, level)
+    n = x.size
+    estimand, method = "geometric-mean reduction", "calibrated Student t interval of the mean log ratio"
+    refused = _refusal(x, level, estimand, method, 2)
+    if refused:
+        return refused
+    fitted = t_calibration(n, level)
+    nominal = level if fitted is None else fitted.nominal
+    method += f", {n - 1} df, at nominal level {nominal:.2%}"
+    if fitted is not None:
+        method += f" (covers {fitted.nominal:.2%} of normal and {fitted.skewed_coverage:.2%} of reference "
+        method += f"skewed log ratios at {n} pairs)"
+    refused = _refusal(x, level, estimand, method, 0, "no mean, so no t interval")
+    if refused:
+        return refused
+    mean, low, high = (float(v) for v in t_log_bounds(x, nominal))
+    if fitted is None:
+        levels = " and ".join(f"{lv:.0%}" for lv in calibration.NOMINAL_LEVELS)
+        sufficient, reason, attained = False, f"the t interval is calibrated only at {levels}", math.nan
+    else:
+        sufficient, attained, minimum, reason = fitted.keeps, fitted.attained, t_min_pairs(level), ""
+    if fitted is not None and not sufficient:
+        skew, covers = calibration.REFERENCE_SKEWNESS, fitted.skewed_coverage
+        reason = (
+            f"at {n} pairs no nominal level keeps {level:.0%} within {100 * calibration.CALIBRATION_WINDOW:.1f} "
+            f"points on the reference skewed law (skewness {skew:g}, the committed runs' upper end): the best "
+            f"covers {covers:.1%} there" + ("" if minimum is None else f"; sufficient from {minimum} pairs")
+        )
+    estimate = float(to_reduction(mean))
+    return _of_logs(estimand, method, estimate, low, high, level, attained, n, sufficient, reason, nominal)
+
+
+# ------------------------------------------------------------------ verdicts
+
+
+def claim_verdict(interval: Interval, bar: float) -> str:
+    """A claim's verdict against a bar (a fraction): clears, fails, ambiguous or insufficient."""
+    if not (interval.sufficient and interval.computable):
+        return "insufficient"
+    return "clears" if interval.low > bar else "fails" if interval.high < bar else "ambiguous"
+
+
+def control_verdict(interval: Interval, tolerance: float) -> str:
+    """An A/A control's verdict against ±tolerance: within, outside, ambiguous or insufficient."""
+    if tolerance <= 0:
+        raise ValueError(f"a tolerance is a positive fraction (got {tolerance})")
+    if not (interval.sufficient and interval.computable):
+        return "insufficient"
+    if -tolerance < interval.low and interval.high < tolerance:
+        return "within"
+    return "outside" if interval.low > tolerance or interval.high < -tolerance else "ambiguous"

@@ -11,7 +11,7 @@ from harness.protocol_options import ProtocolOptions
 from harness.schedule import Arm, Case, ScheduledTrial, build_schedule
 from harness.tables import RunFolder
 
-# 3: whole pairs, resume warm-ups, a growing schedule; 4: --warmup auto; 5: duet fillers (``harness.duet``).
+# 3: whole pairs, resume warm-ups, a growing schedule; 4: --warmup auto; 5: duet fillers (``harness.schedule``).
 PLAN_FORMAT = 5
 WHOLE_PAIRS_FORMAT = 3
 DUET_FILLER_FORMAT = 5

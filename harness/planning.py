@@ -13,7 +13,7 @@ from scipy import stats
 
 from harness import intervals, sequential
 from harness.formatting import format_probability
-from harness.inference import CONFIDENCE
+from harness.intervals import CONFIDENCE
 from harness.limits import MAX_PAIRS
 from harness.schedule import CONCURRENT_ORDERS
 from harness.stats import ClaimSettings, measured, median_of

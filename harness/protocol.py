@@ -15,11 +15,16 @@ from typing import Any
 import torch
 
 from harness import telemetry
-from harness.duet import PARTNER_REASON, duet_partners, fill_until_partners_end
 from harness.errors import is_disk_full
 from harness.placement import Placement, split_placement
 from harness.plan import Plan, estimated_seconds, next_unit
-from harness.schedule import CONCURRENT_ORDERS, ScheduledTrial
+from harness.schedule import (
+    CONCURRENT_ORDERS,
+    PARTNER_REASON,
+    ScheduledTrial,
+    duet_partners,
+    fill_until_partners_end,
+)
 from harness.tables import RunFolder, RunFolderWriteError, encode_row
 from harness.timing import TrialFailure
 from harness.trial import (
@@ -212,7 +217,7 @@ def run_schedule(
         if concurrent:
             if cooldown:
                 time.sleep(cooldown)
-            if partners:  # a half-done round runs again whole (harness.duet), numbered after any warm-up
+            if partners:  # a half-done round runs again whole (harness.schedule), numbered after any warm-up
                 partners = duet_partners(plan, unit, folder.rows())
             batch = [*unit, *partners]
             _run_together(plan, batch, trial_fn, folder, on_trial_start, on_trial_end, placement)
@@ -329,7 +334,7 @@ def _run_together(
 ) -> None:
     """The trials of one duet round at once (worker tiers only), each row appended as its trial ends.
 
-    A half whose trial has ended runs fillers until its partners end (``harness.duet``)."""
+    A half whose trial has ended runs fillers until its partners end (``harness.schedule``)."""
     if plan.in_process:
         raise ValueError("a concurrent order needs a tier whose trials run in worker processes")
     lock = threading.Lock()

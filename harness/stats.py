@@ -9,11 +9,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
+from scipy import stats
 
-from harness import design_checks, gm_interval, inference, intervals, sequential, verdicts
+from harness import intervals, sequential, verdicts
 from harness.injected import ROLE as CALIBRATION_ROLE
+from harness.intervals import CONFIDENCE, Interval
 
-CONFIDENCE = inference.CONFIDENCE
 CONTROL_SUFFIX = "-control"
 
 
@@ -121,7 +123,7 @@ def pair_table(trials: pd.DataFrame, metric: str = "value") -> pd.DataFrame:
                 if math.isnan(b) or math.isnan(c):
                     continue
                 both_failed = math.isinf(b) and math.isinf(c)
-                log_ratio = math.nan if both_failed else float(inference.split_pairs([b], [c]).log_ratios[0])
+                log_ratio = math.nan if both_failed else float(intervals.split_pairs([b], [c]).log_ratios[0])
                 second = bool(int(other.get("slot", 1)) > base_slot)
                 figures = (case, int(rnd), other["order"], reference_arm, other["arm"], b, c, reduction(b, c))
                 out.append(dict(zip(PAIR_COLUMNS, (*figures, log_ratio, second, both_failed), strict=True)))
@@ -176,7 +178,7 @@ class Check:
 
     name: str
     prefix: str
-    interval: Callable[[np.ndarray, float], inference.Interval]
+    interval: Callable[[np.ndarray, float], Interval]
     own_estimate: bool = True  # False: its estimate is the primary's (the claims table keeps one)
 
     @property
@@ -189,8 +191,8 @@ class Check:
 # The checks beside the primary: a new one is one entry here (its columns and verdict follow).
 INTERVAL_FIELDS = ("estimate", "low", "high", "attained", "sufficient", "method", "verdict")
 CHECKS = (
-    Check("the geometric-mean t", "gm", gm_interval.t_interval),
-    Check("Hodges-Lehmann", "hl", inference.hodges_lehmann_interval),
+    Check("the geometric-mean t", "gm", intervals.t_interval),
+    Check("Hodges-Lehmann", "hl", intervals.hodges_lehmann_interval),
     Check("the sign test", "sign", intervals.sign_interval, own_estimate=False),
 )
 # The design diagnostics' columns and the reason where none, in ``design_figures``' order.
@@ -216,18 +218,18 @@ def claim_columns() -> list[str]:
 CLAIM_COLUMNS = claim_columns()  # as registered at import; the claims table reads the registry when made
 
 
-def judge(interval: inference.Interval, limit: float | None, control: bool) -> str:
+def judge(interval: Interval, limit: float | None, control: bool) -> str:
     """The verdict of one interval against ±tolerance, the bar, or else 0."""
     if limit is None:
         return verdicts.direction(interval)
     if control:
-        return inference.control_verdict(interval, limit)
-    return inference.claim_verdict(interval, limit)
+        return intervals.control_verdict(interval, limit)
+    return intervals.claim_verdict(interval, limit)
 
 
 def primary_interval(
     log_ratios: np.ndarray, settings: ClaimSettings
-) -> tuple[inference.Interval, sequential.StopDecision | None]:
+) -> tuple[Interval, sequential.StopDecision | None]:
     """The median's order-statistic interval, or with ``--pairs auto`` the stopping rule's at its look."""
     s, n = settings, log_ratios.size
     if not s.sequential or n < 1 or n > sequential.looks(s.first_look, s.max_pairs)[-1]:
@@ -244,9 +246,91 @@ def disagreeing_checks(claim: Any) -> list[tuple[str, str]]:
     return [(c.name, c.prefix) for c in CHECKS if str(claim.get(f"{c.prefix}_verdict", verdict)) != verdict]
 
 
+# ------------------------------------------------------------------ design diagnostics: drift and order
+
+
+def _columns(values, arms, index, blocks, second) -> tuple[np.ndarray, list[np.ndarray], int, bool]:
+    """log(value) of the finished trials and the regressors: position, arm and slice levels, order flag."""
+    y = np.asarray(values, dtype=float).ravel()
+    labels = np.asarray(arms).ravel()
+    position = np.arange(y.size, dtype=float) if index is None else np.asarray(index, dtype=float).ravel()
+    slices = np.zeros(y.size) if blocks is None else np.asarray(blocks).ravel()
+    late = None if second is None else np.asarray(second, dtype=bool).ravel()
+    if any(a.shape != y.shape for a in (labels, position, slices, y if late is None else late)):
+        raise ValueError("need one arm label, one index, one slice label and one order flag per trial")
+    finished = np.isfinite(y) & (y > 0)
+    y, labels, position, slices = np.log(y[finished]), labels[finished], position[finished], slices[finished]
+    steps = list(dict.fromkeys(slices.tolist()))[1:]
+    columns = [position] + [(labels == name).astype(float) for name in dict.fromkeys(labels.tolist())]
+    columns += [(slices == step).astype(float) for step in steps]
+    if late is not None:
+        columns.append(late[finished].astype(float))
+    return y, columns, len(steps), bool(position.size and np.ptp(position) > 0)
+
+
+def _diagnostic(name, method, level, y, columns, which: int, spread: bool, times: int = 1) -> Interval:
+    """Coefficient ``which`` of the least-squares fit, times ``times``, in percent with its t interval."""
+    design = np.column_stack(columns)
+    df = y.size - design.shape[1]
+    reason = "" if spread and df >= 1 else "too few finished trials"
+    if not reason:
+        coefficients, _, rank, _ = np.linalg.lstsq(design, y, rcond=None)
+        reason = "" if rank == design.shape[1] else "index confounded with arms, slices or order"
+    if reason:
+        return Interval(name, method, *(math.nan,) * 3, level, level, y.size, False, reason)
+    residual = y - design @ coefficients
+    se = math.sqrt(float(residual @ residual) / df * np.linalg.inv(design.T @ design)[which, which])
+    value, half = float(coefficients[which]), float(stats.t.ppf(0.5 + level / 2.0, df) * se)
+    figures = (100.0 * math.expm1(times * v) for v in (value, value - half, value + half))
+    return Interval(name, method, *figures, level, level, y.size, True)
+
+
+def drift(
+    values: ArrayLike,
+    arms: ArrayLike,
+    level: float = CONFIDENCE,
+    index: ArrayLike | None = None,
+    blocks: ArrayLike | None = None,
+    second: ArrayLike | None = None,
+) -> Interval:
+    """Drift over the measured trials in run order, in percent per trial, with its t interval."""
+    y, columns, steps, spread = _columns(values, arms, index, blocks, second)
+    method = (
+        "least-squares slope of log(value) on run position with one level per arm"
+        + (" and per slice" if steps else "")
+        + (", apart from the order" if second is not None else "")
+        + ", t interval"
+    )
+    return _diagnostic("drift (percent per trial)", method, level, y, columns, 0, spread)
+
+
+ORDER = "order effect (arm second vs first)"
+ORDER_METHOD = "twice the least-squares step of a trial run second, apart from drift and slices, t interval"
+
+
+def one_order(level: float, n: int) -> Interval:
+    """The order effect of pairs all run in one order: none to estimate."""
+    return Interval(
+        ORDER, ORDER_METHOD, *(math.nan,) * 3, level, level, n, False, "needs pairs in both orders"
+    )
+
+
+def order_effect(
+    values: ArrayLike,
+    arms: ArrayLike,
+    second: ArrayLike,
+    level: float = CONFIDENCE,
+    index: ArrayLike | None = None,
+    blocks: ArrayLike | None = None,
+) -> Interval:
+    """The order effect apart from drift, in percent, with its t interval."""
+    y, columns, _, spread = _columns(values, arms, index, blocks, second)
+    return _diagnostic(ORDER, ORDER_METHOD, level, y, columns, len(columns) - 1, spread, times=2)
+
+
 def design_figures(
     trials: pd.DataFrame, case: Any, arm: Any, group: pd.DataFrame, level: float, metric: str = "value"
-) -> tuple[design_checks.Diagnostic | None, design_checks.Diagnostic | None]:
+) -> tuple[Interval | None, Interval | None]:
     """Drift and the order effect of one claim, fitted together on its paired trials in run order."""
     if trials.empty or "index" not in trials:
         return None, None
@@ -265,11 +349,11 @@ def design_figures(
     values, labels = ours["effective"].to_numpy(dtype=float), ours["arm"].astype(str).to_numpy()
     where = {"index": ours["index"].map(position).to_numpy(dtype=float), "blocks": ours["slice"].to_numpy()}
     second = is_arm == arm_late  # the arm's trial when it ran second, the baseline's when the arm ran first
-    one_order = arm_late.all() or not arm_late.any()  # no order effect to fit or to set apart
-    trend = design_checks.drift(values, labels, level, second=None if one_order else second, **where)
-    if one_order:
-        return trend, design_checks.one_order(level, values.size)
-    return trend, design_checks.order_effect(values, labels, second, level, **where)
+    single = arm_late.all() or not arm_late.any()  # one order: no order effect to fit or to set apart
+    trend = drift(values, labels, level, second=None if single else second, **where)
+    if single:
+        return trend, one_order(level, values.size)
+    return trend, order_effect(values, labels, second, level, **where)
 
 
 def _claim_row(

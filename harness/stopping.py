@@ -8,8 +8,8 @@ import pandas as pd
 
 from harness.console import ScheduleProgress
 from harness.folder_format import PLAN
-from harness.inference import CONFIDENCE
 from harness.injected import ROLE as CALIBRATION_ROLE
+from harness.intervals import CONFIDENCE
 from harness.plan import Plan, drop_rounds, estimated_seconds, grow_schedule
 from harness.schedule import ScheduledTrial
 from harness.sequential import looks, should_stop

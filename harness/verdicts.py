@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 from scipy import stats
 
-from harness.inference import Interval, claim_verdict
+from harness.intervals import Interval, claim_verdict
 
 DIRECTION_WORDS = {"clears": "faster", "fails": "slower", "ambiguous": "no difference detected"}
 

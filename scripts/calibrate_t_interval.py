@@ -38,7 +38,7 @@ from scipy import stats
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness import laws  # noqa: E402
+from harness import sequential  # noqa: E402
 from harness.stats import CONTROL_SUFFIX, pair_table  # noqa: E402
 from harness.tables import RunFolder  # noqa: E402
 
@@ -178,7 +178,7 @@ def main() -> None:
     skewness = pooled_skewness(groups)
     low, high = skewness_interval(groups)
     reference = math.ceil(max(abs(low), abs(high)) * 100 - 1e-9) / 100
-    shape = laws.delay_shape_for(reference, SCALE_RATIO)
+    shape = sequential.delay_shape_for(reference, SCALE_RATIO)
     pairs = int(sum(g.size for g in groups))
     print(
         f"pooled skewness {skewness:.3f} over {pairs} pairs, 95% bootstrap interval [{low:.3f}, {high:.3f}]"
@@ -187,7 +187,7 @@ def main() -> None:
 
     rng = np.random.default_rng(1)
     sorted_t = t_statistics(
-        laws.difference_of_delays(rng, (CALIBRATION_DRAWS, MAX_PAIRS), shape, SCALE_RATIO)
+        sequential.difference_of_delays(rng, (CALIBRATION_DRAWS, MAX_PAIRS), shape, SCALE_RATIO)
     )
     calibration = {level: calibrate(sorted_t, level) for level in LEVELS}
     del sorted_t

@@ -10,9 +10,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from harness import intervals, t_calibration
-from harness.inference import CONFIDENCE, to_reduction
-from harness.laws import LAWS, difference_of_delays
-from harness.sequential import MIN_STOP, look_level, looks
+from harness.intervals import CONFIDENCE, to_reduction
+from harness.sequential import LAWS, MIN_STOP, difference_of_delays, look_level, looks
 
 
 @dataclass(frozen=True, eq=False)

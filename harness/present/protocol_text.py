@@ -8,13 +8,13 @@ from typing import Any
 
 import pandas as pd
 
-from harness.design import estimand
 from harness.formatting import format_bytes, format_limit, is_missing
 from harness.markdown import NOT_RECORDED, code, when
 from harness.plan import DUET_FILLER_FORMAT, WHOLE_PAIRS_FORMAT, Plan
 from harness.present.model import STATISTICS_DOC, Section
 from harness.present.run_view import LoadedRun, extra_warmups, plural, warmup_sequence_text
 from harness.protocol import IDLE_GAP_SECONDS
+from harness.schedule import estimand
 from harness.sequential import look_level
 from harness.sequential import looks as pair_looks
 from harness.stats import ClaimSettings

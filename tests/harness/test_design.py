@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness import design
+from harness import schedule
 from harness.cli import main
 from harness.tables import RunFolder
 
@@ -34,9 +34,9 @@ def plan(arms: int = 2, in_process: bool = False, gpus: int = 1) -> SimpleNamesp
 def test_the_default_order_is_duet_where_the_cores_allow(
     made: SimpleNamespace, cores: int | None, order: str
 ) -> None:
-    chosen = design.default_order(made, cores)
+    chosen = schedule.default_order(made, cores)
     assert chosen.order == order
-    assert design.estimand(order) in chosen.text
+    assert schedule.estimand(order) in chosen.text
 
 
 def test_a_run_given_no_order_says_which_it_took_and_why(tmp_path: Path, capsys) -> None:

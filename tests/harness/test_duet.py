@@ -1,4 +1,4 @@
-"""Duet rounds keep the machine loaded until every trial of the round has ended (``harness.duet``).
+"""Duet rounds keep the machine loaded until every trial of the round has ended (``harness.schedule``).
 
 The arm that ends first runs discarded fillers; its partner's end stops a running filler at once.
 """

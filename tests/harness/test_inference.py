@@ -5,7 +5,7 @@ verdict boundaries, planning, diagnostics and instability flags.
 
 Coverage is simulated on the laws each method is judged on. The geometric-mean t interval: normal log ratios
 and the reference skewed law (`sim.reference_skewed`, skewness 1.13). That skewness is the upper end
-of the committed claim pairs'. Every law of `harness.laws` is in `test_the_geometric_mean_t_on_every_law`. The
+of the committed claim pairs'. Every law of `harness.sequential.LAWS` is in `test_the_geometric_mean_t_on_every_law`. The
 distribution-free checks use normal and a centred standard exponential law (skewness 2).
 
 The tolerance is the one the methods promise: coverage within 1.5 points of the stated level, unless the
@@ -23,9 +23,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from harness import gm_interval as gm
-from harness import inference as inf
-from harness import instability, intervals, laws, t_calibration
+from harness import instability, intervals, sequential, t_calibration
 from tests import stats_simulations as sim
 
 DRAWS = 20_000
@@ -76,24 +74,24 @@ T_CHECKS = {2: DRAWS, **{n: DRAWS for n in SIZES}, 25: 300_000, 46: 60_000, 120:
 def test_calibrated_t_interval_keeps_the_stated_level_or_says_insufficient(law: str, n: int) -> None:
     draws = T_CHECKS[n]
     x = draw(law, (draws, n), seed=100 + n + (0 if law == "normal" else 50))
-    stated = gm.t_interval(x[0])
-    calibration = gm.t_calibration(n)
+    stated = intervals.t_interval(x[0])
+    calibration = intervals.t_calibration(n)
     assert stated.stated_level == 0.95 and stated.nominal_level == calibration.nominal
-    _, low, high = gm.t_log_bounds(x, calibration.nominal)
+    _, low, high = intervals.t_log_bounds(x, calibration.nominal)
     coverage = covered(low, high, 0.0)
     error = simulation_error(0.95, draws)
     if stated.sufficient:
         assert abs(coverage - 0.95) <= TOLERANCE, coverage
         assert stated.attained_level == pytest.approx(min(calibration.nominal, calibration.skewed_coverage))
     else:
-        assert n < gm.t_min_pairs(0.95) and "sufficient from 25 pairs" in stated.reason
+        assert n < intervals.t_min_pairs(0.95) and "sufficient from 25 pairs" in stated.reason
     if law == "normal":  # the t interval is exact there: it covers its nominal level
         assert abs(coverage - calibration.nominal) <= error, coverage
     elif not stated.sufficient:  # why it says insufficient: even the best nominal level misses the window
         # (less the calibration's margin for its own simulation error: 1.47 points at 20 pairs is not kept)
         assert coverage < 0.95 - (TOLERANCE - t_calibration.CALIBRATION_MARGIN) + error, coverage
         assert abs(coverage - calibration.skewed_coverage) <= error + 0.002, coverage
-    elif n <= gm.CALIBRATED_UP_TO:  # what the table says it covers there
+    elif n <= max(t_calibration.NOMINAL_LEVELS[0.95]):  # what the table says it covers there
         assert abs(coverage - calibration.skewed_coverage) <= error + 0.002, coverage
     else:  # past the table the shortfall only shrinks
         assert coverage >= calibration.skewed_coverage - error, coverage
@@ -106,7 +104,7 @@ def test_the_uncalibrated_t_interval_is_why_a_calibration_exists() -> None:
     That is more than the one-sided calibration's 0.75 point short.
     """
     x = draw("reference", (DRAWS, 6), seed=206)
-    _, low, high = gm.t_log_bounds(x, 0.95)
+    _, low, high = intervals.t_log_bounds(x, 0.95)
     assert covered(low, high, 0.0) < 0.95 - TOLERANCE / 2
 
 
@@ -124,9 +122,9 @@ def test_the_geometric_mean_t_on_every_law() -> None:
     """
     rng = np.random.default_rng(41)
     coverage = {}
-    for name, law in laws.LAWS.items():
+    for name, law in sequential.LAWS.items():
         for n in LAW_COUNTS:
-            _, low, high = gm.t_log_bounds(law(rng, (DRAWS, n)), gm.t_calibration(n).nominal)
+            _, low, high = intervals.t_log_bounds(law(rng, (DRAWS, n)), intervals.t_calibration(n).nominal)
             coverage[name, n] = covered(low, high, sim.mean_of(name))
     assert all(abs(coverage[k] - 0.95) <= TOLERANCE for k in coverage if k[0] in IN_BAND), coverage
     assert all(0.95 - TOLERANCE <= coverage[k] <= 0.975 for k in coverage if k[0] in CONSERVATIVE), coverage
@@ -142,7 +140,11 @@ def test_the_calibration_table_is_consistent() -> None:
     less the margin. The claim pairs' skewness is 1.13 at its upper end, not 2.28. The reference law matches
     the measured skewness's upper end.
     """
-    assert gm.t_min_pairs(0.95) == 2 and gm.t_min_pairs(0.90) == 2 and gm.t_min_pairs(0.99) is None
+    assert (
+        intervals.t_min_pairs(0.95) == 2
+        and intervals.t_min_pairs(0.90) == 2
+        and intervals.t_min_pairs(0.99) is None
+    )
     assert t_calibration.MEASURED_PAIRS == 40 and t_calibration.MEASURED_SKEWNESS == pytest.approx(
         0.30, abs=0.01
     )
@@ -173,7 +175,7 @@ def test_distribution_free_checks_keep_the_level_they_state(law: str, n: int) ->
     scale = 0.05
 
     # Sign-test order statistics of the median: exact for any continuous law, at its attained level.
-    _, low, high, attained = intervals.sign_log_bounds(x, 0.95)
+    _, low, high, attained = intervals.median_log_bounds(x, 0.95, interpolate=False)
     sign_coverage = covered(low, high, scale * truth["median"])
     sign_stated = intervals.sign_interval(x[0])
     assert sign_stated.attained_level == attained
@@ -183,9 +185,9 @@ def test_distribution_free_checks_keep_the_level_they_state(law: str, n: int) ->
         assert sign_coverage >= 0.95 - TOLERANCE
 
     # Hodges–Lehmann with the Wilcoxon interval, of the centre (the pseudo-median on the skewed law).
-    _, low, high, attained = inf.hodges_lehmann_log_bounds(x, 0.95)
+    _, low, high, attained = intervals.hodges_lehmann_log_bounds(x, 0.95)
     hl_coverage = covered(low, high, scale * truth["pseudo_median"])
-    hl_stated = inf.hodges_lehmann_interval(x[0])
+    hl_stated = intervals.hodges_lehmann_interval(x[0])
     assert hl_stated.attained_level == attained
     assert abs(hl_coverage - attained) <= TOLERANCE, (hl_coverage, attained)
     assert hl_stated.sufficient == (n >= 6)
@@ -196,17 +198,17 @@ def test_distribution_free_checks_keep_the_level_they_state(law: str, n: int) ->
 def test_public_intervals_match_the_vectorized_bounds() -> None:
     x = draw("exponential", (20, 9), seed=3)
     for row in x:
-        nominal = gm.t_calibration(9).nominal
-        mean, low, high = gm.t_log_bounds(row, nominal)
-        t = gm.t_interval(row)
+        nominal = intervals.t_calibration(9).nominal
+        mean, low, high = intervals.t_log_bounds(row, nominal)
+        t = intervals.t_interval(row)
         assert (t.estimate, t.low, t.high) == pytest.approx(
             (1 - math.exp(mean), 1 - math.exp(high), 1 - math.exp(low))
         )
-        _, low, high, _ = intervals.sign_log_bounds(row)
+        _, low, high, _ = intervals.median_log_bounds(row, 0.95, interpolate=False)
         sign = intervals.sign_interval(row)
         assert (sign.low, sign.high) == pytest.approx((1 - math.exp(high), 1 - math.exp(low)))
-        centre, low, high, _ = inf.hodges_lehmann_log_bounds(row)
-        hl = inf.hodges_lehmann_interval(row)
+        centre, low, high, _ = intervals.hodges_lehmann_log_bounds(row)
+        hl = intervals.hodges_lehmann_interval(row)
         assert (hl.estimate, hl.low, hl.high) == pytest.approx(
             (1 - math.exp(centre), 1 - math.exp(high), 1 - math.exp(low))
         )
@@ -222,7 +224,7 @@ def test_t_interval_by_hand_at_the_calibrated_level() -> None:
     # [−0.162889, 0.262889]. As reductions: 1 − e^0.262889 = −0.300682, 1 − e^−0.162889 = 0.150314;
     # estimate 1 − e^0.05 = −0.051271. It attains 94.26% on the reference law: sufficient.
     assert t_calibration.NOMINAL_LEVELS[0.95][4][0] == 0.9542
-    interval = gm.t_interval([0.1, -0.1, 0.2, 0.0])
+    interval = intervals.t_interval([0.1, -0.1, 0.2, 0.0])
     assert interval.stated_level == 0.95 and interval.nominal_level == 0.9542
     assert interval.attained_level == 0.94255  # the simulated coverage on the reference law
     assert (interval.estimate, interval.low, interval.high) == pytest.approx(
@@ -231,12 +233,12 @@ def test_t_interval_by_hand_at_the_calibrated_level() -> None:
     assert interval.n == 4 and interval.sufficient
     # At a level not calibrated (80%) the interval is computed at that level and says so: t(3 df, 0.90) =
     # 1.637744, half-width 0.105716, low = 1 − e^(0.05 + 0.105716) = −0.168494.
-    eighty = gm.t_interval([0.1, -0.1, 0.2, 0.0], 0.80)
+    eighty = intervals.t_interval([0.1, -0.1, 0.2, 0.0], 0.80)
     assert eighty.low == pytest.approx(-0.168494, abs=1e-5) and "calibrated only at" in eighty.reason
     assert not eighty.sufficient and eighty.nominal_level == 0.80
     # 32 pairs at the nominal 95.00%, t(31 df, 0.975) = 2.039513 (scipy).
     ratios = np.tile([0.1, -0.1, 0.2, 0.0], 8)  # mean 0.05, s = √(0.05·8/31) = 0.113592
-    interval = gm.t_interval(ratios)
+    interval = intervals.t_interval(ratios)
     half = 2.039513 * 0.113592 / math.sqrt(32)
     assert interval.sufficient and interval.nominal_level == 0.95
     assert (interval.low, interval.high) == pytest.approx(
@@ -245,8 +247,8 @@ def test_t_interval_by_hand_at_the_calibrated_level() -> None:
 
 
 def test_t_interval_needs_two_pairs() -> None:
-    assert not gm.t_interval([0.1]).computable
-    assert "at least 2 pairs" in gm.t_interval([0.1]).reason
+    assert not intervals.t_interval([0.1]).computable
+    assert "at least 2 pairs" in intervals.t_interval([0.1]).reason
 
 
 def test_sign_interval_by_hand() -> None:
@@ -269,15 +271,15 @@ def test_sign_interval_by_hand() -> None:
 
 def test_hodges_lehmann_by_hand() -> None:
     # 0, 1, 3: Walsh averages 0, 0.5, 1, 1.5, 2, 3; median 1.25. Three pairs reach at most 1 − 2/8 = 75%.
-    interval = inf.hodges_lehmann_interval([0.0, 1.0, 3.0], level=0.75)
+    interval = intervals.hodges_lehmann_interval([0.0, 1.0, 3.0], level=0.75)
     assert interval.estimate == pytest.approx(1 - math.exp(1.25))
     assert (interval.low, interval.high) == pytest.approx((1 - math.exp(3.0), 0.0))
     assert interval.attained_level == 0.75 and interval.sufficient
-    assert not inf.hodges_lehmann_interval([0.0, 1.0, 3.0]).sufficient
+    assert not intervals.hodges_lehmann_interval([0.0, 1.0, 3.0]).sufficient
     # 0.01 … 0.08: the 36 Walsh averages sorted begin 0.01, 0.015, 0.02, 0.02; P(T+ ≤ 3) = 5/256 for 8
     # values (sums 0, 1, 2, 3 = 3, 3 = 1 + 2), so averages 4 and 33 attain 1 − 10/256 = 96.09%; by symmetry
     # average 33 is 0.09 − 0.02 = 0.07, and the estimate is 0.045.
-    interval = inf.hodges_lehmann_interval(np.arange(1, 9) / 100)
+    interval = intervals.hodges_lehmann_interval(np.arange(1, 9) / 100)
     assert interval.attained_level == pytest.approx(1 - 10 / 256)
     assert (interval.estimate, interval.low, interval.high) == pytest.approx(
         (1 - math.exp(0.045), 1 - math.exp(0.07), 1 - math.exp(0.02))
@@ -285,80 +287,86 @@ def test_hodges_lehmann_by_hand() -> None:
 
 
 def test_signed_rank_null_matches_scipy_exact_test() -> None:
-    null = inf.signed_rank_null(6)
+    null = intervals.signed_rank_null(6)
     assert null.sum() == pytest.approx(1.0) and null[0] == 1 / 64 and null[3] == 2 / 64
     rng = np.random.default_rng(5)
     for n in (5, 8, 11):
         values = rng.standard_normal(n)
         positive_rank_sum = stats.rankdata(np.abs(values))[values > 0].sum()
         expected = stats.wilcoxon(values, alternative="greater", method="exact").pvalue
-        assert inf.signed_rank_null(n)[int(positive_rank_sum) :].sum() == pytest.approx(expected)
+        assert intervals.signed_rank_null(n)[int(positive_rank_sum) :].sum() == pytest.approx(expected)
 
 
 # ---------------------------------------------------------------------------------------- failures
 
 
 def test_both_failed_pairs_are_dropped_and_counted() -> None:
-    split = inf.split_pairs([10, math.inf, 10, math.inf, 10], [9, math.inf, math.inf, 8, 10])
-    assert split.both_failed == 1 and split.n == 4 and split.one_failed == 2
+    split = intervals.split_pairs([10, math.inf, 10, math.inf, 10], [9, math.inf, math.inf, 8, 10])
+    assert split.both_failed == 1 and split.log_ratios.size == 4 and np.isinf(split.log_ratios).sum() == 2
     assert split.kept.tolist() == [True, False, True, True, True]
     assert split.log_ratios.tolist() == pytest.approx([math.log(0.9), math.inf, -math.inf, 0.0])
 
 
 def test_an_all_failed_control_is_not_within() -> None:
-    split = inf.split_pairs([math.inf] * 6, [math.inf] * 6)
-    assert split.n == 0 and split.both_failed == 6
-    for method in (gm.t_interval, intervals.sign_interval, inf.hodges_lehmann_interval):
-        assert inf.control_verdict(method(split.log_ratios), 0.01) == "insufficient"
+    split = intervals.split_pairs([math.inf] * 6, [math.inf] * 6)
+    assert split.log_ratios.size == 0 and split.both_failed == 6
+    for method in (intervals.t_interval, intervals.sign_interval, intervals.hodges_lehmann_interval):
+        assert intervals.control_verdict(method(split.log_ratios), 0.01) == "insufficient"
 
 
 def test_one_failed_arm_leaves_only_the_order_statistic_interval() -> None:
     base = [10.0, 10.0, 10.0, 10.0, 10.0, 10.0]
     arm = [9.0, 9.5, math.inf, 8.8, 9.2, 9.1]  # the arm ran out of memory once
-    ratios = inf.split_pairs(base, arm).log_ratios
-    t, hl, sign = gm.t_interval(ratios), inf.hodges_lehmann_interval(ratios), intervals.sign_interval(ratios)
+    ratios = intervals.split_pairs(base, arm).log_ratios
+    t, hl, sign = (
+        intervals.t_interval(ratios),
+        intervals.hodges_lehmann_interval(ratios),
+        intervals.sign_interval(ratios),
+    )
     assert not t.computable and "infinite" in t.reason
     assert not hl.computable and "infinite" in hl.reason
     assert sign.computable and sign.sufficient and sign.low == -math.inf and sign.high == pytest.approx(0.12)
-    assert inf.claim_verdict(sign, 0.05) == "ambiguous"
-    assert inf.claim_verdict(sign, 0.20) == "fails"
+    assert intervals.claim_verdict(sign, 0.05) == "ambiguous"
+    assert intervals.claim_verdict(sign, 0.20) == "fails"
     # A failed baseline ranks as +100% at the top end.
-    ratios = inf.split_pairs([math.inf, 10, 10, 10, 10, 10], [9.0, 9.5, 9.0, 8.8, 9.2, 9.1]).log_ratios
+    ratios = intervals.split_pairs([math.inf, 10, 10, 10, 10, 10], [9.0, 9.5, 9.0, 8.8, 9.2, 9.1]).log_ratios
     assert intervals.sign_interval(ratios).high == 1.0
 
 
 def test_nan_log_ratios_are_refused() -> None:
     with pytest.raises(ValueError, match="NaN"):
-        gm.t_interval([0.1, math.nan])
+        intervals.t_interval([0.1, math.nan])
 
 
 # ---------------------------------------------------------------------------------------- verdicts
 
 
-def interval(low: float, high: float, sufficient: bool = True) -> inf.Interval:
-    return inf.Interval("e", "m", (low + high) / 2, low, high, 0.95, 0.95, 60, sufficient)
+def interval(low: float, high: float, sufficient: bool = True) -> intervals.Interval:
+    return intervals.Interval("e", "m", (low + high) / 2, low, high, 0.95, 0.95, 60, sufficient)
 
 
 def test_claim_verdict_exactly_at_the_bar() -> None:
     bar = 0.08
-    assert inf.claim_verdict(interval(bar, 0.2), bar) == "ambiguous"  # touching counts as straddling
-    assert inf.claim_verdict(interval(np.nextafter(bar, 1.0), 0.2), bar) == "clears"
-    assert inf.claim_verdict(interval(-0.1, bar), bar) == "ambiguous"
-    assert inf.claim_verdict(interval(-0.1, np.nextafter(bar, 0.0)), bar) == "fails"
-    assert inf.claim_verdict(interval(0.05, 0.1), bar) == "ambiguous"
-    assert inf.claim_verdict(interval(0.1, 0.2, sufficient=False), bar) == "insufficient"
+    assert intervals.claim_verdict(interval(bar, 0.2), bar) == "ambiguous"  # touching counts as straddling
+    assert intervals.claim_verdict(interval(np.nextafter(bar, 1.0), 0.2), bar) == "clears"
+    assert intervals.claim_verdict(interval(-0.1, bar), bar) == "ambiguous"
+    assert intervals.claim_verdict(interval(-0.1, np.nextafter(bar, 0.0)), bar) == "fails"
+    assert intervals.claim_verdict(interval(0.05, 0.1), bar) == "ambiguous"
+    assert intervals.claim_verdict(interval(0.1, 0.2, sufficient=False), bar) == "insufficient"
 
 
 def test_control_verdict_exactly_at_the_tolerance() -> None:
     tol = 0.01
-    assert inf.control_verdict(interval(-0.005, 0.005), tol) == "within"
-    assert inf.control_verdict(interval(-tol, 0.005), tol) == "ambiguous"
-    assert inf.control_verdict(interval(-0.005, tol), tol) == "ambiguous"
-    assert inf.control_verdict(interval(np.nextafter(-tol, 0.0), np.nextafter(tol, 0.0)), tol) == "within"
-    assert inf.control_verdict(interval(tol, 0.03), tol) == "ambiguous"
-    assert inf.control_verdict(interval(np.nextafter(tol, 1.0), 0.03), tol) == "outside"
-    assert inf.control_verdict(interval(-0.03, np.nextafter(-tol, -1.0)), tol) == "outside"
-    assert inf.control_verdict(interval(-0.005, 0.005, sufficient=False), tol) == "insufficient"
+    assert intervals.control_verdict(interval(-0.005, 0.005), tol) == "within"
+    assert intervals.control_verdict(interval(-tol, 0.005), tol) == "ambiguous"
+    assert intervals.control_verdict(interval(-0.005, tol), tol) == "ambiguous"
+    assert (
+        intervals.control_verdict(interval(np.nextafter(-tol, 0.0), np.nextafter(tol, 0.0)), tol) == "within"
+    )
+    assert intervals.control_verdict(interval(tol, 0.03), tol) == "ambiguous"
+    assert intervals.control_verdict(interval(np.nextafter(tol, 1.0), 0.03), tol) == "outside"
+    assert intervals.control_verdict(interval(-0.03, np.nextafter(-tol, -1.0)), tol) == "outside"
+    assert intervals.control_verdict(interval(-0.005, 0.005, sufficient=False), tol) == "insufficient"
 
 
 # ------------------------------------------------------------------------------------ stopping rule
@@ -397,7 +405,9 @@ def test_a_failed_arm_on_each_side_leaves_the_median_undefined_without_a_numpy_w
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         interval = intervals.sign_interval([math.inf, -math.inf])
-        median, low, high, _ = intervals.sign_log_bounds(np.array([[math.inf, -math.inf], [0.1, 0.2]]))
+        median, low, high, _ = intervals.median_log_bounds(
+            np.array([[math.inf, -math.inf], [0.1, 0.2]]), 0.95, interpolate=False
+        )
     assert (interval.low, interval.high) == (-math.inf, 1.0)
     assert math.isnan(float(median[0])) and (float(low[0]), float(high[0])) == (-math.inf, math.inf)
     assert float(median[1]) == pytest.approx(0.15)

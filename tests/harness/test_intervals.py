@@ -1,4 +1,4 @@
-"""The primary interval's coverage, by simulation, on every law of `harness.laws` at the counts a claim runs.
+"""The primary interval's coverage, by simulation, on every law of `harness.sequential.LAWS` at the counts a claim runs.
 
 Also the stopping rule's coverage and bias, on the plan a default `--pairs auto` run uses.
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness import intervals, laws, sequential
+from harness import intervals, sequential
 from tests import stats_simulations as sim
 
 COUNTS = (5, 6, 8, 10, 14, 25)
@@ -21,7 +21,7 @@ BAND = 0.015
 
 @pytest.fixture(scope="module")
 def medians() -> dict[str, float]:
-    return {name: laws.median_of(name) for name in laws.LAWS}
+    return {name: sequential.median_of(name) for name in sequential.LAWS}
 
 
 @pytest.mark.parametrize("level", [0.95, 0.90])
@@ -30,7 +30,7 @@ def test_the_median_interval_attains_its_stated_level_on_every_law_and_count(lev
     too far apart to hold 90% on skewness 2.3 (88.3%)."""
     rng = np.random.default_rng(41)
     table = {}
-    for name, law in laws.LAWS.items():
+    for name, law in sequential.LAWS.items():
         for n in COUNTS[level < 0.95 :]:
             _, low, high, attained = intervals.median_log_bounds(law(rng, (DRAWS, n)), level)
             coverage = float(np.mean((low <= medians[name]) & (medians[name] <= high)))
@@ -87,7 +87,7 @@ def test_the_stopping_rule_covers_within_the_band_and_its_bias_is_small(medians,
     rng = np.random.default_rng(7)
     draws = 20_000
     worst_cover, worst_bias = {}, {}
-    for name, law in laws.LAWS.items():
+    for name, law in sequential.LAWS.items():
         x = spread * law(rng, (draws, plan[-1]))
         truth = spread * medians[name]
         for ratio in sequential.RATIOS:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from harness import inference, stats
+from harness import intervals, stats
 from tests.harness.test_stats import claim_of, paired
 
 VALUES = [(100.0, 100.0 * math.exp(-0.2 + 0.02 * z)) for z in np.random.default_rng(4).standard_normal(12)]
@@ -25,7 +25,7 @@ def test_each_registered_check_fills_its_columns_with_its_own_interval() -> None
 
 def test_a_new_check_is_one_entry_and_is_reported_where_it_disagrees(monkeypatch) -> None:
     def never(log_ratios, level):  # a check that always finds a 50% loss
-        return inference.Interval(
+        return intervals.Interval(
             "loss", "always a loss", -0.5, -0.6, -0.4, level, level, len(log_ratios), True
         )
 
