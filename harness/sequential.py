@@ -93,16 +93,12 @@ SEED = 20261204
 
 @dataclass(frozen=True)
 class StopDecision:
-    """Whether to stop after the pairs given, why, and the interval at this look (None between looks)."""
+    """Whether to stop after the pairs given, why, the look's own level and interval (None between looks)."""
 
     stop: bool
     reason: str
-    pairs: int
-    look: int | None
-    looks: tuple[int, ...]
-    level: float
-    per_look_level: float | None
-    interval: Interval | None
+    per_look_level: float | None = None
+    interval: Interval | None = None
 
 
 def looks(first: int = 6, max_pairs: int = 20) -> tuple[int, ...]:
@@ -121,41 +117,6 @@ def looks(first: int = 6, max_pairs: int = 20) -> tuple[int, ...]:
     return tuple(out)
 
 
-class _Coverage:
-    """Coverage of the median by the stopped interval, per law and precision ratio."""
-
-    def __init__(self, plan: tuple[int, ...]) -> None:
-        rng = np.random.default_rng(SEED)
-        draws = {name: SPREAD * law(rng, (DRAWS, plan[-1])) for name, law in LAWS.items()}
-        # per law: each look's sorted prefix of the seeded sequences, and the law's median
-        self.draws = {
-            name: ([np.sort(x[:, :n], axis=1) for n in plan], SPREAD * median_of(name))
-            for name, x in draws.items()
-        }
-        self.plan, self.cache, self.targets = plan, {}, 100.0 * SPREAD * np.asarray(RATIOS)[:, None]
-
-    def _look(self, name: str, index: int, at: float) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
-        key = (name, index, round(at, 6))
-        if key not in self.cache:
-            prefixes, median = self.draws[name]
-            _, low, high, _ = intervals.median_log_bounds(prefixes[index], at)
-            self.cache[key] = (100.0 * (np.exp(high) - np.exp(low)) / 2.0, (low <= median) & (median <= high))
-        return self.cache[key]
-
-    def __call__(self, levels: tuple[float, ...]) -> NDArray[np.float64]:
-        out = []
-        for name in self.draws:
-            stopped = np.zeros((len(RATIOS), DRAWS), dtype=bool)
-            covered = np.zeros_like(stopped)
-            for index, n in enumerate(self.plan):
-                half, hit = self._look(name, index, levels[index])
-                stop = ~stopped & (((half <= self.targets) & (n >= MIN_STOP)) | (index == len(self.plan) - 1))
-                covered |= stop & hit
-                stopped |= stop
-            out.append(covered.mean(axis=1))
-        return np.asarray(out)
-
-
 def _candidates(level: float, count: int, blocked: int = 0) -> list[tuple[float, ...]]:
     """Candidate look levels: first, middle and last, after the looks blocked by ``MIN_STOP``."""
     alpha = 1.0 - level
@@ -170,13 +131,34 @@ def _candidates(level: float, count: int, blocked: int = 0) -> list[tuple[float,
 
 @lru_cache(maxsize=32)
 def look_level(level: float, plan: tuple[int, ...]) -> tuple[tuple[float, ...], float, float]:
-    """Each look's level for ``plan``, and the worst and best coverage simulated with them."""
-    coverage = _Coverage(plan)
-    found = []
+    """Each look's level for ``plan``, and the worst and best coverage simulated with them.
+
+    The coverage is the median's by the stopped interval, per law and precision ratio.
+    """
+    rng = np.random.default_rng(SEED)
+    draws = {name: SPREAD * law(rng, (DRAWS, plan[-1])) for name, law in LAWS.items()}
+    # per law: each look's sorted prefix of the seeded sequences, and the law's median
+    prefixes = {name: [np.sort(x[:, :n], axis=1) for n in plan] for name, x in draws.items()}
+    medians = {name: SPREAD * median_of(name) for name in LAWS}
+    targets, cache, found = 100.0 * SPREAD * np.asarray(RATIOS)[:, None], {}, []
     blocked = sum(1 for n in plan[:-1] if n < MIN_STOP)
     for levels in _candidates(level, len(plan), blocked):
-        cells = coverage(levels)
-        found.append((levels, float(cells.min()), float(cells.max())))
+        cells = []
+        for name in LAWS:
+            stopped = np.zeros((len(RATIOS), DRAWS), dtype=bool)
+            covered = np.zeros_like(stopped)
+            for index, n in enumerate(plan):
+                key = (name, index, round(levels[index], 6))
+                if key not in cache:
+                    _, low, high, _ = intervals.median_log_bounds(prefixes[name][index], levels[index])
+                    hit = (low <= medians[name]) & (medians[name] <= high)
+                    cache[key] = (100.0 * (np.exp(high) - np.exp(low)) / 2.0, hit)
+                half, hit = cache[key]
+                stop = ~stopped & (((half <= targets) & (n >= MIN_STOP)) | (index == len(plan) - 1))
+                covered |= stop & hit
+                stopped |= stop
+            cells.append(covered.mean(axis=1))
+        found.append((levels, float(np.min(cells)), float(np.max(cells))))
     # the least stray either way (to a tenth of a point, below this simulation's error); among those, the
     # least shortfall: under-coverage is the side a claim must not err on
     return min(found, key=lambda f: (round(max(level - f[1], f[2] - level), 3), level - f[1]))
@@ -195,20 +177,6 @@ def _interval(x: NDArray[np.float64], plan: tuple[int, ...], level: float, index
     reason = "" if sufficient else found.reason or f"the stopping rule attains only {attained:.1%}"
     changed = {"method": method, "stated_level": level, "attained_level": attained, "nominal_level": at}
     return replace(found, **changed, sufficient=sufficient, reason=reason)
-
-
-def reach_note(x: NDArray[np.float64], precision: float, max_pairs: int, level: float) -> str:
-    """At the first look: the half-width ``max_pairs`` would give, where it misses the precision."""
-    if np.isfinite(x).sum() < 2:
-        return ""
-    found = intervals.median_interval(x, level)
-    projected = found.half_width * math.sqrt(x.size / max_pairs) if found.computable else math.nan
-    if not projected > precision:  # NaN: no interval to project
-        return ""
-    return (
-        f"; at the spread measured, {max_pairs} pairs reach about ±{projected:.2f} points, "
-        f"not the ±{precision:g} asked"
-    )
 
 
 def should_stop(
@@ -230,11 +198,17 @@ def should_stop(
         raise ValueError(f"{n} pairs run past the last look ({plan[-1]})")
     if n not in plan and not budget_spent:
         where = "before the first look" if n < plan[0] else "between looks"
-        return StopDecision(False, where, n, None, plan, level, None, None)
+        return StopDecision(False, where)
     index = next(i for i, pairs in enumerate(plan) if pairs >= n)
     at = look_level(level, plan)[0][index]
     interval = _interval(x, plan, level, index) if n >= 1 else None
-    note = reach_note(x, precision, plan[-1], at) if n == plan[0] else ""
+    note = ""
+    if n == plan[0] and np.isfinite(x).sum() >= 2:  # at the first look: the half-width max_pairs would give
+        found = intervals.median_interval(x, at)
+        projected = found.half_width * math.sqrt(n / plan[-1]) if found.computable else math.nan
+        if projected > precision:  # NaN: no interval to project
+            note = f"; at the spread measured, {plan[-1]} pairs reach about ±{projected:.2f} points, "
+            note += f"not the ±{precision:g} asked"
     reached = interval is not None and interval.computable and interval.half_width <= precision
     half = "unknown" if interval is None or not interval.computable else f"{interval.half_width:.2f}"
     stop = (reached and n >= MIN_STOP) or n == plan[-1] or budget_spent
@@ -248,4 +222,4 @@ def should_stop(
         )
     else:
         reason = f"precision not reached: half-width {half} > {precision:g} points{note}"
-    return StopDecision(stop, reason, n, index + 1, plan, level, at, interval)
+    return StopDecision(stop, reason, at, interval)

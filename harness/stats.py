@@ -268,7 +268,7 @@ def _columns(values, arms, index, blocks, second) -> tuple[np.ndarray, list[np.n
     return y, columns, len(steps), bool(position.size and np.ptp(position) > 0)
 
 
-def _diagnostic(name, method, level, y, columns, which: int, spread: bool, times: int = 1) -> Interval:
+def _coefficient(name, method, level, y, columns, which: int, spread: bool, times: int = 1) -> Interval:
     """Coefficient ``which`` of the least-squares fit, times ``times``, in percent with its t interval."""
     design = np.column_stack(columns)
     df = y.size - design.shape[1]
@@ -285,15 +285,22 @@ def _diagnostic(name, method, level, y, columns, which: int, spread: bool, times
     return Interval(name, method, *figures, level, level, y.size, True)
 
 
-def drift(
+ORDER = "order effect (arm second vs first)"
+ORDER_METHOD = "twice the least-squares step of a trial run second, apart from drift and slices, t interval"
+
+
+def design_effects(
     values: ArrayLike,
     arms: ArrayLike,
     level: float = CONFIDENCE,
     index: ArrayLike | None = None,
     blocks: ArrayLike | None = None,
     second: ArrayLike | None = None,
-) -> Interval:
-    """Drift over the measured trials in run order, in percent per trial, with its t interval."""
+) -> tuple[Interval, Interval]:
+    """Drift (percent per trial, in run order) and the order effect apart from it (percent), one fit.
+
+    Without ``second`` (pairs all in one order) there is no order effect to estimate.
+    """
     y, columns, steps, spread = _columns(values, arms, index, blocks, second)
     method = (
         "least-squares slope of log(value) on run position with one level per arm"
@@ -301,36 +308,18 @@ def drift(
         + (", apart from the order" if second is not None else "")
         + ", t interval"
     )
-    return _diagnostic("drift (percent per trial)", method, level, y, columns, 0, spread)
-
-
-ORDER = "order effect (arm second vs first)"
-ORDER_METHOD = "twice the least-squares step of a trial run second, apart from drift and slices, t interval"
-
-
-def one_order(level: float, n: int) -> Interval:
-    """The order effect of pairs all run in one order: none to estimate."""
-    return Interval(
-        ORDER, ORDER_METHOD, *(math.nan,) * 3, level, level, n, False, "needs pairs in both orders"
-    )
-
-
-def order_effect(
-    values: ArrayLike,
-    arms: ArrayLike,
-    second: ArrayLike,
-    level: float = CONFIDENCE,
-    index: ArrayLike | None = None,
-    blocks: ArrayLike | None = None,
-) -> Interval:
-    """The order effect apart from drift, in percent, with its t interval."""
-    y, columns, _, spread = _columns(values, arms, index, blocks, second)
-    return _diagnostic(ORDER, ORDER_METHOD, level, y, columns, len(columns) - 1, spread, times=2)
+    trend = _coefficient("drift (percent per trial)", method, level, y, columns, 0, spread)
+    if second is None:
+        reason = "needs pairs in both orders"
+        return trend, Interval(
+            ORDER, ORDER_METHOD, *(math.nan,) * 3, level, level, np.size(values), False, reason
+        )
+    return trend, _coefficient(ORDER, ORDER_METHOD, level, y, columns, -1, spread, times=2)
 
 
 def design_figures(
     trials: pd.DataFrame, case: Any, arm: Any, group: pd.DataFrame, level: float, metric: str = "value"
-) -> tuple[Interval | None, Interval | None]:
+) -> tuple[Interval, Interval] | tuple[None, None]:
     """Drift and the order effect of one claim, fitted together on its paired trials in run order."""
     if trials.empty or "index" not in trials:
         return None, None
@@ -350,10 +339,7 @@ def design_figures(
     where = {"index": ours["index"].map(position).to_numpy(dtype=float), "blocks": ours["slice"].to_numpy()}
     second = is_arm == arm_late  # the arm's trial when it ran second, the baseline's when the arm ran first
     single = arm_late.all() or not arm_late.any()  # one order: no order effect to fit or to set apart
-    trend = drift(values, labels, level, second=None if single else second, **where)
-    if single:
-        return trend, one_order(level, values.size)
-    return trend, order_effect(values, labels, second, level, **where)
+    return design_effects(values, labels, level, second=None if single else second, **where)
 
 
 def _claim_row(

@@ -18,6 +18,10 @@ DRAWS = 20_000
 TOLERANCE = 0.015
 
 
+def drift(*args, **kwargs):
+    return harness_stats.design_effects(*args, **kwargs)[0]
+
+
 def test_the_order_effect_is_set_apart_from_drift_by_hand_and_covers_by_simulation() -> None:
     """Six pairs AB, BA, ...: trials run second are e^0.05 slower and the machine drifts 2% per trial. The
     pairs' order difference reads 0.1 + 0.04; the fit reads 0.1. With noise and no effect, the interval
@@ -26,9 +30,9 @@ def test_the_order_effect_is_set_apart_from_drift_by_hand_and_covers_by_simulati
     second = np.tile([False, True], 6)
     index = np.arange(12)
     values = np.exp(np.where(arms == "b", 3.0, 2.9) + 0.05 * second + 0.02 * index)
-    found = harness_stats.order_effect(values, arms, second)
+    found = harness_stats.design_effects(values, arms, second=second)[1]
     assert found.estimate == pytest.approx(100 * math.expm1(0.1))
-    assert harness_stats.drift(values, arms, second=second).estimate == pytest.approx(100 * math.expm1(0.02))
+    assert drift(values, arms, second=second).estimate == pytest.approx(100 * math.expm1(0.02))
     rng = np.random.default_rng(16)
     noise = 0.03 * rng.standard_normal((DRAWS, 12)) + 0.02 * index
     design = np.column_stack([index, arms == "b", arms == "c", second]).astype(float)
@@ -37,7 +41,7 @@ def test_the_order_effect_is_set_apart_from_drift_by_hand_and_covers_by_simulati
     se = np.sqrt((residual**2).sum(axis=0) / 8 * np.linalg.inv(design.T @ design)[3, 3])
     half = stats.t.ppf(0.975, 8) * se
     assert float(np.mean(np.abs(fit[3]) <= half)) == pytest.approx(0.95, abs=TOLERANCE)
-    one = harness_stats.order_effect(np.exp(noise[0]), arms, second)
+    one = harness_stats.design_effects(np.exp(noise[0]), arms, second=second)[1]
     assert (one.low, one.high) == pytest.approx(
         (100 * math.expm1(2 * (fit[3, 0] - half[0])), 100 * math.expm1(2 * (fit[3, 0] + half[0])))
     )
@@ -48,12 +52,12 @@ def test_drift_by_hand_and_by_simulation() -> None:
     index = np.arange(8)
     arms = np.array(["b", "c", "c", "b", "b", "c", "c", "b"])
     values = np.exp(np.where(arms == "b", 3.0, 2.9) + 0.01 * index)
-    trend = harness_stats.drift(values, arms)
+    trend = drift(values, arms)
     assert trend.estimate == pytest.approx(100 * math.expm1(0.01))
     assert (trend.low, trend.high) == pytest.approx((trend.estimate, trend.estimate))
     # A failed trial is left out, the others keep their schedule index.
     values[3] = math.inf
-    assert harness_stats.drift(values, arms).n == 7
+    assert drift(values, arms).n == 7
     # Coverage of the slope's interval, with noise, no drift: the closed-form least squares on all draws.
     rng = np.random.default_rng(14)
     noise = 0.03 * rng.standard_normal((DRAWS, 12))
@@ -65,7 +69,7 @@ def test_drift_by_hand_and_by_simulation() -> None:
     half = stats.t.ppf(0.975, 9) * se
     assert float(np.mean(np.abs(fit[0]) <= half)) == pytest.approx(0.95, abs=TOLERANCE)
     # and the function gives the same interval as this closed form on one draw
-    one = harness_stats.drift(np.exp(noise[0]), arms)
+    one = drift(np.exp(noise[0]), arms)
     assert (one.low, one.high) == pytest.approx(
         (100 * math.expm1(fit[0, 0] - half[0]), 100 * math.expm1(fit[0, 0] + half[0]))
     )
@@ -83,19 +87,19 @@ def test_drift_takes_a_level_per_slice_so_a_step_between_machines_is_not_a_trend
     level = np.where(arms == "b", 3.0, 2.9)
     blocks = np.array([0] * 6 + [1] * 6)
     step = np.where(blocks == 1, math.log(0.5), 0.0)
-    assert harness_stats.drift(np.exp(level + step), arms).estimate < -5  # the step alone, read as a trend
-    flat = harness_stats.drift(np.exp(level + step), arms, blocks=blocks)
+    assert drift(np.exp(level + step), arms).estimate < -5  # the step alone, read as a trend
+    flat = drift(np.exp(level + step), arms, blocks=blocks)
     assert flat.estimate == pytest.approx(0.0, abs=1e-9) and flat.high - flat.low == pytest.approx(
         0, abs=1e-9
     )
-    rising = harness_stats.drift(np.exp(level + step + 0.01 * index), arms, blocks=blocks)
+    rising = drift(np.exp(level + step + 0.01 * index), arms, blocks=blocks)
     assert rising.estimate == pytest.approx(100 * math.expm1(0.01))
     # One slice is the plain fit; a slice that holds one arm alone is still estimable from the others.
-    assert harness_stats.drift(
-        np.exp(level + 0.01 * index), arms, blocks=np.zeros(12)
-    ).estimate == pytest.approx(harness_stats.drift(np.exp(level + 0.01 * index), arms).estimate)
+    assert drift(np.exp(level + 0.01 * index), arms, blocks=np.zeros(12)).estimate == pytest.approx(
+        drift(np.exp(level + 0.01 * index), arms).estimate
+    )
     with pytest.raises(ValueError, match="one slice"):
-        harness_stats.drift(np.exp(level), arms, blocks=np.zeros(11))
+        drift(np.exp(level), arms, blocks=np.zeros(11))
     # Coverage of the slope's interval with a step between slices, noise and no drift, by simulation (the
     # closed-form least squares on every draw, as above, with the slice's column).
     rng = np.random.default_rng(15)
@@ -106,7 +110,7 @@ def test_drift_takes_a_level_per_slice_so_a_step_between_machines_is_not_a_trend
     se = np.sqrt((residual**2).sum(axis=0) / 8 * np.linalg.inv(design.T @ design)[0, 0])
     half = stats.t.ppf(0.975, 8) * se
     assert float(np.mean(np.abs(fit[0]) <= half)) == pytest.approx(0.95, abs=TOLERANCE)
-    one = harness_stats.drift(np.exp(noise[0]), arms, blocks=blocks)
+    one = drift(np.exp(noise[0]), arms, blocks=blocks)
     assert (one.low, one.high) == pytest.approx(
         (100 * math.expm1(fit[0, 0] - half[0]), 100 * math.expm1(fit[0, 0] + half[0]))
     )
