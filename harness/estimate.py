@@ -1,7 +1,6 @@
-"""No surprise durations: a run's time is estimated before its first trial, said, and held to its budget.
+"""A run's length: estimated before its first trial, said, held to its budget; ``--pairs auto`` grows it.
 
-A tier's own estimate refuses a plan at once; else one untimed first trial is the probe.
-See docs/cli.md (--time-budget).
+A tier's own estimate refuses a plan at once; else one untimed first trial is the probe (docs/cli.md).
 """
 
 from __future__ import annotations
@@ -14,11 +13,18 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pandas as pd
+
 from harness.errors import InputError
+from harness.folder_format import PLAN
+from harness.injected import ROLE as CALIBRATION_ROLE
+from harness.intervals import CONFIDENCE
 from harness.placement import Placement
-from harness.plan import Plan, estimated_seconds
+from harness.plan import Plan, drop_rounds, estimated_seconds, grow_schedule
 from harness.protocol import PlannedStop, run_trial
 from harness.schedule import CONCURRENT_ORDERS, ScheduledTrial
+from harness.sequential import looks, should_stop
+from harness.stats import ClaimSettings, pair_table
 from harness.tables import RunFolder
 
 DEFAULT_CPU_BUDGET_S = 3600.0  # one hour: a CPU run longer than this must be asked for (--time-budget)
@@ -157,3 +163,104 @@ def probe_first(
             "--stop-after"
         )
     return row if keep else None
+
+
+class StoppingRule:
+    """Before each unit, looks at each case whose scheduled rounds have run; grows it unless every claim stops.
+
+    A round that would take the log past ``--time-budget`` seconds ends its case there. Each decision is
+    saved in ``plan.looks``, so a resume continues the same sequence.
+    """
+
+    def __init__(self, plan: Plan, folder: RunFolder, progress: Any = None) -> None:
+        # progress: a console.ScheduleProgress (typed Any: the console imports this module)
+        self.plan, self.folder, self.progress = plan, folder, progress
+
+    def finished(self) -> bool:
+        """Every case's last scheduled round has a decision to stop: the rule will grow no schedule."""
+        for case in self.plan.cases:
+            rounds = [t.round for t in self.plan.schedule if t.case == case.label and t.phase == "measured"]
+            decision = self._decided(case.label, 1 + max(rounds)) if rounds else None
+            if decision is None or not decision["stop"]:
+                return False
+        return True
+
+    def _decided(self, case: str, rounds: int) -> dict | None:
+        return next((d for d in self.plan.looks if d["case"] == case and d["rounds"] == rounds), None)
+
+    def _decide(self, case: str, rows: list[dict], rounds: int, spent: str = "") -> dict[str, Any]:
+        """The look's decision; ``spent``: why the time budget ends the case here."""
+        p = self.plan.protocol
+        trials = pd.DataFrame(rows)
+        pairs = pair_table(trials[trials["case"] == case]) if not trials.empty else pd.DataFrame()
+        last = bool(spent) or rounds >= p.max_pairs
+        decisions = {}
+        for arm, group in pairs.groupby("arm", sort=False) if not pairs.empty else ():
+            x = group.loc[~group["both_failed"].astype(bool), "log_ratio"].to_numpy(dtype=float)
+            if x.size == 0:
+                decisions[str(arm)] = {"stop": False, "reason": "no usable pair yet", "half_width": None}
+                continue
+            decision = should_stop(x, p.precision, CONFIDENCE, p.first_look, p.max_pairs, budget_spent=last)
+            interval = decision.interval
+            half = interval.half_width if interval and interval.computable else None
+            decisions[str(arm)] = {"stop": decision.stop, "reason": decision.reason, "half_width": half}
+        baseline = str(pairs["baseline_arm"].iloc[0]) if not pairs.empty else ""
+        calibration = (
+            set(trials.loc[trials["role"] == CALIBRATION_ROLE, "arm"]) if "role" in trials else set()
+        )
+        mine = {a: d for a, d in decisions.items() if a not in calibration}  # recovered/known, no claim
+        settings = ClaimSettings.from_protocol(p)
+        claims = {a: d for a, d in mine.items() if not settings.is_control(a, baseline)} or mine
+        # An A/A control's or a calibration arm's target does not hold a claim's stop.
+        stop = last or (bool(claims) and all(d["stop"] for d in claims.values()))
+        reason = spent or (
+            "last look (max pairs)"
+            if rounds >= p.max_pairs
+            else "every claim's precision reached"
+            if stop
+            else "precision not reached by every claim"
+        )
+        if not spent:  # a target out of reach, said at the first look
+            reach = [
+                f"{a}:{d['reason'].split(';', 1)[1]}"
+                for a, d in claims.items()
+                if "pairs reach about" in d["reason"]
+            ]
+            reason += "".join(f"; {text}" for text in reach)
+        return {"case": case, "rounds": rounds, "stop": stop, "reason": reason, "claims": decisions}
+
+    def __call__(self, unit: list[ScheduledTrial]) -> bool:
+        plan, protocol = self.plan, self.plan.protocol
+        rows = self.folder.rows()
+        done = {int(r["index"]) for r in rows}
+        changed = False
+        for case in plan.cases:
+            scheduled = [t for t in plan.schedule if t.case == case.label and t.phase == "measured"]
+            if not scheduled or any(t.index not in done for t in scheduled):
+                continue
+            rounds = 1 + max(t.round for t in scheduled)
+            if self._decided(case.label, rounds) is not None:
+                continue
+            decision = self._decide(case.label, rows, rounds)
+            plan.looks.append(decision)
+            if not decision["stop"]:
+                later = [n for n in looks(protocol.first_look, protocol.max_pairs) if n > rounds]
+                grow_schedule(plan, case.label, later[0], max(done | {t.index for t in plan.schedule}) + 1)
+            changed = True
+        budget, first = protocol.time_budget, unit[0] if unit else None
+        fresh = first is not None and first.phase == "measured"
+        fresh = fresh and not any(r.get("case") == first.case and r.get("round") == first.round for r in rows)
+        if not changed and budget is not None and fresh:
+            spent = sum(float(r.get("trial_seconds") or 0.0) for r in rows)
+            needed = sum(protocol.cooldown + estimated_seconds(t, rows) for t in unit)
+            if spent + needed > budget:
+                why = f"time budget spent: {spent:.0f} s of trials logged, the next round needs about "
+                why += f"{needed:.0f} s more than the {budget:g} s allowed"
+                plan.looks.append(self._decide(first.case, rows, first.round, why))
+                drop_rounds(plan, first.case, done)
+                changed = True
+        if changed:
+            self.folder.write_json(PLAN, plan.to_json())
+            if self.progress is not None:
+                self.progress.retotal(len(plan.schedule))
+        return changed

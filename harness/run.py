@@ -25,7 +25,7 @@ from harness import env
 from harness.codepaths import arm_files, what_ran
 from harness.console import ScheduleProgress, console, errors, print_flags, print_summary, shown_path
 from harness.errors import InputError
-from harness.estimate import OverBudget, probe_first, refuse_by_estimate
+from harness.estimate import OverBudget, StoppingRule, probe_first, refuse_by_estimate
 from harness.folder_format import ENV, PLAN
 from harness.options import check_devices_here, resolve_placement
 from harness.placement import Placement, parent_pinned
@@ -33,7 +33,6 @@ from harness.plan import Plan, pending, scheduled_done
 from harness.protocol import PlannedStop, concurrent_problem, run_schedule
 from harness.schedule import ScheduledTrial
 from harness.sentence import answers
-from harness.stopping import StoppingRule
 from harness.tables import RunFolder, RunFolderWriteError, check_can_write
 from harness.tier import Run, TierRegistry, check_run_log, load_checked_plan
 from harness.timing import apply_budget, release_budget

@@ -236,7 +236,7 @@ def test_a_candidate_steady_figure_that_is_no_time_is_one_line(tmp_path: Path, b
 
 
 def test_a_look_with_no_fields_refuses_a_resume_too(tmp_path: Path, bench) -> None:
-    """A resume read the looks (``StoppingRule._decided``: KeyError 'case'); it validates them first, and is
+    """A resume read the looks (``estimate.StoppingRule._decided``: KeyError 'case'); it validates them first, and is
     refused in one line before anything runs, the folder left as it was."""
     folder = _copy("pair", tmp_path)
     _edit(folder, _plan(set_field("looks.0", {})))
