@@ -16,7 +16,7 @@ from rich.table import Table
 
 import experiments.tiers
 from experiments.arms import arm_files, default_arms
-from harness import calibration, schedule
+from harness import calibration, delay_check, schedule
 from harness import env as env_module
 from harness.arguments import check_given_once, check_plan_goal, parse_percent
 from harness.cli_app import (
@@ -109,7 +109,7 @@ def launch(
     if failed_arms(rows):
         raise typer.Exit(EVERY_TRIAL_FAILED)
     if isinstance(result, Run):
-        for reading in calibration.readings(result.folder.trials()):
+        for reading in delay_check.readings(result.folder.trials()):
             console.print(reading.text)
     if run.gate:
         failures = result.gate_failures()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness import calibration
+from harness import delay_check
 from harness.codepaths import WITHHELD, same_code_arms, verdict_shown
 from harness.formatting import (
     claim_limit,
@@ -170,7 +170,7 @@ def verdict_section(run: LoadedRun) -> Section:
                 + "."
             )
         items.append(line)
-    items += [f"- {reading.text}." for reading in calibration.readings(run.summaries.trials)]
+    items += [f"- {reading.text}." for reading in delay_check.readings(run.summaries.trials)]
     out.add("\n".join(items))
     if plan.protocol.control and not (claims["kind"] == "claim").any():
         out.add("This run is an A/A control: its verdict is about the noise floor, not a speed-up.")

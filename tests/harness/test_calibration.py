@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from experiments.tiers import TIERS
-from harness import calibration
+from harness import delay_check
 from harness.cli import main
 from harness.tables import RunFolder
 from harness.tier import Run
@@ -59,7 +59,7 @@ def test_bench_command_recovers_a_known_delay(tmp_path: Path, size: str, capsys)
     # size (0.05 s against 0.25 s) still fails.
     overrun = delayed["injected_s"].to_numpy() - np.asarray(known_sizes(trials, size))
     assert (overrun >= -1e-6).all() and np.median(overrun) <= 0.02, delayed["injected_s"]
-    (reading,) = calibration.readings(trials)
+    (reading,) = delay_check.readings(trials)
     result = reading.result
     # A 95% interval misses 1 in one run of 20 by design (its coverage is simulated elsewhere). The product's
     # rule: an interval that covers 1 or lies inside 1 ± 0.1 is recovered (seen: [0.94, 1.00], [0.89, 1.01]).
@@ -111,7 +111,7 @@ def test_an_in_process_tier_refuses_a_calibration_arm(tmp_path: Path, capsys) ->
 def test_a_known_delay_per_pair_and_a_failed_trial() -> None:
     base = np.array([10.0, 10.2, 9.9, 10.1, 10.0, 9.8])
     known = np.array([0.5, 0.52, 0.49, 0.5, np.nan, 0.51])  # the fifth trial failed: its sleep is unknown
-    got = calibration.recovered(base, base + known, known)
+    got = delay_check.recovered(base, base + known, known)
     assert got.pairs == 5 and got.estimate == pytest.approx(1.0)
 
 
@@ -135,6 +135,7 @@ def test_a_calibration_arms_spread_does_not_hold_a_claims_stop(tmp_path: Path, m
 def test_a_calibration_arm_is_not_called_the_baseline_s_code() -> None:
     """It runs the baseline's code by design; what_ran must not withhold anything for it."""
     from experiments.arms import arm_code
+    from harness import calibration
     from harness.schedule import Arm, Case
 
     base = Arm("baseline", "baseline", "baseline")
@@ -148,7 +149,7 @@ def test_the_report_states_the_calibration_reading_and_the_estimand(tmp_path: Pa
     argv = ["command", "--arms", "0.2,0.25", "--pairs", "5", "--warmup", "0", "--calibrate", "0.05s"]
     assert main([*argv, "--out", str(tmp_path), "--quiet", "--", "sleep", "{arm}"]) == 0
     folder = only_folder(tmp_path)
-    (reading,) = calibration.readings(RunFolder.open(folder).trials())
+    (reading,) = delay_check.readings(RunFolder.open(folder).trials())
     report = (folder / "report.md").read_text("utf-8")
     assert f"- {reading.text}." in report
     assert "Estimand: the reduction with each arm alone on the machine, in alternating order" in report
