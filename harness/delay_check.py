@@ -10,8 +10,8 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from harness import intervals
-from harness.intervals import CONFIDENCE
 from harness.injected import FIGURE, ROLE
+from harness.intervals import CONFIDENCE
 from harness.stats import measured
 
 MARGIN = 0.1  # an interval inside 0.9-1.1 is recovered even where it misses 1 (the target band)
