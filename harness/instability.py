@@ -37,10 +37,9 @@ def arm_spread(arm: str, values: ArrayLike) -> ArmSpread:
     if finished.size == 0:
         return ArmSpread(arm, x.size, x.size, math.nan, math.nan, math.nan)
     median = float(np.median(finished))
-    mad = float(np.median(np.abs(finished - median)))
-    return ArmSpread(
-        arm, x.size, int(x.size - finished.size), median, float(finished.max() / finished.min()), mad / median
-    )
+    mad_over_median = float(np.median(np.abs(finished - median))) / median
+    ratio = float(finished.max() / finished.min())
+    return ArmSpread(arm, x.size, int(x.size - finished.size), median, ratio, mad_over_median)
 
 
 @dataclass(frozen=True)
@@ -83,11 +82,9 @@ def run_flags(trials: pd.DataFrame, env: dict[str, Any] | None = None) -> list[F
     rows = measured(trials)
     cases = list(dict.fromkeys(rows["case"])) if not rows.empty else []
     for case in cases:
-        groups = rows[rows["case"] == case].groupby("arm", sort=False)
         prefix = "" if len(cases) == 1 else f"{case} · "
-        flags += arm_flags(
-            {f"{prefix}{arm}": group["effective"].to_numpy(dtype=float) for arm, group in groups}
-        )
+        groups = rows[rows["case"] == case].groupby("arm", sort=False)["effective"]
+        flags += arm_flags({f"{prefix}{arm}": group.to_numpy(dtype=float) for arm, group in groups})
     env = env or {}
     if env.get("load1_start") is not None and env.get("cpu_logical"):
         flags += arm_flags({}, load_1min=float(env["load1_start"]), cores=int(env["cpu_logical"]))

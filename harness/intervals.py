@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -290,42 +291,30 @@ def hodges_lehmann_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) ->
 # ------------------------------------------------------------------ the geometric mean's: calibrated t
 
 
-@dataclass(frozen=True)
-class Calibration:
-    """The t interval's calibration at one stated level and pair count."""
+class Calibration(NamedTuple):
+    """The t interval's calibration at one stated level and pair count: a row of the calibration table."""
 
-    stated: float
-    pairs: int
     nominal: float
     skewed_coverage: float
+    distance: float  # the larger distance from the stated level over the two laws
     keeps: bool
 
-    @property
-    def attained(self) -> float:
-        """The lower of the two laws' coverages: what the interval attains at worst on the laws checked."""
-        return min(self.nominal, self.skewed_coverage)
 
-
-def _table(level: float) -> tuple[float, dict[int, tuple[float, float, float, bool]]]:
-    """The tabulated stated level equal to ``level`` (within float slack) and its table; (level, {}) if none."""
+def _table(level: float) -> dict[int, tuple[float, float, float, bool]]:
+    """The calibration table of the stated level equal to ``level`` (within float slack); empty if none."""
     check_level(level)
-    return next(
-        ((lv, t) for lv, t in calibration.NOMINAL_LEVELS.items() if abs(lv - level) <= 1e-9), (level, {})
-    )
+    return next((t for lv, t in calibration.NOMINAL_LEVELS.items() if abs(lv - level) <= 1e-9), {})
 
 
 def t_calibration(pairs: int, level: float = CONFIDENCE) -> Calibration | None:
     """The t interval's calibration at ``pairs`` and ``level``; None where not calibrated."""
-    stated, table = _table(level)
-    if not table or pairs < 2:
-        return None
-    nominal, skewed, _, keeps = table[min(pairs, max(table))]
-    return Calibration(stated, pairs, nominal, skewed, keeps)
+    table = _table(level)
+    return Calibration(*table[min(pairs, max(table))]) if table and pairs >= 2 else None
 
 
 def t_min_pairs(level: float = CONFIDENCE) -> int | None:
     """The fewest pairs from which the t interval keeps ``level`` at every larger count."""
-    table = _table(level)[1]
+    table = _table(level)
     counts = sorted(table)
     return next((n for i, n in enumerate(counts) if all(table[m][3] for m in counts[i:])), None)
 
@@ -361,11 +350,11 @@ def t_interval(log_ratios: ArrayLike, level: float = CONFIDENCE) -> Interval:
     mean, low, high = (float(v) for v in t_log_bounds(x, nominal))
     if fitted is None:
         levels = " and ".join(f"{lv:.0%}" for lv in calibration.NOMINAL_LEVELS)
-        sufficient, reason, attained = False, f"the t interval is calibrated only at {levels}", math.nan
+        sufficient, attained, reason = False, math.nan, f"the t interval is calibrated only at {levels}"
     else:
-        sufficient, attained, minimum, reason = fitted.keeps, fitted.attained, t_min_pairs(level), ""
+        sufficient, attained, reason = fitted.keeps, min(fitted.nominal, fitted.skewed_coverage), ""
     if fitted is not None and not sufficient:
-        skew, covers = calibration.REFERENCE_SKEWNESS, fitted.skewed_coverage
+        skew, covers, minimum = calibration.REFERENCE_SKEWNESS, fitted.skewed_coverage, t_min_pairs(level)
         reason = (
             f"at {n} pairs no nominal level keeps {level:.0%} within {100 * calibration.CALIBRATION_WINDOW:.1f} "
             f"points on the reference skewed law (skewness {skew:g}, the committed runs' upper end): the best "
