@@ -164,21 +164,6 @@ def look_level(level: float, plan: tuple[int, ...]) -> tuple[tuple[float, ...], 
     return min(found, key=lambda f: (round(max(level - f[1], f[2] - level), 3), level - f[1]))
 
 
-def _interval(x: NDArray[np.float64], plan: tuple[int, ...], level: float, index: int) -> Interval:
-    levels, low, high = look_level(level, plan)
-    at = levels[index]
-    found = intervals.median_interval(x, at)
-    attained = min(found.attained_level, low)
-    method = (
-        f"{found.method}; look {index + 1} of {list(plan)} at {at:.2%}, calibrated by simulation: the stopped "
-        f"interval covers {low:.1%} to {high:.1%} on every law tried"
-    )
-    sufficient = intervals.keeps_level(attained, level)
-    reason = "" if sufficient else found.reason or f"the stopping rule attains only {attained:.1%}"
-    changed = {"method": method, "stated_level": level, "attained_level": attained, "nominal_level": at}
-    return replace(found, **changed, sufficient=sufficient, reason=reason)
-
-
 def should_stop(
     log_ratios: ArrayLike,
     precision: float,
@@ -200,13 +185,20 @@ def should_stop(
         where = "before the first look" if n < plan[0] else "between looks"
         return StopDecision(False, where)
     index = next(i for i, pairs in enumerate(plan) if pairs >= n)
-    at = look_level(level, plan)[0][index]
-    interval = _interval(x, plan, level, index) if n >= 1 else None
-    note = ""
-    if n == plan[0] and np.isfinite(x).sum() >= 2:  # at the first look: the half-width max_pairs would give
+    levels, low, high = look_level(level, plan)
+    at, interval, note = levels[index], None, ""
+    if n >= 1:  # the median's interval at the look's own level
         found = intervals.median_interval(x, at)
-        projected = found.half_width * math.sqrt(n / plan[-1]) if found.computable else math.nan
-        if projected > precision:  # NaN: no interval to project
+        attained = min(found.attained_level, low)
+        method = f"{found.method}; look {index + 1} of {list(plan)} at {at:.2%}, calibrated by simulation: "
+        method += f"the stopped interval covers {low:.1%} to {high:.1%} on every law tried"
+        sufficient = intervals.keeps_level(attained, level)
+        why = "" if sufficient else found.reason or f"the stopping rule attains only {attained:.1%}"
+        changed = {"method": method, "stated_level": level, "attained_level": attained, "nominal_level": at}
+        interval = replace(found, **changed, sufficient=sufficient, reason=why)
+    if n == plan[0] and np.isfinite(x).sum() >= 2 and interval.computable:  # the half-width max_pairs gives
+        projected = interval.half_width * math.sqrt(n / plan[-1])
+        if projected > precision:
             note = f"; at the spread measured, {plan[-1]} pairs reach about ±{projected:.2f} points, "
             note += f"not the ±{precision:g} asked"
     reached = interval is not None and interval.computable and interval.half_width <= precision

@@ -30,25 +30,6 @@ def measured(trials: pd.DataFrame, metric: str = "value") -> pd.DataFrame:
     return rows
 
 
-def run_order(trials: pd.DataFrame) -> pd.Series:
-    """Each logged row's place in run order: by ``started`` where every row carries it, else by index."""
-    if trials.empty:
-        return pd.Series(dtype=int)
-    started = pd.to_datetime(trials["started"], errors="coerce", utc=True) if "started" in trials else None
-    if started is None or started.isna().any():
-        started = trials["index"] if "index" in trials else pd.Series(range(len(trials)), index=trials.index)
-    return started.rank(method="first").astype(int) - 1
-
-
-def resumed_slices(trials: pd.DataFrame) -> pd.Series:
-    """Each logged row's slice of the run: the count of resume warm-ups before it in run order."""
-    if trials.empty or "warmup_reason" not in trials:
-        return pd.Series(0, index=trials.index, dtype=int)
-    order = run_order(trials).sort_values().index
-    resumes = (trials.loc[order, "warmup_reason"].astype(str) == "resume").cumsum().astype(int)
-    return resumes.reindex(trials.index)
-
-
 def finished(trials: pd.DataFrame) -> pd.DataFrame:
     """Measured rows whose trial finished (they carry figures beside the primary one)."""
     if trials.empty:
@@ -227,19 +208,6 @@ def judge(interval: Interval, limit: float | None, control: bool) -> str:
     return intervals.claim_verdict(interval, limit)
 
 
-def primary_interval(
-    log_ratios: np.ndarray, settings: ClaimSettings
-) -> tuple[Interval, sequential.StopDecision | None]:
-    """The median's order-statistic interval, or with ``--pairs auto`` the stopping rule's at its look."""
-    s, n = settings, log_ratios.size
-    if not s.sequential or n < 1 or n > sequential.looks(s.first_look, s.max_pairs)[-1]:
-        return intervals.median_interval(log_ratios, s.level), None
-    ended = f"the log ends here ({n} pairs): no more pairs to look at"
-    stop = sequential.should_stop(log_ratios, s.precision, s.level, s.first_look, s.max_pairs, True, ended)
-    assert stop.interval is not None
-    return stop.interval, stop
-
-
 def disagreeing_checks(claim: Any) -> list[tuple[str, str]]:
     """The distribution-free checks (name, column prefix) whose verdict differs from the claim's."""
     verdict = str(claim["verdict"])
@@ -324,7 +292,13 @@ def design_figures(
     if trials.empty or "index" not in trials:
         return None, None
     baseline_arm = group["baseline_arm"].iloc[0]
-    ours = measured(trials.assign(slice=resumed_slices(trials), ran=run_order(trials)), metric)
+    # Run order: by ``started`` where every row carries it, else by index. A slice: the count of resume
+    # warm-ups before a row in run order.
+    started = pd.to_datetime(trials["started"], errors="coerce", utc=True) if "started" in trials else None
+    ran = (trials["index"] if started is None or started.isna().any() else started).rank(method="first")
+    resumes = trials.get("warmup_reason", pd.Series("", index=trials.index)).astype(str) == "resume"
+    slices = resumes.loc[ran.sort_values().index].cumsum().astype(int).reindex(trials.index)
+    ours = measured(trials.assign(slice=slices, ran=ran.astype(int) - 1), metric)
     # A trial's position among the measured trials in run order (every case and arm): warm-ups are no step
     # of drift, and a grown schedule's indices are not the order its trials ran in.
     position = {index: place for place, index in enumerate(ours.sort_values("ran")["index"])}
@@ -342,63 +316,6 @@ def design_figures(
     return design_effects(values, labels, level, second=None if single else second, **where)
 
 
-def _claim_row(
-    case: Any,
-    arm: Any,
-    group: pd.DataFrame,
-    trials: pd.DataFrame,
-    settings: ClaimSettings,
-    planned_pairs: int | None,
-    metric: str = "value",
-) -> dict[str, Any]:
-    baseline_arm = group["baseline_arm"].iloc[0]
-    usable = group[~group["both_failed"].astype(bool)]
-    x = usable["log_ratio"].to_numpy(dtype=float)
-    reductions = usable["reduction"].to_numpy(dtype=float)
-    control = kind_control = settings.is_control(str(arm), str(baseline_arm))
-    limit_percent = settings.tolerance_percent if control else settings.bar_percent
-    if limit_percent is None and not control and settings.tolerance_percent is not None:
-        control, limit_percent = True, settings.tolerance_percent  # no bar: "equivalent within ±T?"
-    limit = None if limit_percent is None else limit_percent / 100
-    chosen, decision = primary_interval(x, settings)
-    second = usable["arm_second"].to_numpy(dtype=bool)
-    both_failed = len(group) - len(usable)
-    row = {
-        "case": case,
-        "arm": arm,
-        "baseline_arm": baseline_arm,
-        "kind": "control" if kind_control else "claim",
-        "pairs": int(x.size),
-        "planned_pairs": planned_pairs,
-        "both_failed": both_failed,
-        "one_failed": int(np.isinf(x).sum()),
-        "estimate": chosen.estimate,
-        "ci_level": settings.level,
-        "ci_nominal": chosen.nominal_level,  # a sequential look's own level; NaN for a fixed run
-        "ci_reason": chosen.reason if x.size else f"no usable pair ({both_failed} with both arms failed)",
-        "verdict_basis": "primary",
-        **verdicts.failure_rate(trials, case, arm, settings.level),
-        "median": chosen.estimate,  # the primary's estimate: one median, whatever the count
-        "min": float(reductions.min()) if reductions.size else math.nan,
-        "max": float(reductions.max()) if reductions.size else math.nan,
-        "bar": limit,
-        "verdict": judge(chosen, limit, control),
-        "arm_second": int(second.sum()),
-        "arm_first": int((~second).sum()),
-        "stopping": "" if decision is None else decision.reason,
-    }
-    for prefix, found in (("ci", chosen), *((c.prefix, c.interval(x, settings.level)) for c in CHECKS)):
-        usable_check = bool(found.sufficient and found.computable)
-        figures = (found.estimate, found.low, found.high, found.attained_level, usable_check, found.method)
-        figures += (judge(found, limit, control),)
-        row |= {f"{prefix}_{field}": value for field, value in zip(INTERVAL_FIELDS, figures, strict=True)}
-    designs = design_figures(trials, case, arm, group, settings.level, metric)
-    for (columns, none), found in zip(DESIGNS, designs, strict=True):
-        figures = (found.estimate, found.low, found.high, found.reason) if found else (*(math.nan,) * 3, none)
-        row |= dict(zip(columns, figures, strict=True))
-    return row
-
-
 def claim_table(
     pairs: pd.DataFrame,
     settings: ClaimSettings,
@@ -411,11 +328,70 @@ def claim_table(
         return pd.DataFrame(columns=claim_columns())
     trials = pd.DataFrame() if trials is None else trials
     calibration = set(trials["arm"][trials["role"] == CALIBRATION_ROLE]) if "role" in trials else set()
-    rows = [
-        _claim_row(case, arm, group, trials, settings, planned_pairs, metric)
-        for (case, arm), group in pairs.groupby(["case", "arm"], sort=False)
-        if arm not in calibration  # read as recovered/known (harness.calibration), never a claim
-    ]
+    rows = []
+    for (case, arm), group in pairs.groupby(["case", "arm"], sort=False):
+        if arm in calibration:
+            continue  # read as recovered/known (harness.delay_check), never a claim
+        baseline_arm = group["baseline_arm"].iloc[0]
+        usable = group[~group["both_failed"].astype(bool)]
+        x = usable["log_ratio"].to_numpy(dtype=float)
+        reductions = usable["reduction"].to_numpy(dtype=float)
+        control = kind_control = settings.is_control(str(arm), str(baseline_arm))
+        limit_percent = settings.tolerance_percent if control else settings.bar_percent
+        if limit_percent is None and not control and settings.tolerance_percent is not None:
+            control, limit_percent = True, settings.tolerance_percent  # no bar: "equivalent within ±T?"
+        limit = None if limit_percent is None else limit_percent / 100
+        # the median's interval, or with --pairs auto the stopping rule's at its look
+        s, decision = settings, None
+        if s.sequential and 1 <= x.size <= sequential.looks(s.first_look, s.max_pairs)[-1]:
+            ended = f"the log ends here ({x.size} pairs): no more pairs to look at"
+            decision = sequential.should_stop(x, s.precision, s.level, s.first_look, s.max_pairs, True, ended)
+        chosen = intervals.median_interval(x, s.level) if decision is None else decision.interval
+        second = usable["arm_second"].to_numpy(dtype=bool)
+        both_failed = len(group) - len(usable)
+        row = {
+            "case": case,
+            "arm": arm,
+            "baseline_arm": baseline_arm,
+            "kind": "control" if kind_control else "claim",
+            "pairs": int(x.size),
+            "planned_pairs": planned_pairs,
+            "both_failed": both_failed,
+            "one_failed": int(np.isinf(x).sum()),
+            "estimate": chosen.estimate,
+            "ci_level": settings.level,
+            "ci_nominal": chosen.nominal_level,  # a sequential look's own level; NaN for a fixed run
+            "ci_reason": chosen.reason if x.size else f"no usable pair ({both_failed} with both arms failed)",
+            "verdict_basis": "primary",
+            **verdicts.failure_rate(trials, case, arm, settings.level),
+            "median": chosen.estimate,  # the primary's estimate: one median, whatever the count
+            "min": float(reductions.min()) if reductions.size else math.nan,
+            "max": float(reductions.max()) if reductions.size else math.nan,
+            "bar": limit,
+            "verdict": judge(chosen, limit, control),
+            "arm_second": int(second.sum()),
+            "arm_first": int((~second).sum()),
+            "stopping": "" if decision is None else decision.reason,
+        }
+        for prefix, found in (("ci", chosen), *((c.prefix, c.interval(x, settings.level)) for c in CHECKS)):
+            usable_check = bool(found.sufficient and found.computable)
+            figures = (
+                found.estimate,
+                found.low,
+                found.high,
+                found.attained_level,
+                usable_check,
+                found.method,
+            )
+            figures += (judge(found, limit, control),)
+            row |= {f"{prefix}_{field}": value for field, value in zip(INTERVAL_FIELDS, figures, strict=True)}
+        designs = design_figures(trials, case, arm, group, settings.level, metric)
+        for (columns, none), found in zip(DESIGNS, designs, strict=True):
+            figures = (
+                (found.estimate, found.low, found.high, found.reason) if found else (*(math.nan,) * 3, none)
+            )
+            row |= dict(zip(columns, figures, strict=True))
+        rows.append(row)
     return pd.DataFrame(rows, columns=claim_columns())
 
 
