@@ -75,13 +75,7 @@ def balanced_block(arms: int, order: str = "alternate") -> list[list[int]]:
     """One block of round orders (arm positions) balanced over the arms."""
     if arms < 1:
         raise ValueError("a round needs at least one arm")
-    first, low, high = [0], 1, arms - 1
-    while len(first) < arms:
-        first.append(low)
-        low += 1
-        if len(first) < arms:
-            first.append(high)
-            high -= 1
+    first = [0, *((j + 1) // 2 if j % 2 else arms - j // 2 for j in range(1, arms))]  # 0, 1, n-1, 2, n-2 …
     rows = [[(p + i) % arms for p in first] for i in range(arms)]
     if arms % 2 == 1 and arms > 1:
         rows += [row[::-1] for row in rows]
