@@ -19,9 +19,8 @@ from typing import Any
 import pytest
 import torch
 
-from harness import gpu_readings, process_usage, telemetry
-from harness.process_usage import ProcessUsage
-from harness.telemetry import FIELD_TYPES, GPU_FIELD_TYPES, Snapshot
+from harness import isolation, telemetry
+from harness.telemetry import FIELD_TYPES, GPU_FIELD_TYPES, ProcessUsage, Snapshot
 from tests import ROOT, child_env
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -109,7 +108,7 @@ def gpu(
 
 @pytest.fixture
 def no_nvml(monkeypatch) -> None:
-    monkeypatch.setattr(gpu_readings, "_load_nvml", lambda: None)
+    monkeypatch.setattr(telemetry, "_load_nvml", lambda: None)
 
 
 @pytest.fixture
@@ -118,20 +117,20 @@ def smi_says(monkeypatch):
 
     def install(answer) -> list[list[str]]:
         asked: list[list[str]] = []
-        monkeypatch.setattr(gpu_readings.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+        monkeypatch.setattr(telemetry.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
 
         def run(fields: list[str]) -> str | None:
             asked.append(fields)
             return answer(fields) if callable(answer) else answer
 
-        monkeypatch.setattr(gpu_readings, "_run_smi", run)
+        monkeypatch.setattr(telemetry, "_run_smi", run)
         return asked
 
     return install
 
 
 def no_smi(monkeypatch) -> None:
-    monkeypatch.setattr(gpu_readings.shutil, "which", lambda name: None)
+    monkeypatch.setattr(telemetry.shutil, "which", lambda name: None)
 
 
 # --- fields, typed and null where unreadable -----------------------------------------------------------------
@@ -153,7 +152,7 @@ def test_every_field_present_and_typed_on_this_machine() -> None:
 
 def test_gpu_fields_null_when_neither_nvml_nor_smi_answers(monkeypatch, no_nvml) -> None:
     no_smi(monkeypatch)
-    assert gpu_readings.read_gpus() == (None, [])
+    assert telemetry.read_gpus() == (None, [])
     row = telemetry.trial_fields(telemetry.snapshot(), telemetry.snapshot())
     assert_typed(row)
     assert row["gpu_source"] is None and row["gpu_count"] is None
@@ -164,9 +163,9 @@ SMI_LINES = "0, 1980, 3201, 43, 121.52, 0x0000000000000004\n1, 345, 3201, 30, 70
 
 
 def test_nvml_failing_to_initialize_falls_back_to_nvidia_smi(monkeypatch, smi_says) -> None:
-    monkeypatch.setattr(gpu_readings, "_load_nvml", lambda: fake_nvml([gpu()], fail_init=True))
+    monkeypatch.setattr(telemetry, "_load_nvml", lambda: fake_nvml([gpu()], fail_init=True))
     smi_says(SMI_LINES)
-    source, devices = gpu_readings.read_gpus()
+    source, devices = telemetry.read_gpus()
     assert source == "nvidia-smi" and [d["index"] for d in devices] == [0, 1]
     assert devices[0]["sm_clock_mhz"] == 1980.0 and devices[0]["power_w"] == 121.52
     assert devices[0]["throttle_mask"] == 0x4 and devices[1]["throttle_mask"] == 0x1
@@ -180,7 +179,7 @@ def test_nvml_not_importable_falls_back_and_smi_older_field_name_is_tried(
     monkeypatch, no_nvml, smi_says
 ) -> None:
     asked = smi_says(lambda fields: None if "clocks_event_reasons.active" in fields else SMI_LINES)
-    source, devices = gpu_readings.read_gpus(indices=[1])
+    source, devices = telemetry.read_gpus(indices=[1])
     assert source == "nvidia-smi" and [d["index"] for d in devices] == [1]
     assert [fields[-1] for fields in asked] == [
         "clocks_event_reasons.active",
@@ -193,9 +192,9 @@ def test_nvml_not_importable_falls_back_and_smi_older_field_name_is_tried(
     ["", "NVIDIA-SMI has failed because it couldn't communicate with the driver.", "a,b\n,,,,,,,\n"],
 )
 def test_nvml_failing_and_smi_printing_garbage_gives_nulls(monkeypatch, smi_says, garbage: str) -> None:
-    monkeypatch.setattr(gpu_readings, "_load_nvml", lambda: fake_nvml([gpu()], fail_init=True))
+    monkeypatch.setattr(telemetry, "_load_nvml", lambda: fake_nvml([gpu()], fail_init=True))
     smi_says(garbage)
-    assert gpu_readings.read_gpus() == (None, [])
+    assert telemetry.read_gpus() == (None, [])
     row = telemetry.trial_fields(telemetry.snapshot(), telemetry.snapshot())
     assert_typed(row)
     assert row["gpu_source"] is None and row["gpu_count"] is None
@@ -203,7 +202,7 @@ def test_nvml_failing_and_smi_printing_garbage_gives_nulls(monkeypatch, smi_says
 
 def test_smi_cells_it_cannot_read_are_null_one_by_one(no_nvml, smi_says) -> None:
     smi_says("0, [N/A], 3201, 43, [N/A], 0xzz\n")
-    source, devices = gpu_readings.read_gpus()
+    source, devices = telemetry.read_gpus()
     assert source == "nvidia-smi"
     assert devices[0]["sm_clock_mhz"] is None and devices[0]["power_w"] is None
     assert devices[0]["throttle_mask"] is None and devices[0]["mem_clock_mhz"] == 3201.0
@@ -214,7 +213,7 @@ def test_smi_cells_it_cannot_read_are_null_one_by_one(no_nvml, smi_says) -> None
 
 def test_nvml_readings_and_counter_deltas_over_the_trial(monkeypatch) -> None:
     devices = [gpu(sm=345, reasons=0x1, energy_mj=1_000_000), gpu(sm=1980, reasons=0x0)]
-    monkeypatch.setattr(gpu_readings, "_load_nvml", lambda: fake_nvml(devices))
+    monkeypatch.setattr(telemetry, "_load_nvml", lambda: fake_nvml(devices))
     start = telemetry.snapshot()
     devices[0].update(sm=1755, reasons=0x4 | 0x1, power_ns=2_500_000_000, thermal_ns=0, energy_mj=1_250_000)
     end = telemetry.snapshot()
@@ -230,7 +229,7 @@ def test_nvml_readings_and_counter_deltas_over_the_trial(monkeypatch) -> None:
 
 
 def test_an_nvml_field_that_fails_is_null_and_the_rest_is_kept(monkeypatch) -> None:
-    monkeypatch.setattr(gpu_readings, "_load_nvml", lambda: fake_nvml([gpu()], broken=("power", "violation")))
+    monkeypatch.setattr(telemetry, "_load_nvml", lambda: fake_nvml([gpu()], broken=("power", "violation")))
     row = telemetry.trial_fields(telemetry.snapshot(), telemetry.snapshot())
     assert_typed(row)
     assert row["gpu_source"] == "nvml" and row["gpu0_sm_clock_mhz_start"] == 1980.0
@@ -239,9 +238,9 @@ def test_an_nvml_field_that_fails_is_null_and_the_rest_is_kept(monkeypatch) -> N
 
 def test_gpu_readable_at_start_but_not_at_end_keeps_the_device_with_nulls(monkeypatch, smi_says) -> None:
     devices = [gpu()]
-    monkeypatch.setattr(gpu_readings, "_load_nvml", lambda: fake_nvml(devices))
+    monkeypatch.setattr(telemetry, "_load_nvml", lambda: fake_nvml(devices))
     start = telemetry.snapshot()
-    monkeypatch.setattr(gpu_readings, "_load_nvml", lambda: None)
+    monkeypatch.setattr(telemetry, "_load_nvml", lambda: None)
     smi_says(None)
     row = telemetry.trial_fields(start, telemetry.snapshot())
     assert_typed(row)
@@ -289,17 +288,17 @@ def test_proc_stat_unreadable_parts_are_null() -> None:
 
 
 def test_throttle_reasons_are_decoded_from_the_bitmask() -> None:
-    assert gpu_readings.decode_reasons(0) == []
-    assert gpu_readings.decode_reasons(0x1) == ["gpu_idle"]
-    assert gpu_readings.decode_reasons(0x4 | 0x8 | 0x40) == [
+    assert telemetry.decode_reasons(0) == []
+    assert telemetry.decode_reasons(0x1) == ["gpu_idle"]
+    assert telemetry.decode_reasons(0x4 | 0x8 | 0x40) == [
         "sw_power_cap",
         "hw_slowdown",
         "hw_thermal_slowdown",
     ]
-    assert gpu_readings.decode_reasons(0x1 | 0x800) == ["gpu_idle", "unknown_0x800"]
-    assert gpu_readings.decode_reasons(0x7FF) == list(gpu_readings.THROTTLE_REASONS.values())
-    assert gpu_readings.reasons_that_matter(0x1 | 0x2 | 0x100) == []
-    assert gpu_readings.reasons_that_matter(0x1 | 0x20 | 0x80) == [
+    assert telemetry.decode_reasons(0x1 | 0x800) == ["gpu_idle", "unknown_0x800"]
+    assert telemetry.decode_reasons(0x7FF) == list(telemetry.THROTTLE_REASONS.values())
+    assert telemetry.reasons_that_matter(0x1 | 0x2 | 0x100) == []
+    assert telemetry.reasons_that_matter(0x1 | 0x20 | 0x80) == [
         "sw_thermal_slowdown",
         "hw_power_brake_slowdown",
     ]
@@ -331,7 +330,7 @@ BURNER = textwrap.dedent(
 @linux
 def test_wait_and_reap_accounts_for_threads_that_ended_and_reaped_children() -> None:
     process = subprocess.Popen([sys.executable, "-c", BURNER])
-    usage = process_usage.wait_and_reap(process, timeout_s=120)
+    usage = isolation.wait_and_reap(process, timeout_s=120)
     assert process.returncode == 0 and usage.source == "wait4"
     tick = 0.02  # /proc counts CPU time in 10 ms ticks
     assert usage.user_s + usage.system_s >= 0.3 - tick  # the thread's 0.3 s, though it ended before the exit
@@ -344,10 +343,10 @@ def test_wait_and_reap_accounts_for_threads_that_ended_and_reaped_children() -> 
 def test_wait_and_reap_times_out_leaving_the_child_to_kill_and_reap() -> None:
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     with pytest.raises(subprocess.TimeoutExpired):
-        process_usage.wait_and_reap(process, timeout_s=0.2)
+        isolation.wait_and_reap(process, timeout_s=0.2)
     assert process.returncode is None and Path(f"/proc/{process.pid}").exists()
     process.kill()
-    usage = process_usage.wait_and_reap(process)
+    usage = isolation.wait_and_reap(process)
     assert process.returncode == -9 and usage.source == "wait4"
 
 
@@ -357,9 +356,9 @@ def test_a_live_child_is_read_through_psutil_and_a_missing_one_is_null() -> None
         [sys.executable, "-c", BURNER + "\nimport sys\nsys.stdin.read()"], stdin=subprocess.PIPE
     )
     try:
-        usage = process_usage.ProcessUsage()
+        usage = telemetry.ProcessUsage()
         for _ in range(600):
-            usage = process_usage.usage_of_pid(process.pid)
+            usage = telemetry.usage_of_pid(process.pid)
             if usage.children_user_s is not None and usage.children_user_s + usage.children_system_s > 0.25:
                 break
             time.sleep(0.05)
@@ -368,7 +367,7 @@ def test_a_live_child_is_read_through_psutil_and_a_missing_one_is_null() -> None
     finally:
         process.stdin.close()
         process.wait(timeout=60)
-    assert process_usage.usage_of_pid(process.pid) == ProcessUsage()  # reaped: nothing to read, all null
+    assert telemetry.usage_of_pid(process.pid) == ProcessUsage()  # reaped: nothing to read, all null
 
 
 def test_in_process_usage_is_the_difference_of_the_two_readings() -> None:
@@ -512,8 +511,8 @@ def test_gpu_telemetry_on_a_real_device_reads_nvml_without_a_cuda_context() -> N
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_nvidia_smi_fallback_reads_the_real_device(monkeypatch) -> None:
-    monkeypatch.setattr(gpu_readings, "_load_nvml", lambda: None)
-    source, devices = gpu_readings.read_gpus()
+    monkeypatch.setattr(telemetry, "_load_nvml", lambda: None)
+    source, devices = telemetry.read_gpus()
     assert source == "nvidia-smi" and devices and devices[0]["sm_clock_mhz"] > 0
     assert devices[0]["throttle_mask"] is not None
 
