@@ -16,7 +16,6 @@ import psutil
 
 from harness.env import SMI_FIGURES, _run
 
-PROC_STAT_FIELDS = tuple("user nice system idle iowait irq softirq steal guest guest_nice".split())
 BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq")  # guest time is already inside user and nice
 TOTAL_FIELDS = (*BUSY_FIELDS, "idle", "iowait", "steal")
 
@@ -289,28 +288,10 @@ def _thread_switches(pid: int) -> tuple[int | None, int | None]:
 # --- machine CPU --------------------------------------------------------------------------------------------
 
 
-def parse_proc_stat(text: str) -> dict[str, int] | None:
-    """The machine-wide ``cpu`` line of ``/proc/stat`` as counters (clock ticks); None if absent or garbled."""
-    line = next((line for line in text.splitlines() if line.startswith("cpu ")), "")
-    try:
-        values = [int(v) for v in line.split()[1:]]
-    except ValueError:
-        return None
-    return (
-        dict(zip(PROC_STAT_FIELDS, values, strict=False)) if len(values) >= 4 else None
-    )  # older kernels: fewer
-
-
 def read_cpu_times() -> tuple[dict[str, float] | None, str | None]:
-    """Machine-wide CPU time counters and their source (``proc_stat`` or ``psutil``); (None, None) if neither."""
+    """Machine-wide CPU time counters (``/proc/stat`` on Linux) and their source; (None, None) if unreadable."""
     try:
-        parsed = parse_proc_stat(Path("/proc/stat").read_text())
-        if parsed is not None:
-            return {k: float(v) for k, v in parsed.items()}, "proc_stat"
-    except OSError:
-        pass
-    try:
-        return {k: float(v) for k, v in psutil.cpu_times()._asdict().items()}, "psutil"
+        return psutil.cpu_times()._asdict(), "psutil"
     except Exception:  # noqa: BLE001 - unsupported here: unreadable
         return None, None
 

@@ -144,7 +144,7 @@ def test_every_field_present_and_typed_on_this_machine() -> None:
         sum(i * i for i in range(10_000))
     row = telemetry.trial_fields(start, telemetry.snapshot("self"))
     assert_typed(row)
-    assert row["cpu_times_source"] == "proc_stat" and row["cpu_busy_share"] is not None
+    assert row["cpu_times_source"] == "psutil" and row["cpu_busy_share"] is not None
     assert 0.0 <= row["cpu_busy_share"] <= 1.0 and row["cpu_logical"] == os.cpu_count()
     assert row["worker_usage_source"] == "getrusage" and row["worker_user_s"] >= 0.0
     assert row["load1_start"] is not None and row["telemetry_seconds"] > 0
@@ -248,16 +248,22 @@ def test_gpu_readable_at_start_but_not_at_end_keeps_the_device_with_nulls(monkey
     assert row["gpu0_sm_clock_mhz_end"] is None and row["gpu0_energy_j"] is None
 
 
-# --- /proc/stat deltas ---------------------------------------------------------------------------------------
+# --- CPU time shares ----------------------------------------------------------------------------------------
 
-STAT_START = "cpu  100 0 50 800 10 0 0 40 0 0\ncpu0 50 0 25 400 5 0 0 20 0 0\nintr 1 2 3\n"
-STAT_END = "cpu  400 0 150 1200 30 0 20 80 100 0\ncpu0 200 0 75 600 15 0 10 40 50 0\nintr 1 2 3\n"
+FIELDS = "user nice system idle iowait irq softirq steal guest guest_nice".split()
 
 
-def test_proc_stat_deltas_on_a_synthetic_pair_of_readings() -> None:
-    start, end = telemetry.parse_proc_stat(STAT_START), telemetry.parse_proc_stat(STAT_END)
-    assert start is not None and start["steal"] == 40 and start["guest"] == 0
-    shares = telemetry.cpu_shares(start, end)
+def counters(text: str) -> dict[str, float]:
+    """CPU time counters as ``/proc/stat``'s ``cpu`` line gives them (older kernels: fewer fields)."""
+    return dict(zip(FIELDS, map(float, text.split()), strict=False))
+
+
+START = counters("100 0 50 800 10 0 0 40 0 0")
+END = counters("400 0 150 1200 30 0 20 80 100 0")
+
+
+def test_cpu_shares_on_a_synthetic_pair_of_readings() -> None:
+    shares = telemetry.cpu_shares(START, END)
     # deltas: user 300, system 100, idle 400, iowait 20, softirq 20, steal 40 (guest 100 is inside user)
     total = 300 + 100 + 400 + 20 + 20 + 40
     assert shares["busy"] == pytest.approx((300 + 100 + 20) / total)
@@ -265,23 +271,21 @@ def test_proc_stat_deltas_on_a_synthetic_pair_of_readings() -> None:
     assert shares["steal"] == pytest.approx(40 / total)
 
 
-def test_proc_stat_unreadable_parts_are_null() -> None:
-    assert telemetry.parse_proc_stat("intr 1 2\n") is None
-    assert telemetry.parse_proc_stat("cpu  1 2 x 4\n") is None
-    assert telemetry.cpu_shares(None, telemetry.parse_proc_stat(STAT_END)) == {
-        "busy": None,
-        "iowait": None,
-        "steal": None,
-    }
-    old_kernel = telemetry.cpu_shares(
-        telemetry.parse_proc_stat("cpu 1 0 1 8\n"), telemetry.parse_proc_stat("cpu 3 0 3 12\n")
-    )
+def test_cpu_times_unreadable_parts_are_null(monkeypatch) -> None:
+    assert telemetry.cpu_shares(None, END) == {"busy": None, "iowait": None, "steal": None}
+    old_kernel = telemetry.cpu_shares(counters("1 0 1 8"), counters("3 0 3 12"))
     assert old_kernel == {"busy": pytest.approx(0.5), "iowait": None, "steal": None}
-    backwards = telemetry.parse_proc_stat(STAT_END.replace(" 30 0 20 80", " 5 0 20 80", 1))
-    shares = telemetry.cpu_shares(telemetry.parse_proc_stat(STAT_START), backwards)
+    shares = telemetry.cpu_shares(START, {**END, "iowait": 5.0})  # a counter that ran backwards
     assert shares["iowait"] is None and shares["steal"] == pytest.approx(40 / (300 + 100 + 400 + 20 + 40))
-    same = telemetry.parse_proc_stat(STAT_START)
-    assert telemetry.cpu_shares(same, same)["busy"] is None  # no time passed
+    assert telemetry.cpu_shares(START, START)["busy"] is None  # no time passed
+
+    def unsupported() -> None:
+        raise NotImplementedError("no CPU times here")
+
+    monkeypatch.setattr(telemetry.psutil, "cpu_times", unsupported)
+    assert telemetry.read_cpu_times() == (None, None)
+    row = telemetry.trial_fields(telemetry.snapshot(), telemetry.snapshot())
+    assert row["cpu_busy_share"] is None and row["cpu_times_source"] is None
 
 
 # --- throttle reasons ----------------------------------------------------------------------------------------
@@ -386,13 +390,18 @@ def test_in_process_usage_is_the_difference_of_the_two_readings() -> None:
 
 
 def synthetic(
-    stat: str, *, seconds: float = 0.0, load: float = 1.0, cores: int = 16, gpus: tuple[dict, ...] = ()
+    times: dict[str, float],
+    *,
+    seconds: float = 0.0,
+    load: float = 1.0,
+    cores: int = 16,
+    gpus: tuple[dict, ...] = (),
 ) -> Snapshot:
     return Snapshot(
         monotonic_ns=int(seconds * 1e9),
         cpu_logical=cores,
-        cpu_times={k: float(v) for k, v in telemetry.parse_proc_stat(stat).items()},
-        cpu_times_source="proc_stat",
+        cpu_times=times,
+        cpu_times_source="psutil",
         load1=load,
         cpu_mhz=None,
         cpu_mhz_source=None,
@@ -421,9 +430,9 @@ def row_of(
 ) -> dict[str, Any]:
     """A 60 s trial on 16 cores: ``busy`` and ``steal`` ticks of 1000 in all, the GPU idle at the start."""
     idle = 1000 - busy - steal
-    start = synthetic("cpu 0 0 0 0 0 0 0 0 0 0\n", load=load, gpus=(reading(0x1),))
+    start = synthetic(counters("0 0 0 0 0 0 0 0 0 0"), load=load, gpus=(reading(0x1),))
     end = synthetic(
-        f"cpu {busy} 0 0 {idle} 0 0 0 {steal} 0 0\n",
+        counters(f"{busy} 0 0 {idle} 0 0 0 {steal} 0 0"),
         seconds=60.0,
         gpus=(reading(end_mask, power_ns=power_ns),),
     )
