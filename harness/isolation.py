@@ -217,9 +217,9 @@ def _raised(failure: dict[str, Any], where: str) -> Exception:
     return WorkerError(message)
 
 
-def _launcher_exits(launcher_log: str) -> dict[int, int]:
-    """Each failed rank's exit code, from ``torch.distributed.run``'s failure summary (negative: a signal)."""
-    exits: dict[int, int] = {}
+def _raise_first_failure(records: list[dict[str, Any]], launcher_log: str, returncode: int | str) -> None:
+    """Raise the trial's first failure, if any: a rank that died without a record, else the first to raise."""
+    exits: dict[int, int] = {}  # each failed rank's exit code, from the launcher's failure summary
     rank = None
     for key, value in re.findall(r"^\s*(rank|exitcode)\s*:\s*(-?\d*)", launcher_log, re.M):
         if key == "rank":
@@ -228,17 +228,8 @@ def _launcher_exits(launcher_log: str) -> dict[int, int]:
             if value.lstrip("-"):
                 exits.setdefault(rank, int(value))
             rank = None
-    return exits
-
-
-def _raise_first_failure(records: list[dict[str, Any]], launcher_log: str, returncode: int | str) -> None:
-    """Raise the trial's first failure, if any."""
     recorded = {r["rank"] for r in records}
-    died = {
-        rank: code
-        for rank, code in _launcher_exits(launcher_log).items()
-        if rank not in recorded and code != -signal.SIGTERM
-    }
+    died = {rank: code for rank, code in exits.items() if rank not in recorded and code != -signal.SIGTERM}
     if died:
         rank = min(died)
         code = died[rank]

@@ -388,23 +388,20 @@ def trial_fields(start: Snapshot, end: Snapshot, usage: ProcessUsage | None = No
     if start.gpu_source is not None or end.gpu_source is not None:
         row["gpu_count"] = len(indices)
     for index in indices:
-        row.update(_gpu_fields(index, first.get(index, {}), last.get(index, {})))
+        at = {"start": first.get(index, {}), "end": last.get(index, {})}
+        for when, reading in at.items():
+            for name in (*GPU_READINGS, "throttle_mask"):
+                row[f"gpu{index}_{name}_{when}"] = reading.get(name)
+            mask = reading.get("throttle_mask")
+            row[f"gpu{index}_throttle_reasons_{when}"] = (
+                None if mask is None else "+".join(decode_reasons(mask))
+            )
+        for name, (field, scale) in GPU_COUNTERS.items():
+            a, b = at["start"].get(name), at["end"].get(name)
+            row[f"gpu{index}_{field}"] = (
+                None if a is None or b is None or b < a else round((b - a) * scale, 6)
+            )
     return row
-
-
-def _gpu_fields(index: int, start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
-    fields: dict[str, Any] = {}
-    for when, reading in (("start", start), ("end", end)):
-        for name in (*GPU_READINGS, "throttle_mask"):
-            fields[f"gpu{index}_{name}_{when}"] = reading.get(name)
-        mask = reading.get("throttle_mask")
-        fields[f"gpu{index}_throttle_reasons_{when}"] = (
-            None if mask is None else "+".join(decode_reasons(mask))
-        )
-    for name, (field, scale) in GPU_COUNTERS.items():
-        a, b = start.get(name), end.get(name)
-        fields[f"gpu{index}_{field}"] = None if a is None or b is None or b < a else round((b - a) * scale, 6)
-    return fields
 
 
 def _rounded(value: float | None) -> float | None:
