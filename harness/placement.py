@@ -6,11 +6,12 @@ import json
 import os
 import re
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, replace
 from itertools import groupby
 from typing import Any
 
+import psutil
 import torch
 
 PLACEMENT_ENV = "BENCH_CPU_PLACEMENT"
@@ -187,26 +188,17 @@ def worker_environment(placement: Placement) -> dict[str, str]:
     }
 
 
-def _thread_ids() -> list[int]:
-    try:
-        return [int(name) for name in os.listdir("/proc/self/task")]
-    except OSError:
-        return [0]
-
-
 def set_process_affinity(cores: Iterable[int]) -> None:
     """Pin every thread of this process (not only the calling one) to ``cores``; new threads inherit it."""
     mask = set(cores)
     done: set[int] = set()
     while True:  # a thread started during the loop is caught on the next pass
-        pending = [tid for tid in _thread_ids() if tid not in done]
+        pending = [thread.id for thread in psutil.Process().threads() if thread.id not in done]
         if not pending:
             return
         for tid in pending:
-            try:
+            with suppress(ProcessLookupError):  # the thread ended meanwhile
                 os.sched_setaffinity(tid, mask)
-            except ProcessLookupError:  # the thread ended meanwhile
-                pass
             done.add(tid)
 
 
