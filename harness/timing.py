@@ -51,13 +51,13 @@ def synchronize(device: str | torch.device) -> None:
         torch.cuda.synchronize(torch.device(device))
 
 
+@dataclass
 class SyncTimer:
     """A synchronized wall-clock bracket: ``with SyncTimer(dev) as t: work()`` then ``t.seconds``."""
 
-    def __init__(self, device: str | torch.device = "cpu") -> None:
-        self.device = device
-        self.start_ns = 0
-        self.stop_ns = 0
+    device: str | torch.device = "cpu"
+    start_ns: int = 0
+    stop_ns: int = 0
 
     def __enter__(self) -> SyncTimer:
         synchronize(self.device)
