@@ -102,12 +102,6 @@ def new_run_folder(runs_root: str | Path, tier: str) -> RunFolder:
     return RunFolder(path)
 
 
-def _check_concurrent(plan: Plan, placement: Placement | None) -> None:
-    problem = concurrent_problem(plan, placement)
-    if problem:
-        raise InputError(problem)
-
-
 class Runner:
     """Carries runs of registered tiers from plan to tables (the one way every command and the API run)."""
 
@@ -123,7 +117,8 @@ class Runner:
         refuse_by_estimate(plan, self.tiers.reader(plan.tier).trial_seconds(plan))
         trial_fn = trial_fn or self.tiers.get(plan.tier).trial_function(plan)
         placement = resolve_placement(plan.protocol.cpus)
-        _check_concurrent(plan, placement)
+        if problem := concurrent_problem(plan, placement):
+            raise InputError(problem)
         with _device_budget(plan):  # a budget the device refuses fails here, before any folder exists
             folder = new_run_folder(self.options.out, plan.tier)
             try:
@@ -169,8 +164,8 @@ class Runner:
                     f"--cpus {plan.protocol.cpus} recorded in the plan: {str(exc).split(': ', 1)[-1]}; "
                     "resume it on a machine that has them"
                 ) from None
-            if left:
-                _check_concurrent(plan, placement)
+            if left and (problem := concurrent_problem(plan, placement)):
+                raise InputError(problem)
             resumed = {
                 "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 "boot_id": env.boot_id(),
