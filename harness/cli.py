@@ -32,14 +32,13 @@ from harness.cli_app import (
 from harness.codepaths import what_ran
 from harness.console import console, errors, print_error, shown_path
 from harness.errors import InputError, RunFolderError
-from harness.failures import EVERY_TRIAL_FAILED, failed_arms, failure_lines
 from harness.formatting import format_probability
 from harness.interrupts import INTERRUPTED, terminate
 from harness.options import protocol_options, resolve_placement
 from harness.planning import plan_rows
 from harness.protocol_options import ProtocolOptions
 from harness.report import resolve_output, write_report
-from harness.run import Runner
+from harness.run import EVERY_TRIAL_FAILED, Runner, failed_arms, failure_lines
 from harness.schema import check_fields, option, require
 from harness.tables import RunFolder
 from harness.tier import (

@@ -1,4 +1,8 @@
-"""Run one trial in a fresh worker process, so each trial starts from a cold process and a clean device."""
+"""Run one trial in a fresh worker process, so each trial starts from a cold process and a clean device.
+
+A plain worker is ``python -m harness.isolation``; a trial's ranks are the same module under
+``torch.distributed.run``. Either writes one result record per rank (a plain worker is rank 0).
+"""
 
 from __future__ import annotations
 
@@ -15,8 +19,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -31,7 +34,7 @@ from harness.placement import (
     split_placement,
     worker_environment,
 )
-from harness.process_usage import USAGE_KEY, Cancelled, wait_and_reap
+from harness.telemetry import USAGE_KEY, ProcessUsage, usage_of_pid
 from harness.timing import is_out_of_memory
 
 OUTPUT_TAIL_CHARS = 2000
@@ -52,41 +55,73 @@ class WorkerError(RuntimeError):
     """The worker raised; the message carries the worker's exception type and text."""
 
 
-@contextmanager
-def _exchange(
-    target: str, payload: dict[str, Any], log_path: Path | None
-) -> Iterator[tuple[list[str], Path, Path]]:
-    """A temporary folder with the payload: the worker's module arguments, its result file and its output file."""
+class Cancelled(Exception):
+    """The wait was called off (``wait_and_reap``'s ``cancel`` was set) before the child exited."""
+
+
+def wait_and_reap(
+    process: subprocess.Popen,
+    timeout_s: float | None = None,
+    poll_s: float = 0.01,
+    cancel: threading.Event | None = None,
+) -> ProcessUsage:
+    """Wait for a child started with ``subprocess.Popen`` to exit, reap it."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    if not (hasattr(os, "waitid") and hasattr(os, "WNOWAIT")):
+        process.wait(timeout_s)
+        return ProcessUsage()
+    while os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if deadline is not None and time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(process.args, timeout_s)
+        if cancel is not None and cancel.is_set():
+            raise Cancelled(f"process {process.pid} called off")
+        time.sleep(poll_s)
+    return reap(process)
+
+
+def reap(process: subprocess.Popen) -> ProcessUsage:
+    """Reap a child that has exited but is not yet reaped: its usage, its switches from ``wait4``."""
+    times = usage_of_pid(process.pid)
+    _, status, rusage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return replace(
+        times, voluntary_switches=rusage.ru_nvcsw, involuntary_switches=rusage.ru_nivcsw, source="wait4"
+    )
+
+
+def _launch(
+    command: list[str],
+    target: str,
+    payload: dict[str, Any],
+    env: dict[str, str],
+    timeout_s: float | None,
+    log_path: Path | None,
+    cancel: threading.Event | None,
+) -> tuple[list[dict[str, Any]], Any, int | str, str]:
+    """Run ``command -m harness.isolation target`` to its end: the ranks' records, usage, exit and log."""
     with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
         payload_file, result_file = Path(tmp) / "payload.json", Path(tmp) / "result.json"
         payload_file.write_text(json.dumps(payload))
-        arguments = ["harness.isolation", target, str(payload_file), str(result_file)]
-        yield arguments, result_file, Path(log_path or Path(tmp) / "output.log")
-
-
-def _run_to_end(
-    command: list[str],
-    env: dict[str, str],
-    output_file: Path,
-    timeout_s: float | None,
-    cancel: threading.Event | None = None,
-) -> tuple[Any, int | str]:
-    """Run ``command`` (this checkout on ``PYTHONPATH``): its CPU usage and exit status or why it stopped."""
-    root = str(Path(__file__).resolve().parent.parent)
-    env = {**os.environ, **env, "PYTHONUNBUFFERED": "1", RANK_LOG_ENV: rank_log_template(output_file)}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    with open(output_file, "ab") as output:
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
-        try:
-            return wait_and_reap(process, timeout_s, cancel=cancel), process.returncode
-        except (subprocess.TimeoutExpired, Cancelled) as stopped:
-            process.kill()
-            wait_and_reap(process)
-            return None, "called off" if isinstance(stopped, Cancelled) else f"timeout after {timeout_s:g} s"
-        except BaseException:
-            process.kill()
-            process.wait()
-            raise
+        output_file = Path(log_path or Path(tmp) / "output.log")
+        root = str(Path(__file__).resolve().parent.parent)  # this checkout on PYTHONPATH
+        env = {**os.environ, **env, "PYTHONUNBUFFERED": "1", RANK_LOG_ENV: rank_log_template(output_file)}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        command = [*command, "harness.isolation", target, str(payload_file), str(result_file)]
+        with open(output_file, "ab") as output:
+            process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
+            try:
+                usage, returncode = wait_and_reap(process, timeout_s, cancel=cancel), process.returncode
+            except (subprocess.TimeoutExpired, Cancelled) as stopped:
+                process.kill()
+                wait_and_reap(process)
+                called_off = isinstance(stopped, Cancelled)
+                usage, returncode = None, "called off" if called_off else f"timeout after {timeout_s:g} s"
+            except BaseException:
+                process.kill()
+                process.wait()
+                raise
+        records = [json.loads(p.read_text()) for p in sorted(Path(tmp).glob("result.json.rank*"))]
+        return records, usage, returncode, output_file.read_text(errors="replace")
 
 
 def run_in_worker(
@@ -99,19 +134,17 @@ def run_in_worker(
     cancel: threading.Event | None = None,
 ) -> dict[str, Any]:
     """Call ``target(payload)`` in a fresh Python process and return its result dict."""
-    with _exchange(target, payload, log_path) as (arguments, result_file, output_file):
-        worker_env = {**(env or {}), **(worker_environment(placement) if placement else {})}
-        usage, returncode = _run_to_end(
-            [sys.executable, "-m", *arguments], worker_env, output_file, timeout_s, cancel
-        )
-        if not result_file.is_file():
-            tail = output_file.read_text(errors="replace")[-OUTPUT_TAIL_CHARS:].strip()
-            last = tail.splitlines()[-1] if tail else "no output"
-            raise WorkerDied(f"worker died without a result (exit {returncode}): {last}")
-        result = json.loads(result_file.read_text())
-    if "exception" in result:
-        raise _raised(result["exception"], "worker")
-    return _with_usage(result["value"], usage)
+    worker_env = {**(env or {}), **(worker_environment(placement) if placement else {})}
+    records, usage, returncode, log = _launch(
+        [sys.executable, "-m"], target, payload, worker_env, timeout_s, log_path, cancel
+    )
+    if not records:
+        tail = log[-OUTPUT_TAIL_CHARS:].strip()
+        last = tail.splitlines()[-1] if tail else "no output"
+        raise WorkerDied(f"worker died without a result (exit {returncode}): {last}")
+    if "exception" in records[0]:
+        raise _raised(records[0]["exception"], "worker")
+    return _with_usage(records[0]["value"], usage)
 
 
 def rank_log_template(output_file: Path) -> str:
@@ -132,21 +165,22 @@ def run_in_ranks(
     cancel: threading.Event | None = None,
 ) -> dict[str, Any]:
     """Call ``target(payload)`` in ``ranks`` fresh processes started by ``torch.distributed.run``."""
-    with _exchange(target, payload, log_path) as (arguments, result_file, output_file):
-        launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks)]
-        command = [*launcher, *(list(launcher_options) or ["--standalone"]), "--module", *arguments]
-        rank_env = {**(env or {}), **RANK_ENVIRONMENT, RANKS_ENV: "1", TRIAL_PID_ENV: str(os.getpid())}
-        if placement is not None:
-            shares = rank_placements(placement, ranks)
-            rank_env.update(worker_environment(min(shares, key=lambda p: p.omp_threads)))
-            rank_env[RANK_PLACEMENTS_ENV] = json.dumps([share.to_dict() for share in shares])
-        usage, returncode = _run_to_end(command, rank_env, output_file, timeout_s, cancel)
-        records = [json.loads(p.read_text()) for p in sorted(result_file.parent.glob("result.json.rank*"))]
-        launcher_log = output_file.read_text(errors="replace")
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks)]
+    command = [*launcher, *(list(launcher_options) or ["--standalone"]), "--module"]
+    rank_env = {**(env or {}), **RANK_ENVIRONMENT, RANKS_ENV: "1", TRIAL_PID_ENV: str(os.getpid())}
+    if placement is not None:
+        shares = rank_placements(placement, ranks)
+        rank_env.update(worker_environment(min(shares, key=lambda p: p.omp_threads)))
+        rank_env[RANK_PLACEMENTS_ENV] = json.dumps([share.to_dict() for share in shares])
+    records, usage, returncode, launcher_log = _launch(
+        command, target, payload, rank_env, timeout_s, log_path, cancel
+    )
     _raise_first_failure(records, launcher_log, returncode)
     firsts = [r for r in records if r.get("local_rank") == 0]
     if returncode != 0 or not firsts:
-        raise WorkerDied(f"{_root_cause(launcher_log, returncode)} (launcher exit {returncode})")
+        lines = launcher_log.splitlines()
+        last = next((line for line in reversed(lines) if line.strip(" =-")), "no output")
+        raise WorkerDied(f"the ranks ended without a result: {last.strip()} (launcher exit {returncode})")
     return _with_usage(firsts[0]["value"], usage)  # the launcher's and its reaped ranks' CPU time
 
 
@@ -183,9 +217,9 @@ def _raised(failure: dict[str, Any], where: str) -> Exception:
     return WorkerError(message)
 
 
-def _launcher_exits(launcher_log: str) -> dict[int, int]:
-    """Each failed rank's exit code, from ``torch.distributed.run``'s failure summary (negative: a signal)."""
-    exits: dict[int, int] = {}
+def _raise_first_failure(records: list[dict[str, Any]], launcher_log: str, returncode: int | str) -> None:
+    """Raise the trial's first failure, if any: a rank that died without a record, else the first to raise."""
+    exits: dict[int, int] = {}  # each failed rank's exit code, from the launcher's failure summary
     rank = None
     for key, value in re.findall(r"^\s*(rank|exitcode)\s*:\s*(-?\d*)", launcher_log, re.M):
         if key == "rank":
@@ -194,17 +228,8 @@ def _launcher_exits(launcher_log: str) -> dict[int, int]:
             if value.lstrip("-"):
                 exits.setdefault(rank, int(value))
             rank = None
-    return exits
-
-
-def _raise_first_failure(records: list[dict[str, Any]], launcher_log: str, returncode: int | str) -> None:
-    """Raise the trial's first failure, if any."""
     recorded = {r["rank"] for r in records}
-    died = {
-        rank: code
-        for rank, code in _launcher_exits(launcher_log).items()
-        if rank not in recorded and code != -signal.SIGTERM
-    }
+    died = {rank: code for rank, code in exits.items() if rank not in recorded and code != -signal.SIGTERM}
     if died:
         rank = min(died)
         code = died[rank]
@@ -215,13 +240,6 @@ def _raise_first_failure(records: list[dict[str, Any]], launcher_log: str, retur
     failures = sorted((r for r in records if "exception" in r), key=lambda r: r["time"])
     if failures:
         raise _raised(failures[0]["exception"], f"rank {failures[0]['rank']}")
-
-
-def _root_cause(launcher_log: str, returncode: int | str) -> str:
-    """What the launcher said last, where no rank's failure explains a missing result."""
-    lines = launcher_log.splitlines()
-    last = next((line for line in reversed(lines) if line.strip(" =-")), "no output")
-    return f"the ranks ended without a result: {last.strip()}"
 
 
 def die_with_parent(parent_pid: int | None = None) -> None:
@@ -291,21 +309,6 @@ def guard_rank() -> None:
         end_with(int(trial_pid))
 
 
-def _failure(exc: BaseException) -> dict[str, Any]:
-    return {
-        "type": type(exc).__name__,
-        "message": str(exc),
-        "out_of_memory": is_out_of_memory(exc),
-        "errno": exc.errno if isinstance(exc, OSError) else None,
-    }
-
-
-def _write_json(path: str, record: dict[str, Any]) -> None:
-    tmp = Path(path + ".tmp")
-    tmp.write_text(json.dumps(record))
-    os.replace(tmp, path)
-
-
 def _worker_main(target: str, payload_file: str, result_file: str) -> int:
     ranked = launched_rank() if os.environ.get(RANKS_ENV) else None
     if ranked is not None:
@@ -320,19 +323,24 @@ def _worker_main(target: str, payload_file: str, result_file: str) -> int:
     payload = json.loads(Path(payload_file).read_text())
     try:
         value = getattr(importlib.import_module(module_name), attr)(payload)
-        if isinstance(value, dict) and placed is not None:
-            value = {**value, **placed}
-        result: dict[str, Any] = {"value": value}
+        result: dict[str, Any] = {
+            "value": {**value, **placed} if isinstance(value, dict) and placed else value
+        }
     except Exception as exc:  # noqa: BLE001 - reported to the parent as data
         traceback.print_exc()
-        result = {"exception": _failure(exc)}
+        failure = {
+            "type": type(exc).__name__,
+            "message": str(exc),
+            "out_of_memory": is_out_of_memory(exc),
+            "errno": exc.errno if isinstance(exc, OSError) else None,
+        }
+        result = {"exception": failure}
+    rank, local_rank = ranked or (0, 0)
+    record = {**result, "rank": rank, "local_rank": local_rank, "time": time.time()}
+    Path(f"{result_file}.rank{rank}.tmp").write_text(json.dumps(record))
+    os.replace(f"{result_file}.rank{rank}.tmp", f"{result_file}.rank{rank}")
     if ranked is None:
-        _write_json(result_file, result)
         return 0
-    rank, local_rank = ranked
-    _write_json(
-        f"{result_file}.rank{rank}", {**result, "rank": rank, "local_rank": local_rank, "time": time.time()}
-    )
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(1 if "exception" in result else 0)  # at once; non-zero: the launcher stops the other ranks

@@ -6,11 +6,12 @@ import json
 import os
 import re
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, replace
 from itertools import groupby
 from typing import Any
 
+import psutil
 import torch
 
 PLACEMENT_ENV = "BENCH_CPU_PLACEMENT"
@@ -36,19 +37,17 @@ class Placement:
     mkl_threads: int
     reason: str
 
+    def __post_init__(self) -> None:
+        for name in ("parent_cores", "worker_cores"):  # lists, as read back from JSON
+            object.__setattr__(self, name, tuple(int(c) for c in getattr(self, name)))
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields (core lists as lists)."""
-        return {
-            **asdict(self),
-            "parent_cores": list(self.parent_cores),
-            "worker_cores": list(self.worker_cores),
-        }
+        """JSON-ready fields."""
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> Placement:
-        fields = {k: record[k] for k in cls.__dataclass_fields__}
-        cores = {k: tuple(int(c) for c in fields[k]) for k in ("parent_cores", "worker_cores")}
-        return cls(**{**fields, **cores})
+        return cls(**{k: record[k] for k in cls.__dataclass_fields__})
 
     def brief(self) -> str:
         """The console's line: the cores and the torch threads; the report gives the reason too."""
@@ -189,37 +188,27 @@ def worker_environment(placement: Placement) -> dict[str, str]:
     }
 
 
-def placement_from_environment(environ: dict[str, str] | None = None) -> Placement | None:
-    """The placement a parent put in ``worker_environment``, or None when there is none."""
-    text = (os.environ if environ is None else environ).get(PLACEMENT_ENV)
-    return None if not text else Placement.from_dict(json.loads(text))
-
-
-def _thread_ids() -> list[int]:
-    try:
-        return [int(name) for name in os.listdir("/proc/self/task")]
-    except OSError:
-        return [0]
-
-
 def set_process_affinity(cores: Iterable[int]) -> None:
     """Pin every thread of this process (not only the calling one) to ``cores``; new threads inherit it."""
     mask = set(cores)
     done: set[int] = set()
     while True:  # a thread started during the loop is caught on the next pass
-        pending = [tid for tid in _thread_ids() if tid not in done]
+        pending = [thread.id for thread in psutil.Process().threads() if thread.id not in done]
         if not pending:
             return
         for tid in pending:
-            try:
+            with suppress(ProcessLookupError):  # the thread ended meanwhile
                 os.sched_setaffinity(tid, mask)
-            except ProcessLookupError:  # the thread ended meanwhile
-                pass
             done.add(tid)
 
 
-def apply_in_worker(placement: Placement) -> dict[str, Any]:
-    """Place this worker process: affinity of all its threads, then torch's thread counts."""
+def apply_from_environment(environ: dict[str, str] | None = None) -> dict[str, Any] | None:
+    """Place this worker as its parent's ``worker_environment`` says: all its threads' affinity, then torch's
+    thread counts. None (nothing done) where the environment holds no placement."""
+    text = (os.environ if environ is None else environ).get(PLACEMENT_ENV)
+    if not text:
+        return None
+    placement = Placement.from_dict(json.loads(text))
     set_process_affinity(placement.worker_cores)
     torch.set_num_threads(placement.torch_threads)
     try:
@@ -233,12 +222,6 @@ def apply_in_worker(placement: Placement) -> dict[str, Any]:
         "placed_interop_threads": torch.get_num_interop_threads(),
         "placed_interop_set": interop_set,
     }
-
-
-def apply_from_environment() -> dict[str, Any] | None:
-    """``apply_in_worker`` with the placement from the environment; None (nothing done) when there is none."""
-    placement = placement_from_environment()
-    return None if placement is None else apply_in_worker(placement)
 
 
 @contextmanager

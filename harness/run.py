@@ -101,12 +101,6 @@ def new_run_folder(runs_root: str | Path, tier: str) -> RunFolder:
     return RunFolder(path)
 
 
-def _check_concurrent(plan: Plan, placement: Placement | None) -> None:
-    problem = concurrent_problem(plan, placement)
-    if problem:
-        raise InputError(problem)
-
-
 class Runner:
     """Carries runs of registered tiers from plan to tables (the one way every command and the API run)."""
 
@@ -122,7 +116,8 @@ class Runner:
         refuse_by_estimate(plan, self.tiers.reader(plan.tier).trial_seconds(plan))
         trial_fn = trial_fn or self.tiers.get(plan.tier).trial_function(plan)
         placement = resolve_placement(plan.protocol.cpus)
-        _check_concurrent(plan, placement)
+        if problem := concurrent_problem(plan, placement):
+            raise InputError(problem)
         with _device_budget(plan):  # a budget the device refuses fails here, before any folder exists
             folder = new_run_folder(self.options.out, plan.tier)
             try:
@@ -168,8 +163,8 @@ class Runner:
                     f"--cpus {plan.protocol.cpus} recorded in the plan: {str(exc).split(': ', 1)[-1]}; "
                     "resume it on a machine that has them"
                 ) from None
-            if left:
-                _check_concurrent(plan, placement)
+            if left and (problem := concurrent_problem(plan, placement)):
+                raise InputError(problem)
             resumed = {
                 "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 "boot_id": env.boot_id(),
@@ -221,7 +216,10 @@ class Runner:
                 _placed(plan, placement),
             ):
                 rule = StoppingRule(plan, folder, progress) if plan.protocol.auto else None
-                refresh = TableRefresh(self, folder)
+                written = [
+                    len(logged),
+                    time.monotonic(),
+                ]  # the log's rows at the tables' last write, and when
                 args = (plan, trial_fn, folder, placement, self.deadline, console.print, progress.start)
                 held = [probe_first(*args, resumed=resumed)] if not logged and plan.schedule else []
 
@@ -231,7 +229,11 @@ class Runner:
                         folder.append_row(row)
                         progress.end(row)
                         return True
-                    refresh()
+                    # The tables are rewritten between units, so they never hold half a round.
+                    rows = len(folder.rows())
+                    if rows != written[0] and time.monotonic() - written[1] >= TABLES_REFRESH_SECONDS:
+                        self.finish(folder)
+                        written[:] = [rows, time.monotonic()]
                     return rule(unit) if rule is not None else False
 
                 run_schedule(
@@ -303,25 +305,6 @@ class Runner:
             return None
 
 
-class TableRefresh:
-    """Rewrites a live run's tables once its log grew and ``TABLES_REFRESH_SECONDS`` passed since the last write.
-
-    Called before each unit, so the tables never hold half a round.
-    """
-
-    def __init__(self, runner: Runner, folder: RunFolder) -> None:
-        self.runner, self.folder = runner, folder
-        self.rows = len(folder.rows())
-        self.written = time.monotonic()
-
-    def __call__(self) -> None:
-        rows = len(self.folder.rows())
-        if rows == self.rows or time.monotonic() - self.written < TABLES_REFRESH_SECONDS:
-            return
-        self.runner.finish(self.folder)
-        self.rows, self.written = rows, time.monotonic()
-
-
 @contextmanager
 def _placed(plan: Plan, placement: Placement | None) -> Iterator[None]:
     """Pins the runner for the schedule: apart from its workers, or on their cores for in-process trials."""
@@ -354,3 +337,33 @@ def _device_budget(plan: Plan) -> Iterator[None]:
         yield
     finally:
         release_budget(device)
+
+
+# An arm whose every measured trial failed: a run with nothing to compare must not look like a success.
+EVERY_TRIAL_FAILED = 3  # bench's exit status when an arm has no ok measured trial (0 ok, 1 gate, 2 input)
+SHOWN = 5  # distinct errors named per arm; the report lists every trial's
+
+
+def failed_arms(rows: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Arm label → its distinct error messages (first seen first), for arms whose every measured trial failed."""
+    measured: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row.get("phase") == "measured":
+            measured.setdefault(str(row.get("arm")), []).append(row)
+    out = {}
+    for arm, ours in measured.items():
+        if ours and all(row.get("status") != "ok" for row in ours):
+            messages = [" ".join(str(row.get("message") or row.get("status")).split()) for row in ours]
+            out[arm] = list(dict.fromkeys(messages))
+    return out
+
+
+def failure_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per arm whose every trial failed, then one per distinct error (at most ``SHOWN`` each)."""
+    lines = []
+    for arm, messages in failed_arms(rows).items():
+        lines.append(f"every trial of arm '{arm}' failed ({len(messages)} distinct error(s)):")
+        lines += [f"  {message[:300]}" for message in messages[:SHOWN]]
+        if len(messages) > SHOWN:
+            lines.append(f"  and {len(messages) - SHOWN} more: see the report")
+    return lines

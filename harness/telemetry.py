@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import shutil
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from harness.gpu_readings import decode_reasons, read_gpus, reasons_that_matter
-from harness.process_usage import USAGE_KEY as USAGE_KEY  # how a trial's row gets its worker's usage
-from harness.process_usage import ProcessUsage, own_usage, usage_of_pid
-from harness.process_usage import usage_from as usage_from
+from harness.env import SMI_FIGURES, _run
 
-PROC_STAT_FIELDS = tuple("user nice system idle iowait irq softirq steal guest guest_nice".split())
 BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq")  # guest time is already inside user and nice
 TOTAL_FIELDS = (*BUSY_FIELDS, "idle", "iowait", "steal")
 
@@ -26,6 +24,7 @@ STEAL_FLAG_SHARE = 0.03
 # A clock-limiting policy active for 1% of the trial costs at most ~1% of its device time.
 VIOLATION_FLAG_SHARE = 0.01
 
+USAGE_FIELDS = ("user_s", "system_s", "children_user_s", "children_system_s")
 FIELD_TYPES: dict[str, type] = {
     **dict.fromkeys(
         ("cpu_logical", "worker_voluntary_switches", "worker_involuntary_switches", "gpu_count"), int
@@ -35,19 +34,25 @@ FIELD_TYPES: dict[str, type] = {
         (
             *("telemetry_seconds", "load1_start", "cpu_mhz_start", "cpu_mhz_end"),
             *(f"cpu_{name}_share" for name in ("busy", "iowait", "steal")),
-            *(f"worker_{name}" for name in ("user_s", "system_s", "children_user_s", "children_system_s")),
+            *(f"worker_{name}" for name in USAGE_FIELDS),
         ),
         float,
     ),
 }
 GPU_READINGS = {"sm_clock_mhz": float, "mem_clock_mhz": float, "temperature_c": float, "power_w": float}
+# Counters read at both ends of a trial: the row's field, and the scale of their difference to its unit.
+GPU_COUNTERS = {
+    "power_violation_ns": ("power_violation_s", 1e-9),
+    "thermal_violation_ns": ("thermal_violation_s", 1e-9),
+    "energy_mj": ("energy_j", 1e-3),
+}
 GPU_FIELD_TYPES: dict[str, type] = {
     **{
         f"{name}_{end}": kind
         for end in ("start", "end")
         for name, kind in {**GPU_READINGS, "throttle_mask": int, "throttle_reasons": str}.items()
     },
-    **dict.fromkeys(("power_violation_s", "thermal_violation_s", "energy_j"), float),
+    **{field: float for field, _ in GPU_COUNTERS.values()},
 }
 _GPU_KEY = re.compile(r"^gpu(\d+)_(.+)$")
 
@@ -58,34 +63,236 @@ def field_type(key: str) -> type | None:
     return GPU_FIELD_TYPES.get(match.group(2)) if match else FIELD_TYPES.get(key)
 
 
-# --- machine CPU --------------------------------------------------------------------------------------------
+# --- GPU readings: NVML, else nvidia-smi ----------------------------------------------------------------------
+
+_REASON_NAMES = (
+    "gpu_idle applications_clocks_setting sw_power_cap hw_slowdown sync_boost sw_thermal_slowdown"
+    " hw_thermal_slowdown hw_power_brake_slowdown display_clock_setting board_limit reliability"
+)
+THROTTLE_REASONS = {1 << bit: name for bit, name in enumerate(_REASON_NAMES.split())}
+# Settings and idleness, not events that take speed from a running trial; every other bit (power, thermal,
+# hardware slowdown, sync boost holding this GPU to a slower one, board and reliability limits, and bits this
+# table does not know) is one that matters.
+BENIGN_REASONS = 0x1 | 0x2 | 0x100
+SMI_FIELDS = ("index", "clocks.sm", "clocks.mem", "temperature.gpu", "power.draw")
+SMI_REASON_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")
 
 
-def parse_proc_stat(text: str) -> dict[str, int] | None:
-    """The machine-wide ``cpu`` line of ``/proc/stat`` as counters (clock ticks); None if absent or garbled."""
-    for line in text.splitlines():
-        if line.startswith("cpu "):
-            try:
-                values = [int(v) for v in line.split()[1:]]
-            except ValueError:
-                return None
-            if len(values) < 4:
-                return None
-            return dict(zip(PROC_STAT_FIELDS, values, strict=False))  # older kernels have fewer
+def decode_reasons(mask: int) -> list[str]:
+    """Names of the set bits of a clock-event (throttle) reasons mask, unknown bits as ``unknown_0x…``."""
+    bits = (1 << n for n in range(mask.bit_length()) if mask >> n & 1)
+    return [THROTTLE_REASONS.get(bit, f"unknown_{bit:#x}") for bit in bits]
+
+
+def reasons_that_matter(mask: int) -> list[str]:
+    """The names of the bits of ``mask`` that take speed from a running trial (not idle or settings)."""
+    return decode_reasons(mask & ~BENIGN_REASONS)
+
+
+def _load_nvml() -> Any:
+    """The ``pynvml`` module, or None when it does not import."""
+    try:
+        import pynvml  # imported at the first reading: a CPU-only run never loads it
+    except ImportError:
+        return None
+    return pynvml
+
+
+def _ask(read: Any, *args: Any) -> Any:
+    """``read(*args)``, or None when it raises (one field NVML cannot read is null, not a failed snapshot)."""
+    try:
+        return read(*args)
+    except Exception:  # noqa: BLE001 - NVMLError and its kin, or a function this pynvml lacks
+        return None
+
+
+def _nvml_readings(indices: set[int] | None) -> list[dict[str, Any]] | None:
+    nvml = _load_nvml()
+    if nvml is None:
+        return None
+    try:
+        nvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no driver, no library, no permission: fall back
+        return None
+    try:
+        count = nvml.nvmlDeviceGetCount()
+        return [
+            _nvml_device(nvml, index, nvml.nvmlDeviceGetHandleByIndex(index))
+            for index in range(count)
+            if indices is None or index in indices
+        ]
+    except Exception:  # noqa: BLE001 - NVML broke mid-way: fall back rather than keep half a reading
+        return None
+    finally:
+        _ask(nvml.nvmlShutdown)
+
+
+def _nvml_device(nvml: Any, index: int, handle: Any) -> dict[str, Any]:
+    reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+    )
+    power_mw = _float(_ask(nvml.nvmlDeviceGetPowerUsage, handle))
+    policies = {"power": nvml.NVML_PERF_POLICY_POWER, "thermal": nvml.NVML_PERF_POLICY_THERMAL}
+    return {
+        "index": index,
+        "sm_clock_mhz": _float(_ask(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)),
+        "mem_clock_mhz": _float(_ask(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_MEM)),
+        "temperature_c": _float(_temperature(nvml, handle)),
+        "power_w": None if power_mw is None else power_mw / 1000.0,
+        "throttle_mask": None if reasons is None else _int(_ask(reasons, handle)),
+        **{  # cumulative time (ns) the clocks were held down by each policy
+            f"{name}_violation_ns": _int(
+                getattr(_ask(nvml.nvmlDeviceGetViolationStatus, handle, policy), "violationTime", None)
+            )
+            for name, policy in policies.items()
+        },
+        "energy_mj": _float(_ask(nvml.nvmlDeviceGetTotalEnergyConsumption, handle)),
+    }
+
+
+def _temperature(nvml: Any, handle: Any) -> Any:
+    """The GPU die temperature (the older call first: the newer one needs a newer driver)."""
+    for name in ("nvmlDeviceGetTemperature", "nvmlDeviceGetTemperatureV"):
+        read = getattr(nvml, name, None)
+        value = None if read is None else _ask(read, handle, nvml.NVML_TEMPERATURE_GPU)
+        if value is not None:
+            return value
     return None
 
 
+def _run_smi(fields: list[str]) -> str | None:
+    """``nvidia-smi --query-gpu=FIELDS`` as CSV without header or units; None when it fails."""
+    return _run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
+
+
+def _smi_readings(indices: set[int] | None) -> list[dict[str, Any]] | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    for reason_field in SMI_REASON_FIELDS:  # the newer name first; older drivers know only the second
+        text = _run_smi([*SMI_FIELDS, reason_field])
+        if text is not None:
+            break
+    devices = []
+    for line in (text or "").splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        index = _int(cells[0]) if len(cells) == len(SMI_FIELDS) + 1 else None
+        if index is None or (indices is not None and index not in indices):
+            continue
+        figures = dict(zip(SMI_FIGURES, map(_float, cells[1:5]), strict=True))
+        devices.append(
+            {"index": index, **figures, "throttle_mask": _int(cells[5]), **dict.fromkeys(GPU_COUNTERS)}
+        )
+    return devices or None
+
+
+def read_gpus(indices: Iterable[int] | None = None) -> tuple[str | None, list[dict[str, Any]]]:
+    """(source, one reading per device): NVML, else ``nvidia-smi``, else (None, [])."""
+    wanted = None if indices is None else set(indices)
+    for source, reader in (("nvml", _nvml_readings), ("nvidia-smi", _smi_readings)):
+        devices = reader(wanted)
+        if devices is not None:
+            return source, devices
+    return None, []
+
+
+def _float(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _int(value: Any) -> int | None:
+    """A whole number, from an int or from text in decimal or ``0x…`` (as nvidia-smi prints masks)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    try:
+        return int(text, 16 if text.startswith("0x") else 10)
+    except ValueError:
+        return None
+
+
+# --- the trial's process -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessUsage:
+    """CPU time (s) of a process and of its reaped children, and its context switches, with their source."""
+
+    user_s: float | None = None
+    system_s: float | None = None
+    children_user_s: float | None = None
+    children_system_s: float | None = None
+    voluntary_switches: int | None = None
+    involuntary_switches: int | None = None
+    source: str | None = None
+
+    def minus(self, earlier: ProcessUsage) -> ProcessUsage:
+        """The usage between ``earlier`` and this reading (None where either is None)."""
+        pairs = zip(astuple(self)[:-1], astuple(earlier)[:-1], strict=True)
+        deltas = [None if a is None or b is None else a - b for a, b in pairs]
+        return ProcessUsage(*deltas, self.source if self.source == earlier.source else None)
+
+
+USAGE_KEY = "_worker_usage"  # how a worker's whole-life usage travels back inside its result
+
+
+def usage_from(record: dict[str, Any] | None) -> ProcessUsage | None:
+    """A ``ProcessUsage`` from its JSON form (what ``harness.isolation`` attaches under ``USAGE_KEY``)."""
+    return None if record is None else ProcessUsage(**record)
+
+
+def own_usage() -> ProcessUsage:
+    """The calling process's usage (all its threads) and its reaped children's, from ``getrusage``."""
+    import resource  # Unix only: imported where a process reads its own usage
+
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    switches = (me.ru_nvcsw + children.ru_nvcsw, me.ru_nivcsw + children.ru_nivcsw)
+    return ProcessUsage(
+        me.ru_utime, me.ru_stime, children.ru_utime, children.ru_stime, *switches, "getrusage"
+    )
+
+
+def usage_of_pid(pid: int) -> ProcessUsage:
+    """Another process's usage so far, through ``psutil``."""
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except Exception:  # noqa: BLE001 - no such process, no permission: unreadable
+        return ProcessUsage()
+    return ProcessUsage(*times[:4], *_thread_switches(pid), "psutil")
+
+
+def _thread_switches(pid: int) -> tuple[int | None, int | None]:
+    """Context switches summed over a process's threads (``psutil`` counts only the main thread's)."""
+    counts = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            text = (task / "status").read_text()
+        except OSError:
+            continue  # the thread ended meanwhile
+        found = re.findall(r"^(?:voluntary|nonvoluntary)_ctxt_switches:\s*(\d+)", text, re.M)
+        if len(found) != 2:
+            return None, None
+        counts.append([int(n) for n in found])
+    if counts:
+        return sum(c[0] for c in counts), sum(c[1] for c in counts)
+    try:
+        return tuple(psutil.Process(pid).num_ctx_switches())
+    except Exception:  # noqa: BLE001 - unreadable
+        return None, None
+
+
+# --- machine CPU --------------------------------------------------------------------------------------------
+
+
 def read_cpu_times() -> tuple[dict[str, float] | None, str | None]:
-    """Machine-wide CPU time counters and their source (``proc_stat`` or ``psutil``); (None, None) if neither."""
+    """Machine-wide CPU time counters (``/proc/stat`` on Linux) and their source; (None, None) if unreadable."""
     try:
-        parsed = parse_proc_stat(Path("/proc/stat").read_text())
-        if parsed is not None:
-            return {k: float(v) for k, v in parsed.items()}, "proc_stat"
-    except OSError:
-        pass
-    try:
-        return {k: float(v) for k, v in psutil.cpu_times()._asdict().items()}, "psutil"
-    except Exception:  # noqa: BLE001 - psutil missing or unsupported here: unreadable
+        return psutil.cpu_times()._asdict(), "psutil"
+    except Exception:  # noqa: BLE001 - unsupported here: unreadable
         return None, None
 
 
@@ -104,13 +311,6 @@ def cpu_shares(start: dict[str, float] | None, end: dict[str, float] | None) -> 
         if name in valid:
             shares[name] = valid[name] / total
     return shares
-
-
-def load_average_1min() -> float | None:
-    try:
-        return float(os.getloadavg()[0])
-    except (OSError, AttributeError):
-        return None
 
 
 def read_cpu_mhz(cores: Iterable[int] | None = None) -> tuple[float | None, str | None]:
@@ -151,42 +351,31 @@ def snapshot(
 ) -> Snapshot:
     """Read everything now."""
     usage = own_usage() if process == "self" else usage_of_pid(process) if process else ProcessUsage()
-    cpu_times, cpu_source = read_cpu_times()
-    mhz, mhz_source = read_cpu_mhz(cores)
-    gpu_source, gpus = read_gpus(gpu_indices)
+    cpu_times, mhz, (gpu_source, gpus) = read_cpu_times(), read_cpu_mhz(cores), read_gpus(gpu_indices)
+    try:
+        load1: float | None = float(os.getloadavg()[0])
+    except (OSError, AttributeError):
+        load1 = None
     return Snapshot(
-        monotonic_ns=time.monotonic_ns(),
-        cpu_logical=os.cpu_count(),
-        cpu_times=cpu_times,
-        cpu_times_source=cpu_source,
-        load1=load_average_1min(),
-        cpu_mhz=mhz,
-        cpu_mhz_source=mhz_source,
-        gpu_source=gpu_source,
-        gpus=tuple(gpus),
-        usage=usage,
+        time.monotonic_ns(), os.cpu_count(), *cpu_times, load1, *mhz, gpu_source, tuple(gpus), usage
     )
 
 
 def trial_fields(start: Snapshot, end: Snapshot, usage: ProcessUsage | None = None) -> dict[str, Any]:
-    """The flat row of one trial from its two snapshots."""
+    """The flat row of one trial from its two snapshots (``usage``: a worker's, where it sent its own)."""
     used = usage if usage is not None else end.usage.minus(start.usage)
     shares = cpu_shares(start.cpu_times, end.cpu_times)
+    same_source = start.cpu_times_source == end.cpu_times_source
     row: dict[str, Any] = {
         "telemetry_seconds": round((end.monotonic_ns - start.monotonic_ns) / 1e9, 6),
         "cpu_logical": start.cpu_logical,
-        "cpu_busy_share": _rounded(shares["busy"]),
-        "cpu_iowait_share": _rounded(shares["iowait"]),
-        "cpu_steal_share": _rounded(shares["steal"]),
-        "cpu_times_source": start.cpu_times_source
-        if start.cpu_times_source == end.cpu_times_source
-        else None,
+        **{f"cpu_{name}_share": _rounded(share) for name, share in shares.items()},
+        "cpu_times_source": start.cpu_times_source if same_source else None,
         "load1_start": start.load1,
         "cpu_mhz_start": start.cpu_mhz,
         "cpu_mhz_end": end.cpu_mhz,
         "cpu_mhz_source": start.cpu_mhz_source or end.cpu_mhz_source,
-        **{f"worker_{k}": _rounded(getattr(used, k)) for k in ("user_s", "system_s", "children_user_s")},
-        "worker_children_system_s": _rounded(used.children_system_s),
+        **{f"worker_{name}": _rounded(getattr(used, name)) for name in USAGE_FIELDS},
         "worker_voluntary_switches": used.voluntary_switches,
         "worker_involuntary_switches": used.involuntary_switches,
         "worker_usage_source": used.source,
@@ -199,28 +388,20 @@ def trial_fields(start: Snapshot, end: Snapshot, usage: ProcessUsage | None = No
     if start.gpu_source is not None or end.gpu_source is not None:
         row["gpu_count"] = len(indices)
     for index in indices:
-        row.update(_gpu_fields(index, first.get(index, {}), last.get(index, {})))
+        at = {"start": first.get(index, {}), "end": last.get(index, {})}
+        for when, reading in at.items():
+            for name in (*GPU_READINGS, "throttle_mask"):
+                row[f"gpu{index}_{name}_{when}"] = reading.get(name)
+            mask = reading.get("throttle_mask")
+            row[f"gpu{index}_throttle_reasons_{when}"] = (
+                None if mask is None else "+".join(decode_reasons(mask))
+            )
+        for name, (field, scale) in GPU_COUNTERS.items():
+            a, b = at["start"].get(name), at["end"].get(name)
+            row[f"gpu{index}_{field}"] = (
+                None if a is None or b is None or b < a else round((b - a) * scale, 6)
+            )
     return row
-
-
-def _gpu_fields(index: int, start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
-    fields: dict[str, Any] = {}
-    for when, reading in (("start", start), ("end", end)):
-        for name in (*GPU_READINGS, "throttle_mask"):
-            fields[f"gpu{index}_{name}_{when}"] = reading.get(name)
-        mask = reading.get("throttle_mask")
-        fields[f"gpu{index}_throttle_reasons_{when}"] = (
-            None if mask is None else "+".join(decode_reasons(mask))
-        )
-
-    def delta(name: str, scale: float) -> float | None:
-        a, b = start.get(name), end.get(name)
-        return None if a is None or b is None or b < a else round((b - a) * scale, 6)
-
-    fields[f"gpu{index}_power_violation_s"] = delta("power_violation_ns", 1e-9)
-    fields[f"gpu{index}_thermal_violation_s"] = delta("thermal_violation_ns", 1e-9)
-    fields[f"gpu{index}_energy_j"] = delta("energy_mj", 1e-3)
-    return fields
 
 
 def _rounded(value: float | None) -> float | None:
@@ -242,11 +423,10 @@ def flags(row: dict[str, Any]) -> list[str]:
     """Why this trial's figure may have been moved by its machine, one reason per entry ([] when clean)."""
     found: list[str] = []
     seconds = row.get("telemetry_seconds")
-    for key in sorted(row, key=_gpu_sort_key):
-        match = _GPU_KEY.match(key)
-        if not match or row[key] is None:
-            continue
-        index, field = match.groups()
+    gpu_keys = sorted(
+        (int(m[1]), m[2], key) for key in row if (m := _GPU_KEY.match(key)) and row[key] is not None
+    )
+    for index, field, key in gpu_keys:
         if field in ("throttle_mask_start", "throttle_mask_end"):
             matter = reasons_that_matter(int(row[key]))
             if matter:
@@ -269,8 +449,3 @@ def flags(row: dict[str, Any]) -> list[str]:
     if load is not None and cores and load > cores:
         found.append(f"1-minute load {load:.2f} at the start, above the {cores} logical cores")
     return found
-
-
-def _gpu_sort_key(key: str) -> tuple[int, str]:
-    match = _GPU_KEY.match(key)
-    return (int(match.group(1)), match.group(2)) if match else (-1, key)

@@ -51,13 +51,13 @@ def synchronize(device: str | torch.device) -> None:
         torch.cuda.synchronize(torch.device(device))
 
 
+@dataclass
 class SyncTimer:
     """A synchronized wall-clock bracket: ``with SyncTimer(dev) as t: work()`` then ``t.seconds``."""
 
-    def __init__(self, device: str | torch.device = "cpu") -> None:
-        self.device = device
-        self.start_ns = 0
-        self.stop_ns = 0
+    device: str | torch.device = "cpu"
+    start_ns: int = 0
+    stop_ns: int = 0
 
     def __enter__(self) -> SyncTimer:
         synchronize(self.device)
@@ -120,7 +120,7 @@ def release_budget(device: str | torch.device) -> None:
 
 _SIZE_IN_TEXT = r"(\d+(?:\.\d+)?)\s*(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)"
 _OOM_FIELDS: dict[str, re.Pattern[str]] = {
-    "requested": re.compile(r"[Tt]ried to allocate " + _SIZE_IN_TEXT),
+    "requested": re.compile(r"[Tt]ried to allocate " + _SIZE_IN_TEXT),  # the CPU allocator's message too
     "total": re.compile(r"total capacity of " + _SIZE_IN_TEXT),
     "free": re.compile(r"of which " + _SIZE_IN_TEXT + r" is free"),
     "budget": re.compile(_SIZE_IN_TEXT + r" allowed;"),
@@ -145,19 +145,13 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 def parse_oom(message: str) -> dict[str, int | None]:
     """Byte figures of an out-of-memory message: requested, total, free, allocated, reserved, budget."""
-    found: dict[str, int | None] = {}
-    for name, pattern in _OOM_FIELDS.items():
-        match = pattern.search(message)
-        found[name] = _to_bytes(*match.groups()) if match else None
-    cpu = _CPU_OOM.search(message)
-    if cpu and found["requested"] is None:
-        found["requested"] = int(cpu.group(1))
-    allocated, slack = found["allocated"], found.pop("reserved_unallocated")
-    reserved = allocated + slack if allocated is not None and slack is not None else None
-    return {key: found[key] for key in ("requested", "total", "free", "allocated")} | {
-        "reserved": reserved,
-        "budget": found["budget"],
+    found = {
+        name: _to_bytes(*m.groups()) if (m := pattern.search(message)) else None
+        for name, pattern in _OOM_FIELDS.items()
     }
+    allocated, slack = found["allocated"], found.pop("reserved_unallocated")
+    found["reserved"] = allocated + slack if allocated is not None and slack is not None else None
+    return {key: found[key] for key in ("requested", "total", "free", "allocated", "reserved", "budget")}
 
 
 @dataclass

@@ -16,9 +16,10 @@ import psutil
 from experiments.command.plan import CommandSettings, expand, figure_pattern
 from harness.calibration import delay_seconds, runs_as
 from harness.injected import inject
+from harness.isolation import reap
 from harness.placement import worker_environment
 from harness.plan import Plan
-from harness.process_usage import USAGE_KEY, ProcessUsage, reap
+from harness.telemetry import USAGE_KEY, ProcessUsage
 from harness.trial import TrialContext, TrialFunction
 
 OUTPUT_TAIL_CHARS = 400  # of the command's output, in a failed trial's message

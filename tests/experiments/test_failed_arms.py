@@ -1,5 +1,5 @@
 """Every tier: when every trial of an arm failed, the console names its distinct errors, one line each, and the
-exit status is 3 (``harness.failures``)."""
+exit status is 3 (``harness.run``)."""
 
 from __future__ import annotations
 

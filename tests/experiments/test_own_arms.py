@@ -237,7 +237,7 @@ class Broken(MuSGD):
 
 
 def test_an_arm_whose_every_trial_failed_names_its_errors_and_exits_3(tmp_path: Path, capsys) -> None:
-    from harness.failures import EVERY_TRIAL_FAILED
+    from harness.run import EVERY_TRIAL_FAILED
 
     out = tmp_path / "runs"
     argv = ["screen", "--arms", f"baseline,broken={__name__}:Broken", "--device", "cpu", "--scales", "n"]

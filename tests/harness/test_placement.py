@@ -137,8 +137,8 @@ def test_placement_is_json_ready_and_travels_in_the_environment() -> None:
     assert Placement.from_dict(record) == chosen
     environment = placement.worker_environment(chosen)
     assert environment["OMP_NUM_THREADS"] == environment["MKL_NUM_THREADS"] == "15"
-    assert placement.placement_from_environment(environment) == chosen
-    assert placement.placement_from_environment({}) is None
+    assert Placement.from_dict(json.loads(environment[placement.PLACEMENT_ENV])) == chosen
+    assert placement.apply_from_environment({}) is None  # no placement there: nothing done
     assert "worker on cores 1-15" in chosen.describe() and "parent on core 0" in chosen.describe()
 
 

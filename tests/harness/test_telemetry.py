@@ -19,9 +19,8 @@ from typing import Any
 import pytest
 import torch
 
-from harness import gpu_readings, process_usage, telemetry
-from harness.process_usage import ProcessUsage
-from harness.telemetry import FIELD_TYPES, GPU_FIELD_TYPES, Snapshot
+from harness import isolation, telemetry
+from harness.telemetry import FIELD_TYPES, GPU_FIELD_TYPES, ProcessUsage, Snapshot
 from tests import ROOT, child_env
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -109,7 +108,7 @@ def gpu(
 
 @pytest.fixture
 def no_nvml(monkeypatch) -> None:
-    monkeypatch.setattr(gpu_readings, "_load_nvml", lambda: None)
+    monkeypatch.setattr(telemetry, "_load_nvml", lambda: None)
 
 
 @pytest.fixture
@@ -118,20 +117,20 @@ def smi_says(monkeypatch):
 
     def install(answer) -> list[list[str]]:
         asked: list[list[str]] = []
-        monkeypatch.setattr(gpu_readings.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+        monkeypatch.setattr(telemetry.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
 
         def run(fields: list[str]) -> str | None:
             asked.append(fields)
             return answer(fields) if callable(answer) else answer
 
-        monkeypatch.setattr(gpu_readings, "_run_smi", run)
+        monkeypatch.setattr(telemetry, "_run_smi", run)
         return asked
 
     return install
 
 
 def no_smi(monkeypatch) -> None:
-    monkeypatch.setattr(gpu_readings.shutil, "which", lambda name: None)
+    monkeypatch.setattr(telemetry.shutil, "which", lambda name: None)
 
 
 # --- fields, typed and null where unreadable -----------------------------------------------------------------
@@ -145,7 +144,7 @@ def test_every_field_present_and_typed_on_this_machine() -> None:
         sum(i * i for i in range(10_000))
     row = telemetry.trial_fields(start, telemetry.snapshot("self"))
     assert_typed(row)
-    assert row["cpu_times_source"] == "proc_stat" and row["cpu_busy_share"] is not None
+    assert row["cpu_times_source"] == "psutil" and row["cpu_busy_share"] is not None
     assert 0.0 <= row["cpu_busy_share"] <= 1.0 and row["cpu_logical"] == os.cpu_count()
     assert row["worker_usage_source"] == "getrusage" and row["worker_user_s"] >= 0.0
     assert row["load1_start"] is not None and row["telemetry_seconds"] > 0
@@ -153,7 +152,7 @@ def test_every_field_present_and_typed_on_this_machine() -> None:
 
 def test_gpu_fields_null_when_neither_nvml_nor_smi_answers(monkeypatch, no_nvml) -> None:
     no_smi(monkeypatch)
-    assert gpu_readings.read_gpus() == (None, [])
+    assert telemetry.read_gpus() == (None, [])
     row = telemetry.trial_fields(telemetry.snapshot(), telemetry.snapshot())
     assert_typed(row)
     assert row["gpu_source"] is None and row["gpu_count"] is None
@@ -164,9 +163,9 @@ SMI_LINES = "0, 1980, 3201, 43, 121.52, 0x0000000000000004\n1, 345, 3201, 30, 70
 
 
 def test_nvml_failing_to_initialize_falls_back_to_nvidia_smi(monkeypatch, smi_says) -> None:
-    monkeypatch.setattr(gpu_readings, "_load_nvml", lambda: fake_nvml([gpu()], fail_init=True))
+    monkeypatch.setattr(telemetry, "_load_nvml", lambda: fake_nvml([gpu()], fail_init=True))
     smi_says(SMI_LINES)
-    source, devices = gpu_readings.read_gpus()
+    source, devices = telemetry.read_gpus()
     assert source == "nvidia-smi" and [d["index"] for d in devices] == [0, 1]
     assert devices[0]["sm_clock_mhz"] == 1980.0 and devices[0]["power_w"] == 121.52
     assert devices[0]["throttle_mask"] == 0x4 and devices[1]["throttle_mask"] == 0x1
@@ -180,7 +179,7 @@ def test_nvml_not_importable_falls_back_and_smi_older_field_name_is_tried(
     monkeypatch, no_nvml, smi_says
 ) -> None:
     asked = smi_says(lambda fields: None if "clocks_event_reasons.active" in fields else SMI_LINES)
-    source, devices = gpu_readings.read_gpus(indices=[1])
+    source, devices = telemetry.read_gpus(indices=[1])
     assert source == "nvidia-smi" and [d["index"] for d in devices] == [1]
     assert [fields[-1] for fields in asked] == [
         "clocks_event_reasons.active",
@@ -193,9 +192,9 @@ def test_nvml_not_importable_falls_back_and_smi_older_field_name_is_tried(
     ["", "NVIDIA-SMI has failed because it couldn't communicate with the driver.", "a,b\n,,,,,,,\n"],
 )
 def test_nvml_failing_and_smi_printing_garbage_gives_nulls(monkeypatch, smi_says, garbage: str) -> None:
-    monkeypatch.setattr(gpu_readings, "_load_nvml", lambda: fake_nvml([gpu()], fail_init=True))
+    monkeypatch.setattr(telemetry, "_load_nvml", lambda: fake_nvml([gpu()], fail_init=True))
     smi_says(garbage)
-    assert gpu_readings.read_gpus() == (None, [])
+    assert telemetry.read_gpus() == (None, [])
     row = telemetry.trial_fields(telemetry.snapshot(), telemetry.snapshot())
     assert_typed(row)
     assert row["gpu_source"] is None and row["gpu_count"] is None
@@ -203,7 +202,7 @@ def test_nvml_failing_and_smi_printing_garbage_gives_nulls(monkeypatch, smi_says
 
 def test_smi_cells_it_cannot_read_are_null_one_by_one(no_nvml, smi_says) -> None:
     smi_says("0, [N/A], 3201, 43, [N/A], 0xzz\n")
-    source, devices = gpu_readings.read_gpus()
+    source, devices = telemetry.read_gpus()
     assert source == "nvidia-smi"
     assert devices[0]["sm_clock_mhz"] is None and devices[0]["power_w"] is None
     assert devices[0]["throttle_mask"] is None and devices[0]["mem_clock_mhz"] == 3201.0
@@ -214,7 +213,7 @@ def test_smi_cells_it_cannot_read_are_null_one_by_one(no_nvml, smi_says) -> None
 
 def test_nvml_readings_and_counter_deltas_over_the_trial(monkeypatch) -> None:
     devices = [gpu(sm=345, reasons=0x1, energy_mj=1_000_000), gpu(sm=1980, reasons=0x0)]
-    monkeypatch.setattr(gpu_readings, "_load_nvml", lambda: fake_nvml(devices))
+    monkeypatch.setattr(telemetry, "_load_nvml", lambda: fake_nvml(devices))
     start = telemetry.snapshot()
     devices[0].update(sm=1755, reasons=0x4 | 0x1, power_ns=2_500_000_000, thermal_ns=0, energy_mj=1_250_000)
     end = telemetry.snapshot()
@@ -230,7 +229,7 @@ def test_nvml_readings_and_counter_deltas_over_the_trial(monkeypatch) -> None:
 
 
 def test_an_nvml_field_that_fails_is_null_and_the_rest_is_kept(monkeypatch) -> None:
-    monkeypatch.setattr(gpu_readings, "_load_nvml", lambda: fake_nvml([gpu()], broken=("power", "violation")))
+    monkeypatch.setattr(telemetry, "_load_nvml", lambda: fake_nvml([gpu()], broken=("power", "violation")))
     row = telemetry.trial_fields(telemetry.snapshot(), telemetry.snapshot())
     assert_typed(row)
     assert row["gpu_source"] == "nvml" and row["gpu0_sm_clock_mhz_start"] == 1980.0
@@ -239,9 +238,9 @@ def test_an_nvml_field_that_fails_is_null_and_the_rest_is_kept(monkeypatch) -> N
 
 def test_gpu_readable_at_start_but_not_at_end_keeps_the_device_with_nulls(monkeypatch, smi_says) -> None:
     devices = [gpu()]
-    monkeypatch.setattr(gpu_readings, "_load_nvml", lambda: fake_nvml(devices))
+    monkeypatch.setattr(telemetry, "_load_nvml", lambda: fake_nvml(devices))
     start = telemetry.snapshot()
-    monkeypatch.setattr(gpu_readings, "_load_nvml", lambda: None)
+    monkeypatch.setattr(telemetry, "_load_nvml", lambda: None)
     smi_says(None)
     row = telemetry.trial_fields(start, telemetry.snapshot())
     assert_typed(row)
@@ -249,16 +248,22 @@ def test_gpu_readable_at_start_but_not_at_end_keeps_the_device_with_nulls(monkey
     assert row["gpu0_sm_clock_mhz_end"] is None and row["gpu0_energy_j"] is None
 
 
-# --- /proc/stat deltas ---------------------------------------------------------------------------------------
+# --- CPU time shares ----------------------------------------------------------------------------------------
 
-STAT_START = "cpu  100 0 50 800 10 0 0 40 0 0\ncpu0 50 0 25 400 5 0 0 20 0 0\nintr 1 2 3\n"
-STAT_END = "cpu  400 0 150 1200 30 0 20 80 100 0\ncpu0 200 0 75 600 15 0 10 40 50 0\nintr 1 2 3\n"
+FIELDS = "user nice system idle iowait irq softirq steal guest guest_nice".split()
 
 
-def test_proc_stat_deltas_on_a_synthetic_pair_of_readings() -> None:
-    start, end = telemetry.parse_proc_stat(STAT_START), telemetry.parse_proc_stat(STAT_END)
-    assert start is not None and start["steal"] == 40 and start["guest"] == 0
-    shares = telemetry.cpu_shares(start, end)
+def counters(text: str) -> dict[str, float]:
+    """CPU time counters as ``/proc/stat``'s ``cpu`` line gives them (older kernels: fewer fields)."""
+    return dict(zip(FIELDS, map(float, text.split()), strict=False))
+
+
+START = counters("100 0 50 800 10 0 0 40 0 0")
+END = counters("400 0 150 1200 30 0 20 80 100 0")
+
+
+def test_cpu_shares_on_a_synthetic_pair_of_readings() -> None:
+    shares = telemetry.cpu_shares(START, END)
     # deltas: user 300, system 100, idle 400, iowait 20, softirq 20, steal 40 (guest 100 is inside user)
     total = 300 + 100 + 400 + 20 + 20 + 40
     assert shares["busy"] == pytest.approx((300 + 100 + 20) / total)
@@ -266,40 +271,38 @@ def test_proc_stat_deltas_on_a_synthetic_pair_of_readings() -> None:
     assert shares["steal"] == pytest.approx(40 / total)
 
 
-def test_proc_stat_unreadable_parts_are_null() -> None:
-    assert telemetry.parse_proc_stat("intr 1 2\n") is None
-    assert telemetry.parse_proc_stat("cpu  1 2 x 4\n") is None
-    assert telemetry.cpu_shares(None, telemetry.parse_proc_stat(STAT_END)) == {
-        "busy": None,
-        "iowait": None,
-        "steal": None,
-    }
-    old_kernel = telemetry.cpu_shares(
-        telemetry.parse_proc_stat("cpu 1 0 1 8\n"), telemetry.parse_proc_stat("cpu 3 0 3 12\n")
-    )
+def test_cpu_times_unreadable_parts_are_null(monkeypatch) -> None:
+    assert telemetry.cpu_shares(None, END) == {"busy": None, "iowait": None, "steal": None}
+    old_kernel = telemetry.cpu_shares(counters("1 0 1 8"), counters("3 0 3 12"))
     assert old_kernel == {"busy": pytest.approx(0.5), "iowait": None, "steal": None}
-    backwards = telemetry.parse_proc_stat(STAT_END.replace(" 30 0 20 80", " 5 0 20 80", 1))
-    shares = telemetry.cpu_shares(telemetry.parse_proc_stat(STAT_START), backwards)
+    shares = telemetry.cpu_shares(START, {**END, "iowait": 5.0})  # a counter that ran backwards
     assert shares["iowait"] is None and shares["steal"] == pytest.approx(40 / (300 + 100 + 400 + 20 + 40))
-    same = telemetry.parse_proc_stat(STAT_START)
-    assert telemetry.cpu_shares(same, same)["busy"] is None  # no time passed
+    assert telemetry.cpu_shares(START, START)["busy"] is None  # no time passed
+
+    def unsupported() -> None:
+        raise NotImplementedError("no CPU times here")
+
+    monkeypatch.setattr(telemetry.psutil, "cpu_times", unsupported)
+    assert telemetry.read_cpu_times() == (None, None)
+    row = telemetry.trial_fields(telemetry.snapshot(), telemetry.snapshot())
+    assert row["cpu_busy_share"] is None and row["cpu_times_source"] is None
 
 
 # --- throttle reasons ----------------------------------------------------------------------------------------
 
 
 def test_throttle_reasons_are_decoded_from_the_bitmask() -> None:
-    assert gpu_readings.decode_reasons(0) == []
-    assert gpu_readings.decode_reasons(0x1) == ["gpu_idle"]
-    assert gpu_readings.decode_reasons(0x4 | 0x8 | 0x40) == [
+    assert telemetry.decode_reasons(0) == []
+    assert telemetry.decode_reasons(0x1) == ["gpu_idle"]
+    assert telemetry.decode_reasons(0x4 | 0x8 | 0x40) == [
         "sw_power_cap",
         "hw_slowdown",
         "hw_thermal_slowdown",
     ]
-    assert gpu_readings.decode_reasons(0x1 | 0x800) == ["gpu_idle", "unknown_0x800"]
-    assert gpu_readings.decode_reasons(0x7FF) == list(gpu_readings.THROTTLE_REASONS.values())
-    assert gpu_readings.reasons_that_matter(0x1 | 0x2 | 0x100) == []
-    assert gpu_readings.reasons_that_matter(0x1 | 0x20 | 0x80) == [
+    assert telemetry.decode_reasons(0x1 | 0x800) == ["gpu_idle", "unknown_0x800"]
+    assert telemetry.decode_reasons(0x7FF) == list(telemetry.THROTTLE_REASONS.values())
+    assert telemetry.reasons_that_matter(0x1 | 0x2 | 0x100) == []
+    assert telemetry.reasons_that_matter(0x1 | 0x20 | 0x80) == [
         "sw_thermal_slowdown",
         "hw_power_brake_slowdown",
     ]
@@ -331,7 +334,7 @@ BURNER = textwrap.dedent(
 @linux
 def test_wait_and_reap_accounts_for_threads_that_ended_and_reaped_children() -> None:
     process = subprocess.Popen([sys.executable, "-c", BURNER])
-    usage = process_usage.wait_and_reap(process, timeout_s=120)
+    usage = isolation.wait_and_reap(process, timeout_s=120)
     assert process.returncode == 0 and usage.source == "wait4"
     tick = 0.02  # /proc counts CPU time in 10 ms ticks
     assert usage.user_s + usage.system_s >= 0.3 - tick  # the thread's 0.3 s, though it ended before the exit
@@ -344,10 +347,10 @@ def test_wait_and_reap_accounts_for_threads_that_ended_and_reaped_children() -> 
 def test_wait_and_reap_times_out_leaving_the_child_to_kill_and_reap() -> None:
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     with pytest.raises(subprocess.TimeoutExpired):
-        process_usage.wait_and_reap(process, timeout_s=0.2)
+        isolation.wait_and_reap(process, timeout_s=0.2)
     assert process.returncode is None and Path(f"/proc/{process.pid}").exists()
     process.kill()
-    usage = process_usage.wait_and_reap(process)
+    usage = isolation.wait_and_reap(process)
     assert process.returncode == -9 and usage.source == "wait4"
 
 
@@ -357,9 +360,9 @@ def test_a_live_child_is_read_through_psutil_and_a_missing_one_is_null() -> None
         [sys.executable, "-c", BURNER + "\nimport sys\nsys.stdin.read()"], stdin=subprocess.PIPE
     )
     try:
-        usage = process_usage.ProcessUsage()
+        usage = telemetry.ProcessUsage()
         for _ in range(600):
-            usage = process_usage.usage_of_pid(process.pid)
+            usage = telemetry.usage_of_pid(process.pid)
             if usage.children_user_s is not None and usage.children_user_s + usage.children_system_s > 0.25:
                 break
             time.sleep(0.05)
@@ -368,7 +371,7 @@ def test_a_live_child_is_read_through_psutil_and_a_missing_one_is_null() -> None
     finally:
         process.stdin.close()
         process.wait(timeout=60)
-    assert process_usage.usage_of_pid(process.pid) == ProcessUsage()  # reaped: nothing to read, all null
+    assert telemetry.usage_of_pid(process.pid) == ProcessUsage()  # reaped: nothing to read, all null
 
 
 def test_in_process_usage_is_the_difference_of_the_two_readings() -> None:
@@ -387,13 +390,18 @@ def test_in_process_usage_is_the_difference_of_the_two_readings() -> None:
 
 
 def synthetic(
-    stat: str, *, seconds: float = 0.0, load: float = 1.0, cores: int = 16, gpus: tuple[dict, ...] = ()
+    times: dict[str, float],
+    *,
+    seconds: float = 0.0,
+    load: float = 1.0,
+    cores: int = 16,
+    gpus: tuple[dict, ...] = (),
 ) -> Snapshot:
     return Snapshot(
         monotonic_ns=int(seconds * 1e9),
         cpu_logical=cores,
-        cpu_times={k: float(v) for k, v in telemetry.parse_proc_stat(stat).items()},
-        cpu_times_source="proc_stat",
+        cpu_times=times,
+        cpu_times_source="psutil",
         load1=load,
         cpu_mhz=None,
         cpu_mhz_source=None,
@@ -422,9 +430,9 @@ def row_of(
 ) -> dict[str, Any]:
     """A 60 s trial on 16 cores: ``busy`` and ``steal`` ticks of 1000 in all, the GPU idle at the start."""
     idle = 1000 - busy - steal
-    start = synthetic("cpu 0 0 0 0 0 0 0 0 0 0\n", load=load, gpus=(reading(0x1),))
+    start = synthetic(counters("0 0 0 0 0 0 0 0 0 0"), load=load, gpus=(reading(0x1),))
     end = synthetic(
-        f"cpu {busy} 0 0 {idle} 0 0 0 {steal} 0 0\n",
+        counters(f"{busy} 0 0 {idle} 0 0 0 {steal} 0 0"),
         seconds=60.0,
         gpus=(reading(end_mask, power_ns=power_ns),),
     )
@@ -512,8 +520,8 @@ def test_gpu_telemetry_on_a_real_device_reads_nvml_without_a_cuda_context() -> N
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_nvidia_smi_fallback_reads_the_real_device(monkeypatch) -> None:
-    monkeypatch.setattr(gpu_readings, "_load_nvml", lambda: None)
-    source, devices = gpu_readings.read_gpus()
+    monkeypatch.setattr(telemetry, "_load_nvml", lambda: None)
+    source, devices = telemetry.read_gpus()
     assert source == "nvidia-smi" and devices and devices[0]["sm_clock_mhz"] > 0
     assert devices[0]["throttle_mask"] is not None
 
