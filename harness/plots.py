@@ -118,10 +118,7 @@ def axis_label(text: str, width: int = 36) -> str:
 def figure(
     path: Path, width: float = 9.0, height: float = 4.8, panels: tuple[int, int] | None = None
 ) -> Iterator[tuple[Figure, Any]]:
-    """``with figure(path) as (fig, ax)`` draws in the house style and saves a PNG at the end.
-
-    With ``panels=(rows, columns)`` it yields the grid of axes instead of one.
-    """
+    """``with figure(path) as (fig, ax)``: drawn in the house style, saved as a PNG (``panels``: a grid of axes)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with rc_context(STYLE):
@@ -223,13 +220,10 @@ def _case_dividers(ax: Axes, plan: Any) -> None:
     """Dotted lines between cases in the schedule, with each case's label along the top."""
     if len(plan.cases) < 2:
         return
-    firsts: dict[str, int] = {}
-    lasts: dict[str, int] = {}
-    for trial in plan.schedule:
-        firsts.setdefault(trial.case, trial.index)
-        lasts[trial.case] = trial.index
-    for label in [case.label for case in plan.cases if case.label in firsts]:
-        start, end = firsts[label], lasts[label]
+    slots = pd.DataFrame([(t.case, t.index) for t in plan.schedule], columns=["case", "index"])
+    spans = slots.groupby("case")["index"].agg(["first", "last"])
+    for label in [case.label for case in plan.cases if case.label in spans.index]:
+        start, end = (int(i) for i in spans.loc[label])
         if start > 0:
             ax.axvline(start - 0.5, color="#555555", linestyle=":", linewidth=1.2)
         ax.text(
@@ -257,8 +251,10 @@ EXTREME_FENCE = 3.0  # a pair beyond quartile ± 3 × IQR of its plot's reductio
 SQUASH = 4.0  # ... and the axis is clipped to the bulk only when the full span is over 4 × the bulk's
 
 
-def reduction_axis(values: np.ndarray, keep: Sequence[float]) -> tuple[float, float, bool]:
-    """(left, right, clipped): the x span of a reductions plot, keeping to the bulk past an extreme pair."""
+def reduction_axis(
+    values: np.ndarray, keep: Sequence[float], ends: Sequence[float] = ()
+) -> tuple[float, float, bool]:
+    """(left, right, clipped): the reductions' x span past ``keep``, and ``ends`` unless it keeps to the bulk."""
     finite = values[np.isfinite(values)]
     anchors = [float(v) for v in keep if math.isfinite(v)] + [0.0]
     everything = np.concatenate([finite, anchors])
@@ -273,13 +269,8 @@ def reduction_axis(values: np.ndarray, keep: Sequence[float]) -> tuple[float, fl
         if high > low and (right - left) > SQUASH * (high - low):
             left, right, clipped = low, high, True
     pad = max(0.02, 0.08 * (right - left))
-    return left - pad, right + pad, clipped
-
-
-def _reduction_span(values: np.ndarray, ci: np.ndarray, lines: list[float]) -> tuple[float, float, bool]:
-    """``reduction_axis`` widened to the claims' intervals too, unless the axis keeps to the bulk."""
-    left, right, clipped = reduction_axis(values, [*ci[:, 0], *lines])
-    ends = [v for v in (*ci[:, 1], *ci[:, 2]) if math.isfinite(v)]
+    left, right = left - pad, right + pad
+    ends = [v for v in ends if math.isfinite(v)]
     if clipped or not ends:
         return left, right, clipped
     pad = max(0.02, 0.08 * (max(ends + [right]) - min(ends + [left])))
@@ -329,7 +320,7 @@ def plot_reductions(pairs: pd.DataFrame, claims: pd.DataFrame, plan: Any, path: 
     lines = [] if bar is None else [-bar / 100, bar / 100] if control else [bar / 100]
     ci = claims.reindex(columns=["median", "ci_low", "ci_high"]).to_numpy(dtype=float)
     values_all = pairs["reduction"].to_numpy(dtype=float) if not pairs.empty else np.array([])
-    left, right, clipped = _reduction_span(values_all, ci, lines)
+    left, right, _ = reduction_axis(values_all, [*ci[:, 0], *lines], [*ci[:, 1], *ci[:, 2]])
     failed_x = left + 0.03 * (right - left)
     height = min(20.0, max(3.2, 1.4 + (0.75 if len(keys) <= 10 else 0.45) * len(keys)))
     with figure(path, width=10.0, height=height) as (fig, ax):

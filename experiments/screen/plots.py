@@ -113,10 +113,8 @@ def plot_memory(
     title: str = "extra peak memory",
 ) -> Path:
     """Bytes per series over categorical x (``table`` columns ``x``, ``series``, ``bytes``), in MiB."""
-    values = (
-        pd.to_numeric(table["bytes"], errors="coerce").to_numpy(dtype=float) if len(table) else np.array([])
-    )
-    values = values / 2**20
+    raw = table["bytes"] if len(table) else pd.Series(dtype=float)
+    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float) / 2**20
     finite = values[np.isfinite(values)]
     with figure(path, width=10.0, height=5.0) as (fig, ax):
         if len(finite) and finite.min() > 0 and finite.max() / finite.min() >= 20:
