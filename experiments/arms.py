@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from harness.code_origin import class_fingerprint, run_folder_code
+from harness.codepaths import class_fingerprint, run_folder_code
 from harness.errors import InputError, Refusal
 from harness.options import parse_arms
 from harness.protocol_options import DEFAULT_ARMS

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from experiments.arms import checked_optimizer
-from harness.code_origin import class_fingerprint
+from harness.codepaths import class_fingerprint
 from harness.errors import InputError
 from harness.plan import Plan
 

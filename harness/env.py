@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from harness.code_origin import source_sha256
+from harness.codepaths import source_sha256
 
 _SMI_FIELDS = tuple(
     "index name clocks.sm clocks.mem temperature.gpu power.draw driver_version memory.total uuid".split()

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 from matplotlib.patches import Patch
 
-from harness.plot_style import figure, label_rows, legend_right
+from harness.plots import figure, label_rows, legend_right
 
 FIT_STAGE_COLORS = {
     "data": "#56B4E9",
@@ -34,11 +34,12 @@ def plot_fit_stage_shares(table: pd.DataFrame, plan: Any, path: Path) -> Path:
             left = 0.0
             for stage in stages:
                 seconds = float(mine.loc[stage, "median_s"]) if stage in mine.index else 0.0
+                color = FIT_STAGE_COLORS.get(stage, "#BBBBBB")
                 ax.barh(
                     y,
                     seconds,
                     left=left,
-                    color=FIT_STAGE_COLORS.get(stage, "#BBBBBB"),
+                    color=color,
                     height=0.6,
                     edgecolor="#FFFFFF",
                     linewidth=0.8,
@@ -47,14 +48,8 @@ def plot_fit_stage_shares(table: pd.DataFrame, plan: Any, path: Path) -> Path:
                 left += seconds
             right = max(right, left)
             if "optimizer" in mine.index:
-                ax.text(
-                    left,
-                    y,
-                    f"  optimizer {100 * float(mine.loc['optimizer', 'share']):.1f}%",
-                    va="center",
-                    ha="left",
-                    fontsize=11,
-                )
+                share = f"  optimizer {100 * float(mine.loc['optimizer', 'share']):.1f}%"
+                ax.text(left, y, share, va="center", ha="left", fontsize=11)
         ax.set_xlim(0, max(right, 1e-9) * 1.3)
         label_rows(ax, arms)
         ax.set_xlabel(f"median seconds of one whole fit ({plan.protocol.device})")

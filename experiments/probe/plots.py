@@ -10,17 +10,11 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from harness.plot_style import (
-    ARM_COLORS,
-    BAR,
-    FAILED,
-    MarkStyle,
-    arm_styles,
-    failure_handle,
-    figure,
-    label_rows,
-    legend_right,
-)
+from harness.plots import ARM_COLORS, LOOK, MarkStyle, arm_styles, figure, label_rows, legend_right
+
+WHISKER = {"color": "#000000", "linewidth": 1.5}  # the highest peak, past the median's bar
+RESERVE = {"edgecolor": "#FFFFFF", "hatch": "//"}  # the reserve held for the rest of the learner
+REST_COLOR = "#D9D9D9"  # the learner step but the head
 
 
 def plot_probe_memory(memory: pd.DataFrame, plan: Any, path: Path) -> Path:
@@ -29,16 +23,13 @@ def plot_probe_memory(memory: pd.DataFrame, plan: Any, path: Path) -> Path:
     gib = float(2**30)
     budget = plan.protocol.budget / gib if plan.protocol.budget is not None else None
     reserve = (plan.settings.get("reserve_bytes") or 0) / gib
-    labels = [f"{r['case']} · {r['arm']}" for _, r in memory.iterrows()]
-    height = max(3.2, 1.2 + 0.6 * len(labels))
-    with figure(path, width=10.0, height=height) as (fig, ax):
-        peaks = pd.to_numeric(memory["peak_allocated_max"], errors="coerce").to_numpy(dtype=float) / gib
-        right = max([v for v in peaks if np.isfinite(v)] + [budget or 0.0, reserve, 1e-3]) * 1.12
-        failed_any = False
-        for y, (_, row) in enumerate(memory.iterrows()):
-            style = styles.get(str(row["arm"]), MarkStyle(ARM_COLORS[0], "o"))
-            median = float(pd.to_numeric(row["peak_allocated_median"], errors="coerce")) / gib
-            top = float(pd.to_numeric(row["peak_allocated_max"], errors="coerce")) / gib
+    columns = ["peak_allocated_median", "peak_allocated_max"]
+    peaks = memory[columns].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float) / gib
+    right = max([v for v in peaks[:, 1] if np.isfinite(v)] + [budget or 0.0, reserve, 1e-3]) * 1.12
+    out_of_memory = [bool(int(n)) for n in memory["out_of_memory"]]
+    with figure(path, width=10.0, height=max(3.2, 1.2 + 0.6 * len(memory))) as (fig, ax):
+        for y, ((median, top), arm) in enumerate(zip(peaks, memory["arm"], strict=True)):
+            style = styles.get(str(arm), MarkStyle(ARM_COLORS[0], "o"))
             if np.isfinite(median):
                 ax.barh(y, median, color=style.color, height=0.6, zorder=2)
                 if reserve:
@@ -46,47 +37,41 @@ def plot_probe_memory(memory: pd.DataFrame, plan: Any, path: Path) -> Path:
                         y,
                         min(reserve, median),
                         facecolor="none",
-                        edgecolor="#FFFFFF",
-                        hatch="//",
                         height=0.6,
                         linewidth=0,
                         zorder=3,
+                        **RESERVE,
                     )
                 if np.isfinite(top) and top > median:
-                    ax.plot([median, top], [y, y], color="#000000", linewidth=1.5, zorder=4)
-                    ax.plot([top, top], [y - 0.15, y + 0.15], color="#000000", linewidth=1.5, zorder=4)
-            if int(row["out_of_memory"]):
-                failed_any = True
+                    ax.plot([median, top], [y, y], **WHISKER, zorder=4)
+                    ax.plot([top, top], [y - 0.15, y + 0.15], **WHISKER, zorder=4)
+            if out_of_memory[y]:
                 ax.scatter(
                     [budget if budget is not None else right / 1.12],
                     [y],
-                    marker=FAILED.marker,
-                    color=FAILED.color,
+                    marker=LOOK["failed"]["marker"],
+                    color=LOOK["failed"]["color"],
                     s=140,
                     linewidths=3,
                     zorder=5,
                     clip_on=False,
                 )
         if budget is not None:
-            ax.axvline(budget, color=BAR.color, linestyle="--", linewidth=2)
+            ax.axvline(budget, **LOOK["bar"])
         ax.set_xlim(0, right)
-        label_rows(ax, labels)
+        label_rows(ax, [f"{r['case']} · {r['arm']}" for _, r in memory.iterrows()])
         ax.set_xlabel("peak allocated (GiB)")
         ax.set_title(f"{plan.tier}: peak memory of one head step")
         handles: list[Any] = [
             Patch(facecolor=s.color, label=f"{label} (median)") for label, s in styles.items()
         ]
-        handles.append(Line2D([], [], color="#000000", linewidth=1.5, label="highest peak"))
+        handles.append(Line2D([], [], label="highest peak", **WHISKER))
         if reserve:
-            handles.append(
-                Patch(
-                    facecolor="#999999", edgecolor="#FFFFFF", hatch="//", label="--reserve (rest of learner)"
-                )
-            )
+            handles.append(Patch(facecolor="#999999", label="--reserve (rest of learner)", **RESERVE))
         if budget is not None:
-            handles.append(Line2D([], [], color=BAR.color, linestyle="--", linewidth=2, label="budget"))
-        if failed_any:
-            handles.append(failure_handle("out of memory"))
+            handles.append(Line2D([], [], label="budget", **LOOK["bar"]))
+        if any(out_of_memory):
+            handles.append(Line2D([], [], label="out of memory", **LOOK["failed"]))
         legend_right(ax, handles=handles)
     return path
 
@@ -94,31 +79,21 @@ def plot_probe_memory(memory: pd.DataFrame, plan: Any, path: Path) -> Path:
 def plot_stage_share(shares: pd.DataFrame, path: Path) -> Path:
     """Probe: one bar per case and arm for a learner step, the head's share coloured."""
     rows = shares[np.isfinite(pd.to_numeric(shares["head_median_ms"], errors="coerce").to_numpy(dtype=float))]
-    labels = list(dict.fromkeys(str(a) for a in shares["arm"]))
-    styles = arm_styles(labels)
-    height = max(3.0, 1.2 + 0.6 * len(rows))
-    with figure(path, width=10.0, height=height) as (fig, ax):
+    styles = arm_styles(list(dict.fromkeys(str(a) for a in shares["arm"])))
+    with figure(path, width=10.0, height=max(3.0, 1.2 + 0.6 * len(rows))) as (fig, ax):
         for y, (_, row) in enumerate(rows.iterrows()):
             head, learner = float(row["head_median_ms"]), float(row["learner_ms"])
-            style = styles[str(row["arm"])]
-            ax.barh(y, min(head, learner), color=style.color, height=0.6, zorder=2)
+            ax.barh(y, min(head, learner), color=styles[str(row["arm"])].color, height=0.6, zorder=2)
             ax.barh(
-                y, max(learner - head, 0.0), left=min(head, learner), color="#D9D9D9", height=0.6, zorder=2
+                y, max(learner - head, 0.0), left=min(head, learner), color=REST_COLOR, height=0.6, zorder=2
             )
-            ax.text(
-                learner,
-                y,
-                f"  head {100 * float(row['head_share']):.2f}%",
-                va="center",
-                ha="left",
-                fontsize=11,
-            )
+            share = f"  head {100 * float(row['head_share']):.2f}%"
+            ax.text(learner, y, share, va="center", ha="left", fontsize=11)
         label_rows(ax, [f"{r['case']} · {r['arm']}" for _, r in rows.iterrows()])
-        learner_ms = float(rows["learner_ms"].iloc[0]) if len(rows) else 1.0
-        ax.set_xlim(0, learner_ms * 1.3)
+        ax.set_xlim(0, (float(rows["learner_ms"].iloc[0]) if len(rows) else 1.0) * 1.3)
         ax.set_xlabel("milliseconds of one learner step")
         ax.set_title("probe: the head's share of one learner step")
         handles = [Patch(facecolor=s.color, label=f"head, {label}") for label, s in styles.items()]
-        handles.append(Patch(facecolor="#D9D9D9", label="rest of the learner step"))
+        handles.append(Patch(facecolor=REST_COLOR, label="rest of the learner step"))
         legend_right(ax, handles=handles)
     return path

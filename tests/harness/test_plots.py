@@ -17,7 +17,7 @@ from matplotlib.lines import Line2D
 from matplotlib.text import Annotation
 
 from experiments.screen.plots import plot_crossover, plot_memory
-from harness import plot_style, plots
+from harness import plots
 from harness.schedule import Arm
 from harness.tier import Run
 from tests.trialfns import plan_of, runner
@@ -94,10 +94,10 @@ def test_the_timeline_legend_shows_each_arms_measured_and_hollow_warmup_marker(
     (fig,) = drawn
     legend, plotted = legend_markers(fig), plotted_markers(fig)
     assert set(legend.values()) == plotted  # every marker drawn is in the legend, and nothing else is
-    styles = plot_style.arm_styles(run.plan.arm_labels())
+    styles = plots.arm_styles(run.plan.arm_labels())
     warmup = legend["candidate warm-up (discarded)"]
     assert warmup[0] == styles["candidate"].marker == "s" and warmup[1][3] == 0  # a hollow square
-    assert warmup[2] == to_rgba(plot_style.WARMUP.color)
+    assert warmup[2] == to_rgba(plots.WARMUP_COLOR)
     assert legend["candidate (measured)"] == (
         "s",
         to_rgba(styles["candidate"].color),
@@ -111,7 +111,7 @@ def test_the_reductions_legend_shows_each_arms_own_marker(
     plots.plot_reductions(run.summaries.pairs, run.summaries.claims, run.plan, tmp_path / "reductions.png")
     (fig,) = drawn
     legend, plotted = legend_markers(fig), plotted_markers(fig)
-    styles = plot_style.arm_styles(run.plan.arm_labels())
+    styles = plots.arm_styles(run.plan.arm_labels())
     for arm in ("candidate", "candidate-cpu"):
         colour = to_rgba(styles[arm].color)
         assert legend[f"one pair ({arm})"] == (styles[arm].marker, colour, colour)
@@ -131,7 +131,7 @@ def test_one_extreme_pair_is_marked_at_the_edge_and_the_bulk_stays_readable(
     assert extreme < -3.8 and left > -1.0  # the axis keeps to the bulk ...
     bulk = np.concatenate([mine[mine > -1], pairs[pairs["arm"] == "candidate-cpu"]["reduction"].to_numpy()])
     assert (bulk.max() - bulk.min()) / (right - left) > 0.2  # ... which fills a fair part of it
-    styles = plot_style.arm_styles(run.plan.arm_labels())
+    styles = plots.arm_styles(run.plan.arm_labels())
     square = styles["candidate"].marker
     candidate_points = [
         line for line in ax.get_lines() if str(line.get_marker()) == square and len(line.get_xdata())
@@ -186,7 +186,7 @@ def test_the_crossover_spreads_the_arms_and_its_legend_matches(
     left, right = ax.get_xlim()
     assert left < min(firsts) and max(firsts) < right
     legend = legend_markers(fig)
-    styles = plot_style.arm_styles(series)
+    styles = plots.arm_styles(series)
     for label in series:
         colour = to_rgba(styles[label].color)
         assert legend[label] == (styles[label].marker, colour, colour)

@@ -75,11 +75,11 @@ def scripted(figures: dict[str, list], peaks: dict[str, int] | None = None, stop
 
 
 def fixture_section(run: Run) -> str:
-    """A tier section as a tier engineer writes one: a table and a plot drawn in harness.plot_style."""
-    from harness import plot_style
+    """A tier section as a tier engineer writes one: a table and a plot drawn in harness.plots."""
+    from harness import plots
 
     png = run.figures_dir / "fixture-tier.png"
-    with plot_style.figure(png, width=6, height=3) as (_fig, ax):
+    with plots.figure(png, width=6, height=3) as (_fig, ax):
         ax.plot([0, 1], [0, 1])
         ax.set_xlabel("x (unit)")
     rows = [[r["arm"], format_number(r["median"])] for _, r in run.summaries.arms.iterrows()]
