@@ -9,6 +9,7 @@ import gc
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,7 @@ def run_schedule(
     """Run every pending trial, appending each row to the log (fsynced) as soon as the trial ends."""
     cooldown = plan.protocol.cooldown
     together = plan.protocol.order in CONCURRENT_ORDERS
+    runs = _Trials(plan, trial_fn, folder, on_trial_start, on_trial_end, placement)
     rows = folder.rows()
     resumed = bool(rows)
     wall_end = _log_end(rows)
@@ -184,19 +186,8 @@ def run_schedule(
                 def annotate(row: dict[str, Any], number: int = fields["warmup_sequence"]) -> None:
                     row.update(warmup_row_fields(plan, folder.rows(), row, number))
 
-                last_end = _run_one(
-                    plan,
-                    trial,
-                    trial_fn,
-                    folder,
-                    cooldown,
-                    on_trial_start,
-                    on_trial_end,
-                    placement,
-                    fields["warmup_reason"],
-                    {k: v for k, v in fields.items() if k != "warmup_reason"},
-                    annotate,
-                )
+                extra = {k: v for k, v in fields.items() if k != "warmup_reason"}
+                last_end = runs.one(trial, fields["warmup_reason"], extra, annotate)
                 resumed = False
                 continue
             reason = ""  # with --warmup auto a sequence, not one warm-up, follows a resume or a gap
@@ -208,20 +199,17 @@ def run_schedule(
         if reason:
             used = {int(r["index"]) for r in rows} | {t.index for t in plan.schedule}
             warm = extra_warmup(plan, unit[0], max(used) + 1)
-            _run_one(plan, warm, trial_fn, folder, cooldown, on_trial_start, on_trial_end, placement, reason)
+            runs.one(warm, reason)
         if concurrent:
             if cooldown:
                 time.sleep(cooldown)
             if partners:  # a half-done round runs again whole (harness.duet), numbered after any warm-up
                 partners = duet_partners(plan, unit, folder.rows())
-            batch = [*unit, *partners]
-            _run_together(plan, batch, trial_fn, folder, on_trial_start, on_trial_end, placement)
+            runs.together([*unit, *partners])
             last_end = time.monotonic()
         else:
             for trial in unit:
-                last_end = _run_one(
-                    plan, trial, trial_fn, folder, cooldown, on_trial_start, on_trial_end, placement
-                )
+                last_end = runs.one(trial)
         resumed = False  # any trial run since the resume has warmed the machine
 
 
@@ -254,36 +242,95 @@ def _warmup_stop_text(
     )
 
 
-def _run_one(
-    plan: Plan,
-    trial: ScheduledTrial,
-    trial_fn: TrialFunction,
-    folder: RunFolder,
-    cooldown: float,
-    on_trial_start: Callable[[ScheduledTrial], None] | None,
-    on_trial_end: Callable[[dict[str, Any]], None] | None,
-    placement: Placement | None = None,
-    warmup_reason: str = "",
-    fields: dict[str, Any] | None = None,
-    annotate: Callable[[dict[str, Any]], None] | None = None,
-) -> float:
-    """Run one trial after the cool-down, log its row (with ``fields``, then ``annotate``'s, for a warm-up
-    outside the schedule), and return when it ended (``time.monotonic()``)."""
-    if cooldown:
-        time.sleep(cooldown)
-    if on_trial_start:
-        on_trial_start(trial)
-    row = run_trial(plan, trial, trial_fn, folder.path, placement)
-    ended = time.monotonic()
-    if warmup_reason:
-        row["warmup_reason"] = warmup_reason
-    row.update(fields or {})
-    if annotate is not None:
-        annotate(row)
-    folder.append_row(row)
-    if on_trial_end:
-        on_trial_end(row)
-    return ended
+@dataclass(frozen=True)
+class _Trials:
+    """How one schedule's trials run: each alone after the cool-down, or a duet round's at once."""
+
+    plan: Plan
+    trial_fn: TrialFunction
+    folder: RunFolder
+    on_trial_start: Callable[[ScheduledTrial], None] | None
+    on_trial_end: Callable[[dict[str, Any]], None] | None
+    placement: Placement | None
+
+    def one(
+        self,
+        trial: ScheduledTrial,
+        warmup_reason: str = "",
+        fields: dict[str, Any] | None = None,
+        annotate: Callable[[dict[str, Any]], None] | None = None,
+    ) -> float:
+        """Run one trial after the cool-down, log its row (with ``fields``, then ``annotate``'s, for a warm-up
+        outside the schedule), and return when it ended (``time.monotonic()``)."""
+        if self.plan.protocol.cooldown:
+            time.sleep(self.plan.protocol.cooldown)
+        if self.on_trial_start:
+            self.on_trial_start(trial)
+        row = run_trial(self.plan, trial, self.trial_fn, self.folder.path, self.placement)
+        ended = time.monotonic()
+        if warmup_reason:
+            row["warmup_reason"] = warmup_reason
+        row.update(fields or {})
+        if annotate is not None:
+            annotate(row)
+        self.folder.append_row(row)
+        if self.on_trial_end:
+            self.on_trial_end(row)
+        return ended
+
+    def together(self, batch: list[ScheduledTrial]) -> None:
+        """The trials of one duet round at once (worker tiers only), each row appended as its trial ends.
+
+        A half whose trial has ended runs fillers until its partners end (``harness.duet``)."""
+        plan, folder = self.plan, self.folder
+        if plan.in_process:
+            raise ValueError("a concurrent order needs a tier whose trials run in worker processes")
+        lock = threading.Lock()
+        rows: list[dict[str, Any]] = []
+        failures: list[BaseException] = []
+        ended = {trial.index: threading.Event() for trial in batch}
+
+        def one(trial: ScheduledTrial, where: Placement | None) -> None:
+            try:
+                row = run_trial(plan, trial, self.trial_fn, folder.path, where)
+                row["concurrent_with"] = [t.index for t in batch if t.index != trial.index]
+                if trial.phase == "warmup":  # a partner of a half-done round's missing trial
+                    row["warmup_reason"] = PARTNER_REASON
+                with lock:
+                    folder.append_row(row)
+                    rows.append(row)
+            except BaseException as exc:  # noqa: BLE001 - raised again below: a failed write stops the run
+                failures.append(exc)
+            finally:
+                ended[trial.index].set()
+            if not failures:
+                case = plan.case(trial.case)
+                fill_until_partners_end(
+                    lambda filler, stop: TrialContext(
+                        plan, filler, case, case.arm(trial.arm), folder.path, where, cancel=stop
+                    ),
+                    trial,
+                    self.trial_fn,
+                    folder.path,
+                    [event for index, event in ended.items() if index != trial.index],
+                )
+
+        for trial in batch:
+            if self.on_trial_start:
+                self.on_trial_start(trial)
+        threads = [
+            threading.Thread(target=one, args=(trial, where), daemon=True)
+            for trial, where in zip(batch, duet_placements(self.placement, batch), strict=True)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for row in sorted(rows, key=lambda r: r["index"]):
+            if self.on_trial_end:
+                self.on_trial_end(row)
+        if failures:
+            raise failures[0]
 
 
 def duet_placements(placement: Placement | None, trials: list[ScheduledTrial]) -> list[Placement | None]:
@@ -316,65 +363,3 @@ def concurrent_problem(plan: Plan, placement: Placement | None) -> str | None:
             "give more cores, or use --order alternate"
         )
     return None
-
-
-def _run_together(
-    plan: Plan,
-    batch: list[ScheduledTrial],
-    trial_fn: TrialFunction,
-    folder: RunFolder,
-    on_trial_start: Callable[[ScheduledTrial], None] | None,
-    on_trial_end: Callable[[dict[str, Any]], None] | None,
-    placement: Placement | None,
-) -> None:
-    """The trials of one duet round at once (worker tiers only), each row appended as its trial ends.
-
-    A half whose trial has ended runs fillers until its partners end (``harness.duet``)."""
-    if plan.in_process:
-        raise ValueError("a concurrent order needs a tier whose trials run in worker processes")
-    lock = threading.Lock()
-    rows: list[dict[str, Any]] = []
-    failures: list[BaseException] = []
-    ended = {trial.index: threading.Event() for trial in batch}
-
-    def one(trial: ScheduledTrial, where: Placement | None) -> None:
-        try:
-            row = run_trial(plan, trial, trial_fn, folder.path, where)
-            row["concurrent_with"] = [t.index for t in batch if t.index != trial.index]
-            if trial.phase == "warmup":  # a partner of a half-done round's missing trial
-                row["warmup_reason"] = PARTNER_REASON
-            with lock:
-                folder.append_row(row)
-                rows.append(row)
-        except BaseException as exc:  # noqa: BLE001 - raised again below: a failed write stops the run
-            failures.append(exc)
-        finally:
-            ended[trial.index].set()
-        if not failures:
-            case = plan.case(trial.case)
-            fill_until_partners_end(
-                lambda filler, stop: TrialContext(
-                    plan, filler, case, case.arm(trial.arm), folder.path, where, cancel=stop
-                ),
-                trial,
-                trial_fn,
-                folder.path,
-                [event for index, event in ended.items() if index != trial.index],
-            )
-
-    for trial in batch:
-        if on_trial_start:
-            on_trial_start(trial)
-    threads = [
-        threading.Thread(target=one, args=(trial, where), daemon=True)
-        for trial, where in zip(batch, duet_placements(placement, batch), strict=True)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    for row in sorted(rows, key=lambda r: r["index"]):
-        if on_trial_end:
-            on_trial_end(row)
-    if failures:
-        raise failures[0]
