@@ -215,3 +215,33 @@ def _shown(name: str, value: Any) -> str:
     if value is False or value is None:
         return f"no {flag}"
     return f"{flag} {value}"
+
+
+def check_given_once(args: list[str], commands: dict[str, Any]) -> None:
+    """``InputError`` for an option given twice in a command line.
+
+    Click would take the last silently: `--steps 4 … --steps 8` would run 8 steps."""
+    if not args or args[0] not in commands or "--help" in args:
+        return
+    options = {
+        name: param
+        for param in commands[args[0]].params
+        if param.param_type_name == "option"
+        for name in (*param.opts, *param.secondary_opts)
+    }
+    given: dict[str, list[str]] = {}
+    tokens = iter(args[1:])
+    for token in tokens:
+        if token == "--":
+            break
+        name, equals, value = token.partition("=") if token.startswith("--") else (token, "", "")
+        param = options.get(name)
+        if param is None:
+            continue
+        if not param.is_flag and not equals:
+            value = next(tokens, "")  # the option's value, whatever it looks like
+        given.setdefault(param.name, []).append(value)
+        if len(given[param.name]) == 2:
+            first, then = given[param.name]
+            values = "" if param.is_flag else f" ({first}, then {then})"
+            raise InputError(f"{'/'.join(param.opts)} given twice{values}; give it once")
