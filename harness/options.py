@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from harness.calibration import parse_size, with_calibration
+from harness.calibration import with_calibration
 from harness.env import gpu_snapshot
 from harness.errors import InputError
 from harness.formatting import format_bytes
@@ -23,7 +23,7 @@ from harness.protocol_options import (
     check_protocol,
 )
 from harness.schedule import CONCURRENT_ORDERS, Arm
-from harness.timing import parse_bytes
+from harness.schema import parse_typed
 
 NO_PLACEMENT = "none"
 _DEVICE_LIST = re.compile(r"^cuda:\d+(,\d+)+$", re.ASCII)
@@ -164,31 +164,6 @@ def parse_arms(text: str, control: bool) -> tuple[Arm, ...]:
     return arms
 
 
-def parse_auto(name: str, value: int | str, accepted: str) -> int | str:
-    """``auto``, or a whole number typed as text; ``accepted`` words the one line for anything else."""
-    if not isinstance(value, str):
-        return value
-    text = value.strip().lower()
-    if text == "auto":
-        return "auto"
-    try:
-        return int(text)
-    except ValueError:
-        raise InputError(f"{name} '{value}' is not a number; use {accepted}") from None
-
-
-WARMUP_ACCEPTED = "a whole number of 0 or more, or auto"
-
-
-def parse_budget(text: str | None) -> int | None:
-    if text is None:
-        return None
-    try:
-        return parse_bytes(text)
-    except ValueError as exc:
-        raise InputError(f"--budget {exc}") from None
-
-
 def card_bytes(device: str) -> int | None:
     """Total memory of a CUDA card, None off CUDA.
 
@@ -273,11 +248,11 @@ def protocol_options(
         **dict(zip(POSITIONAL, positional, strict=False)),
         **given,
     }
-    arms, device, budget = values.pop("arms"), values.pop("device"), values.pop("budget")
-    values["pairs"] = parse_auto("--pairs", values["pairs"], "a positive whole number or auto")
-    values["warmup"] = parse_auto("--warmup", values["warmup"], WARMUP_ACCEPTED)  # bounds: check_protocol
-    budget_bytes = parse_budget(budget)
+    values = parse_typed(ProtocolOptions, values)  # bounds: check_protocol
+    arms, device, budget_bytes = values.pop("arms"), values.pop("device"), values.pop("budget")
     device, gpus = split_device_list(device, values["gpus"])
+    if values["calibrate"] is not None and gpus > 1:
+        raise InputError("--calibrate times one process per trial; drop it or --gpus")
     device, why = resolve_device(device)
     if announce is not None:
         ranks = f"; {gpus} ranks per trial" if gpus > 1 else ""
@@ -288,10 +263,6 @@ def protocol_options(
             announce(f"arms: {arms} ({arms_why})")
     control = bool(values["control"])
     values["cpus"] = check_cpus(values["cpus"], values["order"])
-    if values["calibrate"] is not None:
-        if gpus > 1:
-            raise InputError("--calibrate times one process per trial; drop it or --gpus")
-        values["calibrate"] = parse_size(values["calibrate"])
     parsed_arms = with_calibration(parse_arms(arms, control), values["calibrate"], values["warmup"])
     options = ProtocolOptions(
         arms=parsed_arms, device=device, budget=budget_bytes, **{**values, "gpus": gpus}

@@ -6,11 +6,13 @@ import re
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
+from harness.calibration import parse_size
 from harness.errors import InputError
 from harness.limits import MAX_PAIRS
 from harness.placement import is_placement_form
 from harness.schedule import CONCURRENT_ORDERS, ORDERS, Arm
 from harness.schema import OptionError, check_at_most, check_fields, finite, named, option, require
+from harness.timing import parse_bytes
 
 DEFAULT_ARMS = "baseline,candidate"
 AUTO_DEVICE = "auto"
@@ -111,6 +113,7 @@ class ProtocolOptions:
         cli_type=str | None,
         low=1,
         high=2**63 - 1,
+        parse=parse_bytes,
     )
     control: bool = option(
         False,
@@ -127,6 +130,7 @@ class ProtocolOptions:
         None,
         "Add a calibration arm: the baseline with a known host-side delay, e.g. 5% (of a baseline warm-up) or "
         "2.5s; its recovered/known ratio shows whether the design biases.",
+        parse=parse_size,
     )
     cpus: str = option(
         "auto",

@@ -36,6 +36,7 @@ class Option:
     choices: tuple[str, ...] = ()  # the words a text option accepts
     words: tuple[str, ...] = ()  # words a number's option takes too (auto)
     check: Callable[[Any], Any] | None = None  # any other check: raises InputError with the one line
+    parse: Callable[[str], Any] | None = None  # the typed text → the field's value (ValueError: not accepted)
     hidden: bool = False  # left out of --help (a deprecated spelling)
 
 
@@ -122,6 +123,36 @@ def settings_from(cls: type, values: dict[str, Any]) -> Any:
             value = values[field.name]
             out[field.name] = str(value) if how.cli_type is not None and value is not None else value
     return cls(**out)
+
+
+def parse_typed(cls: type, values: dict[str, Any], prefix: str = "--") -> dict[str, Any]:
+    """``values`` with each declared field's typed text parsed: by its ``parse``, or as a whole number or one of
+    its ``words`` (``auto``); ``InputError`` names the option."""
+    out = dict(values)
+    for field, how, _ in declared(cls, cli=False):
+        text, flag = out.get(field.name), named(flag_of(field.name), prefix)
+        if not isinstance(text, str) or not (how.parse or how.words):
+            continue
+        try:
+            out[field.name] = how.parse(text) if how.parse else _whole_or_word(flag, text, how)
+        except InputError as exc:
+            raise InputError(named(str(exc), prefix)) from None
+        except ValueError as exc:
+            raise InputError(f"{flag} {exc}") from None
+    return out
+
+
+def _whole_or_word(flag: str, text: str, how: Option) -> int | str:
+    word = text.strip().lower()
+    if word in how.words:
+        return word
+    try:
+        return int(word)
+    except ValueError:
+        lowest = "a positive whole number" if how.low == 1 else f"a whole number of {how.low:g} or more,"
+        raise InputError(
+            f"{flag} '{text}' is not a number; use {lowest} or {' or '.join(how.words)}"
+        ) from None
 
 
 def check_positive(name: str, value: int, at_most: int | float = MAX_COUNT) -> int:
