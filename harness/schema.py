@@ -21,6 +21,7 @@ OPTION = "bench_option"
 _SAME = object()  # the command line's default is the field's
 # No count here means anything past 2**31 - 1; larger values overflow the sizes torch and numpy take.
 MAX_COUNT = 2**31 - 1
+LOWEST = {1: "a positive whole number", 0: "zero or more"}  # a low bound's words (a count's bounds)
 
 
 @dataclass(frozen=True)
@@ -155,20 +156,6 @@ def _whole_or_word(flag: str, text: str, how: Option) -> int | str:
         ) from None
 
 
-def check_positive(name: str, value: int, at_most: int | float = MAX_COUNT) -> int:
-    """A whole number from 1 to ``at_most``."""
-    if value < 1:
-        raise InputError(f"{name} must be a positive whole number (got {value})")
-    return check_at_most(name, value, at_most)
-
-
-def check_non_negative(name: str, value: int | float, at_most: int | float = MAX_COUNT) -> int | float:
-    """A number from 0 to ``at_most``."""
-    if not (isinstance(value, int) or math.isfinite(value)) or value < 0:
-        raise InputError(f"{name} must be zero or more (got {value})")
-    return check_at_most(name, value, at_most)
-
-
 def check_at_most(name: str, value: int | float, maximum: int | float) -> int | float:
     """``value`` unless it is more than ``maximum`` (the bound is argued where it is defined)."""
     if value > maximum:
@@ -217,14 +204,11 @@ def check_value(name: str, value: Any, how: Option, prefix: str = "--", kind: An
         if how.low is not None or how.high is not None:
             if isinstance(value, str):
                 raise InputError(f"{shown} '{value}' is not a number")
-            if how.low == 1:
-                check_positive(shown, value, how.high or MAX_COUNT)
-            elif how.low == 0:
-                check_non_negative(shown, value, how.high or MAX_COUNT)
-            elif (how.low is not None and value < how.low) or not math.isfinite(value):
-                raise InputError(f"{shown} must be at least {how.low:g} (got {value})")
-            elif how.high is not None:
-                check_at_most(shown, value, how.high)
+            low = -math.inf if how.low is None else how.low
+            if not (isinstance(value, int) or math.isfinite(value)) or value < low:
+                lowest = LOWEST.get(low, f"at least {low:g}")
+                raise InputError(f"{shown} must be {lowest} (got {value})")
+            check_at_most(shown, value, how.high or (MAX_COUNT if low in LOWEST else math.inf))
         if how.check is not None:
             how.check(value)
     except InputError as exc:
