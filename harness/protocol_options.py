@@ -11,7 +11,7 @@ from harness.errors import InputError
 from harness.limits import MAX_PAIRS
 from harness.placement import is_placement_form
 from harness.schedule import CONCURRENT_ORDERS, ORDERS, Arm
-from harness.schema import OptionError, check_at_most, check_fields, finite, named, option, require
+from harness.schema import OptionError, check_fields, finite, flag_of, named, option, require
 from harness.timing import parse_bytes
 
 DEFAULT_ARMS = "baseline,candidate"
@@ -148,7 +148,9 @@ class ProtocolOptions:
         "With --pairs auto: the target half-width of the interval, in percentage points of reduction.",
         check=_precision,
     )
-    max_pairs: int = option(20, "With --pairs auto: the last look (most pairs per case).", low=1)
+    max_pairs: int = option(
+        20, "With --pairs auto: the last look (most pairs per case).", low=1, high=MAX_PAIRS
+    )
     time_budget: float | None = option(
         None,
         "Seconds the run may take (default: 3600 on the CPU, none on a GPU); a longer plan is refused "
@@ -222,51 +224,41 @@ class ProtocolOptions:
         return cls(**values)
 
 
-def check_sequential(pairs: int | str, precision: float | None, max_pairs: int, first_look: int) -> None:
-    """``--precision`` and ``--max-pairs`` belong to ``--pairs auto``, which needs a precision; the looks run
-    from the first (every 2 pairs) to ``--max-pairs``."""
-    if pairs != "auto":
-        given = [
-            name
-            for name, value, default in (
-                ("--precision", precision, None),
-                ("--max-pairs", max_pairs, ProtocolOptions.default("max_pairs")),
-            )
-            if value != default
-        ]
-        if given:
-            verb = "only applies" if len(given) == 1 else "only apply"
-            raise InputError(f"{', '.join(given)} {verb} with --pairs auto (got --pairs {pairs})")
-        return
-    if precision is None:
-        raise InputError("--pairs auto needs --precision P: the target half-width of the interval, in points")
-    check_at_most("--max-pairs", max_pairs, MAX_PAIRS)
-    if max_pairs < first_look:
-        raise InputError(
-            f"--max-pairs {max_pairs} is below the first look at {first_look} pairs; use {first_look} or more"
+def _disagreement(p: ProtocolOptions) -> tuple[str | None, str] | None:
+    """The first pair of options that disagree: (the field to blame, if one is, and the line), or None."""
+    if p.pairs != "auto":
+        extra = [flag_of(n) for n in ("precision", "max_pairs") if getattr(p, n) != p.default(n)]
+        if extra:
+            verb = "only applies" if len(extra) == 1 else "only apply"
+            return None, f"{', '.join(extra)} {verb} with --pairs auto (got --pairs {p.pairs})"
+    elif p.precision is None:
+        return None, "--pairs auto needs --precision P: the target half-width of the interval, in points"
+    elif p.max_pairs < p.first_look:
+        return (
+            None,
+            f"--max-pairs {p.max_pairs} is below the first look at {p.first_look} pairs; use {p.first_look} or more",
         )
+    if p.tolerance is not None and not p.control:
+        return "tolerance", "--tolerance judges the A/A arm; add --control (or drop --tolerance)"
+    if p.control and len(p.arms) == 2 and p.bar is not None and p.bar <= 0:
+        return (
+            "bar",
+            f"--bar {p.bar} with --control is the A/A tolerance ±bar; use a positive percentage, e.g. 1",
+        )
+    if p.gpus > 1 and p.order in CONCURRENT_ORDERS:
+        return (
+            "gpus",
+            f"--order {p.order} with --gpus {p.gpus}: concurrent trials of several ranks are not run",
+        )
+    return None
 
 
 def check_protocol(p: ProtocolOptions, prefix: str = "--") -> ProtocolOptions:
     """``p`` unless a value is out of its bounds or the values disagree (``InputError``, one line; an
     ``OptionError`` names the field). ``prefix`` names the options (``--`` on the CLI, none in the API)."""
     check_fields(p, prefix)
-    try:
-        check_sequential(p.pairs, p.precision, p.max_pairs, p.first_look)
-    except InputError as exc:
-        raise InputError(named(str(exc), prefix)) from None
-    if p.tolerance is not None and not p.control:
-        problem = ("tolerance", "--tolerance judges the A/A arm; add --control (or drop --tolerance)")
-    elif p.control and len(p.arms) == 2 and p.bar is not None and p.bar <= 0:
-        problem = (
-            "bar",
-            f"--bar {p.bar} with --control is the A/A tolerance ±bar; use a positive percentage, e.g. 1",
-        )
-    elif p.gpus > 1 and p.order in CONCURRENT_ORDERS:
-        problem = (
-            "gpus",
-            f"--order {p.order} with --gpus {p.gpus}: concurrent trials of several ranks are not run",
-        )
-    else:
+    problem = _disagreement(p)
+    if problem is None:
         return p
-    raise OptionError(problem[0], named(problem[1], prefix))
+    field, line = problem
+    raise InputError(named(line, prefix)) if field is None else OptionError(field, named(line, prefix))
