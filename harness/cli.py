@@ -49,7 +49,6 @@ from harness.tier import (
     Start,
     TierRegistry,
     check_gate_threshold,
-    check_run_log,
     gate_refusal,
     load_checked_plan,
 )
@@ -75,7 +74,6 @@ def launch(
     if run.resume is not None:
         folder = RunFolder.open(run.resume)
         plan = load_checked_plan(folder, runner.tiers)  # the folder validated whole, its settings by its tier
-        check_run_log(plan, folder, runner.tiers)
         recorded = plan.tier
         if recorded not in accepts:
             raise InputError(

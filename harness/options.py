@@ -18,6 +18,7 @@ from harness.placement import Placement, choose_placement
 from harness.protocol_options import (
     AUTO_DEVICE,
     DEFAULT_ARMS,
+    FIRST_FORMAT_OPTIONS,
     ProtocolOptions,
     check_device_form,
     check_protocol,
@@ -228,10 +229,6 @@ def resolve_placement(cpus: str) -> Placement | None:
     return choose_placement(cpus)
 
 
-# The order ``protocol_options`` takes its first arguments in, by position.
-POSITIONAL = ("arms", "warmup", "pairs", "order", "seed", "bar", "device", "budget", "control")
-
-
 def protocol_options(
     *positional: Any,
     announce: Any = None,
@@ -245,7 +242,7 @@ def protocol_options(
     values |= {
         "arms": DEFAULT_ARMS,
         "device": AUTO_DEVICE,
-        **dict(zip(POSITIONAL, positional, strict=False)),
+        **dict(zip(FIRST_FORMAT_OPTIONS, positional, strict=False)),
         **given,
     }
     values = parse_typed(ProtocolOptions, values)  # bounds: check_protocol

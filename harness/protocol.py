@@ -157,6 +157,13 @@ def run_schedule(
         )
         partners = duet_partners(plan, unit, rows) if together and started_round else []
         concurrent = together and unit[0].phase == "measured" and len(unit) + len(partners) > 1
+
+        def late(needed: float, started: bool = started_round) -> bool:
+            """Whether ``--stop-after`` ends before ``needed`` seconds more (a started round always ends)."""
+            return (
+                deadline is not None and not started and needed > 0 and time.monotonic() + needed > deadline
+            )
+
         reason = ""
         if unit[0].phase == "measured" and warm_after_gaps:
             gap = None if last_end is None else time.monotonic() - last_end
@@ -175,13 +182,11 @@ def run_schedule(
                 arms = len(plan.case(trial.case).arms)
                 fewest = max(1, arms + 1 - (fields["warmup_step"] - 1))
                 needed += fewest * (cooldown + estimated_seconds(trial, rows))
-                if (
-                    deadline is not None
-                    and not started_round
-                    and needed > 0
-                    and time.monotonic() + needed > deadline
-                ):
-                    raise PlannedStop(_warmup_stop_text(plan, trial, fields, needed, deadline))
+                if late(needed):
+                    what = f"warm-up {fields['warmup_step']} of the {fields['warmup_reason']} sequence"
+                    raise _planned_stop(
+                        what, f"{trial.arm}; with the warm-ups and the trials after it", needed, deadline
+                    )
 
                 def annotate(row: dict[str, Any], number: int = fields["warmup_sequence"]) -> None:
                     row.update(warmup_row_fields(plan, folder.rows(), row, number))
@@ -194,8 +199,10 @@ def run_schedule(
         if reason:
             needed += cooldown + estimated_seconds(unit[0], rows)
         # A unit with nothing to estimate from (no finished trial yet) runs: only the log can say it would not fit.
-        if deadline is not None and not started_round and needed > 0 and time.monotonic() + needed > deadline:
-            raise PlannedStop(_stop_text(plan, unit, needed, deadline))
+        if late(needed):
+            raise _planned_stop(
+                _unit_text(plan, unit), ", ".join(t.arm for t in unit) + ",", needed, deadline
+            )
         if reason:
             used = {int(r["index"]) for r in rows} | {t.index for t in plan.schedule}
             warm = extra_warmup(plan, unit[0], max(used) + 1)
@@ -213,32 +220,23 @@ def run_schedule(
         resumed = False  # any trial run since the resume has warmed the machine
 
 
-def _stop_text(plan: Plan, unit: list[ScheduledTrial], needed: float, deadline: float) -> str:
-    """What ``--stop-after`` stopped before: a warm-up, a pair or a round, by its trials in the schedule."""
+def _unit_text(plan: Plan, unit: list[ScheduledTrial]) -> str:
+    """A unit as ``--stop-after`` names it: a warm-up, a pair or a round, by its trials in the schedule."""
     first, last = unit[0], unit[-1]
     position = [t.index for t in plan.schedule]
     trials = f"trial {position.index(first.index) + 1}" + (
         f"–{position.index(last.index) + 1}" if len(unit) > 1 else ""
     )
-    what = (
-        f"warm-up {trials} of {len(plan.schedule)}"
-        if first.phase != "measured"
-        else f"{'pair' if len(unit) == 2 else 'round'} {first.round + 1} ({trials} of {len(plan.schedule)})"
-    )
-    return (
-        f"stopping before {what} ({', '.join(t.arm for t in unit)}, about {needed:.0f} s by the log; "
-        f"{max(deadline - time.monotonic(), 0):.0f} s left of --stop-after)"
-    )
+    if first.phase != "measured":
+        return f"warm-up {trials} of {len(plan.schedule)}"
+    return f"{'pair' if len(unit) == 2 else 'round'} {first.round + 1} ({trials} of {len(plan.schedule)})"
 
 
-def _warmup_stop_text(
-    plan: Plan, trial: ScheduledTrial, fields: dict[str, Any], needed: float, deadline: float
-) -> str:
-    """What ``--stop-after`` stopped before inside (or at the start of) a ``--warmup auto`` sequence."""
-    return (
-        f"stopping before warm-up {fields['warmup_step']} of the {fields['warmup_reason']} sequence "
-        f"({trial.arm}; with the warm-ups and the trials after it about {needed:.0f} s by the log; "
-        f"{max(deadline - time.monotonic(), 0):.0f} s left of --stop-after)"
+def _planned_stop(what: str, detail: str, needed: float, deadline: float) -> PlannedStop:
+    """The stop before ``what``: ``detail`` (its arms), its seconds by the log and those left."""
+    left = max(deadline - time.monotonic(), 0)
+    return PlannedStop(
+        f"stopping before {what} ({detail} about {needed:.0f} s by the log; {left:.0f} s left of --stop-after)"
     )
 
 

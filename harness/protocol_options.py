@@ -15,6 +15,8 @@ from harness.schema import OptionError, check_fields, finite, flag_of, named, op
 from harness.timing import parse_bytes
 
 DEFAULT_ARMS = "baseline,candidate"
+# The options of the first plan format (flat beside the tier's), in the order ``protocol_options`` takes them.
+FIRST_FORMAT_OPTIONS = ("arms", "warmup", "pairs", "order", "seed", "bar", "device", "budget", "control")
 AUTO_DEVICE = "auto"
 # Warm-ups are discarded: a device and its caches warm within a few trials.
 MAX_WARMUP = 1_000

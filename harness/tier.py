@@ -58,7 +58,6 @@ class Run:
         """Read a run folder back, every file validated first (``CorruptRunFolder``, one line, otherwise);
         with ``tiers``, the plan's settings by its own tier too (``load_checked_plan``)."""
         plan = load_checked_plan(folder, tiers)
-        check_run_log(plan, folder, tiers)
         summaries = summarize_trials(folder.trials(), plan.protocol)
         return cls(folder, plan, summaries, load_env(folder), figures_dir)
 
@@ -80,20 +79,15 @@ class Run:
 
 
 def load_checked_plan(folder: RunFolder, tiers: TierRegistry | None) -> Plan:
-    """The folder's plan, validated (``load_plan``), its settings checked by its tier if ``tiers`` has it.
-
-    An edited tier name or setting is one ``CorruptRunFolder`` line."""
+    """The folder's plan once it and the log are validated (``load_plan``, ``check_log``), each with its tier's
+    own checks where ``tiers`` has it. An edited file is one ``CorruptRunFolder`` line."""
     plan = load_plan(folder)
-    problem = tiers.reader(plan.tier).settings_problem(plan) if tiers is not None else None
+    tier = tiers.reader(plan.tier) if tiers is not None else None
+    problem = tier.settings_problem(plan) if tier is not None else None
     if problem:
         raise CorruptRunFolder(f"{folder.file(PLAN)}: {problem}")
+    check_log(plan, folder, tier.row_problem if tier is not None else None)
     return plan
-
-
-def check_run_log(plan: Plan, folder: RunFolder, tiers: TierRegistry | None) -> list[dict[str, Any]]:
-    """The folder's log rows, validated (``check_log``) and, where ``tiers`` knows the plan's tier, the fields its
-    report reads checked by that tier (``BaseTier.row_problem``)."""
-    return check_log(plan, folder, tiers.reader(plan.tier).row_problem if tiers is not None else None)
 
 
 def gate_refusal(tier: BaseTier) -> str | None:
