@@ -68,9 +68,9 @@ class ProtocolOptions:
     arms: tuple[Arm, ...] = option(MISSING, ARMS_HELP, cli_type=str | None, cli_default=None)
     warmup: int | str = option(
         2,
-        "Discarded warm-up trials per case, cycling through the arms (kept in the log, not in the statistics), "
-        "or auto: warm-ups until one is at most 0.5% faster than its arm's previous (at most 6, then the run "
-        "goes on and the report says it never settled); with auto the same after a resume or an idle gap.",
+        "Discarded warm-up trials per case, cycling through the arms (logged, not in the statistics). auto: "
+        "until one is at most 0.5% faster than its arm's previous, at most 6 (else the report says so); "
+        "again after a resume or an idle gap.",
         cli_type=str,
         cli_default="2",
         low=0,
@@ -79,9 +79,9 @@ class ProtocolOptions:
     )
     pairs: int | str = option(
         6,
-        "Measured pairs (rounds: each arm once) per case, in counterbalanced order (an even count balances "
-        "AB/BA), or auto: pairs run until the interval's half-width is at most --precision (looks every 2 "
-        "pairs from 6 to --max-pairs, alpha spent over them), or --time-budget is spent.",
+        "Measured pairs (rounds: each arm once) per case, counterbalanced (an even count balances AB/BA). auto: "
+        "until the interval's half-width is at most --precision, or --time-budget is spent (looks every 2 "
+        "pairs from 6 to --max-pairs, alpha spent over them).",
         cli_type=str,
         cli_default="6",
         low=1,
@@ -155,9 +155,8 @@ class ProtocolOptions:
     )
     time_budget: float | None = option(
         None,
-        "Seconds the run may take (default: 3600 on the CPU, none on a GPU); a longer plan is refused "
-        "before its first trial, exit 2. With --pairs auto: stop at the next pair boundary once the log's trials would "
-        "pass it.",
+        "Seconds the run may take (default: 3600 on the CPU, none on a GPU); a longer plan is refused before "
+        "its first trial, exit 2. With --pairs auto: stop at the next pair boundary once the log would pass it.",
         check=_time_budget,
     )
     first_look: int = option(
