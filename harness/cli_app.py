@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import shlex
 import sys
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,7 +20,7 @@ from harness.errors import InputError
 from harness.protocol import PlannedStop
 from harness.protocol_options import ProtocolOptions
 from harness.run import RunInterrupted, RunOptions
-from harness.schema import check_fields, option, parameters, require, settings_from
+from harness.schema import SAME, check_fields, declared, flag_of, option, require
 from harness.tables import unnameable
 from harness.tier import CommandSpec
 
@@ -148,6 +149,30 @@ def add_options_command(app: typer.Typer, name: str, settings: type, func: Calla
     _register(app, name, func.__doc__ or "", command, [*own, *declared])
 
 
+def parameters(cls: type, names: Iterable[str] | None = None, helps: dict[str, str] | None = None):
+    """The command's keyword parameters, one per declared field (or per field in ``names``), as typer reads
+    them; ``helps`` replaces a field's help in this command."""
+    out = []
+    for each, how, kind in declared(cls):
+        if names is None or each.name in names:
+            flags = (how.flag,) if isinstance(how.flag, str) else how.flag or ()
+            given = typer.Option(*flags, help=(helps or {}).get(each.name, how.help), hidden=how.hidden)
+            default = how.cli_default if how.cli_default is not SAME else each.default
+            default = None if default is dataclasses.MISSING else default
+            out.append(_keyword(each.name, Annotated[how.cli_type or kind, given], default))
+    return out
+
+
+def settings_from(cls: type, values: dict[str, Any]) -> Any:
+    """The settings from a command's values (a ``cli_type`` value kept as the field's text where it differs)."""
+    out = {}
+    for each, how, _ in declared(cls):
+        if each.name in values:
+            value = values[each.name]
+            out[each.name] = str(value) if how.cli_type is not None and value is not None else value
+    return cls(**out)
+
+
 def _keyword(name: str, annotation: Any, default: Any) -> inspect.Parameter:
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
@@ -209,7 +234,7 @@ def _options_of(command: str, name: str, app: typer.Typer) -> dict[str, Any] | N
 
 
 def _shown(name: str, value: Any) -> str:
-    flag = "--" + name.replace("_", "-")
+    flag = flag_of(name)
     if value is True:
         return flag
     if value is False or value is None:

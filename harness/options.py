@@ -22,6 +22,7 @@ from harness.protocol_options import (
     ProtocolOptions,
     check_device_form,
     check_protocol,
+    cuda_index,
 )
 from harness.schedule import CONCURRENT_ORDERS, Arm
 from harness.schema import parse_typed
@@ -37,11 +38,6 @@ def resolve_device(device: str) -> tuple[str, str]:
     if torch.cuda.is_available():
         return "cuda", "auto: a CUDA device is present"
     return "cpu", "auto: no CUDA device here"
-
-
-def cuda_index(device: str) -> int:
-    """The index a CUDA device name gives (``cuda`` is device 0)."""
-    return int(device.split(":")[1]) if ":" in device else 0
 
 
 def check_device(device: str) -> str:
@@ -105,8 +101,8 @@ def check_gpus(gpus: int, device: str) -> int:
 
 
 def split_list(name: str, text: str) -> list[str]:
-    """A comma-separated option value as a list, refusing empty items."""
-    items = [item.strip() for item in text.split(",")]
+    """A comma-separated option value as a list (commas inside brackets or quotes kept), refusing empty items."""
+    items = [item.strip() for item in split_top_level(text)]
     if not text.strip() or any(not item for item in items):
         raise InputError(f"{name} '{text}' must be a comma-separated list with no empty items")
     return items
@@ -144,10 +140,7 @@ def split_arm(item: str) -> tuple[str, str]:
 
 def parse_arms(text: str, control: bool) -> tuple[Arm, ...]:
     """``baseline,candidate`` → arms; the first is the reference."""
-    items = [item.strip() for item in split_top_level(text)]
-    if not text.strip() or any(not item for item in items):
-        raise InputError(f"--arms '{text}' must be a comma-separated list with no empty items")
-    pairs = [split_arm(item) for item in items]
+    pairs = [split_arm(item) for item in split_list("--arms", text)]
     labels = [label for label, _ in pairs]
     specs = [spec for _, spec in pairs]
     if len(set(labels)) != len(labels) or len(set(specs)) != len(specs):

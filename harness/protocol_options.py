@@ -36,6 +36,11 @@ _bar = require(
 )
 
 
+def cuda_index(device: str) -> int:
+    """The index a CUDA device name gives (``cuda`` is device 0)."""
+    return int(device.split(":")[1]) if ":" in device else 0
+
+
 def check_device_form(device: str) -> None:
     if not DEVICE_FORM.match(device):
         raise InputError(f"--device '{device}' is not a device; use auto, cpu, cuda or cuda:N")
@@ -202,10 +207,9 @@ class ProtocolOptions:
         """Each rank's device: consecutive CUDA devices from ``device``'s index, or the CPU for every rank."""
         if not self.device.startswith("cuda"):
             return (self.device,) * self.gpus
-        first = int(self.device.split(":")[1]) if ":" in self.device else 0
         if self.gpus == 1:
             return (self.device,)
-        return tuple(f"cuda:{first + rank}" for rank in range(self.gpus))
+        return tuple(f"cuda:{cuda_index(self.device) + rank}" for rank in range(self.gpus))
 
     @property
     def backend(self) -> str:

@@ -6,19 +6,18 @@ and a resumed plan."""
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 import numbers
 import re
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
 from harness.errors import InputError
 
 OPTION = "bench_option"
-_SAME = object()  # the command line's default is the field's
+SAME = object()  # the command line's default is the field's
 # No count here means anything past 2**31 - 1; larger values overflow the sizes torch and numpy take.
 MAX_COUNT = 2**31 - 1
 LOWEST = {1: "a positive whole number", 0: "zero or more"}  # a low bound's words (a count's bounds)
@@ -31,7 +30,7 @@ class Option:
     help: str  # the --help text; empty: a recorded setting with no option
     flag: str | tuple[str, ...] | None = None  # a boolean's one flag (no --no-… twin), or an option's names
     cli_type: Any = None  # the type the command line parses, where the field keeps another
-    cli_default: Any = _SAME  # the command line's default, where it differs (None: resolved later)
+    cli_default: Any = SAME  # the command line's default, where it differs (None: resolved later)
     low: float | None = None  # 1: a positive whole number; 0: zero or more
     high: float | None = None
     choices: tuple[str, ...] = ()  # the words a text option accepts
@@ -83,47 +82,6 @@ def declared(cls: type, cli: bool = True) -> list[tuple[dataclasses.Field, Optio
         for f in dataclasses.fields(cls)
         if OPTION in f.metadata and (f.metadata[OPTION].help or not cli)
     ]
-
-
-def cli_default(field: dataclasses.Field, how: Option) -> Any:
-    """The command line's default of a declared field."""
-    if how.cli_default is not _SAME:
-        return how.cli_default
-    return None if field.default is dataclasses.MISSING else field.default
-
-
-def parameters(cls: type, names: typing.Iterable[str] | None = None, helps: dict[str, str] | None = None):
-    """The command's keyword parameters, one per declared field (or per field in ``names``), as typer reads
-    them; ``helps`` replaces a field's help in this command."""
-    import typer  # the CLI's: a worker that imports a tier's settings never needs it
-
-    out = []
-    for field, how, kind in declared(cls):
-        if names is not None and field.name not in names:
-            continue
-        text = (helps or {}).get(field.name, how.help)
-        flags = (how.flag,) if isinstance(how.flag, str) else how.flag or ()
-        given = typer.Option(*flags, help=text, hidden=how.hidden)
-        annotation = Annotated[how.cli_type or kind, given]
-        out.append(
-            inspect.Parameter(
-                field.name,
-                inspect.Parameter.KEYWORD_ONLY,
-                default=cli_default(field, how),
-                annotation=annotation,
-            )
-        )
-    return out
-
-
-def settings_from(cls: type, values: dict[str, Any]) -> Any:
-    """The settings from a command's values (a ``cli_type`` value kept as the field's text where it differs)."""
-    out = {}
-    for field, how, _ in declared(cls):
-        if field.name in values:
-            value = values[field.name]
-            out[field.name] = str(value) if how.cli_type is not None and value is not None else value
-    return cls(**out)
 
 
 def parse_typed(cls: type, values: dict[str, Any], prefix: str = "--") -> dict[str, Any]:
