@@ -254,9 +254,7 @@ def env_command(settings: EnvArgs) -> None:
     if settings.as_json:
         print(json.dumps(record, indent=1, default=str))
         return
-    table = Table(title="environment", show_header=True)
-    table.add_column("field")
-    table.add_column("value")
+    table = Table("field", "value", title="environment")
     for key, value in record.items():
         if key in ("gpus_start", "gpus_end"):
             continue
