@@ -24,13 +24,13 @@ import pandas as pd
 
 from harness.console import console, errors
 from harness.errors import InputError
-from harness.options import WARMUP_ACCEPTED, check_device, parse_auto
+from harness.options import check_device
 from harness.plan import Plan
 from harness.protocol_options import ProtocolOptions, check_protocol
 from harness.report import write_report
 from harness.run import Runner, RunOptions
 from harness.schedule import Arm, Case
-from harness.schema import named
+from harness.schema import named, parse_typed
 from harness.sentence import answers
 from harness.tables import RunFolder, unnameable
 from harness.tier import BaseTier, Run, TierRegistry
@@ -214,9 +214,9 @@ def _compare(runner: Runner, tiers: TierRegistry, labels: list[str], given: dict
         )
     arms = tuple(Arm(label, "baseline" if i == 0 else "candidate", label) for i, label in enumerate(labels))
     arms += (Arm(f"{labels[0]}-control", "candidate", labels[0]),) if control else ()
-    warmup = parse_auto("warmup", given["warmup"], WARMUP_ACCEPTED)
-    keywords = {k: given[k] for k in ("pairs", "order", "seed", "bar", "device", "control", "cooldown")}
-    protocol = check_protocol(ProtocolOptions(arms, warmup, **keywords), prefix="")  # the CLI's one check
+    keys = ("warmup", "pairs", "order", "seed", "bar", "device", "control", "cooldown")
+    keywords = parse_typed(ProtocolOptions, {k: given[k] for k in keys}, prefix="")
+    protocol = check_protocol(ProtocolOptions(arms, **keywords), prefix="")  # the CLI's one check
     try:
         check_device(protocol.device)
     except InputError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import signal
 import sys
 from dataclasses import dataclass, replace
@@ -18,12 +19,12 @@ import experiments.tiers
 from experiments.arms import arm_files, default_arms
 from harness import calibration, delay_check, schedule
 from harness import env as env_module
-from harness.arguments import check_given_once, check_plan_goal, parse_percent
 from harness.cli_app import (
     ARGUMENTS,
     RunArgs,
     add_options_command,
     add_tier_command,
+    check_given_once,
     check_resume_options,
     command_line,
     interruptible,
@@ -47,7 +48,6 @@ from harness.tier import (
     Start,
     TierRegistry,
     check_gate_threshold,
-    check_run_log,
     gate_refusal,
     load_checked_plan,
 )
@@ -73,7 +73,6 @@ def launch(
     if run.resume is not None:
         folder = RunFolder.open(run.resume)
         plan = load_checked_plan(folder, runner.tiers)  # the folder validated whole, its settings by its tier
-        check_run_log(plan, folder, runner.tiers)
         recorded = plan.tier
         if recorded not in accepts:
             raise InputError(
@@ -139,6 +138,19 @@ def start_command(
         raise typer.Exit(1)
 
 
+def parse_percent(name: str, text: str | None) -> float | None:
+    """``3%`` or ``3`` → 0.03; ``InputError`` for anything else."""
+    if text is None:
+        return None
+    try:
+        value = float(text.strip().rstrip("%"))
+    except ValueError:
+        raise InputError(f"{name} '{text}' is not a percentage; use e.g. 3% or 3") from None
+    if not -100 < value < 100:
+        raise InputError(f"{name} {text} must lie between -100% and 100%")
+    return value / 100
+
+
 MIN_POWER, MAX_POWER = 0.5, 0.999  # `bench plan --power`: past 0.999 the pairs grow without a useful end
 
 
@@ -173,18 +185,35 @@ class PlanArgs:
     power: float = option(0.8, "The probability the goal must be met with.", check=_power)
 
 
+def check_plan_goal(protocol: ProtocolOptions, goal: PlanArgs) -> None:
+    """``InputError`` unless ``bench plan``'s goal fits the run: a tolerance needs an A/A arm.
+
+    An effect at its bar is refused too: no number of pairs resolves it."""
+    effect_value, bar_value = parse_percent("--effect", goal.effect), parse_percent("--bar", goal.bar)
+    if goal.tolerance is not None and not protocol.control:
+        raise InputError(
+            f"--tolerance {goal.tolerance} plans an A/A arm, and the run has none (it ran without --control); drop "
+            "--tolerance"
+        )
+    if effect_value is None:
+        return
+    against = bar_value if bar_value is not None else 0.0  # an effect is planned against 0 unless asked
+    if math.isclose(effect_value, against, abs_tol=1e-12):
+        raise InputError(
+            f"--effect {goal.effect} is at the bar ({100 * against:.1f}%): no number of pairs resolves an effect at "
+            "its bar; give an effect away from it, or another --bar"
+        )
+
+
 def plan_command(
     run_dir: Annotated[Path, typer.Argument(help="A run folder whose per-pair spread to plan from.")],
     settings: PlanArgs,
 ) -> None:
     """Pairs and time a goal needs, from a run folder's measured per-pair spread: `bench plan RUN_DIR --effect 3%`."""
-    effect, tolerance, power = settings.effect, settings.tolerance, settings.power
-    effect_value = parse_percent("--effect", effect)
-    tolerance_value = parse_percent("--tolerance", tolerance)
-    bar_value = parse_percent("--bar", settings.bar)
     run = Run.load(RunFolder.open(run_dir), tiers=registry())
-    check_plan_goal(run.plan.protocol, effect, effect_value, tolerance, tolerance_value, bar_value)
-    rows = plan_rows(run.plan.protocol, run.summaries, effect_value, tolerance_value, bar_value, power)
+    check_plan_goal(run.plan.protocol, settings)
+    goal = (parse_percent(f"--{name}", getattr(settings, name)) for name in ("effect", "tolerance", "bar"))
+    rows = plan_rows(run.plan.protocol, run.summaries, *goal, settings.power)
     if not rows:
         console.print(f"{run_dir}: no complete pair, so no spread to plan from")
         return
@@ -224,9 +253,7 @@ def env_command(settings: EnvArgs) -> None:
     if settings.as_json:
         print(json.dumps(record, indent=1, default=str))
         return
-    table = Table(title="environment", show_header=True)
-    table.add_column("field")
-    table.add_column("value")
+    table = Table("field", "value", title="environment")
     for key, value in record.items():
         if key in ("gpus_start", "gpus_end"):
             continue

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import shlex
 import sys
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,7 +20,7 @@ from harness.errors import InputError
 from harness.protocol import PlannedStop
 from harness.protocol_options import ProtocolOptions
 from harness.run import RunInterrupted, RunOptions
-from harness.schema import check_fields, option, parameters, require, settings_from
+from harness.schema import SAME, check_fields, declared, flag_of, option, require
 from harness.tables import unnameable
 from harness.tier import CommandSpec
 
@@ -148,6 +149,30 @@ def add_options_command(app: typer.Typer, name: str, settings: type, func: Calla
     _register(app, name, func.__doc__ or "", command, [*own, *declared])
 
 
+def parameters(cls: type, names: Iterable[str] | None = None, helps: dict[str, str] | None = None):
+    """The command's keyword parameters, one per declared field (or per field in ``names``), as typer reads
+    them; ``helps`` replaces a field's help in this command."""
+    out = []
+    for each, how, kind in declared(cls):
+        if names is None or each.name in names:
+            flags = (how.flag,) if isinstance(how.flag, str) else how.flag or ()
+            given = typer.Option(*flags, help=(helps or {}).get(each.name, how.help), hidden=how.hidden)
+            default = how.cli_default if how.cli_default is not SAME else each.default
+            default = None if default is dataclasses.MISSING else default
+            out.append(_keyword(each.name, Annotated[how.cli_type or kind, given], default))
+    return out
+
+
+def settings_from(cls: type, values: dict[str, Any]) -> Any:
+    """The settings from a command's values (a ``cli_type`` value kept as the field's text where it differs)."""
+    out = {}
+    for each, how, _ in declared(cls):
+        if each.name in values:
+            value = values[each.name]
+            out[each.name] = str(value) if how.cli_type is not None and value is not None else value
+    return cls(**out)
+
+
 def _keyword(name: str, annotation: Any, default: Any) -> inspect.Parameter:
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
@@ -209,9 +234,39 @@ def _options_of(command: str, name: str, app: typer.Typer) -> dict[str, Any] | N
 
 
 def _shown(name: str, value: Any) -> str:
-    flag = "--" + name.replace("_", "-")
+    flag = flag_of(name)
     if value is True:
         return flag
     if value is False or value is None:
         return f"no {flag}"
     return f"{flag} {value}"
+
+
+def check_given_once(args: list[str], commands: dict[str, Any]) -> None:
+    """``InputError`` for an option given twice in a command line.
+
+    Click would take the last silently: `--steps 4 … --steps 8` would run 8 steps."""
+    if not args or args[0] not in commands or "--help" in args:
+        return
+    options = {
+        name: param
+        for param in commands[args[0]].params
+        if param.param_type_name == "option"
+        for name in (*param.opts, *param.secondary_opts)
+    }
+    given: dict[str, list[str]] = {}
+    tokens = iter(args[1:])
+    for token in tokens:
+        if token == "--":
+            break
+        name, equals, value = token.partition("=") if token.startswith("--") else (token, "", "")
+        param = options.get(name)
+        if param is None:
+            continue
+        if not param.is_flag and not equals:
+            value = next(tokens, "")  # the option's value, whatever it looks like
+        given.setdefault(param.name, []).append(value)
+        if len(given[param.name]) == 2:
+            first, then = given[param.name]
+            values = "" if param.is_flag else f" ({first}, then {then})"
+            raise InputError(f"{'/'.join(param.opts)} given twice{values}; give it once")

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from harness.calibration import parse_size, with_calibration
+from harness.calibration import with_calibration
 from harness.env import gpu_snapshot
 from harness.errors import InputError
 from harness.formatting import format_bytes
@@ -18,12 +18,14 @@ from harness.placement import Placement, choose_placement
 from harness.protocol_options import (
     AUTO_DEVICE,
     DEFAULT_ARMS,
+    FIRST_FORMAT_OPTIONS,
     ProtocolOptions,
     check_device_form,
     check_protocol,
+    cuda_index,
 )
 from harness.schedule import CONCURRENT_ORDERS, Arm
-from harness.timing import parse_bytes
+from harness.schema import parse_typed
 
 NO_PLACEMENT = "none"
 _DEVICE_LIST = re.compile(r"^cuda:\d+(,\d+)+$", re.ASCII)
@@ -36,11 +38,6 @@ def resolve_device(device: str) -> tuple[str, str]:
     if torch.cuda.is_available():
         return "cuda", "auto: a CUDA device is present"
     return "cpu", "auto: no CUDA device here"
-
-
-def cuda_index(device: str) -> int:
-    """The index a CUDA device name gives (``cuda`` is device 0)."""
-    return int(device.split(":")[1]) if ":" in device else 0
 
 
 def check_device(device: str) -> str:
@@ -104,8 +101,8 @@ def check_gpus(gpus: int, device: str) -> int:
 
 
 def split_list(name: str, text: str) -> list[str]:
-    """A comma-separated option value as a list, refusing empty items."""
-    items = [item.strip() for item in text.split(",")]
+    """A comma-separated option value as a list (commas inside brackets or quotes kept), refusing empty items."""
+    items = [item.strip() for item in split_top_level(text)]
     if not text.strip() or any(not item for item in items):
         raise InputError(f"{name} '{text}' must be a comma-separated list with no empty items")
     return items
@@ -143,10 +140,7 @@ def split_arm(item: str) -> tuple[str, str]:
 
 def parse_arms(text: str, control: bool) -> tuple[Arm, ...]:
     """``baseline,candidate`` → arms; the first is the reference."""
-    items = [item.strip() for item in split_top_level(text)]
-    if not text.strip() or any(not item for item in items):
-        raise InputError(f"--arms '{text}' must be a comma-separated list with no empty items")
-    pairs = [split_arm(item) for item in items]
+    pairs = [split_arm(item) for item in split_list("--arms", text)]
     labels = [label for label, _ in pairs]
     specs = [spec for _, spec in pairs]
     if len(set(labels)) != len(labels) or len(set(specs)) != len(specs):
@@ -162,31 +156,6 @@ def parse_arms(text: str, control: bool) -> tuple[Arm, ...]:
             raise InputError(f"--arms '{text}' already names '{twin}', the label --control gives the A/A arm")
         arms += (Arm(twin, "candidate", specs[0]),)
     return arms
-
-
-def parse_auto(name: str, value: int | str, accepted: str) -> int | str:
-    """``auto``, or a whole number typed as text; ``accepted`` words the one line for anything else."""
-    if not isinstance(value, str):
-        return value
-    text = value.strip().lower()
-    if text == "auto":
-        return "auto"
-    try:
-        return int(text)
-    except ValueError:
-        raise InputError(f"{name} '{value}' is not a number; use {accepted}") from None
-
-
-WARMUP_ACCEPTED = "a whole number of 0 or more, or auto"
-
-
-def parse_budget(text: str | None) -> int | None:
-    if text is None:
-        return None
-    try:
-        return parse_bytes(text)
-    except ValueError as exc:
-        raise InputError(f"--budget {exc}") from None
 
 
 def card_bytes(device: str) -> int | None:
@@ -253,10 +222,6 @@ def resolve_placement(cpus: str) -> Placement | None:
     return choose_placement(cpus)
 
 
-# The order ``protocol_options`` takes its first arguments in, by position.
-POSITIONAL = ("arms", "warmup", "pairs", "order", "seed", "bar", "device", "budget", "control")
-
-
 def protocol_options(
     *positional: Any,
     announce: Any = None,
@@ -270,14 +235,14 @@ def protocol_options(
     values |= {
         "arms": DEFAULT_ARMS,
         "device": AUTO_DEVICE,
-        **dict(zip(POSITIONAL, positional, strict=False)),
+        **dict(zip(FIRST_FORMAT_OPTIONS, positional, strict=False)),
         **given,
     }
-    arms, device, budget = values.pop("arms"), values.pop("device"), values.pop("budget")
-    values["pairs"] = parse_auto("--pairs", values["pairs"], "a positive whole number or auto")
-    values["warmup"] = parse_auto("--warmup", values["warmup"], WARMUP_ACCEPTED)  # bounds: check_protocol
-    budget_bytes = parse_budget(budget)
+    values = parse_typed(ProtocolOptions, values)  # bounds: check_protocol
+    arms, device, budget_bytes = values.pop("arms"), values.pop("device"), values.pop("budget")
     device, gpus = split_device_list(device, values["gpus"])
+    if values["calibrate"] is not None and gpus > 1:
+        raise InputError("--calibrate times one process per trial; drop it or --gpus")
     device, why = resolve_device(device)
     if announce is not None:
         ranks = f"; {gpus} ranks per trial" if gpus > 1 else ""
@@ -288,10 +253,6 @@ def protocol_options(
             announce(f"arms: {arms} ({arms_why})")
     control = bool(values["control"])
     values["cpus"] = check_cpus(values["cpus"], values["order"])
-    if values["calibrate"] is not None:
-        if gpus > 1:
-            raise InputError("--calibrate times one process per trial; drop it or --gpus")
-        values["calibrate"] = parse_size(values["calibrate"])
     parsed_arms = with_calibration(parse_arms(arms, control), values["calibrate"], values["warmup"])
     options = ProtocolOptions(
         arms=parsed_arms, device=device, budget=budget_bytes, **{**values, "gpus": gpus}

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from harness.protocol_options import ProtocolOptions
+from harness.protocol_options import FIRST_FORMAT_OPTIONS, ProtocolOptions
 from harness.schedule import Arm, Case, ScheduledTrial, build_schedule
 from harness.tables import RunFolder
 
@@ -85,11 +85,7 @@ class Plan:
 
 def _upgrade_first_format(data: dict[str, Any], cases: list[Case]) -> dict[str, Any]:
     """A plan of the first format (shared options flat beside the tier's) in today's shape."""
-    protocol = {
-        k: data[k]
-        for k in ("warmup", "pairs", "order", "seed", "bar", "device", "budget", "control")
-        if k in data
-    }
+    protocol = {k: data[k] for k in FIRST_FORMAT_OPTIONS[1:] if k in data}
     protocol["arms"] = [asdict(a) for a in (cases[0].arms if cases else ())]
     return {**data, "protocol": protocol, "settings": data.get("options") or {}}
 

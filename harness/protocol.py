@@ -9,6 +9,7 @@ import gc
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,7 @@ def run_schedule(
     """Run every pending trial, appending each row to the log (fsynced) as soon as the trial ends."""
     cooldown = plan.protocol.cooldown
     together = plan.protocol.order in CONCURRENT_ORDERS
+    runs = _Trials(plan, trial_fn, folder, on_trial_start, on_trial_end, placement)
     rows = folder.rows()
     resumed = bool(rows)
     wall_end = _log_end(rows)
@@ -160,6 +162,13 @@ def run_schedule(
         )
         partners = duet_partners(plan, unit, rows) if together and started_round else []
         concurrent = together and unit[0].phase == "measured" and len(unit) + len(partners) > 1
+
+        def late(needed: float, started: bool = started_round) -> bool:
+            """Whether ``--stop-after`` ends before ``needed`` seconds more (a started round always ends)."""
+            return (
+                deadline is not None and not started and needed > 0 and time.monotonic() + needed > deadline
+            )
+
         reason = ""
         if unit[0].phase == "measured" and warm_after_gaps:
             gap = None if last_end is None else time.monotonic() - last_end
@@ -178,117 +187,153 @@ def run_schedule(
                 arms = len(plan.case(trial.case).arms)
                 fewest = max(1, arms + 1 - (fields["warmup_step"] - 1))
                 needed += fewest * (cooldown + estimated_seconds(trial, rows))
-                if (
-                    deadline is not None
-                    and not started_round
-                    and needed > 0
-                    and time.monotonic() + needed > deadline
-                ):
-                    raise PlannedStop(_warmup_stop_text(plan, trial, fields, needed, deadline))
+                if late(needed):
+                    what = f"warm-up {fields['warmup_step']} of the {fields['warmup_reason']} sequence"
+                    raise _planned_stop(
+                        what, f"{trial.arm}; with the warm-ups and the trials after it", needed, deadline
+                    )
 
                 def annotate(row: dict[str, Any], number: int = fields["warmup_sequence"]) -> None:
                     row.update(warmup_row_fields(plan, folder.rows(), row, number))
 
-                last_end = _run_one(
-                    plan,
-                    trial,
-                    trial_fn,
-                    folder,
-                    cooldown,
-                    on_trial_start,
-                    on_trial_end,
-                    placement,
-                    fields["warmup_reason"],
-                    {k: v for k, v in fields.items() if k != "warmup_reason"},
-                    annotate,
-                )
+                extra = {k: v for k, v in fields.items() if k != "warmup_reason"}
+                last_end = runs.one(trial, fields["warmup_reason"], extra, annotate)
                 resumed = False
                 continue
             reason = ""  # with --warmup auto a sequence, not one warm-up, follows a resume or a gap
         if reason:
             needed += cooldown + estimated_seconds(unit[0], rows)
         # A unit with nothing to estimate from (no finished trial yet) runs: only the log can say it would not fit.
-        if deadline is not None and not started_round and needed > 0 and time.monotonic() + needed > deadline:
-            raise PlannedStop(_stop_text(plan, unit, needed, deadline))
+        if late(needed):
+            raise _planned_stop(
+                _unit_text(plan, unit), ", ".join(t.arm for t in unit) + ",", needed, deadline
+            )
         if reason:
             used = {int(r["index"]) for r in rows} | {t.index for t in plan.schedule}
             warm = extra_warmup(plan, unit[0], max(used) + 1)
-            _run_one(plan, warm, trial_fn, folder, cooldown, on_trial_start, on_trial_end, placement, reason)
+            runs.one(warm, reason)
         if concurrent:
             if cooldown:
                 time.sleep(cooldown)
             if partners:  # a half-done round runs again whole (harness.schedule), numbered after any warm-up
                 partners = duet_partners(plan, unit, folder.rows())
-            batch = [*unit, *partners]
-            _run_together(plan, batch, trial_fn, folder, on_trial_start, on_trial_end, placement)
+            runs.together([*unit, *partners])
             last_end = time.monotonic()
         else:
             for trial in unit:
-                last_end = _run_one(
-                    plan, trial, trial_fn, folder, cooldown, on_trial_start, on_trial_end, placement
-                )
+                last_end = runs.one(trial)
         resumed = False  # any trial run since the resume has warmed the machine
 
 
-def _stop_text(plan: Plan, unit: list[ScheduledTrial], needed: float, deadline: float) -> str:
-    """What ``--stop-after`` stopped before: a warm-up, a pair or a round, by its trials in the schedule."""
+def _unit_text(plan: Plan, unit: list[ScheduledTrial]) -> str:
+    """A unit as ``--stop-after`` names it: a warm-up, a pair or a round, by its trials in the schedule."""
     first, last = unit[0], unit[-1]
     position = [t.index for t in plan.schedule]
     trials = f"trial {position.index(first.index) + 1}" + (
         f"–{position.index(last.index) + 1}" if len(unit) > 1 else ""
     )
-    what = (
-        f"warm-up {trials} of {len(plan.schedule)}"
-        if first.phase != "measured"
-        else f"{'pair' if len(unit) == 2 else 'round'} {first.round + 1} ({trials} of {len(plan.schedule)})"
-    )
-    return (
-        f"stopping before {what} ({', '.join(t.arm for t in unit)}, about {needed:.0f} s by the log; "
-        f"{max(deadline - time.monotonic(), 0):.0f} s left of --stop-after)"
-    )
+    if first.phase != "measured":
+        return f"warm-up {trials} of {len(plan.schedule)}"
+    return f"{'pair' if len(unit) == 2 else 'round'} {first.round + 1} ({trials} of {len(plan.schedule)})"
 
 
-def _warmup_stop_text(
-    plan: Plan, trial: ScheduledTrial, fields: dict[str, Any], needed: float, deadline: float
-) -> str:
-    """What ``--stop-after`` stopped before inside (or at the start of) a ``--warmup auto`` sequence."""
-    return (
-        f"stopping before warm-up {fields['warmup_step']} of the {fields['warmup_reason']} sequence "
-        f"({trial.arm}; with the warm-ups and the trials after it about {needed:.0f} s by the log; "
-        f"{max(deadline - time.monotonic(), 0):.0f} s left of --stop-after)"
+def _planned_stop(what: str, detail: str, needed: float, deadline: float) -> PlannedStop:
+    """The stop before ``what``: ``detail`` (its arms), its seconds by the log and those left."""
+    left = max(deadline - time.monotonic(), 0)
+    return PlannedStop(
+        f"stopping before {what} ({detail} about {needed:.0f} s by the log; {left:.0f} s left of --stop-after)"
     )
 
 
-def _run_one(
-    plan: Plan,
-    trial: ScheduledTrial,
-    trial_fn: TrialFunction,
-    folder: RunFolder,
-    cooldown: float,
-    on_trial_start: Callable[[ScheduledTrial], None] | None,
-    on_trial_end: Callable[[dict[str, Any]], None] | None,
-    placement: Placement | None = None,
-    warmup_reason: str = "",
-    fields: dict[str, Any] | None = None,
-    annotate: Callable[[dict[str, Any]], None] | None = None,
-) -> float:
-    """Run one trial after the cool-down, log its row (with ``fields``, then ``annotate``'s, for a warm-up
-    outside the schedule), and return when it ended (``time.monotonic()``)."""
-    if cooldown:
-        time.sleep(cooldown)
-    if on_trial_start:
-        on_trial_start(trial)
-    row = run_trial(plan, trial, trial_fn, folder.path, placement)
-    ended = time.monotonic()
-    if warmup_reason:
-        row["warmup_reason"] = warmup_reason
-    row.update(fields or {})
-    if annotate is not None:
-        annotate(row)
-    folder.append_row(row)
-    if on_trial_end:
-        on_trial_end(row)
-    return ended
+@dataclass(frozen=True)
+class _Trials:
+    """How one schedule's trials run: each alone after the cool-down, or a duet round's at once."""
+
+    plan: Plan
+    trial_fn: TrialFunction
+    folder: RunFolder
+    on_trial_start: Callable[[ScheduledTrial], None] | None
+    on_trial_end: Callable[[dict[str, Any]], None] | None
+    placement: Placement | None
+
+    def one(
+        self,
+        trial: ScheduledTrial,
+        warmup_reason: str = "",
+        fields: dict[str, Any] | None = None,
+        annotate: Callable[[dict[str, Any]], None] | None = None,
+    ) -> float:
+        """Run one trial after the cool-down, log its row (with ``fields``, then ``annotate``'s, for a warm-up
+        outside the schedule), and return when it ended (``time.monotonic()``)."""
+        if self.plan.protocol.cooldown:
+            time.sleep(self.plan.protocol.cooldown)
+        if self.on_trial_start:
+            self.on_trial_start(trial)
+        row = run_trial(self.plan, trial, self.trial_fn, self.folder.path, self.placement)
+        ended = time.monotonic()
+        if warmup_reason:
+            row["warmup_reason"] = warmup_reason
+        row.update(fields or {})
+        if annotate is not None:
+            annotate(row)
+        self.folder.append_row(row)
+        if self.on_trial_end:
+            self.on_trial_end(row)
+        return ended
+
+    def together(self, batch: list[ScheduledTrial]) -> None:
+        """The trials of one duet round at once (worker tiers only), each row appended as its trial ends.
+
+        A half whose trial has ended runs fillers until its partners end (``harness.schedule``)."""
+        plan, folder = self.plan, self.folder
+        if plan.in_process:
+            raise ValueError("a concurrent order needs a tier whose trials run in worker processes")
+        lock = threading.Lock()
+        rows: list[dict[str, Any]] = []
+        failures: list[BaseException] = []
+        ended = {trial.index: threading.Event() for trial in batch}
+
+        def one(trial: ScheduledTrial, where: Placement | None) -> None:
+            try:
+                row = run_trial(plan, trial, self.trial_fn, folder.path, where)
+                row["concurrent_with"] = [t.index for t in batch if t.index != trial.index]
+                if trial.phase == "warmup":  # a partner of a half-done round's missing trial
+                    row["warmup_reason"] = PARTNER_REASON
+                with lock:
+                    folder.append_row(row)
+                    rows.append(row)
+            except BaseException as exc:  # noqa: BLE001 - raised again below: a failed write stops the run
+                failures.append(exc)
+            finally:
+                ended[trial.index].set()
+            if not failures:
+                case = plan.case(trial.case)
+                fill_until_partners_end(
+                    lambda filler, stop: TrialContext(
+                        plan, filler, case, case.arm(trial.arm), folder.path, where, cancel=stop
+                    ),
+                    trial,
+                    self.trial_fn,
+                    folder.path,
+                    [event for index, event in ended.items() if index != trial.index],
+                )
+
+        for trial in batch:
+            if self.on_trial_start:
+                self.on_trial_start(trial)
+        threads = [
+            threading.Thread(target=one, args=(trial, where), daemon=True)
+            for trial, where in zip(batch, duet_placements(self.placement, batch), strict=True)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for row in sorted(rows, key=lambda r: r["index"]):
+            if self.on_trial_end:
+                self.on_trial_end(row)
+        if failures:
+            raise failures[0]
 
 
 def duet_placements(placement: Placement | None, trials: list[ScheduledTrial]) -> list[Placement | None]:
@@ -321,65 +366,3 @@ def concurrent_problem(plan: Plan, placement: Placement | None) -> str | None:
             "give more cores, or use --order alternate"
         )
     return None
-
-
-def _run_together(
-    plan: Plan,
-    batch: list[ScheduledTrial],
-    trial_fn: TrialFunction,
-    folder: RunFolder,
-    on_trial_start: Callable[[ScheduledTrial], None] | None,
-    on_trial_end: Callable[[dict[str, Any]], None] | None,
-    placement: Placement | None,
-) -> None:
-    """The trials of one duet round at once (worker tiers only), each row appended as its trial ends.
-
-    A half whose trial has ended runs fillers until its partners end (``harness.schedule``)."""
-    if plan.in_process:
-        raise ValueError("a concurrent order needs a tier whose trials run in worker processes")
-    lock = threading.Lock()
-    rows: list[dict[str, Any]] = []
-    failures: list[BaseException] = []
-    ended = {trial.index: threading.Event() for trial in batch}
-
-    def one(trial: ScheduledTrial, where: Placement | None) -> None:
-        try:
-            row = run_trial(plan, trial, trial_fn, folder.path, where)
-            row["concurrent_with"] = [t.index for t in batch if t.index != trial.index]
-            if trial.phase == "warmup":  # a partner of a half-done round's missing trial
-                row["warmup_reason"] = PARTNER_REASON
-            with lock:
-                folder.append_row(row)
-                rows.append(row)
-        except BaseException as exc:  # noqa: BLE001 - raised again below: a failed write stops the run
-            failures.append(exc)
-        finally:
-            ended[trial.index].set()
-        if not failures:
-            case = plan.case(trial.case)
-            fill_until_partners_end(
-                lambda filler, stop: TrialContext(
-                    plan, filler, case, case.arm(trial.arm), folder.path, where, cancel=stop
-                ),
-                trial,
-                trial_fn,
-                folder.path,
-                [event for index, event in ended.items() if index != trial.index],
-            )
-
-    for trial in batch:
-        if on_trial_start:
-            on_trial_start(trial)
-    threads = [
-        threading.Thread(target=one, args=(trial, where), daemon=True)
-        for trial, where in zip(batch, duet_placements(placement, batch), strict=True)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    for row in sorted(rows, key=lambda r: r["index"]):
-        if on_trial_end:
-            on_trial_end(row)
-    if failures:
-        raise failures[0]

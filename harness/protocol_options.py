@@ -6,13 +6,17 @@ import re
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
+from harness.calibration import parse_size
 from harness.errors import InputError
 from harness.limits import MAX_PAIRS
 from harness.placement import is_placement_form
 from harness.schedule import CONCURRENT_ORDERS, ORDERS, Arm
-from harness.schema import OptionError, check_at_most, check_fields, finite, named, option, require
+from harness.schema import OptionError, check_fields, finite, flag_of, named, option, require
+from harness.timing import parse_bytes
 
 DEFAULT_ARMS = "baseline,candidate"
+# The options of the first plan format (flat beside the tier's), in the order ``protocol_options`` takes them.
+FIRST_FORMAT_OPTIONS = ("arms", "warmup", "pairs", "order", "seed", "bar", "device", "budget", "control")
 AUTO_DEVICE = "auto"
 # Warm-ups are discarded: a device and its caches warm within a few trials.
 MAX_WARMUP = 1_000
@@ -30,6 +34,11 @@ _bar = require(
     finite(lambda bar: -100 < bar < 100),
     "--bar {} is not a percentage; use a number between -100 and 100, e.g. 8",
 )
+
+
+def cuda_index(device: str) -> int:
+    """The index a CUDA device name gives (``cuda`` is device 0)."""
+    return int(device.split(":")[1]) if ":" in device else 0
 
 
 def check_device_form(device: str) -> None:
@@ -64,9 +73,9 @@ class ProtocolOptions:
     arms: tuple[Arm, ...] = option(MISSING, ARMS_HELP, cli_type=str | None, cli_default=None)
     warmup: int | str = option(
         2,
-        "Discarded warm-up trials per case, cycling through the arms (kept in the log, not in the statistics), "
-        "or auto: warm-ups until one is at most 0.5% faster than its arm's previous (at most 6, then the run "
-        "goes on and the report says it never settled); with auto the same after a resume or an idle gap.",
+        "Discarded warm-up trials per case, cycling through the arms (logged, not in the statistics). auto: "
+        "until one is at most 0.5% faster than its arm's previous, at most 6 (else the report says so); "
+        "again after a resume or an idle gap.",
         cli_type=str,
         cli_default="2",
         low=0,
@@ -75,9 +84,9 @@ class ProtocolOptions:
     )
     pairs: int | str = option(
         6,
-        "Measured pairs (rounds: each arm once) per case, in counterbalanced order (an even count balances "
-        "AB/BA), or auto: pairs run until the interval's half-width is at most --precision (looks every 2 "
-        "pairs from 6 to --max-pairs, alpha spent over them), or --time-budget is spent.",
+        "Measured pairs (rounds: each arm once) per case, counterbalanced (an even count balances AB/BA). auto: "
+        "until the interval's half-width is at most --precision, or --time-budget is spent (looks every 2 "
+        "pairs from 6 to --max-pairs, alpha spent over them).",
         cli_type=str,
         cli_default="6",
         low=1,
@@ -111,6 +120,7 @@ class ProtocolOptions:
         cli_type=str | None,
         low=1,
         high=2**63 - 1,
+        parse=parse_bytes,
     )
     control: bool = option(
         False,
@@ -127,6 +137,7 @@ class ProtocolOptions:
         None,
         "Add a calibration arm: the baseline with a known host-side delay, e.g. 5% (of a baseline warm-up) or "
         "2.5s; its recovered/known ratio shows whether the design biases.",
+        parse=parse_size,
     )
     cpus: str = option(
         "auto",
@@ -144,12 +155,13 @@ class ProtocolOptions:
         "With --pairs auto: the target half-width of the interval, in percentage points of reduction.",
         check=_precision,
     )
-    max_pairs: int = option(20, "With --pairs auto: the last look (most pairs per case).", low=1)
+    max_pairs: int = option(
+        20, "With --pairs auto: the last look (most pairs per case).", low=1, high=MAX_PAIRS
+    )
     time_budget: float | None = option(
         None,
-        "Seconds the run may take (default: 3600 on the CPU, none on a GPU); a longer plan is refused "
-        "before its first trial, exit 2. With --pairs auto: stop at the next pair boundary once the log's trials would "
-        "pass it.",
+        "Seconds the run may take (default: 3600 on the CPU, none on a GPU); a longer plan is refused before "
+        "its first trial, exit 2. With --pairs auto: stop at the next pair boundary once the log would pass it.",
         check=_time_budget,
     )
     first_look: int = option(
@@ -195,10 +207,9 @@ class ProtocolOptions:
         """Each rank's device: consecutive CUDA devices from ``device``'s index, or the CPU for every rank."""
         if not self.device.startswith("cuda"):
             return (self.device,) * self.gpus
-        first = int(self.device.split(":")[1]) if ":" in self.device else 0
         if self.gpus == 1:
             return (self.device,)
-        return tuple(f"cuda:{first + rank}" for rank in range(self.gpus))
+        return tuple(f"cuda:{cuda_index(self.device) + rank}" for rank in range(self.gpus))
 
     @property
     def backend(self) -> str:
@@ -218,51 +229,41 @@ class ProtocolOptions:
         return cls(**values)
 
 
-def check_sequential(pairs: int | str, precision: float | None, max_pairs: int, first_look: int) -> None:
-    """``--precision`` and ``--max-pairs`` belong to ``--pairs auto``, which needs a precision; the looks run
-    from the first (every 2 pairs) to ``--max-pairs``."""
-    if pairs != "auto":
-        given = [
-            name
-            for name, value, default in (
-                ("--precision", precision, None),
-                ("--max-pairs", max_pairs, ProtocolOptions.default("max_pairs")),
-            )
-            if value != default
-        ]
-        if given:
-            verb = "only applies" if len(given) == 1 else "only apply"
-            raise InputError(f"{', '.join(given)} {verb} with --pairs auto (got --pairs {pairs})")
-        return
-    if precision is None:
-        raise InputError("--pairs auto needs --precision P: the target half-width of the interval, in points")
-    check_at_most("--max-pairs", max_pairs, MAX_PAIRS)
-    if max_pairs < first_look:
-        raise InputError(
-            f"--max-pairs {max_pairs} is below the first look at {first_look} pairs; use {first_look} or more"
+def _disagreement(p: ProtocolOptions) -> tuple[str | None, str] | None:
+    """The first pair of options that disagree: (the field to blame, if one is, and the line), or None."""
+    if p.pairs != "auto":
+        extra = [flag_of(n) for n in ("precision", "max_pairs") if getattr(p, n) != p.default(n)]
+        if extra:
+            verb = "only applies" if len(extra) == 1 else "only apply"
+            return None, f"{', '.join(extra)} {verb} with --pairs auto (got --pairs {p.pairs})"
+    elif p.precision is None:
+        return None, "--pairs auto needs --precision P: the target half-width of the interval, in points"
+    elif p.max_pairs < p.first_look:
+        return (
+            None,
+            f"--max-pairs {p.max_pairs} is below the first look at {p.first_look} pairs; use {p.first_look} or more",
         )
+    if p.tolerance is not None and not p.control:
+        return "tolerance", "--tolerance judges the A/A arm; add --control (or drop --tolerance)"
+    if p.control and len(p.arms) == 2 and p.bar is not None and p.bar <= 0:
+        return (
+            "bar",
+            f"--bar {p.bar} with --control is the A/A tolerance ±bar; use a positive percentage, e.g. 1",
+        )
+    if p.gpus > 1 and p.order in CONCURRENT_ORDERS:
+        return (
+            "gpus",
+            f"--order {p.order} with --gpus {p.gpus}: concurrent trials of several ranks are not run",
+        )
+    return None
 
 
 def check_protocol(p: ProtocolOptions, prefix: str = "--") -> ProtocolOptions:
     """``p`` unless a value is out of its bounds or the values disagree (``InputError``, one line; an
     ``OptionError`` names the field). ``prefix`` names the options (``--`` on the CLI, none in the API)."""
     check_fields(p, prefix)
-    try:
-        check_sequential(p.pairs, p.precision, p.max_pairs, p.first_look)
-    except InputError as exc:
-        raise InputError(named(str(exc), prefix)) from None
-    if p.tolerance is not None and not p.control:
-        problem = ("tolerance", "--tolerance judges the A/A arm; add --control (or drop --tolerance)")
-    elif p.control and len(p.arms) == 2 and p.bar is not None and p.bar <= 0:
-        problem = (
-            "bar",
-            f"--bar {p.bar} with --control is the A/A tolerance ±bar; use a positive percentage, e.g. 1",
-        )
-    elif p.gpus > 1 and p.order in CONCURRENT_ORDERS:
-        problem = (
-            "gpus",
-            f"--order {p.order} with --gpus {p.gpus}: concurrent trials of several ranks are not run",
-        )
-    else:
+    problem = _disagreement(p)
+    if problem is None:
         return p
-    raise OptionError(problem[0], named(problem[1], prefix))
+    field, line = problem
+    raise InputError(named(line, prefix)) if field is None else OptionError(field, named(line, prefix))

@@ -34,7 +34,7 @@ from harness.protocol import PlannedStop, concurrent_problem, run_schedule
 from harness.schedule import ScheduledTrial
 from harness.sentence import answers
 from harness.tables import RunFolder, RunFolderWriteError, check_can_write
-from harness.tier import Run, TierRegistry, check_run_log, load_checked_plan
+from harness.tier import Run, TierRegistry, load_checked_plan
 from harness.timing import apply_budget, release_budget
 from harness.trial import TrialContext, TrialFunction
 from harness.validation import load_env
@@ -144,7 +144,6 @@ class Runner:
         with folder.lock(), _interrupts_name(folder):
             # Every file validated before anything is written or run.
             plan = load_checked_plan(folder, self.tiers)
-            check_run_log(plan, folder, self.tiers)
             record = load_env(folder)
             left = next(pending(plan, folder), None) is not None or (
                 plan.protocol.auto and not StoppingRule(plan, folder).finished()

@@ -6,21 +6,21 @@ and a resumed plan."""
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 import numbers
 import re
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
 from harness.errors import InputError
 
 OPTION = "bench_option"
-_SAME = object()  # the command line's default is the field's
+SAME = object()  # the command line's default is the field's
 # No count here means anything past 2**31 - 1; larger values overflow the sizes torch and numpy take.
 MAX_COUNT = 2**31 - 1
+LOWEST = {1: "a positive whole number", 0: "zero or more"}  # a low bound's words (a count's bounds)
 
 
 @dataclass(frozen=True)
@@ -30,12 +30,13 @@ class Option:
     help: str  # the --help text; empty: a recorded setting with no option
     flag: str | tuple[str, ...] | None = None  # a boolean's one flag (no --no-… twin), or an option's names
     cli_type: Any = None  # the type the command line parses, where the field keeps another
-    cli_default: Any = _SAME  # the command line's default, where it differs (None: resolved later)
+    cli_default: Any = SAME  # the command line's default, where it differs (None: resolved later)
     low: float | None = None  # 1: a positive whole number; 0: zero or more
     high: float | None = None
     choices: tuple[str, ...] = ()  # the words a text option accepts
     words: tuple[str, ...] = ()  # words a number's option takes too (auto)
     check: Callable[[Any], Any] | None = None  # any other check: raises InputError with the one line
+    parse: Callable[[str], Any] | None = None  # the typed text → the field's value (ValueError: not accepted)
     hidden: bool = False  # left out of --help (a deprecated spelling)
 
 
@@ -83,59 +84,34 @@ def declared(cls: type, cli: bool = True) -> list[tuple[dataclasses.Field, Optio
     ]
 
 
-def cli_default(field: dataclasses.Field, how: Option) -> Any:
-    """The command line's default of a declared field."""
-    if how.cli_default is not _SAME:
-        return how.cli_default
-    return None if field.default is dataclasses.MISSING else field.default
-
-
-def parameters(cls: type, names: typing.Iterable[str] | None = None, helps: dict[str, str] | None = None):
-    """The command's keyword parameters, one per declared field (or per field in ``names``), as typer reads
-    them; ``helps`` replaces a field's help in this command."""
-    import typer  # the CLI's: a worker that imports a tier's settings never needs it
-
-    out = []
-    for field, how, kind in declared(cls):
-        if names is not None and field.name not in names:
+def parse_typed(cls: type, values: dict[str, Any], prefix: str = "--") -> dict[str, Any]:
+    """``values`` with each declared field's typed text parsed: by its ``parse``, or as a whole number or one of
+    its ``words`` (``auto``); ``InputError`` names the option."""
+    out = dict(values)
+    for field, how, _ in declared(cls, cli=False):
+        text, flag = out.get(field.name), named(flag_of(field.name), prefix)
+        if not isinstance(text, str) or not (how.parse or how.words):
             continue
-        text = (helps or {}).get(field.name, how.help)
-        flags = (how.flag,) if isinstance(how.flag, str) else how.flag or ()
-        given = typer.Option(*flags, help=text, hidden=how.hidden)
-        annotation = Annotated[how.cli_type or kind, given]
-        out.append(
-            inspect.Parameter(
-                field.name,
-                inspect.Parameter.KEYWORD_ONLY,
-                default=cli_default(field, how),
-                annotation=annotation,
-            )
-        )
+        try:
+            out[field.name] = how.parse(text) if how.parse else _whole_or_word(flag, text, how)
+        except InputError as exc:
+            raise InputError(named(str(exc), prefix)) from None
+        except ValueError as exc:
+            raise InputError(f"{flag} {exc}") from None
     return out
 
 
-def settings_from(cls: type, values: dict[str, Any]) -> Any:
-    """The settings from a command's values (a ``cli_type`` value kept as the field's text where it differs)."""
-    out = {}
-    for field, how, _ in declared(cls):
-        if field.name in values:
-            value = values[field.name]
-            out[field.name] = str(value) if how.cli_type is not None and value is not None else value
-    return cls(**out)
-
-
-def check_positive(name: str, value: int, at_most: int | float = MAX_COUNT) -> int:
-    """A whole number from 1 to ``at_most``."""
-    if value < 1:
-        raise InputError(f"{name} must be a positive whole number (got {value})")
-    return check_at_most(name, value, at_most)
-
-
-def check_non_negative(name: str, value: int | float, at_most: int | float = MAX_COUNT) -> int | float:
-    """A number from 0 to ``at_most``."""
-    if not (isinstance(value, int) or math.isfinite(value)) or value < 0:
-        raise InputError(f"{name} must be zero or more (got {value})")
-    return check_at_most(name, value, at_most)
+def _whole_or_word(flag: str, text: str, how: Option) -> int | str:
+    word = text.strip().lower()
+    if word in how.words:
+        return word
+    try:
+        return int(word)
+    except ValueError:
+        lowest = "a positive whole number" if how.low == 1 else f"a whole number of {how.low:g} or more,"
+        raise InputError(
+            f"{flag} '{text}' is not a number; use {lowest} or {' or '.join(how.words)}"
+        ) from None
 
 
 def check_at_most(name: str, value: int | float, maximum: int | float) -> int | float:
@@ -186,14 +162,11 @@ def check_value(name: str, value: Any, how: Option, prefix: str = "--", kind: An
         if how.low is not None or how.high is not None:
             if isinstance(value, str):
                 raise InputError(f"{shown} '{value}' is not a number")
-            if how.low == 1:
-                check_positive(shown, value, how.high or MAX_COUNT)
-            elif how.low == 0:
-                check_non_negative(shown, value, how.high or MAX_COUNT)
-            elif (how.low is not None and value < how.low) or not math.isfinite(value):
-                raise InputError(f"{shown} must be at least {how.low:g} (got {value})")
-            elif how.high is not None:
-                check_at_most(shown, value, how.high)
+            low = -math.inf if how.low is None else how.low
+            if not (isinstance(value, int) or math.isfinite(value)) or value < low:
+                lowest = LOWEST.get(low, f"at least {low:g}")
+                raise InputError(f"{shown} must be {lowest} (got {value})")
+            check_at_most(shown, value, how.high or (MAX_COUNT if low in LOWEST else math.inf))
         if how.check is not None:
             how.check(value)
     except InputError as exc:

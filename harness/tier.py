@@ -7,10 +7,11 @@ A ``CommandSpec`` declares its ``bench`` command; ``experiments.tiers`` register
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import copy
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from harness.codepaths import verdict_shown
 from harness.errors import InputError
@@ -20,12 +21,6 @@ from harness.protocol_options import ProtocolOptions
 from harness.tables import CorruptRunFolder, RunFolder, Summaries, summarize_trials
 from harness.trial import TrialFunction
 from harness.validation import check_log, load_env, load_plan
-
-if TYPE_CHECKING:  # annotations only: a trial's worker imports the tiers and no pandas
-    import pandas as pd
-
-    from harness.present.model import Section
-
 
 GATE_PASSING = {"claim": ("clears",), "control": ("within",)}  # the verdicts ``--gate`` lets through
 
@@ -63,7 +58,6 @@ class Run:
         """Read a run folder back, every file validated first (``CorruptRunFolder``, one line, otherwise);
         with ``tiers``, the plan's settings by its own tier too (``load_checked_plan``)."""
         plan = load_checked_plan(folder, tiers)
-        check_run_log(plan, folder, tiers)
         summaries = summarize_trials(folder.trials(), plan.protocol)
         return cls(folder, plan, summaries, load_env(folder), figures_dir)
 
@@ -85,20 +79,15 @@ class Run:
 
 
 def load_checked_plan(folder: RunFolder, tiers: TierRegistry | None) -> Plan:
-    """The folder's plan, validated (``load_plan``), its settings checked by its tier if ``tiers`` has it.
-
-    An edited tier name or setting is one ``CorruptRunFolder`` line."""
+    """The folder's plan once it and the log are validated (``load_plan``, ``check_log``), each with its tier's
+    own checks where ``tiers`` has it. An edited file is one ``CorruptRunFolder`` line."""
     plan = load_plan(folder)
-    problem = tiers.reader(plan.tier).settings_problem(plan) if tiers is not None else None
+    tier = tiers.reader(plan.tier) if tiers is not None else None
+    problem = tier.settings_problem(plan) if tier is not None else None
     if problem:
         raise CorruptRunFolder(f"{folder.file(PLAN)}: {problem}")
+    check_log(plan, folder, tier.row_problem if tier is not None else None)
     return plan
-
-
-def check_run_log(plan: Plan, folder: RunFolder, tiers: TierRegistry | None) -> list[dict[str, Any]]:
-    """The folder's log rows, validated (``check_log``) and, where ``tiers`` knows the plan's tier, the fields its
-    report reads checked by that tier (``BaseTier.row_problem``)."""
-    return check_log(plan, folder, tiers.reader(plan.tier).row_problem if tiers is not None else None)
 
 
 def gate_refusal(tier: BaseTier) -> str | None:
@@ -168,47 +157,26 @@ class BaseTier:
             hooks,
         )
 
-    def _call(self, hook: str, *args: Any) -> Any:
-        return self._hooks[hook](*args) if hook in self._hooks else HOOKS[hook]
+    def __getattr__(self, hook: str) -> Callable[..., Any]:
+        """A hook called as a method: the tier's own, else one that returns the default (a fresh copy)."""
+        if hook not in HOOKS or hook in ("make_plan", "trial_function"):
+            raise AttributeError(hook)
+        return self._hooks.get(hook) or (lambda *_: copy.copy(HOOKS[hook]))
 
     def make_plan(self, protocol: ProtocolOptions, settings: Any, command: str) -> Plan:
         if "make_plan" not in self._hooks:
             raise NotImplementedError(f"tier '{self.name}' builds no plan here")
-        return self._call("make_plan", protocol, settings, command)
+        return self._hooks["make_plan"](protocol, settings, command)
 
     def trial_function(self, plan: Plan) -> TrialFunction:
         if "trial_function" not in self._hooks:
             raise InputError(
                 f"tier '{plan.tier}' is not known here, so its trials cannot run; resume it where it was started"
             )
-        return self._call("trial_function", plan)
-
-    def trial_seconds(self, plan: Plan) -> float | None:
-        return self._call("trial_seconds", plan)
-
-    def settings_problem(self, plan: Plan) -> str | None:
-        return self._call("settings_problem", plan)
-
-    def row_problem(self, row: dict[str, Any]) -> str | None:
-        return self._call("row_problem", row)
-
-    def resume_problem(self, plan: Plan) -> str | None:
-        return self._call("resume_problem", plan)
-
-    def tables(self, run: Run) -> dict[str, pd.DataFrame]:
-        return dict(self._call("tables", run))
-
-    def section(self, run: Run) -> Section | str:
-        return self._call("section", run)
+        return self._hooks["trial_function"](plan)
 
     def caveats(self, run: Run) -> list[Caveat]:
         return list(self._caveats)
-
-    def claim(self, run: Run) -> str | None:
-        return self._call("claim", run)
-
-    def bounds(self, run: Run, others: Sequence[Run]) -> list[tuple[Run, str]]:
-        return list(self._call("bounds", run, others))
 
 
 @dataclass(frozen=True)

@@ -71,23 +71,9 @@ def load_env(folder: RunFolder) -> dict[str, Any]:
 
 
 def shape_problem(record: dict[str, Any], shape: dict[str, Any], where: str) -> str | None:
-    """What is wrong with a record's fields present in ``shape``, or None."""
+    """What is wrong with a record's fields present in ``shape`` (name → type, shape or ``[shape]``), or None."""
     return _first(
-        _value_problem(record[key], hint, f"{where}.{key}") for key, hint in shape.items() if key in record
-    )
-
-
-def _value_problem(value: Any, hint: Any, here: str) -> str | None:
-    """What is wrong with one value of a shape (a type, or ``[shape]``: a list of records, or null), or None."""
-    if not isinstance(hint, list):
-        return type_problem(value, hint, here)
-    if value is not None and not isinstance(value, list):
-        return f"{here} is {_show(value)}, not a list"
-    return _first(
-        shape_problem(item, hint[0], f"{here}[{i}]")
-        if isinstance(item, dict)
-        else f"{here}[{i}] is {_show(item)}, not an object"
-        for i, item in enumerate(value or [])
+        type_problem(record[key], hint, f"{where}.{key}") for key, hint in shape.items() if key in record
     )
 
 
@@ -143,9 +129,17 @@ _PLAIN: dict[Any, tuple[Callable[[Any], bool], str]] = {
 
 
 def type_problem(value: Any, hint: Any, where: str) -> str | None:
-    """What is wrong with ``value`` as a ``hint`` (a dataclass, list, tuple, dict, union or plain type), or None."""
+    """What is wrong with ``value`` as a ``hint`` (a dataclass, shape, list, dict, union or plain type), or None."""
     if hint is Any:
         return None
+    if isinstance(hint, dict):  # a record's shape
+        return (
+            shape_problem(value, hint, where)
+            if isinstance(value, dict)
+            else f"{where} is {_show(value)}, not an object"
+        )
+    if isinstance(hint, list):  # [shape]: a list of such records, or null
+        return None if value is None else type_problem(value, list[hint[0]], where)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         if any(type_problem(value, option, where) is None for option in args):
