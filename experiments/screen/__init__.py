@@ -17,7 +17,7 @@ from harness.tier import BaseTier, Caveat, CommandSpec, Run, Start
 # The report's parts load when a report asks for them: a rank of the distributed screen imports this package
 # and needs neither the statistics nor the plots.
 def _tables(run: Run) -> dict[str, Any]:
-    from experiments.screen.summary import SUMMARY_CSV, summary_table
+    from experiments.screen.section import SUMMARY_CSV, summary_table
 
     return {SUMMARY_CSV: summary_table(run.plan, run.summaries)}
 
