@@ -6,9 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from experiments.arms import arm_code, checked_optimizer
-from experiments.probe.detect import FIRST_STRIDE
-from experiments.probe.lm import OPTIMIZER_KWARGS as LM_OPTIMIZER_KWARGS
-from experiments.probe.lm import VARIANTS as LM_VARIANTS
+from experiments.probe.trial import FIRST_STRIDE, LM_VARIANTS, OPTIMIZER_KWARGS
 from experiments.workloads import parse_scales
 from harness.errors import InputError
 from harness.formatting import format_bytes
@@ -246,7 +244,7 @@ def make_plan(protocol: ProtocolOptions, settings: ProbeSettings, command: str =
     check_head_options(s)
     chosen = check_variants(s.head, split_list("--variants", s.variants or DEFAULT_VARIANTS[s.head]))
     for arm in protocol.arms:  # each workload passes the trainer's muon and sgd, as the check does
-        checked_optimizer(arm.spec, tier_kwargs=LM_OPTIMIZER_KWARGS)
+        checked_optimizer(arm.spec, tier_kwargs=OPTIMIZER_KWARGS)
     reserve_bytes = parse_reserve(s.reserve, protocol.device)
     check_reserve_fits(protocol.budget, reserve_bytes)
     if s.head == "lm":
