@@ -89,18 +89,15 @@ def zero_cost_bound(share: float) -> float:
 
 def share_table(plan: Plan, summaries: Summaries, learner_ms: float) -> pd.DataFrame:
     """Per case and arm: the head's median, its share of a learner step, and its saving."""
-    arms = summaries.arms
+    medians = summaries.arms.set_index(["case", "arm"])["median"] if len(summaries.arms) else pd.Series()
     out = []
     for case in plan.cases:
-        base_label = case.arms[0].label
-        base = arms[(arms["case"] == case.label) & (arms["arm"] == base_label)]
-        base_ms = float(base["median"].iloc[0]) if len(base) else math.nan
-        for arm in case.arms:
-            row = arms[(arms["case"] == case.label) & (arms["arm"] == arm.label)]
-            head_ms = float(row["median"].iloc[0]) if len(row) else math.nan
+        base_ms = float(medians.get((case.label, case.arms[0].label), math.nan))
+        for position, arm in enumerate(case.arms):
+            head_ms = float(medians.get((case.label, arm.label), math.nan))
             finite = math.isfinite(head_ms)
             share = head_ms / learner_ms if finite else math.nan
-            saving = (base_ms - head_ms) / learner_ms if finite and math.isfinite(base_ms) else math.nan
+            saving = base_ms - head_ms if finite and position else math.nan
             out.append(
                 {
                     "case": case.label,
@@ -109,13 +106,9 @@ def share_table(plan: Plan, summaries: Summaries, learner_ms: float) -> pd.DataF
                     "head_median_ms": head_ms,
                     "learner_ms": learner_ms,
                     "head_share": share,
-                    "zero_cost_saving_under_percent": zero_cost_bound(share)
-                    if finite and share <= 1
-                    else math.nan,
-                    "saving_vs_baseline_ms": base_ms - head_ms
-                    if finite and arm.label != base_label
-                    else math.nan,
-                    "learner_step_reduction": saving if arm.label != base_label else math.nan,
+                    "zero_cost_saving_under_percent": zero_cost_bound(share) if share <= 1 else math.nan,
+                    "saving_vs_baseline_ms": saving,
+                    "learner_step_reduction": saving / learner_ms if math.isfinite(base_ms) else math.nan,
                 }
             )
     return pd.DataFrame(out)
