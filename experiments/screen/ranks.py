@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
+from unittest import mock
 
 import torch.distributed as dist
 
@@ -38,17 +39,13 @@ def timed_collectives(device: str) -> Iterator[list[float]]:
 
         return bracketed
 
-    originals = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
-    gather = sharing._all_gather_single
-    try:
-        for name, function in originals.items():
-            setattr(dist, name, timed(function))
-        sharing._all_gather_single = timed(gather)
+    targets = [(dist, name) for name in COLLECTIVES if hasattr(dist, name)] + [
+        (sharing, "_all_gather_single")
+    ]
+    with contextlib.ExitStack() as patches:
+        for module, name in targets:
+            patches.enter_context(mock.patch.object(module, name, timed(getattr(module, name))))
         yield seconds
-    finally:
-        for name, function in originals.items():
-            setattr(dist, name, function)
-        sharing._all_gather_single = gather
 
 
 def diagnostic_step(optimizer: Any, device: str) -> dict[str, Any]:
