@@ -348,18 +348,6 @@ def _difference(high: int | None, low: int | None) -> int | None:
     return None if high is None or low is None else high - low
 
 
-def run_head_trial(
-    params: dict[str, Any], spec: str, device: str, seed: int, reserve_bytes: int | None
-) -> dict[str, Any]:
-    """One probe trial of arm ``spec`` on the head ``params`` describes, its device current; returns its figures."""
-    try:
-        with torch.cuda.device(torch.device(device)) if is_cuda(device) else contextlib.nullcontext():
-            return _measure(params, spec, device, seed, reserve_bytes)
-    except BaseException as exc:
-        traceback.clear_frames(exc.__traceback__)
-        raise
-
-
 def _measure(
     params: dict[str, Any], spec: str, device: str, seed: int, reserve_bytes: int | None
 ) -> dict[str, Any]:
@@ -411,10 +399,19 @@ def _measure(
 
 
 def trial_function(plan: Plan) -> TrialFunction:
-    """The probe's trial function: one head step of the case's head with the trial's arm."""
+    """The probe's trial function: one head step of the case's head with the trial's arm, its device current."""
     reserve_bytes = plan.settings.get("reserve_bytes")
 
     def trial(ctx: TrialContext) -> dict[str, Any]:
-        return run_head_trial(ctx.case.params, ctx.arm.spec, ctx.device, ctx.seed, reserve_bytes)
+        try:
+            with (
+                torch.cuda.device(torch.device(ctx.device))
+                if is_cuda(ctx.device)
+                else contextlib.nullcontext()
+            ):
+                return _measure(ctx.case.params, ctx.arm.spec, ctx.device, ctx.seed, reserve_bytes)
+        except BaseException as exc:
+            traceback.clear_frames(exc.__traceback__)
+            raise
 
     return trial

@@ -316,25 +316,24 @@ def next_step(table: pd.DataFrame, candidate: str, scales: list[str]) -> str:
     where = f"At {worst['scale']} the candidate takes {format_number(ms)} ms/step"
     if not math.isfinite(floor):
         return (
-            f"{where}, with no launch floor measured here ({worst['floor_note'] or 'no floor'}); run the screen "
-            "on a CUDA device to split host dispatch from GPU time before optimizing."
+            f"{where}, with no launch floor here ({worst['floor_note'] or 'no floor'}). Screen on CUDA to split "
+            "host dispatch from GPU time before optimizing."
         )
     where += f", {format_number(ms / floor)}× its launch floor of {format_number(floor)} ms"
     if host >= BOUND_SHARE * ms:
         return (
-            f"{where}, and {format_number(host)} ms of it is host dispatch: the step is bound by launches. "
-            "Next: cut Python and launch work per step (fewer, larger foreach lists; reuse the cached plan's "
-            f"lists), or capture the step in a CUDA graph where the trainer allows it (the floor shows the "
-            f"most that can save: {format_number(ms - floor)} ms/step)."
+            f"{where}, and {format_number(host)} ms of it is host dispatch: launches bound it. Next: less "
+            "Python and fewer launches per step, or a CUDA graph where the trainer allows it (at most "
+            f"{format_number(ms - floor)} ms/step saved)."
         )
     if floor >= BOUND_SHARE * ms:
         return (
-            f"{where}: GPU time bounds it. Next: less GPU work per step (less padding in the widest batches, "
-            "or a cheaper Newton-Schulz kernel), not fewer launches."
+            f"{where}: GPU time bounds it. Next: less GPU work per step (less padding, a cheaper Newton-Schulz), "
+            "not fewer launches."
         )
     return (
-        f"{where}; neither host dispatch ({format_number(host)} ms) nor the floor explains the step alone. Next: "
-        "profile one step (a separate diagnostic run) to find the gaps between launches and GPU work."
+        f"{where}; neither host dispatch ({format_number(host)} ms) nor the floor explains it alone. Next: "
+        "profile one step to find the gaps."
     )
 
 
@@ -343,9 +342,8 @@ def _withheld(labels: list[str], same: dict[str, str], what: str) -> str:
     names = ", ".join(f"`{label}`" for label in labels)
     reasons = "; ".join(dict.fromkeys(same[label] for label in labels))
     return (
-        f"**Withheld:** {names} ran the baseline's code ({reasons}), so their differences from it are noise: "
-        f"{what} cannot be read from this run. Screen an arm that runs other code here (on the CPU, "
-        "`candidate-cpu`)."
+        f"**Withheld:** {names} ran the baseline's code ({reasons}): {what} cannot be read from this run. "
+        "Screen an arm that runs other code here (on the CPU, `candidate-cpu`)."
     )
 
 
@@ -379,12 +377,10 @@ def ranks_lines(plan: Plan, table: pd.DataFrame, trials: pd.DataFrame) -> list[s
     return [
         f"#### Under a process group of {p.gpus} ranks ({p.backend}: {', '.join(p.rank_devices)})",
         "",
-        "ms/step is the slowest rank's (a data-parallel step waits for it); each rank's median beside it. The "
-        "collective's share: its milliseconds over one untimed diagnostic step's, each collective bracketed by "
-        "synchronizations (so the diagnostic step is a little slower than a window's), the largest over ranks; "
-        "a collective's time includes waiting in it for the other ranks. NS matrices per rank: "
-        "the Newton-Schulz matrices each rank orthogonalizes, of all of them (`optimizer.sharing`); an arm "
-        "without sharing does all of them on every rank.",
+        "ms/step is the slowest rank's; each rank's median beside it. Collective share: its time over one "
+        "untimed diagnostic step's (collectives bracketed by synchronizations), the largest over ranks, waiting "
+        "included. NS matrices per rank: the Newton-Schulz matrices each rank orthogonalizes "
+        "(`optimizer.sharing`); an arm without sharing does all of them on every rank.",
         "",
         Table([*RANK_HEADERS, "NS matrices per rank"], rows, "llrrrrl"),
         "",
@@ -423,11 +419,10 @@ def report_section(run: Run) -> Section:
     if table.empty:
         return Section(title).add("No measured trial finished: nothing to analyse.")
     lines: list[str | Table | Image] = [
-        f"Per scale × arm (measured trials; `{SUMMARY_CSV}` in the run folder holds every figure). ms/step = window "
-        f"total / {s['steps']} steps after {s['warmup_steps']} warm-up steps; host = host "
-        "time inside `step()` per step, no synchronization; floor = one captured step replayed "
-        f"{s['floor_replays']} times (CUDA graph); extra peak = allocator peak over the window minus "
-        "what was allocated when it opened (state excluded; state = what the warm-up steps left allocated).",
+        f"Per scale × arm, measured trials (every figure: `{SUMMARY_CSV}`). ms/step = window / {s['steps']} "
+        f"steps after {s['warmup_steps']} warm-up steps; host = host time in `step()`; floor = one captured step "
+        f"replayed {s['floor_replays']} times (CUDA graph); extra peak = window peak over what was allocated at "
+        "its start; state = what the warm-up steps left allocated.",
         "",
         _main_table(table),
         "",
@@ -456,11 +451,10 @@ def report_section(run: Run) -> Section:
     )
     lines += [
         Image(crossover, "crossover: ms/step vs scale"),
-        "Median ms/step per arm (bars: min–max over rounds), log axis; dashed: the same arm's launch floor "
-        "(CUDA-graph replay), where it could be captured.",
+        "Median ms/step per arm (bars: min–max over rounds), log axis; dashed: its launch floor, where captured.",
         "",
         Image(memory, "extra peak memory vs scale"),
-        "Median extra peak of one step (allocator peak over the window minus what was allocated when it opened).",
+        "Median extra peak of one step (window peak over what was allocated at its start).",
     ]
     section = Section.of_lines(title, lines)
     same = same_code_arms(plan)
