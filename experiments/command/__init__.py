@@ -68,8 +68,7 @@ TIER = BaseTier(
     caveats=(
         Caveat(
             "your command, timed whole: what it measures is yours to name.",
-            "The harness times the command from its start to its exit (or reads the figure it prints); "
-            "what the command does in that time is not seen by the harness.",
+            "Timed from start to exit (or the figure it prints); the harness sees nothing inside it.",
         ),
     ),
 )

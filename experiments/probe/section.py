@@ -165,8 +165,8 @@ def _share_section(shares: pd.DataFrame, learner_ms: float) -> Section:
     }
     records = [r for _, r in shares.iterrows()]
     return Section("Stage share").add(
-        f"One whole learner step was given as {format_number(learner_ms)} ms (`--learner-ms`). The head's share "
-        "of it bounds any whole-run saving from the head: removing the head entirely would save exactly its share.",
+        f"One learner step is {format_number(learner_ms)} ms (`--learner-ms`). The head's share of it bounds any "
+        "whole-run saving from the head.",
         Table.of(cells, records, "llrrrr"),
         "\n".join(_share_sentence(r, learner_ms) for r in records),
     )
@@ -182,8 +182,7 @@ def _share_sentence(r: pd.Series, learner_ms: float) -> str:
     )
     if r["head_share"] > 1:
         text += (
-            ": the head alone takes longer than the stated learner step, so that step cannot carry this head "
-            "and no bound follows; check `--learner-ms`."
+            ": the head alone outlasts the stated learner step, so no bound follows; check `--learner-ms`."
         )
     else:
         text += f": even a zero-cost head would save under {r['zero_cost_saving_under_percent']:g}% of the whole run."
@@ -215,8 +214,7 @@ def report_section(run: Run) -> Section:
         format_bytes(plan.protocol.budget) if plan.protocol.budget is not None else "none (the whole device)"
     )
     held = (
-        f", of which {format_bytes(reserve)} is held for the whole of every trial by `--reserve`, "
-        "standing for the rest of the learner"
+        f", of which `--reserve` holds {format_bytes(reserve)} in every trial for the rest of the learner"
         if reserve
         else ""
     )
@@ -234,15 +232,12 @@ def report_section(run: Run) -> Section:
             cells[name] = lambda r, column=column: format_bytes(r[column])
     probe = Section("Head probe").add(
         "Heads: " + "; ".join(f"`{c.label}`: {describe_head(c.params)}" for c in plan.cases) + ". "
-        f"Budget {budget}{held}. Head-only figures: a head that fits and runs fast alone says nothing about a "
-        "whole learner until the learner, with everything it holds, fits the same budget.",
+        f"Budget {budget}{held}. Head-only figures: they say nothing of a whole learner until it fits the budget.",
         "Memory and time split, measured trials that finished (medians; peaks over the timed step):",
         Table.of(cells, (r for _, r in memory.iterrows()), "llr" + "r" * (len(cells) - 3)),
-        "The forward+backward and step columns come from CUDA events recorded inside the bracket (the host clock "
-        "on the CPU); the head's extra peak is its peak allocation above what was allocated when the timed step "
-        "began (inputs, parameters, optimizer state, reserve); the step's extra peak is the optimizer step's peak "
-        "above what was allocated when it began, measured in an untimed step before the timed one (the allocator "
-        "is never read inside the bracket)."
+        "Forward+backward and step come from CUDA events in the bracket (the host clock on the CPU). The head's "
+        "extra peak is its peak over what was allocated when the timed step began. The step's extra peak is the "
+        "optimizer step's, from an untimed step before the timed one."
         + ("" if has_memory else " No memory figures: the allocator's counters exist only on CUDA."),
         "Against the budget:",
         "\n".join(_fit_sentence(r, plan) for _, r in memory.iterrows()),
@@ -253,9 +248,8 @@ def report_section(run: Run) -> Section:
                 plot_probe_memory(memory, plan, figures_dir / "probe-memory.png"),
                 "probe: peak memory against the budget",
             ),
-            "Median peak allocated per case and arm (the whisker reaches the highest peak), the reserve held "
-            "for the rest of the learner hatched, the budget dashed; a red x marks an arm whose measured trials "
-            "ran out of memory.",
+            "Median peak allocated per case and arm (whisker: highest peak); reserve hatched, budget dashed; a "
+            "red x: trials out of memory.",
         )
     learner_ms = plan.settings.get("learner_ms")
     tidy = f"Tidy tables: `{MEMORY_CSV}`" + (f", `{SHARE_CSV}`" if learner_ms else "") + " in the run folder."

@@ -44,8 +44,7 @@ TIER = BaseTier(
     caveats=(
         Caveat(
             "optimizer-only: not a training claim.",
-            "`optimizer.step()` alone, on synthetic gradients; a stage's share of a whole fit bounds what it can "
-            "save there.",
+            "`optimizer.step()` alone, on synthetic gradients; its share of a whole fit bounds any saving there.",
         ),
     ),
 )
