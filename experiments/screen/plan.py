@@ -85,6 +85,10 @@ class ScreenSettings:
     )
     dtype: str = option("float32", "Parameter dtype: float32, bfloat16 or float16.", choices=tuple(DTYPES))
 
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
 
 def build_cases(
     scales: list[str], guards: list[int | None], arms: tuple[Arm, ...], guarded: set[str]

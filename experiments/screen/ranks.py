@@ -12,7 +12,7 @@ from unittest import mock
 import torch.distributed as dist
 
 from experiments.ranks import barrier, gather_records, init_group, rank_device
-from experiments.screen.trial import TrialSettings, WorkloadCache, make_arm_optimizer, window_figures
+from experiments.screen.trial import WorkloadCache, make_arm_optimizer, trial_settings, window_figures
 from harness.isolation import run_in_ranks
 from harness.schedule import Arm
 from harness.timing import synchronize
@@ -76,7 +76,7 @@ def trial_in_ranks(plan: Any) -> Any:
         logs = ctx.run_dir / "trials"
         logs.mkdir(exist_ok=True)
         payload = {
-            "settings": {k: plan.settings[k] for k in ("steps", "warmup_steps", "floor_replays", "dtype")},
+            "settings": plan.settings,
             "scale": ctx.case.params["scale"],
             "seed": ctx.seed,
             "arm": asdict(ctx.arm),
@@ -97,10 +97,12 @@ def trial_in_ranks(plan: Any) -> Any:
 def measure_in_rank(payload: dict[str, Any]) -> dict[str, Any]:
     """One rank of a distributed screen trial; every rank returns the row (the parent keeps rank 0's)."""
     rank, _, device = rank_device(payload["devices"])
-    settings = TrialSettings.of(payload["settings"])
+    settings = trial_settings(payload["settings"])
     init_group(device)
     try:
-        groups, kwargs = WorkloadCache().fresh(payload["scale"], int(payload["seed"]), settings.dtype, device)
+        groups, kwargs = WorkloadCache().fresh(
+            payload["scale"], int(payload["seed"]), settings.torch_dtype, device
+        )
         optimizer = make_arm_optimizer(Arm(**payload["arm"]), groups, kwargs)
         figures = window_figures(
             optimizer, device, settings, lambda: barrier(device), lambda: diagnostic_step(optimizer, device)

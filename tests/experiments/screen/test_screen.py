@@ -177,7 +177,7 @@ def test_the_guard_decides_padding() -> None:
 
 
 def test_guard_does_not_leak_between_trials() -> None:
-    settings = screen_trial.TrialSettings(steps=2, warmup_steps=1, floor_replays=1, dtype=torch.float32)
+    settings = screen_plan.ScreenSettings(steps=2, warmup_steps=1, floor_replays=1, dtype="float32")
     groups, kwargs = tiny_groups()
     row = screen_trial.measure_step(
         Arm("candidate@g0", "candidate", "candidate", {"guard": "0"}), groups, kwargs, "cpu", settings
@@ -197,7 +197,7 @@ def test_guard_does_not_leak_between_trials() -> None:
 
 
 def test_one_cpu_trial_reports_its_figures_and_no_floor() -> None:
-    settings = screen_trial.TrialSettings(steps=3, warmup_steps=1, floor_replays=5, dtype=torch.float32)
+    settings = screen_plan.ScreenSettings(steps=3, warmup_steps=1, floor_replays=5, dtype="float32")
     groups, kwargs = tiny_groups()
     before = [p.detach().clone() for g in groups for p in g["params"]]
     row = screen_trial.measure_step(
