@@ -153,7 +153,15 @@ class LMHead(HeadWorkload):
 
     @classmethod
     def build(
-        cls, variant: str, tokens: int, vocab: int, dim: int, cap: float, chunk: int, device: Any, seed: int
+        cls,
+        variant: str,
+        tokens: int,
+        vocab: int,
+        dim: int,
+        cap: float,
+        chunk: int,
+        device: str | torch.device,
+        seed: int,
     ) -> LMHead:
         """Hidden states ~ N(0, 1), weight ~ N(0, 1/d) (logits of unit scale), uniform targets; all seeded."""
         generator = torch.Generator(device=device).manual_seed(seed)
@@ -296,7 +304,9 @@ class DetectHeadWorkload(HeadWorkload):
     autocast: bool
 
     @classmethod
-    def build(cls, scale: str, imgsz: int, batch: int, device: Any, seed: int) -> DetectHeadWorkload:
+    def build(
+        cls, scale: str, imgsz: int, batch: int, device: str | torch.device, seed: int
+    ) -> DetectHeadWorkload:
         device = torch.device(device)
         workload = load_workload(scale)
         records = detect_head_records(workload)
