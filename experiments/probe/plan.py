@@ -38,7 +38,8 @@ ISOLATION = (
 )
 
 
-def parse_reserve(text: str | None, device: str) -> int | None:
+def parse_reserve(text: str | None, device: str, budget: int | None) -> int | None:
+    """``--reserve`` in bytes: it needs CUDA, and must leave the head something of the budget."""
     if text is None:
         return None
     if not device.startswith("cuda"):
@@ -46,9 +47,15 @@ def parse_reserve(text: str | None, device: str) -> int | None:
             "--reserve needs a CUDA device (it holds device memory); use --device cuda or drop --reserve"
         )
     try:
-        return parse_bytes(text)
+        reserve = parse_bytes(text)
     except ValueError as exc:
         raise InputError(f"--reserve {exc}") from None
+    if budget is not None and reserve >= budget:
+        raise InputError(
+            f"--reserve {format_bytes(reserve)} leaves nothing of --budget {format_bytes(budget)} for the head; "
+            "use a reserve smaller than the budget"
+        )
+    return reserve
 
 
 _learner_ms = require(
@@ -58,15 +65,6 @@ _learner_ms = require(
 _cap = require(
     finite(lambda cap: cap > 0), "--cap {} is not a softcap; use a positive number of logits units, e.g. 30"
 )
-
-
-def check_reserve_fits(budget: int | None, reserve: int | None) -> None:
-    """A reserve that leaves the head something inside the budget (checked with the protocol options)."""
-    if reserve is not None and budget is not None and reserve >= budget:
-        raise InputError(
-            f"--reserve {format_bytes(reserve)} leaves nothing of --budget {format_bytes(budget)} for the head; "
-            "use a reserve smaller than the budget"
-        )
 
 
 @dataclass(frozen=True)
@@ -226,8 +224,7 @@ def make_plan(protocol: ProtocolOptions, settings: ProbeSettings, command: str =
     chosen = check_variants(s.head, split_list("--variants", s.variants or DEFAULT_VARIANTS[s.head]))
     for arm in protocol.arms:  # each workload passes the trainer's muon and sgd, as the check does
         checked_optimizer(arm.spec, tier_kwargs=OPTIMIZER_KWARGS)
-    reserve_bytes = parse_reserve(s.reserve, protocol.device)
-    check_reserve_fits(protocol.budget, reserve_bytes)
+    reserve_bytes = parse_reserve(s.reserve, protocol.device, protocol.budget)
     cases = [Case(label, params, protocol.arms) for label, params in head_cases(s, chosen)]
     return Plan(
         tier="probe",
