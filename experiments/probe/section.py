@@ -115,34 +115,26 @@ def share_table(plan: Plan, summaries: Summaries, learner_ms: float) -> pd.DataF
 
 
 def _fit_sentence(row: pd.Series, plan: Plan) -> str:
-    where = f"{row['case']} · {row['arm']}"
-    budget = (
-        f"the {format_bytes(plan.protocol.budget)} budget"
-        if plan.protocol.budget is not None
-        else "the device"
-    )
-    if row["measured"] == 0:
+    where, limit = f"{row['case']} · {row['arm']}", plan.protocol.budget
+    budget = "the device" if limit is None else f"the {format_bytes(limit)} budget"
+    measured, peak = int(row["measured"]), row["peak_reserved_max"]
+    if measured == 0:
         return f"- {where}: no measured trial in the log."
-    if row["ok"] == row["measured"]:
-        peak = row["peak_reserved_max"]
-        headroom = (
-            f", leaving {format_bytes(plan.protocol.budget - peak)} of it at the highest reserved peak"
-            if plan.protocol.budget is not None and peak is not None and not pd.isna(peak)
-            else ""
-        )
-        return f"- {where}: fits {budget} in all {int(row['measured'])} measured trials{headroom}."
-    parts = [
-        f"- {where}: out of memory in {int(row['out_of_memory'])} of {int(row['measured'])} measured trials"
-    ]
+    if row["ok"] == measured:
+        fits = f"- {where}: fits {budget} in all {measured} measured trials"
+        if limit is None or pd.isna(peak):
+            return fits + "."
+        return fits + f", leaving {format_bytes(limit - peak)} of it at the highest reserved peak."
+    text = f"- {where}: out of memory in {int(row['out_of_memory'])} of {measured} measured trials"
     if int(row["other_failures"]):
-        parts.append(f", {int(row['other_failures'])} other failure(s)")
+        text += f", {int(row['other_failures'])} other failure(s)"
     requested, free = row["oom_requested_median"], row["oom_free_median"]
-    if requested is not None and not pd.isna(requested):
-        text = f" (a {format_bytes(requested)} allocation refused with {format_bytes(row['oom_allocated_median'])} allocated"
-        if plan.protocol.budget is not None and free is not None and not pd.isna(free) and free > requested:
+    if not pd.isna(requested):
+        text += f" (a {format_bytes(requested)} allocation refused with {format_bytes(row['oom_allocated_median'])} allocated"
+        if limit is not None and not pd.isna(free) and free > requested:
             text += f"; the card itself had {format_bytes(free)} free, so the budget refused it"
-        parts.append(text + "; medians over the failures)")
-    return "".join(parts) + f" under {budget}."
+        text += "; medians over the failures)"
+    return text + f" under {budget}."
 
 
 def _bound_cell(share: float, bound: float) -> str:
