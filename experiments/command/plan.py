@@ -22,47 +22,6 @@ MAX_UNIT = 16  # characters
 RECORDED_SHAPE = {"figure": str | None, "unit": str | None, "timeout": float | None}
 
 
-@dataclass(frozen=True)
-class CommandSettings:
-    """The command tier's own settings, as given and as the plan records them."""
-
-    argv: tuple[str, ...] = ()  # the command, placeholders unexpanded (the command line's argument)
-    figure: str | None = option(
-        None,
-        "A regular expression with one group: the figure the command prints (its last match).",
-        check=lambda text: figure_pattern(text),
-    )
-    unit: str | None = option(None, "The unit of the --figure, e.g. ms.", check=lambda unit: _unit(unit))
-    timeout: float | None = option(
-        None, "Seconds a trial may run before it fails.", check=lambda t: _timeout(t)
-    )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CommandSettings:
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        values["argv"] = tuple(values.get("argv") or ())
-        return cls(**values)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "argv": list(self.argv)}
-
-
-def placeholders(token: str) -> list[str]:
-    """The placeholder names in one word of the command; ``InputError`` where its braces do not parse."""
-    try:
-        return [name for _, name, _, _ in string.Formatter().parse(token) if name is not None]
-    except ValueError as exc:
-        raise InputError(
-            f"the command's word '{token}' has a stray brace ({exc}); write {{{{ for a brace"
-        ) from None
-
-
-def expand(argv: tuple[str, ...] | list[str], arm: Arm) -> list[str]:
-    """The command an arm runs: each word with ``{arm}`` and ``{spec}`` filled in."""
-    return [token.format(arm=arm.label, spec=arm.spec) for token in argv]
-
-
 def figure_pattern(text: str) -> re.Pattern[str]:
     """``--figure``: a regular expression with exactly one group (or a group named ``value``)."""
     try:
@@ -84,6 +43,43 @@ _unit = require(
 _timeout = require(
     lambda t: 0 < t <= MAX_TIMEOUT, f"--timeout {{:g}} must lie between 0 and {MAX_TIMEOUT} seconds"
 )
+
+
+@dataclass(frozen=True)
+class CommandSettings:
+    """The command tier's own settings, as given and as the plan records them."""
+
+    argv: tuple[str, ...] = ()  # the command, placeholders unexpanded (the command line's argument)
+    figure: str | None = option(
+        None,
+        "A regular expression with one group: the figure the command prints (its last match).",
+        check=figure_pattern,
+    )
+    unit: str | None = option(None, "The unit of the --figure, e.g. ms.", check=_unit)
+    timeout: float | None = option(None, "Seconds a trial may run before it fails.", check=_timeout)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CommandSettings:
+        values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        return cls(**{**values, "argv": tuple(values.get("argv") or ())})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "argv": list(self.argv)}
+
+
+def placeholders(token: str) -> list[str]:
+    """The placeholder names in one word of the command; ``InputError`` where its braces do not parse."""
+    try:
+        return [name for _, name, _, _ in string.Formatter().parse(token) if name is not None]
+    except ValueError as exc:
+        raise InputError(
+            f"the command's word '{token}' has a stray brace ({exc}); write {{{{ for a brace"
+        ) from None
+
+
+def expand(argv: tuple[str, ...] | list[str], arm: Arm) -> list[str]:
+    """The command an arm runs: each word with ``{arm}`` and ``{spec}`` filled in."""
+    return [token.format(arm=arm.label, spec=arm.spec) for token in argv]
 
 
 def check_settings(settings: CommandSettings, protocol: ProtocolOptions) -> None:

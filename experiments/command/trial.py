@@ -66,6 +66,21 @@ def run_command(
 ) -> tuple[float, ProcessUsage, int | str, dict[str, float]]:
     """Run ``argv`` on ``cores``: (wall seconds, CPU usage, exit status or why stopped, delay figure)."""
     stopped: list[str] = []
+    exited = threading.Event()
+
+    def stop_when_due() -> (
+        None
+    ):  # ends the command past its timeout or once called off, unless it exits first
+        while not exited.wait(WATCH_S):
+            if timeout_s is not None and time.perf_counter() - started > timeout_s:
+                stopped.append(f"timeout after {timeout_s:g} s")
+            elif cancel is not None and cancel.is_set():
+                stopped.append("called off")
+            else:
+                continue
+            _kill_tree(process)
+            return
+
     with open(log_path, "ab") as output:
         started = time.perf_counter()
         try:
@@ -79,11 +94,7 @@ def run_command(
                 os.sched_setaffinity(process.pid, cores)
             except OSError:  # it ended already
                 pass
-        exited = threading.Event()
-        watcher = threading.Thread(
-            target=_stop_when, args=(process, exited, started, timeout_s, cancel, stopped), daemon=True
-        )
-        watcher.start()
+        threading.Thread(target=stop_when_due, daemon=True).start()
         try:
             os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)  # blocks until it has exited
             injected = inject(delay_s)
@@ -98,26 +109,6 @@ def run_command(
             with _live_lock:
                 _live.discard(process)
     return seconds, usage, stopped[0] if stopped else process.returncode, injected
-
-
-def _stop_when(
-    process: subprocess.Popen,
-    exited: threading.Event,
-    started: float,
-    timeout_s: float | None,
-    cancel: threading.Event | None,
-    stopped: list[str],
-) -> None:
-    """End the command once it is past ``timeout_s`` or ``cancel`` is set, unless it exits first."""
-    while not exited.wait(WATCH_S):
-        if timeout_s is not None and time.perf_counter() - started > timeout_s:
-            stopped.append(f"timeout after {timeout_s:g} s")
-        elif cancel is not None and cancel.is_set():
-            stopped.append("called off")
-        else:
-            continue
-        _kill_tree(process)
-        return
 
 
 def _tail(log_path: Path) -> str:

@@ -22,8 +22,7 @@ TIER = BaseTier(
     caveats=(
         Caveat(
             "head-only: not a training claim.",
-            "A head workload under a memory budget; the whole learner may behave differently (it may not even "
-            "fit).",
+            "A head under a memory budget; the whole learner may behave differently, or not fit.",
         ),
     ),
 )

@@ -6,9 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from experiments.arms import arm_code, checked_optimizer
-from experiments.probe.detect import FIRST_STRIDE
-from experiments.probe.lm import OPTIMIZER_KWARGS as LM_OPTIMIZER_KWARGS
-from experiments.probe.lm import VARIANTS as LM_VARIANTS
+from experiments.probe.trial import FIRST_STRIDE, LM_VARIANTS, OPTIMIZER_KWARGS
 from experiments.workloads import parse_scales
 from harness.errors import InputError
 from harness.formatting import format_bytes
@@ -21,18 +19,18 @@ from harness.timing import parse_bytes
 from harness.validation import settings_problem, shape_problem
 
 HEADS = ("lm", "detect")
-DETECT_VARIANTS = ("native",)
+VARIANTS = {"lm": LM_VARIANTS, "detect": ("native",)}
 DEFAULT_VARIANTS = {"lm": "native,chunked", "detect": "native"}
+# Each head's own options: given with the other head they would be ignored, so they are refused.
+HEAD_OPTIONS = {"lm": ("tokens", "vocab", "dim", "cap", "chunk"), "detect": ("scale", "imgsz", "batch")}
 P5_STRIDE = FIRST_STRIDE * 4
 
 METRIC = "head step time"
 TIMED_REGION = (
-    "one head step after an untimed priming step (which creates the optimizer state, as every step of a running "
-    "learner but its first finds it): forward and backward through the head, then the arm's optimizer.step() on "
-    "the head's parameters, inside one synchronized bracket (torch.cuda.synchronize before each clock read). "
-    "Nothing inside the bracket synchronizes: CUDA events mark the boundary between forward/backward and the "
-    "step (fwd_bwd_ms, step_ms), and at that boundary the allocator's peak counters are read and reset "
-    "(host-side bookkeeping) so the step's own extra peak is measured in the same step"
+    "one head step after an untimed priming step (which creates the optimizer state): forward and backward "
+    "through the head, then the arm's optimizer.step(), in one synchronized bracket. Nothing inside it "
+    "synchronizes: CUDA events split forward/backward from the step (fwd_bwd_ms, step_ms). The step's own extra "
+    "peak comes from an untimed step before the timed one"
 )
 ISOLATION = (
     "in-process; every trial builds a fresh seeded workload and a fresh optimizer, holds --reserve bytes for "
@@ -40,7 +38,8 @@ ISOLATION = (
 )
 
 
-def parse_reserve(text: str | None, device: str) -> int | None:
+def parse_reserve(text: str | None, device: str, budget: int | None) -> int | None:
+    """``--reserve`` in bytes: it needs CUDA, and must leave the head something of the budget."""
     if text is None:
         return None
     if not device.startswith("cuda"):
@@ -48,9 +47,15 @@ def parse_reserve(text: str | None, device: str) -> int | None:
             "--reserve needs a CUDA device (it holds device memory); use --device cuda or drop --reserve"
         )
     try:
-        return parse_bytes(text)
+        reserve = parse_bytes(text)
     except ValueError as exc:
         raise InputError(f"--reserve {exc}") from None
+    if budget is not None and reserve >= budget:
+        raise InputError(
+            f"--reserve {format_bytes(reserve)} leaves nothing of --budget {format_bytes(budget)} for the head; "
+            "use a reserve smaller than the budget"
+        )
+    return reserve
 
 
 _learner_ms = require(
@@ -60,50 +65,6 @@ _learner_ms = require(
 _cap = require(
     finite(lambda cap: cap > 0), "--cap {} is not a softcap; use a positive number of logits units, e.g. 30"
 )
-
-
-def check_reserve_fits(budget: int | None, reserve: int | None) -> None:
-    """A reserve that leaves the head something inside the budget (checked with the protocol options)."""
-    if reserve is not None and budget is not None and reserve >= budget:
-        raise InputError(
-            f"--reserve {format_bytes(reserve)} leaves nothing of --budget {format_bytes(budget)} for the head; "
-            "use a reserve smaller than the budget"
-        )
-
-
-def lm_cases(
-    variants: list[str], tokens: int, vocab: int, dim: int, cap: float, chunk: int
-) -> list[dict[str, Any]]:
-    sizes = {"tokens": tokens, "vocab": vocab, "dim": dim, "cap": cap}
-    chunked = {"chunk": chunk}
-    return [
-        {"label": f"lm-{v}", "head": "lm", "variant": v, **sizes, **(chunked if v == "chunked" else {})}
-        for v in variants
-    ]
-
-
-def detect_cases(variants: list[str], scales: list[str], imgsz: int, batch: int) -> list[dict[str, Any]]:
-    if imgsz % P5_STRIDE:
-        raise InputError(
-            f"--imgsz {imgsz} is not a multiple of the P5 stride {P5_STRIDE} (e.g. 640, 320, 64)"
-        )
-    if batch * (imgsz // P5_STRIDE) ** 2 < 2:
-        raise InputError(
-            f"--batch {batch} at --imgsz {imgsz} leaves one value per channel on the P5 map, and batch norm in "
-            "training needs more; use --imgsz 64 or more, or --batch 2 or more"
-        )
-    return [
-        {
-            "label": f"yolo26{s}-detect" + ("" if v == "native" else f"-{v}"),
-            "head": "detect",
-            "variant": v,
-            "scale": s,
-            "imgsz": imgsz,
-            "batch": batch,
-        }
-        for s in scales
-        for v in variants
-    ]
 
 
 @dataclass(frozen=True)
@@ -142,10 +103,6 @@ class ProbeSettings:
     batch: int = option(16, "detect: images per batch.", low=1)
 
 
-# Each head's own options: given with the other head they would be ignored, so they are refused.
-HEAD_OPTIONS = {"lm": ("tokens", "vocab", "dim", "cap", "chunk"), "detect": ("scale", "imgsz", "batch")}
-
-
 def check_head_options(s: ProbeSettings) -> None:
     """``InputError`` for an option of the head not probed (one set away from its default)."""
     for head, names in HEAD_OPTIONS.items():
@@ -161,7 +118,7 @@ def check_head_options(s: ProbeSettings) -> None:
 
 def check_variants(head: str, chosen: list[str]) -> list[str]:
     """The head's variants, each once; ``InputError`` for a variant it has not (the head checked already)."""
-    accepted = LM_VARIANTS if head == "lm" else DETECT_VARIANTS
+    accepted = VARIANTS[head]
     for variant in chosen:
         if variant not in accepted:
             raise InputError(
@@ -170,6 +127,35 @@ def check_variants(head: str, chosen: list[str]) -> list[str]:
     if len(set(chosen)) != len(chosen):
         raise InputError(f"--variants '{','.join(chosen)}' names a variant twice")
     return chosen
+
+
+def head_cases(s: ProbeSettings, variants: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """Each case's label and params: one per lm variant, or one per detect scale and variant."""
+    if s.head == "lm":
+        sizes = {"tokens": s.tokens, "vocab": s.vocab, "dim": s.dim, "cap": s.cap}
+        chunked = {"chunk": s.chunk}
+        return [
+            (f"lm-{v}", {"head": "lm", "variant": v, **sizes, **(chunked if v == "chunked" else {})})
+            for v in variants
+        ]
+    if s.imgsz % P5_STRIDE:
+        raise InputError(
+            f"--imgsz {s.imgsz} is not a multiple of the P5 stride {P5_STRIDE} (e.g. 640, 320, 64)"
+        )
+    if s.batch * (s.imgsz // P5_STRIDE) ** 2 < 2:
+        raise InputError(
+            f"--batch {s.batch} at --imgsz {s.imgsz} leaves one value per channel on the P5 map, and batch norm "
+            "in training needs more; use --imgsz 64 or more, or --batch 2 or more"
+        )
+    sizes = {"imgsz": s.imgsz, "batch": s.batch}
+    return [
+        (
+            f"yolo26{scale}-detect" + ("" if v == "native" else f"-{v}"),
+            {"head": "detect", "variant": v, "scale": scale, **sizes},
+        )
+        for scale in split_list("--scale", s.scale)
+        for v in variants
+    ]
 
 
 # What a probe's plan records: the head, its variants parsed, the reserve in bytes, the learner's step time.
@@ -192,42 +178,33 @@ def recorded_settings_problem(plan: Plan) -> str | None:
     return _cases_problem(plan)
 
 
-# What each case of a probe records of its head's sizes (``lm_cases``, ``detect_cases``); ``chunk`` only where
-# the variant is ``chunked``.
+# What each case of a probe records of its head's sizes (``head_cases``); ``chunk`` only where the variant is
+# ``chunked``.
 CASE_SHAPE = {
     "lm": {"head": str, "variant": str, "tokens": int, "vocab": int, "dim": int, "cap": float},
     "detect": {"head": str, "variant": str, "scale": str, "imgsz": int, "batch": int},
 }
 
 
-SIZE_FIELDS = ("tokens", "vocab", "dim", "cap", "chunk", "scale", "imgsz", "batch")
-
-
 def _cases_problem(plan: Plan) -> str | None:
     """What is wrong with a probe plan's cases (the sizes its report reads), or None.
 
-    Each case is the one ``lm_cases`` or ``detect_cases`` makes of its params, one per recorded variant."""
+    Each case is the one ``head_cases`` makes of its params, one per recorded variant."""
     head, variants = plan.settings["head"], plan.settings["variants"]
-    shape = CASE_SHAPE[head]
     for i, case in enumerate(plan.cases):
         where, params = f"cases[{i}].params", case.params
-        problem = settings_problem(params, shape, where, f"a case of the {head} head") or shape_problem(
-            params, {"chunk": int}, where
-        )
+        problem = settings_problem(
+            params, CASE_SHAPE[head], where, f"a case of the {head} head"
+        ) or shape_problem(params, {"chunk": int}, where)
         if problem:
             return problem
         try:
-            check_fields(ProbeSettings(**{k: params[k] for k in SIZE_FIELDS if k in params}))
-            if head == "lm":
-                sizes = (params["tokens"], params["vocab"], params["dim"], params["cap"])
-                spec = lm_cases([params["variant"]], *sizes, params.get("chunk", ProbeSettings.chunk))[0]
-            else:
-                sizes = (params["imgsz"], params["batch"])
-                spec = detect_cases([params["variant"]], params["scale"].split(","), *sizes)[0]
+            settings = ProbeSettings(head=head, **{k: params[k] for k in HEAD_OPTIONS[head] if k in params})
+            check_fields(settings)
+            label, made = head_cases(settings, [params["variant"]])[0]
         except InputError as exc:
             return f"{where}: {exc}"
-        label = spec.pop("label")
-        if (case.label, params) != (label, spec):
+        if (case.label, params) != (label, made):
             return f"cases[{i}] ('{case.label}') is not the case its params make (one labelled '{label}')"
     recorded = [case.params["variant"] for case in plan.cases]
     if (recorded if head == "lm" else sorted(set(recorded))) != (
@@ -246,14 +223,9 @@ def make_plan(protocol: ProtocolOptions, settings: ProbeSettings, command: str =
     check_head_options(s)
     chosen = check_variants(s.head, split_list("--variants", s.variants or DEFAULT_VARIANTS[s.head]))
     for arm in protocol.arms:  # each workload passes the trainer's muon and sgd, as the check does
-        checked_optimizer(arm.spec, tier_kwargs=LM_OPTIMIZER_KWARGS)
-    reserve_bytes = parse_reserve(s.reserve, protocol.device)
-    check_reserve_fits(protocol.budget, reserve_bytes)
-    if s.head == "lm":
-        specs = lm_cases(chosen, s.tokens, s.vocab, s.dim, s.cap, s.chunk)
-    else:
-        specs = detect_cases(chosen, split_list("--scale", s.scale), s.imgsz, s.batch)
-    cases = [Case(spec.pop("label"), spec, protocol.arms) for spec in specs]
+        checked_optimizer(arm.spec, tier_kwargs=OPTIMIZER_KWARGS)
+    reserve_bytes = parse_reserve(s.reserve, protocol.device, protocol.budget)
+    cases = [Case(label, params, protocol.arms) for label, params in head_cases(s, chosen)]
     return Plan(
         tier="probe",
         protocol=protocol,

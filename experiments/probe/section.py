@@ -89,18 +89,15 @@ def zero_cost_bound(share: float) -> float:
 
 def share_table(plan: Plan, summaries: Summaries, learner_ms: float) -> pd.DataFrame:
     """Per case and arm: the head's median, its share of a learner step, and its saving."""
-    arms = summaries.arms
+    medians = summaries.arms.set_index(["case", "arm"])["median"] if len(summaries.arms) else pd.Series()
     out = []
     for case in plan.cases:
-        base_label = case.arms[0].label
-        base = arms[(arms["case"] == case.label) & (arms["arm"] == base_label)]
-        base_ms = float(base["median"].iloc[0]) if len(base) else math.nan
-        for arm in case.arms:
-            row = arms[(arms["case"] == case.label) & (arms["arm"] == arm.label)]
-            head_ms = float(row["median"].iloc[0]) if len(row) else math.nan
+        base_ms = float(medians.get((case.label, case.arms[0].label), math.nan))
+        for position, arm in enumerate(case.arms):
+            head_ms = float(medians.get((case.label, arm.label), math.nan))
             finite = math.isfinite(head_ms)
             share = head_ms / learner_ms if finite else math.nan
-            saving = (base_ms - head_ms) / learner_ms if finite and math.isfinite(base_ms) else math.nan
+            saving = base_ms - head_ms if finite and position else math.nan
             out.append(
                 {
                     "case": case.label,
@@ -109,47 +106,35 @@ def share_table(plan: Plan, summaries: Summaries, learner_ms: float) -> pd.DataF
                     "head_median_ms": head_ms,
                     "learner_ms": learner_ms,
                     "head_share": share,
-                    "zero_cost_saving_under_percent": zero_cost_bound(share)
-                    if finite and share <= 1
-                    else math.nan,
-                    "saving_vs_baseline_ms": base_ms - head_ms
-                    if finite and arm.label != base_label
-                    else math.nan,
-                    "learner_step_reduction": saving if arm.label != base_label else math.nan,
+                    "zero_cost_saving_under_percent": zero_cost_bound(share) if share <= 1 else math.nan,
+                    "saving_vs_baseline_ms": saving,
+                    "learner_step_reduction": saving / learner_ms if math.isfinite(base_ms) else math.nan,
                 }
             )
     return pd.DataFrame(out)
 
 
 def _fit_sentence(row: pd.Series, plan: Plan) -> str:
-    where = f"{row['case']} · {row['arm']}"
-    budget = (
-        f"the {format_bytes(plan.protocol.budget)} budget"
-        if plan.protocol.budget is not None
-        else "the device"
-    )
-    if row["measured"] == 0:
+    where, limit = f"{row['case']} · {row['arm']}", plan.protocol.budget
+    budget = "the device" if limit is None else f"the {format_bytes(limit)} budget"
+    measured, peak = int(row["measured"]), row["peak_reserved_max"]
+    if measured == 0:
         return f"- {where}: no measured trial in the log."
-    if row["ok"] == row["measured"]:
-        peak = row["peak_reserved_max"]
-        headroom = (
-            f", leaving {format_bytes(plan.protocol.budget - peak)} of it at the highest reserved peak"
-            if plan.protocol.budget is not None and peak is not None and not pd.isna(peak)
-            else ""
-        )
-        return f"- {where}: fits {budget} in all {int(row['measured'])} measured trials{headroom}."
-    parts = [
-        f"- {where}: out of memory in {int(row['out_of_memory'])} of {int(row['measured'])} measured trials"
-    ]
+    if row["ok"] == measured:
+        fits = f"- {where}: fits {budget} in all {measured} measured trials"
+        if limit is None or pd.isna(peak):
+            return fits + "."
+        return fits + f", leaving {format_bytes(limit - peak)} of it at the highest reserved peak."
+    text = f"- {where}: out of memory in {int(row['out_of_memory'])} of {measured} measured trials"
     if int(row["other_failures"]):
-        parts.append(f", {int(row['other_failures'])} other failure(s)")
+        text += f", {int(row['other_failures'])} other failure(s)"
     requested, free = row["oom_requested_median"], row["oom_free_median"]
-    if requested is not None and not pd.isna(requested):
-        text = f" (a {format_bytes(requested)} allocation refused with {format_bytes(row['oom_allocated_median'])} allocated"
-        if plan.protocol.budget is not None and free is not None and not pd.isna(free) and free > requested:
+    if not pd.isna(requested):
+        text += f" (a {format_bytes(requested)} allocation refused with {format_bytes(row['oom_allocated_median'])} allocated"
+        if limit is not None and not pd.isna(free) and free > requested:
             text += f"; the card itself had {format_bytes(free)} free, so the budget refused it"
-        parts.append(text + "; medians over the failures)")
-    return "".join(parts) + f" under {budget}."
+        text += "; medians over the failures)"
+    return text + f" under {budget}."
 
 
 def _bound_cell(share: float, bound: float) -> str:
@@ -172,8 +157,8 @@ def _share_section(shares: pd.DataFrame, learner_ms: float) -> Section:
     }
     records = [r for _, r in shares.iterrows()]
     return Section("Stage share").add(
-        f"One whole learner step was given as {format_number(learner_ms)} ms (`--learner-ms`). The head's share "
-        "of it bounds any whole-run saving from the head: removing the head entirely would save exactly its share.",
+        f"One learner step is {format_number(learner_ms)} ms (`--learner-ms`). The head's share of it bounds any "
+        "whole-run saving from the head.",
         Table.of(cells, records, "llrrrr"),
         "\n".join(_share_sentence(r, learner_ms) for r in records),
     )
@@ -189,8 +174,7 @@ def _share_sentence(r: pd.Series, learner_ms: float) -> str:
     )
     if r["head_share"] > 1:
         text += (
-            ": the head alone takes longer than the stated learner step, so that step cannot carry this head "
-            "and no bound follows; check `--learner-ms`."
+            ": the head alone outlasts the stated learner step, so no bound follows; check `--learner-ms`."
         )
     else:
         text += f": even a zero-cost head would save under {r['zero_cost_saving_under_percent']:g}% of the whole run."
@@ -222,8 +206,7 @@ def report_section(run: Run) -> Section:
         format_bytes(plan.protocol.budget) if plan.protocol.budget is not None else "none (the whole device)"
     )
     held = (
-        f", of which {format_bytes(reserve)} is held for the whole of every trial by `--reserve`, "
-        "standing for the rest of the learner"
+        f", of which `--reserve` holds {format_bytes(reserve)} in every trial for the rest of the learner"
         if reserve
         else ""
     )
@@ -241,15 +224,12 @@ def report_section(run: Run) -> Section:
             cells[name] = lambda r, column=column: format_bytes(r[column])
     probe = Section("Head probe").add(
         "Heads: " + "; ".join(f"`{c.label}`: {describe_head(c.params)}" for c in plan.cases) + ". "
-        f"Budget {budget}{held}. Head-only figures: a head that fits and runs fast alone says nothing about a "
-        "whole learner until the learner, with everything it holds, fits the same budget.",
+        f"Budget {budget}{held}. Head-only figures: they say nothing of a whole learner until it fits the budget.",
         "Memory and time split, measured trials that finished (medians; peaks over the timed step):",
         Table.of(cells, (r for _, r in memory.iterrows()), "llr" + "r" * (len(cells) - 3)),
-        "The forward+backward and step columns come from CUDA events recorded inside the bracket (the host clock "
-        "on the CPU); the head's extra peak is its peak allocation above what was allocated when the timed step "
-        "began (inputs, parameters, optimizer state, reserve); the step's extra peak is the optimizer step's peak "
-        "above what was allocated when it began, measured in an untimed step before the timed one (the allocator "
-        "is never read inside the bracket)."
+        "Forward+backward and step come from CUDA events in the bracket (the host clock on the CPU). The head's "
+        "extra peak is its peak over what was allocated when the timed step began. The step's extra peak is the "
+        "optimizer step's, from an untimed step before the timed one."
         + ("" if has_memory else " No memory figures: the allocator's counters exist only on CUDA."),
         "Against the budget:",
         "\n".join(_fit_sentence(r, plan) for _, r in memory.iterrows()),
@@ -260,9 +240,8 @@ def report_section(run: Run) -> Section:
                 plot_probe_memory(memory, plan, figures_dir / "probe-memory.png"),
                 "probe: peak memory against the budget",
             ),
-            "Median peak allocated per case and arm (the whisker reaches the highest peak), the reserve held "
-            "for the rest of the learner hatched, the budget dashed; a red x marks an arm whose measured trials "
-            "ran out of memory.",
+            "Median peak allocated per case and arm (whisker: highest peak); reserve hatched, budget dashed; a "
+            "red x: trials out of memory.",
         )
     learner_ms = plan.settings.get("learner_ms")
     tidy = f"Tidy tables: `{MEMORY_CSV}`" + (f", `{SHARE_CSV}`" if learner_ms else "") + " in the run folder."

@@ -17,7 +17,7 @@ from harness.tier import BaseTier, Caveat, CommandSpec, Run, Start
 # The report's parts load when a report asks for them: a rank of the distributed screen imports this package
 # and needs neither the statistics nor the plots.
 def _tables(run: Run) -> dict[str, Any]:
-    from experiments.screen.summary import SUMMARY_CSV, summary_table
+    from experiments.screen.section import SUMMARY_CSV, summary_table
 
     return {SUMMARY_CSV: summary_table(run.plan, run.summaries)}
 
@@ -44,8 +44,7 @@ TIER = BaseTier(
     caveats=(
         Caveat(
             "optimizer-only: not a training claim.",
-            "`optimizer.step()` alone, on synthetic gradients; a stage's share of a whole fit bounds what it can "
-            "save there.",
+            "`optimizer.step()` alone, on synthetic gradients; its share of a whole fit bounds any saving there.",
         ),
     ),
 )

@@ -85,6 +85,10 @@ class ScreenSettings:
     )
     dtype: str = option("float32", "Parameter dtype: float32, bfloat16 or float16.", choices=tuple(DTYPES))
 
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
 
 def build_cases(
     scales: list[str], guards: list[int | None], arms: tuple[Arm, ...], guarded: set[str]
@@ -179,52 +183,49 @@ def make_plan(protocol: ProtocolOptions, settings: ScreenSettings, command: str 
         raise InputError(
             "--budget: the screen measures the step's own extra peak, not a budget; drop --budget"
         )
-    scale_list = parse_scales(settings.scales)
-    guard_list = parse_guards(settings.guards)
-    guarded: set[str] = set()
-    default_guards: dict[str, str] = {}
-    for arm in protocol.arms:
-        optimizer_class = checked_optimizer(
-            arm.spec, tier_kwargs=workloads.load_workload(scale_list[0])["optimizer_kwargs"]
-        )
-        if has_guard(optimizer_class):
-            guarded.add(arm.spec)
-            default_guards[arm.spec] = guard_name(getattr(optimizer_class, GUARD_ATTRIBUTE))
-    cases = build_cases(scale_list, guard_list, protocol.arms, guarded)
+    scales, guards = parse_scales(settings.scales), parse_guards(settings.guards)
+    kwargs = workloads.load_workload(scales[0])["optimizer_kwargs"]
+    classes = {arm.spec: checked_optimizer(arm.spec, tier_kwargs=kwargs) for arm in protocol.arms}
+    defaults = {spec: guard_name(getattr(c, GUARD_ATTRIBUTE)) for spec, c in classes.items() if has_guard(c)}
+    cases = build_cases(scales, guards, protocol.arms, set(defaults))
     resolved = {
         **asdict(settings),
-        "scales": scale_list,
-        "guards": [guard_name(g) for g in guard_list],
+        "scales": scales,
+        "guards": [guard_name(g) for g in guards],
         "arm_specs": [a.spec for a in protocol.arms],
-        "guarded_specs": sorted(guarded),
-        "default_guards": default_guards,
+        "guarded_specs": sorted(defaults),
+        "default_guards": defaults,
         "floor_warmup_steps": FLOOR_WARMUP_STEPS,
     }
     ranks = protocol.gpus
     window = f"{settings.steps} optimizer.step() calls after {settings.warmup_steps} untimed warm-up steps"
+    words = {
+        "metric": "optimizer step time (window total / steps)",
+        "isolation": "in-process; a fresh optimizer on fresh parameters and gradients (seeded by the round) per trial",
+        "timed_region": f"{window}, in one synchronized bracket (no synchronization inside); the launch floor "
+        "(CUDA-graph replay) is measured after it, outside",
+    }
     if ranks > 1:
         resolved["ranks"] = ranks
+        devices = ", ".join(protocol.rank_devices)
+        words = {
+            "metric": f"optimizer step time under a process group of {ranks} ranks (the slowest rank's window / steps)",
+            "isolation": f"{ranks} fresh ranks per trial (torch.distributed.run, {protocol.backend}, devices "
+            f"{devices}); each builds the same parameters and gradients and a fresh optimizer; the parent "
+            "schedules and never touches the GPU",
+            "timed_region": f"on every rank, {window} and a barrier, in one synchronized bracket (no synchronization "
+            "inside; an arm's own collectives are inside); the collective's share from one untimed diagnostic step "
+            "after it, whose collectives are bracketed by synchronizations; no launch floor",
+        }
+    code = {} if ranks > 1 else arm_code(cases, protocol.device)
     return Plan(
         tier="screen",
         protocol=protocol,
         cases=cases,
-        arm_code={} if ranks > 1 else arm_code(cases, protocol.device),
+        arm_code=code,
         unit="ms/step",
-        metric=f"optimizer step time under a process group of {ranks} ranks (the slowest rank's window / steps)"
-        if ranks > 1
-        else "optimizer step time (window total / steps)",
         settings=resolved,
         command=command,
         in_process=ranks == 1,
-        isolation=f"{ranks} fresh ranks per trial (torch.distributed.run, {protocol.backend}, devices "
-        f"{', '.join(protocol.rank_devices)}); each builds the same parameters and gradients and a fresh "
-        "optimizer; the parent schedules and never touches the GPU"
-        if ranks > 1
-        else "in-process; a fresh optimizer on fresh parameters and gradients (seeded by the round) per trial",
-        timed_region=f"on every rank, {window} and a barrier, in one synchronized bracket (no synchronization "
-        "inside; an arm's own collectives are inside); the collective's share from one untimed diagnostic step "
-        "after it, whose collectives are bracketed by synchronizations; no launch floor"
-        if ranks > 1
-        else f"{window}, in one synchronized bracket (no synchronization inside); the launch floor (CUDA-graph "
-        "replay) is measured after it, outside",
+        **words,
     )

@@ -3,28 +3,22 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from collections.abc import Iterator
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
+from unittest import mock
 
 import torch.distributed as dist
 
 from experiments.ranks import barrier, gather_records, init_group, rank_device
-from experiments.screen.trial import TrialSettings, WorkloadCache, make_arm_optimizer, window_figures
-from harness.formatting import format_number, format_percent
+from experiments.screen.trial import WorkloadCache, make_arm_optimizer, trial_settings, window_figures
 from harness.isolation import run_in_ranks
-from harness.markdown import markdown_table
 from harness.schedule import Arm
 from harness.timing import synchronize
 from optimizers import distributed as sharing
 
-if TYPE_CHECKING:  # the report's helpers below read pandas; a rank imports this module and needs none
-    import pandas as pd
-
 COLLECTIVES = ("all_gather_into_tensor", "all_reduce", "all_gather", "reduce_scatter_tensor", "broadcast")
-RANK_HEADERS = ("scale", "arm", "ms/step (slowest rank)", "per rank", "collective ms", "collective share")
 NO_FLOOR = "n/a: distributed screen (a step that holds a collective is not captured)"
 
 
@@ -45,17 +39,13 @@ def timed_collectives(device: str) -> Iterator[list[float]]:
 
         return bracketed
 
-    originals = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
-    gather = sharing._all_gather_single
-    try:
-        for name, function in originals.items():
-            setattr(dist, name, timed(function))
-        sharing._all_gather_single = timed(gather)
+    targets = [(dist, name) for name in COLLECTIVES if hasattr(dist, name)] + [
+        (sharing, "_all_gather_single")
+    ]
+    with contextlib.ExitStack() as patches:
+        for module, name in targets:
+            patches.enter_context(mock.patch.object(module, name, timed(getattr(module, name))))
         yield seconds
-    finally:
-        for name, function in originals.items():
-            setattr(dist, name, function)
-        sharing._all_gather_single = gather
 
 
 def diagnostic_step(optimizer: Any, device: str) -> dict[str, Any]:
@@ -86,7 +76,7 @@ def trial_in_ranks(plan: Any) -> Any:
         logs = ctx.run_dir / "trials"
         logs.mkdir(exist_ok=True)
         payload = {
-            "settings": {k: plan.settings[k] for k in ("steps", "warmup_steps", "floor_replays", "dtype")},
+            "settings": plan.settings,
             "scale": ctx.case.params["scale"],
             "seed": ctx.seed,
             "arm": asdict(ctx.arm),
@@ -107,10 +97,12 @@ def trial_in_ranks(plan: Any) -> Any:
 def measure_in_rank(payload: dict[str, Any]) -> dict[str, Any]:
     """One rank of a distributed screen trial; every rank returns the row (the parent keeps rank 0's)."""
     rank, _, device = rank_device(payload["devices"])
-    settings = TrialSettings.of(payload["settings"])
+    settings = trial_settings(payload["settings"])
     init_group(device)
     try:
-        groups, kwargs = WorkloadCache().fresh(payload["scale"], int(payload["seed"]), settings.dtype, device)
+        groups, kwargs = WorkloadCache().fresh(
+            payload["scale"], int(payload["seed"]), settings.torch_dtype, device
+        )
         optimizer = make_arm_optimizer(Arm(**payload["arm"]), groups, kwargs)
         figures = window_figures(
             optimizer, device, settings, lambda: barrier(device), lambda: diagnostic_step(optimizer, device)
@@ -138,54 +130,3 @@ def rank_row(records: list[dict[str, Any]]) -> dict[str, Any]:
     row.update({k: _max(column[k]) for k in ("extra_peak_bytes", "peak_allocated", "peak_reserved")})
     row.update(floor_ms=None, floor_note=NO_FLOOR, floor_replays=0)
     return row
-
-
-def _rank_medians(rows: pd.DataFrame, column: str) -> list[float]:
-    """Per rank, the median over trials of a per-rank list column."""
-    import pandas as pd
-
-    lists = [v for v in rows.get(column, pd.Series(dtype=object)) if isinstance(v, list)]
-    if not lists:
-        return []
-    return [
-        float(pd.Series([v[r] for v in lists if v[r] is not None]).median()) for r in range(len(lists[0]))
-    ]
-
-
-def ranks_lines(plan: Any, table: pd.DataFrame, trials: pd.DataFrame) -> list[str]:
-    """The distributed screen's own table: each rank's step, the collective's share and the sharing."""
-    import pandas as pd
-
-    from harness.stats import finished  # pandas and the statistics: a rank needs neither
-
-    ok = finished(trials)
-    rows = []
-    for _, r in table.iterrows():
-        mine = ok[(ok["case"] == r["scale"]) & (ok["arm"] == r["arm"])] if not ok.empty else ok
-        per_rank = " / ".join(format_number(ms) for ms in _rank_medians(mine, "rank_ms")) or "n/a"
-        here = mine["rank_matrices_here"].iloc[-1] if "rank_matrices_here" in mine and len(mine) else None
-        total = mine["sharing_matrices"].iloc[-1] if "sharing_matrices" in mine and len(mine) else None
-        shared = (
-            f"{' + '.join(str(int(h)) for h in here)} of {int(total)}"
-            if isinstance(here, list) and None not in here and total is not None and not pd.isna(total)
-            else "every rank: all"
-        )
-        ms, share = r["collective_ms_median"], r["collective_share_median"]
-        ms, share = (
-            f(v) if math.isfinite(v) else "n/a" for f, v in ((format_number, ms), (format_percent, share))
-        )
-        rows.append([r["scale"], r["arm"], format_number(r["ms_median"]), per_rank, ms, share, shared])
-    ranks = plan.protocol.gpus
-    return [
-        f"#### Under a process group of {ranks} ranks ({plan.protocol.backend}: {', '.join(plan.protocol.rank_devices)})",
-        "",
-        "ms/step is the slowest rank's (a data-parallel step waits for it); each rank's median beside it. The "
-        "collective's share: its milliseconds over one untimed diagnostic step's, each collective bracketed by "
-        "synchronizations (so the diagnostic step is a little slower than a window's), the largest over ranks; "
-        "a collective's time includes waiting in it for the other ranks. NS matrices per rank: "
-        "the Newton-Schulz matrices each rank orthogonalizes, of all of them (`optimizer.sharing`); an arm "
-        "without sharing does all of them on every rank.",
-        "",
-        markdown_table([*RANK_HEADERS, "NS matrices per rank"], rows, "llrrrrl"),
-        "",
-    ]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -15,10 +14,10 @@ from experiments.arms import make_optimizer
 from experiments.finite import check_finite_step
 from experiments.screen.plan import (
     DEFAULT_GUARD,
-    DTYPES,
     FLOOR_WARMUP_STEPS,
     GUARD_ATTRIBUTE,
     NO_GUARD,
+    ScreenSettings,
     guard_name,
     has_guard,
     parse_guard,
@@ -29,20 +28,12 @@ from harness.timing import SyncTimer, current_allocated, is_cuda, read_peaks, re
 from harness.trial import TrialContext, TrialFunction
 from optimizers.dispatch import count_dispatched_ops
 
+TRIAL_FIELDS = ("steps", "warmup_steps", "floor_replays", "dtype")  # what a trial reads of the settings
 
-@dataclass(frozen=True)
-class TrialSettings:
-    """What every trial of a screen does, read from ``plan.settings``."""
 
-    steps: int
-    warmup_steps: int
-    floor_replays: int
-    dtype: torch.dtype
-
-    @classmethod
-    def of(cls, o: dict[str, Any]) -> TrialSettings:
-        """The trial's settings from a plan's recorded ones."""
-        return cls(int(o["steps"]), int(o["warmup_steps"]), int(o["floor_replays"]), DTYPES[o["dtype"]])
+def trial_settings(recorded: dict[str, Any]) -> ScreenSettings:
+    """What every trial of a screen does, from a plan's recorded settings."""
+    return ScreenSettings(**{name: recorded[name] for name in TRIAL_FIELDS})
 
 
 class WorkloadCache:
@@ -79,11 +70,11 @@ class WorkloadCache:
 
 def trial_function(plan: Plan) -> TrialFunction:
     """The one-device screen's trial function: one timed window and one floor per trial."""
-    settings = TrialSettings.of(plan.settings)
+    settings = trial_settings(plan.settings)
     cache = WorkloadCache()
 
     def trial(ctx: TrialContext) -> dict[str, Any]:
-        groups, kwargs = cache.fresh(ctx.case.params["scale"], ctx.seed, settings.dtype, ctx.device)
+        groups, kwargs = cache.fresh(ctx.case.params["scale"], ctx.seed, settings.torch_dtype, ctx.device)
         return measure_step(ctx.arm, groups, kwargs, ctx.device, settings)
 
     return trial
@@ -101,7 +92,7 @@ def make_arm_optimizer(
 
 
 def measure_step(
-    arm: Arm, groups: list[dict[str, Any]], kwargs: dict[str, float], device: str, settings: TrialSettings
+    arm: Arm, groups: list[dict[str, Any]], kwargs: dict[str, float], device: str, settings: ScreenSettings
 ) -> dict[str, Any]:
     """Warm-up steps, the timed window, then the launch floor, on a fresh optimizer of ``arm``."""
     optimizer = make_arm_optimizer(arm, groups, kwargs)
@@ -117,7 +108,7 @@ def measure_step(
 def window_figures(
     optimizer: torch.optim.Optimizer,
     device: str,
-    settings: TrialSettings,
+    settings: ScreenSettings,
     before_window: Callable[[], None] = lambda: None,
     after_window: Callable[[], dict[str, Any]] = dict,
 ) -> dict[str, Any]:

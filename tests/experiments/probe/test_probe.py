@@ -11,9 +11,15 @@ import pandas as pd
 import pytest
 import torch
 
-from experiments.probe.detect import DetectHeadWorkload, detect_head_records, module_index
-from experiments.probe.lm import LMHead, chunked_loss, native_loss
 from experiments.probe.section import share_table, zero_cost_bound
+from experiments.probe.trial import (
+    DetectHeadWorkload,
+    LMHead,
+    chunked_loss,
+    detect_head_records,
+    module_index,
+    native_loss,
+)
 from experiments.workloads import SCALES, load_workload
 from harness.cli import main
 from harness.plan import Plan

@@ -19,7 +19,6 @@ from experiments.arms import arm_code
 from experiments.screen import plan as screen_plan
 from experiments.screen import plots as screen_plots
 from experiments.screen import section as screen_section
-from experiments.screen import summary as screen_summary
 from experiments.screen import trial as screen_trial
 from experiments.tiers import TIERS
 from harness.cli import main
@@ -178,7 +177,7 @@ def test_the_guard_decides_padding() -> None:
 
 
 def test_guard_does_not_leak_between_trials() -> None:
-    settings = screen_trial.TrialSettings(steps=2, warmup_steps=1, floor_replays=1, dtype=torch.float32)
+    settings = screen_plan.ScreenSettings(steps=2, warmup_steps=1, floor_replays=1, dtype="float32")
     groups, kwargs = tiny_groups()
     row = screen_trial.measure_step(
         Arm("candidate@g0", "candidate", "candidate", {"guard": "0"}), groups, kwargs, "cpu", settings
@@ -198,7 +197,7 @@ def test_guard_does_not_leak_between_trials() -> None:
 
 
 def test_one_cpu_trial_reports_its_figures_and_no_floor() -> None:
-    settings = screen_trial.TrialSettings(steps=3, warmup_steps=1, floor_replays=5, dtype=torch.float32)
+    settings = screen_plan.ScreenSettings(steps=3, warmup_steps=1, floor_replays=5, dtype="float32")
     groups, kwargs = tiny_groups()
     before = [p.detach().clone() for g in groups for p in g["params"]]
     row = screen_trial.measure_step(
@@ -270,7 +269,7 @@ def test_cpu_screen_through_the_cli(tmp_path: Path) -> None:
     assert (trials["status"] == "ok").all() and (trials["value"] > 0).all()
     assert trials["floor_ms"].isna().all()
     assert trials["floor_note"].str.startswith("n/a: CPU").all()
-    summary = pd.read_csv(run_dir / screen_summary.SUMMARY_CSV)
+    summary = pd.read_csv(run_dir / screen_section.SUMMARY_CSV)
     assert list(summary["arm"]) == ["baseline", "candidate@g0"]
     assert list(summary["guard"].astype(str)) == ["no-guard", "0"]
     report = (run_dir / "report.md").read_text()
@@ -339,8 +338,8 @@ def fixture_run(tmp_path_factory) -> tuple[RunFolder, Plan]:
 
 def test_summary_table_from_fixture(fixture_run) -> None:
     folder, _ = fixture_run
-    table = screen_summary.summary_table(*loaded(folder))
-    assert (folder.file(screen_summary.SUMMARY_CSV)).is_file()  # the runner wrote it when the run ended
+    table = screen_section.summary_table(*loaded(folder))
+    assert (folder.file(screen_section.SUMMARY_CSV)).is_file()  # the runner wrote it when the run ended
     assert len(table) == 10 and list(table["scale"].unique()) == ["n", "s"]
     row = table[(table["scale"] == "n") & (table["arm"] == "candidate@g256")].iloc[0]
     assert row["guard"] == "256" and row["trials"] == 3 and row["failed"] == 0
@@ -483,7 +482,7 @@ def test_section_reads_failed_trials_as_failures(tmp_path: Path) -> None:
         }
 
     folder = start(plan, tmp_path, trial)
-    table = screen_summary.summary_table(*loaded(folder))
+    table = screen_section.summary_table(*loaded(folder))
     failed = table[(table["scale"] == "s") & (table["arm"] == "candidate@gnone")].iloc[0]
     assert failed["failed"] == 2 and math.isinf(failed["ms_median"])
     text = section(folder, tmp_path / "figs")
