@@ -7,6 +7,7 @@ import fcntl
 import json
 import math
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -114,11 +115,16 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def temporary_path(path: Path) -> Path:
+    """Where ``write_atomic`` writes first: a name of this process and thread alone, so writers never meet."""
+    return path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+
+
 def write_atomic(path: Path, data: str | bytes) -> Path:
     """Write a whole file through a temporary file, fsync and a rename."""
     payload = data.encode("utf-8") if isinstance(data, str) else data
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = temporary_path(path)
     try:
         fd = create_exclusive(tmp)  # a link left there is removed, never written through
         try:

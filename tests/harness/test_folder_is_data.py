@@ -9,14 +9,17 @@ status 2; nothing runs.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
+from harness import tables
 from harness.cli import main
 from harness.folder_format import LOG, PLAN
+from harness.tables import temporary_path
 from tests.argv import TINY_SCREEN, overridden
 from tests.harness import test_hostile_folders as hf
 from tests.runfolders import TIER_FOLDERS, dropped, only_run, set_field
@@ -144,6 +147,7 @@ def test_a_lock_link_and_a_temporary_file_link_never_overwrite_their_targets(tmp
     target = tmp_path / "target.txt"
     target.write_text("precious")
     (folder / "report.md.tmp").symlink_to(target)
+    temporary_path(folder / "report.md").symlink_to(target)  # where this process writes the report first
     assert bench(["report", str(folder)]).status == 0
     assert target.read_text() == "precious" and (folder / "report.md").is_file()
     (folder / "run.lock").unlink(missing_ok=True)
@@ -559,3 +563,22 @@ def test_the_probe_fails_a_step_that_left_nan_parameters(tmp_path, hostile) -> N
     rows = [json.loads(line) for line in (only_run(root).path / LOG).read_text().splitlines()]
     nan_rows = [row for row in rows if row["arm"].startswith(hostile)]
     assert nan_rows and all(r["status"] == "error" and "non-finite" in r["message"] for r in nan_rows), rows
+
+
+def test_a_file_written_twice_at_once_is_whole_and_neither_writer_fails(tmp_path, monkeypatch) -> None:
+    """Two reports of one folder shared ``report.md.tmp``: the second writer's took the first's away."""
+    path = tmp_path / "report.md"
+    real_write_all, real_pid, nested = tables._write_all, os.getpid(), []
+
+    def write_all(fd: int, data: bytes) -> None:
+        if not nested:  # another process writes the file whole while this one is half way
+            nested.append(1)
+            with monkeypatch.context() as other:
+                other.setattr(os, "getpid", lambda: real_pid + 1)
+                tables.write_atomic(path, "second")
+        real_write_all(fd, data)
+
+    monkeypatch.setattr(tables, "_write_all", write_all)
+    tables.write_atomic(path, "first")
+    assert path.read_text() == "first"
+    assert not [p.name for p in tmp_path.iterdir() if p.name != "report.md"]

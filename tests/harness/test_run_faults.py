@@ -108,13 +108,22 @@ def tiny_disk(tmpfs):
     return mount, lambda: subprocess.run(["mount", "-o", "remount,size=64m", str(mount)], check=True)
 
 
+def _temporary_of(written: str, name: str) -> bool:
+    """``written`` is a temporary file of ``write_atomic`` for the file ``name`` less its ``.tmp``."""
+    return (
+        name.endswith(".tmp")
+        and written.startswith(name.removesuffix(".tmp") + ".")
+        and written.endswith(".tmp")
+    )
+
+
 def _fail_writes_to(monkeypatch, name: str, call: int = 1):
     """Make the ``call``-th ``os.write`` into a file named ``name`` write half its bytes and raise ENOSPC."""
     real_write, seen = os.write, []
 
     def write(fd: int, data) -> int:
         target = os.readlink(f"/proc/self/fd/{fd}") if os.path.exists(f"/proc/self/fd/{fd}") else ""
-        if Path(target).name == name:
+        if Path(target).name == name or _temporary_of(Path(target).name, name):
             seen.append(fd)
             if len(seen) == call:
                 real_write(fd, bytes(data)[: len(data) // 2])
