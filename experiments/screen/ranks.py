@@ -15,7 +15,7 @@ from experiments.ranks import barrier, gather_records, init_group, rank_device
 from experiments.screen.trial import TrialSettings, WorkloadCache, make_arm_optimizer, window_figures
 from harness.formatting import format_number, format_percent
 from harness.isolation import run_in_ranks
-from harness.markdown import markdown_table
+from harness.present.model import markdown_table
 from harness.schedule import Arm
 from harness.timing import synchronize
 from optimizers import distributed as sharing

@@ -6,8 +6,7 @@ import pandas as pd
 
 from harness import plots, telemetry
 from harness.folder_format import OOM_FIELDS
-from harness.formatting import format_bytes, is_missing
-from harness.markdown import cell, code
+from harness.formatting import cell, code, format_bytes, is_missing
 from harness.present.caveats import caveats
 from harness.present.model import Image, Section, Table
 from harness.present.run_view import LoadedRun, level, plan_ordered, plural
@@ -31,18 +30,21 @@ def failures_section(run: LoadedRun) -> Section:
     out.add(f"{plural(len(failed), 'failed trial')}; measured ones count as infinitely slow.")
     oom = failed[failed["status"] == "resource_failure"]
     if len(oom):
+        columns = ["trial", "case", "phase", "round", "arm", *(k.removeprefix("oom_") for k in OOM_FIELDS)]
         rows = [
-            [int(r["index"]), r["case"], r["phase"], int(r["round"]), r["arm"]]
-            + [format_bytes(r.get(k)) for k in OOM_FIELDS]
+            [
+                int(r["index"]),
+                r["case"],
+                r["phase"],
+                int(r["round"]),
+                r["arm"],
+                *(format_bytes(r.get(k)) for k in OOM_FIELDS),
+            ]
             for _, r in oom.iterrows()
         ]
         out.add(
             "Out of memory (`resource_failure`), with the byte figures parsed from the error:",
-            Table(
-                ["trial", "case", "phase", "round", "arm", *(k.removeprefix("oom_") for k in OOM_FIELDS)],
-                rows,
-                "rllrl" + "r" * 6,
-            ),
+            Table(columns, rows, "rllrl" + "r" * 6),
         )
     other = failed[failed["status"] != "resource_failure"]
     if len(other):
@@ -102,9 +104,8 @@ def telemetry_section(run: LoadedRun) -> Section | None:
 
 
 def caveats_section(run: LoadedRun) -> Section:
-    items = caveats(run)
-    text = "\n".join(f"- {c}" for c in items) if items else "None derived from the tier or the data."
-    return Section("Caveats").add(text)
+    items = "\n".join(f"- {c}" for c in caveats(run))
+    return Section("Caveats").add(items or "None derived from the tier or the data.")
 
 
 def plots_section(run: LoadedRun) -> Section:
@@ -130,6 +131,6 @@ def plots_section(run: LoadedRun) -> Section:
     return out.add(
         Image(reductions, f"{plan.tier}: paired reductions"),
         "Paired reductions: one point per pair (its arm's marker), the black tick is the median, the thick grey "
-        f"line the primary interval ({level([run])}; an arrowhead where it runs past the axis); a pair far beyond "
+        f"line the primary interval ({level(run)}; an arrowhead where it runs past the axis); a pair far beyond "
         f"the rest is drawn at the axis edge with its value{limit}; right of zero is faster.",
     )

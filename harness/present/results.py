@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pandas as pd
 
 from harness import delay_check
 from harness.codepaths import WITHHELD, same_code_arms, verdict_shown
 from harness.formatting import (
     claim_limit,
+    code,
     format_bytes,
     format_interval,
     format_levels,
@@ -19,13 +22,13 @@ from harness.formatting import (
     method_label,
 )
 from harness.instability import run_flags as instability_flags
-from harness.markdown import code
 from harness.plan import Plan
 from harness.planning import plan_rows
 from harness.present.model import STATISTICS_DOC, Section, Table
 from harness.present.run_view import (
     LoadedRun,
-    attained,
+    check_text,
+    claim_label,
     claim_sentence,
     diagnostic_text,
     duration,
@@ -43,16 +46,27 @@ def _arm_table(run: LoadedRun, arms: pd.DataFrame) -> Table:
     """Per arm: trials, failures, median and range, and the allocator's peaks where the trials carry them."""
     trials, unit = run.summaries.trials, run.plan.unit
     done = finished(trials)
+    cells = {
+        "case": lambda a: a["case"],
+        "arm": lambda a: a["arm"],
+        "role": lambda a: a["role"],
+        "measured trials": lambda a: int(a["trials"]),
+        "failed": lambda a: int(a["failed"]),
+        f"median ({unit})": lambda a: format_number(a["median"]),
+        f"min–max ({unit})": lambda a: format_range(a["min"], a["max"]),
+    }
     peaks = [c for c in PEAKS if c in done and pd.to_numeric(done[c], errors="coerce").notna().any()]
-    columns = ["case", "arm", "role", "measured trials", "failed", f"median ({unit})", f"min–max ({unit})"]
-    columns += [f"peak {c.split('_')[1]} (median)" for c in peaks]
-    rows = [
-        [a["case"], a["arm"], a["role"], int(a["trials"]), int(a["failed"]), format_number(a["median"])]
-        + [format_range(a["min"], a["max"])]
-        + [format_bytes(peak_median(trials, str(a["case"]), str(a["arm"]), c)) for c in peaks]
-        for _, a in arms.iterrows()
-    ]
-    return Table(columns, rows, "lllrrrr" + "r" * len(peaks))
+    cells.update({f"peak {c.split('_')[1]} (median)": partial(_peak_cell, trials, c) for c in peaks})
+    return Table.of(cells, (a for _, a in arms.iterrows()), "lllrrrr" + "r" * (len(cells) - 7))
+
+
+def _peak_cell(trials: pd.DataFrame, column: str, arm: pd.Series) -> str:
+    return format_bytes(peak_median(trials, str(arm["case"]), str(arm["arm"]), column))
+
+
+def _primary_cell(c: pd.Series) -> str:
+    nominal = "" if is_missing(c["ci_nominal"]) else f", nominal {100 * float(c['ci_nominal']):.2f}%"
+    return f"{method_label(c)}: {format_levels(c)}{nominal}"
 
 
 def results_section(run: LoadedRun) -> Section:
@@ -68,53 +82,43 @@ def results_section(run: LoadedRun) -> Section:
     claims = plan_ordered(summaries.claims, run)
     if claims.empty:
         return out.add("No complete pair: no paired reduction yet.")
-    rows = [
-        [
-            c["case"],
-            f"{c['arm']} vs {c['baseline_arm']}",
-            pairs_text(run, c),
-            format_percent(c["estimate"]),
-            format_interval(c["ci_low"], c["ci_high"]),
-            f"{method_label(c)}: {format_levels(c)}"
-            + ("" if is_missing(c["ci_nominal"]) else f", nominal {100 * float(c['ci_nominal']):.2f}%"),
-            limit_text(plan, c),
-            f"**{verdict_shown(plan, str(c['arm']), str(c['verdict']))}**",
-        ]
-        for _, c in claims.iterrows()
-    ]
-    columns = ["case", "arm vs baseline", "pairs", "median reduction", "interval", "method: levels"]
+    rows = [c for _, c in claims.iterrows()]
+    primary = {
+        "case": lambda c: c["case"],
+        "arm vs baseline": claim_label,
+        "pairs": lambda c: pairs_text(run, c),
+        "median reduction": lambda c: format_percent(c["estimate"]),
+        "interval": lambda c: format_interval(c["ci_low"], c["ci_high"]),
+        "method: levels": _primary_cell,
+        "bar": limit_text,
+        "verdict": lambda c: f"**{verdict_shown(plan, str(c['arm']), str(c['verdict']))}**",
+    }
+    checks = {
+        "case": lambda c: c["case"],
+        "arm vs baseline": claim_label,
+        "median reduction (min–max)": lambda c: (
+            f"{format_percent(c['median'])} ({format_percent_range(c['min'], c['max'])})"
+        ),
+        "sign-test interval of the median": lambda c: check_text(c, "sign"),
+        "sign verdict": lambda c: c["sign_verdict"],
+        "Hodges-Lehmann, Wilcoxon interval": lambda c: (
+            f"{format_percent(c['hl_estimate'])} {check_text(c, 'hl')}"
+        ),
+        "HL verdict": lambda c: c["hl_verdict"],
+    }
+    methods = dict.fromkeys(str(c["ci_method"]) for c in rows)
     out.add(
         "Paired reductions (higher is faster), the primary figure and interval:",
-        Table([*columns, "bar", "verdict"], rows, "lllrrlll"),
-    )
-    checks = [
-        [
-            c["case"],
-            f"{c['arm']} vs {c['baseline_arm']}",
-            f"{format_percent(c['median'])} ({format_percent_range(c['min'], c['max'])})",
-            f"{format_interval(c['sign_low'], c['sign_high'])}, {attained(c['sign_attained'])}",
-            c["sign_verdict"],
-            f"{format_percent(c['hl_estimate'])} {format_interval(c['hl_low'], c['hl_high'])}, "
-            f"{attained(c['hl_attained'])}",
-            c["hl_verdict"],
-        ]
-        for _, c in claims.iterrows()
-    ]
-    columns = ["case", "arm vs baseline", "median reduction (min–max)", "sign-test interval of the median"]
-    columns += ["sign verdict", "Hodges-Lehmann, Wilcoxon interval", "HL verdict"]
-    methods = dict.fromkeys(str(c["ci_method"]) for _, c in claims.iterrows())
-    out.add(
+        Table.of(primary, rows, "lllrrlll"),
         "Distribution-free checks beside it:",
-        Table(columns, checks, "llrrlrl"),
+        Table.of(checks, rows, "llrrlrl"),
         "Primary method: " + "; ".join(methods) + f". The methods are described in `{STATISTICS_DOC}`.",
     )
-    for _, c in claims.iterrows():
-        case, arm = str(c["case"]), str(c["arm"])
-        where = f"case {code(case)}, " if len(plan.cases) > 1 else ""
+    for c in rows:
+        where = f"case {code(c['case'])}, " if len(plan.cases) > 1 else ""
         kind = "Diagnostic, not a claim" if run.tier.diagnostic else "Claim"
-        out.add(
-            f"**{kind} ({where}{arm} vs {c['baseline_arm']}).** {claim_sentence(plan, summaries, case, arm)}"
-        )
+        sentence = claim_sentence(plan, summaries, str(c["case"]), str(c["arm"]))
+        out.add(f"**{kind} ({where}{claim_label(c)}).** {sentence}")
     return out
 
 
@@ -153,22 +157,15 @@ def verdict_section(run: LoadedRun) -> Section:
         verdict = verdict_shown(plan, str(c["arm"]), str(c["verdict"]))
         where = f"case {code(c['case'])}, " if len(plan.cases) > 1 else ""
         kind = " (A/A control)" if c["kind"] == "control" and len(claims) > 1 else ""
-        line = (
-            f"- {where}{c['arm']} vs {c['baseline_arm']}{kind}: **{verdict}** — {_explain(c, verdict, plan)}."
-        )
+        line = f"- {where}{claim_label(c)}{kind}: **{verdict}** — {_explain(c, verdict, plan)}."
         if str(c["verdict_basis"]).startswith("sign"):
             line += f" The verdict reads the {c['verdict_basis']}."
         disagree = [] if verdict == WITHHELD else disagreeing_checks(c)
         if disagree:
-            line += (
-                " The checks disagree: "
-                + "; ".join(
-                    f"{name} says {c[f'{prefix}_verdict']} "
-                    f"({format_interval(c[f'{prefix}_low'], c[f'{prefix}_high'])}, {attained(c[f'{prefix}_attained'])})"
-                    for name, prefix in disagree
-                )
-                + "."
-            )
+            says = [
+                f"{name} says {c[f'{prefix}_verdict']} ({check_text(c, prefix)})" for name, prefix in disagree
+            ]
+            line += " The checks disagree: " + "; ".join(says) + "."
         items.append(line)
     items += [f"- {reading.text}." for reading in delay_check.readings(run.summaries.trials)]
     out.add("\n".join(items))
@@ -182,20 +179,18 @@ def diagnostics_section(run: LoadedRun) -> Section | None:
     claims = plan_ordered(run.summaries.claims, run)
     if claims.empty:
         return None
-    rows = [
-        [
-            c["case"],
-            f"{c['arm']} vs {c['baseline_arm']}",
+    cells = {
+        "case": lambda c: c["case"],
+        "arm vs baseline": claim_label,
+        "arm second / first": lambda c: (
             f"{int(c['arm_second'])} / {int(c['arm_first'])}"
-            + (" (balanced)" if c["arm_second"] == c["arm_first"] else " (**unbalanced**)"),
-            diagnostic_text(c, "order"),
-            diagnostic_text(c, "drift"),
-        ]
-        for _, c in claims.iterrows()
-    ]
-    columns = ["case", "arm vs baseline", "arm second / first", "order effect", "drift"]
+            + (" (balanced)" if c["arm_second"] == c["arm_first"] else " (**unbalanced**)")
+        ),
+        "order effect": lambda c: diagnostic_text(c, "order"),
+        "drift": lambda c: diagnostic_text(c, "drift"),
+    }
     return Section("Design diagnostics").add(
-        Table(columns, rows, "lllll"),
+        Table.of(cells, (c for _, c in claims.iterrows()), "lllll"),
         "Both are diagnostics: estimated, never used to adjust the claim.",
     )
 
@@ -220,27 +215,25 @@ def stability_section(run: LoadedRun) -> Section:
     )
 
 
+def _planning_row(r: dict, several: bool) -> list[str]:
+    spread = "n/a" if is_missing(r["sigma"]) else f"{100 * r['sigma']:.2f}% ({r['sigma_pairs']} pairs)"
+    if r["pairs"] is None:
+        return [f"{r['arm']} vs {r['baseline_arm']}", spread, r["note"], "", ""]
+    return [
+        f"{r['arm']} vs {r['baseline_arm']}" + (f" ({r['case']})" if several else ""),
+        spread,
+        r["goal"],
+        f"{r['pairs']} ({r['pairs_for_goal']} for the goal, {100 * r['probability']:.0f}% likely; "
+        f"{r['pairs_upper']} at σ's upper bound)",
+        "n/a" if is_missing(r["seconds"]) else duration(float(r["seconds"])),
+    ]
+
+
 def planning_section(run: LoadedRun) -> Section | None:
     """Pairs and time each claim needs at this run's measured per-pair spread."""
     if run.summaries.claims.empty or run.tier.diagnostic:
         return None
-    rows = []
-    for r in plan_rows(run.plan.protocol, run.summaries):
-        spread = "n/a" if is_missing(r["sigma"]) else f"{100 * r['sigma']:.2f}% ({r['sigma_pairs']} pairs)"
-        if r["pairs"] is None:
-            rows.append([f"{r['arm']} vs {r['baseline_arm']}", spread, r["note"], "", ""])
-            continue
-        seconds = "n/a" if is_missing(r["seconds"]) else duration(float(r["seconds"]))
-        rows.append(
-            [
-                f"{r['arm']} vs {r['baseline_arm']}" + (f" ({r['case']})" if len(run.plan.cases) > 1 else ""),
-                spread,
-                r["goal"],
-                f"{r['pairs']} ({r['pairs_for_goal']} for the goal, {100 * r['probability']:.0f}% likely; "
-                f"{r['pairs_upper']} at σ's upper bound)",
-                seconds,
-            ]
-        )
+    rows = [_planning_row(r, len(run.plan.cases) > 1) for r in plan_rows(run.plan.protocol, run.summaries)]
     columns = ["claim", "per-pair σ of the log ratio", "goal", "pairs to run", "time"]
     return Section("Planning").add(
         Table(columns, rows, "lrlrr"),

@@ -20,13 +20,14 @@ import pytest
 import torch
 
 from experiments.tiers import TIERS as PROJECT_TIERS
-from harness import cli, markdown, report
+from harness import cli, report
 from harness.console import print_summary
 from harness.errors import InputError
 from harness.folder_format import LOG
 from harness.formatting import format_number, method_label
 from harness.plan import Plan
 from harness.present import run_view
+from harness.present.model import markdown_image, markdown_table
 from harness.protocol_options import ProtocolOptions
 from harness.run import Runner, RunOptions
 from harness.schedule import Arm, Case
@@ -86,8 +87,8 @@ def fixture_section(run: Run) -> str:
     return "\n\n".join(
         [
             "### Fixture tier section",
-            markdown.markdown_table(["arm", "median"], rows),
-            markdown.markdown_image(png, "fixture plot"),
+            markdown_table(["arm", "median"], rows),
+            markdown_image(png, "fixture plot"),
         ]
     )
 
