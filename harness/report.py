@@ -8,16 +8,8 @@ from pathlib import Path
 
 from harness.errors import InputError
 from harness.formatting import code, when
-from harness.present.machine import caveats_section, failures_section, plots_section, telemetry_section
+from harness.present import caveats, protocol_text, results
 from harness.present.model import Section, markdown
-from harness.present.protocol_text import protocol_section
-from harness.present.results import (
-    diagnostics_section,
-    planning_section,
-    results_section,
-    stability_section,
-    verdict_section,
-)
 from harness.present.run_view import LoadedRun
 from harness.present.summary import summary_section, title_section
 from harness.report_env import environment_section
@@ -38,20 +30,20 @@ def _tier_section(run: LoadedRun) -> Section | None:
 
 def _run_section(run: LoadedRun) -> Section:
     parts = (
-        protocol_section,
-        results_section,
-        verdict_section,
-        diagnostics_section,
-        stability_section,
-        planning_section,
-        failures_section,
-        telemetry_section,
-        caveats_section,
-        plots_section,
+        protocol_text.protocol_section,
+        results.results_section,
+        results.verdict_section,
+        results.diagnostics_section,
+        results.stability_section,
+        results.planning_section,
+        results.failures_section,
+        results.telemetry_section,
+        caveats.caveats_section,
+        results.plots_section,
         _tier_section,
     )
     if not run.tier.paired:  # a tier whose rows are not paired trials reads them in its own section
-        parts = (_tier_section, failures_section, caveats_section)
+        parts = (_tier_section, results.failures_section, caveats.caveats_section)
     opening = f"Run folder {code(run.name)}; started {when(run.plan.created)}."
     return Section(run.title, [opening], depth=2).add(*(part(run) for part in parts))
 

@@ -14,7 +14,7 @@ from harness.formatting import (
     method_label,
 )
 from harness.instability import run_flags as instability_flags
-from harness.plan import scheduled_done
+from harness.present.model import Section
 from harness.present.run_view import (
     LoadedRun,
     check_text,
@@ -23,6 +23,7 @@ from harness.present.run_view import (
     is_interrupted,
     plan_ordered,
     plural,
+    scheduled_logged,
     sentence,
 )
 from harness.report_env import resumed_at_other_code, resumed_elsewhere
@@ -30,8 +31,10 @@ from harness.stats import disagreeing_checks
 from harness.tier import Caveat
 from harness.warmup import warmup_sequences
 
-SPANS = "Each pair ran within one slice, so each pair's ratio is of one {what}; the environment table names each slice's."
-TEXTS = {  # code: (headline, detail), each a template filled from the caveat's values
+SPANS = (
+    "Each pair ran within one slice, so its ratio is of one {what}; the environment table names each slice's."
+)
+TEXTS = {  # code: (headline, detail), templates filled from the run's values (a claim's columns, for a claim)
     "same-code": (
         "{kind}: {arms} ran the baseline's code on {device}; {whose} withheld.",
         "{reasons}. Name an arm that runs other code there (on the CPU, candidate-cpu takes the batched path).",
@@ -47,19 +50,17 @@ TEXTS = {  # code: (headline, detail), each a template filled from the caveat's 
     "control": ("A/A control: it measures the noise floor, not a speed-up.", "{text}"),
     "interrupted": (
         "interrupted: {done} of {planned} pairs.",
-        "{logged} of {scheduled} scheduled trials are in the log; the figures cover only what ran. "
-        "`--resume` with this run folder continues it.",
+        "{logged} of {scheduled} scheduled trials are in the log. `--resume` with this run folder continues it.",
     ),
     "failures": (
         "failures: {trials} failed and {count} as infinitely slow.",
-        "A pair whose arm failed has reduction -∞ (whose baseline failed, +100%); no failure is dropped. "
-        "A pair where both arms failed is no evidence: it is left out of the claim and counted.",
+        "A pair whose arm failed has reduction -∞ (whose baseline failed, +100%). No failure is dropped.",
     ),
     "warmup-failures": ("{trials} failed.", "Warm-ups are discarded from the statistics anyway."),
     "warmups-unsettled": (
         "warm-ups never settled in {sequences}: {which}.",
-        "Every warm-up was over {tolerance:g}% faster than its arm's previous before the cap of {cap}. "
-        "The measured trials after them may still be warming.",
+        "Every warm-up was over {tolerance:g}% faster than its arm's previous before the cap of {cap}: the "
+        "measured trials after them may still be warming.",
     ),
     "cpu": ("device cpu: timings on the CPU say nothing about speed on a GPU.", ""),
     "uncommitted": (
@@ -67,16 +68,15 @@ TEXTS = {  # code: (headline, detail), each a template filled from the caveat's 
         "The working tree had changes against {revision} when the run started.",
     ),
     "insufficient": (
-        "insufficient: {label}'s {method} interval does not keep the stated {level:.0f}% with {pairs} pairs.",
+        "insufficient: {label}'s {method} interval does not keep the stated {ci_level:.0%} with {pairs:.0f} pairs.",
         "{reason}",
     ),
     "both-failed": (
-        "{pairs} of {label} left out: both arms failed.",
-        "Such a pair says nothing about the difference. It is counted here and in `claim_diagnostics.csv` "
-        "(`both_failed`), never taken as a reduction of 0.",
+        "{left_out} of {label} left out: both arms failed.",
+        "It is counted here and in `claim_diagnostics.csv` (`both_failed`), never taken as a reduction of 0.",
     ),
     "odd-pairs": (
-        "odd pairs: {label} ran second in {second} pairs and first in {first}, unbalanced.",
+        "odd pairs: {label} ran second in {arm_second:.0f} pairs and first in {arm_first:.0f}, unbalanced.",
         "An order effect is not averaged out of the estimate; the diagnostics give its estimate ({order}).",
     ),
     "checks-disagree": (
@@ -108,12 +108,9 @@ def caveats(run: LoadedRun) -> list[Caveat]:
         kind = "an A/A in effect" if all_same_code(plan) else "partly an A/A in effect"
         whose = "its verdict is" if len(same) == 1 else "their verdicts are"
         reasons = "; ".join(f"{label}: {reason}" for label, reason in same.items())
-        out.append(
-            _caveat(
-                "same-code", kind=kind, arms=", ".join(same), device=p.device, whose=whose, reasons=reasons
-            )
-        )
-    out += list(run.tier.caveats(run))
+        arms = ", ".join(same)
+        out.append(_caveat("same-code", kind=kind, arms=arms, device=p.device, whose=whose, reasons=reasons))
+    out += run.tier.caveats(run)
     out += [_caveat("spans-machines", k=k, machine=m) for k, m in resumed_elsewhere(run.env)]
     start = code(run.env.get("git_revision"))
     out += [
@@ -123,14 +120,12 @@ def caveats(run: LoadedRun) -> list[Caveat]:
     if p.control:
         out.append(_caveat("control", text=control_text(run)))
     if is_interrupted(plan, trials):
-        planned = sum(
-            len({t.round for t in plan.schedule if t.case == c.label and t.phase == "measured"})
-            for c in plan.cases
-        )
-        rows = [] if trials.empty else trials[["index"]].to_dict("records")
-        done, logged = completed_pairs(plan, trials), scheduled_done(plan, rows)
+        rounds = {(t.case, t.round) for t in plan.schedule if t.phase == "measured"}
+        done, logged = completed_pairs(plan, trials), scheduled_logged(plan, trials)
         out.append(
-            _caveat("interrupted", done=done, planned=planned, logged=logged, scheduled=len(plan.schedule))
+            _caveat(
+                "interrupted", done=done, planned=len(rounds), logged=logged, scheduled=len(plan.schedule)
+            )
         )
     failed = trials if trials.empty else trials[trials["status"] != "ok"]
     counts = failed["phase"].value_counts() if len(failed) else {}
@@ -140,18 +135,15 @@ def caveats(run: LoadedRun) -> list[Caveat]:
         out.append(_caveat("failures", trials=plural(measured, "measured trial"), count=count))
     if warmups:
         out.append(_caveat("warmup-failures", trials=plural(warmups, "warm-up trial")))
-    rows = [] if trials.empty else trials.to_dict("records")
-    unsettled = [w for w in warmup_sequences(rows, p) if w.capped]
+    unsettled = [
+        w for w in warmup_sequences([] if trials.empty else trials.to_dict("records"), p) if w.capped
+    ]
     if unsettled:
         which = ", ".join(f"{w.reason} ({w.warmups} warm-ups)" for w in unsettled)
-        sequences = plural(len(unsettled), "sequence")
+        sequences, tolerance = plural(len(unsettled), "sequence"), p.warmup_tolerance
         out.append(
             _caveat(
-                "warmups-unsettled",
-                sequences=sequences,
-                which=which,
-                tolerance=p.warmup_tolerance,
-                cap=p.max_warmup,
+                "warmups-unsettled", sequences=sequences, which=which, tolerance=tolerance, cap=p.max_warmup
             )
         )
     if p.device == "cpu" and run.tier.paired:
@@ -160,63 +152,45 @@ def caveats(run: LoadedRun) -> list[Caveat]:
         out.append(_caveat("uncommitted", revision=start))
     if not run.tier.paired:  # pairs, intervals and bars mean nothing to it
         return out
-    return out + _claim_caveats(run) + _stability_caveats(run)
-
-
-def _claim_caveats(run: LoadedRun) -> list[Caveat]:
-    """One caveat per claim and kind; beyond three claims of a kind, one that lists them."""
-    found: dict[str, list[Caveat]] = {reason: [] for reason in ONE_FOR_MANY}
-    for _, c in plan_ordered(run.summaries.claims, run).iterrows():
-        label = f"{c['arm']} vs {c['baseline_arm']}" + (f" ({c['case']})" if len(run.plan.cases) > 1 else "")
-        if not c["ci_sufficient"]:
-            reason = sentence(str(c["ci_reason"])) if c["ci_reason"] else ""
-            level, pairs = 100 * float(c["ci_level"]), int(c["pairs"])
-            found["insufficient"].append(
-                _caveat(
-                    "insufficient",
-                    label=label,
-                    method=method_label(c),
-                    level=level,
-                    pairs=pairs,
-                    reason=reason,
-                )
-            )
-        if int(c["both_failed"]):
-            found["both-failed"].append(
-                _caveat("both-failed", pairs=plural(int(c["both_failed"]), "pair"), label=label)
-            )
-        if c["arm_second"] != c["arm_first"]:
-            second, first, order = int(c["arm_second"]), int(c["arm_first"]), diagnostic_text(c, "order")
-            found["odd-pairs"].append(
-                _caveat("odd-pairs", label=label, second=second, first=first, order=order)
-            )
-        disagree = disagreeing_checks(c)
-        if disagree:
-            checks = ", ".join(f"{name} {c[f'{prefix}_verdict']}" for name, prefix in disagree)
-            intervals = "; ".join(f"{name}: {check_text(c, prefix)}" for name, prefix in disagree)
-            found["checks-disagree"].append(
-                _caveat(
-                    "checks-disagree", label=label, verdict=c["verdict"], checks=checks, intervals=intervals
-                )
-            )
-    out = []
-    for reason, items in found.items():
-        many = Caveat(ONE_FOR_MANY[reason].format(n=len(items)), " ".join(c.headline for c in items), reason)
-        out += items if len(items) <= 3 else [many]
-    return out
-
-
-def _stability_caveats(run: LoadedRun) -> list[Caveat]:
-    """The instability flags (beyond three, one that counts them), and a run without a bar."""
-    flags = instability_flags(run.summaries.trials, run.env)
+    flags = instability_flags(trials, run.env)
     heads = (
         [f.reason for f in flags]
         if len(flags) <= 3
         else [f"{len(flags)} flags (the stability section lists them)"]
     )
-    out = [_caveat("unstable", head=head) for head in heads]
-    p = run.plan.protocol
+    out += _claim_caveats(run) + [_caveat("unstable", head=head) for head in heads]
     return out + ([_caveat("no-bar")] if p.bar is None and not p.control else [])
+
+
+def _claim_caveats(run: LoadedRun) -> list[Caveat]:
+    """One caveat per claim and kind; beyond three claims of a kind, one that lists them."""
+    found: dict[str, list[Caveat]] = {kind: [] for kind in ONE_FOR_MANY}
+    for _, c in plan_ordered(run.summaries.claims, run).iterrows():
+        disagree = disagreeing_checks(c)
+        values = {
+            **c,
+            "label": f"{c['arm']} vs {c['baseline_arm']}"
+            + (f" ({c['case']})" if len(run.plan.cases) > 1 else ""),
+            "method": method_label(c),
+            "reason": sentence(str(c["ci_reason"])) if c["ci_reason"] else "",
+            "left_out": plural(int(c["both_failed"]), "pair"),
+            "order": diagnostic_text(c, "order"),
+            "checks": ", ".join(f"{name} {c[f'{prefix}_verdict']}" for name, prefix in disagree),
+            "intervals": "; ".join(f"{name}: {check_text(c, prefix)}" for name, prefix in disagree),
+        }
+        present = {
+            "insufficient": not c["ci_sufficient"],
+            "both-failed": int(c["both_failed"]),
+            "odd-pairs": c["arm_second"] != c["arm_first"],
+            "checks-disagree": disagree,
+        }
+        for kind in (kind for kind, there in present.items() if there):
+            found[kind].append(_caveat(kind, **values))
+    out = []
+    for kind, items in found.items():
+        many = Caveat(ONE_FOR_MANY[kind].format(n=len(items)), " ".join(c.headline for c in items), kind)
+        out += items if len(items) <= 3 else [many]
+    return out
 
 
 def control_text(run: LoadedRun) -> str:
@@ -232,3 +206,8 @@ def control_text(run: LoadedRun) -> str:
         for _, c in plan_ordered(controls, run).iterrows()
     ]
     return text + (": difference " + "; ".join(parts) if parts else "") + "."
+
+
+def caveats_section(run: LoadedRun) -> Section:
+    items = "\n".join(f"- {c}" for c in caveats(run))
+    return Section("Caveats").add(items or "None derived from the tier or the data.")
