@@ -10,6 +10,7 @@ from typing import Any, Union
 from harness.formatting import cell
 
 STATISTICS_DOC = "docs/statistics.md"  # the methods, explained once (the report links it)
+METHODS_DOC = "docs/methods.md"  # the verdict rule, stated once
 
 
 @dataclass(frozen=True)

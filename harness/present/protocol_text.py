@@ -11,7 +11,7 @@ import pandas as pd
 from harness.design import estimand
 from harness.formatting import NOT_RECORDED, code, format_bytes, format_limit, is_missing, when
 from harness.plan import DUET_FILLER_FORMAT, WHOLE_PAIRS_FORMAT, Plan
-from harness.present.model import STATISTICS_DOC, Section
+from harness.present.model import METHODS_DOC, STATISTICS_DOC, Section
 from harness.present.run_view import LoadedRun, extra_warmups, plural, warmup_sequence_text
 from harness.protocol import IDLE_GAP_SECONDS
 from harness.sequential import look_level
@@ -68,22 +68,17 @@ def round_orders(plan: Plan) -> str:
     return ", ".join(shown[:6]) + (", …" if len(shown) > 6 else "")
 
 
-def _order(plan: Plan) -> str:
-    """The order of a round's arms, in words."""
-    p, orders = plan.protocol, round_orders(plan)
-    if p.order == "duet":
-        filler = (
-            "the arm that ends first runs discarded fillers until its partner ends"
-            if plan.format >= DUET_FILLER_FORMAT
-            else "the arm that ended first left its partner to finish alone, which favours the slower arm"
-        )
-        return f"duet rounds ({orders}): a round's arms run at once, each on its own share of the worker cores; {filler}"
-    words = {"alternate": "counterbalanced order", "abba": "ABBA blocks"}
-    return (
-        f"{words[p.order]} ({orders})"
-        if p.order in words
-        else (f"an order shuffled within each round by a generator seeded with {p.seed} ({orders})")
-    )
+ORDERS = {  # --order in words; {orders}: the first rounds' orders as run
+    "alternate": "counterbalanced order ({orders})",
+    "abba": "ABBA blocks ({orders})",
+    "random": "an order shuffled within each round by a generator seeded with {seed} ({orders})",
+    "duet": "duet rounds ({orders}): a round's arms run at once, each on its own share of the worker cores; the "
+    "arm that {filler}",
+}
+FILLERS = (  # what the arm that ends a duet round first does, before and since DUET_FILLER_FORMAT
+    "ended first left its partner to finish alone, which favours the slower arm",
+    "ends first runs discarded fillers until its partner ends",
+)
 
 
 def _design(plan: Plan) -> str:
@@ -91,37 +86,37 @@ def _design(plan: Plan) -> str:
     arms: dict[str, Any] = {}
     for arm in (arm for case in plan.cases for arm in case.arms):
         arms.setdefault(arm.label, arm)
-    arms_per_case = max(len(c.arms) for c in plan.cases) if plan.cases else 2
-    unit = (
-        ("pair" if p.pairs == 1 else "pairs")
-        if arms_per_case == 2
-        else (f"rounds (each of the {arms_per_case} arms once per round)")
-    )
-    looks = list(pair_looks(p.first_look, p.max_pairs))
+    per_round = max(len(c.arms) for c in plan.cases) if plan.cases else 2
     count = (
-        f"rounds chosen by the stopping rule (`--pairs auto`: looks at {looks} pairs)"
-        if p.auto
-        else f"{p.pairs} {unit}"
+        plural(p.pairs, "pair")
+        if per_round == 2
+        else f"{p.pairs} rounds (each of the {per_round} arms once per round)"
     )
-    first = (
-        f"warm-up trials until one is at most {p.warmup_tolerance:g}% faster than its arm's previous (log ratio; "
-        f"`--warmup auto`, at most {p.max_warmup}, then the run goes on unsettled)"
-        if p.auto_warmup
-        else plural(p.warmup, "warm-up trial")
-    )
+    if p.auto:
+        looks = list(pair_looks(p.first_look, p.max_pairs))
+        count = f"rounds chosen by the stopping rule (`--pairs auto`: looks at {looks} pairs)"
+    first = plural(p.warmup, "warm-up trial")
+    if p.auto_warmup:
+        first = (
+            f"warm-up trials until one is at most {p.warmup_tolerance:g}% faster than its arm's previous (log "
+            f"ratio; `--warmup auto`, at most {p.max_warmup}, then the run goes on unsettled)"
+        )
     budget = (
         "none"
         if p.budget is None
-        else (f"{format_bytes(p.budget)} (device memory capped through the per-process memory fraction)")
+        else f"{format_bytes(p.budget)} (device memory capped through the per-process memory fraction)"
+    )
+    filler = FILLERS[plan.format >= DUET_FILLER_FORMAT]
+    order = ORDERS.get(p.order, ORDERS["random"]).format(
+        orders=round_orders(plan), seed=p.seed, filler=filler
     )
     resume = "auto" if p.auto_warmup else "fixed" if plan.format >= WHOLE_PAIRS_FORMAT else "old"
+    arm_words = (_described(a.label, a.params, f"{a.role}, spec {code(a.spec)}") for a in arms.values())
     design = [
-        "Arms: "
-        + "; ".join(_described(a.label, a.params, f"{a.role}, spec {code(a.spec)}") for a in arms.values())
-        + ".",
-        "Cases: " + ", ".join(_described(c.label, c.params) for c in plan.cases) + ".",
+        f"Arms: {'; '.join(arm_words)}.",
+        f"Cases: {', '.join(_described(c.label, c.params) for c in plan.cases)}.",
         f"Per case, first {first} (cycling through the arms; kept in the log as `phase=warmup`, discarded from "
-        f"every statistic), then {count}, in {_order(plan)}.",
+        f"every statistic), then {count}, in {order}.",
         RESUMES[resume],
         f"Estimand: {estimand(p.order)}.",
         f"Isolation: {plan.isolation or NOT_RECORDED}.",
@@ -130,9 +125,8 @@ def _design(plan: Plan) -> str:
         "their data" + (", and the order)." if p.order == "random" else ")."),
     ]
     if plan.settings:
-        design.append(
-            f"Tier options: {code(', '.join(f'{k}={json.dumps(v, sort_keys=True)}' for k, v in plan.settings.items()))}."
-        )
+        options = ", ".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in plan.settings.items())
+        design.append(f"Tier options: {code(options)}.")
     return " ".join(design)
 
 
@@ -165,24 +159,13 @@ def protocol_section(run: LoadedRun) -> Section:
 
 
 def verdict_rule(plan: Plan) -> str:
-    """How the verdicts read the interval, for a claim's bar and an A/A arm's tolerance."""
+    """The limits the verdicts read the interval against; the rule itself is stated in ``METHODS_DOC``."""
     settings = ClaimSettings.from_protocol(plan.protocol)
-    parts = []
-    if settings.bar_percent is not None:
-        parts.append(
-            f"a claim against {format_limit(settings.bar_percent, False)} `clears` when the whole interval lies "
-            "above it, `fails` when it lies wholly below, `ambiguous` when it straddles or touches it"
-        )
-    if settings.tolerance_percent is not None:
-        parts.append(
-            f"an A/A arm against {format_limit(settings.tolerance_percent, True)} is `within` when the whole "
-            "interval lies strictly inside it, `outside` when wholly beyond it, `ambiguous` otherwise"
-        )
-    if not parts:
+    limits = [(settings.bar_percent, False), (settings.tolerance_percent, True)]
+    words = [format_limit(value, control) for value, control in limits if value is not None]
+    if not words:
         return "No bar was set, so there is no verdict."
-    return (
-        "Verdicts: " + "; ".join(parts) + "; `insufficient` when the interval does not keep its stated level."
-    )
+    return f"Verdicts against {' and '.join(words)} read the interval as the verdict table of `{METHODS_DOC}` says."
 
 
 def stopping_text(plan: Plan) -> str:
