@@ -64,19 +64,19 @@ def resolve_output(folders: Sequence[RunFolder], output: Path | None) -> Path:
                 f"{len(folders)} run folders make one combined report: name it with -o, e.g. -o reports/NAME.md"
             )
         return folders[0].path / REPORT_NAME
-    why = unnameable(output)
-    if why:
-        raise InputError(f"-o '{output}': {why}; give a file path ending in .md, e.g. reports/NAME.md")
-    output = Path(output)
-    if output.suffix.lower() != ".md":
-        raise InputError(
-            f"-o '{output}' is not a markdown file; give a path ending in .md, e.g. reports/NAME.md"
-        )
-    if output.is_dir():
-        raise InputError(
-            f"-o '{output}' is a directory; give a file path ending in .md, e.g. reports/NAME.md"
-        )
-    return output
+    why, path = unnameable(output), Path(output)
+    problem = (
+        f": {why}"
+        if why
+        else " is not a markdown file"
+        if path.suffix.lower() != ".md"
+        else " is a directory"
+        if path.is_dir()
+        else ""
+    )
+    if problem:
+        raise InputError(f"-o '{output}'{problem}; give a file path ending in .md, e.g. reports/NAME.md")
+    return path
 
 
 def _load(folders: Sequence[RunFolder], output: Path, tiers: TierRegistry, drawn_in: Path) -> list[LoadedRun]:

@@ -776,7 +776,7 @@ def _tree(path: Path) -> dict[str, bytes]:
         ([], "no run folder given"),
         (["{missing}"], "is not a run folder: no such directory"),
         (["{plain}"], "is not a run folder: it has no plan.json"),
-        (["{run}", "-o", "{tmp}/report.txt"], "is not a markdown file; give a path ending in .md"),
+        (["{run}", "-o", "{tmp}/report.txt"], "is not a markdown file; give a file path ending in .md"),
         (["{run}", "{run}", "-o", "{tmp}/both.md"], "is given twice"),
         (["{run}", "{run2}"], "name it with -o"),
     ],
