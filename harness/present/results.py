@@ -262,21 +262,14 @@ def failures_section(run: LoadedRun) -> Section:
     out.add(f"{plural(len(failed), 'failed trial')}; measured ones count as infinitely slow.")
     oom = failed[failed["status"] == "resource_failure"]
     if len(oom):
+        shown = oom.reindex(columns=["index", "case", "phase", "round", "arm", *OOM_FIELDS])
+        shown = shown.astype({"index": int, "round": int}).assign(
+            **{k: shown[k].map(format_bytes) for k in OOM_FIELDS}
+        )
         columns = ["trial", "case", "phase", "round", "arm", *(k.removeprefix("oom_") for k in OOM_FIELDS)]
-        rows = [
-            [
-                int(r["index"]),
-                r["case"],
-                r["phase"],
-                int(r["round"]),
-                r["arm"],
-                *(format_bytes(r.get(k)) for k in OOM_FIELDS),
-            ]
-            for _, r in oom.iterrows()
-        ]
         out.add(
             "Out of memory (`resource_failure`), with the byte figures parsed from the error:",
-            Table(columns, rows, "rllrl" + "r" * 6),
+            Table(columns, shown.values.tolist(), "rllrl" + "r" * 6),
         )
     other = failed[failed["status"] != "resource_failure"]
     if len(other):
