@@ -20,7 +20,6 @@ from harness.present.run_view import (
     check_text,
     completed_pairs,
     diagnostic_text,
-    is_interrupted,
     plan_ordered,
     plural,
     scheduled_logged,
@@ -119,7 +118,7 @@ def caveats(run: LoadedRun) -> list[Caveat]:
     ]
     if p.control:
         out.append(_caveat("control", text=control_text(run)))
-    if is_interrupted(plan, trials):
+    if scheduled_logged(plan, trials) < len(plan.schedule):  # interrupted
         rounds = {(t.case, t.round) for t in plan.schedule if t.phase == "measured"}
         done, logged = completed_pairs(plan, trials), scheduled_logged(plan, trials)
         out.append(

@@ -34,7 +34,6 @@ from harness.present.run_view import (
     claim_sentence,
     diagnostic_text,
     duration,
-    level,
     limit_text,
     pairs_text,
     peak_median,
@@ -341,16 +340,13 @@ def plots_section(run: LoadedRun) -> Section:
         return out.add("No complete pair: no reduction plot.")
     pairs, claims = plan_ordered(summaries.pairs, run), plan_ordered(summaries.claims, run)
     reductions = plots.plot_reductions(pairs, claims, plan, run.figures_dir / "reductions.png")
-    limit = (
-        ""
-        if plan.protocol.bar is None
-        else ", the dashed lines the tolerance"
-        if plan.protocol.control
-        else ", the dashed line the bar"
-    )
+    limit = ", the dashed lines the tolerance" if plan.protocol.control else ", the dashed line the bar"
+    limit = "" if plan.protocol.bar is None else limit
+    first = summaries.claims.iloc[0]
+    level = f"{100 * float(first['ci_level']):.0f}% {method_label(first)} interval"
     return out.add(
         Image(reductions, f"{plan.tier}: paired reductions"),
         "Paired reductions: one point per pair (its arm's marker), the black tick is the median, the thick grey "
-        f"line the primary interval ({level(run)}; an arrowhead where it runs past the axis); a pair far beyond "
+        f"line the primary interval ({level}; an arrowhead where it runs past the axis); a pair far beyond "
         f"the rest is drawn at the axis edge with its value{limit}; right of zero is faster.",
     )

@@ -14,7 +14,6 @@ from harness.formatting import (
     format_range,
     format_value,
     is_missing,
-    method_label,
 )
 from harness.plan import Plan, scheduled_done
 from harness.stats import ClaimSettings, finished, numeric_column
@@ -133,13 +132,8 @@ def completed_pairs(plan: Plan, trials: pd.DataFrame) -> int:
 
 
 def scheduled_logged(plan: Plan, trials: pd.DataFrame) -> int:
-    """How many of the schedule's trials the log holds (extra warm-ups, outside the schedule, do not count)."""
+    """How many of the schedule's trials the log holds (extra warm-ups, outside it, do not count)."""
     return scheduled_done(plan, [] if trials.empty else trials[["index"]].to_dict("records"))
-
-
-def is_interrupted(plan: Plan, trials: pd.DataFrame) -> bool:
-    """Some scheduled trial has no row."""
-    return scheduled_logged(plan, trials) < len(plan.schedule)
 
 
 def extra_warmups(trials: pd.DataFrame) -> pd.DataFrame:
@@ -241,12 +235,3 @@ def duration(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.0f} s"
     return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
-
-
-def level(run: LoadedRun) -> str:
-    """The primary interval's description for the protocol text."""
-    claims = run.summaries.claims
-    if claims.empty:
-        return "calibrated t interval"
-    claim = claims.iloc[0]
-    return f"{100 * float(claim['ci_level']):.0f}% {method_label(claim)} interval"
