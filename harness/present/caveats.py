@@ -194,7 +194,10 @@ def _claim_caveats(run: LoadedRun) -> list[Caveat]:
 
 def control_text(run: LoadedRun) -> str:
     """What an A/A control is, with its figure where it has one."""
-    text = "The first arm ran against itself through the same machinery: its reductions are this machine's noise floor"
+    text = (
+        "The first arm ran against itself through the same machinery, so its reductions are this machine's "
+        "noise floor"
+    )
     claims = run.summaries.claims
     controls = claims[claims["kind"] == "control"] if not claims.empty else claims
     parts = [

@@ -53,7 +53,10 @@ def log_span(trials: pd.DataFrame) -> str | None:
     last = max(s + _dt.timedelta(seconds=d) for s, d in starts)
     seconds = (last - first).total_seconds()
     span = f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
-    return f"The first trial started {when(first.isoformat())} and the last ended {when(last.isoformat())} ({span})."
+    return (
+        f"The first trial started {when(first.isoformat())} and the last ended {when(last.isoformat())} "
+        f"({span})."
+    )
 
 
 def round_orders(plan: Plan) -> str:
@@ -141,7 +144,8 @@ def protocol_section(run: LoadedRun) -> Section:
     resumes = run.env.get("resumes") or []
     if resumes:  # a log that repeats a trial is refused when it is read (harness.validation.check_log)
         log.append(
-            f"The run was resumed {plural(len(resumes), 'time')}; the log holds each scheduled trial at most once (none re-run)."
+            f"The run was resumed {plural(len(resumes), 'time')}; "
+            "the log holds each scheduled trial at most once (none re-run)."
         )
     sequences = warmup_sequence_text(plan, trials)
     if sequences:
@@ -165,7 +169,8 @@ def verdict_rule(plan: Plan) -> str:
     words = [format_limit(value, control) for value, control in limits if value is not None]
     if not words:
         return "No bar was set, so there is no verdict."
-    return f"Verdicts against {' and '.join(words)} read the interval as the verdict table of `{METHODS_DOC}` says."
+    against = " and ".join(words)
+    return f"Verdicts against {against} read the interval as the verdict table of `{METHODS_DOC}` says."
 
 
 def stopping_text(plan: Plan) -> str:

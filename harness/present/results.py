@@ -322,7 +322,8 @@ def telemetry_section(run: LoadedRun) -> Section | None:
         path = plots.plot_telemetry(trials, run.plan, present, run.figures_dir / "telemetry.png")
         out.add(
             Image(path, f"{run.plan.tier}: each trial's figure against its telemetry"),
-            "Each trial's figure (y) against what was read around it (x): measured trials filled, warm-ups hollow.",
+            "Each trial's figure (y) against what was read around it (x): "
+            "measured trials filled, warm-ups hollow.",
         )
     return out
 

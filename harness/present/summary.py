@@ -151,11 +151,13 @@ def summary_section(runs: list[LoadedRun]) -> Section:
             out.add(prefix[run.number] + side)
         elif several and run.kind == "A/A control":
             out.add(
-                f"Run {run.number} is an A/A control. {control_text(run)} Read the other runs' reductions against it."
+                f"Run {run.number} is an A/A control. {control_text(run)} "
+                "Read the other runs' reductions against it."
             )
         elif several and run.kind == "claim + A/A control" and run.summaries.claims.empty:
             out.add(
-                f"Run {run.number} (claim + A/A control) has no complete pair yet: neither its claim nor its noise floor."
+                f"Run {run.number} (claim + A/A control) has no complete pair yet: "
+                "neither its claim nor its noise floor."
             )
     for run in runs:
         for other, text in run.tier.bounds(run, [r for r in runs if r is not run]):

@@ -339,7 +339,10 @@ def test_a_control_says_it_is_the_noise_floor(tmp_path: Path, no_gc) -> None:
     assert "The first arm ran against itself" in text and "difference" in text
     assert "This run is an A/A control" in text
     # The plan's --bar 8 is, for a control of one arm, the tolerance ±8%: the differences lie inside it.
-    assert "Verdicts against the ±8% tolerance read the interval as the verdict table of `docs/methods.md`" in text
+    assert (
+        "Verdicts against the ±8% tolerance read the interval as the verdict table of `docs/methods.md`"
+        in text
+    )
     assert (
         "| ±8% | **within** |" in text
         and "lies inside the ±8% tolerance: the noise floor is within it" in text
