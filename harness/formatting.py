@@ -1,7 +1,8 @@
-"""One way to write every figure the harness shows, in the console and in reports alike."""
+"""One way to write every figure and value the harness shows, in the console and in reports alike."""
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 import re
 import sys
@@ -134,11 +135,6 @@ def method_label(claim: Any) -> str:
     return method.split(",")[0] or "n/a"
 
 
-def interval_estimand(claim: Any) -> str:
-    """What a claim's verdict interval estimates: the median reduction (a failure ranked slowest)."""
-    return "median reduction"
-
-
 def format_levels(claim: Any) -> str:
     """The stated and the attained level of a claim's interval."""
     stated, attained = claim.get("ci_level"), claim.get("ci_attained")
@@ -155,3 +151,34 @@ def without_controls(text: Any) -> str:
     """``text`` with terminal escapes removed and other control characters shown as ``\\xNN``."""
     plain = TERMINAL_ESCAPE.sub("", str(text))
     return "".join(c if c.isprintable() or c in "\n\t" else f"\\x{ord(c):02x}" for c in plain)
+
+
+NOT_RECORDED = "not recorded"
+
+
+def plain(value: Any) -> str:
+    """A recorded value as text, or 'not recorded'."""
+    return NOT_RECORDED if is_missing(value) or value == "" else str(value)
+
+
+def cell(text: Any) -> str:
+    """A markdown table cell: one line, pipes escaped."""
+    return " ".join(without_controls(text).split()).replace("|", "\\|")
+
+
+def code(text: Any) -> str:
+    """Inline code that survives backticks in the text."""
+    return "`" + " ".join(without_controls(text).split()).replace("`", "'") + "`"
+
+
+def when(iso: Any) -> str:
+    """``2026-11-29T21:11:28+00:00`` → ``2026-11-29 21:11:28 UTC``."""
+    if is_missing(iso) or not iso:
+        return NOT_RECORDED
+    try:
+        moment = _dt.datetime.fromisoformat(str(iso))
+    except ValueError:
+        return str(iso)
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(_dt.timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S") + (" UTC" if moment.tzinfo is not None else "")

@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from harness.errors import InputError
-from harness.markdown import code, when
-from harness.present.machine import caveats_section, failures_section, plots_section, telemetry_section
+from harness.formatting import code, when
+from harness.present import caveats, protocol_text, results
 from harness.present.model import Section, markdown
-from harness.present.protocol_text import protocol_section
-from harness.present.results import (
-    diagnostics_section,
-    planning_section,
-    results_section,
-    stability_section,
-    verdict_section,
-)
 from harness.present.run_view import LoadedRun
 from harness.present.summary import summary_section, title_section
 from harness.report_env import environment_section
-from harness.report_staging import remove_stale_staging, staging_folder
 from harness.safe_fs import remove_tree
 from harness.tables import RunFolder, RunFolderWriteError, check_can_write, unnameable, write_atomic
 from harness.tier import Run, TierRegistry
@@ -38,20 +30,20 @@ def _tier_section(run: LoadedRun) -> Section | None:
 
 def _run_section(run: LoadedRun) -> Section:
     parts = (
-        protocol_section,
-        results_section,
-        verdict_section,
-        diagnostics_section,
-        stability_section,
-        planning_section,
-        failures_section,
-        telemetry_section,
-        caveats_section,
-        plots_section,
+        protocol_text.protocol_section,
+        results.results_section,
+        results.verdict_section,
+        results.diagnostics_section,
+        results.stability_section,
+        results.planning_section,
+        results.failures_section,
+        results.telemetry_section,
+        caveats.caveats_section,
+        results.plots_section,
         _tier_section,
     )
     if not run.tier.paired:  # a tier whose rows are not paired trials reads them in its own section
-        parts = (_tier_section, failures_section, caveats_section)
+        parts = (_tier_section, results.failures_section, caveats.caveats_section)
     opening = f"Run folder {code(run.name)}; started {when(run.plan.created)}."
     return Section(run.title, [opening], depth=2).add(*(part(run) for part in parts))
 
@@ -72,34 +64,52 @@ def resolve_output(folders: Sequence[RunFolder], output: Path | None) -> Path:
                 f"{len(folders)} run folders make one combined report: name it with -o, e.g. -o reports/NAME.md"
             )
         return folders[0].path / REPORT_NAME
-    why = unnameable(output)
-    if why:
-        raise InputError(f"-o '{output}': {why}; give a file path ending in .md, e.g. reports/NAME.md")
-    output = Path(output)
-    if output.suffix.lower() != ".md":
-        raise InputError(
-            f"-o '{output}' is not a markdown file; give a path ending in .md, e.g. reports/NAME.md"
-        )
-    if output.is_dir():
-        raise InputError(
-            f"-o '{output}' is a directory; give a file path ending in .md, e.g. reports/NAME.md"
-        )
-    return output
-
-
-def _figures_names(output: Path, count: int) -> list[str]:
-    """The figures folders' names beside the markdown: ``<stem>-figures``, or ``<stem>-figures-<k>`` each."""
-    return [f"{output.stem}-figures" + (f"-{k}" if count > 1 else "") for k in range(1, count + 1)]
+    why, path = unnameable(output), Path(output)
+    problem = (
+        f": {why}"
+        if why
+        else " is not a markdown file"
+        if path.suffix.lower() != ".md"
+        else " is a directory"
+        if path.is_dir()
+        else ""
+    )
+    if problem:
+        raise InputError(f"-o '{output}'{problem}; give a file path ending in .md, e.g. reports/NAME.md")
+    return path
 
 
 def _load(folders: Sequence[RunFolder], output: Path, tiers: TierRegistry, drawn_in: Path) -> list[LoadedRun]:
-    """The runs, each to draw its figures in its folder's name under ``drawn_in``."""
+    """The runs, each to draw its figures under ``drawn_in`` in ``<stem>-figures`` (``-<k>`` each of several)."""
+    several = len(folders) > 1
     runs = []
-    names = _figures_names(output, len(folders))
-    for number, (folder, name) in enumerate(zip(folders, names, strict=True), start=1):
-        run = Run.load(folder, drawn_in / name, tiers)
-        runs.append(LoadedRun(**vars(run), number=number, several=len(folders) > 1, tiers=tiers))
+    for number, folder in enumerate(folders, start=1):
+        run = Run.load(folder, drawn_in / (f"{output.stem}-figures" + f"-{number}" * several), tiers)
+        runs.append(LoadedRun(**vars(run), number=number, several=several, tiers=tiers))
     return runs
+
+
+def _staging(report: Path, pid: int | str = "*") -> Path:
+    """Where a report process draws its figures first: ``<stem>-figures.<pid>.partial`` (a glob for any pid)."""
+    return report.parent / f"{report.stem}-figures.{pid}.partial"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def _remove_stale_staging(report: Path) -> None:
+    """Remove the staging folders of reports of ``report`` whose process is gone (and this process's own)."""
+    for folder in report.parent.glob(_staging(report).name):
+        pid = folder.name[len(f"{report.stem}-figures.") : -len(".partial")]
+        if pid.isdigit() and (int(pid) == os.getpid() or not _alive(int(pid))):
+            remove_tree(folder)
 
 
 def render(runs: list[LoadedRun]) -> str:
@@ -118,13 +128,13 @@ def write_report(
         check_can_write(path.parent, "run folder", "write the report elsewhere with -o NAME.md")
     else:
         check_can_write(path.parent, "-o")
-    staging = staging_folder(path)  # this report's own: two reports of one folder never share it
+    staging = _staging(path, os.getpid())  # this report's own: two reports of one folder never share it
     runs = _load(folders, path, tiers or TierRegistry(), staging)
     for run in runs:  # a file where the figures go is refused before anything is drawn
         final = path.parent / run.figures_dir.name
         check_can_write(final, "the report's figures folder", "move it, or name the report otherwise with -o")
         _check_only_figures(final)
-    remove_stale_staging(path)  # left by a report killed outright
+    _remove_stale_staging(path)  # left by a report killed outright
     try:
         for folder in [path.parent, *(run.figures_dir for run in runs)]:
             try:

@@ -5,9 +5,16 @@ from __future__ import annotations
 from itertools import groupby
 from typing import Any
 
-from harness.formatting import format_bytes, is_missing
-from harness.markdown import NOT_RECORDED, code, plain, when
+from harness.formatting import NOT_RECORDED, code, format_bytes, is_missing, plain, when
 from harness.present.model import Section, Table
+
+SPEED_SETTINGS = (  # (words, env key, an on/off flag): the settings that change a GPU's speed
+    ("TF32 matmul", "tf32_matmul", True),
+    ("TF32 cuDNN", "tf32_cudnn", True),
+    ("float32 matmul precision", "float32_matmul_precision", False),
+    ("cudnn.benchmark", "cudnn_benchmark", True),
+    ("deterministic algorithms", "deterministic_algorithms", True),
+)
 
 
 def _cudnn(value: Any) -> str:
@@ -41,21 +48,12 @@ def _machine(boot: Any, gpus: Any) -> str:
     return ", ".join([f"boot {code(boot)}" if boot else f"boot {NOT_RECORDED}", *cards])
 
 
-def _same_machine(start: dict[str, Any], later: dict[str, Any], later_gpus: Any) -> bool | None:
-    """Whether a slice ran where the run started (boot and cards), None where either is not recorded."""
+def _same_machine(start: dict[str, Any], later: dict[str, Any]) -> bool | None:
+    """Whether a resume ran where the run started (boot and cards), None where either is not recorded."""
     if not start.get("boot_id") or not later.get("boot_id"):
         return None
-    cards = [[g.get("uuid") for g in gpus or []] for gpus in (start.get("gpus_start"), later_gpus)]
+    cards = [[g.get("uuid") for g in gpus or []] for gpus in (start.get("gpus_start"), later.get("gpus"))]
     return start["boot_id"] == later["boot_id"] and cards[0] == cards[1]
-
-
-def resumed_elsewhere(env: dict[str, Any]) -> list[tuple[int, str]]:
-    """(resume number, its machine) for every resume recorded on another machine than the run's start."""
-    return [
-        (k, _machine(resume.get("boot_id"), resume.get("gpus")))
-        for k, resume in enumerate(env.get("resumes") or [], start=1)
-        if _same_machine(env, resume, resume.get("gpus")) is False
-    ]
 
 
 def _other_revision(env: dict[str, Any], resume: dict[str, Any]) -> bool | None:
@@ -65,35 +63,22 @@ def _other_revision(env: dict[str, Any], resume: dict[str, Any]) -> bool | None:
     return resume["git_revision"] != env["git_revision"] or bool(resume.get("git_dirty"))
 
 
+def _resumes(env: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    return list(enumerate(env.get("resumes") or [], start=1))
+
+
+def resumed_elsewhere(env: dict[str, Any]) -> list[tuple[int, str]]:
+    """(resume number, its machine) for every resume recorded on another machine than the run's start."""
+    return [
+        (k, _machine(r.get("boot_id"), r.get("gpus")))
+        for k, r in _resumes(env)
+        if _same_machine(env, r) is False
+    ]
+
+
 def resumed_at_other_code(env: dict[str, Any]) -> list[tuple[int, str]]:
     """(resume number, its revision) for every resume recorded at other code than the run's start."""
-    return [
-        (k, resume["git_revision"])
-        for k, resume in enumerate(env.get("resumes") or [], start=1)
-        if _other_revision(env, resume)
-    ]
-
-
-def _code_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
-    """The code of every resume that recorded it (older runs did not)."""
-    return [
-        (f"… code at resume {k}", f"{_git(resume)} (another revision)" if other else "the same revision")
-        for k, resume in enumerate(env.get("resumes") or [], start=1)
-        if (other := _other_revision(env, resume)) is not None
-    ]
-
-
-def _machine_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
-    """The machine of the start and of every resume (only where the run recorded its boot: older runs did not)."""
-    if not env.get("boot_id"):
-        return []
-    rows = [("machine (boot, GPUs) at start", _machine(env["boot_id"], env.get("gpus_start")))]
-    for k, resume in enumerate(env.get("resumes") or [], start=1):
-        same = _same_machine(env, resume, resume.get("gpus"))
-        machine = _machine(resume.get("boot_id"), resume.get("gpus"))
-        text = {True: "the same machine", False: f"another machine: {machine}", None: NOT_RECORDED}[same]
-        rows.append((f"… at resume {k}", text))
-    return rows
+    return [(k, r["git_revision"]) for k, r in _resumes(env) if _other_revision(env, r)]
 
 
 def _clocks(snapshot: Any) -> str:
@@ -103,9 +88,7 @@ def _clocks(snapshot: Any) -> str:
         return f"{NOT_RECORDED} (nvidia-smi did not answer)"
 
     def figure(value: Any, unit: str, name: str = "") -> str:
-        if is_missing(value):
-            return f"{name} {NOT_RECORDED}".strip()
-        return f"{float(value):g} {unit}"
+        return f"{name} {NOT_RECORDED}".strip() if is_missing(value) else f"{float(value):g} {unit}"
 
     return "<br>".join(
         f"GPU {g.get('index')}: SM {figure(g.get('sm_clock_mhz'), 'MHz')}, memory "
@@ -119,24 +102,16 @@ def _git(env: dict[str, Any]) -> str:
     revision = env.get("git_revision")
     if is_missing(revision):
         return NOT_RECORDED
-    dirty = env.get("git_dirty")
-    state = {True: "dirty (uncommitted changes)", False: "clean"}.get(dirty, f"dirty flag {NOT_RECORDED}")
+    state = {True: "dirty (uncommitted changes)", False: "clean"}.get(
+        env.get("git_dirty"), f"dirty flag {NOT_RECORDED}"
+    )
     return f"`{revision}`, {state}"
 
 
 def _environment_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
-    cpu = env.get("cpu_model")
-    cpu_text = (
-        NOT_RECORDED
-        if is_missing(cpu)
-        else str(cpu)
-        + (f" ({env['cpu_count']} logical cores)" if not is_missing(env.get("cpu_count")) else "")
-    )
-    speed = (
-        f"TF32 matmul {_on_off(env.get('tf32_matmul'))}, TF32 cuDNN {_on_off(env.get('tf32_cudnn'))}, "
-        f"float32 matmul precision {plain(env.get('float32_matmul_precision'))}, cudnn.benchmark "
-        f"{_on_off(env.get('cudnn_benchmark'))}, deterministic algorithms {_on_off(env.get('deterministic_algorithms'))}"
-    )
+    cpu, count = env.get("cpu_model"), env.get("cpu_count")
+    cores = "" if is_missing(count) else f" ({count} logical cores)"
+    speed = [f"{words} {(_on_off if flag else plain)(env.get(key))}" for words, key, flag in SPEED_SETTINGS]
     rows = [
         ("GPU", _gpus(env)),
         ("driver", plain(env.get("driver_version"))),
@@ -145,25 +120,40 @@ def _environment_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
         ("torch", plain(env.get("torch"))),
         ("Python", plain(env.get("python"))),
         ("OS", plain(env.get("os"))),
-        ("CPU", cpu_text),
+        ("CPU", NOT_RECORDED if is_missing(cpu) else f"{cpu}{cores}"),
         ("git revision", _git(env)),
         ("musgd-bench", plain(env.get("musgd_bench"))),
         ("ultralytics", plain(env.get("ultralytics"))),
-        ("speed settings", speed),
+        ("speed settings", ", ".join(speed)),
         ("recorded", when(env.get("recorded"))),
         ("GPU clocks, temperature, power at start", _clocks(env.get("gpus_start"))),
         ("… at end", _clocks(env.get("gpus_end"))),
     ]
-    for k, resume in enumerate(env.get("resumes") or [], start=1):
-        rows.append((f"… at resume {k} ({when(resume.get('recorded'))})", _clocks(resume.get("gpus"))))
-    return rows + _machine_rows(env) + _code_rows(env)
+    resumes = _resumes(env)
+    rows += [(f"… at resume {k} ({when(r.get('recorded'))})", _clocks(r.get("gpus"))) for k, r in resumes]
+    if env.get("boot_id"):  # older runs recorded no boot: no machine rows
+        rows.append(("machine (boot, GPUs) at start", _machine(env["boot_id"], env.get("gpus_start"))))
+        for k, r in resumes:
+            other = f"another machine: {_machine(r.get('boot_id'), r.get('gpus'))}"
+            rows.append(
+                (
+                    f"… at resume {k}",
+                    {True: "the same machine", False: other, None: NOT_RECORDED}[_same_machine(env, r)],
+                )
+            )
+    for k, r in resumes:  # older runs recorded no code at a resume
+        other = _other_revision(env, r)
+        if other is not None:
+            rows.append(
+                (f"… code at resume {k}", f"{_git(r)} (another revision)" if other else "the same revision")
+            )
+    return rows
 
 
 def environment_section(runs: list[Any]) -> Section:
     """The environment table, one column per loaded run (its ``env`` and ``number``)."""
-    tables = [_environment_rows(r.env) for r in runs]
-    fields = dict.fromkeys(field for table in tables for field, _ in table)
-    values = [dict(t) for t in tables]
+    values = [dict(_environment_rows(r.env)) for r in runs]
+    fields = dict.fromkeys(field for table in values for field in table)
     header = ["field"] + ([f"run {r.number}" for r in runs] if len(runs) > 1 else ["value"])
     missing = any(not r.env for r in runs)
     return Section("Environment", depth=2).add(

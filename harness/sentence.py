@@ -18,68 +18,51 @@ VERDICT_WORDS = {
 }
 
 
-def _percent(value: float) -> str:
-    return f"{100 * abs(value):.1f}"
-
-
 def _span(low: float, high: float) -> str:
     """``9.4–11.5%`` for an interval of one sign (shown as magnitudes), ``-1.2% to 3.4%`` across zero."""
     if low > 0 or high < 0:
         a, b = sorted((abs(low), abs(high)))
-        return f"{_percent(a)}–{_percent(b)}%"
+        return f"{100 * a:.1f}–{100 * b:.1f}%"
     return f"{100 * low:.1f}% to {100 * high:.1f}%"
-
-
-def _direction(claim: Mapping[str, Any]) -> str:
-    """faster / slower by the interval's sign; none detected where it holds zero (or is unbounded)."""
-    low, high = float(claim["ci_low"]), float(claim["ci_high"])
-    if not is_bounded(low, high):
-        return "unknown"
-    return "faster" if low > 0 else "slower" if high < 0 else "none"
 
 
 def _verdict(claim: Mapping[str, Any], verdict: str, withheld: str | None) -> str:
     if withheld:
         return f"verdict withheld: {withheld}"
-    bar = not is_missing(claim.get("bar"))
+    bar, reason = not is_missing(claim.get("bar")), claim.get("ci_reason")
     if verdict == "insufficient":
-        reason = claim.get("ci_reason")
-        return (
-            "insufficient for a verdict"
-            + (f" against {claim_limit(claim)}" if bar else "")
-            + (f" ({reason})" if reason and not is_missing(reason) else "")
+        against = f" against {claim_limit(claim)}" if bar else ""
+        return f"insufficient for a verdict{against}" + (
+            f" ({reason})" if reason and not is_missing(reason) else ""
         )
-    if not bar or verdict not in VERDICT_WORDS:
-        return ""
-    return VERDICT_WORDS[verdict].format(limit=claim_limit(claim))
+    return VERDICT_WORDS[verdict].format(limit=claim_limit(claim)) if bar and verdict in VERDICT_WORDS else ""
 
 
 def answer(
     claim: Mapping[str, Any], order: str = "", verdict: str | None = None, withheld: str | None = None
 ) -> str:
     """One claim row in one sentence (see the module docstring)."""
-    arm, base = str(claim["arm"]), str(claim["baseline_arm"])
-    pairs = int(claim["pairs"])
-    noun = f"{order} pair" if order in ("duet",) else "pair"
-    count = f"{pairs} {noun}{'' if pairs == 1 else 's'}"
+    arm, base, pairs = str(claim["arm"]), str(claim["baseline_arm"]), int(claim["pairs"])
+    count = f"{pairs} {'duet pair' if order == 'duet' else 'pair'}{'' if pairs == 1 else 's'}"
     level = f"{100 * float(claim['ci_level']):.0f}% CI"
     attained = claim.get("ci_attained")
     if not is_missing(attained) and abs(float(attained) - float(claim["ci_level"])) >= 0.0005:
         count = f"{100 * float(attained):.1f}% attained, {count}"
     low, high, estimate = float(claim["ci_low"]), float(claim["ci_high"]), float(claim["estimate"])
     shown = verdict if verdict is not None else str(claim["verdict"])
-    direction = _direction(claim)
-    if shown == "insufficient" and direction == "none":  # too few pairs to say that no difference is there
-        text = f"{arm} vs {base}: {100 * estimate:.1f}% ({level} {_span(low, high)}, {count})"
-    elif direction == "unknown":
+    interval = f"({level} {_span(low, high)}, {count})"
+    if not is_bounded(low, high):
         reason = claim.get("ci_reason")
         why = reason if reason and not is_missing(reason) else UNBOUNDED_REASON
         text = f"{arm} against {base}: unbounded ({why}; {count})"
-    elif direction == "none" or not math.isfinite(estimate):
-        text = f"{arm} vs {base}: no difference detected ({level} {_span(low, high)}, {count})"
+    elif low <= 0 <= high and shown == "insufficient":  # too few pairs to say that no difference is there
+        text = f"{arm} vs {base}: {100 * estimate:.1f}% {interval}"
+    elif low <= 0 <= high or not math.isfinite(estimate):
+        text = f"{arm} vs {base}: no difference detected {interval}"
     else:
-        word = "faster" if direction == "faster" else "slower"
-        text = f"{arm} is {_percent(estimate)}% {word} than {base} ({level} {_span(low, high)}, {count})"
+        text = (
+            f"{arm} is {100 * abs(estimate):.1f}% {'faster' if low > 0 else 'slower'} than {base} {interval}"
+        )
     said = _verdict(claim, shown, withheld)
     return f"{text}: {said}" if said else text
 

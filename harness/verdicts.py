@@ -1,7 +1,4 @@
-"""Verdict words and the failure rate beside a timing claim.
-
-The rule, stated once: ``docs/methods.md`` (``harness/verdicts.py``).
-"""
+"""Verdict words and the failure rate beside a timing claim (the rule is stated once in docs/methods.md)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,6 @@ from harness.formatting import (
     format_levels,
     format_limit,
     format_percent,
-    interval_estimand,
     is_missing,
     method_label,
 )
@@ -86,7 +85,7 @@ def claim_text(run: Run) -> str:
             else ""
         )
         lines.append(
-            f"{100 * float(claim['ci_level']):.0f}% {method_label(claim)} interval of the {interval_estimand(claim)} "
+            f"{100 * float(claim['ci_level']):.0f}% {method_label(claim)} interval of the median reduction "
             f"{format_interval(claim['ci_low'], claim['ci_high'])} ({format_levels(claim)}, {pairs}); "
             f"{verdict}." + (f" Insufficient: {claim['ci_reason']}." if not claim["ci_sufficient"] else "")
         )

@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from harness.markdown import markdown_image, markdown_table
+from harness.formatting import cell
 
 STATISTICS_DOC = "docs/statistics.md"  # the methods, explained once (the report links it)
+METHODS_DOC = "docs/methods.md"  # the verdict rule, stated once
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,21 @@ class Section:
         return section
 
 
-def block_markdown(block: Block) -> str:
+def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "") -> str:
+    """A markdown table; ``align`` holds one of 'l', 'r', 'c' per column (left by default)."""
+    marks = {"l": "---", "r": "---:", "c": ":---:"}
+    rule = [marks.get(align[i] if i < len(align) else "l", "---") for i in range(len(columns))]
+    lines = ["| " + " | ".join(cell(c) for c in columns) + " |", "| " + " | ".join(rule) + " |"]
+    return "\n".join(lines + ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows])
+
+
+def markdown_image(path: Path, caption: str) -> str:
+    """An image in a figures folder beside the markdown, referenced relative to the markdown's folder."""
+    target = f"{Path(path).parent.name}/{Path(path).name}"
+    return f"![{caption}](<{target}>)" if any(ch in target for ch in " ()<>") else f"![{caption}]({target})"
+
+
+def _block_markdown(block: Block) -> str:
     if isinstance(block, Table):
         return markdown_table(block.columns, block.rows, block.align)
     if isinstance(block, Image):
@@ -80,5 +95,5 @@ def markdown(section: Section | None) -> list[str]:
         return []
     lines = [f"{'#' * section.depth} {section.title}"] if section.title else []
     for block in section.blocks:
-        lines += ([""] if lines else []) + [block_markdown(block)]
+        lines += ([""] if lines else []) + [_block_markdown(block)]
     return lines

@@ -8,10 +8,9 @@ from typing import Any
 
 import pandas as pd
 
-from harness.formatting import format_bytes, format_limit, is_missing
-from harness.markdown import NOT_RECORDED, code, when
+from harness.formatting import NOT_RECORDED, code, format_bytes, format_limit, is_missing, when
 from harness.plan import DUET_FILLER_FORMAT, WHOLE_PAIRS_FORMAT, Plan
-from harness.present.model import STATISTICS_DOC, Section
+from harness.present.model import METHODS_DOC, STATISTICS_DOC, Section
 from harness.present.run_view import LoadedRun, extra_warmups, plural, warmup_sequence_text
 from harness.protocol import IDLE_GAP_SECONDS
 from harness.schedule import estimand
@@ -19,32 +18,25 @@ from harness.sequential import look_level
 from harness.sequential import looks as pair_looks
 from harness.stats import ClaimSettings
 
-
-def looks(p: Any) -> tuple[int, ...]:
-    """The stopping rule's looks (pair counts) under protocol options ``p``."""
-    return pair_looks(p.first_look, p.max_pairs)
-
-
-def describe_arms(plan: Plan) -> str:
-    seen: dict[str, Any] = {}
-    for case in plan.cases:
-        for arm in case.arms:
-            seen.setdefault(arm.label, arm)
-    parts = []
-    for arm in seen.values():
-        params = ", ".join(f"{k}={json.dumps(v)}" for k, v in arm.params.items())
-        parts.append(
-            f"{code(arm.label)} ({arm.role}, spec {code(arm.spec)}" + (f", {params})" if params else ")")
-        )
-    return "; ".join(parts)
+AFTER_RESUME = (
+    f"After a resume, or an idle gap of more than {IDLE_GAP_SECONDS:g} s since the last trial ended, "
+)
+RESUMES = {  # what ran after a resume: --warmup auto, a fixed count, and a run older than whole-pair stops
+    "auto": AFTER_RESUME
+    + "warm-ups by the same rule run before the next measured trial, cycling from its arm "
+    "(`phase=warmup` rows outside the schedule). A resume inside a warm-up sequence continues it. A "
+    "`--stop-after` deadline stops only between pairs or between warm-ups.",
+    "fixed": AFTER_RESUME + "one untimed warm-up of the next arm runs before the next measured trial (a "
+    "`phase=warmup` row outside the schedule). A `--stop-after` deadline stops only between pairs.",
+    "old": "This run predates whole-pair stops and warm-ups after a resume: a `--stop-after` slice or a resume "
+    "could fall between the two trials of a pair, with no warm-up after it.",
+}
 
 
-def describe_cases(plan: Plan) -> str:
-    parts = []
-    for case in plan.cases:
-        params = ", ".join(f"{k}={json.dumps(v)}" for k, v in case.params.items())
-        parts.append(code(case.label) + (f" ({params})" if params else ""))
-    return ", ".join(parts)
+def _described(label: str, params: dict[str, Any], head: str = "") -> str:
+    """``label (head, k=v, …)``: a case's or an arm's parameters as JSON values."""
+    inside = ", ".join([head] * bool(head) + [f"{k}={json.dumps(v)}" for k, v in params.items()])
+    return code(label) + (f" ({inside})" if inside else "")
 
 
 def log_span(trials: pd.DataFrame) -> str | None:
@@ -60,10 +52,10 @@ def log_span(trials: pd.DataFrame) -> str | None:
     first = min(s for s, _ in starts)
     last = max(s + _dt.timedelta(seconds=d) for s, d in starts)
     seconds = (last - first).total_seconds()
-    duration = f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+    span = f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
     return (
         f"The first trial started {when(first.isoformat())} and the last ended {when(last.isoformat())} "
-        f"({duration})."
+        f"({span})."
     )
 
 
@@ -71,92 +63,86 @@ def round_orders(plan: Plan) -> str:
     """The round orders of the first case's measured schedule, as run: ``AB, BA, AB, …``."""
     if not plan.cases:
         return ""
-    first = plan.cases[0].label
-    orders: list[str] = []
-    seen: set[int] = set()
+    orders: dict[int, str] = {}
     for t in plan.schedule:
-        if t.case == first and t.phase == "measured" and t.round not in seen:
-            seen.add(t.round)
-            orders.append(t.order)
-    shown = orders[:6]
-    return ", ".join(shown) + (", …" if len(orders) > len(shown) else "")
+        if t.case == plan.cases[0].label and t.phase == "measured":
+            orders.setdefault(t.round, t.order)
+    shown = list(orders.values())
+    return ", ".join(shown[:6]) + (", …" if len(shown) > 6 else "")
 
 
-def protocol_section(run: LoadedRun) -> Section:
-    plan = run.plan
+ORDERS = {  # --order in words; {orders}: the first rounds' orders as run
+    "alternate": "counterbalanced order ({orders})",
+    "abba": "ABBA blocks ({orders})",
+    "random": "an order shuffled within each round by a generator seeded with {seed} ({orders})",
+    "duet": "duet rounds ({orders}): a round's arms run at once, each on its own share of the worker cores; the "
+    "arm that {filler}",
+}
+FILLERS = (  # what the arm that ends a duet round first does, before and since DUET_FILLER_FORMAT
+    "ended first left its partner to finish alone, which favours the slower arm",
+    "ends first runs discarded fillers until its partner ends",
+)
+
+
+def _design(plan: Plan) -> str:
     p = plan.protocol
-    arms_per_case = max(len(c.arms) for c in plan.cases) if plan.cases else 2
-    unit_word = (
-        ("pair" if p.pairs == 1 else "pairs")
-        if arms_per_case == 2
-        else f"rounds (each of the {arms_per_case} arms once per round)"
-    )
-    orders = round_orders(plan)
-    order = {
-        "alternate": f"counterbalanced order ({orders})",
-        "abba": f"ABBA blocks ({orders})",
-        "duet": f"duet rounds ({orders}): a round's arms run at once, each on its own share of the worker cores; "
-        + (
-            "the arm that ends first runs discarded fillers until its partner ends"
-            if plan.format >= DUET_FILLER_FORMAT
-            else "the arm that ended first left its partner to finish alone, which favours the slower arm"
-        ),
-    }.get(p.order, f"an order shuffled within each round by a generator seeded with {p.seed} ({orders})")
-    budget = (
-        f"{format_bytes(p.budget)} (device memory capped through the per-process memory fraction)"
-        if p.budget is not None
-        else "none"
-    )
+    arms: dict[str, Any] = {}
+    for arm in (arm for case in plan.cases for arm in case.arms):
+        arms.setdefault(arm.label, arm)
+    per_round = max(len(c.arms) for c in plan.cases) if plan.cases else 2
     count = (
-        f"rounds chosen by the stopping rule (`--pairs auto`: looks at {list(looks(p))} pairs)"
-        if p.auto
-        else f"{p.pairs} {unit_word}"
+        plural(p.pairs, "pair")
+        if per_round == 2
+        else f"{p.pairs} rounds (each of the {per_round} arms once per round)"
     )
-    first_warmups = (
-        f"warm-up trials until one is at most {p.warmup_tolerance:g}% faster than its arm's previous (log ratio; "
-        f"`--warmup auto`, at most {p.max_warmup}, then the run goes on unsettled)"
-        if p.auto_warmup
-        else plural(p.warmup, "warm-up trial")
+    if p.auto:
+        looks = list(pair_looks(p.first_look, p.max_pairs))
+        count = f"rounds chosen by the stopping rule (`--pairs auto`: looks at {looks} pairs)"
+    first = plural(p.warmup, "warm-up trial")
+    if p.auto_warmup:
+        first = (
+            f"warm-up trials until one is at most {p.warmup_tolerance:g}% faster than its arm's previous (log "
+            f"ratio; `--warmup auto`, at most {p.max_warmup}, then the run goes on unsettled)"
+        )
+    budget = (
+        "none"
+        if p.budget is None
+        else f"{format_bytes(p.budget)} (device memory capped through the per-process memory fraction)"
     )
+    filler = FILLERS[plan.format >= DUET_FILLER_FORMAT]
+    order = ORDERS.get(p.order, ORDERS["random"]).format(
+        orders=round_orders(plan), seed=p.seed, filler=filler
+    )
+    resume = "auto" if p.auto_warmup else "fixed" if plan.format >= WHOLE_PAIRS_FORMAT else "old"
+    arm_words = (_described(a.label, a.params, f"{a.role}, spec {code(a.spec)}") for a in arms.values())
     design = [
-        f"Arms: {describe_arms(plan)}.",
-        f"Cases: {describe_cases(plan)}.",
-        f"Per case, first {first_warmups} (cycling through the arms; kept in the log as "
-        f"`phase=warmup`, discarded from every statistic), then {count}, in {order}.",
-        (
-            f"After a resume, or an idle gap of more than {IDLE_GAP_SECONDS:g} s since the last trial ended, "
-            "warm-ups by the same rule run before the next measured trial, cycling from its arm (`phase=warmup` "
-            "rows outside the schedule); a resume inside a warm-up sequence continues it; a `--stop-after` "
-            "deadline stops only between pairs or between warm-ups."
-            if p.auto_warmup
-            else f"After a resume, or an idle gap of more than {IDLE_GAP_SECONDS:g} s since the last trial ended, one "
-            "untimed warm-up of the next arm runs before the next measured trial (a `phase=warmup` row outside "
-            "the schedule); a `--stop-after` deadline stops only between pairs."
-            if plan.format >= WHOLE_PAIRS_FORMAT
-            else "This run predates whole-pair stops and warm-ups after a resume: a `--stop-after` slice or a "
-            "resume could fall between the two trials of a pair, with no warm-up after it."
-        ),
+        f"Arms: {'; '.join(arm_words)}.",
+        f"Cases: {', '.join(_described(c.label, c.params) for c in plan.cases)}.",
+        f"Per case, first {first} (cycling through the arms; kept in the log as `phase=warmup`, discarded from "
+        f"every statistic), then {count}, in {order}.",
+        RESUMES[resume],
         f"Estimand: {estimand(p.order)}.",
         f"Isolation: {plan.isolation or NOT_RECORDED}.",
         f"Timed region: {plan.timed_region or 'not stated by the tier'}.",
-        f"Device: {code(p.device)}; memory budget: {budget}; seed {p.seed} (shared by the arms of a pair "
-        "for their data" + (", and the order)." if p.order == "random" else ")."),
+        f"Device: {code(p.device)}; memory budget: {budget}; seed {p.seed} (shared by the arms of a pair for "
+        "their data" + (", and the order)." if p.order == "random" else ")."),
     ]
     if plan.settings:
         options = ", ".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in plan.settings.items())
         design.append(f"Tier options: {code(options)}.")
+    return " ".join(design)
+
+
+def protocol_section(run: LoadedRun) -> Section:
+    plan, trials = run.plan, run.summaries.trials
     statistics = [
         f"Primary figure: {plan.metric} in {plan.unit}, lower is better; a failed trial counts as infinitely slow. "
         f"Estimate, interval and checks per claim: see `{STATISTICS_DOC}`.",
         verdict_rule(plan),
-    ]
-    if p.auto:
-        statistics.append(stopping_text(plan))
+    ] + ([stopping_text(plan)] if plan.protocol.auto else [])
     log = []
     resumes = run.env.get("resumes") or []
-    trials = run.summaries.trials
-    if resumes:
-        # A log that repeats a trial is refused when it is read (harness.validation.check_log).
+    if resumes:  # a log that repeats a trial is refused when it is read (harness.validation.check_log)
         log.append(
             f"The run was resumed {plural(len(resumes), 'time')}; "
             "the log holds each scheduled trial at most once (none re-run)."
@@ -165,7 +151,7 @@ def protocol_section(run: LoadedRun) -> Section:
     if sequences:
         log.append(f"Warm-up sequences (`--warmup auto`), warm-ups each: {sequences}.")
     extra = extra_warmups(trials)
-    if len(extra) and not p.auto_warmup:
+    if len(extra) and not plan.protocol.auto_warmup:
         reasons = ", ".join(
             f"{k} ({n})" for k, n in extra["warmup_reason"].astype(str).value_counts().items()
         )
@@ -173,47 +159,35 @@ def protocol_section(run: LoadedRun) -> Section:
     span = log_span(trials)
     if span:
         log.append(span)
-    return Section("Protocol").add(" ".join(design), " ".join(statistics), " ".join(log))
+    return Section("Protocol").add(_design(plan), " ".join(statistics), " ".join(log))
 
 
 def verdict_rule(plan: Plan) -> str:
-    """How the verdicts read the interval, for a claim's bar and an A/A arm's tolerance."""
+    """The limits the verdicts read the interval against; the rule itself is stated in ``METHODS_DOC``."""
     settings = ClaimSettings.from_protocol(plan.protocol)
-    parts = []
-    if settings.bar_percent is not None:
-        parts.append(
-            f"a claim against {format_limit(settings.bar_percent, False)} `clears` when the whole interval lies "
-            "above it, `fails` when it lies wholly below, `ambiguous` when it straddles or touches it"
-        )
-    if settings.tolerance_percent is not None:
-        parts.append(
-            f"an A/A arm against {format_limit(settings.tolerance_percent, True)} is `within` when the whole "
-            "interval lies strictly inside it, `outside` when wholly beyond it, `ambiguous` otherwise"
-        )
-    if not parts:
+    limits = [(settings.bar_percent, False), (settings.tolerance_percent, True)]
+    words = [format_limit(value, control) for value, control in limits if value is not None]
+    if not words:
         return "No bar was set, so there is no verdict."
-    return (
-        "Verdicts: " + "; ".join(parts) + "; `insufficient` when the interval does not keep its stated level."
-    )
+    against = " and ".join(words)
+    return f"Verdicts against {against} read the interval as the verdict table of `{METHODS_DOC}` says."
 
 
 def stopping_text(plan: Plan) -> str:
     """The stopping rule as it ran: the rule, its looks and each look's decision."""
     p = plan.protocol
-    levels, worst, best = look_level(0.95, looks(p))
+    looks = pair_looks(p.first_look, p.max_pairs)
+    levels, worst, best = look_level(0.95, looks)
+    budget = f", or when {p.time_budget:g} s of trials are spent" if p.time_budget is not None else ""
     text = (
-        f"Stopping rule (`--pairs auto --precision {p.precision:g}`): at pre-set looks {list(looks(p))} "
-        f"the median's interval at that look's level ({', '.join(f'{v:.2%}' for v in levels)}) is "
-        f"compared with the target half-width of {p.precision:g} points; the run stops when every claim's is "
-        f"within it (A/A controls do not hold a claim's stop), at the last look ({p.max_pairs} pairs)"
-        + (f", or when {p.time_budget:g} s of trials are spent" if p.time_budget is not None else "")
-        + f". Simulated over normal, skewed, heavy-tailed, outlier and drift laws, the interval it stops "
-        f"with covers {worst:.1%} to {best:.1%}."
+        f"Stopping rule (`--pairs auto --precision {p.precision:g}`): at pre-set looks {list(looks)} the median's "
+        f"interval at that look's level ({', '.join(f'{v:.2%}' for v in levels)}) is compared with the target "
+        f"half-width of {p.precision:g} points. The run stops when every claim's is within it (A/A controls do not "
+        f"hold a claim's stop), at the last look ({p.max_pairs} pairs){budget}. Simulated over normal, skewed, "
+        f"heavy-tailed, outlier and drift laws, the interval it stops with covers {worst:.1%} to {best:.1%}."
     )
     decisions = [
         f"{d['rounds']} pairs" + (f" ({d['case']})" if len(plan.cases) > 1 else "") + f": {d['reason']}"
         for d in plan.looks
     ]
-    if decisions:
-        text += " Looks taken: " + "; ".join(decisions) + "."
-    return text
+    return text + (" Looks taken: " + "; ".join(decisions) + "." if decisions else "")

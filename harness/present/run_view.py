@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
 
 from harness.formatting import (
     format_bytes,
+    format_interval,
     format_percent,
     format_percent_range,
     format_range,
     format_value,
     is_missing,
-    method_label,
 )
 from harness.plan import Plan, scheduled_done
 from harness.stats import ClaimSettings, finished, numeric_column
@@ -46,12 +44,8 @@ class LoadedRun(Run):
         if not self.plan.protocol.control:
             return "claim"
         settings = ClaimSettings.from_protocol(self.plan.protocol)
-        others = [
-            a.label
-            for case in self.plan.cases
-            for a in case.arms[1:]
-            if not settings.is_control(a.label, case.arms[0].label)
-        ]
+        cases = self.plan.cases
+        others = [a for c in cases for a in c.arms[1:] if not settings.is_control(a.label, c.arms[0].label)]
         return "claim + A/A control" if others else "A/A control"
 
     @property
@@ -72,8 +66,7 @@ def plan_ordered(frame: pd.DataFrame, run: LoadedRun) -> pd.DataFrame:
         (cases.get(str(c), len(cases)), arms.get(str(a), len(arms)))
         for c, a in zip(frame["case"], frame["arm"], strict=True)
     ]
-    order = sorted(range(len(keys)), key=lambda i: keys[i])
-    return frame.iloc[order].reset_index(drop=True)
+    return frame.iloc[sorted(range(len(keys)), key=keys.__getitem__)].reset_index(drop=True)
 
 
 def peak_median(trials: pd.DataFrame, case: str, arm: str, column: str) -> float | None:
@@ -85,51 +78,40 @@ def peak_median(trials: pd.DataFrame, case: str, arm: str, column: str) -> float
     return float(values.median()) if len(values) else None
 
 
-def sentence_label(label: str) -> str:
-    """An arm label at the start of a sentence: plain words get a capital, specs stay verbatim."""
-    return label[:1].upper() + label[1:] if label.replace("-", "").replace("_", "").isalpha() else label
-
-
-def claim_row(summaries: Summaries, case: str, arm: str) -> pd.Series:
-    claims = summaries.claims
-    match = claims[(claims["case"].astype(str) == case) & (claims["arm"].astype(str) == arm)]
+def row_of(table: pd.DataFrame, case: str, arm: str) -> pd.Series:
+    """The row of one case and arm in an arms or claims table; ``KeyError`` where there is none."""
+    match = table[(table["case"].astype(str) == case) & (table["arm"].astype(str) == arm)]
     if match.empty:
-        raise KeyError(f"no claim for case '{case}' and arm '{arm}' (no complete pair)")
+        raise KeyError(f"no row for case '{case}' and arm '{arm}' (no complete pair)")
     return match.iloc[0]
-
-
-def arm_row(summaries: Summaries, case: str, arm: str) -> pd.Series:
-    arms = summaries.arms
-    return arms[(arms["case"].astype(str) == case) & (arms["arm"].astype(str) == arm)].iloc[0]
 
 
 def claim_sentence(plan: Plan, summaries: Summaries, case: str, arm: str) -> str:
     """The claim of one arm against its case's baseline, in the project's words."""
-    claim = claim_row(summaries, case, arm)
+    claim = row_of(summaries.claims, case, arm)
     base_label = str(claim["baseline_arm"])
-    base, mine = arm_row(summaries, case, base_label), arm_row(summaries, case, arm)
+    base, mine = row_of(summaries.arms, case, base_label), row_of(summaries.arms, case, arm)
+    words = base_label.replace("-", "").replace("_", "").isalpha()  # a spec stays verbatim
+    opening = base_label[:1].upper() + base_label[1:] if words else base_label
     text = (
-        f"{sentence_label(base_label)} median {format_value(base['median'], plan.unit)} "
-        f"({format_range(base['min'], base['max'])}); {arm} {format_value(mine['median'], plan.unit)} "
-        f"({format_range(mine['min'], mine['max'])}). "
-        + (
-            f"The one pair's reduction is {format_percent(claim['median'])}"
-            if int(claim["pairs"]) == 1
-            else f"The paired reduction is {format_percent(claim['estimate'])} (median; geometric mean "
+        f"{opening} median {format_value(base['median'], plan.unit)} ({format_range(base['min'], base['max'])}); "
+        f"{arm} {format_value(mine['median'], plan.unit)} ({format_range(mine['min'], mine['max'])}). "
+    )
+    if int(claim["pairs"]) == 1:
+        text += f"The one pair's reduction is {format_percent(claim['median'])}"
+    else:
+        text += (
+            f"The paired reduction is {format_percent(claim['estimate'])} (median; geometric mean "
             f"{format_percent(claim['gm_estimate'])}, range {format_percent_range(claim['min'], claim['max'])})"
         )
-    )
-    base_peak = peak_median(summaries.trials, case, base_label, "peak_allocated")
-    arm_peak = peak_median(summaries.trials, case, arm, "peak_allocated")
-    if base_peak is not None and arm_peak is not None:
-        if format_bytes(base_peak) == format_bytes(arm_peak):
-            text += f", with the same {format_bytes(base_peak)} peak allocated"
+    peaks = [peak_median(summaries.trials, case, label, "peak_allocated") for label in (base_label, arm)]
+    if None not in peaks:
+        before, after = format_bytes(peaks[0]), format_bytes(peaks[1])
+        change = f"{100 * (peaks[1] - peaks[0]) / peaks[0]:+.1f}%" if peaks[0] else "from zero"
+        if before == after:
+            text += f", with the same {before} peak allocated"
         else:
-            change = (arm_peak - base_peak) / base_peak if base_peak else math.inf
-            change_text = f"{100 * change:+.1f}%" if math.isfinite(change) else "from zero"
-            text += (
-                f", with peak allocated {format_bytes(base_peak)} vs {format_bytes(arm_peak)} ({change_text})"
-            )
+            text += f", with peak allocated {before} vs {after} ({change})"
     text += "."
     for label, row in ((base_label, base), (arm, mine)):
         if int(row["failed"]):
@@ -149,10 +131,9 @@ def completed_pairs(plan: Plan, trials: pd.DataFrame) -> int:
     )
 
 
-def is_interrupted(plan: Plan, trials: pd.DataFrame) -> bool:
-    """Some scheduled trial has no row (extra warm-ups, outside the schedule, do not count either way)."""
-    rows = [] if trials.empty else trials[["index"]].to_dict("records")
-    return scheduled_done(plan, rows) < len(plan.schedule)
+def scheduled_logged(plan: Plan, trials: pd.DataFrame) -> int:
+    """How many of the schedule's trials the log holds (extra warm-ups, outside it, do not count)."""
+    return scheduled_done(plan, [] if trials.empty else trials[["index"]].to_dict("records"))
 
 
 def extra_warmups(trials: pd.DataFrame) -> pd.DataFrame:
@@ -165,11 +146,9 @@ def extra_warmups(trials: pd.DataFrame) -> pd.DataFrame:
 
 def warmup_sequence_text(plan: Plan, trials: pd.DataFrame) -> str:
     """``--warmup auto``'s sequences in words, one per phase."""
-    rows = [] if trials.empty else trials.to_dict("records")
-    sequences = warmup_sequences(rows, plan.protocol)
-    several = len(plan.cases) > 1
+    sequences = warmup_sequences([] if trials.empty else trials.to_dict("records"), plan.protocol)
     return ", ".join(
-        f"{s.case} · " * several
+        f"{s.case} · " * (len(plan.cases) > 1)
         + f"{s.reason} {s.warmups} ("
         + ("settled" if s.settled else "never settled" if s.capped else "unfinished")
         + ")"
@@ -182,10 +161,9 @@ def warmup_words(plan: Plan, trials: pd.DataFrame) -> str:
     p = plan.protocol
     if not p.auto_warmup:
         return f"{p.warmup} warm-up fit(s) discarded"
-    done = warmup_sequence_text(plan, trials) or "none run yet"
     return (
         f"warm-up fits until one is at most {p.warmup_tolerance:g}% faster than its arm's previous (at most "
-        f"{p.max_warmup}), discarded: {done}"
+        f"{p.max_warmup}), discarded: {warmup_sequence_text(plan, trials) or 'none run yet'}"
     )
 
 
@@ -193,18 +171,16 @@ def pairs_words(plan: Plan, trials: pd.DataFrame) -> str:
     """The measured pairs of a run in a few words."""
     p = plan.protocol
     if p.pairs != "auto":
-        return f"{p.pairs} pair{'' if p.pairs == 1 else 's'}"
+        return plural(p.pairs, "pair")
     rounds = 0 if trials.empty else trials.loc[trials["phase"] == "measured", "round"].nunique()
     return f"pairs by the stopping rule ({rounds} so far, at most {p.max_pairs})"
 
 
 def logged(plan: Plan, trials: pd.DataFrame) -> str:
     """``8 of 8 scheduled trials`` (and the extra warm-ups beside them)."""
-    rows = [] if trials.empty else trials[["index"]].to_dict("records")
     extra = len(extra_warmups(trials))
-    return f"{scheduled_done(plan, rows)} of {len(plan.schedule)} scheduled trials" + (
-        f" (+{extra} extra warm-up{'s' if extra != 1 else ''})" if extra else ""
-    )
+    text = f"{scheduled_logged(plan, trials)} of {len(plan.schedule)} scheduled trials"
+    return text + (f" (+{plural(extra, 'extra warm-up')})" if extra else "")
 
 
 def plural(count: int, word: str) -> str:
@@ -219,31 +195,30 @@ def sentence(text: str) -> str:
 
 def diagnostic_text(claim: pd.Series, name: str) -> str:
     """An order effect or drift estimate with its interval, or why there is none."""
-    estimate, low, high = (
-        claim[name if name == "drift" else "order_effect"],
-        claim[f"{name}_low"],
-        claim[f"{name}_high"],
-    )
+    estimate = claim[name if name == "drift" else "order_effect"]
     if is_missing(estimate):
         return f"not estimable: {claim[f'{name}_reason'] or 'no data'}"
+    low, high = float(claim[f"{name}_low"]), float(claim[f"{name}_high"])
     unit = "% per trial" if name == "drift" else "%"
-    return f"{float(estimate):+.2f}{unit} (95% interval {float(low):+.2f} to {float(high):+.2f}{unit})"
+    return f"{float(estimate):+.2f}{unit} (95% interval {low:+.2f} to {high:+.2f}{unit})"
 
 
-def attained(level: Any) -> str:
-    return "n/a" if is_missing(level) else f"{100 * float(level):.1f}% attained"
+def check_text(claim: pd.Series, prefix: str) -> str:
+    """A check's interval and its attained level: ``[4.06%, 18.30%], 96.9% attained``."""
+    level = claim[f"{prefix}_attained"]
+    attained = "n/a" if is_missing(level) else f"{100 * float(level):.1f}% attained"
+    return f"{format_interval(claim[f'{prefix}_low'], claim[f'{prefix}_high'])}, {attained}"
 
 
 def pairs_text(run: LoadedRun, claim: pd.Series) -> str:
     """``6 of 6``, with pairs left out (both arms failed) said."""
     p = run.plan.protocol
     text = f"{int(claim['pairs'])} of " + (f"auto (≤ {p.max_pairs})" if p.auto else str(p.pairs))
-    if int(claim["both_failed"]):
-        text += f" (+{int(claim['both_failed'])} both failed, left out)"
-    return text
+    both = int(claim["both_failed"])
+    return text + (f" (+{both} both failed, left out)" if both else "")
 
 
-def limit_text(plan: Plan, claim: pd.Series) -> str:
+def limit_text(claim: pd.Series) -> str:
     """A claim's bar or an A/A arm's ±tolerance, as the tables show it."""
     if is_missing(claim["bar"]):
         return "none"
@@ -251,21 +226,12 @@ def limit_text(plan: Plan, claim: pd.Series) -> str:
     return f"±{value:g}%" if claim["kind"] == "control" else f"{value:g}%"
 
 
+def claim_label(claim: pd.Series) -> str:
+    """``candidate vs upstream``."""
+    return f"{claim['arm']} vs {claim['baseline_arm']}"
+
+
 def duration(seconds: float) -> str:
-    return (
-        f"{seconds:.0f} s"
-        if seconds < 120
-        else f"{seconds / 60:.1f} min"
-        if seconds < 7200
-        else f"{seconds / 3600:.1f} h"
-    )
-
-
-def level(runs: list[LoadedRun]) -> str:
-    """The primary interval's description for the protocol text."""
-    for run in runs:
-        claims = run.summaries.claims
-        if not claims.empty:
-            claim = claims.iloc[0]
-            return f"{100 * float(claim['ci_level']):.0f}% {method_label(claim)} interval"
-    return "calibrated t interval"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"

@@ -20,13 +20,14 @@ import pytest
 import torch
 
 from experiments.tiers import TIERS as PROJECT_TIERS
-from harness import cli, markdown, report
+from harness import cli, report
 from harness.console import print_summary
 from harness.errors import InputError
 from harness.folder_format import LOG
 from harness.formatting import format_number, method_label
 from harness.plan import Plan
 from harness.present import run_view
+from harness.present.model import markdown_image, markdown_table
 from harness.protocol_options import ProtocolOptions
 from harness.run import Runner, RunOptions
 from harness.schedule import Arm, Case
@@ -86,8 +87,8 @@ def fixture_section(run: Run) -> str:
     return "\n\n".join(
         [
             "### Fixture tier section",
-            markdown.markdown_table(["arm", "median"], rows),
-            markdown.markdown_image(png, "fixture plot"),
+            markdown_table(["arm", "median"], rows),
+            markdown_image(png, "fixture plot"),
         ]
     )
 
@@ -223,7 +224,7 @@ def test_report_has_every_section_and_both_plots(claim_run: RunFolder) -> None:
         "seed 0",
         "Estimate, interval and checks per claim: see `docs/statistics.md`.",  # the methods, explained once
         "| sign-test interval of the median | sign verdict | Hodges-Lehmann, Wilcoxon interval |",
-        "a claim against the 8% bar `clears` when the whole interval lies above it",
+        "Verdicts against the 8% bar read the interval as the verdict table of `docs/methods.md` says.",
         "After a resume, or an idle gap of more than 10 s",
     ):
         assert phrase in text, phrase
@@ -232,6 +233,7 @@ def test_report_has_every_section_and_both_plots(claim_run: RunFolder) -> None:
         "median of the Walsh averages",
         "pooled two-sample t interval",
         "Thresholds: max/min",
+        "`clears` when the whole interval lies above it",  # docs/methods.md holds the verdict rule
     ):
         assert explained_once not in text, explained_once  # docs/statistics.md holds the methods
     assert "fixture tier: not a training claim. Its figures are scripted." in text
@@ -338,7 +340,7 @@ def test_a_control_says_it_is_the_noise_floor(tmp_path: Path, no_gc) -> None:
     assert "This run is an A/A control" in text
     # The plan's --bar 8 is, for a control of one arm, the tolerance ±8%: the differences lie inside it.
     assert (
-        "an A/A arm against the ±8% tolerance is `within` when the whole interval lies strictly inside"
+        "Verdicts against the ±8% tolerance read the interval as the verdict table of `docs/methods.md`"
         in text
     )
     assert (
@@ -774,7 +776,7 @@ def _tree(path: Path) -> dict[str, bytes]:
         ([], "no run folder given"),
         (["{missing}"], "is not a run folder: no such directory"),
         (["{plain}"], "is not a run folder: it has no plan.json"),
-        (["{run}", "-o", "{tmp}/report.txt"], "is not a markdown file; give a path ending in .md"),
+        (["{run}", "-o", "{tmp}/report.txt"], "is not a markdown file; give a file path ending in .md"),
         (["{run}", "{run}", "-o", "{tmp}/both.md"], "is given twice"),
         (["{run}", "{run2}"], "name it with -o"),
     ],
