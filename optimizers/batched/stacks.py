@@ -11,9 +11,13 @@ import torch
 from ..concurrent import newton_schulz_flops, newton_schulz_lanes
 from ..distributed import Partition
 from ..newton_schulz import Stack, foreach_mul_
-from .memory import _extent
 
 STACK_DTYPE = torch.bfloat16
+
+
+def _extent(t: torch.Tensor) -> int:
+    """Elements from a nonempty view's first to just past its last (torch strides are never negative)."""
+    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
 
 
 @dataclass

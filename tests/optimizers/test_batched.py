@@ -24,15 +24,14 @@ from experiments.workloads import build_param_groups, fill_synthetic_grads
 from optimizers import BatchedMuSGD, MuSGD, newton_schulz
 from optimizers import batched as batched_module
 from optimizers.batched import batched_on_cpu, batches_on
-from optimizers.batched import memory as memory_module
 from optimizers.batched import planning as planning_module
-from optimizers.batched.memory import (
+from optimizers.batched.plan import _classes, _Plan
+from optimizers.batched.planning import (
     _overlapping,
     _span_index,
     _spans_meet,
     _union_ends,
 )
-from optimizers.batched.plan import _classes, _Plan
 from optimizers.batched.stacks import _Member, _orthogonalize, _runs, _split_by_cost
 from optimizers.concurrent import newton_schulz_flops
 from optimizers.dispatch import count_dispatched_ops
@@ -1191,7 +1190,7 @@ def test_a_step_whose_gradients_moved_reads_each_address_once(monkeypatch: pytes
     _fill_grads([p for p in params if p.requires_grad], seed=2)  # fresh gradients
     reads: list[int] = []
     data_ptr = torch.Tensor.data_ptr
-    monkeypatch.setattr(memory_module, "_DATA_PTR", lambda t: reads.append(1) or data_ptr(t))
+    monkeypatch.setattr(planning_module, "_DATA_PTR", lambda t: reads.append(1) or data_ptr(t))
     assert optimizer._current_plan() is plan
     with_grad = sum(p.grad is not None for p in params)
     assert len(reads) == len(params) + with_grad  # the signature's pass over parameters, one over gradients
