@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from experiments.arms import checked_optimizer, same_path_as_baseline
+from experiments.arms import arms_resume_problem, checked_optimizer, same_path_as_baseline
 from experiments.parity_steps import (
     COMPARISONS,
     RANKS,
@@ -25,7 +25,6 @@ from experiments.parity_steps import (
     prepare,
 )
 from experiments.ranks import gather_records, init_group, rank_device
-from experiments.resume_check import arms_resume_problem
 from harness.errors import InputError
 from harness.folder_format import FIGURE_LIMIT, UINT64_MAX, RowField
 from harness.isolation import run_in_ranks
