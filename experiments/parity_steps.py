@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
+import struct
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -329,7 +330,5 @@ def run_parity(settings: ParitySettings, device: str = "cpu", seed: int = 0) -> 
 
 
 def same_bytes(a: float, b: float) -> bool:
-    return (
-        torch.tensor(a, dtype=torch.float32).view(torch.int32).item()
-        == torch.tensor(b, dtype=torch.float32).view(torch.int32).item()
-    )
+    """Whether two losses have the same fp32 bytes."""
+    return struct.pack("<f", a) == struct.pack("<f", b)

@@ -298,12 +298,3 @@ def _orthogonalize_stacks(stacks: list[_BatchStack], lanes: int = 1) -> list[lis
     """The core on one rank: filled stacks in, each member's orthogonalized, scaled update out."""
     _newton_schulz_here(stacks, lanes)
     return _finish(stacks)
-
-
-def _orthogonalize(
-    batch: _Batch, to_orthogonalize: list[torch.Tensor], compute_dtype: torch.dtype = STACK_DTYPE
-) -> list[torch.Tensor]:
-    """One batch's updates from its members' inputs, on a fresh stack (tests pass float64 here)."""
-    entry = _allocate_stack(batch, compute_dtype)
-    torch._foreach_copy_(entry.slots, to_orthogonalize)
-    return _orthogonalize_stacks([entry])[0]

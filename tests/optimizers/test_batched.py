@@ -32,7 +32,14 @@ from optimizers.batched.planning import (
     _spans_meet,
     _union_ends,
 )
-from optimizers.batched.stacks import _Member, _orthogonalize, _runs, _split_by_cost
+from optimizers.batched.stacks import (
+    _allocate_stack,
+    _Batch,
+    _Member,
+    _orthogonalize_stacks,
+    _runs,
+    _split_by_cost,
+)
 from optimizers.concurrent import newton_schulz_flops
 from optimizers.dispatch import count_dispatched_ops
 
@@ -243,6 +250,13 @@ def _single_padded_batch(
     (batch,) = plan.batches
     assert batch.kind == "padded" and len(batch.members) == len(shapes)
     return batch, [member.param.grad for member in batch.members]
+
+
+def _orthogonalize(batch: _Batch, inputs: list[torch.Tensor], compute_dtype: torch.dtype = torch.bfloat16):
+    """One batch's updates from its members' inputs, on a fresh stack in `compute_dtype`."""
+    entry = _allocate_stack(batch, compute_dtype)
+    torch._foreach_copy_(entry.slots, inputs)
+    return _orthogonalize_stacks([entry])[0]
 
 
 def test_padding_is_exact_in_float64() -> None:
