@@ -335,7 +335,7 @@ def parity_section(run: Run) -> Section:
         "",
         "Each tensor's bound is lr·muon times the bf16 rounding of the baseline's Muon update. That rounding is "
         f"the larger of one ulp of its largest entry and {ULP_SENSITIVITY_FACTOR:g}× the output's spread under "
-        "±1-ulp input perturbations (0 without a Muon part). The largest bound here is "
+        "±1-ulp perturbations of its bf16 input (0 without a Muon part). The largest bound here is "
         f"{text(result.bound_largest)}; 'diff / bound' is the worst tensor's ratio (≤ 1 holds).",
     ]
     if RANKS in first:
