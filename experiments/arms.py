@@ -1,5 +1,4 @@
-"""Naming arms: the one resolver from an arm spec to its optimizer class; what each arm's code does on a device;
-what a resume checks of a plan's arms."""
+"""Arms: one resolver from a spec to its optimizer class, what its code does on a device, what a resume checks."""
 
 from __future__ import annotations
 
