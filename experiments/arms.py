@@ -1,4 +1,4 @@
-"""Arms: one resolver from a spec to its optimizer class, what its code does on a device, what a resume checks."""
+"""Arms: the resolver from a spec to its optimizer class, what it runs on a device, what a resume checks."""
 
 from __future__ import annotations
 
