@@ -1,4 +1,4 @@
-"""Naming arms: the one resolver from an arm spec to its optimizer class; what each arm's code does on a device."""
+"""Arms: the resolver from a spec to its optimizer class, what it runs on a device, what a resume checks."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import torch
 from harness.codepaths import class_fingerprint, run_folder_code
 from harness.errors import InputError, Refusal
 from harness.options import parse_arms
+from harness.plan import Plan
 from harness.protocol_options import DEFAULT_ARMS
 from harness.schedule import Case
 from optimizers import batched as _batched
@@ -153,24 +154,19 @@ def check_constructor(spec: str, option: str, tier_kwargs: dict[str, Any]) -> No
         ) from None
 
 
-def accepted_keywords(optimizer_class: type) -> set[str] | None:
-    """The keywords ``optimizer_class``'s constructor names, or None where it takes ``**kwargs`` (any)."""
-    try:
-        parameters = inspect.signature(optimizer_class).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return None
-    return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-
-
 def constructor_kwargs(
     optimizer_class: type, tier_kwargs: dict[str, Any], arm_kwargs: dict[str, Any]
 ) -> dict[str, Any]:
-    """The keywords an arm's constructor receives: the tier's it accepts, then the arm's own (all of them)."""
-    accepted = accepted_keywords(optimizer_class)
-    kept = {k: v for k, v in tier_kwargs.items() if accepted is None or k in accepted}
-    return {**kept, **arm_kwargs}
+    """The keywords an arm's constructor receives: the tier's it names (all where it takes ``**kwargs``), then
+    the arm's own (all of them)."""
+    try:
+        parameters = inspect.signature(optimizer_class).parameters.values()
+    except (TypeError, ValueError):
+        return {**tier_kwargs, **arm_kwargs}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return {**tier_kwargs, **arm_kwargs}
+    accepted = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return {**{k: v for k, v in tier_kwargs.items() if k in accepted}, **arm_kwargs}
 
 
 def make_optimizer(spec: str, groups: list[dict[str, Any]], kwargs: dict[str, Any]) -> torch.optim.Optimizer:
@@ -185,11 +181,6 @@ def make_optimizer(spec: str, groups: list[dict[str, Any]], kwargs: dict[str, An
 
 
 # --- what an arm's code does on a device --------------------------------------------------------------------
-
-
-def _batches_on(device: str) -> bool:
-    """Whether ``BatchedMuSGD`` takes its batched path for tensors on ``device`` (outside any switch)."""
-    return _batched.batches_on(torch.device(device))
 
 
 def _qualified(cls: type) -> str:
@@ -215,7 +206,7 @@ def _per_parameter_on(cls: type, device: str) -> bool:
     """Whether ``cls`` runs the baseline's per-parameter MuSGD step on ``device``, adding nothing to it."""
     if adds_nothing(cls, MuSGD):
         return True
-    return adds_nothing(cls, BatchedMuSGD) and not _batches_on(device)
+    return adds_nothing(cls, BatchedMuSGD) and not _batched.batches_on(torch.device(device))
 
 
 def _class_or_none(spec: str) -> type | None:
@@ -272,7 +263,7 @@ def _describe_class(cls: type, device: str) -> str:
         if issubclass(cls, BatchedMuSGD):
             return f"the per-parameter step, since {name} batches CUDA tensors only"
         return f"the per-parameter MuSGD ({name})"
-    if issubclass(cls, BatchedMuSGD) and _batches_on(device):
+    if issubclass(cls, BatchedMuSGD) and _batched.batches_on(torch.device(device)):
         return f"batched Newton-Schulz and foreach momentum ({name})"
     if issubclass(cls, MuSGD):
         return f"{name}, with code of its own over {_qualified(cls.__mro__[1])}"
@@ -333,3 +324,41 @@ def default_arms(device: str) -> tuple[str, str]:
         f"the default on {device}: there the candidate keeps the baseline's per-parameter step, so candidate-cpu "
         "routes CPU tensors through its batched path; --arms baseline,candidate would compare the same code"
     )
+
+
+# --- what a resume checks: the start's own check, and the code fingerprint the plan recorded ------------------
+
+
+def plan_specs(plan: Plan) -> dict[str, str]:
+    """Every arm spec a plan names, by the option that gives it (an arm label, or a parity setting)."""
+    specs = {arm.label: arm.spec for arm in plan.protocol.arms}
+    specs.update({arm.label: arm.spec for case in plan.cases for arm in case.arms})
+    for option in ("baseline", "candidate"):
+        if isinstance(plan.settings.get(option), str):
+            specs[f"--{option}"] = plan.settings[option]
+    return specs
+
+
+def arms_resume_problem(plan: Plan) -> str | None:
+    """Why a resume cannot run a plan's arms (None where it can)."""
+    for label, spec in plan_specs(plan).items():
+        try:
+            found = checked_optimizer(spec, option="its arms", import_upstream=False)
+        except InputError as exc:
+            return str(exc)
+        recorded = (plan.arm_code.get(label) or {}).get("code")
+        now = class_fingerprint(found)
+        if recorded is not None and recorded != now:
+            return (
+                f"arm '{label}' ({spec}): its code changed since the run started ({_difference(recorded, now)}); "
+                "a resume runs the code its rows came from: start a new run"
+            )
+    return None
+
+
+def _difference(recorded: Any, now: dict[str, Any] | None) -> str:
+    if not isinstance(recorded, dict) or now is None:
+        return "the plan's record is not a fingerprint"
+    if recorded.get("class") != now["class"]:
+        return f"the class was {recorded.get('class')}, now {now['class']}"
+    return f"{now['class']}'s source file differs"

@@ -1,62 +1,54 @@
-"""The parity tier (``bench parity``): its plan, its trials, the ranks comparison and the verdict."""
+"""The parity tier and its ``bench parity`` command: the plan, the trials, the ranks comparison, the verdict."""
 
 from __future__ import annotations
 
 import hashlib
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
-from experiments.arms import checked_optimizer, same_path_as_baseline
+from experiments.arms import arms_resume_problem, checked_optimizer, same_path_as_baseline
 from experiments.parity_steps import (
+    COMPARISONS,
     RANKS,
-    STEP_FIELDS,
     ULP_SENSITIVITY_FACTOR,
     Comparison,
     ParityResult,
     ParitySettings,
+    StepFigures,
     Trajectory,
     Workload,
-    bound_fields,
-    compare_tensors,
-    divergence_table,
-    figure_text,
-    other_arm,
-    parity_section,
     prepare,
-    run_parity,
-    ulp_sensitivity,
 )
 from experiments.ranks import gather_records, init_group, rank_device
-from experiments.resume_check import arms_resume_problem
 from harness.errors import InputError
 from harness.folder_format import FIGURE_LIMIT, UINT64_MAX, RowField
 from harness.isolation import run_in_ranks
 from harness.limits import MAX_PAIRS
-from harness.options import parse_arms
+from harness.options import check_gpus, parse_arms, resolve_device, split_device_list
 from harness.plan import Plan
-from harness.protocol_options import ProtocolOptions
+from harness.present.model import Section, Table
+from harness.protocol_options import ProtocolOptions, check_protocol
 from harness.schedule import Arm, Case, ScheduledTrial
 from harness.schema import check_fields
-from harness.tier import BaseTier, Caveat, Run
+from harness.tier import BaseTier, Caveat, CommandSpec, Run, Start
 from harness.trial import TrialContext, TrialFunction
 from harness.validation import row_fields_problem, settings_problem
 
-__all__ = [
-    "STEP_FIELDS",
-    "ULP_SENSITIVITY_FACTOR",
-    "ParityResult",
-    "ParitySettings",
-    "run_parity",
-    "ulp_sensitivity",
-]
+if TYPE_CHECKING:
+    import pandas as pd
 
-DIVERGENCE_CSV = "divergence.csv"
-
+RANKS_TARGET = "experiments.parity:trajectory_in_rank"
+RANKS_TIMEOUT_S = 3600
+TITLE = "Parity: candidate against baseline"
+PLUMBING = (
+    "This parity run checks the plumbing; the batched path is exercised on CUDA, or on the CPU with "
+    "`--candidate candidate-cpu`."
+)
 
 # What a parity plan records: its options as given (``ParitySettings``).
 RECORDED_SHAPE = {"scale": str, "steps": int, "fit": bool, "candidate": str, "baseline": str}
@@ -77,9 +69,8 @@ def recorded_settings_problem(plan: Plan) -> str | None:
     return None
 
 
-# What the parity report reads of a finished step's row (``ParityResult.from_rows``): the comparison and step
-# it is (needed), its counts and differences (needed; a relative difference against a parameter of zero can
-# pass 10³⁰, so any finite number), the loss figures of a fit, the bound's ratio (null: past any bound).
+# What the parity report reads of a step's row: a relative difference against a parameter of zero can pass
+# 10³⁰, so any finite number; a bound's ratio is null past any bound.
 COUNT = RowField(int, 0, UINT64_MAX, needed=True)
 DIFFERENCE = RowField(float, 0.0, FIGURE_LIMIT, needed=True)
 ROW_FIELDS = {
@@ -145,17 +136,21 @@ def make_plan(protocol: ProtocolOptions, settings: ParitySettings, command: str 
     checked_optimizer(settings.baseline, option="--baseline")
     base, candidate, ranks = settings.baseline, settings.candidate, protocol.gpus
     reference = Arm(base, "baseline", base)
-    control = Arm(f"{base}-control", "candidate", base)
     cases = [
-        Case("control", {"comparison": "control"}, (reference, control)),
+        Case("control", {"comparison": "control"}, (reference, Arm(f"{base}-control", "candidate", base))),
         Case("candidate", {"comparison": "candidate"}, (reference, Arm(candidate, "candidate", candidate))),
     ]
+    isolation = "in-process; both trajectories of a comparison from identical state on identical inputs"
     if ranks > 1:
         one, many = (
             Arm(candidate, "baseline", candidate),
             Arm(f"{candidate}@{ranks}ranks", "candidate", candidate),
         )
         cases.append(Case(RANKS, {"comparison": RANKS, "ranks": ranks}, (one, many)))
+        isolation += (
+            f"; ranks: the candidate on {ranks} fresh ranks ({protocol.backend}, torch.distributed.run) against "
+            "the one-rank candidate here"
+        )
     schedule = [
         ScheduledTrial(
             i * settings.steps + k, case.label, "measured", k, 0, "", case.arms[1].label, "candidate"
@@ -163,10 +158,6 @@ def make_plan(protocol: ProtocolOptions, settings: ParitySettings, command: str 
         for i, case in enumerate(cases)
         for k in range(settings.steps)
     ]
-    ranks_words = (
-        f"; ranks: the candidate on {ranks} fresh ranks ({protocol.backend}, torch.distributed.run) against the "
-        "one-rank candidate here"
-    )
     return Plan(
         tier="parity",
         protocol=protocol,
@@ -175,8 +166,7 @@ def make_plan(protocol: ProtocolOptions, settings: ParitySettings, command: str 
         metric="largest parameter difference after the step",
         settings=asdict(settings),
         command=command,
-        isolation="in-process; both trajectories of a comparison from identical state on identical inputs"
-        + (ranks_words if ranks > 1 else ""),
+        isolation=isolation,
         timed_region="nothing is timed: each trial is one step of both trajectories, compared after it",
         schedule=schedule,
     )
@@ -185,56 +175,27 @@ def make_plan(protocol: ProtocolOptions, settings: ParitySettings, command: str 
 def trial_function(plan: Plan) -> TrialFunction:
     """One step of one comparison per trial; a comparison resumed mid-way replays its earlier steps unlogged."""
     settings = ParitySettings(**plan.settings)
-    device, seed = plan.protocol.device, plan.protocol.seed
-    prepare(settings, device)
-    workload = Workload(settings, device, seed)
+    prepare(settings, plan.protocol.device)
+    workload = Workload(settings, plan.protocol.device, plan.protocol.seed)
     comparisons: dict[str, Comparison] = {}
-    ranks = RanksComparison(plan, workload) if plan.protocol.gpus > 1 else None
+    launched: dict[str, Any] = {}  # the ranks' run: each rank's digest agreement per step, and the sharing
 
     def trial(ctx: TrialContext) -> dict[str, Any]:
         name, step = ctx.case.label, ctx.trial.round + 1
-        if name == RANKS and ranks is not None:
-            row = ranks.step(step, ctx.run_dir)
-            return {"value": row["max_abs_diff"], **row}
         comparison = comparisons.get(name)
         if comparison is None or comparison.steps_done >= step:
-            comparison = comparisons[name] = Comparison(
-                name, workload, settings.baseline, other_arm(settings, name)
-            )
+            comparison = comparisons[name] = Comparison(name, workload, settings)
         while comparison.steps_done < step - 1:
-            comparison.step()
-        row = comparison.step()
+            comparison.advance()
+        row = comparison.step() if name != RANKS else ranks_step(plan, comparison, ctx.run_dir, launched)
         return {"value": row["max_abs_diff"], **row}
 
     return trial
 
 
-RANKS_TARGET = "experiments.parity:trajectory_in_rank"
-RANKS_TIMEOUT_S = 3600
-
-
-def _snapshot(mine: Trajectory) -> dict[str, Any]:
-    """A trajectory's parameters and tensor state, copied to the CPU."""
-    return {
-        "params": [p.detach().cpu().clone() for p in mine.params],
-        "state": [_cpu_tensors(state, clone=True) for state in mine.buffers()],
-    }
-
-
-def _cpu_tensors(state: dict[str, Any], clone: bool = False) -> dict[str, torch.Tensor]:
-    """The tensors of one parameter's optimizer state, on the CPU."""
-    return {
-        k: v.detach().cpu().clone() if clone else v.cpu()
-        for k, v in state.items()
-        if isinstance(v, torch.Tensor)
-    }
-
-
-def _digest(params: list[torch.Tensor]) -> str:
-    digest = hashlib.sha256()
-    for p in params:
-        digest.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
+def _cpu_state(state: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The tensors of one parameter's optimizer state, copied to the CPU."""
+    return {k: v.detach().cpu().clone() for k, v in state.items() if isinstance(v, torch.Tensor)}
 
 
 def trajectory_in_rank(payload: dict[str, Any]) -> dict[str, Any]:
@@ -256,92 +217,71 @@ def trajectory_in_rank(payload: dict[str, Any]) -> dict[str, Any]:
             mine.optimizer.step()
             if step < int(payload["first"]):
                 continue
-            digests = gather_records({"rank": rank, "digest": _digest(mine.params)})
+            digest = hashlib.sha256()
+            for p in mine.params:
+                digest.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+            digests = gather_records({"rank": rank, "digest": digest.hexdigest()})
             agree[step] = len({d["digest"] for d in digests}) == 1
             if rank == 0:
-                torch.save(_snapshot(mine), f"{payload['out']}/step{step}.pt")
+                params = [p.detach().cpu().clone() for p in mine.params]
+                snapshot = {"params": params, "state": [_cpu_state(s) for s in mine.buffers()]}
+                torch.save(snapshot, f"{payload['out']}/step{step}.pt")
         sharing = dict(getattr(mine.optimizer, "sharing", None) or {})
     finally:
         dist.destroy_process_group()
     return {"agree": agree, "sharing": sharing}
 
 
-class RanksComparison:
-    """The one-rank candidate here, step by step, against the candidate's steps on N ranks (saved by rank 0)."""
-
-    def __init__(self, plan: Plan, workload: Workload) -> None:
-        self.plan, self.workload = plan, workload
-        self.settings = ParitySettings(**plan.settings)
-        self.ranks = plan.protocol.gpus
-        self.mine: Trajectory | None = None
-        self.steps_done = 0
-        self.launched: dict[str, Any] | None = None
-
-    def _launch(self, first: int, folder: Path) -> None:
-        """The ranks' whole trajectory, saving every step from ``first`` on."""
+def ranks_step(plan: Plan, comparison: Comparison, run_dir: Path, launched: dict[str, Any]) -> dict[str, Any]:
+    """The one-rank candidate's next step against the ranks' (launched from this step where not saved)."""
+    step, folder = comparison.steps_done + 1, run_dir / "ranks-steps"
+    saved = folder / f"step{step}.pt"
+    if not saved.is_file() or not launched:
         folder.mkdir(parents=True, exist_ok=True)
+        (run_dir / "trials").mkdir(exist_ok=True)
         payload = {
-            "settings": asdict(self.settings),
-            "seed": self.plan.protocol.seed,
-            "devices": list(self.plan.protocol.rank_devices),
-            "first": first,
+            "settings": plan.settings,
+            "seed": plan.protocol.seed,
+            "devices": list(plan.protocol.rank_devices),
+            "first": step,
             "out": str(folder),
             "threads": torch.get_num_threads(),
         }
-        logs = folder.parent / "trials"
-        logs.mkdir(exist_ok=True)
-        self.launched = run_in_ranks(
-            RANKS_TARGET,
-            payload,
-            self.ranks,
-            timeout_s=RANKS_TIMEOUT_S,
-            log_path=logs / f"ranks-from-step{first}.log",
+        log = run_dir / "trials" / f"ranks-from-step{step}.log"
+        launched.update(
+            run_in_ranks(RANKS_TARGET, payload, plan.protocol.gpus, timeout_s=RANKS_TIMEOUT_S, log_path=log)
         )
-
-    def step(self, step: int, run_dir: Path) -> dict[str, Any]:
-        folder = run_dir / "ranks-steps"
-        saved = folder / f"step{step}.pt"
-        if not saved.is_file() or self.launched is None:
-            self._launch(step, folder)
-        if self.mine is None or self.steps_done >= step:
-            self.mine, self.steps_done = Trajectory(self.workload, self.settings.candidate), 0
-        mine, bounds = self.mine, None
-        while self.steps_done < step:
-            self.workload.backward(mine.state, self.steps_done + 1)
-            if self.steps_done + 1 == 1:
-                bounds = self.workload.step_one_bounds(mine.optimizer, mine.groups)
-            mine.optimizer.step()
-            self.steps_done += 1
-        other = torch.load(saved, weights_only=True)
-        saved.unlink()
-        states = [
-            (_cpu_tensors(here), there) for here, there in zip(mine.buffers(), other["state"], strict=True)
-        ]
-        here = [p.detach().cpu() for p in mine.params]
-        figures, per_param = compare_tensors(RANKS, step, here, other["params"], states)
-        row = asdict(figures)
-        agree = self.launched["agree"]
-        row["ranks_agree"] = bool(agree.get(str(step), agree.get(step, False)))
-        row["ranks"] = self.ranks
-        sharing = self.launched["sharing"]
-        row["sharing_text"] = (
-            f"rank 0 of {sharing.get('world')} orthogonalized {sharing.get('matrices_here')} of "
-            f"{sharing.get('matrices')} Newton-Schulz matrices"
-            + (f" ({sharing['note']})" if sharing.get("note") else "")
-            if sharing
-            else f"`{self.settings.candidate}` reports no sharing"
-        )
-        if bounds is not None:
-            row.update(bound_fields(per_param, bounds))
-        return row
+    other = torch.load(saved, weights_only=True)
+    saved.unlink()
+    row = comparison.step((other["params"], other["state"]))
+    agree, sharing = launched["agree"], launched["sharing"]
+    row["ranks_agree"] = bool(agree.get(str(step), agree.get(step, False)))
+    row["ranks"] = plan.protocol.gpus
+    row["sharing_text"] = (
+        f"rank 0 of {sharing.get('world')} orthogonalized {sharing.get('matrices_here')} of "
+        f"{sharing.get('matrices')} Newton-Schulz matrices"
+        + (f" ({sharing['note']})" if sharing.get("note") else "")
+        if sharing
+        else f"`{plan.settings['candidate']}` reports no sharing"
+    )
+    return row
 
 
 def result_of(run: Run) -> ParityResult:
     """The parity result recorded in a run's log."""
     settings = ParitySettings(**run.plan.settings)
     rows = sorted((r for r in run.folder.rows() if r.get("status") == "ok"), key=lambda r: r["index"])
-    workload = Workload.describe(settings)
-    return ParityResult.from_rows(settings, workload, rows)
+    return ParityResult.from_rows(settings, Workload.describe(settings), rows)
+
+
+def divergence_table(run: Run) -> dict[str, pd.DataFrame]:
+    import pandas as pd  # here, not at the top: a parity rank imports this module and needs no pandas
+
+    return {"divergence.csv": pd.DataFrame([asdict(f) for f in result_of(run).steps])}
+
+
+def figure_text(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3g}"
 
 
 def contract_text(run: Run) -> str:
@@ -352,11 +292,95 @@ def contract_text(run: Run) -> str:
     broken = [clause for clause, ok in result.contract.items() if not ok]
     verdict = "holds" if not broken else "BROKEN (" + "; ".join(broken) + ")"
     first = next(f for f in result.steps if f.step == 1 and f.comparison == "candidate")
+    worst = figure_text(result.bound_worst_ratio["candidate"])
     return (
-        f"One-step contract: {verdict}; the candidate's largest difference {figure_text(first.max_abs_diff)}, its "
-        f"largest bound {figure_text(result.bound_largest)} (worst tensor at {figure_text(result.bound_worst_ratio['candidate'])} "
-        "of its own bound; 1 or less holds).\n"
+        f"One-step contract: {verdict}; the candidate's largest difference {figure_text(first.max_abs_diff)}, "
+        f"its largest bound {figure_text(result.bound_largest)} (worst tensor at {worst} of its own bound; 1 "
+        "or less holds).\n"
     )
+
+
+def parity_section(run: Run) -> Section:
+    """The parity section: verdict, one-step figures, the bound and the divergence table."""
+    result, device, text = result_of(run), run.plan.protocol.device, figure_text
+    s, first = result.settings, {f.comparison: f for f in result.steps if f.step == 1}
+    lines: list[Any] = [
+        f"Workload: {result.workload}; device `{device}`; seed {run.plan.protocol.seed}; {s.steps} step(s). "
+        f"Baseline arm `{s.baseline}`, candidate arm `{s.candidate}`.",
+        "",
+    ]
+    if not set(COMPARISONS) <= set(first):
+        return Section.of_lines(TITLE, lines + ["Step one has not run for both comparisons yet: no verdict."])
+    judged = [first[n] for n in (*COMPARISONS, RANKS) if n in first and n in result.bound_worst_ratio]
+    one_step = {
+        "comparison": lambda f: f.comparison,
+        "buffers bit-equal": lambda f: f"{f.buffers_equal} of {f.buffers_total}",
+        "parameters identical": lambda f: f"{f.params_equal} of {f.params_total}",
+        "largest abs diff": lambda f: text(f.max_abs_diff),
+        "largest rel diff": lambda f: text(f.max_rel_diff),
+        "diff / bound": lambda f: text(result.bound_worst_ratio[f.comparison]),
+        "loss bytes equal": lambda f: (
+            "n/a" if f.loss_bytes_equal is None else "yes" if f.loss_bytes_equal else "no"
+        ),
+    }
+    clauses = [(clause, "yes" if ok else "**no**") for clause, ok in result.contract.items()]
+    lines += [
+        f"**One-step contract: {'holds' if result.holds else 'BROKEN'}.**",
+        "",
+        Table(["clause", "holds"], clauses),
+        "",
+        "#### After one step from identical state",
+        "",
+        Table.of(one_step, judged),
+        "",
+        "Each tensor's bound is lr·muon times the bf16 rounding of the baseline's Muon update. That rounding is "
+        f"the larger of one ulp of its largest entry and {ULP_SENSITIVITY_FACTOR:g}× the output's spread under "
+        "±1-ulp perturbations of its bf16 input (0 without a Muon part). The largest bound here is "
+        f"{text(result.bound_largest)}; 'diff / bound' is the worst tensor's ratio (≤ 1 holds).",
+    ]
+    if RANKS in first:
+        f = first[RANKS]
+        verdict = (
+            "bit for bit"
+            if f.params_equal == f.params_total
+            else f"within {text(result.bound_worst_ratio.get(RANKS))} of the bound (largest difference "
+            f"{text(f.max_abs_diff)})"
+        )
+        lines += [
+            "",
+            f"ranks: the candidate on {result.ranks} ranks against the one-rank candidate here, from identical "
+            f"state and inputs; after one step they agree {verdict}; "
+            f"{result.ranks_sharing or 'no sharing recorded'}.",
+        ]
+    if s.steps > 1:
+        lines += [
+            "",
+            f"#### Divergence over {s.steps} steps (reported, not claimed)",
+            "",
+            _divergence(result),
+        ]
+    lines += ["", "Not claimed: identical multi-step training."]
+    same = same_path_as_baseline(s.candidate, device, s.baseline)
+    if same:
+        lines[-1] += f" Here {same}. {PLUMBING}"
+    return Section.of_lines(TITLE, lines)
+
+
+def _divergence(result: ParityResult) -> Table:
+    """Each step's largest differences, per comparison, as a markdown table."""
+    ranked = any(f.comparison == RANKS and f.step == 1 for f in result.steps)
+    by_step: dict[int, dict[str, StepFigures]] = {}
+    for f in result.steps:
+        by_step.setdefault(f.step, {})[f.comparison] = f
+    rows = [
+        [step, figure_text(pair["control"].max_abs_diff), figure_text(pair["candidate"].max_abs_diff)]
+        + [f"{pair['candidate'].buffers_equal} of {pair['candidate'].buffers_total}"]
+        + ([figure_text(pair[RANKS].max_abs_diff) if RANKS in pair else "n/a"] if ranked else [])
+        for step, pair in sorted(by_step.items())
+        if set(COMPARISONS) <= set(pair)
+    ]
+    headers = ["step", "control max abs diff", "candidate max abs diff", "candidate buffers bit-equal"]
+    return Table(headers + (["ranks max abs diff"] if ranked else []), rows)
 
 
 class ParityTier(BaseTier):
@@ -370,26 +394,61 @@ class ParityTier(BaseTier):
             settings_problem=recorded_settings_problem,
             resume_problem=arms_resume_problem,
             row_problem=recorded_row_problem,
-            tables=lambda run: {DIVERGENCE_CSV: divergence_table(result_of(run))},
-            section=lambda run: parity_section(
-                result_of(run), run.plan.protocol.device, run.plan.protocol.seed
-            ),
+            tables=divergence_table,
+            section=parity_section,
             claim=contract_text,
             paired=False,
         )
 
     def caveats(self, run: Run) -> list[Caveat]:
-        settings = ParitySettings(**run.plan.settings)
-        device = run.plan.protocol.device
+        settings, device = ParitySettings(**run.plan.settings), run.plan.protocol.device
         if same_path_as_baseline(settings.candidate, device, settings.baseline) is None:
             return []
         return [
-            Caveat(
-                f"device {device}: the candidate keeps the baseline's per-parameter path there.",
-                "This parity run checks the plumbing; the batched path is exercised on CUDA, or on the CPU with "
-                "`--candidate candidate-cpu`.",
-            )
+            Caveat(f"device {device}: the candidate keeps the baseline's per-parameter path there.", PLUMBING)
         ]
 
 
 TIER = ParityTier()
+
+
+def _prepare(start: Start) -> Start:
+    """The two arms into the settings; a new run's protocol built here: one trial per step, no warm-up."""
+    baseline, candidate = arms_of(start.protocol["arms"], start.settings.candidate)
+    start = replace(start, settings=replace(start.settings, candidate=candidate, baseline=baseline))
+    if start.resume is not None:
+        return replace(start, protocol=None)
+    first, gpus = split_device_list(start.protocol["device"], start.protocol["gpus"])
+    device, why = resolve_device(first)
+    start.say(f"device: {device} ({why})")
+    arms = (Arm(baseline, "baseline", baseline), Arm(candidate, "candidate", candidate))
+    options = ProtocolOptions(
+        arms, warmup=0, pairs=start.settings.steps, seed=start.protocol["seed"], device=device, gpus=gpus
+    )
+    check_gpus(check_protocol(options).gpus, device)
+    return replace(start, protocol=options)
+
+
+def _finish(result: Any, start: Start) -> str | None:
+    if result_of(result).holds:
+        return None
+    where = "see the report" if start.report else f"bench report {result.folder.path} writes the report"
+    return f"the one-step contract is broken ({where})"
+
+
+COMMAND = CommandSpec(
+    "parity",
+    "The numerical contract of candidate against baseline, as a run folder (exit 1 when it breaks).",
+    tiers=(TIER,),
+    settings=ParitySettings,
+    protocol=("arms", "seed", "device", "gpus"),
+    helps={
+        "arms": "baseline,candidate (default baseline,candidate); each built with muon, sgd and its own "
+        "keywords.",
+        "seed": "Seed for the parameters, gradients and data.",
+        "gpus": "Also follow the candidate on N ranks (fresh processes; gloo on the CPU) against the "
+        "one-rank candidate.",
+    },
+    prepare=_prepare,
+    finish=_finish,
+)

@@ -6,22 +6,18 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
+import struct
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from experiments.arms import make_optimizer, same_path_as_baseline
+from experiments.arms import make_optimizer
 from experiments.workloads import SCALES, build_param_groups, fill_synthetic_grads
 from harness.limits import MAX_PAIRS
-from harness.present.model import Section, Table
 from harness.schema import option
 from optimizers.musgd import muon_momentum
 from optimizers.newton_schulz import muon_scale, newton_schulz
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 BF16_MANTISSA_BITS = 7
 # A reordered or zero-padded GEMM rounds differently, which perturbs each Newton-Schulz iterate by about one
@@ -29,6 +25,8 @@ BF16_MANTISSA_BITS = 7
 # not tuned: the measured ratio to the bound is reported by every parity run.
 ULP_SENSITIVITY_FACTOR = 2.0
 SENSITIVITY_TRIALS = 3
+COMPARISONS = ("control", "candidate")
+RANKS = "ranks"  # the candidate on N ranks against the one-rank candidate (--gpus N)
 
 
 @dataclass(frozen=True)
@@ -70,6 +68,8 @@ STEP_FIELDS = tuple(f.name for f in fields(StepFigures))
 
 @dataclass
 class ParityResult:
+    """Every logged step's figures, judged at step one."""
+
     settings: ParitySettings
     workload: str
     steps: list[StepFigures] = field(default_factory=list)
@@ -86,15 +86,14 @@ class ParityResult:
     @classmethod
     def from_rows(cls, settings: ParitySettings, workload: str, rows: list[dict[str, Any]]) -> ParityResult:
         """The result of logged step rows (one per comparison and step), judged at step one."""
-        steps = [StepFigures(**{k: row.get(k) for k in STEP_FIELDS}) for row in rows]
-        result = cls(settings, workload, steps)
+        result = cls(
+            settings, workload, [StepFigures(**{k: row.get(k) for k in STEP_FIELDS}) for row in rows]
+        )
         for row in rows:
             if row["comparison"] == RANKS:
                 result.ranks, result.ranks_sharing = int(row.get("ranks") or 1), row.get("sharing_text") or ""
-            if (
-                row["step"] == 1 and row.get("bound_largest") is not None
-            ):  # a ratio beyond any bound is logged as null
-                ratio = row.get("bound_worst_ratio")
+            if row["step"] == 1 and row.get("bound_largest") is not None:
+                ratio = row.get("bound_worst_ratio")  # a ratio beyond any bound is logged as null
                 result.bound_worst_ratio[row["comparison"]] = math.inf if ratio is None else float(ratio)
                 result.bound_largest = max(result.bound_largest, float(row["bound_largest"]))
         if set(COMPARISONS) <= set(result.bound_worst_ratio):
@@ -102,28 +101,46 @@ class ParityResult:
         return result
 
 
+def judge(steps: list[StepFigures], bound_worst_ratio: dict[str, float]) -> dict[str, bool]:
+    """The one-step contract, clause by clause."""
+    first = {f.comparison: f for f in steps if f.step == 1}
+    control, candidate = first["control"], first["candidate"]
+    bound = "within lr·muon·bf16 rounding of the update"
+    contract = {
+        "control: parameters identical": control.params_equal == control.params_total,
+        "control: buffers bit-equal": control.buffers_equal == control.buffers_total,
+        "candidate: buffers bit-equal": candidate.buffers_equal == candidate.buffers_total,
+        f"candidate: largest difference {bound}": bound_worst_ratio["candidate"] <= 1.0,
+    }
+    if control.loss_bytes_equal is not None:
+        contract["control: loss bytes identical"] = bool(control.loss_bytes_equal)
+        contract["candidate: loss bytes identical"] = bool(candidate.loss_bytes_equal)
+    if RANKS in first and RANKS in bound_worst_ratio:
+        contract["ranks: every rank holds rank 0's parameters"] = bool(first[RANKS].ranks_agree)
+        contract[f"ranks: largest difference from one rank {bound}"] = bound_worst_ratio[RANKS] <= 1.0
+    return contract
+
+
 class Workload:
-    """Two identical copies of a parameter set and how to put gradients on them (and compute a loss)."""
+    """A parameter set (or the embedded fit model) to copy, and how to put gradients on a copy."""
 
     def __init__(self, settings: ParitySettings, device: str = "cpu", seed: int = 0) -> None:
         self.settings, self.device, self.seed = settings, torch.device(device), seed
+        self.name = self.describe(settings)
         self._bounds: dict[int, float] | None = None
-        if settings.fit:
-            # The fit tier's whole package: a parity rank imports it only with --fit.
-            from experiments.fit import embedded
-
-            torch.manual_seed(seed)
-            self.model = embedded.SmallConvNet().to(device)
-            self.images, self.labels = embedded.synthetic_images(64, embedded.DEFAULT_IMGSZ, seed)
-            self.images, self.labels = self.images.to(device), self.labels.to(device)
-            self.groups_of: Callable[[torch.nn.Module], list[dict[str, Any]]] = lambda m: (
-                embedded.build_param_groups(m, embedded.LR0, embedded.MOMENTUM, embedded.WEIGHT_DECAY)
-            )
-            self.kwargs = {"muon": embedded.MUON_SCALE, "sgd": embedded.SGD_SCALE}
-            self.name = self.describe(settings)
-        else:
+        if not settings.fit:
             self.groups, self.kwargs = build_param_groups(settings.scale, self.device, torch.float32, seed)
-            self.name = self.describe(settings)
+            return
+        from experiments.fit import (
+            embedded,
+        )  # the fit tier's whole package: a parity rank needs it with --fit
+
+        torch.manual_seed(seed)
+        self.embedded = embedded
+        self.model = embedded.SmallConvNet().to(device)
+        images, labels = embedded.synthetic_images(64, embedded.DEFAULT_IMGSZ, seed)
+        self.images, self.labels = images.to(device), labels.to(device)
+        self.kwargs = {"muon": embedded.MUON_SCALE, "sgd": embedded.SGD_SCALE}
 
     @staticmethod
     def describe(settings: ParitySettings) -> str:
@@ -131,26 +148,24 @@ class Workload:
             return "embedded fit workload (SmallConvNet, one real forward/backward per step)"
         return f"YOLO26{settings.scale} parameter set, seeded synthetic gradients"
 
-    def copy(self) -> Any:
-        """A fresh, identical copy of the parameters (a model in fit mode, param groups otherwise)."""
+    def copy(self) -> tuple[Any, list[dict[str, Any]]]:
+        """A fresh, identical copy (a model in fit mode, param groups otherwise) and its param groups."""
         if self.settings.fit:
-            return copy.deepcopy(self.model)
-        return [
+            model, fit = copy.deepcopy(self.model), self.embedded
+            return model, fit.build_param_groups(model, fit.LR0, fit.MOMENTUM, fit.WEIGHT_DECAY)
+        groups = [
             {**g, "params": [torch.nn.Parameter(p.detach().clone(), p.requires_grad) for p in g["params"]]}
             for g in self.groups
         ]
+        return groups, groups
 
     def step_one_bounds(
         self, optimizer: torch.optim.Optimizer, groups: list[dict[str, Any]]
     ) -> dict[int, float]:
-        """The per-tensor bounds of step one, from the reference optimizer: the same for every comparison (they
-        all start from this workload's state), so computed once."""
+        """Step one's per-tensor bounds: every comparison starts from this state, so computed once."""
         if self._bounds is None:
             self._bounds = update_bounds(optimizer, groups, self.kwargs.get("muon", 0.2))
         return self._bounds
-
-    def groups_for(self, state: Any) -> list[dict[str, Any]]:
-        return self.groups_of(state) if self.settings.fit else state
 
     def backward(self, state: Any, step: int) -> float | None:
         """Put step ``step``'s gradients on ``state``; in fit mode return the loss (fp32) it was taken from."""
@@ -163,17 +178,6 @@ class Workload:
         loss = torch.nn.functional.cross_entropy(logits, self.labels[batch])
         loss.backward()
         return loss.detach().float().item()
-
-
-def params_of(groups: list[dict[str, Any]]) -> list[torch.Tensor]:
-    return [p for g in groups for p in g["params"]]
-
-
-def _ulp_bf16(magnitude: float) -> float:
-    """One bf16 rounding step at ``magnitude`` (0 for 0)."""
-    if magnitude == 0 or not math.isfinite(magnitude):
-        return 0.0
-    return 2.0 ** (math.floor(math.log2(magnitude)) - BF16_MANTISSA_BITS)
 
 
 def ulp_sensitivity(matrix: torch.Tensor, trials: int = SENSITIVITY_TRIALS, seed: int = 0) -> float:
@@ -205,7 +209,8 @@ def update_bounds(
         matrix = matrix.reshape(len(matrix), -1)
         scale = muon_scale(p.grad.shape)
         largest = newton_schulz(matrix).float().abs().max().item() * scale
-        rounding = max(_ulp_bf16(largest), ULP_SENSITIVITY_FACTOR * ulp_sensitivity(matrix) * scale)
+        ulp = 2.0 ** (math.floor(math.log2(largest)) - BF16_MANTISSA_BITS) if 0 < largest < math.inf else 0.0
+        rounding = max(ulp, ULP_SENSITIVITY_FACTOR * ulp_sensitivity(matrix) * scale)
         bounds[index] = group["lr"] * muon * rounding
     return bounds
 
@@ -214,10 +219,9 @@ class Trajectory:
     """One arm's optimizer over a fresh copy of the workload's parameters."""
 
     def __init__(self, workload: Workload, spec: str) -> None:
-        self.state = workload.copy()
-        self.groups = workload.groups_for(self.state)
+        self.state, self.groups = workload.copy()
         self.optimizer = make_optimizer(spec, self.groups, workload.kwargs)
-        self.params = params_of(self.groups)
+        self.params = [p for g in self.groups for p in g["params"]]
 
     def buffers(self) -> list[dict[str, Any]]:
         """Each parameter's optimizer state."""
@@ -227,24 +231,26 @@ class Trajectory:
 def compare_tensors(
     name: str, step: int, ref_params: list[torch.Tensor], other_params: list[torch.Tensor], states: list[Any]
 ) -> tuple[StepFigures, list[float]]:
-    """The step's figures from the parameters and (reference, other) optimizer states, tensor by tensor."""
+    """The step's figures from the parameters and (reference, other) states; the other side moved to the
+    reference's device, where its tensors came from another process."""
     buffers_equal = buffers_total = params_equal = 0
     max_abs = max_rel = 0.0
     per_param: list[float] = []
     for p_ref, p_other, (ref_state, other_state) in zip(ref_params, other_params, states, strict=True):
-        diff = (p_ref.detach().double() - p_other.detach().double()).abs()
+        p_ref, p_other = p_ref.detach(), p_other.detach().to(p_ref.device)
+        diff = (p_ref.double() - p_other.double()).abs()
         largest = diff.max().item() if diff.numel() else 0.0
         per_param.append(largest)
         params_equal += int(torch.equal(p_ref, p_other))
         max_abs = max(max_abs, largest)
-        scale = p_ref.detach().double().abs().clamp_min(torch.finfo(torch.float32).tiny)
+        scale = p_ref.double().abs().clamp_min(torch.finfo(torch.float32).tiny)
         max_rel = max(max_rel, (diff / scale).max().item() if diff.numel() else 0.0)
         for key in sorted(set(ref_state) | set(other_state)):
-            if not isinstance(ref_state.get(key), torch.Tensor):
-                continue
-            buffers_total += 1
-            other_buffer = other_state.get(key)
-            buffers_equal += int(other_buffer is not None and torch.equal(ref_state[key], other_buffer))
+            buffer, other_buffer = ref_state.get(key), other_state.get(key)
+            if isinstance(buffer, torch.Tensor):
+                buffers_total += 1
+                other_buffer = None if other_buffer is None else other_buffer.to(buffer.device)
+                buffers_equal += int(other_buffer is not None and torch.equal(buffer, other_buffer))
     figures = StepFigures(
         name, step, buffers_equal, buffers_total, params_equal, len(ref_params), max_abs, max_rel
     )
@@ -266,31 +272,43 @@ def bound_fields(per_param: list[float], bounds: dict[int, float]) -> dict[str, 
 
 
 class Comparison:
-    """One comparison (the reference arm against another) followed step by step from identical state."""
+    """The reference arm against another, step by step from identical state on identical inputs.
 
-    def __init__(self, name: str, workload: Workload, reference: str, other: str) -> None:
+    The ranks comparison holds the one-rank candidate alone: its other side comes saved by the ranks' rank 0."""
+
+    def __init__(self, name: str, workload: Workload, settings: ParitySettings) -> None:
         self.name, self.workload = name, workload
-        self.sides = Trajectory(workload, reference), Trajectory(workload, other)
+        reference = settings.candidate if name == RANKS else settings.baseline
+        others = {"control": [settings.baseline], "candidate": [settings.candidate]}.get(name, [])
+        self.sides = [Trajectory(workload, spec) for spec in [reference, *others]]
         self.steps_done = 0
+        self.losses: list[float | None] = []
+        self.bounds: dict[int, float] | None = None
 
-    def step(self) -> dict[str, Any]:
-        """One step of both trajectories: their figures, and at step one how the worst tensor meets its bound."""
-        step, workload, (ref, other) = self.steps_done + 1, self.workload, self.sides
-        losses = [workload.backward(side.state, step) for side in self.sides]
-        bounds = workload.step_one_bounds(ref.optimizer, ref.groups) if step == 1 else None
+    def advance(self) -> None:
+        """One step of every trajectory here; at step one, the bounds from the reference's gradients."""
+        step, workload, reference = self.steps_done + 1, self.workload, self.sides[0]
+        self.losses = [workload.backward(side.state, step) for side in self.sides]
+        self.bounds = workload.step_one_bounds(reference.optimizer, reference.groups) if step == 1 else None
         for side in self.sides:
             side.optimizer.step()
         if workload.device.type == "cuda":
             torch.cuda.synchronize(workload.device)
         self.steps_done = step
-        states = list(zip(ref.buffers(), other.buffers(), strict=True))
-        figures, per_param = compare_tensors(self.name, step, ref.params, other.params, states)
-        if losses[0] is not None:
-            figures.loss_reference, figures.loss_other = losses
-            figures.loss_bytes_equal = same_bytes(losses[0], losses[1])
+
+    def step(self, other: tuple[list[torch.Tensor], list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+        """One step compared, as a row: against the other trajectory, or ``other`` (parameters, states)."""
+        self.advance()
+        reference = self.sides[0]
+        params, states = other or (self.sides[1].params, self.sides[1].buffers())
+        pairs = list(zip(reference.buffers(), states, strict=True))
+        figures, per_param = compare_tensors(self.name, self.steps_done, reference.params, params, pairs)
+        if len(self.losses) == 2 and self.losses[0] is not None:
+            figures.loss_reference, figures.loss_other = self.losses
+            figures.loss_bytes_equal = same_bytes(*self.losses)
         row = asdict(figures)
-        if bounds is not None:
-            row.update(bound_fields(per_param, bounds))
+        if self.bounds is not None:
+            row.update(bound_fields(per_param, self.bounds))
         return row
 
 
@@ -300,158 +318,17 @@ def prepare(settings: ParitySettings, device: str) -> None:
         torch.backends.cudnn.benchmark = False
 
 
-COMPARISONS = ("control", "candidate")
-RANKS = "ranks"  # the candidate on N ranks against the one-rank candidate (--gpus N)
-
-
-def other_arm(settings: ParitySettings, comparison: str) -> str:
-    return settings.baseline if comparison == "control" else settings.candidate
-
-
 def run_parity(settings: ParitySettings, device: str = "cpu", seed: int = 0) -> ParityResult:
     """Run the control and the candidate comparison for ``settings.steps`` steps in memory and judge step one."""
     prepare(settings, device)
     workload = Workload(settings, device, seed)
     rows = []
     for name in COMPARISONS:
-        comparison = Comparison(name, workload, settings.baseline, other_arm(settings, name))
+        comparison = Comparison(name, workload, settings)
         rows += [comparison.step() for _ in range(settings.steps)]
     return ParityResult.from_rows(settings, workload.name, rows)
 
 
 def same_bytes(a: float, b: float) -> bool:
-    return (
-        torch.tensor(a, dtype=torch.float32).view(torch.int32).item()
-        == torch.tensor(b, dtype=torch.float32).view(torch.int32).item()
-    )
-
-
-def judge(steps: list[StepFigures], bound_worst_ratio: dict[str, float]) -> dict[str, bool]:
-    """The one-step contract, clause by clause."""
-    first = {f.comparison: f for f in steps if f.step == 1}
-    control, candidate = first["control"], first["candidate"]
-    contract = {
-        "control: parameters identical": control.params_equal == control.params_total,
-        "control: buffers bit-equal": control.buffers_equal == control.buffers_total,
-        "candidate: buffers bit-equal": candidate.buffers_equal == candidate.buffers_total,
-        "candidate: largest difference within lr·muon·bf16 rounding of the update": bound_worst_ratio[
-            "candidate"
-        ]
-        <= 1.0,
-    }
-    if control.loss_bytes_equal is not None:
-        contract["control: loss bytes identical"] = bool(control.loss_bytes_equal)
-        contract["candidate: loss bytes identical"] = bool(candidate.loss_bytes_equal)
-    if RANKS in first and RANKS in bound_worst_ratio:
-        ranks = first[RANKS]
-        contract["ranks: every rank holds rank 0's parameters"] = bool(ranks.ranks_agree)
-        contract["ranks: largest difference from one rank within lr·muon·bf16 rounding of the update"] = (
-            bound_worst_ratio[RANKS] <= 1.0
-        )
-    return contract
-
-
-def divergence_table(result: ParityResult) -> pd.DataFrame:
-    import pandas as pd  # here, not at the top: a parity rank imports this module and needs no pandas
-
-    return pd.DataFrame([asdict(f) for f in result.steps])
-
-
-def figure_text(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3g}"
-
-
-TITLE = "Parity: candidate against baseline"
-
-
-def parity_section(result: ParityResult, device: str, seed: int) -> Section:
-    """The parity section: verdict, one-step figures, the bound and the divergence table."""
-    s, text = result.settings, figure_text
-    first = {f.comparison: f for f in result.steps if f.step == 1}
-    lines: list[Any] = [
-        f"Workload: {result.workload}; device `{device}`; seed {seed}; {s.steps} step(s). Baseline arm "
-        f"`{s.baseline}`, candidate arm `{s.candidate}`.",
-        "",
-    ]
-    if not set(COMPARISONS) <= set(first):
-        return Section.of_lines(TITLE, lines + ["Step one has not run for both comparisons yet: no verdict."])
-    clauses = [(clause, "yes" if ok else "**no**") for clause, ok in result.contract.items()]
-    judged = [n for n in (*COMPARISONS, RANKS) if n in first and n in result.bound_worst_ratio]
-    one_step = [
-        [
-            name,
-            f"{f.buffers_equal} of {f.buffers_total}",
-            f"{f.params_equal} of {f.params_total}",
-            text(f.max_abs_diff),
-            text(f.max_rel_diff),
-            text(result.bound_worst_ratio[name]),
-            "n/a" if f.loss_bytes_equal is None else ("yes" if f.loss_bytes_equal else "no"),
-        ]
-        for name, f in ((n, first[n]) for n in judged)
-    ]
-    headers = (
-        "comparison,buffers bit-equal,parameters identical,largest abs diff,largest rel diff,diff / bound"
-    )
-    lines += [
-        f"**One-step contract: {'holds' if result.holds else 'BROKEN'}.**",
-        "",
-        Table(["clause", "holds"], clauses),
-        "",
-        "#### After one step from identical state",
-        "",
-        Table([*headers.split(","), "loss bytes equal"], one_step),
-        "",
-        "The bound per tensor is lr·muon times the bf16 rounding of the baseline's own Muon update: the larger of "
-        f"one ulp of its largest entry and {ULP_SENSITIVITY_FACTOR:g}× the output's spread under ±1-ulp "
-        "perturbations of its bf16 Newton-Schulz input (0 for tensors without a Muon part); the largest bound "
-        f"here is {text(result.bound_largest)}. 'diff / bound' is the worst tensor's ratio (≤ 1 holds).",
-    ]
-    if RANKS in first:
-        f = first[RANKS]
-        verdict = (
-            "bit for bit"
-            if f.params_equal == f.params_total
-            else f"within {text(result.bound_worst_ratio.get(RANKS))} of the bound (largest difference "
-            f"{text(f.max_abs_diff)})"
-        )
-        lines += [
-            "",
-            f"ranks: the candidate on {result.ranks} ranks against the one-rank candidate in this process, from "
-            f"identical state on identical inputs; after one step they agree {verdict}; "
-            f"{result.ranks_sharing or 'no sharing recorded'}.",
-        ]
-    if s.steps > 1:
-        lines += [
-            "",
-            f"#### Divergence over {s.steps} steps (reported, not claimed)",
-            "",
-            _divergence(result),
-        ]
-    lines += ["", "Not claimed: identical multi-step training."]
-    same = same_path_as_baseline(s.candidate, device, s.baseline)
-    if same:
-        lines[-1] += (
-            f" Here {same}, so this run checks the plumbing; the batched path is exercised on CUDA, or on the "
-            "CPU with `--candidate candidate-cpu`."
-        )
-    return Section.of_lines(TITLE, lines)
-
-
-def _divergence(result: ParityResult) -> Table:
-    """Each step's largest differences, per comparison, as a markdown table."""
-    ranked = any(f.comparison == RANKS and f.step == 1 for f in result.steps)
-    by_step: dict[int, dict[str, StepFigures]] = {}
-    for f in result.steps:
-        by_step.setdefault(f.step, {})[f.comparison] = f
-    rows = [
-        [step, figure_text(pair["control"].max_abs_diff), figure_text(pair["candidate"].max_abs_diff)]
-        + [f"{pair['candidate'].buffers_equal} of {pair['candidate'].buffers_total}"]
-        + ([figure_text(pair[RANKS].max_abs_diff) if RANKS in pair else "n/a"] if ranked else [])
-        for step, pair in sorted(by_step.items())
-        if set(COMPARISONS) <= set(pair)
-    ]
-    headers = ["step", "control max abs diff", "candidate max abs diff", "candidate buffers bit-equal"]
-    return Table(headers + (["ranks max abs diff"] if ranked else []), rows)
-
-
-# --- the tier ---------------------------------------------------------------------------------------------
+    """Whether two losses have the same fp32 bytes."""
+    return struct.pack("<f", a) == struct.pack("<f", b)

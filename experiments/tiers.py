@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from experiments import command, fit, parity_command, probe, screen
+from experiments import command, fit, parity, probe, screen
 from harness.tier import TierRegistry
 
-TIERS = TierRegistry(
-    commands=[fit.COMMAND, screen.COMMAND, command.COMMAND, probe.COMMAND, parity_command.COMMAND]
-)
+TIERS = TierRegistry(commands=[fit.COMMAND, screen.COMMAND, command.COMMAND, probe.COMMAND, parity.COMMAND])

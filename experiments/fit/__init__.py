@@ -6,10 +6,10 @@ import importlib
 from dataclasses import replace
 from typing import Any
 
+from experiments.arms import arms_resume_problem
 from experiments.fit.plan import FitSettings, check_data_cache_used, make_plan, trial_seconds
 from experiments.fit.recorded import recorded_row_problem, recorded_settings_problem
 from experiments.fit.trial import trial_function
-from experiments.resume_check import arms_resume_problem
 from harness.plan import Plan
 from harness.protocol_options import ProtocolOptions
 from harness.tier import BaseTier, Caveat, CommandSpec, Start

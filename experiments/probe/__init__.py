@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from experiments import cpu_defaults
+from experiments.arms import arms_resume_problem
 from experiments.probe.plan import ProbeSettings, make_plan, recorded_settings_problem
 from experiments.probe.section import report_section, tables
 from experiments.probe.trial import trial_function
-from experiments.resume_check import arms_resume_problem
 from harness.tier import BaseTier, Caveat, CommandSpec, Start
 
 TIER = BaseTier(

@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 from experiments import cpu_defaults
-from experiments.resume_check import arms_resume_problem
+from experiments.arms import arms_resume_problem
 from experiments.screen.plan import ScreenSettings, make_plan, recorded_settings_problem
 from experiments.screen.ranks import trial_in_ranks
 from experiments.screen.trial import trial_function

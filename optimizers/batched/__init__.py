@@ -14,9 +14,8 @@ from ..distributed import gather_shares, world_and_rank
 from ..graphs import CoreGraph
 from ..musgd import MuSGD, closure_loss, muon_momentum, musgd_param_step
 from ..newton_schulz import foreach_mul_
-from .memory import _addresses
 from .plan import _build_layout, _compute_scalars, _Layout, _Plan, _Scalars
-from .planning import _GRAD, _IS_NOT_NONE, _build_plan, _grads_overlap, batched_on_cpu, batches_on
+from .planning import _GRAD, _IS_NOT_NONE, _addresses, _build_plan, _grads_overlap, batched_on_cpu, batches_on
 from .stacks import _fill_stacks, _finish, _newton_schulz_here, _orthogonalize_stacks
 
 DEFAULT_PAD_GUARD = 256

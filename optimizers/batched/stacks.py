@@ -11,9 +11,13 @@ import torch
 from ..concurrent import newton_schulz_flops, newton_schulz_lanes
 from ..distributed import Partition
 from ..newton_schulz import Stack, foreach_mul_
-from .memory import _extent
 
 STACK_DTYPE = torch.bfloat16
+
+
+def _extent(t: torch.Tensor) -> int:
+    """Elements from a nonempty view's first to just past its last (torch strides are never negative)."""
+    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
 
 
 @dataclass
@@ -294,12 +298,3 @@ def _orthogonalize_stacks(stacks: list[_BatchStack], lanes: int = 1) -> list[lis
     """The core on one rank: filled stacks in, each member's orthogonalized, scaled update out."""
     _newton_schulz_here(stacks, lanes)
     return _finish(stacks)
-
-
-def _orthogonalize(
-    batch: _Batch, to_orthogonalize: list[torch.Tensor], compute_dtype: torch.dtype = STACK_DTYPE
-) -> list[torch.Tensor]:
-    """One batch's updates from its members' inputs, on a fresh stack (tests pass float64 here)."""
-    entry = _allocate_stack(batch, compute_dtype)
-    torch._foreach_copy_(entry.slots, to_orthogonalize)
-    return _orthogonalize_stacks([entry])[0]

@@ -24,16 +24,22 @@ from experiments.workloads import build_param_groups, fill_synthetic_grads
 from optimizers import BatchedMuSGD, MuSGD, newton_schulz
 from optimizers import batched as batched_module
 from optimizers.batched import batched_on_cpu, batches_on
-from optimizers.batched import memory as memory_module
 from optimizers.batched import planning as planning_module
-from optimizers.batched.memory import (
+from optimizers.batched.plan import _classes, _Plan
+from optimizers.batched.planning import (
     _overlapping,
     _span_index,
     _spans_meet,
     _union_ends,
 )
-from optimizers.batched.plan import _classes, _Plan
-from optimizers.batched.stacks import _Member, _orthogonalize, _runs, _split_by_cost
+from optimizers.batched.stacks import (
+    _allocate_stack,
+    _Batch,
+    _Member,
+    _orthogonalize_stacks,
+    _runs,
+    _split_by_cost,
+)
 from optimizers.concurrent import newton_schulz_flops
 from optimizers.dispatch import count_dispatched_ops
 
@@ -244,6 +250,13 @@ def _single_padded_batch(
     (batch,) = plan.batches
     assert batch.kind == "padded" and len(batch.members) == len(shapes)
     return batch, [member.param.grad for member in batch.members]
+
+
+def _orthogonalize(batch: _Batch, inputs: list[torch.Tensor], compute_dtype: torch.dtype = torch.bfloat16):
+    """One batch's updates from its members' inputs, on a fresh stack in `compute_dtype`."""
+    entry = _allocate_stack(batch, compute_dtype)
+    torch._foreach_copy_(entry.slots, inputs)
+    return _orthogonalize_stacks([entry])[0]
 
 
 def test_padding_is_exact_in_float64() -> None:
@@ -1191,7 +1204,7 @@ def test_a_step_whose_gradients_moved_reads_each_address_once(monkeypatch: pytes
     _fill_grads([p for p in params if p.requires_grad], seed=2)  # fresh gradients
     reads: list[int] = []
     data_ptr = torch.Tensor.data_ptr
-    monkeypatch.setattr(memory_module, "_DATA_PTR", lambda t: reads.append(1) or data_ptr(t))
+    monkeypatch.setattr(planning_module, "_DATA_PTR", lambda t: reads.append(1) or data_ptr(t))
     assert optimizer._current_plan() is plan
     with_grad = sum(p.grad is not None for p in params)
     assert len(reads) == len(params) + with_grad  # the signature's pass over parameters, one over gradients

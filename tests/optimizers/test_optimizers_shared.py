@@ -9,7 +9,7 @@ import torch
 
 from optimizers import BatchedMuSGD, MuSGD
 from optimizers.batched import batched_on_cpu
-from optimizers.batched.memory import _memory_span, _overlapping
+from optimizers.batched.planning import _memory_span, _overlapping
 
 
 @pytest.mark.parametrize("optimizer_class", [MuSGD, BatchedMuSGD])

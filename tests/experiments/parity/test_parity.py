@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from experiments import parity
+from experiments.parity_steps import STEP_FIELDS, ParityResult, ParitySettings, run_parity
 from harness.cli import main
 from harness.tables import RunFolder
 from harness.tier import Run
@@ -63,7 +64,7 @@ def fit_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_candidate_on_the_batched_path_keeps_the_contract() -> None:
     """The test-only switch routes CPU tensors through the padded batches and foreach momentum."""
     with batched_on_cpu():
-        result = parity.run_parity(parity.ParitySettings(scale="n", steps=1))
+        result = run_parity(ParitySettings(scale="n", steps=1))
     first = {f.comparison: f for f in result.steps if f.step == 1}
     control, candidate = first["control"], first["candidate"]
     assert control.max_abs_diff == 0.0 and control.params_equal == control.params_total
@@ -77,7 +78,7 @@ def test_candidate_on_the_batched_path_keeps_the_contract() -> None:
     assert differing_buffers <= candidate.params_total - candidate.params_equal
 
 
-def result_in(folder: Path) -> parity.ParityResult:
+def result_in(folder: Path) -> ParityResult:
     return parity.result_of(Run.load(RunFolder.open(folder)))
 
 
@@ -127,7 +128,7 @@ def test_a_parity_run_is_a_run_folder_that_resumes_and_reports(fit_run: Path, tm
     lines = log.read_text().splitlines(keepends=True)
     log.write_text(lines[0] + lines[4])  # control step 1 and candidate step 2 kept; the rest to run again
     assert main(["parity", "--resume", str(cut), "--quiet"]) == 0
-    figures = [k for k in parity.STEP_FIELDS]
+    figures = list(STEP_FIELDS)
     by_index = lambda folder: {r["index"]: {k: r[k] for k in figures} for r in RunFolder(folder).rows()}  # noqa: E731
     assert by_index(cut) == by_index(whole)
     report = (whole / "report.md").read_bytes()
@@ -152,5 +153,5 @@ def test_bad_inputs_exit_2_and_write_nothing(args: list[str], message: str, tmp_
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_parity_over_ten_steps() -> None:
-    result = parity.run_parity(parity.ParitySettings(scale="n", steps=10), device="cuda")
+    result = run_parity(ParitySettings(scale="n", steps=10), device="cuda")
     assert result.holds, result.contract
