@@ -7,8 +7,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from experiments.fit.fitting import embedded_fit, fit_figures, fresh_trial_dir, prepare_device, stage_clock
 from experiments.fit.plan import FitSettings
+from experiments.fit.worker import embedded_fit, fit_figures, fresh_trial_dir, prepare_device, stage_clock
 from experiments.ranks import backend_of, barrier, gather_records, init_group, rank_device
 from harness.timing import NullClock, StageClock, read_peaks, reset_peaks, synchronize
 

@@ -165,14 +165,9 @@ def _validate(
 
 def fit(
     make_optimizer: OptimizerFactory,
+    settings: Any,
     *,
     device: str,
-    images: int,
-    val_images: int,
-    imgsz: int,
-    batch: int,
-    epochs: int,
-    amp: str,
     data_seed: int,
     seed: int,
     trial_dir: Path,
@@ -180,7 +175,10 @@ def fit(
     rank: int = 0,
     world: int = 1,
 ) -> dict[str, Any]:
-    """Train from scratch for ``epochs`` epochs of ``images // batch`` iterations."""
+    """Train from scratch for ``settings.epochs`` epochs of ``images // batch`` iterations (its sizes and amp)."""
+    images, val_images, imgsz, batch, epochs, amp = (
+        getattr(settings, name) for name in ("images", "val_images", "imgsz", "batch", "epochs", "amp")
+    )
     dev = torch.device(device)
     torch.manual_seed(seed)
     all_x, all_y = synthetic_images(images + val_images, imgsz, data_seed)  # one set of class templates

@@ -15,7 +15,6 @@ from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.utils import RANK
 
 from experiments.fit.ddp import RankBracket, import_ahead, rank_columns, rank_record
-from experiments.fit.fitting import arm_optimizer_factory, finite_checked, fit_figures, fresh_trial_dir
 from experiments.fit.plan import FitSettings
 from experiments.fit.stages import stage_figures
 from experiments.fit.ultralytics_fit import (
@@ -24,6 +23,7 @@ from experiments.fit.ultralytics_fit import (
     make_trainer_class,
     train_arguments,
 )
+from experiments.fit.worker import arm_optimizer_factory, finite_checked, fit_figures, fresh_trial_dir
 from experiments.ranks import gather_records
 from harness.isolation import WorkerDied, WorkerError, guard_rank
 from harness.timing import NullClock, StageClock, apply_budget, is_out_of_memory, reset_peaks
