@@ -60,13 +60,13 @@ def build_param_groups(model: nn.Module, lr: float, momentum: float, decay: floa
             else:
                 weight.append(param)
     common = {"lr": lr, "momentum": momentum, "nesterov": True}
-    groups = [
-        {"params": weight, **common, "weight_decay": decay, "use_muon": False, "param_group": "weight"},
-        {"params": bn, **common, "weight_decay": 0.0, "use_muon": False, "param_group": "bn"},
-        {"params": bias, **common, "weight_decay": 0.0, "use_muon": False, "param_group": "bias"},
-        {"params": muon, **common, "weight_decay": decay, "use_muon": True, "param_group": "muon"},
+    groups = {"weight": (weight, decay, False), "bn": (bn, 0.0, False), "bias": (bias, 0.0, False)}
+    groups["muon"] = (muon, decay, True)
+    return [
+        {"params": params, **common, "weight_decay": wd, "use_muon": use_muon, "param_group": name}
+        for name, (params, wd, use_muon) in groups.items()
+        if params
     ]
-    return [g for g in groups if g["params"]]
 
 
 def optimizer_kwargs() -> dict[str, Any]:
@@ -133,8 +133,7 @@ def _save_atomic(state: dict[str, Any], path: Path) -> None:
     torch.save(state, buffer)
     tmp = path.with_suffix(".tmp")
     try:
-        with open(tmp, "wb") as handle:
-            handle.write(buffer.getbuffer())
+        tmp.write_bytes(buffer.getbuffer())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -21,11 +21,6 @@ from harness.safe_fs import fresh_dir, remove_entry
 from harness.trial import TrialContext, TrialFunction
 
 
-def worker_environment(run_dir: Path) -> dict[str, str]:
-    """Environment of every worker: offline, with its own writable Ultralytics config folder."""
-    return offline_environment(run_dir / "ultralytics-config")
-
-
 def prepare_data_set(settings: FitSettings, data_yaml: str) -> dict[str, Any]:
     """Make the real trainer's data-set side effects."""
     with tempfile.TemporaryDirectory(prefix="bench-prepare-") as config:
@@ -83,7 +78,7 @@ def trial_function(plan: Plan) -> TrialFunction:
         run = dict(
             timeout_s=settings.trial_timeout, log_path=log_path, placement=ctx.placement, cancel=ctx.cancel
         )
-        env = worker_environment(ctx.run_dir)
+        env = offline_environment(ctx.run_dir / "ultralytics-config")  # its own writable config folder
         try:
             if ranks > 1 and settings.workload == "embedded":
                 options = shlex.split(settings.torchrun)

@@ -19,6 +19,7 @@ from experiments.fit.plan import FitSettings
 from experiments.fit.stages import stage_figures
 from experiments.fit.ultralytics_fit import (
     configure_ultralytics,
+    device_argument,
     fit_result,
     make_trainer_class,
     train_arguments,
@@ -99,7 +100,12 @@ class RankTrainer(DetectionTrainer):
             )
         except Exception as exc:
             traceback.print_exc()
-            side.record({"rank": side.rank, "exception": _failure(exc)})
+            failure = {
+                "type": type(exc).__name__,
+                "message": str(exc),
+                "out_of_memory": is_out_of_memory(exc),
+            }
+            side.record({"rank": side.rank, "exception": failure})
             raise
         stages = {}
         if side.clock.enabled:
@@ -107,15 +113,6 @@ class RankTrainer(DetectionTrainer):
         side.record(
             dict(rank=side.rank, seconds=side.bracket.seconds, records=records, result=result, stages=stages)
         )
-
-
-def _failure(exc: BaseException) -> dict[str, Any]:
-    return {"type": type(exc).__name__, "message": str(exc), "out_of_memory": is_out_of_memory(exc)}
-
-
-def device_list(devices: list[str]) -> str:
-    """``['cuda:0', 'cuda:1']`` → Ultralytics' ``'0,1'``."""
-    return ",".join(d.split(":")[1] if ":" in d else "0" for d in devices)
 
 
 def write_trial(payload: dict[str, Any], settings: FitSettings, trial_dir: Path) -> Path:
@@ -142,7 +139,11 @@ def launch_fit(payload: dict[str, Any], settings: FitSettings) -> dict[str, Any]
     configure_ultralytics()
     model = YOLO(settings.model, task="detect")
     arguments = train_arguments(
-        settings, payload["data_yaml"], device_list(payload["devices"]), int(payload["seed"]), trial_dir
+        settings,
+        payload["data_yaml"],
+        ",".join(map(device_argument, payload["devices"])),
+        int(payload["seed"]),
+        trial_dir,
     )
     try:
         model.train(trainer=RankTrainer, **arguments)
