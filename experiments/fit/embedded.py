@@ -185,7 +185,7 @@ def fit(
     model = SmallConvNet().to(dev)
     learner: nn.Module = model
     if world > 1:
-        # torch._dynamo comes with it: a one-rank worker never pays; ranks import it ahead (fit/ddp.py).
+        # torch._dynamo comes with it: a one-rank worker never pays; ranks import it ahead (fit/worker.py).
         from torch.nn.parallel import DistributedDataParallel
 
         learner = DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)

@@ -35,7 +35,7 @@ LONG_FIT_S = 60.0  # a fit estimated at least this long on the CPU gets the note
 YOLO_STRIDE = 32
 WORKER_TARGET = "experiments.fit.worker:run_fit"
 PREPARE_TARGET = "experiments.fit.worker:prepare_data"
-RANK_TARGET = "experiments.fit.ddp:run_rank_fit"
+RANK_TARGET = "experiments.fit.worker:run_rank_fit"
 PREPARE_TIMEOUT_S = 1800
 REAL_TRAINER_ONLY = ("model", "workers", "cache", "close_mosaic")  # refused with the embedded workload
 # Bounds refused before anything starts, each past any fit that can run:
