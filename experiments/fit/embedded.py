@@ -82,6 +82,16 @@ def optimizer_kwargs() -> dict[str, Any]:
     )
 
 
+def optimizer_figures(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer's class and what it says of itself: sharing, how its core ran, memory kept between steps."""
+    return {
+        "optimizer_class": f"{type(optimizer).__module__}.{type(optimizer).__qualname__}",
+        "optimizer_sharing": getattr(optimizer, "sharing", None),
+        "optimizer_graphs": getattr(optimizer, "graph_stats", None),
+        "optimizer_plan_bytes": getattr(optimizer, "plan_bytes", None),
+    }
+
+
 def synthetic_images(count: int, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``count`` uint8 images (N, 3, size, size) and labels: a smooth template per class plus noise."""
     generator = torch.Generator().manual_seed(seed)
@@ -208,7 +218,7 @@ def fit(
     epoch_starts: list[float] = []
     best_accuracy, final, last_loss = -1.0, (math.nan, math.nan), math.nan
     checkpoint_bytes = 0
-    name = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
+    name = optimizer_figures(optimizer)["optimizer_class"]
     print(
         f"embedded fit: {epochs} epochs × {per_epoch} iterations of batch {batch} at {imgsz} px, {amp}, {name}",
         flush=True,
@@ -290,10 +300,7 @@ def fit(
         "val_loss": round(final[0], 6) if rank == 0 else None,
         "val_accuracy": round(final[1], 6) if rank == 0 else None,
         "checkpoint_bytes": checkpoint_bytes,
-        "optimizer_class": name,
-        "optimizer_sharing": getattr(optimizer, "sharing", None),
-        "optimizer_graphs": getattr(optimizer, "graph_stats", None),
-        "optimizer_plan_bytes": getattr(optimizer, "plan_bytes", None),  # memory it keeps between steps
+        **optimizer_figures(optimizer),
         "train_loss": round(last_loss, 6),
         "trained": {"model": model, "ema": ema.model},
     }

@@ -60,17 +60,10 @@ def stage_table(plan: Plan, trials: pd.DataFrame) -> pd.DataFrame:
         medians = {s: float(pd.to_numeric(mine[stage_column(s)]).median()) for s in STAGES}
         total = sum(medians.values())
         fit_median = float(pd.to_numeric(mine["value"]).median())
-        for stage in STAGES:
-            out.append(
-                {
-                    "arm": arm,
-                    "stage": stage,
-                    "median_s": medians[stage],
-                    "share": medians[stage] / total if total > 0 else float("nan"),
-                    "fit_median_s": fit_median,
-                    "trials": len(mine),
-                }
-            )
+        out += [
+            [arm, stage, median, median / total if total > 0 else float("nan"), fit_median, len(mine)]
+            for stage, median in medians.items()
+        ]
     return pd.DataFrame(out, columns=columns)
 
 
@@ -183,43 +176,37 @@ def step_findings(plan: Plan, trials: pd.DataFrame) -> list[str]:
 
 
 def _settings_section(plan: Plan) -> Section:
-    s = FitSettings.from_dict(plan.settings)
-    data = s.data or (
-        f"synthetic: {s.images} train + {s.val_images} val images, {s.imgsz} px, seed {plan.protocol.seed} "
-        f"(generated once under {s.data_cache})"
-        if s.workload == "ultralytics"
-        else f"synthetic in memory: {s.images} train + {s.val_images} val images, {s.imgsz} px, seed {plan.protocol.seed}"
+    """The fit's settings, a row each; rows that do not apply to its workload or ranks are left out."""
+    s, protocol = FitSettings.from_dict(plan.settings), plan.protocol
+    real, ranks = s.workload == "ultralytics", protocol.gpus
+    sizes = f"{s.images} train + {s.val_images} val images, {s.imgsz} px, seed {protocol.seed}"
+    synthetic = (
+        f"synthetic: {sizes} (generated once under {s.data_cache})"
+        if real
+        else f"synthetic in memory: {sizes}"
     )
-    rows = [
-        (
-            "workload",
-            "the real Ultralytics trainer" if s.workload == "ultralytics" else "embedded (small conv net)",
-        ),
-        ("model", s.model),
-        ("data", data),
-        (
-            "steps",
-            f"{s.steps} = {s.epochs} epochs × {s.iterations_per_epoch} iterations ({s.images} images / batch {s.batch})",
-        ),
-        ("batch / nbs", f"{s.batch} / {s.batch} (the optimizer steps every iteration)"),
-        ("precision", s.amp),
-    ]
-    ranks = plan.protocol.gpus
-    if ranks > 1:
-        rows.append(
-            (
-                "ranks",
-                f"{ranks} data-parallel ranks ({plan.protocol.backend}; {', '.join(plan.protocol.rank_devices)}): the "
-                f"global batch {s.batch} is {s.batch // ranks} images per rank and iteration",
-            )
-        )
-    if s.workload == "ultralytics":
-        rows += [
-            ("loader workers, image cache", f"{s.workers}, {s.cache}"),
-            ("close_mosaic", f"{s.close_mosaic} (mosaic closes when epoch ≥ epochs − close_mosaic)"),
-        ]
-    rows.append(("trial isolation", plan.isolation))
-    return Section("Fit settings").add(Table(["setting", "value"], rows))
+    per_rank = (
+        f"{ranks} data-parallel ranks ({protocol.backend}; {', '.join(protocol.rank_devices)}): the global batch "
+        f"{s.batch} is {s.batch // ranks} images per rank and iteration"
+    )
+    rows = {
+        "workload": "the real Ultralytics trainer" if real else "embedded (small conv net)",
+        "model": s.model,
+        "data": s.data or synthetic,
+        "steps": f"{s.steps} = {s.epochs} epochs × {s.iterations_per_epoch} iterations ({s.images} images / batch "
+        f"{s.batch})",
+        "batch / nbs": f"{s.batch} / {s.batch} (the optimizer steps every iteration)",
+        "precision": s.amp,
+        "ranks": per_rank if ranks > 1 else None,
+        "loader workers, image cache": f"{s.workers}, {s.cache}" if real else None,
+        "close_mosaic": f"{s.close_mosaic} (mosaic closes when epoch ≥ epochs − close_mosaic)"
+        if real
+        else None,
+        "trial isolation": plan.isolation,
+    }
+    return Section("Fit settings").add(
+        Table(["setting", "value"], [(k, v) for k, v in rows.items() if v is not None])
+    )
 
 
 def _figures_section(plan: Plan, trials: pd.DataFrame) -> Section | None:

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from experiments.fit.embedded import optimizer_figures
+
 CLOSED_PORT_PROXY = "http://127.0.0.1:9"  # the discard port: nothing listens, a connection is refused at once
 FONT_NAMES = ("Arial.ttf", "Arial.Unicode.ttf")
 INTEGRATIONS_OFF = {
@@ -227,10 +229,7 @@ def fit_result(trainer: Any, stamps: list[float], epoch_starts: list[float]) -> 
         "val_map50_95": _number(metrics.get("metrics/mAP50-95(B)")),
         "val_map50": _number(metrics.get("metrics/mAP50(B)")),
         "checkpoint_bytes": sum(p.stat().st_size for p in weights.glob("*.pt")),
-        "optimizer_class": f"{type(trainer.optimizer).__module__}.{type(trainer.optimizer).__qualname__}",
-        "optimizer_sharing": getattr(trainer.optimizer, "sharing", None),
-        "optimizer_graphs": getattr(trainer.optimizer, "graph_stats", None),
-        "optimizer_plan_bytes": getattr(trainer.optimizer, "plan_bytes", None),
+        **optimizer_figures(trainer.optimizer),
         "amp_used": bool(trainer.amp),
         "train_loss": trainer.loss,  # the last batch's loss tensor, read after the bracket
         "trained": {"model": trainer.model, "ema": getattr(trainer.ema, "ema", None)},
