@@ -21,22 +21,6 @@ from harness.safe_fs import fresh_dir, remove_entry
 from harness.trial import TrialContext, TrialFunction
 
 
-def prepare_data_set(settings: FitSettings, data_yaml: str) -> dict[str, Any]:
-    """Make the real trainer's data-set side effects."""
-    with tempfile.TemporaryDirectory(prefix="bench-prepare-") as config:
-        try:
-            return run_in_worker(
-                PREPARE_TARGET,
-                {"settings": asdict(settings), "data_yaml": data_yaml, "parent_pid": os.getpid()},
-                timeout_s=PREPARE_TIMEOUT_S,
-                env=offline_environment(Path(config)),
-            )
-        except (WorkerDied, WorkerError) as exc:
-            raise InputError(
-                f"the data set {data_yaml} could not be prepared by Ultralytics: {exc}"
-            ) from None
-
-
 def trial_function(plan: Plan) -> TrialFunction:
     """The trial function of a fit plan."""
     settings = FitSettings.from_dict(plan.settings)
@@ -45,8 +29,16 @@ def trial_function(plan: Plan) -> TrialFunction:
     if settings.workload == "ultralytics" and data_yaml is None:
         spec = SyntheticSet(settings.images, settings.val_images, settings.imgsz, plan.protocol.seed)
         data_yaml = str(ensure_synthetic_set(spec, Path(settings.data_cache)).resolve())
-    if settings.workload == "ultralytics":
-        prepared = prepare_data_set(settings, data_yaml)
+    if settings.workload == "ultralytics":  # the real trainer's data-set side effects, made once
+        payload = {"settings": asdict(settings), "data_yaml": data_yaml, "parent_pid": os.getpid()}
+        with tempfile.TemporaryDirectory(prefix="bench-prepare-") as config:
+            try:
+                env = offline_environment(Path(config))
+                prepared = run_in_worker(PREPARE_TARGET, payload, timeout_s=PREPARE_TIMEOUT_S, env=env)
+            except (WorkerDied, WorkerError) as exc:
+                raise InputError(
+                    f"the data set {data_yaml} could not be prepared by Ultralytics: {exc}"
+                ) from None
         from harness.console import console  # rich: the worker imports this module, and needs none
 
         console.print(
