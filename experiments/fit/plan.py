@@ -36,6 +36,7 @@ YOLO_STRIDE = 32
 WORKER_TARGET = "experiments.fit.worker:run_fit"
 PREPARE_TARGET = "experiments.fit.worker:prepare_data"
 RANK_TARGET = "experiments.fit.worker:run_rank_fit"
+DDP_TARGET = "experiments.fit.ultralytics_ddp:launch_fit"  # imports ultralytics: a real-trainer DDP fit only
 PREPARE_TIMEOUT_S = 1800
 REAL_TRAINER_ONLY = ("model", "workers", "cache", "close_mosaic")  # refused with the embedded workload
 # Bounds refused before anything starts, each past any fit that can run:

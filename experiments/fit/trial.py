@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from experiments.fit.dataset import SyntheticSet, ensure_synthetic_set
-from experiments.fit.plan import PREPARE_TARGET, PREPARE_TIMEOUT_S, RANK_TARGET, WORKER_TARGET, FitSettings
+from experiments.fit.plan import (
+    DDP_TARGET,
+    PREPARE_TARGET,
+    PREPARE_TIMEOUT_S,
+    RANK_TARGET,
+    WORKER_TARGET,
+    FitSettings,
+)
 from experiments.fit.ultralytics_fit import offline_environment
 from harness.calibration import delay_seconds
 from harness.errors import InputError
@@ -63,7 +70,6 @@ def trial_function(plan: Plan) -> TrialFunction:
             "seed": ctx.seed,
             "trial_dir": os.path.abspath(trial_dir),  # never resolved: a link is not followed
             "parent_pid": os.getpid(),
-            "ranks": ranks,
             "devices": list(plan.protocol.rank_devices),
         }
         log_path = trials_dir / f"{ctx.trial.index}.log"
@@ -75,7 +81,8 @@ def trial_function(plan: Plan) -> TrialFunction:
             if ranks > 1 and settings.workload == "embedded":
                 options = shlex.split(settings.torchrun)
                 return run_in_ranks(RANK_TARGET, payload, ranks, env=env, launcher_options=options, **run)
-            env = {**env, **(RANK_ENVIRONMENT if ranks > 1 else {})}
+            if ranks > 1:
+                return run_in_worker(DDP_TARGET, payload, env={**env, **RANK_ENVIRONMENT}, **run)
             return run_in_worker(WORKER_TARGET, payload, env=env, **run)
         finally:  # small records stay; half-written files go, and checkpoints without --keep-checkpoints
             if trial_dir.exists():

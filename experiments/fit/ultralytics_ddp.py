@@ -18,7 +18,7 @@ from experiments.fit import ultralytics_fit, worker
 from experiments.fit.plan import FitSettings
 from experiments.fit.stages import stage_figures
 from experiments.ranks import gather_records
-from harness.isolation import WorkerDied, WorkerError, guard_rank
+from harness.isolation import WorkerDied, WorkerError, die_with_parent, guard_rank
 from harness.timing import NullClock, StageClock, apply_budget, is_out_of_memory, reset_peaks
 
 TRIAL_ENV = "BENCH_DDP_TRIAL"
@@ -128,8 +128,10 @@ def write_trial(payload: dict[str, Any], settings: FitSettings, trial_dir: Path)
     return path
 
 
-def launch_fit(payload: dict[str, Any], settings: FitSettings) -> dict[str, Any]:
-    """Launch one data-parallel fit of the real trainer and return rank 0's figures with every rank's."""
+def launch_fit(payload: dict[str, Any]) -> dict[str, Any]:
+    """The trial worker's target: one data-parallel fit of the real trainer; rank 0's figures with every rank's."""
+    die_with_parent(payload.get("parent_pid"))
+    settings = FitSettings.from_dict(payload["settings"])
     trial_dir = worker.fresh_trial_dir(payload)
     os.environ[TRIAL_ENV] = str(write_trial(payload, settings, trial_dir))
     ultralytics_fit.configure_ultralytics()

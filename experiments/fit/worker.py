@@ -156,11 +156,6 @@ def run_fit(payload: dict[str, Any]) -> dict[str, Any]:
     """One whole fit of the payload's arm; returns the trial's figures (``value`` = wall seconds)."""
     die_with_parent(payload.get("parent_pid"))
     settings = FitSettings.from_dict(payload["settings"])
-    if int(payload.get("ranks", 1)) > 1:
-        # Imports ultralytics at its top: only a real-trainer DDP fit needs it.
-        from experiments.fit import ultralytics_ddp
-
-        return ultralytics_ddp.launch_fit(payload, settings)
     device = payload["device"]
     trial_dir = fresh_trial_dir(payload)
     clock = stage_clock(settings, device)
