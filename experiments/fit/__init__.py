@@ -23,8 +23,9 @@ def _make_plan(protocol: ProtocolOptions, settings: FitSettings, command: str = 
     return make_plan(protocol, settings, command, announce=console.print)
 
 
-def _report(name: str, module: str = "experiments.fit.report") -> Any:
-    return lambda *args: getattr(importlib.import_module(module), name)(*args)
+def _report(name: str) -> Any:
+    """A hook that imports ``experiments.fit.report`` when first called."""
+    return lambda *args: getattr(importlib.import_module("experiments.fit.report"), name)(*args)
 
 
 HOOKS = {
@@ -36,7 +37,7 @@ HOOKS = {
     "row_problem": recorded_row_problem,
     "tables": _report("tables"),
     "section": _report("report_section"),
-    "claim": _report("claim_text", "experiments.fit.claim"),
+    "claim": _report("claim_text"),
     "bounds": _report("claim_bounds"),
 }
 PAIR = BaseTier(

@@ -18,7 +18,7 @@ MAX_BOXES = 6
 
 @dataclass(frozen=True)
 class SyntheticSet:
-    """The content key of a synthetic set; ``folder(root)`` is where it lives once generated."""
+    """The content key of a synthetic set: it lives in the folder ``key`` under its root once generated."""
 
     train_images: int
     val_images: int
@@ -28,12 +28,6 @@ class SyntheticSet:
     @property
     def key(self) -> str:
         return f"synthetic-t{self.train_images}-v{self.val_images}-{self.imgsz}px-seed{self.seed}"
-
-    def folder(self, root: Path) -> Path:
-        return Path(root) / self.key
-
-    def data_yaml(self, root: Path) -> Path:
-        return self.folder(root) / "data.yaml"
 
 
 def _draw_image(
@@ -75,10 +69,10 @@ def _write_split(folder: Path, split: str, count: int, size: int, rng: np.random
 
 def ensure_synthetic_set(spec: SyntheticSet, root: Path) -> Path:
     """The ``data.yaml`` of ``spec`` under ``root``, generating the set first if it is not there yet."""
-    final = spec.folder(root)
-    if spec.data_yaml(root).is_file():
-        return spec.data_yaml(root)
     root = Path(root)
+    final = root / spec.key
+    if (final / "data.yaml").is_file():
+        return final / "data.yaml"
     root.mkdir(parents=True, exist_ok=True)
     staging = root / f".{spec.key}.{secrets.token_hex(4)}.tmp"
     try:
@@ -94,12 +88,12 @@ def ensure_synthetic_set(spec: SyntheticSet, root: Path) -> Path:
         try:
             os.rename(staging, final)
         except OSError:
-            if not spec.data_yaml(root).is_file():  # not a lost race with another writer: a real failure
+            if not (final / "data.yaml").is_file():  # not a lost race with another writer: a real failure
                 raise
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
-    return spec.data_yaml(root)
+    return final / "data.yaml"
 
 
 def _split_paths(data: dict, yaml_path: Path, split: str) -> list[Path]:

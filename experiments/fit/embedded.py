@@ -60,13 +60,13 @@ def build_param_groups(model: nn.Module, lr: float, momentum: float, decay: floa
             else:
                 weight.append(param)
     common = {"lr": lr, "momentum": momentum, "nesterov": True}
-    groups = [
-        {"params": weight, **common, "weight_decay": decay, "use_muon": False, "param_group": "weight"},
-        {"params": bn, **common, "weight_decay": 0.0, "use_muon": False, "param_group": "bn"},
-        {"params": bias, **common, "weight_decay": 0.0, "use_muon": False, "param_group": "bias"},
-        {"params": muon, **common, "weight_decay": decay, "use_muon": True, "param_group": "muon"},
+    groups = {"weight": (weight, decay, False), "bn": (bn, 0.0, False), "bias": (bias, 0.0, False)}
+    groups["muon"] = (muon, decay, True)
+    return [
+        {"params": params, **common, "weight_decay": wd, "use_muon": use_muon, "param_group": name}
+        for name, (params, wd, use_muon) in groups.items()
+        if params
     ]
-    return [g for g in groups if g["params"]]
 
 
 def optimizer_kwargs() -> dict[str, Any]:
@@ -80,6 +80,16 @@ def optimizer_kwargs() -> dict[str, Any]:
         muon=MUON_SCALE,
         sgd=SGD_SCALE,
     )
+
+
+def optimizer_figures(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer's class and what it says of itself: sharing, how its core ran, memory kept between steps."""
+    return {
+        "optimizer_class": f"{type(optimizer).__module__}.{type(optimizer).__qualname__}",
+        "optimizer_sharing": getattr(optimizer, "sharing", None),
+        "optimizer_graphs": getattr(optimizer, "graph_stats", None),
+        "optimizer_plan_bytes": getattr(optimizer, "plan_bytes", None),
+    }
 
 
 def synthetic_images(count: int, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -133,8 +143,7 @@ def _save_atomic(state: dict[str, Any], path: Path) -> None:
     torch.save(state, buffer)
     tmp = path.with_suffix(".tmp")
     try:
-        with open(tmp, "wb") as handle:
-            handle.write(buffer.getbuffer())
+        tmp.write_bytes(buffer.getbuffer())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -165,14 +174,9 @@ def _validate(
 
 def fit(
     make_optimizer: OptimizerFactory,
+    settings: Any,
     *,
     device: str,
-    images: int,
-    val_images: int,
-    imgsz: int,
-    batch: int,
-    epochs: int,
-    amp: str,
     data_seed: int,
     seed: int,
     trial_dir: Path,
@@ -180,7 +184,10 @@ def fit(
     rank: int = 0,
     world: int = 1,
 ) -> dict[str, Any]:
-    """Train from scratch for ``epochs`` epochs of ``images // batch`` iterations."""
+    """Train from scratch for ``settings.epochs`` epochs of ``images // batch`` iterations (its sizes and amp)."""
+    images, val_images, imgsz, batch, epochs, amp = (
+        getattr(settings, name) for name in ("images", "val_images", "imgsz", "batch", "epochs", "amp")
+    )
     dev = torch.device(device)
     torch.manual_seed(seed)
     all_x, all_y = synthetic_images(images + val_images, imgsz, data_seed)  # one set of class templates
@@ -188,7 +195,7 @@ def fit(
     model = SmallConvNet().to(dev)
     learner: nn.Module = model
     if world > 1:
-        # torch._dynamo comes with it: a one-rank worker never pays; ranks import it ahead (fit/ddp.py).
+        # torch._dynamo comes with it: a one-rank worker never pays; ranks import it ahead (fit/worker.py).
         from torch.nn.parallel import DistributedDataParallel
 
         learner = DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
@@ -211,7 +218,7 @@ def fit(
     epoch_starts: list[float] = []
     best_accuracy, final, last_loss = -1.0, (math.nan, math.nan), math.nan
     checkpoint_bytes = 0
-    name = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
+    name = optimizer_figures(optimizer)["optimizer_class"]
     print(
         f"embedded fit: {epochs} epochs × {per_epoch} iterations of batch {batch} at {imgsz} px, {amp}, {name}",
         flush=True,
@@ -293,10 +300,7 @@ def fit(
         "val_loss": round(final[0], 6) if rank == 0 else None,
         "val_accuracy": round(final[1], 6) if rank == 0 else None,
         "checkpoint_bytes": checkpoint_bytes,
-        "optimizer_class": name,
-        "optimizer_sharing": getattr(optimizer, "sharing", None),
-        "optimizer_graphs": getattr(optimizer, "graph_stats", None),
-        "optimizer_plan_bytes": getattr(optimizer, "plan_bytes", None),  # memory it keeps between steps
+        **optimizer_figures(optimizer),
         "train_loss": round(last_loss, 6),
         "trained": {"model": model, "ema": ema.model},
     }

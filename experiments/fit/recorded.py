@@ -6,8 +6,7 @@ import typing
 from dataclasses import fields
 from typing import Any
 
-from experiments.fit.plan import AMP_CHOICES, WORKLOADS, FitSettings, check_steps
-from experiments.fit.ranks_check import check_ranks
+from experiments.fit.plan import AMP_CHOICES, WORKLOADS, FitSettings, check_ranks, check_steps
 from experiments.fit.stages import STAGES, stage_column
 from harness.errors import InputError
 from harness.folder_format import (

@@ -1,4 +1,4 @@
-"""The complete-fit tier's words: its report section, its claim and the stage-share analysis."""
+"""The complete-fit tier's words: its report section, its claim text and the stage-share analysis."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ import pandas as pd
 from experiments.fit.plan import FitSettings
 from experiments.fit.plots import plot_fit_stage_shares
 from experiments.fit.stages import OPTIMIZER_STAGE, STAGES, stage_column
-from harness.codepaths import same_code_arms
+from harness.codepaths import same_code_arms, verdict_shown, what_ran
 from harness.formatting import (
     claim_limit,
     format_bytes,
     format_interval,
     format_levels,
+    format_limit,
     format_number,
     format_percent,
     format_value,
@@ -26,6 +27,7 @@ from harness.formatting import (
 )
 from harness.plan import Plan
 from harness.present.model import Image, Section, Table
+from harness.present.run_view import claim_sentence, pairs_words, warmup_words
 from harness.stats import finished, median_of, numeric_column, secondary_claims
 from harness.tier import Run
 
@@ -57,17 +59,10 @@ def stage_table(plan: Plan, trials: pd.DataFrame) -> pd.DataFrame:
         medians = {s: float(pd.to_numeric(mine[stage_column(s)]).median()) for s in STAGES}
         total = sum(medians.values())
         fit_median = float(pd.to_numeric(mine["value"]).median())
-        for stage in STAGES:
-            out.append(
-                {
-                    "arm": arm,
-                    "stage": stage,
-                    "median_s": medians[stage],
-                    "share": medians[stage] / total if total > 0 else float("nan"),
-                    "fit_median_s": fit_median,
-                    "trials": len(mine),
-                }
-            )
+        out += [
+            [arm, stage, median, median / total if total > 0 else float("nan"), fit_median, len(mine)]
+            for stage, median in medians.items()
+        ]
     return pd.DataFrame(out, columns=columns)
 
 
@@ -107,8 +102,7 @@ def stage_findings(plan: Plan, table: pd.DataFrame) -> list[str]:
             f"({format_percent(reached)} of the ceiling reached)."
         )
     lines.append(
-        "These shares come from a diagnostic run with a synchronization at every stage boundary; they bound and "
-        "explain the claim, they are not the claim (that is the unsynchronized paired run)."
+        "These shares come from a run synchronized at every stage boundary: they bound the claim, never make it."
     )
     return lines
 
@@ -181,43 +175,37 @@ def step_findings(plan: Plan, trials: pd.DataFrame) -> list[str]:
 
 
 def _settings_section(plan: Plan) -> Section:
-    s = FitSettings.from_dict(plan.settings)
-    data = s.data or (
-        f"synthetic: {s.images} train + {s.val_images} val images, {s.imgsz} px, seed {plan.protocol.seed} "
-        f"(generated once under {s.data_cache})"
-        if s.workload == "ultralytics"
-        else f"synthetic in memory: {s.images} train + {s.val_images} val images, {s.imgsz} px, seed {plan.protocol.seed}"
+    """The fit's settings, a row each; rows that do not apply to its workload or ranks are left out."""
+    s, protocol = FitSettings.from_dict(plan.settings), plan.protocol
+    real, ranks = s.workload == "ultralytics", protocol.gpus
+    sizes = f"{s.images} train + {s.val_images} val images, {s.imgsz} px, seed {protocol.seed}"
+    synthetic = (
+        f"synthetic: {sizes} (generated once under {s.data_cache})"
+        if real
+        else f"synthetic in memory: {sizes}"
     )
-    rows = [
-        (
-            "workload",
-            "the real Ultralytics trainer" if s.workload == "ultralytics" else "embedded (small conv net)",
-        ),
-        ("model", s.model),
-        ("data", data),
-        (
-            "steps",
-            f"{s.steps} = {s.epochs} epochs × {s.iterations_per_epoch} iterations ({s.images} images / batch {s.batch})",
-        ),
-        ("batch / nbs", f"{s.batch} / {s.batch} (the optimizer steps every iteration)"),
-        ("precision", s.amp),
-    ]
-    ranks = plan.protocol.gpus
-    if ranks > 1:
-        rows.append(
-            (
-                "ranks",
-                f"{ranks} data-parallel ranks ({plan.protocol.backend}; {', '.join(plan.protocol.rank_devices)}): the "
-                f"global batch {s.batch} is {s.batch // ranks} images per rank and iteration",
-            )
-        )
-    if s.workload == "ultralytics":
-        rows += [
-            ("loader workers, image cache", f"{s.workers}, {s.cache}"),
-            ("close_mosaic", f"{s.close_mosaic} (mosaic closes when epoch ≥ epochs − close_mosaic)"),
-        ]
-    rows.append(("trial isolation", plan.isolation))
-    return Section("Fit settings").add(Table(["setting", "value"], rows))
+    per_rank = (
+        f"{ranks} data-parallel ranks ({protocol.backend}; {', '.join(protocol.rank_devices)}): the global batch "
+        f"{s.batch} is {s.batch // ranks} images per rank and iteration"
+    )
+    rows = {
+        "workload": "the real Ultralytics trainer" if real else "embedded (small conv net)",
+        "model": s.model,
+        "data": s.data or synthetic,
+        "steps": f"{s.steps} = {s.epochs} epochs × {s.iterations_per_epoch} iterations ({s.images} images / batch "
+        f"{s.batch})",
+        "batch / nbs": f"{s.batch} / {s.batch} (the optimizer steps every iteration)",
+        "precision": s.amp,
+        "ranks": per_rank if ranks > 1 else None,
+        "loader workers, image cache": f"{s.workers}, {s.cache}" if real else None,
+        "close_mosaic": f"{s.close_mosaic} (mosaic closes when epoch ≥ epochs − close_mosaic)"
+        if real
+        else None,
+        "trial isolation": plan.isolation,
+    }
+    return Section("Fit settings").add(
+        Table(["setting", "value"], [(k, v) for k, v in rows.items() if v is not None])
+    )
 
 
 def _figures_section(plan: Plan, trials: pd.DataFrame) -> Section | None:
@@ -232,7 +220,7 @@ def _figures_section(plan: Plan, trials: pd.DataFrame) -> Section | None:
         "arm": lambda m: m["arm"].iloc[0],
         "trials": len,
         "fit (s)": lambda m: format_number(median_of(m, "value")),
-        "iteration (ms, host)": lambda m: _ms_or_na(median_of(m, "iteration_host_median_s")),
+        "iteration (ms, host)": lambda m: _milliseconds(median_of(m, "iteration_host_median_s")),
         "peak allocated" + over: lambda m: format_bytes(median_of(m, "peak_allocated")),
         "peak reserved" + over: lambda m: format_bytes(median_of(m, "peak_reserved")),
     }
@@ -252,26 +240,21 @@ def _figures_section(plan: Plan, trials: pd.DataFrame) -> Section | None:
     align = "lrrrrrr" + ("rr" if ranked else "") + ("r" if kept else "") + "rl"
     return Section("Per-trial figures (medians over measured trials)").add(
         Table.of(cells, (mine for _, mine in _by_arm(plan, rows)), align),
-        "Iteration: median gap between consecutive iteration ends, read from the host clock with no "
-        "synchronization (so nothing is added inside the timed region); a diagnostic, not the claim. "
-        "Checkpoints: bytes on disk of the checkpoint files the fit wrote. The quality figure is a sanity "
-        "check that the fit trained; a short fit says nothing about final accuracy.",
-        "Kept between steps: device memory the optimizer holds besides its state at the fit's end "
-        "(`optimizer.plan_bytes`: for the candidate its stacks, scratch and captured graph's pool; n/a for "
-        "an optimizer that keeps none). It is part of every later peak, so it bounds how close the arms' "
-        "peaks can come."
+        "Iteration: the median gap between iteration ends on the host clock, unsynchronized; a diagnostic. "
+        "Checkpoints: bytes of the checkpoint files the fit wrote. The quality figure only shows that the fit trained.",
+        "Kept between steps: device memory the optimizer holds besides its state (`optimizer.plan_bytes`). "
+        "It is part of every later peak."
         if kept
         else None,
-        "Ranks: the fit's figure is rank 0's bracket; each rank's peaks are in the row (`rank_peak_allocated`, "
-        "`rank_peak_reserved`), with their max and sum. NS matrices per rank: the Newton-Schulz matrices each "
-        "rank orthogonalized in the last trial, of all of them (`optimizer.sharing`); 'every rank: all' for "
-        "an arm that does not share, whose every rank orthogonalizes every matrix."
+        "Ranks: the fit's figure is rank 0's bracket; each rank's peaks are in the row, with their max and sum. "
+        "NS matrices per rank: the Newton-Schulz matrices each rank orthogonalized (`optimizer.sharing`)."
         if ranked
         else None,
     )
 
 
-def _ms_or_na(seconds: float) -> str:
+def _milliseconds(seconds: float) -> str:
+    """Seconds as milliseconds with one decimal, or n/a."""
     return "n/a" if math.isnan(seconds) else f"{1000 * seconds:.1f}"
 
 
@@ -353,9 +336,8 @@ def _steady_section(run: Run) -> Section | None:
         for _, c in steady.iterrows()
     ]
     return Section("Steady-state figure (secondary: the whole fit stays the claim)").add(
-        "Per fit, the training time from the start of the second epoch to the end of the last iteration "
-        "(validation and checkpoints left out). Its pairs go through the claim's statistics, against the same "
-        f"bar or tolerance; the gate reads only the whole fit. Medians: {', '.join(medians)}.",
+        "Per fit, the training time from the second epoch's start to the last iteration's end. Its pairs get the "
+        f"claim's statistics and bar; the gate reads only the whole fit. Medians: {', '.join(medians)}.",
         Table(columns, table, "l" * (len(columns) - 7) + "lrrrlll"),
         f"The table is `{STEADY_CLAIMS_CSV}` in the run folder.",
     )
@@ -369,6 +351,100 @@ def report_section(run: Run) -> Section:
         return Section("").add(*parts, _stages_section(plan, trials, run.figures_dir))
     return Section("").add(
         *parts,
-        "What bounds the figure: run the same command with `--stages` (its own run folder, never mixed into "
-        "a claim) for each stage's share of the fit and the ceiling on what an optimizer-only change can save.",
+        "What bounds the figure: the same command with `--stages` gives each stage's share and the ceiling.",
     )
+
+
+def _verdict_words(claim: pd.Series, same: set[str]) -> str:
+    """A claim row's verdict as the claim text states it (withheld for an arm that ran the baseline's code)."""
+    control = claim["kind"] == "control"
+    if str(claim["arm"]) in same:
+        return f"verdict withheld: {claim['arm']} ran the baseline's code"
+    if is_missing(claim["bar"]):
+        return f"no {'tolerance (--tolerance)' if control else 'bar (--bar)'} set: {claim['verdict']}"
+    limit = format_limit(100 * float(claim["bar"]), control)
+    return f"{'A/A ' if control else ''}verdict against {limit}: {claim['verdict']}"
+
+
+def _environment_line(env: dict[str, Any]) -> str:
+    """The environment a claim was measured in, as one sentence."""
+    gpus = env.get("gpu_names") or []
+    cuda = f" (CUDA {env['cuda_runtime']})" if env.get("cuda_runtime") else ""
+    revision = str(env.get("git_revision") or "")[:10]
+    parts = [
+        ", ".join(gpus) if gpus else f"CPU {env.get('cpu_model') or 'unknown'}",
+        env.get("driver_version") and f"driver {env['driver_version']}",
+        f"torch {env.get('torch')}{cuda}",
+        f"Python {env.get('python')}",
+        env.get("ultralytics") and f"ultralytics {env['ultralytics']}",
+        revision and f"revision {revision}" + (" (dirty)" if env.get("git_dirty") else ""),
+    ]
+    return "Environment: " + ", ".join(p for p in parts if p) + "."
+
+
+def claim_text(run: Run) -> str:
+    """The claim of a paired run (or the stage shares of a stages run), as plain text (``claim.txt``)."""
+    plan, summaries = run.plan, run.summaries
+    settings = FitSettings.from_dict(plan.settings)
+    lines = [what_ran(plan)] if what_ran(plan) else []
+    same = set(same_code_arms(plan))
+    if settings.stages:
+        lines += [
+            "Stages diagnostic (not a claim):",
+            *stage_findings(plan, stage_table(plan, summaries.trials)),
+        ]
+    elif summaries.claims.empty:
+        lines.append("No complete pair: no claim.")
+    else:
+        for _, claim in summaries.claims.iterrows():
+            lines += _claim_lines(run, claim, same)
+    for _, claim in steady_claims(run).iterrows():
+        lines.append(
+            f"Secondary, not the claim: the steady-state figure (epochs 2 on, training only) of {claim['arm']} "
+            f"vs {claim['baseline_arm']}: {format_percent(claim['estimate'])}, {100 * float(claim['ci_level']):.0f}% "
+            f"{method_label(claim)} interval {format_interval(claim['ci_low'], claim['ci_high'])} "
+            f"({int(claim['pairs'])} pairs); {_verdict_words(claim, same)}."
+        )
+    lines.append(
+        f"Protocol: {warmup_words(plan, summaries.trials)}, then {pairs_words(plan, summaries.trials)} in "
+        f"{plan.protocol.order} order ({_orders(plan)}), {settings.steps} steps each ({settings.epochs} epochs × "
+        f"{settings.iterations_per_epoch}); isolation: {plan.isolation}; timed region: {plan.timed_region}."
+    )
+    return "\n".join([*lines, _environment_line(run.env)]) + "\n"
+
+
+def _claim_lines(run: Run, claim: pd.Series, same: set[str]) -> list[str]:
+    """One claim row in words: its sentence, its interval and verdict, its checks."""
+    plan, arm = run.plan, str(claim["arm"])
+    if claim["kind"] == "control":
+        kind = "A/A control (noise floor): "
+    else:
+        kind = "A/A in effect (noise, not a speed-up): " if arm in same else ""
+    both_failed = int(claim["both_failed"])
+    pairs = f"{int(claim['pairs'])} pairs" + (
+        f", {both_failed} more with both arms failed left out" if both_failed else ""
+    )
+    insufficient = "" if claim["ci_sufficient"] else f" Insufficient: {claim['ci_reason']}."
+
+    def attained(check: str) -> str:
+        verdict = verdict_shown(plan, arm, str(claim[f"{check}_verdict"]))
+        return f"({100 * float(claim[f'{check}_attained']):.1f}% attained, {verdict})"
+
+    hl = "(not computable)" if math.isnan(float(claim["hl_attained"])) else attained("hl")
+    return [
+        f"{kind}{claim_sentence(plan, run.summaries, str(claim['case']), arm)}",
+        f"{100 * float(claim['ci_level']):.0f}% {method_label(claim)} interval of the median reduction "
+        f"{format_interval(claim['ci_low'], claim['ci_high'])} ({format_levels(claim)}, {pairs}); "
+        f"{_verdict_words(claim, same)}.{insufficient}",
+        f"Checks: geometric-mean t {format_percent(claim['gm_estimate'])}, interval "
+        f"{format_interval(claim['gm_low'], claim['gm_high'])} ({verdict_shown(plan, arm, str(claim['gm_verdict']))}); "
+        f"sign-test interval of the median {format_interval(claim['sign_low'], claim['sign_high'])} "
+        f"{attained('sign')}; Hodges-Lehmann {format_percent(claim['hl_estimate'])}, Wilcoxon interval "
+        f"{format_interval(claim['hl_low'], claim['hl_high'])} {hl}.",
+    ]
+
+
+def _orders(plan: Plan) -> str:
+    """The first rounds' orders as scheduled: ``AB, BA, …``."""
+    orders = list(dict.fromkeys((t.round, t.order) for t in plan.schedule if t.phase == "measured"))
+    return ", ".join(order for _, order in orders[:2]) + (", …" if len(orders) > 2 else "")

@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from experiments.fit.dataset import SyntheticSet, ensure_synthetic_set
-from experiments.fit.plan import PREPARE_TARGET, PREPARE_TIMEOUT_S, RANK_TARGET, WORKER_TARGET, FitSettings
+from experiments.fit.plan import (
+    DDP_TARGET,
+    PREPARE_TARGET,
+    PREPARE_TIMEOUT_S,
+    RANK_TARGET,
+    WORKER_TARGET,
+    FitSettings,
+)
 from experiments.fit.ultralytics_fit import offline_environment
 from harness.calibration import delay_seconds
 from harness.errors import InputError
@@ -19,27 +26,6 @@ from harness.isolation import RANK_ENVIRONMENT, WorkerDied, WorkerError, run_in_
 from harness.plan import Plan
 from harness.safe_fs import fresh_dir, remove_entry
 from harness.trial import TrialContext, TrialFunction
-
-
-def worker_environment(run_dir: Path) -> dict[str, str]:
-    """Environment of every worker: offline, with its own writable Ultralytics config folder."""
-    return offline_environment(run_dir / "ultralytics-config")
-
-
-def prepare_data_set(settings: FitSettings, data_yaml: str) -> dict[str, Any]:
-    """Make the real trainer's data-set side effects."""
-    with tempfile.TemporaryDirectory(prefix="bench-prepare-") as config:
-        try:
-            return run_in_worker(
-                PREPARE_TARGET,
-                {"settings": asdict(settings), "data_yaml": data_yaml, "parent_pid": os.getpid()},
-                timeout_s=PREPARE_TIMEOUT_S,
-                env=offline_environment(Path(config)),
-            )
-        except (WorkerDied, WorkerError) as exc:
-            raise InputError(
-                f"the data set {data_yaml} could not be prepared by Ultralytics: {exc}"
-            ) from None
 
 
 def trial_function(plan: Plan) -> TrialFunction:
@@ -50,8 +36,16 @@ def trial_function(plan: Plan) -> TrialFunction:
     if settings.workload == "ultralytics" and data_yaml is None:
         spec = SyntheticSet(settings.images, settings.val_images, settings.imgsz, plan.protocol.seed)
         data_yaml = str(ensure_synthetic_set(spec, Path(settings.data_cache)).resolve())
-    if settings.workload == "ultralytics":
-        prepared = prepare_data_set(settings, data_yaml)
+    if settings.workload == "ultralytics":  # the real trainer's data-set side effects, made once
+        payload = {"settings": asdict(settings), "data_yaml": data_yaml, "parent_pid": os.getpid()}
+        with tempfile.TemporaryDirectory(prefix="bench-prepare-") as config:
+            try:
+                env = offline_environment(Path(config))
+                prepared = run_in_worker(PREPARE_TARGET, payload, timeout_s=PREPARE_TIMEOUT_S, env=env)
+            except (WorkerDied, WorkerError) as exc:
+                raise InputError(
+                    f"the data set {data_yaml} could not be prepared by Ultralytics: {exc}"
+                ) from None
         from harness.console import console  # rich: the worker imports this module, and needs none
 
         console.print(
@@ -76,19 +70,19 @@ def trial_function(plan: Plan) -> TrialFunction:
             "seed": ctx.seed,
             "trial_dir": os.path.abspath(trial_dir),  # never resolved: a link is not followed
             "parent_pid": os.getpid(),
-            "ranks": ranks,
             "devices": list(plan.protocol.rank_devices),
         }
         log_path = trials_dir / f"{ctx.trial.index}.log"
         run = dict(
             timeout_s=settings.trial_timeout, log_path=log_path, placement=ctx.placement, cancel=ctx.cancel
         )
-        env = worker_environment(ctx.run_dir)
+        env = offline_environment(ctx.run_dir / "ultralytics-config")  # its own writable config folder
         try:
             if ranks > 1 and settings.workload == "embedded":
                 options = shlex.split(settings.torchrun)
                 return run_in_ranks(RANK_TARGET, payload, ranks, env=env, launcher_options=options, **run)
-            env = {**env, **(RANK_ENVIRONMENT if ranks > 1 else {})}
+            if ranks > 1:
+                return run_in_worker(DDP_TARGET, payload, env={**env, **RANK_ENVIRONMENT}, **run)
             return run_in_worker(WORKER_TARGET, payload, env=env, **run)
         finally:  # small records stay; half-written files go, and checkpoints without --keep-checkpoints
             if trial_dir.exists():

@@ -14,18 +14,11 @@ from ultralytics import YOLO
 from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.utils import RANK
 
-from experiments.fit.ddp import RankBracket, import_ahead, rank_columns, rank_record
-from experiments.fit.fitting import arm_optimizer_factory, finite_checked, fit_figures, fresh_trial_dir
+from experiments.fit import ultralytics_fit, worker
 from experiments.fit.plan import FitSettings
 from experiments.fit.stages import stage_figures
-from experiments.fit.ultralytics_fit import (
-    configure_ultralytics,
-    fit_result,
-    make_trainer_class,
-    train_arguments,
-)
 from experiments.ranks import gather_records
-from harness.isolation import WorkerDied, WorkerError, guard_rank
+from harness.isolation import WorkerDied, WorkerError, die_with_parent, guard_rank
 from harness.timing import NullClock, StageClock, apply_budget, is_out_of_memory, reset_peaks
 
 TRIAL_ENV = "BENCH_DDP_TRIAL"
@@ -37,11 +30,11 @@ class RankSide:
     def __init__(self, trial: dict[str, Any], rank: int, local_rank: int) -> None:
         self.trial, self.rank = trial, rank
         self.device = trial["devices"][local_rank]
-        self.make_optimizer = arm_optimizer_factory(trial["arm_spec"])
+        self.make_optimizer = worker.arm_optimizer_factory(trial["arm_spec"])
         self.clock = StageClock(self.device) if trial["stages"] and rank == 0 else NullClock()
         self.stamps: list[float] = []
         self.epoch_starts: list[float] = []
-        self.bracket = RankBracket(self.device, self.clock)
+        self.bracket = worker.RankBracket(self.device, self.clock)
 
     def record(self, record: dict[str, Any]) -> None:
         path = Path(self.trial["records"]) / f"rank{self.rank}.json"
@@ -63,7 +56,7 @@ class RankTrainer(DetectionTrainer):
         side = RankSide(
             json.loads(Path(os.environ[TRIAL_ENV]).read_text()), RANK, int(os.environ["LOCAL_RANK"])
         )
-        arm_class = make_trainer_class(
+        arm_class = ultralytics_fit.make_trainer_class(
             side.make_optimizer, side.clock, side.stamps, side.epoch_starts, RankTrainer
         )
         trainer = super().__new__(arm_class)
@@ -76,7 +69,7 @@ class RankTrainer(DetectionTrainer):
         if side is None:
             return
         apply_budget(side.trial.get("budget"), side.device)
-        import_ahead()
+        worker.import_ahead()
         reset_peaks(side.device)
         side.bracket.__enter__()
 
@@ -92,14 +85,23 @@ class RankTrainer(DetectionTrainer):
                     f"the trainer ran batch {self.batch_size}, not the {side.trial['batch']} asked"
                 )
             sharing = getattr(self.optimizer, "sharing", None)
-            records = gather_records(rank_record(side.rank, side.bracket.seconds, side.device, sharing))
+            records = gather_records(
+                worker.rank_record(side.rank, side.bracket.seconds, side.device, sharing)
+            )
             # rank 0 checks its model and figures here: modules do not travel in the record
             result = (
-                finite_checked(fit_result(self, side.stamps, side.epoch_starts)) if side.rank == 0 else {}
+                worker.finite_checked(ultralytics_fit.fit_result(self, side.stamps, side.epoch_starts))
+                if side.rank == 0
+                else {}
             )
         except Exception as exc:
             traceback.print_exc()
-            side.record({"rank": side.rank, "exception": _failure(exc)})
+            failure = {
+                "type": type(exc).__name__,
+                "message": str(exc),
+                "out_of_memory": is_out_of_memory(exc),
+            }
+            side.record({"rank": side.rank, "exception": failure})
             raise
         stages = {}
         if side.clock.enabled:
@@ -107,15 +109,6 @@ class RankTrainer(DetectionTrainer):
         side.record(
             dict(rank=side.rank, seconds=side.bracket.seconds, records=records, result=result, stages=stages)
         )
-
-
-def _failure(exc: BaseException) -> dict[str, Any]:
-    return {"type": type(exc).__name__, "message": str(exc), "out_of_memory": is_out_of_memory(exc)}
-
-
-def device_list(devices: list[str]) -> str:
-    """``['cuda:0', 'cuda:1']`` → Ultralytics' ``'0,1'``."""
-    return ",".join(d.split(":")[1] if ":" in d else "0" for d in devices)
 
 
 def write_trial(payload: dict[str, Any], settings: FitSettings, trial_dir: Path) -> Path:
@@ -135,14 +128,20 @@ def write_trial(payload: dict[str, Any], settings: FitSettings, trial_dir: Path)
     return path
 
 
-def launch_fit(payload: dict[str, Any], settings: FitSettings) -> dict[str, Any]:
-    """Launch one data-parallel fit of the real trainer and return rank 0's figures with every rank's."""
-    trial_dir = fresh_trial_dir(payload)
+def launch_fit(payload: dict[str, Any]) -> dict[str, Any]:
+    """The trial worker's target: one data-parallel fit of the real trainer; rank 0's figures with every rank's."""
+    die_with_parent(payload.get("parent_pid"))
+    settings = FitSettings.from_dict(payload["settings"])
+    trial_dir = worker.fresh_trial_dir(payload)
     os.environ[TRIAL_ENV] = str(write_trial(payload, settings, trial_dir))
-    configure_ultralytics()
+    ultralytics_fit.configure_ultralytics()
     model = YOLO(settings.model, task="detect")
-    arguments = train_arguments(
-        settings, payload["data_yaml"], device_list(payload["devices"]), int(payload["seed"]), trial_dir
+    arguments = ultralytics_fit.train_arguments(
+        settings,
+        payload["data_yaml"],
+        ",".join(map(ultralytics_fit.device_argument, payload["devices"])),
+        int(payload["seed"]),
+        trial_dir,
     )
     try:
         model.train(trainer=RankTrainer, **arguments)
@@ -163,8 +162,8 @@ def launch_fit(payload: dict[str, Any], settings: FitSettings) -> dict[str, Any]
             f"Ultralytics' DDP launch ended without rank 0's record (ranks without one: {missing}; {launch_error})"
         )
     first = records[0]
-    figures = fit_figures(settings, first["result"], first["seconds"], None, None, NullClock())
-    figures.update(rank_columns(first["records"]))
+    figures = worker.fit_figures(settings, first["result"], first["seconds"], None, None, NullClock())
+    figures.update(worker.rank_columns(first["records"]))
     figures.update(first["stages"])
     figures["backend"] = "nccl"
     return figures

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from experiments.fit.embedded import optimizer_figures
+
 CLOSED_PORT_PROXY = "http://127.0.0.1:9"  # the discard port: nothing listens, a connection is refused at once
 FONT_NAMES = ("Arial.ttf", "Arial.Unicode.ttf")
 INTEGRATIONS_OFF = {
@@ -57,20 +59,17 @@ def read_results_csv(path: Path) -> dict[str, list[Any]]:
     """``results.csv`` as {column: values}, numbers as floats — what upstream builds with polars."""
     try:
         with open(path, newline="", encoding="utf-8") as handle:
-            rows = list(csv.reader(handle))
+            header, *rows = list(csv.reader(handle)) or [[]]
     except OSError:
         return {}
-    if not rows:
-        return {}
-    header = [name.strip() for name in rows[0]]
+    header = [name.strip() for name in header]
     columns: dict[str, list[Any]] = {name: [] for name in header}
-    for row in rows[1:]:
+    for row in rows:
         for name, cell in zip(header, row, strict=False):  # a short row leaves columns short
-            cell = cell.strip()
             try:
                 columns[name].append(float(cell))
             except ValueError:
-                columns[name].append(cell)
+                columns[name].append(cell.strip())
     return columns
 
 
@@ -126,6 +125,12 @@ def make_trainer_class(
             self.add_callback("on_train_batch_start", lambda _trainer: clock.iteration())
             self.add_callback("on_train_batch_end", lambda _trainer: clock.mark("other"))
             self.add_callback("on_pretrain_routine_end", self._time_ema)
+            for method, stage in (
+                ("validate", "validation"),
+                ("save_model", "checkpoint"),
+                ("final_eval", "validation"),
+            ):
+                setattr(self, method, clock.wrap(getattr(self, method), "other", stage))
 
         def build_optimizer(self, *args: Any, **kwargs: Any):
             optimizer = super().build_optimizer(*args, **kwargs)
@@ -144,15 +149,6 @@ def make_trainer_class(
         def optimizer_step(self):
             clock.mark("forward_backward")
             super().optimizer_step()
-
-        def validate(self):
-            return clock.wrap(super().validate, "other", "validation")()
-
-        def save_model(self):
-            return clock.wrap(super().save_model, "other", "checkpoint")()
-
-        def final_eval(self):
-            return clock.wrap(super().final_eval, "other", "validation")()
 
     return StagedTrainer if clock.enabled else ArmTrainer
 
@@ -233,10 +229,7 @@ def fit_result(trainer: Any, stamps: list[float], epoch_starts: list[float]) -> 
         "val_map50_95": _number(metrics.get("metrics/mAP50-95(B)")),
         "val_map50": _number(metrics.get("metrics/mAP50(B)")),
         "checkpoint_bytes": sum(p.stat().st_size for p in weights.glob("*.pt")),
-        "optimizer_class": f"{type(trainer.optimizer).__module__}.{type(trainer.optimizer).__qualname__}",
-        "optimizer_sharing": getattr(trainer.optimizer, "sharing", None),
-        "optimizer_graphs": getattr(trainer.optimizer, "graph_stats", None),
-        "optimizer_plan_bytes": getattr(trainer.optimizer, "plan_bytes", None),
+        **optimizer_figures(trainer.optimizer),
         "amp_used": bool(trainer.amp),
         "train_loss": trainer.loss,  # the last batch's loss tensor, read after the bracket
         "trained": {"model": trainer.model, "ema": getattr(trainer.ema, "ema", None)},

@@ -9,7 +9,6 @@ from tests import ROOT
 
 WORKER_TARGETS = [
     "experiments.fit.worker",
-    "experiments.fit.ddp",
     "experiments.screen.ranks",
     "experiments.parity",
 ]

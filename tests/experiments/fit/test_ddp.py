@@ -158,7 +158,7 @@ def test_rank_zeros_wait_for_the_slowest_rank_is_inside_its_stages(monkeypatch: 
     Its stages must hold that wait too. Otherwise `test_a_two_rank_stages_run_attributes_rank_zeros_fit`
     refuses stages summing to 93%.
     """
-    from experiments.fit import ddp
+    from experiments.fit import worker as ddp
     from experiments.fit.stages import STAGES
     from harness.timing import StageClock
 

@@ -569,13 +569,8 @@ def test_the_embedded_fit_logs_each_epoch(tmp_path: Path, capsys) -> None:
 
     result = embedded.fit(
         lambda groups, kwargs: make_optimizer("baseline", groups, kwargs),
+        FitSettings(workload="embedded", steps=4, images=8, val_images=8, imgsz=16, batch=4, amp="fp32"),
         device="cpu",
-        images=8,
-        val_images=8,
-        imgsz=16,
-        batch=4,
-        epochs=2,
-        amp="fp32",
         data_seed=0,
         seed=0,
         trial_dir=tmp_path,

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments.fit.fitting import non_finite_results
 from experiments.fit.ultralytics_fit import upstream_seed
+from experiments.fit.worker import non_finite_results
 from harness.cli import main
 from tests.argv import EMBEDDED, TINY_FIT
 from tests.runfolders import only_run
