@@ -336,7 +336,8 @@ def _steady_section(run: Run) -> Section | None:
         for _, c in steady.iterrows()
     ]
     return Section("Steady-state figure (secondary: the whole fit stays the claim)").add(
-        "Per fit, the training time from the second epoch's start to the last iteration's end. Its pairs get the "
+        "Per fit, the training time from the second epoch's start to the last iteration's end, validation and "
+        "checkpoints left out. Its pairs get the "
         f"claim's statistics and bar; the gate reads only the whole fit. Medians: {', '.join(medians)}.",
         Table(columns, table, "l" * (len(columns) - 7) + "lrrrlll"),
         f"The table is `{STEADY_CLAIMS_CSV}` in the run folder.",
