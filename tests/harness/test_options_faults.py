@@ -21,7 +21,10 @@ TOO_MANY = [
         [*EMBEDDED, "--steps", "10000000000", "--images", "8", "--batch", "4"],
         "--steps 10000000000 is more than",
     ),
-    ([*EMBEDDED, "--steps", "200000", "--images", "8", "--batch", "4"], "100000 epochs of 2 iterations (8 images / batch 4), more than 10000"),
+    (
+        [*EMBEDDED, "--steps", "200000", "--images", "8", "--batch", "4"],
+        "100000 epochs of 2 iterations (8 images / batch 4), more than 10000",
+    ),
     (
         [*EMBEDDED, "--images", "100000000", "--steps", "8", "--batch", "4"],
         "--images 100000000 is more",
