@@ -34,6 +34,11 @@ def _run(args: list[str], cwd: Path | None = None, timeout: float = 10.0) -> str
     return out.stdout.strip()
 
 
+def query_smi(fields: Iterable[str]) -> str | None:
+    """``nvidia-smi --query-gpu=FIELDS`` as CSV without header or units; None when it fails."""
+    return _run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
+
+
 def _number(text: str | None) -> float | None:
     try:
         return float(str(text).split()[0])
@@ -80,7 +85,7 @@ def gpu_snapshot() -> list[dict[str, Any]]:
     """Per GPU: index, name, clocks (MHz), temperature (°C), power (W), driver, memory (MiB); [] if none."""
     if shutil.which("nvidia-smi") is None:
         return []
-    text = _run(["nvidia-smi", f"--query-gpu={','.join(_SMI_FIELDS)}", "--format=csv,noheader,nounits"])
+    text = query_smi(_SMI_FIELDS)
     if not text:
         return []
     gpus = []

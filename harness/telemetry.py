@@ -14,7 +14,7 @@ from typing import Any
 
 import psutil
 
-from harness.env import SMI_FIGURES, _run
+from harness.env import SMI_FIGURES, query_smi
 
 BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq")  # guest time is already inside user and nice
 TOTAL_FIELDS = (*BUSY_FIELDS, "idle", "iowait", "steal")
@@ -160,16 +160,11 @@ def _temperature(nvml: Any, handle: Any) -> Any:
     return None
 
 
-def _run_smi(fields: list[str]) -> str | None:
-    """``nvidia-smi --query-gpu=FIELDS`` as CSV without header or units; None when it fails."""
-    return _run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
-
-
 def _smi_readings(indices: set[int] | None) -> list[dict[str, Any]] | None:
     if shutil.which("nvidia-smi") is None:
         return None
     for reason_field in SMI_REASON_FIELDS:  # the newer name first; older drivers know only the second
-        text = _run_smi([*SMI_FIELDS, reason_field])
+        text = query_smi([*SMI_FIELDS, reason_field])
         if text is not None:
             break
     devices = []

@@ -123,7 +123,7 @@ def smi_says(monkeypatch):
             asked.append(fields)
             return answer(fields) if callable(answer) else answer
 
-        monkeypatch.setattr(telemetry, "_run_smi", run)
+        monkeypatch.setattr(telemetry, "query_smi", run)
         return asked
 
     return install
