@@ -6,12 +6,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from harness.present.model import Section, Table, markdown
-
-if TYPE_CHECKING:  # pandas loads on first use: a trial's worker reads the file names only
-    import pandas as pd
 
 PLAN = "plan.json"
 ENV = "env.json"
@@ -129,20 +125,10 @@ CLAIM_COLUMNS = {
     "min": "The arm's smallest figure.",
     "max": "The arm's largest figure.",
 }
-# (name in claim_intervals.csv, column prefix in the claims table, its estimate's column)
-INTERVALS = (
-    ("primary", "ci", "estimate"),
-    ("geometric mean", "gm", "gm_estimate"),
-    ("sign", "sign", "estimate"),
-    ("Hodges-Lehmann", "hl", "hl_estimate"),
-    ("failure rate", "failure", "failure_rate"),
-    ("order effect", "order", "order_effect"),
-    ("drift", "drift", "drift"),
-)
 INTERVAL_COLUMNS = {
     "case": "The case.",
     "arm": "The compared arm.",
-    "interval": "Which: " + ", ".join(name for name, _, _ in INTERVALS) + ".",
+    "interval": "`primary`, a check's name (statistics.md), `failure rate`, `order effect` or `drift`.",
     "estimate": "Its point estimate.",
     "low": "Its low end.",
     "high": "Its high end.",
@@ -152,48 +138,12 @@ INTERVAL_COLUMNS = {
     "verdict": "The verdict it gives.",
     "reason": "Why it is missing or unbounded, where it is.",
 }
-INTERVAL_FIELDS = ("low", "high", "attained", "sufficient", "method", "verdict", "reason")
 DIAGNOSTIC_COLUMNS = {
     "case": "The case.",
     "arm": "The compared arm.",
     "name": "The figure's name (the claims table's column).",
     "value": "Its value.",
 }
-
-
-def _interval_columns(prefix: str, estimate: str) -> dict[str, str]:
-    """{long-table field: claims-table column} of one interval family."""
-    fields = {"estimate": estimate}
-    for field in INTERVAL_FIELDS:
-        fields[field] = "verdict" if (prefix, field) == ("ci", "verdict") else f"{prefix}_{field}"
-    return fields
-
-
-def claim_tables(claims: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """The claims table written as three: narrow ``claims.csv``, long intervals and long diagnostics."""
-    import pandas as pd
-
-    keys = ["case", "arm"]
-    narrow = claims.reindex(columns=list(CLAIM_COLUMNS))
-    used = set(CLAIM_COLUMNS)
-    intervals: list[dict[str, Any]] = []
-    families = [(name, _interval_columns(prefix, estimate)) for name, prefix, estimate in INTERVALS]
-    for _, row in claims.iterrows():
-        for name, fields in families:
-            present = {field: row[column] for field, column in fields.items() if column in claims.columns}
-            if "low" in present:
-                intervals.append({"case": row["case"], "arm": row["arm"], "interval": name, **present})
-    for _, fields in families:
-        used |= {column for column in fields.values() if column in claims.columns} - {"verdict"}
-    rest = [column for column in claims.columns if column not in used]
-    long = claims.melt(id_vars=keys, value_vars=rest, var_name="name") if rest else pd.DataFrame()
-    if not long.empty:
-        long = long.sort_values(keys, kind="stable")
-    return {
-        CLAIMS_CSV: narrow,
-        INTERVALS_CSV: pd.DataFrame(intervals, columns=list(INTERVAL_COLUMNS)),
-        DIAGNOSTICS_CSV: long.reindex(columns=list(DIAGNOSTIC_COLUMNS)),
-    }
 
 
 def format_reference() -> str:

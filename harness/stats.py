@@ -12,7 +12,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 from scipy import stats
 
-from harness import intervals, sequential, verdicts
+from harness import folder_format, intervals, sequential, verdicts
 from harness.injected import ROLE as CALIBRATION_ROLE
 from harness.intervals import CONFIDENCE, Interval
 
@@ -155,9 +155,10 @@ class ClaimSettings:
 
 @dataclass(frozen=True)
 class Check:
-    """A check beside the primary interval: its name in words, column prefix and interval method."""
+    """A check beside the primary interval: its names, column prefix and interval method."""
 
-    name: str
+    name: str  # in a sentence
+    label: str  # in claim_intervals.csv
     prefix: str
     interval: Callable[[np.ndarray, float], Interval]
     own_estimate: bool = True  # False: its estimate is the primary's (the claims table keeps one)
@@ -169,12 +170,12 @@ class Check:
         return [f"{self.prefix}_{field}" for field in fields]
 
 
-# The checks beside the primary: a new one is one entry here (its columns and verdict follow).
+# The checks beside the primary: a new one is one entry here (its columns, tables and verdict follow).
 INTERVAL_FIELDS = ("estimate", "low", "high", "attained", "sufficient", "method", "verdict")
 CHECKS = (
-    Check("the geometric-mean t", "gm", intervals.t_interval),
-    Check("Hodges-Lehmann", "hl", intervals.hodges_lehmann_interval),
-    Check("the sign test", "sign", intervals.sign_interval, own_estimate=False),
+    Check("the geometric-mean t", "geometric mean", "gm", intervals.t_interval),
+    Check("the sign test", "sign", "sign", intervals.sign_interval, own_estimate=False),
+    Check("Hodges-Lehmann", "Hodges-Lehmann", "hl", intervals.hodges_lehmann_interval),
 )
 # The design diagnostics' columns and the reason where none, in ``design_figures``' order.
 DESIGNS = (
@@ -197,6 +198,39 @@ def claim_columns() -> list[str]:
 
 
 CLAIM_COLUMNS = claim_columns()  # as registered at import; the claims table reads the registry when made
+
+
+def interval_families() -> list[tuple[str, str, str]]:
+    """(name in claim_intervals.csv, column prefix, estimate's column): the primary, the checks, the rest."""
+    checks = [(c.label, c.prefix, f"{c.prefix}_estimate" if c.own_estimate else "estimate") for c in CHECKS]
+    designs = [("order effect", "order", "order_effect"), ("drift", "drift", "drift")]
+    return [("primary", "ci", "estimate"), *checks, ("failure rate", "failure", "failure_rate"), *designs]
+
+
+def claim_tables(claims: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The claims table written as three: narrow ``claims.csv``, long intervals and long diagnostics."""
+    long_fields = list(folder_format.INTERVAL_COLUMNS)[4:]  # after case, arm, interval and estimate
+    families = []
+    for label, prefix, estimate in interval_families():
+        named = {f: "verdict" if (prefix, f) == ("ci", "verdict") else f"{prefix}_{f}" for f in long_fields}
+        columns = {f: c for f, c in {"estimate": estimate, **named}.items() if c in claims.columns}
+        families.append((label, columns))
+    rows = [
+        {"case": row["case"], "arm": row["arm"], "interval": label, **{f: row[c] for f, c in columns.items()}}
+        for _, row in claims.iterrows()
+        for label, columns in families
+        if "low" in columns
+    ]
+    used = set(folder_format.CLAIM_COLUMNS).union(*(set(c.values()) - {"verdict"} for _, c in families))
+    rest = [column for column in claims.columns if column not in used]
+    long = claims.melt(id_vars=["case", "arm"], value_vars=rest, var_name="name") if rest else pd.DataFrame()
+    if not long.empty:
+        long = long.sort_values(["case", "arm"], kind="stable")
+    return {
+        folder_format.CLAIMS_CSV: claims.reindex(columns=list(folder_format.CLAIM_COLUMNS)),
+        folder_format.INTERVALS_CSV: pd.DataFrame(rows, columns=list(folder_format.INTERVAL_COLUMNS)),
+        folder_format.DIAGNOSTICS_CSV: long.reindex(columns=list(folder_format.DIAGNOSTIC_COLUMNS)),
+    }
 
 
 def judge(interval: Interval, limit: float | None, control: bool) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import InputError, RunFolderError
-from harness.folder_format import ARMS_CSV, LOCK, LOG, PAIRS_CSV, PLAN, TRIALS_CSV, claim_tables
+from harness.folder_format import ARMS_CSV, LOCK, LOG, PAIRS_CSV, PLAN, TRIALS_CSV
 from harness.folder_format import ENV as ENV  # read from here by the env and the report
 from harness.safe_fs import create_exclusive, open_no_follow
 
@@ -327,6 +327,8 @@ class Summaries:
         """The tables written beside the log: the trials, and for a paired run arms, pairs and claims."""
         if not paired:
             return {TRIALS_CSV: self.trials}
+        from harness.stats import claim_tables  # loaded already: these summaries came from the statistics
+
         return {
             TRIALS_CSV: self.trials,
             ARMS_CSV: self.arms,

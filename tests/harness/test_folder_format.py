@@ -47,7 +47,7 @@ def test_a_run_writes_a_narrow_claims_table_and_long_tables_for_the_rest(tmp_pat
     # every column of the claims table is in one of the three files
     long_names = set(diagnostics["name"])
     for column in result.claims.columns:
-        in_interval = any(column.startswith(p + "_") for _, p, _ in folder_format.INTERVALS)
+        in_interval = any(column.startswith(p + "_") for _, p, _ in stats.interval_families())
         assert column in claims.columns or column in long_names or in_interval or column == "drift", column
 
 
@@ -55,7 +55,7 @@ def test_a_new_statistic_lands_in_a_long_table_with_no_edit_to_the_writer() -> N
     claims = pd.DataFrame(
         [{"case": "c", "arm": "b", "estimate": 0.1, "ci_low": 0.0, "ci_high": 0.2, "verdict": "clears"}]
     ).assign(new_statistic=1.5, new_low=1.0, new_high=2.0)
-    tables = folder_format.claim_tables(claims)
+    tables = stats.claim_tables(claims)
     long = tables[folder_format.DIAGNOSTICS_CSV].set_index("name")["value"]
     assert long["new_statistic"] == 1.5 and long["new_low"] == 1.0 and long["new_high"] == 2.0
     assert "new_statistic" not in tables[folder_format.CLAIMS_CSV].columns
