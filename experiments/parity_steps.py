@@ -131,9 +131,7 @@ class Workload:
         if not settings.fit:
             self.groups, self.kwargs = build_param_groups(settings.scale, self.device, torch.float32, seed)
             return
-        from experiments.fit import (
-            embedded,
-        )  # the fit tier's whole package: a parity rank needs it with --fit
+        from experiments.fit import embedded  # the fit tier's package: a parity rank loads it with --fit only
 
         torch.manual_seed(seed)
         self.embedded = embedded

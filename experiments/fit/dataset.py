@@ -54,7 +54,7 @@ def _draw_image(
 
 
 def _write_split(folder: Path, split: str, count: int, size: int, rng: np.random.Generator) -> None:
-    from PIL import Image
+    from PIL import Image  # Ultralytics' dependency: only the real trainer writes images
 
     images, labels = folder / "images" / split, folder / "labels" / split
     images.mkdir(parents=True)
