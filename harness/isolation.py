@@ -234,15 +234,12 @@ def _raised(failure: dict[str, Any], where: str) -> Exception:
 
 def _raise_first_failure(records: list[dict[str, Any]], launcher_tail: str, returncode: int | str) -> None:
     """Raise the trial's first failure, if any: a rank that died without a record, else the first to raise."""
-    exits: dict[int, int] = {}  # each failed rank's exit code, from the launcher's failure summary
-    rank = None
-    for key, value in re.findall(r"^\s*(rank|exitcode)\s*:\s*(-?\d*)", launcher_tail, re.M):
-        if key == "rank":
-            rank = int(value) if value.isdigit() else rank
-        elif rank is not None:
-            if value.lstrip("-"):
-                exits.setdefault(rank, int(value))
-            rank = None
+    # Each failed rank's exit code, from the launcher's failure summary: an entry's "rank :" line, then its
+    # "exitcode :" line. A rank may be listed twice (a failure and the root cause); its first entry counts.
+    summary = re.findall(r"^\s*rank\s*:\s*(\d+).*\n\s*exitcode\s*:\s*(-?\d+)", launcher_tail, re.M)
+    exits: dict[int, int] = {}
+    for rank, code in summary:
+        exits.setdefault(int(rank), int(code))
     recorded = {r["rank"] for r in records}
     died = {rank: code for rank, code in exits.items() if rank not in recorded and code != -signal.SIGTERM}
     if died:
