@@ -37,7 +37,10 @@ from harness.placement import (
 from harness.telemetry import USAGE_KEY, ProcessUsage, usage_of_pid
 from harness.timing import is_out_of_memory
 
-OUTPUT_TAIL_CHARS = 2000
+# What a failure message reads of a trial's log: a worker's last line, or the launcher's failure summary at
+# its end. That summary is about 1.5 KB plus 0.4 KB per rank (measured, torch 2.x: 2.3 KB for 2 ranks, 3.1 KB
+# for 4), since each rank logs to its own file; 64 KiB holds it for over 100 ranks. A fit's log can be MBs.
+LOG_TAIL_BYTES = 64 * 1024
 PR_SET_PDEATHSIG = 1
 RANKS_ENV = "BENCH_RANKS"  # set for the ranks run_in_ranks starts: harness.isolation runs as a rank
 TRIAL_PID_ENV = "BENCH_TRIAL_PID"  # the process whose end ends every rank of the trial
@@ -98,7 +101,9 @@ def _launch(
     log_path: Path | None,
     cancel: threading.Event | None,
 ) -> tuple[list[dict[str, Any]], Any, int | str, str]:
-    """Run ``command -m harness.isolation target`` to its end: the ranks' records, usage, exit and log."""
+    """Run ``command -m harness.isolation target`` to its end: the ranks' records, usage, exit and log tail.
+
+    The tail is read only where the trial failed (an exit other than 0, or no record of local rank 0)."""
     with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
         payload_file, result_file = Path(tmp) / "payload.json", Path(tmp) / "result.json"
         payload_file.write_text(json.dumps(payload))
@@ -121,7 +126,17 @@ def _launch(
                 process.wait()
                 raise
         records = [json.loads(p.read_text()) for p in sorted(Path(tmp).glob("result.json.rank*"))]
-        return records, usage, returncode, output_file.read_text(errors="replace")
+        ended_well = returncode == 0 and any(r["local_rank"] == 0 for r in records)
+        return records, usage, returncode, "" if ended_well else _log_tail(output_file)
+
+
+def _log_tail(path: Path) -> str:
+    """The last ``LOG_TAIL_BYTES`` of a log, as text.
+
+    A line cut at its start cannot mislead ``_raise_first_failure``: each summary entry names its rank first."""
+    with open(path, "rb") as log:
+        log.seek(max(log.seek(0, os.SEEK_END) - LOG_TAIL_BYTES, 0))
+        return log.read().decode(errors="replace")
 
 
 def run_in_worker(
@@ -135,11 +150,11 @@ def run_in_worker(
 ) -> dict[str, Any]:
     """Call ``target(payload)`` in a fresh Python process and return its result dict."""
     worker_env = {**(env or {}), **(worker_environment(placement) if placement else {})}
-    records, usage, returncode, log = _launch(
+    records, usage, returncode, log_tail = _launch(
         [sys.executable, "-m"], target, payload, worker_env, timeout_s, log_path, cancel
     )
     if not records:
-        tail = log[-OUTPUT_TAIL_CHARS:].strip()
+        tail = log_tail.strip()
         last = tail.splitlines()[-1] if tail else "no output"
         raise WorkerDied(f"worker died without a result (exit {returncode}): {last}")
     if "exception" in records[0]:
@@ -172,13 +187,13 @@ def run_in_ranks(
         shares = rank_placements(placement, ranks)
         rank_env.update(worker_environment(min(shares, key=lambda p: p.omp_threads)))
         rank_env[RANK_PLACEMENTS_ENV] = json.dumps([share.to_dict() for share in shares])
-    records, usage, returncode, launcher_log = _launch(
+    records, usage, returncode, launcher_tail = _launch(
         command, target, payload, rank_env, timeout_s, log_path, cancel
     )
-    _raise_first_failure(records, launcher_log, returncode)
+    _raise_first_failure(records, launcher_tail, returncode)
     firsts = [r for r in records if r.get("local_rank") == 0]
     if returncode != 0 or not firsts:
-        lines = launcher_log.splitlines()
+        lines = launcher_tail.splitlines()
         last = next((line for line in reversed(lines) if line.strip(" =-")), "no output")
         raise WorkerDied(f"the ranks ended without a result: {last.strip()} (launcher exit {returncode})")
     return _with_usage(firsts[0]["value"], usage)  # the launcher's and its reaped ranks' CPU time
@@ -217,17 +232,14 @@ def _raised(failure: dict[str, Any], where: str) -> Exception:
     return WorkerError(message)
 
 
-def _raise_first_failure(records: list[dict[str, Any]], launcher_log: str, returncode: int | str) -> None:
+def _raise_first_failure(records: list[dict[str, Any]], launcher_tail: str, returncode: int | str) -> None:
     """Raise the trial's first failure, if any: a rank that died without a record, else the first to raise."""
-    exits: dict[int, int] = {}  # each failed rank's exit code, from the launcher's failure summary
-    rank = None
-    for key, value in re.findall(r"^\s*(rank|exitcode)\s*:\s*(-?\d*)", launcher_log, re.M):
-        if key == "rank":
-            rank = int(value) if value.isdigit() else rank
-        elif rank is not None:
-            if value.lstrip("-"):
-                exits.setdefault(rank, int(value))
-            rank = None
+    # Each failed rank's exit code, from the launcher's failure summary: an entry's "rank :" line, then its
+    # "exitcode :" line. A rank may be listed twice (a failure and the root cause); its first entry counts.
+    summary = re.findall(r"^\s*rank\s*:\s*(\d+).*\n\s*exitcode\s*:\s*(-?\d+)", launcher_tail, re.M)
+    exits: dict[int, int] = {}
+    for rank, code in summary:
+        exits.setdefault(int(rank), int(code))
     recorded = {r["rank"] for r in records}
     died = {rank: code for rank, code in exits.items() if rank not in recorded and code != -signal.SIGTERM}
     if died:

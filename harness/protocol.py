@@ -9,7 +9,7 @@ import gc
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ from harness.trial import (
     check_value,
     row_head,
 )
-from harness.warmup import extra_warmup, next_auto_warmup, warmup_row_fields
+from harness.warmup import next_auto_warmup, warmup_row_fields
 
 
 def _release_device_memory() -> None:
@@ -209,9 +209,9 @@ def run_schedule(
                 _unit_text(plan, unit), ", ".join(t.arm for t in unit) + ",", needed, deadline
             )
         if reason:
+            # An untimed warm-up of the unit's first arm, outside the saved schedule: numbered above every index.
             used = {int(r["index"]) for r in rows} | {t.index for t in plan.schedule}
-            warm = extra_warmup(plan, unit[0], max(used) + 1)
-            runs.one(warm, reason)
+            runs.one(replace(unit[0], index=max(used) + 1, phase="warmup"), reason)
         if concurrent:
             if cooldown:
                 time.sleep(cooldown)

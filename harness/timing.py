@@ -174,13 +174,18 @@ class TrialFailure:
 
 
 class StageClock:
-    """Charges the time between consecutive marks to the stage each mark names."""
+    """Charges the time between consecutive marks to the stage each mark names.
 
-    enabled = True
+    Switched off (``enabled=False``, a claim run's clock) it marks nothing and wraps nothing, so it adds
+    nothing inside the timed bracket.
+    """
 
-    def __init__(self, device: str | torch.device = "cpu", synchronized: bool = True) -> None:
+    def __init__(
+        self, device: str | torch.device = "cpu", synchronized: bool = True, *, enabled: bool = True
+    ) -> None:
         self.device = device
         self.synchronized = synchronized
+        self.enabled = enabled
         self.events = is_cuda(device) and not synchronized
         self.marks: list[tuple[str, Any]] = []
         # Synchronized: the host clock at each mark as it was reached, before its synchronization.
@@ -198,21 +203,26 @@ class StageClock:
         return time.perf_counter()
 
     def start(self) -> None:
-        self.reached = []
-        self.marks = [("", self._now())]
-        self.iteration_marks = []
+        if self.enabled:
+            self.reached = []
+            self.marks = [("", self._now())]
+            self.iteration_marks = []
 
     def mark(self, stage: str) -> None:
         """Charge the time since the previous mark to ``stage``."""
-        self.marks.append((stage, self._now()))
+        if self.enabled:
+            self.marks.append((stage, self._now()))
 
     def iteration(self) -> None:
         """Mark the start of a training iteration (the time before it, its fetch, goes to ``data``)."""
-        self.mark("data")
-        self.iteration_marks.append(len(self.marks) - 1)
+        if self.enabled:
+            self.mark("data")
+            self.iteration_marks.append(len(self.marks) - 1)
 
     def wrap(self, function: Any, before: str, after: str) -> Any:
         """``function`` bracketed: time up to its call goes to ``before``, its own time to ``after``."""
+        if not self.enabled:
+            return function
 
         def bracketed(*args: Any, **kwargs: Any) -> Any:
             self.mark(before)
@@ -255,24 +265,3 @@ class StageClock:
         """Seconds from the start to each iteration's start."""
         first = self.marks[0][1]
         return [self._seconds(first, self.marks[i][1]) for i in self.iteration_marks]
-
-
-class NullClock(StageClock):
-    """The clock of a claim run: every mark is a no-op, so nothing is added inside the timed bracket."""
-
-    enabled = False
-
-    def __init__(self) -> None:
-        super().__init__("cpu")
-
-    def start(self) -> None:
-        pass
-
-    def mark(self, stage: str) -> None:
-        pass
-
-    def iteration(self) -> None:
-        pass
-
-    def wrap(self, function: Any, before: str, after: str) -> Any:
-        return function

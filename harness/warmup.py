@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from harness.plan import Plan
@@ -126,8 +126,3 @@ def warmup_row_fields(
     agreement = None if last is None else warmup_agreement(_figure(last), _figure(row))
     settled = settles(agreement, plan.protocol.warmup_tolerance)
     return {"warmup_agreement": agreement, "warmup_settled": settled}
-
-
-def extra_warmup(plan: Plan, trial: ScheduledTrial, index: int) -> ScheduledTrial:
-    """An untimed warm-up of ``trial``'s arm, outside the saved schedule (``index`` above every index)."""
-    return replace(trial, index=index, phase="warmup")

@@ -15,7 +15,7 @@ from torch import distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
-from harness.timing import NullClock
+from harness.timing import StageClock
 
 CLASSES = 10
 DEFAULT_IMGSZ = 32
@@ -180,7 +180,7 @@ def fit(
     data_seed: int,
     seed: int,
     trial_dir: Path,
-    clock: NullClock,
+    clock: StageClock,
     rank: int = 0,
     world: int = 1,
 ) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from experiments.fit.plan import FitSettings
 from experiments.fit.stages import stage_figures
 from experiments.ranks import gather_records
 from harness.isolation import WorkerDied, WorkerError, die_with_parent, guard_rank
-from harness.timing import NullClock, StageClock, apply_budget, is_out_of_memory, reset_peaks
+from harness.timing import StageClock, apply_budget, is_out_of_memory, reset_peaks
 
 TRIAL_ENV = "BENCH_DDP_TRIAL"
 
@@ -31,7 +31,7 @@ class RankSide:
         self.trial, self.rank = trial, rank
         self.device = trial["devices"][local_rank]
         self.make_optimizer = worker.arm_optimizer_factory(trial["arm_spec"])
-        self.clock = StageClock(self.device) if trial["stages"] and rank == 0 else NullClock()
+        self.clock = StageClock(self.device, enabled=trial["stages"] and rank == 0)
         self.stamps: list[float] = []
         self.epoch_starts: list[float] = []
         self.bracket = worker.RankBracket(self.device, self.clock)
@@ -162,7 +162,9 @@ def launch_fit(payload: dict[str, Any]) -> dict[str, Any]:
             f"Ultralytics' DDP launch ended without rank 0's record (ranks without one: {missing}; {launch_error})"
         )
     first = records[0]
-    figures = worker.fit_figures(settings, first["result"], first["seconds"], None, None, NullClock())
+    figures = worker.fit_figures(
+        settings, first["result"], first["seconds"], None, None, StageClock(enabled=False)
+    )
     figures.update(worker.rank_columns(first["records"]))
     figures.update(first["stages"])
     figures["backend"] = "nccl"

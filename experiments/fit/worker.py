@@ -23,7 +23,6 @@ from harness.injected import inject
 from harness.isolation import die_with_parent
 from harness.safe_fs import remove_tree
 from harness.timing import (
-    NullClock,
     StageClock,
     SyncTimer,
     apply_budget,
@@ -48,7 +47,7 @@ def fresh_trial_dir(payload: dict[str, Any]) -> Path:
 
 def stage_clock(settings: FitSettings, device: str, rank: int = 0) -> StageClock:
     """A ``--stages`` fit's clock on rank 0; a clock that marks nothing elsewhere."""
-    return StageClock(device) if settings.stages and rank == 0 else NullClock()
+    return StageClock(device, enabled=settings.stages and rank == 0)
 
 
 def embedded_fit(
@@ -183,7 +182,7 @@ class RankBracket:
 
     def __init__(self, device: str, clock: StageClock | None = None) -> None:
         self.device = device
-        self.clock = clock if clock is not None else NullClock()
+        self.clock = clock if clock is not None else StageClock(enabled=False)
         self.start_ns = self.stop_ns = 0
 
     def __enter__(self) -> RankBracket:

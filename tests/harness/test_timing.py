@@ -145,6 +145,37 @@ def test_a_synchronized_stage_clock_splits_each_stage_into_host_time_and_the_wai
     assert unsynchronized.host_intervals() == []  # no synchronization: no wait to keep apart
 
 
+def test_a_switched_off_stage_clock_marks_and_wraps_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim run's clock adds nothing inside the timed bracket: no mark, no synchronization, no wrapper."""
+    monkeypatch.setattr(
+        timing, "synchronize", lambda _device: pytest.fail("a switched-off clock synchronized")
+    )
+    clock = timing.StageClock("cpu", enabled=False)
+    clock.start()
+    clock.iteration()
+    clock.mark("optimizer")
+    assert clock.wrap(len, "other", "ema") is len
+    assert clock.intervals() == [] and clock.totals(("optimizer",)) == {"optimizer": 0.0}
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_an_unsynchronized_stage_clock_on_cuda_times_with_events() -> None:
+    """On CUDA without synchronization each mark records a CUDA event; a stage is the time between events."""
+    clock = timing.StageClock("cuda", synchronized=False)
+    assert clock.events
+    x = torch.randn(2048, 2048, device="cuda")
+    clock.start()
+    for _ in range(20):
+        x = x @ x / 2048
+    clock.mark("matmul")
+    clock.mark("nothing")
+    torch.cuda.synchronize()
+    (first, busy), (second, idle) = clock.intervals()
+    assert (first, second) == ("matmul", "nothing") and busy > idle >= 0
+    assert all(isinstance(event, torch.cuda.Event) for _, event in clock.marks)
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_budget_makes_a_real_cuda_oom_a_resource_failure() -> None:

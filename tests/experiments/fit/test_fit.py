@@ -565,7 +565,7 @@ def test_the_embedded_fit_logs_each_epoch(tmp_path: Path, capsys) -> None:
     """
     from experiments.arms import make_optimizer
     from experiments.fit import embedded
-    from harness.timing import NullClock
+    from harness.timing import StageClock
 
     result = embedded.fit(
         lambda groups, kwargs: make_optimizer("baseline", groups, kwargs),
@@ -574,7 +574,7 @@ def test_the_embedded_fit_logs_each_epoch(tmp_path: Path, capsys) -> None:
         data_seed=0,
         seed=0,
         trial_dir=tmp_path,
-        clock=NullClock(),
+        clock=StageClock(enabled=False),
     )
     lines = capsys.readouterr().out.splitlines()
     epochs = [line for line in lines if line.startswith("epoch ")]
