@@ -127,16 +127,22 @@ def _launch(
                 raise
         records = [json.loads(p.read_text()) for p in sorted(Path(tmp).glob("result.json.rank*"))]
         ended_well = returncode == 0 and any(r["local_rank"] == 0 for r in records)
-        return records, usage, returncode, "" if ended_well else _log_tail(output_file)
+        return records, usage, returncode, "" if ended_well else log_tail(output_file)
 
 
-def _log_tail(path: Path) -> str:
+def log_tail(path: Path) -> str:
     """The last ``LOG_TAIL_BYTES`` of a log, as text.
 
     A line cut at its start cannot mislead ``_raise_first_failure``: each summary entry names its rank first."""
     with open(path, "rb") as log:
         log.seek(max(log.seek(0, os.SEEK_END) - LOG_TAIL_BYTES, 0))
         return log.read().decode(errors="replace")
+
+
+def last_line(text: str) -> str:
+    """A log's last line with text in it, or ``no output``."""
+    text = text.strip()
+    return text.splitlines()[-1] if text else "no output"
 
 
 def run_in_worker(
@@ -150,13 +156,11 @@ def run_in_worker(
 ) -> dict[str, Any]:
     """Call ``target(payload)`` in a fresh Python process and return its result dict."""
     worker_env = {**(env or {}), **(worker_environment(placement) if placement else {})}
-    records, usage, returncode, log_tail = _launch(
+    records, usage, returncode, tail = _launch(
         [sys.executable, "-m"], target, payload, worker_env, timeout_s, log_path, cancel
     )
     if not records:
-        tail = log_tail.strip()
-        last = tail.splitlines()[-1] if tail else "no output"
-        raise WorkerDied(f"worker died without a result (exit {returncode}): {last}")
+        raise WorkerDied(f"worker died without a result (exit {returncode}): {last_line(tail)}")
     if "exception" in records[0]:
         raise _raised(records[0]["exception"], "worker")
     return _with_usage(records[0]["value"], usage)

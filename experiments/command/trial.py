@@ -16,13 +16,12 @@ import psutil
 from experiments.command.plan import CommandSettings, expand, figure_pattern
 from harness.calibration import delay_seconds, runs_as
 from harness.injected import inject
-from harness.isolation import reap
+from harness.isolation import last_line, log_tail, reap
 from harness.placement import worker_environment
 from harness.plan import Plan
 from harness.telemetry import USAGE_KEY, ProcessUsage
 from harness.trial import TrialContext, TrialFunction
 
-OUTPUT_TAIL_CHARS = 400  # of the command's output, in a failed trial's message
 WATCH_S = 0.02  # how often a running command's timeout and cancel are looked at (its exit is not polled)
 
 _live: set[subprocess.Popen] = set()  # commands still running: ended if bench itself ends first
@@ -111,11 +110,6 @@ def run_command(
     return seconds, usage, stopped[0] if stopped else process.returncode, injected
 
 
-def _tail(log_path: Path) -> str:
-    text = log_path.read_text(errors="replace")[-OUTPUT_TAIL_CHARS:].strip()
-    return text.splitlines()[-1] if text else "no output"
-
-
 def trial_function(plan: Plan) -> TrialFunction:
     """The command tier's trial function: one fresh process per trial, its output in ``trials/<index>.log``."""
     settings = CommandSettings.from_dict(plan.settings)
@@ -142,7 +136,7 @@ def trial_function(plan: Plan) -> TrialFunction:
             argv, env, log_path, settings.timeout, cores, ctx.cancel, delay
         )
         if code != 0:
-            raise CommandFailed(f"the command {_ended(code)}: {_tail(log_path)}")
+            raise CommandFailed(f"the command {_ended(code)}: {last_line(log_tail(log_path))}")
         figures: dict[str, Any] = {"command_seconds": round(seconds, 6), USAGE_KEY: asdict(usage), **injected}
         return {"value": round(seconds, 6) if pattern is None else _figure(pattern, log_path), **figures}
 
@@ -160,7 +154,7 @@ def _figure(pattern: Any, log_path: Path) -> float:
     matches = list(pattern.finditer(log_path.read_text(errors="replace")))
     if not matches:
         raise CommandFailed(
-            f"the command printed no match of --figure '{pattern.pattern}': {_tail(log_path)}"
+            f"the command printed no match of --figure '{pattern.pattern}': {last_line(log_tail(log_path))}"
         )
     text = matches[-1].group("value" if "value" in pattern.groupindex else 1)
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,20 @@ def test_bad_input_is_one_line_and_exit_2(
 def test_arms_are_required(tmp_path: Path, capsys) -> None:
     assert main(["command", "--out", str(tmp_path), *QUIET, "--", "echo"]) == 2
     assert "bench command needs --arms" in capsys.readouterr().err
+
+
+def test_a_failed_commands_large_output_is_read_as_a_bounded_tail(tmp_path: Path) -> None:
+    """A command prints 16 MB and fails: its message ends with the last line, and the parent never holds the
+    whole log (a run's traced peak: 5.3 MB read as a tail, 38 MB read whole, both measured here)."""
+    line = "a line of a chatty command"
+    chatty = f"yes '{line}' | head -n {16 * 2**20 // len(line) + 1}; echo last words; exit 3"
+    base = ["command", "--arms", "a,b", "--pairs", "1", "--warmup", "0", "--out", str(tmp_path), *QUIET]
+    tracemalloc.start()
+    try:
+        main([*base, "--", "sh", "-c", chatty])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    rows = only_run(tmp_path).folder.rows()
+    assert all(r["message"].endswith("exited with status 3: last words") for r in rows), rows
+    assert peak < 12 * 2**20, f"the parent held {peak} bytes"
