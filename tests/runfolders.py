@@ -20,6 +20,17 @@ TIER_FOLDERS = {
     "stages": ROOT / "reports/h200-decisive/stages-baseline/stages-20261202-020854-c8f7",
 }
 
+# One H200 as `harness.env.gpu_snapshot` records it in env.json (its memory and UUID aside).
+H200_GPU = {
+    "index": 0,
+    "name": "NVIDIA H200",
+    "sm_clock_mhz": 1980.0,
+    "mem_clock_mhz": 3201.0,
+    "temperature_c": 34.0,
+    "power_w": 118.5,
+    "driver_version": "580.159.04",
+}
+
 
 def only_run(root: Path) -> RunFolder:
     """The one run folder under ``root`` (a fit tier's shared `datasets` folder aside)."""

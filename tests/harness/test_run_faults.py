@@ -256,9 +256,14 @@ def test_a_resume_whose_recorded_cores_this_machine_lacks_is_one_line(
     """
     folder = copy_run(finished_run, tmp_path / "run")
     corrupt_plan(folder, set_field("protocol.cpus", "0-4095"))
+    _resume_refused(folder, tmp_path, r"--cpus 0-4095 recorded in the plan: core\(s\) .* are not among")
+
+
+def _resume_refused(folder: RunFolder, out: Path, match: str) -> None:
+    """Resuming ``folder`` is refused (an ``InputError`` matching ``match``); every file is left as it was."""
     before = untouched(folder)
-    with pytest.raises(InputError, match=r"--cpus 0-4095 recorded in the plan: core\(s\) .* are not among"):
-        runner(tmp_path).resume(folder.path)
+    with pytest.raises(InputError, match=match):
+        runner(out).resume(folder.path)
     assert untouched(folder) == before
 
 
@@ -277,10 +282,7 @@ def test_a_resume_where_the_runs_cuda_device_is_absent_is_one_line(
     folder = copy_run(finished_run, tmp_path / "run")
     corrupt_plan(folder, set_field("protocol.device", "cuda"))
     _drop_last_row(folder)
-    before = untouched(folder)
-    with pytest.raises(InputError, match="the run is on cuda, and this machine has 0 CUDA devices"):
-        runner(tmp_path).resume(folder.path)
-    assert untouched(folder) == before
+    _resume_refused(folder, tmp_path, "the run is on cuda, and this machine has 0 CUDA devices")
 
 
 def test_a_resume_refused_for_its_budget_leaves_env_json_as_it_was(
@@ -297,10 +299,7 @@ def test_a_resume_refused_for_its_budget_leaves_env_json_as_it_was(
 
     corrupt_plan(folder, in_process_with_a_budget)
     _drop_last_row(folder)
-    before = untouched(folder)
-    with pytest.raises(InputError, match="--budget"):
-        runner(tmp_path).resume(folder.path)
-    assert untouched(folder) == before
+    _resume_refused(folder, tmp_path, "--budget")
 
 
 def test_a_torn_last_line_is_still_ignored_and_cut_by_the_next_append(
