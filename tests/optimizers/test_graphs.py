@@ -187,11 +187,16 @@ def test_plan_bytes_count_what_the_capture_stream_and_the_graph_keep(simulated_d
     assert optimizer.plan_bytes == optimizer._plan.nbytes + (32 << 20)
 
 
-def test_simulated_policy_counts_every_reason(simulated_device: None) -> None:
-    groups = _small_groups(seed=7, device="cpu")
-    twin_groups = _clone_groups(groups)
-    backend = SimulatedBackend()
-    optimizer, twin = _simulated(groups, backend), _eager(twin_groups)
+def _in_lockstep(
+    optimizer: BatchedMuSGD,
+    groups: list[dict[str, Any]],
+    twin: BatchedMuSGD,
+    twin_groups: list[dict[str, Any]],
+) -> Callable[..., None]:
+    """``both(seed)`` gives both optimizers the same seeded gradients and steps each.
+
+    ``drop`` takes the Muon group's second gradient away. ``eager_step`` asks the first for an eager step.
+    """
 
     def both(seed: int, eager_step: bool = False, drop: bool = False) -> None:
         for opt, opt_groups in ((optimizer, groups), (twin, twin_groups)):
@@ -200,6 +205,15 @@ def test_simulated_policy_counts_every_reason(simulated_device: None) -> None:
                 opt_groups[0]["params"][1].grad = None
             (opt.eager_step if eager_step and opt is optimizer else opt.step)()
 
+    return both
+
+
+def test_simulated_policy_counts_every_reason(simulated_device: None) -> None:
+    groups = _small_groups(seed=7, device="cpu")
+    twin_groups = _clone_groups(groups)
+    backend = SimulatedBackend()
+    optimizer, twin = _simulated(groups, backend), _eager(twin_groups)
+    both = _in_lockstep(optimizer, groups, twin, twin_groups)
     for seed in range(3):
         both(seed)  # warm-up, captured, replayed
     both(3, eager_step=True)
@@ -280,21 +294,13 @@ def test_cuda_every_eager_core_is_counted_with_its_reason() -> None:
     groups = _small_groups(seed=1)
     twin_groups = _clone_groups(groups)
     optimizer, twin = BatchedMuSGD(groups), _eager(twin_groups)
-
-    def both(seed: int, eager_step: bool = False) -> None:
-        for opt, opt_groups in ((optimizer, groups), (twin, twin_groups)):
-            fill_grads(params_of(opt_groups), seed)
-            (opt.eager_step if eager_step and opt is optimizer else opt.step)()
-
+    both = _in_lockstep(optimizer, groups, twin, twin_groups)
     both(0)  # warm-up
     both(1)  # captured
     both(2)  # replayed
     both(3, eager_step=True)
     both(4)  # replayed
-    for opt, opt_groups in ((optimizer, groups), (twin, twin_groups)):
-        fill_grads(params_of(opt_groups), 5)
-        opt_groups[0]["params"][1].grad = None  # the plan changes: a new graph after a new warm-up
-        opt.step()
+    both(5, drop=True)  # the plan changes: a new graph after a new warm-up
     both(6)  # the gradient is back: the plan changes again
     both(7)  # captured
     optimizer.graph_replay = False
