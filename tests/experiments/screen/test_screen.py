@@ -26,14 +26,14 @@ from harness.errors import InputError
 from harness.options import protocol_options
 from harness.plan import Plan
 from harness.present.model import markdown
-from harness.run import Runner, RunOptions
 from harness.schedule import Arm
 from harness.tables import RunFolder
 from harness.tier import Run
 from harness.trial import TrialContext
 from optimizers.batched import DEFAULT_PAD_GUARD, BatchedMuSGD
 from optimizers.batched.planning import batched_on_cpu
-from tests.argv import TINY_SCREEN, overridden
+from tests.argv import ONE_PAIR, TINY_SCREEN, overridden
+from tests.trialfns import runner
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 MiB = 2**20
@@ -77,7 +77,7 @@ def make_plan(on: str | None = None, **options: Any) -> Plan:
 
 
 def start(plan: Plan, root: Path, trial_fn) -> RunFolder:
-    return Runner(TIERS, RunOptions(out=root, quiet=True, report=False)).start(plan, trial_fn).folder
+    return runner(root, tiers=TIERS).start(plan, trial_fn).folder
 
 
 def loaded(folder: RunFolder):
@@ -238,31 +238,8 @@ def test_workload_cache_gives_fresh_equal_tensors_per_round() -> None:
 
 @pytest.mark.slow
 def test_cpu_screen_through_the_cli(tmp_path: Path) -> None:
-    code = main(
-        [
-            "screen",
-            "--scales",
-            "n",
-            "--guards",
-            "0",
-            "--arms",
-            "baseline,candidate",
-            "--steps",
-            "1",
-            "--pairs",
-            "1",
-            "--warmup",
-            "0",
-            "--warmup-steps",
-            "0",
-            "--device",
-            "cpu",
-            "--out",
-            str(tmp_path),
-            "--quiet",
-        ]
-    )
-    assert code == 0
+    argv = [*TINY_SCREEN, "--arms", "baseline,candidate", *ONE_PAIR, "--quiet"]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
     (run_dir,) = tmp_path.iterdir()
     trials = pd.read_csv(run_dir / "trials.csv")
     assert list(trials["arm"]) == ["baseline", "candidate@g0"]
@@ -631,11 +608,7 @@ def test_a_screen_with_its_control_reads_back_its_own_plan(tmp_path: Path) -> No
     report or resume.
     """
     out = tmp_path / "runs"
-    argv = TINY_SCREEN
-    assert (
-        main([*argv, "--warmup", "0", "--pairs", "1", "--arms", "baseline", "--control", "--out", str(out)])
-        == 0
-    )
+    assert main([*TINY_SCREEN, *ONE_PAIR, "--arms", "baseline", "--control", "--out", str(out)]) == 0
     (folder,) = list(out.iterdir())
     assert (folder / "report.md").is_file()
     assert main(["report", str(folder), "-o", str(tmp_path / "again.md")]) == 0
