@@ -22,6 +22,7 @@ from __future__ import annotations
 import gc
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,23 @@ def no_gc(monkeypatch: pytest.MonkeyPatch) -> None:
     from harness import protocol
 
     monkeypatch.setattr(protocol, "_release_device_memory", lambda: None)
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """One intra-op thread, the count given back after.
+
+    Small tensors only lose from more threads: oversubscribed on a busy two-core runner, tests ran ten times
+    slower.
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture
