@@ -20,7 +20,7 @@ from harness import tables
 from harness.cli import main
 from harness.folder_format import LOG, PLAN
 from harness.tables import temporary_path
-from tests.argv import TINY_SCREEN, overridden
+from tests.argv import ONE_PAIR, TINY_SCREEN, overridden
 from tests.runfolders import (
     TIER_FOLDERS,
     copy_tier_run,
@@ -95,7 +95,7 @@ def test_a_resume_checks_the_torchrun_options_as_the_start_does(tmp_path, bench)
     """settings.torchrun edited to name a script: the start refuses it, so a resume (and a report) does too."""
     root = tmp_path / "runs"
     tiny = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "2", "--val-images", "4"]
-    argv = ["pair", *tiny, "--gpus", "2", "--device", "cpu", "--warmup", "0", "--pairs", "1", "--quiet"]
+    argv = ["pair", *tiny, "--gpus", "2", "--device", "cpu", *ONE_PAIR, "--quiet"]
     assert main([*argv, "--out", str(root)]) == 0
     folder = only_run(root).path
     (folder / LOG).write_text("")  # stopped before its first trial
@@ -124,7 +124,7 @@ def duet_pair(tmp_path_factory) -> Path:
     """A finished one-pair duet fit of the embedded workload (each test copies it and cuts its log)."""
     root = tmp_path_factory.mktemp("duet") / "runs"
     tiny = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "2", "--val-images", "4"]
-    argv = ["pair", *tiny, "--device", "cpu", "--warmup", "0", "--pairs", "1", "--order", "duet", "--quiet"]
+    argv = ["pair", *tiny, "--device", "cpu", *ONE_PAIR, "--order", "duet", "--quiet"]
     assert main([*argv, "--no-report", "--out", str(root)]) == 0
     return only_run(root).path
 
