@@ -664,12 +664,18 @@ def test_checkpoint_resume_both_ways_equals_an_uninterrupted_run() -> None:
 # ---------------------------------------------------------------------------------------------- plan cache
 
 
-def test_the_plan_is_reused_until_the_parameter_set_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Grows by one each time a batched optimizer builds its step plan."""
+    built: list[int] = []
+    original = batched_module._build_plan
+    monkeypatch.setattr(batched_module, "_build_plan", lambda *a: built.append(1) or original(*a))
+    return built
+
+
+def test_the_plan_is_reused_until_the_parameter_set_changes(builds: list[int]) -> None:
     params = _make_params([(16, 72), (16, 40), (8,)], seed=80)
     optimizer = BatchedMuSGD([_muon_group(params[:2]), _sgd_group(params[2:])])
-    builds = []
-    original = batched_module._build_plan
-    monkeypatch.setattr(batched_module, "_build_plan", lambda *a: builds.append(1) or original(*a))
 
     for step in range(3):  # fresh gradient tensors every step (as zero_grad(set_to_none=True) gives)
         fill_grads(params, seed=81 + step)
@@ -907,7 +913,7 @@ def _step_with_schedule(optimizer: MuSGD, groups: list[dict[str, Any]], step: in
 
 
 def test_merged_foreach_lists_change_no_bit_and_follow_the_scalar_pattern(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, builds: list[int]
 ) -> None:
     """Groups whose scalars are equal share foreach calls, bit for bit what one list per group computes.
 
@@ -920,9 +926,6 @@ def test_merged_foreach_lists_change_no_bit_and_follow_the_scalar_pattern(
         BatchedMuSGD(alone_groups, muon=0.2, sgd=1.0),
     )
     baseline = MuSGD(base_groups, muon=0.2, sgd=1.0)
-    builds = []
-    original = batched_module._build_plan
-    monkeypatch.setattr(batched_module, "_build_plan", lambda *a: builds.append(1) or original(*a))
     for step in range(len(LR_SCHEDULE)):
         _step_with_schedule(merged, merged_groups, step)
         with monkeypatch.context() as patch:
@@ -1031,13 +1034,10 @@ def test_the_step_keeps_no_gradient_alive() -> None:
 
 
 def test_the_plan_is_rebuilt_when_data_moves_a_group_is_added_or_a_moved_gradient_overlaps(
-    monkeypatch: pytest.MonkeyPatch,
+    builds: list[int],
 ) -> None:
     params = _make_params([(16, 72), (16, 40), (8,)], seed=340)
     optimizer = BatchedMuSGD([_muon_group(params[:2]), _sgd_group(params[2:])])
-    builds = []
-    original = batched_module._build_plan
-    monkeypatch.setattr(batched_module, "_build_plan", lambda *a: builds.append(1) or original(*a))
     fill_grads(params, seed=341)
     optimizer.step()
     assert len(builds) == 1
@@ -1199,7 +1199,7 @@ def test_moved_strided_gradients_sharing_memory_rebuild_the_plan() -> None:
 
 
 def test_moved_gradients_are_checked_at_once_and_one_onto_a_buffer_or_a_strided_view_rebuilds(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, builds: list[int]
 ) -> None:
     """Fresh contiguous gradients, a trainer's every step, take the vectorized check and keep the plan.
 
@@ -1207,9 +1207,8 @@ def test_moved_gradients_are_checked_at_once_and_one_onto_a_buffer_or_a_strided_
     """
     params = _make_params([(16, 72), (16, 40), (8,)], seed=345)
     optimizer = BatchedMuSGD([_muon_group(params[:2]), _sgd_group(params[2:])])
-    builds, one_by_one = [], []
-    build, each = batched_module._build_plan, planning_module._grads_overlap_each
-    monkeypatch.setattr(batched_module, "_build_plan", lambda *a: builds.append(1) or build(*a))
+    one_by_one = []
+    each = planning_module._grads_overlap_each
     monkeypatch.setattr(planning_module, "_grads_overlap_each", lambda *a: one_by_one.append(1) or each(*a))
     fill_grads(params, seed=346)
     optimizer.step()
