@@ -124,15 +124,23 @@ def _simulated(groups: list[dict[str, Any]], backend: SimulatedBackend | None = 
     return optimizer
 
 
+def _with_eager_twin(
+    seed: int, device: str = "cuda", backend: SimulatedBackend | None = None
+) -> tuple[BatchedMuSGD, list[dict[str, Any]], BatchedMuSGD, list[dict[str, Any]]]:
+    """An optimizer over `_small_groups` (simulated on the CPU) and an eager twin over a clone of them."""
+    groups = _small_groups(seed, device)
+    twin_groups = _clone_groups(groups)
+    optimizer = _simulated(groups, backend) if device == "cpu" else BatchedMuSGD(groups)
+    return optimizer, groups, _eager(twin_groups), twin_groups
+
+
 def test_simulated_replays_feed_the_step_what_eager_cores_would(simulated_device: None) -> None:
     """Eight steps with a schedule that moves every step: replays give the eager optimizer's bits, and each
     core is counted.
 
     Replays refill their outputs in place, and the updates widened into scratch too.
     """
-    groups = _small_groups(seed=6, device="cpu")
-    twin_groups = _clone_groups(groups)
-    optimizer, twin = _simulated(groups), _eager(twin_groups)
+    optimizer, groups, twin, twin_groups = _with_eager_twin(seed=6, device="cpu")
     for step in range(8):
         for opt, opt_groups in ((optimizer, groups), (twin, twin_groups)):
             for group in opt_groups:
@@ -155,9 +163,7 @@ def test_simulated_replays_keep_their_graph_through_a_nesterov_flip(simulated_de
 
     Turning Nesterov off changes what the momentum step writes there, not the graph; the bits stay as eager.
     """
-    groups = _small_groups(seed=9, device="cpu")
-    twin_groups = _clone_groups(groups)
-    optimizer, twin = _simulated(groups), _eager(twin_groups)
+    optimizer, groups, twin, twin_groups = _with_eager_twin(seed=9, device="cpu")
     for step in range(8):
         for opt, opt_groups in ((optimizer, groups), (twin, twin_groups)):
             opt.param_groups[0]["nesterov"] = step < 4
@@ -209,10 +215,8 @@ def _in_lockstep(
 
 
 def test_simulated_policy_counts_every_reason(simulated_device: None) -> None:
-    groups = _small_groups(seed=7, device="cpu")
-    twin_groups = _clone_groups(groups)
     backend = SimulatedBackend()
-    optimizer, twin = _simulated(groups, backend), _eager(twin_groups)
+    optimizer, groups, twin, twin_groups = _with_eager_twin(seed=7, device="cpu", backend=backend)
     both = _in_lockstep(optimizer, groups, twin, twin_groups)
     for seed in range(3):
         both(seed)  # warm-up, captured, replayed
@@ -238,16 +242,13 @@ def test_simulated_policy_counts_every_reason(simulated_device: None) -> None:
 
 
 def test_simulated_capture_failure_runs_eagerly_and_says_why(simulated_device: None) -> None:
-    groups = _small_groups(seed=8, device="cpu")
-    twin_groups = _clone_groups(groups)
     backend = SimulatedBackend(
         fail_with=RuntimeError("operation not permitted when stream is capturing\nmore")
     )
-    optimizer, twin = _simulated(groups, backend), _eager(twin_groups)
+    optimizer, groups, twin, twin_groups = _with_eager_twin(seed=8, device="cpu", backend=backend)
+    both = _in_lockstep(optimizer, groups, twin, twin_groups)
     for step in range(4):
-        for opt, opt_groups in ((optimizer, groups), (twin, twin_groups)):
-            fill_grads(params_of(opt_groups), 30 + step)
-            opt.step()
+        both(30 + step)
     assert optimizer.graph_stats == {
         "eager: warm-up": 1,
         "eager: capture failed: RuntimeError: operation not permitted when stream is capturing": 1,
@@ -291,9 +292,7 @@ def test_cuda_replayed_steps_equal_eager_steps_under_a_schedule_that_moves_every
 @cuda
 @needs_cuda
 def test_cuda_every_eager_core_is_counted_with_its_reason() -> None:
-    groups = _small_groups(seed=1)
-    twin_groups = _clone_groups(groups)
-    optimizer, twin = BatchedMuSGD(groups), _eager(twin_groups)
+    optimizer, groups, twin, twin_groups = _with_eager_twin(seed=1)
     both = _in_lockstep(optimizer, groups, twin, twin_groups)
     both(0)  # warm-up
     both(1)  # captured
@@ -323,9 +322,7 @@ def test_cuda_a_capture_of_a_replaying_step_records_the_steps_own_kernels() -> N
     The step calls `eager_step`, so the outer graph holds every kernel of the step. Its replays compute what
     eager steps compute.
     """
-    groups = _small_groups(seed=2)
-    twin_groups = _clone_groups(groups)
-    optimizer, twin = BatchedMuSGD(groups), _eager(twin_groups)
+    optimizer, groups, twin, twin_groups = _with_eager_twin(seed=2)
     fill_grads(params_of(groups), 0)
     fill_grads(params_of(twin_groups), 0)
     for _ in range(3):  # warm-up, capture, replay
@@ -351,9 +348,7 @@ def test_cuda_a_capture_of_a_replaying_step_records_the_steps_own_kernels() -> N
 @needs_cuda
 def test_cuda_eager_step_is_what_an_outer_capture_should_call() -> None:
     """`eager_step` inside a caller's own capture: the graph replays the step's own kernels."""
-    groups = _small_groups(seed=3)
-    twin_groups = _clone_groups(groups)
-    optimizer, twin = BatchedMuSGD(groups), _eager(twin_groups)
+    optimizer, groups, twin, twin_groups = _with_eager_twin(seed=3)
     fill_grads(params_of(groups), 0)
     fill_grads(params_of(twin_groups), 0)
     for _ in range(3):
