@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -375,11 +376,16 @@ def run_folders(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
 
 
+def the_run(root: Path) -> tuple[Path, list[dict[str, Any]]]:
+    """The one run folder under ``root`` and its log's rows, parsed line by line."""
+    (folder,) = run_folders(root)
+    return folder, [json.loads(line) for line in (folder / "trials.jsonl").read_text().splitlines()]
+
+
 def test_probe_lm_on_cpu_writes_rows_csvs_and_report(tmp_path: Path) -> None:
     argv = ["probe", "--head", "lm", *TINY_LM, "--warmup", "1", "--pairs", "2", "--learner-ms", "400"]
     assert main([*argv, "--out", str(tmp_path), "--quiet"]) == 0
-    (folder,) = run_folders(tmp_path)
-    rows = [json.loads(line) for line in (folder / "trials.jsonl").read_text().splitlines()]
+    folder, rows = the_run(tmp_path)
     assert len(rows) == 2 * (1 + 2 * 2)
     assert {r["case"] for r in rows} == {"lm-native", "lm-chunked"}
     assert all(r["status"] == "ok" and r["value"] > 0 for r in rows)
@@ -402,8 +408,7 @@ def test_probe_lm_on_cpu_writes_rows_csvs_and_report(tmp_path: Path) -> None:
 def test_probe_detect_on_cpu(tmp_path: Path) -> None:
     argv = ["probe", "--head", "detect", "--scale", "n", "--imgsz", "64", "--batch", "1", *ONE_PAIR]
     assert main([*argv, "--out", str(tmp_path), "--quiet", "--no-report"]) == 0
-    (folder,) = run_folders(tmp_path)
-    rows = [json.loads(line) for line in (folder / "trials.jsonl").read_text().splitlines()]
+    _, rows = the_run(tmp_path)
     assert [r["case"] for r in rows] == ["yolo26n-detect"] * 2
     assert all(r["status"] == "ok" and r["value"] > 0 for r in rows)
 
@@ -414,9 +419,8 @@ def test_a_head_whose_loss_is_not_finite_is_a_failed_trial(tmp_path: Path) -> No
     """
     out = tmp_path / "runs"
     argv = ["probe", *TINY_LM, "--variants", "chunked", "--cap", "1e308", "--device", "cpu"]
-    assert main([*argv, "--pairs", "1", "--warmup", "0", "--quiet", "--no-report", "--out", str(out)]) == 3
-    (folder,) = list(out.iterdir())
-    rows = [json.loads(line) for line in (folder / "trials.jsonl").read_text().splitlines()]
+    assert main([*argv, *ONE_PAIR, "--quiet", "--no-report", "--out", str(out)]) == 3
+    _, rows = the_run(out)
     assert rows and {r["status"] for r in rows} == {"error"}
     assert all("loss" in r["message"] and "nan" in r["message"] for r in rows), rows
 
