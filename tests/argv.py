@@ -3,6 +3,8 @@ option given twice)."""
 
 from __future__ import annotations
 
+import sys
+
 
 def overridden(base: list[str], extra: list[str]) -> list[str]:
     """``base`` without the ``--option value`` pairs that ``extra`` gives again, then ``extra``."""
@@ -28,3 +30,7 @@ TINY_FIT = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps"
 # A tiny fit of one pair: the command of the `half_run` folder (tests/conftest.py).
 TINY_PAIR = ["pair", *TINY_FIT, "--pairs", "1"]
 EMBEDDED = ["pair", "--workload", "embedded"]
+# The CLI in a child process (run from the checkout's root, with `tests.child_env()`).
+BENCH = [sys.executable, "-m", "harness.cli"]
+# One measured pair and no warm-up: the fewest trials a run of any tier holds.
+ONE_PAIR = ["--warmup", "0", "--pairs", "1"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import gc
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -91,12 +92,12 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture
 def half_run(tmp_path: Path):
     """A run of ``TINY_PAIR`` with its first trial logged and the second not run (interrupted there)."""
-    from experiments.fit.plan import FitSettings, make_plan
+    from experiments.fit.plan import make_plan
     from experiments.tiers import TIERS
     from harness.options import protocol_options
-    from harness.run import Runner, RunOptions
     from tests.argv import TINY_PAIR
     from tests.runfolders import only_run
+    from tests.trialfns import TINY_FIT_SETTINGS, runner
 
     def stop_at_second(plan):
         def trial(ctx) -> dict:
@@ -106,12 +107,10 @@ def half_run(tmp_path: Path):
 
         return trial
 
-    settings = FitSettings(workload="embedded", images=8, batch=4, steps=4, val_images=8)
-    plan = make_plan(
-        protocol_options(pairs=1, warmup=2, device="cpu"), settings, "bench " + " ".join(TINY_PAIR)
-    )
+    protocol = protocol_options(pairs=1, warmup=2, device="cpu")
+    plan = make_plan(protocol, TINY_FIT_SETTINGS, "bench " + " ".join(TINY_PAIR))
     with pytest.raises(KeyboardInterrupt):
-        Runner(TIERS, RunOptions(out=tmp_path, quiet=True, report=False)).start(plan, stop_at_second(plan))
+        runner(tmp_path, tiers=TIERS).start(plan, stop_at_second(plan))
     return only_run(tmp_path)
 
 
@@ -130,6 +129,23 @@ def no_gc(monkeypatch: pytest.MonkeyPatch) -> None:
     from harness import protocol
 
     monkeypatch.setattr(protocol, "_release_device_memory", lambda: None)
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """One intra-op thread, the count given back after.
+
+    Small tensors only lose from more threads: oversubscribed on a busy two-core runner, tests ran ten times
+    slower.
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture

@@ -20,6 +20,17 @@ TIER_FOLDERS = {
     "stages": ROOT / "reports/h200-decisive/stages-baseline/stages-20261202-020854-c8f7",
 }
 
+# One H200 as `harness.env.gpu_snapshot` records it in env.json (its memory and UUID aside).
+H200_GPU = {
+    "index": 0,
+    "name": "NVIDIA H200",
+    "sm_clock_mhz": 1980.0,
+    "mem_clock_mhz": 3201.0,
+    "temperature_c": 34.0,
+    "power_w": 118.5,
+    "driver_version": "580.159.04",
+}
+
 
 def only_run(root: Path) -> RunFolder:
     """The one run folder under ``root`` (a fit tier's shared `datasets` folder aside)."""
@@ -32,6 +43,32 @@ def copy_run(folder: RunFolder, where: Path) -> RunFolder:
     """A copy of ``folder`` at ``where``, for a test that writes to it."""
     shutil.copytree(folder.path, where)
     return RunFolder(where)
+
+
+def copy_tier_run(name: str, where: Path) -> Path:
+    """A copy of the committed run folder of tier ``name`` (`TIER_FOLDERS`) at ``where / "run"``."""
+    copy = where / "run"
+    shutil.copytree(TIER_FOLDERS[name], copy)
+    return copy
+
+
+def edit_folder(folder: Path, where: str | int, change: Callable[[dict], None]) -> None:
+    """Applies ``change`` to ``folder``'s plan (``where`` is "plan") or to its log's row on line ``where``."""
+    if where == "plan":
+        corrupt_plan(RunFolder(folder), change)
+        return
+    lines = (folder / "trials.jsonl").read_text().splitlines()
+    row = json.loads(lines[where - 1])
+    change(row)
+    lines[where - 1] = json.dumps(row)
+    (folder / "trials.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def refused_report(bench, folder: Path, out: Path, fragments: tuple[str, ...]) -> None:
+    """The report of ``folder`` is one line naming each fragment, exit 2, nothing written under ``out``."""
+    error = bench.refused(["report", str(folder), "-o", str(out / "r.md")], *fragments)
+    assert error.startswith("bench: error: "), error
+    assert not (out / "r.md").exists() and not (out / "r-figures").exists()
 
 
 def set_field(path: str, value) -> Callable[[dict], None]:

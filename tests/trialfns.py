@@ -9,6 +9,7 @@ import os
 import time
 from pathlib import Path
 
+from experiments.fit.plan import FitSettings
 from harness.plan import Plan
 from harness.protocol_options import ProtocolOptions
 from harness.run import Runner, RunOptions
@@ -17,6 +18,8 @@ from harness.tier import BaseTier, TierRegistry
 from harness.trial import TrialContext, TrialFunction
 
 TWO_ARMS = (Arm("baseline", "baseline", "baseline"), Arm("candidate", "candidate", "candidate"))
+# The fit of `tests.argv.TINY_FIT`, as a fit plan's settings.
+TINY_FIT_SETTINGS = FitSettings(workload="embedded", images=8, batch=4, steps=4, val_images=8)
 
 
 def sleepy(plan: Plan) -> TrialFunction:

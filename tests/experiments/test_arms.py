@@ -25,6 +25,10 @@ from experiments.workloads import build_param_groups
 from harness.schedule import Arm, Case
 from optimizers import BatchedMuSGD, MuSGD
 from optimizers import batched as batched_module
+from tests.optimizers.groups import CONV_SHAPES, conv_groups
+
+# The conv-like shapes, with (8, 8, 3, 3) twice.
+SHAPES = [*CONV_SHAPES, (8, 8, 3, 3)]
 
 
 def test_named_arms() -> None:
@@ -120,27 +124,8 @@ class RecordedOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def small_groups() -> tuple[list[dict[str, Any]], dict[str, float]]:
-    """Conv-like matrices of several widths sharing their smaller dimension, and a bias group: enough for a
-    padded batch, small enough to step in milliseconds."""
-    generator = torch.Generator().manual_seed(0)
-    shapes = [(8, 4, 3, 3), (8, 16, 1, 1), (16, 8, 1, 1), (8, 8, 3, 3), (8, 8, 3, 3)]
-    muon = [torch.nn.Parameter(torch.randn(s, generator=generator)) for s in shapes]
-    bias = [torch.nn.Parameter(torch.randn(8, generator=generator))]
-    for p in muon + bias:
-        p.grad = torch.randn(p.shape, generator=generator)
-    hyper = {"lr": 0.01, "momentum": 0.937, "nesterov": True}
-    return (
-        [
-            {"params": bias, **hyper, "weight_decay": 0.0, "use_muon": False, "param_group": "bias"},
-            {"params": muon, **hyper, "weight_decay": 5e-4, "use_muon": True, "param_group": "muon"},
-        ],
-        {"muon": 0.2, "sgd": 1.0},
-    )
-
-
 def one_step(spec: str) -> tuple[torch.optim.Optimizer, set[str]]:
-    groups, kwargs = small_groups()
+    groups, kwargs = conv_groups(SHAPES)
     optimizer = make_optimizer(spec, groups, kwargs)
     with RecordedOps() as ops:
         optimizer.step()
@@ -168,7 +153,7 @@ def test_candidate_cpu_runs_the_batched_path_on_cpu_tensors_and_candidate_does_n
 
 
 def test_candidate_cpu_restores_the_switch_when_a_step_raises() -> None:
-    groups, kwargs = small_groups()
+    groups, kwargs = conv_groups(SHAPES)
     optimizer = make_optimizer("candidate-cpu", groups, kwargs)
 
     def closure() -> None:
@@ -182,7 +167,7 @@ def test_candidate_cpu_restores_the_switch_when_a_step_raises() -> None:
 def test_a_guarded_candidate_cpu_still_routes_cpu_tensors() -> None:
     guarded = BatchedMuSGDOnCPU.with_pad_guard(0)
     assert issubclass(guarded, BatchedMuSGDOnCPU) and guarded.pad_guard == 0
-    groups, kwargs = small_groups()
+    groups, kwargs = conv_groups(SHAPES)
     with RecordedOps() as ops:
         guarded(groups, **kwargs).step()
     assert "_foreach_lerp_" in ops.names

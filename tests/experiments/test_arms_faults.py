@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.argv import EMBEDDED
+from tests.argv import EMBEDDED, ONE_PAIR
 
-ONE_TRIAL = ["--warmup", "0", "--pairs", "1", "--device", "cpu"]
+ONE_TRIAL = [*ONE_PAIR, "--device", "cpu"]
 
 
 @pytest.mark.parametrize(

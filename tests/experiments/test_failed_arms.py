@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from harness.cli import main
+from tests.argv import ONE_PAIR
 
 
 class Broken(torch.optim.SGD):
@@ -21,12 +22,12 @@ class Broken(torch.optim.SGD):
 
 BROKEN = f"broken={__name__}:Broken"
 FIT = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "2", "--imgsz", "32"]
-ONE_PAIR = ["--device", "cpu", "--warmup", "0", "--pairs", "1", "--quiet", "--no-report"]
+QUIET_PAIR = ["--device", "cpu", *ONE_PAIR, "--quiet", "--no-report"]
 FAILING = [sys.executable, "-c", "import sys; sys.exit('{arm}' == 'bad' and 'boom in the command')"]
 
 TIERS = {
-    "pair": (["pair", *FIT, "--arms", f"baseline,{BROKEN}", *ONE_PAIR], "broken", "boom at step"),
-    "command": (["command", "--arms", "good,bad", *ONE_PAIR, "--", *FAILING], "bad", "boom"),
+    "pair": (["pair", *FIT, "--arms", f"baseline,{BROKEN}", *QUIET_PAIR], "broken", "boom at step"),
+    "command": (["command", "--arms", "good,bad", *QUIET_PAIR, "--", *FAILING], "bad", "boom"),
     "parity": (
         ["parity", "--arms", f"baseline,{__name__}:Broken", "--device", "cpu", "--steps", "1"],
         "",

@@ -30,7 +30,7 @@ from harness.options import parse_arms
 from harness.schedule import Case
 from optimizers import MuSGD
 from tests import child_env
-from tests.argv import TINY_FIT
+from tests.argv import ONE_PAIR, TINY_FIT
 from tests.runfolders import only_run
 
 TWO_ADAMW = "loop=torch.optim:AdamW(foreach=False),fused=torch.optim:AdamW(fused=True)"
@@ -147,7 +147,7 @@ def test_two_torch_optimizers_with_arguments_through_screen(tmp_path: Path) -> N
 @pytest.mark.slow
 def test_two_torch_optimizers_with_arguments_through_pair(tmp_path: Path) -> None:
     out = tmp_path / "runs"
-    argv = ["pair", *TINY_FIT, "--quiet", "--arms", TWO_ADAMW, "--warmup", "0", "--pairs", "1", "--no-report"]
+    argv = ["pair", *TINY_FIT, "--quiet", "--arms", TWO_ADAMW, *ONE_PAIR, "--no-report"]
     assert main([*argv, "--out", str(out)]) == 0
     rows = only_run(out).rows()
     assert [r["status"] for r in rows] == ["ok", "ok"], [r.get("message") for r in rows]
@@ -182,7 +182,7 @@ def test_the_bench_script_imports_arm_modules_from_the_working_directory(tmp_pat
         pytest.skip("no bench console script beside this python")
     env = child_env()
     argv = [str(bench), "screen", "--arms", "baseline,mine=myopt:Mine", "--device", "cpu", "--scales", "n"]
-    argv += ["--steps", "1", "--warmup-steps", "0", "--warmup", "0", "--pairs", "1", "--quiet", "--no-report"]
+    argv += ["--steps", "1", "--warmup-steps", "0", *ONE_PAIR, "--quiet", "--no-report"]
     done = subprocess.run([*argv, "--out", "runs"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     rows = only_run(tmp_path / "runs").rows()
@@ -197,7 +197,7 @@ def test_an_arm_outside_the_repository_is_fingerprinted_in_env_json(tmp_path: Pa
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "runs"
     argv = ["screen", "--arms", "baseline,outside_arm_42:Outside", "--device", "cpu", "--scales", "n"]
-    argv += ["--steps", "1", "--warmup-steps", "0", "--warmup", "0", "--pairs", "1", "--quiet", "--no-report"]
+    argv += ["--steps", "1", "--warmup-steps", "0", *ONE_PAIR, "--quiet", "--no-report"]
     assert main([*argv, "--out", str(out)]) == 0
     record = json.loads(only_run(out).file("env.json").read_text())
     files = {entry["path"]: entry["sha256"] for entry in record["arm_files"]}

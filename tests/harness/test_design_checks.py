@@ -22,6 +22,15 @@ def drift(*args, **kwargs):
     return harness_stats.design_effects(*args, **kwargs)[0]
 
 
+def _least_squares(design: np.ndarray, noise: np.ndarray, column: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each draw's least-squares coefficient of ``column`` and its 95% t half-width, in closed form."""
+    fit = np.linalg.lstsq(design, noise.T, rcond=None)[0]
+    residual = noise.T - design @ fit
+    dof = design.shape[0] - design.shape[1]
+    se = np.sqrt((residual**2).sum(axis=0) / dof * np.linalg.inv(design.T @ design)[column, column])
+    return fit[column], stats.t.ppf(0.975, dof) * se
+
+
 def test_the_order_effect_is_set_apart_from_drift_by_hand_and_covers_by_simulation() -> None:
     """Six pairs AB, BA, ...: trials run second are e^0.05 slower and the machine drifts 2% per trial. The
     pairs' order difference reads 0.1 + 0.04; the fit reads 0.1. With noise and no effect, the interval
@@ -36,14 +45,11 @@ def test_the_order_effect_is_set_apart_from_drift_by_hand_and_covers_by_simulati
     rng = np.random.default_rng(16)
     noise = 0.03 * rng.standard_normal((DRAWS, 12)) + 0.02 * index
     design = np.column_stack([index, arms == "b", arms == "c", second]).astype(float)
-    fit = np.linalg.lstsq(design, noise.T, rcond=None)[0]
-    residual = noise.T - design @ fit
-    se = np.sqrt((residual**2).sum(axis=0) / 8 * np.linalg.inv(design.T @ design)[3, 3])
-    half = stats.t.ppf(0.975, 8) * se
-    assert float(np.mean(np.abs(fit[3]) <= half)) == pytest.approx(0.95, abs=TOLERANCE)
+    estimate, half = _least_squares(design, noise, 3)
+    assert float(np.mean(np.abs(estimate) <= half)) == pytest.approx(0.95, abs=TOLERANCE)
     one = harness_stats.design_effects(np.exp(noise[0]), arms, second=second)[1]
     assert (one.low, one.high) == pytest.approx(
-        (100 * math.expm1(2 * (fit[3, 0] - half[0])), 100 * math.expm1(2 * (fit[3, 0] + half[0])))
+        (100 * math.expm1(2 * (estimate[0] - half[0])), 100 * math.expm1(2 * (estimate[0] + half[0])))
     )
 
 
@@ -63,15 +69,12 @@ def test_drift_by_hand_and_by_simulation() -> None:
     noise = 0.03 * rng.standard_normal((DRAWS, 12))
     arms = np.array(list("bccbbccbbccb"))
     design = np.column_stack([np.arange(12), arms == "b", arms == "c"]).astype(float)
-    fit = np.linalg.lstsq(design, noise.T, rcond=None)[0]
-    residual = noise.T - design @ fit
-    se = np.sqrt((residual**2).sum(axis=0) / 9 * np.linalg.inv(design.T @ design)[0, 0])
-    half = stats.t.ppf(0.975, 9) * se
-    assert float(np.mean(np.abs(fit[0]) <= half)) == pytest.approx(0.95, abs=TOLERANCE)
+    estimate, half = _least_squares(design, noise, 0)
+    assert float(np.mean(np.abs(estimate) <= half)) == pytest.approx(0.95, abs=TOLERANCE)
     # and the function gives the same interval as this closed form on one draw
     one = drift(np.exp(noise[0]), arms)
     assert (one.low, one.high) == pytest.approx(
-        (100 * math.expm1(fit[0, 0] - half[0]), 100 * math.expm1(fit[0, 0] + half[0]))
+        (100 * math.expm1(estimate[0] - half[0]), 100 * math.expm1(estimate[0] + half[0]))
     )
 
 
@@ -105,12 +108,9 @@ def test_drift_takes_a_level_per_slice_so_a_step_between_machines_is_not_a_trend
     rng = np.random.default_rng(15)
     noise = 0.03 * rng.standard_normal((DRAWS, 12)) + np.where(blocks == 1, -0.7, 0.0)
     design = np.column_stack([index, arms == "b", arms == "c", blocks == 1]).astype(float)
-    fit = np.linalg.lstsq(design, noise.T, rcond=None)[0]
-    residual = noise.T - design @ fit
-    se = np.sqrt((residual**2).sum(axis=0) / 8 * np.linalg.inv(design.T @ design)[0, 0])
-    half = stats.t.ppf(0.975, 8) * se
-    assert float(np.mean(np.abs(fit[0]) <= half)) == pytest.approx(0.95, abs=TOLERANCE)
+    estimate, half = _least_squares(design, noise, 0)
+    assert float(np.mean(np.abs(estimate) <= half)) == pytest.approx(0.95, abs=TOLERANCE)
     one = drift(np.exp(noise[0]), arms, blocks=blocks)
     assert (one.low, one.high) == pytest.approx(
-        (100 * math.expm1(fit[0, 0] - half[0]), 100 * math.expm1(fit[0, 0] + half[0]))
+        (100 * math.expm1(estimate[0] - half[0]), 100 * math.expm1(estimate[0] + half[0]))
     )

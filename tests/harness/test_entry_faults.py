@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import signal
-import subprocess
 import sys
 
 import pytest
 
-from tests import ROOT, child_env
+from tests.processes import started
 
 # Runs the ``bench`` console script's entry point (as pyproject.toml names it) with the import of typer, the
 # first heavy import behind the command line, held until a signal comes: where a Ctrl-C or SIGTERM lands in
@@ -34,20 +33,9 @@ def test_an_interrupt_during_the_imports_is_one_line_and_exits_130(signal_name: 
     """Ctrl-C or SIGTERM during the imports is one line and exit status 130: the entry point takes both
     signals first.
     """
-    process = subprocess.Popen(
-        [sys.executable, "-c", HELD_IN_IMPORTS],
-        cwd=ROOT,
-        env=child_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with started([sys.executable, "-c", HELD_IN_IMPORTS]) as process:
         assert process.stdout.readline() == "importing\n"
         process.send_signal(getattr(signal, signal_name))
         out, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
     assert process.returncode == 130, err
     assert err == "bench: interrupted\n", err

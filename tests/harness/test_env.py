@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from harness import env
+from tests.runfolders import H200_GPU
 
 EXPECTED_TYPES = {
     "python": str,
@@ -83,17 +84,7 @@ def test_gpu_snapshot_parses_nvidia_smi(monkeypatch) -> None:
         lambda args, **kw: "0, NVIDIA H200, 1980, 3201, 34, 118.5, 580.159.04, 143771, GPU-5e1a2b3c-0000",
     )
     (gpu,) = env.gpu_snapshot()
-    assert gpu == {
-        "index": 0,
-        "name": "NVIDIA H200",
-        "sm_clock_mhz": 1980.0,
-        "mem_clock_mhz": 3201.0,
-        "temperature_c": 34.0,
-        "power_w": 118.5,
-        "driver_version": "580.159.04",
-        "memory_total_mib": 143771.0,
-        "uuid": "GPU-5e1a2b3c-0000",
-    }
+    assert gpu == {**H200_GPU, "memory_total_mib": 143771.0, "uuid": "GPU-5e1a2b3c-0000"}
     monkeypatch.setattr(
         env, "_run", lambda args, **kw: "0, NVIDIA H200, [N/A], [N/A], 34, [N/A], 580.159.04, 143771, [N/A]"
     )

@@ -15,6 +15,7 @@ import torch
 
 from harness.cli import main
 from harness.protocol import PlannedStop
+from tests.argv import ONE_PAIR
 from tests.runfolders import only_run
 from tests.trialfns import plan_of, runner
 
@@ -47,7 +48,7 @@ class AlsoSlow(Slow):
 
 def test_the_estimate_is_said_before_the_first_trial(tmp_path: Path, capsys) -> None:
     out = tmp_path / "runs"
-    argv = [*SCREEN, "--arms", "baseline,candidate-cpu", "--warmup", "0", "--pairs", "1", "--quiet"]
+    argv = [*SCREEN, "--arms", "baseline,candidate-cpu", *ONE_PAIR, "--quiet"]
     assert main([*argv, "--no-report", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "estimated: about " in printed and " for 2 trials (from an untimed first trial)" in printed
@@ -75,7 +76,7 @@ def test_a_plan_over_its_time_budget_is_refused_before_any_trial_is_logged(tmp_p
 def test_stop_after_stops_before_a_first_trial_that_alone_would_overrun(tmp_path: Path, capsys) -> None:
     out = tmp_path / "runs"
     arms = f"a={__name__}:Slow,b={__name__}:AlsoSlow"
-    argv = [*SCREEN, "--arms", arms, "--warmup", "0", "--pairs", "1", "--no-report"]
+    argv = [*SCREEN, "--arms", arms, *ONE_PAIR, "--no-report"]
     started = time.monotonic()
     assert main([*argv, "--stop-after", "0.5", "--out", str(out)]) == 130
     assert time.monotonic() - started < 30
@@ -105,7 +106,7 @@ def test_a_worker_tier_probe_runs_the_command_and_is_held_to_the_budget(tmp_path
     A 2 s command against a budget of 1 s for 2 trials is cut at 0.5 s and refused.
     """
     out = tmp_path / "runs"
-    argv = ["command", "--arms", "2,3", "--warmup", "0", "--pairs", "1", "--time-budget", "1", "--quiet"]
+    argv = ["command", "--arms", "2,3", *ONE_PAIR, "--time-budget", "1", "--quiet"]
     assert main([*argv, "--no-report", "--out", str(out), "--", "sleep", "{arm}"]) == 2
     err = capsys.readouterr().err
     assert "over the time budget of 1 s" in err and "the first trial alone ran past 0.5 s" in err, err

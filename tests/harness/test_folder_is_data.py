@@ -20,9 +20,16 @@ from harness import tables
 from harness.cli import main
 from harness.folder_format import LOG, PLAN
 from harness.tables import temporary_path
-from tests.argv import TINY_SCREEN, overridden
-from tests.harness import test_hostile_folders as hf
-from tests.runfolders import TIER_FOLDERS, dropped, only_run, set_field
+from tests.argv import ONE_PAIR, TINY_SCREEN, overridden
+from tests.runfolders import (
+    TIER_FOLDERS,
+    copy_tier_run,
+    dropped,
+    edit_folder,
+    only_run,
+    refused_report,
+    set_field,
+)
 
 SCREEN = list(TINY_SCREEN)
 SCREEN += ["--warmup", "0", "--pairs", "2", "--arms", "baseline,candidate-cpu"]
@@ -88,7 +95,7 @@ def test_a_resume_checks_the_torchrun_options_as_the_start_does(tmp_path, bench)
     """settings.torchrun edited to name a script: the start refuses it, so a resume (and a report) does too."""
     root = tmp_path / "runs"
     tiny = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "2", "--val-images", "4"]
-    argv = ["pair", *tiny, "--gpus", "2", "--device", "cpu", "--warmup", "0", "--pairs", "1", "--quiet"]
+    argv = ["pair", *tiny, "--gpus", "2", "--device", "cpu", *ONE_PAIR, "--quiet"]
     assert main([*argv, "--out", str(root)]) == 0
     folder = only_run(root).path
     (folder / LOG).write_text("")  # stopped before its first trial
@@ -117,7 +124,7 @@ def duet_pair(tmp_path_factory) -> Path:
     """A finished one-pair duet fit of the embedded workload (each test copies it and cuts its log)."""
     root = tmp_path_factory.mktemp("duet") / "runs"
     tiny = ["--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "2", "--val-images", "4"]
-    argv = ["pair", *tiny, "--device", "cpu", "--warmup", "0", "--pairs", "1", "--order", "duet", "--quiet"]
+    argv = ["pair", *tiny, "--device", "cpu", *ONE_PAIR, "--order", "duet", "--quiet"]
     assert main([*argv, "--no-report", "--out", str(root)]) == 0
     return only_run(root).path
 
@@ -289,20 +296,20 @@ def test_a_half_done_duet_round_runs_its_missing_trial_beside_a_partner(duet_pai
 @pytest.mark.parametrize(
     ("how", "fragments"),
     [
-        (hf._plan(set_field("protocol.pairs", "auto")), ("plan.json", "--pairs auto needs --precision")),
-        (hf._row(3, dropped("slot")), ("trials.jsonl", "line 3", "slot")),
+        (("plan", set_field("protocol.pairs", "auto")), ("plan.json", "--pairs auto needs --precision")),
+        ((3, dropped("slot")), ("trials.jsonl", "line 3", "slot")),
     ],
     ids=["pairs auto with no precision", "an ok row with no slot"],
 )
 def test_an_edit_that_passed_validation_and_crashed_the_report_is_one_line(tmp_path, bench, how, fragments):
-    folder = hf._copy("screen", tmp_path)
-    hf._edit(folder, how)
-    hf._refused(folder, tmp_path, bench, fragments)
+    folder = copy_tier_run("screen", tmp_path)
+    edit_folder(folder, *how)
+    refused_report(bench, folder, tmp_path, fragments)
 
 
 def test_figures_1e58_apart_in_one_pair_give_a_report(tmp_path) -> None:
     """Each figure is within the log's ±1e30, so the folder is valid; their ratio overflowed the order effect."""
-    folder = hf._copy("screen", tmp_path)
+    folder = copy_tier_run("screen", tmp_path)
     rows = [json.loads(line) for line in (folder / LOG).read_text().splitlines()]
     first = next(r for r in rows if r["phase"] == "measured" and r["status"] == "ok")
     partner = next(
@@ -364,7 +371,7 @@ def test_the_api_refuses_no_functions_and_another_tiers_folder(tmp_path) -> None
 
     with pytest.raises(InputError, match="two or more functions"):
         compare({})
-    folder = hf._copy("screen", tmp_path)
+    folder = copy_tier_run("screen", tmp_path)
     log_before = (folder / LOG).read_bytes()
     with pytest.raises(InputError, match="'screen' run"):
         compare({"baseline": lambda: None, "candidate-cpu": lambda: None}, resume=folder)
@@ -415,10 +422,10 @@ def test_a_doubled_row_is_refused_with_its_repair_and_the_repair_works(tmp_path,
     from harness.repair_log import DOUBLED
     from harness.repair_log import main as repair
 
-    folder = hf._copy("screen", tmp_path)
+    folder = copy_tier_run("screen", tmp_path)
     lines = (folder / LOG).read_text().splitlines(keepends=True)
     (folder / LOG).write_text("".join([*lines, lines[2]]))
-    hf._refused(folder, tmp_path, bench, ("logged twice", "python -m harness.repair_log"))
+    refused_report(bench, folder, tmp_path, ("logged twice", "python -m harness.repair_log"))
     assert repair([str(folder)]) == 0
     assert (folder / LOG).read_text() == "".join(lines) and (folder / DOUBLED).read_text() == lines[2]
     assert main(["report", str(folder), "-o", str(tmp_path / "r.md")]) == 0
@@ -432,7 +439,7 @@ def test_two_reports_of_one_folder_at_once_both_succeed(tmp_path) -> None:
     import re
     import subprocess
 
-    folder = hf._copy("screen", tmp_path)
+    folder = copy_tier_run("screen", tmp_path)
     command = [sys.executable, "-m", "harness.cli", "report", str(folder)]
     for _ in range(2):
         reports = [
@@ -523,7 +530,7 @@ def _fuzz_settings():
 @pytest.fixture(scope="module")
 def plan_copies(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("plans")
-    return {name: hf._copy(name, root / name) for name in PLANS}
+    return {name: copy_tier_run(name, root / name) for name in PLANS}
 
 
 def test_fuzz_a_plan_edited_within_its_schema_gives_a_report_or_one_line(plan_copies) -> None:

@@ -13,8 +13,8 @@ from experiments.tiers import TIERS
 from harness.cli import main
 from harness.options import protocol_options
 from harness.present.model import Image, Section, Table, markdown
-from harness.run import Runner, RunOptions
 from harness.trial import TrialContext
+from tests.trialfns import runner
 
 MiB = 2**20
 FIGURES = {"baseline": (90.0, 20.0), "candidate@g256": (6.0, 3.0)}  # invented: ms/step and floor ms
@@ -41,7 +41,7 @@ def test_single_guard_screen_report_has_no_double_blank_line(tmp_path: Path) -> 
     plan = screen.make_plan(protocol, settings)
     plan.protocol = dataclasses.replace(plan.protocol, device="cuda")  # the log stands for a GPU run's
     plan.arm_code = arm_code(plan.cases, "cuda")
-    folder = Runner(TIERS, RunOptions(out=tmp_path, quiet=True, report=False)).start(plan, _trial).folder
+    folder = runner(tmp_path, tiers=TIERS).start(plan, _trial).folder
     assert main(["report", str(folder.path)]) == 0
     text = (folder.path / "report.md").read_text()
     assert "**The data supports guard 256**" in text

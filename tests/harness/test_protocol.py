@@ -20,7 +20,7 @@ from harness.plan import Plan
 from harness.protocol import PlannedStop
 from harness.schedule import Arm, Case, balanced_block, build_schedule
 from harness.tables import RunFolder
-from tests import ROOT, child_env
+from tests.processes import started, wait_for
 from tests.trialfns import TWO_ARMS, plan_of, runner
 
 REAL_OOM = (
@@ -161,37 +161,19 @@ def test_plan_round_trips_through_json(tmp_path: Path) -> None:
     assert again == plan
 
 
-def _wait_for(predicate, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting")
-        time.sleep(0.05)
-
-
 def _killed_in_trial(runs: Path, start: str, trial: int, setup: str = "") -> RunFolder:
     """The run folder of `start` (a call on `runner`/`plan_of`), run in a real process.
 
     The process is SIGKILLed while trial `trial` of a `sleepy` plan runs: started, no row yet.
     """
     script = f"import sys; {setup}from tests.trialfns import plan_of, runner; runner(sys.argv[1]).{start}"
-    env = child_env()
-    process = subprocess.Popen(
-        [sys.executable, "-c", script, str(runs)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        _wait_for(lambda: runs.is_dir() and any(runs.iterdir()))
+    command = [sys.executable, "-c", script, str(runs)]
+    with started(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as process:
+        wait_for(lambda: runs.is_dir() and any(runs.iterdir()), timeout=60)
         folder = RunFolder(next(runs.iterdir()))
-        _wait_for(lambda: folder.file(f"started-{trial}").exists() and len(folder.rows()) == trial)
+        wait_for(lambda: folder.file(f"started-{trial}").exists() and len(folder.rows()) == trial, timeout=60)
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
     return folder
 
 

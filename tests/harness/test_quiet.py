@@ -16,8 +16,8 @@ from harness import telemetry
 from harness.cli import main
 from harness.isolation import run_in_worker
 from harness.placement import choose_placement
-from harness.tables import RunFolder
-from tests.argv import TINY_FIT, overridden
+from tests.argv import ONE_PAIR, TINY_FIT, overridden
+from tests.runfolders import only_run
 from tests.trialfns import plan_of, runner
 
 LINUX = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU placement needs Linux")
@@ -63,19 +63,9 @@ def test_the_steady_state_figure_is_the_training_time_of_every_epoch_after_the_f
     A span runs from the epoch's start to the end of its last iteration, within the clock's resolution. Epoch
     one, validation and checkpoints are left out.
     """
-    argv = [
-        "pair",
-        *overridden(TINY, ["--steps", "6"]),
-        "--warmup",
-        "0",
-        "--pairs",
-        "1",
-        "--out",
-        str(tmp_path),
-        "--no-report",
-    ]
+    argv = ["pair", *overridden(TINY, ["--steps", "6"]), *ONE_PAIR, "--out", str(tmp_path), "--no-report"]
     assert main(argv) == 0
-    (folder,) = [RunFolder(p) for p in tmp_path.iterdir() if p.is_dir() and p.name != "datasets"]
+    folder = only_run(tmp_path)
     for row in folder.rows():
         spans = row["epoch_train_s"]
         assert len(spans) == 3 and all(span > 0 for span in spans)
@@ -89,7 +79,7 @@ def test_the_steady_state_figure_is_the_training_time_of_every_epoch_after_the_f
 def test_duet_pairs_run_together_on_their_own_halves_and_swap_them(tmp_path: Path) -> None:
     argv = ["pair", *TINY, "--warmup", "0", "--pairs", "2", "--order", "duet", "--cpus", "0-1"]
     assert main([*argv, "--out", str(tmp_path), "--no-report"]) == 0
-    (folder,) = [RunFolder(p) for p in tmp_path.iterdir() if p.is_dir() and p.name != "datasets"]
+    folder = only_run(tmp_path)
     rows = sorted(folder.rows(), key=lambda r: r["index"])
     assert [r["concurrent_with"] for r in rows] == [[1], [0], [3], [2]]
     by_round = {}

@@ -35,6 +35,7 @@ from harness.tables import CorruptRunFolder, RunFolder
 from harness.tier import BaseTier, Caveat, Run, TierRegistry
 from harness.trial import TrialContext, TrialFunction
 from tests import ROOT
+from tests.runfolders import H200_GPU
 
 # A real CUDA caching-allocator message (torch 2.x); the byte figures below are what it says.
 OOM_MESSAGE = (
@@ -597,17 +598,6 @@ def test_an_interrupted_run_says_how_far_it_got(tmp_path: Path) -> None:
     folder.append_row(folder.rows()[-1])
     with pytest.raises(CorruptRunFolder, match="is logged twice"):
         write([folder])
-
-
-H200_GPU = {
-    "index": 0,
-    "name": "NVIDIA H200",
-    "sm_clock_mhz": 1980.0,
-    "mem_clock_mhz": 3201.0,
-    "temperature_c": 34.0,
-    "power_w": 118.5,
-    "driver_version": "580.159.04",
-}
 
 
 def test_environment_of_a_gpu_run(claim_run: RunFolder) -> None:

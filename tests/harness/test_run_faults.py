@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -20,8 +19,8 @@ from harness.errors import InputError
 from harness.folder_format import LOG
 from harness.tables import RunFolder, RunFolderBusy, RunFolderWriteError
 from harness.tier import BaseTier, TierRegistry
-from tests import ROOT, child_env
-from tests.argv import TINY_FIT
+from tests.argv import BENCH, ONE_PAIR, TINY_FIT
+from tests.processes import started, wait_for
 from tests.runfolders import copy_run, corrupt_plan, only_run, set_field, tmp_files, untouched
 from tests.trialfns import BEHAVIOURS, TIERS, plan_of, runner
 
@@ -29,26 +28,18 @@ from tests.trialfns import BEHAVIOURS, TIERS, plan_of, runner
 HOLD_A_PAIR_RUN = """
 import sys
 from pathlib import Path
-from experiments.fit.plan import FitSettings, make_plan
+from experiments.fit.plan import make_plan
 from experiments.tiers import TIERS
 from harness.protocol_options import ProtocolOptions
 from harness.run import Runner, RunOptions
-from tests.trialfns import TWO_ARMS, sleepy
+from tests.trialfns import TINY_FIT_SETTINGS, TWO_ARMS, sleepy
 
 out, sleep = Path(sys.argv[1]), float(sys.argv[2])
-settings = FitSettings(workload="embedded", images=8, batch=4, steps=4, val_images=8)
-plan = make_plan(ProtocolOptions(TWO_ARMS, warmup=0, pairs=2), settings, "bench pair --workload embedded")
+protocol = ProtocolOptions(TWO_ARMS, warmup=0, pairs=2)
+plan = make_plan(protocol, TINY_FIT_SETTINGS, "bench pair --workload embedded")
 plan.settings["sleep"] = sleep
 Runner(TIERS, RunOptions(out=out, quiet=True, report=False)).start(plan, sleepy(plan))
 """
-
-
-def _wait_for(predicate, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting")
-        time.sleep(0.05)
 
 
 def _figure(ctx) -> dict:
@@ -71,16 +62,10 @@ def _tiers_with_a_claim():
 def test_a_second_run_on_a_folder_in_use_is_one_line_exit_2_and_runs_nothing(tmp_path: Path, capsys) -> None:
     """Process A runs a folder; while it does, this process resumes it (API and CLI): refused, nothing run."""
     runs = tmp_path / "runs"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_A_PAIR_RUN, str(runs), "0.6"],
-        cwd=ROOT,
-        env=child_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        _wait_for(
+    with started(
+        [sys.executable, "-c", HOLD_A_PAIR_RUN, str(runs), "0.6"], stdout=subprocess.DEVNULL
+    ) as holder:
+        wait_for(
             lambda: runs.is_dir() and any(runs.iterdir()) and any(next(runs.iterdir()).glob("started-*"))
         )
         folder = only_run(runs)
@@ -90,9 +75,6 @@ def test_a_second_run_on_a_folder_in_use_is_one_line_exit_2_and_runs_nothing(tmp
         error = capsys.readouterr().err.strip()
         assert error.count("\n") == 0 and "in use by another run" in error, error
         assert holder.wait(timeout=120) == 0, holder.stderr.read()
-    finally:
-        if holder.poll() is None:
-            holder.kill()
     indices = [r["index"] for r in folder.rows()]
     assert indices == [0, 1, 2, 3]  # each scheduled trial once: the refused runs ran nothing
     starters = {p.read_text() for p in folder.path.glob("started-*")}
@@ -226,7 +208,7 @@ def test_a_run_folder_that_cannot_be_set_up_is_removed(tmp_path: Path, monkeypat
 def test_a_full_disk_stops_a_fit_with_one_line_and_resume_finishes(tiny_disk, capsys) -> None:
     """The issue's case on a real 200 KiB tmpfs: the first checkpoint fills it."""
     disk, grow = tiny_disk
-    command = ["pair", *TINY_FIT, "--warmup", "0", "--pairs", "1", "--quiet", "--no-report"]
+    command = ["pair", *TINY_FIT, *ONE_PAIR, "--quiet", "--no-report"]
     assert main([*command, "--out", str(disk)]) == 2
     error = capsys.readouterr().err.strip()
     assert error.count("\n") == 0 and "No space left on device" in error and "--resume" in error, error
@@ -274,9 +256,14 @@ def test_a_resume_whose_recorded_cores_this_machine_lacks_is_one_line(
     """
     folder = copy_run(finished_run, tmp_path / "run")
     corrupt_plan(folder, set_field("protocol.cpus", "0-4095"))
+    _resume_refused(folder, tmp_path, r"--cpus 0-4095 recorded in the plan: core\(s\) .* are not among")
+
+
+def _resume_refused(folder: RunFolder, out: Path, match: str) -> None:
+    """Resuming ``folder`` is refused (an ``InputError`` matching ``match``); every file is left as it was."""
     before = untouched(folder)
-    with pytest.raises(InputError, match=r"--cpus 0-4095 recorded in the plan: core\(s\) .* are not among"):
-        runner(tmp_path).resume(folder.path)
+    with pytest.raises(InputError, match=match):
+        runner(out).resume(folder.path)
     assert untouched(folder) == before
 
 
@@ -295,10 +282,7 @@ def test_a_resume_where_the_runs_cuda_device_is_absent_is_one_line(
     folder = copy_run(finished_run, tmp_path / "run")
     corrupt_plan(folder, set_field("protocol.device", "cuda"))
     _drop_last_row(folder)
-    before = untouched(folder)
-    with pytest.raises(InputError, match="the run is on cuda, and this machine has 0 CUDA devices"):
-        runner(tmp_path).resume(folder.path)
-    assert untouched(folder) == before
+    _resume_refused(folder, tmp_path, "the run is on cuda, and this machine has 0 CUDA devices")
 
 
 def test_a_resume_refused_for_its_budget_leaves_env_json_as_it_was(
@@ -315,10 +299,7 @@ def test_a_resume_refused_for_its_budget_leaves_env_json_as_it_was(
 
     corrupt_plan(folder, in_process_with_a_budget)
     _drop_last_row(folder)
-    before = untouched(folder)
-    with pytest.raises(InputError, match="--budget"):
-        runner(tmp_path).resume(folder.path)
-    assert untouched(folder) == before
+    _resume_refused(folder, tmp_path, "--budget")
 
 
 def test_a_torn_last_line_is_still_ignored_and_cut_by_the_next_append(
@@ -342,38 +323,16 @@ def test_a_torn_last_line_is_still_ignored_and_cut_by_the_next_append(
     assert main(["report", str(folder.path), "-o", str(tmp_path / "r.md")]) == 0
 
 
-QUIET_FIT = [
-    sys.executable,
-    "-m",
-    "harness.cli",
-    "pair",
-    *TINY_FIT,
-    "--warmup",
-    "0",
-    "--pairs",
-    "1",
-    "--quiet",
-]
+QUIET_FIT = [*BENCH, "pair", *TINY_FIT, *ONE_PAIR, "--quiet"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
 def test_an_interrupt_says_where_the_run_is_and_exits_130(tmp_path: Path, signal_name: str) -> None:
-    process = subprocess.Popen(
-        [*QUIET_FIT, "--no-report", "--out", str(tmp_path)],
-        cwd=ROOT,
-        env=child_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        _wait_for(lambda: any(tmp_path.glob("pair-*/trials/0.log")))
+    with started([*QUIET_FIT, "--no-report", "--out", str(tmp_path)]) as process:
+        wait_for(lambda: any(tmp_path.glob("pair-*/trials/0.log")))
         process.send_signal(getattr(signal, signal_name))
         out, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
     folder = only_run(tmp_path)
     assert process.returncode == 130, err
     assert f"run folder: {folder.path}" in out  # --quiet prints the run folder too
@@ -386,21 +345,11 @@ def test_an_interrupt_says_where_the_run_is_and_exits_130(tmp_path: Path, signal
 @pytest.mark.slow
 def test_a_closed_stdout_never_stops_a_run(tmp_path: Path) -> None:
     """`bench pair --quiet | head -2`: the reader goes after two lines; the run finishes all the same."""
-    process = subprocess.Popen(
-        [*QUIET_FIT, "--out", str(tmp_path)],
-        cwd=ROOT,
-        env=child_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
+    with started([*QUIET_FIT, "--out", str(tmp_path)], text=False) as process:
         head = [process.stdout.readline() for _ in range(2)]
         process.stdout.close()
         err = process.stderr.read().decode()
         process.wait(timeout=300)
-    finally:
-        if process.poll() is None:
-            process.kill()
     assert all(head) and process.returncode == 0, err
     assert "BrokenPipe" not in err and "Exception ignored" not in err, err
     folder = only_run(tmp_path)

@@ -42,6 +42,7 @@ from optimizers.batched.stacks import (
 )
 from optimizers.concurrent import newton_schulz_flops
 from optimizers.dispatch import count_dispatched_ops
+from tests.optimizers.groups import HYPER, fill_grads, params_of, scaled_params
 
 cuda = pytest.mark.cuda
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -55,45 +56,17 @@ pytestmark = pytest.mark.usefixtures("batched_cpu_one_thread")
 
 
 def _muon_group(params: list[torch.Tensor], **overrides: Any) -> dict[str, Any]:
-    group = {
-        "params": params,
-        "lr": 0.02,
-        "momentum": 0.9,
-        "nesterov": True,
-        "weight_decay": 5e-4,
-        "use_muon": True,
-        "param_group": "muon",
-    }
-    return {**group, **overrides}
+    return {"params": params, **HYPER, "use_muon": True, "param_group": "muon", **overrides}
 
 
 def _sgd_group(params: list[torch.Tensor], **overrides: Any) -> dict[str, Any]:
-    group = {
-        "params": params,
-        "lr": 0.02,
-        "momentum": 0.9,
-        "nesterov": True,
-        "weight_decay": 5e-4,
-        "use_muon": False,
-        "param_group": "bn",
-    }
-    return {**group, **overrides}
+    return {"params": params, **HYPER, "use_muon": False, "param_group": "bn", **overrides}
 
 
 def _make_params(
     shapes: list[tuple[int, ...]], seed: int = 0, dtype: torch.dtype = torch.float32, device: str = "cpu"
 ) -> list[torch.nn.Parameter]:
-    generator = torch.Generator().manual_seed(seed)
-    return [
-        torch.nn.Parameter((torch.randn(s, generator=generator) * 0.02).to(device=device, dtype=dtype))
-        for s in shapes
-    ]
-
-
-def _fill_grads(params: list[torch.Tensor], seed: int) -> None:
-    generator = torch.Generator().manual_seed(seed)
-    for p in params:
-        p.grad = (torch.randn(p.shape, generator=generator) * 0.01).to(device=p.device, dtype=p.dtype)
+    return scaled_params(shapes, torch.Generator().manual_seed(seed), device, dtype)
 
 
 def _clone_groups(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -106,10 +79,6 @@ def _clone_groups(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ]
         clones.append({**group, "params": params})
     return clones
-
-
-def _params_of(groups: list[dict[str, Any]]) -> list[torch.Tensor]:
-    return [p for group in groups for p in group["params"]]
 
 
 def _run_both(
@@ -131,7 +100,7 @@ def _run_both(
 
 
 def _grads_by_seed(groups: list[dict[str, Any]], step: int) -> None:
-    _fill_grads([p for p in _params_of(groups) if p.requires_grad], seed=100 + step)
+    fill_grads([p for p in params_of(groups) if p.requires_grad], seed=100 + step)
 
 
 def _plan(optimizer: BatchedMuSGD) -> _Plan:
@@ -244,7 +213,7 @@ def _single_padded_batch(
     shapes: list[tuple[int, ...]], device: str = "cpu"
 ) -> tuple[Any, list[torch.Tensor]]:
     params = _make_params(shapes, seed=3, device=device)
-    _fill_grads(params, seed=4)
+    fill_grads(params, seed=4)
     optimizer = BatchedMuSGD([_muon_group(params)])
     plan = optimizer._current_plan()
     (batch,) = plan.batches
@@ -304,7 +273,7 @@ def test_padded_stacks_stay_within_their_own_param_and_grad_bytes(price: float |
     # as an exact-shape batch. A chain price sees the same two chains cost less arithmetic with no tiny one
     # padded: the wide matrix alone, the ten tiny ones as one exact-shape batch.
     params = _make_params([(8, 4096)] + [(8, 8)] * 10)
-    _fill_grads(params, seed=2)
+    fill_grads(params, seed=2)
     optimizer = optimizer_class([_muon_group(params)])
     kinds = sorted((batch.kind, len(batch.members)) for batch in optimizer._current_plan().batches)
     assert kinds == ([("padded", 4), ("uniform", 7)] if price is None else [("single", 1), ("uniform", 10)])
@@ -313,7 +282,7 @@ def test_padded_stacks_stay_within_their_own_param_and_grad_bytes(price: float |
 @pytest.mark.parametrize(("guard", "expect_padded"), [(0, False), (8, False), (16, True), (None, True)])
 def test_pad_guard_is_an_internal_knob(guard: int | None, expect_padded: bool) -> None:
     params = _make_params(MIXED_SMALL_16)
-    _fill_grads(params, seed=5)
+    fill_grads(params, seed=5)
     optimizer = BatchedMuSGD.with_pad_guard(guard)([_muon_group(params)])
     assert issubclass(type(optimizer), BatchedMuSGD) and optimizer.pad_guard == guard
     kinds = {batch.kind for batch in optimizer._current_plan().batches}
@@ -396,7 +365,7 @@ def test_the_cost_rule_finds_the_cheapest_runs_within_the_budget(
 @pytest.mark.parametrize("price", [-1.0, float("inf"), float("nan")])
 def test_the_chain_price_must_be_a_finite_number(price: float) -> None:
     params = _make_params(MIXED_SMALL_16)
-    _fill_grads(params, seed=5)
+    fill_grads(params, seed=5)
     optimizer = type("Priced", (BatchedMuSGD,), {"pad_chain_flops": price})([_muon_group(params)])
     with pytest.raises(ValueError, match="pad_chain_flops must be a finite number"):
         optimizer._current_plan()
@@ -431,7 +400,7 @@ def test_the_cost_rule_cuts_wasteful_padding_and_keeps_the_contract() -> None:
 
     shapes = [(16, 1024), (16, 1000), (16, 40), (16, 32, 1, 1), (16, 16, 3, 3)]
     groups = [_muon_group(_make_params(shapes, seed=7))]
-    _fill_grads(_params_of(groups), seed=8)
+    fill_grads(params_of(groups), seed=8)
     # Priced at 2 MFLOP a chain: 1000 pads to 1024 (waste 0.12 MFLOP), 144, 40 and 32 would waste 4.5 MFLOP
     # each there, but padding 40 and 32 to 144 (1.1 MFLOP) is cheaper than a chain of their own.
     priced_class = type("Priced", (BatchedMuSGD,), {"pad_chain_flops": 2e6})
@@ -465,7 +434,7 @@ def test_a_parameter_viewing_another_keeps_exact_shapes_and_order() -> None:
     candidate, baseline = BatchedMuSGD([_muon_group(candidate_params)]), MuSGD([_muon_group(baseline_params)])
     for step in range(2):
         for optimizer, params in ((candidate, candidate_params), (baseline, baseline_params)):
-            _fill_grads(params, seed=10 + step)
+            fill_grads(params, seed=10 + step)
             optimizer.step()
     owner, alias = candidate_params[:2]
     assert _batch_of(candidate, owner) == "single" and _batch_of(candidate, alias) == "single"
@@ -480,7 +449,7 @@ def test_dlpack_views_over_one_buffer_overlap_although_their_storages_differ() -
     second = from_dlpack(to_dlpack(buffer[256 : 256 + 16 * 24])).view(16, 24)
     assert first.untyped_storage()._cdata != second.untyped_storage()._cdata  # different storage objects
     params = [torch.nn.Parameter(first), torch.nn.Parameter(second), *_make_params([(16, 40)], seed=7)]
-    _fill_grads(params, seed=8)
+    fill_grads(params, seed=8)
     optimizer = BatchedMuSGD([_muon_group(params)])
     optimizer.step()
     assert _in_order(optimizer) == _ids(params[:2])
@@ -512,11 +481,11 @@ def test_opaque_parameters_keep_exact_shapes_and_scalar_momentum(mixed: bool) ->
     assert all(batch.kind != "padded" for batch in _plan(candidate).batches)
     assert _in_buckets(candidate) == _ids(cand_groups[1]["params"])  # other groups stay batched
     assert {type(p) for p in cand_groups[0]["params"][: len(opaque)]} == {OpaqueParameter}
-    for pb, pc in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
+    for pb, pc in zip(params_of(base_groups), params_of(cand_groups), strict=True):
         for key in baseline.state[pb]:
             if key == "momentum_buffer":
                 assert torch.equal(baseline.state[pb][key], candidate.state[pc][key])
-    for pb, pc in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
+    for pb, pc in zip(params_of(base_groups), params_of(cand_groups), strict=True):
         if _batch_of(candidate, pc) == "single":
             assert torch.equal(pb, pc)  # a lone matrix runs exactly the baseline's computation
 
@@ -526,7 +495,7 @@ def test_shared_gradient_storage_and_odd_restored_state_take_the_scalar_path() -
     muon_odd, muon_ok = _make_params([(16, 40), (16, 72)], seed=13)
     groups = [_sgd_group([shared, odd_state, ordinary]), _muon_group([muon_odd, muon_ok])]
     optimizer = BatchedMuSGD(groups)
-    _fill_grads(_params_of(groups), seed=14)
+    fill_grads(params_of(groups), seed=14)
     optimizer.step()
     shared.grad = shared.detach()  # gradient storage shared with its own parameter
     optimizer.state[odd_state]["momentum_buffer"] = optimizer.state[odd_state]["momentum_buffer"].double()
@@ -535,7 +504,7 @@ def test_shared_gradient_storage_and_odd_restored_state_take_the_scalar_path() -
     ].bfloat16()
     reference = {
         id(p): (p.detach().clone(), {k: v.clone() for k, v in optimizer.state[p].items()})
-        for p in _params_of(groups)
+        for p in params_of(groups)
     }
     optimizer._plan = None  # hand edits of state are not watched; a checkpoint load would reset the plan
     optimizer.step()
@@ -589,8 +558,8 @@ def test_none_gradients_and_parameters_frozen_then_unfrozen() -> None:
     frozen_at = {0: {1}, 1: {1, 2}, 2: set(), 3: {0}}  # step -> indices (into every param) without grads
 
     def grads(groups: list[dict[str, Any]], step: int) -> None:
-        every = _params_of(groups)
-        _fill_grads(every, seed=50 + step)
+        every = params_of(groups)
+        fill_grads(every, seed=50 + step)
         for index in frozen_at[step]:
             every[index].grad = None
 
@@ -601,7 +570,7 @@ def test_none_gradients_and_parameters_frozen_then_unfrozen() -> None:
     tolerance = ULP_SENSITIVITY_FACTOR * max(
         ulp_sensitivity(m) for m in _muon_matrices(baseline, base_groups)
     )
-    for pb, pc in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
+    for pb, pc in zip(params_of(base_groups), params_of(cand_groups), strict=True):
         assert set(baseline.state[pb]) == set(candidate.state[pc])
         for key in baseline.state[pb]:
             if key == "momentum_buffer":
@@ -615,11 +584,11 @@ def test_all_zero_gradients_give_no_nan() -> None:
     shapes = [*MIXED_SMALL_16, (260, 260), (260, 260), (300, 300)]
     groups = [_muon_group(_make_params(shapes, seed=15)), _sgd_group(_make_params([(16,)], seed=16))]
     optimizer = BatchedMuSGD(groups)
-    for p in _params_of(groups):
+    for p in params_of(groups):
         p.grad = torch.zeros_like(p)
     optimizer.step()
     assert {batch.kind for batch in _plan(optimizer).batches} == {"padded", "uniform", "single"}
-    assert all(torch.isfinite(p).all() for p in _params_of(groups))
+    assert all(torch.isfinite(p).all() for p in params_of(groups))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -637,7 +606,7 @@ def test_updates_are_written_into_parameters_in_place_and_layouts_stay(device: s
         layouts = [(p.data_ptr(), p.stride()) for p in params]
         optimizer = BatchedMuSGD([_muon_group(params)])
         for step in range(2):
-            _fill_grads(params, seed=61 + step)
+            fill_grads(params, seed=61 + step)
             for p in params:
                 p.grad = p.grad.contiguous(memory_format=torch.preserve_format)
                 if p.ndim == 4 and params is channels_last:
@@ -688,29 +657,35 @@ def test_checkpoint_resume_both_ways_equals_an_uninterrupted_run() -> None:
             "momentum_buffer",
             "momentum_buffer_SGD",
         }
-    for a, b in zip(_params_of(uninterrupted), _params_of(resumed), strict=True):
+    for a, b in zip(params_of(uninterrupted), params_of(resumed), strict=True):
         assert torch.equal(a, b)
 
 
 # ---------------------------------------------------------------------------------------------- plan cache
 
 
-def test_the_plan_is_reused_until_the_parameter_set_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Grows by one each time a batched optimizer builds its step plan."""
+    built: list[int] = []
+    original = batched_module._build_plan
+    monkeypatch.setattr(batched_module, "_build_plan", lambda *a: built.append(1) or original(*a))
+    return built
+
+
+def test_the_plan_is_reused_until_the_parameter_set_changes(builds: list[int]) -> None:
     params = _make_params([(16, 72), (16, 40), (8,)], seed=80)
     optimizer = BatchedMuSGD([_muon_group(params[:2]), _sgd_group(params[2:])])
-    builds = []
-    original = batched_module._build_plan
-    monkeypatch.setattr(batched_module, "_build_plan", lambda *a: builds.append(1) or original(*a))
 
     for step in range(3):  # fresh gradient tensors every step (as zero_grad(set_to_none=True) gives)
-        _fill_grads(params, seed=81 + step)
+        fill_grads(params, seed=81 + step)
         optimizer.step()
     assert len(builds) == 1
 
     params[1].grad = None  # grad presence changes
     optimizer.step()
     assert len(builds) == 2
-    _fill_grads(params, seed=90)
+    fill_grads(params, seed=90)
     optimizer.step()
     assert len(builds) == 3
 
@@ -731,7 +706,7 @@ def test_cpu_keeps_the_baseline_path_unless_forced() -> None:
     with batched_on_cpu(False):
         baseline, base_groups, candidate, cand_groups = _run_both(groups, 2, _grads_by_seed)
     assert _plan(candidate).batches == [] and _in_buckets(candidate) == []
-    for pb, pc in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
+    for pb, pc in zip(params_of(base_groups), params_of(cand_groups), strict=True):
         assert torch.equal(pb, pc)
 
 
@@ -744,7 +719,7 @@ def test_the_public_cpu_switch_routes_cpu_tensors_and_restores_itself() -> None:
             assert batches_on(cpu)
             params = _make_params([(8, 16), (8, 24)], seed=97)
             optimizer = BatchedMuSGD([_muon_group(params)])
-            _fill_grads(params, seed=98)
+            fill_grads(params, seed=98)
             optimizer.step()
             assert {b.kind for b in _plan(optimizer).batches} == {"padded"}
             raise RuntimeError("inside")
@@ -773,7 +748,7 @@ def test_cuda_foreach_momentum_recurrence_is_bit_equal_to_the_scalar_path() -> N
         fill_synthetic_grads(cand_groups, seed=step)
         baseline.step()
         candidate.step()
-        for pb, pc in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
+        for pb, pc in zip(params_of(base_groups), params_of(cand_groups), strict=True):
             for key, buffer in baseline.state[pb].items():
                 assert torch.equal(buffer, candidate.state[pc][key]), (step, key, tuple(pb.shape))
     assert _in_order(candidate) == []  # every parameter took the foreach path
@@ -817,7 +792,7 @@ def test_cuda_device_and_dtype_buckets_in_one_group() -> None:
             ("cuda:0", "torch.float32"),
         ]
         assert _in_order(candidate) == _ids(cand_groups[0]["params"][-1:])
-        for pb, pc in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
+        for pb, pc in zip(params_of(base_groups), params_of(cand_groups), strict=True):
             assert torch.equal(baseline.state[pb]["momentum_buffer"], candidate.state[pc]["momentum_buffer"])
         assert torch.equal(base_groups[0]["params"][-1], cand_groups[0]["params"][-1])
 
@@ -834,7 +809,7 @@ def test_reduced_precision_momentum_buffers_stay_bit_equal_over_steps(dtype: tor
     groups = [_muon_group(muon_params, weight_decay=0.0), _sgd_group(sgd_params)]
     baseline, base_groups, candidate, cand_groups = _run_both(groups, 3, _grads_by_seed)
     assert _in_order(candidate) == []
-    for pb, pc in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
+    for pb, pc in zip(params_of(base_groups), params_of(cand_groups), strict=True):
         for key, buffer in baseline.state[pb].items():
             assert torch.equal(buffer, candidate.state[pc][key]), (key, tuple(pb.shape))
     for pb, pc in zip(base_groups[1]["params"], cand_groups[1]["params"], strict=True):
@@ -846,7 +821,7 @@ def test_the_plan_allocates_its_stacks_and_scratch_once_and_says_how_big_they_ar
     optimizer = BatchedMuSGD([_muon_group(params)])
     addresses = []
     for step in range(3):
-        _fill_grads(params, seed=131 + step)
+        fill_grads(params, seed=131 + step)
         optimizer.step()
         plan = _plan(optimizer)
         addresses.append(
@@ -885,8 +860,8 @@ def test_padding_recovers_after_a_nan_once_the_state_is_reset() -> None:
     tolerance = ULP_SENSITIVITY_FACTOR * max(
         ulp_sensitivity(m) for m in _muon_matrices(baseline, base_groups)
     )
-    assert all(torch.isfinite(p).all() for p in _params_of(cand_groups))
-    for pb, pc in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
+    assert all(torch.isfinite(p).all() for p in params_of(cand_groups))
+    for pb, pc in zip(params_of(base_groups), params_of(cand_groups), strict=True):
         assert (pb - pc).abs().max().item() <= 2 * 0.02 * candidate.muon * tolerance * 1.01 + 1e-6
 
 
@@ -938,7 +913,7 @@ def _step_with_schedule(optimizer: MuSGD, groups: list[dict[str, Any]], step: in
 
 
 def test_merged_foreach_lists_change_no_bit_and_follow_the_scalar_pattern(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, builds: list[int]
 ) -> None:
     """Groups whose scalars are equal share foreach calls, bit for bit what one list per group computes.
 
@@ -951,16 +926,13 @@ def test_merged_foreach_lists_change_no_bit_and_follow_the_scalar_pattern(
         BatchedMuSGD(alone_groups, muon=0.2, sgd=1.0),
     )
     baseline = MuSGD(base_groups, muon=0.2, sgd=1.0)
-    builds = []
-    original = batched_module._build_plan
-    monkeypatch.setattr(batched_module, "_build_plan", lambda *a: builds.append(1) or original(*a))
     for step in range(len(LR_SCHEDULE)):
         _step_with_schedule(merged, merged_groups, step)
         with monkeypatch.context() as patch:
             patch.setattr("optimizers.batched.plan._classes", _one_list_per_group)
             _step_with_schedule(alone, alone_groups, step)
         _step_with_schedule(baseline, base_groups, step)
-        for pm, pa in zip(_params_of(merged_groups), _params_of(alone_groups), strict=True):
+        for pm, pa in zip(params_of(merged_groups), params_of(alone_groups), strict=True):
             assert torch.equal(pm, pa), (step, tuple(pm.shape))
             for key, buffer in merged.state[pm].items():
                 assert torch.equal(buffer, alone.state[pa][key]), (step, key)
@@ -1003,9 +975,9 @@ def test_every_nesterov_and_decay_combination_matches_the_baseline_as_nesterov_f
                 group["lr"], group["momentum"] = 0.02 * (step + 1), 0.85 + 0.01 * step
             optimizer.param_groups[0]["nesterov"] = step % 3 != 2  # off at steps 2 and 5
             _grads_by_seed(optimizer_groups, step)
-            grads = [p.grad.clone() for p in _params_of(optimizer_groups)]
+            grads = [p.grad.clone() for p in params_of(optimizer_groups)]
             optimizer.step()
-            after = [p.grad for p in _params_of(optimizer_groups)]
+            after = [p.grad for p in params_of(optimizer_groups)]
             assert all(map(torch.equal, after, grads)), step  # the step reads gradients, never writes them
         for base_group, cand_group in zip(base_groups, cand_groups, strict=True):
             for pb, pc in zip(base_group["params"], cand_group["params"], strict=True):
@@ -1055,21 +1027,18 @@ def test_the_step_keeps_no_gradient_alive() -> None:
     optimizer = BatchedMuSGD(groups, muon=0.2, sgd=1.0)
     _grads_by_seed(groups, 0)
     optimizer.step()
-    watched = [weakref.ref(p.grad) for p in _params_of(groups)]
+    watched = [weakref.ref(p.grad) for p in params_of(groups)]
     optimizer.zero_grad(set_to_none=True)
     gc.collect()
     assert optimizer._step_grads == [] and all(ref() is None for ref in watched)
 
 
 def test_the_plan_is_rebuilt_when_data_moves_a_group_is_added_or_a_moved_gradient_overlaps(
-    monkeypatch: pytest.MonkeyPatch,
+    builds: list[int],
 ) -> None:
     params = _make_params([(16, 72), (16, 40), (8,)], seed=340)
     optimizer = BatchedMuSGD([_muon_group(params[:2]), _sgd_group(params[2:])])
-    builds = []
-    original = batched_module._build_plan
-    monkeypatch.setattr(batched_module, "_build_plan", lambda *a: builds.append(1) or original(*a))
-    _fill_grads(params, seed=341)
+    fill_grads(params, seed=341)
     optimizer.step()
     assert len(builds) == 1
 
@@ -1079,7 +1048,7 @@ def test_the_plan_is_rebuilt_when_data_moves_a_group_is_added_or_a_moved_gradien
     assert len(builds) == 2
 
     extra = _make_params([(16, 24)], seed=342)
-    _fill_grads(extra, seed=343)
+    fill_grads(extra, seed=343)
     optimizer.add_param_group(_muon_group(extra))
     optimizer.step()
     assert len(builds) == 3 and _batch_of(optimizer, extra[0]) is not None
@@ -1183,7 +1152,7 @@ def test_the_moved_gradient_check_dispatches_no_tensor_operation() -> None:
     optimizer = BatchedMuSGD(groups, **kwargs)
     optimizer.step()
     plan = _plan(optimizer)
-    _fill_grads([p for p in _params_of(groups) if p.requires_grad], seed=2)  # fresh gradients
+    fill_grads([p for p in params_of(groups) if p.requires_grad], seed=2)  # fresh gradients
     count = count_dispatched_ops(optimizer._current_plan)
     assert count.total == 0, count.by_operation
     assert optimizer._current_plan() is plan
@@ -1200,8 +1169,8 @@ def test_a_step_whose_gradients_moved_reads_each_address_once(monkeypatch: pytes
     optimizer = BatchedMuSGD(groups, **kwargs)
     optimizer.step()
     plan = _plan(optimizer)
-    params = _params_of(groups)
-    _fill_grads([p for p in params if p.requires_grad], seed=2)  # fresh gradients
+    params = params_of(groups)
+    fill_grads([p for p in params if p.requires_grad], seed=2)  # fresh gradients
     reads: list[int] = []
     data_ptr = torch.Tensor.data_ptr
     monkeypatch.setattr(planning_module, "_DATA_PTR", lambda t: reads.append(1) or data_ptr(t))
@@ -1218,7 +1187,7 @@ def test_moved_strided_gradients_sharing_memory_rebuild_the_plan() -> None:
     """
     params = _make_params([(16, 72), (16, 40), (8,)], seed=350)
     optimizer = BatchedMuSGD([_muon_group(params[:2]), _sgd_group(params[2:])])
-    _fill_grads(params, seed=351)
+    fill_grads(params, seed=351)
     optimizer.step()
     assert {id(params[0]), id(params[1])} <= set(_in_buckets(optimizer))
     shared = torch.randn(72, 16, generator=torch.Generator().manual_seed(352)) * 0.01
@@ -1230,7 +1199,7 @@ def test_moved_strided_gradients_sharing_memory_rebuild_the_plan() -> None:
 
 
 def test_moved_gradients_are_checked_at_once_and_one_onto_a_buffer_or_a_strided_view_rebuilds(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, builds: list[int]
 ) -> None:
     """Fresh contiguous gradients, a trainer's every step, take the vectorized check and keep the plan.
 
@@ -1238,16 +1207,15 @@ def test_moved_gradients_are_checked_at_once_and_one_onto_a_buffer_or_a_strided_
     """
     params = _make_params([(16, 72), (16, 40), (8,)], seed=345)
     optimizer = BatchedMuSGD([_muon_group(params[:2]), _sgd_group(params[2:])])
-    builds, one_by_one = [], []
-    build, each = batched_module._build_plan, planning_module._grads_overlap_each
-    monkeypatch.setattr(batched_module, "_build_plan", lambda *a: builds.append(1) or build(*a))
+    one_by_one = []
+    each = planning_module._grads_overlap_each
     monkeypatch.setattr(planning_module, "_grads_overlap_each", lambda *a: one_by_one.append(1) or each(*a))
-    _fill_grads(params, seed=346)
+    fill_grads(params, seed=346)
     optimizer.step()
     for seed in (347, 348):
         for p in params:
             p.grad = None
-        _fill_grads(params, seed=seed)  # fresh allocations, as after zero_grad(set_to_none=True)
+        fill_grads(params, seed=seed)  # fresh allocations, as after zero_grad(set_to_none=True)
         optimizer.step()
     assert len(builds) == 1 and one_by_one == []
 
@@ -1261,7 +1229,7 @@ def test_moved_gradients_are_checked_at_once_and_one_onto_a_buffer_or_a_strided_
     assert len(builds) == 2 and one_by_one == []
     assert id(params[0]) not in _in_buckets(optimizer) and id(params[1]) not in _in_buckets(optimizer)
 
-    _fill_grads(params, seed=349)
+    fill_grads(params, seed=349)
     optimizer.step()
     assert len(builds) == 3
     column = params[0].detach()[:8, 0]  # a strided (non-contiguous) view of parameter 0's memory
@@ -1283,7 +1251,7 @@ def test_gradients_a_closure_replaces_are_the_ones_the_step_reads() -> None:
             _grads_by_seed(optimizer_groups, 0)  # stale gradients, replaced by the closure
 
             def closure(optimizer_groups: list[dict[str, Any]] = optimizer_groups, step: int = step) -> float:
-                for p in _params_of(optimizer_groups):
+                for p in params_of(optimizer_groups):
                     p.grad = None
                 _grads_by_seed(optimizer_groups, 10 + step)
                 return 0.0
@@ -1331,7 +1299,7 @@ def test_sgd_buffers_live_in_one_tensor_laid_out_like_scratch_and_each_run_steps
     fill_synthetic_grads(groups, seed=1)
 
     def moved(step_groups: list[dict[str, Any]], step: int) -> None:  # a trainer's fresh gradients
-        _fill_grads(_params_of(step_groups), seed=200 + step)
+        fill_grads(params_of(step_groups), seed=200 + step)
 
     exact = BatchedMuSGD.with_pad_guard(0)  # exact shapes: bit-equality on the CPU is the contract there
     baseline, base_groups, candidate, cand_groups = _run_both(groups, 3, moved, kwargs, exact)
@@ -1345,7 +1313,7 @@ def test_sgd_buffers_live_in_one_tensor_laid_out_like_scratch_and_each_run_steps
             buffer, scratch = _sgd_buffer(candidate, group, p), plan.scratch_of[id(p)]
             assert buffer._base is flat_buffers[(p.device, p.dtype)]
             assert (buffer.storage_offset(), buffer.stride()) == (scratch.storage_offset(), scratch.stride())
-    assert sum(run.flat[0].numel() for run in runs) == sum(p.numel() for p in _params_of(cand_groups))
+    assert sum(run.flat[0].numel() for run in runs) == sum(p.numel() for p in params_of(cand_groups))
     for base_group, cand_group in zip(base_groups, cand_groups, strict=True):
         for q, p in zip(base_group["params"], cand_group["params"], strict=True):
             assert torch.equal(q, p)
@@ -1375,7 +1343,7 @@ def test_an_sgd_run_that_does_not_tile_one_stretch_keeps_its_foreach_lists() -> 
     runs = [run for layout in _plan(candidate).layouts.values() for run in layout.sgd]
     flat = {len(run.params): run.flat is not None for run in runs}
     assert flat == {4: False, 3: True, 2: True}  # undecayed (split), the middle group, Muon's SGD part
-    for q, p in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
+    for q, p in zip(params_of(base_groups), params_of(cand_groups), strict=True):
         assert torch.equal(q, p)
         for key, value in baseline.state[q].items():
             assert torch.equal(value, candidate.state[p][key]), key
@@ -1389,7 +1357,7 @@ def test_moving_buffers_into_their_flat_tensor_does_not_make_moved_gradients_reb
     """
     params = _make_params([(16,)] * 12 + [(64,)] * 6, seed=4)
     optimizer = BatchedMuSGD([_sgd_group(params)])
-    _fill_grads(params, seed=5)
+    fill_grads(params, seed=5)
     optimizer.step()
     plan = _plan(optimizer)
     indexed = sorted(zip(*plan.span_index["cpu"], strict=True))
@@ -1397,7 +1365,7 @@ def test_moving_buffers_into_their_flat_tensor_does_not_make_moved_gradients_reb
     starts = sorted(t.data_ptr() for t in held)
     assert [start for start, _ in indexed] == starts
     for seed in range(6, 10):
-        _fill_grads(params, seed=seed)  # new gradient tensors every step, as zero_grad(set_to_none) leaves
+        fill_grads(params, seed=seed)  # new gradient tensors every step, as zero_grad(set_to_none) leaves
         optimizer.step()
         assert _plan(optimizer) is plan
 
@@ -1424,7 +1392,7 @@ def test_on_cuda_the_flat_sgd_step_with_its_nesterov_update_is_the_baselines_bit
     baseline, base_groups, candidate, cand_groups = _run_both(groups, 4, _grads_by_seed, None, exact)
     runs = [run for layout in _plan(candidate).layouts.values() for run in layout.sgd]
     assert runs and all(run.flat is not None and run.flat_nesterov for run in runs)
-    for q, p in zip(_params_of(base_groups), _params_of(cand_groups), strict=True):
+    for q, p in zip(params_of(base_groups), params_of(cand_groups), strict=True):
         assert torch.equal(q, p)
         for key, value in baseline.state[q].items():
             assert torch.equal(value, candidate.state[p][key]), key

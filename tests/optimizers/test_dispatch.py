@@ -17,6 +17,7 @@ from experiments.workloads import build_param_groups, fill_synthetic_grads
 from optimizers import BatchedMuSGD
 from optimizers.dispatch import count_dispatched_ops
 from optimizers.graphs import CoreGraph
+from tests.optimizers.groups import muon_and_sgd
 
 # The YOLO26n step dispatched 1,478 operations before the plan held its stacks and views (counted the same
 # way); the target is "a couple of hundred". A regression guard, not a tuned number: the count measured at
@@ -36,8 +37,7 @@ def _groups(count: int, shapes: list[tuple[int, ...]]) -> list[dict[str, Any]]:
     sgd = [torch.nn.Parameter(torch.randn(16, generator=generator)) for _ in range(count)]
     for p in muon + sgd:
         p.grad = torch.randn(p.shape, generator=generator) * 0.01
-    common = {"lr": 0.02, "momentum": 0.9, "nesterov": True, "weight_decay": 5e-4}
-    return [{"params": muon, "use_muon": True, **common}, {"params": sgd, "use_muon": False, **common}]
+    return muon_and_sgd(muon, sgd)
 
 
 def _ops_per_step(groups: list[dict[str, Any]], kwargs: dict[str, float] | None = None) -> int:

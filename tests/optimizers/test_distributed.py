@@ -20,6 +20,7 @@ import torch.multiprocessing as mp
 from optimizers import BatchedMuSGD
 from optimizers.batched import batched_on_cpu
 from optimizers.distributed import Partition, world_and_rank
+from tests.optimizers.groups import HYPER, scaled_params
 
 WORLD = 2
 STEPS = 4
@@ -35,13 +36,12 @@ SGD_SHAPES = [(16,), (32,), (24,)]
 
 def _groups(device: str = "cpu", seed: int = 0) -> list[dict[str, Any]]:
     generator = torch.Generator().manual_seed(seed)
-    muon = [torch.nn.Parameter((torch.randn(s, generator=generator) * 0.02).to(device)) for s in MUON_SHAPES]
-    sgd = [torch.nn.Parameter((torch.randn(s, generator=generator) * 0.02).to(device)) for s in SGD_SHAPES]
-    common = {"lr": 0.02, "momentum": 0.9, "nesterov": True, "weight_decay": 5e-4}
+    muon = scaled_params(MUON_SHAPES, generator, device)
+    sgd = scaled_params(SGD_SHAPES, generator, device)
     return [
-        {"params": muon[:6], "use_muon": True, **common},
-        {"params": muon[6:], "use_muon": True, **{**common, "nesterov": False, "lr": 0.01}},
-        {"params": sgd, "use_muon": False, **common},
+        {"params": muon[:6], "use_muon": True, **HYPER},
+        {"params": muon[6:], "use_muon": True, **{**HYPER, "nesterov": False, "lr": 0.01}},
+        {"params": sgd, "use_muon": False, **HYPER},
     ]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,8 +22,8 @@ from experiments.screen import trial as screen_trial
 from experiments.workloads import build_param_groups, fill_synthetic_grads
 from optimizers import BatchedMuSGD, MuSGD, graphs
 from optimizers import batched as batched_module
-from optimizers.batched import batched_on_cpu
 from optimizers.graphs import CoreGraph
+from tests.optimizers.groups import fill_grads, muon_and_sgd, params_of, scaled_params
 
 cuda = pytest.mark.cuda
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -36,10 +36,6 @@ def _clone_groups(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def _params_of(groups: list[dict[str, Any]]) -> list[torch.Tensor]:
-    return [p for g in groups for p in g["params"]]
-
-
 def _assert_identical(
     first: torch.optim.Optimizer,
     first_groups: list[dict[str, Any]],
@@ -48,7 +44,7 @@ def _assert_identical(
     where: Any = None,
 ) -> None:
     """Every parameter and every state buffer bit-equal."""
-    for p, q in zip(_params_of(first_groups), _params_of(second_groups), strict=True):
+    for p, q in zip(params_of(first_groups), params_of(second_groups), strict=True):
         assert torch.equal(p, q), (where, tuple(p.shape))
         assert set(first.state[p]) == set(second.state[q])
         for key, buffer in first.state[p].items():
@@ -67,18 +63,8 @@ def _small_groups(seed: int, device: str = "cuda") -> list[dict[str, Any]]:
     generator = torch.Generator().manual_seed(seed)
     shapes = [(16, 8, 3, 3), (32, 16, 1, 1), (64, 16), (16, 40), (24, 24), (24, 24), (20, 36)]
     shapes += [(300, 260)] if device == "cuda" else []
-    muon = [torch.nn.Parameter((torch.randn(s, generator=generator) * 0.02).to(device)) for s in shapes]
-    sgd = [
-        torch.nn.Parameter((torch.randn(s, generator=generator) * 0.02).to(device)) for s in [(16,), (32,)]
-    ]
-    common = {"lr": 0.02, "momentum": 0.9, "nesterov": True, "weight_decay": 5e-4}
-    return [{"params": muon, "use_muon": True, **common}, {"params": sgd, "use_muon": False, **common}]
-
-
-def _fill(groups: list[dict[str, Any]], seed: int) -> None:
-    generator = torch.Generator().manual_seed(seed)
-    for p in _params_of(groups):
-        p.grad = (torch.randn(p.shape, generator=generator) * 0.01).to(p.device)
+    muon = scaled_params(shapes, generator, device)
+    return muon_and_sgd(muon, scaled_params([(16,), (32,)], generator, device))
 
 
 # ---------------------------------------------------------------------------------------------- simulated
@@ -127,17 +113,9 @@ class SimulatedBackend:
 
 
 @pytest.fixture
-def simulated_device(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """CPU stacks count as one CUDA device (the batched path forced onto the CPU, on one thread: these
-    small matrices only lose from more)."""
+def simulated_device(monkeypatch: pytest.MonkeyPatch, batched_cpu_one_thread: None) -> None:
+    """CPU stacks count as one CUDA device (the batched path forced onto the CPU, on one thread)."""
     monkeypatch.setattr(batched_module, "_device_refusal", lambda devices: None)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with batched_on_cpu():
-            yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _simulated(groups: list[dict[str, Any]], backend: SimulatedBackend | None = None) -> BatchedMuSGD:
@@ -146,21 +124,29 @@ def _simulated(groups: list[dict[str, Any]], backend: SimulatedBackend | None = 
     return optimizer
 
 
+def _with_eager_twin(
+    seed: int, device: str = "cuda", backend: SimulatedBackend | None = None
+) -> tuple[BatchedMuSGD, list[dict[str, Any]], BatchedMuSGD, list[dict[str, Any]]]:
+    """An optimizer over `_small_groups` (simulated on the CPU) and an eager twin over a clone of them."""
+    groups = _small_groups(seed, device)
+    twin_groups = _clone_groups(groups)
+    optimizer = _simulated(groups, backend) if device == "cpu" else BatchedMuSGD(groups)
+    return optimizer, groups, _eager(twin_groups), twin_groups
+
+
 def test_simulated_replays_feed_the_step_what_eager_cores_would(simulated_device: None) -> None:
     """Eight steps with a schedule that moves every step: replays give the eager optimizer's bits, and each
     core is counted.
 
     Replays refill their outputs in place, and the updates widened into scratch too.
     """
-    groups = _small_groups(seed=6, device="cpu")
-    twin_groups = _clone_groups(groups)
-    optimizer, twin = _simulated(groups), _eager(twin_groups)
+    optimizer, groups, twin, twin_groups = _with_eager_twin(seed=6, device="cpu")
     for step in range(8):
         for opt, opt_groups in ((optimizer, groups), (twin, twin_groups)):
             for group in opt_groups:
                 group["lr"] = 0.02 * (step + 1) / 8
                 group["momentum"] = 0.8 + 0.0125 * step
-            _fill(opt_groups, 20 + step)
+            fill_grads(params_of(opt_groups), 20 + step)
             opt.step()
         _assert_identical(optimizer, groups, twin, twin_groups, where=step)
     kinds = {entry.batch.kind for entry in optimizer._plan.stacks}
@@ -177,13 +163,11 @@ def test_simulated_replays_keep_their_graph_through_a_nesterov_flip(simulated_de
 
     Turning Nesterov off changes what the momentum step writes there, not the graph; the bits stay as eager.
     """
-    groups = _small_groups(seed=9, device="cpu")
-    twin_groups = _clone_groups(groups)
-    optimizer, twin = _simulated(groups), _eager(twin_groups)
+    optimizer, groups, twin, twin_groups = _with_eager_twin(seed=9, device="cpu")
     for step in range(8):
         for opt, opt_groups in ((optimizer, groups), (twin, twin_groups)):
             opt.param_groups[0]["nesterov"] = step < 4
-            _fill(opt_groups, 40 + step)
+            fill_grads(params_of(opt_groups), 40 + step)
             opt.step()
         _assert_identical(optimizer, groups, twin, twin_groups, where=step)
     assert optimizer.graph_stats == {"eager: warm-up": 1, "captured": 1, "replayed": 6}
@@ -197,31 +181,43 @@ def test_plan_bytes_count_what_the_capture_stream_and_the_graph_keep(simulated_d
     """
     groups = _small_groups(seed=8, device="cpu")
     optimizer = _simulated(groups, SimulatedBackend(warm_bytes=32 << 20))
-    _fill(groups, 30)
+    fill_grads(params_of(groups), 30)
     optimizer.step()  # the warm-up
     assert optimizer.plan_bytes == optimizer._plan.nbytes + (32 << 20)
-    _fill(groups, 31)
+    fill_grads(params_of(groups), 31)
     optimizer.step()  # the capture: the simulated graph keeps 1 byte of pool
     assert optimizer.plan_bytes == optimizer._plan.nbytes + (32 << 20) + 1
     optimizer.load_state_dict(optimizer.state_dict())  # a new plan and graph; the stream's workspace stays
-    _fill(groups, 32)
+    fill_grads(params_of(groups), 32)
     optimizer.step()
     assert optimizer.plan_bytes == optimizer._plan.nbytes + (32 << 20)
 
 
-def test_simulated_policy_counts_every_reason(simulated_device: None) -> None:
-    groups = _small_groups(seed=7, device="cpu")
-    twin_groups = _clone_groups(groups)
-    backend = SimulatedBackend()
-    optimizer, twin = _simulated(groups, backend), _eager(twin_groups)
+def _in_lockstep(
+    optimizer: BatchedMuSGD,
+    groups: list[dict[str, Any]],
+    twin: BatchedMuSGD,
+    twin_groups: list[dict[str, Any]],
+) -> Callable[..., None]:
+    """``both(seed)`` gives both optimizers the same seeded gradients and steps each.
+
+    ``drop`` takes the Muon group's second gradient away. ``eager_step`` asks the first for an eager step.
+    """
 
     def both(seed: int, eager_step: bool = False, drop: bool = False) -> None:
         for opt, opt_groups in ((optimizer, groups), (twin, twin_groups)):
-            _fill(opt_groups, seed)
+            fill_grads(params_of(opt_groups), seed)
             if drop:
                 opt_groups[0]["params"][1].grad = None
             (opt.eager_step if eager_step and opt is optimizer else opt.step)()
 
+    return both
+
+
+def test_simulated_policy_counts_every_reason(simulated_device: None) -> None:
+    backend = SimulatedBackend()
+    optimizer, groups, twin, twin_groups = _with_eager_twin(seed=7, device="cpu", backend=backend)
+    both = _in_lockstep(optimizer, groups, twin, twin_groups)
     for seed in range(3):
         both(seed)  # warm-up, captured, replayed
     both(3, eager_step=True)
@@ -246,16 +242,13 @@ def test_simulated_policy_counts_every_reason(simulated_device: None) -> None:
 
 
 def test_simulated_capture_failure_runs_eagerly_and_says_why(simulated_device: None) -> None:
-    groups = _small_groups(seed=8, device="cpu")
-    twin_groups = _clone_groups(groups)
     backend = SimulatedBackend(
         fail_with=RuntimeError("operation not permitted when stream is capturing\nmore")
     )
-    optimizer, twin = _simulated(groups, backend), _eager(twin_groups)
+    optimizer, groups, twin, twin_groups = _with_eager_twin(seed=8, device="cpu", backend=backend)
+    both = _in_lockstep(optimizer, groups, twin, twin_groups)
     for step in range(4):
-        for opt, opt_groups in ((optimizer, groups), (twin, twin_groups)):
-            _fill(opt_groups, 30 + step)
-            opt.step()
+        both(30 + step)
     assert optimizer.graph_stats == {
         "eager: warm-up": 1,
         "eager: capture failed: RuntimeError: operation not permitted when stream is capturing": 1,
@@ -299,24 +292,14 @@ def test_cuda_replayed_steps_equal_eager_steps_under_a_schedule_that_moves_every
 @cuda
 @needs_cuda
 def test_cuda_every_eager_core_is_counted_with_its_reason() -> None:
-    groups = _small_groups(seed=1)
-    twin_groups = _clone_groups(groups)
-    optimizer, twin = BatchedMuSGD(groups), _eager(twin_groups)
-
-    def both(seed: int, eager_step: bool = False) -> None:
-        for opt, opt_groups in ((optimizer, groups), (twin, twin_groups)):
-            _fill(opt_groups, seed)
-            (opt.eager_step if eager_step and opt is optimizer else opt.step)()
-
+    optimizer, groups, twin, twin_groups = _with_eager_twin(seed=1)
+    both = _in_lockstep(optimizer, groups, twin, twin_groups)
     both(0)  # warm-up
     both(1)  # captured
     both(2)  # replayed
     both(3, eager_step=True)
     both(4)  # replayed
-    for opt, opt_groups in ((optimizer, groups), (twin, twin_groups)):
-        _fill(opt_groups, 5)
-        opt_groups[0]["params"][1].grad = None  # the plan changes: a new graph after a new warm-up
-        opt.step()
+    both(5, drop=True)  # the plan changes: a new graph after a new warm-up
     both(6)  # the gradient is back: the plan changes again
     both(7)  # captured
     optimizer.graph_replay = False
@@ -339,11 +322,9 @@ def test_cuda_a_capture_of_a_replaying_step_records_the_steps_own_kernels() -> N
     The step calls `eager_step`, so the outer graph holds every kernel of the step. Its replays compute what
     eager steps compute.
     """
-    groups = _small_groups(seed=2)
-    twin_groups = _clone_groups(groups)
-    optimizer, twin = BatchedMuSGD(groups), _eager(twin_groups)
-    _fill(groups, 0)
-    _fill(twin_groups, 0)
+    optimizer, groups, twin, twin_groups = _with_eager_twin(seed=2)
+    fill_grads(params_of(groups), 0)
+    fill_grads(params_of(twin_groups), 0)
     for _ in range(3):  # warm-up, capture, replay
         optimizer.step()
         twin.step()
@@ -367,11 +348,9 @@ def test_cuda_a_capture_of_a_replaying_step_records_the_steps_own_kernels() -> N
 @needs_cuda
 def test_cuda_eager_step_is_what_an_outer_capture_should_call() -> None:
     """`eager_step` inside a caller's own capture: the graph replays the step's own kernels."""
-    groups = _small_groups(seed=3)
-    twin_groups = _clone_groups(groups)
-    optimizer, twin = BatchedMuSGD(groups), _eager(twin_groups)
-    _fill(groups, 0)
-    _fill(twin_groups, 0)
+    optimizer, groups, twin, twin_groups = _with_eager_twin(seed=3)
+    fill_grads(params_of(groups), 0)
+    fill_grads(params_of(twin_groups), 0)
     for _ in range(3):
         optimizer.step()
         twin.step()
@@ -402,15 +381,13 @@ def test_cuda_checkpoints_move_both_ways_while_the_core_replays() -> None:
     """
     generator = torch.Generator().manual_seed(4)
     shapes = [(16, 8, 3, 3), (32, 72), (24, 40), (300, 260)]
-    muon = [torch.nn.Parameter((torch.randn(s, generator=generator) * 0.02).cuda()) for s in shapes]
-    sgd = [torch.nn.Parameter((torch.randn(s, generator=generator) * 0.02).cuda()) for s in [(16,), (32,)]]
-    common = {"lr": 0.02, "momentum": 0.9, "nesterov": True, "weight_decay": 5e-4}
-    groups = [{"params": muon, "use_muon": True, **common}, {"params": sgd, "use_muon": False, **common}]
+    muon = scaled_params(shapes, generator, "cuda")
+    groups = muon_and_sgd(muon, scaled_params([(16,), (32,)], generator, "cuda"))
 
     uninterrupted = _clone_groups(groups)
     reference = MuSGD(uninterrupted)
     for step in range(8):
-        _fill(uninterrupted, 10 + step)
+        fill_grads(params_of(uninterrupted), 10 + step)
         reference.step()
 
     resumed = _clone_groups(groups)
@@ -421,12 +398,12 @@ def test_cuda_checkpoints_move_both_ways_while_the_core_replays() -> None:
         if state is not None:
             optimizer.load_state_dict(state)
         for step in steps:
-            _fill(resumed, 10 + step)
+            fill_grads(params_of(resumed), 10 + step)
             optimizer.step()
         if isinstance(optimizer, BatchedMuSGD):
             assert optimizer.graph_stats == {"eager: warm-up": 1, "captured": 1, "replayed": 2}
         state = copy.deepcopy(optimizer.state_dict())
-    for p, q in zip(_params_of(uninterrupted), _params_of(resumed), strict=True):
+    for p, q in zip(params_of(uninterrupted), params_of(resumed), strict=True):
         assert torch.equal(p, q)
 
 
@@ -436,12 +413,12 @@ def test_cuda_loading_a_checkpoint_drops_the_graph() -> None:
     groups = _small_groups(seed=5)
     optimizer = BatchedMuSGD(groups)
     for step in range(3):
-        _fill(groups, step)
+        fill_grads(params_of(groups), step)
         optimizer.step()
     optimizer.load_state_dict(copy.deepcopy(optimizer.state_dict()))
     assert optimizer.plan_bytes == 0
     for step in range(3, 6):
-        _fill(groups, step)
+        fill_grads(params_of(groups), step)
         optimizer.step()
     assert optimizer.graph_stats == {"eager: warm-up": 2, "captured": 2, "replayed": 2}
 

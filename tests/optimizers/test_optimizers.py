@@ -10,19 +10,13 @@ import torch
 from optimizers import MuSGD, newton_schulz
 from optimizers.musgd import muon_update
 from optimizers.newton_schulz import NS_STEPS, Stack, foreach_mul_, newton_schulz_stacks
+from tests.optimizers.groups import HYPER, fill_grads, scaled_params
 
 
 def _params(
     *shapes: tuple[int, ...], seed: int = 0, dtype: torch.dtype = torch.float32
 ) -> list[torch.nn.Parameter]:
-    generator = torch.Generator().manual_seed(seed)
-    return [torch.nn.Parameter((torch.randn(s, generator=generator) * 0.02).to(dtype)) for s in shapes]
-
-
-def _set_grads(params: list[torch.Tensor], seed: int) -> None:
-    generator = torch.Generator().manual_seed(seed)
-    for p in params:
-        p.grad = (torch.randn(p.shape, generator=generator) * 0.01).to(p.dtype)
+    return scaled_params(shapes, torch.Generator().manual_seed(seed), dtype=dtype)
 
 
 def test_newton_schulz_approximately_orthogonalizes() -> None:
@@ -51,8 +45,8 @@ def test_sgd_groups_match_torch_sgd() -> None:
     musgd = MuSGD([{"params": ours, **settings, "use_muon": False}])
     sgd = torch.optim.SGD(theirs, **settings, foreach=False)
     for step in range(3):
-        _set_grads(ours, step)
-        _set_grads(theirs, step)
+        fill_grads(ours, step)
+        fill_grads(theirs, step)
         musgd.step()
         sgd.step()
     for a, b in zip(ours, theirs, strict=True):
@@ -63,7 +57,7 @@ def test_sgd_groups_match_torch_sgd() -> None:
 def test_muon_group_is_muon_then_sgd() -> None:
     """A use_muon step is p -= lr*muon*NS(momentum), then SGD momentum with decay on the updated p, gain sgd."""
     (p,) = _params((16, 3, 3, 3), seed=2)
-    _set_grads([p], seed=3)
+    fill_grads([p], seed=3)
     lr, beta, wd, muon, sgd = 0.01, 0.9, 1e-3, 0.2, 1.0
     expected = p.detach().clone()
     buffer = torch.zeros_like(p)
@@ -100,18 +94,10 @@ def test_channels_last_gradients_equal_the_contiguous_case() -> None:
     ]
     optimizers = []
     for params in (contiguous, channels_last):
-        group = {
-            "params": params,
-            "lr": 0.02,
-            "momentum": 0.9,
-            "nesterov": True,
-            "weight_decay": 5e-4,
-            "use_muon": True,
-        }
-        optimizers.append(MuSGD([group]))
+        optimizers.append(MuSGD([{"params": params, **HYPER, "use_muon": True}]))
     for step in range(2):
         for params, optimizer in zip((contiguous, channels_last), optimizers, strict=True):
-            _set_grads(params, seed=10 + step)
+            fill_grads(params, seed=10 + step)
             if params is channels_last:
                 for p in params:
                     p.grad = p.grad.contiguous(memory_format=torch.channels_last)
@@ -124,7 +110,7 @@ def test_channels_last_gradients_equal_the_contiguous_case() -> None:
 def test_grads_none_are_skipped_and_state_is_lazy() -> None:
     params = _params((8, 8), (8, 8), seed=5)
     optimizer = MuSGD([{"params": params, "lr": 0.1, "momentum": 0.9, "use_muon": True}])
-    _set_grads(params[:1], seed=6)
+    fill_grads(params[:1], seed=6)
     before = params[1].detach().clone()
     optimizer.step()
     assert torch.equal(params[1], before)
@@ -147,7 +133,7 @@ def test_all_zero_gradients_give_no_nan() -> None:
 
 def test_muon_rejects_non_matrix_parameters() -> None:
     (p,) = _params((16,), seed=8)
-    _set_grads([p], seed=9)
+    fill_grads([p], seed=9)
     with pytest.raises(ValueError, match="2-D or 4-D"):
         MuSGD([{"params": [p], "use_muon": True}]).step()
 
@@ -159,10 +145,10 @@ def test_state_dict_round_trip_continues_identically() -> None:
         {"params": params[1:], "lr": 0.02, "momentum": 0.9},
     ]
     optimizer = MuSGD(groups)
-    _set_grads(params, seed=12)
+    fill_grads(params, seed=12)
     optimizer.step()
     saved_params, saved_state = [p.detach().clone() for p in params], copy.deepcopy(optimizer.state_dict())
-    _set_grads(params, seed=13)
+    fill_grads(params, seed=13)
     optimizer.step()
     after_uninterrupted = [p.detach().clone() for p in params]
 
@@ -171,7 +157,7 @@ def test_state_dict_round_trip_continues_identically() -> None:
             p.copy_(saved)
     resumed = MuSGD(groups)
     resumed.load_state_dict(saved_state)
-    _set_grads(params, seed=13)
+    fill_grads(params, seed=13)
     resumed.step()
     for p, expected in zip(params, after_uninterrupted, strict=True):
         assert torch.equal(p, expected)

@@ -20,37 +20,20 @@ from pathlib import Path
 import pytest
 
 from tests import child_env
-from tests.argv import overridden
+from tests.argv import ONE_PAIR, TINY_FIT, TINY_SCREEN, overridden
 
 ENV = child_env(TERM="xterm-256color", COLUMNS="100", LINES="40")
 HARD_TIMEOUT = 180.0  # seconds; each command below takes under 30 s on a loaded two-core machine
 
 COMMANDS = {
-    "pair": [
-        *("pair", "--workload", "embedded", "--images", "8", "--batch", "4", "--steps", "4"),
-        *("--val-images", "8", "--pairs", "1", "--warmup", "0"),
-    ],
-    "screen": [
-        *("screen", "--scales", "n", "--guards", "0", "--steps", "2", "--warmup-steps", "0"),
-        *("--warmup", "0", "--pairs", "1", "--device", "cpu"),
-    ],
+    "pair": ["pair", *TINY_FIT, *ONE_PAIR],
+    "screen": [*overridden(TINY_SCREEN, ["--steps", "2"]), *ONE_PAIR],
     "parity": ["parity", "--steps", "2", "--device", "cpu"],
     "probe": [
         *("probe", "--head", "lm", "--variants", "native", "--tokens", "64", "--vocab", "256", "--dim", "32"),
         *("--pairs", "1", "--warmup", "0", "--device", "cpu"),
     ],
-    "command": [
-        "command",
-        "--arms",
-        "baseline,candidate-cpu",
-        "--pairs",
-        "1",
-        "--warmup",
-        "0",
-        "--",
-        "sleep",
-        "0.1",
-    ],
+    "command": ["command", "--arms", "baseline,candidate-cpu", *ONE_PAIR, "--", "sleep", "0.1"],
 }
 
 

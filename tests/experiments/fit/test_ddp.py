@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -23,20 +25,14 @@ from experiments.fit.plan import FitSettings
 from harness.cli import main
 from harness.errors import InputError
 from harness.options import protocol_options, split_device_list
-from tests import ROOT, child_env
+from tests import child_env
+from tests.argv import BENCH, ONE_PAIR, overridden
 from tests.argv import TINY_FIT as TINY
-from tests.argv import overridden
+from tests.processes import assert_gone, started
 from tests.runfolders import only_run
 from tests.workerfns import PIDS_ENV
 
 RANKS = ["--gpus", "2", "--device", "cpu", "--quiet"]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 # --- the option ------------------------------------------------------------------------------------------
@@ -109,10 +105,7 @@ def test_two_rank_fits_through_bench_pair_end_to_end(tmp_path: Path) -> None:
     The candidate shares its Newton-Schulz over the ranks and the baseline does not. Each rank has its log.
     """
     arms = "baseline,tests.workerfns:CpuBatchedCandidate"
-    assert (
-        main(["pair", *TINY, *RANKS, "--arms", arms, "--warmup", "0", "--pairs", "1", "--out", str(tmp_path)])
-        == 0
-    )
+    assert main(["pair", *TINY, *RANKS, "--arms", arms, *ONE_PAIR, "--out", str(tmp_path)]) == 0
     folder = only_run(tmp_path)
     rows = folder.rows()
     assert all(r["status"] == "ok" for r in rows), [r["message"] for r in rows]
@@ -176,7 +169,7 @@ def test_a_two_rank_stages_run_attributes_rank_zeros_fit(tmp_path: Path) -> None
     from experiments.fit.stages import STAGES, stage_column
 
     arguments = ["pair", *TINY, *RANKS, "--stages", "--arms", "baseline", "--control", "--no-report"]
-    assert main([*arguments, "--warmup", "0", "--pairs", "1", "--out", str(tmp_path)]) == 0
+    assert main([*arguments, *ONE_PAIR, "--out", str(tmp_path)]) == 0
     rows = only_run(tmp_path).rows()
     assert all(r["status"] == "ok" for r in rows), [r["message"] for r in rows]
     for row in rows:
@@ -195,10 +188,8 @@ def test_a_rank_that_dies_fails_its_trial_leaves_nothing_running_and_the_run_goe
     monkeypatch.setenv(PIDS_ENV, str(pids))
     arms = "tests.workerfns:DiesOnRankOne,baseline"
     runs = tmp_path / "runs"
-    assert (
-        main(["pair", *TINY, *RANKS, "--arms", arms, "--warmup", "0", "--pairs", "1", "--out", str(runs)])
-        == 3  # every trial of the dying arm failed
-    )
+    # Every trial of the dying arm failed.
+    assert main(["pair", *TINY, *RANKS, "--arms", arms, *ONE_PAIR, "--out", str(runs)]) == 3
     rows = only_run(runs).rows()
     assert [r["arm"] for r in rows] == ["tests.workerfns:DiesOnRankOne", "baseline"]
     died, survivor = rows
@@ -209,10 +200,7 @@ def test_a_rank_that_dies_fails_its_trial_leaves_nothing_running_and_the_run_goe
     launchers = {int(p.read_text()) for p in pids.iterdir()}
     # Two ranks under one launcher, twice: the dying arm's untimed first run (the estimate) and its trial.
     assert len(ranks) == 4 and len(launchers) == 2
-    deadline = time.monotonic() + 30
-    while any(_alive(pid) for pid in ranks | launchers) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(_alive(pid) for pid in ranks | launchers)
+    assert_gone(ranks | launchers, timeout=30)
 
 
 def test_a_rank_whose_teardown_aborts_after_its_result_is_in_still_gives_the_result(tmp_path: Path) -> None:
@@ -232,39 +220,13 @@ def test_a_rank_whose_teardown_aborts_after_its_result_is_in_still_gives_the_res
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc to check that no rank survives")
 def test_ranks_and_their_launcher_end_when_the_run_is_killed(tmp_path: Path) -> None:
     """The parent is SIGKILLed mid-trial: the ranks see its end (their watchdog) and go, and so does the launcher."""
-    import subprocess
-    import sys
-
     pids = tmp_path / "pids"
     pids.mkdir()
-    long_fit = [
-        "--workload",
-        "embedded",
-        "--images",
-        "8",
-        "--batch",
-        "4",
-        "--steps",
-        "2000",
-        "--val-images",
-        "8",
-    ]
-    command = [
-        sys.executable,
-        "-m",
-        "harness.cli",
-        "pair",
-        *long_fit,
-        *RANKS,
-        "--arms",
-        "tests.workerfns:NotesPids",
-    ]
-    command += ["--control", "--warmup", "0", "--pairs", "1", "--no-report", "--out", str(tmp_path / "runs")]
+    long_fit = overridden(TINY, ["--steps", "2000"])
+    command = [*BENCH, "pair", *long_fit, *RANKS, "--arms", "tests.workerfns:NotesPids", "--control"]
+    command += [*ONE_PAIR, "--no-report", "--out", str(tmp_path / "runs")]
     env = child_env(**{PIDS_ENV: str(pids)})
-    process = subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
+    with started(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as process:
         deadline = time.monotonic() + 240
         while len(list(pids.iterdir())) < 2:
             assert time.monotonic() < deadline and process.poll() is None, "the ranks never started"
@@ -272,15 +234,9 @@ def test_ranks_and_their_launcher_end_when_the_run_is_killed(tmp_path: Path) -> 
         time.sleep(1.0)  # the pid files are written as the optimizers are built: the fit is under way
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
     ranks = {int(p.name) for p in pids.iterdir()}
     launchers = {int(p.read_text()) for p in pids.iterdir()}
-    deadline = time.monotonic() + 60
-    while any(_alive(pid) for pid in ranks | launchers) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not [pid for pid in ranks | launchers if _alive(pid)]
+    assert_gone(ranks | launchers, timeout=60)
 
 
 # --- the real trainer's DDP launch ----------------------------------------------------------------------------
@@ -300,8 +256,6 @@ def test_the_real_trainers_ddp_launch_file_builds_the_arms_trainer_in_a_fresh_ra
     GPU: torch.distributed.run starting it, NCCL, and the CUDA-only fit.
     """
     import json as _json
-    import subprocess
-    import sys
 
     from experiments.fit.dataset import SyntheticSet, ensure_synthetic_set
     from experiments.fit.ultralytics_ddp import TRIAL_ENV, write_trial
@@ -363,23 +317,7 @@ def test_the_distributed_screen_times_each_rank_and_the_collectives_share(
     monkeypatch.setattr(ranks, "RANK_TARGET", "tests.workerfns:tiny_screen_rank")
     arms = "baseline,tests.workerfns:CpuBatchedCandidate"
     arguments = ["screen", "--scales", "n", "--guards", "none", "--arms", arms, "--steps", "3"]
-    assert (
-        main(
-            [
-                *arguments,
-                "--warmup-steps",
-                "1",
-                "--warmup",
-                "0",
-                "--pairs",
-                "1",
-                *RANKS,
-                "--out",
-                str(tmp_path),
-            ]
-        )
-        == 0
-    )
+    assert main([*arguments, "--warmup-steps", "1", *ONE_PAIR, *RANKS, "--out", str(tmp_path)]) == 0
     folder = only_run(tmp_path)
     rows = {r["arm"].split("@")[0]: r for r in folder.rows()}
     assert all(r["status"] == "ok" for r in rows.values()), [r["message"] for r in rows.values()]
@@ -444,7 +382,7 @@ TWO_GPUS = pytest.mark.skipif(
 @TWO_GPUS
 def test_cuda_two_gpu_embedded_fits_share_newton_schulz_and_record_each_ranks_peaks(tmp_path: Path) -> None:
     arguments = ["pair", *TINY, "--gpus", "2", "--device", "cuda", "--quiet", "--no-report"]
-    assert main([*arguments, "--warmup", "0", "--pairs", "1", "--out", str(tmp_path)]) == 0
+    assert main([*arguments, *ONE_PAIR, "--out", str(tmp_path)]) == 0
     rows = {r["arm"]: r for r in only_run(tmp_path).rows()}
     assert all(r["status"] == "ok" for r in rows.values()), [r["message"] for r in rows.values()]
     for row in rows.values():
@@ -461,7 +399,7 @@ def test_cuda_two_gpu_embedded_fits_share_newton_schulz_and_record_each_ranks_pe
 def test_cuda_two_gpu_real_trainer_fit_through_ultralytics_ddp_launch(tmp_path: Path) -> None:
     arguments = ["pair", "--workload", "ultralytics", "--images", "16", "--val-images", "8", "--imgsz", "64"]
     arguments += ["--batch", "4", "--steps", "8", "--gpus", "2", "--device", "cuda", "--quiet", "--no-report"]
-    assert main([*arguments, "--warmup", "0", "--pairs", "1", "--out", str(tmp_path)]) == 0
+    assert main([*arguments, *ONE_PAIR, "--out", str(tmp_path)]) == 0
     rows = {r["arm"]: r for r in only_run(tmp_path).rows()}
     assert all(r["status"] == "ok" for r in rows.values()), [r["message"] for r in rows.values()]
     for row in rows.values():

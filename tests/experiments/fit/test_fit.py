@@ -9,20 +9,26 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from experiments.fit.plan import FitSettings, check_steps
+from experiments.arms import make_optimizer
+from experiments.fit import embedded
+from experiments.fit.plan import FitSettings, _minutes, check_steps, estimated_cpu_fit_seconds, make_plan
 from experiments.fit.stages import STAGES, host_iteration_median, stage_column, within_epoch_gaps
+from experiments.tiers import TIERS
 from harness.cli import main
 from harness.errors import InputError
+from harness.options import protocol_options
+from harness.protocol_options import ProtocolOptions
 from harness.tier import Run
-from tests import ROOT
-from tests.argv import TINY_FIT
+from harness.timing import StageClock
+from tests.argv import BENCH, ONE_PAIR, TINY_FIT
+from tests.processes import assert_gone, children, started, wait_for
 from tests.runfolders import only_run
+from tests.trialfns import TINY_FIT_SETTINGS, TWO_ARMS, runner
 
 ULTRALYTICS = all(importlib.util.find_spec(name) is not None for name in ("ultralytics", "torchvision"))
 TINY = [*TINY_FIT, "--quiet"]
@@ -120,26 +126,8 @@ def test_pair_embedded_end_to_end(tmp_path: Path, capsys) -> None:
 @pytest.mark.slow
 def test_an_aa_control_fit_is_judged_against_its_tolerance(tmp_path: Path) -> None:
     """`--control --bar 50`: the baseline against itself, its claim a noise floor judged against ±50%."""
-    assert (
-        main(
-            [
-                "pair",
-                *TINY,
-                "--arms",
-                "baseline",
-                "--control",
-                "--bar",
-                "50",
-                "--warmup",
-                "0",
-                "--pairs",
-                "1",
-                "--out",
-                str(tmp_path),
-            ]
-        )
-        == 0
-    )
+    argv = ["pair", *TINY, "--arms", "baseline", "--control", "--bar", "50", *ONE_PAIR]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
     folder = only_run(tmp_path)
     assert {r["optimizer_class"] for r in folder.rows()} == {"optimizers.musgd.MuSGD"}
     claim = folder.file("claim.txt").read_text().split("\n", 1)[1]  # after the answer
@@ -154,7 +142,7 @@ def test_an_aa_control_fit_is_judged_against_its_tolerance(tmp_path: Path) -> No
 @pytest.mark.slow
 def test_stages_run_attributes_the_whole_fit(tmp_path: Path, capsys) -> None:
     """`--stages` is its own diagnostic run: the stages add up to the fit, and the ceiling is stated."""
-    assert main(["pair", *TINY, "--stages", "--warmup", "0", "--pairs", "1", "--out", str(tmp_path)]) == 0
+    assert main(["pair", *TINY, "--stages", *ONE_PAIR, "--out", str(tmp_path)]) == 0
     folder = only_run(tmp_path)
     assert folder.path.name.startswith("stages-")
     rows = folder.rows()
@@ -193,28 +181,9 @@ def test_stages_run_attributes_the_whole_fit(tmp_path: Path, capsys) -> None:
 def test_a_worker_that_dies_is_a_failed_row_and_the_run_goes_on(tmp_path: Path) -> None:
     arms = "baseline,tests.workerfns:DiesMidFit"
     # The dying arm runs first in the pair, so the baseline after it shows the run went on.
-    assert (
-        main(
-            [
-                "pair",
-                *TINY,
-                "--arms",
-                arms,
-                "--order",
-                "random",
-                "--seed",
-                "1",
-                "--warmup",
-                "0",
-                "--pairs",
-                "1",
-                "--out",
-                str(tmp_path),
-                "--no-report",
-            ]
-        )
-        == 3  # every trial of the dying arm failed: exit 3, the baseline's rows logged all the same
-    )
+    argv = ["pair", *TINY, "--arms", arms, "--order", "random", "--seed", "1", *ONE_PAIR, "--no-report"]
+    # Every trial of the dying arm failed: exit 3, the baseline's rows logged all the same.
+    assert main([*argv, "--out", str(tmp_path)]) == 3
     rows = only_run(tmp_path).rows()
     assert [r["arm"] for r in rows] == ["tests.workerfns:DiesMidFit", "baseline"]
     died, survivor = rows
@@ -223,60 +192,20 @@ def test_a_worker_that_dies_is_a_failed_row_and_the_run_goes_on(tmp_path: Path) 
     assert survivor["status"] == "ok" and survivor["iterations"] == 4
 
 
-def _children(pid: int) -> set[int]:
-    found: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        text = (task / "children").read_text().split() if (task / "children").exists() else []
-        found |= {int(p) for p in text}
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _wait_for(predicate, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting")
-        time.sleep(0.05)
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find the worker")
 def test_a_killed_run_resumes_with_only_the_rest(tmp_path: Path) -> None:
     """The parent is SIGKILLed during trial 2; its worker dies with it; --resume runs trial 2 only."""
-    command = [
-        sys.executable,
-        "-m",
-        "harness.cli",
-        "pair",
-        *TINY,
-        "--warmup",
-        "0",
-        "--pairs",
-        "1",
-        "--out",
-        str(tmp_path),
-        "--no-report",
-    ]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_for(lambda: any(p.name.startswith("pair-") for p in tmp_path.glob("*")))
+    command = [*BENCH, "pair", *TINY, *ONE_PAIR, "--out", str(tmp_path), "--no-report"]
+    with started(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as process:
+        wait_for(lambda: any(p.name.startswith("pair-") for p in tmp_path.glob("*")))
         folder = only_run(tmp_path)
-        _wait_for(lambda: len(folder.rows()) == 1 and (folder.path / "trials" / "1.log").exists())
-        _wait_for(lambda: bool(_children(process.pid)))
-        workers = _children(process.pid)
+        wait_for(lambda: len(folder.rows()) == 1 and (folder.path / "trials" / "1.log").exists())
+        wait_for(lambda: bool(children(process.pid)))
+        workers = children(process.pid)
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    _wait_for(lambda: not any(_alive(w) for w in workers), timeout=60)  # no orphaned fit left running
+    assert_gone(workers, timeout=60)  # no orphaned fit left running
     before = folder.rows()
     assert [r["index"] for r in before] == [0]
 
@@ -344,26 +273,8 @@ def test_cuda_where_there_is_none_is_refused(tmp_path: Path, capsys) -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("amp", ["fp16", "bf16"])
 def test_embedded_fit_on_cuda_records_peaks(tmp_path: Path, amp: str) -> None:
-    assert (
-        main(
-            [
-                "pair",
-                *TINY,
-                "--device",
-                "cuda",
-                "--amp",
-                amp,
-                "--warmup",
-                "0",
-                "--pairs",
-                "1",
-                "--no-report",
-                "--out",
-                str(tmp_path),
-            ]
-        )
-        == 0
-    )
+    argv = ["pair", *TINY, "--device", "cuda", "--amp", amp, *ONE_PAIR, "--no-report", "--out", str(tmp_path)]
+    assert main(argv) == 0
     rows = only_run(tmp_path).rows()
     assert all(r["status"] == "ok" for r in rows), [r["message"] for r in rows]
     for row in rows:
@@ -374,25 +285,8 @@ def test_embedded_fit_on_cuda_records_peaks(tmp_path: Path, amp: str) -> None:
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_stages_on_cuda_cover_the_fit(tmp_path: Path) -> None:
-    assert (
-        main(
-            [
-                "pair",
-                *TINY,
-                "--device",
-                "cuda",
-                "--stages",
-                "--warmup",
-                "0",
-                "--pairs",
-                "1",
-                "--no-report",
-                "--out",
-                str(tmp_path),
-            ]
-        )
-        == 0
-    )
+    argv = ["pair", *TINY, "--device", "cuda", "--stages", *ONE_PAIR, "--no-report", "--out", str(tmp_path)]
+    assert main(argv) == 0
     for row in only_run(tmp_path).rows():
         assert row["status"] == "ok", row["message"]
         total = sum(row[stage_column(s)] for s in STAGES)
@@ -416,16 +310,10 @@ def test_the_claim_opens_with_what_the_arms_ran(tmp_path: Path, arms: str, first
     Where the candidate ran the baseline's code (the candidate on the CPU), it calls the run an A/A in effect
     and withholds the verdict.
     """
-    from experiments.fit import make_plan
-    from experiments.tiers import TIERS
-    from harness.options import protocol_options
-    from harness.run import Runner, RunOptions
-
     protocol = protocol_options(arms=arms, warmup=0, pairs=2, bar=8.0, device="cpu")
-    plan = make_plan(protocol, FitSettings(workload="embedded", images=8, batch=4, steps=4, val_images=8))
+    plan = make_plan(protocol, TINY_FIT_SETTINGS)
     figures = [10.0, 9.0, 9.5, 10.5]  # by trial index: the untimed probe runs trial 0 once more
-    runner = Runner(TIERS, RunOptions(out=tmp_path, quiet=True, report=False))
-    folder = runner.start(plan, lambda ctx: {"value": figures[ctx.trial.index]}).folder
+    folder = runner(tmp_path, tiers=TIERS).start(plan, lambda ctx: {"value": figures[ctx.trial.index]}).folder
     claim = folder.file("claim.txt").read_text().splitlines()[1:]  # after the answer
     assert claim[0].startswith(first), claim[0]
     assert any(verdict in line for line in claim)
@@ -441,16 +329,12 @@ def test_a_failed_arm_keeps_the_median_estimand_and_says_why_it_is_insufficient(
     """A failed candidate trial keeps the median as the estimand: its interval ranks the failure slowest and
     stays the primary.
     """
-    from experiments.fit import make_plan
-    from experiments.tiers import TIERS
-    from harness.options import protocol_options
-    from harness.run import Runner, RunOptions
 
     def run(pairs: int, figures: list[float | None]) -> tuple[list[str], str]:
         protocol = protocol_options(
             arms="baseline,candidate-cpu", warmup=0, pairs=pairs, bar=8.0, device="cpu"
         )
-        plan = make_plan(protocol, FitSettings(workload="embedded", images=8, batch=4, steps=4, val_images=8))
+        plan = make_plan(protocol, TINY_FIT_SETTINGS)
         values = iter(figures)
 
         def trial(ctx):
@@ -459,8 +343,7 @@ def test_a_failed_arm_keeps_the_median_estimand_and_says_why_it_is_insufficient(
                 raise RuntimeError("the trial broke")
             return {"value": value}
 
-        out = tmp_path / str(pairs)
-        folder = Runner(TIERS, RunOptions(out=out, quiet=True, report=False)).start(plan, trial).folder
+        folder = runner(tmp_path / str(pairs), tiers=TIERS).start(plan, trial).folder
         basis = str(Run.load(folder).summaries.claims["verdict_basis"].iloc[0])
         return folder.file("claim.txt").read_text().splitlines(), basis
 
@@ -484,9 +367,6 @@ def user_set(root: Path, train: int, val: int = 2) -> Path:
 @pytest.mark.skipif(not ULTRALYTICS, reason="--data needs the real trainer (the ultralytics extra)")
 def test_with_data_a_batch_that_does_not_divide_the_set_suggests_another_batch(tmp_path: Path) -> None:
     """--data fixes the image count, so the hint names batches that divide it, never --images."""
-    from experiments.fit.plan import make_plan
-    from harness.options import protocol_options
-
     protocol = protocol_options(arms="baseline,candidate", device="cpu")
     data = user_set(tmp_path, train=10)
     with pytest.raises(InputError) as refused:
@@ -501,8 +381,6 @@ def test_with_data_a_batch_that_does_not_divide_the_set_suggests_another_batch(t
 @pytest.mark.skipif(not ULTRALYTICS, reason="the note concerns the real trainer (the ultralytics extra)")
 def test_the_cpu_note_of_the_real_trainer_follows_the_fit_asked() -> None:
     """The note's estimate follows --steps, --imgsz and the fits scheduled; a fit estimated short gets none."""
-    from experiments.fit.plan import _minutes, estimated_cpu_fit_seconds, make_plan
-    from harness.options import protocol_options
 
     def notes(**settings) -> list[str]:
         said: list[str] = []
@@ -525,15 +403,12 @@ def test_the_embedded_workload_is_shorter_by_default_on_the_cpu_only() -> None:
 
     Given values, CUDA and the real trainer keep 384 steps of 256 images.
     """
-    from experiments.fit import make_plan
-    from harness.protocol_options import ProtocolOptions
-    from harness.schedule import Arm
-
-    arms = (Arm("baseline", "baseline", "baseline"), Arm("candidate", "candidate", "candidate"))
 
     def planned(device: str, **settings) -> tuple[FitSettings, list[str]]:
         said: list[str] = []
-        plan = make_plan(ProtocolOptions(arms, device=device), FitSettings(**settings), announce=said.append)
+        plan = make_plan(
+            ProtocolOptions(TWO_ARMS, device=device), FitSettings(**settings), announce=said.append
+        )
         return FitSettings.from_dict(plan.settings), said
 
     cpu, said = planned("cpu", workload="embedded")
@@ -563,10 +438,6 @@ def test_the_embedded_fit_logs_each_epoch(tmp_path: Path, capsys) -> None:
     The embedded fit prints one line per epoch: train loss, validation loss and accuracy, host seconds. A last
     line covers the whole fit.
     """
-    from experiments.arms import make_optimizer
-    from experiments.fit import embedded
-    from harness.timing import StageClock
-
     result = embedded.fit(
         lambda groups, kwargs: make_optimizer("baseline", groups, kwargs),
         FitSettings(workload="embedded", steps=4, images=8, val_images=8, imgsz=16, batch=4, amp="fp32"),

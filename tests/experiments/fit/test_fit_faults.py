@@ -10,7 +10,7 @@ import torch
 from experiments.fit.ultralytics_fit import upstream_seed
 from experiments.fit.worker import non_finite_results
 from harness.cli import main
-from tests.argv import EMBEDDED, TINY_FIT
+from tests.argv import EMBEDDED, ONE_PAIR, TINY_FIT
 from tests.runfolders import only_run
 
 
@@ -32,7 +32,7 @@ def test_the_fit_worker_names_every_non_finite_figure_and_parameter() -> None:
 def test_a_fit_whose_last_step_writes_nan_fails_as_non_finite(tmp_path: Path) -> None:
     """The issue's case: NaN written at the last step gave status ok, val_loss null and a 15% "reduction"."""
     arms = "baseline,tests.workerfns:NaNAtLastStep"
-    command = ["pair", *TINY_FIT, "--arms", arms, "--warmup", "0", "--pairs", "1", "--quiet", "--no-report"]
+    command = ["pair", *TINY_FIT, "--arms", arms, *ONE_PAIR, "--quiet", "--no-report"]
     assert main([*command, "--out", str(tmp_path)]) == 3  # every trial of the NaN arm failed
     rows = {r["arm"]: r for r in only_run(tmp_path).rows()}
     assert rows["baseline"]["status"] == "ok", rows["baseline"]["message"]

@@ -19,7 +19,7 @@ from experiments.fit.dataset import SyntheticSet, describe_user_set, ensure_synt
 from experiments.fit.stages import STAGES, stage_column
 from experiments.fit.ultralytics_fit import offline_environment, read_results_csv
 from harness.cli import main
-from tests.argv import overridden
+from tests.argv import ONE_PAIR, overridden
 from tests.runfolders import only_run
 
 HAS_ULTRALYTICS = (
@@ -28,23 +28,8 @@ HAS_ULTRALYTICS = (
 )
 NO_EXTRA = "needs the ultralytics extra (pip install -e '.[ultralytics]')"
 TINY = [
-    "--workload",
-    "ultralytics",
-    "--images",
-    "8",
-    "--val-images",
-    "8",
-    "--imgsz",
-    "64",
-    "--batch",
-    "4",
-    "--steps",
-    "2",
-    "--warmup",
-    "0",
-    "--pairs",
-    "1",
-    "--quiet",
+    *("--workload", "ultralytics", "--images", "8", "--val-images", "8", "--imgsz", "64"),
+    *("--batch", "4", "--steps", "2", *ONE_PAIR, "--quiet"),
 ]
 BLOCKED = (
     "polars",
@@ -141,7 +126,7 @@ def test_offline_worker_environment_fails_downloads_at_once(tmp_path: Path) -> N
 def test_real_trainer_pair_end_to_end_on_cpu(
     tmp_path: Path, without_optional_packages: Path, narrow_yolo26: list[str], capsys
 ) -> None:
-    two_epochs = [*TINY[: TINY.index("--steps") + 1], "4", *TINY[TINY.index("--steps") + 2 :]]
+    two_epochs = overridden(TINY, ["--steps", "4"])
     assert main(["pair", *two_epochs, *narrow_yolo26, "--out", str(tmp_path)]) == 0
     assert "workload: ultralytics" in capsys.readouterr().out
     folder = only_run(tmp_path)

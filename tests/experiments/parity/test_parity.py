@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,18 +29,9 @@ class NudgedMuSGD(MuSGD):
         return loss
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """One intra-op thread: these small bf16 products only lose from threads on a busy two-core runner.
-
-    Every comparison runs both of its trajectories in this process, at the same thread count.
-    """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+# One intra-op thread: these small bf16 products only lose from threads on a busy two-core runner. Every
+# comparison runs both of its trajectories in this process, at the same thread count.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +42,7 @@ def fit_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """
     out = tmp_path_factory.mktemp("parity-fit")
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as in every test here: this fixture is set up before their _one_thread
+    torch.set_num_threads(1)  # as in every test here: this fixture is set up before their one_thread
     try:
         assert main(["parity", "--fit", "--steps", "3", "--out", str(out), "--quiet"]) == 0
     finally:

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -27,6 +28,8 @@ from harness.protocol_options import ProtocolOptions
 from harness.schedule import Arm, Case
 from harness.tables import Summaries
 from tests import ROOT
+from tests.argv import ONE_PAIR
+from tests.trialfns import runner
 
 # A small softcap makes tanh clearly nonlinear on unit-scale logits (1 - tanh² ≈ 0.8 rather than ≈ 1 at cap
 # 30), so a wrong softcap derivative shows up as a large error, not one hidden in rounding.
@@ -154,6 +157,24 @@ def one_ulp_perturbed(x: torch.Tensor, generator: torch.Generator) -> torch.Tens
     return torch.where(torch.rand(x.shape, generator=generator) < 0.5, up, down)
 
 
+def bf16_inputs(
+    rows: int, vocab: int, dim: int, chunk: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A head's hidden states, weight (exactly representable in bf16, so perturbable there) and targets."""
+    head = LMHead.build("native", rows, vocab, dim, SMALL_CAP, chunk, "cpu", seed=3)
+    return head.hidden.detach(), head.weight.detach().to(torch.bfloat16).float(), head.targets
+
+
+def native_one_ulp_away(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int
+) -> dict:
+    """The native variant on ``hidden`` and bf16 ``weight``, each moved by one ulp at random."""
+    generator = torch.Generator().manual_seed(11)
+    moved_hidden = one_ulp_perturbed(hidden, generator)
+    moved_weight = one_ulp_perturbed(weight.to(torch.bfloat16), generator).float()
+    return run_variant("native", moved_hidden, moved_weight, targets, SMALL_CAP, chunk)
+
+
 @pytest.mark.parametrize("rows,vocab,dim,chunk", [(96, 40, 16, 40), (1000, 300, 64, 128)])
 def test_bf16_chunked_gradients_equal_native_within_input_precision(
     rows: int, vocab: int, dim: int, chunk: int
@@ -167,21 +188,10 @@ def test_bf16_chunked_gradients_equal_native_within_input_precision(
     allow. Every row's loss is 2-Lipschitz in its logits (max norm). So logits one bf16 ulp apart move the
     mean loss by at most 2·mean_i max_j ulp(s_ij).
     """
-    head = LMHead.build("native", rows, vocab, dim, SMALL_CAP, chunk, "cpu", seed=3)
-    hidden = head.hidden.detach()
-    weight = head.weight.detach().to(torch.bfloat16).float()  # exactly representable: perturbable in bf16
-    targets = head.targets
+    hidden, weight, targets = bf16_inputs(rows, vocab, dim, chunk)
     native = run_variant("native", hidden, weight, targets, SMALL_CAP, chunk)
     chunked = run_variant("chunked", hidden, weight, targets, SMALL_CAP, chunk)
-    generator = torch.Generator().manual_seed(11)
-    moved = run_variant(
-        "native",
-        one_ulp_perturbed(hidden, generator),
-        one_ulp_perturbed(weight.to(torch.bfloat16), generator).float(),
-        targets,
-        SMALL_CAP,
-        chunk,
-    )
+    moved = native_one_ulp_away(hidden, weight, targets, chunk)
     for name in ("grad_hidden", "grad_weight"):
         tolerance = float((moved[name].double() - native[name].double()).norm())
         difference = float((chunked[name].double() - native[name].double()).norm())
@@ -199,19 +209,9 @@ def test_bf16_chunked_gradients_equal_native_within_input_precision(
 def test_bf16_tolerance_rejects_a_lost_chunk() -> None:
     """The input-ulp spread is tight enough to catch a real defect: dW missing the last chunk's rows."""
     rows, vocab, dim, chunk = 96, 40, 16, 40
-    head = LMHead.build("native", rows, vocab, dim, SMALL_CAP, chunk, "cpu", seed=3)
-    hidden, targets = head.hidden.detach(), head.targets
-    weight = head.weight.detach().to(torch.bfloat16).float()
+    hidden, weight, targets = bf16_inputs(rows, vocab, dim, chunk)
     native = run_variant("native", hidden, weight, targets, SMALL_CAP, chunk)
-    generator = torch.Generator().manual_seed(11)
-    moved = run_variant(
-        "native",
-        one_ulp_perturbed(hidden, generator),
-        one_ulp_perturbed(weight.to(torch.bfloat16), generator).float(),
-        targets,
-        SMALL_CAP,
-        chunk,
-    )
+    moved = native_one_ulp_away(hidden, weight, targets, chunk)
     tolerance = float((moved["grad_weight"] - native["grad_weight"]).norm())
     # what native gives for the last chunk alone, scaled as part of the whole batch
     last = run_variant("native", hidden[80:], weight, targets[80:], SMALL_CAP, chunk)["grad_weight"] * (
@@ -318,7 +318,6 @@ def test_section_with_device_memory_figures_and_failures(tmp_path: Path) -> None
     from experiments.tiers import TIERS
     from harness.options import protocol_options
     from harness.present.model import markdown
-    from harness.run import Runner, RunOptions
     from harness.tier import Run
 
     gib = 2**30
@@ -349,7 +348,7 @@ def test_section_with_device_memory_figures_and_failures(tmp_path: Path) -> None
             "reserve_bytes": gib,
         }
 
-    folder = Runner(TIERS, RunOptions(out=tmp_path, quiet=True, report=False)).start(plan, trial).folder
+    folder = runner(tmp_path, tiers=TIERS).start(plan, trial).folder
     text = "\n".join(markdown(report_section(Run.load(folder, folder.path / "figures"))))
     assert (
         "lm-native · baseline: out of memory in 2 of 2 measured trials (a 2.00 GiB allocation refused" in text
@@ -377,27 +376,16 @@ def run_folders(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
 
 
+def the_run(root: Path) -> tuple[Path, list[dict[str, Any]]]:
+    """The one run folder under ``root`` and its log's rows, parsed line by line."""
+    (folder,) = run_folders(root)
+    return folder, [json.loads(line) for line in (folder / "trials.jsonl").read_text().splitlines()]
+
+
 def test_probe_lm_on_cpu_writes_rows_csvs_and_report(tmp_path: Path) -> None:
-    code = main(
-        [
-            "probe",
-            "--head",
-            "lm",
-            *TINY_LM,
-            "--warmup",
-            "1",
-            "--pairs",
-            "2",
-            "--learner-ms",
-            "400",
-            "--out",
-            str(tmp_path),
-            "--quiet",
-        ]
-    )
-    assert code == 0
-    (folder,) = run_folders(tmp_path)
-    rows = [json.loads(line) for line in (folder / "trials.jsonl").read_text().splitlines()]
+    argv = ["probe", "--head", "lm", *TINY_LM, "--warmup", "1", "--pairs", "2", "--learner-ms", "400"]
+    assert main([*argv, "--out", str(tmp_path), "--quiet"]) == 0
+    folder, rows = the_run(tmp_path)
     assert len(rows) == 2 * (1 + 2 * 2)
     assert {r["case"] for r in rows} == {"lm-native", "lm-chunked"}
     assert all(r["status"] == "ok" and r["value"] > 0 for r in rows)
@@ -418,30 +406,9 @@ def test_probe_lm_on_cpu_writes_rows_csvs_and_report(tmp_path: Path) -> None:
 
 
 def test_probe_detect_on_cpu(tmp_path: Path) -> None:
-    code = main(
-        [
-            "probe",
-            "--head",
-            "detect",
-            "--scale",
-            "n",
-            "--imgsz",
-            "64",
-            "--batch",
-            "1",
-            "--warmup",
-            "0",
-            "--pairs",
-            "1",
-            "--out",
-            str(tmp_path),
-            "--quiet",
-            "--no-report",
-        ]
-    )
-    assert code == 0
-    (folder,) = run_folders(tmp_path)
-    rows = [json.loads(line) for line in (folder / "trials.jsonl").read_text().splitlines()]
+    argv = ["probe", "--head", "detect", "--scale", "n", "--imgsz", "64", "--batch", "1", *ONE_PAIR]
+    assert main([*argv, "--out", str(tmp_path), "--quiet", "--no-report"]) == 0
+    _, rows = the_run(tmp_path)
     assert [r["case"] for r in rows] == ["yolo26n-detect"] * 2
     assert all(r["status"] == "ok" and r["value"] > 0 for r in rows)
 
@@ -452,9 +419,8 @@ def test_a_head_whose_loss_is_not_finite_is_a_failed_trial(tmp_path: Path) -> No
     """
     out = tmp_path / "runs"
     argv = ["probe", *TINY_LM, "--variants", "chunked", "--cap", "1e308", "--device", "cpu"]
-    assert main([*argv, "--pairs", "1", "--warmup", "0", "--quiet", "--no-report", "--out", str(out)]) == 3
-    (folder,) = list(out.iterdir())
-    rows = [json.loads(line) for line in (folder / "trials.jsonl").read_text().splitlines()]
+    assert main([*argv, *ONE_PAIR, "--quiet", "--no-report", "--out", str(out)]) == 3
+    _, rows = the_run(out)
     assert rows and {r["status"] for r in rows} == {"error"}
     assert all("loss" in r["message"] and "nan" in r["message"] for r in rows), rows
 

@@ -26,38 +26,18 @@ from harness.errors import InputError
 from harness.options import protocol_options
 from harness.plan import Plan
 from harness.present.model import markdown
-from harness.run import Runner, RunOptions
 from harness.schedule import Arm
 from harness.tables import RunFolder
 from harness.tier import Run
 from harness.trial import TrialContext
 from optimizers.batched import DEFAULT_PAD_GUARD, BatchedMuSGD
 from optimizers.batched.planning import batched_on_cpu
-from tests.argv import TINY_SCREEN, overridden
+from tests.argv import ONE_PAIR, TINY_SCREEN, overridden
+from tests.optimizers.groups import conv_groups
+from tests.trialfns import runner
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 MiB = 2**20
-
-
-def tiny_groups(device: str = "cpu", seed: int = 0) -> tuple[list[dict[str, Any]], dict[str, float]]:
-    """A few conv-like matrices of different widths sharing their smaller dimension (8), plus a bias group.
-
-    That is enough for a padded batch, and small enough to step on the CPU in milliseconds.
-    """
-    generator = torch.Generator().manual_seed(seed)
-    shapes = [(8, 4, 3, 3), (8, 16, 1, 1), (16, 8, 1, 1), (8, 8, 3, 3)]
-    hyper = {"lr": 0.01, "momentum": 0.937, "nesterov": True}
-    muon = [torch.nn.Parameter(torch.randn(s, generator=generator).to(device)) for s in shapes]
-    bias = [torch.nn.Parameter(torch.randn(8, generator=generator).to(device))]
-    for p in muon + bias:
-        p.grad = torch.randn(p.shape, generator=generator).to(device)
-    return (
-        [
-            {"params": bias, **hyper, "weight_decay": 0.0, "use_muon": False, "param_group": "bias"},
-            {"params": muon, **hyper, "weight_decay": 5e-4, "use_muon": True, "param_group": "muon"},
-        ],
-        {"muon": 0.2, "sgd": 1.0},
-    )
 
 
 PROTOCOL_KEYS = ("arms", "warmup", "pairs", "order", "seed", "bar", "device")
@@ -77,7 +57,7 @@ def make_plan(on: str | None = None, **options: Any) -> Plan:
 
 
 def start(plan: Plan, root: Path, trial_fn) -> RunFolder:
-    return Runner(TIERS, RunOptions(out=root, quiet=True, report=False)).start(plan, trial_fn).folder
+    return runner(root, tiers=TIERS).start(plan, trial_fn).folder
 
 
 def loaded(folder: RunFolder):
@@ -161,7 +141,7 @@ def test_guard_parsing_refuses_what_int_would_not_take_cleanly(text: str) -> Non
 
 
 def batch_kinds(guard: str) -> set[str]:
-    groups, kwargs = tiny_groups()
+    groups, kwargs = conv_groups()
     optimizer = screen_trial.make_arm_optimizer(
         Arm(f"candidate@g{guard}", "candidate", "candidate", {"guard": guard}), groups, kwargs
     )
@@ -178,18 +158,18 @@ def test_the_guard_decides_padding() -> None:
 
 def test_guard_does_not_leak_between_trials() -> None:
     settings = screen_plan.ScreenSettings(steps=2, warmup_steps=1, floor_replays=1, dtype="float32")
-    groups, kwargs = tiny_groups()
+    groups, kwargs = conv_groups()
     row = screen_trial.measure_step(
         Arm("candidate@g0", "candidate", "candidate", {"guard": "0"}), groups, kwargs, "cpu", settings
     )
     assert row["guard_in_effect"] == "0"
     assert BatchedMuSGD.pad_guard == DEFAULT_PAD_GUARD
-    groups, kwargs = tiny_groups()
+    groups, kwargs = conv_groups()
     row = screen_trial.measure_step(
         Arm("candidate", "baseline", "candidate", {"guard": "default"}), groups, kwargs, "cpu", settings
     )
     assert row["guard_in_effect"] == str(DEFAULT_PAD_GUARD)
-    groups, kwargs = tiny_groups()
+    groups, kwargs = conv_groups()
     row = screen_trial.measure_step(
         Arm("baseline", "baseline", "baseline", {"guard": "no-guard"}), groups, kwargs, "cpu", settings
     )
@@ -198,7 +178,7 @@ def test_guard_does_not_leak_between_trials() -> None:
 
 def test_one_cpu_trial_reports_its_figures_and_no_floor() -> None:
     settings = screen_plan.ScreenSettings(steps=3, warmup_steps=1, floor_replays=5, dtype="float32")
-    groups, kwargs = tiny_groups()
+    groups, kwargs = conv_groups()
     before = [p.detach().clone() for g in groups for p in g["params"]]
     row = screen_trial.measure_step(
         Arm("baseline", "baseline", "baseline", {"guard": "no-guard"}), groups, kwargs, "cpu", settings
@@ -238,31 +218,8 @@ def test_workload_cache_gives_fresh_equal_tensors_per_round() -> None:
 
 @pytest.mark.slow
 def test_cpu_screen_through_the_cli(tmp_path: Path) -> None:
-    code = main(
-        [
-            "screen",
-            "--scales",
-            "n",
-            "--guards",
-            "0",
-            "--arms",
-            "baseline,candidate",
-            "--steps",
-            "1",
-            "--pairs",
-            "1",
-            "--warmup",
-            "0",
-            "--warmup-steps",
-            "0",
-            "--device",
-            "cpu",
-            "--out",
-            str(tmp_path),
-            "--quiet",
-        ]
-    )
-    assert code == 0
+    argv = [*TINY_SCREEN, "--arms", "baseline,candidate", *ONE_PAIR, "--quiet"]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
     (run_dir,) = tmp_path.iterdir()
     trials = pd.read_csv(run_dir / "trials.csv")
     assert list(trials["arm"]) == ["baseline", "candidate@g0"]
@@ -543,7 +500,7 @@ class SyncingMuSGD(BatchedMuSGD):
 @cuda
 @pytest.mark.cuda
 def test_cuda_floor_of_a_captured_step() -> None:
-    groups, kwargs = tiny_groups("cuda")
+    groups, kwargs = conv_groups(device="cuda")
     optimizer = BatchedMuSGD(groups, **kwargs)
     for _ in range(2):
         optimizer.step()
@@ -561,7 +518,7 @@ def test_cuda_floor_of_a_captured_step() -> None:
 @cuda
 @pytest.mark.cuda
 def test_cuda_floor_of_an_uncapturable_step_is_na_with_the_reason() -> None:
-    groups, kwargs = tiny_groups("cuda")
+    groups, kwargs = conv_groups(device="cuda")
     optimizer = SyncingMuSGD(groups, **kwargs)
     optimizer.step()
     floor = screen_trial.launch_floor(optimizer, "cuda", 5)
@@ -631,11 +588,7 @@ def test_a_screen_with_its_control_reads_back_its_own_plan(tmp_path: Path) -> No
     report or resume.
     """
     out = tmp_path / "runs"
-    argv = TINY_SCREEN
-    assert (
-        main([*argv, "--warmup", "0", "--pairs", "1", "--arms", "baseline", "--control", "--out", str(out)])
-        == 0
-    )
+    assert main([*TINY_SCREEN, *ONE_PAIR, "--arms", "baseline", "--control", "--out", str(out)]) == 0
     (folder,) = list(out.iterdir())
     assert (folder / "report.md").is_file()
     assert main(["report", str(folder), "-o", str(tmp_path / "again.md")]) == 0
