@@ -77,3 +77,13 @@ def test_a_new_tier_resumes_only_its_own_runs(with_toy, tmp_path: Path, capsys) 
     assert main(["screen", "--resume", str(folder)]) == 2
     assert "is a 'toy' run" in capsys.readouterr().err
     assert main(["toy", "--resume", str(folder), "--quiet", "--no-report"]) == 0
+
+
+def test_a_misspelt_hook_is_refused_as_a_keyword_or_a_method() -> None:
+    with pytest.raises(TypeError, match="no hook named setings_problem"):
+        BaseTier("typo", setings_problem=lambda plan: None)
+    with pytest.raises(TypeError, match="no hook named setings_problem"):
+
+        class Misspelt(BaseTier):
+            def setings_problem(self, plan: Plan) -> str | None:
+                return "never called"
