@@ -416,7 +416,7 @@ def test_the_claim_opens_with_what_the_arms_ran(tmp_path: Path, arms: str, first
     Where the candidate ran the baseline's code (the candidate on the CPU), it calls the run an A/A in effect
     and withholds the verdict.
     """
-    from experiments.fit import make_plan
+    from experiments.fit.plan import make_plan
     from experiments.tiers import TIERS
     from harness.options import protocol_options
     from harness.run import Runner, RunOptions
@@ -441,7 +441,7 @@ def test_a_failed_arm_keeps_the_median_estimand_and_says_why_it_is_insufficient(
     """A failed candidate trial keeps the median as the estimand: its interval ranks the failure slowest and
     stays the primary.
     """
-    from experiments.fit import make_plan
+    from experiments.fit.plan import make_plan
     from experiments.tiers import TIERS
     from harness.options import protocol_options
     from harness.run import Runner, RunOptions
@@ -525,7 +525,7 @@ def test_the_embedded_workload_is_shorter_by_default_on_the_cpu_only() -> None:
 
     Given values, CUDA and the real trainer keep 384 steps of 256 images.
     """
-    from experiments.fit import make_plan
+    from experiments.fit.plan import make_plan
     from harness.protocol_options import ProtocolOptions
     from harness.schedule import Arm
 
