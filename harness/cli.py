@@ -92,9 +92,8 @@ def launch(
         if "order" not in run.given:  # the quiet design where the cores allow (harness.schedule)
             placement = resolve_placement(protocol.cpus)
             chosen = schedule.default_order(plan, None if placement is None else len(placement.worker_cores))
-            if chosen.order != protocol.order:
-                protocol = replace(protocol, order=chosen.order)
-                plan = runner.tiers.get(tier).make_plan(protocol, settings, command_line())
+            if chosen.order != protocol.order:  # the schedule built again in that order, not the whole plan
+                plan = replace(plan, protocol=replace(protocol, order=chosen.order), schedule=[])
             console.print(chosen.text)
         calibration.check_plan(plan)
         line = what_ran(plan)
