@@ -126,7 +126,7 @@ def start_command(
     """A tier command: its settings checked and prepared by the tier, the run launched, then its finish."""
     tier, report = spec.tiers[0].name, not run.no_report
     start = Start(tier, protocol, settings, run.resume, run.given, run.out, report, argv, console.print)
-    if run.resume is None and settings is not None:
+    if run.resume is None and settings is not None:  # the settings' one check, before any line is printed
         check_fields(settings)
     if spec.prepare is not None:
         start = spec.prepare(start)

@@ -177,7 +177,7 @@ class BaseTier:
         return ""
 
     def claim(self, run: Run) -> str | None:
-        """The run's claim in words, for claim.txt (None: the harness's own)."""
+        """The tier's own lines of the run's claim, for claim.txt after the harness's answers (None: none)."""
         return None
 
     def bounds(self, run: Run, others: list[Run]) -> list[tuple[Run, str]]:
