@@ -212,6 +212,7 @@ class Start:
     report: bool = True
     argv: tuple[str, ...] = ()  # the words after --
     say: Callable[[str], Any] = print
+    plan: Plan | None = None  # a resume's plan, read and checked (``load_checked_plan``) before ``prepare``
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,7 @@ from harness.errors import InputError
 from harness.formatting import format_interval, format_levels, method_label
 from harness.present.model import Section, Table
 from harness.present.run_view import claim_sentence, pairs_words, warmup_words
-from harness.tables import RunFolder
 from harness.tier import BaseTier, Caveat, CommandSpec, Run, Start
-from harness.validation import load_plan
 
 
 def report_section(run: Run) -> Section:
@@ -81,10 +79,9 @@ def _prepare(start: Start) -> Start:
         if start.protocol["arms"] is None:
             raise InputError("bench command needs --arms, e.g. --arms slow,fast (each label fills {arm})")
         return start
-    plan = load_plan(RunFolder.open(start.resume))
-    if plan.tier != "command":
+    if start.plan.tier != "command":
         return start  # the launch refuses another tier's run
-    recorded = tuple(plan.settings.get("argv") or ())
+    recorded = tuple(start.plan.settings["argv"])
     if not start.argv:
         raise InputError(
             f"--resume: give the command again after --: {shlex.join(recorded)}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,13 @@ def test_a_bad_setting_is_one_line_before_anything_prints(tmp_path: Path, bench,
     argv, out = BAD_SETTINGS[tier], tmp_path / "runs"
     ran = bench([*argv[:1], "--device", "cpu", "--out", str(out), *argv[1:]])
     assert (ran.status, ran.out, len(ran.err.splitlines())) == (2, "", 1) and not out.exists(), ran
+
+
+@pytest.mark.skipif(shutil.which("true") is None, reason="needs the true command")
+def test_a_command_resume_reads_the_command_of_a_checked_plan_only(tmp_path: Path, bench) -> None:
+    """An edited command is refused as the folder's fault, not echoed back as the command to give again."""
+    argv = ["command", "--arms", "a,b", "--pairs", "1", "--warmup", "0", "--device", "cpu", "--quiet"]
+    assert bench([*argv, "--no-report", "--out", str(tmp_path), "--", "true", "{arm}"]).status == 0
+    (path,) = tmp_path.iterdir()
+    corrupt_plan(RunFolder(path), set_field("settings.argv", "true a"))
+    bench.refused(["command", "--resume", str(path)], "plan.json", "argv")
