@@ -19,7 +19,7 @@ def _make_plan(protocol: ProtocolOptions, settings: FitSettings, command: str = 
     return make_plan(protocol, settings, command, announce=console.print)
 
 
-HOOKS = {
+_HOOKS = {  # the hooks both fit tiers share
     "make_plan": _make_plan,
     "trial_function": trial_function,
     "trial_seconds": trial_seconds,
@@ -33,7 +33,7 @@ HOOKS = {
 }
 PAIR = BaseTier(
     "pair",
-    **HOOKS,
+    **_HOOKS,
     caveats=(
         Caveat(
             "short fit: no accuracy claim.",
@@ -43,7 +43,7 @@ PAIR = BaseTier(
 )
 STAGES = BaseTier(
     "stages",
-    **HOOKS,
+    **_HOOKS,
     diagnostic=True,
     caveats=(
         Caveat(
