@@ -126,7 +126,7 @@ def start_command(
 ) -> None:
     """A tier command: its settings checked and prepared by the tier, the run launched, then its finish."""
     tier, report = spec.tiers[0].name, not run.no_report
-    # The one check of a resume's folder (its settings by its tier), or of a new run's settings: before any line.
+    # The one check of a resume's folder (by its tier) or of a new run's settings, before any line.
     plan = load_checked_plan(RunFolder.open(run.resume), registry()) if run.resume is not None else None
     if plan is None and settings is not None:
         check_fields(settings)

@@ -122,7 +122,7 @@ def check_gate_threshold(protocol: ProtocolOptions, resuming: bool = False) -> N
 class BaseTier:
     """One tier of evidence: a name, two flags, and the hooks below, each with its default.
 
-    A tier gives its own hooks as keywords, or overrides them in a subclass; a name that is no hook is refused.
+    A tier gives its own hooks as keywords, or overrides them in a subclass; a name of no hook is refused.
     """
 
     def __init__(
@@ -193,7 +193,7 @@ HOOKS = frozenset(name for name in vars(BaseTier) if name[0] != "_")  # what a t
 
 
 def _refuse_unknown(tier: str, hooks: dict[str, Any]) -> None:
-    """``TypeError`` for a hook name that is none of ``BaseTier``'s (a misspelt hook would never be called)."""
+    """``TypeError`` for a name of no ``BaseTier`` hook (a misspelt hook would never be called)."""
     unknown = sorted(set(hooks) - HOOKS)
     if unknown:
         raise TypeError(f"tier '{tier}': no hook named {', '.join(unknown)}")

@@ -83,7 +83,7 @@ def expand(argv: tuple[str, ...] | list[str], arm: Arm) -> list[str]:
 
 
 def check_settings(settings: CommandSettings, protocol: ProtocolOptions) -> None:
-    """The settings checked together and with the protocol (``InputError``), for a new run and a plan read back.
+    """The settings checked together and with the protocol (``InputError``), for a new run and a plan read.
 
     Each field's own check is ``check_fields``."""
     if not settings.argv:
@@ -125,7 +125,7 @@ def arm_code(case: Case, argv: tuple[str, ...]) -> dict[str, dict[str, Any]]:
 
 
 def make_plan(protocol: ProtocolOptions, settings: CommandSettings, command: str = "") -> Plan:
-    """The plan from the checked settings (``InputError`` where they do not fit together); nothing is written."""
+    """The plan from the checked settings (``InputError`` where they do not fit together)."""
     check_settings(settings, protocol)
     shown = shlex.join(settings.argv)
     case = Case(shown if len(shown) <= 60 else shown[:57] + "...", {"command": shown}, protocol.arms)

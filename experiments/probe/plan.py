@@ -215,7 +215,7 @@ def _cases_problem(plan: Plan) -> str | None:
 
 
 def make_plan(protocol: ProtocolOptions, settings: ProbeSettings, command: str = "") -> Plan:
-    """The probe's plan from its checked settings; ``InputError`` where they do not fit together or the protocol."""
+    """The probe's plan from its checked settings; ``InputError`` where they do not fit the run."""
     s = settings
     if protocol.gpus > 1:
         raise InputError(f"--gpus {protocol.gpus}: the probe measures one device's memory; use --gpus 1")

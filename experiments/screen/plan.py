@@ -177,7 +177,7 @@ def _arms_problem(plan: Plan) -> str | None:
 
 
 def make_plan(protocol: ProtocolOptions, settings: ScreenSettings, command: str = "") -> Plan:
-    """The screen's plan from its checked settings; ``InputError`` where they do not fit the protocol or arms."""
+    """The screen's plan from its checked settings; ``InputError`` where they do not fit the protocol."""
     if protocol.budget is not None:
         raise InputError(
             "--budget: the screen measures the step's own extra peak, not a budget; drop --budget"
