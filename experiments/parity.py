@@ -124,8 +124,7 @@ def arms_of(arms: str | None, candidate: str | None) -> tuple[str, str]:
 
 
 def make_plan(protocol: ProtocolOptions, settings: ParitySettings, command: str = "") -> Plan:
-    """Check the parity options and describe the run: each comparison's steps, one trial per step."""
-    check_fields(settings)
+    """The run from the checked parity options: each comparison's steps, one trial per step."""
     if settings.candidate == settings.baseline:  # its case would hold one arm twice
         raise InputError(
             f"--candidate {settings.candidate} is the baseline: parity follows a candidate against it (the "

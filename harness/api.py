@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.console import console, errors
+from harness.console import console, errors, shown_path
 from harness.errors import InputError
 from harness.options import check_device
 from harness.plan import Plan
@@ -105,7 +105,10 @@ class Result:
         return answers(self.run.plan, self.run.summaries.claims)
 
     def __str__(self) -> str:
-        return "\n".join([*self.answers, f"run folder: {self.folder}"])
+        return "\n".join([*self.answers, f"run folder: {shown_path(self.folder)}"])
+
+    def __repr__(self) -> str:
+        return f"Result(folder={shown_path(self.folder)!r})"
 
 
 def _check_functions(functions: Any) -> list[str]:

@@ -36,6 +36,7 @@ from harness.errors import InputError, RunFolderError
 from harness.formatting import format_probability
 from harness.interrupts import INTERRUPTED, terminate
 from harness.options import protocol_options, resolve_placement
+from harness.plan import Plan
 from harness.planning import plan_rows
 from harness.protocol_options import ProtocolOptions
 from harness.report import resolve_output, write_report
@@ -64,15 +65,15 @@ def launch(
     settings: Any,
     run: RunArgs,
     accepts: tuple[str, ...],
+    plan: Plan | None = None,
 ) -> Run:
-    """Start a run of ``tier`` from the options given, or resume ``run.resume`` (one of ``accepts``'
-    tiers)."""
+    """Start a run of ``tier`` from the options given, or resume ``run.resume`` (one of ``accepts``' tiers),
+    whose checked ``plan`` is read here where not given."""
     runner = Runner(registry(), run.options())
     if run.gate and gate_refusal(runner.tiers.get(tier)):
         raise InputError(f"--gate judges claims, and a '{tier}' run makes none; drop --gate")
     if run.resume is not None:
-        folder = RunFolder.open(run.resume)
-        plan = load_checked_plan(folder, runner.tiers)  # the folder validated whole, its settings by its tier
+        plan = plan or load_checked_plan(RunFolder.open(run.resume), runner.tiers)
         recorded = plan.tier
         if recorded not in accepts:
             raise InputError(
@@ -92,9 +93,8 @@ def launch(
         if "order" not in run.given:  # the quiet design where the cores allow (harness.schedule)
             placement = resolve_placement(protocol.cpus)
             chosen = schedule.default_order(plan, None if placement is None else len(placement.worker_cores))
-            if chosen.order != protocol.order:
-                protocol = replace(protocol, order=chosen.order)
-                plan = runner.tiers.get(tier).make_plan(protocol, settings, command_line())
+            if chosen.order != protocol.order:  # the schedule built again in that order, not the whole plan
+                plan = replace(plan, protocol=replace(protocol, order=chosen.order), schedule=[])
             console.print(chosen.text)
         calibration.check_plan(plan)
         line = what_ran(plan)
@@ -126,12 +126,15 @@ def start_command(
 ) -> None:
     """A tier command: its settings checked and prepared by the tier, the run launched, then its finish."""
     tier, report = spec.tiers[0].name, not run.no_report
-    start = Start(tier, protocol, settings, run.resume, run.given, run.out, report, argv, console.print)
-    if run.resume is None and settings is not None:
+    # The one check of a resume's folder (by its tier) or of a new run's settings, before any line.
+    plan = load_checked_plan(RunFolder.open(run.resume), registry()) if run.resume is not None else None
+    if plan is None and settings is not None:
         check_fields(settings)
+    start = Start(tier, protocol, settings, run.resume, run.given, run.out, report, argv, console.print, plan)
     if spec.prepare is not None:
         start = spec.prepare(start)
-    result = launch(start.tier, start.protocol, start.settings, run, tuple(t.name for t in spec.tiers))
+    accepts = tuple(t.name for t in spec.tiers)
+    result = launch(start.tier, start.protocol, start.settings, run, accepts, start.plan)
     problem = spec.finish(result, start) if spec.finish is not None else None
     if problem:
         errors.print(f"bench {spec.name}: {problem}", soft_wrap=True)

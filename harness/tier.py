@@ -1,13 +1,12 @@
 """The tier contract: what a tier (screen, probe, fit, …) gives the harness, and the registry that names them.
 
 A tier makes a ``Plan`` from the shared options and its settings, and the function that runs one trial.
-It says what its runs mean: tables, a report section, caveats, a claim (``HOOKS``).
+It says what its runs mean: tables, a report section, caveats, a claim (``BaseTier``'s hooks).
 A ``CommandSpec`` declares its ``bench`` command; ``experiments.tiers`` registers the project's tiers.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,23 +119,11 @@ def check_gate_threshold(protocol: ProtocolOptions, resuming: bool = False) -> N
             raise InputError(f"--gate judges {judged} against {option}, and the run has none{instead}")
 
 
-# A tier's hooks, each optional: what ``BaseTier`` calls, and what each returns when the tier gives none.
-HOOKS = {
-    "make_plan": None,  # (options, settings, command) → the plan
-    "trial_function": None,  # plan → the function that runs one scheduled trial
-    "trial_seconds": None,  # plan → one trial's seconds, estimated before any runs (None: the first is timed)
-    "settings_problem": None,  # plan → what is wrong with its recorded settings for this tier
-    "row_problem": None,  # log row → what is wrong with the fields this tier's report reads
-    "resume_problem": None,  # plan → why a resume cannot run its trials here (the start's checks again)
-    "tables": {},  # run → its tables, by file name
-    "section": "",  # run → its report section
-    "claim": None,  # run → its claim in words
-    "bounds": [],  # (run, the report's other runs) → (a run, the sentence saying it bounds this run's claims)
-}
-
-
 class BaseTier:
-    """One tier of evidence, assembled from its hooks (``HOOKS``); subclass it for a hook that needs more."""
+    """One tier of evidence: a name, two flags, and the hooks below, each with its default.
+
+    A tier gives its own hooks as keywords, or overrides them in a subclass; a name of no hook is refused.
+    """
 
     def __init__(
         self,
@@ -147,36 +134,69 @@ class BaseTier:
         paired: bool = True,  # its rows are paired trials of arms (the harness's statistics apply)
         **hooks: Callable[..., Any],
     ) -> None:
-        if set(hooks) - set(HOOKS):
-            raise TypeError(f"tier '{name}': no hook named {', '.join(sorted(set(hooks) - set(HOOKS)))}")
-        self.name, self.diagnostic, self.paired, self._caveats, self._hooks = (
-            name,
-            diagnostic,
-            paired,
-            caveats,
-            hooks,
-        )
+        _refuse_unknown(name, hooks)
+        self.name, self.diagnostic, self.paired, self._caveats = name, diagnostic, paired, caveats
+        vars(self).update(hooks)  # a hook given replaces the method of its name
 
-    def __getattr__(self, hook: str) -> Callable[..., Any]:
-        """A hook called as a method: the tier's own, else one that returns the default (a fresh copy)."""
-        if hook not in HOOKS or hook in ("make_plan", "trial_function"):
-            raise AttributeError(hook)
-        return self._hooks.get(hook) or (lambda *_: copy.copy(HOOKS[hook]))
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _refuse_unknown(cls.__name__, {n: v for n, v in vars(cls).items() if callable(v) and n[0] != "_"})
 
     def make_plan(self, protocol: ProtocolOptions, settings: Any, command: str) -> Plan:
-        if "make_plan" not in self._hooks:
-            raise NotImplementedError(f"tier '{self.name}' builds no plan here")
-        return self._hooks["make_plan"](protocol, settings, command)
+        """The plan of a new run, from the shared options and the tier's checked settings."""
+        raise NotImplementedError(f"tier '{self.name}' builds no plan here")
 
     def trial_function(self, plan: Plan) -> TrialFunction:
-        if "trial_function" not in self._hooks:
-            raise InputError(
-                f"tier '{plan.tier}' is not known here, so its trials cannot run; resume it where it was started"
-            )
-        return self._hooks["trial_function"](plan)
+        """The function that runs one scheduled trial of ``plan`` and returns its row."""
+        raise InputError(
+            f"tier '{plan.tier}' is not known here, so its trials cannot run; resume it where it was started"
+        )
+
+    def trial_seconds(self, plan: Plan) -> float | None:
+        """One trial's seconds, estimated before any runs (None: the first is timed)."""
+        return None
+
+    def settings_problem(self, plan: Plan) -> str | None:
+        """What is wrong with the plan's recorded settings for this tier (an edited plan.json), or None."""
+        return None
+
+    def row_problem(self, row: dict[str, Any]) -> str | None:
+        """What is wrong with the fields of a log row that this tier's report reads, or None."""
+        return None
+
+    def resume_problem(self, plan: Plan) -> str | None:
+        """Why a resume cannot run the plan's trials here (the start's checks again), or None."""
+        return None
+
+    def tables(self, run: Run) -> dict[str, Any]:
+        """The tier's own tables of a run, by file name."""
+        return {}
+
+    def section(self, run: Run) -> Any:
+        """The tier's own report section of a run (a ``Section`` or markdown; empty: none)."""
+        return ""
+
+    def claim(self, run: Run) -> str | None:
+        """The tier's own lines of the run's claim, for claim.txt after the harness's answers (None: none)."""
+        return None
+
+    def bounds(self, run: Run, others: list[Run]) -> list[tuple[Run, str]]:
+        """(a run of ``others``, the sentence saying it bounds this run's claims) for each that does."""
+        return []
 
     def caveats(self, run: Run) -> list[Caveat]:
+        """The caveats of a run: the tier's own, in the report and the claim."""
         return list(self._caveats)
+
+
+HOOKS = frozenset(name for name in vars(BaseTier) if name[0] != "_")  # what a tier may give
+
+
+def _refuse_unknown(tier: str, hooks: dict[str, Any]) -> None:
+    """``TypeError`` for a name of no ``BaseTier`` hook (a misspelt hook would never be called)."""
+    unknown = sorted(set(hooks) - HOOKS)
+    if unknown:
+        raise TypeError(f"tier '{tier}': no hook named {', '.join(unknown)}")
 
 
 @dataclass(frozen=True)
@@ -192,6 +212,7 @@ class Start:
     report: bool = True
     argv: tuple[str, ...] = ()  # the words after --
     say: Callable[[str], Any] = print
+    plan: Plan | None = None  # a resume's plan, read and checked (``load_checked_plan``) before ``prepare``
 
 
 @dataclass(frozen=True)

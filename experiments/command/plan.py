@@ -83,7 +83,9 @@ def expand(argv: tuple[str, ...] | list[str], arm: Arm) -> list[str]:
 
 
 def check_settings(settings: CommandSettings, protocol: ProtocolOptions) -> None:
-    """Every check of the tier's settings, for a new run and for a plan read back (``InputError``)."""
+    """The settings checked together and with the protocol (``InputError``), for a new run and a plan read.
+
+    Each field's own check is ``check_fields``."""
     if not settings.argv:
         raise InputError(
             "bench command needs the command after --, e.g. bench command --arms a,b -- python train.py --opt {arm}"
@@ -98,7 +100,6 @@ def check_settings(settings: CommandSettings, protocol: ProtocolOptions) -> None
         raise InputError("--unit names the unit of a --figure; a wall time is in seconds: drop --unit")
     if settings.figure is not None and any(arm.role == "calibration" for arm in protocol.arms):
         raise InputError("--calibrate delays the command's wall time, not a --figure it prints; drop one")
-    check_fields(settings)
     if protocol.gpus > 1:
         raise InputError(
             "--gpus: bench command runs your command once per trial; start its ranks inside it (e.g. torchrun)"
@@ -124,7 +125,7 @@ def arm_code(case: Case, argv: tuple[str, ...]) -> dict[str, dict[str, Any]]:
 
 
 def make_plan(protocol: ProtocolOptions, settings: CommandSettings, command: str = "") -> Plan:
-    """Check the settings (``InputError`` on the first bad one) and build the plan; nothing is written."""
+    """The plan from the checked settings (``InputError`` where they do not fit together)."""
     check_settings(settings, protocol)
     shown = shlex.join(settings.argv)
     case = Case(shown if len(shown) <= 60 else shown[:57] + "...", {"command": shown}, protocol.arms)
@@ -156,7 +157,7 @@ def recorded_settings_problem(plan: Plan) -> str | None:
     if problem:
         return problem
     try:
-        check_settings(CommandSettings.from_dict(plan.settings), plan.protocol)
+        check_settings(check_fields(CommandSettings.from_dict(plan.settings)), plan.protocol)
     except InputError as exc:
         return f"settings: {exc}"
     return None

@@ -329,11 +329,8 @@ def _check_workload_options(s: FitSettings, real: bool, imgsz: int) -> None:
             )
 
 
-def make_plan(
-    protocol: ProtocolOptions, settings: FitSettings, command: str = "", announce: Any = None
-) -> Plan:
-    """Check the fit's options (``InputError`` on the first bad one) and build the plan; nothing is written."""
-    s = check_fields(settings)
+def make_plan(protocol: ProtocolOptions, s: FitSettings, command: str = "", announce: Any = None) -> Plan:
+    """The plan from the fit's checked settings (``InputError`` where they do not fit); nothing is written."""
     for arm in protocol.arms:  # the real trainer passes upstream MuSGD's defaults: these keys too
         checked_optimizer(arm.spec, import_upstream=False, tier_kwargs=optimizer_kwargs())
     if s.stages and protocol.bar is not None:

@@ -215,11 +215,10 @@ def _cases_problem(plan: Plan) -> str | None:
 
 
 def make_plan(protocol: ProtocolOptions, settings: ProbeSettings, command: str = "") -> Plan:
-    """Check the probe's options (``InputError`` on the first bad one) and build the plan; nothing is written."""
+    """The probe's plan from its checked settings; ``InputError`` where they do not fit the run."""
     s = settings
     if protocol.gpus > 1:
         raise InputError(f"--gpus {protocol.gpus}: the probe measures one device's memory; use --gpus 1")
-    check_fields(s)
     check_head_options(s)
     chosen = check_variants(s.head, split_list("--variants", s.variants or DEFAULT_VARIANTS[s.head]))
     for arm in protocol.arms:  # each workload passes the trainer's muon and sgd, as the check does

@@ -177,8 +177,7 @@ def _arms_problem(plan: Plan) -> str | None:
 
 
 def make_plan(protocol: ProtocolOptions, settings: ScreenSettings, command: str = "") -> Plan:
-    """Check the screen's options (``InputError`` with one line on the first bad one) and describe the screen."""
-    check_fields(settings)
+    """The screen's plan from its checked settings; ``InputError`` where they do not fit the protocol."""
     if protocol.budget is not None:
         raise InputError(
             "--budget: the screen measures the step's own extra peak, not a budget; drop --budget"

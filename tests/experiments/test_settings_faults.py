@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
 from experiments.tiers import TIERS
+from harness import cli, schema
+from harness.errors import InputError
 from harness.tables import CorruptRunFolder, RunFolder
 from harness.tier import Run
 from tests.runfolders import TIER_FOLDERS, copy_run, corrupt_plan, set_field
@@ -61,3 +64,57 @@ def test_a_plan_whose_tier_settings_no_run_can_have_is_one_line(tmp_path: Path, 
         Run.load(folder, tiers=TIERS)
     assert {p.name: p.read_bytes() for p in folder.path.iterdir() if p.is_file()} == before
     assert not (tmp_path / "r.md").exists()
+
+
+# A command line of each tier, and a field only its settings declare.
+NEW_RUNS = {
+    "screen": (["screen", "--scales", "n"], "guards"),
+    "probe": (["probe", "--head", "lm"], "head"),
+    "pair": (["pair", "--workload", "embedded"], "workload"),
+    "parity": (["parity"], "scale"),
+    "command": (["command", "--arms", "a,b", "--", "true", "{arm}"], "figure"),
+}
+
+
+@pytest.mark.parametrize("tier", list(NEW_RUNS))
+def test_a_new_run_checks_its_settings_once(tmp_path: Path, monkeypatch, bench, tier: str) -> None:
+    """The settings' one check runs once, before anything prints; the plan is built from checked settings."""
+    argv, field = NEW_RUNS[tier]
+    checked: list[str] = []
+    check_value = schema.check_value
+    monkeypatch.setattr(
+        schema, "check_value", lambda name, *rest: checked.append(name) or check_value(name, *rest)
+    )
+    monkeypatch.setattr(cli.calibration, "check_plan", _stop)  # the plan made, nothing run
+    bench.refused([*argv[:1], "--device", "cpu", "--out", str(tmp_path), *argv[1:]], "the plan is made")
+    assert checked.count(field) == 1, checked
+
+
+def _stop(plan: object) -> None:
+    raise InputError("the plan is made")
+
+
+BAD_SETTINGS = {
+    "screen": ["screen", "--steps", "0"],
+    "probe": ["probe", "--learner-ms", "-1"],
+    "pair": ["pair", "--batch", "0"],
+    "parity": ["parity", "--steps", "0"],
+    "command": ["command", "--arms", "a,b", "--timeout", "0", "--", "true"],
+}
+
+
+@pytest.mark.parametrize("tier", list(BAD_SETTINGS))
+def test_a_bad_setting_is_one_line_before_anything_prints(tmp_path: Path, bench, tier: str) -> None:
+    argv, out = BAD_SETTINGS[tier], tmp_path / "runs"
+    ran = bench([*argv[:1], "--device", "cpu", "--out", str(out), *argv[1:]])
+    assert (ran.status, ran.out, len(ran.err.splitlines())) == (2, "", 1) and not out.exists(), ran
+
+
+@pytest.mark.skipif(shutil.which("true") is None, reason="needs the true command")
+def test_a_command_resume_reads_the_command_of_a_checked_plan_only(tmp_path: Path, bench) -> None:
+    """An edited command is refused as the folder's fault, not echoed back as the command to give again."""
+    argv = ["command", "--arms", "a,b", "--pairs", "1", "--warmup", "0", "--device", "cpu", "--quiet"]
+    assert bench([*argv, "--no-report", "--out", str(tmp_path), "--", "true", "{arm}"]).status == 0
+    (path,) = tmp_path.iterdir()
+    corrupt_plan(RunFolder(path), set_field("settings.argv", "true a"))
+    bench.refused(["command", "--resume", str(path)], "plan.json", "argv")

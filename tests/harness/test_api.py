@@ -193,3 +193,15 @@ def test_compare_resume_refuses_other_functions_or_options(tmp_path: Path) -> No
         with pytest.raises(ValueError, match=re.escape(says)):
             compare(functions, resume=first.folder, **options)
         assert log.read_bytes() == rows
+
+
+def test_a_result_names_its_folder_as_the_console_does(tmp_path: Path, monkeypatch) -> None:
+    """Under the working folder, relative; elsewhere, whole: ``str`` and ``repr`` alike."""
+    monkeypatch.chdir(tmp_path)
+    inside = compare({"slow": slow, "fast": fast}, pairs=1, warmup=0, out="runs")
+    shown = f"runs/{inside.folder.name}"
+    assert str(inside).endswith(f"\nrun folder: {shown}") and repr(inside) == f"Result(folder={shown!r})"
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    whole = str(tmp_path / "runs" / inside.folder.name)
+    assert str(inside).endswith(f"\nrun folder: {whole}") and repr(inside) == f"Result(folder={whole!r})"

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from experiments import tiers
-from harness import protocol
+from harness import protocol, schedule
 from harness.cli import main
 from harness.plan import Plan
-from harness.schedule import Case
+from harness.schedule import Case, build_schedule
 from harness.schema import option
 from harness.tier import BaseTier, CommandSpec, Start, TierRegistry
 
@@ -77,3 +77,40 @@ def test_a_new_tier_resumes_only_its_own_runs(with_toy, tmp_path: Path, capsys) 
     assert main(["screen", "--resume", str(folder)]) == 2
     assert "is a 'toy' run" in capsys.readouterr().err
     assert main(["toy", "--resume", str(folder), "--quiet", "--no-report"]) == 0
+
+
+def test_a_misspelt_hook_is_refused_as_a_keyword_or_a_method() -> None:
+    with pytest.raises(TypeError, match="no hook named setings_problem"):
+        BaseTier("typo", setings_problem=lambda plan: None)
+    with pytest.raises(TypeError, match="no hook named setings_problem"):
+
+        class Misspelt(BaseTier):
+            def setings_problem(self, plan: Plan) -> str | None:
+                return "never called"
+
+
+def test_a_new_run_makes_its_plan_once_when_its_order_is_chosen(
+    with_toy, tmp_path: Path, monkeypatch
+) -> None:
+    """The order chosen for a run given no --order reorders the plan's schedule; the tier's plan (its checks,
+    its console lines) is not made again."""
+    made: list[str] = []
+    monkeypatch.setattr(TOY.tiers[0], "make_plan", lambda *args: made.append("plan") or _make_plan(*args))
+    monkeypatch.setattr(schedule, "default_order", lambda plan, cores: schedule.Choice("abba", "order: abba"))
+    given = [
+        "--arms",
+        "baseline,candidate",
+        "--warmup",
+        "0",
+        "--pairs",
+        "4",
+        "--device",
+        "cpu",
+        "--cpus",
+        "none",
+    ]
+    assert main(["toy", *given, "--quiet", "--no-report", "--out", str(tmp_path)]) == 0
+    (folder,) = tmp_path.iterdir()
+    plan = Plan.from_json(json.loads((folder / "plan.json").read_text()))
+    assert made == ["plan"] and plan.protocol.order == "abba"
+    assert [t.arm for t in plan.schedule] == [t.arm for t in build_schedule(plan.cases, 0, 4, "abba", 0)]

@@ -6,7 +6,6 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from experiments import screen
 from experiments.arms import arm_code
 from experiments.screen import plan as screen_plan
 from experiments.tiers import TIERS
@@ -38,7 +37,7 @@ def test_single_guard_screen_report_has_no_double_blank_line(tmp_path: Path) -> 
     """One guard screened: no guard bullets, and the supported guard follows the table after one blank line."""
     protocol = protocol_options(arms="baseline,candidate", pairs=2, warmup=0, device="cpu")
     settings = screen_plan.ScreenSettings(scales="n", guards="256", steps=4, warmup_steps=1)
-    plan = screen.make_plan(protocol, settings)
+    plan = screen_plan.make_plan(protocol, settings)
     plan.protocol = dataclasses.replace(plan.protocol, device="cuda")  # the log stands for a GPU run's
     plan.arm_code = arm_code(plan.cases, "cuda")
     folder = runner(tmp_path, tiers=TIERS).start(plan, _trial).folder

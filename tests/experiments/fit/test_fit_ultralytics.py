@@ -230,8 +230,8 @@ def test_the_data_sets_side_effects_are_made_once_before_the_first_trial(tmp_pat
     The plan's trial function makes them, untimed, before any trial runs. So the first timed fit starts from
     the state every other does.
     """
-    from experiments.fit import make_plan, trial_function
-    from experiments.fit.plan import FitSettings
+    from experiments.fit.plan import FitSettings, make_plan
+    from experiments.fit.trial import trial_function
     from harness.options import protocol_options
 
     spec = SyntheticSet(8, 4, 64, 0)

@@ -313,7 +313,7 @@ def test_section_with_device_memory_figures_and_failures(tmp_path: Path) -> None
     It checks the memory table, the fit and failure sentences, the memory and stage-share plots, and both tidy
     CSVs.
     """
-    from experiments.probe import ProbeSettings, make_plan
+    from experiments.probe.plan import ProbeSettings, make_plan
     from experiments.probe.section import report_section
     from experiments.tiers import TIERS
     from harness.options import protocol_options
