@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from experiments.arms import make_optimizer
+from experiments.fit import embedded
 from experiments.workloads import SCALES, build_param_groups, fill_synthetic_grads
 from harness.limits import MAX_PAIRS
 from harness.schema import option
@@ -131,8 +132,6 @@ class Workload:
         if not settings.fit:
             self.groups, self.kwargs = build_param_groups(settings.scale, self.device, torch.float32, seed)
             return
-        from experiments.fit import embedded  # the fit tier's package: a parity rank loads it with --fit only
-
         torch.manual_seed(seed)
         self.embedded = embedded
         self.model = embedded.SmallConvNet().to(device)

@@ -21,6 +21,7 @@ from experiments.fit.plan import (
 )
 from experiments.fit.ultralytics_fit import offline_environment
 from harness.calibration import delay_seconds
+from harness.console import console
 from harness.errors import InputError
 from harness.isolation import RANK_ENVIRONMENT, WorkerDied, WorkerError, run_in_ranks, run_in_worker
 from harness.plan import Plan
@@ -46,8 +47,6 @@ def trial_function(plan: Plan) -> TrialFunction:
                 raise InputError(
                     f"the data set {data_yaml} could not be prepared by Ultralytics: {exc}"
                 ) from None
-        from harness.console import console  # rich: the worker imports this module, and needs none
-
         console.print(
             f"data: {data_yaml} built once before the first trial (untimed): "
             f"{len(prepared['label_caches'])} label cache(s)"
